@@ -1,0 +1,26 @@
+"""megxla: MegEngine's programming model on JAX arrays, compiled by XLA.
+
+Example:
+    >>> import megxla as mge
+    >>> import megxla.functional as F
+    >>> x = mge.Tensor([1.0, 2.0])
+    >>> F.relu(x - 1.5).numpy()
+    array([0. , 0.5], dtype=float32)
+"""
+from .core import Tensor, Parameter
+from .core.dtypes import set_default_device, get_default_device
+from ._device import (is_cuda_available, get_device_count, get_cuda_compute_capability, is_atlas_available,
+                      is_cambricon_available, is_rocm_available, get_allocated_memory, get_max_allocated_memory,
+                      get_reserved_memory, get_max_reserved_memory, reset_max_memory_stats, get_mem_status_bytes,
+                      coalesce_free_memory, set_prealloc_config, get_cuda_version, get_cudnn_version,
+                      get_cuda_driver_version, get_tensorrt_version, get_cuda_device_property)
+from ._serialization import save, load
+from .logger import get_logger, set_log_level, set_log_file, enable_debug_log
+from . import functional, random, autodiff
+
+tensor = Tensor
+__version__ = "0.1.0"
+
+__all__ = ["Tensor", "tensor", "Parameter", "functional", "random", "autodiff", "save", "load",
+           "is_cuda_available", "get_device_count", "get_default_device", "set_default_device", "get_logger",
+           "set_log_level", "set_log_file", "enable_debug_log"]

@@ -1,0 +1,187 @@
+"""``GradManager``: records a tape of data records ``(op, input values, output ids)`` while recording, and
+replays it backwards with one ``vjp[op]`` op per record -- gradients go through the same dispatch point as
+forward ops, so they are traced and compiled like them."""
+from __future__ import annotations
+
+import weakref
+
+import numpy as np
+
+from ..core import _dispatch
+from ..core._dispatch import apply, wrap
+from ..core._op import VJP
+from ..core._tensor import Tensor
+
+__all__ = ["GradManager"]
+
+
+class _Attached:
+    __slots__ = ("tensor", "callbacks")
+
+    def __init__(self, tensor, callbacks):
+        self.tensor = tensor
+        self.callbacks = callbacks
+
+
+class GradManager:
+    """Computes gradients of attached tensors over the ops recorded between ``record()`` and ``backward()``.
+
+    Example:
+        >>> gm = GradManager().attach(model.parameters())
+        >>> with gm:
+        ...     loss = model(x).sum()
+        ...     gm.backward(loss)     # fills p.grad for every attached p
+    """
+
+    def __init__(self):
+        self._attached: dict[int, _Attached] = {}
+        self._recording = False
+        self._tape: list = []
+        self._tracked: set = set()
+
+    # ---- attach ------------------------------------------------------------------------------------------
+    def attach(self, tensors, callbacks=None):
+        """Attach tensors (a Tensor or an iterable of them) whose gradients ``backward`` computes.
+
+        Args:
+            tensors: tensors to attach; may be called again, also while recording.
+            callbacks: callables ``cb(tensor, grad) -> grad`` applied in order before accumulating.
+
+        Returns:
+            self, so that ``GradManager().attach(params)`` chains.
+        """
+        if isinstance(tensors, Tensor):
+            tensors = [tensors]
+        if callbacks is None:
+            callbacks = []
+        elif callable(callbacks):
+            callbacks = [callbacks]
+        for t in tensors:
+            if not isinstance(t, Tensor):
+                raise TypeError(f"GradManager.attach: expected Tensors, got {type(t).__name__}")
+            entry = self._attached.get(id(t))
+            if entry is None:
+                self._attached[id(t)] = _Attached(t, list(callbacks))
+            else:
+                entry.callbacks.extend(callbacks)
+            if self._recording:
+                self._tracked.add(t._vid)
+        return self
+
+    def attached_tensors(self):
+        """The attached tensors, in attach order."""
+        return [a.tensor for a in self._attached.values()]
+
+    def _tracks(self, t):
+        return t._vid in self._tracked
+
+    # ---- recording ---------------------------------------------------------------------------------------
+    def record(self):
+        """Start recording ops (the ``with gm:`` block does this)."""
+        if self._recording:
+            raise RuntimeError("GradManager is already recording")
+        self._recording = True
+        self._tape = []
+        self._tracked = {a.tensor._vid for a in self._attached.values()}
+        _dispatch.recorders.append(self)
+
+    def release(self):
+        """Stop recording and drop the tape."""
+        if self._recording:
+            self._recording = False
+            _dispatch.recorders.remove(self)
+        self._tape = []
+        self._tracked = set()
+
+    def __enter__(self):
+        self.record()
+        return self
+
+    def __exit__(self, *exc):
+        self.release()
+
+    def _record(self, op, inputs, outputs):
+        tracked = self._tracked
+        for t in inputs:
+            if t._vid in tracked:
+                break
+        else:
+            return
+        self._tape.append((op, [(t._data, t._vid) for t in inputs], [t._vid for t in outputs]))
+        for t in outputs:
+            tracked.add(t._vid)
+
+    # ---- backward ----------------------------------------------------------------------------------------
+    def backward(self, y=None, dy=None):
+        """Back-propagate from ``y`` and accumulate into the ``.grad`` of attached tensors; ends recording.
+
+        Args:
+            y: a tensor or list of tensors (the loss); None skips computation but ends recording.
+            dy: their gradients; default ones.
+        """
+        if not self._recording:
+            raise RuntimeError("GradManager.backward: no recording; call it inside `with gm:` or after record()")
+        try:
+            if y is not None:
+                self._backward(y, dy)
+        finally:
+            self.release()
+
+    def _backward(self, y, dy):
+        from ..functional import ones_like
+        ys = list(y) if isinstance(y, (list, tuple)) else [y]
+        if dy is None:
+            dys = [ones_like(t) for t in ys]
+        else:
+            dys = list(dy) if isinstance(dy, (list, tuple)) else [dy]
+            dys = [d if isinstance(d, Tensor) else Tensor(d, dtype=t.dtype) for d, t in zip(dys, ys)]
+        for t, d in zip(ys, dys):
+            if t.shape != d.shape:
+                raise ValueError(f"GradManager.backward: dy shape {d.shape} does not match y shape {t.shape}")
+        # Stop taping: backward ops must not record into our own tape.
+        self._recording = False
+        _dispatch.recorders.remove(self)
+        grads: dict[int, Tensor] = {}
+        for t, d in zip(ys, dys):
+            _accumulate(grads, t._vid, d)
+        tracked = {a.tensor._vid for a in self._attached.values()}
+        for op, ins, outs in self._tape:  # forward pass over the tape: which values depend on attached ones
+            if any(v in tracked for _, v in ins):
+                tracked.update(outs)
+        for op, ins, outs in reversed(self._tape):
+            given = tuple(v in grads for v in outs)
+            if not any(given):
+                continue
+            wrt = tuple(i for i, (data, v) in enumerate(ins) if v in tracked and _is_float(data))
+            if not wrt:
+                continue
+            cts = [grads.pop(v) for v in outs if v in grads]
+            primals = [_value(data, v) for data, v in ins]
+            vjp_op = VJP.bind(op=op, nin=len(ins), wrt=wrt, given=given)
+            in_grads = apply(vjp_op, *primals, *cts)
+            for i, g in zip(wrt, in_grads):
+                _accumulate(grads, ins[i][1], g)
+        for entry in self._attached.values():
+            t = entry.tensor
+            g = grads.get(t._vid)
+            if g is None:
+                continue
+            for cb in entry.callbacks:
+                g = cb(t, g)
+            t._grad = g if t._grad is None else t._grad + g
+
+
+def _is_float(data):
+    return np.dtype(data.dtype).kind in "fc"
+
+
+def _value(data, vid):
+    # Re-wrap a recorded input value under its original id so a tracer recognises it.
+    t = wrap(data)
+    t._vid = vid
+    return t
+
+
+def _accumulate(grads, vid, g):
+    prev = grads.get(vid)
+    grads[vid] = g if prev is None else prev + g

@@ -1,0 +1,8 @@
+"""megxla's core: the op registry (``_op``), the one dispatch point (``_dispatch``) and ``Tensor``."""
+from ._tensor import Tensor, Parameter, _install_operators
+from . import _dispatch
+from ._dispatch import apply, OpError
+from . import ops
+from ._op import PRIMITIVES, Primitive, Op, primitive
+
+_install_operators()

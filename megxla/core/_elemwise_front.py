@@ -1,0 +1,84 @@
+"""Front end of the elementwise primitives: Python scalars and arrays become tensors with MegEngine's
+promotion rule (a Python scalar takes the tensor's dtype when it fits), then one ``apply``."""
+from __future__ import annotations
+
+import numpy as np
+
+from ._tensor import Tensor
+from ._dispatch import apply, wrap
+from .ops import elemwise as P
+
+# NOTE: scalar operands are cached per (value, dtype): a host->device copy per `x * 2` costs ~10 µs, the
+# lookup ~0.2 µs. Their value ids are recorded so jit tracing treats them as constants.
+_SCALARS: dict = {}
+SCALAR_VIDS: set = set()
+
+
+def _scalar(value, dtype):
+    key = (value, type(value), dtype)
+    t = _SCALARS.get(key)
+    if t is None:
+        import jax.numpy as jnp
+        if len(_SCALARS) > 4096:
+            _SCALARS.clear()
+        t = _SCALARS[key] = wrap(jnp.asarray(value, dtype))
+        SCALAR_VIDS.add(t._vid)
+    return t
+
+
+def _scalar_dtype(value, like):
+    kind = like.kind
+    if isinstance(value, bool):
+        return like if kind == "b" else (np.dtype(np.int32) if kind not in "fc" else like)
+    if isinstance(value, int):
+        return like if kind in "iufc" else np.dtype(np.int32)
+    if isinstance(value, float):
+        return like if kind in "fc" else np.dtype(np.float32)
+    return like if kind == "c" else np.dtype(np.complex64)
+
+
+def as_tensor(x, like=None):
+    """``x`` as a Tensor; Python scalars follow ``like``'s dtype where it fits (MegEngine promotion)."""
+    if isinstance(x, Tensor):
+        return x
+    if isinstance(x, (bool, int, float, complex)):
+        if like is None:
+            return Tensor(x)
+        return _scalar(x, _scalar_dtype(x, like.dtype))
+    return Tensor(x)
+
+
+def binary(prim):
+    op = prim.bind()
+
+    def fn(x, y):
+        if type(x) is not Tensor and not isinstance(x, Tensor):
+            x = as_tensor(x, y if isinstance(y, Tensor) else None)
+        if type(y) is not Tensor and not isinstance(y, Tensor):
+            y = as_tensor(y, x)
+        return apply(op, x, y)
+
+    fn.__name__ = prim.name
+    return fn
+
+
+def unary(prim):
+    op = prim.bind()
+
+    def fn(x):
+        return apply(op, x if isinstance(x, Tensor) else as_tensor(x))
+
+    fn.__name__ = prim.name
+    return fn
+
+
+BINARY = {name: binary(p) for name, p in P.BINARY.items()}
+UNARY = {name: unary(p) for name, p in P.UNARY.items()}
+
+
+def _matmul(x, y):
+    from ..functional import matmul
+    return matmul(as_tensor(x), as_tensor(y))
+
+
+BINARY["matmul"] = _matmul

@@ -1,0 +1,180 @@
+"""The op registry: every primitive of megxla is declared here once, as a JAX implementation.
+
+A :class:`Primitive` is a named JAX function ``impl(*arrays, **params)``. Binding it to concrete static
+parameters gives an :class:`Op` -- hashable, interned, and the key of every cache: its eager kernel
+(``jax.jit`` of the implementation), its gradient op and its place in a trace.
+
+The gradient of every op is the ``jax.vjp`` of the same implementation, itself an :class:`Op`
+(``vjp[<op>]``) so that backward passes go through the same dispatch point and can be traced and compiled
+like any forward op. XLA removes the forward work a gradient does not need.
+"""
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+
+__all__ = ["Primitive", "Op", "primitive", "PRIMITIVES", "freeze"]
+
+PRIMITIVES: dict[str, "Primitive"] = {}
+
+
+def freeze(value):
+    """Make a parameter value hashable (lists -> tuples, dicts -> sorted tuples, numpy dtypes -> names)."""
+    if isinstance(value, (list, tuple)):
+        return tuple(freeze(v) for v in value)
+    if isinstance(value, dict):
+        return tuple(sorted((k, freeze(v)) for k, v in value.items()))
+    if hasattr(value, "dtype") and hasattr(value, "tolist") and getattr(value, "ndim", 1) == 0:
+        return value.item()  # numpy scalar
+    try:
+        hash(value)
+    except TypeError as exc:
+        raise TypeError(f"op parameter {value!r} is not hashable") from exc
+    return value
+
+
+class Primitive:
+    """A named JAX implementation; ``prim.bind(**params)`` gives the :class:`Op` that dispatch applies.
+
+    Args:
+        name: unique name, shown in errors, traces and HLO.
+        impl: ``impl(*arrays, **params) -> array | tuple of arrays``; params are static and hashable.
+        multiple_results: the implementation returns a tuple of arrays.
+        grad: optional ``grad(params, primals, cotangents) -> tuple of input gradients`` overriding
+            ``jax.vjp`` of ``impl`` where that is faster; its test must show both agree.
+    """
+
+    __slots__ = ("name", "impl", "multiple_results", "grad", "_ops", "_op0")
+
+    def __init__(self, name, impl, multiple_results=False, grad=None):
+        if name in PRIMITIVES:
+            raise ValueError(f"primitive {name!r} is already registered")
+        self.name = name
+        self.impl = impl
+        self.multiple_results = multiple_results
+        self.grad = grad
+        self._ops = {}
+        self._op0 = None
+        PRIMITIVES[name] = self
+
+    def bind(self, **params) -> "Op":
+        """Return the interned :class:`Op` of this primitive with these static parameters."""
+        if not params:
+            op = self._op0
+            if op is None:
+                op = self._op0 = Op(self, ())
+            return op
+        key = tuple(sorted((k, freeze(v)) for k, v in params.items()))
+        op = self._ops.get(key)
+        if op is None:
+            op = self._ops[key] = Op(self, key)
+        return op
+
+    def __repr__(self):
+        return f"Primitive({self.name})"
+
+
+class Op:
+    """A primitive bound to static parameters: hashable, compared by identity (ops are interned)."""
+
+    __slots__ = ("prim", "params", "name", "multiple_results", "_kernel", "_fn")
+
+    def __init__(self, prim, params):
+        self.prim = prim
+        self.params = params
+        self.name = prim.name
+        self.multiple_results = prim.multiple_results
+        self._kernel = None
+        self._fn = None
+
+    @property
+    def fn(self):
+        """The op as a plain JAX function of arrays (used when replaying a trace inside one ``jax.jit``)."""
+        fn = self._fn
+        if fn is None:
+            fn = self._fn = functools.partial(self.prim.impl, **dict(self.params)) if self.params else self.prim.impl
+        return fn
+
+    @property
+    def kernel(self):
+        """The eager kernel: ``jax.jit`` of :attr:`fn`, compiled once per input shapes/dtypes by JAX."""
+        k = self._kernel
+        if k is None:
+            k = self._kernel = jax.jit(self.fn)
+        return k
+
+    def abstract_eval(self, *avals):
+        """Output shapes/dtypes for inputs of these shapes/dtypes (the op's shape rule, derived from ``impl``)."""
+        return jax.eval_shape(self.fn, *avals)
+
+    def __repr__(self):
+        if not self.params:
+            return self.name
+        return f"{self.name}[{', '.join(f'{k}={v!r}' for k, v in self.params)}]"
+
+    def __reduce__(self):  # ops pickle as (primitive name, params) so traces can be saved
+        return (_op_from_name, (self.name, self.params))
+
+
+def _op_from_name(name, params):
+    return PRIMITIVES[name].bind(**dict(params))
+
+
+def primitive(name, multiple_results=False, grad=None):
+    """Decorator registering a JAX function as the primitive ``name``.
+
+    Example:
+        >>> @primitive("my_square")
+        ... def my_square(x):
+        ...     return x * x
+    """
+
+    def deco(impl):
+        return Primitive(name, impl, multiple_results, grad)
+
+    return deco
+
+
+# ---- the gradient of every op, as an op ------------------------------------------------------------------------
+def _is_float(x):
+    return jnp.issubdtype(x.dtype, jnp.inexact)
+
+
+def _vjp_impl(*args, op, nin, wrt, given):
+    """Gradients of ``op`` w.r.t. inputs ``wrt`` given cotangents for the outputs flagged in ``given``."""
+    primals, cts_in = args[:nin], args[nin:]
+    fn = op.fn
+
+    def partial_fn(*diff):
+        full = list(primals)
+        for i, d in zip(wrt, diff):
+            full[i] = d
+        return fn(*full)
+
+    if op.prim.grad is not None:
+        out_avals = None
+    else:
+        outs, pull = jax.vjp(partial_fn, *[primals[i] for i in wrt])
+        out_avals = outs
+    if out_avals is None:
+        out_avals = jax.eval_shape(fn, *primals)
+    flat_avals = out_avals if op.multiple_results else (out_avals,)
+    it = iter(cts_in)
+    cts = []
+    for aval, g in zip(flat_avals, given):
+        if g:
+            cts.append(next(it).astype(aval.dtype))
+        elif jnp.issubdtype(aval.dtype, jnp.inexact):
+            cts.append(jnp.zeros(aval.shape, aval.dtype))
+        else:  # integer outputs carry float0 cotangents in JAX
+            cts.append(jnp.zeros(aval.shape, jax.dtypes.float0))
+    ct = tuple(cts) if op.multiple_results else cts[0]
+    if op.prim.grad is not None:
+        grads = op.prim.grad(dict(op.params), primals, ct)
+        return tuple(grads[i] for i in wrt)
+    return tuple(pull(ct))
+
+
+VJP = Primitive("vjp", _vjp_impl, multiple_results=True)

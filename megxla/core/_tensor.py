@@ -1,0 +1,315 @@
+"""``Tensor``: a mutable handle on an immutable ``jax.Array``.
+
+A Tensor is a *variable*; the jax array it holds is a *value*. Every value binding gets a fresh value id
+(``_vid``), which is how the autodiff tape and the jit tracer name values: in-place updates (``_reset``,
+``+=``, ``x[i] = v``) rebind the same Python object to a new value and a new id, so traces and tapes stay
+SSA-shaped data.
+"""
+from __future__ import annotations
+
+import numpy as np
+import jax
+import jax.numpy as jnp
+
+from . import dtypes as _dt
+
+__all__ = ["Tensor", "Parameter"]
+
+
+class Tensor:
+    """A multi-dimensional array on a device, with MegEngine's semantics.
+
+    Args:
+        data: a Tensor, NumPy array, list, or Python scalar.
+        dtype: target dtype; default follows MegEngine: floats -> float32, ints -> int32.
+        device: device name such as ``"cpu0"``, ``"gpu0"`` or ``"xpux"`` (the default device).
+        is_const: accepted for MegEngine compatibility.
+        no_cache: accepted for MegEngine compatibility.
+        name: the tensor's name (shown in trace errors and dumps).
+        format: memory format, only ``"default"`` is meaningful here.
+
+    Example:
+        >>> import megxla as mge
+        >>> x = mge.Tensor([1, 2, 3])
+        >>> (x * 2).numpy()
+        array([2, 4, 6], dtype=int32)
+    """
+
+    __slots__ = ("_data", "_vid", "_grad", "_name", "__weakref__")
+    __array_priority__ = 1000  # numpy defers `ndarray op Tensor` to our reflected operators
+
+    def __init__(self, data=None, dtype=None, device=None, is_const=False, no_cache=False, name=None,
+                 format="default"):
+        from ._dispatch import _vids
+        if data is None:
+            data = []
+        self._data = _dt.to_array(data, dtype, device)
+        self._vid = next(_vids)
+        self._grad = None
+        self._name = name
+
+    # ---- properties ---------------------------------------------------------------------------------------
+    @property
+    def shape(self):
+        """The shape as a tuple of ints."""
+        return tuple(self._data.shape)
+
+    @property
+    def dtype(self):
+        """The NumPy dtype."""
+        return np.dtype(self._data.dtype)
+
+    @property
+    def ndim(self):
+        return self._data.ndim
+
+    @property
+    def size(self):
+        return int(np.prod(self._data.shape, dtype=np.int64))
+
+    @property
+    def device(self):
+        """The device name, e.g. ``"cpu0"`` or ``"gpu0"``."""
+        return _dt.device_name(self._data)
+
+    @property
+    def format(self):
+        return "default"
+
+    @property
+    def qparams(self):
+        return None
+
+    @property
+    def name(self):
+        return self._name
+
+    @name.setter
+    def name(self, value):
+        self._name = value
+
+    @property
+    def value_id(self):
+        return self._vid
+
+    @property
+    def grad(self):
+        """The gradient filled in by ``GradManager.backward`` (``None`` until then)."""
+        return self._grad
+
+    @grad.setter
+    def grad(self, value):
+        self._grad = value
+
+    @property
+    def requires_grad(self):
+        """Whether a recording GradManager tracks this tensor."""
+        from ._dispatch import recorders
+        return any(r._tracks(self) for r in recorders)
+
+    # ---- host access ---------------------------------------------------------------------------------------
+    def _value(self):
+        """The concrete jax array (an interpreter may need to materialise it first)."""
+        from ._dispatch import current_interpreter
+        interp = current_interpreter()
+        if interp is not None:
+            return interp.read(self)
+        return self._data
+
+    def numpy(self) -> np.ndarray:
+        """Copy the value to a NumPy array."""
+        return np.asarray(self._value())
+
+    def item(self):
+        """The value of a one-element tensor as a Python scalar."""
+        return self.numpy().item()
+
+    def tolist(self):
+        return self.numpy().tolist()
+
+    def __array__(self, dtype=None, copy=None):
+        a = self.numpy()
+        return a if dtype is None else a.astype(dtype)
+
+    def __bool__(self):
+        return bool(self.numpy())
+
+    def __float__(self):
+        return float(self.item())
+
+    def __int__(self):
+        return int(self.item())
+
+    def __index__(self):
+        return int(self.item())
+
+    def __complex__(self):
+        return complex(self.item())
+
+    def __len__(self):
+        if not self.shape:
+            raise TypeError("len() of a 0-d tensor")
+        return self.shape[0]
+
+    def __iter__(self):
+        for i in range(len(self)):
+            yield self[i]
+
+    def __repr__(self):
+        try:
+            body = np.array2string(self.numpy(), prefix="Tensor(")
+        except Exception:  # abstract values during symbolic tracing have no numbers
+            body = "<abstract>"
+        return f"Tensor({body}, dtype={self.dtype.name}, device={self.device})"
+
+    __str__ = __repr__
+
+    def __hash__(self):
+        return id(self)
+
+    def __format__(self, spec):
+        if self.ndim == 0:
+            return format(self.item(), spec)
+        return repr(self)
+
+    def __reduce__(self):
+        return (_rebuild, (type(self), self.numpy(), self._name))
+
+    def __deepcopy__(self, memo):
+        t = type(self)(self.numpy(), name=self._name)
+        memo[id(self)] = t
+        return t
+
+    # ---- mutation ------------------------------------------------------------------------------------------
+    def _reset(self, other):
+        """Rebind this tensor, in place, to ``other``'s value (used by optimizers, ``+=`` and jit write-back)."""
+        if not isinstance(other, Tensor):
+            other = Tensor(other, dtype=self.dtype)
+        self._data = other._data
+        self._vid = other._vid
+        return self
+
+    def set_value(self, value):
+        """Replace the value (shape may change); the Tensor object stays the same."""
+        return self._reset(value if isinstance(value, Tensor) else Tensor(value, dtype=self.dtype))
+
+    def reset_zero(self):
+        """Fill with zeros in place."""
+        from ..functional import zeros_like
+        self._reset(zeros_like(self))
+
+    def detach(self):
+        """A tensor with the same value that gradients do not flow through."""
+        from ._dispatch import wrap
+        t = wrap(self._data)
+        return t
+
+    def to(self, device, *, _borrow=False):
+        """A copy of this tensor on ``device``."""
+        t = type(self).__new__(type(self))
+        Tensor.__init__(t, jax.device_put(self._value(), _dt.to_device(device)))
+        return t
+
+    def _is_external_value(self):
+        """True if this value was produced by a compiled executable (jit) rather than eagerly."""
+        from ..jit._external import is_external
+        return is_external(self)
+
+    # ---- shape-ish methods ---------------------------------------------------------------------------------
+    def astype(self, dtype):
+        from ..functional import astype
+        return astype(self, dtype)
+
+    def reshape(self, *shape):
+        from ..functional import reshape
+        return reshape(self, shape[0] if len(shape) == 1 else shape)
+
+    def transpose(self, *pattern):
+        from ..functional import transpose
+        if not pattern:
+            pattern = tuple(reversed(range(self.ndim)))
+        elif len(pattern) == 1 and not isinstance(pattern[0], int):
+            pattern = pattern[0]
+        return transpose(self, pattern)
+
+    @property
+    def T(self):
+        return self.transpose()
+
+    def flatten(self):
+        from ..functional import flatten
+        return flatten(self)
+
+    def sum(self, axis=None, keepdims=False):
+        from ..functional import sum as f
+        return f(self, axis, keepdims)
+
+    def mean(self, axis=None, keepdims=False):
+        from ..functional import mean as f
+        return f(self, axis, keepdims)
+
+    def prod(self, axis=None, keepdims=False):
+        from ..functional import prod as f
+        return f(self, axis, keepdims)
+
+    def max(self, axis=None, keepdims=False):
+        from ..functional import max as f
+        return f(self, axis, keepdims)
+
+    def min(self, axis=None, keepdims=False):
+        from ..functional import min as f
+        return f(self, axis, keepdims)
+
+    def var(self, axis=None, keepdims=False):
+        from ..functional import var as f
+        return f(self, axis, keepdims)
+
+    # ---- indexing ------------------------------------------------------------------------------------------
+    def __getitem__(self, index):
+        from ._indexing import getitem
+        return getitem(self, index)
+
+    def __setitem__(self, index, value):
+        from ._indexing import setitem
+        self._reset(setitem(self, index, value))
+
+
+def _rebuild(cls, array, name):
+    return cls(array, name=name)
+
+
+class Parameter(Tensor):
+    """A Tensor that is a trainable parameter of a Module (found by ``Module.parameters()``)."""
+
+    __slots__ = ("__dict__",)
+
+
+# ---- operators: every one goes through the op registry via the elementwise front-end -----------------------
+def _install_operators():
+    from . import _elemwise_front as E
+
+    def binary(name, rname=None):
+        fn = E.BINARY[name]
+
+        def op(self, other):
+            return fn(self, other)
+
+        def rop(self, other):
+            return fn(other, self)
+
+        def iop(self, other):
+            return self._reset(fn(self, other))
+
+        setattr(Tensor, f"__{name}__", op)
+        setattr(Tensor, f"__r{name}__", rop)
+        setattr(Tensor, f"__i{name}__", iop)
+
+    for name in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "and", "or", "xor", "lshift",
+                 "rshift", "matmul"):
+        binary(name)
+    for name in ("lt", "le", "gt", "ge", "eq", "ne"):
+        fn = E.BINARY[name]
+        setattr(Tensor, f"__{name}__", (lambda f: lambda self, other: f(self, other))(fn))
+    for name in ("neg", "pos", "abs", "invert", "round", "floor", "ceil", "trunc"):
+        fn = E.UNARY[name]
+        setattr(Tensor, f"__{name}__", (lambda f: lambda self, *_: f(self))(fn))

@@ -1,0 +1,2 @@
+"""All primitives, by family. Importing this package registers them in ``megxla.core._op.PRIMITIVES``."""
+from . import elemwise, reduction, shape, indexing, linalg, nn, random, sort  # noqa: F401

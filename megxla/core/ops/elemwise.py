@@ -1,0 +1,80 @@
+"""Elementwise primitives: one JAX function each, MegEngine's semantics where they differ from NumPy's."""
+import jax
+import jax.numpy as jnp
+import jax.scipy.special as jsp
+
+from .._op import Primitive
+
+
+def _round_half_away(x):
+    # NOTE: MegEngine rounds half away from zero (std::round); jnp.round rounds half to even.
+    return jnp.sign(x) * jnp.floor(jnp.abs(x) + 0.5) if jnp.issubdtype(x.dtype, jnp.inexact) else x
+
+
+def _floor_div(x, y):
+    if jnp.issubdtype(jnp.result_type(x, y), jnp.integer):
+        return jnp.floor_divide(x, y)
+    return jnp.floor(x / y)
+
+
+def _relu(x):
+    return jnp.maximum(x, jnp.zeros((), x.dtype))
+
+
+def _hsigmoid(x):
+    return jnp.clip(x + 3, 0, 6) / 6
+
+
+UNARY_IMPLS = {
+    "neg": jnp.negative, "pos": lambda x: x, "abs": jnp.abs, "exp": jnp.exp, "expm1": jnp.expm1,
+    "log": jnp.log, "log1p": jnp.log1p, "sqrt": jnp.sqrt, "square": jnp.square,
+    "sin": jnp.sin, "cos": jnp.cos, "tan": jnp.tan, "asin": jnp.arcsin, "acos": jnp.arccos, "atan": jnp.arctan,
+    "sinh": jnp.sinh, "cosh": jnp.cosh, "tanh": jnp.tanh, "asinh": jnp.arcsinh, "acosh": jnp.arccosh,
+    "atanh": jnp.arctanh, "floor": jnp.floor, "ceil": jnp.ceil, "round": _round_half_away, "trunc": jnp.trunc,
+    "sign": jnp.sign, "erf": jsp.erf, "erfc": jsp.erfc, "erfinv": jsp.erfinv,
+    "logical_not": jnp.logical_not, "invert": jnp.invert, "isnan": jnp.isnan, "isinf": jnp.isinf,
+    "relu": _relu, "sigmoid": jax.nn.sigmoid, "gelu": lambda x: jax.nn.gelu(x, approximate=False),
+    "silu": jax.nn.silu, "softplus": jax.nn.softplus, "logsigmoid": jax.nn.log_sigmoid,
+    "relu6": lambda x: jnp.clip(x, 0, 6), "hsigmoid": _hsigmoid, "hswish": lambda x: x * _hsigmoid(x),
+    "real": jnp.real, "imag": jnp.imag, "conj": jnp.conj,
+}
+
+BINARY_IMPLS = {
+    "add": jnp.add, "sub": jnp.subtract, "mul": jnp.multiply, "truediv": jnp.true_divide,
+    "floordiv": _floor_div, "mod": jnp.remainder, "pow": jnp.power, "maximum": jnp.maximum,
+    "minimum": jnp.minimum, "lt": jnp.less, "le": jnp.less_equal, "gt": jnp.greater, "ge": jnp.greater_equal,
+    "eq": jnp.equal, "ne": jnp.not_equal, "logical_and": jnp.logical_and, "logical_or": jnp.logical_or,
+    "logical_xor": jnp.logical_xor, "and": jnp.bitwise_and, "or": jnp.bitwise_or, "xor": jnp.bitwise_xor,
+    "lshift": jnp.left_shift, "rshift": jnp.right_shift, "atan2": jnp.arctan2, "logaddexp": jnp.logaddexp,
+    "complex": jax.lax.complex,
+}
+
+UNARY = {name: Primitive(name, impl) for name, impl in UNARY_IMPLS.items()}
+BINARY = {name: Primitive(name, impl) for name, impl in BINARY_IMPLS.items()}
+
+
+def _leaky_relu(x, *, negative_slope):
+    return jnp.where(x > 0, x, x * negative_slope)
+
+
+def _prelu(x, w):
+    return jnp.where(x > 0, x, x * w)
+
+
+def _clip(x, *, lower, upper):
+    return jnp.clip(x, lower, upper)
+
+
+def _where(mask, x, y):
+    return jnp.where(mask, x, y)
+
+
+def _astype(x, *, dtype):
+    return x.astype(dtype)
+
+
+leaky_relu = Primitive("leaky_relu", _leaky_relu)
+prelu = Primitive("prelu", _prelu)
+clip = Primitive("clip", _clip)
+where = Primitive("where", _where)
+astype = Primitive("astype", _astype)

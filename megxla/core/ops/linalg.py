@@ -1,0 +1,26 @@
+"""Matrix products and linear algebra."""
+import jax.numpy as jnp
+
+from .._op import Primitive
+
+
+def _matmul(a, b, *, transpose_a, transpose_b):
+    if transpose_a:
+        a = jnp.swapaxes(a, -1, -2) if a.ndim > 1 else a
+    if transpose_b:
+        b = jnp.swapaxes(b, -1, -2) if b.ndim > 1 else b
+    return jnp.matmul(a, b)
+
+
+def _linear(x, w, *bias):
+    # NOTE: one fused primitive (x @ w.T + b) rather than matmul + add: halves eager dispatches of Linear.
+    y = jnp.matmul(x, w.T)
+    return y + bias[0] if bias else y
+
+
+matmul = Primitive("matmul", _matmul)
+linear = Primitive("linear", _linear)
+dot = Primitive("dot", lambda a, b: jnp.dot(a.reshape(-1), b.reshape(-1)))
+matinv = Primitive("matinv", jnp.linalg.inv)
+svd = Primitive("svd", lambda x, *, full_matrices: tuple(jnp.linalg.svd(x, full_matrices=full_matrices)),
+                multiple_results=True)

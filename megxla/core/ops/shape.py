@@ -1,0 +1,36 @@
+"""Shape manipulation and creation primitives (all shapes and axes are static parameters)."""
+import jax
+import jax.numpy as jnp
+
+from .._op import Primitive
+
+reshape = Primitive("reshape", lambda x, *, shape: jnp.reshape(x, shape))
+transpose = Primitive("transpose", lambda x, *, perm: jnp.transpose(x, perm))
+broadcast_to = Primitive("broadcast_to", lambda x, *, shape: jnp.broadcast_to(x, shape))
+expand_dims = Primitive("expand_dims", lambda x, *, axis: jnp.expand_dims(x, axis))
+squeeze = Primitive("squeeze", lambda x, *, axis: jnp.squeeze(x, axis))
+concat = Primitive("concat", lambda *xs, axis: jnp.concatenate(xs, axis=axis))
+stack = Primitive("stack", lambda *xs, axis: jnp.stack(xs, axis=axis))
+split = Primitive("split", lambda x, *, indices, axis: tuple(jnp.split(x, indices, axis=axis)),
+                  multiple_results=True)
+flip = Primitive("flip", lambda x, *, axis: jnp.flip(x, axis))
+roll = Primitive("roll", lambda x, *, shift, axis: jnp.roll(x, shift, axis))
+tile = Primitive("tile", lambda x, *, reps: jnp.tile(x, reps))
+repeat = Primitive("repeat", lambda x, *, repeats, axis: jnp.repeat(x, repeats, axis=axis))
+copy = Primitive("copy", lambda x: jnp.array(x, copy=True))
+
+
+def _pad(x, *, pad_width, mode, constant_value):
+    if mode == "constant":
+        return jnp.pad(x, pad_width, mode="constant", constant_values=constant_value)
+    return jnp.pad(x, pad_width, mode={"replicate": "edge", "reflect": "reflect", "edge": "edge"}[mode])
+
+
+pad = Primitive("pad", _pad)
+
+full = Primitive("full", lambda *, shape, value, dtype: jnp.full(shape, value, dtype))
+full_like = Primitive("full_like", lambda x, *, value: jnp.full(x.shape, value, x.dtype))
+arange = Primitive("arange", lambda *, start, stop, step, dtype: jnp.arange(start, stop, step, dtype=dtype))
+linspace = Primitive("linspace", lambda *, start, stop, num, dtype: jnp.linspace(start, stop, num, dtype=dtype))
+eye = Primitive("eye", lambda *, n, m, k, dtype: jnp.eye(n, m, k, dtype=dtype))
+one_hot = Primitive("one_hot", lambda x, *, num_classes, dtype: jax.nn.one_hot(x, num_classes, dtype=dtype))

@@ -1,0 +1,129 @@
+"""Elementwise functions (``megengine.functional.elemwise``): each is one primitive through ``apply``."""
+from ..core._elemwise_front import BINARY as _B, UNARY as _U, as_tensor as _as_tensor
+from ..core._dispatch import apply as _apply
+from ..core.ops import elemwise as _P
+
+__all__ = [
+    "abs", "acos", "acosh", "add", "asin", "asinh", "atan", "atan2", "atanh", "ceil", "clip", "cos", "cosh",
+    "div", "equal", "exp", "expm1", "floor", "floor_div", "gelu", "greater", "greater_equal", "hsigmoid",
+    "hswish", "isinf", "isnan", "left_shift", "less", "less_equal", "log", "log1p", "logaddexp", "logical_and",
+    "logical_not", "logical_or", "logical_xor", "logsigmoid", "maximum", "minimum", "mod", "mul", "neg",
+    "not_equal", "pow", "relu", "relu6", "right_shift", "round", "rsqrt", "sigmoid", "sign", "silu", "sin",
+    "sinh", "softplus", "sqrt", "square", "sub", "tan", "tanh", "erf", "erfc", "erfinv", "where", "trunc",
+]
+
+
+def _doc(fn, summary, example):
+    fn.__doc__ = f"""{summary}
+
+    Args:
+        inputs: Tensors or Python scalars (scalars take the tensor's dtype where it fits).
+
+    Returns:
+        a Tensor, broadcast to the inputs' common shape.
+
+    Example:
+        >>> import megxla.functional as F
+        >>> {example}
+    """
+    return fn
+
+
+add = _doc(_B["add"], "Elementwise ``x + y``.", "F.add(Tensor([1., 2.]), 1.0)")
+sub = _doc(_B["sub"], "Elementwise ``x - y``.", "F.sub(Tensor([1., 2.]), 1.0)")
+mul = _doc(_B["mul"], "Elementwise ``x * y``.", "F.mul(Tensor([1., 2.]), 2.0)")
+div = _doc(_B["truediv"], "Elementwise true division ``x / y`` (integers give float32).", "F.div(Tensor([1, 2]), 2)")
+floor_div = _doc(_B["floordiv"], "Elementwise ``floor(x / y)``.", "F.floor_div(Tensor([3, 4]), 2)")
+mod = _doc(_B["mod"], "Elementwise remainder with the divisor's sign (``x % y``).", "F.mod(Tensor([3, -4]), 3)")
+pow = _doc(_B["pow"], "Elementwise ``x ** y``.", "F.pow(Tensor([2., 3.]), 2)")
+maximum = _doc(_B["maximum"], "Elementwise maximum.", "F.maximum(Tensor([1., 5.]), 3.0)")
+minimum = _doc(_B["minimum"], "Elementwise minimum.", "F.minimum(Tensor([1., 5.]), 3.0)")
+less = _doc(_B["lt"], "Elementwise ``x < y`` (bool).", "F.less(Tensor([1., 5.]), 3.0)")
+less_equal = _doc(_B["le"], "Elementwise ``x <= y`` (bool).", "F.less_equal(Tensor([1., 5.]), 3.0)")
+greater = _doc(_B["gt"], "Elementwise ``x > y`` (bool).", "F.greater(Tensor([1., 5.]), 3.0)")
+greater_equal = _doc(_B["ge"], "Elementwise ``x >= y`` (bool).", "F.greater_equal(Tensor([1., 5.]), 3.0)")
+equal = _doc(_B["eq"], "Elementwise ``x == y`` (bool).", "F.equal(Tensor([1., 5.]), 5.0)")
+not_equal = _doc(_B["ne"], "Elementwise ``x != y`` (bool).", "F.not_equal(Tensor([1., 5.]), 5.0)")
+logical_and = _doc(_B["logical_and"], "Elementwise logical and.", "F.logical_and(Tensor([True]), Tensor([False]))")
+logical_or = _doc(_B["logical_or"], "Elementwise logical or.", "F.logical_or(Tensor([True]), Tensor([False]))")
+logical_xor = _doc(_B["logical_xor"], "Elementwise logical xor.", "F.logical_xor(Tensor([True]), Tensor([True]))")
+left_shift = _doc(_B["lshift"], "Elementwise ``x << y``.", "F.left_shift(Tensor([1, 2]), 1)")
+right_shift = _doc(_B["rshift"], "Elementwise ``x >> y``.", "F.right_shift(Tensor([4, 8]), 1)")
+atan2 = _doc(_B["atan2"], "Elementwise arctangent of ``y / x`` with quadrant.", "F.atan2(Tensor([1.]), Tensor([1.]))")
+logaddexp = _doc(_B["logaddexp"], "Elementwise ``log(exp(x) + exp(y))``, computed stably.",
+                 "F.logaddexp(Tensor([0.]), Tensor([0.]))")
+
+_UNARY_DOCS = {
+    "neg": "Elementwise ``-x``.", "abs": "Elementwise absolute value.", "exp": "Elementwise ``e**x``.",
+    "expm1": "Elementwise ``exp(x) - 1``.", "log": "Elementwise natural logarithm.",
+    "log1p": "Elementwise ``log(1 + x)``.", "sqrt": "Elementwise square root.", "square": "Elementwise ``x*x``.",
+    "sin": "Elementwise sine.", "cos": "Elementwise cosine.", "tan": "Elementwise tangent.",
+    "asin": "Elementwise arcsine.", "acos": "Elementwise arccosine.", "atan": "Elementwise arctangent.",
+    "sinh": "Elementwise hyperbolic sine.", "cosh": "Elementwise hyperbolic cosine.",
+    "tanh": "Elementwise hyperbolic tangent.", "asinh": "Elementwise inverse hyperbolic sine.",
+    "acosh": "Elementwise inverse hyperbolic cosine.", "atanh": "Elementwise inverse hyperbolic tangent.",
+    "floor": "Elementwise floor.", "ceil": "Elementwise ceiling.",
+    "round": "Elementwise rounding, halves away from zero (as MegEngine).", "trunc": "Elementwise truncation.",
+    "sign": "Elementwise sign.", "erf": "Elementwise error function.", "erfc": "Elementwise ``1 - erf(x)``.",
+    "erfinv": "Elementwise inverse error function.", "logical_not": "Elementwise logical not.",
+    "isnan": "Elementwise NaN test.", "isinf": "Elementwise infinity test.", "relu": "Elementwise ``max(x, 0)``.",
+    "sigmoid": "Elementwise ``1 / (1 + exp(-x))``.", "gelu": "Elementwise GELU (exact, erf-based).",
+    "silu": "Elementwise ``x * sigmoid(x)``.", "softplus": "Elementwise ``log(1 + exp(x))``, computed stably.",
+    "logsigmoid": "Elementwise ``log(sigmoid(x))``, computed stably.", "relu6": "Elementwise ``min(max(x, 0), 6)``.",
+    "hsigmoid": "Elementwise ``relu6(x + 3) / 6``.", "hswish": "Elementwise ``x * relu6(x + 3) / 6``.",
+}
+for _name, _summary in _UNARY_DOCS.items():
+    globals()[_name] = _doc(_U[_name], _summary, f"F.{_name}(Tensor([0.5, 1.0]))")
+
+
+def rsqrt(x):
+    """Elementwise ``1 / sqrt(x)``.
+
+    Example:
+        >>> F.rsqrt(Tensor([4.0]))  # [0.5]
+    """
+    return _B["truediv"](1.0, _U["sqrt"](x))
+
+
+def clip(x, lower=None, upper=None):
+    """Clamp every element into ``[lower, upper]`` (either bound may be None).
+
+    Args:
+        x: input tensor.
+        lower: lower bound or None.
+        upper: upper bound or None.
+
+    Returns:
+        a Tensor like ``x``.
+
+    Example:
+        >>> F.clip(Tensor([-1., 0.5, 2.]), 0, 1)  # [0., 0.5, 1.]
+    """
+    if lower is None and upper is None:
+        raise ValueError("clip: at least one of lower and upper must be given")
+    x = _as_tensor(x)
+    lower = None if lower is None else float(lower) if x.dtype.kind == "f" else lower
+    upper = None if upper is None else float(upper) if x.dtype.kind == "f" else upper
+    return _apply(_P.clip.bind(lower=lower, upper=upper), x)
+
+
+def where(mask, x, y):
+    """Select ``x`` where ``mask`` is true, else ``y``.
+
+    Args:
+        mask: bool tensor.
+        x: values where true.
+        y: values where false.
+
+    Returns:
+        a Tensor of the broadcast shape.
+
+    Example:
+        >>> F.where(Tensor([True, False]), Tensor([1., 2.]), Tensor([3., 4.]))  # [1., 4.]
+    """
+    mask = _as_tensor(mask)
+    if mask.dtype != bool:
+        raise TypeError(f"where: mask must be bool, got {mask.dtype}")
+    x = _as_tensor(x, y if isinstance(y, type(mask)) else None)
+    y = _as_tensor(y, x)
+    return _apply(_P.where.bind(), mask, x, y)
