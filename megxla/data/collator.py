@@ -1,0 +1,200 @@
+"""Collator: stack a list of samples into one batch of NumPy arrays.
+
+Mirrors ``megengine.data.collator``. Unlike a bare ``np.stack`` it refuses
+samples whose shapes or dtypes disagree, since silently upcasting (int32 ->
+float64) or failing with NumPy's positional message hides which sample of the
+dataset is broken.
+"""
+import collections.abc
+import re
+
+import numpy as np
+
+__all__ = ["Collator", "CollateError"]
+
+# dtype.str codes of string/bytes/object arrays, which cannot become tensors
+_np_str_obj_array_pattern = re.compile(r"[aO]|[SU]\d*")
+
+
+class CollateError(ValueError):
+    r"""Raised by :class:`Collator` when samples of a batch do not agree.
+
+    ``position`` and ``reference`` are the positions (within the batch) of the
+    offending sample and of the first sample it was compared with; the
+    ``DataLoader`` uses them to name dataset indices instead.
+
+    Args:
+        template: message with ``{bad}`` and ``{ref}`` placeholders.
+        position: batch position of the offending sample.
+        reference: batch position of the sample it disagrees with.
+        indices: the batch's dataset indices; when given the message names
+            them instead of batch positions.
+        index_name: what ``indices`` are called in the message.
+            Default: ``"dataset index"``.
+
+    Examples:
+        >>> e = CollateError("sample {bad} differs from sample {ref}", 2, 0)
+        >>> str(e)
+        'sample at batch position 2 differs from sample at batch position 0'
+        >>> str(CollateError(e.template, 2, 0, indices=[7, 8, 9]))
+        'sample with dataset index 9 differs from sample with dataset index 7'
+    """
+
+    def __init__(
+        self, template, position, reference, indices=None, index_name="dataset index"
+    ):
+        self.template = template
+        self.position = position
+        self.reference = reference
+        self.indices = None if indices is None else list(indices)
+        self.index_name = index_name
+        super().__init__(self._render())
+
+    def __reduce__(self):
+        # default exception pickling replays only the message, which does not
+        # fit this signature; workers send these across processes
+        return (
+            type(self),
+            (
+                self.template,
+                self.position,
+                self.reference,
+                self.indices,
+                self.index_name,
+            ),
+        )
+
+    def _render(self):
+        indices = self.indices
+        if indices is None:
+            bad = "at batch position {}".format(self.position)
+            ref = "at batch position {}".format(self.reference)
+        else:
+            bad = "with {} {}".format(self.index_name, indices[self.position])
+            ref = "with {} {}".format(self.index_name, indices[self.reference])
+        return self.template.format(bad=bad, ref=ref)
+
+
+def _escape(text):
+    # the message is a str.format template; keep user-provided keys literal
+    return text.replace("{", "{{").replace("}", "}}")
+
+
+def _describe_value(x):
+    if isinstance(x, np.ndarray):
+        return "an array of shape {} and dtype {}".format(x.shape, x.dtype)
+    if isinstance(x, np.generic) and not isinstance(x, (np.str_, np.bytes_)):
+        return "a scalar of dtype {}".format(x.dtype)
+    if isinstance(x, collections.abc.Mapping):
+        return "a {} with keys {}".format(type(x).__name__, list(x.keys()))
+    if isinstance(x, collections.abc.Sequence) and not isinstance(x, (str, bytes)):
+        return "a {} of length {}".format(type(x).__name__, len(x))
+    return "a value of type {}".format(type(x).__name__)
+
+
+def _kind(x):
+    # python int/float mix freely (MegEngine turns them into one array), but
+    # numpy values must agree exactly in dtype
+    if isinstance(x, np.ndarray):
+        return ("ndarray", x.shape, x.dtype)
+    if isinstance(x, (str, bytes, np.str_, np.bytes_)):
+        return ("str",)
+    if isinstance(x, np.generic):
+        return ("scalar", x.dtype)
+    if isinstance(x, bool):
+        return ("bool",)
+    if isinstance(x, (int, float)):
+        return ("number",)
+    if isinstance(x, collections.abc.Mapping):
+        return ("mapping", tuple(x.keys()))
+    if isinstance(x, collections.abc.Sequence):
+        return ("sequence", type(x), len(x))
+    return ("other", type(x))
+
+
+class Collator:
+    r"""Combine a list of samples into a batch.
+
+    NumPy arrays are stacked along a new first axis, Python/NumPy scalars
+    become 1-D arrays, strings stay a list, and tuples, lists, namedtuples and
+    dicts are collated element-wise. All samples must share shapes and
+    dtypes; otherwise a :class:`CollateError` names the offending sample.
+
+    Examples:
+        >>> import numpy as np
+        >>> batch = [(np.zeros((2,), np.float32), 0), (np.ones((2,), np.float32), 1)]
+        >>> data, label = Collator().apply(batch)
+        >>> data.shape, label.tolist()
+        ((2, 2), [0, 1])
+    """
+
+    def apply(self, inputs):
+        r"""Collate a list of samples.
+
+        Args:
+            inputs: a non-empty list of samples with the same structure.
+
+        Returns:
+            the batch, with the samples' structure and arrays stacked.
+        """
+        inputs = list(inputs)
+        if len(inputs) == 0:
+            raise ValueError("cannot collate an empty batch")
+        return self._collate(inputs, "")
+
+    def _collate(self, inputs, path):
+        elem = inputs[0]
+        ref_kind = _kind(elem)
+        for pos, x in enumerate(inputs):
+            if _kind(x) != ref_kind:
+                got, want = _escape(_describe_value(x)), _escape(_describe_value(elem))
+                if path:
+                    template = (
+                        "cannot collate batch: element {} of the sample {{bad}} is {}, "
+                        "but in the sample {{ref}} it is {}".format(_escape(path), got, want)
+                    )
+                else:
+                    template = (
+                        "cannot collate batch: the sample {{bad}} is {}, "
+                        "but the sample {{ref}} is {}".format(got, want)
+                    )
+                raise CollateError(template, pos, 0)
+
+        if isinstance(elem, np.ndarray):
+            if _np_str_obj_array_pattern.search(elem.dtype.str) is not None:
+                raise TypeError(
+                    "cannot collate {}: arrays of dtype {} are not supported".format(
+                        path, elem.dtype
+                    )
+                )
+            return np.ascontiguousarray(np.stack(inputs))
+        if isinstance(elem, (str, bytes, np.str_, np.bytes_)):
+            return inputs
+        if isinstance(elem, np.generic):
+            return np.array(inputs)
+        if isinstance(elem, bool):
+            return np.array(inputs, dtype=np.bool_)
+        if isinstance(elem, float) or any(isinstance(x, float) for x in inputs):
+            return np.array(inputs, dtype=np.float64)
+        if isinstance(elem, int):
+            return np.array(inputs)
+        if isinstance(elem, collections.abc.Mapping):
+            return {
+                key: self._collate([d[key] for d in inputs], "{}[{!r}]".format(path, key))
+                for key in elem
+            }
+        if isinstance(elem, tuple) and hasattr(elem, "_fields"):  # namedtuple
+            return type(elem)(
+                *(
+                    self._collate(list(samples), "{}.{}".format(path, name))
+                    for name, samples in zip(elem._fields, zip(*inputs))
+                )
+            )
+        if isinstance(elem, collections.abc.Sequence):
+            return [
+                self._collate(list(samples), "{}[{}]".format(path, i))
+                for i, samples in enumerate(zip(*inputs))
+            ]
+        raise TypeError(
+            "cannot collate {}: unsupported type {}".format(path, type(elem).__name__)
+        )

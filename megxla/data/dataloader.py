@@ -1,0 +1,779 @@
+"""DataLoader: fetch, transform and collate batches, optionally in worker processes.
+
+Mirrors ``megengine.data.dataloader``. Design in brief:
+
+* The sampler runs in the main process; a batch is the unit of work. With
+  ``num_workers > 0`` each worker process fetches whole batches; results come
+  back over one pipe per worker and are re-ordered by batch number, so the
+  output is identical to ``num_workers=0``.
+* Every batch is fetched, transformed and collated under a private
+  ``np.random`` state seeded from ``(epoch seed, batch number)``; the epoch
+  seed is one draw from the global ``np.random``. Random transforms are
+  therefore reproducible under ``np.random.seed`` and independent of
+  ``num_workers`` (forked workers would otherwise share one random state and
+  repeat the same augmentation).
+* Failures never hang: a worker exception or a dead worker becomes a
+  ``RuntimeError`` naming the worker, and ``timeout`` bounds the wait per batch.
+"""
+import collections.abc
+import contextlib
+import itertools
+import multiprocessing
+import multiprocessing.connection
+import os
+import pickle
+import platform
+import queue
+import signal
+import sys
+import threading
+import time
+import traceback
+import warnings
+
+import numpy as np
+
+from .collator import CollateError, Collator
+from .dataset import Dataset, StreamDataset
+from .sampler import SequentialSampler, StreamSampler
+from .transform.meta_transform import PseudoTransform, Transform
+
+__all__ = ["DataLoader", "get_worker_info"]
+
+# batches each worker may have queued ahead of the consumer
+_PREFETCH_PER_WORKER = 2
+# how often an idle worker checks that its parent is still alive, in seconds
+_PARENT_CHECK_INTERVAL = 5.0
+# grace period for workers to exit after the epoch ends, in seconds
+_JOIN_TIMEOUT = 2.0
+
+
+class WorkerInfo:
+    r"""Describes the worker process running the current code.
+
+    Attributes:
+        idx: this worker's index in ``[0, worker)``.
+        worker: the number of workers.
+        seed: a seed unique to this worker and epoch.
+        dataset: this worker's copy of the dataset.
+    """
+
+    def __init__(self, idx, worker, seed, dataset):
+        self.idx = idx
+        self.worker = worker
+        self.seed = seed
+        self.dataset = dataset
+
+    def __repr__(self):
+        return "WorkerInfo(idx={}, worker={}, seed={})".format(
+            self.idx, self.worker, self.seed
+        )
+
+
+_worker_info = None
+
+
+def get_worker_info():
+    r"""Return information about the current ``DataLoader`` worker.
+
+    Returns:
+        a :class:`WorkerInfo` inside a worker process, ``None`` in the main
+        process. Stream datasets use it to shard when ``parallel_stream=True``.
+
+    Examples:
+        >>> get_worker_info() is None
+        True
+    """
+    return _worker_info
+
+
+# ---------------------------------------------------------------------------
+# Pieces shared by the serial path and the workers
+# ---------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _batch_rng(base_seed, batch_idx):
+    # seeding by batch number, not by worker, is what makes the output
+    # independent of num_workers; the caller's global state is put back
+    state = np.random.get_state()
+    np.random.seed([base_seed, batch_idx])
+    try:
+        yield
+    finally:
+        np.random.set_state(state)
+
+
+def _collate(collator, samples, indices, index_name):
+    try:
+        return collator.apply(samples)
+    except CollateError as e:
+        if e.indices is not None:
+            raise
+        raise CollateError(
+            e.template, e.position, e.reference, indices, index_name
+        ) from None
+
+
+def _fetch_map_batch(dataset, transform, collator, indices):
+    samples = [dataset[i] for i in indices]
+    samples = transform.apply_batch(samples)
+    return _collate(collator, samples, indices, "dataset index")
+
+
+def _make_stream_batch(transform, collator, samples, first_pos):
+    samples = transform.apply_batch(samples)
+    positions = range(first_pos, first_pos + len(samples))
+    return _collate(collator, samples, positions, "stream position")
+
+
+class _Timeout(Exception):
+    pass
+
+
+class _Alarm:
+    """Bound a block of main-thread code by ``timeout`` seconds using SIGALRM.
+
+    A no-op off the main thread or without ``signal.setitimer`` (Windows);
+    an outer interval timer is re-armed with its remaining time on exit.
+    """
+
+    def __init__(self, timeout, what):
+        self.timeout = timeout
+        self.what = what
+        self.armed = False
+
+    def _usable(self):
+        return (
+            self.timeout > 0
+            and hasattr(signal, "setitimer")
+            and threading.current_thread() is threading.main_thread()
+        )
+
+    def _handler(self, signum, frame):
+        if self.armed:
+            raise _Timeout()
+
+    def __enter__(self):
+        if not self._usable():
+            return self
+        self.old_handler = signal.signal(signal.SIGALRM, self._handler)
+        self.start = time.monotonic()
+        self.armed = True
+        self.old_timer = signal.setitimer(signal.ITIMER_REAL, self.timeout)
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if not self.armed:
+            return False
+        self.armed = False
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        old = self.old_handler
+        signal.signal(signal.SIGALRM, signal.SIG_DFL if old is None else old)
+        delay, interval = self.old_timer
+        if delay > 0:
+            left = delay - (time.monotonic() - self.start)
+            signal.setitimer(signal.ITIMER_REAL, max(left, 1e-3), interval)
+        if exc_type is _Timeout:
+            raise RuntimeError(
+                "DataLoader timed out after {} seconds while {}".format(
+                    self.timeout, self.what
+                )
+            ) from None
+        return False
+
+
+def _to_tensors(batch):
+    """Turn the batch's arrays into megxla Tensors (``preload=True``)."""
+    # NOTE: looked up, not imported: this package stays free of JAX
+    megxla = sys.modules.get("megxla")
+    tensor_cls = getattr(megxla, "Tensor", None)
+    if tensor_cls is None:
+        return batch
+
+    def convert(x):
+        if isinstance(x, np.ndarray):
+            return tensor_cls(x)
+        if isinstance(x, dict):
+            return {k: convert(v) for k, v in x.items()}
+        if isinstance(x, tuple) and hasattr(x, "_fields"):
+            return type(x)(*(convert(v) for v in x))
+        if isinstance(x, (list, tuple)):
+            return type(x)(convert(v) for v in x)
+        return x
+
+    return convert(batch)
+
+
+# ---------------------------------------------------------------------------
+# Serial iterators
+# ---------------------------------------------------------------------------
+
+
+class _SerialMapIter:
+    def __init__(self, loader):
+        self.loader = loader
+        self.sampler_iter = iter(loader.sampler)
+        self.base_seed = int(np.random.randint(2 ** 31))
+        self.batch_idx = 0
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        loader = self.loader
+        indices = next(self.sampler_iter)
+        what = "loading batch {} (dataset indices {})".format(
+            self.batch_idx, _short(indices)
+        )
+        with _Alarm(loader.timeout, what), _batch_rng(self.base_seed, self.batch_idx):
+            batch = _fetch_map_batch(
+                loader.dataset, loader.transform, loader.collator, indices
+            )
+        self.batch_idx += 1
+        return _to_tensors(batch) if loader.preload else batch
+
+
+class _SerialStreamIter:
+    def __init__(self, loader):
+        self.loader = loader
+        self.dataset_iter = iter(loader.dataset)
+        self.base_seed = int(np.random.randint(2 ** 31))
+        self.batch_idx = 0
+        self.position = 0
+        self.done = False
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        loader = self.loader
+        if self.done:
+            raise StopIteration
+        batch_size = loader.sampler.batch_size
+        what = "reading batch {} from the stream".format(self.batch_idx)
+        with _Alarm(loader.timeout, what):
+            samples = list(itertools.islice(self.dataset_iter, batch_size))
+            if len(samples) < batch_size:
+                self.done = True
+            if not samples:
+                raise StopIteration
+            with _batch_rng(self.base_seed, self.batch_idx):
+                batch = _make_stream_batch(
+                    loader.transform, loader.collator, samples, self.position
+                )
+        self.batch_idx += 1
+        self.position += len(samples)
+        return _to_tensors(batch) if loader.preload else batch
+
+
+def _short(indices, limit=8):
+    indices = list(indices)
+    if len(indices) <= limit:
+        return str(indices)
+    return "[{}, ...]".format(", ".join(str(i) for i in indices[:limit]))
+
+
+# ---------------------------------------------------------------------------
+# Worker processes
+# ---------------------------------------------------------------------------
+
+
+class _ExceptionWrapper:
+    """An exception raised in a worker, carried back as text (+ pickle if possible)."""
+
+    def __init__(self, worker_id, exc):
+        self.worker_id = worker_id
+        self.exc_type = type(exc).__name__
+        self.text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        try:
+            self.exc_bytes = pickle.dumps(exc)
+        except Exception:
+            self.exc_bytes = None
+
+    def original(self):
+        if self.exc_bytes is None:
+            return None
+        try:
+            return pickle.loads(self.exc_bytes)
+        except Exception:
+            return None
+
+
+_EXHAUSTED = "__megxla_stream_exhausted__"
+
+_MAP, _STREAM, _PARALLEL_STREAM = "map", "stream", "parallel_stream"
+
+
+def _worker_loop(
+    kind,
+    dataset,
+    transform,
+    collator,
+    index_queue,
+    result_conn,
+    worker_id,
+    num_workers,
+    base_seed,
+    batch_size,
+    parent_pid,
+):
+    global _worker_info
+    # Ctrl-C reaches the whole process group; the main process owns shutdown
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _worker_info = WorkerInfo(worker_id, num_workers, base_seed + worker_id, dataset)
+    # stream datasets read in the worker draw from a per-worker random state
+    np.random.seed([base_seed, num_workers, worker_id])
+    stream_iter = None
+    position = 0
+    while True:
+        try:
+            task = index_queue.get(timeout=_PARENT_CHECK_INTERVAL)
+        except queue.Empty:
+            if os.getppid() != parent_pid:
+                return  # orphaned: the main process died without cleaning up
+            continue
+        if task is None:
+            return
+        send_idx, payload = task
+        try:
+            if kind == _MAP:
+                with _batch_rng(base_seed, send_idx):
+                    data = _fetch_map_batch(dataset, transform, collator, payload)
+            elif kind == _STREAM:
+                first_pos, samples = payload
+                with _batch_rng(base_seed, send_idx):
+                    data = _make_stream_batch(transform, collator, samples, first_pos)
+            else:
+                if stream_iter is None:
+                    stream_iter = iter(dataset)
+                samples = list(itertools.islice(stream_iter, batch_size))
+                if samples:
+                    with _batch_rng(base_seed, send_idx):
+                        data = _make_stream_batch(transform, collator, samples, position)
+                    position += len(samples)
+                else:
+                    data = _EXHAUSTED
+            message = pickle.dumps((send_idx, data), protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception as e:  # reported to the main process, which raises
+            message = pickle.dumps((send_idx, _ExceptionWrapper(worker_id, e)))
+        result_conn.send_bytes(message)
+
+
+def _mp_context():
+    # fork shares the dataset without pickling and starts in milliseconds;
+    # elsewhere (macOS/Windows) the platform default needs picklable datasets
+    if "fork" in multiprocessing.get_all_start_methods() and platform.system() == "Linux":
+        return multiprocessing.get_context("fork")
+    return multiprocessing.get_context()
+
+
+def _describe_exit(process):
+    code = process.exitcode
+    if code is not None and code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = "signal {}".format(-code)
+        return "was killed by {}".format(name)
+    return "exited unexpectedly with exit code {}".format(code)
+
+
+class _ParallelIter:
+    """Dispatch batches round-robin to worker processes and re-order results."""
+
+    def __init__(self, loader, kind):
+        self.loader = loader
+        self.kind = kind
+        self.num_workers = loader.num_workers
+        self.timeout = loader.timeout
+        self.base_seed = int(np.random.randint(2 ** 31))
+        self.closed = False
+        self.workers = []
+        self.index_queues = []
+        self.readers = []
+        self.send_idx = 0  # next batch number to dispatch
+        self.rcvd_idx = 0  # next batch number to yield
+        self.task_worker = {}  # batch number -> worker id, for outstanding tasks
+        self.results = {}  # batch number -> data, received out of order
+        self.exhausted = set()  # workers whose stream ended (parallel_stream)
+        self.source_done = False
+        self.next_worker = 0
+        self.position = 0
+        if kind == _MAP:
+            self.sampler_iter = iter(loader.sampler)
+        elif kind == _STREAM:
+            self.dataset_iter = iter(loader.dataset)
+
+        ctx = _mp_context()
+        batch_size = getattr(loader.sampler, "batch_size", 1)
+        try:
+            for wid in range(self.num_workers):
+                index_queue = ctx.Queue()
+                # never block interpreter exit on undelivered task messages
+                index_queue.cancel_join_thread()
+                reader, writer = ctx.Pipe(duplex=False)
+                worker = ctx.Process(
+                    target=_worker_loop,
+                    args=(
+                        kind,
+                        loader.dataset,
+                        loader.transform,
+                        loader.collator,
+                        index_queue,
+                        writer,
+                        wid,
+                        self.num_workers,
+                        self.base_seed,
+                        batch_size,
+                        os.getpid(),
+                    ),
+                    daemon=True,
+                )
+                with warnings.catch_warnings():
+                    # NOTE: JAX warns on every fork because its threads do not
+                    # survive it. Workers only run the dataset's NumPy code and
+                    # never touch JAX (see the class docstring), so the warning
+                    # is noise here, once per worker per epoch.
+                    warnings.filterwarnings(
+                        "ignore", message=r"os\.fork\(\) was called", category=RuntimeWarning
+                    )
+                    worker.start()
+                writer.close()
+                self.workers.append(worker)
+                self.index_queues.append(index_queue)
+                self.readers.append(reader)
+            for _ in range(_PREFETCH_PER_WORKER * self.num_workers):
+                self._dispatch()
+        except BaseException:
+            self._shutdown(force=True)
+            raise
+
+    def __iter__(self):
+        return self
+
+    # -- dispatch ---------------------------------------------------------
+
+    def _pick_worker(self):
+        for _ in range(self.num_workers):
+            wid = self.next_worker
+            self.next_worker = (self.next_worker + 1) % self.num_workers
+            if wid not in self.exhausted:
+                return wid
+        return None
+
+    def _dispatch(self):
+        if self.source_done:
+            return
+        if self.kind == _MAP:
+            try:
+                payload = next(self.sampler_iter)
+            except StopIteration:
+                self.source_done = True
+                return
+        elif self.kind == _STREAM:
+            # parallel_stream=False: the stream is read here and only the
+            # transform + collate work is farmed out
+            batch_size = self.loader.sampler.batch_size
+            what = "reading batch {} from the stream".format(self.send_idx)
+            with _Alarm(self.timeout, what):
+                samples = list(itertools.islice(self.dataset_iter, batch_size))
+            if len(samples) < batch_size:
+                self.source_done = True
+            if not samples:
+                return
+            payload = (self.position, samples)
+            self.position += len(samples)
+        else:
+            payload = None
+        wid = self._pick_worker()
+        if wid is None:
+            self.source_done = True
+            return
+        self.index_queues[wid].put((self.send_idx, payload))
+        self.task_worker[self.send_idx] = wid
+        self.send_idx += 1
+
+    # -- receive ----------------------------------------------------------
+
+    def _receive(self, wid):
+        try:
+            message = self.readers[wid].recv_bytes()
+        except (EOFError, OSError):
+            return False
+        send_idx, data = pickle.loads(message)
+        self.results[send_idx] = data
+        return True
+
+    def _raise_dead(self, wid):
+        worker = self.workers[wid]
+        worker.join(timeout=0.1)
+        msg = "DataLoader worker {} (pid {}) {} while loading batch {}".format(
+            wid, worker.pid, _describe_exit(worker), self.rcvd_idx
+        )
+        self._shutdown(force=True)
+        raise RuntimeError(msg)
+
+    def _wait_for(self, idx):
+        deadline = time.monotonic() + self.timeout if self.timeout > 0 else None
+        sentinels = {w.sentinel: wid for wid, w in enumerate(self.workers)}
+        readers = {id(r): wid for wid, r in enumerate(self.readers)}
+        while idx not in self.results:
+            remaining = None
+            if deadline is not None:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    wid = self.task_worker.get(idx)
+                    self._shutdown(force=True)
+                    raise RuntimeError(
+                        "DataLoader timed out after {} seconds waiting for batch {} "
+                        "from worker {}".format(self.timeout, idx, wid)
+                    )
+            ready = multiprocessing.connection.wait(
+                self.readers + list(sentinels), timeout=remaining
+            )
+            dead = []
+            for obj in ready:
+                if id(obj) in readers:
+                    wid = readers[id(obj)]
+                    if not self._receive(wid):
+                        dead.append(wid)
+            for obj in ready:
+                wid = sentinels.get(obj)
+                # a worker may exit right after writing; drain its pipe first
+                if wid is not None and not self.readers[wid].poll():
+                    dead.append(wid)
+            if dead and idx not in self.results:
+                self._raise_dead(dead[0])
+
+    def __next__(self):
+        if self.closed:
+            raise StopIteration
+        try:
+            while True:
+                if self.rcvd_idx >= self.send_idx:
+                    self._shutdown()
+                    raise StopIteration
+                idx = self.rcvd_idx
+                self._wait_for(idx)
+                data = self.results.pop(idx)
+                wid = self.task_worker.pop(idx)
+                self.rcvd_idx += 1
+                if isinstance(data, _ExceptionWrapper):
+                    original = data.original()
+                    self._shutdown(force=True)
+                    raise RuntimeError(
+                        "Caught {} in DataLoader worker {} while loading batch {}.\n"
+                        "Original {}".format(data.exc_type, wid, idx, data.text)
+                    ) from original
+                if isinstance(data, str) and data == _EXHAUSTED:
+                    self.exhausted.add(wid)
+                    # forget batches already queued to this worker: they come
+                    # back as _EXHAUSTED too and are skipped here
+                    self._dispatch()
+                    continue
+                self._dispatch()
+                return _to_tensors(data) if self.loader.preload else data
+        except StopIteration:
+            raise
+        except BaseException:
+            self._shutdown(force=True)
+            raise
+
+    # -- shutdown ---------------------------------------------------------
+
+    def _shutdown(self, force=False):
+        if self.closed:
+            return
+        self.closed = True
+        for q in self.index_queues:
+            try:
+                q.put(None)
+            except Exception:
+                pass
+        deadline = time.monotonic() + (0 if force else _JOIN_TIMEOUT)
+        for w in self.workers:
+            w.join(timeout=max(0.0, deadline - time.monotonic()))
+            if w.is_alive():
+                w.terminate()
+                w.join(timeout=_JOIN_TIMEOUT)
+        for r in self.readers:
+            r.close()
+        for q in self.index_queues:
+            q.close()
+
+    def __del__(self):
+        try:
+            self._shutdown(force=True)
+        except Exception:
+            pass
+
+
+# ---------------------------------------------------------------------------
+# Public class
+# ---------------------------------------------------------------------------
+
+
+class DataLoader:
+    r"""Iterate over a dataset in batches: sample indices, fetch, transform, collate.
+
+    Args:
+        dataset: a map-style :class:`~megxla.data.dataset.Dataset` or a
+            :class:`~megxla.data.dataset.StreamDataset`.
+        sampler: yields the index batches. Default: ``SequentialSampler(dataset,
+            batch_size=1)`` for map datasets, ``StreamSampler(batch_size=1)``
+            for stream datasets.
+        transform: applied to each batch of samples before collation
+            (``transform.apply_batch``). Default: ``PseudoTransform()``.
+        collator: merges a batch of samples into arrays. Default:
+            ``Collator()``.
+        num_workers: number of worker processes; 0 loads in the main process.
+            The output does not depend on it. Default: 0.
+        timeout: if positive, the seconds to wait for one batch before
+            raising ``RuntimeError``. Default: 0 (wait forever; a worker that
+            dies is still reported at once).
+        preload: yield batches as ``megxla.Tensor`` (converted as soon as the
+            batch is ready) instead of NumPy arrays. Only takes effect when
+            ``megxla`` exposes ``Tensor``. Default: False.
+        parallel_stream: with a stream dataset and ``num_workers > 0``, let
+            every worker iterate its own copy of the stream (shard it with
+            :func:`get_worker_info`); otherwise the main process reads the
+            stream and workers only transform and collate. Default: False.
+
+    Workers are forked on Linux (the platform default elsewhere, which needs a
+    picklable dataset). A forked worker must not call JAX or megxla: keep
+    datasets, transforms and collators NumPy-only.
+
+    Returns:
+        an iterable of batches; ``len()`` is the sampler's number of batches
+        (undefined for stream datasets).
+
+    Examples:
+        >>> import numpy as np
+        >>> from megxla.data import DataLoader, SequentialSampler
+        >>> from megxla.data.dataset import ArrayDataset
+        >>> ds = ArrayDataset(np.arange(10, dtype=np.float32).reshape(5, 2), np.arange(5))
+        >>> loader = DataLoader(ds, sampler=SequentialSampler(ds, batch_size=2))
+        >>> len(loader)
+        3
+        >>> [label.tolist() for _, label in loader]
+        [[0, 1], [2, 3], [4]]
+    """
+
+    def __init__(
+        self,
+        dataset: Dataset,
+        sampler=None,
+        transform: Transform = None,
+        collator: Collator = None,
+        num_workers: int = 0,
+        timeout: int = 0,
+        preload: bool = False,
+        parallel_stream: bool = False,
+    ):
+        if not isinstance(num_workers, int) or num_workers < 0:
+            raise ValueError(
+                "num_workers should be a non-negative integer, but got {}".format(
+                    num_workers
+                )
+            )
+        if timeout < 0:
+            raise ValueError("timeout should not be negative, but got {}".format(timeout))
+
+        self.dataset = dataset
+        self.num_workers = num_workers
+        self.timeout = timeout
+        self.preload = preload
+        self.parallel_stream = parallel_stream
+
+        if isinstance(dataset, StreamDataset):
+            self.sampler = sampler if sampler is not None else StreamSampler(batch_size=1)
+            if not isinstance(self.sampler, StreamSampler):
+                raise ValueError(
+                    "types of dataset and sampler do not match: a StreamDataset "
+                    "needs a StreamSampler, got {}".format(type(self.sampler).__name__)
+                )
+            self.datakind = "stream"
+        else:
+            if not isinstance(dataset, collections.abc.Sequence) and not (
+                hasattr(dataset, "__getitem__") and hasattr(dataset, "__len__")
+            ):
+                raise ValueError(
+                    "Can not recognize this kind of dataset: {}".format(type(dataset))
+                )
+            self.sampler = (
+                sampler
+                if sampler is not None
+                else SequentialSampler(dataset, batch_size=1, drop_last=False)
+            )
+            if isinstance(self.sampler, StreamSampler):
+                raise ValueError(
+                    "types of dataset and sampler do not match: a map-style "
+                    "dataset needs a MapSampler, got StreamSampler"
+                )
+            self.datakind = "map"
+
+        self.transform = transform if transform is not None else PseudoTransform()
+        self.collator = collator if collator is not None else Collator()
+
+        if platform.system() == "Linux" and self.num_workers > 0:
+            self.check_memory_rationality()
+
+    def __iter__(self):
+        if self.datakind == "stream":
+            if self.num_workers == 0:
+                return _SerialStreamIter(self)
+            kind = _PARALLEL_STREAM if self.parallel_stream else _STREAM
+            return _ParallelIter(self, kind)
+        if self.num_workers == 0:
+            return _SerialMapIter(self)
+        return _ParallelIter(self, _MAP)
+
+    def __len__(self):
+        if self.datakind == "stream":
+            raise TypeError("a DataLoader over a StreamDataset has no length")
+        return len(self.sampler)
+
+    def check_memory_rationality(self):
+        r"""Warn if ``num_workers`` copies of this process may not fit in memory.
+
+        Worker processes share the parent's pages copy-on-write, but touching
+        Python objects (reference counts) gradually copies them, so the worst
+        case is ``(num_workers + 1)`` times the parent's resident memory.
+
+        Returns:
+            True if the estimate fits in the available memory (or cannot be
+            measured), False after warning.
+
+        Examples:
+            >>> import numpy as np
+            >>> from megxla.data.dataset import ArrayDataset
+            >>> DataLoader(ArrayDataset(np.zeros(4))).check_memory_rationality()
+            True
+        """
+        try:
+            page = os.sysconf("SC_PAGE_SIZE")
+            with open("/proc/self/statm") as f:
+                rss = int(f.read().split()[1]) * page
+            available = None
+            with open("/proc/meminfo") as f:
+                for line in f:
+                    if line.startswith("MemAvailable:"):
+                        available = int(line.split()[1]) * 1024
+                        break
+        except (OSError, ValueError, IndexError, AttributeError):
+            return True
+        if available is None:
+            return True
+        needed = (self.num_workers + 1) * rss
+        if needed > available:
+            warnings.warn(
+                "DataLoader with num_workers={} may need up to {:.1f} GiB "
+                "((num_workers + 1) x this process's {:.1f} GiB, as copy-on-write "
+                "pages get touched) but only {:.1f} GiB is available".format(
+                    self.num_workers, needed / 2 ** 30, rss / 2 ** 30, available / 2 ** 30
+                ),
+                ResourceWarning,
+            )
+            return False
+        return True
