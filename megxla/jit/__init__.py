@@ -1,0 +1,8 @@
+"""``megxla.jit``: MegEngine's tracing API, compiled by XLA."""
+from ._recording import TraceError
+from .tracing import trace, xla_trace, exclude_from_trace
+from .partial import partial_trace
+from .config import SublinearMemoryConfig, DTRConfig, GraphOptimizationConfig
+
+__all__ = ["trace", "xla_trace", "partial_trace", "exclude_from_trace", "TraceError", "SublinearMemoryConfig",
+           "DTRConfig", "GraphOptimizationConfig"]

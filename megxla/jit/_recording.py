@@ -1,0 +1,154 @@
+"""A trace is data: the ops a call ran, as ``(op, input value ids, output value ids)`` records, plus where
+each outside value came from. Compiling it means replaying those records inside one ``jax.jit``.
+
+Value ids (``Tensor._vid``) are SSA names: every op output and every in-place rebinding gets a new one.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..core import _dispatch
+from ..core._dispatch import eager_apply
+from ..core._elemwise_front import SCALAR_VIDS
+
+
+class TraceError(RuntimeError):
+    """A traced function did something its recording cannot represent, or differs from its recording."""
+
+
+class Recording:
+    """What one call of a traced function did.
+
+    Attributes:
+        ops: ``[(op, in_vids, out_vids)]`` in execution order.
+        input_vids: value ids of the state tensors at call start (graph inputs, in state order).
+        consts: ``{vid: array}`` values baked in (created in the body, or captured with capture_as_const).
+        host_inputs: ``{vid: position}`` values made by host code (exclude_from_trace) that feed the graph.
+        reads: ``[(position, vid)]`` values the host read (``.numpy()``, ``bool()``…) and after how many ops.
+        hyper: ``{vid: getter}`` values re-read from Python state at every call (optimizer hyper-parameters).
+    """
+
+    def __init__(self, state_tensors):
+        self.ops: list = []
+        self.input_vids = [t._vid for t in state_tensors]
+        self.consts: dict = {}
+        self.host_inputs: dict = {}
+        self.reads: list = []
+        self.hyper: dict = {}
+        self.exclude_ranges: list = []
+
+
+class Recorder:
+    """The interpreter active while a traced function's recording call runs (eagerly)."""
+
+    def __init__(self, state_tensors, capture_as_const, what="trace"):
+        self.rec = Recording(state_tensors)
+        self.known = set(self.rec.input_vids)
+        self.first_vid = next(_dispatch._vids)
+        self.capture_as_const = capture_as_const
+        self.what = what
+        self.avals = {t._vid: _aval(t._data) for t in state_tensors}
+
+    def apply(self, op, inputs):
+        outputs = eager_apply(op, inputs)
+        known = self.known
+        for t in inputs:
+            if t._vid not in known:
+                self._outside(t)
+        self.rec.ops.append((op, tuple(t._vid for t in inputs), tuple(t._vid for t in outputs)))
+        avals = self.avals
+        for t in outputs:
+            known.add(t._vid)
+            avals[t._vid] = _aval(t._data)
+        return outputs
+
+    def _outside(self, t):
+        vid = t._vid
+        self.avals[vid] = _aval(t._data)
+        if any(lo <= vid < hi for lo, hi in self.rec.exclude_ranges):
+            self.rec.host_inputs[vid] = len(self.rec.ops)
+            self.rec.consts[vid] = t._data  # compiled calls without the host bake it in
+        elif vid >= self.first_vid or vid in SCALAR_VIDS or self.capture_as_const:
+            self.rec.consts[vid] = t._data
+        else:
+            name = f" named {t.name!r}" if t.name else ""
+            raise TraceError(
+                f"{self.what}: the traced function uses a tensor{name} of shape {t.shape}, dtype {t.dtype} that is "
+                f"not reachable from its arguments. Pass it (or the Module/Optimizer holding it) as an argument, "
+                f"or trace with capture_as_const=True to bake its current value in as a constant.")
+        self.known.add(vid)
+
+    def read(self, t):
+        self.rec.reads.append((len(self.rec.ops), t._vid))
+        return t._data
+
+    def host_input(self, t, getter):
+        """Mark ``t`` (made in the body from Python state) as re-read via ``getter()`` at every call."""
+        self.rec.hyper[t._vid] = getter
+        self.known.add(t._vid)
+        self.avals[t._vid] = _aval(t._data)
+
+
+class Excluded:
+    """Interpreter for ``exclude_from_trace`` blocks: runs eagerly, reading traced values through the parent."""
+
+    def __init__(self, parent):
+        self.parent = parent
+
+    def apply(self, op, inputs):
+        for t in inputs:
+            if isinstance(t._data, Pending):
+                t._data = self.parent.read(t)
+        return eager_apply(op, inputs)
+
+    def read(self, t):
+        return self.parent.read(t) if isinstance(t._data, Pending) else t._data
+
+
+class Pending:
+    """Placeholder data of a tensor whose value a compiled executable has not produced (yet)."""
+
+    __slots__ = ("vid",)
+
+    def __init__(self, vid):
+        self.vid = vid
+
+    def __repr__(self):
+        return "<pending>"
+
+
+def prune(ops, needed):
+    """Keep only the ops whose outputs (transitively) reach ``needed`` value ids."""
+    live = set(needed)
+    kept = []
+    for op, ins, outs in reversed(ops):
+        if live.intersection(outs):
+            kept.append((op, ins, outs))
+            live.update(ins)
+    kept.reverse()
+    return kept
+
+
+def make_replay(ops, in_vids, out_vids, remat=False):
+    """A pure JAX function ``f(*input arrays) -> tuple of output arrays`` replaying ``ops``."""
+    ops = prune(ops, out_vids)
+
+    def replay(*arrays):
+        env = dict(zip(in_vids, arrays))
+        for op, ins, outs in ops:
+            res = op.fn(*[env[v] for v in ins])
+            if op.multiple_results:
+                env.update(zip(outs, res))
+            else:
+                env[outs[0]] = res
+        return tuple(env[v] for v in out_vids)
+
+    if remat:
+        import jax
+        replay = jax.checkpoint(replay)
+    return replay
+
+
+def _aval(data):
+    import jax
+    return jax.ShapeDtypeStruct(data.shape, data.dtype)
