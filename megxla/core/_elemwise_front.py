@@ -18,10 +18,12 @@ def _scalar(value, dtype):
     key = (value, type(value), dtype)
     t = _SCALARS.get(key)
     if t is None:
+        import jax
         import jax.numpy as jnp
         if len(_SCALARS) > 4096:
             _SCALARS.clear()
-        t = _SCALARS[key] = wrap(jnp.asarray(value, dtype))
+        with jax.ensure_compile_time_eval():  # concrete even while a symbolic trace is running
+            t = _SCALARS[key] = wrap(jnp.asarray(value, dtype))
         SCALAR_VIDS.add(t._vid)
     return t
 

@@ -32,6 +32,13 @@ def canonical(dtype):
 
 def to_array(data, dtype=None, device=None):
     """Convert user data to a jax array following MegEngine's dtype rules."""
+    if isinstance(data, (np.ndarray, list, tuple, int, float, bool, np.generic)):
+        with jax.ensure_compile_time_eval():  # constants stay concrete inside a symbolic trace
+            return _to_array(data, dtype, device)
+    return _to_array(data, dtype, device)
+
+
+def _to_array(data, dtype, device):
     from ._tensor import Tensor
     if isinstance(data, Tensor):
         arr = data._value()

@@ -96,13 +96,12 @@ class Excluded:
         self.parent = parent
 
     def apply(self, op, inputs):
-        for t in inputs:
-            if isinstance(t._data, Pending):
-                t._data = self.parent.read(t)
+        for t in inputs:  # every traced value host code touches must be kept by the graph
+            t._data = self.parent.read(t)
         return eager_apply(op, inputs)
 
     def read(self, t):
-        return self.parent.read(t) if isinstance(t._data, Pending) else t._data
+        return self.parent.read(t)
 
 
 class Pending:

@@ -300,7 +300,7 @@ class trace:
         if _dispatch.recorders or not self._donate:
             # One op of the surrounding eager program, so an outer GradManager differentiates through it.
             by_vid = {v: t for v, t in zip(entry.rec.input_vids, state)}
-            ins = [by_vid.get(v) or wrap(a) for v, a in zip(seg.in_vids, arrays)]
+            ins = [by_vid[v] if v in by_vid else wrap(a) for v, a in zip(seg.in_vids, arrays)]
             outs = _dispatch.apply(entry.graph_op, *ins)
             return self._deliver(entry, state, dict(zip(seg.out_vids, outs)))
         if entry.donate and len({id(a) for a in arrays}) != len(arrays):
@@ -324,7 +324,7 @@ class trace:
                 continue
             t = values.get(v)
             if t is None:  # returned an input or a constant unchanged
-                t = inputs.get(v) or wrap(entry.rec.consts[v])
+                t = inputs[v] if v in inputs else wrap(entry.rec.consts[v])
             else:
                 mark_external(t)
             leaves.append(t)

@@ -17,6 +17,18 @@ def _floor_div(x, y):
     return jnp.floor(x / y)
 
 
+def _mod(x, y):
+    # NOTE: MegEngine's MOD is C's remainder (``fmod``: the sign of the dividend), not Python's ``%``.
+    return jnp.fmod(x, y)
+
+
+def _pow(x, y):
+    # MegEngine computes POW in float32 for integer operands (``F.pow(Tensor([2]), 2)`` is float32).
+    if not jnp.issubdtype(jnp.result_type(x, y), jnp.inexact):
+        x, y = x.astype(jnp.float32), y.astype(jnp.float32)
+    return jnp.power(x, y)
+
+
 def _relu(x):
     return jnp.maximum(x, jnp.zeros((), x.dtype))
 
@@ -41,7 +53,7 @@ UNARY_IMPLS = {
 
 BINARY_IMPLS = {
     "add": jnp.add, "sub": jnp.subtract, "mul": jnp.multiply, "truediv": jnp.true_divide,
-    "floordiv": _floor_div, "mod": jnp.remainder, "pow": jnp.power, "maximum": jnp.maximum,
+    "floordiv": _floor_div, "mod": _mod, "pow": _pow, "maximum": jnp.maximum,
     "minimum": jnp.minimum, "lt": jnp.less, "le": jnp.less_equal, "gt": jnp.greater, "ge": jnp.greater_equal,
     "eq": jnp.equal, "ne": jnp.not_equal, "logical_and": jnp.logical_and, "logical_or": jnp.logical_or,
     "logical_xor": jnp.logical_xor, "and": jnp.bitwise_and, "or": jnp.bitwise_or, "xor": jnp.bitwise_xor,

@@ -24,3 +24,4 @@ dot = Primitive("dot", lambda a, b: jnp.dot(a.reshape(-1), b.reshape(-1)))
 matinv = Primitive("matinv", jnp.linalg.inv)
 svd = Primitive("svd", lambda x, *, full_matrices: tuple(jnp.linalg.svd(x, full_matrices=full_matrices)),
                 multiple_results=True)
+diag = Primitive("diag", lambda x, *, k: jnp.diag(x, k))

@@ -1,4 +1,6 @@
 """Neural-network primitives (NCHW layouts, MegEngine's weight layouts)."""
+import functools
+
 import jax
 import jax.numpy as jnp
 from jax import lax
@@ -71,31 +73,40 @@ def _adaptive_pool(x, *, oshp, op):
     return _avg_pool(x, kernel=(kh, kw), stride=(sh, sw), padding=(0, 0), mode="average")
 
 
-def _bn_train(x, *affine, axes, eps):
+def _rsqrt_eps(var, eps, eps_mode="additive"):
+    return lax.rsqrt(jnp.maximum(var, eps) if eps_mode == "max" else var + eps)
+
+
+def _bn_train(x, *affine, axes, eps, eps_mode="additive"):
     # NOTE: fused (one primitive for statistics + normalisation) for eager speed: 1 dispatch instead of ~8.
     mean = jnp.mean(x, axis=axes, keepdims=True)
     var = jnp.mean(jnp.square(x - mean), axis=axes, keepdims=True)
-    y = (x - mean) * lax.rsqrt(var + eps)
+    y = (x - mean) * _rsqrt_eps(var, eps, eps_mode)
     if affine:
         y = y * affine[0] + affine[1]
     return y, mean, var
 
 
-def _bn_infer(x, mean, var, *affine, eps):
-    y = (x - mean) * lax.rsqrt(var + eps)
+def _bn_infer(x, mean, var, *affine, eps, eps_mode="additive"):
+    y = (x - mean) * _rsqrt_eps(var, eps, eps_mode)
     if affine:
         y = y * affine[0] + affine[1]
     return y
 
 
-def _layer_norm(x, *affine, ndim, eps):
-    axes = tuple(range(x.ndim - ndim, x.ndim))
+def _general_norm(x, *affine, axes, eps):
+    # Statistics over ``axes``; weight/bias have the shape of ``x`` at ``axes`` (broadcast over the rest).
     mean = jnp.mean(x, axis=axes, keepdims=True)
     var = jnp.mean(jnp.square(x - mean), axis=axes, keepdims=True)
     y = (x - mean) * lax.rsqrt(var + eps)
     if affine:
-        y = y * affine[0] + affine[1]
+        shape = tuple(x.shape[i] if i in axes else 1 for i in range(x.ndim))
+        y = y * affine[0].reshape(shape) + affine[1].reshape(shape)
     return y
+
+
+def _layer_norm(x, *affine, ndim, eps):
+    return _general_norm(x, *affine, axes=tuple(range(x.ndim - ndim, x.ndim)), eps=eps)
 
 
 def _group_norm(x, *affine, groups, eps):
@@ -115,10 +126,136 @@ conv_transpose = Primitive("conv_transpose", _conv_transpose)
 max_pool = Primitive("max_pool", _max_pool)
 avg_pool = Primitive("avg_pool", _avg_pool)
 adaptive_pool = Primitive("adaptive_pool", _adaptive_pool)
-softmax = Primitive("softmax", lambda x, *, axis: jax.nn.softmax(x, axis=axis))
+softmax = Primitive("softmax", lambda x, *, axis: jax.nn.softmax(x, axis=axis))  # axis: int or tuple
 log_softmax = Primitive("log_softmax", lambda x, *, axis: jax.nn.log_softmax(x, axis=axis))
 batch_norm_train = Primitive("batch_norm_train", _bn_train, multiple_results=True)
 batch_norm_infer = Primitive("batch_norm_infer", _bn_infer)
 layer_norm = Primitive("layer_norm", _layer_norm)
 group_norm = Primitive("group_norm", _group_norm)
 embedding = Primitive("embedding", lambda idx, w: jnp.take(w, idx, axis=0))
+
+
+def _lrn(x, *, kernel_size, k, alpha, beta):
+    # megdnn's LRN: x / (k + alpha * sum of x^2 over a window of ``kernel_size`` channels) ** beta (alpha is
+    # not divided by the window size, unlike Caffe/PyTorch).
+    half = kernel_size // 2
+    window = (1, kernel_size) + (1,) * (x.ndim - 2)
+    pads = [(0, 0), (half, kernel_size - 1 - half)] + [(0, 0)] * (x.ndim - 2)
+    s = lax.reduce_window(jnp.square(x), jnp.zeros((), x.dtype), lax.add, window, (1,) * x.ndim, pads)
+    return x * jnp.power(k + alpha * s, -beta)
+
+
+def _sliding_window(x, *, kernel, padding, stride, dilation):
+    """(N, C, H, W) -> (N, C, OH, OW, KH, KW): the zero-padded window at each output position (im2col)."""
+    n, c, h, w = x.shape
+    (kh, kw), (ph, pw), (sh, sw), (dh, dw) = kernel, padding, stride, dilation
+    xp = jnp.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
+    oh = (h + 2 * ph - dh * (kh - 1) - 1) // sh + 1
+    ow = (w + 2 * pw - dw * (kw - 1) - 1) // sw + 1
+    if oh <= 0 or ow <= 0:
+        raise ValueError(f"window {kernel} (dilation {dilation}) is larger than the padded input {xp.shape[2:]}")
+    rows = []
+    for i in range(kh):
+        cols = [lax.slice(xp, (0, 0, i * dh, j * dw), (n, c, i * dh + (oh - 1) * sh + 1, j * dw + (ow - 1) * sw + 1),
+                          (1, 1, sh, sw)) for j in range(kw)]
+        rows.append(jnp.stack(cols, -1))
+    return jnp.stack(rows, -2)
+
+
+def _sliding_window_transpose(y, *, output_size, kernel, padding, stride, dilation):
+    # The adjoint of sliding_window (col2im): overlapping windows are summed back into place.
+    n, c = y.shape[:2]
+    fn = functools.partial(_sliding_window, kernel=kernel, padding=padding, stride=stride, dilation=dilation)
+    (x,) = jax.linear_transpose(fn, jax.ShapeDtypeStruct((n, c) + tuple(output_size), y.dtype))(y)
+    return x
+
+
+def _local_conv(x, w, *, stride, padding, dilation):
+    # Weight (G, OH, OW, I/G, KH, KW, O/G), or 6-D without the group axis: one kernel per output position.
+    if w.ndim == 6:
+        w = w[None]
+    g, oh, ow, icg, kh, kw, ocg = w.shape
+    p = _sliding_window(x, kernel=(kh, kw), padding=padding, stride=stride, dilation=dilation)
+    n = x.shape[0]
+    p = p.reshape(n, g, icg, oh, ow, kh, kw)
+    y = jnp.einsum("ngchwij,ghwcijo->ngohw", p, w)
+    return y.reshape(n, g * ocg, oh, ow)
+
+
+def _deformable_conv(x, w, offset, mask, *bias, stride, padding, dilation, groups):
+    # Modulated deformable convolution (DCNv2). offset (N, 2*DG*KH*KW, OH, OW) holds (dy, dx) pairs per
+    # deformable group and kernel position; mask (N, DG*KH*KW, OH, OW). Samples outside the image are 0.
+    from .vision import sample_bilinear_zero
+    if w.ndim == 5:
+        w = w.reshape((w.shape[0] * w.shape[1],) + w.shape[2:])
+    n, c, h, wd = x.shape
+    o, icg, kh, kw = w.shape
+    kk = kh * kw
+    oh, ow = offset.shape[2:]
+    dg = offset.shape[1] // (2 * kk)
+    off = offset.reshape(n, dg, kk, 2, oh, ow)
+    ky, kx = jnp.divmod(jnp.arange(kk), kw)
+    by = (jnp.arange(oh) * stride[0] - padding[0])[None, :, None] + (ky * dilation[0])[:, None, None]
+    bx = (jnp.arange(ow) * stride[1] - padding[1])[None, None, :] + (kx * dilation[1])[:, None, None]
+    ys = by.astype(x.dtype) + off[:, :, :, 0]  # (N, DG, K, OH, OW)
+    xs = bx.astype(x.dtype) + off[:, :, :, 1]
+    img = x.reshape(n * dg, c // dg, h, wd)
+    cols = sample_bilinear_zero(img, ys.reshape(n * dg, -1), xs.reshape(n * dg, -1))  # (N*DG, C/DG, K*OH*OW)
+    cols = cols.reshape(n, dg, c // dg, kk, oh, ow) * mask.reshape(n, dg, 1, kk, oh, ow)
+    cols = cols.reshape(n, groups, c // groups, kk, oh, ow)
+    y = jnp.einsum("ngckhw,gock->ngohw", cols, w.reshape(groups, o // groups, icg, kk)).reshape(n, o, oh, ow)
+    if bias:
+        y = y + bias[0].reshape(1, -1, 1, 1)
+    return y
+
+
+def _ctc_loss(pred, pred_lengths, label, label_lengths, *, blank):
+    # NOTE: fused (the CTC forward recursion as one lax.scan) -- as composite ops it would be ~10 dispatches per
+    # time step eagerly. pred holds probabilities (T, N, C) as in MegEngine; label is (N, S) padded, or the
+    # concatenation of all label sequences (1-D). Returns the per-sample negative log likelihood (N,).
+    t_max, n, _ = pred.shape
+    logp = jnp.log(pred)
+    label_lengths = label_lengths.astype(jnp.int32)
+    pred_lengths = pred_lengths.astype(jnp.int32)
+    if label.ndim == 1:  # concatenated labels -> padded (N, total)
+        total = label.shape[0]
+        starts = jnp.cumsum(label_lengths) - label_lengths
+        idx = jnp.clip(starts[:, None] + jnp.arange(total)[None], 0, max(total - 1, 0))
+        label = label[idx] if total else jnp.zeros((n, 0), label.dtype)
+    s = label.shape[1]
+    ell = 2 * s + 1
+    ext = jnp.full((n, ell), blank, jnp.int32).at[:, 1::2].set(label.astype(jnp.int32))
+    prev2 = jnp.concatenate([jnp.full((n, 2), -1, jnp.int32), ext[:, :-2]], axis=1)
+    can_skip = (ext != blank) & (ext != prev2)
+    neg = jnp.asarray(-1e30, logp.dtype)  # finite "log 0": keeps gradients of unreachable states 0, not NaN
+    first = jnp.take_along_axis(logp[0], ext, axis=1)
+    alpha0 = jnp.where(jnp.arange(ell)[None] < 2, first, neg)
+
+    def step(alpha, xs):
+        lp, t = xs
+        a1 = jnp.concatenate([jnp.full((n, 1), neg), alpha[:, :-1]], axis=1)
+        a2 = jnp.concatenate([jnp.full((n, 2), neg), alpha[:, :-2]], axis=1)
+        a2 = jnp.where(can_skip, a2, neg)
+        m = jnp.maximum(jnp.maximum(alpha, a1), a2)
+        lse = m + jnp.log(jnp.exp(alpha - m) + jnp.exp(a1 - m) + jnp.exp(a2 - m))
+        new = lse + jnp.take_along_axis(lp, ext, axis=1)
+        return jnp.where((t < pred_lengths)[:, None], new, alpha), None
+
+    if t_max > 1:
+        alpha, _ = lax.scan(step, alpha0, (logp[1:], jnp.arange(1, t_max)))
+    else:
+        alpha = alpha0
+    last = jnp.take_along_axis(alpha, (2 * label_lengths)[:, None], axis=1)[:, 0]
+    before = jnp.take_along_axis(alpha, jnp.maximum(2 * label_lengths - 1, 0)[:, None], axis=1)[:, 0]
+    before = jnp.where(label_lengths > 0, before, neg)
+    m = jnp.maximum(last, before)
+    return -(m + jnp.log(jnp.exp(last - m) + jnp.exp(before - m)))
+
+
+general_norm = Primitive("general_norm", _general_norm)
+local_response_norm = Primitive("local_response_norm", _lrn)
+sliding_window = Primitive("sliding_window", _sliding_window)
+sliding_window_transpose = Primitive("sliding_window_transpose", _sliding_window_transpose)
+local_conv = Primitive("local_conv", _local_conv)
+deformable_conv = Primitive("deformable_conv", _deformable_conv)
+ctc_loss = Primitive("ctc_loss", _ctc_loss)

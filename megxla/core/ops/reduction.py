@@ -33,14 +33,16 @@ def _logsumexp(x, *, axis, keepdims):
 
 
 def _norm(x, *, ord, axis, keepdims):
-    if ord == 0:
-        return jnp.sum((x != 0).astype(x.dtype), axis=axis, keepdims=keepdims)
+    if ord == 0:  # MegEngine: the count of non-zeros, as int32
+        return jnp.sum(x != 0, axis=axis, keepdims=keepdims, dtype=jnp.int32)
     if ord == float("inf"):
         return jnp.max(jnp.abs(x), axis=axis, keepdims=keepdims)
     if ord == float("-inf"):
         return jnp.min(jnp.abs(x), axis=axis, keepdims=keepdims)
     if ord == 2:
         return jnp.sqrt(jnp.sum(x * x, axis=axis, keepdims=keepdims))
+    if ord == 1:
+        return jnp.sum(jnp.abs(x), axis=axis, keepdims=keepdims)
     return jnp.sum(jnp.abs(x) ** ord, axis=axis, keepdims=keepdims) ** (1.0 / ord)
 
 

@@ -30,7 +30,16 @@ pad = Primitive("pad", _pad)
 
 full = Primitive("full", lambda *, shape, value, dtype: jnp.full(shape, value, dtype))
 full_like = Primitive("full_like", lambda x, *, value: jnp.full(x.shape, value, x.dtype))
-arange = Primitive("arange", lambda *, start, stop, step, dtype: jnp.arange(start, stop, step, dtype=dtype))
+
+
+def _arange(*, start, step, num, dtype):
+    # MegEngine computes arange in float32 then casts; ``start + i * step`` keeps integer grids exact.
+    if isinstance(start, int) and isinstance(step, int) and jnp.issubdtype(dtype, jnp.integer):
+        return start + step * jnp.arange(num, dtype=dtype)
+    return (start + step * jnp.arange(num, dtype=jnp.float32)).astype(dtype)
+
+
+arange = Primitive("arange", _arange)
 linspace = Primitive("linspace", lambda *, start, stop, num, dtype: jnp.linspace(start, stop, num, dtype=dtype))
 eye = Primitive("eye", lambda *, n, m, k, dtype: jnp.eye(n, m, k, dtype=dtype))
 one_hot = Primitive("one_hot", lambda x, *, num_classes, dtype: jax.nn.one_hot(x, num_classes, dtype=dtype))

@@ -1,0 +1,332 @@
+"""Behaviour of megxla.jit: record -> compile -> exec, state write-back, RNG, exclusion, errors, inspection."""
+import numpy as np
+import pytest
+
+import megxla as mge
+import megxla.functional as F
+from megxla.autodiff import GradManager
+from megxla.jit import trace, xla_trace, partial_trace, exclude_from_trace, TraceError
+
+
+def _x(*shape, seed=0):
+    return mge.Tensor(np.random.RandomState(seed).randn(*shape).astype("float32"))
+
+
+@pytest.mark.parametrize("deco", [trace, xla_trace, trace(symbolic=True), xla_trace(symbolic=True)],
+                         ids=["trace", "xla_trace", "trace_symbolic", "xla_trace_symbolic"])
+def test_record_then_compiled_matches_eager_and_marks_external(deco):
+    calls = []
+
+    def f(x, y):
+        calls.append(1)
+        return {"sum": x + y, "pair": (x * y, [F.exp(x), None])}
+
+    g = deco(f)
+    x, y = _x(3, 4), _x(3, 4, seed=1)
+    ref = f(x, y)
+    for i in range(3):
+        out = g(x, y)
+        assert set(out) == {"sum", "pair"} and out["pair"][1][1] is None
+        np.testing.assert_allclose(out["sum"].numpy(), ref["sum"].numpy(), rtol=1e-6)
+        np.testing.assert_allclose(out["pair"][0].numpy(), ref["pair"][0].numpy(), rtol=1e-6)
+        np.testing.assert_allclose(out["pair"][1][0].numpy(), ref["pair"][1][0].numpy(), rtol=1e-6)
+        symbolic = g.symbolic
+        assert out["sum"]._is_external_value() == (i > 0 or symbolic)
+    assert not ref["sum"]._is_external_value()
+    assert g.num_executables >= 1
+
+
+def test_xla_trace_runs_no_python_after_recording():
+    calls = []
+
+    @xla_trace
+    def f(x):
+        calls.append(1)
+        return x * 2
+
+    for _ in range(4):
+        f(_x(2))
+    assert len(calls) == 1
+
+
+def test_trace_with_host_runs_python_each_call():
+    calls = []
+
+    @trace
+    def f(x):
+        calls.append(float(x.sum().numpy()))
+        return x * 2
+
+    x = _x(2)
+    for _ in range(3):
+        np.testing.assert_allclose(f(x).numpy(), x.numpy() * 2)
+    assert len(calls) == 3 and calls[0] == calls[2]
+
+
+def test_inplace_update_of_args_is_written_back_and_donated():
+    w = mge.Parameter(np.ones((4, 4), "float32"))
+    x = _x(2, 4)
+
+    @xla_trace
+    def step(x, w):
+        w += F.matmul(x, w).mean()
+        w[0, :] = 0.0
+        return w.sum()
+
+    w_ref = mge.Parameter(np.ones((4, 4), "float32"))
+    for _ in range(3):
+        s = step(x, w)
+        w_ref += F.matmul(x, w_ref).mean()
+        w_ref[0, :] = 0.0
+        np.testing.assert_allclose(w.numpy(), w_ref.numpy(), rtol=1e-5)
+        np.testing.assert_allclose(s.numpy(), w_ref.sum().numpy(), rtol=1e-5)
+    assert w._is_external_value()
+    assert "input_output_alias" in step.compiler_ir("hlo")  # the weight buffer is donated
+
+
+def test_capture_as_const_and_error_without_it():
+    outside = mge.Tensor([1.0, 2.0], name="bias")
+
+    @xla_trace(capture_as_const=True)
+    def f(x):
+        return x + outside
+
+    x = mge.Tensor([1.0, 1.0])
+    f(x)
+    outside._reset(mge.Tensor([10.0, 10.0]))  # constant keeps its record-time value
+    np.testing.assert_allclose(f(x).numpy(), [2.0, 3.0])
+
+    @xla_trace
+    def g(x):
+        return x + outside
+
+    with pytest.raises(TraceError, match=r"named 'bias'.*shape \(2,\).*float32.*argument"):
+        g(x)
+
+
+def test_shape_change_retraces_with_its_own_executable():
+    @xla_trace(cache_size=2)
+    def f(x):
+        return (x * x).sum(axis=0)
+
+    for shape in [(2, 3), (4, 3), (2, 3), (4, 3), (5, 3)]:
+        x = _x(*shape)
+        f(x)
+        np.testing.assert_allclose(f(x).numpy(), (x.numpy() ** 2).sum(0), rtol=1e-5)
+    assert f.num_executables == 2  # LRU keeps the last two signatures
+
+
+def test_dtype_change_retraces():
+    @xla_trace
+    def f(x):
+        return x + 1
+
+    assert f(mge.Tensor([1, 2])).dtype == np.int32
+    assert f(mge.Tensor([1.5])).dtype == np.float32
+    np.testing.assert_allclose(f(mge.Tensor([1.5])).numpy(), [2.5])
+
+
+def test_rng_in_compiled_step():
+    mge.random.seed(7)
+
+    @xla_trace
+    def f(x):
+        return F.dropout(x, 0.5), F.dropout(x, 0.5)
+
+    x = F.ones((64,))
+    seeds, outs = [], []
+    for _ in range(4):
+        seeds.append(f.random_seed.numpy().copy())
+        outs.append([o.numpy() for o in f(x)])
+    assert not np.array_equal(outs[2][0], outs[2][1])  # two dropouts in one step differ
+    assert not np.array_equal(outs[2][0], outs[3][0])  # consecutive calls differ
+    assert not np.array_equal(seeds[2], seeds[3])  # the key is state of the step
+    mge.random.seed(7)
+
+    @xla_trace
+    def f2(x):
+        return F.dropout(x, 0.5), F.dropout(x, 0.5)
+
+    again = [[o.numpy() for o in f2(x)] for _ in range(4)]
+    for a, b in zip(outs, again):
+        np.testing.assert_array_equal(a[0], b[0])
+        np.testing.assert_array_equal(a[1], b[1])
+
+
+def test_grad_manager_inside_trace_callbacks_compiled_in():
+    w = mge.Parameter(np.full((3,), 2.0, "float32"))
+    gm = GradManager()
+    seen = []
+
+    def cb(p, g):
+        seen.append(1)
+        return g * 10
+
+    @xla_trace
+    def step(x, w):
+        gm.attach([w], callbacks=[cb])
+        with gm:
+            loss = (w * x).sum()
+            gm.backward(loss)
+        g = w.grad
+        w.grad = None
+        return loss, g
+
+    x = mge.Tensor([1.0, 2.0, 3.0])
+    for _ in range(3):
+        loss, g = step(x, w)
+        np.testing.assert_allclose(g.numpy(), x.numpy() * 10)
+        assert w.grad is None
+    assert len(seen) == 1  # Python callbacks ran while recording only
+
+
+def test_exclude_from_trace_runs_every_call_and_reads_traced_values():
+    log = []
+
+    @trace
+    def f(x):
+        y = x * 2
+        with exclude_from_trace():
+            log.append(float(y.sum().numpy()))
+        return y + 1
+
+    for i in range(3):
+        x = mge.Tensor([float(i), 1.0])
+        np.testing.assert_allclose(f(x).numpy(), x.numpy() * 2 + 1)
+    assert log == [2.0, 4.0, 6.0]
+
+
+def test_exclude_from_trace_value_feeds_the_graph():
+    @trace
+    def f(x, k):
+        y = x * 2
+        with exclude_from_trace():
+            z = y * float(k)
+        return z + 1
+
+    x = mge.Tensor([1.0, 2.0])
+    for k in (1, 2, 3):
+        np.testing.assert_allclose(f(x, k).numpy(), x.numpy() * 2 * k + 1)
+
+
+def test_trace_mismatch_errors():
+    x = mge.Tensor([1.0])
+    flag = [True]  # closure state: not part of the signature, so the recording is replayed
+    g = trace(lambda x: F.exp(x) if flag[0] else F.log(x))
+    g(x)
+    flag[0] = False
+    with pytest.raises(TraceError, match="operator mismatch"):
+        g(x)
+
+    h_ops = [1]
+    h = trace(lambda x: F.exp(F.exp(x)) if h_ops[0] == 2 else F.exp(x))
+    h(x)
+    h_ops[0] = 2
+    with pytest.raises(TraceError, match="too many ops"):
+        h(x)
+
+    k_ops = [2]
+    k = trace(lambda x: F.exp(F.exp(x)) if k_ops[0] == 2 else F.exp(x))
+    k(x)
+    k_ops[0] = 1
+    with pytest.raises(TraceError, match="too few ops"):
+        k(x)
+
+    c = [1.0]
+    cc = trace(lambda x: x + mge.Tensor([c[0]]))
+    cc(x)
+    c[0] = 5.0
+    with pytest.raises(TraceError, match="different constant"):
+        cc(x)
+
+
+def test_reading_a_value_the_graph_does_not_keep():
+    read = [False]
+
+    @trace
+    def f(x):
+        y = F.exp(x)
+        if read[0]:
+            y.numpy()
+        return y + 1
+
+    x = mge.Tensor([1.0])
+    f(x)
+    read[0] = True
+    with pytest.raises(TraceError, match="does not keep"):
+        f(x)
+
+
+def test_symbolic_first_call_compiles_at_once():
+    calls = []
+
+    @trace(symbolic=True, without_host=True)
+    def f(x):
+        calls.append(1)
+        return x * 3
+
+    x = _x(3)
+    np.testing.assert_allclose(f(x).numpy(), x.numpy() * 3, rtol=1e-6)
+    assert f.num_executables == 1
+    f(x)
+    assert len(calls) == 1
+
+
+def test_inspection():
+    @xla_trace
+    def f(x, w):
+        return F.matmul(x, w)
+
+    x, w = _x(8, 16), _x(16, 4, seed=1)
+    f(x, w)
+    f(x, w)
+    assert "stablehlo.dot_general" in f.compiler_ir("stablehlo")
+    assert "dot(" in f.compiler_ir("hlo") or "dot" in f.compiler_ir("hlo")
+    cost = f.cost_analysis()
+    assert cost["flops"] >= 2 * 8 * 16 * 4
+    assert f.num_compiled == 1 and f.compile_time > 0
+
+
+def test_partial_trace_is_one_op_with_compiled_backward():
+    w = mge.Parameter(_x(4, 3).numpy())
+
+    def forward(x, w):
+        return F.relu(F.matmul(x, w)).sum(axis=1)
+
+    pt = partial_trace(forward, backend="xla")
+    gm = GradManager().attach([w])
+    x = _x(5, 4, seed=2)
+    grads = []
+    for i in range(3):
+        with gm:
+            y = pt(x, w)
+            gm.backward((y * y).sum())
+        grads.append(w.grad.numpy())
+        w.grad = None
+    with gm:
+        y = forward(x, w)
+        gm.backward((y * y).sum())
+    for g in grads:
+        np.testing.assert_allclose(g, w.grad.numpy(), rtol=1e-5)
+    # another signature runs eagerly, the traced one stays compiled
+    np.testing.assert_allclose(pt(_x(2, 4), w).numpy(), forward(_x(2, 4), w).numpy(), rtol=1e-6)
+    assert pt(x, w)._is_external_value()
+    assert not pt(_x(2, 4), w)._is_external_value()
+
+
+def test_trace_on_method_and_decorator_forms():
+    class M:
+        def __init__(self):
+            self.k = 3
+
+        @xla_trace
+        def f(self, x):
+            return x * 2
+
+    m = M()
+    x = _x(2)
+    for _ in range(2):
+        np.testing.assert_allclose(m.f(x).numpy(), x.numpy() * 2)
+    g = xla_trace(lambda x: x + 1, capture_as_const=True)
+    for _ in range(2):
+        np.testing.assert_allclose(g(x).numpy(), x.numpy() + 1)
