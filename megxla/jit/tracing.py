@@ -429,7 +429,9 @@ class _Replayer:
                 continue
             if mv is not None:
                 self._fail(f"op #{i} {op!r} input {j} is a different traced value than in the recording")
-            if rv in rec.host_inputs:
+            if rv in rec.hyper:
+                pass  # re-read from Python state at call start (optimizer hyper-parameters)
+            elif rv in rec.host_inputs:
                 self.env[rv] = self.read(t) if isinstance(t._data, Pending) else t._data
             elif rv in rec.consts:
                 if t._vid != rv and not np.array_equal(np.asarray(t._data), np.asarray(rec.consts[rv])):
