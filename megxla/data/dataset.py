@@ -191,7 +191,7 @@ class VisionDataset(Dataset):
         root: root directory of the data (kept as an attribute only).
         order: names of the sample's elements. Default: ``("image",)``.
         supported_order: names a subclass can produce; any name in ``order``
-            outside it raises ``NotImplementedError``.
+            outside it raises ``ValueError``.
 
     Examples:
         >>> import numpy as np
@@ -224,7 +224,7 @@ class VisionDataset(Dataset):
                 )
             for k in order:
                 if k not in supported_order:
-                    raise NotImplementedError("{} is unsupported data type".format(k))
+                    raise ValueError("{} is unsupported data type".format(k))
         self.root = root
         self.order = order
 

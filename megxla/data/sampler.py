@@ -151,7 +151,7 @@ class MapSampler(Sampler):
         Returns:
             a sequence of dataset indices.
         """
-        raise NotImplementedError
+        raise TypeError(f"{type(self).__name__} does not define this method; a subclass must")
 
     def scatter(self, indices) -> List:
         r"""Pick this rank's share of an epoch's indices.

@@ -76,7 +76,7 @@ def _resize(image, size, interpolation):
         xs = np.minimum((np.arange(tw) * (w / tw)).astype(np.int64), w - 1)
         return image[ys][:, xs]
     if interpolation != _INTER_LINEAR:
-        raise NotImplementedError(
+        raise ValueError(
             "interpolation={} is not supported; use 0 (nearest) or 1 (bilinear)".format(
                 interpolation
             )
@@ -216,7 +216,7 @@ class VisionTransform(Transform):
                 # labels and metadata are carried along untouched
                 continue
             if self._get_apply(k) is None:
-                raise NotImplementedError("{} is unsupported data type".format(k))
+                raise ValueError("{} is unsupported data type".format(k))
         self.order = order
 
     def apply_batch(self, inputs: Sequence[Tuple]):
@@ -269,10 +269,10 @@ class VisionTransform(Transform):
         return input[self.order.index("image")]
 
     def _apply_image(self, image):
-        raise NotImplementedError
+        raise TypeError(f"{type(self).__name__} does not define this method; a subclass must")
 
     def _apply_coords(self, coords):
-        raise NotImplementedError
+        raise TypeError(f"{type(self).__name__} does not define this method; a subclass must")
 
     def _apply_boxes(self, boxes):
         # transform the four corners and take their bounding box, which keeps
@@ -285,7 +285,7 @@ class VisionTransform(Transform):
         return np.concatenate((minxy, maxxy), axis=1)
 
     def _apply_mask(self, mask):
-        raise NotImplementedError
+        raise TypeError(f"{type(self).__name__} does not define this method; a subclass must")
 
     def _apply_keypoints(self, keypoints):
         keypoints = _float_copy(keypoints)
@@ -587,7 +587,7 @@ class _ResizeBase(VisionTransform):
         return _resize(mask, (th, tw), _INTER_NEAREST)
 
     def _get_shape(self, image):
-        raise NotImplementedError
+        raise TypeError(f"{type(self).__name__} does not define this method; a subclass must")
 
 
 class Resize(_ResizeBase):
@@ -658,7 +658,7 @@ class ShortestEdgeResize(_ResizeBase):
     ):
         super().__init__(order)
         if sample_style not in ("range", "choice"):
-            raise NotImplementedError(
+            raise ValueError(
                 "{} is unsupported sample style".format(sample_style)
             )
         self.sample_style = sample_style
