@@ -1,5 +1,11 @@
 """Front end of ``Tensor.__getitem__`` / ``__setitem__``: splits an index into its static structure (an op
-parameter) and its integer index tensors (op inputs). Boolean masks become integer indices first."""
+parameter) and its integer index tensors (op inputs), with NumPy's semantics for every MegEngine index form:
+ints, slices (any step, negative too), ``...``, ``None``, boolean masks, integer tensors/arrays/lists (several
+at once broadcast together) and any mix of them.
+
+Host-side index data (ints, lists, NumPy arrays) is range-checked here; integer *Tensors* are device data and
+are not read back (out-of-range entries are clamped by XLA, as its gather does).
+"""
 from __future__ import annotations
 
 import numpy as np
@@ -8,69 +14,118 @@ from ._tensor import Tensor
 from ._dispatch import apply, OpError
 from .ops import indexing as P
 
-
-def _check_int(k, dim, axis):
-    if not -dim <= k < dim:
-        raise OpError(f"getitem: index {k} is out of range for axis {axis} of size {dim}")
+_INT = (int, np.integer)
 
 
-def parse(x, index):
-    """Return (spec, index tensors) for indexing ``x`` with ``index``."""
+def _range_error(op, what, dim, axis):
+    return OpError(f"{op}: index {what} is out of range for axis {axis} of size {dim}")
+
+
+def _int(op, v):
+    if v is None:
+        return None
+    if isinstance(v, Tensor):
+        v = v.item()
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, _INT):
+        raise OpError(f"{op}: slice bounds must be ints or None, got {v!r}")
+    return int(v)
+
+
+def _classify(op, item):
+    """``(kind, payload, n_axes)``: kind in i (int), s (slice), n (None), e (...), t (int array), m (bool mask)."""
+    if item is None:
+        return "n", None, 0
+    if item is Ellipsis:
+        return "e", None, 0
+    if isinstance(item, slice):
+        step = _int(op, item.step)
+        if step == 0:
+            raise OpError(f"{op}: slice step cannot be zero")
+        return "s", ("s", _int(op, item.start), _int(op, item.stop), step), 1
+    if isinstance(item, (bool, np.bool_)):
+        raise OpError(f"{op}: a Python bool is not a valid index")
+    if isinstance(item, _INT):
+        return "i", int(item), 1
+    if isinstance(item, Tensor):
+        dt = item.dtype
+        if dt == np.bool_:
+            return "m", item.numpy(), item.ndim
+        if dt.kind not in "iu":
+            raise OpError(f"{op}: index tensors must be integer or bool, got {dt}")
+        return "t", item, 1
+    try:
+        arr = np.asarray(item)
+    except Exception:
+        arr = None
+    if arr is None or arr.dtype == object or (arr.dtype.kind not in "iub" and arr.size):
+        raise OpError(f"{op}: invalid index {item!r}: use ints, slices, ..., None, or int/bool tensors")
+    if arr.dtype == np.bool_:
+        return "m", arr, arr.ndim
+    return "h", arr.astype(np.int64), 1  # host integer array (also an empty list)
+
+
+def parse(x, index, op="getitem"):
+    """Return (spec, index tensors) for indexing ``x`` with ``index``; raise an OpError naming ``op``."""
     if not isinstance(index, tuple):
         index = (index,)
-    n_real = sum(1 for i in index if i is not None and i is not Ellipsis
-                 and not (isinstance(i, (Tensor, np.ndarray)) and np.dtype(i.dtype) == np.bool_))
-    n_real += sum(np.ndim(i) for i in index if isinstance(i, (Tensor, np.ndarray)) and np.dtype(i.dtype) == np.bool_)
+    items = [_classify(op, item) for item in index]
+    if sum(1 for k, _, _ in items if k == "e") > 1:
+        raise OpError(f"{op}: an index can only have a single ellipsis ('...')")
+    n_real = sum(n for _, _, n in items)
     if n_real > x.ndim:
-        raise OpError(f"getitem: too many indices ({n_real}) for a tensor of shape {x.shape}")
+        raise OpError(f"{op}: too many indices ({n_real}) for a tensor of shape {x.shape}")
     spec, tensors, axis = [], [], 0
-    for item in index:
-        if item is None:
+    for kind, payload, n in items:
+        if kind == "n":
             spec.append(("n",))
-        elif item is Ellipsis:
+        elif kind == "e":
             spec.append(("e",))
             axis = x.ndim - (n_real - axis)
-        elif isinstance(item, slice):
-            spec.append(("s", _int(item.start), _int(item.stop), _int(item.step)))
+        elif kind == "s":
+            spec.append(payload)
             axis += 1
-        elif isinstance(item, (bool, np.bool_)):
-            raise OpError("getitem: a Python bool is not a valid index")
-        elif isinstance(item, (int, np.integer)):
-            _check_int(int(item), x.shape[axis], axis)
-            spec.append(("i", int(item)))
+        elif kind == "i":
+            dim = x.shape[axis]
+            if not -dim <= payload < dim:
+                raise _range_error(op, payload, dim, axis)
+            spec.append(("i", payload))
             axis += 1
-        else:
-            arr = item if isinstance(item, Tensor) else Tensor(np.asarray(item))
-            if arr.dtype == np.bool_:
-                # NOTE: a mask's result shape depends on its values; it is converted to integer indices on
-                # the host (as MegEngine does), so a traced step bakes the mask's count in.
-                mask = arr.numpy()
-                if mask.shape != x.shape[axis:axis + mask.ndim]:
-                    raise OpError(f"getitem: boolean mask of shape {mask.shape} does not match tensor "
-                                  f"dimensions {x.shape[axis:axis + mask.ndim]}")
-                for idx in np.nonzero(mask):
-                    spec.append(("t",))
-                    tensors.append(Tensor(idx.astype(np.int32)))
-                axis += mask.ndim
-            elif arr.dtype.kind not in "iu":
-                raise OpError(f"getitem: index tensors must be integer or bool, got {arr.dtype}")
-            else:
+        elif kind == "t":
+            spec.append(("t",))
+            tensors.append(payload)
+            axis += 1
+        elif kind == "h":
+            dim = x.shape[axis]
+            if payload.size and (payload.min() < -dim or payload.max() >= dim):
+                bad = payload[(payload < -dim) | (payload >= dim)].reshape(-1)[0]
+                raise _range_error(op, int(bad), dim, axis)
+            spec.append(("t",))
+            tensors.append(Tensor(payload.astype(np.int32)))
+            axis += 1
+        else:  # boolean mask
+            # NOTE: a mask's result shape depends on its values; it is converted to integer indices on the
+            # host (as MegEngine does), so a traced step bakes the mask's count in.
+            if payload.ndim == 0:
+                raise OpError(f"{op}: 0-d boolean indices are not supported")
+            if payload.shape != x.shape[axis:axis + payload.ndim]:
+                raise OpError(f"{op}: boolean mask of shape {payload.shape} does not match tensor dimensions "
+                              f"{x.shape[axis:axis + payload.ndim]} at axis {axis}")
+            for idx in np.nonzero(payload):
                 spec.append(("t",))
-                tensors.append(arr)
-                axis += 1
+                tensors.append(Tensor(idx.astype(np.int32)))
+            axis += payload.ndim
     return tuple(spec), tensors
 
 
-def _int(v):
-    return None if v is None else int(v)
-
-
 def getitem(x, index):
-    spec, tensors = parse(x, index)
+    """``x[index]`` as one ``getitem`` op."""
+    spec, tensors = parse(x, index, "getitem")
     return apply(P.getitem.bind(spec=spec), x, *tensors)
 
 
 def setitem(x, index, value):
+    """The value of ``x`` after ``x[index] = value`` (``value`` broadcast to the indexed shape, cast to
+    ``x``'s dtype), as one ``setitem`` op; ``Tensor.__setitem__`` rebinds ``x`` to it."""
     from ._elemwise_front import as_tensor
-    spec, tensors = parse(x, index)
+    spec, tensors = parse(x, index, "setitem")
     return apply(P.setitem.bind(spec=spec), x, as_tensor(value, x), *tensors)

@@ -1,7 +1,9 @@
 """Elementwise functions (``megengine.functional.elemwise``): each is one primitive through ``apply``."""
 from ..core._elemwise_front import BINARY as _B, UNARY as _U, as_tensor as _as_tensor
 from ..core._dispatch import apply as _apply
+from ..core._tensor import Tensor
 from ..core.ops import elemwise as _P
+import numpy as np
 
 __all__ = [
     "abs", "acos", "acosh", "add", "asin", "asinh", "atan", "atan2", "atanh", "ceil", "clip", "cos", "cosh",
@@ -9,11 +11,13 @@ __all__ = [
     "hswish", "isinf", "isnan", "left_shift", "less", "less_equal", "log", "log1p", "logaddexp", "logical_and",
     "logical_not", "logical_or", "logical_xor", "logsigmoid", "maximum", "minimum", "mod", "mul", "neg",
     "not_equal", "pow", "relu", "relu6", "right_shift", "round", "rsqrt", "sigmoid", "sign", "silu", "sin",
-    "sinh", "softplus", "sqrt", "square", "sub", "tan", "tanh", "erf", "erfc", "erfinv", "where", "trunc",
+    "sinh", "softplus", "sqrt", "square", "sub", "tan", "tanh", "erf", "erfc", "erfinv", "trunc",
 ]
 
 
-def _doc(fn, summary, example):
+def _doc(fn, summary, example, name=None):
+    if name:
+        fn.__name__ = fn.__qualname__ = name
     fn.__doc__ = f"""{summary}
 
     Args:
@@ -34,8 +38,10 @@ sub = _doc(_B["sub"], "Elementwise ``x - y``.", "F.sub(Tensor([1., 2.]), 1.0)")
 mul = _doc(_B["mul"], "Elementwise ``x * y``.", "F.mul(Tensor([1., 2.]), 2.0)")
 div = _doc(_B["truediv"], "Elementwise true division ``x / y`` (integers give float32).", "F.div(Tensor([1, 2]), 2)")
 floor_div = _doc(_B["floordiv"], "Elementwise ``floor(x / y)``.", "F.floor_div(Tensor([3, 4]), 2)")
-mod = _doc(_B["mod"], "Elementwise remainder with the divisor's sign (``x % y``).", "F.mod(Tensor([3, -4]), 3)")
-pow = _doc(_B["pow"], "Elementwise ``x ** y``.", "F.pow(Tensor([2., 3.]), 2)")
+mod = _doc(_B["mod"], "Elementwise remainder of ``x / y`` with the sign of ``x`` (C's ``fmod``, as MegEngine).",
+           "F.mod(Tensor([5, -5]), 3)  # [2, -2]")
+pow = _doc(_B["pow"], "Elementwise ``x ** y`` (integer operands compute in float32, as MegEngine).",
+           "F.pow(Tensor([2., 3.]), 2)")
 maximum = _doc(_B["maximum"], "Elementwise maximum.", "F.maximum(Tensor([1., 5.]), 3.0)")
 minimum = _doc(_B["minimum"], "Elementwise minimum.", "F.minimum(Tensor([1., 5.]), 3.0)")
 less = _doc(_B["lt"], "Elementwise ``x < y`` (bool).", "F.less(Tensor([1., 5.]), 3.0)")
@@ -74,6 +80,10 @@ _UNARY_DOCS = {
 }
 for _name, _summary in _UNARY_DOCS.items():
     globals()[_name] = _doc(_U[_name], _summary, f"F.{_name}(Tensor([0.5, 1.0]))")
+for _name in ("add", "sub", "mul", "div", "floor_div", "mod", "pow", "maximum", "minimum", "less", "less_equal",
+              "greater", "greater_equal", "equal", "not_equal", "logical_and", "logical_or", "logical_xor",
+              "left_shift", "right_shift", "atan2", "logaddexp"):
+    globals()[_name].__name__ = globals()[_name].__qualname__ = _name
 
 
 def rsqrt(x):
@@ -86,12 +96,12 @@ def rsqrt(x):
 
 
 def clip(x, lower=None, upper=None):
-    """Clamp every element into ``[lower, upper]`` (either bound may be None).
+    """Clamp every element into ``[lower, upper]`` (either bound may be None, not both).
 
     Args:
         x: input tensor.
-        lower: lower bound or None.
-        upper: upper bound or None.
+        lower: lower bound: a scalar, a broadcastable tensor, or None.
+        upper: upper bound: a scalar, a broadcastable tensor, or None.
 
     Returns:
         a Tensor like ``x``.
@@ -99,31 +109,18 @@ def clip(x, lower=None, upper=None):
     Example:
         >>> F.clip(Tensor([-1., 0.5, 2.]), 0, 1)  # [0., 0.5, 1.]
     """
+    from ..core._dispatch import OpError
     if lower is None and upper is None:
-        raise ValueError("clip: at least one of lower and upper must be given")
+        raise OpError("clip: at least one of lower and upper must be given")
     x = _as_tensor(x)
-    lower = None if lower is None else float(lower) if x.dtype.kind == "f" else lower
-    upper = None if upper is None else float(upper) if x.dtype.kind == "f" else upper
+    if isinstance(lower, Tensor) or isinstance(upper, Tensor):
+        if lower is not None:
+            x = _B["maximum"](x, lower)
+        return x if upper is None else _B["minimum"](x, upper)
+    for b in (lower, upper):
+        if b is not None and (isinstance(b, bool) or not isinstance(b, (int, float, np.integer, np.floating))):
+            raise OpError(f"clip: bounds must be numbers or tensors, got {b!r}")
+    cast = float if x.dtype.kind == "f" else int
+    lower = None if lower is None else cast(lower)
+    upper = None if upper is None else cast(upper)
     return _apply(_P.clip.bind(lower=lower, upper=upper), x)
-
-
-def where(mask, x, y):
-    """Select ``x`` where ``mask`` is true, else ``y``.
-
-    Args:
-        mask: bool tensor.
-        x: values where true.
-        y: values where false.
-
-    Returns:
-        a Tensor of the broadcast shape.
-
-    Example:
-        >>> F.where(Tensor([True, False]), Tensor([1., 2.]), Tensor([3., 4.]))  # [1., 4.]
-    """
-    mask = _as_tensor(mask)
-    if mask.dtype != bool:
-        raise TypeError(f"where: mask must be bool, got {mask.dtype}")
-    x = _as_tensor(x, y if isinstance(y, type(mask)) else None)
-    y = _as_tensor(y, x)
-    return _apply(_P.where.bind(), mask, x, y)

@@ -1,198 +1,320 @@
-"""Reductions and linear algebra (``megengine.functional.math``)."""
+"""Reductions, sorting and linear algebra (``megengine.functional.math``)."""
 import builtins
+import numpy as np
 
-from ..core._dispatch import apply as _apply
-from ..core._elemwise_front import as_tensor as _t
-from ..core.ops import reduction as _R, linalg as _L, nn as _N
+from ..core._dispatch import apply as _apply, OpError
+from ..core._elemwise_front import as_tensor as _t, BINARY as _B, UNARY as _U
+from ..core.ops import reduction as _R, linalg as _L, sort as _S
+from .elemwise import isnan, isinf, sign  # noqa: F401  (MegEngine exports these from .math too)
+from .tensor import cumsum  # noqa: F401
 
-__all__ = ["sum", "mean", "prod", "max", "min", "var", "std", "norm", "argmax", "argmin", "cumsum", "logsumexp",
-           "matmul", "dot", "matinv", "svd", "normalize", "sort", "argsort", "topk"]
+__all__ = ["sum", "mean", "prod", "max", "min", "var", "std", "norm", "argmax", "argmin", "logsumexp", "matmul",
+           "dot", "matinv", "svd", "normalize", "sort", "argsort", "topk", "topk_accuracy"]
 
 
-def _axis(x, axis):
+def _axis(op, x, axis):
+    """``axis`` (None, int or sequence) as None or a sorted tuple of non-negative axes."""
     if axis is None:
         return None
-    axes = (axis,) if isinstance(axis, int) else tuple(axis)
+    axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
+    nd = x.ndim
     out = []
     for a in axes:
-        if not -x.ndim <= a < builtins.max(x.ndim, 1):
-            raise ValueError(f"axis {a} is out of range for a tensor of shape {x.shape}")
-        out.append(a % builtins.max(x.ndim, 1))
-    return tuple(out)
+        if isinstance(a, bool) or not isinstance(a, (int, np.integer)):
+            raise OpError(f"{op}: axis must be an int or a sequence of ints, got {axis!r}")
+        if not -builtins.max(nd, 1) <= a < builtins.max(nd, 1):
+            raise OpError(f"{op}: axis {a} is out of range for a tensor of shape {x.shape}")
+        out.append(int(a) % builtins.max(nd, 1))
+    if len(set(out)) != len(out):
+        raise OpError(f"{op}: repeated axis in {axis!r}")
+    if nd == 0:
+        return None
+    return tuple(sorted(out))
 
 
-def _reduce(prim, doc):
+def _reduce(prim, name, summary, example):
     def fn(inp, axis=None, keepdims=False):
         inp = _t(inp)
-        return _apply(prim.bind(axis=_axis(inp, axis), keepdims=bool(keepdims)), inp)
+        return _apply(prim.bind(axis=_axis(name, inp, axis), keepdims=bool(keepdims)), inp)
 
-    fn.__doc__ = f"""{doc}
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = f"""{summary}
 
     Args:
         inp: input tensor.
-        axis: an int, a sequence of ints, or None for all axes.
-        keepdims: keep reduced axes with size 1.
+        axis: an int, a sequence of ints, or None to reduce all axes.
+        keepdims: keep the reduced axes, with size 1.
 
     Returns:
-        the reduced Tensor.
+        the reduced tensor.
 
     Example:
-        >>> F.{prim.name.replace('reduce_', '')}(Tensor([[1., 2.], [3., 4.]]), axis=1)
+        >>> x = Tensor([[1., 2.], [3., 4.]])
+        >>> {example}
     """
     return fn
 
 
-sum = _reduce(_R.sum, "Sum of elements over ``axis``.")
-mean = _reduce(_R.mean, "Mean of elements over ``axis``.")
-prod = _reduce(_R.prod, "Product of elements over ``axis``.")
-max = _reduce(_R.max, "Maximum over ``axis``.")
-min = _reduce(_R.min, "Minimum over ``axis``.")
-logsumexp = _reduce(_R.logsumexp, "``log(sum(exp(x)))`` over ``axis``, computed stably.")
+sum = _reduce(_R.sum, "sum", "Sum of the elements over ``axis`` (bool counts as int32).", "F.sum(x, axis=1)  # [3., 7.]")
+mean = _reduce(_R.mean, "mean", "Mean of the elements over ``axis`` (float32 for integer inputs).",
+               "F.mean(x)  # 2.5")
+prod = _reduce(_R.prod, "prod", "Product of the elements over ``axis``.", "F.prod(x, axis=0)  # [3., 8.]")
+max = _reduce(_R.max, "max", "Maximum over ``axis``.", "F.max(x, axis=0)  # [3., 4.]")
+min = _reduce(_R.min, "min", "Minimum over ``axis``.", "F.min(x, keepdims=True)  # [[1.]]")
+logsumexp = _reduce(_R.logsumexp, "logsumexp", "``log(sum(exp(inp)))`` over ``axis``, computed stably.",
+                    "F.logsumexp(x, axis=1)  # [2.3133, 4.3133]")
 
 
 def var(inp, axis=None, keepdims=False):
-    """Variance (biased, as MegEngine) over ``axis``.
+    """Variance over ``axis`` (biased: divides by the count, as MegEngine).
+
+    Args:
+        inp: input tensor.
+        axis: an int, a sequence of ints, or None for all axes.
+        keepdims: keep the reduced axes, with size 1.
+
+    Returns:
+        the variance.
 
     Example:
         >>> F.var(Tensor([1., 2., 3., 4.]))  # 1.25
     """
     inp = _t(inp)
-    return _apply(_R.var.bind(axis=_axis(inp, axis), keepdims=bool(keepdims), ddof=0), inp)
+    return _apply(_R.var.bind(axis=_axis("var", inp, axis), keepdims=bool(keepdims), ddof=0), inp)
 
 
 def std(inp, axis=None, keepdims=False):
-    """Standard deviation (biased) over ``axis``.
+    """Standard deviation over ``axis`` (biased): ``sqrt(var(inp))``.
+
+    Args:
+        inp: input tensor.
+        axis: an int, a sequence of ints, or None for all axes.
+        keepdims: keep the reduced axes, with size 1.
+
+    Returns:
+        the standard deviation.
 
     Example:
-        >>> F.std(Tensor([1., 2., 3., 4.]))
+        >>> F.std(Tensor([1., 2., 3., 4.]))  # 1.118
     """
-    from .elemwise import sqrt
-    return sqrt(var(inp, axis, keepdims))
+    return _U["sqrt"](var(inp, axis, keepdims))
 
 
 def norm(inp, ord=None, axis=None, keepdims=False):
-    """Vector p-norm over ``axis`` (default: all elements, p=2).
+    """Vector p-norm over ``axis``: ``sum(abs(inp) ** ord) ** (1 / ord)``.
+
+    ``ord`` may be any non-zero number, ``inf`` (max of abs), ``-inf`` (min of abs) or 0 (the int32 count of
+    non-zeros). MegEngine requires ``axis`` for inputs that are not vectors; here ``axis=None`` takes the norm
+    of all elements.
+
+    Args:
+        inp: input tensor.
+        ord: the order; default 2.
+        axis: the axis (or axes), or None for all elements.
+        keepdims: keep the reduced axes, with size 1.
+
+    Returns:
+        the norm.
 
     Example:
-        >>> F.norm(Tensor([3., 4.]))  # 5.
+        >>> F.norm(Tensor([3., -4.]))  # 5.
     """
     inp = _t(inp)
-    ord = 2 if ord is None else float(ord)
-    return _apply(_R.norm.bind(ord=ord, axis=_axis(inp, axis), keepdims=bool(keepdims)), inp)
+    ord = 2.0 if ord is None else ord
+    if isinstance(ord, bool) or not isinstance(ord, (int, float, np.integer, np.floating)):
+        raise OpError(f"norm: ord must be a number, got {ord!r}")
+    if inp.dtype.kind not in "fc":
+        raise OpError(f"norm: input must be a float tensor, got {inp.dtype}")
+    return _apply(_R.norm.bind(ord=float(ord), axis=_axis("norm", inp, axis), keepdims=bool(keepdims)), inp)
 
 
 def normalize(inp, ord=None, axis=None, eps=1e-12):
-    """``inp / max(norm(inp), eps)`` along ``axis``.
+    """``inp / max(norm(inp, ord, axis), eps)``: scale to unit norm along ``axis`` (all elements if None).
+
+    Args:
+        inp: input tensor.
+        ord: the norm's order; default 2.
+        axis: the axis, or None for all elements.
+        eps: lower bound of the divisor.
+
+    Returns:
+        a tensor like ``inp``.
 
     Example:
         >>> F.normalize(Tensor([3., 4.]))  # [0.6, 0.8]
     """
-    from .elemwise import maximum
-    if axis is None:
-        return inp / maximum(norm(inp, ord, None), eps)
-    return inp / maximum(norm(inp, ord, axis, keepdims=True), eps)
+    inp = _t(inp)
+    n = norm(inp, ord, axis, keepdims=axis is not None)
+    return _B["truediv"](inp, _B["maximum"](n, float(eps)))
 
 
-def _arg(prim, doc):
+def _arg(prim, name, doc):
     def fn(inp, axis=None, keepdims=False):
         inp = _t(inp)
-        ax = _axis(inp, axis)
-        if ax is not None and len(ax) != 1:
-            raise ValueError(f"{prim.name}: axis must be a single int, got {axis}")
-        return _apply(prim.bind(axis=None if ax is None else ax[0], keepdims=bool(keepdims)), inp)
+        if axis is None:
+            if keepdims:
+                raise OpError(f"{name}: keepdims=True needs an axis")
+            return _apply(prim.bind(axis=None, keepdims=False), inp)
+        axes = _axis(name, inp, axis)
+        if axes is None:  # 0-d input
+            return _apply(prim.bind(axis=None, keepdims=False), inp)
+        # MegEngine applies a sequence of axes one after another, from the last one.
+        for a in reversed(axes):
+            inp = _apply(prim.bind(axis=a, keepdims=bool(keepdims)), inp)
+        return inp
 
+    fn.__name__ = fn.__qualname__ = name
     fn.__doc__ = f"""{doc}
 
     Args:
         inp: input tensor.
-        axis: the axis, or None to search the flattened tensor.
-        keepdims: keep the axis with size 1.
+        axis: an int, a sequence of ints (searched one after another, from the last), or None to search the
+            flattened tensor.
+        keepdims: keep the searched axes, with size 1.
 
     Returns:
         int32 indices.
 
     Example:
-        >>> F.{prim.name}(Tensor([1., 3., 2.]))  # 1
+        >>> F.{name}(Tensor([[1., 5.], [3., 2.]]), axis=1)  # {'[1, 0]' if name == 'argmax' else '[0, 1]'}
     """
     return fn
 
 
-argmax = _arg(_R.argmax, "Indices of the maximum values along ``axis``.")
-argmin = _arg(_R.argmin, "Indices of the minimum values along ``axis``.")
+argmax = _arg(_R.argmax, "argmax", "Indices of the maximum values along ``axis`` (the first one on ties).")
+argmin = _arg(_R.argmin, "argmin", "Indices of the minimum values along ``axis`` (the first one on ties).")
 
 
-def cumsum(inp, axis):
-    """Cumulative sum along ``axis``.
-
-    Example:
-        >>> F.cumsum(Tensor([1, 2, 3]), axis=0)  # [1, 3, 6]
-    """
-    inp = _t(inp)
-    return _apply(_R.cumsum.bind(axis=_axis(inp, axis)[0]), inp)
-
-
+# ---- linear algebra ----------------------------------------------------------------------------------------------
 def matmul(inp1, inp2, transpose_a=False, transpose_b=False, compute_mode="default", format="default"):
-    """Matrix product with NumPy's broadcasting of batch dimensions.
+    """Matrix product, batched over leading dimensions with NumPy's broadcasting.
+
+    1-D operands are vectors (a 1-D @ 1-D product is a scalar); N-D operands are stacks of matrices in their
+    last two dimensions.
 
     Args:
         inp1: left operand (1-D or more).
         inp2: right operand (1-D or more).
-        transpose_a: transpose the last two dims of ``inp1`` first.
-        transpose_b: transpose the last two dims of ``inp2`` first.
-        compute_mode: accepted for MegEngine compatibility.
+        transpose_a: use the transpose of the last two dims of ``inp1``.
+        transpose_b: use the transpose of the last two dims of ``inp2``.
+        compute_mode: ``"default"`` or ``"float32"`` (accepted; XLA picks the accumulation).
+        format: accepted for MegEngine compatibility.
 
     Returns:
         the product.
 
     Example:
-        >>> F.matmul(Tensor([[1., 2.]]), Tensor([[3.], [4.]]))  # [[11.]]
+        >>> F.matmul(F.ones((5, 2, 3)), F.ones((3, 4))).shape  # (5, 2, 4)
     """
     inp1, inp2 = _t(inp1), _t(inp2)
+    if inp1.ndim == 0 or inp2.ndim == 0:
+        raise OpError(f"matmul: operands must be at least 1-D, got shapes {inp1.shape} and {inp2.shape}")
+    k1 = inp1.shape[-2] if transpose_a and inp1.ndim > 1 else inp1.shape[-1]
+    k2 = inp2.shape[-1] if transpose_b and inp2.ndim > 1 else inp2.shape[0] if inp2.ndim == 1 else inp2.shape[-2]
+    if k1 != k2:
+        raise OpError(f"matmul: contracted dimensions differ ({k1} vs {k2}) for shapes {inp1.shape} and "
+                      f"{inp2.shape} (transpose_a={transpose_a}, transpose_b={transpose_b})")
     return _apply(_L.matmul.bind(transpose_a=bool(transpose_a), transpose_b=bool(transpose_b)), inp1, inp2)
 
 
 def dot(inp1, inp2):
-    """Inner product of two vectors (flattened).
+    """Inner product of two vectors (0-d tensors count as length-1 vectors).
+
+    Args:
+        inp1: first vector.
+        inp2: second vector, of the same length.
+
+    Returns:
+        a 0-d tensor.
 
     Example:
         >>> F.dot(Tensor([1., 2.]), Tensor([3., 4.]))  # 11.
     """
-    return _apply(_L.dot.bind(), _t(inp1), _t(inp2))
+    inp1, inp2 = _t(inp1), _t(inp2)
+    if inp1.ndim > 1 or inp2.ndim > 1 or inp1.size != inp2.size:
+        raise OpError(f"dot: inputs must be vectors of one length, got shapes {inp1.shape} and {inp2.shape}")
+    return _apply(_L.dot.bind(), inp1, inp2)
 
 
 def matinv(inp):
-    """Inverse of (a batch of) square matrices.
+    """Inverse of a square matrix, or of each matrix in a batch (last two dims).
+
+    Args:
+        inp: tensor of shape ``(..., n, n)``.
+
+    Returns:
+        the inverse(s).
 
     Example:
-        >>> F.matinv(Tensor([[2., 0.], [0., 4.]]))
+        >>> F.matinv(Tensor([[2., 0.], [0., 4.]]))  # [[0.5, 0.], [0., 0.25]]
     """
-    return _apply(_L.matinv.bind(), _t(inp))
+    inp = _t(inp)
+    if inp.ndim < 2 or inp.shape[-1] != inp.shape[-2]:
+        raise OpError(f"matinv: input must be (a batch of) square matrices, got shape {inp.shape}")
+    if inp.dtype.kind != "f":
+        raise OpError(f"matinv: input must be a float tensor, got {inp.dtype}")
+    return _apply(_L.matinv.bind(), inp)
 
 
 def svd(inp, full_matrices=False, compute_uv=True):
-    """Singular value decomposition: ``(U, S, Vh)``, or ``S`` when ``compute_uv`` is False.
+    """Singular value decomposition ``inp = U @ diag(S) @ Vh`` of (a batch of) matrices.
+
+    Args:
+        inp: tensor of shape ``(..., m, n)``.
+        full_matrices: return square ``U`` (m x m) and ``Vh`` (n x n) instead of the reduced ones.
+        compute_uv: return ``(U, S, Vh)``; if False, only ``S``.
+
+    Returns:
+        ``(U, S, Vh)`` or ``S``; singular values in descending order.
 
     Example:
-        >>> u, s, vh = F.svd(Tensor([[1., 0.], [0., 2.]]))
+        >>> u, s, vh = F.svd(Tensor([[3., 0.], [0., 4.]]))  # s = [4., 3.]
     """
-    u, s, vh = _apply(_L.svd.bind(full_matrices=bool(full_matrices)), _t(inp))
+    inp = _t(inp)
+    if inp.ndim < 2:
+        raise OpError(f"svd: input must be at least 2-D, got shape {inp.shape}")
+    if inp.dtype.kind != "f":
+        raise OpError(f"svd: input must be a float tensor, got {inp.dtype}")
+    u, s, vh = _apply(_L.svd.bind(full_matrices=bool(full_matrices)), inp)
     return (u, s, vh) if compute_uv else s
 
 
-from ..core.ops import sort as _S  # noqa: E402
+# ---- sorting ----------------------------------------------------------------------------------------------------
+def _sortable(op, inp):
+    inp = _t(inp)
+    if inp.ndim not in (1, 2):
+        raise OpError(f"{op}: input must be 1-D or 2-D (sorted by row), got shape {inp.shape}")
+    if inp.dtype.kind == "c":
+        raise OpError(f"{op}: cannot sort complex values")
+    return inp
 
 
 def sort(inp, descending=False):
-    """Sort along the last axis; returns ``(sorted, indices)``.
+    """Sort a vector, or each row of a matrix; ties keep their order.
+
+    Args:
+        inp: 1-D or 2-D tensor.
+        descending: largest first.
+
+    Returns:
+        ``(sorted values, int32 indices into inp)``.
 
     Example:
-        >>> v, i = F.sort(Tensor([3., 1., 2.]))
+        >>> v, i = F.sort(Tensor([3., 1., 2.]))  # [1., 2., 3.], [1, 2, 0]
     """
-    return _apply(_S.sort.bind(descending=bool(descending)), _t(inp))
+    inp = _sortable("sort", inp)
+    return _apply(_S.sort.bind(descending=bool(descending)), inp)
 
 
 def argsort(inp, descending=False):
-    """Indices that sort ``inp`` along its last axis.
+    """The indices that sort a vector, or each row of a matrix.
+
+    Args:
+        inp: 1-D or 2-D tensor.
+        descending: largest first.
+
+    Returns:
+        int32 indices.
 
     Example:
         >>> F.argsort(Tensor([3., 1., 2.]))  # [1, 2, 0]
@@ -200,23 +322,59 @@ def argsort(inp, descending=False):
     return sort(inp, descending)[1]
 
 
-def topk(inp, k, descending=False, kth_only=False, no_sort=False):
-    """The ``k`` smallest (or largest with ``descending``) elements along the last axis: ``(values, indices)``.
+def topk(inp, k, descending=True, kth_only=False, no_sort=False):
+    """The ``k`` largest (``descending``, the default) or smallest elements of a vector or of each row.
 
     Args:
         inp: 1-D or 2-D tensor.
-        k: number of elements.
-        descending: take the largest.
-        kth_only: return only the k-th element (and its index).
-        no_sort: results need not be sorted (they are, here).
+        k: how many, ``1 <= k <= inp.shape[-1]``.
+        descending: take the largest; False takes the smallest.
+        kth_only: return only the k-th element (and its index) per row.
+        no_sort: the results need not be ordered (they are, here).
+
+    Returns:
+        ``(values, int32 indices)``.
 
     Example:
-        >>> v, i = F.topk(Tensor([2., 5., 1.]), 2)  # [1., 2.], [2, 0]
+        >>> v, i = F.topk(Tensor([2., 5., 1., 4.]), 2)  # [5., 4.], [1, 3]
     """
-    inp = _t(inp)
+    inp = _sortable("topk", inp)
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
+        k = int(_t(k).item())
     if not 1 <= k <= inp.shape[-1]:
-        raise ValueError(f"topk: k={k} out of range for last axis of size {inp.shape[-1]}")
-    v, i = sort(inp, descending)
-    if kth_only:
-        return v[..., k - 1], i[..., k - 1]
-    return v[..., :k], i[..., :k]
+        raise OpError(f"topk: k={k} is out of range for a last axis of size {inp.shape[-1]}")
+    return _apply(_S.topk.bind(k=int(k), descending=bool(descending), kth_only=bool(kth_only)), inp)
+
+
+_topk = topk
+
+
+def topk_accuracy(logits, target, topk=1):
+    """Fraction of samples whose ``target`` is among the ``topk`` highest ``logits``
+    (``megengine.functional.metric.topk_accuracy``).
+
+    Args:
+        logits: ``(batch, classes)`` scores.
+        target: ``(batch,)`` integer labels.
+        topk: an int, or a sequence of ints to get one accuracy per k.
+
+    Returns:
+        a 0-d float32 tensor, or a list of them for a sequence ``topk``.
+
+    Example:
+        >>> F.topk_accuracy(Tensor([[0.1, 0.9], [0.8, 0.2]]), Tensor([1, 1]), topk=(1, 2))  # [0.5, 1.]
+    """
+    from .tensor import broadcast_to, reshape, astype
+    logits, target = _t(logits), _t(target)
+    if logits.ndim != 2 or target.shape != logits.shape[:1]:
+        raise OpError(f"topk_accuracy: expected logits (batch, classes) and target (batch,), got {logits.shape} "
+                      f"and {target.shape}")
+    ks = (topk,) if isinstance(topk, (int, np.integer)) else tuple(topk)
+    _, pred = _topk(logits, builtins.max(ks), descending=True)
+    n = logits.shape[0]
+    tgt = reshape(astype(target, pred.dtype), (-1, 1))
+    accs = []
+    for k in ks:
+        correct = _B["eq"](pred[:, :k], broadcast_to(tgt, (n, k)))
+        accs.append(_B["truediv"](sum(astype(correct, "float32")), float(n)))
+    return accs[0] if isinstance(topk, (int, np.integer)) else accs

@@ -1,56 +1,118 @@
-"""Tensor creation and manipulation (``megengine.functional.tensor``)."""
+"""Tensor creation and manipulation (``megengine.functional.tensor``).
+
+Every function validates its arguments on the host (shapes, axes and dtypes are static), raising an
+:class:`~megxla.core.OpError` that names the function, then applies one primitive -- or, for composites
+(``meshgrid``, ``polar``, ``swapaxes``…), a few.
+"""
 import builtins
+import math as _math
 
 import numpy as np
 
 from ..core._tensor import Tensor
-from ..core._dispatch import apply as _apply
-from ..core._elemwise_front import as_tensor as _t
+from ..core._dispatch import apply as _apply, OpError
+from ..core._elemwise_front import as_tensor as _t, BINARY as _B, UNARY as _U
 from ..core.dtypes import canonical as _dtype
-from ..core.ops import shape as _S, elemwise as _E, indexing as _I
+from ..core.ops import shape as _S, elemwise as _E, indexing as _I, linalg as _L, reduction as _R
 
-__all__ = ["astype", "reshape", "flatten", "transpose", "broadcast_to", "expand_dims", "squeeze", "concat",
-           "stack", "split", "flip", "roll", "tile", "repeat", "copy", "zeros", "ones", "full", "zeros_like",
-           "ones_like", "full_like", "arange", "linspace", "eye", "gather", "scatter", "swapaxes", "cond_take",
-           "where", "indexing_one_hot"]
+__all__ = ["arange", "broadcast_to", "complex", "concat", "cond_take", "copy", "cumsum", "diag", "expand_dims",
+           "eye", "flatten", "full", "full_like", "gather", "imag", "linspace", "meshgrid", "ones", "ones_like",
+           "polar", "real", "repeat", "reshape", "roll", "scatter", "split", "squeeze", "stack", "swapaxes",
+           "tile", "transpose", "where", "zeros", "zeros_like", "astype", "flip", "indexing_one_hot"]
 
 
+# ---- argument helpers ------------------------------------------------------------------------------------------
+def _axis(op, ndim, axis, extra=0):
+    """``axis`` normalised into ``[0, ndim + extra)``, or an OpError naming ``op``."""
+    n = ndim + extra
+    if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
+        raise OpError(f"{op}: axis must be an int, got {axis!r}")
+    if not -n <= axis < builtins.max(n, 1) or n == 0:
+        raise OpError(f"{op}: axis {axis} is out of range for {n} dimensions")
+    return int(axis) % n
+
+
+def _axes(op, ndim, axis, extra=0):
+    axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
+    out = tuple(_axis(op, ndim, a, extra) for a in axes)
+    if len(set(out)) != len(out):
+        raise OpError(f"{op}: repeated axis in {axis!r}")
+    return out
+
+
+def _ints(op, what, values):
+    if isinstance(values, Tensor):
+        values = values.tolist()
+    if isinstance(values, (int, np.integer)):
+        values = (values,)
+    try:
+        out = tuple(int(v) for v in values)
+    except (TypeError, ValueError):
+        raise OpError(f"{op}: {what} must be a sequence of ints, got {values!r}") from None
+    for v, o in zip(values, out):
+        if isinstance(v, (float, np.floating)) and v != o:
+            raise OpError(f"{op}: {what} must be a sequence of ints, got {values!r}")
+    return out
+
+
+def _place(x, device):
+    return x.to(device) if device is not None else x
+
+
+# ---- casting and shapes ----------------------------------------------------------------------------------------
 def astype(x, dtype):
     """Cast to ``dtype``.
 
+    Args:
+        x: input tensor.
+        dtype: target dtype (name, NumPy dtype or type).
+
+    Returns:
+        ``x`` itself if it already has ``dtype``, else a converted copy.
+
     Example:
-        >>> F.astype(Tensor([1.7]), "int32")  # [1]
+        >>> F.astype(Tensor([1.7]), "int32")  # Tensor([1], dtype=int32)
     """
     x = _t(x)
-    dtype = _dtype(dtype)
+    try:
+        dtype = _dtype(dtype)
+    except TypeError:
+        raise OpError(f"astype: unknown dtype {dtype!r}") from None
     if x.dtype == dtype:
         return x
     return _apply(_E.astype.bind(dtype=dtype.name), x)
 
 
 def _infer_shape(size, shape, op="reshape"):
-    shape = [int(s) for s in (shape if isinstance(shape, (tuple, list)) else (shape,))]
+    shape = list(_ints(op, "target_shape", shape))
     if shape.count(-1) > 1:
-        raise ValueError(f"{op}: at most one -1 in target shape {tuple(shape)}")
+        raise OpError(f"{op}: at most one -1 in target shape {tuple(shape)}")
+    if any(s < -1 for s in shape):
+        raise OpError(f"{op}: negative size in target shape {tuple(shape)}")
     known = int(np.prod([s for s in shape if s != -1], dtype=np.int64))
     if -1 in shape:
         if known == 0 or size % known:
-            raise ValueError(f"{op}: cannot reshape {size} elements into {tuple(shape)}")
+            raise OpError(f"{op}: cannot reshape {size} elements into {tuple(shape)}")
         shape[shape.index(-1)] = size // known
     elif known != size:
-        raise ValueError(f"{op}: cannot reshape a tensor of {size} elements into shape {tuple(shape)}")
+        raise OpError(f"{op}: cannot reshape a tensor of {size} elements into shape {tuple(shape)}")
     return tuple(shape)
 
 
 def reshape(inp, target_shape):
-    """Give ``inp`` a new shape with the same number of elements (one dim may be -1).
+    """Give ``inp`` a new shape with the same number of elements; one dimension may be ``-1`` (inferred).
+
+    Args:
+        inp: input tensor.
+        target_shape: the new shape (ints, a list, or a 1-D int Tensor).
+
+    Returns:
+        the reshaped tensor.
 
     Example:
-        >>> F.reshape(Tensor([1, 2, 3, 4]), (2, -1)).shape  # (2, 2)
+        >>> F.reshape(F.arange(12), (3, -1)).shape  # (3, 4)
     """
     inp = _t(inp)
-    if isinstance(target_shape, Tensor):
-        target_shape = target_shape.tolist()
     shape = _infer_shape(inp.size, target_shape)
     if shape == inp.shape:
         return inp
@@ -58,239 +120,454 @@ def reshape(inp, target_shape):
 
 
 def flatten(inp, start_axis=0, end_axis=-1):
-    """Flatten axes ``start_axis..end_axis`` into one.
+    """Flatten the axes ``start_axis..end_axis`` (inclusive) into one.
+
+    Args:
+        inp: input tensor.
+        start_axis: first axis to flatten.
+        end_axis: last axis to flatten.
+
+    Returns:
+        the flattened tensor.
 
     Example:
-        >>> F.flatten(Tensor(np.ones((2, 3, 4))), 1).shape  # (2, 12)
+        >>> F.flatten(F.ones((2, 3, 4)), 1).shape  # (2, 12)
     """
     inp = _t(inp)
-    nd = builtins.max(inp.ndim, 1)
-    s, e = start_axis % nd, end_axis % nd
-    shape = inp.shape[:s] + (-1,) + inp.shape[e + 1:]
-    return reshape(inp, shape)
+    if inp.ndim == 0:
+        return reshape(inp, (1,))
+    s, e = _axis("flatten", inp.ndim, start_axis), _axis("flatten", inp.ndim, end_axis)
+    if s > e:
+        raise OpError(f"flatten: start_axis {start_axis} comes after end_axis {end_axis} for shape {inp.shape}")
+    return reshape(inp, inp.shape[:s] + (-1,) + inp.shape[e + 1:])
 
 
 def transpose(inp, pattern):
-    """Permute axes by ``pattern``; ``'x'`` in the pattern inserts a new axis of size 1.
+    """Permute the axes of ``inp`` by ``pattern``; an ``'x'`` in the pattern inserts a new axis of size 1.
+
+    Args:
+        inp: input tensor.
+        pattern: a permutation of ``range(inp.ndim)``, possibly with ``'x'`` entries.
+
+    Returns:
+        the permuted tensor.
 
     Example:
-        >>> F.transpose(Tensor(np.ones((2, 3))), (1, 0)).shape  # (3, 2)
+        >>> F.transpose(F.ones((2, 3)), (1, 'x', 0)).shape  # (3, 1, 2)
     """
     inp = _t(inp)
     pattern = tuple(pattern)
-    if "x" in pattern:
-        real = [p for p in pattern if p != "x"]
-        out = transpose(inp, real)
-        return reshape(out, tuple(1 if p == "x" else inp.shape[p] for p in pattern))
-    if sorted(pattern) != list(range(inp.ndim)):
-        raise ValueError(f"transpose: pattern {pattern} is not a permutation of the axes of shape {inp.shape}")
-    return _apply(_S.transpose.bind(perm=pattern), inp)
+    real = tuple(p for p in pattern if not (isinstance(p, str) and p == "x"))
+    if any(isinstance(p, str) for p in real) or sorted(real) != list(range(inp.ndim)):
+        raise OpError(f"transpose: pattern {pattern} is not a permutation of the axes of shape {inp.shape}")
+    out = inp if real == tuple(range(inp.ndim)) else _apply(_S.transpose.bind(perm=real), inp)
+    if len(real) != len(pattern):
+        out = reshape(out, tuple(1 if isinstance(p, str) else inp.shape[p] for p in pattern))
+    return out
 
 
 def swapaxes(inp, axis1, axis2):
     """Swap two axes.
 
+    Args:
+        inp: input tensor.
+        axis1: first axis.
+        axis2: second axis.
+
+    Returns:
+        the tensor with ``axis1`` and ``axis2`` exchanged.
+
     Example:
-        >>> F.swapaxes(Tensor(np.ones((2, 3))), 0, 1).shape  # (3, 2)
+        >>> F.swapaxes(F.ones((2, 3)), 0, 1).shape  # (3, 2)
     """
     inp = _t(inp)
+    a, b = _axis("swapaxes", inp.ndim, axis1), _axis("swapaxes", inp.ndim, axis2)
     perm = list(range(inp.ndim))
-    perm[axis1], perm[axis2] = perm[axis2], perm[axis1]
+    perm[a], perm[b] = perm[b], perm[a]
     return transpose(inp, perm)
 
 
 def broadcast_to(inp, shape):
-    """Broadcast to ``shape`` (NumPy rules).
+    """Broadcast ``inp`` to ``shape`` (NumPy's rules: trailing dimensions match or are 1).
+
+    Args:
+        inp: input tensor.
+        shape: the target shape.
+
+    Returns:
+        the broadcast tensor.
 
     Example:
         >>> F.broadcast_to(Tensor([1., 2.]), (3, 2)).shape  # (3, 2)
     """
     inp = _t(inp)
-    shape = (shape,) if isinstance(shape, int) else tuple(int(s) for s in shape)
+    shape = _ints("broadcast_to", "shape", shape)
     try:
-        np.broadcast_shapes(inp.shape, shape)
-        if len(shape) < inp.ndim:
+        if len(shape) < inp.ndim or np.broadcast_shapes(inp.shape, shape) != shape:
             raise ValueError
     except ValueError:
-        raise ValueError(f"broadcast_to: cannot broadcast shape {inp.shape} to {shape}") from None
+        raise OpError(f"broadcast_to: cannot broadcast shape {inp.shape} to {shape}") from None
+    if shape == inp.shape:
+        return inp
     return _apply(_S.broadcast_to.bind(shape=shape), inp)
 
 
 def expand_dims(inp, axis):
-    """Insert size-1 axes at ``axis`` (int or sequence).
+    """Insert size-1 axes at the positions ``axis`` (of the result).
+
+    Args:
+        inp: input tensor.
+        axis: an int or a sequence of ints.
+
+    Returns:
+        the expanded tensor.
 
     Example:
-        >>> F.expand_dims(Tensor([1., 2.]), 0).shape  # (1, 2)
+        >>> F.expand_dims(Tensor([1., 2.]), (0, 2)).shape  # (1, 2, 1)
     """
     inp = _t(inp)
-    axes = (axis,) if isinstance(axis, int) else tuple(axis)
-    nd = inp.ndim + len(axes)
-    return _apply(_S.expand_dims.bind(axis=tuple(sorted(a % nd for a in axes))), inp)
+    n = 1 if isinstance(axis, (int, np.integer)) else len(axis)
+    axes = _axes("expand_dims", inp.ndim, axis, extra=n)
+    return _apply(_S.expand_dims.bind(axis=tuple(sorted(axes))), inp)
 
 
 def squeeze(inp, axis=None):
-    """Remove size-1 axes (all, or those in ``axis``).
+    """Remove size-1 axes: all of them, or those in ``axis``.
+
+    Args:
+        inp: input tensor.
+        axis: None, an int or a sequence of ints.
+
+    Returns:
+        the squeezed tensor.
 
     Example:
-        >>> F.squeeze(Tensor(np.ones((1, 2, 1))), 2).shape  # (1, 2)
+        >>> F.squeeze(F.ones((1, 2, 1)), 2).shape  # (1, 2)
     """
     inp = _t(inp)
     if axis is None:
         axes = tuple(i for i, s in enumerate(inp.shape) if s == 1)
     else:
-        axes = tuple(a % inp.ndim for a in ((axis,) if isinstance(axis, int) else axis))
+        axes = _axes("squeeze", inp.ndim, axis)
         for a in axes:
             if inp.shape[a] != 1:
-                raise ValueError(f"squeeze: axis {a} of shape {inp.shape} has size {inp.shape[a]}, not 1")
+                raise OpError(f"squeeze: axis {a} of shape {inp.shape} has size {inp.shape[a]}, not 1")
+    if not axes:
+        return inp
     return _apply(_S.squeeze.bind(axis=axes), inp)
 
 
 def concat(inps, axis=0, device=None):
-    """Concatenate tensors along ``axis``.
+    """Concatenate tensors along an existing axis.
+
+    Args:
+        inps: a sequence of tensors, equal in shape except along ``axis``.
+        axis: the axis to join along.
+        device: where to put the result (default: the inputs' device).
+
+    Returns:
+        the concatenated tensor.
 
     Example:
-        >>> F.concat([Tensor([1.]), Tensor([2., 3.])]).shape  # (3,)
+        >>> F.concat([F.ones((1, 2)), F.zeros((2, 2))]).shape  # (3, 2)
     """
     inps = [_t(x) for x in inps]
     if not inps:
-        raise ValueError("concat: needs at least one tensor")
+        raise OpError("concat: needs at least one tensor")
+    nd = inps[0].ndim
+    axis = _axis("concat", nd, axis)
+    for x in inps[1:]:
+        if x.ndim != nd or x.shape[:axis] + x.shape[axis + 1:] != inps[0].shape[:axis] + inps[0].shape[axis + 1:]:
+            raise OpError(f"concat: shapes {[t.shape for t in inps]} differ outside axis {axis}")
     if len(inps) == 1:
-        return inps[0]
-    axis = axis % inps[0].ndim
-    return _apply(_S.concat.bind(axis=axis), *inps)
+        return _place(inps[0], device)
+    return _place(_apply(_S.concat.bind(axis=axis), *inps), device)
 
 
 def stack(inps, axis=0, device=None):
     """Stack same-shape tensors along a new axis.
 
+    Args:
+        inps: a sequence of tensors of one shape.
+        axis: position of the new axis in the result.
+        device: where to put the result.
+
+    Returns:
+        the stacked tensor.
+
     Example:
-        >>> F.stack([Tensor([1., 2.]), Tensor([3., 4.])]).shape  # (2, 2)
+        >>> F.stack([Tensor([1., 2.]), Tensor([3., 4.])], axis=1).shape  # (2, 2)
     """
     inps = [_t(x) for x in inps]
+    if not inps:
+        raise OpError("stack: needs at least one tensor")
     shapes = {x.shape for x in inps}
     if len(shapes) != 1:
-        raise ValueError(f"stack: all inputs must have the same shape, got {sorted(shapes)}")
-    return _apply(_S.stack.bind(axis=axis % (inps[0].ndim + 1)), *inps)
+        raise OpError(f"stack: all inputs must have the same shape, got {[x.shape for x in inps]}")
+    axis = _axis("stack", inps[0].ndim, axis, extra=1)
+    return _place(_apply(_S.stack.bind(axis=axis), *inps), device)
 
 
 def split(inp, nsplits_or_sections, axis=0):
-    """Split into ``n`` equal parts (int) or at the given section indices (list).
+    """Split ``inp`` along ``axis`` into ``n`` near-equal parts (an int; the first parts are one larger when
+    the size does not divide) or at the given increasing section indices (a list).
+
+    Args:
+        inp: input tensor.
+        nsplits_or_sections: an int number of parts, or a sequence of split points.
+        axis: the axis to split.
+
+    Returns:
+        a list of tensors.
 
     Example:
-        >>> a, b = F.split(Tensor([1., 2., 3., 4.]), 2)
+        >>> [t.shape for t in F.split(F.ones((5, 2)), 2)]  # [(3, 2), (2, 2)]
     """
     inp = _t(inp)
-    axis = axis % inp.ndim
-    if isinstance(nsplits_or_sections, int):
-        n = nsplits_or_sections
-        size = inp.shape[axis]
-        if n <= 0 or size % n:
-            raise ValueError(f"split: axis {axis} of size {size} cannot be split into {n} equal parts")
-        indices = tuple(range(size // n, size, size // n))
+    axis = _axis("split", inp.ndim, axis)
+    size = inp.shape[axis]
+    if isinstance(nsplits_or_sections, (int, np.integer)):
+        n = int(nsplits_or_sections)
+        if n <= 0:
+            raise OpError(f"split: number of sections must be positive, got {n}")
+        if n > size:
+            raise OpError(f"split: axis {axis} of size {size} cannot be split into {n} sections")
+        sizes = [(size + n - i - 1) // n for i in range(n)]
+        indices = tuple(int(v) for v in np.cumsum(sizes)[:-1])
     else:
-        indices = tuple(int(i) for i in nsplits_or_sections)
+        indices = _ints("split", "sections", nsplits_or_sections)
+        if any(b < a for a, b in zip(indices, indices[1:])) or any(not 0 <= i <= size for i in indices):
+            raise OpError(f"split: sections {indices} must be increasing within [0, {size}]")
     return list(_apply(_S.split.bind(indices=indices, axis=axis), inp))
 
 
 def flip(inp, axis):
     """Reverse the order of elements along ``axis``.
 
+    Args:
+        inp: input tensor.
+        axis: an int or a sequence of ints.
+
+    Returns:
+        the flipped tensor.
+
     Example:
-        >>> F.flip(Tensor([1., 2.]), 0)  # [2., 1.]
+        >>> F.flip(Tensor([1., 2., 3.]), 0)  # [3., 2., 1.]
     """
     inp = _t(inp)
-    axes = (axis,) if isinstance(axis, int) else tuple(axis)
-    return _apply(_S.flip.bind(axis=tuple(a % inp.ndim for a in axes)), inp)
+    return _apply(_S.flip.bind(axis=_axes("flip", inp.ndim, axis)), inp)
 
 
 def roll(inp, shift, axis=None):
-    """Roll elements along ``axis`` (flattened if None).
+    """Roll elements along ``axis`` by ``shift`` (elements leaving one end re-enter at the other).
+
+    Args:
+        inp: input tensor.
+        shift: an int, or a sequence of ints matching ``axis``.
+        axis: an int, a sequence of ints, or None to roll the flattened tensor (shape is kept).
+
+    Returns:
+        the rolled tensor.
 
     Example:
-        >>> F.roll(Tensor([1., 2., 3.]), 1)  # [3., 1., 2.]
+        >>> F.roll(Tensor([1., 2., 3., 4.]), 1)  # [4., 1., 2., 3.]
     """
     inp = _t(inp)
-    return _apply(_S.roll.bind(shift=shift if isinstance(shift, int) else tuple(shift),
-                               axis=axis if axis is None or isinstance(axis, int) else tuple(axis)), inp)
+    if axis is None:
+        shifts = _ints("roll", "shift", shift)
+        if len(shifts) != 1:
+            raise OpError(f"roll: one shift expected when axis is None, got {shift!r}")
+        return _apply(_S.roll.bind(shift=shifts[0], axis=None), inp)
+    if isinstance(axis, (int, np.integer)):
+        axis = (axis,)
+    axes = tuple(_axis("roll", inp.ndim, a) for a in axis)
+    shifts = _ints("roll", "shift", shift)
+    if len(shifts) == 1 and len(axes) > 1:
+        shifts = shifts * len(axes)
+    if len(shifts) != len(axes):
+        raise OpError(f"roll: {len(shifts)} shifts for {len(axes)} axes")
+    return _apply(_S.roll.bind(shift=shifts, axis=axes), inp)
 
 
 def tile(inp, reps):
-    """Repeat the whole tensor ``reps`` times along each axis.
+    """Repeat the whole tensor ``reps[i]`` times along axis ``i`` (``reps`` is aligned to the trailing axes).
+
+    Args:
+        inp: input tensor.
+        reps: repetitions per axis.
+
+    Returns:
+        the tiled tensor.
 
     Example:
-        >>> F.tile(Tensor([1., 2.]), (2,))  # [1., 2., 1., 2.]
+        >>> F.tile(Tensor([[1., 2.]]), (2, 2)).shape  # (2, 4)
     """
-    return _apply(_S.tile.bind(reps=tuple(reps)), _t(inp))
+    reps = _ints("tile", "reps", reps)
+    if any(r < 0 for r in reps):
+        raise OpError(f"tile: reps must be non-negative, got {reps}")
+    return _apply(_S.tile.bind(reps=reps), _t(inp))
 
 
 def repeat(inp, repeats, axis=None):
-    """Repeat each element ``repeats`` times along ``axis`` (flattened if None).
+    """Repeat each element ``repeats`` times along ``axis`` (of the flattened tensor if None).
+
+    Args:
+        inp: input tensor.
+        repeats: number of repetitions (int).
+        axis: the axis, or None.
+
+    Returns:
+        the repeated tensor.
 
     Example:
-        >>> F.repeat(Tensor([1., 2.]), 2)  # [1., 1., 2., 2.]
+        >>> F.repeat(Tensor([[1., 2.]]), 2, axis=1)  # [[1., 1., 2., 2.]]
     """
-    return _apply(_S.repeat.bind(repeats=int(repeats), axis=axis), _t(inp))
+    inp = _t(inp)
+    if isinstance(repeats, bool) or not isinstance(repeats, (int, np.integer)) or repeats < 0:
+        raise OpError(f"repeat: repeats must be a non-negative int, got {repeats!r}")
+    ax = None if axis is None else _axis("repeat", inp.ndim, axis)
+    return _apply(_S.repeat.bind(repeats=int(repeats), axis=ax), inp)
 
 
 def copy(inp, device=None):
-    """A copy of ``inp`` (on ``device`` if given).
+    """A copy of ``inp``, on ``device`` if given.
+
+    Args:
+        inp: input tensor.
+        device: target device name, e.g. ``"cpu0"``.
+
+    Returns:
+        the copy.
 
     Example:
-        >>> F.copy(Tensor([1.]))
+        >>> F.copy(Tensor([1.]))  # Tensor([1.])
     """
     inp = _t(inp)
     return inp.to(device) if device is not None else _apply(_S.copy.bind(), inp)
 
 
-def _shape(shape):
-    if isinstance(shape, Tensor):
-        shape = shape.tolist()
-    return (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(int(s) for s in shape)
+def cumsum(inp, axis):
+    """Cumulative sum along ``axis``.
 
+    Args:
+        inp: input tensor.
+        axis: the axis.
 
-def full(shape, value, dtype="float32", device=None):
-    """A tensor of ``shape`` filled with ``value``.
+    Returns:
+        a tensor like ``inp``.
 
     Example:
-        >>> F.full((2,), 7)  # [7., 7.]
+        >>> F.cumsum(Tensor([[1, 2, 3], [4, 5, 6]]), axis=1)  # [[1, 3, 6], [4, 9, 15]]
     """
-    dtype = _dtype(dtype) if dtype is not None else np.asarray(value).dtype
-    out = _apply(_S.full.bind(shape=_shape(shape), value=float(value) if dtype.kind == "f" else value,
-                              dtype=dtype.name))
-    return out.to(device) if device is not None else out
+    inp = _t(inp)
+    return _apply(_R.cumsum.bind(axis=_axis("cumsum", inp.ndim, axis)), inp)
 
 
-def zeros(shape, dtype="float32", device=None):
+# ---- creation ----------------------------------------------------------------------------------------------------
+def _shape(op, shape):
+    shape = _ints(op, "shape", shape)
+    if any(s < 0 for s in shape):
+        raise OpError(f"{op}: negative dimension in shape {shape}")
+    return shape
+
+
+def _fill_value(value, dtype):
+    kind = dtype.kind
+    if kind == "f":
+        value = float(value)
+        return _math.nan if value != value else value  # one NaN object: ops are interned by their params
+    if kind == "c":
+        return builtins.complex(value)
+    if kind == "b":
+        return bool(value)
+    return int(value)
+
+
+def full(shape, value, *, dtype=None, device=None):
+    """A tensor of ``shape`` filled with ``value``.
+
+    Args:
+        shape: an int or a sequence of ints.
+        value: the fill value (bool, int or float).
+        dtype: the dtype; default from ``value`` (bool, int32 or float32).
+        device: where to put the result.
+
+    Returns:
+        the filled tensor.
+
+    Example:
+        >>> F.full((2, 3), 7)  # int32 sevens
+    """
+    if isinstance(value, Tensor):
+        value = value.item()
+    if dtype is None:
+        dtype = np.dtype(np.bool_ if isinstance(value, (bool, np.bool_)) else np.int32 if isinstance(
+            value, (int, np.integer)) else np.complex64 if isinstance(value, builtins.complex) else np.float32)
+    else:
+        dtype = _dtype(dtype)
+    out = _apply(_S.full.bind(shape=_shape("full", shape), value=_fill_value(value, dtype), dtype=dtype.name))
+    return _place(out, device)
+
+
+def zeros(shape, *, dtype="float32", device=None):
     """A tensor of zeros.
+
+    Args:
+        shape: an int or a sequence of ints.
+        dtype: the dtype.
+        device: where to put the result.
+
+    Returns:
+        the tensor.
 
     Example:
         >>> F.zeros((2, 3)).shape  # (2, 3)
     """
-    return full(shape, 0, dtype, device)
+    return full(shape, 0, dtype=dtype, device=device)
 
 
-def ones(shape, dtype="float32", device=None):
+def ones(shape, *, dtype="float32", device=None):
     """A tensor of ones.
+
+    Args:
+        shape: an int or a sequence of ints.
+        dtype: the dtype.
+        device: where to put the result.
+
+    Returns:
+        the tensor.
 
     Example:
         >>> F.ones(3)  # [1., 1., 1.]
     """
-    return full(shape, 1, dtype, device)
+    return full(shape, 1, dtype=dtype, device=device)
 
 
 def full_like(inp, value):
-    """A tensor like ``inp`` filled with ``value``.
+    """A tensor of ``inp``'s shape and dtype filled with ``value``.
+
+    Args:
+        inp: the tensor to take shape and dtype from.
+        value: the fill value (cast to ``inp``'s dtype).
+
+    Returns:
+        the filled tensor.
 
     Example:
         >>> F.full_like(Tensor([1, 2]), 5)  # [5, 5]
     """
     inp = _t(inp)
-    value = float(value) if inp.dtype.kind == "f" else value
-    return _apply(_S.full_like.bind(value=value), inp)
+    return _apply(_S.full_like.bind(value=_fill_value(value, inp.dtype)), inp)
 
 
 def zeros_like(inp):
     """Zeros shaped and typed like ``inp``.
+
+    Args:
+        inp: the tensor to take shape and dtype from.
+
+    Returns:
+        the tensor.
 
     Example:
         >>> F.zeros_like(Tensor([1., 2.]))  # [0., 0.]
@@ -301,93 +578,356 @@ def zeros_like(inp):
 def ones_like(inp):
     """Ones shaped and typed like ``inp``.
 
+    Args:
+        inp: the tensor to take shape and dtype from.
+
+    Returns:
+        the tensor.
+
     Example:
         >>> F.ones_like(Tensor([1., 2.]))  # [1., 1.]
     """
     return full_like(inp, 1)
 
 
+def _number(op, what, v):
+    if isinstance(v, Tensor):
+        v = v.item()
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)):
+        raise OpError(f"{op}: {what} must be a number, got {v!r}")
+    return int(v) if isinstance(v, (int, np.integer)) else float(v)
+
+
 def arange(start=0, stop=None, step=1, *, dtype="float32", device=None):
-    """Evenly spaced values in ``[start, stop)``.
+    """Evenly spaced values ``start, start + step, ...`` up to (excluding) ``stop``.
+
+    Args:
+        start: first value (or the stop, if ``stop`` is None).
+        stop: end of the interval, excluded.
+        step: spacing, non-zero.
+        dtype: result dtype (computed in float32, as MegEngine, then cast).
+        device: where to put the result.
+
+    Returns:
+        a 1-D tensor of ``ceil((stop - start) / step)`` values.
 
     Example:
-        >>> F.arange(3)  # [0., 1., 2.]
+        >>> F.arange(1, 4)  # [1., 2., 3.]
     """
     if stop is None:
         start, stop = 0, start
+    start, stop, step = (_number("arange", n, v) for n, v in (("start", start), ("stop", stop), ("step", step)))
     if step == 0:
-        raise ValueError("arange: step must not be zero")
-    out = _apply(_S.arange.bind(start=start, stop=stop, step=step, dtype=_dtype(dtype).name))
-    return out.to(device) if device is not None else out
+        raise OpError("arange: step must not be zero")
+    num = builtins.max(int(_math.ceil((stop - start) / step)), 0)
+    out = _apply(_S.arange.bind(start=start, step=step, num=num, dtype=_dtype(dtype).name))
+    return _place(out, device)
 
 
 def linspace(start, stop, num, *, dtype="float32", device=None):
-    """``num`` evenly spaced values from ``start`` to ``stop`` inclusive.
+    """``num`` evenly spaced values from ``start`` to ``stop``, both included.
+
+    Args:
+        start: first value.
+        stop: last value.
+        num: number of values (non-negative int).
+        dtype: result dtype.
+        device: where to put the result.
+
+    Returns:
+        a 1-D tensor.
 
     Example:
-        >>> F.linspace(0, 1, 3)  # [0., 0.5, 1.]
+        >>> F.linspace(0, 1, 5)  # [0., 0.25, 0.5, 0.75, 1.]
     """
-    out = _apply(_S.linspace.bind(start=float(start), stop=float(stop), num=int(num), dtype=_dtype(dtype).name))
-    return out.to(device) if device is not None else out
+    start, stop = _number("linspace", "start", start), _number("linspace", "stop", stop)
+    num = _number("linspace", "num", num)
+    if not isinstance(num, int) or num < 0:
+        raise OpError(f"linspace: num must be a non-negative int, got {num!r}")
+    out = _apply(_S.linspace.bind(start=float(start), stop=float(stop), num=num, dtype=_dtype(dtype).name))
+    return _place(out, device)
 
 
 def eye(N, M=None, *, dtype="float32", device=None):
-    """The identity matrix (``N x M``).
+    """A 2-D tensor with ones on the diagonal and zeros elsewhere.
+
+    Args:
+        N: number of rows (or a ``(rows, cols)`` tuple).
+        M: number of columns; default ``N``.
+        dtype: result dtype.
+        device: where to put the result.
+
+    Returns:
+        the ``N x M`` tensor.
 
     Example:
-        >>> F.eye(2)  # [[1., 0.], [0., 1.]]
+        >>> F.eye(2, 3)  # [[1., 0., 0.], [0., 1., 0.]]
     """
     if isinstance(N, (tuple, list)):
+        if len(N) != 2 or M is not None:
+            raise OpError(f"eye: shape must be (N, M), got {N!r}")
         N, M = N
-    out = _apply(_S.eye.bind(n=int(N), m=None if M is None else int(M), k=0, dtype=_dtype(dtype).name))
-    return out.to(device) if device is not None else out
+    n, m = _shape("eye", (N, N if M is None else M))
+    return _place(_apply(_S.eye.bind(n=n, m=m, k=0, dtype=_dtype(dtype).name)), device)
+
+
+def diag(inp, k=0):
+    """The ``k``-th diagonal of a matrix, or a square matrix with a vector on its ``k``-th diagonal.
+
+    Args:
+        inp: a 1-D or 2-D tensor.
+        k: diagonal offset: 0 the main one, > 0 above it, < 0 below it.
+
+    Returns:
+        a 2-D tensor for a 1-D input, a 1-D tensor for a 2-D input.
+
+    Example:
+        >>> F.diag(Tensor([1., 2.]))  # [[1., 0.], [0., 2.]]
+    """
+    inp = _t(inp)
+    if inp.ndim not in (1, 2):
+        raise OpError(f"diag: input must be 1-D or 2-D, got shape {inp.shape}")
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
+        raise OpError(f"diag: k must be an int, got {k!r}")
+    return _apply(_L.diag.bind(k=int(k)), inp)
+
+
+def meshgrid(*inputs, indexing="xy"):
+    """Coordinate grids from 1-D coordinate vectors, as ``numpy.meshgrid``.
+
+    Args:
+        inputs: 1-D tensors (or one list of them).
+        indexing: ``"xy"`` (Cartesian: the first two output axes swapped) or ``"ij"`` (matrix).
+
+    Returns:
+        a list of tensors, all of shape ``(len(x1), len(x2), ...)`` (first two swapped for ``"xy"``).
+
+    Example:
+        >>> xs, ys = F.meshgrid(F.arange(3), F.arange(2))
+        >>> xs.shape  # (2, 3)
+    """
+    if indexing not in ("xy", "ij"):
+        raise OpError(f"meshgrid: indexing must be 'xy' or 'ij', got {indexing!r}")
+    if len(inputs) == 1 and isinstance(inputs[0], (list, tuple)):
+        inputs = inputs[0]
+    inputs = [_t(x) for x in inputs]
+    for x in inputs:
+        if x.ndim != 1:
+            raise OpError(f"meshgrid: inputs must be 1-D, got shape {x.shape}")
+    n = len(inputs)
+    sizes = [x.shape[0] for x in inputs]
+    pos = list(range(n))
+    if indexing == "xy" and n > 1:
+        sizes[0], sizes[1] = sizes[1], sizes[0]
+        pos[0], pos[1] = 1, 0
+    out = []
+    for x, p in zip(inputs, pos):
+        shape = [1] * n
+        shape[p] = x.shape[0]
+        out.append(broadcast_to(reshape(x, shape), sizes))
+    return out
+
+
+# ---- complex numbers -------------------------------------------------------------------------------------------
+def complex(real, imag):
+    """A complex tensor ``real + 1j * imag``.
+
+    Args:
+        real: real parts (float tensor).
+        imag: imaginary parts (float tensor, broadcastable with ``real``).
+
+    Returns:
+        a complex64 (complex128 for float64 inputs) tensor.
+
+    Example:
+        >>> F.complex(Tensor([1.]), Tensor([2.]))  # [1.+2.j]
+    """
+    real, imag = _t(real), _t(imag)
+    for x in (real, imag):
+        if x.dtype.kind == "c":
+            raise OpError(f"complex: real and imag must be real tensors, got {x.dtype}")
+    return _B["complex"](real, imag)
+
+
+def real(complex):
+    """The real part of a complex tensor (real tensors are returned as they are).
+
+    Args:
+        complex: input tensor.
+
+    Returns:
+        a float tensor.
+
+    Example:
+        >>> F.real(F.complex(Tensor([1.]), Tensor([2.])))  # [1.]
+    """
+    return _U["real"](_t(complex))
+
+
+def imag(complex):
+    """The imaginary part of a complex tensor (zeros for real tensors).
+
+    Args:
+        complex: input tensor.
+
+    Returns:
+        a float tensor.
+
+    Example:
+        >>> F.imag(F.complex(Tensor([1.]), Tensor([2.])))  # [2.]
+    """
+    return _U["imag"](_t(complex))
+
+
+def polar(abs, angle):
+    """A complex tensor from magnitudes and angles: ``abs * (cos(angle) + 1j * sin(angle))``.
+
+    Args:
+        abs: magnitudes (float tensor).
+        angle: angles in radians (float tensor).
+
+    Returns:
+        a complex tensor.
+
+    Example:
+        >>> F.polar(Tensor([2.]), Tensor([0.]))  # [2.+0.j]
+    """
+    abs, angle = _t(abs), _t(angle)
+    return complex(_B["mul"](abs, _U["cos"](angle)), _B["mul"](abs, _U["sin"](angle)))
+
+
+# ---- selection -------------------------------------------------------------------------------------------------
+def _index_tensor(op, index):
+    index = _t(index)
+    if index.dtype.kind not in "iu":
+        raise OpError(f"{op}: index must be an integer tensor, got {index.dtype}")
+    return index
 
 
 def gather(inp, axis, index):
-    """Gather values along ``axis`` at ``index`` (same rank as ``inp``).
+    """``out[i][j][k] = inp[index[i][j][k]][j][k]`` for ``axis = 0`` (and likewise for other axes).
+
+    Args:
+        inp: input tensor.
+        axis: the axis to gather along.
+        index: integer tensor of ``inp``'s rank, equal to ``inp`` in shape except along ``axis``.
+
+    Returns:
+        a tensor of ``index``'s shape.
 
     Example:
         >>> F.gather(Tensor([[1., 2.], [3., 4.]]), 1, Tensor([[1], [0]]))  # [[2.], [3.]]
     """
-    inp, index = _t(inp), _t(index)
+    inp, index = _t(inp), _index_tensor("gather", index)
     if index.ndim != inp.ndim:
-        raise ValueError(f"gather: index rank {index.ndim} must equal input rank {inp.ndim}")
-    return _apply(_I.gather.bind(axis=axis % inp.ndim), inp, index)
+        raise OpError(f"gather: index rank {index.ndim} must equal input rank {inp.ndim}")
+    axis = _axis("gather", inp.ndim, axis)
+    for d in range(inp.ndim):
+        if d != axis and index.shape[d] != inp.shape[d]:
+            raise OpError(f"gather: input {inp.shape} and index {index.shape} must have the same size apart from "
+                          f"axis {axis}")
+    return _apply(_I.gather.bind(axis=axis), inp, index)
 
 
 def scatter(inp, axis, index, source):
-    """Write ``source`` into a copy of ``inp`` along ``axis`` at ``index``.
+    """Write ``source`` into a copy of ``inp``: ``out[index[i][j]][j] = source[i][j]`` for ``axis = 0``.
+
+    Unlike MegEngine, ``inp`` itself is not modified; use ``x = F.scatter(x, ...)``. Where ``index`` repeats a
+    position the last write wins.
+
+    Args:
+        inp: input tensor.
+        axis: the axis to scatter along.
+        index: integer tensor of ``source``'s shape.
+        source: values, of ``inp``'s rank, no larger than ``inp`` in any axis.
+
+    Returns:
+        the updated tensor.
 
     Example:
-        >>> F.scatter(F.zeros((2, 2)), 1, Tensor([[1], [0]]), Tensor([[5.], [6.]]))
+        >>> F.scatter(F.zeros((2, 2)), 1, Tensor([[1], [0]]), Tensor([[5.], [6.]]))  # [[0., 5.], [6., 0.]]
     """
-    inp, index, source = _t(inp), _t(index), _t(source)
+    inp, index, source = _t(inp), _index_tensor("scatter", index), _t(source)
+    if not inp.ndim == index.ndim == source.ndim:
+        raise OpError(f"scatter: input {inp.shape}, index {index.shape} and source {source.shape} must have the "
+                      f"same rank")
+    axis = _axis("scatter", inp.ndim, axis)
     if index.shape != source.shape:
-        raise ValueError(f"scatter: index shape {index.shape} must equal source shape {source.shape}")
-    return _apply(_I.scatter.bind(axis=axis % inp.ndim), inp, index, source)
+        raise OpError(f"scatter: index shape {index.shape} must equal source shape {source.shape}")
+    for d in range(inp.ndim):
+        if d != axis and source.shape[d] > inp.shape[d]:
+            raise OpError(f"scatter: source {source.shape} is larger than input {inp.shape} in axis {d}")
+    return _apply(_I.scatter.bind(axis=axis), inp, index, source)
 
 
 def indexing_one_hot(src, index, axis=1, keepdims=False):
-    """Pick ``src[..., index, ...]`` along ``axis`` for each position of ``index``.
+    """Pick one element along ``axis`` per position: ``out[i, j] = src[i, index[i, j], j]`` for ``axis = 1``.
+
+    Args:
+        src: input tensor.
+        index: integer tensor of ``src``'s shape without ``axis``.
+        axis: the axis to pick along.
+        keepdims: keep ``axis`` (with size 1) in the result.
+
+    Returns:
+        the picked elements.
 
     Example:
         >>> F.indexing_one_hot(Tensor([[1., 2.], [3., 4.]]), Tensor([1, 0]))  # [2., 3.]
     """
-    src, index = _t(src), _t(index)
-    return _apply(_I.indexing_one_hot.bind(axis=axis % src.ndim, keepdims=bool(keepdims)), src, index)
+    src, index = _t(src), _index_tensor("indexing_one_hot", index)
+    axis = _axis("indexing_one_hot", src.ndim, axis)
+    expected = src.shape[:axis] + src.shape[axis + 1:]
+    if index.shape != expected:
+        raise OpError(f"indexing_one_hot: index shape {index.shape} must be {expected} (src {src.shape} without "
+                      f"axis {axis})")
+    return _apply(_I.indexing_one_hot.bind(axis=axis, keepdims=bool(keepdims)), src, index)
 
 
 def cond_take(mask, x):
-    """Elements of ``x`` where ``mask`` is true, and their flat indices: ``(values, indices)``.
+    """The elements of ``x`` where ``mask`` is true, and their indices in the flattened ``x``.
+
+    NOTE: the result's size depends on ``mask``'s values, which are read on the host (as MegEngine does); a
+    traced function bakes in the count of its recording call.
+
+    Args:
+        mask: bool tensor (non-bool: where it equals 1) of ``x``'s shape.
+        x: input tensor.
+
+    Returns:
+        ``(values, indices)``: 1-D tensors, indices int32.
 
     Example:
-        >>> v, i = F.cond_take(Tensor([True, False]), Tensor([1., 2.]))
+        >>> v, i = F.cond_take(Tensor([True, False, True]), Tensor([1., 2., 3.]))  # [1., 3.], [0, 2]
     """
     mask, x = _t(mask), _t(x)
     if mask.shape != x.shape:
-        raise ValueError(f"cond_take: mask shape {mask.shape} must equal x shape {x.shape}")
-    idx = Tensor(np.flatnonzero(mask.numpy()).astype(np.int32))
-    return flatten(x)[idx], idx
+        raise OpError(f"cond_take: mask shape {mask.shape} must equal x shape {x.shape}")
+    m = mask.numpy()
+    m = m if m.dtype == np.bool_ else m == 1
+    idx = Tensor(np.flatnonzero(m).astype(np.int32))
+    return reshape(x, (-1,))[idx], idx
 
 
-from .elemwise import where  # noqa: E402,F401
+def where(mask, x, y):
+    """Select ``x`` where ``mask`` is true, else ``y`` (broadcasting all three).
+
+    Args:
+        mask: bool tensor.
+        x: values where true (tensor or scalar).
+        y: values where false (tensor or scalar).
+
+    Returns:
+        a tensor of the broadcast shape.
+
+    Example:
+        >>> F.where(Tensor([True, False]), Tensor([1., 2.]), Tensor([3., 4.]))  # [1., 4.]
+    """
+    mask = _t(mask)
+    if mask.dtype != np.bool_:
+        raise OpError(f"where: mask must be bool, got {mask.dtype}")
+    if not isinstance(x, Tensor) and isinstance(y, Tensor):
+        x = _t(x, y)
+    x = _t(x)
+    y = _t(y, x)
+    return _apply(_E.where.bind(), mask, x, y)

@@ -29,6 +29,12 @@ def _pow(x, y):
     return jnp.power(x, y)
 
 
+def _complex(re, im):
+    re, im = jnp.broadcast_arrays(re, im)
+    dt = jnp.result_type(re, im, jnp.float32)
+    return jax.lax.complex(re.astype(dt), im.astype(dt))
+
+
 def _relu(x):
     return jnp.maximum(x, jnp.zeros((), x.dtype))
 
@@ -58,7 +64,7 @@ BINARY_IMPLS = {
     "eq": jnp.equal, "ne": jnp.not_equal, "logical_and": jnp.logical_and, "logical_or": jnp.logical_or,
     "logical_xor": jnp.logical_xor, "and": jnp.bitwise_and, "or": jnp.bitwise_or, "xor": jnp.bitwise_xor,
     "lshift": jnp.left_shift, "rshift": jnp.right_shift, "atan2": jnp.arctan2, "logaddexp": jnp.logaddexp,
-    "complex": jax.lax.complex,
+    "complex": _complex,
 }
 
 UNARY = {name: Primitive(name, impl) for name, impl in UNARY_IMPLS.items()}
