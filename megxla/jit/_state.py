@@ -38,6 +38,9 @@ def collect(args, kwargs):
         if isinstance(obj, (list, tuple)):
             return (type(obj).__name__,) + tuple(walk(o) for o in obj)
         if isinstance(obj, dict):
+            if "params" in obj:  # an optimizer param group: hyper-parameter values are graph inputs, not keys
+                return ("group",) + tuple((k, walk(v) if k == "params" else type(v).__name__)
+                                          for k, v in obj.items())
             return ("dict",) + tuple((k, walk(v)) for k, v in obj.items())
         if _is_module(obj):
             named = list(obj.named_tensors())
