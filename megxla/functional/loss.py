@@ -1,7 +1,11 @@
-"""Loss functions (``megengine.functional.loss``): plain Python over primitives."""
-from ..core._elemwise_front import as_tensor as _t
+"""Loss functions (``megengine.functional.loss``): plain Python over primitives (``ctc_loss`` is one fused op)."""
+import numpy as np
 
-__all__ = ["cross_entropy", "binary_cross_entropy", "l1_loss", "square_loss", "hinge_loss"]
+from ..core._dispatch import apply as _apply, OpError
+from ..core._elemwise_front import as_tensor as _t
+from ..core.ops import nn as _N
+
+__all__ = ["cross_entropy", "binary_cross_entropy", "l1_loss", "square_loss", "hinge_loss", "ctc_loss"]
 
 
 def _reduce(loss, reduction, op):
@@ -11,100 +15,212 @@ def _reduce(loss, reduction, op):
         return loss.sum()
     if reduction == "none":
         return loss
-    raise ValueError(f"{op}: reduction must be 'none', 'sum' or 'mean', got {reduction!r}")
+    raise OpError(f"{op}: reduction must be 'none', 'sum' or 'mean', got {reduction!r}")
 
 
-def _same_shape(pred, label, op):
-    if pred.shape != label.shape:
-        raise ValueError(f"{op}: pred shape {pred.shape} and label shape {label.shape} differ")
+def _check_reduction(reduction, op):
+    if reduction not in ("none", "sum", "mean"):
+        raise OpError(f"{op}: reduction must be 'none', 'sum' or 'mean', got {reduction!r}")
+
+
+def _pair(pred, label, op):
+    pred = _t(pred)
+    label = _t(label, pred)
+    try:
+        np.broadcast_shapes(pred.shape, label.shape)
+    except ValueError:
+        raise OpError(f"{op}: pred shape {pred.shape} and label shape {label.shape} do not broadcast") from None
+    if pred.dtype.kind != "f":
+        raise OpError(f"{op}: pred must be a float tensor, got {pred.dtype}")
+    return pred, label
 
 
 def l1_loss(pred, label, reduction="mean"):
-    """Mean absolute error.
-
-    Example:
-        >>> F.nn.l1_loss(Tensor([1., 2.]), Tensor([0., 0.]))  # 1.5
-    """
-    pred, label = _t(pred), _t(label)
-    _same_shape(pred, label, "l1_loss")
-    return _reduce(abs(pred - label), reduction, "l1_loss")
-
-
-def square_loss(pred, label, reduction="mean"):
-    """Mean squared error.
-
-    Example:
-        >>> F.nn.square_loss(Tensor([1., 2.]), Tensor([0., 0.]))  # 2.5
-    """
-    pred, label = _t(pred), _t(label)
-    _same_shape(pred, label, "square_loss")
-    d = pred - label
-    return _reduce(d * d, reduction, "square_loss")
-
-
-def cross_entropy(pred, label, axis=1, with_logits=True, label_smooth=0, reduction="mean"):
-    """Cross entropy of class scores ``pred`` against integer labels ``label``.
+    """Calculates the mean absolute error: ``mean(|pred - label|)``.
 
     Args:
-        pred: scores (logits if ``with_logits``, else probabilities), classes along ``axis``.
-        label: int labels, ``pred``'s shape without ``axis``.
-        axis: the class axis.
-        with_logits: ``pred`` holds logits (a log-softmax is applied).
-        label_smooth: label smoothing factor in [0, 1).
+        pred: predictions.
+        label: targets (broadcastable to ``pred``).
         reduction: ``"mean"``, ``"sum"`` or ``"none"``.
 
     Returns:
         the loss.
 
     Example:
-        >>> F.nn.cross_entropy(Tensor([[0., 0.]]), Tensor([1]))  # log(2)
+        >>> F.nn.l1_loss(Tensor([3., 3., 3., 3.]), Tensor([2., 8., 6., 1.])).item()
+        2.75
+    """
+    _check_reduction(reduction, "l1_loss")
+    pred, label = _pair(pred, label, "l1_loss")
+    return _reduce(abs(pred - label), reduction, "l1_loss")
+
+
+def square_loss(pred, label, reduction="mean"):
+    """Calculates the mean squared error: ``mean((pred - label) ** 2)``.
+
+    Args:
+        pred: predictions.
+        label: targets (broadcastable to ``pred``).
+        reduction: ``"mean"``, ``"sum"`` or ``"none"``.
+
+    Returns:
+        the loss.
+
+    Example:
+        >>> F.nn.square_loss(Tensor([3., 3., 3., 3.]), Tensor([2., 8., 6., 1.])).item()
+        9.75
+    """
+    _check_reduction(reduction, "square_loss")
+    pred, label = _pair(pred, label, "square_loss")
+    d = pred - label
+    return _reduce(d * d, reduction, "square_loss")
+
+
+def cross_entropy(pred, label, axis=1, with_logits=True, label_smooth=0, reduction="mean"):
+    """Computes the cross entropy of class scores ``pred`` against integer labels ``label``.
+
+    With logits: ``logsumexp(pred, axis) - pred[label]``; with label smoothing ``ls`` the target is
+    ``(1 - ls) * one_hot + ls / num_classes``.
+
+    Args:
+        pred: scores (logits if ``with_logits``, else probabilities), classes along ``axis``.
+        label: integer labels, ``pred``'s shape without ``axis``.
+        axis: the class axis.
+        with_logits: ``pred`` holds logits (else probabilities).
+        label_smooth: label smoothing factor in ``[0, 1)``.
+        reduction: ``"mean"``, ``"sum"`` or ``"none"``.
+
+    Returns:
+        the loss.
+
+    Example:
+        >>> F.nn.cross_entropy(Tensor([[0., 1.]]), Tensor([1])).item()  # log(1 + e^-1)
+        0.3132617
     """
     from .nn import logsoftmax
     from .tensor import indexing_one_hot
     from .elemwise import log
+    op = "cross_entropy"
+    _check_reduction(reduction, op)
     pred, label = _t(pred), _t(label)
+    if pred.ndim < 1 or pred.dtype.kind != "f":
+        raise OpError(f"{op}: pred must be a float tensor with a class axis, got {pred.shape}:{pred.dtype}")
+    if not -pred.ndim <= axis < pred.ndim:
+        raise OpError(f"{op}: axis {axis} is out of range for pred of shape {pred.shape}")
     axis = axis % pred.ndim
     if label.dtype.kind not in "iu":
-        raise TypeError(f"cross_entropy: label must be integers, got {label.dtype}")
+        raise OpError(f"{op}: label must be integers, got {label.dtype}")
     expected = pred.shape[:axis] + pred.shape[axis + 1:]
     if label.shape != expected:
-        raise ValueError(f"cross_entropy: label shape {label.shape} does not match pred {pred.shape} "
-                         f"without class axis {axis} (expected {expected})")
+        raise OpError(f"{op}: label shape {label.shape} does not match pred {pred.shape} without class axis "
+                      f"{axis} (expected {expected})")
+    if not 0 <= label_smooth < 1:
+        raise OpError(f"{op}: label_smooth must be in [0, 1), got {label_smooth}")
     logp = logsoftmax(pred, axis) if with_logits else log(pred)
     nll = -indexing_one_hot(logp, label, axis)
     if label_smooth:
         nll = nll * (1 - label_smooth) - logp.mean(axis) * label_smooth
-    return _reduce(nll, reduction, "cross_entropy")
+    return _reduce(nll, reduction, op)
 
 
 def binary_cross_entropy(pred, label, with_logits=True, reduction="mean"):
-    """Binary cross entropy of ``pred`` (logits if ``with_logits``, else probabilities) against 0/1 labels.
+    """Computes the binary cross entropy of ``pred`` against targets in ``[0, 1]``.
+
+    Args:
+        pred: logits if ``with_logits`` (computed stably via ``logsigmoid``), else probabilities.
+        label: targets, broadcastable to ``pred``.
+        with_logits: whether ``pred`` holds logits.
+        reduction: ``"mean"``, ``"sum"`` or ``"none"``.
+
+    Returns:
+        the loss.
 
     Example:
-        >>> F.nn.binary_cross_entropy(Tensor([0.]), Tensor([1.]))  # log(2)
+        >>> F.nn.binary_cross_entropy(Tensor([0.]), Tensor([1.])).item()  # log(2)
+        0.6931472
     """
     from .elemwise import logsigmoid, log
-    pred, label = _t(pred), _t(label)
-    _same_shape(pred, label, "binary_cross_entropy")
+    op = "binary_cross_entropy"
+    _check_reduction(reduction, op)
+    pred, label = _pair(pred, label, op)
     if with_logits:
         loss = -(label * logsigmoid(pred) + (1 - label) * logsigmoid(-pred))
     else:
         loss = -(label * log(pred) + (1 - label) * log(1 - pred))
-    return _reduce(loss, reduction, "binary_cross_entropy")
+    return _reduce(loss, reduction, op)
 
 
 def hinge_loss(pred, label, norm="L1", reduction="mean"):
-    """Hinge loss for labels in {-1, 1}: ``max(0, 1 - pred * label)`` summed (L1) or squared (L2) per sample.
+    """Calculates the hinge loss for labels in {-1, 1}, summed over axis 1 per sample.
+
+    ``sum(max(0, 1 - pred * label))`` (``norm="L1"``) or the sum of its squares (``"L2"``).
+
+    Args:
+        pred: scores ``(N, C)``.
+        label: labels in {-1, 1}, like ``pred``.
+        norm: ``"L1"`` or ``"L2"`` (case-insensitive).
+        reduction: ``"mean"``, ``"sum"`` or ``"none"``.
+
+    Returns:
+        the loss.
 
     Example:
-        >>> F.nn.hinge_loss(Tensor([[0.5]]), Tensor([[1.]]))  # 0.5
+        >>> F.nn.hinge_loss(Tensor([[0.5, -2.]]), Tensor([[1., -1.]])).item()
+        0.5
     """
     from .elemwise import relu
-    pred, label = _t(pred), _t(label)
-    _same_shape(pred, label, "hinge_loss")
+    op = "hinge_loss"
+    _check_reduction(reduction, op)
+    norm = str(norm).upper()
+    if norm not in ("L1", "L2"):
+        raise OpError(f"{op}: norm must be 'L1' or 'L2', got {norm!r}")
+    pred, label = _pair(pred, label, op)
+    if pred.ndim < 2:
+        raise OpError(f"{op}: pred must be at least 2-D (N, C), got shape {pred.shape}")
     m = relu(1 - pred * label)
     if norm == "L2":
         m = m * m
-    elif norm != "L1":
-        raise ValueError(f"hinge_loss: norm must be 'L1' or 'L2', got {norm!r}")
-    return _reduce(m.sum(axis=1), reduction, "hinge_loss")
+    return _reduce(m.sum(axis=1), reduction, op)
+
+
+def ctc_loss(pred, pred_lengths, label, label_lengths, blank=0, reduction="mean"):
+    """The Connectionist Temporal Classification loss.
+
+    Args:
+        pred: probabilities (not logits) of shape ``(T, N, C)``, blank included among the C classes.
+        pred_lengths: ``(N,)`` number of valid time steps of each sequence.
+        label: ``(N, S)`` padded labels, or ``(sum(label_lengths),)`` concatenated ones; no blanks.
+        label_lengths: ``(N,)`` label length of each sequence.
+        blank: the blank class.
+        reduction: ``"none"`` (per sequence), ``"sum"``, or ``"mean"`` (of the losses divided by their label
+            lengths).
+
+    Returns:
+        the loss.
+
+    Example:
+        >>> pred = Tensor([[[0.0614, 0.9386], [0.8812, 0.1188]], [[0.699, 0.301], [0.2572, 0.7428]]])
+        >>> F.nn.ctc_loss(pred, Tensor([2, 2]), Tensor([1, 1]), Tensor([1, 1])).item()
+        0.1504417
+    """
+    op = "ctc_loss"
+    _check_reduction(reduction, op)
+    pred, pred_lengths, label, label_lengths = _t(pred), _t(pred_lengths), _t(label), _t(label_lengths)
+    if pred.ndim != 3 or pred.dtype.kind != "f":
+        raise OpError(f"{op}: pred must be a float (T, N, C) tensor, got {pred.shape}:{pred.dtype}")
+    t, n, c = pred.shape
+    for x, what in ((pred_lengths, "pred_lengths"), (label_lengths, "label_lengths"), (label, "label")):
+        if x.dtype.kind not in "iu":
+            raise OpError(f"{op}: {what} must be integers, got {x.dtype}")
+    if pred_lengths.shape != (n,) or label_lengths.shape != (n,):
+        raise OpError(f"{op}: pred_lengths {pred_lengths.shape} and label_lengths {label_lengths.shape} must be "
+                      f"({n},)")
+    if label.ndim not in (1, 2) or (label.ndim == 2 and label.shape[0] != n):
+        raise OpError(f"{op}: label must be (N, S) = ({n}, S) or 1-D concatenated, got {label.shape}")
+    if not 0 <= int(blank) < c:
+        raise OpError(f"{op}: blank {blank} is not a class index in [0, {c})")
+    loss = _apply(_N.ctc_loss.bind(blank=int(blank)), pred, pred_lengths, label, label_lengths)
+    if reduction == "mean":
+        from .elemwise import maximum
+        return (loss / maximum(label_lengths, 1).astype(loss.dtype)).mean()
+    return _reduce(loss, reduction, op)

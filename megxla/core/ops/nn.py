@@ -1,6 +1,7 @@
 """Neural-network primitives (NCHW layouts, MegEngine's weight layouts)."""
 import functools
 
+import numpy as np
 import jax
 import jax.numpy as jnp
 from jax import lax
@@ -44,17 +45,17 @@ def _conv_transpose(x, w, *bias, stride, padding, output_padding, dilation, grou
 def _max_pool(x, *, kernel, stride, padding):
     nd = len(kernel)
     init = -jnp.inf if jnp.issubdtype(x.dtype, jnp.floating) else jnp.iinfo(x.dtype).min
-    return lax.reduce_window(x, jnp.asarray(init, x.dtype), lax.max, (1, 1) + kernel, (1, 1) + stride,
+    return lax.reduce_window(x, np.asarray(init, x.dtype), lax.max, (1, 1) + kernel, (1, 1) + stride,
                              [(0, 0), (0, 0)] + [(p, p) for p in padding])
 
 
 def _avg_pool(x, *, kernel, stride, padding, mode):
     window, strides = (1, 1) + kernel, (1, 1) + stride
     pads = [(0, 0), (0, 0)] + [(p, p) for p in padding]
-    total = lax.reduce_window(x, jnp.zeros((), x.dtype), lax.add, window, strides, pads)
+    total = lax.reduce_window(x, np.zeros((), x.dtype), lax.add, window, strides, pads)
     if mode == "average_count_exclude_padding":
         ones = jnp.ones(x.shape[2:], x.dtype)[None, None]
-        count = lax.reduce_window(ones, jnp.zeros((), x.dtype), lax.add, window, strides, pads)
+        count = lax.reduce_window(ones, np.zeros((), x.dtype), lax.add, window, strides, pads)
         return total / count
     size = 1
     for k in kernel:
@@ -141,7 +142,7 @@ def _lrn(x, *, kernel_size, k, alpha, beta):
     half = kernel_size // 2
     window = (1, kernel_size) + (1,) * (x.ndim - 2)
     pads = [(0, 0), (half, kernel_size - 1 - half)] + [(0, 0)] * (x.ndim - 2)
-    s = lax.reduce_window(jnp.square(x), jnp.zeros((), x.dtype), lax.add, window, (1,) * x.ndim, pads)
+    s = lax.reduce_window(jnp.square(x), np.zeros((), x.dtype), lax.add, window, (1,) * x.ndim, pads)
     return x * jnp.power(k + alpha * s, -beta)
 
 

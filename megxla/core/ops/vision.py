@@ -1,0 +1,292 @@
+"""Vision primitives (``megengine.functional.vision``): resampling, ROI pooling, NMS, correlation, colour.
+
+Images are NCHW unless a ``format``/``nhwc`` parameter says otherwise. Every resampling op goes through one
+sampler (:func:`sample`), which follows OpenCV/megdnn: pixel centres at integer coordinates, bilinear weights
+from the fractional part, and a border mode deciding what lies outside the image.
+"""
+import numpy as np
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from .._op import Primitive
+
+BORDER_MODES = ("replicate", "reflect", "reflect_101", "wrap", "constant")
+
+
+# ---- the sampler -------------------------------------------------------------------------------------------------
+def _gather(img, yi, xi, bidx=None):
+    """``img[b, :, yi, xi]`` for integer maps ``yi, xi`` of shape (K, P); ``b`` is ``bidx`` (K,) or the row
+    index (then K == batch). Returns (K, C, P). Gathers from an NHWC view so no per-row image copy is made."""
+    n, c, h, w = img.shape
+    flat = jnp.transpose(img, (0, 2, 3, 1)).reshape(n * h * w, c)
+    b = jnp.arange(yi.shape[0]) if bidx is None else bidx
+    idx = (b[:, None] * h + yi) * w + xi
+    return jnp.moveaxis(flat[idx], -1, 1)
+
+
+def _border(i, n, mode):
+    """Map integer coordinates into ``[0, n)`` by OpenCV's border rule; also returns the in-range mask."""
+    inside = (i >= 0) & (i < n)
+    if mode in ("replicate", "constant"):
+        return jnp.clip(i, 0, n - 1), inside
+    if mode == "wrap":
+        return jnp.mod(i, n), inside
+    if mode == "reflect":  # fedcba|abcdef|fedcba
+        i = jnp.mod(i, 2 * n)
+        return jnp.where(i >= n, 2 * n - 1 - i, i), inside
+    if n == 1:  # reflect_101: gfedcb|abcdefg|fedcba
+        return jnp.zeros_like(i), inside
+    i = jnp.mod(i, 2 * n - 2)
+    return jnp.where(i >= n, 2 * n - 2 - i, i), inside
+
+
+def _tap(img, yi, xi, bidx, mode, value):
+    h, w = img.shape[2:]
+    yy, my = _border(yi, h, mode)
+    xx, mx = _border(xi, w, mode)
+    v = _gather(img, yy, xx, bidx)
+    if mode == "constant":
+        v = jnp.where((my & mx)[:, None, :], v, jnp.asarray(value, v.dtype))
+    return v
+
+
+def sample(img, ys, xs, *, interp="linear", border_mode="replicate", border_val=0.0, bidx=None):
+    """Sample ``img`` (N, C, H, W) at float coordinates ``ys, xs`` (K, P): returns (K, C, P)."""
+    if interp == "nearest":
+        yi = jnp.floor(ys + 0.5).astype(jnp.int32)
+        xi = jnp.floor(xs + 0.5).astype(jnp.int32)
+        return _tap(img, yi, xi, bidx, border_mode, border_val)
+    y0, x0 = jnp.floor(ys), jnp.floor(xs)
+    fy, fx = (ys - y0)[:, None, :], (xs - x0)[:, None, :]
+    y0, x0 = y0.astype(jnp.int32), x0.astype(jnp.int32)
+    t = lambda dy, dx: _tap(img, y0 + dy, x0 + dx, bidx, border_mode, border_val)  # noqa: E731
+    return ((1 - fy) * ((1 - fx) * t(0, 0) + fx * t(0, 1)) + fy * ((1 - fx) * t(1, 0) + fx * t(1, 1))).astype(img.dtype)
+
+
+def sample_bilinear_zero(img, ys, xs):
+    """Bilinear sampling with zeros outside the image (deformable convolution's rule)."""
+    return sample(img, ys, xs, border_mode="constant", border_val=0.0)
+
+
+# ---- warps ----------------------------------------------------------------------------------------------------
+def _grid(oh, ow, dtype):
+    gy, gx = jnp.meshgrid(jnp.arange(oh, dtype=dtype), jnp.arange(ow, dtype=dtype), indexing="ij")
+    return gy.reshape(1, -1), gx.reshape(1, -1)
+
+
+def _warp(x, mat, idx, out_hw, border_mode, border_val, interp, nhwc, affine):
+    if nhwc:
+        x = jnp.transpose(x, (0, 3, 1, 2))
+    oh, ow = out_hw
+    dtype = jnp.result_type(x.dtype, mat.dtype)
+    gy, gx = _grid(oh, ow, dtype)
+    m = mat.astype(dtype)[:, :, :, None]
+    sx = m[:, 0, 0] * gx + m[:, 0, 1] * gy + m[:, 0, 2]
+    sy = m[:, 1, 0] * gx + m[:, 1, 1] * gy + m[:, 1, 2]
+    if not affine:
+        z = m[:, 2, 0] * gx + m[:, 2, 1] * gy + m[:, 2, 2]
+        sx, sy = sx / z, sy / z
+    bidx = idx[0].astype(jnp.int32) if idx else None
+    out = sample(x.astype(dtype), sy, sx, interp=interp, border_mode=border_mode, border_val=border_val, bidx=bidx)
+    out = out.reshape(out.shape[:2] + (oh, ow)).astype(x.dtype)
+    return jnp.transpose(out, (0, 2, 3, 1)) if nhwc else out
+
+
+def _warp_perspective(x, mat, *idx, out_hw, border_mode, border_val, interp, nhwc):
+    # dst(y, x) = src((m00 x + m01 y + m02) / (m20 x + m21 y + m22), ...): ``mat`` maps dst to src.
+    return _warp(x, mat, idx, out_hw, border_mode, border_val, interp, nhwc, affine=False)
+
+
+def _warp_affine(x, mat, *, out_hw, border_mode, border_val, interp, nhwc):
+    return _warp(x, mat, (), out_hw, border_mode, border_val, interp, nhwc, affine=True)
+
+
+def _remap(x, map_xy, *, border_mode, border_val, interp):
+    n, oh, ow, _ = map_xy.shape
+    m = map_xy.astype(jnp.result_type(x.dtype, map_xy.dtype)).reshape(n, oh * ow, 2)
+    out = sample(x.astype(m.dtype), m[..., 1], m[..., 0], interp=interp, border_mode=border_mode,
+                 border_val=border_val)
+    return out.reshape(out.shape[:2] + (oh, ow)).astype(x.dtype)
+
+
+# ---- resize ---------------------------------------------------------------------------------------------------
+def interp_matrix(n_in, n_out, mode, align_corners):
+    """The (n_out, n_in) matrix of 1-D resampling weights (megdnn Resize / OpenCV rules), as NumPy float64."""
+    rows = np.arange(n_out)
+    d = rows.astype(np.float64)
+    a = np.zeros((n_out, n_in))
+    scale = n_in / n_out
+    if mode == "nearest":
+        a[rows, np.minimum(np.floor(d * scale).astype(np.int64), n_in - 1)] = 1
+    elif mode == "linear":
+        if align_corners:
+            src = d * ((n_in - 1) / (n_out - 1)) if n_out > 1 else np.zeros(n_out)
+        else:
+            src = np.maximum((d + 0.5) * scale - 0.5, 0)
+        i0 = np.minimum(np.floor(src).astype(np.int64), n_in - 1)
+        lam = src - i0
+        np.add.at(a, (rows, i0), 1 - lam)
+        np.add.at(a, (rows, np.minimum(i0 + 1, n_in - 1)), lam)
+    else:  # cubic, A = -0.75, border replicate
+        src = (d + 0.5) * scale - 0.5
+        i0 = np.floor(src).astype(np.int64)
+        t = src - i0
+        aa = -0.75
+        w0 = ((aa * (t + 1) - 5 * aa) * (t + 1) + 8 * aa) * (t + 1) - 4 * aa
+        w1 = ((aa + 2) * t - (aa + 3)) * t * t + 1
+        w2 = ((aa + 2) * (1 - t) - (aa + 3)) * (1 - t) * (1 - t) + 1
+        w3 = 1 - w0 - w1 - w2
+        for k, wk in zip((-1, 0, 1, 2), (w0, w1, w2, w3)):
+            np.add.at(a, (rows, np.clip(i0 + k, 0, n_in - 1)), wk)
+    return a
+
+
+def _resize(x, *, size, mode, align_corners):
+    # NOTE: separable resampling as two small matmuls with constant weight matrices: exact for nearest,
+    # linear and cubic, differentiable, and one fused XLA computation.
+    ah = jnp.asarray(interp_matrix(x.shape[2], size[0], mode, align_corners), x.dtype)
+    aw = jnp.asarray(interp_matrix(x.shape[3], size[1], mode, align_corners), x.dtype)
+    return jnp.einsum("oh,nchw,pw->ncop", ah, x, aw)
+
+
+# ---- ROI ops --------------------------------------------------------------------------------------------------
+def _roi_align(x, rois, *, out_hw, mode, scale, samples, aligned):
+    # Detectron's ROIAlign as in megdnn: rois (K, 5) = (batch, x0, y0, x1, y1); ``samples`` points per bin axis.
+    # rois get no gradient (as in MegEngine).
+    n, c, h, w = x.shape
+    rois = lax.stop_gradient(rois).astype(x.dtype)
+    ph, pw = out_hw
+    sh, sw = samples
+    off = 0.5 if aligned else 0.0
+    x0, y0 = rois[:, 1] * scale - off, rois[:, 2] * scale - off
+    rw, rh = rois[:, 3] * scale - off - x0, rois[:, 4] * scale - off - y0
+    if not aligned:
+        rw, rh = jnp.maximum(rw, 1.0), jnp.maximum(rh, 1.0)
+    fy = (np.arange(ph)[:, None] + (np.arange(sh)[None, :] + 0.5) / sh).reshape(-1)  # in bins
+    fx = (np.arange(pw)[:, None] + (np.arange(sw)[None, :] + 0.5) / sw).reshape(-1)
+    ys = y0[:, None] + jnp.asarray(fy, x.dtype)[None] * (rh / ph)[:, None]  # (K, PH*SH)
+    xs = x0[:, None] + jnp.asarray(fx, x.dtype)[None] * (rw / pw)[:, None]  # (K, PW*SW)
+    k = rois.shape[0]
+    ys = jnp.broadcast_to(ys[:, :, None], (k, ph * sh, pw * sw)).reshape(k, -1)
+    xs = jnp.broadcast_to(xs[:, None, :], (k, ph * sh, pw * sw)).reshape(k, -1)
+    valid = (ys >= -1) & (ys <= h) & (xs >= -1) & (xs <= w)
+    v = sample(x, jnp.clip(ys, 0, h - 1), jnp.clip(xs, 0, w - 1), bidx=rois[:, 0].astype(jnp.int32))
+    v = jnp.where(valid[:, None, :], v, jnp.zeros((), v.dtype)).reshape(k, c, ph, sh, pw, sw)
+    return v.max(axis=(3, 5)) if mode == "max" else v.mean(axis=(3, 5))
+
+
+def _roi_pooling(x, rois, *, out_hw, mode, scale):
+    # Fast R-CNN ROI pooling as in megdnn: integer-rounded roi, bins [floor(i*b), ceil((i+1)*b)), empty bins 0.
+    n, c, h, w = x.shape
+    rois = lax.stop_gradient(rois).astype(jnp.float32)
+    ph, pw = out_hw
+    rnd = lambda v: jnp.sign(v) * jnp.floor(jnp.abs(v) + 0.5)  # noqa: E731  (C's round: half away from 0)
+    sx, sy, ex, ey = (rnd(rois[:, i] * scale) for i in (1, 2, 3, 4))
+    bh = jnp.maximum(ey - sy + 1, 1) / ph
+    bw = jnp.maximum(ex - sx + 1, 1) / pw
+
+    def bins(start, size, p, n_):
+        i = jnp.arange(p, dtype=jnp.float32)[None]
+        lo = jnp.clip(jnp.floor(i * size[:, None]) + start[:, None], 0, n_)
+        hi = jnp.clip(jnp.ceil((i + 1) * size[:, None]) + start[:, None], 0, n_)
+        pos = jnp.arange(n_, dtype=jnp.float32)[None, None]
+        return (pos >= lo[..., None]) & (pos < hi[..., None]), hi - lo  # (K, P, n), (K, P)
+
+    rmask, rcount = bins(sy, bh, ph, h)
+    cmask, ccount = bins(sx, bw, pw, w)
+    img = x[rois[:, 0].astype(jnp.int32)]  # (K, C, H, W)
+    empty = (rcount[:, :, None] <= 0) | (ccount[:, None, :] <= 0)  # (K, PH, PW)
+    zero = jnp.zeros((), x.dtype)
+    if mode == "max":
+        low = jnp.asarray(-jnp.inf, x.dtype)
+        t = jnp.where(cmask[:, None, None], img[:, :, :, None, :], low).max(-1)  # (K, C, H, PW)
+        out = jnp.where(rmask[:, None, :, :, None], t[:, :, None], low).max(3)  # (K, C, PH, PW)
+    else:
+        t = jnp.einsum("kchw,kpw->kchp", img, cmask.astype(x.dtype))
+        out = jnp.einsum("kchp,kqh->kcqp", t, rmask.astype(x.dtype))
+        out = out / jnp.maximum(rcount[:, :, None] * ccount[:, None, :], 1).astype(x.dtype)[:, None]
+    return jnp.where(empty[:, None], zero, out)
+
+
+# ---- NMS, correlation, colour -------------------------------------------------------------------------------
+def _nms(boxes, scores, *, iou_thresh, max_output):
+    # Greedy NMS in score order (stable for ties). Returns (kept indices padded with -1 to max_output, count).
+    n = boxes.shape[0]
+    order = jnp.argsort(-scores, stable=True)
+    b = boxes[order]
+    area = (b[:, 2] - b[:, 0]) * (b[:, 3] - b[:, 1])
+    iw = jnp.clip(jnp.minimum(b[:, None, 2], b[None, :, 2]) - jnp.maximum(b[:, None, 0], b[None, :, 0]), 0)
+    ih = jnp.clip(jnp.minimum(b[:, None, 3], b[None, :, 3]) - jnp.maximum(b[:, None, 1], b[None, :, 1]), 0)
+    inter = iw * ih
+    iou = inter / jnp.maximum(area[:, None] + area[None, :] - inter, jnp.finfo(inter.dtype).tiny)
+    over = iou > iou_thresh
+    earlier = jnp.arange(n)
+
+    def body(i, keep):
+        return keep.at[i].set(~jnp.any(keep & over[i] & (earlier < i)))
+
+    keep = lax.fori_loop(0, n, body, jnp.zeros((n,), bool))
+    pos = jnp.cumsum(keep) - 1
+    slot = jnp.where(keep & (pos < max_output), pos, max_output)
+    out = jnp.full((max_output,), -1, jnp.int32).at[slot].set(order.astype(jnp.int32), mode="drop")
+    return out, jnp.minimum(keep.sum(), max_output).astype(jnp.int32)
+
+
+def _correlation(d1, d2, *, kernel_size, max_displacement, stride1, stride2, pad_size, is_multiply):
+    # FlowNet's correlation layer (megdnn Correlation): channel (p, o) of the output compares each
+    # kernel_size^2 patch of d1 with the patch of d2 displaced by ((p - r) * stride2, (o - r) * stride2).
+    n, c, h, w = d1.shape
+    kr = (kernel_size - 1) // 2
+    border = max_displacement + kr
+    hp, wp = h + 2 * pad_size, w + 2 * pad_size
+    oh = -(-(hp - 2 * border) // stride1)
+    ow = -(-(wp - 2 * border) // stride1)
+    r = max_displacement // stride2
+    pad = ((0, 0), (0, 0), (pad_size, pad_size), (pad_size, pad_size))
+    p1 = jnp.pad(d1, pad)
+    md = max_displacement
+    p2 = jnp.pad(d2, ((0, 0), (0, 0), (pad_size + md, pad_size + md), (pad_size + md, pad_size + md)))
+    outs = []
+    for p in range(2 * r + 1):
+        for o in range(2 * r + 1):
+            dy, dx = (p - r) * stride2, (o - r) * stride2
+            s = lax.dynamic_slice(p2, (0, 0, md + dy, md + dx), (n, c, hp, wp))
+            m = (p1 * s) if is_multiply else jnp.abs(p1 - s)
+            m = m.sum(axis=1)  # (N, HP, WP)
+            box = lax.reduce_window(m, np.zeros((), m.dtype), lax.add, (1, kernel_size, kernel_size), (1, 1, 1),
+                                    "VALID")
+            outs.append(lax.slice(box, (0, md, md), (n, md + (oh - 1) * stride1 + 1, md + (ow - 1) * stride1 + 1),
+                                  (1, stride1, stride1)))
+    return jnp.stack(outs, axis=1) / (kernel_size * kernel_size * c)
+
+
+_GRAY = {"RGB2GRAY": (0.299, 0.587, 0.114), "BGR2GRAY": (0.114, 0.587, 0.299)}
+
+
+def _cvt_color(x, *, mode):
+    # NHWC images. Integer images are rounded back to their dtype, as OpenCV does.
+    xf = x.astype(jnp.float32) if not jnp.issubdtype(x.dtype, jnp.floating) else x
+    if mode in _GRAY:
+        y = (xf * jnp.asarray(_GRAY[mode], xf.dtype)).sum(-1, keepdims=True)
+    elif mode in ("RGB2BGR", "BGR2RGB"):
+        y = jnp.flip(xf, -1)
+    else:  # GRAY2RGB / GRAY2BGR
+        y = jnp.repeat(xf, 3, axis=-1)
+    if not jnp.issubdtype(x.dtype, jnp.floating):
+        info = jnp.iinfo(x.dtype)
+        y = jnp.clip(jnp.floor(y + 0.5), info.min, info.max).astype(x.dtype)
+    return y
+
+
+CVT_COLOR_MODES = tuple(_GRAY) + ("RGB2BGR", "BGR2RGB", "GRAY2RGB", "GRAY2BGR")
+
+resize = Primitive("resize", _resize)
+warp_perspective = Primitive("warp_perspective", _warp_perspective)
+warp_affine = Primitive("warp_affine", _warp_affine)
+remap = Primitive("remap", _remap)
+roi_align = Primitive("roi_align", _roi_align)
+roi_pooling = Primitive("roi_pooling", _roi_pooling)
+nms = Primitive("nms", _nms, multiple_results=True)
+correlation = Primitive("correlation", _correlation)
+cvt_color = Primitive("cvt_color", _cvt_color)

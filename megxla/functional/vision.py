@@ -1,0 +1,417 @@
+"""Vision functions (``megengine.functional.vision``): resampling, ROI pooling, NMS, correlation, colour.
+
+Each validates its arguments (raising :class:`OpError` naming the function) and applies one primitive of
+``core/ops/vision.py``.
+"""
+import numpy as np
+
+from ..core._tensor import Tensor
+from ..core._dispatch import apply as _apply, OpError
+from ..core._elemwise_front import as_tensor as _t
+from ..core.ops import vision as _V
+
+__all__ = ["interpolate", "warp_affine", "warp_perspective", "remap", "roi_align", "roi_pooling", "nms",
+           "correlation", "cvt_color"]
+
+
+def _pair(v, name, op):
+    if isinstance(v, Tensor):
+        v = v.tolist()
+    try:
+        t = (int(v),) * 2 if isinstance(v, (int, np.integer)) else tuple(int(i) for i in v)
+    except TypeError:
+        t = ()
+    if len(t) != 2 or min(t) < 1:
+        raise OpError(f"{op}: {name} must be a positive int or pair of ints, got {v!r}")
+    return t
+
+
+def _border(mode, op):
+    m = str(getattr(mode, "name", mode)).lower()
+    if m not in _V.BORDER_MODES:
+        raise OpError(f"{op}: border_mode must be one of {_V.BORDER_MODES}, got {mode!r}")
+    return m
+
+
+def _interp(mode, op):
+    m = str(getattr(mode, "name", mode)).lower()
+    if m not in ("linear", "nearest"):
+        raise OpError(f"{op}: interp_mode must be 'linear' or 'nearest', got {mode!r}")
+    return m
+
+
+def _float(x, op, what="input"):
+    if x.dtype.kind != "f":
+        raise OpError(f"{op}: {what} must be a float tensor, got {x.dtype}")
+
+
+def interpolate(inp, size=None, scale_factor=None, mode="bilinear", align_corners=None):
+    """Down/up-samples the input to ``size`` or by ``scale_factor``.
+
+    ``nearest`` takes ``src = floor(dst * in / out)``; ``bilinear``/``linear`` (and ``bicubic``, A = -0.75) sample
+    at ``(dst + 0.5) * in / out - 0.5`` (the pixel-centre rule), or at ``dst * (in - 1) / (out - 1)`` with
+    ``align_corners=True``; borders replicate.
+
+    Args:
+        inp: ``(N, C, H, W)``; ``(N, C, W)`` for ``mode="linear"``.
+        size: output size: int or ``(OH, OW)``; exclusive with ``scale_factor``.
+        scale_factor: float or pair; the output size is ``floor(in * scale_factor)``.
+        mode: ``"bilinear"``, ``"linear"``, ``"bicubic"`` or ``"nearest"``.
+        align_corners: only for the linear modes (default False).
+
+    Returns:
+        the resampled tensor.
+
+    Example:
+        >>> x = Tensor(np.arange(4, dtype="float32").reshape(1, 1, 2, 2))
+        >>> F.vision.interpolate(x, 4, align_corners=True).numpy()[0, 0, 0]
+        array([0.        , 0.33333334, 0.6666667 , 1.        ], dtype=float32)
+    """
+    op = "interpolate"
+    inp = _t(inp)
+    mode = str(mode).lower()
+    if mode not in ("bilinear", "linear", "bicubic", "nearest"):
+        raise OpError(f"{op}: unsupported mode {mode!r} (bilinear, linear, bicubic or nearest)")
+    if mode in ("bilinear", "linear"):
+        align_corners = bool(align_corners)
+    elif align_corners is not None:
+        raise OpError(f"{op}: align_corners can only be set in the bilinear/linear modes")
+    want = 3 if mode == "linear" else 4
+    if inp.ndim != want:
+        raise OpError(f"{op}: mode {mode!r} needs a {want}-D input, got shape {inp.shape}")
+    _float(inp, op)
+    spatial = inp.shape[2:] + ((1,) if mode == "linear" else ())
+    if size is None:
+        if scale_factor is None:
+            raise OpError(f"{op}: one of size and scale_factor must be given")
+        if isinstance(scale_factor, (int, float, np.number)):
+            sf = (float(scale_factor), 1.0 if mode == "linear" else float(scale_factor))
+        else:
+            if mode == "linear":
+                raise OpError(f"{op}: under linear mode, scale_factor can only be a single value")
+            sf = tuple(float(s) for s in scale_factor)
+            if len(sf) != 2:
+                raise OpError(f"{op}: scale_factor must be a float or a pair, got {scale_factor!r}")
+        out = tuple(int(np.floor(np.float32(i) * np.float32(s))) for i, s in zip(spatial, sf))
+    else:
+        if scale_factor is not None:
+            raise OpError(f"{op}: size and scale_factor are exclusive")
+        if mode == "linear":
+            if not isinstance(size, (int, np.integer)):
+                raise OpError(f"{op}: under linear mode, size can only be a single value")
+            out = (int(size), 1)
+        else:
+            out = _pair(size, "size", op)
+    if min(out) < 1:
+        raise OpError(f"{op}: empty output size {out}")
+    imode = {"bilinear": "linear", "linear": "linear", "bicubic": "cubic", "nearest": "nearest"}[mode]
+    x = inp.reshape(inp.shape + (1,)) if mode == "linear" else inp
+    y = _apply(_V.resize.bind(size=out, mode=imode, align_corners=bool(align_corners)), x)
+    return y.reshape(y.shape[:3]) if mode == "linear" else y
+
+
+def _out_shape(out_shape, op):
+    return _pair(out_shape, "out_shape", op)
+
+
+def warp_perspective(inp, mat, out_shape, mat_idx=None, border_mode="replicate", border_val=0.0, format="NCHW",
+                     interp_mode="linear"):
+    """Applies perspective transformations: ``dst(y, x) = src(Y / Z, X / Z)`` with ``(X, Y, Z) = mat @ (x, y, 1)``.
+
+    ``mat`` maps output coordinates to input coordinates (as MegEngine / OpenCV's inverse map).
+
+    Args:
+        inp: images ``(N, C, H, W)`` (or NHWC with ``format="NHWC"``).
+        mat: ``(M, 3, 3)`` matrices; M = N unless ``mat_idx`` is given.
+        out_shape: ``(OH, OW)``.
+        mat_idx: optional ``(M,)`` image index of each matrix (one output per matrix).
+        border_mode: ``replicate``, ``reflect``, ``reflect_101``, ``wrap`` or ``constant``.
+        border_val: the value outside the image for ``constant``.
+        format: ``"NCHW"`` or ``"NHWC"``.
+        interp_mode: ``"linear"`` or ``"nearest"``.
+
+    Returns:
+        ``(M, C, OH, OW)`` (or NHWC).
+
+    Example:
+        >>> x = Tensor(np.arange(16, dtype=np.float32).reshape(1, 1, 4, 4))
+        >>> M = Tensor([[[1., 0., 1.], [0., 1., 1.], [0., 0., 1.]]])  # dst(h, w) = src(h + 1, w + 1)
+        >>> F.vision.warp_perspective(x, M, (2, 2)).numpy()
+        array([[[[ 5.,  6.],
+                 [ 9., 10.]]]], dtype=float32)
+    """
+    op = "warp_perspective"
+    inp, mat = _t(inp), _t(mat)
+    fmt = str(format).upper()
+    if fmt not in ("NCHW", "NHWC"):
+        raise OpError(f"{op}: format must be 'NCHW' or 'NHWC', got {format!r}")
+    if inp.ndim != 4:
+        raise OpError(f"{op}: input must be 4-D {fmt}, got shape {inp.shape}")
+    _float(inp, op)
+    _float(mat, op, "mat")
+    if mat.ndim != 3 or mat.shape[1:] != (3, 3):
+        raise OpError(f"{op}: mat must be (M, 3, 3), got shape {mat.shape}")
+    idx = ()
+    if mat_idx is not None:
+        mi = _t(mat_idx) if isinstance(mat_idx, Tensor) else Tensor(np.asarray(mat_idx, np.int32))
+        if mi.shape != (mat.shape[0],) or mi.dtype.kind not in "iu":
+            raise OpError(f"{op}: mat_idx must be ({mat.shape[0]},) integers, got {mi.shape}:{mi.dtype}")
+        idx = (mi,)
+    elif mat.shape[0] != inp.shape[0]:
+        raise OpError(f"{op}: {mat.shape[0]} matrices for {inp.shape[0]} images (give mat_idx)")
+    return _apply(_V.warp_perspective.bind(out_hw=_out_shape(out_shape, op), border_mode=_border(border_mode, op),
+                                           border_val=float(border_val), interp=_interp(interp_mode, op),
+                                           nhwc=fmt == "NHWC"), inp, mat, *idx)
+
+
+def warp_affine(inp, mat, out_shape, border_mode="replicate", border_val=0.0, format="NHWC", interp_mode="linear"):
+    """Applies affine transformations: ``dst(y, x) = src(m10 x + m11 y + m12, m00 x + m01 y + m02)``.
+
+    ``mat`` maps output coordinates ``(x, y, 1)`` to input coordinates (OpenCV's inverse map).
+
+    Args:
+        inp: images ``(N, H, W, C)`` (MegEngine's default ``format="NHWC"``) or ``(N, C, H, W)``.
+        mat: ``(N, 2, 3)`` matrices.
+        out_shape: ``(OH, OW)``.
+        border_mode: ``replicate``, ``reflect``, ``reflect_101``, ``wrap`` or ``constant``.
+        border_val: the value outside the image for ``constant``.
+        format: ``"NHWC"`` or ``"NCHW"``.
+        interp_mode: ``"linear"`` or ``"nearest"``.
+
+    Returns:
+        ``(N, OH, OW, C)`` (or NCHW).
+
+    Example:
+        >>> x = Tensor(np.arange(27, dtype=np.float32).reshape(1, 3, 3, 3))
+        >>> M = Tensor([[[1., 0., 1.], [0., 1., 0.]]])  # shift left by one column
+        >>> F.vision.warp_affine(x, M, (3, 3)).numpy()[0, 0, :, 0]
+        array([3., 6., 6.], dtype=float32)
+    """
+    op = "warp_affine"
+    inp, mat = _t(inp), _t(mat)
+    fmt = str(format).upper()
+    if fmt not in ("NCHW", "NHWC"):
+        raise OpError(f"{op}: format must be 'NHWC' or 'NCHW', got {format!r}")
+    if inp.ndim != 4:
+        raise OpError(f"{op}: input must be 4-D {fmt}, got shape {inp.shape}")
+    _float(inp, op)
+    _float(mat, op, "mat")
+    if mat.shape != (inp.shape[0], 2, 3):
+        raise OpError(f"{op}: mat must be (N, 2, 3) = ({inp.shape[0]}, 2, 3), got shape {mat.shape}")
+    return _apply(_V.warp_affine.bind(out_hw=_out_shape(out_shape, op), border_mode=_border(border_mode, op),
+                                      border_val=float(border_val), interp=_interp(interp_mode, op),
+                                      nhwc=fmt == "NHWC"), inp, mat)
+
+
+def remap(inp, map_xy, border_mode="replicate", scalar=0.0, interp_mode="linear"):
+    """Samples ``inp`` at the coordinates ``map_xy``: ``dst(y, x) = src(map_xy[y, x, 1], map_xy[y, x, 0])``.
+
+    Args:
+        inp: images ``(N, C, H, W)``.
+        map_xy: ``(N, OH, OW, 2)`` source ``(x, y)`` of each output pixel.
+        border_mode: ``replicate``, ``reflect``, ``reflect_101``, ``wrap`` or ``constant``.
+        scalar: the value outside the image for ``constant``.
+        interp_mode: ``"linear"`` or ``"nearest"``.
+
+    Returns:
+        ``(N, C, OH, OW)``.
+
+    Example:
+        >>> x = Tensor(np.arange(16, dtype=np.float32).reshape(1, 1, 4, 4))
+        >>> map_xy = Tensor([[[[1., 0.], [0., 1.]], [[0., 1.], [0., 1.]]]])
+        >>> F.vision.remap(x, map_xy).numpy()
+        array([[[[1., 4.],
+                 [4., 4.]]]], dtype=float32)
+    """
+    op = "remap"
+    inp, map_xy = _t(inp), _t(map_xy)
+    if inp.ndim != 4:
+        raise OpError(f"{op}: input must be 4-D NCHW, got shape {inp.shape}")
+    _float(inp, op)
+    _float(map_xy, op, "map_xy")
+    if map_xy.ndim != 4 or map_xy.shape[0] != inp.shape[0] or map_xy.shape[3] != 2:
+        raise OpError(f"{op}: map_xy must be (N, OH, OW, 2) with N = {inp.shape[0]}, got {map_xy.shape}")
+    return _apply(_V.remap.bind(border_mode=_border(border_mode, op), border_val=float(scalar),
+                                interp=_interp(interp_mode, op)), inp, map_xy)
+
+
+def _rois(rois, op):
+    rois = _t(rois)
+    if rois.ndim != 2 or rois.shape[1] != 5:
+        raise OpError(f"{op}: rois must be (K, 5) rows of (batch_index, x0, y0, x1, y1), got shape {rois.shape}")
+    _float(rois, op, "rois")
+    return rois
+
+
+def roi_align(inp, rois, output_shape, mode="average", spatial_scale=1.0, sample_points=2, aligned=True):
+    """Applies ROI Align: each roi bin averages (or maxes) bilinear samples on a regular grid.
+
+    Args:
+        inp: feature map ``(N, C, H, W)``.
+        rois: ``(K, 5)`` rows ``(batch_index, x0, y0, x1, y1)`` in input-image coordinates.
+        output_shape: ``(PH, PW)`` bins.
+        mode: ``"average"`` or ``"max"`` over a bin's samples.
+        spatial_scale: scale from roi coordinates to feature-map coordinates.
+        sample_points: samples per bin along each axis (int or pair).
+        aligned: shift roi coordinates by -0.5 (pixel centres) before sampling.
+
+    Returns:
+        ``(K, C, PH, PW)``.
+
+    Example:
+        >>> x = Tensor(np.arange(16, dtype=np.float32).reshape(1, 1, 4, 4))
+        >>> F.vision.roi_align(x, Tensor([[0., 0., 0., 4., 4.]]), 2).numpy()
+        array([[[[ 2.5,  4.5],
+                 [10.5, 12.5]]]], dtype=float32)
+    """
+    op = "roi_align"
+    inp = _t(inp)
+    if inp.ndim != 4:
+        raise OpError(f"{op}: input must be 4-D NCHW, got shape {inp.shape}")
+    _float(inp, op)
+    rois = _rois(rois, op)
+    mode = str(mode).lower()
+    if mode not in ("average", "max"):
+        raise OpError(f"{op}: mode must be 'average' or 'max', got {mode!r}")
+    return _apply(_V.roi_align.bind(out_hw=_pair(output_shape, "output_shape", op), mode=mode,
+                                    scale=float(spatial_scale), samples=_pair(sample_points, "sample_points", op),
+                                    aligned=bool(aligned)), inp, rois)
+
+
+def roi_pooling(inp, rois, output_shape, mode="max", scale=1.0):
+    """Applies ROI pooling (Fast R-CNN): each roi, rounded to integer pixels, is split into bins pooled by max
+    (or average); an empty bin gives 0.
+
+    Args:
+        inp: feature map ``(N, C, H, W)``.
+        rois: ``(K, 5)`` rows ``(batch_index, x0, y0, x1, y1)``.
+        output_shape: ``(PH, PW)`` bins.
+        mode: ``"max"`` or ``"average"``.
+        scale: scale from roi coordinates to feature-map coordinates.
+
+    Returns:
+        ``(K, C, PH, PW)``.
+
+    Example:
+        >>> x = Tensor(np.arange(16, dtype=np.float32).reshape(1, 1, 4, 4))
+        >>> F.vision.roi_pooling(x, Tensor([[0., 0., 0., 3., 3.]]), 2).numpy()
+        array([[[[ 5.,  7.],
+                 [13., 15.]]]], dtype=float32)
+    """
+    op = "roi_pooling"
+    inp = _t(inp)
+    if inp.ndim != 4:
+        raise OpError(f"{op}: input must be 4-D NCHW, got shape {inp.shape}")
+    _float(inp, op)
+    rois = _rois(rois, op)
+    mode = str(mode).lower()
+    if mode not in ("max", "average"):
+        raise OpError(f"{op}: mode must be 'max' or 'average', got {mode!r}")
+    return _apply(_V.roi_pooling.bind(out_hw=_pair(output_shape, "output_shape", op), mode=mode, scale=float(scale)),
+                  inp, rois)
+
+
+def nms(boxes, scores, iou_thresh, max_output=None):
+    """Performs non-maximum suppression on boxes by their intersection-over-union.
+
+    Boxes are visited in descending score order; a box is kept unless its IoU with an already kept box exceeds
+    ``iou_thresh``.
+
+    Args:
+        boxes: ``(N, 4)`` boxes ``(x1, y1, x2, y2)``.
+        scores: ``(N,)`` scores.
+        iou_thresh: IoU above which the lower-scored box is suppressed.
+        max_output: keep at most this many (default all).
+
+    Returns:
+        int32 indices of the kept boxes, by descending score.
+
+    Example:
+        >>> boxes = Tensor([[0., 0., 10., 10.], [1., 1., 10., 10.], [20., 20., 30., 30.]])
+        >>> F.vision.nms(boxes, Tensor([0.9, 0.8, 0.7]), iou_thresh=0.5).numpy()
+        array([0, 2], dtype=int32)
+    """
+    op = "nms"
+    boxes, scores = _t(boxes), _t(scores)
+    if boxes.ndim != 2 or boxes.shape[1] != 4:
+        raise OpError(f"{op}: boxes must be (N, 4), got shape {boxes.shape}")
+    if scores.shape != (boxes.shape[0],):
+        raise OpError(f"{op}: scores must be ({boxes.shape[0]},) to match boxes, got shape {scores.shape}")
+    _float(boxes, op, "boxes")
+    _float(scores, op, "scores")
+    n = boxes.shape[0]
+    max_output = n if max_output is None else int(max_output)
+    if max_output < 1:
+        raise OpError(f"{op}: max_output must be positive, got {max_output}")
+    keep, count = _apply(_V.nms.bind(iou_thresh=float(iou_thresh), max_output=max_output), boxes.detach(),
+                         scores.detach())
+    return keep[:int(count.item())]
+
+
+def correlation(data1, data2, kernel_size=1, max_displacement=1, stride1=1, stride2=1, pad_size=0,
+                is_multiply=True):
+    """Applies the correlation layer of FlowNet: compares patches of ``data1`` with displaced patches of ``data2``.
+
+    Output channel ``p * (2r + 1) + o`` (``r = max_displacement // stride2``) holds, at each position, the mean
+    over a ``kernel_size`` patch and all channels of ``data1 * data2`` (or ``|data1 - data2|``) with ``data2``
+    displaced by ``((p - r) * stride2, (o - r) * stride2)``; inputs are zero-padded by ``pad_size``.
+
+    Args:
+        data1, data2: ``(N, C, H, W)``.
+        kernel_size: odd patch size.
+        max_displacement: largest displacement.
+        stride1: stride over ``data1`` positions.
+        stride2: stride of displacements.
+        pad_size: zero padding.
+        is_multiply: multiply (else absolute difference).
+
+    Returns:
+        ``(N, (2r + 1) ** 2, OH, OW)``.
+
+    Example:
+        >>> x = F.ones((1, 2, 3, 3))
+        >>> F.vision.correlation(x, x, max_displacement=1, pad_size=1).shape
+        (1, 9, 3, 3)
+    """
+    op = "correlation"
+    d1, d2 = _t(data1), _t(data2)
+    if d1.ndim != 4 or d1.shape != d2.shape:
+        raise OpError(f"{op}: data1 {d1.shape} and data2 {d2.shape} must be NCHW of one shape")
+    _float(d1, op, "data1")
+    _float(d2, op, "data2")
+    k, md, s1, s2, p = int(kernel_size), int(max_displacement), int(stride1), int(stride2), int(pad_size)
+    if k < 1 or k % 2 == 0 or md < 0 or s1 < 1 or s2 < 1 or p < 0:
+        raise OpError(f"{op}: need an odd kernel_size, max_displacement >= 0, strides >= 1 and pad_size >= 0; "
+                      f"got {k}, {md}, {s1}, {s2}, {p}")
+    border = md + (k - 1) // 2
+    if min(d1.shape[2:]) + 2 * p - 2 * border <= 0:
+        raise OpError(f"{op}: input {d1.shape[2:]} padded by {p} is too small for displacement {md} and kernel {k}")
+    return _apply(_V.correlation.bind(kernel_size=k, max_displacement=md, stride1=s1, stride2=s2, pad_size=p,
+                                      is_multiply=bool(is_multiply)), d1, d2)
+
+
+def cvt_color(inp, mode=""):
+    """Converts the colour space of NHWC images.
+
+    Args:
+        inp: images ``(N, H, W, C)``: C = 3 for RGB/BGR sources, 1 for GRAY.
+        mode: ``RGB2GRAY``, ``BGR2GRAY`` (``0.299 R + 0.587 G + 0.114 B``), ``RGB2BGR``, ``BGR2RGB``,
+            ``GRAY2RGB`` or ``GRAY2BGR``.
+
+    Returns:
+        the converted images.
+
+    Example:
+        >>> x = Tensor(np.array([[[[-0.58675045, 1.7526233, 0.10702174]]]], dtype=np.float32))
+        >>> F.vision.cvt_color(x, mode="RGB2GRAY").numpy()
+        array([[[[0.86555195]]]], dtype=float32)
+    """
+    op = "cvt_color"
+    inp = _t(inp)
+    m = str(getattr(mode, "name", mode)).upper()
+    if m not in _V.CVT_COLOR_MODES:
+        raise OpError(f"{op}: unsupported mode {mode!r}; one of {_V.CVT_COLOR_MODES}")
+    want = 1 if m.startswith("GRAY") else 3
+    if inp.ndim != 4 or inp.shape[3] != want:
+        raise OpError(f"{op}: mode {m} needs NHWC input with {want} channels, got shape {inp.shape}")
+    return _apply(_V.cvt_color.bind(mode=m), inp)
