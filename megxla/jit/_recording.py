@@ -105,12 +105,14 @@ class Excluded:
 
 
 class Pending:
-    """Placeholder data of a tensor whose value a compiled executable has not produced (yet)."""
+    """Placeholder data of a tensor whose value a compiled executable has not produced (yet); it knows its
+    shape and dtype, so host code may inspect those without forcing the value."""
 
-    __slots__ = ("vid",)
+    __slots__ = ("vid", "shape", "dtype", "ndim", "size")
 
-    def __init__(self, vid):
+    def __init__(self, vid, aval):
         self.vid = vid
+        self.shape, self.dtype, self.ndim, self.size = aval.shape, aval.dtype, len(aval.shape), aval.size
 
     def __repr__(self):
         return "<pending>"

@@ -444,6 +444,8 @@ class _Replayer:
         for o, v in zip(outs, routs):
             self.vmap[o._vid] = v
         self.pos += 1
+        for r in _dispatch.recorders:  # the body's GradManagers tape the replayed ops as they would eager ones
+            r._record(op, inputs, outs)
         return outs
 
     def _run_segments(self, upto):
@@ -493,8 +495,7 @@ class _Replayer:
 
 
 def _pending(vid, entry):
-    t = wrap(Pending(vid))
-    return t
+    return wrap(Pending(vid, entry.avals[vid]))
 
 
 class xla_trace(trace):
