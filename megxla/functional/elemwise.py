@@ -15,16 +15,17 @@ __all__ = [
 ]
 
 
-def _doc(fn, summary, example, name=None):
-    if name:
-        fn.__name__ = fn.__qualname__ = name
+def _doc(fn, summary, example):
+    binary = fn in _B.values()
+    args = ("x: first operand: a Tensor or a Python scalar (a scalar takes the tensor's dtype where it fits).\n"
+            "        y: second operand, broadcastable with ``x``.") if binary else "x: input tensor."
     fn.__doc__ = f"""{summary}
 
     Args:
-        inputs: Tensors or Python scalars (scalars take the tensor's dtype where it fits).
+        {args}
 
     Returns:
-        a Tensor, broadcast to the inputs' common shape.
+        a Tensor{" of the broadcast shape" if binary else " of the input's shape"}.
 
     Example:
         >>> import megxla.functional as F
@@ -88,6 +89,12 @@ for _name in ("add", "sub", "mul", "div", "floor_div", "mod", "pow", "maximum", 
 
 def rsqrt(x):
     """Elementwise ``1 / sqrt(x)``.
+
+    Args:
+        x: input tensor.
+
+    Returns:
+        a float Tensor of the input's shape.
 
     Example:
         >>> F.rsqrt(Tensor([4.0]))  # [0.5]
