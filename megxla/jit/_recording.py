@@ -26,11 +26,14 @@ class Recording:
         host_inputs: ``{vid: position}`` values made by host code (exclude_from_trace) that feed the graph.
         reads: ``[(position, vid)]`` values the host read (``.numpy()``, ``bool()``…) and after how many ops.
         hyper: ``{vid: getter}`` values re-read from Python state at every call (optimizer hyper-parameters).
+        grad_inputs: ``[(state index, vid)]`` the ``.grad`` values present at call start.
     """
 
     def __init__(self, state_tensors):
         self.ops: list = []
         self.input_vids = [t._vid for t in state_tensors]
+        # (state index, vid) of the ``.grad`` tensors present at call start: graph inputs too
+        self.grad_inputs = [(i, t._grad._vid) for i, t in enumerate(state_tensors) if t._grad is not None]
         self.consts: dict = {}
         self.host_inputs: dict = {}
         self.reads: list = []
@@ -43,11 +46,12 @@ class Recorder:
 
     def __init__(self, state_tensors, capture_as_const, what="trace"):
         self.rec = Recording(state_tensors)
-        self.known = set(self.rec.input_vids)
+        self.known = set(self.rec.input_vids) | {v for _, v in self.rec.grad_inputs}
         self.first_vid = next(_dispatch._vids)
         self.capture_as_const = capture_as_const
         self.what = what
         self.avals = {t._vid: _aval(t._data) for t in state_tensors}
+        self.avals.update((t._grad._vid, _aval(t._grad._data)) for t in state_tensors if t._grad is not None)
 
     def apply(self, op, inputs):
         outputs = eager_apply(op, inputs)

@@ -17,8 +17,11 @@ def _is_optimizer(obj):
 
 def collect(args, kwargs):
     """Return ``(tensors, signature)``: every distinct tensor reachable from the arguments (arguments
-    themselves, module parameters and buffers, their ``.grad``, optimizer slots), and a hashable description
-    of the argument structure, shapes and dtypes, and static (non-tensor) values."""
+    themselves, module parameters and buffers, optimizer slots), and a hashable description of the argument
+    structure, shapes and dtypes, and static (non-tensor) values.
+
+    ``.grad`` attributes of these tensors are state too, but do not key the cache: as in MegEngine, a compiled
+    step computes the gradients its recording computed, whether or not a stale ``.grad`` is present."""
     tensors: list = []
     index: dict = {}
 
@@ -28,9 +31,6 @@ def collect(args, kwargs):
             i = index[id(t)] = len(tensors)
             tensors.append(t)
         return ("T", i, t.shape, t.dtype.str)
-
-    def grads(params):
-        return tuple(add(p.grad) if isinstance(p.grad, Tensor) else None for p in params)
 
     def walk(obj):
         if isinstance(obj, Tensor):
@@ -44,14 +44,12 @@ def collect(args, kwargs):
             return ("dict",) + tuple((k, walk(v)) for k, v in obj.items())
         if _is_module(obj):
             named = list(obj.named_tensors())
-            params = [t for _, t in named if isinstance(t, Tensor)]
-            return ("module", id(obj), getattr(obj, "training", None),
-                    tuple((n, add(t)) for n, t in named), grads(params))
+            return ("module", id(obj), getattr(obj, "training", None), tuple((n, add(t)) for n, t in named))
         if _is_optimizer(obj):
             groups = []
             for g in obj.param_groups:
                 params = g["params"]
-                groups.append((tuple(add(p) for p in params), grads(params),
+                groups.append((tuple(add(p) for p in params),
                                tuple(sorted((k, type(v).__name__) for k, v in g.items() if k != "params"))))
             slots = []
             for p, st in obj._state.items():

@@ -60,11 +60,12 @@ class _Segment:
 class _Entry:
     """One input signature's recording and (once compiled) its executables."""
 
-    def __init__(self, rec, out_tree, out_leaves, writes, avals):
+    def __init__(self, rec, out_tree, out_leaves, writes, grad_writes, avals):
         self.rec = rec
         self.out_tree = out_tree
         self.out_leaves = out_leaves  # per leaf: ("t", vid) or ("v", python value)
         self.writes = writes  # [(state index, vid)]
+        self.grad_writes = grad_writes  # [(state index, vid or None)]: new ``.grad`` of state tensors
         self.avals = avals  # {vid: ShapeDtypeStruct}
         self.segments = None
         self.graph_op = None
@@ -199,7 +200,16 @@ class trace:
                 if t._vid not in recorder.known:
                     recorder._outside(t)
                 writes.append((i, t._vid))
-        entry = _Entry(rec, tree, out_leaves, writes, recorder.avals)
+        grads_before = dict(rec.grad_inputs)
+        grad_writes = []
+        for i, t in enumerate(state):
+            g = t._grad
+            vid = g._vid if isinstance(g, Tensor) else None
+            if vid != grads_before.get(i):
+                if vid is not None and vid not in recorder.known:
+                    recorder._outside(g)
+                grad_writes.append((i, vid))
+        entry = _Entry(rec, tree, out_leaves, writes, grad_writes, recorder.avals)
         self._cache[sig] = entry
         while len(self._cache) > self.cache_size:
             self._cache.popitem(last=False)
@@ -244,8 +254,9 @@ class trace:
     def _compile(self, entry):
         rec = entry.rec
         t0 = time.perf_counter()
-        outside = list(rec.input_vids) + [v for v in rec.consts if v not in rec.hyper] + list(rec.hyper)
-        final = [v for kind, v in entry.out_leaves if kind == "t"] + [v for _, v in entry.writes]
+        outside = list(rec.input_vids) + [v for _, v in rec.grad_inputs] + [v for v in rec.consts if v not in rec.hyper] + list(rec.hyper)
+        final = ([v for kind, v in entry.out_leaves if kind == "t"] + [v for _, v in entry.writes]
+                 + [v for _, v in entry.grad_writes if v is not None])
         kept = set(final) | ({v for _, v in rec.reads} if not self._without_host else set())
         segments = []
         bounds = self._segment_bounds(entry)
@@ -289,6 +300,7 @@ class trace:
         env = {}
         for t, v in zip(state, rec.input_vids):
             env[v] = t._data
+        _grad_env(env, entry, state)
         env.update(rec.consts)
         for v, getter in rec.hyper.items():
             env[v] = np.asarray(getter(), dtype=entry.avals[v].dtype)
@@ -316,6 +328,10 @@ class trace:
             t = state[i]
             t._reset(values[vid])
             mark_external(t)
+        for i, vid in entry.grad_writes:
+            state[i]._grad = None if vid is None else values[vid]
+            if vid is not None:
+                mark_external(values[vid])
         inputs = dict(zip(entry.rec.input_vids, state))
         leaves = []
         for kind, v in entry.out_leaves:
@@ -408,6 +424,10 @@ class _Replayer:
         for t, v in zip(state, rec.input_vids):
             self.env[v] = t._data
             self.vmap[t._vid] = v
+        _grad_env(self.env, entry, state)
+        for i, v in rec.grad_inputs:
+            if state[i]._grad is not None:
+                self.vmap[state[i]._grad._vid] = v
         for v, getter in rec.hyper.items():
             self.env[v] = np.asarray(getter(), dtype=entry.avals[v].dtype)
         self.next_segment = 0
@@ -482,6 +502,13 @@ class _Replayer:
             t._data = self.env[vid]
             t._vid = next(_dispatch._vids)
             mark_external(t)
+        for i, vid in entry.grad_writes:
+            g = self.state[i]._grad
+            if (None if g is None else self.vmap.get(g._vid)) != vid:
+                self._fail(f"the .grad of state tensor #{i} was not written as in the recording")
+            if g is not None:
+                g._data = self.env[vid]
+                mark_external(g)
         leaves, _ = _flatten(out)
         for leaf, (kind, v) in zip(leaves, entry.out_leaves):
             if isinstance(leaf, Tensor):
@@ -492,6 +519,15 @@ class _Replayer:
                     leaf._data = self.env[v]
                 mark_external(leaf)
         return out
+
+
+def _grad_env(env, entry, state):
+    """Feed the ``.grad`` inputs of a recording: the current gradient, or zeros where the tensor has none now
+    (accumulating into zeros is computing a fresh gradient)."""
+    for i, v in entry.rec.grad_inputs:
+        g = state[i]._grad
+        aval = entry.avals[v]
+        env[v] = g._data if g is not None and g.shape == aval.shape else np.zeros(aval.shape, aval.dtype)
 
 
 def _pending(vid, entry):
