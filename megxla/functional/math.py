@@ -319,7 +319,8 @@ def argsort(inp, descending=False):
     Example:
         >>> F.argsort(Tensor([3., 1., 2.]))  # [1, 2, 0]
     """
-    return sort(inp, descending)[1]
+    inp = _sortable("argsort", inp)
+    return _apply(_S.sort.bind(descending=bool(descending)), inp)[1]
 
 
 def topk(inp, k, descending=True, kth_only=False, no_sort=False):

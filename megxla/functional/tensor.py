@@ -498,14 +498,21 @@ def full(shape, value, *, dtype=None, device=None):
     Example:
         >>> F.full((2, 3), 7)  # int32 sevens
     """
+    return _full("full", shape, value, dtype, device)
+
+
+def _full(op, shape, value, dtype, device):
     if isinstance(value, Tensor):
         value = value.item()
     if dtype is None:
         dtype = np.dtype(np.bool_ if isinstance(value, (bool, np.bool_)) else np.int32 if isinstance(
             value, (int, np.integer)) else np.complex64 if isinstance(value, builtins.complex) else np.float32)
     else:
-        dtype = _dtype(dtype)
-    out = _apply(_S.full.bind(shape=_shape("full", shape), value=_fill_value(value, dtype), dtype=dtype.name))
+        try:
+            dtype = _dtype(dtype)
+        except TypeError:
+            raise OpError(f"{op}: unknown dtype {dtype!r}") from None
+    out = _apply(_S.full.bind(shape=_shape(op, shape), value=_fill_value(value, dtype), dtype=dtype.name))
     return _place(out, device)
 
 
@@ -523,7 +530,7 @@ def zeros(shape, *, dtype="float32", device=None):
     Example:
         >>> F.zeros((2, 3)).shape  # (2, 3)
     """
-    return full(shape, 0, dtype=dtype, device=device)
+    return _full("zeros", shape, 0, dtype, device)
 
 
 def ones(shape, *, dtype="float32", device=None):
@@ -540,7 +547,7 @@ def ones(shape, *, dtype="float32", device=None):
     Example:
         >>> F.ones(3)  # [1., 1., 1.]
     """
-    return full(shape, 1, dtype=dtype, device=device)
+    return _full("ones", shape, 1, dtype, device)
 
 
 def full_like(inp, value):

@@ -68,7 +68,12 @@ BINARY_IMPLS = {
 }
 
 UNARY = {name: Primitive(name, impl) for name, impl in UNARY_IMPLS.items()}
-BINARY = {name: Primitive(name, impl) for name, impl in BINARY_IMPLS.items()}
+# Keys are the Tensor operator names (``__lt__`` -> "lt"); primitives carry the functional names, which is
+# what errors and traces show.
+_PUBLIC = {"truediv": "div", "floordiv": "floor_div", "lt": "less", "le": "less_equal", "gt": "greater",
+           "ge": "greater_equal", "eq": "equal", "ne": "not_equal", "lshift": "left_shift", "rshift": "right_shift",
+           "and": "bitwise_and", "or": "bitwise_or", "xor": "bitwise_xor"}
+BINARY = {name: Primitive(_PUBLIC.get(name, name), impl) for name, impl in BINARY_IMPLS.items()}
 
 
 def _leaky_relu(x, *, negative_slope):
