@@ -1,0 +1,45 @@
+"""Neural-network layers (``megengine.module``): the ``Module`` base class and the standard layers.
+
+Example:
+    >>> import megxla as mge
+    >>> import megxla.module as M
+    >>> net = M.Sequential(M.Conv2d(3, 8, 3, padding=1), M.BatchNorm2d(8), M.ReLU(),
+    ...                    M.AdaptiveAvgPool2d(1))
+    >>> net(mge.Tensor(np.ones((2, 3, 8, 8), "float32"))).shape
+    (2, 8, 1, 1)
+"""
+from . import init
+from .activation import GELU, LeakyReLU, PReLU, ReLU, Sigmoid, SiLU, Softmax
+from .batchnorm import BatchNorm1d, BatchNorm2d, SyncBatchNorm
+from .concat import Concat
+from .conv import (Conv1d, Conv2d, Conv3d, ConvRelu2d, ConvTranspose2d, ConvTranspose3d, ConvTransposeRelu2d,
+                   DeformableConv2d, LocalConv2d)
+from .conv_bn import ConvBn2d, ConvBnRelu2d, ConvTransposeBn2d, ConvTransposeBnRelu2d
+from .dropout import Dropout
+from .elemwise import Elemwise
+from .embedding import Embedding
+from .identity import Identity
+from .linear import Linear, LinearRelu
+from .linear_bn import LinearBn1d, LinearBnRelu1d
+from .module import Module
+from .normalization import GeneralNorm, GroupNorm, InstanceNorm, LayerNorm, LocalResponseNorm
+from .padding import Pad
+from .pixel_shuffle import PixelShuffle
+from .pooling import AdaptiveAvgPool2d, AdaptiveMaxPool2d, AvgPool2d, MaxPool2d
+from .quant_dequant import DequantStub, QuantStub
+from .sequential import Sequential
+from .sliding_window import SlidingWindow, SlidingWindowTranspose
+
+__all__ = [
+    "Module", "init",
+    "Linear", "LinearRelu", "LinearBn1d", "LinearBnRelu1d",
+    "Conv1d", "Conv2d", "Conv3d", "ConvTranspose2d", "ConvTranspose3d", "ConvRelu2d", "ConvTransposeRelu2d",
+    "LocalConv2d", "DeformableConv2d",
+    "ConvBn2d", "ConvBnRelu2d", "ConvTransposeBn2d", "ConvTransposeBnRelu2d",
+    "BatchNorm1d", "BatchNorm2d", "SyncBatchNorm", "LayerNorm", "GroupNorm", "InstanceNorm", "GeneralNorm",
+    "LocalResponseNorm",
+    "MaxPool2d", "AvgPool2d", "AdaptiveMaxPool2d", "AdaptiveAvgPool2d",
+    "ReLU", "GELU", "SiLU", "Sigmoid", "Softmax", "LeakyReLU", "PReLU",
+    "Dropout", "Embedding", "Identity", "Sequential", "Concat", "Elemwise", "Pad", "PixelShuffle",
+    "SlidingWindow", "SlidingWindowTranspose", "QuantStub", "DequantStub",
+]

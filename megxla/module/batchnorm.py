@@ -1,0 +1,164 @@
+"""Batch normalisation layers."""
+from typing import Optional
+
+import numpy as np
+
+from ..core._tensor import Parameter, Tensor
+from ..functional.nn import batch_norm
+from . import init
+from .module import Module
+
+__all__ = ["BatchNorm1d", "BatchNorm2d", "SyncBatchNorm"]
+
+
+class _BatchNorm(Module):
+    """Shared implementation: parameters and buffers are stored ``(1, C, 1, 1)`` (MegEngine's layout)."""
+
+    _ndims = (4,)
+
+    def __init__(self, num_features, eps=1e-5, momentum=0.9, affine=True, track_running_stats=True, freeze=False,
+                 **kwargs):
+        super().__init__(**kwargs)
+        self.num_features = num_features
+        self.eps = eps
+        self.momentum = momentum
+        self.affine = affine
+        self.track_running_stats = track_running_stats
+        self._track_running_stats_saved = track_running_stats
+        self.freeze = freeze
+        if freeze and not track_running_stats:
+            raise ValueError("track_running_stats must be initialized to True if freeze is True")
+        tshape = (1, num_features, 1, 1)
+        if affine:
+            self.weight = Parameter(np.ones(tshape, dtype=np.float32))
+            self.bias = Parameter(np.zeros(tshape, dtype=np.float32))
+        else:
+            self.weight = None
+            self.bias = None
+        if track_running_stats:
+            self.running_mean = Tensor(np.zeros(tshape, dtype=np.float32))
+            self.running_var = Tensor(np.ones(tshape, dtype=np.float32))
+        else:
+            self.running_mean = None
+            self.running_var = None
+
+    def reset_running_stats(self) -> None:
+        """Reset the running mean to zeros and the running variance to ones.
+
+        Example:
+            >>> bn.reset_running_stats()
+        """
+        if self.track_running_stats:
+            init.zeros_(self.running_mean)
+            init.ones_(self.running_var)
+
+    def reset_parameters(self) -> None:
+        """Reset running statistics and the affine parameters (weight ones, bias zeros).
+
+        Example:
+            >>> bn.reset_parameters()
+        """
+        self.reset_running_stats()
+        if self.affine:
+            init.ones_(self.weight)
+            init.zeros_(self.bias)
+
+    def _check_input_ndim(self, inp):
+        if inp.ndim not in self._ndims:
+            want = " or ".join(f"{d}D" for d in self._ndims)
+            raise ValueError(f"{type(self).__name__}: expected {want} input (got {inp.ndim}D input)")
+
+    def forward(self, inp):
+        """Normalise ``inp`` with batch statistics (training) or running statistics (evaluation / freeze).
+
+        In training with ``track_running_stats`` the running buffers are updated in place:
+        ``running = momentum * running + (1 - momentum) * batch_stat`` (variance unbiased).
+        """
+        self._check_input_ndim(inp)
+        if not self._track_running_stats_saved and self.track_running_stats:
+            raise ValueError("track_running_stats can not be initialized to False and changed to True later")
+        weight, bias = self.weight, self.bias
+        if self.freeze:
+            # Frozen BN is an affine map of fixed statistics: nothing learns, nothing updates.
+            if weight is not None:
+                weight, bias = weight.detach(), bias.detach()
+            return batch_norm(inp, self.running_mean, self.running_var, weight, bias, training=False,
+                              eps=self.eps)
+        track = self.track_running_stats
+        return batch_norm(inp, self.running_mean if track else None, self.running_var if track else None,
+                          weight, bias, training=self.training or not track,
+                          momentum=self.momentum if self.training and track else 0.0, eps=self.eps)
+
+    def _module_info_string(self) -> str:
+        return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, affine={self.affine}, "
+                f"track_running_stats={self.track_running_stats}")
+
+
+class BatchNorm1d(_BatchNorm):
+    r"""Batch normalisation over a 2-D ``(N, C)`` or 3-D ``(N, C, L)`` input.
+
+    ``y = (x - mean) / sqrt(var + eps) * weight + bias`` per channel, with batch statistics in training
+    (updating ``running_mean`` / ``running_var``) and the running ones in evaluation.
+
+    Args:
+        num_features: the number of channels C.
+        eps: added to the variance.
+        momentum: weight of the old running value in the update
+            ``running = momentum * running + (1 - momentum) * batch_stat``.
+        affine: learn ``weight`` (ones) and ``bias`` (zeros), stored ``(1, C, 1, 1)``.
+        track_running_stats: keep running statistics (else batch statistics are used in evaluation too).
+        freeze: always use the running statistics and never update them (for fine-tuning).
+
+    Example:
+        >>> bn = M.BatchNorm1d(3)
+        >>> bn(mge.Tensor(np.random.randn(4, 3).astype("float32"))).shape
+        (4, 3)
+    """
+
+    _ndims = (2, 3)
+
+
+class BatchNorm2d(_BatchNorm):
+    r"""Batch normalisation over a 4-D NCHW input.
+
+    ``y = (x - mean) / sqrt(var + eps) * weight + bias`` per channel, with batch statistics in training
+    (updating ``running_mean`` / ``running_var``, both ``(1, C, 1, 1)``) and the running ones in evaluation.
+
+    Args:
+        num_features: the number of channels C.
+        eps: added to the variance.
+        momentum: weight of the old running value in the update
+            ``running = momentum * running + (1 - momentum) * batch_stat`` (variance unbiased).
+        affine: learn ``weight`` (ones) and ``bias`` (zeros), stored ``(1, C, 1, 1)``.
+        track_running_stats: keep running statistics (else batch statistics are used in evaluation too).
+        freeze: always use the running statistics and never update them (for fine-tuning).
+
+    Example:
+        >>> bn = M.BatchNorm2d(3)
+        >>> bn(mge.Tensor(np.random.randn(2, 3, 4, 4).astype("float32"))).shape
+        (2, 3, 4, 4)
+    """
+
+
+class SyncBatchNorm(_BatchNorm):
+    r"""Batch normalisation with statistics synchronised across the processes of ``group``.
+
+    In a single process (the only mode here) it is exactly :class:`BatchNorm2d`, also accepting 2-D and 3-D
+    inputs.
+
+    Args:
+        num_features, eps, momentum, affine, track_running_stats, freeze: as :class:`BatchNorm2d`.
+        group: the distributed group (accepted for compatibility; statistics are per process).
+
+    Example:
+        >>> bn = M.SyncBatchNorm(3)
+        >>> bn(mge.Tensor(np.random.randn(2, 3, 4, 4).astype("float32"))).shape
+        (2, 3, 4, 4)
+    """
+
+    _ndims = (2, 3, 4)
+
+    def __init__(self, num_features, eps=1e-5, momentum=0.9, affine=True, track_running_stats=True, freeze=False,
+                 group: Optional[object] = None, **kwargs) -> None:
+        super().__init__(num_features, eps, momentum, affine, track_running_stats, freeze, **kwargs)
+        self.group = group

@@ -1,0 +1,654 @@
+"""The ``Module`` base class: attribute-based discovery of parameters, buffers and sub-modules.
+
+As in MegEngine there is no registration API: every Tensor / Module found in an attribute -- or nested in
+lists, tuples and dicts held by an attribute -- belongs to the module. Discovery walks attributes in sorted
+name order (MegEngine's order, which optimizers and checkpoints rely on).
+"""
+from __future__ import annotations
+
+import itertools
+import weakref
+from abc import ABCMeta, abstractmethod
+from collections import OrderedDict
+from typing import Any, Callable, Iterable, Optional, Set, Tuple
+
+import numpy as np
+
+from ..core._tensor import Tensor, Parameter
+from ..logger import get_logger
+
+__all__ = ["Module", "HookHandler"]
+
+logger = get_logger(__name__)
+
+
+class HookHandler:
+    """Handle returned by ``register_forward_(pre_)hook``; ``remove()`` unregisters the hook.
+
+    Args:
+        source_dict: the module's hook dict the hook is stored in.
+        hook: the hook callable.
+
+    Example:
+        >>> handle = model.register_forward_hook(lambda m, inp, out: None)
+        >>> handle.remove()
+    """
+
+    _ids = itertools.count()
+
+    def __init__(self, source_dict, hook):
+        self.id = next(HookHandler._ids)
+        source_dict[self.id] = hook
+        # Weak so that a forgotten handle does not keep a deleted module's hook table alive.
+        self.source_ref = weakref.ref(source_dict)
+
+    def remove(self):
+        """Unregister the hook (a second call does nothing)."""
+        source_dict = self.source_ref()
+        if source_dict is not None and self.id in source_dict:
+            del source_dict[self.id]
+
+
+class _HookDict(OrderedDict):
+    # A plain OrderedDict cannot be the target of a weakref; a subclass can.
+    pass
+
+
+def _is_module(obj) -> bool:
+    return isinstance(obj, Module)
+
+
+def _is_tensor(obj) -> bool:
+    return isinstance(obj, Tensor)
+
+
+def _is_parameter(obj) -> bool:
+    return isinstance(obj, Parameter)
+
+
+def _is_buffer(obj) -> bool:
+    return isinstance(obj, Tensor) and not isinstance(obj, Parameter)
+
+
+def _expand_structure(prefix: str, obj):
+    """``(dotted key, leaf)`` for every Tensor / Module in ``obj``, descending lists, tuples and dicts."""
+    if isinstance(obj, (Tensor, Module)):
+        return [(prefix, obj)]
+    if isinstance(obj, (list, tuple, dict)):
+        ret = []
+        if isinstance(obj, dict):
+            targets = ((k, obj[k]) for k in sorted(obj, key=str))
+        else:
+            targets = ((str(k), v) for k, v in enumerate(obj))
+        for k, o in targets:
+            sub = _expand_structure(str(k), o)
+            if sub and not isinstance(k, str):
+                raise AssertionError(f"keys for Tensor and Module must be str, error key: {k!r}")
+            for kt, vt in sub:
+                ret.append((prefix + "." + kt, vt))
+        return ret
+    return []
+
+
+def _add_indent(repr_str: str, num_spaces: int) -> str:
+    lines = repr_str.split("\n")
+    if len(lines) == 1:
+        return repr_str
+    return lines[0] + "\n" + "\n".join(" " * num_spaces + line for line in lines[1:])
+
+
+def _xnorm_types():
+    # BatchNorm1d / BatchNorm2d / SyncBatchNorm share _BatchNorm.
+    from .batchnorm import _BatchNorm
+    from .normalization import GroupNorm, InstanceNorm, LayerNorm
+    return (_BatchNorm, GroupNorm, InstanceNorm, LayerNorm)
+
+
+class Module(metaclass=ABCMeta):
+    """Base class for all neural-network layers and models.
+
+    Sub-classes create their parameters (``megxla.Parameter``), buffers (plain ``megxla.Tensor``) and
+    sub-modules as attributes in ``__init__`` and implement ``forward``; calling the module runs the forward
+    pre-hooks, ``forward`` and the forward hooks.
+
+    Args:
+        name: an optional name for the module (used in repr-like outputs and naming).
+
+    Example:
+        >>> import megxla.module as M
+        >>> import megxla.functional as F
+        >>> class Net(M.Module):
+        ...     def __init__(self):
+        ...         super().__init__()
+        ...         self.fc = M.Linear(4, 2)
+        ...     def forward(self, x):
+        ...         return F.relu(self.fc(x))
+        >>> net = Net()
+        >>> [k for k, _ in net.named_parameters()]
+        ['fc.bias', 'fc.weight']
+    """
+
+    def __init__(self, name: Optional[str] = None):
+        self._modules = []
+        if name is not None:
+            if not isinstance(name, str) or not name.strip():
+                raise ValueError(f"Module name must be a non-empty str, got {name!r}")
+        self.name = name
+        self.training = True
+        self.quantize_disabled = False
+        self._forward_pre_hooks = _HookDict()
+        self._forward_hooks = _HookDict()
+        self._short_name = None
+
+    @abstractmethod
+    def forward(self, inputs):
+        """Compute the module's output; every sub-class defines it."""
+
+    # ---- hooks / call -----------------------------------------------------------------------------------
+    def register_forward_pre_hook(self, hook: Callable) -> HookHandler:
+        """Register ``hook(module, inputs) -> None | new_inputs`` to run before ``forward``.
+
+        Args:
+            hook: called with the module and the tuple of positional inputs; a non-None result replaces the
+                inputs (a non-tuple result becomes a 1-tuple).
+
+        Returns:
+            a :class:`HookHandler` whose ``remove()`` unregisters the hook.
+
+        Example:
+            >>> h = model.register_forward_pre_hook(lambda m, inputs: None)
+            >>> h.remove()
+        """
+        return HookHandler(self._forward_pre_hooks, hook)
+
+    def register_forward_hook(self, hook: Callable) -> HookHandler:
+        """Register ``hook(module, inputs, outputs) -> None | new_outputs`` to run after ``forward``.
+
+        Args:
+            hook: called with the module, the inputs tuple and the outputs; a non-None result replaces the
+                outputs.
+
+        Returns:
+            a :class:`HookHandler` whose ``remove()`` unregisters the hook.
+
+        Example:
+            >>> h = model.register_forward_hook(lambda m, inputs, out: out * 2)
+            >>> h.remove()
+        """
+        return HookHandler(self._forward_hooks, hook)
+
+    def __call__(self, *inputs, **kwargs):
+        # Truthiness tests first: calling a module is on the eager hot path and hooks are rare.
+        if self._forward_pre_hooks:
+            for hook in list(self._forward_pre_hooks.values()):
+                modified = hook(self, inputs)
+                if modified is not None:
+                    inputs = modified if isinstance(modified, tuple) else (modified,)
+        outputs = self.forward(*inputs, **kwargs)
+        if self._forward_hooks:
+            for hook in list(self._forward_hooks.values()):
+                modified = hook(self, inputs, outputs)
+                if modified is not None:
+                    outputs = modified
+        return outputs
+
+    # ---- discovery --------------------------------------------------------------------------------------
+    def _flatten(self, *, recursive: bool = True, with_key: bool = False, with_parent: bool = False,
+                 prefix: Optional[str] = None, predicate: Callable[[Any], bool] = lambda _: True,
+                 seen: Optional[Set[int]] = None):
+        """Walk the attributes (sorted by name) and yield the leaves that satisfy ``predicate``.
+
+        Each object is yielded once (shared parameters / modules are de-duplicated by identity) and the
+        module itself is never revisited, so cycles terminate.
+        """
+        if seen is None:
+            seen = {id(self)}
+        module_dict = vars(self)
+        _prefix = "" if prefix is None else prefix + "."
+        for key in sorted(module_dict):
+            for expanded_key, leaf in _expand_structure(key, module_dict[key]):
+                leaf_id = id(leaf)
+                if leaf_id in seen:
+                    continue
+                seen.add(leaf_id)
+                if predicate(leaf):
+                    if with_key and with_parent:
+                        yield _prefix + expanded_key, leaf, self
+                    elif with_key:
+                        yield _prefix + expanded_key, leaf
+                    elif with_parent:
+                        yield leaf, self
+                    else:
+                        yield leaf
+                if recursive and isinstance(leaf, Module):
+                    yield from leaf._flatten(recursive=recursive, with_key=with_key, with_parent=with_parent,
+                                             prefix=_prefix + expanded_key if with_key else None,
+                                             predicate=predicate, seen=seen)
+
+    @staticmethod
+    def _drop_requires_grad(kwargs):
+        if "requires_grad" in kwargs:
+            del kwargs["requires_grad"]
+            logger.warning("Tensor currently has no requires_grad attribute, so requires_grad argument is "
+                           "ignored now")
+
+    def parameters(self, recursive: bool = True, **kwargs) -> Iterable[Parameter]:
+        """Iterate over the module's :class:`~megxla.Parameter` s.
+
+        Args:
+            recursive: also visit sub-modules.
+
+        Returns:
+            a generator of parameters, each once, in sorted attribute-path order.
+
+        Example:
+            >>> len(list(M.Linear(3, 2).parameters()))
+            2
+        """
+        self._drop_requires_grad(kwargs)
+        yield from self._flatten(with_key=False, predicate=_is_parameter, recursive=recursive, **kwargs)
+
+    def named_parameters(self, prefix: Optional[str] = None, recursive: bool = True,
+                         **kwargs) -> Iterable[Tuple[str, Parameter]]:
+        """Iterate over ``(dotted name, parameter)`` pairs, e.g. ``("conv1.weight", p)``.
+
+        Args:
+            prefix: prepended (with a dot) to every name.
+            recursive: also visit sub-modules.
+
+        Returns:
+            a generator of ``(name, Parameter)``.
+
+        Example:
+            >>> [k for k, _ in M.Linear(3, 2).named_parameters(prefix="fc")]
+            ['fc.bias', 'fc.weight']
+        """
+        self._drop_requires_grad(kwargs)
+        yield from self._flatten(with_key=True, prefix=prefix, predicate=_is_parameter, recursive=recursive,
+                                 **kwargs)
+
+    def buffers(self, recursive: bool = True, **kwargs) -> Iterable[Tensor]:
+        """Iterate over the module's buffers: Tensors that are not Parameters (e.g. BN running stats).
+
+        Args:
+            recursive: also visit sub-modules.
+
+        Returns:
+            a generator of Tensors.
+
+        Example:
+            >>> len(list(M.BatchNorm2d(4).buffers()))
+            2
+        """
+        yield from self._flatten(with_key=False, predicate=_is_buffer, recursive=recursive, **kwargs)
+
+    def named_buffers(self, prefix: Optional[str] = None, recursive: bool = True,
+                      **kwargs) -> Iterable[Tuple[str, Tensor]]:
+        """Iterate over ``(dotted name, buffer)`` pairs.
+
+        Args:
+            prefix: prepended (with a dot) to every name.
+            recursive: also visit sub-modules.
+
+        Returns:
+            a generator of ``(name, Tensor)``.
+
+        Example:
+            >>> [k for k, _ in M.BatchNorm2d(4).named_buffers()]
+            ['running_mean', 'running_var']
+        """
+        yield from self._flatten(with_key=True, prefix=prefix, predicate=_is_buffer, recursive=recursive,
+                                 **kwargs)
+
+    def tensors(self, recursive: bool = True, **kwargs) -> Iterable[Tensor]:
+        """Iterate over all Tensors of the module: parameters and buffers.
+
+        Args:
+            recursive: also visit sub-modules.
+
+        Returns:
+            a generator of Tensors.
+
+        Example:
+            >>> len(list(M.BatchNorm2d(4).tensors()))
+            4
+        """
+        yield from self._flatten(with_key=False, predicate=_is_tensor, recursive=recursive, **kwargs)
+
+    def named_tensors(self, prefix: Optional[str] = None, recursive: bool = True,
+                      **kwargs) -> Iterable[Tuple[str, Tensor]]:
+        """Iterate over ``(dotted name, tensor)`` pairs for parameters and buffers.
+
+        Args:
+            prefix: prepended (with a dot) to every name.
+            recursive: also visit sub-modules.
+
+        Returns:
+            a generator of ``(name, Tensor)``.
+
+        Example:
+            >>> [k for k, _ in M.BatchNorm2d(4).named_tensors()]
+            ['bias', 'running_mean', 'running_var', 'weight']
+        """
+        yield from self._flatten(with_key=True, prefix=prefix, predicate=_is_tensor, recursive=recursive,
+                                 **kwargs)
+
+    def children(self, **kwargs) -> Iterable["Module"]:
+        """Iterate over the direct sub-modules.
+
+        Returns:
+            a generator of Modules.
+
+        Example:
+            >>> len(list(M.Sequential(M.ReLU(), M.ReLU()).children()))
+            2
+        """
+        yield from self._flatten(with_key=False, predicate=_is_module, recursive=False, **kwargs)
+
+    def named_children(self, **kwargs) -> Iterable[Tuple[str, "Module"]]:
+        """Iterate over ``(attribute name, sub-module)`` for the direct sub-modules.
+
+        Returns:
+            a generator of ``(name, Module)``.
+
+        Example:
+            >>> [k for k, _ in M.Sequential(M.ReLU(), M.ReLU()).named_children()]
+            ['0', '1']
+        """
+        yield from self._flatten(with_key=True, predicate=_is_module, recursive=False, **kwargs)
+
+    def modules(self, **kwargs) -> Iterable["Module"]:
+        """Iterate over this module and all its descendants (pre-order).
+
+        Returns:
+            a generator of Modules, starting with ``self``.
+
+        Example:
+            >>> len(list(M.Sequential(M.ReLU(), M.ReLU()).modules()))
+            3
+        """
+        if kwargs.get("with_parent"):
+            yield self, None
+        else:
+            yield self
+        yield from self._flatten(with_key=False, predicate=_is_module, **kwargs)
+
+    def named_modules(self, prefix: Optional[str] = None, **kwargs) -> Iterable[Tuple[str, "Module"]]:
+        """Iterate over ``(dotted path, module)`` for this module (path ``prefix`` or ``""``) and descendants.
+
+        Args:
+            prefix: prepended to every path.
+
+        Returns:
+            a generator of ``(name, Module)``.
+
+        Example:
+            >>> [k for k, _ in M.Sequential(M.ReLU()).named_modules()]
+            ['', '0']
+        """
+        root = "" if prefix is None else prefix
+        if kwargs.get("with_parent"):
+            yield root, self, None
+        else:
+            yield root, self
+        yield from self._flatten(with_key=True, prefix=prefix, predicate=_is_module, **kwargs)
+
+    # ---- modes / utilities ------------------------------------------------------------------------------
+    def apply(self, fn: Callable[["Module"], Any]) -> None:
+        """Call ``fn`` on this module and every descendant.
+
+        Args:
+            fn: a function taking a Module.
+
+        Example:
+            >>> model.apply(lambda m: print(type(m).__name__))
+        """
+        for m in self.modules():
+            fn(m)
+
+    def train(self, mode: bool = True, recursive: bool = True) -> None:
+        """Set training mode (``training = mode``), for all descendants too unless ``recursive=False``.
+
+        Args:
+            mode: True for training, False for evaluation.
+            recursive: also switch the sub-modules.
+
+        Example:
+            >>> model.train()
+            >>> model.training
+            True
+        """
+        if not recursive:
+            self.training = mode
+            return
+
+        def fn(module):
+            module.train(mode, recursive=False)
+
+        self.apply(fn)
+
+    def eval(self) -> None:
+        """Switch this module and its descendants to evaluation mode (``train(False)``).
+
+        Example:
+            >>> model.eval()
+            >>> model.training
+            False
+        """
+        self.train(False)
+
+    def disable_quantize(self, value=True):
+        """Mark this module and its descendants as excluded (``value=True``) from quantization.
+
+        Args:
+            value: the ``quantize_disabled`` flag to set.
+
+        Returns:
+            self.
+
+        Example:
+            >>> model.disable_quantize().quantize_disabled
+            True
+        """
+
+        def fn(module):
+            module.quantize_disabled = value
+
+        self.apply(fn)
+        return self
+
+    def zero_grad(self) -> None:
+        """Set the ``.grad`` of every parameter that has one to zeros (deprecated in MegEngine).
+
+        Example:
+            >>> model.zero_grad()
+        """
+        for param in self.parameters():
+            if param.grad is not None:
+                param.grad.reset_zero()
+
+    def replace_param(self, params: dict, start_pos: int, seen: Optional[Set[int]] = None):
+        """Replace parameters, numbered in discovery order from ``start_pos``, by the ones in ``params``.
+
+        Args:
+            params: ``{index: Parameter}``; each replacement must have the replaced parameter's shape.
+            start_pos: the index of this module's first parameter.
+            seen: ids already visited (internal, for recursion).
+
+        Returns:
+            the number of parameters this module (recursively) holds.
+
+        Example:
+            >>> lin = M.Linear(2, 2)
+            >>> lin.replace_param({0: Parameter(np.zeros(2, "float32"))}, 0)
+            2
+        """
+        offset = 0
+        if seen is None:
+            seen = {id(self)}
+        module_dict = vars(self)
+        for key in sorted(module_dict):
+            value = module_dict[key]
+            if id(value) in seen:
+                continue
+            seen.add(id(value))
+            if isinstance(value, Parameter):
+                if start_pos + offset in params:
+                    new = params[start_pos + offset]
+                    if tuple(value.shape) != tuple(new.shape):
+                        raise ValueError(f"replace_param: {key} has shape {value.shape}, replacement has "
+                                         f"{new.shape}")
+                    module_dict[key] = new
+                offset += 1
+            elif isinstance(value, Module):
+                offset += value.replace_param(params, start_pos + offset, seen)
+        return offset
+
+    # ---- state dict -------------------------------------------------------------------------------------
+    def state_dict(self, rst=None, prefix: str = "", keep_var: bool = False):
+        """The module's parameters and buffers as an ordered ``{dotted name: value}`` dict.
+
+        Values are NumPy copies. As in MegEngine, the affine parameters and running statistics of
+        normalisation layers are returned flattened to 1-D (they are stored 4-D for speed);
+        ``load_state_dict`` accepts both forms. With ``keep_var=True`` the values are the module's Tensors
+        themselves, unreshaped, so that callers can rebind them in place.
+
+        Args:
+            rst: an existing dict to fill (MegEngine compatibility).
+            prefix: prepended to every key.
+            keep_var: return the Tensors themselves instead of NumPy copies.
+
+        Returns:
+            an ``OrderedDict``.
+
+        Example:
+            >>> list(M.BatchNorm2d(4).state_dict())
+            ['bias', 'running_mean', 'running_var', 'weight']
+        """
+        typed = self._state_dict(prefix=prefix, keep_var=keep_var)
+        xnorm = _xnorm_types()
+        out = OrderedDict() if rst is None else rst
+        for (module_type, k), v in typed.items():
+            if not keep_var and issubclass(module_type, xnorm):
+                v = v.reshape(-1)
+            out[k] = v
+        return out
+
+    def _state_dict(self, rst=None, prefix: str = "", keep_var: bool = False):
+        # Keys are (owning module type, name) so state_dict can apply per-type rules.
+        if rst is None:
+            rst = OrderedDict()
+        for k, v in self._flatten(recursive=False, with_key=True, predicate=_is_tensor):
+            if (type(self), prefix + k) in rst:
+                raise AssertionError(f"duplicated state: {prefix + k}")
+            rst[(type(self), prefix + k)] = v if keep_var else np.array(v.numpy(), copy=True)
+        for k, submodule in self._flatten(recursive=False, with_key=True, predicate=_is_module):
+            submodule._state_dict(rst, prefix + k + ".", keep_var)
+        return rst
+
+    def load_state_dict(self, state_dict, strict: bool = True):
+        """Assign values from ``state_dict`` to the parameters and buffers, in place.
+
+        All entries are checked before anything is assigned, so a failing call leaves the module unchanged.
+
+        Args:
+            state_dict: a dict ``{name: ndarray or Tensor}`` as returned by :meth:`state_dict`, or a callable
+                ``closure(name, tensor) -> ndarray | None`` (None skips that tensor).
+            strict: raise ``KeyError`` on missing or unexpected keys (otherwise log a warning).
+
+        Raises:
+            ValueError: a value's shape does not match (normalisation layers also accept any shape with the
+                same number of elements, for checkpoints holding 1-D stats).
+            KeyError: with ``strict=True``, keys are missing or unused.
+
+        Example:
+            >>> b = M.Linear(3, 2)
+            >>> b.load_state_dict(M.Linear(3, 2).state_dict())
+        """
+        unused = []
+        if isinstance(state_dict, dict):
+            unused = list(state_dict.keys())
+
+            def closure(k, _):
+                return state_dict[k] if k in state_dict else None
+        elif callable(state_dict):
+            closure = state_dict
+        else:
+            raise ValueError(f"`state_dict` must load a dict or callable, got {type(state_dict)}")
+
+        xnorm = _xnorm_types()
+        plan, loaded, skipped = [], set(), set()
+        for (module_type, k), var in self._state_dict(keep_var=True).items():
+            value = closure(k, var)
+            if value is None:
+                skipped.add(k)
+                continue
+            value = value.numpy() if isinstance(value, Tensor) else np.asarray(value)
+            var_shape, new_shape = tuple(var.shape), tuple(value.shape)
+            if var_shape != new_shape:
+                # Normalisation layers store stats 4-D but (old and current) checkpoints hold them 1-D.
+                if issubclass(module_type, xnorm) and int(np.prod(var_shape)) == int(np.prod(new_shape)):
+                    value = value.reshape(var_shape)
+                else:
+                    raise ValueError(f"load_state_dict: param `{k}` shape mismatch, should be {var_shape}, "
+                                     f"got {new_shape}")
+            plan.append((var, value))
+            loaded.add(k)
+
+        unused = set(unused) - loaded
+        for what, keys in (("Unused", unused), ("Missing", skipped)):
+            if keys:
+                msg = f"{what} params {'violate `strict=True`' if strict else 'in `strict=False` mode'}, " \
+                      f"{what.lower()}={sorted(keys)}"
+                if strict:
+                    raise KeyError(msg)
+                logger.warning(msg)
+
+        for var, value in plan:
+            var._reset(Tensor(value, dtype=var.dtype, device=var.device))
+
+    # ---- attribute bookkeeping --------------------------------------------------------------------------
+    def __setattr__(self, name: str, value):
+        # `_modules` keeps the insertion order of module-like attributes, which `__repr__` shows.
+        is_module_like = _is_module(value) or isinstance(value, (list, tuple, dict))
+        if name != "_modules":
+            modules = self.__dict__.get("_modules")
+            if modules is None and is_module_like:
+                raise AttributeError("cannot assign module before Module.__init__() call")
+            if is_module_like:
+                if name not in modules:
+                    modules.append(name)
+            elif modules is not None and name in modules:
+                modules.remove(name)
+        super().__setattr__(name, value)
+
+    def __delattr__(self, name: str):
+        modules = self.__dict__.get("_modules")
+        if modules is not None and name in modules:
+            modules.remove(name)
+        super().__delattr__(name)
+
+    def _module_info_string(self) -> str:
+        """One-line summary of the module's configuration used by ``__repr__`` (empty by default)."""
+        return ""
+
+    def __repr__(self):
+        extra = self._module_info_string()
+        extra_lines = extra.split("\n") if extra else []
+        child_lines = []
+        for name in self._modules:
+            value = self.__dict__.get(name)
+            if _is_module(value):
+                child_lines.append(f"({name}): " + _add_indent(repr(value), 2))
+            else:
+                for k, v in _expand_structure(name, value):
+                    if _is_module(v):
+                        child_lines.append(f"({k}): " + _add_indent(repr(v), 2))
+        lines = extra_lines + child_lines
+        main = type(self).__name__ + "("
+        if lines:
+            if len(extra_lines) == 1 and not child_lines:
+                main += extra_lines[0]
+            else:
+                main += "\n  " + "\n  ".join(lines) + "\n"
+        return main + ")"
