@@ -16,11 +16,12 @@ from ._device import (is_cuda_available, get_device_count, get_cuda_compute_capa
                       get_cuda_driver_version, get_tensorrt_version, get_cuda_device_property)
 from ._serialization import save, load
 from .logger import get_logger, set_log_level, set_log_file, enable_debug_log
-from . import functional, random, autodiff, jit
+from . import functional, random, autodiff, jit, module, optimizer, data
 
 tensor = Tensor
 __version__ = "0.1.0"
 
-__all__ = ["Tensor", "tensor", "Parameter", "functional", "random", "autodiff", "save", "load",
+__all__ = ["Tensor", "tensor", "Parameter", "functional", "random", "autodiff", "jit", "module", "optimizer",
+           "data", "save", "load",
            "is_cuda_available", "get_device_count", "get_default_device", "set_default_device", "get_logger",
            "set_log_level", "set_log_file", "enable_debug_log"]
