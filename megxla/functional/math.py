@@ -259,24 +259,26 @@ def matinv(inp):
 def svd(inp, full_matrices=False, compute_uv=True):
     """Singular value decomposition ``inp = U @ diag(S) @ Vh`` of (a batch of) matrices.
 
+    As MegEngine, the result is always the triple ``(U, S, Vh)``; ``compute_uv=False`` only says the caller
+    will not use ``U`` and ``Vh`` (a compiled step drops their computation).
+
     Args:
         inp: tensor of shape ``(..., m, n)``.
-        full_matrices: return square ``U`` (m x m) and ``Vh`` (n x n) instead of the reduced ones.
-        compute_uv: return ``(U, S, Vh)``; if False, only ``S``.
+        full_matrices: square ``U`` (m x m) and ``Vh`` (n x n) instead of the reduced ones.
+        compute_uv: accepted for MegEngine compatibility.
 
     Returns:
-        ``(U, S, Vh)`` or ``S``; singular values in descending order.
+        ``(U, S, Vh)``, singular values in descending order.
 
     Example:
-        >>> u, s, vh = F.svd(Tensor([[3., 0.], [0., 4.]]))  # s = [4., 3.]
+        >>> _, s, _ = F.svd(Tensor(np.arange(6, dtype="float32").reshape(2, 3)))  # s = [7.348, 1.]
     """
     inp = _t(inp)
     if inp.ndim < 2:
         raise OpError(f"svd: input must be at least 2-D, got shape {inp.shape}")
     if inp.dtype.kind != "f":
         raise OpError(f"svd: input must be a float tensor, got {inp.dtype}")
-    u, s, vh = _apply(_L.svd.bind(full_matrices=bool(full_matrices)), inp)
-    return (u, s, vh) if compute_uv else s
+    return _apply(_L.svd.bind(full_matrices=bool(full_matrices)), inp)
 
 
 # ---- sorting ----------------------------------------------------------------------------------------------------
