@@ -142,10 +142,14 @@ def _is_float(x):
     return jnp.issubdtype(x.dtype, jnp.inexact)
 
 
-def _vjp_impl(*args, op, nin, wrt, given):
-    """Gradients of ``op`` w.r.t. inputs ``wrt`` given cotangents for the outputs flagged in ``given``."""
+def _vjp_impl(*args, op, nin, wrt, given, remat=False):
+    """Gradients of ``op`` w.r.t. inputs ``wrt`` given cotangents for the outputs flagged in ``given``.
+
+    With ``remat`` the op's forward is recomputed inside the gradient under ``jax.checkpoint`` with CSE
+    prevented, so a compiled step does not keep the op's internal residuals alive from forward to backward.
+    """
     primals, cts_in = args[:nin], args[nin:]
-    fn = op.fn
+    fn = jax.checkpoint(op.fn, prevent_cse=True) if remat else op.fn
 
     def partial_fn(*diff):
         full = list(primals)

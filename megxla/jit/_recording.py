@@ -137,6 +137,9 @@ def prune(ops, needed):
 def make_replay(ops, in_vids, out_vids, remat=False):
     """A pure JAX function ``f(*input arrays) -> tuple of output arrays`` replaying ``ops``."""
     ops = prune(ops, out_vids)
+    if remat:  # sublinear memory: every gradient op recomputes its forward instead of keeping residuals
+        from ..core._op import VJP
+        ops = [(VJP.bind(**dict(op.params), remat=True) if op.prim is VJP else op, ins, outs) for op, ins, outs in ops]
 
     def replay(*arrays):
         env = dict(zip(in_vids, arrays))
@@ -148,9 +151,6 @@ def make_replay(ops, in_vids, out_vids, remat=False):
                 env[outs[0]] = res
         return tuple(env[v] for v in out_vids)
 
-    if remat:
-        import jax
-        replay = jax.checkpoint(replay)
     return replay
 
 

@@ -86,7 +86,8 @@ class trace:
         capture_as_const: tensors used but not reachable from the arguments are baked in as constants
             (otherwise such a tensor is an error that names it).
         without_host: compiled calls do not run the Python body at all.
-        sublinear_memory_config / dtr_config: rematerialise in the compiled graph (``jax.checkpoint``).
+        sublinear_memory_config / dtr_config: rematerialise in the compiled graph (gradient ops recompute
+            their forward under ``jax.checkpoint`` instead of keeping residuals).
         cache_size: compiled signatures kept (least recently used are dropped).
         Other MegEngine options (record_only, profiling, opt_level, graph_opt_config, symbolic_shape) are
         accepted; XLA does its own graph optimisation.
