@@ -395,3 +395,36 @@ def test_sublinear_memory_config_rematerialises_and_keeps_numerics():
     np.testing.assert_allclose(dtr(x, w).numpy(), ref, rtol=1e-5)
     # the rematerialised step recomputes forward work: more flops than the plain one
     assert remat.cost_analysis()["flops"] > plain.cost_analysis()["flops"]
+
+
+@pytest.mark.parametrize("symbolic", [False, True])
+def test_trace_feeds_closure_tensors_as_external_inputs(symbolic):
+    import megxla.optimizer as optim
+
+    def make():
+        w = mge.Parameter([1.0, -2.0, 0.5])
+        return w, GradManager().attach([w]), optim.SGD([w], lr=0.1, momentum=0.9)
+
+    w, gm, opt = make()
+
+    @trace(symbolic=symbolic)
+    def step(x):  # model, gm and optimizer come from the enclosing scope, as in MegEngine's own tests
+        with gm:
+            loss = (w * x).sum() ** 2
+            gm.backward(loss)
+        opt.step().clear_grad()
+        return loss
+
+    w2, gm2, opt2 = make()
+    x = mge.Tensor([0.3, 0.2, -0.1])
+    for i in range(5):
+        if i == 3:
+            opt.param_groups[0]["lr"] = opt2.param_groups[0]["lr"] = 0.05
+        loss = step(x)
+        with gm2:
+            ref = (w2 * x).sum() ** 2
+            gm2.backward(ref)
+        opt2.step().clear_grad()
+        np.testing.assert_allclose(loss.numpy(), ref.numpy(), rtol=1e-5)
+        np.testing.assert_allclose(w.numpy(), w2.numpy(), rtol=1e-5)
+    assert w._is_external_value()

@@ -5,6 +5,8 @@ Value ids (``Tensor._vid``) are SSA names: every op output and every in-place re
 """
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 
 from ..core import _dispatch
@@ -39,12 +41,16 @@ class Recording:
         self.reads: list = []
         self.hyper: dict = {}
         self.exclude_ranges: list = []
+        self.externals: list = []  # weak references to tensors from the enclosing scope (trace only)
 
 
 class Recorder:
     """The interpreter active while a traced function's recording call runs (eagerly)."""
 
-    def __init__(self, state_tensors, capture_as_const, what="trace"):
+    def __init__(self, state_tensors, capture_as_const, what="trace", allow_external=False):
+        self.state = state_tensors  # grows by the external tensors found while recording
+        self.allow_external = allow_external and not capture_as_const
+        self.external_snapshots = []
         self.rec = Recording(state_tensors)
         self.known = set(self.rec.input_vids) | {v for _, v in self.rec.grad_inputs}
         self.first_vid = next(_dispatch._vids)
@@ -74,6 +80,8 @@ class Recorder:
             self.rec.consts[vid] = t._data  # compiled calls without the host bake it in
         elif vid >= self.first_vid or vid in SCALAR_VIDS or self.capture_as_const:
             self.rec.consts[vid] = t._data
+        elif self.allow_external:
+            self._add_external(t)
         else:
             name = f" named {t.name!r}" if t.name else ""
             raise TraceError(
@@ -81,6 +89,19 @@ class Recorder:
                 f"not reachable from its arguments. Pass it (or the Module/Optimizer holding it) as an argument, "
                 f"or trace with capture_as_const=True to bake its current value in as a constant.")
         self.known.add(vid)
+
+    def _add_external(self, t):
+        # MegEngine's trace feeds tensors from the enclosing scope (a closure's model) as "external" inputs:
+        # they become implicit state of the step, read at every call and written back if reassigned.
+        rec = self.rec
+        self.external_snapshots.append((t, t._data, t._vid, t._grad))
+        rec.externals.append(weakref.ref(t))
+        rec.input_vids.append(t._vid)
+        if t._grad is not None:
+            rec.grad_inputs.append((len(self.state), t._grad._vid))
+            self.known.add(t._grad._vid)
+            self.avals[t._grad._vid] = _aval(t._grad._data)
+        self.state.append(t)
 
     def read(self, t):
         self.rec.reads.append((len(self.rec.ops), t._vid))

@@ -17,6 +17,7 @@ class _PartialTrace(trace):
     _default_without_host = True
     _what = "partial_trace"
     _donate = False  # its inputs may be held by an outer GradManager's tape
+    _allow_external = False
 
     def __init__(self, function, backend="default", trace_gmcallback=False, **options):
         super().__init__(function, **options)

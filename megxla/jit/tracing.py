@@ -83,8 +83,10 @@ class trace:
     Args:
         function: the function to trace; its Tensor / Module / Optimizer arguments are graph inputs.
         symbolic: the first call traces abstractly (no eager computation) and compiles at once.
-        capture_as_const: tensors used but not reachable from the arguments are baked in as constants
-            (otherwise such a tensor is an error that names it).
+        capture_as_const: tensors used but not reachable from the arguments are baked in as constants.
+            Otherwise ``trace`` feeds such tensors (e.g. a closure's model) as external inputs read at every
+            call and written back if reassigned, as MegEngine's trace does; ``xla_trace`` and
+            ``partial_trace`` raise an error naming the tensor.
         without_host: compiled calls do not run the Python body at all.
         sublinear_memory_config / dtr_config: rematerialise in the compiled graph (gradient ops recompute
             their forward under ``jax.checkpoint`` instead of keeping residuals).
@@ -141,6 +143,13 @@ class trace:
         tensors, sig = _state.collect(args, kwargs)
         state = tensors + [self.random_seed]
         entry = self._cache.get(sig)
+        if entry is not None and entry.rec.externals:
+            externals = _live_externals(entry)
+            if externals is None:  # an external tensor is gone or changed shape: record again
+                del self._cache[sig]
+                entry = None
+            else:
+                state = state + externals
         with self._rng_swapped():
             if entry is None:
                 if self.symbolic:
@@ -170,8 +179,10 @@ class trace:
             _rng._global._state = saved
 
     # ---- record --------------------------------------------------------------------------------------------
+    _allow_external = True  # trace: tensors from the enclosing scope are external inputs (MegEngine's trace)
+
     def _record(self, args, kwargs, state, sig):
-        recorder = Recorder(state, self.capture_as_const, self._what)
+        recorder = Recorder(state, self.capture_as_const, self._what, self._allow_external)
         push_interpreter(recorder)
         try:
             out = self.__wrapped__(*args, **kwargs)
@@ -224,7 +235,8 @@ class trace:
         def abstract_step(*arrays):
             for t, a in zip(state, arrays):
                 t._data = a
-            recorder = Recorder(state, self.capture_as_const, self._what)
+            recorder = Recorder(state, self.capture_as_const, self._what, self._allow_external)
+            holder["recorder"] = recorder
             push_interpreter(recorder)
             try:
                 out = self.__wrapped__(*args, **kwargs)
@@ -241,6 +253,9 @@ class trace:
         finally:
             for t, (data, vid), g in zip(state, snapshot, grads):
                 t._data, t._vid, t._grad = data, vid, g
+            if "recorder" in holder:
+                for t, data, vid, g in holder["recorder"].external_snapshots:
+                    t._data, t._vid, t._grad = data, vid, g
         return holder.get("entry")
 
     # ---- compile -------------------------------------------------------------------------------------------
@@ -522,6 +537,17 @@ class _Replayer:
         return out
 
 
+def _live_externals(entry):
+    out = []
+    for ref, vid in zip(entry.rec.externals, entry.rec.input_vids[-len(entry.rec.externals):]):
+        t = ref()
+        aval = entry.avals[vid]
+        if t is None or t.shape != aval.shape or t.dtype != aval.dtype:
+            return None
+        out.append(t)
+    return out
+
+
 def _grad_env(env, entry, state):
     """Feed the ``.grad`` inputs of a recording: the current gradient, or zeros where the tensor has none now
     (accumulating into zeros is computing a fresh gradient)."""
@@ -559,6 +585,7 @@ class xla_trace(trace):
 
     _default_without_host = True
     _what = "xla_trace"
+    _allow_external = False  # one executable: everything it reads comes from its arguments (or constants)
 
     def __init__(self, function, *, without_host=True, symbolic_shape=False, **kwargs):
         super().__init__(function, without_host=without_host, **kwargs)
