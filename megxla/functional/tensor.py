@@ -114,8 +114,8 @@ def reshape(inp, target_shape):
     """
     inp = _t(inp)
     shape = _infer_shape(inp.size, target_shape)
-    if shape == inp.shape:
-        return inp
+    # NOTE: always a new tensor, never ``inp`` itself, even for an unchanged shape: an in-place update of the
+    # result (``y += 1``, ``y[0] = 5``) must not rebind the input (MegEngine has no views).
     return _apply(_S.reshape.bind(shape=shape), inp)
 
 
@@ -160,7 +160,7 @@ def transpose(inp, pattern):
     real = tuple(p for p in pattern if not (isinstance(p, str) and p == "x"))
     if any(isinstance(p, str) for p in real) or sorted(real) != list(range(inp.ndim)):
         raise OpError(f"transpose: pattern {pattern} is not a permutation of the axes of shape {inp.shape}")
-    out = inp if real == tuple(range(inp.ndim)) else _apply(_S.transpose.bind(perm=real), inp)
+    out = _apply(_S.transpose.bind(perm=real), inp)
     if len(real) != len(pattern):
         out = reshape(out, tuple(1 if isinstance(p, str) else inp.shape[p] for p in pattern))
     return out
@@ -207,8 +207,6 @@ def broadcast_to(inp, shape):
             raise ValueError
     except ValueError:
         raise OpError(f"broadcast_to: cannot broadcast shape {inp.shape} to {shape}") from None
-    if shape == inp.shape:
-        return inp
     return _apply(_S.broadcast_to.bind(shape=shape), inp)
 
 
@@ -252,8 +250,6 @@ def squeeze(inp, axis=None):
         for a in axes:
             if inp.shape[a] != 1:
                 raise OpError(f"squeeze: axis {a} of shape {inp.shape} has size {inp.shape[a]}, not 1")
-    if not axes:
-        return inp
     return _apply(_S.squeeze.bind(axis=axes), inp)
 
 
@@ -279,8 +275,8 @@ def concat(inps, axis=0, device=None):
     for x in inps[1:]:
         if x.ndim != nd or x.shape[:axis] + x.shape[axis + 1:] != inps[0].shape[:axis] + inps[0].shape[axis + 1:]:
             raise OpError(f"concat: shapes {[t.shape for t in inps]} differ outside axis {axis}")
-    if len(inps) == 1:
-        return _place(inps[0], device)
+    if len(inps) == 1:  # a copy, not the input itself (see reshape)
+        return copy(inps[0], device)
     return _place(_apply(_S.concat.bind(axis=axis), *inps), device)
 
 
