@@ -5,6 +5,7 @@ import numpy as np
 from ..core._dispatch import apply as _apply, OpError
 from ..core._elemwise_front import as_tensor as _t, BINARY as _B, UNARY as _U
 from ..core.ops import reduction as _R, linalg as _L, sort as _S
+from ..amp import _state as _amp  # autocast state: the hook below costs one attribute read
 from .elemwise import isnan, isinf, sign  # noqa: F401  (MegEngine exports these from .math too)
 from .tensor import cumsum  # noqa: F401
 
@@ -207,6 +208,8 @@ def matmul(inp1, inp2, transpose_a=False, transpose_b=False, compute_mode="defau
         >>> F.matmul(F.ones((5, 2, 3)), F.ones((3, 4))).shape  # (5, 2, 4)
     """
     inp1, inp2 = _t(inp1), _t(inp2)
+    if _amp.enabled:  # autocast: compute in low precision, as MegEngine's amp
+        inp1, inp2 = _amp.low(inp1, inp2)
     if inp1.ndim == 0 or inp2.ndim == 0:
         raise OpError(f"matmul: operands must be at least 1-D, got shapes {inp1.shape} and {inp2.shape}")
     k1 = inp1.shape[-2] if transpose_a and inp1.ndim > 1 else inp1.shape[-1]

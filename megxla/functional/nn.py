@@ -10,6 +10,7 @@ from ..core._tensor import Tensor
 from ..core._dispatch import apply as _apply, OpError
 from ..core._elemwise_front import as_tensor as _t
 from ..core.ops import nn as _N, linalg as _L, elemwise as _E, random as _RP, shape as _S
+from ..amp import _state as _amp  # autocast state: the hook below costs one attribute read
 from .elemwise import relu, sigmoid, gelu, silu, softplus, logsigmoid, relu6, hsigmoid, hswish  # noqa: F401
 from . import tensor as _T
 from .tensor import indexing_one_hot  # noqa: F401  (MegEngine exports it from .nn too)
@@ -85,6 +86,8 @@ def _conv_nd(op, nd, inp, weight, bias, stride, padding, dilation, groups, conv_
     _ndim(inp, nd + 2, op, layout="(N, C, " + ", ".join("DHW"[3 - nd:]) + ")")
     _float(inp, op)
     _float(weight, op, "weight")
+    if _amp.enabled:  # autocast: compute in low precision, as MegEngine's amp
+        inp, weight, bias = _amp.low(inp, weight, bias)
     groups = int(groups)
     if groups < 1:
         raise OpError(f"{op}: groups must be positive, got {groups}")
@@ -183,6 +186,8 @@ def _conv_transpose_nd(op, nd, inp, weight, bias, stride, padding, output_paddin
     _ndim(inp, nd + 2, op)
     _float(inp, op)
     _float(weight, op, "weight")
+    if _amp.enabled:  # autocast: compute in low precision, as MegEngine's amp
+        inp, weight, bias = _amp.low(inp, weight, bias)
     groups = int(groups)
     if groups < 1:
         raise OpError(f"{op}: groups must be positive, got {groups}")
@@ -378,6 +383,8 @@ def linear(inp, weight, bias=None, compute_mode="default"):
         (2, 4)
     """
     inp, weight = _t(inp), _t(weight)
+    if _amp.enabled:  # autocast: compute in low precision, as MegEngine's amp
+        inp, weight, bias = _amp.low(inp, weight, bias)
     if weight.ndim != 2 or inp.ndim < 1 or inp.shape[-1] != weight.shape[1]:
         raise OpError(f"linear: input {inp.shape} does not match weight {weight.shape} (expects (out, in))")
     args = (inp, weight) if bias is None else (inp, weight, _t(bias))

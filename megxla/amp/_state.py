@@ -1,0 +1,37 @@
+"""The one piece of mutable amp state that the functional front ends consult.
+
+``megxla.functional`` reads :data:`enabled` (a single module attribute) before matmul / linear / conv; everything else happens only when it is True, so autocast costs nothing on the eager hot path when off.
+This module imports nothing from megxla but the Tensor class, so ``functional`` can import it without cycles.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..core._tensor import Tensor
+
+enabled = False
+low_prec_dtype = "float16"
+high_prec_dtype = "float32"
+
+
+def _cast(dtype, ts):
+    out = []
+    for t in ts:
+        if t is not None:
+            if not isinstance(t, Tensor):
+                t = Tensor(t)
+            # Only floating tensors change precision: integer inputs (indices, masks) keep their dtype.
+            if t.dtype.kind == "f" and t.dtype != dtype:
+                t = t.astype(dtype)
+        out.append(t)
+    return tuple(out)
+
+
+def low(*ts):
+    """``ts`` with every float tensor cast to the autocast low precision dtype (None entries stay None)."""
+    return _cast(np.dtype(low_prec_dtype), ts)
+
+
+def high(*ts):
+    """``ts`` with every float tensor cast to the autocast high precision dtype (None entries stay None)."""
+    return _cast(np.dtype(high_prec_dtype), ts)

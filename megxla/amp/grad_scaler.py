@@ -1,0 +1,199 @@
+"""``GradScaler``: dynamic loss scaling for mixed precision training (MegEngine semantics)."""
+from __future__ import annotations
+
+from typing import Iterable
+
+import jax.numpy as jnp
+
+from ..core._dispatch import apply
+from ..core._op import Primitive
+from ..core._tensor import Tensor
+
+__all__ = ["GradScaler"]
+
+
+def _check_non_finite_impl(*args):
+    # One fused op for all gradients: a single dispatch and a single host read of the flag per step, however
+    # many parameters the model has (MegEngine's CheckNonFinite does the same).
+    *grads, scale = args
+    bad = jnp.zeros((), jnp.bool_)
+    for g in grads:
+        bad = bad | ~jnp.all(jnp.isfinite(g))
+    return tuple(g * scale.astype(g.dtype) for g in grads) + (bad,)
+
+
+_check_non_finite = Primitive("amp_check_non_finite", _check_non_finite_impl, multiple_results=True)
+
+
+class GradScaler:
+    r"""Scales the loss so that low precision gradients do not underflow, and adapts the scale.
+
+    :meth:`backward` multiplies the output gradient by :attr:`scale_factor` before back-propagating, then
+    (by default) :meth:`unscale`\ s the gradients of the GradManager's attached tensors and :meth:`update`\ s
+    the scale. If any gradient holds inf or NaN, every attached tensor's ``.grad`` is set to None (so the
+    optimizer skips this step) and the scale is multiplied by ``backoff_factor``; after ``growth_interval``
+    consecutive finite steps it is multiplied by ``growth_factor``.
+
+    Args:
+        init_scale: the initial scale factor.
+        growth_factor: factor applied after ``growth_interval`` finite steps.
+        backoff_factor: factor applied after a step with non-finite gradients.
+        growth_interval: number of consecutive finite steps before growing the scale.
+
+    Example:
+        >>> import numpy as np, megxla as mge
+        >>> from megxla.autodiff import GradManager
+        >>> from megxla.amp import GradScaler, autocast
+        >>> w = mge.Parameter(np.ones((3, 3), "float32"))
+        >>> gm, scaler = GradManager().attach([w]), GradScaler()
+        >>> with gm:
+        ...     with autocast():
+        ...         loss = mge.functional.matmul(mge.Tensor(np.ones((2, 3), "float32")), w).sum()
+        ...     scaler.backward(gm, loss)
+        >>> float(w.grad.numpy()[0, 0])
+        2.0
+    """
+
+    def __init__(self, init_scale: float = 2.0 ** 4, growth_factor: float = 2.0, backoff_factor: float = 0.5,
+                 growth_interval: int = 2000):
+        if not init_scale > 0:
+            raise ValueError(f"GradScaler: init_scale must be positive, got {init_scale}")
+        if not growth_factor >= 1:
+            raise ValueError(f"GradScaler: growth_factor must be >= 1, got {growth_factor}")
+        if not 0 < backoff_factor <= 1:
+            raise ValueError(f"GradScaler: backoff_factor must be in (0, 1], got {backoff_factor}")
+        if int(growth_interval) < 1:
+            raise ValueError(f"GradScaler: growth_interval must be a positive int, got {growth_interval}")
+        self.scale_factor = float(init_scale)
+        self.growth_factor = float(growth_factor)
+        self.backoff_factor = float(backoff_factor)
+        self.growth_interval = int(growth_interval)
+        self._growth_tracker = 0
+        self._found_non_finite = False
+
+    def backward(self, gm, y=None, dy=None, *, unscale_grad: bool = True, update_scale="if_unscale_grad"):
+        r"""Back-propagate ``y`` scaled by :attr:`scale_factor` through ``gm``.
+
+        Args:
+            gm: the recording :class:`~.autodiff.GradManager`.
+            y: the loss tensor, or a list of them (None ends recording without computing, as GradManager).
+            dy: gradients of ``y``; default ones. They are multiplied by the scale factor.
+            unscale_grad: divide the gradients by the scale factor afterwards (and drop them if any is
+                non-finite). Pass False to unscale later yourself, e.g. after accumulating several steps.
+            update_scale: with ``unscale_grad``, also call :meth:`update` (any truthy value, the default
+                ``"if_unscale_grad"`` included).
+
+        Returns:
+            None. The gradients are in the ``.grad`` of ``gm``'s attached tensors.
+
+        Example:
+            >>> with gm:
+            ...     loss = model(x).mean()
+            ...     scaler.backward(gm, loss)
+            >>> opt.step().clear_grad()
+        """
+        from ..functional import full_like
+
+        if y is None:
+            ys = []
+        elif isinstance(y, (tuple, list)):
+            ys = list(y)
+        else:
+            ys = [y]
+        if dy is None:
+            dys = [full_like(t, self.scale_factor) for t in ys]
+        elif isinstance(dy, (tuple, list)):
+            dys = [d * self.scale_factor for d in dy]
+        else:
+            dys = [dy * self.scale_factor]
+        gm.backward(y=ys if ys else None, dy=dys if ys else None)
+        if unscale_grad:
+            self.unscale(gm.attached_tensors())
+            if update_scale:
+                self.update()
+
+    def unscale(self, grad_tensors: Iterable[Tensor]):
+        r"""Divide the ``.grad`` of ``grad_tensors`` by the scale factor; on inf/NaN set them all to None.
+
+        Args:
+            grad_tensors: tensors whose ``.grad`` was produced by a scaled backward pass.
+
+        Returns:
+            self.
+
+        Example:
+            >>> scaler.backward(gm, loss, unscale_grad=False)
+            >>> scaler.unscale(gm.attached_tensors()).update()
+        """
+        tensors = [t for t in grad_tensors if t is not None and getattr(t, "grad", None) is not None]
+        if not tensors:
+            return self
+        inv = Tensor(1.0 / self.scale_factor, dtype="float32")
+        *grads, bad = apply(_check_non_finite.bind(), *[t.grad for t in tensors], inv)
+        if bool(bad.numpy()):
+            self._found_non_finite = True
+            for t in tensors:
+                t.grad = None
+        else:
+            for t, g in zip(tensors, grads):
+                t.grad = g
+        return self
+
+    def update(self, new_scale: float = None):
+        r"""Adapt the scale factor after a step (or set it to ``new_scale``).
+
+        Args:
+            new_scale: if given, the new scale factor; the growth counter is left as is.
+
+        Returns:
+            None.
+
+        Example:
+            >>> scaler.update(1024.0); scaler.scale_factor
+            1024.0
+        """
+        if new_scale is not None:
+            self.scale_factor = float(new_scale)
+        elif self._found_non_finite:
+            self.scale_factor *= self.backoff_factor
+            self._growth_tracker = 0
+        else:
+            self._growth_tracker += 1
+            if self._growth_tracker >= self.growth_interval:
+                self.scale_factor *= self.growth_factor
+                self._growth_tracker = 0
+        self._found_non_finite = False
+
+    def state_dict(self):
+        r"""The scaler's state as a dict (to save with the model and optimizer).
+
+        Returns:
+            ``{"scale_factor", "growth_factor", "backoff_factor", "growth_interval", "_growth_tracker"}``.
+
+        Example:
+            >>> GradScaler().state_dict()["scale_factor"]
+            16.0
+        """
+        return {
+            "scale_factor": self.scale_factor,
+            "growth_factor": self.growth_factor,
+            "backoff_factor": self.backoff_factor,
+            "growth_interval": self.growth_interval,
+            "_growth_tracker": self._growth_tracker,
+        }
+
+    def load_state_dict(self, state):
+        r"""Restore a state produced by :meth:`state_dict`.
+
+        Args:
+            state: the dict.
+
+        Example:
+            >>> s = GradScaler(); s.load_state_dict({**s.state_dict(), "scale_factor": 4.0}); s.scale_factor
+            4.0
+        """
+        self.scale_factor = float(state["scale_factor"])
+        self.growth_factor = float(state["growth_factor"])
+        self.backoff_factor = float(state["backoff_factor"])
+        self.growth_interval = int(state["growth_interval"])
+        self._growth_tracker = int(state["_growth_tracker"])

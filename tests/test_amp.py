@@ -1,0 +1,290 @@
+"""Tests for megxla.amp: dtypes under autocast, numerics against float32, gradients through the casts,
+GradScaler growth/backoff/inf handling and state, format conversion, and a mixed precision training step."""
+import doctest
+
+import numpy as np
+import pytest
+
+import megxla as mge
+import megxla.functional as F
+import megxla.module as M
+import megxla.optimizer as optim
+from megxla import amp
+from megxla.amp import GradScaler, autocast
+from megxla.autodiff import GradManager
+
+RNG = np.random.RandomState(0)
+
+
+def _t(*shape):
+    return mge.Tensor(RNG.randn(*shape).astype("float32"))
+
+
+# ---- autocast: dtypes ----------------------------------------------------------------------------------------
+LOW_OPS = {
+    "matmul": lambda: F.matmul(_t(2, 3), _t(3, 4)),
+    "matmul_batched": lambda: F.matmul(_t(5, 2, 3), _t(3, 4), transpose_a=False),
+    "linear": lambda: F.linear(_t(2, 3), _t(4, 3), _t(4)),
+    "linear_nobias": lambda: F.linear(_t(2, 3), _t(4, 3)),
+    "conv1d": lambda: F.conv1d(_t(1, 2, 6), _t(3, 2, 3), _t(1, 3, 1)),
+    "conv2d": lambda: F.conv2d(_t(1, 3, 6, 6), _t(4, 3, 3, 3), _t(1, 4, 1, 1), padding=1),
+    "conv3d": lambda: F.conv3d(_t(1, 2, 4, 4, 4), _t(3, 2, 3, 3, 3)),
+    "conv_transpose2d": lambda: F.conv_transpose2d(_t(1, 2, 4, 4), _t(2, 3, 3, 3), stride=2),
+    "conv_transpose3d": lambda: F.conv_transpose3d(_t(1, 2, 2, 2, 2), _t(2, 3, 2, 2, 2)),
+    "module_linear": lambda: M.Linear(3, 4)(_t(2, 3)),
+    "module_conv2d": lambda: M.Conv2d(3, 4, 3)(_t(1, 3, 5, 5)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LOW_OPS))
+def test_autocast_low_precision_ops(name):
+    assert LOW_OPS[name]().dtype == np.float32
+    with autocast():
+        assert LOW_OPS[name]().dtype == np.float16
+    assert LOW_OPS[name]().dtype == np.float32
+
+
+def test_autocast_other_ops_promote_and_ints_untouched():
+    with autocast():
+        y = F.matmul(_t(2, 3), _t(3, 4))
+        assert (y + _t(2, 4)).dtype == np.float32  # elementwise: ordinary promotion
+        assert F.relu(y).dtype == np.float16
+        assert F.softmax(y, axis=1).dtype == np.float16
+        i = F.matmul(mge.Tensor([[1, 2]], dtype="int32"), mge.Tensor([[3], [4]], dtype="int32"))
+        assert i.dtype == np.int32 and i.numpy()[0, 0] == 11
+
+
+def test_autocast_decorator_nesting_and_disable():
+    @autocast()
+    def f():
+        return F.matmul(_t(2, 2), _t(2, 2)).dtype
+
+    assert f() == np.float16
+    assert F.matmul(_t(2, 2), _t(2, 2)).dtype == np.float32
+    with autocast():
+        with autocast(enabled=False):  # a disabled block changes nothing: the outer one stays active
+            assert F.matmul(_t(2, 2), _t(2, 2)).dtype == np.float16
+        with autocast(low_prec_dtype="bfloat16"):
+            assert F.matmul(_t(2, 2), _t(2, 2)).dtype.name == "bfloat16"
+        assert F.matmul(_t(2, 2), _t(2, 2)).dtype == np.float16
+    assert autocast(enabled=False)(lambda: F.matmul(_t(2, 2), _t(2, 2)).dtype)() == np.float32
+
+
+def test_autocast_restores_state_on_exception():
+    with pytest.raises(ZeroDivisionError):
+        with autocast():
+            1 / 0
+    assert F.matmul(_t(2, 2), _t(2, 2)).dtype == np.float32
+    ac = autocast()
+
+    @ac
+    def rec(n):  # the same autocast object entered re-entrantly
+        return rec(n - 1) if n else F.matmul(_t(2, 2), _t(2, 2)).dtype
+
+    assert rec(3) == np.float16
+    assert F.matmul(_t(2, 2), _t(2, 2)).dtype == np.float32
+
+
+def test_autocast_bad_dtype():
+    with pytest.raises(ValueError, match="low_prec_dtype"):
+        autocast(low_prec_dtype="int8")
+    with pytest.raises(ValueError, match="high_prec_dtype"):
+        autocast(high_prec_dtype="nope")
+
+
+# ---- autocast: numerics and gradients ------------------------------------------------------------------------
+@pytest.mark.parametrize("name", ["matmul", "linear", "conv2d", "conv_transpose2d", "conv3d"])
+def test_autocast_numerics_close_to_float32(name):
+    state = RNG.get_state()
+    ref = LOW_OPS[name]().numpy()
+    RNG.set_state(state)  # same inputs again
+    with autocast():
+        low = LOW_OPS[name]().numpy()
+    assert low.dtype == np.float16
+    # fp16 has a 2**-11 relative precision per rounding; sums of O(10) products stay within ~1e-2.
+    np.testing.assert_allclose(low.astype("float32"), ref, rtol=1e-2, atol=1e-2 * np.abs(ref).max())
+
+
+def test_autocast_gradients_are_float32_and_close():
+    x, w, b = _t(8, 5), mge.Parameter(RNG.randn(3, 5).astype("float32")), mge.Parameter(np.zeros(3, "float32"))
+    grads = {}
+    for mode in ("fp32", "amp"):
+        gm = GradManager().attach([w, b])
+        with gm:
+            if mode == "amp":
+                with autocast():
+                    y = F.linear(x, w, b)
+                assert y.dtype == np.float16
+            else:
+                y = F.linear(x, w, b)
+            gm.backward((y.astype("float32") ** 2).mean())
+        assert w.grad.dtype == np.float32 and b.grad.dtype == np.float32
+        grads[mode] = (w.grad.numpy(), b.grad.numpy())
+        w.grad = b.grad = None
+    for g_amp, g_ref in zip(grads["amp"], grads["fp32"]):
+        np.testing.assert_allclose(g_amp, g_ref, rtol=2e-2, atol=2e-2 * np.abs(g_ref).max())
+
+
+# ---- GradScaler ----------------------------------------------------------------------------------------------
+def _scaled_step(scaler, w, x, **kw):
+    gm = GradManager().attach([w])
+    with gm:
+        loss = (w * x).sum()
+        scaler.backward(gm, loss, **kw)
+    return gm
+
+
+def test_grad_scaler_defaults_and_unscaled_grads():
+    s = GradScaler()
+    assert (s.scale_factor, s.growth_factor, s.backoff_factor, s.growth_interval) == (16.0, 2.0, 0.5, 2000)
+    w = mge.Parameter([1.0, 2.0])
+    _scaled_step(s, w, mge.Tensor([3.0, 4.0]))
+    np.testing.assert_allclose(w.grad.numpy(), [3.0, 4.0])  # scaled by 16 then unscaled
+    assert s.scale_factor == 16.0 and s.state_dict()["_growth_tracker"] == 1
+
+
+def test_grad_scaler_growth_and_backoff():
+    s = GradScaler(init_scale=4.0, growth_factor=2.0, backoff_factor=0.25, growth_interval=3)
+    w = mge.Parameter([1.0])
+    scales = []
+    for x in [1.0, 1.0, 1.0, 1.0, np.inf, 1.0, np.nan, 1.0, 1.0, 1.0]:
+        w.grad = None
+        _scaled_step(s, w, mge.Tensor([x]))
+        if np.isfinite(x):
+            np.testing.assert_allclose(w.grad.numpy(), [x])
+        else:
+            assert w.grad is None  # non-finite: gradients dropped, the optimizer skips the step
+        scales.append(s.scale_factor)
+    assert scales == [4.0, 4.0, 8.0, 8.0, 2.0, 2.0, 0.5, 0.5, 0.5, 1.0]
+
+
+def test_grad_scaler_overflow_in_scaled_fp16_backward():
+    # A float16 gradient that overflows only because of the scale: the step is skipped and the scale backs off.
+    s = GradScaler(init_scale=2.0 ** 14)
+    w = mge.Parameter(np.ones(4, "float16"))
+    _scaled_step(s, w, mge.Tensor(np.full(4, 8.0, "float16")))  # 8 * 2**14 > 65504, float16's max
+    assert w.grad is None and s.scale_factor == 2.0 ** 13
+    _scaled_step(s, w, mge.Tensor(np.full(4, 0.5, "float16")))
+    assert w.grad.dtype == np.float16
+    np.testing.assert_allclose(w.grad.numpy(), 0.5)
+
+
+def test_grad_scaler_manual_unscale_update_and_dy():
+    s = GradScaler(init_scale=8.0)
+    w = mge.Parameter([1.0, 1.0])
+    _scaled_step(s, w, mge.Tensor([1.0, 2.0]), unscale_grad=False)
+    np.testing.assert_allclose(w.grad.numpy(), [8.0, 16.0])
+    assert s.state_dict()["_growth_tracker"] == 0  # no update without unscale
+    s.unscale([w]).update()
+    np.testing.assert_allclose(w.grad.numpy(), [1.0, 2.0])
+    assert s.state_dict()["_growth_tracker"] == 1
+    s.update(new_scale=3.0)
+    assert s.scale_factor == 3.0
+    # explicit dy is multiplied by the scale, and update_scale=False leaves the scale alone
+    w.grad = None
+    gm = GradManager().attach([w])
+    with gm:
+        y = w * 2.0
+        s.backward(gm, y, mge.Tensor([1.0, 10.0]), update_scale=False)
+    np.testing.assert_allclose(w.grad.numpy(), [2.0, 20.0])
+    assert s.state_dict()["_growth_tracker"] == 1
+    # tensors without grads are skipped; y=None only ends the recording
+    v = mge.Parameter([1.0])
+    assert s.unscale([v, None]) is s
+    gm = GradManager().attach([v])
+    with gm:
+        s.backward(gm)
+    assert v.grad is None
+
+
+def test_grad_scaler_state_dict_roundtrip_and_validation():
+    s = GradScaler(init_scale=32.0, growth_interval=5)
+    w = mge.Parameter([1.0])
+    _scaled_step(s, w, mge.Tensor([1.0]))
+    st = s.state_dict()
+    t = GradScaler()
+    t.load_state_dict(st)
+    assert t.state_dict() == st == {"scale_factor": 32.0, "growth_factor": 2.0, "backoff_factor": 0.5,
+                                    "growth_interval": 5, "_growth_tracker": 1}
+    for kw in ({"init_scale": 0}, {"growth_factor": 0.5}, {"backoff_factor": 2.0}, {"growth_interval": 0}):
+        with pytest.raises(ValueError):
+            GradScaler(**kw)
+
+
+# ---- format conversion ---------------------------------------------------------------------------------------
+def test_convert_format_is_identity():
+    x = _t(1, 3, 4, 4)
+    assert amp.convert_tensor_format(x) is x and x.format == "default"
+    assert amp.convert_tensor_format(x, inplace=False) is x
+    m = M.Sequential(M.Conv2d(3, 4, 3), M.BatchNorm2d(4))
+    before = m(x).numpy()
+    assert amp.convert_module_format(m) is m
+    m2 = amp.convert_module_format(m, inplace=False)
+    assert m2 is not m
+    np.testing.assert_allclose(m2(x).numpy(), before, rtol=1e-6)
+    with pytest.raises(TypeError):
+        amp.convert_tensor_format(np.ones(3))
+    with pytest.raises(TypeError):
+        amp.convert_module_format(x)
+
+
+# ---- an amp training step of a tiny model --------------------------------------------------------------------
+class _Net(M.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = M.Conv2d(1, 4, 3, padding=1)
+        self.fc = M.Linear(4 * 6 * 6, 3)
+
+    def forward(self, x):
+        x = F.relu(self.conv(x))
+        return self.fc(F.flatten(x, 1))
+
+
+def _train(use_amp, steps=4):
+    mge.random.seed(3)
+    net = _Net()
+    data = np.random.RandomState(1)
+    x = mge.Tensor(data.randn(8, 1, 6, 6).astype("float32"))
+    label = mge.Tensor(data.randint(0, 3, size=8).astype("int32"))
+    gm = GradManager().attach(net.parameters())
+    opt = optim.SGD(net.parameters(), lr=0.05, momentum=0.9)
+    scaler = GradScaler(init_scale=1024.0, growth_interval=2)
+    losses = []
+    for _ in range(steps):
+        with gm:
+            with autocast(enabled=use_amp):
+                logits = net(x)
+            assert logits.dtype == (np.float16 if use_amp else np.float32)
+            loss = F.nn.cross_entropy(logits.astype("float32"), label)
+            if use_amp:
+                scaler.backward(gm, loss)
+            else:
+                gm.backward(loss)
+        for p in net.parameters():
+            assert p.dtype == np.float32 and p.grad.dtype == np.float32
+        opt.step().clear_grad()
+        losses.append(loss.item())
+    return losses, [p.numpy() for p in net.parameters()], scaler
+
+
+def test_amp_training_step_matches_float32():
+    ref_losses, ref_params, _ = _train(False)
+    amp_losses, amp_params, scaler = _train(True)
+    assert amp_losses[-1] < amp_losses[0]
+    np.testing.assert_allclose(amp_losses, ref_losses, rtol=2e-2, atol=2e-3)
+    for a, r in zip(amp_params, ref_params):
+        np.testing.assert_allclose(a, r, rtol=5e-2, atol=5e-3)
+    assert scaler.scale_factor == 1024.0 * 2 ** 2  # 4 finite steps, growth every 2
+
+
+def test_docstring_examples():
+    import sys
+    globs = {"mge": mge, "F": F, "np": np}
+    for name in ("megxla.amp", "megxla.amp.autocast", "megxla.amp.convert_format"):
+        res = doctest.testmod(sys.modules[name], extraglobs=globs, optionflags=doctest.ELLIPSIS)
+        assert res.failed == 0 and res.attempted > 0, name
+    for obj in (GradScaler, GradScaler.state_dict, GradScaler.load_state_dict):
+        runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
+        for test in doctest.DocTestFinder(recurse=False).find(obj, globs={"GradScaler": GradScaler, **globs}):
+            runner.run(test)
+        assert runner.failures == 0 and runner.tries > 0, obj
