@@ -87,6 +87,37 @@ for _name in ("add", "sub", "mul", "div", "floor_div", "mod", "pow", "maximum", 
     globals()[_name].__name__ = globals()[_name].__qualname__ = _name
 
 
+# MegEngine names the parameter of these ``inp`` (it matters for keyword calls).
+def _unary_inp(name):
+    fn = _U[name]
+
+    def wrapper(inp):
+        return fn(inp)
+
+    wrapper.__name__ = wrapper.__qualname__ = name
+    wrapper.__doc__ = fn.__doc__.replace("x: input tensor.", "inp: input tensor.")
+    return wrapper
+
+
+isnan, isinf, softplus, logsigmoid = (_unary_inp(n) for n in ("isnan", "isinf", "softplus", "logsigmoid"))
+
+
+def atan2(y, x):
+    """Elementwise arctangent of ``y / x``, in the quadrant of the point ``(x, y)``.
+
+    Args:
+        y: the ordinates: a Tensor or a Python scalar.
+        x: the abscissae, broadcastable with ``y``.
+
+    Returns:
+        a float Tensor of the broadcast shape.
+
+    Example:
+        >>> F.atan2(Tensor([1., -1.]), Tensor([1., 1.]))  # [0.7854, -0.7854]
+    """
+    return _B["atan2"](y, x)
+
+
 def rsqrt(x):
     """Elementwise ``1 / sqrt(x)``.
 
