@@ -1,0 +1,70 @@
+"""Adadelta (``megengine.optimizer.Adadelta``)."""
+from __future__ import annotations
+
+from typing import Iterable, Union
+
+from .. import functional as F
+from ..core._tensor import Parameter
+from .optimizer import Optimizer, assign, hyper_tensor, uses
+
+__all__ = ["Adadelta"]
+
+
+class Adadelta(Optimizer):
+    r"""Adadelta, from `"ADADELTA: An Adaptive Learning Rate Method" <https://arxiv.org/abs/1212.5701>`_.
+
+    With ``g = grad + weight_decay * param``, each step computes (MegEngine 1.13's formulas)::
+
+        square_avg = rho * square_avg + (1 - rho) * g ** 2
+        delta      = sqrt(acc_delta + eps) / sqrt(square_avg + eps) * g
+        param      = param - lr * delta
+        acc_delta  = rho * acc_delta + (1 - rho) * delta ** 2
+
+    Args:
+        params: iterable of parameters to optimize or dicts defining parameter groups.
+        lr: coefficient that scales delta before it is applied to the parameters. Default: 1.0
+        rho: coefficient for the running averages of the squared gradient and update. Default: 0.9
+        eps: term added to the denominator for numerical stability. Default: 1e-6
+        weight_decay: weight decay (L2 penalty). Default: 0.0
+
+    Returns:
+        an optimizer whose :meth:`step` updates ``params`` in place; slots ``square_avg``, ``acc_delta``,
+        ``step``.
+
+    Example:
+        >>> import megxla as mge, megxla.optimizer as optim
+        >>> w = mge.Parameter([1.0])
+        >>> opt = optim.Adadelta([w])
+        >>> w.grad = mge.Tensor([2.0])
+        >>> opt.step().clear_grad()   # 1 - sqrt(1e-6) / sqrt(0.1 * 4 + 1e-6) * 2
+        >>> w.numpy().round(4)
+        array([0.9968], dtype=float32)
+    """
+
+    def __init__(self, params: Union[Iterable[Parameter], dict], lr: float = 1.0, rho: float = 0.9,
+                 eps: float = 1e-6, weight_decay: float = 0.0):
+        super().__init__(params, dict(lr=lr, rho=rho, eps=eps, weight_decay=weight_decay))
+
+    def _create_state(self, param_group):
+        for param in param_group["params"]:
+            self._add_state(param, "square_avg")
+            self._add_state(param, "acc_delta")
+            self._add_state(param, "step", initializer=0.0)
+
+    def _updates(self, param_group):
+        params = self._params_with_grad(param_group)
+        if not params:
+            return
+        lr = hyper_tensor(param_group, "lr")
+        rho = hyper_tensor(param_group, "rho")
+        eps = hyper_tensor(param_group, "eps")
+        weight_decay = hyper_tensor(param_group, "weight_decay") if uses(param_group, "weight_decay") else None
+        for param in params:
+            states = self._state[param]
+            step, square_avg, acc_delta = states["step"], states["square_avg"], states["acc_delta"]
+            assign(step, step + 1.0)
+            grad = param.grad if weight_decay is None else param.grad + param * weight_decay
+            assign(square_avg, rho * square_avg + (1.0 - rho) * (grad * grad))
+            delta = F.sqrt(acc_delta + eps) / F.sqrt(square_avg + eps) * grad
+            assign(param, param - lr * delta)
+            assign(acc_delta, rho * acc_delta + (1.0 - rho) * (delta * delta))
