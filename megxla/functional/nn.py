@@ -57,6 +57,12 @@ def _ndim(x, n, op, what="input", layout=""):
         raise OpError(f"{op}: {what} must be {n}-D{' ' + layout if layout else ''}, got shape {x.shape}")
 
 
+def _promote(*ts):
+    """Cast float tensors to their common dtype (MegEngine's dtype promotion of conv inputs)."""
+    dt = np.result_type(*[t.dtype for t in ts])
+    return tuple(t if t.dtype == dt else t.astype(dt) for t in ts)
+
+
 def _conv_mode(conv_mode, op):
     name = getattr(conv_mode, "name", conv_mode)
     if str(name).lower() != "cross_correlation":
@@ -86,6 +92,7 @@ def _conv_nd(op, nd, inp, weight, bias, stride, padding, dilation, groups, conv_
     _ndim(inp, nd + 2, op, layout="(N, C, " + ", ".join("DHW"[3 - nd:]) + ")")
     _float(inp, op)
     _float(weight, op, "weight")
+    inp, weight = _promote(inp, weight)
     if _amp.enabled:  # autocast: compute in low precision, as MegEngine's amp
         inp, weight, bias = _amp.low(inp, weight, bias)
     groups = int(groups)
@@ -186,6 +193,7 @@ def _conv_transpose_nd(op, nd, inp, weight, bias, stride, padding, output_paddin
     _ndim(inp, nd + 2, op)
     _float(inp, op)
     _float(weight, op, "weight")
+    inp, weight = _promote(inp, weight)
     if _amp.enabled:  # autocast: compute in low precision, as MegEngine's amp
         inp, weight, bias = _amp.low(inp, weight, bias)
     groups = int(groups)
@@ -289,6 +297,8 @@ def local_conv2d(inp, weight, bias=None, stride=1, padding=0, dilation=1, conv_m
     if weight.ndim not in (6, 7):
         raise OpError(f"{op}: weight must be 7-D (groups, OH, OW, C/groups, KH, KW, O/groups) or 6-D, "
                       f"got shape {weight.shape}")
+    _float(weight, op, "weight")
+    inp, weight = _promote(inp, weight)
     w7 = weight.shape if weight.ndim == 7 else (1,) + weight.shape
     s, p, d = (_positive(_tuple(stride, 2, "stride", op), "stride", op),
                _positive(_tuple(padding, 2, "padding", op), "padding", op, True),
@@ -336,6 +346,7 @@ def deformable_conv2d(inp, weight, offset, mask, bias=None, stride=1, padding=0,
     _ndim(inp, 4, op, layout="(N, C, H, W)")
     for x, what in ((inp, "input"), (weight, "weight"), (offset, "offset"), (mask, "mask")):
         _float(x, op, what)
+    inp, weight, offset, mask = _promote(inp, weight, offset, mask)
     groups = int(groups)
     if weight.ndim == 5:
         if weight.shape[0] != groups:

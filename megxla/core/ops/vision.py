@@ -173,7 +173,12 @@ def _roi_align(x, rois, *, out_hw, mode, scale, samples, aligned):
     valid = (ys >= -1) & (ys <= h) & (xs >= -1) & (xs <= w)
     v = sample(x, jnp.clip(ys, 0, h - 1), jnp.clip(xs, 0, w - 1), bidx=rois[:, 0].astype(jnp.int32))
     v = jnp.where(valid[:, None, :], v, jnp.zeros((), v.dtype)).reshape(k, c, ph, sh, pw, sw)
-    return v.max(axis=(3, 5)) if mode == "max" else v.mean(axis=(3, 5))
+    if mode != "max":
+        return v.mean(axis=(3, 5))
+    # NOTE: max as "take at argmax": the gradient goes to one sample, as megdnn's. jnp.max's own gradient
+    # re-tests ``operand == max``, which fails under jit when XLA recomputes the interpolation differently.
+    v = jnp.transpose(v, (0, 1, 2, 4, 3, 5)).reshape(k, c, ph, pw, sh * sw)
+    return jnp.take_along_axis(v, jnp.argmax(v, axis=-1)[..., None], axis=-1)[..., 0]
 
 
 def _roi_pooling(x, rois, *, out_hw, mode, scale):

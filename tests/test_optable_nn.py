@@ -1,0 +1,909 @@
+"""The op table of ``megengine.functional.nn`` / ``.loss`` / ``.vision``: every case against an explicit-loop
+NumPy reference (forward), central differences (grad) and eager == compiled; then bad-input checks per family
+(each error names the op and is raised before anything is mutated)."""
+import itertools
+
+import numpy as np
+import pytest
+
+import megxla
+import megxla.functional as F
+from megxla.core._dispatch import OpError
+from optable import OpCase, check_forward, check_grad, check_compiled, params, f32, i32, positive
+
+T = megxla.Tensor
+CASES = []
+EXCLUDED = {
+    "deformable_psroi_pooling": "not implemented: R-FCN deformable position-sensitive ROI pooling",
+}
+
+
+def add(*cases):
+    CASES.extend(cases)
+
+
+def const(value, dtype=None):
+    return lambda rng: np.asarray(value, dtype)
+
+
+def _t(v, n):
+    return (v,) * n if isinstance(v, int) else tuple(v)
+
+
+# ---- convolution references (explicit loops) ---------------------------------------------------------------------
+def np_conv(x, w, b=None, stride=1, padding=0, dilation=1, groups=1):
+    nd = x.ndim - 2
+    s, p, d = _t(stride, nd), _t(padding, nd), _t(dilation, nd)
+    if w.ndim == nd + 3:
+        w = w.reshape((-1,) + w.shape[2:])
+    xp = np.pad(x, [(0, 0), (0, 0)] + [(q, q) for q in p])
+    n, c = x.shape[:2]
+    o, k = w.shape[0], w.shape[2:]
+    out = [(xp.shape[2 + i] - d[i] * (k[i] - 1) - 1) // s[i] + 1 for i in range(nd)]
+    y = np.zeros((n, o) + tuple(out), np.float64)
+    cg, og = c // groups, o // groups
+    for oc in range(o):
+        g = oc // og
+        for pos in np.ndindex(*out):
+            for kp in np.ndindex(*k):
+                idx = tuple(pos[i] * s[i] + kp[i] * d[i] for i in range(nd))
+                y[(slice(None), oc) + pos] += xp[(slice(None), slice(g * cg, (g + 1) * cg)) + idx] @ w[(oc, slice(None)) + kp]
+    if b is not None:
+        y += b.reshape((1, -1) + (1,) * nd)
+    return y.astype(np.result_type(x, w))
+
+
+def np_conv_transpose(x, w, b=None, stride=1, padding=0, output_padding=0, dilation=1, groups=1):
+    # The scatter definition: every input pixel adds ``x * w`` into a window of the output.
+    nd = x.ndim - 2
+    s, p, op, d = _t(stride, nd), _t(padding, nd), _t(output_padding, nd), _t(dilation, nd)
+    if w.ndim == nd + 3:
+        w = w.reshape((-1,) + w.shape[2:])
+    n, ci = x.shape[:2]
+    og, k = w.shape[1], w.shape[2:]
+    ig = ci // groups
+    full = [(x.shape[2 + i] - 1) * s[i] + d[i] * (k[i] - 1) + 1 + op[i] for i in range(nd)]
+    y = np.zeros((n, og * groups) + tuple(full), np.float64)
+    for i in range(ci):
+        g = i // ig
+        for pos in np.ndindex(*x.shape[2:]):
+            for kp in np.ndindex(*k):
+                opos = tuple(pos[j] * s[j] + kp[j] * d[j] for j in range(nd))
+                y[(slice(None), slice(g * og, (g + 1) * og)) + opos] += np.outer(x[(slice(None), i) + pos],
+                                                                                 w[(i, slice(None)) + kp])
+    out = [full[i] - 2 * p[i] for i in range(nd)]
+    y = y[(slice(None), slice(None)) + tuple(slice(p[i], p[i] + out[i]) for i in range(nd))]
+    if b is not None:
+        y = y + b.reshape((1, -1) + (1,) * nd)
+    return y.astype(x.dtype)
+
+
+def np_local_conv(x, w, stride=1, padding=0, dilation=1):
+    if w.ndim == 6:
+        w = w[None]
+    s, p, d = _t(stride, 2), _t(padding, 2), _t(dilation, 2)
+    g, oh, ow, icg, kh, kw, ocg = w.shape
+    xp = np.pad(x, [(0, 0), (0, 0), (p[0], p[0]), (p[1], p[1])])
+    y = np.zeros((x.shape[0], g * ocg, oh, ow))
+    for gi, i, j, c, a, b, o in itertools.product(range(g), range(oh), range(ow), range(icg), range(kh), range(kw),
+                                                  range(ocg)):
+        y[:, gi * ocg + o, i, j] += xp[:, gi * icg + c, i * s[0] + a * d[0], j * s[1] + b * d[1]] * w[gi, i, j, c, a, b, o]
+    return y.astype(x.dtype)
+
+
+def _bilinear_zero(img, y, x):
+    h, w = img.shape[-2:]
+    y0, x0 = int(np.floor(y)), int(np.floor(x))
+    ly, lx = y - y0, x - x0
+    v = 0.0
+    for yy, wy in ((y0, 1 - ly), (y0 + 1, ly)):
+        for xx, wx in ((x0, 1 - lx), (x0 + 1, lx)):
+            if 0 <= yy < h and 0 <= xx < w:
+                v = v + wy * wx * img[..., yy, xx]
+    return v
+
+
+def np_deformable_conv(x, w, offset, mask, b=None, stride=1, padding=0, dilation=1, groups=1):
+    s, p, d = _t(stride, 2), _t(padding, 2), _t(dilation, 2)
+    n, c, h, wd = x.shape
+    o, icg, kh, kw = w.shape
+    oh, ow = offset.shape[2:]
+    kk = kh * kw
+    dg = offset.shape[1] // (2 * kk)
+    cdg = c // dg
+    cols = np.zeros((n, c, kk, oh, ow))
+    for ni, ch, k, i, j in itertools.product(range(n), range(c), range(kk), range(oh), range(ow)):
+        g = ch // cdg
+        a, bb = divmod(k, kw)
+        yy = i * s[0] - p[0] + a * d[0] + offset[ni, g * 2 * kk + 2 * k, i, j]
+        xx = j * s[1] - p[1] + bb * d[1] + offset[ni, g * 2 * kk + 2 * k + 1, i, j]
+        cols[ni, ch, k, i, j] = _bilinear_zero(x[ni, ch], yy, xx) * mask[ni, g * kk + k, i, j]
+    y = np.zeros((n, o, oh, ow))
+    og, cg = o // groups, c // groups
+    for oc in range(o):
+        g = oc // og
+        y[:, oc] = np.einsum("nckhw,ck->nhw", cols[:, g * cg:(g + 1) * cg], w[oc].reshape(icg, kk))
+    if b is not None:
+        y += b.reshape(1, -1, 1, 1)
+    return y.astype(x.dtype)
+
+
+def W(*shape):  # weights: small values so float32 sums stay accurate
+    return f32(*shape, lo=-1, hi=1)
+
+
+add(
+    OpCase("functional.conv1d", lambda x, w: F.conv1d(x, w), np_conv, [f32(2, 3, 7), W(4, 3, 3)], label="basic"),
+    OpCase("functional.conv1d", lambda x, w, b: F.conv1d(x, w, b, stride=2, padding=1, dilation=2),
+           lambda x, w, b: np_conv(x, w, b, 2, 1, 2), [f32(1, 2, 9), W(3, 2, 3), W(1, 3, 1)], label="s2p1d2+bias"),
+    OpCase("functional.conv2d", lambda x, w: F.conv2d(x, w, padding=1), lambda x, w: np_conv(x, w, padding=1),
+           [f32(2, 3, 5, 5), W(4, 3, 3, 3)], label="pad1"),
+    OpCase("functional.conv2d", lambda x, w, b: F.conv2d(x, w, b, stride=(2, 1), padding=(1, 0), dilation=(1, 2)),
+           lambda x, w, b: np_conv(x, w, b, (2, 1), (1, 0), (1, 2)), [f32(1, 2, 6, 7), W(3, 2, 3, 2), W(1, 3, 1, 1)],
+           label="asym+bias"),
+    OpCase("functional.conv2d", lambda x, w: F.conv2d(x, w, groups=2), lambda x, w: np_conv(x, w, groups=2),
+           [f32(1, 4, 4, 4), W(2, 3, 2, 2, 2)], label="groups5d"),
+    OpCase("functional.conv2d", lambda x, w: F.conv2d(x, w, groups=2), lambda x, w: np_conv(x, w, groups=2),
+           [f32(1, 4, 4, 4), W(6, 2, 2, 2)], label="groups4d"),
+    OpCase("functional.conv2d", lambda x, w: F.conv2d(x, w, stride=2), lambda x, w: np_conv(x, w, stride=2),
+           [f32(1, 2, 5, 5, dtype=np.float16), W(2, 2, 3, 3, )], grad=False, rtol=2e-2, atol=2e-2,
+           label="f16-input"),
+    OpCase("functional.conv3d", lambda x, w, b: F.conv3d(x, w, b, padding=1, stride=(1, 2, 1)),
+           lambda x, w, b: np_conv(x, w, b, (1, 2, 1), 1), [f32(1, 2, 3, 4, 3), W(2, 2, 2, 2, 2), W(2)], label="basic"),
+    OpCase("functional.conv3d", lambda x, w: F.conv3d(x, w, groups=2, dilation=(1, 1, 2)),
+           lambda x, w: np_conv(x, w, dilation=(1, 1, 2), groups=2), [f32(1, 4, 3, 3, 5), W(4, 2, 2, 2, 2)],
+           label="groups+dil"),
+    OpCase("functional.conv_transpose2d", lambda x, w: F.conv_transpose2d(x, w), np_conv_transpose,
+           [f32(1, 2, 3, 3), W(2, 3, 2, 2)], label="basic"),
+    OpCase("functional.conv_transpose2d", lambda x, w, b: F.conv_transpose2d(x, w, b, stride=2, padding=1,
+                                                                            output_padding=1),
+           lambda x, w, b: np_conv_transpose(x, w, b, 2, 1, 1), [f32(2, 2, 3, 3), W(2, 3, 3, 3), W(1, 3, 1, 1)],
+           label="s2p1op1+bias"),
+    OpCase("functional.conv_transpose2d", lambda x, w: F.conv_transpose2d(x, w, stride=(2, 1), dilation=(1, 2),
+                                                                         padding=(0, 1)),
+           lambda x, w: np_conv_transpose(x, w, stride=(2, 1), dilation=(1, 2), padding=(0, 1)),
+           [f32(1, 2, 3, 4), W(2, 2, 2, 3)], label="dilated"),
+    OpCase("functional.conv_transpose2d", lambda x, w: F.conv_transpose2d(x, w, stride=2, groups=2),
+           lambda x, w: np_conv_transpose(x, w, stride=2, groups=2), [f32(1, 4, 2, 3), W(2, 2, 3, 2, 2)],
+           label="groups5d"),
+    OpCase("functional.conv_transpose2d", lambda x, w: F.conv_transpose2d(x, w, groups=2),
+           lambda x, w: np_conv_transpose(x, w, groups=2), [f32(1, 4, 2, 2), W(4, 1, 3, 2)], label="groups4d"),
+    OpCase("functional.conv_transpose3d", lambda x, w: F.conv_transpose3d(x, w, stride=2, padding=(0, 1, 0)),
+           lambda x, w: np_conv_transpose(x, w, stride=2, padding=(0, 1, 0)), [f32(1, 2, 2, 2, 2), W(2, 2, 2, 3, 2)],
+           label="s2"),
+    OpCase("functional.conv_transpose3d", lambda x, w, b: F.conv_transpose3d(x, w, b, output_padding=(1, 0, 0),
+                                                                            stride=(2, 1, 1)),
+           lambda x, w, b: np_conv_transpose(x, w, b, (2, 1, 1), 0, (1, 0, 0)), [f32(1, 1, 2, 2, 2), W(1, 2, 2, 2, 2),
+                                                                               W(2)], label="outpad+bias"),
+    OpCase("functional.local_conv2d", lambda x, w: F.local_conv2d(x, w), np_local_conv,
+           [f32(2, 2, 4, 4), W(1, 2, 2, 2, 3, 3, 3)], label="7d"),
+    OpCase("functional.local_conv2d", lambda x, w: F.local_conv2d(x, w, stride=2, padding=1),
+           lambda x, w: np_local_conv(x, w, 2, 1), [f32(1, 2, 4, 4), W(3, 3, 2, 2, 2, 2)], label="6d-s2p1"),
+    OpCase("functional.local_conv2d", lambda x, w, b: F.local_conv2d(x, w, b, dilation=2),
+           lambda x, w, b: np_local_conv(x, w, dilation=2) + b, [f32(1, 4, 4, 4), W(2, 2, 2, 2, 2, 2, 1), W(1, 2, 1, 1)],
+           label="groups+bias"),
+    OpCase("functional.deformable_conv2d", lambda x, w, o, m: F.deformable_conv2d(x, w, o, m, padding=1),
+           lambda x, w, o, m: np_deformable_conv(x, w, o, m, padding=1),
+           [f32(1, 2, 4, 4), W(3, 2, 2, 2), f32(1, 8, 5, 5, lo=-1.3, hi=1.3), f32(1, 4, 5, 5, lo=0, hi=1)],
+           grad_rtol=2e-3, grad_atol=1e-4, label="basic"),
+    OpCase("functional.deformable_conv2d",
+           lambda x, w, o, m, b: F.deformable_conv2d(x, w, o, m, b, stride=2, dilation=(1, 2), groups=2),
+           lambda x, w, o, m, b: np_deformable_conv(x, w, o, m, b, 2, 0, (1, 2), 2),
+           [f32(1, 4, 5, 6), W(4, 2, 2, 2), f32(1, 16, 2, 2, lo=-2, hi=2), f32(1, 8, 2, 2, lo=0, hi=1), W(4)],
+           grad_rtol=2e-3, grad_atol=1e-4, label="dg2+groups"),
+    OpCase("functional.linear", F.linear, lambda x, w, b: x @ w.T + b, [f32(3, 4), W(5, 4), W(5)], label="bias"),
+    OpCase("functional.linear", F.linear, lambda x, w: x @ w.T, [f32(2, 3, 4), W(2, 4)], label="3d"),
+)
+
+
+# ---- pooling ----------------------------------------------------------------------------------------------------
+def np_pool(x, k, s=None, p=0, mode="max"):
+    k = _t(k, 2)
+    s = k if s is None else _t(s, 2)
+    p = _t(p, 2)
+    n, c, h, w = x.shape
+    oh, ow = (h + 2 * p[0] - k[0]) // s[0] + 1, (w + 2 * p[1] - k[1]) // s[1] + 1
+    y = np.zeros((n, c, oh, ow), x.dtype)
+    for i, j in np.ndindex(oh, ow):
+        r0, c0 = i * s[0] - p[0], j * s[1] - p[1]
+        win = x[:, :, max(r0, 0):min(r0 + k[0], h), max(c0, 0):min(c0 + k[1], w)]
+        if mode == "max":
+            y[:, :, i, j] = win.max(axis=(2, 3))
+        elif mode == "average":
+            y[:, :, i, j] = win.sum(axis=(2, 3)) / (k[0] * k[1])
+        else:
+            y[:, :, i, j] = win.mean(axis=(2, 3))
+    return y
+
+
+def np_adaptive(x, oshp, mode):
+    oh, ow = _t(oshp, 2)
+    h, w = x.shape[2:]
+    sh, sw = h // oh, w // ow
+    return np_pool(x, (h - (oh - 1) * sh, w - (ow - 1) * sw), (sh, sw), 0, mode)
+
+
+add(
+    OpCase("functional.max_pool2d", lambda x: F.max_pool2d(x, 2), lambda x: np_pool(x, 2), [f32(2, 3, 4, 6)],
+           label="k2"),
+    OpCase("functional.max_pool2d", lambda x: F.max_pool2d(x, 3, 2, 1), lambda x: np_pool(x, 3, 2, 1),
+           [f32(1, 2, 5, 6)], label="k3s2p1"),
+    OpCase("functional.max_pool2d", lambda x: F.max_pool2d(x, (2, 3), (1, 2)), lambda x: np_pool(x, (2, 3), (1, 2)),
+           [i32(1, 2, 4, 7)], label="int"),
+    OpCase("functional.avg_pool2d", lambda x: F.avg_pool2d(x, 2), lambda x: np_pool(x, 2, mode="excl"),
+           [f32(2, 3, 4, 4)], label="k2"),
+    OpCase("functional.avg_pool2d", lambda x: F.avg_pool2d(x, 3, 2, 1), lambda x: np_pool(x, 3, 2, 1, "excl"),
+           [f32(1, 2, 5, 6)], label="exclude-padding"),
+    OpCase("functional.avg_pool2d", lambda x: F.avg_pool2d(x, 3, 2, 1, mode="average"),
+           lambda x: np_pool(x, 3, 2, 1, "average"), [f32(1, 2, 5, 6)], label="average"),
+    OpCase("functional.adaptive_avg_pool2d", lambda x: F.adaptive_avg_pool2d(x, (2, 3)),
+           lambda x: np_adaptive(x, (2, 3), "excl"), [f32(1, 2, 5, 7)], label="2x3"),
+    OpCase("functional.adaptive_avg_pool2d", lambda x: F.adaptive_avg_pool2d(x, 1),
+           lambda x: x.mean(axis=(2, 3), keepdims=True), [f32(2, 3, 4, 4)], label="global"),
+    OpCase("functional.adaptive_max_pool2d", lambda x: F.adaptive_max_pool2d(x, (3, 2)),
+           lambda x: np_adaptive(x, (3, 2), "max"), [f32(1, 2, 7, 5)], label="3x2"),
+)
+
+
+# ---- normalisation ----------------------------------------------------------------------------------------------
+def np_norm(x, axes, eps=1e-5):
+    m = x.mean(axis=axes, keepdims=True)
+    v = x.var(axis=axes, keepdims=True)
+    return (x - m) / np.sqrt(v + eps)
+
+
+def np_bn_train(x, rm, rv, w, b, momentum=0.9, eps=1e-5):
+    axes = (0,) + tuple(range(2, x.ndim))
+    n = x.size // x.shape[1]
+    m = x.mean(axis=axes, keepdims=True)
+    v = x.var(axis=axes, keepdims=True)
+    y = (x - m) / np.sqrt(v + eps) * w + b
+    return y, momentum * rm + (1 - momentum) * m, momentum * rv + (1 - momentum) * v * n / (n - 1)
+
+
+def np_lrn(x, k_size=5, k=2.0, alpha=1e-4, beta=0.75):
+    half = k_size // 2
+    c = x.shape[1]
+    y = np.empty_like(x)
+    for ch in range(c):
+        s = (x[:, max(ch - half, 0):min(ch + half + 1, c)] ** 2).sum(axis=1)
+        y[:, ch] = x[:, ch] / (k + alpha * s) ** beta
+    return y
+
+
+def np_group_norm(x, g, w=None, b=None, eps=1e-5):
+    n, c = x.shape[:2]
+    y = np_norm(x.reshape(n, g, -1), 2, eps).reshape(x.shape)
+    if w is not None:
+        shape = (1, c) + (1,) * (x.ndim - 2)
+        y = y * w.reshape(shape) + b.reshape(shape)
+    return y
+
+
+S4 = (1, 3, 1, 1)
+add(
+    OpCase("functional.batch_norm",
+           lambda x, rm, rv, w, b: F.batch_norm(x, rm, rv, w, b, training=True, inplace=False),
+           np_bn_train, [f32(4, 3, 2, 2), f32(*S4), positive(*S4), positive(*S4), f32(*S4)], label="train"),
+    OpCase("functional.batch_norm",
+           lambda x, rm, rv, w, b: F.batch_norm(x, rm, rv, w, b, training=True, momentum=0.5, eps=1e-3,
+                                                inplace=False),
+           lambda x, rm, rv, w, b: np_bn_train(x, rm.reshape(1, 3), rv.reshape(1, 3), w.reshape(1, 3),
+                                               b.reshape(1, 3), 0.5, 1e-3),
+           [f32(5, 3), f32(1, 3), positive(1, 3), positive(3), f32(3)], label="train-2d"),
+    OpCase("functional.batch_norm", lambda x: F.batch_norm(x, training=True),
+           lambda x: np_norm(x, (0, 2, 3, 4)), [f32(2, 2, 2, 2, 3)], label="train-nostats-5d"),
+    OpCase("functional.batch_norm", lambda x, rm, rv, w, b: F.batch_norm(x, rm, rv, w, b),
+           lambda x, rm, rv, w, b: (x - rm) / np.sqrt(rv + 1e-5) * w + b,
+           [f32(2, 3, 2, 2), f32(*S4), positive(*S4), positive(*S4), f32(*S4)], label="inference"),
+    OpCase("functional.sync_batch_norm",
+           lambda x, rm, rv: F.sync_batch_norm(x, rm + 0, rv + 0, training=True, eps_mode="max", eps=0.5),
+           lambda x, rm, rv: (x - x.mean((0, 2, 3), keepdims=True)) / np.sqrt(
+               np.maximum(x.var((0, 2, 3), keepdims=True), 0.5)),
+           [f32(3, 3, 2, 2, lo=-1, hi=1), f32(*S4), positive(*S4)], label="train-max-eps"),
+    OpCase("functional.sync_batch_norm", lambda x, rm, rv, w, b: F.sync_batch_norm(x, rm, rv, w, b),
+           lambda x, rm, rv, w, b: (x - rm) / np.sqrt(rv + 1e-5) * w + b,
+           [f32(2, 3, 2, 2), f32(*S4), positive(*S4), positive(*S4), f32(*S4)], label="inference"),
+    OpCase("functional.layer_norm", lambda x, w, b: F.layer_norm(x, (3, 4), True, w, b),
+           lambda x, w, b: np_norm(x, (1, 2)) * w + b, [f32(2, 3, 4), positive(3, 4), f32(3, 4)], label="affine"),
+    OpCase("functional.layer_norm", lambda x: F.layer_norm(x, 5, False, eps=1e-3),
+           lambda x: np_norm(x, -1, 1e-3), [f32(3, 5)], label="plain"),
+    OpCase("functional.group_norm", lambda x, w, b: F.group_norm(x, 2, True, w, b),
+           lambda x, w, b: np_group_norm(x, 2, w, b), [f32(2, 4, 3, 2), positive(4), f32(4)], label="affine"),
+    OpCase("functional.group_norm", lambda x: F.group_norm(x, 3, False), lambda x: np_group_norm(x, 3),
+           [f32(2, 6, 4)], label="3d"),
+    OpCase("functional.instance_norm", lambda x, w, b: F.instance_norm(x, True, w, b),
+           lambda x, w, b: np_group_norm(x, 3, w, b), [f32(2, 3, 2, 3), positive(3), f32(3)], label="affine"),
+    OpCase("functional.instance_norm", lambda x: F.instance_norm(x, False), lambda x: np_norm(x, (2, 3)),
+           [f32(1, 2, 3, 3)], label="plain"),
+    OpCase("functional.general_norm", lambda x, w, b: F.general_norm(x, (0, 2), True, w, b),
+           lambda x, w, b: np_norm(x, (0, 2)) * w[:, None, :] + b[:, None, :],
+           [f32(2, 3, 4), positive(2, 4), f32(2, 4)], label="axes02"),
+    OpCase("functional.general_norm", lambda x: F.general_norm(x, -1, False), lambda x: np_norm(x, -1),
+           [f32(3, 5)], label="last"),
+    OpCase("functional.local_response_norm", lambda x: F.local_response_norm(x, 3, k=1.0, alpha=0.5, beta=0.75),
+           lambda x: np_lrn(x, 3, 1.0, 0.5, 0.75), [f32(2, 5, 2, 2)], label="k3"),
+    OpCase("functional.local_response_norm", F.local_response_norm, np_lrn, [f32(1, 7, 3, 2, lo=-20, hi=20)],
+           label="defaults"),
+)
+
+
+# ---- softmax, activations, embedding, one-hot, dropout, pad, pixel shuffle, sliding windows -----------------
+def np_softmax(x, axis):
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+def np_pixel_shuffle(x, r):
+    *lead, c, h, w = x.shape
+    y = np.zeros(tuple(lead) + (c // (r * r), h * r, w * r), x.dtype)
+    for ch, i, j in np.ndindex(c, h, w):
+        oc, rem = divmod(ch, r * r)
+        a, b = divmod(rem, r)
+        y[..., oc, i * r + a, j * r + b] = x[..., ch, i, j]
+    return y
+
+
+def np_sliding(x, k, p=0, s=1, d=1):
+    k, p, s, d = _t(k, 2), _t(p, 2), _t(s, 2), _t(d, 2)
+    xp = np.pad(x, [(0, 0), (0, 0), (p[0], p[0]), (p[1], p[1])])
+    oh = (xp.shape[2] - d[0] * (k[0] - 1) - 1) // s[0] + 1
+    ow = (xp.shape[3] - d[1] * (k[1] - 1) - 1) // s[1] + 1
+    y = np.zeros(x.shape[:2] + (oh, ow) + k, x.dtype)
+    for i, j, a, b in np.ndindex(oh, ow, *k):
+        y[:, :, i, j, a, b] = xp[:, :, i * s[0] + a * d[0], j * s[1] + b * d[1]]
+    return y
+
+
+def np_sliding_t(y, size, k, p=0, s=1, d=1):
+    k, p, s, d = _t(k, 2), _t(p, 2), _t(s, 2), _t(d, 2)
+    h, w = _t(size, 2)
+    xp = np.zeros(y.shape[:2] + (h + 2 * p[0], w + 2 * p[1]), y.dtype)
+    for i, j, a, b in np.ndindex(*y.shape[2:]):
+        xp[:, :, i * s[0] + a * d[0], j * s[1] + b * d[1]] += y[:, :, i, j, a, b]
+    return xp[:, :, p[0]:p[0] + h, p[1]:p[1] + w]
+
+
+add(
+    OpCase("functional.softmax", F.softmax, lambda x: np_softmax(x, 1), [f32(2, 3, 4, 5)], label="default-4d"),
+    OpCase("functional.softmax", F.softmax, lambda x: np_softmax(x, 0), [f32(3, 4, 2)], label="default-3d"),
+    OpCase("functional.softmax", F.softmax, lambda x: np_softmax(x, 0), [f32(5)], label="default-1d"),
+    OpCase("functional.softmax", lambda x: F.softmax(x, -1), lambda x: np_softmax(x, -1), [f32(2, 6, lo=-50, hi=50)],
+           label="axis-1-large"),
+    OpCase("functional.softmax", lambda x: F.softmax(x, (1, 2)), lambda x: np_softmax(x, (1, 2)), [f32(2, 3, 2)],
+           label="tuple-axis"),
+    OpCase("functional.logsoftmax", lambda x: F.logsoftmax(x, 1), lambda x: np.log(np_softmax(x, 1)),
+           [f32(3, 4)], label="axis1"),
+    OpCase("functional.logsoftmax", lambda x: F.logsoftmax(x, -1),
+           lambda x: x - x.max(-1, keepdims=True) - np.log(np.exp(x - x.max(-1, keepdims=True)).sum(-1, keepdims=True)),
+           [f32(2, 2, 5, lo=-80, hi=80)], rtol=1e-4, label="large"),
+    OpCase("functional.leaky_relu", lambda x: F.leaky_relu(x, 0.2), lambda x: np.where(x > 0, x, 0.2 * x),
+           [f32(3, 4)], label="0.2"),
+    OpCase("functional.leaky_relu", F.leaky_relu, lambda x: np.where(x > 0, x, 0.01 * x), [f32(5)], label="default"),
+    OpCase("functional.prelu", F.prelu, lambda x, w: np.where(x > 0, x, w.reshape(1, -1, 1) * x),
+           [f32(2, 3, 4), positive(3)], label="per-channel"),
+    OpCase("functional.prelu", F.prelu, lambda x, w: np.where(x > 0, x, w * x), [f32(2, 3), positive(1)],
+           label="shared"),
+    OpCase("functional.embedding", F.embedding, lambda i, w: w[i], [i32(2, 3, lo=0, hi=5), f32(5, 4)], label="2d"),
+    OpCase("functional.embedding", F.embedding, lambda i, w: w[i], [i32(4, lo=0, hi=3), f32(3, 2)], label="1d"),
+    OpCase("functional.one_hot", lambda x: F.one_hot(x, 4), lambda x: np.eye(4, dtype=np.int32)[x],
+           [i32(2, 3, lo=0, hi=4)], label="2d"),
+    OpCase("functional.one_hot", lambda x: F.one_hot(x, 3), lambda x: np.eye(3, dtype=np.int32)[x],
+           [i32(5, lo=0, hi=3)], label="1d"),
+    OpCase("functional.dropout", lambda x: F.dropout(x, 0.5, training=False), lambda x: x, [f32(3, 4)],
+           label="eval"),
+    OpCase("functional.dropout", lambda x: F.dropout(x, 0.0), lambda x: x, [f32(3)], label="p0"),
+    OpCase("functional.pad", lambda x: F.nn.pad(x, ((1, 2), (0, 1)), constant_value=3.0),
+           lambda x: np.pad(x, ((1, 2), (0, 1)), constant_values=3.0), [f32(2, 3)], label="constant"),
+    OpCase("functional.pad", lambda x: F.nn.pad(x, ((0, 0), (2, 1)), mode="reflect"),
+           lambda x: np.pad(x, ((0, 0), (2, 1)), mode="reflect"), [f32(2, 4)], label="reflect"),
+    OpCase("functional.pad", lambda x: F.nn.pad(x, ((1, 1), (0, 2)), mode="replicate"),
+           lambda x: np.pad(x, ((1, 1), (0, 2)), mode="edge"), [f32(2, 3)], label="replicate"),
+    OpCase("functional.pixel_shuffle", lambda x: F.pixel_shuffle(x, 2), lambda x: np_pixel_shuffle(x, 2),
+           [f32(2, 8, 2, 3)], label="r2"),
+    OpCase("functional.pixel_shuffle", lambda x: F.pixel_shuffle(x, 3), lambda x: np_pixel_shuffle(x, 3),
+           [f32(2, 1, 9, 1, 2)], label="r3-5d"),
+    OpCase("functional.sliding_window", lambda x: F.sliding_window(x, 2), lambda x: np_sliding(x, 2),
+           [f32(1, 2, 3, 4)], label="k2"),
+    OpCase("functional.sliding_window", lambda x: F.sliding_window(x, (2, 3), 1, (2, 1), (1, 2)),
+           lambda x: np_sliding(x, (2, 3), 1, (2, 1), (1, 2)), [f32(2, 1, 4, 5)], label="all-args"),
+    OpCase("functional.sliding_window_transpose", lambda y: F.sliding_window_transpose(y, (3, 4), 2),
+           lambda y: np_sliding_t(y, (3, 4), 2), [f32(1, 2, 2, 3, 2, 2)], label="k2"),
+    OpCase("functional.sliding_window_transpose", lambda y: F.sliding_window_transpose(y, (4, 5), (2, 3), 1, (2, 1), (1, 2)),
+           lambda y: np_sliding_t(y, (4, 5), (2, 3), 1, (2, 1), (1, 2)), [f32(1, 1, 3, 3, 2, 3)], label="all-args"),
+)
+
+
+# ---- multi-head attention ---------------------------------------------------------------------------------------
+def np_mha(q, k, v, wb, e, h, qbias=False, kbias=False, vbias=False, obias=False, attn_mask=None, kpm=None,
+           is_causal=False, need_weights=False, average=False, reslink=False):
+    eq, ek, ev = q.shape[-1], k.shape[-1], v.shape[-1]
+    shapes = [(eq, e), (ek, e), (ev, e), (e, e)]
+    pos, ws = 0, []
+    for shp in shapes:
+        ws.append(wb[pos:pos + shp[0] * shp[1]].reshape(shp))
+        pos += shp[0] * shp[1]
+    bs = []
+    for flag in (qbias, kbias, vbias, obias):
+        bs.append(wb[pos:pos + e] if flag else np.zeros(e))
+        pos += e if flag else 0
+    Q, K, V = q @ ws[0] + bs[0], k @ ws[1] + bs[1], v @ ws[2] + bs[2]
+    n, lq, s = q.shape[0], q.shape[1], k.shape[1]
+    d = e // h
+    out = np.zeros((n, lq, e))
+    weights = np.zeros((n, h, lq, s))
+    for b in range(n):
+        for hd in range(h):
+            sl = slice(hd * d, (hd + 1) * d)
+            sc = Q[b, :, sl] @ K[b, :, sl].T / np.sqrt(d)
+            if is_causal:
+                sc = np.where(np.triu(np.ones((lq, s), bool), 1), -1e30, sc)
+            if attn_mask is not None:
+                m = attn_mask if attn_mask.ndim == 2 else attn_mask[b * h + hd]
+                sc = np.where(m, -1e30, sc) if m.dtype == bool else sc + m
+            if kpm is not None:
+                sc = np.where(kpm[b][None], -1e30, sc)
+            wgt = np_softmax(sc, -1)
+            weights[b, hd] = wgt
+            out[b, :, sl] = wgt @ V[b, :, sl]
+    out = out @ ws[3] + bs[3]
+    if reslink:
+        out = out + q
+    if not need_weights:
+        return out
+    return out, (weights.mean(1) if average else weights.reshape(n * h, lq, s))
+
+
+def mha(**kw):
+    def fn(q, k, v, wb, *masks):
+        kws = dict(kw)
+        if kws.pop("attn_mask", None):
+            kws["attn_mask"] = masks[0]
+        out, wts = F.nn.multi_head_attention(q, k, v, 4, 2, 0.0, 0.0, wb, **kws)
+        return (out, wts) if kws.get("need_weights") else out
+    return fn
+
+
+def _wb(eq=4, ek=4, ev=4, nb=0):
+    return W(eq * 4 + ek * 4 + ev * 4 + 16 + 4 * nb)
+
+
+bool_mask = lambda *s: lambda rng: rng.random(s) < 0.3  # noqa: E731
+add(
+    OpCase("functional.multi_head_attention", mha(), lambda q, k, v, wb: np_mha(q, k, v, wb, 4, 2),
+           [f32(1, 3, 4), f32(1, 2, 4), f32(1, 2, 4), _wb()], label="self-proj"),
+    OpCase("functional.multi_head_attention", mha(qbias=True, kbias=True, vbias=True, obias=True, need_weights=True,
+                                                   is_causal=True),
+           lambda q, k, v, wb: np_mha(q, k, v, wb, 4, 2, True, True, True, True, is_causal=True, need_weights=True),
+           [f32(1, 4, 4), f32(1, 4, 3), f32(1, 4, 5), _wb(4, 3, 5, 4)], label="bias+causal+weights"),
+    OpCase("functional.multi_head_attention", mha(attn_mask=True, need_weights=True, average_attn_weights=True,
+                                                   reslink=True),
+           lambda q, k, v, wb, m: np_mha(q, k, v, wb, 4, 2, attn_mask=m, need_weights=True, average=True,
+                                         reslink=True),
+           [f32(2, 3, 4), f32(2, 2, 4), f32(2, 2, 4), _wb(), f32(3, 2)], grad=False, label="float-mask+avg+reslink"),
+    OpCase("functional.multi_head_attention", mha(attn_mask=True),
+           lambda q, k, v, wb, m: np_mha(q, k, v, wb, 4, 2, attn_mask=m), [f32(2, 3, 4), f32(2, 4, 4),
+                                                                            f32(2, 4, 4), _wb(), bool_mask(4, 3, 4)],
+           grad=False, label="bool-3d-mask"),
+)
+
+
+# ---- losses ---------------------------------------------------------------------------------------------------
+def np_ce(x, y, axis=1, with_logits=True, ls=0.0, reduction="mean"):
+    logp = np.log(np_softmax(x, axis)) if with_logits else np.log(x)
+    logp = np.moveaxis(logp, axis, -1)
+    nll = -np.take_along_axis(logp, y[..., None], -1)[..., 0]
+    if ls:
+        nll = (1 - ls) * nll - ls * logp.mean(-1)
+    return {"mean": nll.mean(), "sum": nll.sum(), "none": nll}[reduction]
+
+
+def np_ctc(pred, plen, label, llen, blank=0, reduction="mean"):
+    # Brute force: sum the probabilities of all paths that collapse to the label.
+    t, n, c = pred.shape
+    losses = []
+    for b in range(n):
+        lab = list(label[b][:llen[b]]) if label.ndim == 2 else list(label[sum(llen[:b]):sum(llen[:b + 1])])
+        total = 0.0
+        for path in itertools.product(range(c), repeat=int(plen[b])):
+            col = [k for i, k in enumerate(path) if k != blank and (i == 0 or k != path[i - 1])]
+            if col == lab:
+                total += np.prod([pred[i, b, k] for i, k in enumerate(path)])
+        losses.append(-np.log(total))
+    losses = np.asarray(losses, pred.dtype)
+    return {"mean": (losses / np.maximum(llen, 1)).mean(), "sum": losses.sum(), "none": losses}[reduction]
+
+
+def probs(*shape):
+    def gen(rng):
+        p = rng.uniform(0.1, 1.0, shape)
+        return (p / p.sum(-1, keepdims=True)).astype(np.float32)
+    return gen
+
+
+add(
+    OpCase("functional.nn.cross_entropy", F.nn.cross_entropy, np_ce, [f32(4, 5), i32(4, lo=0, hi=5)], label="basic"),
+    OpCase("functional.nn.cross_entropy", lambda x, y: F.nn.cross_entropy(x, y, axis=-1, reduction="none"),
+           lambda x, y: np_ce(x, y, -1, reduction="none"), [f32(2, 3, 4), i32(2, 3, lo=0, hi=4)], label="axis-1"),
+    OpCase("functional.nn.cross_entropy", lambda x, y: F.nn.cross_entropy(x, y, label_smooth=0.1, reduction="sum"),
+           lambda x, y: np_ce(x, y, ls=0.1, reduction="sum"), [f32(3, 4, 2), i32(3, 2, lo=0, hi=4)], label="smooth"),
+    OpCase("functional.nn.cross_entropy", lambda x, y: F.nn.cross_entropy(x, y, with_logits=False),
+           lambda x, y: np_ce(x, y, with_logits=False), [probs(3, 4), i32(3, lo=0, hi=4)], label="probs"),
+    OpCase("functional.nn.binary_cross_entropy", F.nn.binary_cross_entropy,
+           lambda x, y: np.mean(np.logaddexp(0, -x) * y + np.logaddexp(0, x) * (1 - y)),
+           [f32(3, 4, lo=-30, hi=30), f32(3, 4, lo=0, hi=1)], label="logits"),
+    OpCase("functional.nn.binary_cross_entropy",
+           lambda x, y: F.nn.binary_cross_entropy(x, y, with_logits=False, reduction="none"),
+           lambda x, y: -(y * np.log(x) + (1 - y) * np.log(1 - x)), [f32(5, lo=0.1, hi=0.9), f32(5, lo=0, hi=1)],
+           label="probs"),
+    OpCase("functional.nn.hinge_loss", F.nn.hinge_loss, lambda x, y: np.maximum(1 - x * y, 0).sum(1).mean(),
+           [f32(3, 4), lambda rng: rng.choice([-1.0, 1.0], (3, 4)).astype(np.float32)], label="L1"),
+    OpCase("functional.nn.hinge_loss", lambda x, y: F.nn.hinge_loss(x, y, "l2", "none"),
+           lambda x, y: (np.maximum(1 - x * y, 0) ** 2).sum(1),
+           [f32(2, 5), lambda rng: rng.choice([-1.0, 1.0], (2, 5)).astype(np.float32)], label="L2"),
+    OpCase("functional.nn.l1_loss", F.nn.l1_loss, lambda x, y: np.abs(x - y).mean(), [f32(3, 4), f32(3, 4)],
+           label="mean"),
+    OpCase("functional.nn.l1_loss", lambda x, y: F.nn.l1_loss(x, y, "sum"), lambda x, y: np.abs(x - y).sum(),
+           [f32(3, 4), f32(4)], label="broadcast-sum"),
+    OpCase("functional.nn.square_loss", F.nn.square_loss, lambda x, y: ((x - y) ** 2).mean(), [f32(2, 3), f32(2, 3)],
+           label="mean"),
+    OpCase("functional.nn.square_loss", lambda x, y: F.nn.square_loss(x, y, "none"), lambda x, y: (x - y) ** 2,
+           [f32(5), f32(5)], label="none"),
+    OpCase("functional.nn.ctc_loss", F.nn.ctc_loss, np_ctc,
+           [probs(4, 2, 3), const([4, 3], np.int32), const([[1, 2], [2, 0]], np.int32), const([2, 1], np.int32)],
+           rtol=1e-4, label="padded"),
+    OpCase("functional.nn.ctc_loss", lambda p, pl, l, ll: F.nn.ctc_loss(p, pl, l, ll, blank=2, reduction="none"),
+           lambda p, pl, l, ll: np_ctc(p, pl, l, ll, 2, "none"),
+           [probs(5, 3, 3), const([5, 4, 3], np.int32), const([1, 1, 0, 1, 0], np.int32), const([2, 2, 1], np.int32)],
+           rtol=1e-4, label="concat-repeats"),
+    OpCase("functional.nn.ctc_loss", lambda p, pl, l, ll: F.nn.ctc_loss(p, pl, l, ll, reduction="sum"),
+           lambda p, pl, l, ll: np_ctc(p, pl, l, ll, 0, "sum"),
+           [probs(3, 2, 2), const([3, 3], np.int32), const([[1, 1], [1, 0]], np.int32), const([2, 0], np.int32)],
+           rtol=1e-4, grad=False, label="empty-label"),
+)
+
+
+# ---- vision references ------------------------------------------------------------------------------------------
+def _border_idx(i, n, mode):
+    if 0 <= i < n:
+        return i
+    if mode == "constant":
+        return None
+    if mode == "replicate":
+        return min(max(i, 0), n - 1)
+    if mode == "wrap":
+        return i % n
+    if mode == "reflect":
+        while not 0 <= i < n:
+            i = -i - 1 if i < 0 else 2 * n - 1 - i
+        return i
+    if n == 1:
+        return 0
+    while not 0 <= i < n:  # reflect_101
+        i = -i if i < 0 else 2 * n - 2 - i
+    return i
+
+
+def _sample_px(img, y, x, mode, val, interp):
+    """img (C, H, W) at float (y, x) by the border rule, one pixel at a time."""
+    h, w = img.shape[1:]
+
+    def tap(yy, xx):
+        a, b = _border_idx(yy, h, mode), _border_idx(xx, w, mode)
+        return np.full(img.shape[0], val) if a is None or b is None else img[:, a, b]
+
+    if interp == "nearest":
+        return tap(int(np.floor(y + 0.5)), int(np.floor(x + 0.5)))
+    y0, x0 = int(np.floor(y)), int(np.floor(x))
+    fy, fx = y - y0, x - x0
+    return ((1 - fy) * (1 - fx) * tap(y0, x0) + (1 - fy) * fx * tap(y0, x0 + 1) + fy * (1 - fx) * tap(y0 + 1, x0)
+            + fy * fx * tap(y0 + 1, x0 + 1))
+
+
+def np_warp_perspective(x, m, out, idx=None, border="replicate", val=0.0, fmt="NCHW", interp="linear"):
+    if fmt == "NHWC":
+        x = x.transpose(0, 3, 1, 2)
+    oh, ow = out
+    y = np.zeros((m.shape[0], x.shape[1], oh, ow))
+    for b, i, j in np.ndindex(m.shape[0], oh, ow):
+        mm = m[b].astype(np.float64)
+        X, Y, Z = mm @ np.array([j, i, 1.0])
+        y[b, :, i, j] = _sample_px(x[b if idx is None else idx[b]], Y / Z, X / Z, border, val, interp)
+    y = y.astype(x.dtype)
+    return y.transpose(0, 2, 3, 1) if fmt == "NHWC" else y
+
+
+def np_warp_affine(x, m, out, border="replicate", val=0.0, fmt="NHWC", interp="linear"):
+    m3 = np.concatenate([m, np.tile(np.array([[[0.0, 0.0, 1.0]]], m.dtype), (m.shape[0], 1, 1))], 1)
+    return np_warp_perspective(x, m3, out, None, border, val, fmt, interp)
+
+
+def np_remap(x, mxy, border="replicate", val=0.0, interp="linear"):
+    n, oh, ow, _ = mxy.shape
+    y = np.zeros((n, x.shape[1], oh, ow))
+    for b, i, j in np.ndindex(n, oh, ow):
+        y[b, :, i, j] = _sample_px(x[b], mxy[b, i, j, 1], mxy[b, i, j, 0], border, val, interp)
+    return y.astype(x.dtype)
+
+
+def _cubic_w(t):
+    a = -0.75
+    t = abs(t)
+    if t <= 1:
+        return (a + 2) * t ** 3 - (a + 3) * t ** 2 + 1
+    if t < 2:
+        return a * t ** 3 - 5 * a * t ** 2 + 8 * a * t - 4 * a
+    return 0.0
+
+
+def np_interpolate(x, size, mode="bilinear", align_corners=False):
+    linear = mode == "linear"
+    if linear:
+        x = x[..., None]
+    oh, ow = (size, 1) if linear else size
+    n, c, h, w = x.shape
+    y = np.zeros((n, c, oh, ow))
+
+    def src(dst, n_in, n_out):
+        if align_corners:
+            return dst * (n_in - 1) / (n_out - 1) if n_out > 1 else 0.0
+        return (dst + 0.5) * n_in / n_out - 0.5
+
+    for i, j in np.ndindex(oh, ow):
+        if mode == "nearest":
+            y[:, :, i, j] = x[:, :, min(int(np.floor(i * h / oh)), h - 1), min(int(np.floor(j * w / ow)), w - 1)]
+        elif mode == "bicubic":
+            sy, sx = src(i, h, oh), src(j, w, ow)
+            fy, fx = int(np.floor(sy)), int(np.floor(sx))
+            for a in range(fy - 1, fy + 3):
+                for b in range(fx - 1, fx + 3):
+                    y[:, :, i, j] += _cubic_w(sy - a) * _cubic_w(sx - b) * x[:, :, min(max(a, 0), h - 1),
+                                                                             min(max(b, 0), w - 1)]
+        else:
+            sy, sx = max(src(i, h, oh), 0), max(src(j, w, ow), 0)
+            y[:, :, i, j] = np.moveaxis(np.array([_sample_px(x[b], sy, sx, "replicate", 0, "linear")
+                                                  for b in range(n)]), 0, 0)
+    y = y.astype(x.dtype)
+    return y[..., 0] if linear else y
+
+
+def np_roi_align(x, rois, out, mode="average", scale=1.0, samples=2, aligned=True):
+    ph, pw = _t(out, 2)
+    sh, sw = _t(samples, 2)
+    h, w = x.shape[2:]
+    y = np.zeros((rois.shape[0], x.shape[1], ph, pw))
+    off = 0.5 if aligned else 0.0
+    for k, r in enumerate(rois.astype(np.float64)):
+        b = int(r[0])
+        x0, y0, x1, y1 = r[1] * scale - off, r[2] * scale - off, r[3] * scale - off, r[4] * scale - off
+        rw, rh = x1 - x0, y1 - y0
+        if not aligned:
+            rw, rh = max(rw, 1.0), max(rh, 1.0)
+        bh, bw = rh / ph, rw / pw
+        for i, j in np.ndindex(ph, pw):
+            vals = []
+            for a, c in np.ndindex(sh, sw):
+                yy = y0 + i * bh + (a + 0.5) * bh / sh
+                xx = x0 + j * bw + (c + 0.5) * bw / sw
+                if yy < -1 or yy > h or xx < -1 or xx > w:
+                    vals.append(np.zeros(x.shape[1]))
+                    continue
+                yy, xx = min(max(yy, 0), h - 1), min(max(xx, 0), w - 1)
+                vals.append(_sample_px(x[b], yy, xx, "replicate", 0, "linear"))
+            y[k, :, i, j] = np.max(vals, 0) if mode == "max" else np.mean(vals, 0)
+    return y.astype(x.dtype)
+
+
+def np_roi_pooling(x, rois, out, mode="max", scale=1.0):
+    ph, pw = _t(out, 2)
+    h, w = x.shape[2:]
+    y = np.zeros((rois.shape[0], x.shape[1], ph, pw))
+    rnd = lambda v: int(np.sign(v) * np.floor(abs(v) + 0.5))  # noqa: E731
+    for k, r in enumerate(rois):
+        b = int(r[0])
+        sx, sy, ex, ey = (rnd(float(np.float32(r[i]) * np.float32(scale))) for i in (1, 2, 3, 4))
+        bh, bw = max(ey - sy + 1, 1) / ph, max(ex - sx + 1, 1) / pw
+        for i, j in np.ndindex(ph, pw):
+            hs = min(max(int(np.floor(i * bh)) + sy, 0), h)
+            he = min(max(int(np.ceil((i + 1) * bh)) + sy, 0), h)
+            ws = min(max(int(np.floor(j * bw)) + sx, 0), w)
+            we = min(max(int(np.ceil((j + 1) * bw)) + sx, 0), w)
+            if he <= hs or we <= ws:
+                continue
+            win = x[b, :, hs:he, ws:we]
+            y[k, :, i, j] = win.max((1, 2)) if mode == "max" else win.mean((1, 2))
+    return y.astype(x.dtype)
+
+
+def np_nms(boxes, scores, thresh, max_output=None):
+    order = sorted(range(len(scores)), key=lambda i: -scores[i])
+    keep = []
+    for i in order:
+        ok = True
+        for j in keep:
+            bi, bj = boxes[i], boxes[j]
+            iw = max(min(bi[2], bj[2]) - max(bi[0], bj[0]), 0)
+            ih = max(min(bi[3], bj[3]) - max(bi[1], bj[1]), 0)
+            inter = iw * ih
+            union = (bi[2] - bi[0]) * (bi[3] - bi[1]) + (bj[2] - bj[0]) * (bj[3] - bj[1]) - inter
+            if inter / union > thresh:
+                ok = False
+                break
+        if ok:
+            keep.append(i)
+    return np.asarray(keep[:max_output], np.int32)
+
+
+def np_correlation(d1, d2, k=1, md=1, s1=1, s2=1, pad=0, mul=True):
+    # megdnn's naive kernel: out(c, i, j) = mean over the k x k patch and channels at the centre
+    # (i*s1 + md + kr - pad, j*s1 + md + kr - pad) in unpadded coordinates; outside pixels are 0.
+    n, c, h, w = d1.shape
+    kr = (k - 1) // 2
+    border = md + kr
+    oh = int(np.ceil((h + 2 * pad - 2 * border) / s1))
+    ow = int(np.ceil((w + 2 * pad - 2 * border) / s1))
+    r = md // s2
+    gw = 2 * r + 1
+    y = np.zeros((n, gw * gw, oh, ow))
+
+    def px(d, b, yy, xx):
+        return d[b, :, yy, xx] if 0 <= yy < h and 0 <= xx < w else np.zeros(c)
+
+    for b, tc, i, j in np.ndindex(n, gw * gw, oh, ow):
+        x1, y1 = j * s1 + md + kr - pad, i * s1 + md + kr - pad
+        dx, dy = (tc % gw - r) * s2, (tc // gw - r) * s2
+        acc = 0.0
+        for a, bb in np.ndindex(k, k):
+            p1 = px(d1, b, y1 + a - kr, x1 + bb - kr)
+            p2 = px(d2, b, y1 + dy + a - kr, x1 + dx + bb - kr)
+            acc += (p1 * p2).sum() if mul else np.abs(p1 - p2).sum()
+        y[b, tc, i, j] = acc / (k * k * c)
+    return y.astype(d1.dtype)
+
+
+def np_cvt(x, mode):
+    if mode in ("RGB2GRAY", "BGR2GRAY"):
+        cf = np.array([0.299, 0.587, 0.114] if mode == "RGB2GRAY" else [0.114, 0.587, 0.299])
+        y = (x.astype(np.float64) * cf).sum(-1, keepdims=True)
+    elif mode in ("RGB2BGR", "BGR2RGB"):
+        y = x[..., ::-1]
+    else:
+        y = np.repeat(x, 3, -1)
+    if x.dtype.kind in "iu":
+        return np.floor(y + 0.5).astype(x.dtype)
+    return y.astype(x.dtype)
+
+
+def persp(n, jitter=0.05):
+    def gen(rng):
+        m = np.tile(np.array([[0.8, 0.1, 0.7], [-0.1, 0.9, 0.4], [0.0, 0.0, 1.0]]), (n, 1, 1))
+        m[:, 2, :2] = rng.uniform(-0.02, 0.02, (n, 2))
+        return (m + rng.uniform(-jitter, jitter, m.shape) * (np.arange(3) < 2)[:, None]).astype(np.float32)
+    return gen
+
+
+def affine(n, span=1.0):
+    def gen(rng):
+        m = np.tile(np.array([[1.1, 0.2, -0.6], [-0.15, 0.9, 0.3]]), (n, 1, 1)) * span
+        return (m + rng.uniform(-0.05, 0.05, m.shape)).astype(np.float32)
+    return gen
+
+
+def rois_gen(k, n, h, w):
+    def gen(rng):
+        r = np.zeros((k, 5), np.float32)
+        r[:, 0] = rng.integers(0, n, k)
+        x0, y0 = rng.uniform(-0.7, w * 0.6, k), rng.uniform(-0.7, h * 0.6, k)
+        r[:, 1], r[:, 2] = x0, y0
+        r[:, 3], r[:, 4] = x0 + rng.uniform(0.6, w * 0.8, k), y0 + rng.uniform(0.6, h * 0.8, k)
+        return r
+    return gen
+
+
+def mapxy(n, oh, ow, h, w):
+    return lambda rng: np.stack([rng.uniform(-1.5, w + 0.5, (n, oh, ow)), rng.uniform(-1.5, h + 0.5, (n, oh, ow))],
+                                -1).astype(np.float32)
+
+
+FIXED_ROIS = np.array([[0, 0.3, 0.2, 3.1, 2.6], [1, 1.2, -0.4, 4.6, 3.3], [0, 2.0, 1.0, 2.2, 1.1]], np.float32)
+BOXES = np.array([[0, 0, 10, 10], [1, 1, 11, 11], [20, 20, 30, 30], [0, 0, 5, 10], [21, 19, 31, 29],
+                  [2, 2, 8, 8]], np.float32)
+
+add(
+    OpCase("functional.vision.interpolate", lambda x: F.vision.interpolate(x, (5, 7)),
+           lambda x: np_interpolate(x, (5, 7)), [f32(2, 2, 3, 4)], label="bilinear-up"),
+    OpCase("functional.vision.interpolate", lambda x: F.vision.interpolate(x, scale_factor=0.5),
+           lambda x: np_interpolate(x, (3, 2)), [f32(1, 2, 6, 5)], label="bilinear-down-scale"),
+    OpCase("functional.vision.interpolate", lambda x: F.vision.interpolate(x, (4, 3), align_corners=True),
+           lambda x: np_interpolate(x, (4, 3), align_corners=True), [f32(1, 1, 3, 5)], label="align-corners"),
+    OpCase("functional.vision.interpolate", lambda x: F.vision.interpolate(x, (5, 3), mode="nearest"),
+           lambda x: np_interpolate(x, (5, 3), "nearest"), [f32(1, 2, 3, 4)], label="nearest"),
+    OpCase("functional.vision.interpolate", lambda x: F.vision.interpolate(x, scale_factor=(2.0, 1.5), mode="bicubic"),
+           lambda x: np_interpolate(x, (6, 6), "bicubic"), [f32(1, 1, 3, 4)], label="bicubic"),
+    OpCase("functional.vision.interpolate", lambda x: F.vision.interpolate(x, 7, mode="linear"),
+           lambda x: np_interpolate(x, 7, "linear"), [f32(2, 2, 4)], label="linear"),
+    OpCase("functional.vision.interpolate", lambda x: F.vision.interpolate(x, 5, mode="linear", align_corners=True),
+           lambda x: np_interpolate(x, 5, "linear", True), [f32(1, 2, 3)], label="linear-align"),
+    OpCase("functional.warp_perspective", lambda x, m: F.warp_perspective(x, m, (3, 4)),
+           lambda x, m: np_warp_perspective(x, m, (3, 4)), [f32(2, 2, 4, 5), persp(2)], grad_rtol=1e-3,
+           label="replicate"),
+    OpCase("functional.warp_perspective", lambda x, m: F.warp_perspective(x, m, (4, 3), border_mode="constant",
+                                                                          border_val=1.5),
+           lambda x, m: np_warp_perspective(x, m, (4, 3), border="constant", val=1.5),
+           [f32(1, 1, 3, 3), persp(1, 0.3)], grad_rtol=1e-3, label="constant"),
+    OpCase("functional.warp_perspective", lambda x, m: F.warp_perspective(x, m, (3, 3), mat_idx=[1, 0, 1],
+                                                                          border_mode="reflect", format="NHWC"),
+           lambda x, m: np_warp_perspective(x, m, (3, 3), [1, 0, 1], "reflect", fmt="NHWC"),
+           [f32(2, 3, 3, 2), persp(3, 0.3)], grad_rtol=1e-3, label="mat_idx+reflect+nhwc"),
+    OpCase("functional.warp_perspective", lambda x, m: F.warp_perspective(x, m, (3, 3), border_mode="wrap",
+                                                                          interp_mode="nearest"),
+           lambda x, m: np_warp_perspective(x, m, (3, 3), border="wrap", interp="nearest"),
+           [f32(1, 2, 3, 4), const([[[1.0, 0.0, 2.6], [0.0, 1.0, -1.7], [0.0, 0.0, 1.0]]], np.float32)],
+           label="wrap+nearest"),
+    OpCase("functional.warp_affine", lambda x, m: F.warp_affine(x, m, (3, 4)),
+           lambda x, m: np_warp_affine(x, m, (3, 4)), [f32(2, 4, 4, 3), affine(2)], grad_rtol=1e-3, label="nhwc"),
+    OpCase("functional.warp_affine", lambda x, m: F.warp_affine(x, m, (3, 3), border_mode="reflect_101",
+                                                                format="NCHW"),
+           lambda x, m: np_warp_affine(x, m, (3, 3), "reflect_101", fmt="NCHW"), [f32(1, 2, 3, 4), affine(1, 2.5)],
+           grad_rtol=1e-3, label="reflect101-nchw"),
+    OpCase("functional.remap", lambda x, m: F.remap(x, m), np_remap, [f32(2, 2, 3, 4), mapxy(2, 2, 3, 3, 4)],
+           grad_rtol=1e-3, label="replicate"),
+    OpCase("functional.remap", lambda x, m: F.remap(x, m, border_mode="constant", scalar=-1.0),
+           lambda x, m: np_remap(x, m, "constant", -1.0), [f32(1, 1, 4, 4), mapxy(1, 3, 3, 4, 4)], grad_rtol=1e-3,
+           label="constant"),
+    OpCase("functional.remap", lambda x, m: F.remap(x, m, interp_mode="nearest"),
+           lambda x, m: np_remap(x, m, interp="nearest"),
+           [f32(1, 1, 3, 3), const([[[[0.2, 1.7], [2.4, -0.3]], [[5.0, 1.1], [1.0, 1.0]]]], np.float32)],
+           label="nearest"),
+    OpCase("functional.vision.roi_align", lambda x: F.vision.roi_align(x, T(FIXED_ROIS), (2, 3)),
+           lambda x: np_roi_align(x, FIXED_ROIS, (2, 3)), [f32(2, 2, 4, 5)], label="average"),
+    OpCase("functional.vision.roi_align",
+           lambda x: F.vision.roi_align(x, T(FIXED_ROIS), 2, "max", 0.8, (1, 3), aligned=False),
+           lambda x: np_roi_align(x, FIXED_ROIS, 2, "max", 0.8, (1, 3), False), [f32(2, 1, 5, 5)],
+           label="max-unaligned"),
+    OpCase("functional.vision.roi_align", lambda x, r: F.vision.roi_align(x, r, 3, sample_points=1),
+           lambda x, r: np_roi_align(x, r, 3, samples=1), [f32(2, 2, 5, 6), rois_gen(4, 2, 5, 6)], grad=False,
+           label="random-rois"),
+    OpCase("functional.vision.roi_pooling", lambda x: F.vision.roi_pooling(x, T(FIXED_ROIS), (2, 2)),
+           lambda x: np_roi_pooling(x, FIXED_ROIS, (2, 2)), [f32(2, 2, 4, 5)], label="max"),
+    OpCase("functional.vision.roi_pooling", lambda x: F.vision.roi_pooling(x, T(FIXED_ROIS), (3, 2), "average", 0.7),
+           lambda x: np_roi_pooling(x, FIXED_ROIS, (3, 2), "average", 0.7), [f32(2, 1, 4, 4)], label="average"),
+    OpCase("functional.vision.roi_pooling", lambda x, r: F.vision.roi_pooling(x, r, 2, scale=0.5),
+           lambda x, r: np_roi_pooling(x, r, 2, scale=0.5), [f32(2, 2, 6, 6), rois_gen(5, 2, 12, 12)], grad=False,
+           label="random-rois"),
+    OpCase("functional.vision.nms", lambda b, s: F.vision.nms(b, s, 0.5), lambda b, s: np_nms(b, s, 0.5),
+           [const(BOXES), f32(6, lo=0, hi=1)], grad=False, label="basic"),
+    OpCase("functional.vision.nms", lambda b, s: F.vision.nms(b, s, 0.1, max_output=2),
+           lambda b, s: np_nms(b, s, 0.1, 2), [const(BOXES), f32(6, lo=0, hi=1)], grad=False, label="max_output"),
+    OpCase("functional.vision.correlation", lambda a, b: F.vision.correlation(a, b, 1, 1, 1, 1, 1),
+           lambda a, b: np_correlation(a, b, 1, 1, 1, 1, 1), [f32(1, 2, 3, 4), f32(1, 2, 3, 4)], label="k1d1p1"),
+    OpCase("functional.vision.correlation", lambda a, b: F.vision.correlation(a, b, 3, 2, 2, 2, 2, False),
+           lambda a, b: np_correlation(a, b, 3, 2, 2, 2, 2, False), [f32(1, 2, 5, 5), f32(1, 2, 5, 5)],
+           label="k3-abs-strides"),
+    OpCase("functional.vision.correlation", lambda a, b: F.vision.correlation(a, b, 3, 1, 1, 1, 0),
+           lambda a, b: np_correlation(a, b, 3, 1, 1, 1, 0), [f32(2, 1, 5, 6), f32(2, 1, 5, 6)], label="k3-nopad"),
+    OpCase("functional.vision.cvt_color", lambda x: F.vision.cvt_color(x, "RGB2GRAY"), lambda x: np_cvt(x, "RGB2GRAY"),
+           [f32(2, 3, 2, 3)], label="rgb2gray"),
+    OpCase("functional.vision.cvt_color", lambda x: F.vision.cvt_color(x, "bgr2gray"), lambda x: np_cvt(x, "BGR2GRAY"),
+           [i32(1, 2, 2, 3, lo=0, hi=256, dtype=np.uint8)], label="bgr2gray-u8"),
+    OpCase("functional.vision.cvt_color", lambda x: F.vision.cvt_color(x, "RGB2BGR"), lambda x: np_cvt(x, "RGB2BGR"),
+           [f32(1, 2, 2, 3)], label="rgb2bgr"),
+    OpCase("functional.vision.cvt_color", lambda x: F.vision.cvt_color(x, "GRAY2RGB"), lambda x: np_cvt(x, "GRAY2RGB"),
+           [f32(1, 2, 2, 1)], label="gray2rgb"),
+)
+
+
+# ---- the table's tests ------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("case", params(CASES))
+def test_forward(case):
+    check_forward(case)
+
+
+@pytest.mark.parametrize("case", params([c for c in CASES if c.grad]))
+def test_grad(case):
+    check_grad(case)
+
+
+@pytest.mark.parametrize("case", params(CASES))
+def test_compiled(case):
+    check_compiled(case)
