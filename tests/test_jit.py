@@ -428,3 +428,23 @@ def test_trace_feeds_closure_tensors_as_external_inputs(symbolic):
         np.testing.assert_allclose(loss.numpy(), ref.numpy(), rtol=1e-5)
         np.testing.assert_allclose(w.numpy(), w2.numpy(), rtol=1e-5)
     assert w._is_external_value()
+
+
+def test_dump_writes_portable_stablehlo_that_loads_and_runs(tmp_path):
+    from megxla.jit import load
+    w = mge.Parameter(_x(4, 3).numpy())
+    outside = mge.Tensor([1.0, 2.0, 3.0])
+
+    @trace(symbolic=True, capture_as_const=True, without_host=True)
+    def f(x, w):
+        return F.softmax(F.matmul(x, w) + outside, axis=1)
+
+    x = _x(2, 4, seed=5)
+    ref = f(x, w)
+    path = tmp_path / "f.stablehlo"
+    exp = f.dump(str(path), arg_names=["x", "w"])
+    assert "stablehlo" in exp.mlir_module()
+    g = load(str(path))
+    assert g.arg_names == ["x", "w"]
+    out = g(x, w)
+    np.testing.assert_allclose(out[0].numpy(), ref.numpy(), rtol=1e-6)

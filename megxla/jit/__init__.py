@@ -1,8 +1,8 @@
 """``megxla.jit``: MegEngine's tracing API, compiled by XLA."""
 from ._recording import TraceError
-from .tracing import trace, xla_trace, exclude_from_trace
+from .tracing import trace, xla_trace, exclude_from_trace, load
 from .partial import partial_trace
 from .config import SublinearMemoryConfig, DTRConfig, GraphOptimizationConfig
 
-__all__ = ["trace", "xla_trace", "partial_trace", "exclude_from_trace", "TraceError", "SublinearMemoryConfig",
+__all__ = ["trace", "xla_trace", "partial_trace", "exclude_from_trace", "TraceError", "load", "SublinearMemoryConfig",
            "DTRConfig", "GraphOptimizationConfig"]

@@ -32,7 +32,7 @@ from . import _state
 from ._external import mark_external
 from ._recording import Recorder, Excluded, Pending, TraceError, make_replay
 
-__all__ = ["trace", "xla_trace", "exclude_from_trace", "TraceError"]
+__all__ = ["trace", "xla_trace", "exclude_from_trace", "TraceError", "load"]
 
 
 class _Graph:
@@ -406,6 +406,49 @@ class trace:
         """The recorded ops of the last signature as ``(op, in_vids, out_vids)`` data."""
         return list((self._last or next(iter(self._cache.values()))).rec.ops)
 
+    def dump(self, file, *, arg_names=None, output_names=None, **unused):
+        """Serialise the last compiled step as a portable StableHLO artifact (``jax.export``).
+
+        Instead of MegEngine's ``.mge`` graph format, megxla writes what XLA consumes: constants and current
+        optimizer hyper-parameters are baked in; the inputs are the step's state tensors (arguments, module
+        parameters and buffers, optimizer slots, the RNG key) in the order of the signature, and the outputs
+        are the returned tensors followed by the reassigned state. Load it with :func:`megxla.jit.load`.
+
+        Args:
+            file: a path or a binary file object.
+            arg_names, output_names: optional names, stored with the artifact.
+
+        Returns:
+            the ``jax.export.Exported`` object.
+
+        Example:
+            >>> f(x); f(x); f.dump("f.stablehlo")
+            >>> g = megxla.jit.load("f.stablehlo"); y, = g(x)
+        """
+        import pickle
+        entry = self._entry()
+        if len(entry.segments) != 1:
+            raise TraceError(f"{self._what}.dump: this trace reads values on the host mid-step "
+                             f"({len(entry.segments)} executables); dump needs one (trace with without_host=True)")
+        seg, rec = entry.segments[0], entry.rec
+        fixed = {v: rec.consts[v] for v in seg.in_vids if v in rec.consts and v not in rec.hyper}
+        fixed.update((v, np.asarray(rec.hyper[v](), entry.avals[v].dtype)) for v in seg.in_vids if v in rec.hyper)
+        in_vids = [v for v in seg.in_vids if v not in fixed]
+
+        def exported_step(*arrays):
+            env = dict(zip(in_vids, arrays))
+            return seg.run(*[env[v] if v in env else fixed[v] for v in seg.in_vids])
+
+        exp = jax.export.export(jax.jit(exported_step))(*[entry.avals[v] for v in in_vids])
+        blob = pickle.dumps({"format": "megxla-stablehlo-1", "exported": bytes(exp.serialize()),
+                             "arg_names": arg_names, "output_names": output_names})
+        if hasattr(file, "write"):
+            file.write(blob)
+        else:
+            with open(file, "wb") as fh:
+                fh.write(blob)
+        return exp
+
     def compile(self):
         """Compile the recorded signatures now (normally done on the second call)."""
         for entry in self._cache.values():
@@ -535,6 +578,34 @@ class _Replayer:
                     leaf._data = self.env[v]
                 mark_external(leaf)
         return out
+
+
+def load(file):
+    """Load a step written by ``trace.dump``: a callable of Tensors/arrays returning a list of Tensors.
+
+    Example:
+        >>> g = load("f.stablehlo"); outputs = g(x)
+    """
+    import pickle
+    if hasattr(file, "read"):
+        blob = file.read()
+    else:
+        with open(file, "rb") as fh:
+            blob = fh.read()
+    meta = pickle.loads(blob)
+    if not isinstance(meta, dict) or meta.get("format") != "megxla-stablehlo-1":
+        raise ValueError("load: not a file written by megxla's trace.dump")
+    exp = jax.export.deserialize(bytearray(meta["exported"]))
+
+    def run(*inputs):
+        arrays = [t._value() if isinstance(t, Tensor) else np.asarray(t) for t in inputs]
+        if len(arrays) != len(exp.in_avals):
+            raise TypeError(f"load: the dumped step takes {len(exp.in_avals)} inputs, got {len(arrays)}")
+        return [wrap(o) for o in exp.call(*arrays)]
+
+    run.exported = exp
+    run.arg_names, run.output_names = meta["arg_names"], meta["output_names"]
+    return run
 
 
 def _live_externals(entry):
