@@ -1,12 +1,17 @@
 """The global RNG state and the random functions. The state is a Tensor holding a raw PRNG key; each draw
-splits it with the ``rng_split`` op and rebinds it in place (``_reset``), so jit sees it as ordinary state."""
+splits it with the ``rng_split`` op and rebinds it in place (``_reset``), so jit sees it as ordinary state.
+
+As in MegEngine: ``RNG(seed)`` has a state of its own, independent of the global one; ``RNG()`` (no seed)
+draws from the global state, which ``seed`` resets. Default ``size`` is ``(1,)`` for uniform/normal (and
+exponential); for gamma/beta/poisson the output shape is ``size + broadcast(parameter shapes)``.
+"""
 from __future__ import annotations
 
 import numpy as np
 import jax
 
 from ..core._tensor import Tensor
-from ..core._dispatch import apply
+from ..core._dispatch import apply, OpError
 from ..core.dtypes import canonical
 from ..core.ops import random as P
 
@@ -18,86 +23,246 @@ def _key_tensor(seed_value):
     return Tensor(np.asarray(jax.random.key_data(jax.random.key(int(seed_value) % (2 ** 32)))), dtype="uint32")
 
 
+def _size(size, op, default=None):
+    if size is None:
+        return default
+    try:
+        s = (int(size),) if isinstance(size, (int, np.integer)) else tuple(int(v) for v in size)
+    except TypeError:
+        raise OpError(f"{op}: size must be an int or a sequence of ints, got {size!r}") from None
+    if any(v < 0 for v in s):
+        raise OpError(f"{op}: size must be non-negative, got {s}")
+    return s
+
+
+def _param(v, name, op):
+    """A float32 parameter; Python numbers must be positive (MegEngine asserts so)."""
+    if isinstance(v, Tensor):
+        if v.dtype.kind != "f":
+            raise OpError(f"{op}: {name} must be a float tensor, got {v.dtype}")
+        return v
+    if not isinstance(v, (int, float, np.number)) or isinstance(v, bool):
+        raise OpError(f"{op}: {name} must be a positive number or a float Tensor, got {v!r}")
+    if not v > 0:
+        raise OpError(f"{op}: {op} is not defined when {name} <= 0 (got {v})")
+    return Tensor(v, dtype="float32")
+
+
+def _param_shape(op, size, *params):
+    try:
+        shape = np.broadcast_shapes(*[p.shape for p in params])
+    except ValueError:
+        raise OpError(f"{op}: parameter shapes {[p.shape for p in params]} do not broadcast") from None
+    return _size(size, op, ()) + tuple(shape)
+
+
 class RNG:
-    """A random number generator with its own key state.
+    """A random number generator.
+
+    With a ``seed`` it owns its key state, independent of the global generator (``megxla.random.seed`` does not
+    affect it); without one it draws from the global state, as MegEngine's ``RNG()`` does.
 
     Args:
-        seed: the seed; default draws one from the global generator.
+        seed: the seed of this generator's own state; None to use the global state.
         device: accepted for MegEngine compatibility.
 
     Example:
         >>> rng = RNG(seed=1)
-        >>> x = rng.uniform(size=(2, 2))
+        >>> rng.uniform(size=(2, 2)).shape
+        (2, 2)
     """
 
-    def __init__(self, seed=None, device=None):
-        if seed is None:
-            seed = int(np.random.randint(0, 2 ** 31 - 1))
-        self._state = _key_tensor(seed)
+    def __init__(self, seed: int = None, device: str = None):
+        self._seed = seed
+        self._state = None if seed is None else _key_tensor(seed)
 
     def _next_key(self):
-        new, sub = apply(P.split_key.bind(), self._state)
-        self._state._reset(new)
+        rng = self if self._state is not None else _global
+        new, sub = apply(P.split_key.bind(), rng._state)
+        rng._state._reset(new)
         return sub
 
-    def uniform(self, low=0, high=1, size=None):
-        """Samples from U[low, high) of shape ``size``, float32."""
-        return apply(P.uniform.bind(shape=_size(size), low=float(low), high=float(high), dtype="float32"),
-                     self._next_key())
+    def uniform(self, low: float = 0, high: float = 1, size=None):
+        """Samples from the uniform distribution on ``[low, high)``.
 
-    def normal(self, mean=0, std=1, size=None):
-        """Samples from N(mean, std**2) of shape ``size``, float32."""
-        return apply(P.normal.bind(shape=_size(size), mean=float(mean), std=float(std), dtype="float32"),
-                     self._next_key())
+        Args:
+            low: lower bound.
+            high: upper bound (> low).
+            size: output shape; default ``(1,)``.
+
+        Returns:
+            float32 samples.
+
+        Example:
+            >>> RNG(0).uniform(-1, 1, size=(3,)).shape
+            (3,)
+        """
+        if not low < high:
+            raise OpError(f"uniform: not defined when low >= high (got low={low}, high={high})")
+        return apply(P.uniform.bind(shape=_size(size, "uniform", (1,)), low=float(low), high=float(high),
+                                    dtype="float32"), self._next_key())
+
+    def normal(self, mean: float = 0, std: float = 1, size=None):
+        """Samples from the normal distribution N(mean, std ** 2).
+
+        Args:
+            mean: the mean.
+            std: the standard deviation (> 0).
+            size: output shape; default ``(1,)``.
+
+        Returns:
+            float32 samples.
+
+        Example:
+            >>> RNG(0).normal(0, 2, size=(2, 3)).shape
+            (2, 3)
+        """
+        if not std > 0:
+            raise OpError(f"normal: std must be positive, got {std}")
+        return apply(P.normal.bind(shape=_size(size, "normal", (1,)), mean=float(mean), std=float(std),
+                                   dtype="float32"), self._next_key())
 
     def gamma(self, shape, scale=1, size=None):
-        """Samples from Gamma(shape, scale); ``size`` defaults to the broadcast of the parameters' shapes."""
-        shape, scale = _param(shape), _param(scale)
-        size = _size(size) if size is not None else np.broadcast_shapes(shape.shape, scale.shape)
-        return apply(P.gamma.bind(size=tuple(size)), self._next_key(), shape, scale)
+        """Samples from the gamma distribution with shape ``k`` and scale ``theta`` (mean ``k * theta``).
+
+        Args:
+            shape: positive number or float Tensor ``k``.
+            scale: positive number or float Tensor ``theta``.
+            size: prepended to the broadcast shape of the parameters; default ``()``.
+
+        Returns:
+            float32 samples of shape ``size + broadcast(shape.shape, scale.shape)``.
+
+        Example:
+            >>> RNG(0).gamma(Tensor([[1.], [10.]]), Tensor([1., 5.]), size=2).shape
+            (2, 2, 2)
+        """
+        k, theta = _param(shape, "shape", "gamma"), _param(scale, "scale", "gamma")
+        out = _param_shape("gamma", size, k, theta)
+        return apply(P.gamma.bind(size=out), self._next_key(), k, theta)
 
     def beta(self, alpha, beta, size=None):
-        """Samples from Beta(alpha, beta)."""
-        alpha, beta = _param(alpha), _param(beta)
-        size = _size(size) if size is not None else np.broadcast_shapes(alpha.shape, beta.shape)
-        return apply(P.beta.bind(size=tuple(size)), self._next_key(), alpha, beta)
+        """Samples from the beta distribution Beta(alpha, beta).
+
+        Args:
+            alpha: positive number or float Tensor.
+            beta: positive number or float Tensor.
+            size: prepended to the broadcast shape of the parameters; default ``()``.
+
+        Returns:
+            float32 samples in ``(0, 1)``.
+
+        Example:
+            >>> RNG(0).beta(2, 3, size=(4,)).shape
+            (4,)
+        """
+        a, b = _param(alpha, "alpha", "beta"), _param(beta, "beta", "beta")
+        out = _param_shape("beta", size, a, b)
+        return apply(P.beta.bind(size=out), self._next_key(), a, b)
 
     def poisson(self, lam, size=None):
-        """Samples from Poisson(lam), as float32."""
-        lam = _param(lam)
-        size = _size(size) if size is not None else lam.shape
-        return apply(P.poisson.bind(size=tuple(size)), self._next_key(), lam)
+        """Samples from the Poisson distribution with rate ``lam``.
+
+        Args:
+            lam: positive number or float Tensor.
+            size: prepended to the shape of ``lam``; default ``()``.
+
+        Returns:
+            float32 (integral-valued) samples.
+
+        Example:
+            >>> RNG(0).poisson(Tensor([1., 5.]), size=3).shape
+            (3, 2)
+        """
+        lam = _param(lam, "lam", "poisson")
+        return apply(P.poisson.bind(size=_param_shape("poisson", size, lam)), self._next_key(), lam)
 
     def exponential(self, scale=1, size=None):
-        """Samples from Exponential with mean ``scale``."""
-        return apply(P.exponential.bind(shape=_size(size), scale=float(scale), dtype="float32"), self._next_key())
+        """Samples from the exponential distribution with mean ``scale`` (megxla extension).
 
-    def permutation(self, n, *, dtype="int32"):
-        """A random permutation of ``range(n)``, or of a tensor's first axis."""
+        Args:
+            scale: the mean (> 0).
+            size: output shape; default ``(1,)``.
+
+        Returns:
+            float32 samples.
+
+        Example:
+            >>> RNG(0).exponential(2.0, size=(3,)).shape
+            (3,)
+        """
+        if not scale > 0:
+            raise OpError(f"exponential: scale must be positive, got {scale}")
+        return apply(P.exponential.bind(shape=_size(size, "exponential", (1,)), scale=float(scale), dtype="float32"),
+                     self._next_key())
+
+    def permutation(self, n, *, dtype: str = "int32"):
+        """A random permutation of ``range(n)``, or a copy of a Tensor shuffled along its first axis.
+
+        Args:
+            n: a non-negative int, or a Tensor (left unchanged).
+            dtype: dtype of the permutation of ``range(n)``.
+
+        Returns:
+            the permutation.
+
+        Example:
+            >>> sorted(RNG(0).permutation(5).numpy().tolist())
+            [0, 1, 2, 3, 4]
+        """
         if isinstance(n, Tensor):
-            return self.shuffle(n)
-        return apply(P.permutation.bind(n=int(n), dtype=canonical(dtype).name), self._next_key())
+            if n.ndim == 0 or n.size == 0:
+                raise OpError(f"permutation: the tensor must have a non-empty first axis, got shape {n.shape}")
+            return apply(P.shuffle.bind(), self._next_key(), n)
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
+            raise OpError(f"permutation: n must be a non-negative int or a Tensor, got {n!r}")
+        try:
+            dt = canonical(dtype).name
+        except TypeError:
+            raise OpError(f"permutation: unknown dtype {dtype!r}") from None
+        return apply(P.permutation.bind(n=int(n), dtype=dt), self._next_key())
 
-    def shuffle(self, inp):
-        """Shuffle ``inp`` along its first axis, in place."""
+    def shuffle(self, inp: Tensor):
+        """Shuffles ``inp`` in place along its first axis.
+
+        Args:
+            inp: a Tensor with a non-empty first axis.
+
+        Returns:
+            None (``inp`` is modified).
+
+        Example:
+            >>> x = Tensor([1, 2, 3]); RNG(0).shuffle(x); sorted(x.numpy().tolist())
+            [1, 2, 3]
+        """
+        if not isinstance(inp, Tensor) or inp.ndim == 0 or inp.size == 0:
+            raise OpError(f"shuffle: expects a Tensor with a non-empty first axis, got {inp!r}")
         inp._reset(apply(P.shuffle.bind(), self._next_key(), inp))
-        return inp
 
     def multinomial(self, probs, num_samples, replacement=False):
-        """Draw ``num_samples`` class indices per row of ``probs`` (int32)."""
-        probs = _param(probs)
-        return apply(P.multinomial.bind(num_samples=int(num_samples), replacement=bool(replacement)),
+        """Draws class indices with probabilities proportional to ``probs`` (megxla extension).
+
+        Args:
+            probs: non-negative weights ``(C,)`` or ``(B, C)``.
+            num_samples: draws per row (at most C without replacement).
+            replacement: draw with replacement.
+
+        Returns:
+            int32 indices ``(num_samples,)`` or ``(B, num_samples)``.
+
+        Example:
+            >>> RNG(0).multinomial(Tensor([0., 1., 0.]), 2, replacement=True).numpy()
+            array([1, 1], dtype=int32)
+        """
+        probs = probs if isinstance(probs, Tensor) else Tensor(probs, dtype="float32")
+        if probs.dtype.kind != "f" or probs.ndim not in (1, 2):
+            raise OpError(f"multinomial: probs must be a 1-D or 2-D float tensor, got {probs.shape}:{probs.dtype}")
+        num_samples = int(num_samples)
+        if num_samples < 1 or (not replacement and num_samples > probs.shape[-1]):
+            raise OpError(f"multinomial: cannot draw {num_samples} samples from {probs.shape[-1]} classes "
+                          f"(replacement={replacement})")
+        return apply(P.multinomial.bind(num_samples=num_samples, replacement=bool(replacement)),
                      self._next_key(), probs)
-
-
-def _size(size):
-    if size is None:
-        return ()
-    return (int(size),) if isinstance(size, (int, np.integer)) else tuple(int(s) for s in size)
-
-
-def _param(v):
-    return v if isinstance(v, Tensor) else Tensor(v, dtype="float32")
 
 
 _global = RNG(seed=0)
@@ -114,20 +279,28 @@ def next_key() -> Tensor:
 
 
 def seed(seed: int):
-    """Reseed the global generator: every later draw (init, dropout, random.*) is reproducible."""
+    """Resets the global generator: every later draw (init, dropout, ``random.*``, ``RNG()``) is reproducible.
+
+    Args:
+        seed: the seed.
+
+    Returns:
+        None.
+
+    Example:
+        >>> seed(3); a = uniform(size=2); seed(3); b = uniform(size=2)  # a == b
+    """
     _global._state._reset(_key_tensor(seed))
 
 
 def _delegate(name):
+    method = getattr(RNG, name)
+
     def fn(*args, **kwargs):
-        return getattr(_global, name)(*args, **kwargs)
+        return method(_global, *args, **kwargs)
 
-    fn.__name__ = name
-    fn.__doc__ = getattr(RNG, name).__doc__ + f"""
-
-    Example:
-        >>> import megxla.random as R
-        >>> R.seed(0); R.{name}"""
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = method.__doc__.replace("RNG(0).", "megxla.random.")  # draws from the global generator
     return fn
 
 

@@ -1,0 +1,196 @@
+"""megxla.random: distribution statistics on 10k samples, reproducibility under ``seed``, RNG objects
+independent of the global state, MegEngine's shape rules, dropout, bad input, and draws inside a compiled step."""
+import numpy as np
+import pytest
+import scipy.stats as st
+
+import megxla
+import megxla.functional as F
+import megxla.random as R
+from megxla.core._dispatch import OpError
+
+T = megxla.Tensor
+N = 10_000
+
+
+def _moments(x, mean, var, tol=0.05):
+    x = np.asarray(x, np.float64).ravel()
+    se_mean = np.sqrt(var / x.size)
+    assert abs(x.mean() - mean) < 5 * se_mean + 1e-3, (x.mean(), mean)
+    assert abs(x.var() - var) < tol * var + 1e-3, (x.var(), var)
+
+
+@pytest.mark.parametrize("draw, mean, var", [
+    (lambda r: r.uniform(-1, 3, size=N), 1.0, 16 / 12),
+    (lambda r: r.normal(2, 0.5, size=(100, 100)), 2.0, 0.25),
+    (lambda r: r.gamma(2.0, 1.5, size=N), 3.0, 4.5),
+    (lambda r: r.beta(2.0, 5.0, size=N), 2 / 7, 10 / (49 * 8)),
+    (lambda r: r.poisson(4.0, size=N), 4.0, 4.0),
+    (lambda r: r.exponential(2.0, size=N), 2.0, 4.0),
+], ids=["uniform", "normal", "gamma", "beta", "poisson", "exponential"])
+def test_moments(draw, mean, var):
+    x = draw(R.RNG(seed=11)).numpy()
+    assert x.dtype == np.float32 and x.size == N
+    _moments(x, mean, var)
+
+
+def test_distributions_ks():
+    """Kolmogorov-Smirnov against SciPy's distributions (p > 1e-3 at this seed)."""
+    r = R.RNG(seed=5)
+    for x, cdf in [(r.uniform(0, 2, size=N), st.uniform(0, 2).cdf), (r.normal(1, 2, size=N), st.norm(1, 2).cdf),
+                   (r.gamma(0.7, 2.0, size=N), st.gamma(0.7, scale=2.0).cdf),
+                   (r.beta(0.5, 0.5, size=N), st.beta(0.5, 0.5).cdf),
+                   (r.exponential(3.0, size=N), st.expon(scale=3.0).cdf)]:
+        assert st.kstest(x.numpy(), cdf).pvalue > 1e-3
+    assert x.numpy().min() >= 0
+
+
+def test_uniform_bounds_and_poisson_integral():
+    r = R.RNG(seed=2)
+    x = r.uniform(5, 6, size=N).numpy()
+    assert x.min() >= 5 and x.max() < 6
+    p = r.poisson(T([0.5, 20.0]), size=N // 2).numpy()
+    assert p.shape == (N // 2, 2) and np.all(p == np.round(p)) and p.min() >= 0
+    _moments(p[:, 1], 20.0, 20.0)
+
+
+def test_tensor_parameters_broadcast():
+    r = R.RNG(seed=3)
+    shape, scale = T([[1.0], [10.0]]), T([1.0, 5.0])
+    assert r.gamma(shape, scale).shape == (2, 2)
+    x = r.gamma(shape, scale, size=(N // 4,)).numpy()
+    assert x.shape == (N // 4, 2, 2)
+    np.testing.assert_allclose(x.mean(0), [[1, 5], [10, 50]], rtol=0.1)
+    b = r.beta(T([1.0, 8.0]), 2.0, size=N // 2).numpy()
+    np.testing.assert_allclose(b.mean(0), [1 / 3, 0.8], atol=0.02)
+
+
+def test_default_sizes_follow_megengine():
+    assert R.uniform().shape == (1,) and R.normal().shape == (1,)
+    assert R.gamma(2.0).shape == () and R.poisson(T([1.0, 2.0])).shape == (2,)
+    assert R.normal(size=3).shape == (3,) and R.uniform(size=(2, 0)).shape == (2, 0)
+
+
+def test_permutation_and_shuffle():
+    r = R.RNG(seed=4)
+    p = r.permutation(20)
+    assert p.dtype == np.int32 and sorted(p.numpy().tolist()) == list(range(20))
+    assert r.permutation(5, dtype="float32").dtype == np.float32
+    assert r.permutation(0).shape == (0,)
+    x = T(np.arange(12).reshape(6, 2))
+    before = x.numpy().copy()
+    y = r.permutation(x)  # a shuffled copy; x is untouched
+    np.testing.assert_array_equal(x.numpy(), before)
+    assert sorted(map(tuple, y.numpy().tolist())) == sorted(map(tuple, before.tolist()))
+    assert r.shuffle(x) is None  # in place, rows kept whole
+    assert sorted(map(tuple, x.numpy().tolist())) == sorted(map(tuple, before.tolist()))
+    # every position sees every value: the permutation is uniform enough
+    counts = np.zeros((4, 4))
+    for _ in range(200):
+        counts[np.arange(4), r.permutation(4).numpy()] += 1
+    assert counts.min() > 25
+
+
+def test_multinomial():
+    r = R.RNG(seed=6)
+    probs = T([0.1, 0.2, 0.7])
+    s = r.multinomial(probs, N, replacement=True).numpy()
+    assert s.dtype == np.int32 and s.shape == (N,)
+    np.testing.assert_allclose(np.bincount(s, minlength=3) / N, [0.1, 0.2, 0.7], atol=0.02)
+    s2 = r.multinomial(T([[1.0, 1.0, 0.0, 1.0], [0.0, 0.0, 5.0, 1.0]]), 2).numpy()
+    assert s2.shape == (2, 2)
+    for row, allowed in zip(s2, ({0, 1, 3}, {2, 3})):
+        assert len(set(row)) == 2 and set(row) <= allowed
+
+
+def test_seed_reproducibility_and_global_rng():
+    R.seed(123)
+    a = [R.uniform(size=4).numpy(), R.normal(size=3).numpy(), R.permutation(6).numpy(),
+         R.gamma(2.0, size=3).numpy(), R.RNG().uniform(size=2).numpy(), F.dropout(F.ones((16,)), 0.5).numpy()]
+    R.seed(123)
+    b = [R.uniform(size=4).numpy(), R.normal(size=3).numpy(), R.permutation(6).numpy(),
+         R.gamma(2.0, size=3).numpy(), R.RNG().uniform(size=2).numpy(), F.dropout(F.ones((16,)), 0.5).numpy()]
+    for x, y in zip(a, b):
+        np.testing.assert_array_equal(x, y)
+    R.seed(124)
+    assert not np.array_equal(R.uniform(size=4).numpy(), a[0])
+    # consecutive draws differ
+    assert not np.array_equal(R.uniform(size=4).numpy(), R.uniform(size=4).numpy())
+
+
+def test_rng_objects_are_independent_of_global_state():
+    r1, r2 = R.RNG(seed=9), R.RNG(seed=9)
+    R.seed(0)
+    x1 = r1.normal(size=5).numpy()
+    R.uniform(size=100)  # advancing or reseeding the global state does not touch seeded RNGs
+    R.seed(77)
+    x2 = r2.normal(size=5).numpy()
+    np.testing.assert_array_equal(x1, x2)
+    # and seeded RNGs do not advance the global state
+    R.seed(1)
+    g1 = R.uniform(size=3).numpy()
+    R.seed(1)
+    R.RNG(seed=3).uniform(size=10)
+    np.testing.assert_array_equal(R.uniform(size=3).numpy(), g1)
+    assert not np.array_equal(R.RNG(seed=10).uniform(size=5).numpy(), R.RNG(seed=11).uniform(size=5).numpy())
+
+
+def test_dropout_statistics_and_modes():
+    R.seed(5)
+    x = F.ones((N,))
+    y = F.dropout(x, 0.3).numpy()
+    assert set(np.unique(y).tolist()) <= {0.0, np.float32(1 / 0.7)}
+    assert abs((y == 0).mean() - 0.3) < 0.02
+    assert abs(y.mean() - 1.0) < 0.03
+    assert F.dropout(x, 0.3, training=False) is x
+    assert F.dropout(x, 0.0) is x
+
+
+def test_random_draws_inside_a_compiled_step():
+    """Keys are op inputs: a compiled step draws fresh numbers per call, reproducibly when the global seed is
+    set before the traced function is built (it takes its own key from the global generator)."""
+    from megxla.jit import xla_trace
+
+    def step(x):
+        return F.dropout(x, 0.5) + R.normal(size=(4,))
+
+    x = F.ones((4,))
+
+    def run():
+        R.seed(42)
+        traced = xla_trace(step)
+        return [traced(x).numpy() for _ in range(3)]
+
+    outs, outs2 = run(), run()
+    assert not np.array_equal(outs[1], outs[2])
+    for a, b in zip(outs, outs2):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda: R.uniform(1, 1), "uniform"),
+    (lambda: R.uniform(size=(-1,)), "uniform"),
+    (lambda: R.normal(0, -1), "normal"),
+    (lambda: R.gamma(-1.0), "gamma"),
+    (lambda: R.gamma(1.0, 0), "gamma"),
+    (lambda: R.gamma(T([1, 2])), "gamma"),
+    (lambda: R.gamma(T([1.0, 2.0]), T([1.0, 2.0, 3.0])), "gamma"),
+    (lambda: R.beta(0, 1), "beta"),
+    (lambda: R.poisson(-2.0), "poisson"),
+    (lambda: R.poisson("a"), "poisson"),
+    (lambda: R.permutation(-1), "permutation"),
+    (lambda: R.permutation(2.5), "permutation"),
+    (lambda: R.permutation(3, dtype="nope"), "permutation"),
+    (lambda: R.shuffle(T(3.0)), "shuffle"),
+    (lambda: R.shuffle([1, 2]), "shuffle"),
+    (lambda: R.exponential(0), "exponential"),
+    (lambda: R.multinomial(T([0.5, 0.5]), 3), "multinomial"),
+    (lambda: R.multinomial(T([[[1.0]]]), 1), "multinomial"),
+    (lambda: F.dropout(F.ones((2,)), 1.0), "dropout"),
+    (lambda: F.dropout(T([1, 2]), 0.5), "dropout"),
+])
+def test_bad_input(call, match):
+    state = R.get_rng_state().numpy().copy()
+    with pytest.raises((OpError, ValueError, TypeError), match=match):
+        call()
+    np.testing.assert_array_equal(R.get_rng_state().numpy(), state)  # nothing drawn
