@@ -47,7 +47,8 @@ def np_conv(x, w, b=None, stride=1, padding=0, dilation=1, groups=1):
         for pos in np.ndindex(*out):
             for kp in np.ndindex(*k):
                 idx = tuple(pos[i] * s[i] + kp[i] * d[i] for i in range(nd))
-                y[(slice(None), oc) + pos] += xp[(slice(None), slice(g * cg, (g + 1) * cg)) + idx] @ w[(oc, slice(None)) + kp]
+                patch = xp[(slice(None), slice(g * cg, (g + 1) * cg)) + idx]
+                y[(slice(None), oc) + pos] += patch @ w[(oc, slice(None)) + kp]
     if b is not None:
         y += b.reshape((1, -1) + (1,) * nd)
     return y.astype(np.result_type(x, w))
@@ -87,7 +88,8 @@ def np_local_conv(x, w, stride=1, padding=0, dilation=1):
     y = np.zeros((x.shape[0], g * ocg, oh, ow))
     for gi, i, j, c, a, b, o in itertools.product(range(g), range(oh), range(ow), range(icg), range(kh), range(kw),
                                                   range(ocg)):
-        y[:, gi * ocg + o, i, j] += xp[:, gi * icg + c, i * s[0] + a * d[0], j * s[1] + b * d[1]] * w[gi, i, j, c, a, b, o]
+        pix = xp[:, gi * icg + c, i * s[0] + a * d[0], j * s[1] + b * d[1]]
+        y[:, gi * ocg + o, i, j] += pix * w[gi, i, j, c, a, b, o]
     return y.astype(x.dtype)
 
 
@@ -123,6 +125,25 @@ def np_deformable_conv(x, w, offset, mask, b=None, stride=1, padding=0, dilation
     for oc in range(o):
         g = oc // og
         y[:, oc] = np.einsum("nckhw,ck->nhw", cols[:, g * cg:(g + 1) * cg], w[oc].reshape(icg, kk))
+    if b is not None:
+        y += b.reshape(1, -1, 1, 1)
+    return y.astype(x.dtype)
+
+
+def np_region_conv(x, w, rin, rout, b=None, stride=1, padding=0, dilation=1, groups=1):
+    s, p, d = _t(stride, 2), _t(padding, 2), _t(dilation, 2)
+    if w.ndim == 5:
+        w = w.reshape((-1,) + w.shape[2:])
+    n, c, h, wd = x.shape
+    o, icg, kh, kw = w.shape
+    oh, ow = rout.shape[1:]
+    og = o // groups
+    y = np.zeros((n, o, oh, ow))
+    for ni, oc, i, j, a, bb in itertools.product(range(n), range(o), range(oh), range(ow), range(kh), range(kw)):
+        ih, iw = i * s[0] - p[0] + a * d[0], j * s[1] - p[1] + bb * d[1]
+        if 0 <= ih < h and 0 <= iw < wd and rin[ni, ih, iw] == rout[ni, i, j]:
+            g = oc // og
+            y[ni, oc, i, j] += x[ni, g * icg:(g + 1) * icg, ih, iw] @ w[oc, :, a, bb]
     if b is not None:
         y += b.reshape(1, -1, 1, 1)
     return y.astype(x.dtype)
@@ -180,7 +201,8 @@ add(
     OpCase("functional.local_conv2d", lambda x, w: F.local_conv2d(x, w, stride=2, padding=1),
            lambda x, w: np_local_conv(x, w, 2, 1), [f32(1, 2, 4, 4), W(3, 3, 2, 2, 2, 2)], label="6d-s2p1"),
     OpCase("functional.local_conv2d", lambda x, w, b: F.local_conv2d(x, w, b, dilation=2),
-           lambda x, w, b: np_local_conv(x, w, dilation=2) + b, [f32(1, 4, 4, 4), W(2, 2, 2, 2, 2, 2, 1), W(1, 2, 1, 1)],
+           lambda x, w, b: np_local_conv(x, w, dilation=2) + b,
+           [f32(1, 4, 4, 4), W(2, 2, 2, 2, 2, 2, 1), W(1, 2, 1, 1)],
            label="groups+bias"),
     OpCase("functional.deformable_conv2d", lambda x, w, o, m: F.deformable_conv2d(x, w, o, m, padding=1),
            lambda x, w, o, m: np_deformable_conv(x, w, o, m, padding=1),
@@ -191,6 +213,14 @@ add(
            lambda x, w, o, m, b: np_deformable_conv(x, w, o, m, b, 2, 0, (1, 2), 2),
            [f32(1, 4, 5, 6), W(4, 2, 2, 2), f32(1, 16, 2, 2, lo=-2, hi=2), f32(1, 8, 2, 2, lo=0, hi=1), W(4)],
            grad_rtol=2e-3, grad_atol=1e-4, label="dg2+groups"),
+    OpCase("functional.region_restricted_conv", lambda x, w, ri, ro: F.region_restricted_conv(x, w, ri, ro, groups=2),
+           lambda x, w, ri, ro: np_region_conv(x, w, ri, ro, groups=2),
+           [f32(2, 2, 4, 4), W(2, 1, 1, 3, 3), i32(2, 4, 4, lo=0, hi=3), i32(2, 2, 2, lo=0, hi=3)], label="depthwise"),
+    OpCase("functional.region_restricted_conv",
+           lambda x, w, ri, ro, b: F.region_restricted_conv(x, w, ri, ro, b, stride=2, padding=1),
+           lambda x, w, ri, ro, b: np_region_conv(x, w, ri, ro, b, 2, 1),
+           [f32(1, 2, 5, 5), W(3, 2, 2, 2), i32(1, 5, 5, lo=0, hi=2, dtype=np.uint8),
+            i32(1, 3, 3, lo=0, hi=2, dtype=np.uint8), W(3)], label="dense+bias+u8"),
     OpCase("functional.linear", F.linear, lambda x, w, b: x @ w.T + b, [f32(3, 4), W(5, 4), W(5)], label="bias"),
     OpCase("functional.linear", F.linear, lambda x, w: x @ w.T, [f32(2, 3, 4), W(2, 4)], label="3d"),
 )
@@ -409,7 +439,8 @@ add(
            lambda x: np_sliding(x, (2, 3), 1, (2, 1), (1, 2)), [f32(2, 1, 4, 5)], label="all-args"),
     OpCase("functional.sliding_window_transpose", lambda y: F.sliding_window_transpose(y, (3, 4), 2),
            lambda y: np_sliding_t(y, (3, 4), 2), [f32(1, 2, 2, 3, 2, 2)], label="k2"),
-    OpCase("functional.sliding_window_transpose", lambda y: F.sliding_window_transpose(y, (4, 5), (2, 3), 1, (2, 1), (1, 2)),
+    OpCase("functional.sliding_window_transpose",
+           lambda y: F.sliding_window_transpose(y, (4, 5), (2, 3), 1, (2, 1), (1, 2)),
            lambda y: np_sliding_t(y, (4, 5), (2, 3), 1, (2, 1), (1, 2)), [f32(1, 1, 3, 3, 2, 3)], label="all-args"),
 )
 
@@ -907,3 +938,202 @@ def test_grad(case):
 @pytest.mark.parametrize("case", params(CASES))
 def test_compiled(case):
     check_compiled(case)
+
+
+# ---- semantics beyond the table -----------------------------------------------------------------------------------
+def test_batch_norm_updates_running_stats_in_place():
+    x = np.random.default_rng(0).normal(size=(4, 3, 2, 2)).astype(np.float32)
+    rm, rv = F.zeros((1, 3, 1, 1)), F.ones((1, 3, 1, 1))
+    ids = (id(rm), id(rv))
+    y = F.batch_norm(T(x), rm, rv, training=True, momentum=0.8)
+    _, want_m, want_v = np_bn_train(x, np.zeros((1, 3, 1, 1)), np.ones((1, 3, 1, 1)), 1.0, 0.0, 0.8)
+    assert (id(rm), id(rv)) == ids and y.shape == x.shape
+    np.testing.assert_allclose(rm.numpy(), want_m, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(rv.numpy(), want_v, rtol=1e-5)
+    # sync_batch_norm (one process) updates exactly like batch_norm
+    rm2, rv2 = F.zeros((1, 3, 1, 1)), F.ones((1, 3, 1, 1))
+    y2 = F.sync_batch_norm(T(x), rm2, rv2, training=True, momentum=0.8)
+    np.testing.assert_allclose(y2.numpy(), y.numpy(), rtol=1e-6)
+    np.testing.assert_allclose(rm2.numpy(), rm.numpy(), rtol=1e-6)
+    np.testing.assert_allclose(rv2.numpy(), rv.numpy(), rtol=1e-6)
+    # only a running mean: the variance buffer is optional
+    rm3 = F.zeros((3,))
+    F.batch_norm(T(x), rm3, None, training=True)
+    np.testing.assert_allclose(rm3.numpy(), 0.1 * x.mean((0, 2, 3)), rtol=1e-5, atol=1e-7)
+    # inference leaves the buffers alone and returns only the output
+    before = rm.numpy().copy()
+    out = F.batch_norm(T(x), rm, rv, inplace=False)
+    assert isinstance(out, megxla.Tensor)
+    np.testing.assert_array_equal(rm.numpy(), before)
+
+
+def test_multi_head_attention_dropout_and_shapes():
+    q = T(np.random.default_rng(1).normal(size=(2, 3, 4)).astype(np.float32))
+    wb = T(np.random.default_rng(2).normal(size=(80,)).astype(np.float32) * 0.3)
+    out, w = F.nn.multi_head_attention(q, q, q, 4, 2, 0.0, 0.0, wb, qbias=True, kbias=True, vbias=True,
+                                       obias=True, need_weights=True)
+    assert out.shape == (2, 3, 4) and w.shape == (4, 3, 3)
+    np.testing.assert_allclose(w.numpy().sum(-1), 1, rtol=1e-5)
+    # unbatched query
+    o1, _ = F.nn.multi_head_attention(q[0], q[0], q[0], 4, 2, 0.0, 0.0, wb, qbias=True, kbias=True, vbias=True,
+                                      obias=True)
+    np.testing.assert_allclose(o1.numpy(), out.numpy()[0], rtol=1e-5, atol=1e-6)
+    # dropout only in training; bias_k/bias_v and zero attention add key columns
+    megxla.random.seed(0)
+    od, _ = F.nn.multi_head_attention(q, q, q, 4, 2, 0.5, 0.5, wb, qbias=True, kbias=True, vbias=True, obias=True)
+    assert not np.allclose(od.numpy(), out.numpy())
+    oe, _ = F.nn.multi_head_attention(q, q, q, 4, 2, 0.5, 0.5, wb, qbias=True, kbias=True, vbias=True, obias=True,
+                                      training=False)
+    np.testing.assert_allclose(oe.numpy(), out.numpy(), rtol=1e-6)
+    _, wz = F.nn.multi_head_attention(q, q, q, 4, 2, 0.0, 0.0, wb, qbias=True, kbias=True, vbias=True, obias=True,
+                                      bias_k=F.zeros((1, 1, 4)), bias_v=F.zeros((1, 1, 4)), add_zero_attn=True,
+                                      key_padding_mask=T(np.array([[False, False, True], [False] * 3])),
+                                      need_weights=True)
+    assert wz.shape == (4, 3, 5)
+    assert np.all(wz.numpy()[:2, :, 2] < 1e-6)  # padded key of batch 0 gets no weight
+
+
+def test_nms_matches_megengine_docstring_example():
+    x = np.zeros((100, 4))
+    np.random.seed(42)
+    x[:, :2] = np.random.rand(100, 2) * 20
+    x[:, 2:] = np.random.rand(100, 2) * 20 + 100
+    scores = T(np.random.rand(100))
+    np.testing.assert_array_equal(F.vision.nms(T(x), scores, iou_thresh=0.7).numpy(), [75, 69])
+
+
+def test_ctc_loss_matches_megengine_docstring_example():
+    pred = T([[[0.0614, 0.9386], [0.8812, 0.1188]], [[0.699, 0.301], [0.2572, 0.7428]]])
+    loss = F.nn.ctc_loss(pred, T([2, 2]), T([1, 1]), T([1, 1]))
+    np.testing.assert_allclose(loss.item(), 0.1504417, rtol=1e-5)
+
+
+def test_interpolate_equivalences():
+    x = T(np.random.default_rng(3).normal(size=(1, 2, 3, 4)).astype(np.float32))
+    np.testing.assert_allclose(F.vision.interpolate(x, (3, 4)).numpy(), x.numpy(), rtol=1e-6)  # identity
+    up = F.vision.interpolate(x, scale_factor=2, mode="nearest").numpy()
+    np.testing.assert_array_equal(up, x.numpy().repeat(2, 2).repeat(2, 3))
+
+
+ONES4 = lambda *s: F.ones(s)  # noqa: E731
+BAD = [
+    ("conv2d", lambda: F.conv2d(F.ones((1, 3, 5)), F.ones((4, 3, 3, 3)))),
+    ("conv2d", lambda: F.conv2d(F.ones((1, 2, 5, 5)), F.ones((4, 3, 3, 3)))),
+    ("conv2d", lambda: F.conv2d(T(np.ones((1, 3, 5, 5), np.int32)), F.ones((4, 3, 3, 3)))),
+    ("conv2d", lambda: F.conv2d(F.ones((1, 3, 5, 5)), F.ones((4, 3, 3, 3)), conv_mode="convolution")),
+    ("conv2d", lambda: F.conv2d(F.ones((1, 3, 2, 2)), F.ones((4, 3, 3, 3)))),
+    ("conv2d", lambda: F.conv2d(F.ones((1, 4, 5, 5)), F.ones((2, 2, 2, 3, 3)), groups=3)),
+    ("conv2d", lambda: F.conv2d(F.ones((1, 3, 5, 5)), F.ones((4, 3, 3, 3)), F.ones((3,)))),
+    ("conv1d", lambda: F.conv1d(F.ones((1, 3, 5)), F.ones((4, 3, 3)), stride=(1, 2))),
+    ("conv3d", lambda: F.conv3d(F.ones((1, 3, 5, 5)), F.ones((4, 3, 3, 3, 3)))),
+    ("conv_transpose2d", lambda: F.conv_transpose2d(F.ones((1, 2, 3, 3)), F.ones((2, 3, 3, 3)), output_padding=1)),
+    ("conv_transpose2d", lambda: F.conv_transpose2d(F.ones((1, 3, 3, 3)), F.ones((2, 3, 3, 3)))),
+    ("conv_transpose3d", lambda: F.conv_transpose3d(F.ones((1, 2, 3, 3)), F.ones((2, 3, 3, 3, 3)))),
+    ("local_conv2d", lambda: F.local_conv2d(F.ones((1, 2, 4, 4)), F.ones((1, 3, 3, 2, 3, 3, 5)))),
+    ("deformable_conv2d", lambda: F.deformable_conv2d(F.ones((1, 2, 4, 4)), F.ones((3, 2, 3, 3)),
+                                                      F.zeros((1, 17, 2, 2)), F.ones((1, 9, 2, 2)))),
+    ("deformable_conv2d", lambda: F.deformable_conv2d(F.ones((1, 2, 4, 4)), F.ones((3, 2, 3, 3)),
+                                                      F.zeros((1, 18, 2, 2)), F.ones((1, 8, 2, 2)))),
+    ("region_restricted_conv", lambda: F.region_restricted_conv(F.ones((1, 1, 3, 3)), F.ones((1, 1, 2, 2)),
+                                                                T(np.zeros((1, 3, 3), np.int32)),
+                                                                T(np.zeros((1, 3, 3), np.int32)))),
+    ("region_restricted_conv", lambda: F.region_restricted_conv(F.ones((1, 1, 3, 3)), F.ones((1, 1, 2, 2)),
+                                                                F.zeros((1, 3, 3)), F.zeros((1, 2, 2)))),
+    ("linear", lambda: F.linear(F.ones((2, 3)), F.ones((4, 2)))),
+    ("max_pool2d", lambda: F.max_pool2d(F.ones((1, 4, 4)), 2)),
+    ("max_pool2d", lambda: F.max_pool2d(F.ones((1, 1, 2, 2)), 3)),
+    ("avg_pool2d", lambda: F.avg_pool2d(F.ones((1, 1, 4, 4)), 2, mode="median")),
+    ("adaptive_avg_pool2d", lambda: F.adaptive_avg_pool2d(F.ones((1, 1, 2, 2)), 3)),
+    ("adaptive_max_pool2d", lambda: F.adaptive_max_pool2d(F.ones((1, 1, 4, 4)), (1, 2, 3))),
+    ("batch_norm", lambda: F.batch_norm(F.ones((2, 3, 2, 2)))),
+    ("batch_norm", lambda: F.batch_norm(F.ones((3,)), training=True)),
+    ("batch_norm", lambda: F.batch_norm(T(np.ones((2, 3), np.int32)), training=True)),
+    ("sync_batch_norm", lambda: F.sync_batch_norm(F.ones((2, 3)), F.zeros((3,)), F.ones((3,)), eps_mode="mul")),
+    ("layer_norm", lambda: F.layer_norm(F.ones((2, 3)), (2,), False)),
+    ("layer_norm", lambda: F.layer_norm(F.ones((2, 3)), 3, True)),
+    ("group_norm", lambda: F.group_norm(F.ones((2, 3, 2)), 2, False)),
+    ("instance_norm", lambda: F.instance_norm(F.ones((3,)), False)),
+    ("general_norm", lambda: F.general_norm(F.ones((2, 3)), (0, 2), False)),
+    ("general_norm", lambda: F.general_norm(F.ones((2, 3)), 1, True, F.ones((2,)), F.zeros((2,)))),
+    ("local_response_norm", lambda: F.local_response_norm(F.ones((1, 4, 2, 2)), 4)),
+    ("softmax", lambda: F.softmax(F.ones((2, 3)), 2)),
+    ("softmax", lambda: F.softmax(T([1, 2]))),
+    ("logsoftmax", lambda: F.logsoftmax(F.ones((2, 3)), -3)),
+    ("embedding", lambda: F.embedding(F.ones((2,)), F.ones((3, 2)))),
+    ("embedding", lambda: F.embedding(T([0]), F.ones((3, 2)), padding_idx=0)),
+    ("embedding", lambda: F.embedding(T([0]), F.ones((3,)))),
+    ("one_hot", lambda: F.one_hot(F.ones((2,)), 3)),
+    ("prelu", lambda: F.prelu(F.ones((2, 3)), F.ones((2,)))),
+    ("pixel_shuffle", lambda: F.pixel_shuffle(F.ones((1, 3, 2, 2)), 2)),
+    ("pixel_shuffle", lambda: F.pixel_shuffle(F.ones((4, 2)), 2)),
+    ("sliding_window", lambda: F.sliding_window(F.ones((1, 2, 2)), 2)),
+    ("sliding_window_transpose", lambda: F.sliding_window_transpose(F.ones((1, 1, 3, 3, 2, 2)), 5, 2)),
+    ("pad", lambda: F.nn.pad(F.ones((2, 2)), ((1, 1),))),
+    ("pad", lambda: F.nn.pad(F.ones((2,)), ((1, 1),), mode="circular")),
+    ("multi_head_attention", lambda: F.nn.multi_head_attention(F.ones((1, 2, 4)), F.ones((1, 2, 4)),
+                                                               F.ones((1, 2, 4)), 4, 2, 0.0, 0.0, F.ones((10,)))),
+    ("multi_head_attention", lambda: F.nn.multi_head_attention(F.ones((1, 2, 4)), F.ones((1, 3, 4)),
+                                                               F.ones((1, 2, 4)), 4, 2, 0.0, 0.0, F.ones((64,)))),
+    ("multi_head_attention", lambda: F.nn.multi_head_attention(F.ones((1, 2, 4)), F.ones((1, 2, 4)),
+                                                               F.ones((1, 2, 4)), 4, 3, 0.0, 0.0, F.ones((64,)))),
+    ("cross_entropy", lambda: F.nn.cross_entropy(F.ones((2, 3)), F.ones((2,)))),
+    ("cross_entropy", lambda: F.nn.cross_entropy(F.ones((2, 3)), T([0, 1, 2]))),
+    ("cross_entropy", lambda: F.nn.cross_entropy(F.ones((2, 3)), T([0, 1]), axis=2)),
+    ("cross_entropy", lambda: F.nn.cross_entropy(F.ones((2, 3)), T([0, 1]), reduction="avg")),
+    ("binary_cross_entropy", lambda: F.nn.binary_cross_entropy(F.ones((2, 3)), F.ones((2, 2)))),
+    ("hinge_loss", lambda: F.nn.hinge_loss(F.ones((2, 3)), F.ones((2, 3)), norm="L3")),
+    ("l1_loss", lambda: F.nn.l1_loss(F.ones((3,)), F.ones((2,)))),
+    ("square_loss", lambda: F.nn.square_loss(T([1, 2]), T([1, 2]))),
+    ("ctc_loss", lambda: F.nn.ctc_loss(F.ones((3, 2, 4)), T([3, 3]), T([[1], [1]]), T([1, 1]), blank=4)),
+    ("ctc_loss", lambda: F.nn.ctc_loss(F.ones((3, 2, 4)), T([3]), T([[1], [1]]), T([1, 1]))),
+    ("ctc_loss", lambda: F.nn.ctc_loss(F.ones((3, 2)), T([3, 3]), T([[1], [1]]), T([1, 1]))),
+    ("interpolate", lambda: F.vision.interpolate(F.ones((1, 2, 3)), 4)),
+    ("interpolate", lambda: F.vision.interpolate(F.ones((1, 1, 2, 2)), 4, 2.0)),
+    ("interpolate", lambda: F.vision.interpolate(F.ones((1, 1, 2, 2)), 4, mode="nearest", align_corners=True)),
+    ("interpolate", lambda: F.vision.interpolate(F.ones((1, 1, 2, 2)), 4, mode="area")),
+    ("warp_perspective", lambda: F.warp_perspective(F.ones((1, 1, 3, 3)), F.ones((1, 2, 3)), (2, 2))),
+    ("warp_perspective", lambda: F.warp_perspective(F.ones((2, 1, 3, 3)), F.ones((1, 3, 3)), (2, 2))),
+    ("warp_affine", lambda: F.warp_affine(F.ones((1, 3, 3, 1)), F.ones((1, 2, 3)), (2, 2), border_mode="mirror")),
+    ("remap", lambda: F.remap(F.ones((1, 1, 3, 3)), F.ones((1, 2, 2, 3)))),
+    ("roi_align", lambda: F.vision.roi_align(F.ones((1, 1, 3, 3)), F.ones((2, 4)), 2)),
+    ("roi_pooling", lambda: F.vision.roi_pooling(F.ones((1, 1, 3, 3)), F.ones((2, 5)), 2, mode="min")),
+    ("nms", lambda: F.vision.nms(F.ones((3, 4)), F.ones((2,)), 0.5)),
+    ("correlation", lambda: F.vision.correlation(F.ones((1, 1, 5, 5)), F.ones((1, 1, 5, 5)), kernel_size=2)),
+    ("cvt_color", lambda: F.vision.cvt_color(F.ones((1, 2, 2, 3)), "RGB2HSV")),
+    ("cvt_color", lambda: F.vision.cvt_color(F.ones((1, 2, 2, 1)), "RGB2GRAY")),
+]
+
+
+@pytest.mark.parametrize("name, call", BAD, ids=[f"{n}#{i}" for i, (n, _) in enumerate(BAD)])
+def test_bad_input_names_the_op(name, call):
+    with pytest.raises((OpError, ValueError, TypeError), match=name):
+        call()
+
+
+@pytest.mark.parametrize("kwargs", [dict(weight=F.ones((4,))), dict(bias=F.ones((1, 2, 1, 1))),
+                                    dict(running_var=F.ones((2,)))], ids=["weight", "bias", "running_var"])
+def test_bad_batch_norm_leaves_running_stats_untouched(kwargs):
+    rm, rv = F.zeros((1, 3, 1, 1)), F.ones((1, 3, 1, 1))
+    args = {"running_mean": rm, "running_var": rv, **kwargs}  # the bad one replaces a good one
+    state = [(t._vid, t.numpy().copy()) for t in (rm, rv)]
+    for fn in (F.batch_norm, F.sync_batch_norm):
+        with pytest.raises(OpError, match=fn.__name__):
+            fn(F.ones((2, 3, 2, 2)), training=True, **args)
+    for t, (vid, val) in zip((rm, rv), state):
+        assert t._vid == vid
+        np.testing.assert_array_equal(t.numpy(), val)
+
+
+def test_public_functions_have_docstrings():
+    import megxla.functional.nn as NN
+    import megxla.functional.loss as L
+    import megxla.functional.vision as V
+    import megxla.random as RR
+    bad = []
+    for mod, names in ((NN, NN.__all__), (L, L.__all__), (V, V.__all__), (RR, RR.__all__)):
+        for name in names:
+            obj = getattr(mod, name)
+            doc = obj.__doc__ or ""
+            if not ("Args:" in doc and ("Example" in doc) and ("Returns:" in doc or isinstance(obj, type))):
+                bad.append(f"{mod.__name__}.{name}")
+    assert not bad, bad

@@ -19,7 +19,8 @@ from .loss import cross_entropy, binary_cross_entropy, l1_loss, square_loss, hin
 from .vision import remap, warp_affine, warp_perspective  # noqa: F401
 
 __all__ = ["conv1d", "conv2d", "conv3d", "conv_transpose2d", "conv_transpose3d", "local_conv2d",
-           "deformable_conv2d", "linear", "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "adaptive_max_pool2d",
+           "deformable_conv2d", "region_restricted_conv", "linear", "max_pool2d", "avg_pool2d",
+           "adaptive_avg_pool2d", "adaptive_max_pool2d",
            "batch_norm", "sync_batch_norm", "layer_norm", "group_norm", "instance_norm", "general_norm",
            "local_response_norm", "dropout", "softmax", "logsoftmax", "leaky_relu", "prelu", "one_hot",
            "embedding", "pixel_shuffle", "sliding_window", "sliding_window_transpose", "multi_head_attention",
@@ -218,7 +219,8 @@ def _conv_transpose_nd(op, nd, inp, weight, bias, stride, padding, output_paddin
     if any(o >= max(ss, dd) for o, ss, dd in zip(op_, s, d)):
         raise OpError(f"{op}: output_padding {op_} must be smaller than stride {s} or dilation {d}")
     k = weight.shape[-nd:]
-    out = [(i - 1) * ss - 2 * pp + dd * (kk - 1) + 1 + oo for i, ss, pp, dd, kk, oo in zip(inp.shape[2:], s, p, d, k, op_)]
+    out = [(i - 1) * ss - 2 * pp + dd * (kk - 1) + 1 + oo
+           for i, ss, pp, dd, kk, oo in zip(inp.shape[2:], s, p, d, k, op_)]
     if any(o <= 0 for o in out):
         raise OpError(f"{op}: padding {p} leaves an empty output (size {tuple(out)})")
     args = (inp, weight) + _bias(bias, cout, op)
@@ -375,6 +377,66 @@ def deformable_conv2d(inp, weight, offset, mask, bias=None, stride=1, padding=0,
         raise OpError(f"{op}: mask must have shape {(n, dg * kk) + out}, got {mask.shape}")
     args = (inp, weight, offset, mask) + _bias(bias, cout, op)
     return _apply(_N.deformable_conv.bind(stride=s, padding=p, dilation=d, groups=groups), *args)
+
+
+def region_restricted_conv(inp, weight, rin, rout, bias=None, stride=1, padding=0, dilation=1, groups=1,
+                           conv_mode="cross_correlation", compute_mode="default"):
+    """Region-restricted 2-D convolution: output pixel ``(oh, ow)`` only sums input pixels of its own region.
+
+    An input pixel ``(ih, iw)`` under the kernel contributes only if ``rin[n, ih, iw] == rout[n, oh, ow]``
+    (zero padding contributes nothing).
+
+    Args:
+        inp: input ``(N, C, H, W)``.
+        weight: ``(O, C/groups, KH, KW)`` or MegEngine's grouped ``(groups, O/groups, C/groups, KH, KW)``.
+        rin: integer region ids of the input pixels ``(N, H, W)``.
+        rout: integer region ids of the output pixels ``(N, OH, OW)``.
+        bias: optional, ``O`` elements.
+        stride, padding, dilation: int or pair.
+        groups: number of channel groups.
+        conv_mode: only ``"cross_correlation"``.
+        compute_mode: accepted for compatibility.
+
+    Returns:
+        output ``(N, O, OH, OW)``.
+
+    Example:
+        >>> x, w = F.ones((1, 1, 3, 3)), F.ones((1, 1, 1, 3, 3))
+        >>> rin = Tensor([[[0, 0, 1], [0, 0, 1], [1, 1, 1]]])
+        >>> F.region_restricted_conv(x, w, rin, Tensor([[[0]]]), groups=1).numpy().ravel()  # 4 pixels of region 0
+        array([4.], dtype=float32)
+    """
+    op = "region_restricted_conv"
+    _conv_mode(conv_mode, op)
+    inp, weight, rin, rout = _t(inp), _t(weight), _t(rin), _t(rout)
+    _ndim(inp, 4, op, layout="(N, C, H, W)")
+    _float(inp, op)
+    _float(weight, op, "weight")
+    inp, weight = _promote(inp, weight)
+    groups = int(groups)
+    if weight.ndim == 5:
+        if weight.shape[0] != groups:
+            raise OpError(f"{op}: grouped weight {weight.shape} has {weight.shape[0]} groups, but groups={groups}")
+        cin, cout = weight.shape[2] * groups, weight.shape[1] * groups
+    elif weight.ndim == 4:
+        cin, cout = weight.shape[1] * groups, weight.shape[0]
+    else:
+        raise OpError(f"{op}: weight must be 4-D or 5-D (grouped), got shape {weight.shape}")
+    if groups < 1 or cout % groups or inp.shape[1] != cin:
+        raise OpError(f"{op}: input has {inp.shape[1]} channels; weight {weight.shape} with groups={groups} "
+                      f"expects {cin}")
+    s, p, d = (_positive(_tuple(stride, 2, "stride", op), "stride", op),
+               _positive(_tuple(padding, 2, "padding", op), "padding", op, True),
+               _positive(_tuple(dilation, 2, "dilation", op), "dilation", op))
+    out = _out_size(inp.shape[2:], weight.shape[-2:], s, p, d, op)
+    n = inp.shape[0]
+    for r, what, shape in ((rin, "rin", (n,) + inp.shape[2:]), (rout, "rout", (n,) + out)):
+        if r.dtype.kind not in "iu":
+            raise OpError(f"{op}: {what} must hold integer region ids, got {r.dtype}")
+        if r.shape != shape:
+            raise OpError(f"{op}: {what} must have shape {shape}, got {r.shape}")
+    args = (inp, weight, rin, rout) + _bias(bias, cout, op)
+    return _apply(_N.region_restricted_conv.bind(stride=s, padding=p, dilation=d, groups=groups), *args)
 
 
 def linear(inp, weight, bias=None, compute_mode="default"):

@@ -210,6 +210,25 @@ def _deformable_conv(x, w, offset, mask, *bias, stride, padding, dilation, group
     return y
 
 
+def _region_restricted_conv(x, w, rin, rout, *bias, stride, padding, dilation, groups):
+    # A convolution where output pixel (oh, ow) only sums input pixels whose region id rin[n, ih, iw] equals
+    # rout[n, oh, ow] (megdnn's RegionRestrictedConvolution); padded pixels are zeros.
+    if w.ndim == 5:
+        w = w.reshape((w.shape[0] * w.shape[1],) + w.shape[2:])
+    o, icg, kh, kw = w.shape
+    win = dict(kernel=(kh, kw), padding=padding, stride=stride, dilation=dilation)
+    p = _sliding_window(x, **win)  # (N, C, OH, OW, KH, KW)
+    r = _sliding_window(rin[:, None].astype(jnp.int32), **win)[:, 0]  # (N, OH, OW, KH, KW)
+    mask = (r == rout.astype(jnp.int32)[..., None, None]).astype(x.dtype)
+    n, c, oh, ow = p.shape[:4]
+    p = (p * mask[:, None]).reshape(n, groups, c // groups, oh, ow, kh, kw)
+    y = jnp.einsum("ngchwij,gocij->ngohw", p, w.reshape(groups, o // groups, icg, kh, kw))
+    y = y.reshape(n, o, oh, ow)
+    if bias:
+        y = y + bias[0].reshape(1, -1, 1, 1)
+    return y
+
+
 def _ctc_loss(pred, pred_lengths, label, label_lengths, *, blank):
     # NOTE: fused (the CTC forward recursion as one lax.scan) -- as composite ops it would be ~10 dispatches per
     # time step eagerly. pred holds probabilities (T, N, C) as in MegEngine; label is (N, S) padded, or the
@@ -260,3 +279,4 @@ sliding_window_transpose = Primitive("sliding_window_transpose", _sliding_window
 local_conv = Primitive("local_conv", _local_conv)
 deformable_conv = Primitive("deformable_conv", _deformable_conv)
 ctc_loss = Primitive("ctc_loss", _ctc_loss)
+region_restricted_conv = Primitive("region_restricted_conv", _region_restricted_conv)

@@ -49,11 +49,12 @@ exponential = Primitive("rng_exponential", lambda key, *, shape, scale, dtype: j
 
 
 def _multinomial(key, probs, *, num_samples, replacement):
+    # probs (C,) or (B, C) non-negative weights -> int32 (num_samples,) or (B, num_samples).
     logits = jnp.log(probs)
     if replacement:
-        return jax.random.categorical(_k(key), logits, axis=-1, shape=(num_samples,) + probs.shape[:-1]).T.astype(
-            jnp.int32) if probs.ndim > 1 else jax.random.categorical(_k(key), logits, shape=(num_samples,)).astype(jnp.int32)
-    # Without replacement: Gumbel top-k.
+        draws = jax.random.categorical(_k(key), logits, axis=-1, shape=(num_samples,) + probs.shape[:-1])
+        return jnp.moveaxis(draws, 0, -1).astype(jnp.int32)
+    # Without replacement: Gumbel top-k (zero-weight classes come last).
     g = jax.random.gumbel(_k(key), probs.shape)
     return jnp.argsort(-(logits + g), axis=-1)[..., :num_samples].astype(jnp.int32)
 
