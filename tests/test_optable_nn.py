@@ -935,9 +935,9 @@ def test_grad(case):
     check_grad(case)
 
 
-@pytest.mark.parametrize("case", params(CASES))
+@pytest.mark.parametrize("case", params([c for c in CASES if c.name != "functional.vision.nms"]))
 def test_compiled(case):
-    check_compiled(case)
+    check_compiled(case)  # nms has a data-dependent shape eagerly: see test_nms_under_trace
 
 
 # ---- semantics beyond the table -----------------------------------------------------------------------------------
@@ -1000,6 +1000,21 @@ def test_nms_matches_megengine_docstring_example():
     x[:, 2:] = np.random.rand(100, 2) * 20 + 100
     scores = T(np.random.rand(100))
     np.testing.assert_array_equal(F.vision.nms(T(x), scores, iou_thresh=0.7).numpy(), [75, 69])
+
+
+def test_nms_under_trace():
+    """Under xla_trace nms keeps a static shape (max_output entries, -1 padded) and follows its inputs."""
+    from megxla.jit import xla_trace
+    boxes = T(BOXES)
+    f = xla_trace(lambda b, s: F.vision.nms(b, s, 0.5, max_output=4))
+    rng = np.random.default_rng(0)
+    for _ in range(3):
+        s = rng.uniform(size=6).astype(np.float32)
+        want = np_nms(BOXES, s, 0.5, 4)
+        got = f(boxes, T(s)).numpy()
+        np.testing.assert_array_equal(got, np.concatenate([want, -np.ones(4 - len(want), np.int32)]))
+    with pytest.raises(OpError, match="nms"):
+        xla_trace(lambda b, s: F.vision.nms(b, s, 0.5))(boxes, T(s))
 
 
 def test_ctc_loss_matches_megengine_docstring_example():

@@ -6,7 +6,7 @@ Each validates its arguments (raising :class:`OpError` naming the function) and 
 import numpy as np
 
 from ..core._tensor import Tensor
-from ..core._dispatch import apply as _apply, OpError
+from ..core._dispatch import apply as _apply, OpError, current_interpreter
 from ..core._elemwise_front import as_tensor as _t
 from ..core.ops import vision as _V
 
@@ -321,10 +321,11 @@ def nms(boxes, scores, iou_thresh, max_output=None):
         boxes: ``(N, 4)`` boxes ``(x1, y1, x2, y2)``.
         scores: ``(N,)`` scores.
         iou_thresh: IoU above which the lower-scored box is suppressed.
-        max_output: keep at most this many (default all).
+        max_output: keep at most this many (default all); required under tracing.
 
     Returns:
-        int32 indices of the kept boxes, by descending score.
+        int32 indices of the kept boxes, by descending score. Under tracing (``jit``) the result has
+        ``max_output`` entries, padded with -1.
 
     Example:
         >>> boxes = Tensor([[0., 0., 10., 10.], [1., 1., 10., 10.], [20., 20., 30., 30.]])
@@ -340,12 +341,17 @@ def nms(boxes, scores, iou_thresh, max_output=None):
     _float(boxes, op, "boxes")
     _float(scores, op, "scores")
     n = boxes.shape[0]
+    traced = current_interpreter() is not None
+    if traced and max_output is None:
+        raise OpError(f"{op}: max_output is required under tracing (the output has a static shape there)")
     max_output = n if max_output is None else int(max_output)
     if max_output < 1:
         raise OpError(f"{op}: max_output must be positive, got {max_output}")
-    keep, count = _apply(_V.nms.bind(iou_thresh=float(iou_thresh), max_output=max_output), boxes.detach(),
-                         scores.detach())
-    return keep[:int(count.item())]
+    # (no .detach(): the indices are integers, so no gradient flows anyway)
+    keep, count = _apply(_V.nms.bind(iou_thresh=float(iou_thresh), max_output=max_output), boxes, scores)
+    # NOTE: a traced step cannot have a data-dependent shape: there the result keeps max_output entries,
+    # padded with -1 (MegEngine likewise needs max_output under tracing). Eagerly it is cut to the kept count.
+    return keep if traced else keep[:int(count.item())]
 
 
 def correlation(data1, data2, kernel_size=1, max_displacement=1, stride1=1, stride2=1, pad_size=0,
