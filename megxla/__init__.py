@@ -17,6 +17,8 @@ from ._device import (is_cuda_available, get_device_count, get_cuda_compute_capa
 from ._serialization import save, load
 from .logger import get_logger, set_log_level, set_log_file, enable_debug_log
 from . import functional, random, autodiff, jit, module, optimizer, data
+from . import amp
+from . import distributed
 
 tensor = Tensor
 __version__ = "0.1.0"

@@ -1,0 +1,454 @@
+"""Collective communication (``megengine.functional.distributed``).
+
+Each collective is a megxla op (``dist_collective``) whose implementation calls the host key-value store of
+:mod:`megxla.distributed` from inside XLA (an ordered ``io_callback``), so it runs eagerly, inside
+``jit.trace`` / ``xla_trace``, and under ``GradManager`` like any other op. The gradient of each collective
+is its mirror, as in MegEngine: ``all_reduce_sum`` <-> ``all_reduce_sum``, ``all_gather`` <->
+``reduce_scatter_sum``, ``broadcast`` <-> ``reduce_sum``, ``scatter`` -> ``gather``, ``all_to_all`` with the
+axes swapped; ``all_reduce_max/min`` send the summed gradient to the ranks holding the extreme value.
+
+Notes:
+    * This is a *correctness* backend for CPU: data moves through the host store in host memory (NumPy),
+      whatever the ``backend`` given to ``init_process_group``. On GPU it works too, with a device-host
+      copy per collective.
+    * Without ``init_process_group``, or in a group of one process, every collective returns its input.
+    * Every process of a group must call the same collectives in the same order, and every process must
+      back-propagate through a collective if any does (the gradient is itself a collective); a missing
+      peer is reported as a timeout (``MEGXLA_DIST_TIMEOUT`` seconds, default 600), never a hang.
+    * ``reduce_sum`` and ``gather`` return None on non-root ranks (as MegEngine), so those ranks drop out of
+      autodiff and only the root's input receives a gradient through them; likewise ``remote_send``
+      returns None, so no gradient travels back from ``remote_recv`` to the sender.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+
+from ..core._tensor import Tensor
+from ..core._dispatch import OpError
+from ..core._elemwise_front import as_tensor as _t
+from ..distributed import _comm
+from ..distributed.group import WORLD, Group, get_rank, is_distributed, _require
+
+__all__ = ["all_gather", "all_reduce_max", "all_reduce_min", "all_reduce_sum", "all_to_all", "broadcast",
+           "collective_comm", "gather", "reduce_scatter_sum", "reduce_sum", "remote_recv", "remote_send",
+           "scatter"]
+
+
+def _trivial(group, op):
+    """True when ``op`` has nobody to talk to: not distributed, no group, or a group of one."""
+    if group is None or not is_distributed():
+        return True
+    if not isinstance(group, Group):
+        raise TypeError(f"{op}: group must be a megxla.distributed.Group, got {type(group).__name__}")
+    return group.size == 1
+
+
+def _axis(op, ndim, axis, name="axis"):
+    if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
+        raise OpError(f"{op}: {name} must be an int, got {axis!r}")
+    if ndim == 0 or not -ndim <= axis < ndim:
+        raise OpError(f"{op}: {name} {axis} is out of range for a {ndim}-D input")
+    return int(axis) % ndim
+
+
+def _divisible(op, shape, axis, size, name="axis"):
+    if shape[axis] % size:
+        raise OpError(f"{op}: input dimension {axis} ({name}) of shape {tuple(shape)} is not divisible by the "
+                      f"group size {size}")
+
+
+def _coll(mode, inp, group, **kw):
+    op = _comm.collective.bind(mode=mode, key=group.key, rank=group.rank, size=group.size, **kw)
+    return _comm.run(op, inp)
+
+
+def _root_input(op, inp, group, axis=None):
+    """The op input of broadcast/scatter on this rank, after learning the root's shape, dtype and whether it
+    requires a gradient (non-roots may pass None)."""
+    if group.rank == 0:
+        if inp is None:
+            raise ValueError(f"{op}: the root (group rank 0) must pass a tensor")
+        inp = _t(inp)
+        val = (tuple(inp.shape), inp.dtype.name, inp.requires_grad)
+    else:
+        val = None
+    n = _comm.next_meta(("meta", group.key))
+    shape, dtype, root_grad = _require().client.bcast_val(val, f"meta/{group.key}/{n}", group.size)
+    shape, dtype = tuple(shape), np.dtype(dtype)
+    if axis is not None:  # every rank sees the root's shape, so every rank raises alike
+        axis = _axis(op, len(shape), axis)
+        _divisible(op, shape, axis, group.size)
+    if group.rank == 0:
+        return inp, axis
+    # A non-root's value is never read (as MegEngine). If its tensor matches, it is still the op's input, so
+    # that a GradManager tracking it records the op and this rank joins the backward collective the root
+    # will issue; otherwise a placeholder stands in.
+    mine = _t(inp) if inp is not None else None
+    if mine is not None and mine.shape == shape and mine.dtype == dtype:
+        if root_grad and not mine.requires_grad:
+            raise ValueError(f"{op}: the root's input requires a gradient, so every rank must take part in the "
+                             f"backward pass: pass a tensor tracked by a recording GradManager here too")
+        return mine, axis
+    if root_grad:
+        raise ValueError(f"{op}: the root's input requires a gradient, so every rank must take part in the "
+                         f"backward pass: pass a tracked tensor of the root's shape {shape} and dtype {dtype}")
+    from .tensor import zeros
+    return zeros(shape, dtype=dtype), axis
+
+
+# ---- all-reduce ------------------------------------------------------------------------------------------------
+def all_reduce_sum(inp: Tensor, group: Optional[Group] = WORLD, device: Optional[str] = None) -> Tensor:
+    r"""Element-wise sum of ``inp`` over the processes of ``group``; every process receives it.
+
+    Args:
+        inp: this process's tensor; same shape and dtype on every process.
+        group: the communication group, ``WORLD`` by default.
+        device: accepted for MegEngine compatibility (the result stays on the input's device).
+
+    Returns:
+        the sum, on every process. Its gradient is the ``all_reduce_sum`` of the output gradients.
+
+    Example:
+        >>> # on rank 0 and rank 1
+        >>> x = mge.Tensor([1.0, 2.0]) + dist.get_rank()
+        >>> F.distributed.all_reduce_sum(x)
+        Tensor([3. 5.], dtype=float32, device=cpu0)  # both ranks
+    """
+    inp = _t(inp)
+    if _trivial(group, "all_reduce_sum"):
+        return inp
+    return _coll("all_reduce_sum", inp, group)
+
+
+def all_reduce_max(inp: Tensor, group: Optional[Group] = WORLD, device: Optional[str] = None) -> Tensor:
+    r"""Element-wise maximum of ``inp`` over the processes of ``group``; every process receives it.
+
+    Args:
+        inp: this process's tensor; same shape and dtype on every process.
+        group: the communication group, ``WORLD`` by default.
+        device: accepted for MegEngine compatibility.
+
+    Returns:
+        the maximum, on every process. Its gradient (the sum of all output gradients) goes to the
+        processes whose input holds the maximum.
+
+    Example:
+        >>> x = mge.Tensor([1.0, 5.0]) * (dist.get_rank() + 1)   # rank 0: [1, 5]; rank 1: [2, 10]
+        >>> F.distributed.all_reduce_max(x)
+        Tensor([ 2. 10.], dtype=float32, device=cpu0)  # both ranks
+    """
+    inp = _t(inp)
+    if _trivial(group, "all_reduce_max"):
+        return inp
+    return _coll("all_reduce_max", inp, group)
+
+
+def all_reduce_min(inp: Tensor, group: Optional[Group] = WORLD, device: Optional[str] = None) -> Tensor:
+    r"""Element-wise minimum of ``inp`` over the processes of ``group``; every process receives it.
+
+    Args:
+        inp: this process's tensor; same shape and dtype on every process.
+        group: the communication group, ``WORLD`` by default.
+        device: accepted for MegEngine compatibility.
+
+    Returns:
+        the minimum, on every process (gradient as :func:`all_reduce_max`).
+
+    Example:
+        >>> x = mge.Tensor([1.0, 5.0]) * (dist.get_rank() + 1)   # rank 0: [1, 5]; rank 1: [2, 10]
+        >>> F.distributed.all_reduce_min(x)
+        Tensor([1. 5.], dtype=float32, device=cpu0)  # both ranks
+    """
+    inp = _t(inp)
+    if _trivial(group, "all_reduce_min"):
+        return inp
+    return _coll("all_reduce_min", inp, group)
+
+
+# ---- gather / scatter family -----------------------------------------------------------------------------------
+def all_gather(inp: Tensor, group: Optional[Group] = WORLD, device: Optional[str] = None, axis=0) -> Tensor:
+    r"""Concatenate the tensors of all processes along ``axis``, in group-rank order; everyone receives it.
+
+    Args:
+        inp: this process's tensor; same shape and dtype on every process.
+        group: the communication group, ``WORLD`` by default.
+        device: accepted for MegEngine compatibility.
+        axis: the concatenation axis.
+
+    Returns:
+        the concatenation (``size`` times longer along ``axis``). Its gradient is
+        :func:`reduce_scatter_sum` of the output gradients.
+
+    Example:
+        >>> x = mge.Tensor([dist.get_rank() + 1.0])
+        >>> F.distributed.all_gather(x)
+        Tensor([1. 2.], dtype=float32, device=cpu0)  # both ranks
+    """
+    inp = _t(inp)
+    ax = _axis("all_gather", inp.ndim, axis)
+    if _trivial(group, "all_gather"):
+        return inp
+    return _coll("all_gather", inp, group, axis=ax)
+
+
+def reduce_scatter_sum(inp: Tensor, group: Optional[Group] = WORLD, device: Optional[str] = None,
+                       axis=0) -> Tensor:
+    r"""Sum over the processes, then split along ``axis``: group rank ``i`` receives the ``i``-th part.
+
+    Args:
+        inp: this process's tensor; same shape on every process, ``axis`` divisible by the group size.
+        group: the communication group, ``WORLD`` by default.
+        device: accepted for MegEngine compatibility.
+        axis: the axis to split.
+
+    Returns:
+        this process's part of the sum. Its gradient is :func:`all_gather` of the output gradients.
+
+    Example:
+        >>> x = mge.Tensor([1.0, 2.0, 3.0, 4.0]) * (dist.get_rank() + 1)
+        >>> F.distributed.reduce_scatter_sum(x)
+        Tensor([3. 6.], dtype=float32, device=cpu0)  # rank 0
+        Tensor([ 9. 12.], dtype=float32, device=cpu0)  # rank 1
+    """
+    inp = _t(inp)
+    ax = _axis("reduce_scatter_sum", inp.ndim, axis)
+    if _trivial(group, "reduce_scatter_sum"):
+        return inp
+    _divisible("reduce_scatter_sum", inp.shape, ax, group.size)
+    return _coll("reduce_scatter_sum", inp, group, axis=ax)
+
+
+def broadcast(inp: Tensor, group: Optional[Group] = WORLD, device: Optional[str] = None) -> Tensor:
+    r"""Send the root's (group rank 0's) tensor to every process of ``group``.
+
+    Args:
+        inp: the tensor on the root. Elsewhere its value is not read and it may be None; but when the root's
+            input requires a gradient, every rank must pass a tensor of the root's shape tracked by its
+            GradManager (e.g. the same attached parameter), so that every rank runs the backward collective.
+        group: the communication group, ``WORLD`` by default.
+        device: accepted for MegEngine compatibility.
+
+    Returns:
+        the root's tensor, on every process. Its gradient is :func:`reduce_sum` of the output gradients,
+        received by the root (the other ranks' inputs get zeros).
+
+    Example:
+        >>> x = mge.Tensor([1.0, 2.0]) if dist.get_rank() == 0 else None
+        >>> F.distributed.broadcast(x)
+        Tensor([1. 2.], dtype=float32, device=cpu0)  # both ranks
+    """
+    if _trivial(group, "broadcast"):
+        if inp is None:
+            raise ValueError("broadcast: the root (group rank 0) must pass a tensor")
+        return _t(inp)
+    inp, _ = _root_input("broadcast", inp, group)
+    return _coll("broadcast", inp, group)
+
+
+def reduce_sum(inp: Tensor, group: Optional[Group] = WORLD, device: Optional[str] = None) -> Tensor:
+    r"""Element-wise sum over the processes of ``group``, received by the root (group rank 0) only.
+
+    Args:
+        inp: this process's tensor; same shape and dtype on every process.
+        group: the communication group, ``WORLD`` by default.
+        device: accepted for MegEngine compatibility.
+
+    Returns:
+        the sum on the root, None on the other processes (which therefore take no part in autodiff through
+        it: only the root's input receives a gradient).
+
+    Example:
+        >>> x = mge.Tensor([1.0]) + dist.get_rank()
+        >>> F.distributed.reduce_sum(x)
+        Tensor([3.], dtype=float32, device=cpu0)  # rank 0
+        None  # rank 1
+    """
+    inp = _t(inp)
+    if _trivial(group, "reduce_sum"):
+        return inp
+    out = _coll("reduce_sum", inp, group)
+    return out if group.rank == 0 else None
+
+
+def gather(inp: Tensor, group: Optional[Group] = WORLD, device: Optional[str] = None, axis=0) -> Tensor:
+    r"""Concatenate the tensors of all processes along ``axis`` on the root (group rank 0) only.
+
+    Args:
+        inp: this process's tensor; same shape and dtype on every process.
+        group: the communication group, ``WORLD`` by default.
+        device: accepted for MegEngine compatibility.
+        axis: the concatenation axis.
+
+    Returns:
+        the concatenation on the root, None on the other processes (only the root's input receives a
+        gradient through it).
+
+    Example:
+        >>> x = mge.Tensor([dist.get_rank() + 1.0])
+        >>> F.distributed.gather(x)
+        Tensor([1. 2.], dtype=float32, device=cpu0)  # rank 0
+        None  # rank 1
+    """
+    inp = _t(inp)
+    ax = _axis("gather", inp.ndim, axis)
+    if _trivial(group, "gather"):
+        return inp
+    out = _coll("gather", inp, group, axis=ax)
+    return out if group.rank == 0 else None
+
+
+def scatter(inp: Tensor, group: Optional[Group] = WORLD, device: Optional[str] = None, axis=0) -> Tensor:
+    r"""Split the root's tensor along ``axis`` and send the ``i``-th part to group rank ``i``.
+
+    Args:
+        inp: the tensor on the root (``axis`` divisible by the group size). Elsewhere as in :func:`broadcast`:
+            not read, may be None unless the root's input requires a gradient.
+        group: the communication group, ``WORLD`` by default.
+        device: accepted for MegEngine compatibility.
+        axis: the axis to split.
+
+    Returns:
+        this process's part. Its gradient is :func:`gather` of the output gradients, received by the root
+        (the other ranks' inputs get zeros).
+
+    Example:
+        >>> x = mge.Tensor([1.0, 2.0]) if dist.get_rank() == 0 else None
+        >>> F.distributed.scatter(x)
+        Tensor([1.], dtype=float32, device=cpu0)  # rank 0
+        Tensor([2.], dtype=float32, device=cpu0)  # rank 1
+    """
+    if _trivial(group, "scatter"):
+        if inp is None:
+            raise ValueError("scatter: the root (group rank 0) must pass a tensor")
+        inp = _t(inp)
+        _axis("scatter", inp.ndim, axis)
+        return inp
+    inp, ax = _root_input("scatter", inp, group, axis)
+    return _coll("scatter", inp, group, axis=ax)
+
+
+def all_to_all(inp: Tensor, group: Optional[Group] = WORLD, device: Optional[str] = None, split_axis: int = 0,
+               concat_axis: int = 0) -> Tensor:
+    r"""Each process splits its tensor along ``split_axis`` into ``size`` parts and sends part ``j`` to group
+    rank ``j``; the parts received are concatenated along ``concat_axis`` in rank order.
+
+    Args:
+        inp: this process's tensor; same shape on every process, ``split_axis`` divisible by the group size.
+        group: the communication group, ``WORLD`` by default.
+        device: accepted for MegEngine compatibility.
+        split_axis: the axis to split.
+        concat_axis: the axis to concatenate the received parts along.
+
+    Returns:
+        the concatenation. Its gradient is ``all_to_all`` of the output gradients with the two axes swapped.
+
+    Example:
+        >>> x = mge.Tensor([1.0, 2.0]) + 2 * dist.get_rank()   # rank 0: [1, 2]; rank 1: [3, 4]
+        >>> F.distributed.all_to_all(x)
+        Tensor([1. 3.], dtype=float32, device=cpu0)  # rank 0
+        Tensor([2. 4.], dtype=float32, device=cpu0)  # rank 1
+    """
+    inp = _t(inp)
+    sa = _axis("all_to_all", inp.ndim, split_axis, "split_axis")
+    ca = _axis("all_to_all", inp.ndim, concat_axis, "concat_axis")
+    if _trivial(group, "all_to_all"):
+        return inp
+    _divisible("all_to_all", inp.shape, sa, group.size, "split_axis")
+    return _coll("all_to_all", inp, group, split_axis=sa, concat_axis=ca)
+
+
+_MODE_NAMES = {"ALL_REDUCE_SUM": "all_reduce_sum", "ALL_REDUCE_MAX": "all_reduce_max",
+               "ALL_REDUCE_MIN": "all_reduce_min", "ALL_REDUCE_PROD": "all_reduce_prod",
+               "ALL_GATHER": "all_gather", "REDUCE_SCATTER_SUM": "reduce_scatter_sum", "BROADCAST": "broadcast",
+               "REDUCE_SUM": "reduce_sum", "GATHER": "gather", "SCATTER": "scatter", "ALL_TO_ALL": "all_to_all"}
+
+
+def collective_comm(inp, mode, group, device):
+    r"""Run the collective ``mode`` (MegEngine's ``CollectiveComm.Mode``) on ``inp``.
+
+    Args:
+        inp: the input tensor (None allowed on non-roots of ``BROADCAST`` / ``SCATTER``).
+        mode: a mode name such as ``"ALL_REDUCE_SUM"`` (any case) or an enum member with that ``name``;
+            ``ALL_REDUCE_PROD`` is available here only.
+        group: the communication group (None: return the input).
+        device: accepted for MegEngine compatibility.
+
+    Returns:
+        as the functional collective of that mode, with axis 0 where it takes one.
+
+    Example:
+        >>> y = F.distributed.collective_comm(x, "ALL_REDUCE_SUM", dist.WORLD, None)
+    """
+    name = str(getattr(mode, "name", mode)).upper()
+    if name not in _MODE_NAMES:
+        raise ValueError(f"collective_comm: unknown mode {mode!r}; expected one of {sorted(_MODE_NAMES)}")
+    m = _MODE_NAMES[name]
+    if m == "all_reduce_prod":
+        inp = _t(inp)
+        if _trivial(group, "collective_comm"):
+            return inp
+        return _coll("all_reduce_prod", inp, group)
+    return globals()[m](inp, group, device)
+
+
+# ---- point to point --------------------------------------------------------------------------------------------
+def _peer(op, rank, what):
+    sd = _require()
+    if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)) or not 0 <= rank < sd.world_size:
+        raise ValueError(f"{op}: {what} must be a rank in [0, {sd.world_size}), got {rank!r}")
+    if rank == sd.proc_rank:
+        raise ValueError(f"{op}: {what} {rank} is this process itself")
+    return int(rank)
+
+
+def remote_send(inp: Tensor, dest_rank: int):
+    r"""Send ``inp`` to the process of global rank ``dest_rank`` (which calls :func:`remote_recv`).
+
+    The call returns once the tensor is stored on the server; it does not wait for the receiver.
+
+    Args:
+        inp: the tensor to send.
+        dest_rank: the receiver's global rank.
+
+    Returns:
+        None (as MegEngine; hence no gradient flows back to the sender).
+
+    Example:
+        >>> if dist.get_rank() == 0:
+        ...     F.distributed.remote_send(mge.Tensor([1.0, 2.0]), 1)
+        ... else:
+        ...     y = F.distributed.remote_recv(0)   # Tensor([1. 2.])
+    """
+    dst = _peer("remote_send", dest_rank, "dest_rank")
+    inp = _t(inp)
+    src = get_rank()
+    n = _comm.next_meta(("p2p", src, dst))
+    _require().client.user_set(f"p2pmeta/{src}->{dst}/{n}", (tuple(inp.shape), inp.dtype.name))
+    _comm.run(_comm.remote_send_op.bind(src=src, dst=dst), inp)
+    return None
+
+
+def remote_recv(src_rank: int, device: Optional[str] = None, inp=None) -> Tensor:
+    r"""Receive the tensor that the process of global rank ``src_rank`` sends with :func:`remote_send`.
+
+    Shape and dtype come from the sender. Waits up to ``MEGXLA_DIST_TIMEOUT`` seconds.
+
+    Args:
+        src_rank: the sender's global rank.
+        device: accepted for MegEngine compatibility.
+        inp: optional dummy input tensor (MegEngine uses it to place the result); not read.
+
+    Returns:
+        the received tensor.
+
+    Example:
+        >>> y = F.distributed.remote_recv(0)   # on rank 1, after rank 0 called remote_send(x, 1)
+    """
+    src = _peer("remote_recv", src_rank, "src_rank")
+    dst = get_rank()
+    n = _comm.next_meta(("p2p", src, dst))
+    shape, dtype = _require().client._wait_pop(f"p2pmeta/{src}->{dst}/{n}")
+    dummy = _t(inp) if inp is not None else Tensor(np.zeros((), np.float32))
+    return _comm.run(_comm.remote_recv_op.bind(src=src, dst=dst, shape=tuple(shape), dtype=str(dtype)), dummy)
