@@ -10,6 +10,7 @@ Example:
 """
 from . import init
 from .activation import GELU, LeakyReLU, PReLU, ReLU, Sigmoid, SiLU, Softmax
+from .batch_matmul_activation import BatchMatMulActivation
 from .batchnorm import BatchNorm1d, BatchNorm2d, SyncBatchNorm
 from .concat import Concat
 from .conv import (Conv1d, Conv2d, Conv3d, ConvRelu2d, ConvTranspose2d, ConvTranspose3d, ConvTransposeRelu2d,
@@ -22,11 +23,14 @@ from .identity import Identity
 from .linear import Linear, LinearRelu
 from .linear_bn import LinearBn1d, LinearBnRelu1d
 from .module import Module
+from .multiheadattn import MultiHeadAttention
 from .normalization import GeneralNorm, GroupNorm, InstanceNorm, LayerNorm, LocalResponseNorm
 from .padding import Pad
 from .pixel_shuffle import PixelShuffle
 from .pooling import AdaptiveAvgPool2d, AdaptiveMaxPool2d, AvgPool2d, MaxPool2d
 from .quant_dequant import DequantStub, QuantStub
+from .rnn import LSTM, RNN, LSTMCell, RNNCell
+from .rrconv import RegionRestrictedConv
 from .sequential import Sequential
 from .sliding_window import SlidingWindow, SlidingWindowTranspose
 
@@ -42,4 +46,5 @@ __all__ = [
     "ReLU", "GELU", "SiLU", "Sigmoid", "Softmax", "LeakyReLU", "PReLU",
     "Dropout", "Embedding", "Identity", "Sequential", "Concat", "Elemwise", "Pad", "PixelShuffle",
     "SlidingWindow", "SlidingWindowTranspose", "QuantStub", "DequantStub",
+    "RNNCell", "LSTMCell", "RNN", "LSTM", "MultiHeadAttention", "RegionRestrictedConv", "BatchMatMulActivation",
 ]
