@@ -448,3 +448,21 @@ def test_dump_writes_portable_stablehlo_that_loads_and_runs(tmp_path):
     assert g.arg_names == ["x", "w"]
     out = g(x, w)
     np.testing.assert_allclose(out[0].numpy(), ref.numpy(), rtol=1e-6)
+
+
+def test_detach_inside_a_compiled_step_follows_its_input():
+    f = xla_trace(lambda x: x.detach() * 2)
+    for v in (1.0, 5.0, 7.0):
+        np.testing.assert_allclose(f(mge.Tensor([v])).numpy(), [2 * v])
+    w = mge.Parameter([3.0])
+    gm = GradManager().attach([w])
+    with gm:
+        y = w * w.detach()
+        gm.backward(y)
+    np.testing.assert_allclose(w.grad.numpy(), [3.0])  # only the non-detached factor contributes
+
+
+def test_tensor_of_a_traced_tensor_stays_connected():
+    f = xla_trace(lambda x: mge.Tensor(x) + mge.Tensor(x, dtype="int32"))
+    for v in (1.0, 5.0):
+        np.testing.assert_allclose(f(mge.Tensor([v])).numpy(), [2 * v])

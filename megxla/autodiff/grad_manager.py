@@ -11,6 +11,7 @@ from ..core import _dispatch
 from ..core._dispatch import apply, wrap
 from ..core._op import VJP
 from ..core._tensor import Tensor
+from ..core.ops.shape import detach as _DETACH
 
 __all__ = ["GradManager"]
 
@@ -106,6 +107,8 @@ class GradManager:
             if t._vid in tracked:
                 break
         else:
+            return
+        if op.prim is _DETACH:  # detach() cuts the gradient: its output is not tracked
             return
         self._tape.append((op, [(t._data, t._vid) for t in inputs], [t._vid for t in outputs]))
         for t in outputs:

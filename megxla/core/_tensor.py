@@ -40,11 +40,17 @@ class Tensor:
 
     def __init__(self, data=None, dtype=None, device=None, is_const=False, no_cache=False, name=None,
                  format="default"):
-        from ._dispatch import _vids
+        from ._dispatch import _vids, current_interpreter
         if data is None:
             data = []
-        self._data = _dt.to_array(data, dtype, device)
-        self._vid = next(_vids)
+        if isinstance(data, Tensor) and device is None and current_interpreter() is not None:
+            # NOTE: while tracing, Tensor(t) must stay connected to t (an op), not become a baked constant.
+            from ..functional import astype, copy
+            src = astype(data, dtype) if dtype is not None else copy(data)
+            self._data, self._vid = src._data, src._vid
+        else:
+            self._data = _dt.to_array(data, dtype, device)
+            self._vid = next(_vids)
         self._grad = None
         self._name = name
 
@@ -199,10 +205,17 @@ class Tensor:
         self._reset(zeros_like(self))
 
     def detach(self):
-        """A tensor with the same value that gradients do not flow through."""
-        from ._dispatch import wrap
-        t = wrap(self._data)
-        return t
+        """A tensor with the same value that gradients do not flow through.
+
+        It is an op (``detach``, JAX's ``stop_gradient``) so that a trace sees the dependency on ``self``;
+        GradManagers do not tape it, which is what cuts the gradient.
+
+        Example:
+            >>> y = x.detach()
+        """
+        from ._dispatch import apply
+        from .ops.shape import detach
+        return apply(detach.bind(), self)
 
     def to(self, device, *, _borrow=False):
         """A copy of this tensor on ``device``."""

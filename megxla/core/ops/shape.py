@@ -17,6 +17,8 @@ flip = Primitive("flip", lambda x, *, axis: jnp.flip(x, axis))
 roll = Primitive("roll", lambda x, *, shift, axis: jnp.roll(x, shift, axis))
 tile = Primitive("tile", lambda x, *, reps: jnp.tile(x, reps))
 repeat = Primitive("repeat", lambda x, *, repeats, axis: jnp.repeat(x, repeats, axis=axis))
+# Identity that gradients do not flow through (Tensor.detach); GradManagers skip it when taping.
+detach = Primitive("detach", jax.lax.stop_gradient)
 copy = Primitive("copy", lambda x: jnp.array(x, copy=True))
 
 
