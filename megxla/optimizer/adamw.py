@@ -4,13 +4,13 @@ from __future__ import annotations
 from typing import Iterable, Tuple, Union
 
 from ..core._tensor import Parameter
-from .adam import _adam_moments, _moment_hypers
-from .optimizer import Optimizer, assign, hyper_tensor, uses
+from .adam import Adam, _adam_moments, _moment_hypers
+from .optimizer import assign, hyper_tensor, uses
 
 __all__ = ["AdamW"]
 
 
-class AdamW(Optimizer):
+class AdamW(Adam):
     r"""AdamW, from `"Decoupled Weight Decay Regularization" <https://arxiv.org/abs/1711.05101>`_.
 
     The moments are Adam's, computed from the raw gradient; the weight decay is applied to the parameter
@@ -43,13 +43,8 @@ class AdamW(Optimizer):
 
     def __init__(self, params: Union[Iterable[Parameter], dict], lr: float,
                  betas: Tuple[float, float] = (0.9, 0.999), eps: float = 1e-8, weight_decay: float = 1e-2):
-        super().__init__(params, dict(lr=lr, weight_decay=weight_decay, betas=betas, eps=eps))
-
-    def _create_state(self, param_group):
-        for param in param_group["params"]:
-            self._add_state(param, "exp_avg")
-            self._add_state(param, "exp_avg_sq")
-            self._add_state(param, "step", initializer=0.0)
+        # Same slots as Adam (its _create_state); only the update differs: decoupled weight decay.
+        super().__init__(params, lr, betas, eps, weight_decay)
 
     def _updates(self, param_group):
         params = self._params_with_grad(param_group)
