@@ -1,6 +1,7 @@
 """The one piece of mutable amp state that the functional front ends consult.
 
-``megxla.functional`` reads :data:`enabled` (a single module attribute) before matmul / linear / conv; everything else happens only when it is True, so autocast costs nothing on the eager hot path when off.
+``megxla.functional`` reads :data:`enabled` (a single module attribute) before matmul / linear / conv;
+everything else happens only when it is True, so autocast costs nothing on the eager hot path when off.
 This module imports nothing from megxla but the Tensor class, so ``functional`` can import it without cycles.
 """
 from __future__ import annotations
