@@ -50,11 +50,11 @@ XLA_GRAPH = Primitive("xla_graph", lambda *arrays, graph: graph.replay(*arrays),
 
 
 class _Segment:
-    __slots__ = ("ops", "in_vids", "out_vids", "start", "end", "executable", "lowered", "run")
+    __slots__ = ("ops", "in_vids", "out_vids", "start", "end", "executable", "lowered", "run", "plan")
 
     def __init__(self, ops, in_vids, out_vids, start, end):
         self.ops, self.in_vids, self.out_vids, self.start, self.end = ops, in_vids, out_vids, start, end
-        self.executable = self.lowered = None
+        self.executable = self.lowered = self.plan = None
 
 
 class _Entry:
@@ -312,15 +312,23 @@ class trace:
 
     # ---- run compiled, no host -------------------------------------------------------------------------------
     def _inputs(self, entry, state, seg):
-        rec = entry.rec
-        env = {}
-        for t, v in zip(state, rec.input_vids):
-            env[v] = t._data
-        _grad_env(env, entry, state)
-        env.update(rec.consts)
-        for v, getter in rec.hyper.items():
-            env[v] = np.asarray(getter(), dtype=entry.avals[v].dtype)
-        return [env[v] for v in seg.in_vids]
+        plan = seg.plan
+        if plan is None:
+            plan = seg.plan = _input_plan(entry, seg)
+        # NOTE: a precomputed plan instead of a vid->array dict per call: this is per-step host overhead.
+        out = []
+        for kind, a, b in plan:
+            if kind == 0:
+                out.append(state[a]._data)
+            elif kind == 1:
+                out.append(a)
+            else:
+                out.append(np.asarray(a(), dtype=b))
+        if entry.rec.grad_inputs:
+            env = {}
+            _grad_env(env, entry, state)
+            out = [env.get(v, x) for v, x in zip(seg.in_vids, out)]
+        return out
 
     def _run(self, entry, state):
         seg = entry.segments[0]
@@ -606,6 +614,27 @@ def load(file):
     run.exported = exp
     run.arg_names, run.output_names = meta["arg_names"], meta["output_names"]
     return run
+
+
+def _input_plan(entry, seg):
+    """Where each executable input comes from: ``(0, state index, _)``, ``(1, constant array, _)`` or
+    ``(2, getter, dtype)`` for re-read hyper-parameters; ``.grad`` inputs are patched in by ``_grad_env``."""
+    rec = entry.rec
+    state_index = {v: i for i, v in enumerate(rec.input_vids)}
+    grad_vids = {v for _, v in rec.grad_inputs}
+    plan = []
+    for v in seg.in_vids:
+        if v in state_index:
+            plan.append((0, state_index[v], None))
+        elif v in rec.hyper:
+            plan.append((2, rec.hyper[v], entry.avals[v].dtype))
+        elif v in rec.consts:
+            plan.append((1, rec.consts[v], None))
+        elif v in grad_vids:
+            plan.append((1, None, None))  # replaced by the current .grad below
+        else:
+            raise TraceError(f"internal: input value {v} of the compiled step has no source")
+    return plan
 
 
 def _live_externals(entry):
