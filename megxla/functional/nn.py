@@ -87,19 +87,13 @@ def _bias(bias, n, op):
 
 
 # ---- convolution ------------------------------------------------------------------------------------------------
-def _conv_nd(op, nd, inp, weight, bias, stride, padding, dilation, groups, conv_mode):
-    _conv_mode(conv_mode, op)
-    inp, weight = _t(inp), _t(weight)
-    _ndim(inp, nd + 2, op, layout="(N, C, " + ", ".join("DHW"[3 - nd:]) + ")")
-    _float(inp, op)
-    _float(weight, op, "weight")
-    inp, weight = _promote(inp, weight)
-    if _amp.enabled:  # autocast: compute in low precision, as MegEngine's amp
-        inp, weight, bias = _amp.low(inp, weight, bias)
+def _conv_channels(op, inp, weight, groups, nd):
+    """Check a convolution weight in MegEngine's plain ``(O, I/G, *k)`` or grouped ``(G, O/G, I/G, *k)`` layout
+    against the input's channels; returns ``(groups, output channels)``."""
     groups = int(groups)
     if groups < 1:
         raise OpError(f"{op}: groups must be positive, got {groups}")
-    if weight.ndim == nd + 3:  # MegEngine's grouped layout (G, O/G, I/G, *k)
+    if weight.ndim == nd + 3:
         if weight.shape[0] != groups:
             raise OpError(f"{op}: grouped weight {weight.shape} has {weight.shape[0]} groups, but groups={groups}")
         cin, cout = weight.shape[2] * groups, weight.shape[1] * groups
@@ -113,9 +107,27 @@ def _conv_nd(op, nd, inp, weight, bias, stride, padding, dilation, groups, conv_
     if inp.shape[1] != cin:
         raise OpError(f"{op}: input has {inp.shape[1]} channels but weight {weight.shape} with groups={groups} "
                       f"expects {cin}")
-    s = _positive(_tuple(stride, nd, "stride", op), "stride", op)
-    p = _positive(_tuple(padding, nd, "padding", op), "padding", op, allow_zero=True)
-    d = _positive(_tuple(dilation, nd, "dilation", op), "dilation", op)
+    return groups, cout
+
+
+def _geometry(op, stride, padding, dilation, nd):
+    """Validated ``(stride, padding, dilation)`` tuples of a convolution."""
+    return (_positive(_tuple(stride, nd, "stride", op), "stride", op),
+            _positive(_tuple(padding, nd, "padding", op), "padding", op, allow_zero=True),
+            _positive(_tuple(dilation, nd, "dilation", op), "dilation", op))
+
+
+def _conv_nd(op, nd, inp, weight, bias, stride, padding, dilation, groups, conv_mode):
+    _conv_mode(conv_mode, op)
+    inp, weight = _t(inp), _t(weight)
+    _ndim(inp, nd + 2, op, layout="(N, C, " + ", ".join("DHW"[3 - nd:]) + ")")
+    _float(inp, op)
+    _float(weight, op, "weight")
+    inp, weight = _promote(inp, weight)
+    if _amp.enabled:  # autocast: compute in low precision, as MegEngine's amp
+        inp, weight, bias = _amp.low(inp, weight, bias)
+    groups, cout = _conv_channels(op, inp, weight, groups, nd)
+    s, p, d = _geometry(op, stride, padding, dilation, nd)
     _out_size(inp.shape[2:], weight.shape[-nd:], s, p, d, op)
     args = (inp, weight) + _bias(bias, cout, op)
     return _apply(_N.conv.bind(stride=s, padding=p, dilation=d, groups=groups, nd=nd), *args)
@@ -349,21 +361,8 @@ def deformable_conv2d(inp, weight, offset, mask, bias=None, stride=1, padding=0,
     for x, what in ((inp, "input"), (weight, "weight"), (offset, "offset"), (mask, "mask")):
         _float(x, op, what)
     inp, weight, offset, mask = _promote(inp, weight, offset, mask)
-    groups = int(groups)
-    if weight.ndim == 5:
-        if weight.shape[0] != groups:
-            raise OpError(f"{op}: grouped weight {weight.shape} has {weight.shape[0]} groups, but groups={groups}")
-        cin, cout = weight.shape[2] * groups, weight.shape[1] * groups
-    elif weight.ndim == 4:
-        cin, cout = weight.shape[1] * groups, weight.shape[0]
-    else:
-        raise OpError(f"{op}: weight must be 4-D (O, C/groups, KH, KW) or 5-D, got shape {weight.shape}")
-    if groups < 1 or cout % groups or inp.shape[1] != cin:
-        raise OpError(f"{op}: input has {inp.shape[1]} channels; weight {weight.shape} with groups={groups} "
-                      f"expects {cin}")
-    s, p, d = (_positive(_tuple(stride, 2, "stride", op), "stride", op),
-               _positive(_tuple(padding, 2, "padding", op), "padding", op, True),
-               _positive(_tuple(dilation, 2, "dilation", op), "dilation", op))
+    groups, cout = _conv_channels(op, inp, weight, groups, 2)
+    s, p, d = _geometry(op, stride, padding, dilation, 2)
     kk = weight.shape[-2] * weight.shape[-1]
     out = _out_size(inp.shape[2:], weight.shape[-2:], s, p, d, op)
     n = inp.shape[0]
@@ -413,21 +412,8 @@ def region_restricted_conv(inp, weight, rin, rout, bias=None, stride=1, padding=
     _float(inp, op)
     _float(weight, op, "weight")
     inp, weight = _promote(inp, weight)
-    groups = int(groups)
-    if weight.ndim == 5:
-        if weight.shape[0] != groups:
-            raise OpError(f"{op}: grouped weight {weight.shape} has {weight.shape[0]} groups, but groups={groups}")
-        cin, cout = weight.shape[2] * groups, weight.shape[1] * groups
-    elif weight.ndim == 4:
-        cin, cout = weight.shape[1] * groups, weight.shape[0]
-    else:
-        raise OpError(f"{op}: weight must be 4-D or 5-D (grouped), got shape {weight.shape}")
-    if groups < 1 or cout % groups or inp.shape[1] != cin:
-        raise OpError(f"{op}: input has {inp.shape[1]} channels; weight {weight.shape} with groups={groups} "
-                      f"expects {cin}")
-    s, p, d = (_positive(_tuple(stride, 2, "stride", op), "stride", op),
-               _positive(_tuple(padding, 2, "padding", op), "padding", op, True),
-               _positive(_tuple(dilation, 2, "dilation", op), "dilation", op))
+    groups, cout = _conv_channels(op, inp, weight, groups, 2)
+    s, p, d = _geometry(op, stride, padding, dilation, 2)
     out = _out_size(inp.shape[2:], weight.shape[-2:], s, p, d, op)
     n = inp.shape[0]
     for r, what, shape in ((rin, "rin", (n,) + inp.shape[2:]), (rout, "rout", (n,) + out)):
