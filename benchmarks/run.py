@@ -180,6 +180,7 @@ def initial_arrays(wl):
 
 
 def make_megxla(wl, column):
+    import jax
     import megxla as mge
     import megxla.functional as F
     from megxla.autodiff import GradManager
@@ -214,7 +215,11 @@ def make_megxla(wl, column):
 
     def step():
         loss = fn(x, y, model, opt)
-        loss._data.block_until_ready()
+        # Block on everything the step wrote, not only the loss: eager optimizer updates are dispatched
+        # asynchronously and would otherwise run on into the next measured step (another column's, when
+        # interleaved).
+        jax.block_until_ready([loss._data] + [t._data for t in model.tensors()]
+                              + [v._data for st in opt._state.values() for v in st.values() if hasattr(v, "_data")])
         return loss._data
 
     def info():
@@ -258,7 +263,7 @@ def make_jax(wl):
             state["compile_time_s"] = time.perf_counter() - t0
         p, b, o, loss = state["compiled"](*state["args"], x, y)
         state["args"] = (p, b, o)
-        loss.block_until_ready()
+        jax.block_until_ready((p, b, o, loss))
         return loss
 
     def info():
