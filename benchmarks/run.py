@@ -6,7 +6,7 @@ step (forward + loss + backward + optimizer update, float32, random data) in the
 
     eager          megxla eager (GradManager + optimizer, no jit)
     trace          megxla ``trace(symbolic=True, without_host=True)`` of the whole step
-    trace_host     megxla ``trace(symbolic=True)`` with MegEngine's default ``without_host=False`` (the Python body
+    trace_host     (opt-in) megxla ``trace(symbolic=True)`` with MegEngine's default ``without_host=False`` (the Python body
                    runs every call, checked against the recording, values from the compiled executable)
     xla_trace      megxla ``xla_trace`` (defaults: record on the first call, compile on the second, no host)
     partial_trace  megxla eager step whose ``model.forward`` is ``partial_trace(type(model).forward, backend="xla")``
@@ -16,11 +16,12 @@ step (forward + loss + backward + optimizer update, float32, random data) in the
     torch_compile  PyTorch with ``torch.compile(model)`` (forward+backward compiled by inductor; optimizer eager)
 
 Each cell: build the model fresh (same seed), call 1 and call 2 are timed separately (they hold recording /
-compilation), then ``--warmup`` more calls, then ``--steps`` timed calls (each blocks on the loss); the table
-reports the median (and min / max) ms/step, and each megxla column as a ratio to ``jax_jit``.
+compilation), then ``--warmup`` more calls, then ``--steps`` timed calls (each blocks on the loss and on every
+tensor the step wrote); the table reports the median (and min / max) ms/step, and each column as a ratio to
+``jax_jit``. The megxla / JAX columns of a workload are timed in interleaved rounds, PyTorch's after them.
 
 Run:
-    python benchmarks/run.py                  # full suite (~15 min on 2 cores), writes benchmarks/results/
+    python benchmarks/run.py                  # full suite (~6 min on an idle 2-core machine), writes benchmarks/results/
     python benchmarks/run.py --quick          # smoke run (< 2 min): small workloads, few steps
     python benchmarks/run.py --only mlp,resnet18 --steps 50 --columns xla_trace,jax_jit
 
@@ -213,13 +214,17 @@ def make_megxla(wl, column):
     elif column != "eager":
         raise ValueError(column)
 
+    written = []  # the Tensor objects a step rebinds (filled after the first call, once optimizer slots exist)
+
     def step():
         loss = fn(x, y, model, opt)
         # Block on everything the step wrote, not only the loss: eager optimizer updates are dispatched
         # asynchronously and would otherwise run on into the next measured step (another column's, when
-        # interleaved).
-        jax.block_until_ready([loss._data] + [t._data for t in model.tensors()]
-                              + [v._data for st in opt._state.values() for v in st.values() if hasattr(v, "_data")])
+        # interleaved). The Tensor objects are stable (updates rebind their ``_data``), so they are listed once.
+        if not written:
+            written.extend(model.tensors())
+            written.extend(v for st in opt._state.values() for v in st.values() if hasattr(v, "_data"))
+        jax.block_until_ready([loss._data] + [t._data for t in written])
         return loss._data
 
     def info():
@@ -541,7 +546,7 @@ def render(meta, workloads, columns, results, overhead, targets):
     if overhead:
         raw = overhead.get("raw cached jax.jit call")
         L.append("\n## Per-op eager overhead (add of two 32×32 float32; `benchmarks/eager_overhead.py`, "
-                 "best of its `measure()` run 3 times)\n")
+                 f"best of its `measure()` run {meta.get('overhead_repeats', 1)} times)\n")
         L.append("| what | µs/op | × raw jax.jit call |")
         L.append("|---|---|---|")
         for name, us in overhead.items():
@@ -725,7 +730,8 @@ def main(argv=None):
     meta["load_avg_end"] = _loadavg()
     overhead = None
     if not args.no_overhead:
-        overhead = per_op_overhead(1 if args.quick else 3)
+        meta["overhead_repeats"] = 1 if args.quick else 3
+        overhead = per_op_overhead(meta["overhead_repeats"])
     meta["wall_s"] = time.perf_counter() - t_start
     targets = check_targets(workloads, results, overhead)
     md = render(meta, workloads, columns, results, overhead, targets)
