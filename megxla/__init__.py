@@ -7,6 +7,7 @@ Example:
     >>> F.relu(x - 1.5).numpy()
     array([0. , 0.5], dtype=float32)
 """
+from . import config  # first: XLA flags and JAX settings must be in place before any op starts a backend
 from .core import Tensor, Parameter
 from .core.dtypes import set_default_device, get_default_device
 from ._device import (is_cuda_available, get_device_count, get_cuda_compute_capability, is_atlas_available,
@@ -23,7 +24,7 @@ from . import distributed
 tensor = Tensor
 __version__ = "0.1.0"
 
-__all__ = ["Tensor", "tensor", "Parameter", "functional", "random", "autodiff", "jit", "module", "optimizer",
-           "data", "save", "load",
+__all__ = ["Tensor", "tensor", "Parameter", "config", "functional", "random", "autodiff", "jit", "module",
+           "optimizer", "data", "save", "load",
            "is_cuda_available", "get_device_count", "get_default_device", "set_default_device", "get_logger",
            "set_log_level", "set_log_file", "enable_debug_log"]

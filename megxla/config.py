@@ -1,0 +1,200 @@
+"""Global switches (``megengine.config``): module attributes that take effect when set.
+
+MegEngine 1.13's names, mapped onto JAX/XLA's own engines:
+
+- ``deterministic_kernel`` (False): True asks XLA for bit-reproducible kernels (``--xla_gpu_deterministic_ops``,
+  which also makes scatter-add and reductions order-stable on GPUs). XLA reads its flags once, when the first
+  backend starts (megxla's first op), so set it before that (or export ``MEGXLA_DETERMINISTIC_KERNEL=1``); set
+  later it is recorded, a warning says so, and it applies to the next process. CPU kernels are deterministic
+  anyway.
+- ``_compute_mode`` ("default" or "float32"): as in MegEngine, float32 matmul/conv compute in full float32 either
+  way ("float32" also names float32 accumulation for float16 inputs, which XLA does by default). megxla sets JAX's
+  ``jax_default_matmul_precision`` to "highest" at import, so float32 means float32 on every backend (JAX alone
+  would use TF32 on NVIDIA GPUs).
+- ``matmul_precision`` (megxla extension, "highest"): the documented switch into faster, lower-precision float32
+  matmul/conv: "high" (TF32-class / 3-pass bfloat16) or "default" (the backend's fastest: TF32 on NVIDIA GPUs,
+  one-pass bfloat16 on TPUs). ``amp`` remains the route to float16/bfloat16 compute.
+- ``compilation_cache`` (True) and ``compilation_cache_dir``: JAX's persistent compilation cache, so a second
+  process reuses the executables of the first instead of compiling again. On by default, in
+  ``$MEGXLA_COMPILATION_CACHE_DIR``, else ``$XDG_CACHE_HOME/megxla/jax``, else ``~/.cache/megxla/jax``;
+  ``MEGXLA_COMPILATION_CACHE=0`` (or ``compilation_cache = False``) turns it off. JAX writes entries atomically, so
+  processes may share the directory. Every executable is cached, however small or quick to compile: eager
+  kernels are many and each costs a compile on the way to the first step.
+- ``async_level`` (2), ``benchmark_kernel`` (False), ``benchmark_with_subprocess`` (False),
+  ``disable_memory_forwarding`` (False), ``_conv_format`` ("default"), ``_auto_format_convert`` (False): accepted
+  and validated for MegEngine code. JAX dispatch is always asynchronous (``async_level`` 2), XLA autotunes GPU
+  kernels itself when compiling (its choice is part of the cached executable), buffers are never aliased behind
+  the user's back, and XLA chooses layouts — so they change nothing.
+
+Example:
+    >>> import megxla
+    >>> megxla.config.deterministic_kernel
+    False
+    >>> megxla.config.matmul_precision
+    'highest'
+"""
+from __future__ import annotations
+
+import os
+import sys
+import types
+import warnings
+
+import jax
+
+_PRECISIONS = ("highest", "float32", "high", "tensorfloat32", "bfloat16_3x", "default", "bfloat16")
+_FALSE = ("0", "false", "no", "off", "")
+
+
+def _env_flag(name, default):
+    v = os.environ.get(name)
+    return default if v is None else v.strip().lower() not in _FALSE
+
+
+def default_cache_dir() -> str:
+    """The per-user directory of the persistent compilation cache when none is configured.
+
+    Returns:
+        ``$MEGXLA_COMPILATION_CACHE_DIR``, else ``$XDG_CACHE_HOME/megxla/jax``, else ``~/.cache/megxla/jax``.
+
+    Example:
+        >>> default_cache_dir().endswith("jax") or "MEGXLA_COMPILATION_CACHE_DIR" in os.environ
+        True
+    """
+    explicit = os.environ.get("MEGXLA_COMPILATION_CACHE_DIR")
+    if explicit:
+        return os.path.expanduser(explicit)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "megxla", "jax")
+
+
+def _backend_started() -> bool:
+    try:
+        from jax._src import xla_bridge
+        return bool(xla_bridge._backends)
+    except Exception:  # private API moved: assume started, so we warn rather than claim an effect
+        return True
+
+
+def _set_xla_flag(flag: str, on: bool):
+    flags = [f for f in os.environ.get("XLA_FLAGS", "").split() if not f.startswith(flag + "=")]
+    if on:
+        flags.append(flag + "=true")
+    os.environ["XLA_FLAGS"] = " ".join(flags)
+
+
+def _apply_cache(enabled: bool, path: str | None):
+    from jax._src import compilation_cache as cc
+    if enabled and path:
+        jax.config.update("jax_compilation_cache_dir", path)
+        # cache every executable: eager first calls compile many small kernels, each worth keeping
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+        jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    else:
+        jax.config.update("jax_compilation_cache_dir", None)
+    try:  # JAX opens its cache once; make a change of directory take effect now
+        cc.reset_cache()
+    except Exception:
+        pass
+
+
+class _Config(types.ModuleType):
+    """The module type of ``megxla.config``: setting an attribute validates it and applies it."""
+
+    def __setattr__(self, name, value):
+        setter = _SETTERS.get(name)
+        if setter is not None:
+            value = setter(self, value)
+        super().__setattr__(name, value)
+
+
+def _bool(name):
+    def check(mod, value):
+        if not isinstance(value, (bool, int)):
+            raise TypeError(f"megxla.config.{name} must be a bool, got {value!r}")
+        return bool(value)
+    return check
+
+
+def _set_async_level(mod, value):
+    if value not in (0, 1, 2):
+        raise ValueError(f"megxla.config.async_level must be 0, 1 or 2, got {value!r}")
+    return int(value)
+
+
+def _set_compute_mode(mod, value):
+    if value not in ("default", "float32"):
+        raise ValueError(f"megxla.config._compute_mode must be 'default' or 'float32', got {value!r}")
+    return value
+
+
+def _set_conv_format(mod, value):
+    if not isinstance(value, str):
+        raise TypeError(f"megxla.config._conv_format must be a str, got {value!r}")
+    return value
+
+
+def _set_matmul_precision(mod, value):
+    if value not in _PRECISIONS:
+        raise ValueError(f"megxla.config.matmul_precision must be one of {_PRECISIONS}, got {value!r}")
+    jax.config.update("jax_default_matmul_precision", value)
+    return value
+
+
+def _set_deterministic(mod, value):
+    value = _bool("deterministic_kernel")(mod, value)
+    if value != mod.__dict__.get("deterministic_kernel", False) and _backend_started():
+        warnings.warn("megxla.config.deterministic_kernel: XLA reads its flags when the backend starts, which has "
+                      "happened in this process; the change applies to processes started after it (set it before "
+                      "the first op, or export MEGXLA_DETERMINISTIC_KERNEL=1)", stacklevel=3)
+    _set_xla_flag("--xla_gpu_deterministic_ops", value)
+    return value
+
+
+def _set_cache(mod, value):
+    value = _bool("compilation_cache")(mod, value)
+    _apply_cache(value, mod.__dict__.get("compilation_cache_dir"))
+    return value
+
+
+def _set_cache_dir(mod, value):
+    if value is not None and not isinstance(value, (str, os.PathLike)):
+        raise TypeError(f"megxla.config.compilation_cache_dir must be a path or None, got {value!r}")
+    value = None if value is None else os.path.expanduser(os.fspath(value))
+    _apply_cache(mod.__dict__.get("compilation_cache", False), value)
+    return value
+
+
+_SETTERS = {
+    "async_level": _set_async_level,
+    "benchmark_kernel": _bool("benchmark_kernel"),
+    "benchmark_with_subprocess": _bool("benchmark_with_subprocess"),
+    "deterministic_kernel": _set_deterministic,
+    "disable_memory_forwarding": _bool("disable_memory_forwarding"),
+    "_compute_mode": _set_compute_mode,
+    "_conv_format": _set_conv_format,
+    "_auto_format_convert": _bool("_auto_format_convert"),
+    "matmul_precision": _set_matmul_precision,
+    "compilation_cache": _set_cache,
+    "compilation_cache_dir": _set_cache_dir,
+}
+
+async_level = 2
+benchmark_kernel = False
+benchmark_with_subprocess = False
+disable_memory_forwarding = False
+_compute_mode = "default"
+_conv_format = "default"
+_auto_format_convert = False
+
+sys.modules[__name__].__class__ = _Config
+_mod = sys.modules[__name__]
+# Defaults applied at import (megxla's import runs this module before any op starts a backend).
+_mod.matmul_precision = "highest"
+_mod.__dict__["deterministic_kernel"] = False
+_mod.deterministic_kernel = _env_flag("MEGXLA_DETERMINISTIC_KERNEL", False) or \
+    "--xla_gpu_deterministic_ops=true" in os.environ.get("XLA_FLAGS", "")
+_mod.__dict__["compilation_cache"] = False
+_mod.compilation_cache_dir = default_cache_dir()
+_mod.compilation_cache = _env_flag("MEGXLA_COMPILATION_CACHE", True)
+del _mod
