@@ -20,6 +20,10 @@ from .logger import get_logger, set_log_level, set_log_file, enable_debug_log
 from . import functional, random, autodiff, jit, module, optimizer, data
 from . import amp
 from . import distributed
+from . import device, logger, serialization, core
+# NOTE: as in MegEngine, `megxla.tensor` is the Tensor class, shadowing the submodule megxla/tensor.py:
+# importing the submodule sets the package attribute to the module, so the class is bound after it.
+from . import tensor as _tensor_module  # noqa: F401
 
 tensor = Tensor
 __version__ = "0.1.0"

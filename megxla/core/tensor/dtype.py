@@ -1,0 +1,308 @@
+"""Dtype metadata with MegEngine's names (``megengine.core.tensor.dtype``).
+
+Quantized dtypes are NumPy dtypes of their storage type carrying MegEngine's metadata
+(``dtype.metadata["mgb_dtype"] = {"name", "scale", "zero_point"}``), exactly as MegEngine builds them, so
+code that inspects ``get_scale(x.dtype)`` or pickles quantized dtypes sees the same objects. The arithmetic
+on quantized values (observers, fake quantization) is built on top of this metadata by
+``megxla.quantization``.
+"""
+from __future__ import annotations
+
+from typing import Optional, Union
+
+import numpy as np
+
+__all__ = ["QuantDtypeMeta", "create_quantized_dtype", "get_dtype_bit", "get_scale", "get_zero_point",
+           "is_bfloat16", "is_lowbit", "is_quantize", "qint32", "qint4", "qint8", "quint4", "quint8",
+           "convert_to_qint8", "convert_from_qint8", "convert_to_quint8", "convert_from_quint8",
+           "convert_to_qint32", "convert_from_qint32", "convert_to_qint4", "convert_from_qint4",
+           "convert_to_quint4", "convert_from_quint4"]
+
+
+class QuantDtypeMeta:
+    r"""Description of a quantized dtype: its name, MegBrain name, storage type and integer range.
+
+    Args:
+        name: user-facing name, e.g. ``"qint8"``.
+        cname: MegBrain's name, e.g. ``"QuantizedS8"`` (None for dtypes MegBrain cannot dump).
+        np_dtype_str: NumPy storage dtype, e.g. ``"int8"``.
+        qmin: smallest quantized value.
+        qmax: largest quantized value.
+        is_unsigned: whether values are stored unsigned; derived from ``qmin`` when None.
+
+    Example:
+        >>> QuantDtypeMeta("qint8", "QuantizedS8", "int8", -128, 127).is_unsigned
+        False
+    """
+
+    __slots__ = ("name", "cname", "np_dtype_str", "qmin", "qmax", "is_unsigned")
+
+    def __init__(self, name: str, cname: str, np_dtype_str: str, qmin: int, qmax: int, is_unsigned: bool = None):
+        if qmin > qmax:
+            raise ValueError(f"QuantDtypeMeta {name!r}: qmin={qmin} > qmax={qmax}")
+        self.name, self.cname, self.np_dtype_str = name, cname, np_dtype_str
+        self.qmin, self.qmax = int(qmin), int(qmax)
+        self.is_unsigned = (qmin >= 0) if is_unsigned is None else bool(is_unsigned)
+
+    def _key(self):
+        return (self.name, self.cname, self.np_dtype_str, self.qmin, self.qmax, self.is_unsigned)
+
+    def __eq__(self, other):
+        return isinstance(other, QuantDtypeMeta) and self._key() == other._key()
+
+    def __hash__(self):
+        return hash(self._key())
+
+    def __copy__(self):  # the builtin metas are singletons compared by value; copies may share
+        return self
+
+    def __deepcopy__(self, memo):
+        return self
+
+    def __reduce__(self):
+        return (QuantDtypeMeta, self._key())
+
+    def __repr__(self):
+        return (f"QuantDtypeMeta(name={self.name!r}, cname={self.cname!r}, np_dtype_str={self.np_dtype_str!r}, "
+                f"qmin={self.qmin}, qmax={self.qmax}, is_unsigned={self.is_unsigned})")
+
+
+_builtin_quant_dtypes = {
+    "quint8": QuantDtypeMeta("quint8", "Quantized8Asymm", "uint8", 0, 255),
+    "qint8": QuantDtypeMeta("qint8", "QuantizedS8", "int8", -128, 127),
+    "qint8_narrow": QuantDtypeMeta("qint8_narrow", "QuantizedS8", "int8", -127, 127),
+    "quint4": QuantDtypeMeta("quint4", "Quantized4Asymm", "uint8", 0, 15),
+    "qint4": QuantDtypeMeta("qint4", "QuantizedS4", "int8", -8, 7),
+    "qint32": QuantDtypeMeta("qint32", "QuantizedS32", "int32", -(2 ** 31), 2 ** 31 - 1),
+    # NOTE: 2-bit types exist for quantization-aware training only (MegBrain cannot dump them).
+    "quint2": QuantDtypeMeta("quint2", None, "uint8", 0, 3),
+    "qint2": QuantDtypeMeta("qint2", None, "int8", -2, 1),
+}
+# MegBrain name -> meta (several metas may share a cname; the first registered wins, as in MegEngine)
+_metadata_dict = {}
+for _m in _builtin_quant_dtypes.values():
+    _metadata_dict.setdefault(_m.cname, _m)
+
+
+def _meta(dtype_meta) -> QuantDtypeMeta:
+    if isinstance(dtype_meta, QuantDtypeMeta):
+        return dtype_meta
+    if isinstance(dtype_meta, str) and dtype_meta in _builtin_quant_dtypes:
+        return _builtin_quant_dtypes[dtype_meta]
+    raise ValueError(f"unknown quantized dtype {dtype_meta!r}: expected a QuantDtypeMeta or one of "
+                     f"{sorted(_builtin_quant_dtypes)}")
+
+
+def create_quantized_dtype(dtype_meta: Union[str, QuantDtypeMeta], scale: float, zp: Optional[int]):
+    r"""A NumPy dtype of ``dtype_meta``'s storage type carrying MegEngine's quantization metadata.
+
+    Args:
+        dtype_meta: a :class:`QuantDtypeMeta` or a builtin name (``"qint8"``, ``"quint8"``...).
+        scale: the quantization step.
+        zp: the zero point (None for symmetric types).
+
+    Returns:
+        ``np.dtype`` with ``metadata["mgb_dtype"] == {"name", "scale", "zero_point"}``.
+
+    Example:
+        >>> dt = create_quantized_dtype("quint8", 0.5, 3)
+        >>> get_scale(dt), get_zero_point(dt), dt.name
+        (0.5, 3, 'uint8')
+    """
+    meta = _meta(dtype_meta)
+    info = {"name": meta.cname if meta.cname is not None else meta.name, "scale": float(scale),
+            "zero_point": int(zp) if zp is not None else None, "qmin": meta.qmin, "qmax": meta.qmax,
+            "meta_name": meta.name}
+    return np.dtype(meta.np_dtype_str, metadata={"mgb_dtype": info})
+
+
+def _info(dtype, what):
+    if not is_quantize(dtype):
+        raise ValueError(f"{what}: {dtype!r} is not a quantized dtype")
+    return dtype.metadata["mgb_dtype"]
+
+
+def is_quantize(dtype) -> bool:
+    """Whether ``dtype`` (a NumPy dtype) carries quantization metadata.
+
+    Example:
+        >>> is_quantize(qint8(0.1)), is_quantize(np.dtype("int8"))
+        (True, False)
+    """
+    dtype = getattr(dtype, "dtype", dtype)  # a Tensor or array is accepted too
+    md = getattr(dtype, "metadata", None)
+    return md is not None and "mgb_dtype" in md
+
+
+def get_scale(dtype) -> float:
+    """The scale of a quantized dtype.
+
+    Example:
+        >>> get_scale(qint8(0.25))
+        0.25
+    """
+    return _info(getattr(dtype, "dtype", dtype), "get_scale")["scale"]
+
+
+def get_zero_point(dtype) -> int:
+    """The zero point of an asymmetric quantized dtype (``quint8`` / ``quint4``).
+
+    Example:
+        >>> get_zero_point(quint8(0.1, 128))
+        128
+    """
+    info = _info(getattr(dtype, "dtype", dtype), "get_zero_point")
+    if info["zero_point"] is None:
+        raise ValueError(f"get_zero_point: {info['name']} is symmetric and has no zero point")
+    return info["zero_point"]
+
+
+def get_quant_meta(dtype) -> QuantDtypeMeta:
+    """The :class:`QuantDtypeMeta` a quantized dtype was created from."""
+    return _builtin_quant_dtypes[_info(dtype, "get_quant_meta")["meta_name"]]
+
+
+_BITS = {"bool": 1, "qint2": 2, "quint2": 2, "qint4": 4, "quint4": 4, "int4": 4, "uint4": 4,
+         "qint8": 8, "quint8": 8, "qint8_narrow": 8, "qint32": 32}
+
+
+def get_dtype_bit(dtype_name: str) -> int:
+    """Bits per element of a dtype given by name (NumPy or quantized).
+
+    Example:
+        >>> get_dtype_bit("float16"), get_dtype_bit("quint4"), get_dtype_bit("int32")
+        (16, 4, 32)
+    """
+    name = str(getattr(dtype_name, "name", dtype_name))
+    if name in _BITS:
+        return _BITS[name]
+    try:
+        return np.dtype(name).itemsize * 8
+    except TypeError:
+        import ml_dtypes  # bfloat16 & co. are registered with NumPy by ml_dtypes (a JAX dependency)
+        return np.dtype(getattr(ml_dtypes, name)).itemsize * 8
+
+
+def is_lowbit(dtype) -> bool:
+    """Whether ``dtype`` is a quantized type of fewer than 8 bits (``qint4``, ``quint4``...).
+
+    Example:
+        >>> is_lowbit(quint4(1.0, 2)), is_lowbit(qint8(1.0))
+        (True, False)
+    """
+    if is_quantize(dtype):
+        return _builtin_quant_dtypes[dtype.metadata["mgb_dtype"]["meta_name"]].qmax - \
+            _builtin_quant_dtypes[dtype.metadata["mgb_dtype"]["meta_name"]].qmin < 255
+    return get_dtype_bit(dtype) < 8 if isinstance(dtype, str) and dtype != "bool" else False
+
+
+def is_bfloat16(dtype) -> bool:
+    """Whether ``dtype`` is bfloat16.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> is_bfloat16(jnp.bfloat16), is_bfloat16("float32")
+        (True, False)
+    """
+    try:
+        return np.dtype(dtype).name == "bfloat16"
+    except TypeError:
+        return False
+
+
+def qint8(scale):
+    """Symmetric signed 8-bit quantized dtype with ``scale`` (``megengine.core.tensor.dtype.qint8``)."""
+    return create_quantized_dtype("qint8", scale, None)
+
+
+def quint8(scale, zero_point):
+    """Asymmetric unsigned 8-bit quantized dtype with ``scale`` and ``zero_point``."""
+    return create_quantized_dtype("quint8", scale, zero_point)
+
+
+def qint32(scale):
+    """Symmetric signed 32-bit quantized dtype (biases of quantized layers)."""
+    return create_quantized_dtype("qint32", scale, None)
+
+
+def qint4(scale):
+    """Symmetric signed 4-bit quantized dtype (stored in int8)."""
+    return create_quantized_dtype("qint4", scale, None)
+
+
+def quint4(scale, zero_point):
+    """Asymmetric unsigned 4-bit quantized dtype (stored in uint8)."""
+    return create_quantized_dtype("quint4", scale, zero_point)
+
+
+def _convert_to(arr, dtype, name):
+    info = _info(dtype, f"convert_to_{name}")
+    meta = _builtin_quant_dtypes[info["meta_name"]]
+    if meta.name not in (name, name + "_narrow"):
+        raise ValueError(f"convert_to_{name}: dtype is {meta.name}, not {name}")
+    zp = info["zero_point"] or 0
+    q = np.round(np.asarray(arr, np.float64) / info["scale"]) + zp
+    return np.clip(q, meta.qmin, meta.qmax).astype(dtype)
+
+
+def _convert_from(arr, name):
+    arr = np.asarray(arr)
+    info = _info(arr.dtype, f"convert_from_{name}")
+    zp = info["zero_point"] or 0
+    return ((arr.astype(np.float32) - zp) * np.float32(info["scale"])).astype(np.float32)
+
+
+def convert_to_qint8(arr, q):
+    """Quantize a float array to the ``qint8`` dtype ``q`` (round, clip, store int8 with metadata)."""
+    return _convert_to(arr, q, "qint8")
+
+
+def convert_from_qint8(arr):
+    """Dequantize a ``qint8`` array to float32."""
+    return _convert_from(arr, "qint8")
+
+
+def convert_to_quint8(arr, q):
+    """Quantize a float array to the ``quint8`` dtype ``q``.
+
+    Example:
+        >>> q = convert_to_quint8(np.array([0.0, 1.0]), quint8(0.5, 10))
+        >>> q.tolist(), convert_from_quint8(q).tolist()
+        ([10, 12], [0.0, 1.0])
+    """
+    return _convert_to(arr, q, "quint8")
+
+
+def convert_from_quint8(arr):
+    """Dequantize a ``quint8`` array to float32."""
+    return _convert_from(arr, "quint8")
+
+
+def convert_to_qint32(arr, q):
+    """Quantize a float array to the ``qint32`` dtype ``q``."""
+    return _convert_to(arr, q, "qint32")
+
+
+def convert_from_qint32(arr):
+    """Dequantize a ``qint32`` array to float32."""
+    return _convert_from(arr, "qint32")
+
+
+def convert_to_qint4(arr, q):
+    """Quantize a float array to the ``qint4`` dtype ``q`` (stored in int8)."""
+    return _convert_to(arr, q, "qint4")
+
+
+def convert_from_qint4(arr):
+    """Dequantize a ``qint4`` array to float32."""
+    return _convert_from(arr, "qint4")
+
+
+def convert_to_quint4(arr, q):
+    """Quantize a float array to the ``quint4`` dtype ``q`` (stored in uint8)."""
+    return _convert_to(arr, q, "quint4")
+
+
+def convert_from_quint4(arr):
+    """Dequantize a ``quint4`` array to float32."""
+    return _convert_from(arr, "quint4")

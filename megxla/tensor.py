@@ -1,0 +1,17 @@
+"""``megengine.tensor``: the module defining ``Tensor`` and ``Parameter``.
+
+As in MegEngine, the package attribute ``megxla.tensor`` is the Tensor *class*: ``megxla/__init__.py`` imports
+this module first and then rebinds the attribute, so ``import megxla.tensor as tensor; tensor([1, 2])`` builds a
+Tensor (``import a.b as c`` binds ``getattr(a, "b")``), while ``from megxla.tensor import Tensor, Parameter``
+reaches this module through ``sys.modules``.
+
+Example:
+    >>> import megxla.tensor as tensor
+    >>> tensor([1, 2]).numpy()
+    array([1, 2], dtype=int32)
+"""
+from .core._tensor import Tensor, Parameter
+
+tensor = Tensor
+
+__all__ = ["Tensor", "Parameter", "tensor"]
