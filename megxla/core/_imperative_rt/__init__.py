@@ -1,0 +1,2 @@
+"""MegEngine's runtime module path (``megengine.core._imperative_rt``); :mod:`.core2` holds ``apply``."""
+from . import core2  # noqa: F401

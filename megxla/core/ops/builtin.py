@@ -1,0 +1,469 @@
+"""MegEngine's builtin op descriptors (``megengine.core.ops.builtin``) as a table onto megxla's primitives.
+
+MegEngine code (and MegEngine's own tests) build low-level ops as descriptors and run them with
+``megengine.core._imperative_rt.core2.apply(op, *tensors)``, e.g. ``apply(Elemwise(mode="add"), x, y)``.
+Each descriptor here says which registered primitive(s) it means; :meth:`OpDef._apply` lowers it through the
+one dispatch point (:func:`megxla.core._dispatch.apply`), so descriptors are recorded by GradManagers and by
+jit traces like any other op. Nothing here computes on raw arrays.
+
+The quantization descriptors (``FakeQuant``, ``TQT``, ``LSQ``) look their primitives (``fake_quant``,
+``tqt``, ``lsq``) up in the op registry when first applied: they are defined with the quantization family
+and a clear error says so if that family is not part of this installation.
+
+Example:
+    >>> import megxla as mge
+    >>> from megxla.core._imperative_rt.core2 import apply
+    >>> (y,) = apply(Elemwise(mode="add"), mge.Tensor([1.0, 2.0]), mge.Tensor([3.0, 4.0]))
+    >>> y.numpy()
+    array([4., 6.], dtype=float32)
+"""
+from __future__ import annotations
+
+import importlib
+
+import numpy as np
+
+from .._tensor import Tensor
+from .._dispatch import apply as _apply, OpError
+from .._op import PRIMITIVES
+from . import elemwise as _E, reduction as _R, shape as _S
+
+__all__ = ["OpDef", "Elemwise", "Reduce", "TypeCvt", "GetVarShape", "Broadcast", "Reshape", "Concat",
+           "Dimshuffle", "AddAxis", "RemoveAxis", "Identity", "FakeQuant", "TQT", "LSQ"]
+
+
+class OpDef:
+    """Base of the builtin op descriptors: parameters as attributes, compared and hashed by value."""
+
+    _params: tuple = ()
+    _nin: tuple = (1, 1)  # accepted (min, max) number of inputs
+
+    def __init__(self, **params):
+        for k in self._params:
+            setattr(self, k, params.pop(k, getattr(type(self), k, None)))
+        if params:
+            raise TypeError(f"{type(self).__name__}: unexpected parameters {sorted(params)}; "
+                            f"accepted: {list(self._params)}")
+
+    def _key(self):
+        return (type(self),) + tuple(_frozen(getattr(self, k)) for k in self._params)
+
+    def __eq__(self, other):
+        return type(self) is type(other) and self._key() == other._key()
+
+    def __hash__(self):
+        return hash(self._key())
+
+    def __repr__(self):
+        return f"{type(self).__name__}({', '.join(f'{k}={getattr(self, k)!r}' for k in self._params)})"
+
+    def _check(self, inputs):
+        lo, hi = self._nin
+        if not lo <= len(inputs) <= hi:
+            want = str(lo) if lo == hi else f"{lo} to {hi}"
+            raise OpError(f"{self!r}: expected {want} input tensor(s), got {len(inputs)}")
+
+    def _apply(self, inputs):  # -> tuple of Tensors
+        raise TypeError(f"{type(self).__name__} is an abstract descriptor")
+
+
+def _frozen(v):
+    if isinstance(v, list):
+        return tuple(v)
+    if isinstance(v, np.dtype):
+        return v.name
+    return v
+
+
+def _ints(t, what):
+    """Host values of a shape/axis operand given as a Tensor, array or sequence (static in XLA)."""
+    arr = np.asarray(t.numpy() if isinstance(t, Tensor) else t)
+    if arr.dtype.kind not in "iu":
+        raise OpError(f"{what}: expected integers, got {arr.dtype}")
+    return tuple(int(i) for i in arr.reshape(-1))
+
+
+# ---- Elemwise ------------------------------------------------------------------------------------------------
+class _ModeEnum:
+    """MegEngine's ``Op.Mode`` enums: upper-case attributes whose values are the mode names."""
+
+    def __init_subclass__(cls, names=(), **kw):
+        super().__init_subclass__(**kw)
+        for n in names:
+            setattr(cls, n, n)
+        cls._names = tuple(names)
+
+
+def _where0(cond, x):
+    return _apply(_E.where.bind(), cond, x, _apply(_S.full_like.bind(value=0), x))
+
+
+def _b(name, a, b):
+    return _apply(_E.BINARY[name].bind(), a, b)
+
+
+def _u(name, a):
+    return _apply(_E.UNARY[name].bind(), a)
+
+
+def _zero_like(x):
+    return _apply(_S.full_like.bind(value=0), x)
+
+
+_UNARY_MODES = {
+    "RELU": "relu", "ABS": "abs", "ACOS": "acos", "ASIN": "asin", "CEIL": "ceil", "COS": "cos", "EXP": "exp",
+    "EXPM1": "expm1", "FLOOR": "floor", "LOG": "log", "LOG1P": "log1p", "NEGATE": "neg", "SIGMOID": "sigmoid",
+    "SIN": "sin", "TANH": "tanh", "FAST_TANH": "tanh", "ROUND": "round", "ERF": "erf", "ERFINV": "erfinv",
+    "ERFC": "erfc", "H_SWISH": "hswish", "NOT": "logical_not", "SILU": "silu", "GELU": "gelu", "ISNAN": "isnan",
+    "ISINF": "isinf", "SINH": "sinh", "COSH": "cosh", "ASINH": "asinh", "ACOSH": "acosh", "ATANH": "atanh",
+    "TAN": "tan", "SOFTPLUS": "softplus", "RELU6": "relu6", "HSIGMOID": "hsigmoid", "LOGSIGMOID": "logsigmoid",
+    "SQRT": "sqrt", "SQUARE": "square", "SIGN": "sign",
+}
+_BINARY_MODES = {
+    "ADD": "add", "SUB": "sub", "MUL": "mul", "TRUE_DIV": "truediv", "FLOOR_DIV": "floordiv", "MAX": "maximum",
+    "MIN": "minimum", "MOD": "mod", "POW": "pow", "LT": "lt", "LEQ": "le", "EQ": "eq", "NEQ": "ne",
+    "SHL": "lshift", "SHR": "rshift", "ATAN2": "atan2", "AND": "logical_and", "OR": "logical_or",
+    "XOR": "logical_xor", "LOG_SUM_EXP": "logaddexp",
+}
+# Fused and gradient modes: compositions of primitives, (number of inputs, function of the input tensors).
+_FUSED_MODES = {
+    "FUSE_ADD_RELU": (2, lambda a, b: _u("relu", _b("add", a, b))),
+    "FUSE_ADD_SIGMOID": (2, lambda a, b: _u("sigmoid", _b("add", a, b))),
+    "FUSE_ADD_TANH": (2, lambda a, b: _u("tanh", _b("add", a, b))),
+    "FUSE_ADD_H_SWISH": (2, lambda a, b: _u("hswish", _b("add", a, b))),
+    "FUSE_MUL_ADD3": (3, lambda a, b, c: _b("add", _b("mul", a, b), c)),
+    "FUSE_MUL_ADD4": (4, lambda a, b, c, d: _b("add", _b("mul", a, b), _b("mul", c, d))),
+    # x > 0 ? y : 0 (ReLU's gradient)
+    "SWITCH_GT0": (2, lambda x, y: _where0(_b("gt", x, _zero_like(x)), y)),
+    # x <= y ? z : 0 / x < y ? z : 0
+    "COND_LEQ_MOV": (3, lambda x, y, z: _where0(_b("le", x, y), z)),
+    "COND_LT_MOV": (3, lambda x, y, z: _where0(_b("lt", x, y), z)),
+    # gradients given the forward output y (sigmoid, tanh) or input x (abs) and the output gradient dy
+    "SIGMOID_GRAD": (2, lambda y, dy: _b("mul", _b("mul", y, _b("sub", _apply(_S.full_like.bind(value=1), y), y)),
+                                         dy)),
+    "TANH_GRAD": (2, lambda y, dy: _b("mul", _b("sub", _apply(_S.full_like.bind(value=1), y), _b("mul", y, y)),
+                                      dy)),
+    "FAST_TANH_GRAD": (2, lambda y, dy: _b("mul", _b("sub", _apply(_S.full_like.bind(value=1), y),
+                                                      _b("mul", y, y)), dy)),
+    "ABS_GRAD": (2, lambda x, dy: _b("mul", _u("sign", x), dy)),
+}
+
+
+class Elemwise(OpDef):
+    """An elementwise op selected by ``mode`` (a name, case-insensitive, or ``Elemwise.Mode.ADD``).
+
+    Args:
+        mode: one of ``Elemwise.Mode``'s names: unary (``RELU``, ``EXP``...), binary (``ADD``, ``LT``...),
+            fused (``FUSE_ADD_RELU``, ``FUSE_MUL_ADD3``...) or gradient (``SWITCH_GT0``, ``TANH_GRAD``...).
+
+    Example:
+        >>> (y,) = Elemwise(mode="fuse_add_relu")._apply((Tensor([-3.0, 1.0]), Tensor([1.0, 1.0])))
+        >>> y.numpy()
+        array([0., 2.], dtype=float32)
+    """
+
+    class Mode(_ModeEnum, names=tuple(_UNARY_MODES) + tuple(_BINARY_MODES) + tuple(_FUSED_MODES)):
+        pass
+
+    _params = ("mode",)
+
+    def __init__(self, mode="ADD", **params):
+        name = str(getattr(mode, "name", mode)).upper()
+        if name not in Elemwise.Mode._names:
+            raise ValueError(f"Elemwise: unknown mode {mode!r}; supported modes: {', '.join(Elemwise.Mode._names)}")
+        super().__init__(mode=name, **params)
+
+    def _apply(self, inputs):
+        m = self.mode
+        if m in _UNARY_MODES:
+            n, fn = 1, lambda x: _u(_UNARY_MODES[m], x)
+        elif m in _BINARY_MODES:
+            n, fn = 2, lambda x, y: _b(_BINARY_MODES[m], x, y)
+        else:
+            n, fn = _FUSED_MODES[m]
+        if len(inputs) != n:
+            raise OpError(f"Elemwise(mode={m}): expected {n} input tensor(s), got {len(inputs)}")
+        return (fn(*inputs),)
+
+
+# ---- Reduce / TypeCvt ---------------------------------------------------------------------------------------
+class Reduce(OpDef):
+    """Reduction along ``axis`` (kept as a size-1 axis when ``keepdim``; all axes when ``axis`` is None).
+
+    Args:
+        mode: ``SUM``, ``SUM_SQR``, ``PRODUCT``, ``MIN``, ``MAX`` or ``MEAN``.
+        axis: the reduced axis, or None for all.
+        keepdim: keep the reduced axis (MegEngine's Reduce does by default).
+
+    Example:
+        >>> (y,) = Reduce(mode="sum", axis=1)._apply((Tensor([[1.0, 2.0], [3.0, 4.0]]),))
+        >>> y.numpy()
+        array([[3.],
+               [7.]], dtype=float32)
+    """
+
+    class Mode(_ModeEnum, names=("SUM", "SUM_SQR", "PRODUCT", "MIN", "MAX", "MEAN")):
+        pass
+
+    _params = ("mode", "axis", "keepdim", "data_type")
+    _nin = (1, 2)
+    _PRIMS = {"SUM": _R.sum, "SUM_SQR": _R.sum, "PRODUCT": _R.prod, "MIN": _R.min, "MAX": _R.max, "MEAN": _R.mean}
+
+    def __init__(self, mode="SUM", axis=None, keepdim=True, data_type=None, **params):
+        name = str(getattr(mode, "name", mode)).upper()
+        if name not in self._PRIMS:
+            raise ValueError(f"Reduce: unknown mode {mode!r}; supported: {', '.join(self._PRIMS)}")
+        super().__init__(mode=name, axis=axis, keepdim=bool(keepdim), data_type=data_type, **params)
+
+    def _apply(self, inputs):
+        self._check(inputs)
+        x = inputs[0]
+        if self.mode == "SUM_SQR":
+            x = _b("mul", x, x)
+        if len(inputs) == 2:  # MegEngine's second operand: the target shape (reduce to it)
+            target = _ints(inputs[1], "Reduce target shape")
+            if len(target) != x.ndim:
+                raise OpError(f"{self!r}: target shape {target} does not match input shape {x.shape}")
+            axes = tuple(i for i, (s, t) in enumerate(zip(x.shape, target)) if t == 1 and s != 1)
+            return (_apply(self._PRIMS[self.mode].bind(axis=axes, keepdims=True), x),)
+        if self.axis is None:
+            return (_apply(self._PRIMS[self.mode].bind(axis=None, keepdims=False), x),)
+        axis = int(self.axis)
+        if not -x.ndim <= axis < x.ndim:
+            raise OpError(f"{self!r}: axis {axis} is out of range for an input of shape {x.shape}")
+        return (_apply(self._PRIMS[self.mode].bind(axis=(axis % x.ndim,), keepdims=self.keepdim), x),)
+
+
+class TypeCvt(OpDef):
+    """Convert to ``dtype`` (MegEngine's type conversion op).
+
+    Example:
+        >>> (y,) = TypeCvt(dtype="int32")._apply((Tensor([1.7, -1.2]),))
+        >>> y.numpy()
+        array([ 1, -1], dtype=int32)
+    """
+
+    _params = ("dtype",)
+
+    def __init__(self, dtype=None, **params):
+        if dtype is None:
+            raise ValueError("TypeCvt: dtype is required")
+        super().__init__(dtype=np.dtype(dtype), **params)
+
+    def _apply(self, inputs):
+        self._check(inputs)
+        return (_apply(_E.astype.bind(dtype=self.dtype.name), inputs[0]),)
+
+
+# ---- shapes ------------------------------------------------------------------------------------------------
+class GetVarShape(OpDef):
+    """The shape of the input as an int32 1-D tensor (one dimension when ``axis`` is given).
+
+    Shapes are static under XLA, so the result is a constant of the traced program.
+
+    Example:
+        >>> (s,) = GetVarShape()._apply((Tensor([[1, 2, 3]]),))
+        >>> s.numpy()
+        array([1, 3], dtype=int32)
+    """
+
+    _params = ("axis",)
+
+    def _apply(self, inputs):
+        self._check(inputs)
+        shape = inputs[0].shape
+        if self.axis is not None:
+            if not -len(shape) <= self.axis < len(shape):
+                raise OpError(f"{self!r}: axis {self.axis} is out of range for shape {shape}")
+            shape = (shape[self.axis],)
+        return (Tensor(np.asarray(shape, np.int32)),)
+
+
+def _target_shape(op, inputs, shape_param):
+    if len(inputs) == 2:
+        return _ints(inputs[1], f"{type(op).__name__} shape")
+    if shape_param is None:
+        raise OpError(f"{op!r}: the target shape is neither a parameter nor a second input")
+    return tuple(int(s) for s in shape_param)
+
+
+class Broadcast(OpDef):
+    """Broadcast the input to a shape given as a second input tensor (or the ``shape`` parameter).
+
+    Example:
+        >>> (y,) = Broadcast()._apply((Tensor([1, 2]), Tensor([2, 2])))
+        >>> y.numpy()
+        array([[1, 2],
+               [1, 2]], dtype=int32)
+    """
+
+    _params = ("shape",)
+    _nin = (1, 2)
+
+    def _apply(self, inputs):
+        self._check(inputs)
+        shape = _target_shape(self, inputs, self.shape)
+        return (_apply(_S.broadcast_to.bind(shape=shape), inputs[0]),)
+
+
+class Reshape(OpDef):
+    """Reshape to a shape given as a second input tensor (or the ``shape`` parameter); one ``-1`` is inferred.
+
+    Example:
+        >>> (y,) = Reshape()._apply((Tensor([1, 2, 3, 4]), Tensor([2, -1])))
+        >>> y.shape
+        (2, 2)
+    """
+
+    _params = ("axis", "shape")
+    _nin = (1, 2)
+
+    def _apply(self, inputs):
+        self._check(inputs)
+        x = inputs[0]
+        shape = list(_target_shape(self, inputs, self.shape))
+        if self.axis is not None and 0 <= self.axis < len(shape):
+            shape[self.axis] = -1  # MegEngine: the unspecified axis is inferred
+        if shape.count(-1) > 1:
+            raise OpError(f"{self!r}: more than one -1 in target shape {tuple(shape)}")
+        if -1 in shape:
+            known = int(np.prod([s for s in shape if s != -1], dtype=np.int64))
+            if known == 0 or x.size % known:
+                raise OpError(f"{self!r}: cannot reshape {x.shape} to {tuple(shape)}")
+            shape[shape.index(-1)] = x.size // known
+        if int(np.prod(shape, dtype=np.int64)) != x.size:
+            raise OpError(f"{self!r}: cannot reshape {x.shape} ({x.size} elements) to {tuple(shape)}")
+        return (_apply(_S.reshape.bind(shape=tuple(shape)), x),)
+
+
+class Concat(OpDef):
+    """Concatenate the inputs along ``axis``.
+
+    Example:
+        >>> (y,) = Concat(axis=0)._apply((Tensor([1]), Tensor([2, 3])))
+        >>> y.numpy()
+        array([1, 2, 3], dtype=int32)
+    """
+
+    _params = ("axis", "comp_node")
+    _nin = (1, 1 << 30)
+    axis = 0
+
+    def _apply(self, inputs):
+        self._check(inputs)
+        nd = inputs[0].ndim
+        if not -nd <= self.axis < nd:
+            raise OpError(f"{self!r}: axis {self.axis} is out of range for inputs of rank {nd}")
+        return (_apply(_S.concat.bind(axis=self.axis % nd), *inputs),)
+
+
+class Dimshuffle(OpDef):
+    """Permute axes and insert new size-1 axes: ``pattern`` lists input axes, ``"x"`` (or -1) for a new one.
+
+    Example:
+        >>> (y,) = Dimshuffle(pattern=[1, "x", 0])._apply((Tensor([[1, 2, 3]]),))
+        >>> y.shape
+        (3, 1, 1)
+    """
+
+    _params = ("pattern", "format")
+
+    def __init__(self, pattern=(), **params):
+        super().__init__(pattern=tuple(pattern), **params)
+
+    def _apply(self, inputs):
+        self._check(inputs)
+        x = inputs[0]
+        axes = [p for p in self.pattern if p not in ("x", -1)]
+        if sorted(axes) != list(range(x.ndim)):
+            raise OpError(f"{self!r}: pattern must name each of the {x.ndim} input axes once (input {x.shape})")
+        y = _apply(_S.transpose.bind(perm=tuple(axes)), x) if axes != list(range(x.ndim)) else x
+        if len(axes) != len(self.pattern):
+            shape, it = [], iter(y.shape)
+            for p in self.pattern:
+                shape.append(1 if p in ("x", -1) else next(it))
+            y = _apply(_S.reshape.bind(shape=tuple(shape)), y)
+        return (y,)
+
+
+class AddAxis(OpDef):
+    """Insert size-1 axes at the positions ``axis`` (a list, in increasing order of the result)."""
+
+    _params = ("axis",)
+
+    def _apply(self, inputs):
+        self._check(inputs)
+        return (_apply(_S.expand_dims.bind(axis=tuple(sorted(self.axis))), inputs[0]),)
+
+
+class RemoveAxis(OpDef):
+    """Remove the size-1 axes ``axis`` (a list)."""
+
+    _params = ("axis",)
+
+    def _apply(self, inputs):
+        self._check(inputs)
+        x = inputs[0]
+        for a in self.axis:
+            if x.shape[a] != 1:
+                raise OpError(f"{self!r}: axis {a} of shape {x.shape} is not of size 1")
+        return (_apply(_S.squeeze.bind(axis=tuple(a % x.ndim for a in self.axis)), x),)
+
+
+class Identity(OpDef):
+    """A copy of the input (an op, so traces and tapes see it)."""
+
+    def _apply(self, inputs):
+        self._check(inputs)
+        return (_apply(_S.copy.bind(), inputs[0]),)
+
+
+# ---- quantization --------------------------------------------------------------------------------------------
+def _quant_primitive(name, desc):
+    prim = PRIMITIVES.get(name)
+    if prim is None:
+        try:  # the quantization family registers itself on import
+            importlib.import_module("megxla.core.ops.quant")
+        except ImportError:
+            pass
+        prim = PRIMITIVES.get(name)
+    if prim is None:
+        raise OpError(f"{desc}: the quantization primitive {name!r} is not registered in this installation "
+                      f"(megxla.core.ops.quant is missing)")
+    return prim
+
+
+class _QuantOp(OpDef):
+    _params = ("qmin", "qmax")
+    _prim = ""
+
+    def __init__(self, qmin=-128, qmax=127, **params):
+        if int(qmin) > int(qmax):
+            raise ValueError(f"{type(self).__name__}: qmin={qmin} > qmax={qmax}")
+        super().__init__(qmin=int(qmin), qmax=int(qmax), **params)
+
+    def _apply(self, inputs):
+        self._check(inputs)
+        prim = _quant_primitive(self._prim, repr(self))
+        return (_apply(prim.bind(qmin=self.qmin, qmax=self.qmax), *inputs),)
+
+
+class FakeQuant(_QuantOp):
+    """Fake quantization with a straight-through gradient: inputs ``(x, scale, zero_point)``."""
+
+    _prim = "fake_quant"
+    _nin = (3, 3)
+
+
+class TQT(_QuantOp):
+    """Trained quantization thresholds: inputs ``(x, log2_scale)``."""
+
+    _prim = "tqt"
+    _nin = (2, 2)
+
+
+class LSQ(_QuantOp):
+    """Learned step size quantization: inputs ``(x, scale, zero_point, grad_scale)``."""
+
+    _prim = "lsq"
+    _nin = (4, 4)

@@ -1,0 +1,11 @@
+"""``megengine.utils``: naming scopes (:mod:`.naming`), model statistics (:mod:`.module_stats`) and the
+profiler (:mod:`.profiler`). Submodules are imported on use, as in MegEngine."""
+import importlib
+
+__all__ = ["naming", "module_stats", "profiler"]
+
+
+def __getattr__(name):
+    if name in __all__:
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module 'megxla.utils' has no attribute {name!r}")
