@@ -19,6 +19,7 @@ from ._serialization import save, load
 from .logger import get_logger, set_log_level, set_log_file, enable_debug_log
 from . import functional, random, autodiff, jit, module, optimizer, data
 from . import amp
+from . import dtr
 from . import distributed
 from . import device, logger, serialization, core
 # NOTE: as in MegEngine, `megxla.tensor` is the Tensor class, shadowing the submodule megxla/tensor.py:

@@ -75,8 +75,12 @@ class Tensor:
 
     @property
     def device(self):
-        """The device name, e.g. ``"cpu0"`` or ``"gpu0"``."""
-        return _dt.device_name(self._data)
+        """Number of elements. As MegEngine (``np.prod(shape).item()``), a 0-d tensor's size is the float 1.0."""
+        if not self._data.shape:
+            return 1.0
+        """The :class:`~megxla.core.dtypes.CompNode` holding the tensor; prints as MegEngine's logical name
+        (``xpux:0``) and compares equal to device names (``x.device == "cpu0"``)."""
+        return _dt.comp_node(self._data)
 
     @property
     def format(self):
@@ -163,10 +167,12 @@ class Tensor:
 
     def __repr__(self):
         try:
-            body = np.array2string(self.numpy(), prefix="Tensor(")
+            with np.printoptions(precision=4, suppress=False):
+                body = str(self.numpy())
         except Exception:  # abstract values during symbolic tracing have no numbers
             body = "<abstract>"
-        return f"Tensor({body}, dtype={self.dtype.name}, device={self.device})"
+        dtype = "" if self.dtype == np.float32 else f", dtype={self.dtype.name}"
+        return f"{type(self).__name__}({body}{dtype}, device={self.device})"
 
     __str__ = __repr__
 

@@ -5,6 +5,9 @@ int64 arrays become int32 (unless a dtype is given explicitly and JAX's x64 mode
 """
 from __future__ import annotations
 
+import os
+import re
+
 import numpy as np
 import jax
 import jax.numpy as jnp
@@ -23,6 +26,30 @@ def default_dtype(arr: np.ndarray):
     if arr.dtype == np.complex128:
         return np.complex64
     return arr.dtype
+
+
+_NARROW_WARNED: list = []  # non-empty once the lossy-narrowing warning was given (given once per process)
+
+
+def _warn_if_lossy(np_arr, target):
+    """Warn (once) when MegEngine's 64 -> 32-bit narrowing of default dtypes changes values: integers outside
+    the 32-bit range wrap, floats beyond float32's range become inf. Rounding float64 to float32 precision is
+    the documented behaviour and is not warned about."""
+    if np_arr.size == 0:
+        return
+    if target.kind in "iu":
+        info = np.iinfo(target)
+        lossy = np_arr.min() < info.min or np_arr.max() > info.max
+    else:
+        finite = np.abs(np_arr[np.isfinite(np_arr)])
+        lossy = finite.size > 0 and finite.max() > np.finfo(target).max
+    if lossy:
+        import warnings
+        _NARROW_WARNED.append(True)
+        warnings.warn(f"Tensor: {np_arr.dtype} data narrowed to {target} (MegEngine has no 64-bit tensors) "
+                      f"changed values outside {target}'s range (integers wrap, floats become inf); pass an "
+                      f"explicit dtype or convert the data first. This warning is shown once.", RuntimeWarning,
+                      stacklevel=5)
 
 
 def canonical(dtype):
@@ -55,6 +82,8 @@ def _to_array(data, dtype, device):
     dev = to_device(device) if device is not None else _default_device
     if dev is not None and dev not in arr.devices():
         arr = jax.device_put(arr, dev)
+        if dtype is None and target != np_arr.dtype and not _NARROW_WARNED:
+            _warn_if_lossy(np_arr, np.dtype(target))
     return arr
 
 
@@ -62,35 +91,219 @@ def device_name(arr) -> str:
     try:
         dev = next(iter(arr.devices()))
     except Exception:  # tracers have no device
+# ---- devices: MegEngine's CompNode naming on top of jax Devices ------------------------------------------------
+# MegEngine names a device "<type><index|x>[:<stream>]": xpux (any device, GPU first), cpux, cpu0, gpu1:2, cuda0,
+# rocm0, multithread4:0, and the special "cpu:default". The *logical* name is what the user asked for, the
+# *physical* one the device it resolved to. XLA has no streams: the stream number is kept in the name only.
+_DEVICE_RE = re.compile(r"^(xpu|cpu|gpu|cuda|rocm|multithread|cambricon|atlas)(x|\d+)?(?::(\d+))?$")
+_default_logical = os.environ.get("MGE_DEFAULT_DEVICE", "xpux")
+
+
+def _parse(name):
+    """``(type, index or None, stream)`` of a MegEngine device name; ValueError naming the accepted forms."""
+    name = str(name).strip().lower()
+    if name == "cpu:default":
+        return "cpu", 0, 0
+    m = _DEVICE_RE.match(name)
+    if m is None:
+        raise ValueError(f"invalid device name {name!r}: expected xpux, cpux, cpuN, gpuN, cudaN, rocmN or "
+                         f"multithreadN, optionally with ':stream' (e.g. 'gpu0:1')")
+    kind, idx, stream = m.groups()
+    kind = {"cuda": "gpu", "multithread": "cpu"}.get(kind, kind)
+    if kind in ("cambricon", "atlas"):
+        raise ValueError(f"device {name!r}: {kind} devices are not supported by XLA")
+    index = None if idx in (None, "x") or m.group(1) == "multithread" else int(idx)
+    return kind, index, int(stream or 0)
+
+
+def _logical(name):
+    """The logical name MegEngine prints for a device name: ``xpux`` -> ``xpux:0``, ``gpu1`` -> ``gpu1:0``."""
+    name = str(name).strip().lower()
+    if name == "cpu:default":
+        return name
+    _parse(name)
+    if ":" in name:
+        return name
+    if not name[-1].isdigit() and not name.endswith("x"):
+        name += "x"
+    return name + ":0"
+
+
+def _physical_name(dev, stream=0):
+    kind = "gpu" if dev.platform in ("gpu", "cuda", "rocm") else dev.platform
+    return f"{kind}{dev.id}:{stream}"
+
+
+class CompNode:
+    """A computing node, as MegEngine's ``CompNode``: what ``Tensor.device`` returns.
+
+    It prints its logical name (``str(x.device) == "xpux:0"``), shows both names in its repr, and compares equal
+    to another CompNode or to any device name that resolves to the same physical device (``x.device == "cpu0"``
+    on a CPU-only machine), so code that treated the device as a string keeps working.
+
+    Args:
+        name: a MegEngine device name (``"xpux"``, ``"cpu0"``, ``"gpu1:2"`` ...) or a ``jax.Device``.
+
+    Example:
+        >>> import megxla as mge
+        >>> x = mge.Tensor([1.0])
+        >>> str(x.device)
+        'xpux:0'
+        >>> x.device.physical_name
+        'cpu0:0'
+        >>> x.device == "cpu0"
+        True
+    """
+
+    __slots__ = ("_logical", "_device", "_stream")
+
+    def __init__(self, name="xpux"):
+        if isinstance(name, CompNode):
+            self._logical, self._device, self._stream = name._logical, name._device, name._stream
+        elif isinstance(name, jax.Device):
+            self._device, self._stream = name, 0
+            self._logical = _physical_name(name)
+        else:
+            self._logical = _logical(name)
+            self._device = to_device(name)
+            self._stream = _parse(name)[2]
+
+    @property
+    def logical_name(self) -> str:
+        """The name the device was asked by, e.g. ``"xpux:0"``."""
+        return self._logical
+
+    @property
+    def physical_name(self) -> str:
+        """The device it resolved to, e.g. ``"cpu0:0"``."""
+        return _physical_name(self._device, self._stream)
+
+    @property
+    def physical_locator(self):
+        """``[type, index, stream]`` of the physical device, as MegEngine."""
+        name = self.physical_name
+        kind = name.rstrip("0123456789:")
+        return [kind, self._device.id, self._stream]
+
+    @property
+    def jax_device(self):
+        """The ``jax.Device`` this node resolves to."""
+        return self._device
+
+    def __str__(self):
+        return self._logical
+
+    def __repr__(self):
+        return f'CompNode("{self.physical_name}" from "{self._logical}")'
+
+    def __format__(self, spec):
+        return format(str(self), spec)
+
+    def __eq__(self, other):
+        if isinstance(other, str):
+            try:
+                other = CompNode(other)
+            except ValueError:
+                return False
+        if not isinstance(other, CompNode):
+            return NotImplemented
+        return self._device == other._device and self._stream == other._stream
+
+    def __hash__(self):
+        return hash((self._device, self._stream))
+
+    def __reduce__(self):
+        return (CompNode, (self._logical,))
+
+
         return "xpux"
+    """Physical name (``cpu0``, ``gpu1``) of the device holding ``arr`` (``xpux`` for abstract values)."""
     kind = "gpu" if dev.platform in ("gpu", "cuda", "rocm") else dev.platform
     return f"{kind}{dev.id}"
 
 
 def to_device(device):
-    """Map a MegEngine device name (``xpux``, ``cpu0``, ``gpu1``, ``cuda0``) to a jax Device."""
+    """Map a MegEngine device name (``xpux``, ``cpux``, ``cpu0``, ``gpu1:2``, ``cuda0``, ``multithread4``) or a
+    CompNode to a jax Device."""
     if device is None or isinstance(device, jax.Device):
         return device
-    name = str(device).lower()
-    if name.startswith("xpu"):
-        kind, rest = None, name[3:]
-    elif name.startswith("cpu"):
-        kind, rest = "cpu", name[3:]
-    elif name.startswith(("gpu", "cuda")):
-        kind, rest = "gpu", name[3:] if name.startswith("gpu") else name[4:]
-    else:
-        raise ValueError(f"unknown device {device!r}: expected xpux, cpuN or gpuN")
-    idx = 0 if rest in ("", "x") else int(rest.split(":")[0])
-    devices = jax.devices() if kind is None else jax.devices(kind)
+def comp_node(arr) -> CompNode:
+    """The CompNode of a jax array: the default device's logical name when it lives there (as MegEngine, whose
+    tensors created on ``xpux`` print ``device=xpux:0``), else its physical name."""
+    try:
+        dev = next(iter(arr.devices()))
+    except Exception:  # tracers have no device: the default one is where the value will be
+        return _default_node()
+    node = _default_node()
+    if node._device == dev:
+        return node
+    return CompNode(dev)
+
+
+_NODES: dict = {}
+
+
+def _default_node():
+    node = _NODES.get(_default_logical)
+    if node is None:
+        node = _NODES[_default_logical] = CompNode(_default_logical)
+    return node
+
+
+    if isinstance(device, CompNode):
+        return device._device
+    kind, idx, _ = _parse(device)
+    if kind == "xpu":
+        kind = None
+    elif kind == "rocm":
+        kind = "gpu"
+    try:
+        # This process's devices: under JAX's multi-process runtime jax.devices() lists every process's.
+        devices = jax.local_devices() if kind is None else jax.local_devices(backend=kind)
+    except RuntimeError:
+        devices = []
+    if not devices:
+        raise ValueError(f"device {device!r} does not exist: no {kind} device on this machine")
+    idx = idx or 0
     if idx >= len(devices):
         raise ValueError(f"device {device!r} does not exist: {len(devices)} {kind or 'default'} device(s)")
     return devices[idx]
 
 
-def set_default_device(device="xpux"):
-    global _default_device
-    _default_device = to_device(device) if device not in (None, "xpux") else None
+def set_default_device(device: str = "xpux"):
+    """Set the default computing node of new tensors.
+
+    Args:
+        device: ``"xpux"`` (the default: any device, GPU first), ``"cpux"``/``"gpux"``, ``"cpu0"``, ``"gpu1"``,
+            ``"gpu0:1"``... It can also be set by the environment variable ``MGE_DEFAULT_DEVICE``.
+
+    Example:
+        >>> import megxla as mge
+        >>> mge.set_default_device("cpux")
+        >>> mge.get_default_device()
+        'cpux'
+        >>> mge.set_default_device()
+    """
+    global _default_device, _default_logical
+    if isinstance(device, CompNode):
+        device = device.logical_name
+    if not isinstance(device, str):
+        raise ValueError(f"set_default_device: invalid device name {device!r}")
+    dev = to_device(device)  # validates before changing anything
+    _default_logical = device
+    _default_device = None if _parse(device)[0] == "xpu" else dev
 
 
-def get_default_device():
-    return device_name(jnp.zeros(())) if _default_device is None else device_name(jax.device_put(jnp.zeros(()), _default_device))
+def get_default_device() -> str:
+    """The default computing node's name, as given to :func:`set_default_device` (``"xpux"`` until then).
+
+    Example:
+        >>> import megxla as mge
+        >>> mge.get_default_device()
+        'xpux'
+    """
+    return _default_logical
+
+
+if _default_logical != "xpux":  # MGE_DEFAULT_DEVICE was set: resolve it now so a bad name fails at import
+    set_default_device(_default_logical)

@@ -124,6 +124,9 @@ def norm(inp, ord=None, axis=None, keepdims=False):
     ord = 2.0 if ord is None else ord
     if isinstance(ord, bool) or not isinstance(ord, (int, float, np.integer, np.floating)):
         raise OpError(f"norm: ord must be a number, got {ord!r}")
+    if inp.dtype.kind in "iub":  # MegEngine converts integer inputs: the norm of Tensor([3, 4]) is 5.0
+        from .tensor import astype
+        inp = astype(inp, "float32")
     if inp.dtype.kind not in "fc":
         raise OpError(f"norm: input must be a float tensor, got {inp.dtype}")
     return _apply(_R.norm.bind(ord=float(ord), axis=_axis("norm", inp, axis), keepdims=bool(keepdims)), inp)
@@ -333,7 +336,7 @@ def topk(inp, k, descending=True, kth_only=False, no_sort=False):
 
     Args:
         inp: 1-D or 2-D tensor.
-        k: how many, ``1 <= k <= inp.shape[-1]``.
+        k: how many (at least 1); clamped to ``inp.shape[-1]`` as MegEngine does.
         descending: take the largest; False takes the smallest.
         kth_only: return only the k-th element (and its index) per row.
         no_sort: the results need not be ordered (they are, here).
@@ -347,8 +350,10 @@ def topk(inp, k, descending=True, kth_only=False, no_sort=False):
     inp = _sortable("topk", inp)
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
         k = int(_t(k).item())
-    if not 1 <= k <= inp.shape[-1]:
-        raise OpError(f"topk: k={k} is out of range for a last axis of size {inp.shape[-1]}")
+    if k < 1:
+        raise OpError(f"topk: k={k} must be at least 1 (last axis of size {inp.shape[-1]})")
+    # MegEngine clamps k to the axis length (detection heads ask for k=2000 of fewer anchors and rely on it).
+    k = builtins.min(int(k), inp.shape[-1])
     return _apply(_S.topk.bind(k=int(k), descending=bool(descending), kth_only=bool(kth_only)), inp)
 
 

@@ -16,7 +16,11 @@ from . import tensor as _T
 from .tensor import indexing_one_hot  # noqa: F401  (MegEngine exports it from .nn too)
 from .math import logsumexp, normalize  # noqa: F401
 from .loss import cross_entropy, binary_cross_entropy, l1_loss, square_loss, hinge_loss, ctc_loss  # noqa: F401
-from .vision import remap, warp_affine, warp_perspective  # noqa: F401
+# MegEngine's functional/nn.py ends with `from .loss import *`, `from .metric import *`, `from .vision import *`:
+# F.nn.interpolate, F.nn.nms, F.nn.topk_accuracy ... are reachable there, so they are here.
+from .vision import (remap, warp_affine, warp_perspective, interpolate, roi_align, roi_pooling, nms,  # noqa: F401
+                     correlation, cvt_color)
+from .math import topk_accuracy  # noqa: F401
 
 __all__ = ["conv1d", "conv2d", "conv3d", "conv_transpose2d", "conv_transpose3d", "local_conv2d",
            "deformable_conv2d", "region_restricted_conv", "linear", "max_pool2d", "avg_pool2d",
@@ -121,6 +125,9 @@ def _conv_nd(op, nd, inp, weight, bias, stride, padding, dilation, groups, conv_
     _conv_mode(conv_mode, op)
     inp, weight = _t(inp), _t(weight)
     _ndim(inp, nd + 2, op, layout="(N, C, " + ", ".join("DHW"[3 - nd:]) + ")")
+    # MegEngine converts integer/bool inputs of a convolution to float32 (its Convolution has no int kernels
+    # for plain int32 tensors); so do we.
+    inp, weight = (_T.astype(t, "float32") if t.dtype.kind in "iub" else t for t in (inp, weight))
     _float(inp, op)
     _float(weight, op, "weight")
     inp, weight = _promote(inp, weight)
@@ -129,8 +136,24 @@ def _conv_nd(op, nd, inp, weight, bias, stride, padding, dilation, groups, conv_
     groups, cout = _conv_channels(op, inp, weight, groups, nd)
     s, p, d = _geometry(op, stride, padding, dilation, nd)
     _out_size(inp.shape[2:], weight.shape[-nd:], s, p, d, op)
-    args = (inp, weight) + _bias(bias, cout, op)
-    return _apply(_N.conv.bind(stride=s, padding=p, dilation=d, groups=groups, nd=nd), *args)
+    late_bias = bias is not None and not _channel_shaped(_t(bias), cout, nd + 2)
+    args = (inp, weight) + (() if late_bias else _bias(bias, cout, op))
+    out = _apply(_N.conv.bind(stride=s, padding=p, dilation=d, groups=groups, nd=nd), *args)
+    if late_bias:
+        # MegEngine adds the bias with `output += bias`: NumPy broadcasting, so a (C,) bias lines up with the
+        # last axis (W), not the channels. Anything not shaped (1, C, 1, 1)-like goes that way, as there.
+        from .elemwise import add
+        out = add(out, bias)
+    return out
+
+
+def _channel_shaped(bias, cout, ndim):
+    """True if ``bias`` broadcasts onto an ``ndim``-D output as one value per channel (``(1, C, 1, 1)``,
+    ``(C, 1, 1)``)."""
+    shape = (1,) * (ndim - bias.ndim) + tuple(bias.shape) if bias.ndim <= ndim else None
+    if shape is None:
+        return False
+    return all(n == 1 for i, n in enumerate(shape) if i != 1) and shape[1] == cout
 
 
 def conv1d(inp, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, conv_mode="cross_correlation",

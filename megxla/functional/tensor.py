@@ -622,8 +622,19 @@ def arange(start=0, stop=None, step=1, *, dtype="float32", device=None):
     start, stop, step = (_number("arange", n, v) for n, v in (("start", start), ("stop", stop), ("step", step)))
     if step == 0:
         raise OpError("arange: step must not be zero")
-    num = builtins.max(int(_math.ceil((stop - start) / step)), 0)
-    out = _apply(_S.arange.bind(start=start, step=step, num=num, dtype=_dtype(dtype).name))
+    dt = _dtype(dtype)
+    if dt == np.float64:
+        # MegEngine has no float64 tensors: its arange (float32, then astype) raises for dtype="float"/float64.
+        raise OpError("arange: dtype float64 is not supported (MegEngine computes in float32; use 'float32')")
+    # MegEngine computes the length in float32: ceil(f32(stop - start) / f32(step)); F.arange(7.8, 8.4, 0.05)
+    # has 12 elements there (13 in float64).
+    f32 = np.float32
+    with np.errstate(all="ignore"):
+        span = (f32(stop) - f32(start)) / f32(step)
+    if not np.isfinite(span):
+        raise OpError(f"arange: the length of [{start}, {stop}) with step {step} is not finite")
+    num = builtins.max(int(np.ceil(span)), 0)
+    out = _apply(_S.arange.bind(start=start, step=step, num=num, dtype=dt.name))
     return _place(out, device)
 
 

@@ -104,6 +104,13 @@ def _xnorm_types():
     return (_BatchNorm, GroupNorm, InstanceNorm, LayerNorm)
 
 
+def _readonly(a):
+    """``a`` as a read-only NumPy array (MegEngine's state_dict values are read-only views)."""
+    a = np.asarray(a)
+    a.flags.writeable = False
+    return a
+
+
 class Module(metaclass=ABCMeta):
     """Base class for all neural-network layers and models.
 
@@ -508,9 +515,10 @@ class Module(metaclass=ABCMeta):
     def state_dict(self, rst=None, prefix: str = "", keep_var: bool = False):
         """The module's parameters and buffers as an ordered ``{dotted name: value}`` dict.
 
-        Values are NumPy copies. As in MegEngine, the affine parameters and running statistics of
-        normalisation layers are returned flattened to 1-D (they are stored 4-D for speed);
-        ``load_state_dict`` accepts both forms. With ``keep_var=True`` the values are the module's Tensors
+        Values are read-only NumPy arrays, as in MegEngine (writing one raises ``ValueError: assignment
+        destination is read-only`` instead of silently diverging from the module). As in MegEngine, the
+        affine parameters and running statistics of normalisation layers are returned flattened to 1-D
+        (they are stored 4-D for speed); ``load_state_dict`` accepts both forms. With ``keep_var=True`` the values are the module's Tensors
         themselves, unreshaped, so that callers can rebind them in place.
 
         Args:
@@ -541,7 +549,7 @@ class Module(metaclass=ABCMeta):
         for k, v in self._flatten(recursive=False, with_key=True, predicate=_is_tensor):
             if (type(self), prefix + k) in rst:
                 raise AssertionError(f"duplicated state: {prefix + k}")
-            rst[(type(self), prefix + k)] = v if keep_var else np.array(v.numpy(), copy=True)
+            rst[(type(self), prefix + k)] = v if keep_var else _readonly(v.numpy())
         for k, submodule in self._flatten(recursive=False, with_key=True, predicate=_is_module):
             submodule._state_dict(rst, prefix + k + ".", keep_var)
         return rst

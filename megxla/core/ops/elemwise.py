@@ -18,8 +18,50 @@ def _floor_div(x, y):
 
 
 def _mod(x, y):
-    # NOTE: MegEngine's MOD is C's remainder (``fmod``: the sign of the dividend), not Python's ``%``.
-    return jnp.fmod(x, y)
+    # NOTE: MegEngine's integer MOD is Python's (``(y + x % y) % y``: the sign of the divisor, -7 % 3 == 2);
+    # its float MOD is C's ``fmodf`` (the sign of the dividend).
+    if jnp.issubdtype(jnp.result_type(x, y), jnp.inexact):
+        return jnp.fmod(x, y)
+    return jnp.remainder(x, y)
+
+
+def promote_dtype(a, b):
+    """MegEngine's elementwise promotion (``mgb::dtype_promotion``) of two input dtypes.
+
+    Equal dtypes stay; float16 counts as float32 once the dtypes differ; different categories (bool / integer /
+    float) give float32 (so bool + int32 and int32 + float16 are float32); otherwise the larger size wins.
+    MegEngine raises for signed with unsigned integers; the result there is unambiguous when the signed type
+    is wider (uint8 + int32 -> int32), which is what megxla returns (docs/differences.md).
+    """
+    a, b = jnp.dtype(a), jnp.dtype(b)
+    if a == b:
+        return a
+    a = jnp.dtype(jnp.float32) if a == jnp.float16 else a
+    b = jnp.dtype(jnp.float32) if b == jnp.float16 else b
+    cat = {"b": "b", "i": "i", "u": "i", "f": "f", "V": "f", "c": "c"}  # bfloat16's kind is "V"
+    ca, cb = cat.get(a.kind, a.kind), cat.get(b.kind, b.kind)
+    if ca != cb:
+        if "c" in (ca, cb):
+            return jnp.result_type(a, b)
+        return jnp.dtype(jnp.float32)
+    if a.kind != b.kind or a.itemsize == b.itemsize:
+        return jnp.result_type(a, b)
+    return a if a.itemsize > b.itemsize else b
+
+
+def _promoting(impl):
+    """``impl`` with its two inputs cast to MegEngine's promoted dtype first (decided at trace time: free)."""
+
+    def fn(x, y):
+        dt = promote_dtype(x.dtype, y.dtype)
+        if x.dtype != dt:
+            x = x.astype(dt)
+        if y.dtype != dt:
+            y = y.astype(dt)
+        return impl(x, y)
+
+    fn.__name__ = getattr(impl, "__name__", "elemwise")
+    return fn
 
 
 def _pow(x, y):
@@ -36,7 +78,25 @@ def _complex(re, im):
 
 
 def _relu(x):
-    return jnp.maximum(x, jnp.zeros((), x.dtype))
+    # MegEngine's RELU is a SIMD max(x, 0), which returns 0 for NaN: relu(nan) == 0 (jnp.maximum gives nan).
+    return jnp.where(x > 0, x, jnp.zeros((), x.dtype))
+
+
+def _sign(x):
+    # MegEngine's SIGN is ``(x > 0) - (x < 0)``: sign(nan) == 0.
+    if jnp.issubdtype(x.dtype, jnp.inexact) and not jnp.issubdtype(x.dtype, jnp.complexfloating):
+        return jnp.where(jnp.isnan(x), jnp.zeros((), x.dtype), jnp.sign(x))
+    return jnp.sign(x)
+
+
+def _maximum(x, y):
+    # MegEngine's CPU MAX/MIN kernels (SIMD max/min) return the number when one operand is NaN:
+    # maximum(1, nan) == 1. That is fmax/fmin.
+    return jnp.fmax(x, y)
+
+
+def _minimum(x, y):
+    return jnp.fmin(x, y)
 
 
 def _hsigmoid(x):
@@ -49,7 +109,7 @@ UNARY_IMPLS = {
     "sin": jnp.sin, "cos": jnp.cos, "tan": jnp.tan, "asin": jnp.arcsin, "acos": jnp.arccos, "atan": jnp.arctan,
     "sinh": jnp.sinh, "cosh": jnp.cosh, "tanh": jnp.tanh, "asinh": jnp.arcsinh, "acosh": jnp.arccosh,
     "atanh": jnp.arctanh, "floor": jnp.floor, "ceil": jnp.ceil, "round": _round_half_away, "trunc": jnp.trunc,
-    "sign": jnp.sign, "erf": jsp.erf, "erfc": jsp.erfc, "erfinv": jsp.erfinv,
+    "sign": _sign, "erf": jsp.erf, "erfc": jsp.erfc, "erfinv": jsp.erfinv,
     "logical_not": jnp.logical_not, "invert": jnp.invert, "isnan": jnp.isnan, "isinf": jnp.isinf,
     "relu": _relu, "sigmoid": jax.nn.sigmoid, "gelu": lambda x: jax.nn.gelu(x, approximate=False),
     "silu": jax.nn.silu, "softplus": jax.nn.softplus, "logsigmoid": jax.nn.log_sigmoid,
@@ -59,14 +119,18 @@ UNARY_IMPLS = {
 
 BINARY_IMPLS = {
     "add": jnp.add, "sub": jnp.subtract, "mul": jnp.multiply, "truediv": jnp.true_divide,
-    "floordiv": _floor_div, "mod": _mod, "pow": _pow, "maximum": jnp.maximum,
-    "minimum": jnp.minimum, "lt": jnp.less, "le": jnp.less_equal, "gt": jnp.greater, "ge": jnp.greater_equal,
+    "floordiv": _floor_div, "mod": _mod, "pow": _pow, "maximum": _maximum,
+    "minimum": _minimum, "lt": jnp.less, "le": jnp.less_equal, "gt": jnp.greater, "ge": jnp.greater_equal,
     "eq": jnp.equal, "ne": jnp.not_equal, "logical_and": jnp.logical_and, "logical_or": jnp.logical_or,
     "logical_xor": jnp.logical_xor, "and": jnp.bitwise_and, "or": jnp.bitwise_or, "xor": jnp.bitwise_xor,
     "lshift": jnp.left_shift, "rshift": jnp.right_shift, "atan2": jnp.arctan2, "logaddexp": jnp.logaddexp,
     "complex": _complex,
 }
 
+# Arithmetic and comparisons promote their inputs as MegEngine's Elemwise does; bitwise/logical ops keep JAX's.
+_PROMOTING = ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "maximum", "minimum", "lt", "le", "gt",
+              "ge", "eq", "ne", "atan2", "logaddexp")
+BINARY_IMPLS.update({name: _promoting(BINARY_IMPLS[name]) for name in _PROMOTING})
 UNARY = {name: Primitive(name, impl) for name, impl in UNARY_IMPLS.items()}
 # Keys are the Tensor operator names (``__lt__`` -> "lt"); primitives carry the functional names, which is
 # what errors and traces show.

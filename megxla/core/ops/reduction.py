@@ -46,11 +46,34 @@ def _norm(x, *, ord, axis, keepdims):
     return jnp.sum(jnp.abs(x) ** ord, axis=axis, keepdims=keepdims) ** (1.0 / ord)
 
 
+def _mean(x, *, axis, keepdims):
+    if x.dtype == jnp.float16:  # MegEngine's mean of float16 is float32
+        x = x.astype(jnp.float32)
+    return jnp.mean(x, axis=axis, keepdims=keepdims)
+
+
+def _chooser_grad(reduce):
+    """Gradient of max/min as MegEngine's: the full cotangent to *every* element equal to the result (JAX
+    splits it among ties)."""
+
+    def grad(params, primals, ct):
+        (x,) = primals
+        axis, keepdims = params["axis"], params["keepdims"]
+        out = reduce(x, axis=axis, keepdims=True)
+        if not keepdims:
+            ct = jnp.reshape(ct, out.shape)
+        return (jnp.where(x == out, ct, jnp.zeros((), ct.dtype)).astype(x.dtype),)
+
+    return grad
+
+
 sum = Primitive("reduce_sum", _sum)
-mean = Primitive("reduce_mean", lambda x, *, axis, keepdims: jnp.mean(x, axis=axis, keepdims=keepdims))
+mean = Primitive("reduce_mean", _mean)
 prod = Primitive("reduce_prod", lambda x, *, axis, keepdims: jnp.prod(x, axis=axis, keepdims=keepdims))
-max = Primitive("reduce_max", lambda x, *, axis, keepdims: jnp.max(x, axis=axis, keepdims=keepdims))
-min = Primitive("reduce_min", lambda x, *, axis, keepdims: jnp.min(x, axis=axis, keepdims=keepdims))
+max = Primitive("reduce_max", lambda x, *, axis, keepdims: jnp.max(x, axis=axis, keepdims=keepdims),
+                grad=_chooser_grad(jnp.max))
+min = Primitive("reduce_min", lambda x, *, axis, keepdims: jnp.min(x, axis=axis, keepdims=keepdims),
+                grad=_chooser_grad(jnp.min))
 var = Primitive("reduce_var", _var)
 argmax = Primitive("argmax", _argreduce(jnp.argmax))
 argmin = Primitive("argmin", _argreduce(jnp.argmin))
