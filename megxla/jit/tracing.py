@@ -121,13 +121,6 @@ class trace:
         self.symbolic = symbolic
         self.capture_as_const = capture_as_const
         self._without_host = self._default_without_host if without_host is None else without_host
-        # strict: a host read whose value changes raises instead of recording again (MegEngine's trace with
-        # without_host=True has no host to run the body again)
-        self.strict = (self._without_host and self._strict_without_host) if strict is None else bool(strict)
-        self.max_variants = 8  # recordings kept per signature (told apart by guard values)
-        self.num_rerecords = 0  # calls that recorded again because a value read on the host changed
-        self.num_calls = 0
-        self._warned = set()
         # megxla.dtr.enable() before building a trace asks for rematerialisation as dtr_config does
         self.remat = sublinear_memory_config is not None or dtr_config is not None or _dtr.is_enabled()
         self.cache_size = cache_size
