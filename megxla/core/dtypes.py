@@ -71,6 +71,10 @@ def _to_array(data, dtype, device):
         arr = data._value()
         if dtype is not None and np.dtype(dtype) != arr.dtype:
             arr = arr.astype(canonical(dtype))
+        elif isinstance(arr, jax.Array):
+            # NOTE: a real copy, not a second handle on the same buffer: a compiled step donates (deletes) the
+            # buffers of the state it rewrites, which must not take ``Tensor(w)`` / ``Parameter(w)`` with them.
+            arr = jnp.array(arr, copy=True)
     elif isinstance(data, jax.Array):
         arr = data if dtype is None else data.astype(canonical(dtype))
     else:
@@ -78,19 +82,15 @@ def _to_array(data, dtype, device):
         if np_arr.dtype == object:
             np_arr = np.asarray([np.asarray(x) for x in data])
         target = canonical(dtype) if dtype is not None else default_dtype(np_arr)
+        if dtype is None and target != np_arr.dtype and not _NARROW_WARNED:
+            _warn_if_lossy(np_arr, np.dtype(target))
         arr = jnp.asarray(np_arr, dtype=target)
     dev = to_device(device) if device is not None else _default_device
     if dev is not None and dev not in arr.devices():
         arr = jax.device_put(arr, dev)
-        if dtype is None and target != np_arr.dtype and not _NARROW_WARNED:
-            _warn_if_lossy(np_arr, np.dtype(target))
     return arr
 
 
-def device_name(arr) -> str:
-    try:
-        dev = next(iter(arr.devices()))
-    except Exception:  # tracers have no device
 # ---- devices: MegEngine's CompNode naming on top of jax Devices ------------------------------------------------
 # MegEngine names a device "<type><index|x>[:<stream>]": xpux (any device, GPU first), cpux, cpu0, gpu1:2, cuda0,
 # rocm0, multithread4:0, and the special "cpu:default". The *logical* name is what the user asked for, the
@@ -216,17 +216,16 @@ class CompNode:
         return (CompNode, (self._logical,))
 
 
-        return "xpux"
+def device_name(arr) -> str:
     """Physical name (``cpu0``, ``gpu1``) of the device holding ``arr`` (``xpux`` for abstract values)."""
+    try:
+        dev = next(iter(arr.devices()))
+    except Exception:  # tracers have no device
+        return "xpux"
     kind = "gpu" if dev.platform in ("gpu", "cuda", "rocm") else dev.platform
     return f"{kind}{dev.id}"
 
 
-def to_device(device):
-    """Map a MegEngine device name (``xpux``, ``cpux``, ``cpu0``, ``gpu1:2``, ``cuda0``, ``multithread4``) or a
-    CompNode to a jax Device."""
-    if device is None or isinstance(device, jax.Device):
-        return device
 def comp_node(arr) -> CompNode:
     """The CompNode of a jax array: the default device's logical name when it lives there (as MegEngine, whose
     tensors created on ``xpux`` print ``device=xpux:0``), else its physical name."""
@@ -250,6 +249,11 @@ def _default_node():
     return node
 
 
+def to_device(device):
+    """Map a MegEngine device name (``xpux``, ``cpux``, ``cpu0``, ``gpu1:2``, ``cuda0``, ``multithread4``) or a
+    CompNode to a jax Device."""
+    if device is None or isinstance(device, jax.Device):
+        return device
     if isinstance(device, CompNode):
         return device._device
     kind, idx, _ = _parse(device)
