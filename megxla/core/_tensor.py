@@ -71,13 +71,13 @@ class Tensor:
 
     @property
     def size(self):
+        """Number of elements. As MegEngine (``np.prod(shape).item()``), a 0-d tensor's size is the float 1.0."""
+        if not self._data.shape:
+            return 1.0
         return int(np.prod(self._data.shape, dtype=np.int64))
 
     @property
     def device(self):
-        """Number of elements. As MegEngine (``np.prod(shape).item()``), a 0-d tensor's size is the float 1.0."""
-        if not self._data.shape:
-            return 1.0
         """The :class:`~megxla.core.dtypes.CompNode` holding the tensor; prints as MegEngine's logical name
         (``xpux:0``) and compares equal to device names (``x.device == "cpu0"``)."""
         return _dt.comp_node(self._data)
@@ -166,6 +166,7 @@ class Tensor:
             yield self[i]
 
     def __repr__(self):
+        # MegEngine's format: class name, str() of the array at 4 digits, dtype unless float32, logical device.
         try:
             with np.printoptions(precision=4, suppress=False):
                 body = str(self.numpy())

@@ -28,6 +28,7 @@ from ..core._dispatch import wrap, push_interpreter, pop_interpreter, current_in
 from ..core._elemwise_front import SCALAR_VIDS
 from ..core._op import Primitive
 from ..core._tensor import Tensor
+from .. import dtr as _dtr
 from . import _state
 from ._external import mark_external
 from ._recording import Recorder, Excluded, Pending, TraceError, make_replay
@@ -41,7 +42,6 @@ class _Graph:
     def __init__(self, replay, name):
         self.replay = replay
         self.name = name
-from .. import dtr as _dtr
 
     def __repr__(self):
         return self.name

@@ -518,8 +518,8 @@ class Module(metaclass=ABCMeta):
         Values are read-only NumPy arrays, as in MegEngine (writing one raises ``ValueError: assignment
         destination is read-only`` instead of silently diverging from the module). As in MegEngine, the
         affine parameters and running statistics of normalisation layers are returned flattened to 1-D
-        (they are stored 4-D for speed); ``load_state_dict`` accepts both forms. With ``keep_var=True`` the values are the module's Tensors
-        themselves, unreshaped, so that callers can rebind them in place.
+        (they are stored 4-D for speed); ``load_state_dict`` accepts both forms. With ``keep_var=True`` the
+        values are the module's Tensors themselves, unreshaped, so that callers can rebind them in place.
 
         Args:
             rst: an existing dict to fill (MegEngine compatibility).
