@@ -46,7 +46,7 @@ class Primitive:
             ``jax.vjp`` of ``impl`` where that is faster; its test must show both agree.
     """
 
-    __slots__ = ("name", "impl", "multiple_results", "grad", "_ops", "_op0")
+    __slots__ = ("name", "impl", "multiple_results", "grad", "_ops", "_op0", "_fast")
 
     def __init__(self, name, impl, multiple_results=False, grad=None):
         if name in PRIMITIVES:
@@ -56,6 +56,7 @@ class Primitive:
         self.multiple_results = multiple_results
         self.grad = grad
         self._ops = {}
+        self._fast = {}
         self._op0 = None
         PRIMITIVES[name] = self
 
@@ -66,10 +67,22 @@ class Primitive:
             if op is None:
                 op = self._op0 = Op(self, ())
             return op
-        key = tuple(sorted((k, freeze(v)) for k, v in params.items()))
-        op = self._ops.get(key)
+        # NOTE: the fast path looks the keyword items up as given (one tuple hash): sorting and freezing them
+        # cost ~2 us per call, paid by every front end on every op. Unhashable values (lists) take the slow path.
+        items = tuple(params.items())
+        try:
+            op = self._fast.get(items)
+        except TypeError:
+            op = items = None
         if op is None:
-            op = self._ops[key] = Op(self, key)
+            key = tuple(sorted((k, freeze(v)) for k, v in params.items()))
+            op = self._ops.get(key)
+            if op is None:
+                op = self._ops[key] = Op(self, key)
+            if items is not None:
+                if len(self._fast) > 4096:  # bounded: keyword orders x values seen
+                    self._fast.clear()
+                self._fast[items] = op
         return op
 
     def __repr__(self):

@@ -3,9 +3,10 @@ from __future__ import annotations
 
 from typing import Iterable, Union
 
-from .. import functional as F
+import jax.numpy as jnp
+
 from ..core._tensor import Parameter
-from .optimizer import Optimizer, assign, hyper_tensor, uses
+from .optimizer import Optimizer, hyper_tensor, uses
 
 __all__ = ["Adadelta"]
 
@@ -51,20 +52,28 @@ class Adadelta(Optimizer):
             self._add_state(param, "acc_delta")
             self._add_state(param, "step", initializer=0.0)
 
-    def _updates(self, param_group):
-        params = self._params_with_grad(param_group)
-        if not params:
-            return
-        lr = hyper_tensor(param_group, "lr")
-        rho = hyper_tensor(param_group, "rho")
-        eps = hyper_tensor(param_group, "eps")
-        weight_decay = hyper_tensor(param_group, "weight_decay") if uses(param_group, "weight_decay") else None
-        for param in params:
-            states = self._state[param]
-            step, square_avg, acc_delta = states["step"], states["square_avg"], states["acc_delta"]
-            assign(step, step + 1.0)
-            grad = param.grad if weight_decay is None else param.grad + param * weight_decay
-            assign(square_avg, rho * square_avg + (1.0 - rho) * (grad * grad))
-            delta = F.sqrt(acc_delta + eps) / F.sqrt(square_avg + eps) * grad
-            assign(param, param - lr * delta)
-            assign(acc_delta, rho * acc_delta + (1.0 - rho) * (delta * delta))
+    def _rule_inputs(self, param_group, params):
+        owner = type(self).__name__
+        use_wd = uses(param_group, "weight_decay")
+        hypers = [hyper_tensor(param_group, k, owner=owner) for k in ("lr", "rho", "eps")]
+        if use_wd:
+            hypers.append(hyper_tensor(param_group, "weight_decay", owner=owner))
+        slot_lists = [tuple(self._state[p][k] for k in ("square_avg", "acc_delta", "step")) for p in params]
+        return (use_wd,), hypers, slot_lists
+
+
+def _adadelta_rule(flags, hypers, p, g, slots):
+    """Adadelta on arrays: ``flags = (weight decay term,)``; hypers ``lr, rho, eps[, wd]``."""
+    lr, rho, eps = hypers[:3]
+    square_avg, acc_delta, step = slots
+    step = step + 1.0
+    if flags[0]:
+        g = g + p * hypers[3]
+    square_avg = rho * square_avg + (1.0 - rho) * (g * g)
+    delta = jnp.sqrt(acc_delta + eps) / jnp.sqrt(square_avg + eps) * g
+    new_p = p - lr * delta
+    acc_delta = rho * acc_delta + (1.0 - rho) * (delta * delta)
+    return new_p, (square_avg, acc_delta, step)
+
+
+Adadelta._rule = staticmethod(_adadelta_rule)

@@ -3,9 +3,10 @@ from __future__ import annotations
 
 from typing import Iterable, Union
 
-from .. import functional as F
+import jax.numpy as jnp
+
 from ..core._tensor import Parameter
-from .optimizer import Optimizer, assign, hyper_tensor, uses
+from .optimizer import Optimizer, hyper_tensor, uses
 
 __all__ = ["Adagrad"]
 
@@ -49,20 +50,27 @@ class Adagrad(Optimizer):
             self._add_state(param, "square_avg")
             self._add_state(param, "step", initializer=0.0)
 
-    def _updates(self, param_group):
-        params = self._params_with_grad(param_group)
-        if not params:
-            return
-        lr = hyper_tensor(param_group, "lr")
-        lr_decay = hyper_tensor(param_group, "lr_decay")
-        eps = hyper_tensor(param_group, "eps")
-        weight_decay = hyper_tensor(param_group, "weight_decay") if uses(param_group, "weight_decay") else None
-        for param in params:
-            states = self._state[param]
-            step, square_avg = states["step"], states["square_avg"]
-            assign(step, step + 1.0)
-            grad = param.grad if weight_decay is None else param.grad + param * weight_decay
-            assign(square_avg, square_avg + grad * grad)
-            delta = grad / F.sqrt(square_avg + eps)
-            clr = lr / (1.0 + (step - 1.0) * lr_decay)
-            assign(param, param - clr * delta)
+    def _rule_inputs(self, param_group, params):
+        owner = type(self).__name__
+        use_wd = uses(param_group, "weight_decay")
+        hypers = [hyper_tensor(param_group, k, owner=owner) for k in ("lr", "lr_decay", "eps")]
+        if use_wd:
+            hypers.append(hyper_tensor(param_group, "weight_decay", owner=owner))
+        slot_lists = [(self._state[p]["square_avg"], self._state[p]["step"]) for p in params]
+        return (use_wd,), hypers, slot_lists
+
+
+def _adagrad_rule(flags, hypers, p, g, slots):
+    """Adagrad on arrays: ``flags = (weight decay term,)``; hypers ``lr, lr_decay, eps[, wd]``."""
+    lr, lr_decay, eps = hypers[:3]
+    square_avg, step = slots
+    step = step + 1.0
+    if flags[0]:
+        g = g + p * hypers[3]
+    square_avg = square_avg + g * g
+    delta = g / jnp.sqrt(square_avg + eps)
+    clr = lr / (1.0 + (step - 1.0) * lr_decay)
+    return p - clr * delta, (square_avg, step)
+
+
+Adagrad._rule = staticmethod(_adagrad_rule)

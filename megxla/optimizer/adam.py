@@ -3,26 +3,42 @@ from __future__ import annotations
 
 from typing import Iterable, Tuple, Union
 
-from .. import functional as F
+import jax.numpy as jnp
+
 from ..core._tensor import Parameter
-from .optimizer import Optimizer, assign, hyper_tensor, uses
+from ..core.ops.elemwise import _pow
+from .optimizer import Optimizer, hyper_tensor, uses
 
 __all__ = ["Adam"]
 
 
-def _moment_hypers(group):
+def _moment_hypers(group, owner):
     """``(beta0, beta1, eps)`` of a group as tensors, made once per group and step."""
-    return hyper_tensor(group, "betas", 0), hyper_tensor(group, "betas", 1), hyper_tensor(group, "eps")
+    return (hyper_tensor(group, "betas", 0, owner=owner), hyper_tensor(group, "betas", 1, owner=owner),
+            hyper_tensor(group, "eps", owner=owner))
 
 
-def _adam_moments(states, grad, beta0, beta1, eps):
-    """Advance the ``step``, ``exp_avg`` and ``exp_avg_sq`` slots by one gradient and return the bias-corrected
-    update direction ``m_hat / (sqrt(v_hat) + eps)`` (shared by Adam and AdamW)."""
-    step, exp_avg, exp_avg_sq = states["step"], states["exp_avg"], states["exp_avg_sq"]
-    assign(step, step + 1.0)
-    assign(exp_avg, exp_avg * beta0 + grad * (1.0 - beta0))
-    assign(exp_avg_sq, exp_avg_sq * beta1 + (1.0 - beta1) * (grad * grad))
-    return (exp_avg / (1.0 - beta0 ** step)) / (F.sqrt(exp_avg_sq / (1.0 - beta1 ** step)) + eps)
+def _adam_moments(slots, grad, beta0, beta1, eps):
+    """Advance the ``exp_avg``, ``exp_avg_sq`` and ``step`` slot values by one gradient; returns the new slot
+    values and the bias-corrected update direction ``m_hat / (sqrt(v_hat) + eps)`` (Adam and AdamW)."""
+    exp_avg, exp_avg_sq, step = slots
+    step = step + 1.0
+    exp_avg = exp_avg * beta0 + grad * (1.0 - beta0)
+    exp_avg_sq = exp_avg_sq * beta1 + (1.0 - beta1) * (grad * grad)
+    delta = (exp_avg / (1.0 - _pow(beta0, step))) / (jnp.sqrt(exp_avg_sq / (1.0 - _pow(beta1, step))) + eps)
+    return (exp_avg, exp_avg_sq, step), delta
+
+
+def _adam_rule(flags, hypers, p, g, slots):
+    """Adam / AdamW on arrays: ``flags = (weight decay term, decoupled)``; hypers ``lr, beta0, beta1, eps[, wd]``."""
+    use_wd, decoupled = flags
+    lr, beta0, beta1, eps = hypers[:4]
+    if use_wd and not decoupled:
+        g = g + p * hypers[4]
+    new_slots, delta = _adam_moments(slots, g, beta0, beta1, eps)
+    if use_wd and decoupled:
+        delta = delta + p * hypers[4]
+    return p - lr * delta, new_slots
 
 
 class Adam(Optimizer):
@@ -65,14 +81,16 @@ class Adam(Optimizer):
             self._add_state(param, "exp_avg_sq")
             self._add_state(param, "step", initializer=0.0)
 
-    def _updates(self, param_group):
-        params = self._params_with_grad(param_group)
-        if not params:
-            return
-        lr = hyper_tensor(param_group, "lr")
-        weight_decay = hyper_tensor(param_group, "weight_decay") if uses(param_group, "weight_decay") else None
-        moments = _moment_hypers(param_group)
-        for param in params:
-            grad = param.grad if weight_decay is None else param.grad + param * weight_decay
-            delta = _adam_moments(self._state[param], grad, *moments)
-            assign(param, param - lr * delta)
+    _decoupled = False  # AdamW: the weight decay is applied to the parameter, not added to the gradient
+
+    def _rule_inputs(self, param_group, params):
+        owner = type(self).__name__
+        use_wd = uses(param_group, "weight_decay")
+        hypers = [hyper_tensor(param_group, "lr", owner=owner), *_moment_hypers(param_group, owner)]
+        if use_wd:
+            hypers.append(hyper_tensor(param_group, "weight_decay", owner=owner))
+        slot_lists = [(st["exp_avg"], st["exp_avg_sq"], st["step"]) for st in map(self._state.__getitem__, params)]
+        return (use_wd, self._decoupled), hypers, slot_lists
+
+
+Adam._rule = staticmethod(_adam_rule)

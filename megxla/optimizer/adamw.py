@@ -4,8 +4,7 @@ from __future__ import annotations
 from typing import Iterable, Tuple, Union
 
 from ..core._tensor import Parameter
-from .adam import Adam, _adam_moments, _moment_hypers
-from .optimizer import assign, hyper_tensor, uses
+from .adam import Adam
 
 __all__ = ["AdamW"]
 
@@ -46,15 +45,4 @@ class AdamW(Adam):
         # Same slots as Adam (its _create_state); only the update differs: decoupled weight decay.
         super().__init__(params, lr, betas, eps, weight_decay)
 
-    def _updates(self, param_group):
-        params = self._params_with_grad(param_group)
-        if not params:
-            return
-        lr = hyper_tensor(param_group, "lr")
-        weight_decay = hyper_tensor(param_group, "weight_decay") if uses(param_group, "weight_decay") else None
-        moments = _moment_hypers(param_group)
-        for param in params:
-            delta = _adam_moments(self._state[param], param.grad, *moments)
-            if weight_decay is not None:
-                delta = delta + param * weight_decay
-            assign(param, param - lr * delta)
+    _decoupled = True

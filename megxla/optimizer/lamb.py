@@ -3,9 +3,11 @@ from __future__ import annotations
 
 from typing import Iterable, Tuple, Union
 
-from .. import functional as F
+import jax.numpy as jnp
+
 from ..core._tensor import Parameter, Tensor
-from .optimizer import Optimizer, assign, hyper_tensor, uses
+from ..core.ops.elemwise import _pow
+from .optimizer import Optimizer, hyper_tensor, uses
 
 __all__ = ["LAMB", "LAMBFp16"]
 
@@ -60,43 +62,56 @@ class LAMB(Optimizer):
             self._add_state(param, "exp_avg_sq")
             self._add_state(param, "step", initializer=0.0)
 
-    @staticmethod
-    def _hypers(group):
-        """The group's hyper-parameters as tensors, made once per group and step."""
-        weight_decay = hyper_tensor(group, "weight_decay") if uses(group, "weight_decay") else None
-        return (hyper_tensor(group, "lr"), weight_decay, hyper_tensor(group, "betas", 0),
-                hyper_tensor(group, "betas", 1), hyper_tensor(group, "eps"))
+    _master = False  # LAMBFp16: the slot ``param_fp32`` is the float32 master copy that is updated
 
-    def _lamb(self, hypers, states, param, grad):
-        """Advance the slots by one gradient and return the new value of ``param`` (float32)."""
-        lr, weight_decay, beta0, beta1, eps = hypers
-        step, exp_avg, exp_avg_sq = states["step"], states["exp_avg"], states["exp_avg_sq"]
-        assign(step, step + 1.0)
-        assign(exp_avg, exp_avg * beta0 + grad * (1.0 - beta0))
-        assign(exp_avg_sq, exp_avg_sq * beta1 + (1.0 - beta1) * (grad * grad))
-        if self.bias_correction:
-            update = (exp_avg / (1.0 - beta0 ** step)) / (F.sqrt(exp_avg_sq / (1.0 - beta1 ** step)) + eps)
-        else:
-            update = exp_avg / (F.sqrt(exp_avg_sq) + eps)
-        if weight_decay is not None:
-            update = update + param * weight_decay
-        elif not self.always_adapt:
-            return param - lr * update  # no weight decay, no trust ratio (MegEngine)
-        param_norm, update_norm = F.norm(param), F.norm(update)
-        ratio = F.where(param_norm > 0.0, F.where(update_norm > 0.0, param_norm / update_norm, 1.0), 1.0)
-        if not self.always_adapt:
-            # NOTE: a select on the weight_decay tensor, not a Python `if`: traced, weight_decay may be 0 now
+    def _rule_inputs(self, param_group, params):
+        owner = type(self).__name__
+        use_wd = uses(param_group, "weight_decay")
+        hypers = [hyper_tensor(param_group, "lr", owner=owner), hyper_tensor(param_group, "betas", 0, owner=owner),
+                  hyper_tensor(param_group, "betas", 1, owner=owner), hyper_tensor(param_group, "eps", owner=owner)]
+        if use_wd:
+            hypers.append(hyper_tensor(param_group, "weight_decay", owner=owner))
+        names = ("exp_avg", "exp_avg_sq", "step") + (("param_fp32",) if self._master else ())
+        slot_lists = [tuple(self._state[p][k] for k in names) for p in params]
+        flags = (use_wd, bool(self.bias_correction), bool(self.always_adapt), self._master)
+        return flags, hypers, slot_lists
+
+
+def _lamb_rule(flags, hypers, p, g, slots):
+    """LAMB on arrays: ``flags = (weight decay term, bias_correction, always_adapt, float32 master slot)``;
+    hypers ``lr, beta0, beta1, eps[, wd]``."""
+    use_wd, bias_correction, always_adapt, master = flags
+    lr, beta0, beta1, eps = hypers[:4]
+    exp_avg, exp_avg_sq, step = slots[:3]
+    x = slots[3] if master else p
+    if master:
+        g = g.astype(jnp.float32)
+    step = step + 1.0
+    exp_avg = exp_avg * beta0 + g * (1.0 - beta0)
+    exp_avg_sq = exp_avg_sq * beta1 + (1.0 - beta1) * (g * g)
+    if bias_correction:
+        update = (exp_avg / (1.0 - _pow(beta0, step))) / (jnp.sqrt(exp_avg_sq / (1.0 - _pow(beta1, step))) + eps)
+    else:
+        update = exp_avg / (jnp.sqrt(exp_avg_sq) + eps)
+    if use_wd:
+        weight_decay = hypers[4]
+        update = update + x * weight_decay
+    if not use_wd and not always_adapt:
+        new = x - lr * update  # no weight decay, no trust ratio (MegEngine)
+    else:
+        x_norm, u_norm = jnp.sqrt(jnp.sum(x * x)), jnp.sqrt(jnp.sum(update * update))
+        one = jnp.ones((), x_norm.dtype)
+        ratio = jnp.where(x_norm > 0.0, jnp.where(u_norm > 0.0, x_norm / u_norm, one), one)
+        if not always_adapt:
+            # NOTE: a select on the weight_decay value, not a Python `if`: traced, weight_decay may be 0 now
             # and change later without a new trace.
-            ratio = F.where(weight_decay > 0.0, ratio, 1.0)
-        return param - lr * ratio * update
+            ratio = jnp.where(weight_decay > 0.0, ratio, one)
+        new = x - lr * ratio * update
+    new_slots = (exp_avg, exp_avg_sq, step) + ((new,) if master else ())
+    return new, new_slots
 
-    def _updates(self, param_group):
-        params = self._params_with_grad(param_group)
-        if not params:
-            return
-        hypers = self._hypers(param_group)
-        for param in params:
-            assign(param, self._lamb(hypers, self._state[param], param, param.grad))
+
+LAMB._rule = staticmethod(_lamb_rule)
 
 
 class LAMBFp16(LAMB):
@@ -132,14 +147,4 @@ class LAMBFp16(LAMB):
             # a new Tensor even for a float32 parameter: the master copy must not alias the parameter
             self._state[param]["param_fp32"] = Tensor(param, dtype="float32")
 
-    def _updates(self, param_group):
-        params = self._params_with_grad(param_group)
-        if not params:
-            return
-        hypers = self._hypers(param_group)
-        for param in params:
-            states = self._state[param]
-            master = states["param_fp32"]
-            new = self._lamb(hypers, states, master, param.grad.astype("float32"))
-            assign(master, new)
-            assign(param, new)
+    _master = True

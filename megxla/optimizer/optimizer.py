@@ -12,11 +12,18 @@ Design:
     * Parameters and state slots are updated with ``Tensor._reset`` (see :func:`assign`), so the same Python
       objects hold the new values and a tracer records the writes.
     * Bad input (negative lr, a grad whose shape is not the parameter's...) raises before any parameter or
-      slot of any group changes.
+      slot of any group changes -- in a compiled step too: the getters a tracer re-reads at every call
+      validate the value on the host before the executable runs.
+    * A group's whole update is ONE op (:mod:`._group_update`): subclasses give a pure per-parameter
+      ``_rule`` on arrays and the tensors it reads (``_rule_inputs``); the base class applies it.
+    * ``param_groups`` entries are :class:`ParamGroup` dicts: assigning a hyper-parameter notifies the
+      optimizer (``_hyper_changed``), so a change that alters the state layout (SGD momentum 0 -> 0.9 creates
+      the ``momentum_buffer`` slots) happens at once and a compiled step sees a new state structure.
 """
 from __future__ import annotations
 
 import copy
+import math
 import numbers
 import warnings
 from abc import ABCMeta, abstractmethod
@@ -24,28 +31,32 @@ from typing import Dict, Iterable, Union
 
 import numpy as np
 
+from ..core import _registry
 from ..core._dispatch import current_interpreter
 from ..core._tensor import Parameter, Tensor
+from ._group_update import group_update
 
-__all__ = ["Optimizer", "hyper_tensor", "uses", "assign"]
+__all__ = ["Optimizer", "ParamGroup", "hyper_tensor", "host_scalar", "uses", "assign"]
 
 
 # Eager-mode cache of hyper-parameter tensors, keyed by (group, name, index, value, dtype).
 _HYPER_CACHE: dict = {}
 
 
-def hyper_tensor(param_group: dict, key: str, index: int = None, dtype="float32") -> Tensor:
+def hyper_tensor(param_group: dict, key: str, index: int = None, dtype="float32", owner: str = "optimizer") -> Tensor:
     """``param_group[key]`` (or ``param_group[key][index]``) as a 0-d Tensor, for use in ``_updates``.
 
     Under a tracing interpreter that offers ``host_input(tensor, getter)`` (megxla's jit recorder) the tensor
     is new and the tracer is told where its value comes from, so a compiled step re-reads the current value
-    from the group at every call instead of baking it in as a constant.
+    from the group at every call instead of baking it in as a constant. The getter validates the value
+    (``lr >= 0`` and finite...), so a bad value raises on the host before the executable runs.
 
     Args:
         param_group: the parameter group dict.
         key: hyper-parameter name, e.g. ``"lr"``.
         index: for tuple-valued hyper-parameters such as ``"betas"``, which element.
         dtype: dtype of the tensor.
+        owner: name shown in validation errors (the optimizer class).
 
     Returns:
         a 0-d Tensor holding the current value.
@@ -56,19 +67,46 @@ def hyper_tensor(param_group: dict, key: str, index: int = None, dtype="float32"
     """
     def getter():
         value = param_group[key]
+        _check_hyper(owner, key, value)
         return value if index is None else value[index]
 
+    return host_scalar(getter, dtype, (id(param_group), key, index))
+
+
+# Eager-mode cache of host scalars as tensors, keyed by (where, value, dtype).
+_HYPER_CACHE: dict = {}
+
+
+def host_scalar(getter, dtype="float32", where=None) -> Tensor:
+    """``getter()`` (a Python number, or a 0-d Tensor) as a 0-d Tensor that a compiled step re-reads.
+
+    Eagerly the tensor of an unchanged value is reused; under a tracer with ``host_input`` the getter is
+    registered, so compiled calls call it (and any validation in it) on the host before the executable.
+
+    Args:
+        getter: a function of no arguments returning the current value.
+        dtype: dtype of the tensor.
+        where: hashable identity of the value's home for the eager cache (None: no caching).
+
+    Returns:
+        a 0-d Tensor.
+
+    Example:
+        >>> host_scalar(lambda: 3.0).numpy()
+        array(3., dtype=float32)
+    """
     value = getter()
     interp = current_interpreter()
-    if interp is not None or not isinstance(value, (int, float)):  # a Tensor value may change in place
+    if interp is not None or where is None or not isinstance(value, (int, float)):  # a Tensor may change in place
         t = Tensor(value, dtype=dtype)
         if interp is not None and hasattr(interp, "host_input"):
             interp.host_input(t, getter)
         return t
     # NOTE: eagerly, making a 0-d tensor costs ~95 us on CPU (a host->device copy); reusing the tensor of an
     # unchanged value took a 10-parameter SGD step with weight decay from 1.45 to 1.01 ms. The key holds the
-    # value itself: a hit is always right, whatever group later reuses a dead group's id.
-    cache_key = (id(param_group), key, index, value, dtype)
+    # value itself (and its type: 1 and 1.0 and True hash alike): a hit is always right, whatever group later
+    # reuses a dead group's id.
+    cache_key = (where, value, type(value), dtype)
     t = _HYPER_CACHE.get(cache_key)
     if t is None:
         if len(_HYPER_CACHE) > 4096:
@@ -123,8 +161,8 @@ def _number(x):
 def _check_hyper(owner, name, value):
     """Raise ValueError if a known hyper-parameter has an invalid value (unknown names are not checked)."""
     if name in ("lr", "weight_decay", "momentum", "eps", "lr_decay"):
-        if not _number(value) or not float(value) >= 0.0:
-            raise ValueError(f"{owner}: invalid {name} {value!r}: must be a number >= 0")
+        if not _number(value) or not math.isfinite(float(value)) or not float(value) >= 0.0:
+            raise ValueError(f"{owner}: invalid {name} {value!r}: must be a finite number >= 0")
     elif name == "betas":
         ok = isinstance(value, (tuple, list)) and len(value) == 2 and all(_number(b) for b in value)
         if not ok or not all(0.0 <= float(b) < 1.0 for b in value):
@@ -132,6 +170,41 @@ def _check_hyper(owner, name, value):
     elif name == "rho":
         if not _number(value) or not 0.0 <= float(value) <= 1.0:
             raise ValueError(f"{owner}: invalid rho {value!r}: must be a number in [0, 1]")
+
+
+class ParamGroup(dict):
+    """A parameter group: a plain dict that tells its optimizer when a hyper-parameter is assigned.
+
+    ``group["momentum"] = 0.9`` on an SGD group created with momentum 0 creates the ``momentum_buffer``
+    slots right away (MegEngine's state layout), so a compiled step sees a new state structure and records
+    again instead of running an executable that never read momentum.
+
+    Example:
+        >>> import megxla as mge, megxla.optimizer as optim
+        >>> w = mge.Parameter([1.0]); opt = optim.SGD([w], lr=0.1)
+        >>> opt.param_groups[0]["momentum"] = 0.9; list(opt._state[w])
+        ['momentum_buffer']
+    """
+
+    __slots__ = ("_owner",)
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._owner = None
+
+    def __setitem__(self, key, value):
+        super().__setitem__(key, value)
+        if self._owner is not None:
+            self._owner._hyper_changed(self, key)
+
+    def update(self, *args, **kwargs):
+        for k, v in dict(*args, **kwargs).items():
+            self[k] = v
+
+    def setdefault(self, key, default=None):
+        if key not in self:
+            self[key] = default
+        return self[key]
 
 
 class Optimizer(metaclass=ABCMeta):
@@ -206,11 +279,14 @@ class Optimizer(metaclass=ABCMeta):
         for name, value in param_group.items():
             if name != "params":
                 _check_hyper(type(self).__name__, name, value)
+        param_group = ParamGroup(param_group)
         param_group["params"] = params
         for name, default in self._defaults.items():
             param_group.setdefault(name, default)
         self.param_groups.append(param_group)
         self._create_state(param_group)
+        param_group._owner = self
+        _registry.bump_epoch()
 
     def _add_state(self, param, state_name, initializer=None, dtype="float32"):
         """Create the slot ``self._state[param][state_name]``: zeros shaped like ``param``, or ``initializer``."""
@@ -219,14 +295,33 @@ class Optimizer(metaclass=ABCMeta):
             raise KeyError(f"state slot {state_name!r} already exists for this parameter")
         value = np.zeros(param.shape, dtype) if initializer is None else np.asarray(initializer, dtype)
         state[state_name] = Tensor(value, dtype=dtype, device=param.device)
+        _registry.bump_epoch()  # the state structure changed
 
     @abstractmethod
     def _create_state(self, param_group):
         """Create the state slots of every parameter of ``param_group``."""
 
-    @abstractmethod
+    def _hyper_changed(self, param_group, key):
+        """Called after ``param_group[key]`` was assigned; subclasses whose state layout depends on a value
+        override it (SGD's momentum)."""
+
+    # The per-parameter update, a pure function of JAX arrays: ``_rule(flags, hypers, param, grad, slots)``
+    # returns ``(new_param, new_slots)``; see ._group_update. Subclasses set it (a module-level function).
+    _rule = None
+
+    def _rule_inputs(self, param_group, params):
+        """``(flags, hyper tensors, per-parameter slot lists)`` of the rule for ``params`` of the group."""
+        raise TypeError(f"{type(self).__name__}: an optimizer must override _updates(param_group), or set _rule "
+                        f"and override _rule_inputs(param_group, params)")
+
     def _updates(self, param_group):
-        """Update the parameters of ``param_group`` that have a gradient, and their slots."""
+        """Update the parameters of ``param_group`` that have a gradient, and their slots: ONE op for the
+        whole group (the subclass's ``_rule`` over flat lists of arrays)."""
+        params = self._params_with_grad(param_group)
+        if not params:
+            return
+        flags, hypers, slot_lists = self._rule_inputs(param_group, params)
+        group_update(type(self)._rule, flags, hypers, params, slot_lists, _step_gate(params))
 
     def _get_params(self):
         return [p for g in self.param_groups for p in g["params"]]
@@ -368,10 +463,18 @@ class Optimizer(metaclass=ABCMeta):
                 slots = saved_state.get(i)
                 if slots is not None:
                     current = self._state.get(p, {})
+                    converted = {}
                     for k, v in slots.items():
                         if k in current and tuple(np.shape(v)) != current[k].shape:
                             raise ValueError(f"loaded slot {k!r} of parameter {i} has shape {tuple(np.shape(v))}, "
                                              f"expected {current[k].shape}")
+                        # converted now, before anything is assigned: a bad value leaves the optimizer unchanged
+                        a = v.numpy() if isinstance(v, Tensor) else np.asarray(v)
+                        if a.dtype == object or a.dtype.kind not in "biufc":
+                            raise TypeError(f"loaded slot {k!r} of parameter {i} is not numbers (dtype {a.dtype})")
+                        converted[k] = (Tensor(a, dtype=current[k].dtype) if k in current
+                                        else Tensor(a, device=p.device))
+                    slots = converted
                 plan.append((p, slots))
         known = {i for saved in saved_groups for i in saved["params"]}
         if not set(saved_state) <= known:
@@ -381,7 +484,7 @@ class Optimizer(metaclass=ABCMeta):
         for group, saved in zip(self.param_groups, saved_groups):
             for k, v in saved.items():
                 if k != "params":
-                    group[k] = copy.copy(v)
+                    dict.__setitem__(group, k, copy.copy(v))  # slots come from the saved state below
         for p, slots in plan:
             if slots is None:
                 self._state.pop(p, None)
@@ -389,8 +492,22 @@ class Optimizer(metaclass=ABCMeta):
             current = self._state.get(p, {})
             new = {}
             for k, v in slots.items():
-                if k in current:
-                    new[k] = current[k]._reset(Tensor(v, dtype=current[k].dtype))
-                else:
-                    new[k] = Tensor(v, device=p.device)
+                new[k] = current[k]._reset(v) if k in current else v
             self._state[p] = new
+        _registry.bump_epoch()
+
+
+def _step_gate(params):
+    """The skip flag of a compiled mixed-precision step: the 0-d bool Tensor that ``GradScaler`` registered
+    for these gradients (True: a gradient was not finite, leave everything unchanged), or None."""
+    gates = []
+    for p in params:
+        g = _registry.grad_gate(p.grad)
+        if g is not None and all(g is not x for x in gates):
+            gates.append(g)
+    if not gates:
+        return None
+    gate = gates[0]
+    for g in gates[1:]:
+        gate = gate | g
+    return gate

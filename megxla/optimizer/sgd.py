@@ -3,8 +3,10 @@ from __future__ import annotations
 
 from typing import Iterable, Union
 
+import jax.numpy as jnp
+
 from ..core._tensor import Parameter
-from .optimizer import Optimizer, assign, hyper_tensor, uses
+from .optimizer import Optimizer, host_scalar, hyper_tensor, uses
 
 __all__ = ["SGD"]
 
@@ -51,23 +53,54 @@ class SGD(Optimizer):
             for param in param_group["params"]:
                 self._add_state(param, "momentum_buffer")
 
-    def _updates(self, param_group):
-        params = self._params_with_grad(param_group)
-        if not params:
-            return
-        lr = hyper_tensor(param_group, "lr")
-        weight_decay = hyper_tensor(param_group, "weight_decay") if uses(param_group, "weight_decay") else None
-        # NOTE: whether momentum is used decides whether the momentum_buffer slot exists (MegEngine's state
-        # layout), so this one branch depends on a hyper-parameter value.
-        use_momentum = param_group["momentum"] != 0.0
-        momentum = hyper_tensor(param_group, "momentum") if use_momentum else None
-        for param in params:
-            grad = param.grad if weight_decay is None else param.grad + param * weight_decay
-            if use_momentum:
-                state = self._state.setdefault(param, {})
-                if "momentum_buffer" not in state:  # momentum was 0 when the group was created
+    def _hyper_changed(self, param_group, key):
+        # momentum 0 -> non-zero: the slots MegEngine's layout has for a momentum group exist from now on, so
+        # a compiled step sees a new state structure (it records again) instead of ignoring momentum.
+        if key == "momentum" and _nonzero(param_group["momentum"]):
+            for param in param_group["params"]:
+                if "momentum_buffer" not in self._state.get(param, {}):
                     self._add_state(param, "momentum_buffer")
-                v = state["momentum_buffer"]
-                assign(v, v * momentum + grad)
-                grad = grad + v * momentum if self.nesterov else v
-            assign(param, param - lr * grad)
+
+    def _rule_inputs(self, param_group, params):
+        owner = type(self).__name__
+        use_wd = uses(param_group, "weight_decay")
+        hypers = [hyper_tensor(param_group, "lr", owner=owner)]
+        if use_wd:
+            hypers.append(hyper_tensor(param_group, "weight_decay", owner=owner))
+        if _nonzero(param_group["momentum"]):
+            for param in params:  # momentum was 0 when the group was created and changed without assignment
+                if "momentum_buffer" not in self._state.get(param, {}):
+                    self._add_state(param, "momentum_buffer")
+        # NOTE: with the slot present, momentum and nesterov are inputs (a compiled step re-reads them) and the
+        # rule selects on momentum != 0, as MegEngine's ``if momentum != 0`` does eagerly.
+        has_slot = all("momentum_buffer" in self._state.get(p, {}) for p in params)
+        slot_lists = [(self._state[p]["momentum_buffer"],) if has_slot else () for p in params]
+        if has_slot:
+            hypers.append(hyper_tensor(param_group, "momentum", owner=owner))
+            hypers.append(host_scalar(lambda: float(bool(self.nesterov)), "float32", (id(self), "nesterov")))
+        return (use_wd, has_slot), hypers, slot_lists
+
+
+def _nonzero(value):
+    return float(value) != 0.0
+
+
+def _sgd_rule(flags, hypers, p, g, slots):
+    """SGD on arrays: ``flags = (weight decay term, momentum slot)``; hypers ``lr[, wd][, momentum, nesterov]``."""
+    use_wd, has_slot = flags
+    lr = hypers[0]
+    i = 1
+    if use_wd:
+        g = g + p * hypers[1]
+        i = 2
+    if not has_slot:
+        return p - lr * g, ()
+    momentum, nesterov = hypers[i], hypers[i + 1]
+    v = slots[0]
+    on = momentum != 0.0
+    new_v = jnp.where(on, v * momentum + g, v)
+    d = jnp.where(on, jnp.where(nesterov != 0.0, g + new_v * momentum, new_v), g)
+    return p - lr * d, (new_v,)
+
+
+SGD._rule = staticmethod(_sgd_rule)

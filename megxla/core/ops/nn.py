@@ -280,3 +280,29 @@ local_conv = Primitive("local_conv", _local_conv)
 deformable_conv = Primitive("deformable_conv", _deformable_conv)
 ctc_loss = Primitive("ctc_loss", _ctc_loss)
 region_restricted_conv = Primitive("region_restricted_conv", _region_restricted_conv)
+
+
+def _bn_train_update(x, running_mean, running_var, *affine, axes, eps, eps_mode, momentum):
+    """Training BatchNorm and its running-statistics update as ONE primitive (one dispatch instead of ~9).
+
+    ``affine`` (weight, bias) and the running buffers have any shape with C elements (MegEngine stores them
+    ``(1, C, 1, 1)``); they are reshaped here, inside the op, where XLA makes the reshape free. The update is
+    MegEngine's: ``running = momentum * running + (1 - momentum) * batch_stat``, the variance unbiased.
+    """
+    shape = tuple(x.shape[i] if i == 1 else 1 for i in range(x.ndim))
+    if affine:
+        affine = (affine[0].reshape(shape), affine[1].reshape(shape))
+    y, mean, var = _bn_train(x, *affine, axes=axes, eps=eps, eps_mode=eps_mode)
+    n = x.size // x.shape[1]
+    # NOTE: the factors are Python doubles rounded once to the buffer dtype, exactly as the op-by-op version
+    # (``rm * momentum + mean * (1 - momentum)``) computed them.
+    new_mean = (running_mean * jnp.asarray(momentum, running_mean.dtype)
+                + mean.reshape(running_mean.shape).astype(running_mean.dtype)
+                * jnp.asarray(1 - momentum, running_mean.dtype))
+    new_var = (running_var * jnp.asarray(momentum, running_var.dtype)
+               + var.reshape(running_var.shape).astype(running_var.dtype)
+               * jnp.asarray((1 - momentum) * n / max(n - 1, 1), running_var.dtype))
+    return y, new_mean, new_var
+
+
+batch_norm_train_update = Primitive("batch_norm_train_update", _bn_train_update, multiple_results=True)

@@ -1,0 +1,142 @@
+"""Small registries that the layers above ``core`` fill, so that ``core`` (and ``jit``) never import them.
+
+Layers only look down (``core < functional, random < autodiff, module, optimizer < jit, amp, distributed,
+data``). Where a lower layer must reach something an upper layer owns, the upper layer registers it here at
+import time:
+
+* **implicit state** (:func:`register_implicit_state`): Tensors a step reads and rebinds without their being
+  reachable from its arguments -- the global RNG key. A tracer swaps them per traced function.
+* **state walkers** (:func:`register_state_walker`): for a class (``Module``, ``Optimizer``, ``GradScaler``)
+  a function listing the ``(name, Tensor)`` state of an instance, so a tracer can find every tensor a step
+  may read or write without knowing the class.
+* **structure epoch** (:func:`bump_epoch` / :func:`epoch`): a counter that every change of state *structure*
+  (a new optimizer slot or param group, a loaded state dict, a module attribute rebound) increments, so a
+  cached plan can check one integer instead of re-walking all state.
+* **gradient gates** (:func:`set_grad_gate` / :func:`grad_gate`): a 0-d bool Tensor attached to gradient
+  values (by ``GradScaler`` inside a compiled step) that tells the optimizer to skip its update in-graph.
+
+Example:
+    >>> from megxla.core import _registry
+    >>> e = _registry.epoch(); _registry.bump_epoch(); _registry.epoch() == e + 1
+    True
+"""
+from __future__ import annotations
+
+__all__ = ["register_implicit_state", "implicit_state", "register_state_walker", "state_walker",
+           "bump_epoch", "epoch", "set_grad_gate", "grad_gate"]
+
+# ---- implicit state ---------------------------------------------------------------------------------------
+_IMPLICIT: dict = {}
+
+
+def register_implicit_state(name: str, get, set):
+    """Register implicit state ``name``: ``get()`` returns its current Tensor, ``set(t)`` replaces it.
+
+    Args:
+        name: unique name, e.g. ``"rng_key"``.
+        get: function of no arguments returning the Tensor.
+        set: function taking the Tensor that becomes the state.
+
+    Example:
+        >>> holder = {}
+        >>> register_implicit_state("doc_example", lambda: holder.get("t"), lambda t: holder.update(t=t))
+        >>> "doc_example" in implicit_state()
+        True
+    """
+    _IMPLICIT[name] = (get, set)
+
+
+def implicit_state() -> dict:
+    """``{name: (get, set)}`` of the registered implicit state (a copy).
+
+    Example:
+        >>> "rng_key" in implicit_state()  # registered by megxla.random
+        True
+    """
+    return dict(_IMPLICIT)
+
+
+# ---- state walkers ------------------------------------------------------------------------------------------
+_WALKERS: dict = {}
+
+
+def register_state_walker(cls: type, walker):
+    """Register ``walker(obj) -> iterable of (name, Tensor)`` for instances of ``cls`` (and subclasses).
+
+    Example:
+        >>> class Holder:
+        ...     pass
+        >>> register_state_walker(Holder, lambda h: [])
+        >>> state_walker(Holder())(Holder())
+        []
+    """
+    _WALKERS[cls] = walker
+
+
+def state_walker(obj):
+    """The walker registered for ``type(obj)`` or its nearest registered base class, or None.
+
+    Example:
+        >>> state_walker(3) is None
+        True
+    """
+    for cls in type(obj).__mro__:
+        w = _WALKERS.get(cls)
+        if w is not None:
+            return w
+    return None
+
+
+# ---- structure epoch -----------------------------------------------------------------------------------------
+_epoch = [0]
+
+
+def bump_epoch():
+    """Record that some state structure changed (invalidates plans cached against the previous epoch).
+
+    Example:
+        >>> bump_epoch()
+    """
+    _epoch[0] += 1
+
+
+def epoch() -> int:
+    """The current structure epoch.
+
+    Example:
+        >>> isinstance(epoch(), int)
+        True
+    """
+    return _epoch[0]
+
+
+# ---- gradient gates --------------------------------------------------------------------------------------------
+# value id of a gradient -> 0-d bool Tensor. Keyed by value id: rebinding the gradient (a new value) drops the
+# association by itself; bounded, since only the gradients of the latest steps are ever looked up.
+_GATES: dict = {}
+
+
+def set_grad_gate(grad, gate):
+    """Attach the skip flag ``gate`` to the current value of the gradient Tensor ``grad``.
+
+    Example:
+        >>> import megxla as mge
+        >>> g = mge.Tensor([1.0]); flag = mge.Tensor(False)
+        >>> set_grad_gate(g, flag); grad_gate(g) is flag
+        True
+    """
+    if len(_GATES) > 4096:
+        _GATES.clear()
+    _GATES[grad._vid] = gate
+
+
+def grad_gate(grad):
+    """The skip flag attached to ``grad``'s current value, or None (also for ``grad=None``).
+
+    Example:
+        >>> grad_gate(None) is None
+        True
+    """
+    if grad is None or not _GATES:
+        return None
+    return _GATES.get(grad._vid)
