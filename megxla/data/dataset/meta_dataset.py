@@ -1,8 +1,7 @@
 """Dataset containers: the map-style and stream-style bases plus simple wrappers.
 
-Mirrors ``megengine.data.dataset``. Datasets that download or decode files
-(MNIST, CIFAR, ImageNet, COCO, ...) are deliberately absent: this package is
-pure NumPy and never touches the network.
+Mirrors ``megengine.data.dataset.meta_dataset``; the datasets that read image
+files (ImageFolder, COCO, MNIST, ...) are in :mod:`megxla.data.dataset.vision`.
 """
 import bisect
 import collections.abc

@@ -1,0 +1,63 @@
+"""``ImageFolder``: images sorted into one sub-directory per class."""
+from __future__ import annotations
+
+import os
+from typing import Dict, List, Tuple
+
+import numpy as np
+
+from ..meta_dataset import VisionDataset
+from .utils import imread, is_img
+
+__all__ = ["ImageFolder"]
+
+
+class ImageFolder(VisionDataset):
+    r"""Images in ``root/<class name>/**/<file>``; the class index is the rank of the class directory name.
+
+    Sample: ``(image, label)`` — ``image`` is ``(H, W, 3)`` uint8 BGR, ``label`` an ``np.int32`` (or, with
+    ``class_name=True``, the class directory name). Files are walked in sorted order, following links.
+
+    Args:
+        root: the directory of class directories.
+        check_valid_func: ``f(path) -> bool`` selecting the files to use; default: image file extensions.
+        class_name: give the class name instead of its index.
+
+    Example:
+        >>> ds = ImageFolder("/data/flowers")  # doctest: +SKIP
+        >>> image, label = ds[0]  # doctest: +SKIP
+    """
+
+    def __init__(self, root: str, check_valid_func=None, class_name: bool = False):
+        super().__init__(root, order=("image", "image_category"))
+        self.root = os.path.expanduser(root)
+        if not os.path.isdir(self.root):
+            raise FileNotFoundError(f"ImageFolder: directory {self.root!r} does not exist")
+        self.check_valid = check_valid_func if check_valid_func is not None else is_img
+        self.class_name = class_name
+        self.class_dict = self.collect_class()
+        self.samples = self.collect_samples()
+
+    def collect_class(self) -> Dict:
+        """``{class directory name: np.int32 index}``, indices in sorted name order."""
+        classes = sorted(d.name for d in os.scandir(self.root) if d.is_dir())
+        return {c: np.int32(i) for i, c in enumerate(classes)}
+
+    def collect_samples(self) -> List:
+        """``[(path, label or class name)]`` of every valid file, in sorted order."""
+        samples = []
+        for key in sorted(self.class_dict):
+            for dirpath, dirnames, files in os.walk(os.path.join(self.root, key), followlinks=True):
+                dirnames.sort()
+                for name in sorted(files):
+                    path = os.path.join(dirpath, name)
+                    if self.check_valid(path):
+                        samples.append((path, key if self.class_name else self.class_dict[key]))
+        return samples
+
+    def __getitem__(self, index: int) -> Tuple:
+        path, label = self.samples[index]
+        return imread(path), label
+
+    def __len__(self) -> int:
+        return len(self.samples)

@@ -1,0 +1,119 @@
+"""``ImageNet``: ILSVRC2012 classification, from extracted ``train`` / ``val`` folders or the raw archives."""
+from __future__ import annotations
+
+import os
+import pickle
+import shutil
+
+from .folder import ImageFolder
+from .utils import default_dataset_root, missing_files_error, safe_extract
+
+__all__ = ["ImageNet"]
+
+
+class ImageNet(ImageFolder):
+    r"""ILSVRC2012 under ``root``: ``root/train/<wnid>/*.JPEG`` and ``root/val/<wnid>/*.JPEG``, read as an
+    :class:`ImageFolder` (sample ``(image BGR uint8, label np.int32)``, labels in sorted-wnid order).
+
+    If the split's folder is absent but the raw archives are in ``root`` (``ILSVRC2012_img_train.tar``,
+    ``ILSVRC2012_img_val.tar``, ``ILSVRC2012_devkit_t12.tar.gz``), they are extracted first: the training
+    archive holds one tar per class, the validation images are sorted into class folders using the devkit's
+    ground truth (reading the devkit's ``meta.mat`` needs SciPy).
+
+    Args:
+        root: the ImageNet directory; default ``$MGE_HOME/dataset/imagenet``.
+        train: the training split, else the validation split.
+        kwargs: passed to :class:`ImageFolder` (``check_valid_func``, ``class_name``).
+    """
+
+    raw_file_meta = {
+        "train": ("ILSVRC2012_img_train.tar", "1d675b47d978889d74fa0da5fadfb00e"),
+        "val": ("ILSVRC2012_img_val.tar", "29b22e2961454d5413ddabcf34fc5622"),
+        "devkit": ("ILSVRC2012_devkit_t12.tar.gz", "fa75699e90414af021442c21a62c3abf"),
+    }
+    default_train_dir = "train"
+    default_val_dir = "val"
+    default_devkit_dir = "ILSVRC2012_devkit_t12"
+
+    def __init__(self, root: str = None, train: bool = True, **kwargs):
+        root = os.path.expanduser(root) if root is not None else os.path.join(default_dataset_root(), "imagenet")
+        self.root = root
+        self.train = train
+        self.target_folder = os.path.join(root, self.default_train_dir if train else self.default_val_dir)
+        if not os.path.isdir(self.target_folder):
+            if not self.check_raw_file():
+                needed = [self.raw_file_meta["train" if train else "val"][0]] + ([] if train else [
+                    self.raw_file_meta["devkit"][0]])
+                raise missing_files_error("ImageNet", root, [os.path.basename(self.target_folder) + "/"] + needed,
+                                          "Give the extracted split folder or the raw archives")
+            self._extract()
+        super().__init__(self.target_folder, **kwargs)
+
+    def check_raw_file(self) -> bool:
+        """Whether the raw archives this split needs are in :attr:`root`."""
+        names = [self.raw_file_meta["train"][0]] if self.train else [self.raw_file_meta["val"][0],
+                                                                      self.raw_file_meta["devkit"][0]]
+        return all(os.path.isfile(os.path.join(self.root, n)) for n in names)
+
+    def _extract(self):
+        tmp = self.target_folder + ".partial"
+        shutil.rmtree(tmp, ignore_errors=True)
+        os.makedirs(tmp)
+        if self.train:
+            safe_extract(os.path.join(self.root, self.raw_file_meta["train"][0]), tmp)
+            for name in sorted(os.listdir(tmp)):
+                if name.endswith(".tar"):
+                    wnid = name[:-4]
+                    safe_extract(os.path.join(tmp, name), os.path.join(tmp, wnid))
+                    os.remove(os.path.join(tmp, name))
+        else:
+            safe_extract(os.path.join(self.root, self.raw_file_meta["val"][0]), tmp)
+            wnids = self.valid_ground_truth
+            images = sorted(f for f in os.listdir(tmp) if os.path.isfile(os.path.join(tmp, f)))
+            if len(images) != len(wnids):
+                raise RuntimeError(f"ImageNet: {len(images)} validation images but {len(wnids)} ground-truth labels")
+            for img, wnid in zip(images, wnids):
+                os.makedirs(os.path.join(tmp, wnid), exist_ok=True)
+                os.replace(os.path.join(tmp, img), os.path.join(tmp, wnid, img))
+        os.replace(tmp, self.target_folder)  # the split appears only once complete
+
+    def _devkit(self):
+        path = os.path.join(self.root, self.default_devkit_dir)
+        if not os.path.isdir(path):
+            archive = os.path.join(self.root, self.raw_file_meta["devkit"][0])
+            if not os.path.isfile(archive):
+                raise missing_files_error("ImageNet", self.root, [self.default_devkit_dir, self.raw_file_meta[
+                    "devkit"][0]])
+            safe_extract(archive, self.root)
+        return path
+
+    def _load_meta(self):
+        cache = os.path.join(self.root, "meta.pkl")
+        if os.path.isfile(cache):
+            with open(cache, "rb") as f:
+                return pickle.load(f)
+        devkit = self._devkit()
+        try:
+            import scipy.io as sio
+        except ImportError:
+            raise RuntimeError("ImageNet: reading the devkit's meta.mat needs SciPy (`pip install scipy`)") from None
+        synsets = sio.loadmat(os.path.join(devkit, "data", "meta.mat"), squeeze_me=True)["synsets"]
+        leaves = [s for s in synsets if int(s["num_children"]) == 0]
+        idx_to_wnid = {int(s["ILSVRC2012_ID"]): str(s["WNID"]) for s in leaves}
+        wnid_to_classes = {str(s["WNID"]): tuple(str(s["words"]).split(", ")) for s in leaves}
+        with open(os.path.join(devkit, "data", "ILSVRC2012_validation_ground_truth.txt")) as f:
+            val_wnids = [idx_to_wnid[int(line)] for line in f if line.strip()]
+        meta = (wnid_to_classes, val_wnids)
+        with open(cache, "wb") as f:
+            pickle.dump(meta, f)
+        return meta
+
+    @property
+    def meta(self):
+        """``(wnid_to_classes, val_wnids)`` from the devkit (cached in ``root/meta.pkl``)."""
+        return self._load_meta()
+
+    @property
+    def valid_ground_truth(self):
+        """The wnid of each validation image, in file-name order."""
+        return self._load_meta()[1]
