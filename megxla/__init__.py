@@ -21,6 +21,7 @@ from . import functional, random, autodiff, jit, module, optimizer, data
 from . import amp
 from . import dtr
 from . import distributed
+from . import quantization
 from . import device, logger, serialization, core
 # NOTE: as in MegEngine, `megxla.tensor` is the Tensor class, shadowing the submodule megxla/tensor.py:
 # importing the submodule sets the package attribute to the module, so the class is bound after it.

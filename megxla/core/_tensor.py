@@ -16,6 +16,10 @@ from . import dtypes as _dt
 __all__ = ["Tensor", "Parameter"]
 
 
+# Filled by megxla.quantization: a callable making the default QParams of a tensor (layers only look down).
+QPARAMS_FACTORY: list = [None]
+
+
 class Tensor:
     """A multi-dimensional array on a device, with MegEngine's semantics.
 
@@ -35,7 +39,7 @@ class Tensor:
         array([2, 4, 6], dtype=int32)
     """
 
-    __slots__ = ("_data", "_vid", "_grad", "_name", "__weakref__")
+    __slots__ = ("_data", "_vid", "_grad", "_name", "_qparams", "__weakref__")
     __array_priority__ = 1000  # numpy defers `ndarray op Tensor` to our reflected operators
 
     def __init__(self, data=None, dtype=None, device=None, is_const=False, no_cache=False, name=None,
@@ -88,7 +92,14 @@ class Tensor:
 
     @property
     def qparams(self):
-        return None
+        """Quantization parameters (scale, zero point, quantized dtype) of this tensor; made on first use by
+        the factory ``megxla.quantization`` registers in ``QPARAMS_FACTORY`` (core does not import it)."""
+        try:
+            return self._qparams
+        except AttributeError:
+            factory = QPARAMS_FACTORY[0]
+            q = self._qparams = factory() if factory is not None else None
+            return q
 
     @property
     def name(self):
@@ -227,7 +238,8 @@ class Tensor:
     def to(self, device, *, _borrow=False):
         """A copy of this tensor on ``device``."""
         t = type(self).__new__(type(self))
-        Tensor.__init__(t, jax.device_put(self._value(), _dt.to_device(device)))
+        # may_alias=False: a real copy even on the same device (a compiled step may donate self's buffer)
+        Tensor.__init__(t, jax.device_put(self._value(), _dt.to_device(device), may_alias=False))
         return t
 
     def _is_external_value(self):

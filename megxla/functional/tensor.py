@@ -99,6 +99,14 @@ def _infer_shape(size, shape, op="reshape"):
     return tuple(shape)
 
 
+def _keep_qparams(out, inp):
+    """Shape-only ops keep a quantized tensor's quantization parameters (in MegEngine they live in the dtype)."""
+    q = getattr(inp, "_qparams", None)
+    if q is not None and q.scale is not None:
+        out._qparams = q
+    return out
+
+
 def reshape(inp, target_shape):
     """Give ``inp`` a new shape with the same number of elements; one dimension may be ``-1`` (inferred).
 
@@ -116,7 +124,7 @@ def reshape(inp, target_shape):
     shape = _infer_shape(inp.size, target_shape)
     # NOTE: always a new tensor, never ``inp`` itself, even for an unchanged shape: an in-place update of the
     # result (``y += 1``, ``y[0] = 5``) must not rebind the input (MegEngine has no views).
-    return _apply(_S.reshape.bind(shape=shape), inp)
+    return _keep_qparams(_apply(_S.reshape.bind(shape=shape), inp), inp)
 
 
 def flatten(inp, start_axis=0, end_axis=-1):
@@ -163,7 +171,7 @@ def transpose(inp, pattern):
     out = _apply(_S.transpose.bind(perm=real), inp)
     if len(real) != len(pattern):
         out = reshape(out, tuple(1 if isinstance(p, str) else inp.shape[p] for p in pattern))
-    return out
+    return _keep_qparams(out, inp)
 
 
 def swapaxes(inp, axis1, axis2):
@@ -314,7 +322,7 @@ def split(inp, nsplits_or_sections, axis=0):
         axis: the axis to split.
 
     Returns:
-        a list of tensors.
+        a tuple of tensors.
 
     Example:
         >>> [t.shape for t in F.split(F.ones((5, 2)), 2)]  # [(3, 2), (2, 2)]
@@ -334,7 +342,7 @@ def split(inp, nsplits_or_sections, axis=0):
         indices = _ints("split", "sections", nsplits_or_sections)
         if any(b < a for a, b in zip(indices, indices[1:])) or any(not 0 <= i <= size for i in indices):
             raise OpError(f"split: sections {indices} must be increasing within [0, {size}]")
-    return list(_apply(_S.split.bind(indices=indices, axis=axis), inp))
+    return tuple(_apply(_S.split.bind(indices=indices, axis=axis), inp))  # a tuple, as MegEngine
 
 
 def flip(inp, axis):
@@ -714,7 +722,7 @@ def meshgrid(*inputs, indexing="xy"):
         indexing: ``"xy"`` (Cartesian: the first two output axes swapped) or ``"ij"`` (matrix).
 
     Returns:
-        a list of tensors, all of shape ``(len(x1), len(x2), ...)`` (first two swapped for ``"xy"``).
+        a tuple of tensors, all of shape ``(len(x1), len(x2), ...)`` (first two swapped for ``"xy"``).
 
     Example:
         >>> xs, ys = F.meshgrid(F.arange(3), F.arange(2))
@@ -739,7 +747,7 @@ def meshgrid(*inputs, indexing="xy"):
         shape = [1] * n
         shape[p] = x.shape[0]
         out.append(broadcast_to(reshape(x, shape), sizes))
-    return out
+    return tuple(out)  # a tuple, as MegEngine
 
 
 # ---- complex numbers -------------------------------------------------------------------------------------------
@@ -824,7 +832,8 @@ def gather(inp, axis, index):
     Args:
         inp: input tensor.
         axis: the axis to gather along.
-        index: integer tensor of ``inp``'s rank, equal to ``inp`` in shape except along ``axis``.
+        index: integer tensor of ``inp``'s rank, no larger than ``inp`` except along ``axis`` (as MegEngine,
+            a smaller index gathers from the leading part of the other dimensions).
 
     Returns:
         a tensor of ``index``'s shape.
@@ -837,9 +846,9 @@ def gather(inp, axis, index):
         raise OpError(f"gather: index rank {index.ndim} must equal input rank {inp.ndim}")
     axis = _axis("gather", inp.ndim, axis)
     for d in range(inp.ndim):
-        if d != axis and index.shape[d] != inp.shape[d]:
-            raise OpError(f"gather: input {inp.shape} and index {index.shape} must have the same size apart from "
-                          f"axis {axis}")
+        if d != axis and index.shape[d] > inp.shape[d]:
+            raise OpError(f"gather: index {index.shape} is larger than input {inp.shape} in dimension {d} "
+                          f"(only axis {axis} may be larger)")
     return _apply(_I.gather.bind(axis=axis), inp, index)
 
 

@@ -1,0 +1,135 @@
+"""Quantization primitives: fake quantization (straight-through), LSQ and TQT (learned scales), and the
+integer quantize / dequantize used by quantized inference modules.
+
+Forward and gradient formulas are MegEngine's (its ``FakeQuant``, ``LSQ`` and ``TQT`` kernels): rounding is
+half away from zero (``std::round``), and the gradients are the straight-through / learned-step estimators,
+not the derivative of ``round`` (which is zero almost everywhere). They are given as ``grad`` rules because
+``jax.vjp`` of the forward would give exactly that useless zero.
+"""
+import math
+
+import jax.numpy as jnp
+
+from .._op import Primitive
+
+
+def _round(x):
+    # std::round: half away from zero (jnp.round rounds half to even)
+    return jnp.sign(x) * jnp.floor(jnp.abs(x) + 0.5)
+
+
+def _sum_to(g, shape):
+    """Reduce a broadcast gradient ``g`` back to an operand of ``shape`` (scale / zero point tensors)."""
+    if g.shape == tuple(shape):
+        return g
+    lead = g.ndim - len(shape)
+    g = g.sum(axis=tuple(range(lead))) if lead > 0 else g
+    axes = tuple(i for i, n in enumerate(shape) if n == 1 and g.shape[i] != 1)
+    return g.sum(axis=axes, keepdims=True).reshape(shape) if axes else g.reshape(shape)
+
+
+# ---- FakeQuant: round(x / s) + zp, clipped to [qmin, qmax], back to (q - zp) * s -----------------------------
+def _fake_quant(x, scale, zero_point, *, qmin, qmax):
+    q = jnp.clip(_round(x / scale) + zero_point, qmin, qmax)
+    return ((q - zero_point) * scale).astype(x.dtype)
+
+
+def _fake_quant_grad(params, primals, ct):
+    x, scale, zero_point = primals
+    q = _round(x / scale) + zero_point
+    inside = (q >= params["qmin"]) & (q <= params["qmax"])
+    gx = jnp.where(inside, ct, jnp.zeros_like(ct)).astype(x.dtype)
+    # MegEngine's FakeQuant passes no gradient to its scale / zero point (they come from observers)
+    return gx, jnp.zeros_like(scale), jnp.zeros_like(zero_point)
+
+
+fake_quant = Primitive("fake_quant", _fake_quant, grad=_fake_quant_grad)
+
+
+# ---- LSQ (learned step size): clip(x / s + zp) rounded, gradient to s scaled by grad_scale -------------------
+def _lsq(x, scale, zero_point, grad_scale, *, qmin, qmax):
+    q = _round(jnp.clip(x / scale + zero_point, qmin, qmax))
+    return ((q - zero_point) * scale).astype(x.dtype)
+
+
+def _lsq_grad(params, primals, ct):
+    x, scale, zero_point, grad_scale = primals
+    qmin, qmax = params["qmin"], params["qmax"]
+    v = x / scale + zero_point
+    small, big = v < qmin, v > qmax
+    middle = ~(small | big)
+    gs = jnp.where(small, qmin, jnp.where(big, qmax, _round(v) - v)) * grad_scale * ct
+    gx = jnp.where(middle, ct, jnp.zeros_like(ct)).astype(x.dtype)
+    return (gx, _sum_to(gs, scale.shape).astype(scale.dtype), jnp.zeros_like(zero_point),
+            jnp.zeros_like(grad_scale))
+
+
+lsq = Primitive("lsq", _lsq, grad=_lsq_grad)
+
+
+# ---- TQT (trained quantization thresholds): the scale is log2 of the step ---------------------------------------
+def _tqt(x, log2_scale, *, qmin, qmax):
+    t = jnp.exp2(log2_scale)
+    return (jnp.clip(_round(x / t), qmin, qmax) * t).astype(x.dtype)
+
+
+def _tqt_grad(params, primals, ct):
+    x, log2_scale = primals
+    qmin, qmax = params["qmin"], params["qmax"]
+    t = jnp.exp2(log2_scale)
+    scaled = x / t
+    rounded = jnp.clip(_round(scaled), qmin, qmax)
+    clip = (scaled < qmin - 0.5) | (scaled > qmax + 0.5)
+    gx = jnp.where(clip, jnp.zeros_like(ct), ct).astype(x.dtype)
+    ln2 = math.log(2.0)
+    gs = jnp.where(clip, rounded * t * ln2, (rounded - scaled) * t * ln2) * ct
+    return gx, _sum_to(gs, log2_scale.shape).astype(log2_scale.dtype)
+
+
+tqt = Primitive("tqt", _tqt, grad=_tqt_grad)
+
+
+# ---- integer storage of quantized tensors (inference) -------------------------------------------------------------
+def _quantize(x, scale, zero_point, *, qmin, qmax, dtype):
+    return jnp.clip(_round(x / scale) + zero_point, qmin, qmax).astype(dtype)
+
+
+def _dequantize(q, scale, zero_point):
+    return (q.astype(jnp.float32) - zero_point) * scale
+
+
+quantize = Primitive("quantize", _quantize)
+dequantize = Primitive("dequantize", _dequantize)
+
+
+# ---- integer arithmetic of quantized inference layers ---------------------------------------------------------
+# XLA has no quantized conv/matmul kernels, so quantized layers are simulated exactly in integers: int32
+# accumulation of (x - zero point) * w, plus the int32 bias, then one float requantization to the output dtype.
+def _qconv2d(x, w, b, x_zp, *, stride, padding, dilation, groups):
+    import jax
+    xi = x.astype(jnp.int32) - x_zp.astype(jnp.int32)
+    wi = w.astype(jnp.int32)
+    if wi.ndim == 5:  # (G, O/G, C/G, kh, kw) -> (O, C/G, kh, kw)
+        wi = wi.reshape((-1,) + wi.shape[2:])
+    acc = jax.lax.conv_general_dilated(xi, wi, stride, [(p, p) for p in padding], rhs_dilation=dilation,
+                                       feature_group_count=groups, dimension_numbers=("NCHW", "OIHW", "NCHW"),
+                                       preferred_element_type=jnp.int32)
+    return acc + b.astype(jnp.int32).reshape(1, -1, 1, 1)
+
+
+def _qlinear(x, w, b, x_zp):
+    xi = x.astype(jnp.int32) - x_zp.astype(jnp.int32)
+    acc = jnp.matmul(xi, w.astype(jnp.int32).T, preferred_element_type=jnp.int32)
+    return acc + b.astype(jnp.int32)
+
+
+def _requantize(acc, in_scale, out_scale, out_zp, *, qmin, qmax, dtype, relu):
+    if relu:
+        acc = jnp.maximum(acc, 0)
+    real = acc.astype(jnp.float32) * (in_scale / out_scale)
+    return jnp.clip(_round(real) + out_zp, qmin, qmax).astype(dtype)
+
+
+qconv2d = Primitive("qconv2d", _qconv2d)
+qlinear = Primitive("qlinear", _qlinear)
+requantize = Primitive("requantize", _requantize)

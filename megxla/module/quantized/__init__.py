@@ -1,0 +1,11 @@
+"""Quantized inference modules (``megengine.module.quantized``), made by
+:func:`megxla.quantization.quantize` from trained QAT modules."""
+from .module import QuantizedModule, dequantize_tensor, quantize_tensor
+from .layers import (BatchMatMulActivation, Concat, Conv2d, ConvBn2d, ConvBnRelu2d, ConvRelu2d, ConvTranspose2d,
+                     ConvTransposeBn2d, ConvTransposeBnRelu2d, ConvTransposeRelu2d, DequantStub, Elemwise, Linear,
+                     LinearBn1d, LinearBnRelu1d, LinearRelu, QuantStub)
+
+__all__ = ["QuantizedModule", "quantize_tensor", "dequantize_tensor", "BatchMatMulActivation", "Concat", "Conv2d",
+           "ConvBn2d", "ConvBnRelu2d", "ConvRelu2d", "ConvTranspose2d", "ConvTransposeBn2d",
+           "ConvTransposeBnRelu2d", "ConvTransposeRelu2d", "DequantStub", "Elemwise", "Linear", "LinearBn1d",
+           "LinearBnRelu1d", "LinearRelu", "QuantStub"]

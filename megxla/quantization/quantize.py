@@ -1,0 +1,224 @@
+"""Model conversion: float → QAT (:func:`quantize_qat`), QAT → quantized (:func:`quantize`), and switching
+observers / fake quantization of a QAT model."""
+from __future__ import annotations
+
+from copy import copy, deepcopy
+from functools import partial
+from typing import Callable
+
+import numpy as np
+
+from .. import functional as F
+from ..logger import get_logger
+from ..module import Module
+from .qconfig import QConfig, ema_fakequant_qconfig
+
+__all__ = ["quantize_qat", "quantize", "propagate_qconfig", "reset_qconfig", "enable_observer", "disable_observer",
+           "enable_fake_quant", "disable_fake_quant", "apply_easy_quant", "hook_qat_module"]
+
+logger = get_logger(__name__)
+
+
+def _tables():
+    # float class -> QAT class -> quantized class, paired by name (the three packages use the same names)
+    from .. import module as Float
+    from ..module import qat as QAT
+    from ..module import quantized as Quantized
+    names = [n for n in Quantized.__all__ if isinstance(getattr(Quantized, n), type)
+             and issubclass(getattr(Quantized, n), Quantized.QuantizedModule) and n != "QuantizedModule"]
+    float2qat = {getattr(Float, n): getattr(QAT, n) for n in names}
+    qat2quantized = {getattr(QAT, n): getattr(Quantized, n) for n in names}
+    return float2qat, qat2quantized
+
+
+def _replace(root: Module, key: str, new: Module):
+    """Put ``new`` at the dotted attribute path ``key`` (list / dict items included) under ``root``."""
+    *parents, last = key.split(".")
+    obj = root
+    for p in parents:
+        obj = obj[int(p)] if isinstance(obj, (list, tuple)) else obj[p] if isinstance(obj, dict) else getattr(obj, p)
+    if isinstance(obj, list):
+        obj[int(last)] = new
+    elif isinstance(obj, dict):
+        obj[last] = new
+    elif isinstance(obj, tuple):
+        raise TypeError(f"cannot replace module {key!r} inside a tuple; use a list")
+    else:
+        setattr(obj, last, new)
+
+
+def quantize_qat(module: Module, inplace: bool = True, qconfig: QConfig = ema_fakequant_qconfig,
+                 mapping: dict = None):
+    r"""Replace the quantizable float modules of ``module`` by their QAT versions (sharing parameters) and
+    give them observers / fake quantization from ``qconfig``.
+
+    Args:
+        module: the float model.
+        inplace: convert in place (else a deep copy).
+        qconfig: the observers and fake-quant modules to create.
+        mapping: extra ``{float class: QAT class}`` entries.
+
+    Returns:
+        the QAT model.
+
+    Example:
+        >>> import megxla.module as M
+        >>> net = M.Sequential(M.QuantStub(), M.Linear(4, 2), M.DequantStub())
+        >>> type(quantize_qat(net)[1]).__module__
+        'megxla.module.qat.layers'
+    """
+    if not isinstance(inplace, bool) or not isinstance(qconfig, QConfig):
+        raise TypeError("quantize_qat: inplace must be a bool and qconfig a QConfig")
+    if not inplace:
+        module = deepcopy(module)
+    table = copy(_tables()[0])
+    if mapping is not None:
+        table.update(mapping)
+    # exact types only: a QAT module is a sub-class of its float module and must not be converted twice
+    for key, sub, parent in list(module._flatten(with_key=True, with_parent=True,
+                                                 predicate=lambda m: type(m) in table)):
+        if type(parent) in table or sub.quantize_disabled:
+            continue
+        _replace(module, key, table[type(sub)].from_float_module(sub))
+    propagate_qconfig(module, qconfig)
+    return module
+
+
+def quantize(module: Module, inplace: bool = True, mapping: dict = None):
+    r"""Replace the QAT modules of a trained model by quantized inference modules.
+
+    Args:
+        module: the QAT model (its observers have seen data).
+        inplace: convert in place (else a deep copy).
+        mapping: extra ``{QAT class: quantized class}`` entries.
+
+    Returns:
+        the quantized model (in evaluation mode).
+    """
+    if not inplace:
+        module = deepcopy(module)
+    table = copy(_tables()[1])
+    if mapping is not None:
+        table.update(mapping)
+    module.eval()
+    for key, sub in list(module._flatten(with_key=True, predicate=lambda m: type(m) in table)):
+        new = table[type(sub)].from_qat_module(sub)
+        new.eval()
+        _replace(module, key, new)
+    return module
+
+
+def _qat_modules(module):
+    from ..module.qat import QATModule
+    return [m for m in module.modules() if isinstance(m, QATModule)]
+
+
+def propagate_qconfig(module: Module, qconfig: QConfig):
+    """Give every QAT module under ``module`` new observers / fake-quant modules from ``qconfig``."""
+    for m in _qat_modules(module):
+        m.set_qconfig(qconfig)
+
+
+def reset_qconfig(module: Module, qconfig: QConfig, inplace: bool = True):
+    r"""Swap the observers / fake-quant modules of a QAT model for ``qconfig``'s, carrying over the current
+    quantization parameters (``set_qparams``) where the new modules accept them.
+
+    Returns:
+        the model.
+    """
+    if not inplace:
+        module = deepcopy(module)
+
+    def make(factory, qparams):
+        inst = factory() if factory is not None else None
+        if inst is not None and qparams is not None and hasattr(inst, "set_qparams"):
+            inst.set_qparams(qparams)
+        return inst
+
+    for m in _qat_modules(module):
+        if m.with_weight:
+            wq = m.get_weight_qparams()
+            m.weight_observer = make(qconfig.weight_observer, wq)
+            m.weight_fake_quant = make(qconfig.weight_fake_quant, wq)
+        if m.with_act:
+            aq = m.get_activation_qparams()
+            m.act_observer = make(qconfig.act_observer, aq)
+            m.act_fake_quant = make(qconfig.act_fake_quant, aq)
+    return module
+
+
+def enable_observer(module: Module):
+    """Switch on every observer of a QAT model."""
+    for m in _qat_modules(module):
+        m.set_observer(True)
+
+
+def disable_observer(module: Module):
+    """Freeze the statistics of every observer of a QAT model."""
+    for m in _qat_modules(module):
+        m.set_observer(False)
+
+
+def enable_fake_quant(module: Module):
+    """Switch on fake quantization in every QAT module."""
+    for m in _qat_modules(module):
+        m.set_fake_quant(True)
+
+
+def disable_fake_quant(module: Module):
+    """Switch off fake quantization (QAT modules compute in float)."""
+    for m in _qat_modules(module):
+        m.set_fake_quant(False)
+
+
+def hook_qat_module(module: Module, func: Callable):
+    """Register ``func`` as a forward hook of every QAT module; returns the hook handles."""
+    return [m.register_forward_hook(func) for m in _qat_modules(module)]
+
+
+def apply_easy_quant(module: Module, data, start: float = 0.8, stop: float = 1.2, num: int = 40):
+    r"""EasyQuant: for each QAT module with a :class:`PassiveObserver`, search the weight and activation scale
+    in ``[start, stop] * scale`` that maximises the cosine similarity of fake-quantized and float outputs.
+
+    Args:
+        module: a QAT model configured with ``passive_qconfig`` (scales set).
+        data: a calibration batch.
+        start, stop, num: the search grid, relative to the current scale.
+
+    Returns:
+        the model.
+    """
+    batch = data.shape[0]
+
+    def cosine(x, y):
+        axis = tuple(range(1, x.ndim))
+        return ((x * y).sum(axis=axis) / (F.norm(x, axis=axis) * F.norm(y, axis=axis))).mean(axis=0)
+
+    def search(mod, inputs, outputs, where):
+        mod._forward_hooks.clear()
+        normal_in = [x[:batch] for x in inputs]
+        fq_in = [x[batch:] for x in inputs]
+        mod.set_fake_quant(False)
+        normal_out = mod(*normal_in)
+        mod.set_fake_quant(True)
+        ob = getattr(mod, where)
+        if ob is None or getattr(ob, "orig_scale", None) is None:
+            return None
+        best, best_scale = 0.0, None
+        for scale in np.linspace(start * ob.orig_scale, stop * ob.orig_scale, num):
+            ob.scale = scale
+            sim = float(cosine(normal_out, mod(*fq_in)))
+            if sim > best:
+                best, best_scale = sim, scale
+        if best_scale is None:
+            logger.warning("EasyQuant found no better scale")
+        else:
+            ob.scale = best_scale
+        return F.concat([normal_out, outputs[batch:]])
+
+    data = F.concat([data, data])
+    hook_qat_module(module, partial(search, where="weight_observer"))
+    module(data)
+    hook_qat_module(module, partial(search, where="act_observer"))
+    module(data)
+    return module
