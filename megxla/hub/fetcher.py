@@ -1,0 +1,162 @@
+"""Fetching for :mod:`megxla.hub`: git repositories (``git`` on the command line) and files (``urllib``).
+
+Every network operation has a timeout (``MEGXLA_HUB_TIMEOUT`` seconds, default 60) and fails with an error
+naming what was fetched and where it was going, never a hang. Downloads land in a temporary file next to the
+target and are renamed into place only once complete, so an interrupted download never leaves a truncated file
+in the cache.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import urllib.error
+import urllib.parse
+import urllib.request
+
+from .exceptions import DownloadError, GitCheckoutError, GitPullError, InvalidGitHost, InvalidProtocol, InvalidRepo
+
+__all__ = ["GitHTTPSFetcher", "GitSSHFetcher", "download_from_url", "get_timeout"]
+
+_REPO_RE = re.compile(r"^([\w.-]+)/([\w.-]+)(?::([\w./-]+))?$")
+_HOST_RE = re.compile(r"^[\w.-]+(:\d+)?$")
+
+
+def get_timeout() -> float:
+    """Seconds a network operation may take (``$MEGXLA_HUB_TIMEOUT``, default 60)."""
+    return float(os.environ.get("MEGXLA_HUB_TIMEOUT", "60"))
+
+
+def parse_repo_info(repo_info: str):
+    """``"owner/name[:tag]"`` -> ``(owner, name, tag or None)``."""
+    m = _REPO_RE.match(str(repo_info))
+    if m is None:
+        raise InvalidRepo(f"repo_info {repo_info!r} is neither a local directory with hubconf.py nor 'owner/name[:tag]'")
+    return m.group(1), m.group(2), m.group(3)
+
+
+def _git(args, cwd, what, err_cls):
+    env = dict(os.environ, GIT_TERMINAL_PROMPT="0", GIT_SSH_COMMAND=os.environ.get(
+        "GIT_SSH_COMMAND", "ssh -o BatchMode=yes -o ConnectTimeout=20"))
+    try:
+        proc = subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, text=True,
+                              timeout=get_timeout())
+    except FileNotFoundError:
+        raise err_cls(f"{what}: the `git` command is not installed") from None
+    except subprocess.TimeoutExpired:
+        raise err_cls(f"{what}: timed out after {get_timeout():g} s (MEGXLA_HUB_TIMEOUT)") from None
+    if proc.returncode != 0:
+        tail = "\n".join(proc.stderr.strip().splitlines()[-3:])
+        raise err_cls(f"{what}: git {args[0]} failed: {tail}")
+    return proc.stdout
+
+
+class _GitFetcher:
+    """Shared clone logic; subclasses give the repository ``url`` for their protocol."""
+
+    protocol = ""
+
+    @classmethod
+    def fetch(cls, git_host: str, repo_info: str, use_cache: bool = False, commit: str = None,
+              silent: bool = True, cache_dir: str = None) -> str:
+        """Clone ``repo_info`` (``owner/name[:tag]``) from ``git_host`` into ``cache_dir``; return its path.
+
+        ``git_host`` is a host name (``github.com``) or, for mirrors and tests, a URL prefix (``file:///srv/git``,
+        ``https://host/prefix``): the repository URL is then ``<prefix>/<owner>/<name>.git``.
+        """
+        owner, name, tag = parse_repo_info(repo_info)
+        if "://" not in git_host and not _HOST_RE.match(git_host):
+            raise InvalidGitHost(f"git host {git_host!r} is not a host name or URL prefix")
+        url = cls.url(git_host, owner, name)
+        ref = commit or tag
+        repo_dir = os.path.join(cache_dir, f"{owner}_{name}_{ref or 'default'}".replace("/", "_"))
+        if use_cache and os.path.isdir(os.path.join(repo_dir, ".git")):
+            return repo_dir
+        tmp = tempfile.mkdtemp(prefix=".fetch_", dir=cache_dir)
+        try:
+            what = f"fetching {url}{'@' + ref if ref else ''} into {repo_dir}"
+            if commit is None:
+                _git(["clone", "--depth", "1", *(["--branch", tag] if tag else []), url, tmp], None, what,
+                     GitPullError)
+            else:
+                _git(["init", "-q"], tmp, what, GitPullError)
+                _git(["fetch", "-q", "--depth", "1", url, commit], tmp, what, GitPullError)
+                _git(["checkout", "-q", "FETCH_HEAD"], tmp, what, GitCheckoutError)
+            shutil.rmtree(repo_dir, ignore_errors=True)
+            os.replace(tmp, repo_dir)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        return repo_dir
+
+
+class GitHTTPSFetcher(_GitFetcher):
+    """Clones over HTTPS (``https://<host>/<owner>/<name>.git``)."""
+
+    protocol = "HTTPS"
+
+    @classmethod
+    def url(cls, git_host, owner, name):
+        return f"{git_host}/{owner}/{name}.git" if "://" in git_host else f"https://{git_host}/{owner}/{name}.git"
+
+
+class GitSSHFetcher(_GitFetcher):
+    """Clones over SSH (``git@<host>:<owner>/<name>.git``)."""
+
+    protocol = "SSH"
+
+    @classmethod
+    def url(cls, git_host, owner, name):
+        return f"{git_host}/{owner}/{name}.git" if "://" in git_host else f"git@{git_host}:{owner}/{name}.git"
+
+
+def fetcher_for(protocol):
+    fetchers = {"HTTPS": GitHTTPSFetcher, "SSH": GitSSHFetcher}
+    try:
+        return fetchers[str(protocol).upper()]
+    except KeyError:
+        raise InvalidProtocol(f"protocol {protocol!r} is not one of {sorted(fetchers)}") from None
+
+
+def cached_filename(url: str) -> str:
+    """The cache file name of ``url``: a hash of the URL (different URLs never collide) + its base name."""
+    base = os.path.basename(urllib.parse.urlparse(url).path) or "download"
+    return hashlib.sha256(url.encode()).hexdigest()[:6] + "_" + base
+
+
+def download_from_url(url: str, dst: str, timeout: float = None):
+    """Download ``url`` (``http(s)://``, ``file://``) to the path ``dst``, atomically.
+
+    Raises:
+        DownloadError: naming the URL, the destination and the cause (network error, HTTP status, timeout,
+            truncated transfer).
+    """
+    timeout = get_timeout() if timeout is None else timeout
+    os.makedirs(os.path.dirname(os.path.abspath(dst)), exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".download_", dir=os.path.dirname(os.path.abspath(dst)))
+    try:
+        with os.fdopen(fd, "wb") as out:
+            try:
+                req = urllib.request.Request(url, headers={"User-Agent": "megxla-hub"})
+                with urllib.request.urlopen(req, timeout=timeout) as resp:
+                    expected = resp.headers.get("Content-Length") if hasattr(resp, "headers") else None
+                    got = 0
+                    while True:
+                        chunk = resp.read(1 << 20)
+                        if not chunk:
+                            break
+                        out.write(chunk)
+                        got += len(chunk)
+            except (urllib.error.URLError, OSError, ValueError) as exc:
+                reason = getattr(exc, "reason", exc)
+                raise DownloadError(f"megxla.hub: could not download {url} to {dst}: {reason}. Check the network "
+                                    f"(timeout {timeout:g} s, MEGXLA_HUB_TIMEOUT), or place the file at {dst} "
+                                    f"yourself, or pass a local path / file:// URL") from None
+        if expected is not None and int(expected) != got:
+            raise DownloadError(f"megxla.hub: download of {url} to {dst} is truncated: got {got} of {expected} bytes")
+        os.replace(tmp, dst)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
