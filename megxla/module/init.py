@@ -2,7 +2,13 @@
 
 Every initialiser rebinds the given tensor in place (``_reset``), so a Parameter keeps its identity (and its
 place in optimizers and GradManagers). Random ones draw from the global ``megxla.random`` generator, so
-``megxla.random.seed(n)`` makes model construction reproducible.
+``megxla.random.seed(n)`` makes model construction reproducible, in one process and across processes.
+
+Eagerly (the usual case: building a model) the values are made on the host by NumPy, from a generator seeded
+with a key split off the global state, and copied to the device once: no kernel is compiled, whatever the
+number of parameter shapes (a compiled generator would cost 1-4 s per executable on a 2-core CPU, and one per
+shape made building a ResNet-18 take 12 s; see issue 18). Inside a trace the initialisers are the ``random``
+ops, recorded like any other.
 """
 from __future__ import annotations
 
@@ -10,7 +16,11 @@ import math
 from functools import reduce
 from typing import Optional, Tuple, Union
 
+import jax
+import numpy as np
+
 from ..core._tensor import Tensor
+from ..core._dispatch import current_interpreter, wrap
 from .. import random as _random
 
 __all__ = ["fill_", "zeros_", "ones_", "uniform_", "normal_", "calculate_gain", "calculate_fan_in_and_fan_out",
@@ -23,6 +33,16 @@ def _assign(tensor: Tensor, value: Tensor) -> None:
     tensor._reset(value)
 
 
+def _host_generator() -> np.random.Generator:
+    """A NumPy generator seeded by a fresh key split off the global ``megxla.random`` state."""
+    return np.random.default_rng(_random.next_key().numpy().tolist())
+
+
+def _assign_host(tensor: Tensor, values: np.ndarray) -> None:
+    # one host-to-device copy onto the tensor's own placement; no kernel
+    tensor._reset(wrap(jax.device_put(values.astype(tensor.dtype, copy=False), tensor._data.sharding)))
+
+
 def fill_(tensor: Tensor, val: Union[float, int]) -> None:
     """Fill ``tensor`` with the constant ``val``, in place.
 
@@ -33,8 +53,11 @@ def fill_(tensor: Tensor, val: Union[float, int]) -> None:
     Example:
         >>> w = Parameter(np.zeros((2, 2), "float32")); fill_(w, 3.0)
     """
-    from ..functional import full
-    tensor._reset(full(tensor.shape, val, dtype=tensor.dtype))
+    if current_interpreter() is not None:
+        from ..functional import full
+        tensor._reset(full(tensor.shape, val, dtype=tensor.dtype))
+    else:
+        _assign_host(tensor, np.full(tensor.shape, val, dtype=tensor.dtype))
 
 
 def zeros_(tensor: Tensor) -> None:
@@ -66,7 +89,14 @@ def uniform_(tensor: Tensor, a: float = 0.0, b: float = 1.0) -> None:
     Example:
         >>> uniform_(linear.weight, -0.1, 0.1)
     """
-    _assign(tensor, _random.uniform(low=a, high=b, size=tensor.shape))
+    if current_interpreter() is not None:
+        return _assign(tensor, _random.uniform(low=a, high=b, size=tensor.shape))
+    if not a < b:
+        raise ValueError(f"uniform_: not defined when a >= b (got a={a}, b={b})")
+    u = _host_generator().random(tensor.shape, dtype=np.float32)
+    u *= np.float32(b - a)  # in place: parameters can be large
+    u += np.float32(a)
+    _assign_host(tensor, u)
 
 
 def normal_(tensor: Tensor, mean: float = 0.0, std: float = 1.0) -> None:
@@ -80,7 +110,15 @@ def normal_(tensor: Tensor, mean: float = 0.0, std: float = 1.0) -> None:
     Example:
         >>> normal_(linear.weight, 0.0, 0.01)
     """
-    _assign(tensor, _random.normal(mean=mean, std=std, size=tensor.shape))
+    if current_interpreter() is not None:
+        return _assign(tensor, _random.normal(mean=mean, std=std, size=tensor.shape))
+    if not std > 0:
+        raise ValueError(f"normal_: std must be positive, got {std}")
+    z = _host_generator().standard_normal(tensor.shape, dtype=np.float32)
+    z *= np.float32(std)  # in place: parameters can be large
+    if mean:
+        z += np.float32(mean)
+    _assign_host(tensor, z)
 
 
 def calculate_gain(nonlinearity: str, param: Optional[Union[int, float]] = None) -> float:

@@ -20,7 +20,8 @@ __all__ = ["RNG", "seed", "normal", "uniform", "gamma", "beta", "poisson", "perm
 
 
 def _key_tensor(seed_value):
-    return Tensor(np.asarray(jax.random.key_data(jax.random.key(int(seed_value) % (2 ** 32)))), dtype="uint32")
+    # the raw key of jax.random.key(seed), made on the host: seeding compiles nothing
+    return Tensor(P.key_data_from_seed(seed_value), dtype="uint32")
 
 
 def _size(size, op, default=None):

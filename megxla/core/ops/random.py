@@ -1,9 +1,63 @@
 """Random primitives: each takes a raw PRNG key (uint32[2]) as its first input, so random draws are ordinary
-ops: recorded by traces, and their key is a graph input/output in compiled steps."""
+ops: recorded by traces, and their key is a graph input/output in compiled steps.
+
+Draws are defined chunk by chunk: value ``i`` (row-major) of a draw comes from chunk ``i // CHUNK``, drawn
+with the key itself for chunk 0 and with ``fold_in(key, chunk)`` for the others. JAX's counter-based PRNG
+makes a draw of ``c <= CHUNK`` values the first ``c`` values of a draw of ``CHUNK`` (and a shaped draw its
+flat draw, reshaped), so an eager draw of ANY shape is computed by one executable per distribution and dtype
+(a whole chunk at a time, assembled on the host) while a compiled step computes exactly these values in
+place. ``jax.jit`` of the implementation would compile a fresh executable per shape instead: 1 to 4 s each
+for the normal distribution on a 2-core CPU, paid by every new parameter shape of a model (issue 18).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
 import jax
 import jax.numpy as jnp
 
-from .._op import Primitive
+from .._op import Primitive, check_output_size
+
+CHUNK = 1 << 16
+# On accelerators host assembly costs two transfers per call: after this many eager draws of one op (shape),
+# compile its own kernel instead (same values). On the CPU the host view of a result is free, so never.
+_EXACT_AFTER = 2
+
+
+def _k(key):
+    return jax.random.wrap_key_data(key)
+
+
+# ---- the key: seeding and splitting, on the host (bit-identical to jax.random's threefry) ---------------------
+_ROT = ((13, 15, 26, 6), (17, 29, 16, 24))
+
+
+def _threefry2x32(k0, k1, x0, x1):
+    """NumPy threefry-2x32 (20 rounds), as ``jax.random``'s default implementation; uint32 arrays."""
+    k0, k1 = np.uint32(k0), np.uint32(k1)
+    ks = (k0, k1, k0 ^ k1 ^ np.uint32(0x1BD11BDA))
+    x0, x1 = x0 + ks[0], x1 + ks[1]
+    for i in range(5):
+        for r in _ROT[i % 2]:
+            x0 = x0 + x1
+            x1 = (x1 << np.uint32(r)) | (x1 >> np.uint32(32 - r))
+            x1 = x0 ^ x1
+        x0 = x0 + ks[(i + 1) % 3]
+        x1 = x1 + ks[(i + 2) % 3] + np.uint32(i + 1)
+    return x0, x1
+
+
+def key_data_from_seed(seed: int) -> np.ndarray:
+    """The raw key of ``jax.random.key(seed)`` for ``0 <= seed < 2**32``, computed without a kernel."""
+    return np.array([0, int(seed) % (2 ** 32)], np.uint32)
+
+
+def split_on_host(key: np.ndarray):
+    """``jax.random.split(key)`` of a raw uint32[2] key, in NumPy: (new state, subkey)."""
+    with np.errstate(over="ignore"):
+        b0, b1 = _threefry2x32(key[0], key[1], np.zeros(2, np.uint32), np.arange(2, dtype=np.uint32))
+    return np.array([b0[0], b1[0]], np.uint32), np.array([b0[1], b1[1]], np.uint32)
 
 
 def _split(key):
@@ -12,8 +66,262 @@ def _split(key):
     return jax.random.key_data(a), jax.random.key_data(b)
 
 
-def _k(key):
-    return jax.random.wrap_key_data(key)
+def _host_array(a):
+    """``a`` as NumPy if it is a single-device array this process holds (else None: use the jitted kernel)."""
+    try:
+        if len(a.devices()) == 1 and a.is_fully_addressable:
+            return np.asarray(a)
+    except (AttributeError, RuntimeError):
+        pass
+    return None
+
+
+class _SplitKernel:
+    """Eager ``rng_split``: threefry on the host (a compile-free split per draw; the key is 8 bytes)."""
+
+    def __init__(self, op):
+        self._jit = jax.jit(op.fn)
+
+    def __call__(self, key):
+        host = _host_array(key)
+        if host is None or host.shape != (2,) or host.dtype != np.uint32:
+            return self._jit(key)
+        dev = next(iter(key.devices()))
+        a, b = split_on_host(host)
+        return jax.device_put(a, dev), jax.device_put(b, dev)
+
+
+# ---- chunked draws ---------------------------------------------------------------------------------------------
+def _chunk_key(key, j):
+    """The key of chunk ``j`` of a draw (``j`` may be traced): the key itself for chunk 0."""
+    folded = jax.random.key_data(jax.random.fold_in(_k(key), j))
+    return jnp.where(j == 0, key, folded)
+
+
+def _flat_draw(draw, key, n, params=()):
+    """``n`` values: chunk ``j`` is ``draw(key_j, count, *param_slices)`` (params: flat arrays of length n)."""
+    if n <= CHUNK:
+        return draw(key, n, *params)
+    m, r = divmod(n, CHUNK)
+    keys = jax.vmap(_chunk_key, (None, 0))(key, jnp.arange(m, dtype=jnp.uint32))
+    full = [p[:m * CHUNK].reshape(m, CHUNK) for p in params]
+    parts = [jax.vmap(lambda k, *ps: draw(k, CHUNK, *ps))(keys, *full).reshape(-1)]
+    if r:
+        parts.append(draw(_chunk_key(key, jnp.uint32(m)), r, *[p[m * CHUNK:] for p in params]))
+    return jnp.concatenate(parts)
+
+
+def _shaped(draw, key, shape, params=()):
+    n = math.prod(shape)
+    flat = [jnp.broadcast_to(p, shape).reshape(-1) for p in params]
+    return _flat_draw(draw, key, n, flat).reshape(shape)
+
+
+def _d_uniform(k, c, *, low, high, dtype):
+    return jax.random.uniform(_k(k), (c,), dtype, low, high)
+
+
+def _d_normal(k, c, *, mean, std, dtype):
+    return mean + std * jax.random.normal(_k(k), (c,), dtype)
+
+
+def _d_exponential(k, c, *, scale, dtype):
+    return jax.random.exponential(_k(k), (c,), dtype) * scale
+
+
+def _d_gamma(k, c, a, theta):
+    return jax.random.gamma(_k(k), a, (c,)) * theta
+
+
+def _d_beta(k, c, a, b):
+    return jax.random.beta(_k(k), a, b, (c,))
+
+
+def _d_poisson(k, c, lam):
+    # One key and one scalar draw per element: jax.random.poisson over an array runs its rejection loop until
+    # every element is accepted and re-draws accepted ones meanwhile, so a value would depend on its
+    # neighbours (and on the chunk's padding); a vmapped scalar loop freezes each element when it is done.
+    keys = jax.random.split(_k(k), c)
+    return jax.vmap(lambda kk, l: jax.random.poisson(kk, l, ()))(keys, lam).astype(jnp.float32)
+
+
+def _d_bits(k, c):
+    return jax.random.bits(_k(k), (c,), jnp.uint32)
+
+
+def _perm(key, n):
+    """A uniformly random permutation of ``range(n)``: a stable sort by 64 random bits per element."""
+    bits = _flat_draw(_d_bits, key, 2 * n)
+    return jnp.lexsort((bits[n:], bits[:n]))
+
+
+_CHUNK_KERNELS: dict = {}
+
+
+def _chunk_kernel(name, draw, **static):
+    """One compiled executable per distribution and static parameters: ``f(key, j, *scalars_or_chunks)``.
+
+    Runtime values (means, bounds, per-element parameters) are arguments, so they do not multiply compiles.
+    """
+    cache_key = (name, tuple(sorted(static.items())))
+    f = _CHUNK_KERNELS.get(cache_key)
+    if f is None:
+        def chunk(key, j, *args):
+            return draw(_chunk_key(key, j), CHUNK, *args, **static)
+        chunk.__name__ = f"rng_{name}_chunk"
+        f = _CHUNK_KERNELS[cache_key] = jax.jit(chunk)
+    return f
+
+
+class _ChunkedKernel:
+    """Eager kernel of one random op: its chunks from a shared executable, assembled on the host.
+
+    ``chunk(key, j, *runtime)`` computes chunk ``j`` (CHUNK values); ``runtime(arrays, j)`` gives its extra
+    arguments; ``post(flat)`` finishes the flat values on the host (e.g. a sort for permutations).
+    """
+
+    def __init__(self, op, n, out_shape, out_dtype, chunk, runtime=None, post=None):
+        self.op, self.n, self.shape, self.dtype = op, n, tuple(out_shape), np.dtype(out_dtype)
+        check_output_size(op, jax.ShapeDtypeStruct(self.shape, self.dtype))  # before any host allocation
+        self.chunk, self.runtime, self.post = chunk, runtime, post
+        self._calls = 0
+        self._exact = None
+
+    def __call__(self, key, *arrays):
+        if self._exact is not None:
+            return self._exact(key, *arrays)
+        if _host_array(key) is None:  # not a plain single-device array: let JAX place it
+            self._exact = jax.jit(self.op.fn)
+            return self._exact(key, *arrays)
+        dev = next(iter(key.devices()))
+        if dev.platform != "cpu":
+            self._calls += 1
+            if self._calls > _EXACT_AFTER:
+                self._exact = jax.jit(self.op.fn)
+                return self._exact(key, *arrays)
+        host = [np.asarray(a) for a in arrays]
+        flat = np.empty(self.n, self.dtype if self.post is None else np.uint32)
+        for j, start in enumerate(range(0, self.n, CHUNK)):
+            c = min(CHUNK, self.n - start)
+            extra = self.runtime(host, start, c) if self.runtime is not None else ()
+            flat[start:start + c] = np.asarray(self.chunk(key, np.uint32(j), *extra))[:c]
+        out = flat if self.post is None else self.post(flat)
+        return jax.device_put(out.reshape(self.shape), dev)
+
+
+def _scalars(*values, dtype):
+    scalars = tuple(np.asarray(v, dtype) for v in values)
+    return lambda host, start, c: scalars
+
+
+def _per_element(out_shape):
+    """Runtime arguments of chunk ``[start, start+c)``: each parameter broadcast to the output, padded with 1s."""
+    def runtime(host, start, c):
+        out = []
+        for p in host:
+            flat = np.broadcast_to(p, out_shape).reshape(-1)[start:start + c]
+            if c < CHUNK:
+                flat = np.concatenate([flat, np.ones(CHUNK - c, flat.dtype)])
+            out.append(flat)
+        return tuple(out)
+    return runtime
+
+
+class _RandomPrimitive(Primitive):
+    """A random primitive whose ops get a chunked eager kernel (``eager(op) -> callable``) when bound."""
+
+    __slots__ = ("eager",)
+
+    def __init__(self, name, impl, eager, multiple_results=False):
+        super().__init__(name, impl, multiple_results)
+        self.eager = eager
+
+    def bind(self, **params):
+        op = super().bind(**params)
+        if op._kernel is None and jax.config.jax_threefry_partitionable:  # chunk prefixes need it
+            op._kernel = self.eager(op)
+        return op
+
+
+def _eager_uniform(op):
+    p = dict(op.params)
+    dt = np.dtype(p["dtype"])
+    f = _chunk_kernel("uniform", lambda k, c, lo, hi, *, dtype: jax.random.uniform(_k(k), (c,), dtype, lo, hi),
+                      dtype=dt.name)
+    return _ChunkedKernel(op, math.prod(p["shape"]), p["shape"], dt, f, _scalars(p["low"], p["high"], dtype=dt))
+
+
+def _eager_normal(op):
+    p = dict(op.params)
+    dt = np.dtype(p["dtype"])
+    f = _chunk_kernel("normal", lambda k, c, mean, std, *, dtype: _d_normal(k, c, mean=mean, std=std, dtype=dtype),
+                      dtype=dt.name)
+    return _ChunkedKernel(op, math.prod(p["shape"]), p["shape"], dt, f, _scalars(p["mean"], p["std"], dtype=dt))
+
+
+def _eager_exponential(op):
+    p = dict(op.params)
+    dt = np.dtype(p["dtype"])
+    f = _chunk_kernel("exponential", lambda k, c, scale, *, dtype: _d_exponential(k, c, scale=scale, dtype=dtype),
+                      dtype=dt.name)
+    return _ChunkedKernel(op, math.prod(p["shape"]), p["shape"], dt, f, _scalars(p["scale"], dtype=dt))
+
+
+def _eager_param(name, draw):
+    def eager(op):
+        size = dict(op.params)["size"]
+        f = _chunk_kernel(name, draw)
+        return _ChunkedKernel(op, math.prod(size), size, np.float32, f, _per_element(size))
+    return eager
+
+
+def _eager_permutation(op):
+    p = dict(op.params)
+    n = p["n"]
+    f = _chunk_kernel("bits", _d_bits)
+    return _ChunkedKernel(op, 2 * n, (n,), p["dtype"], f,
+                          post=lambda bits: np.lexsort((bits[n:], bits[:n])).astype(p["dtype"]))
+
+
+class _ShuffleKernel:
+    """Eager ``rng_shuffle``: the permutation of the first axis as ``rng_permutation``'s, the gather on the host."""
+
+    def __init__(self, op):
+        self._jit = jax.jit(op.fn)
+        self._calls = {}
+
+    def __call__(self, key, x):
+        host_key = _host_array(key)
+        dev = next(iter(x.devices())) if host_key is not None else None
+        sig = (x.shape, x.dtype)
+        if dev is None or (dev.platform != "cpu" and self._calls.setdefault(sig, 0) >= _EXACT_AFTER):
+            return self._jit(key, x)
+        if dev.platform != "cpu":
+            self._calls[sig] += 1
+        perm = np.asarray(permutation.bind(n=int(x.shape[0]), dtype="int32").kernel(key))
+        return jax.device_put(np.asarray(x)[perm], dev)
+
+
+split_key = Primitive("rng_split", _split, multiple_results=True)
+# NOTE: set directly (not through a subclass) so the op's trace/compile behaviour stays the plain Primitive's.
+split_key.bind()._kernel = _SplitKernel(split_key.bind())
+
+uniform = _RandomPrimitive("rng_uniform", lambda key, *, shape, low, high, dtype: _shaped(
+    lambda k, c: _d_uniform(k, c, low=low, high=high, dtype=dtype), key, shape), _eager_uniform)
+normal = _RandomPrimitive("rng_normal", lambda key, *, shape, mean, std, dtype: _shaped(
+    lambda k, c: _d_normal(k, c, mean=mean, std=std, dtype=dtype), key, shape), _eager_normal)
+exponential = _RandomPrimitive("rng_exponential", lambda key, *, shape, scale, dtype: _shaped(
+    lambda k, c: _d_exponential(k, c, scale=scale, dtype=dtype), key, shape), _eager_exponential)
+gamma = _RandomPrimitive("rng_gamma", lambda key, k, theta, *, size: _shaped(_d_gamma, key, size, (k, theta)),
+                         _eager_param("gamma", _d_gamma))
+beta = _RandomPrimitive("rng_beta", lambda key, a, b, *, size: _shaped(_d_beta, key, size, (a, b)),
+                        _eager_param("beta", _d_beta))
+poisson = _RandomPrimitive("rng_poisson", lambda key, lam, *, size: _shaped(_d_poisson, key, size, (lam,)),
+                           _eager_param("poisson", _d_poisson))
+permutation = _RandomPrimitive("rng_permutation", lambda key, *, n, dtype: _perm(key, n).astype(dtype),
+                               _eager_permutation)
+shuffle = _RandomPrimitive("rng_shuffle", lambda key, x: jnp.take(x, _perm(key, x.shape[0]), axis=0),
+                           _ShuffleKernel)
 
 
 def _dropout(x, key, *, drop_prob):
@@ -21,31 +329,7 @@ def _dropout(x, key, *, drop_prob):
     return jnp.where(keep, x / (1.0 - drop_prob), jnp.zeros((), x.dtype))
 
 
-def _gamma(key, shape, scale, *, size):
-    return jax.random.gamma(_k(key), shape, size) * scale
-
-
-def _beta(key, a, b, *, size):
-    return jax.random.beta(_k(key), a, b, size)
-
-
-def _poisson(key, lam, *, size):
-    return jax.random.poisson(_k(key), lam, size).astype(jnp.float32)
-
-
-split_key = Primitive("rng_split", _split, multiple_results=True)
-uniform = Primitive("rng_uniform", lambda key, *, shape, low, high, dtype: jax.random.uniform(
-    _k(key), shape, dtype, low, high))
-normal = Primitive("rng_normal", lambda key, *, shape, mean, std, dtype: mean + std * jax.random.normal(
-    _k(key), shape, dtype))
 dropout = Primitive("dropout", _dropout)
-permutation = Primitive("rng_permutation", lambda key, *, n, dtype: jax.random.permutation(_k(key), n).astype(dtype))
-shuffle = Primitive("rng_shuffle", lambda key, x: jax.random.permutation(_k(key), x, axis=0))
-gamma = Primitive("rng_gamma", _gamma)
-beta = Primitive("rng_beta", _beta)
-poisson = Primitive("rng_poisson", _poisson)
-exponential = Primitive("rng_exponential", lambda key, *, shape, scale, dtype: jax.random.exponential(
-    _k(key), shape, dtype) * scale)
 
 
 def _multinomial(key, probs, *, num_samples, replacement):
