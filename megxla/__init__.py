@@ -28,7 +28,7 @@ from . import device, logger, serialization, core
 from . import tensor as _tensor_module  # noqa: F401
 
 tensor = Tensor
-__version__ = "0.1.0"
+__version__ = "1.13.0+megxla.0.1.0"  # MegEngine API version implemented + megxla release (PEP 440 local label)
 
 __all__ = ["Tensor", "tensor", "Parameter", "config", "functional", "random", "autodiff", "jit", "module",
            "optimizer", "data", "save", "load",

@@ -50,12 +50,29 @@ def np_lstm_step(x, h, c, w_ih, w_hh, b_ih, b_hh, w_hr=None):
 
 
 def np_params(m, layer, direction):
-    sfx = f"_l{layer}" + ("_reverse" if direction else "")
-    p = {k: v.numpy().astype(np.float64) for k, v in m.named_parameters()}
-    g = m.weight_ih_l0.shape[0]
-    zero = np.zeros(g)
-    return (p["weight_ih" + sfx], p["weight_hh" + sfx], p.get("bias_ih" + sfx, zero), p.get("bias_hh" + sfx, zero),
-            p.get("weight_hr" + sfx))
+    """One cell's weights read from ``_flatten_weights`` as MegEngine's kernels read it: a flat buffer holding, per
+    layer and direction, weight_ih, weight_hh, bias_ih, bias_hh contiguously (written independently of megxla)."""
+    flat = m._flatten_weights.numpy().astype(np.float64).ravel()
+    g = m._flatten_weights.shape[0]
+    h_out = m.proj_size or m.hidden_size
+    d = 2 if m.bidirectional else 1
+    pos, zero = 0, np.zeros(g)
+    for k in range(m.num_layers):
+        in_k = m.input_size if k == 0 else d * h_out
+        for dd in range(d):
+            w_ih = flat[pos:pos + g * in_k].reshape(g, in_k)
+            pos += g * in_k
+            w_hh = flat[pos:pos + g * h_out].reshape(g, h_out)
+            pos += g * h_out
+            b_ih = b_hh = zero
+            if m.bias:
+                b_ih, b_hh = flat[pos:pos + g], flat[pos + g:pos + 2 * g]
+                pos += 2 * g
+            if (k, dd) == (layer, direction):
+                sfx = f"_l{layer}" + ("_reverse" if direction else "")
+                w_hr = getattr(m, "weight_hr" + sfx, None)
+                return w_ih, w_hh, b_ih, b_hh, None if w_hr is None else w_hr.numpy().astype(np.float64)
+    assert pos == flat.size
 
 
 def np_sequence(m, x, h0, c0=None):
@@ -168,13 +185,23 @@ def test_sequence_modules_match_numpy(case):
 
 def test_parameter_layout_and_megengine_hooks():
     m = M.LSTM(IN, H, num_layers=2, bidirectional=True)
-    shapes = {k: p.shape for k, p in m.named_parameters()}
-    assert len(shapes) == 16
-    assert shapes["weight_ih_l0"] == (4 * H, IN) and shapes["weight_ih_l1_reverse"] == (4 * H, 2 * H)
-    assert shapes["weight_hh_l1"] == (4 * H, H) and shapes["bias_ih_l0_reverse"] == (4 * H,)
+    sd = {k: v.shape for k, v in m.state_dict().items()}
+    # MegEngine 1.13's keys and shapes: one flat weight (4H, sum(in + H) + 2 * layers * D) plus the unused cells
+    assert sd["_flatten_weights"] == (4 * H, (IN + H) * 2 + (2 * H + H) * 2 + 2 * 2 * 2)
+    assert sd["cells.0.1.weight_ih"] == (4 * H, IN) and sd["cells.1.0.weight_ih"] == (4 * H, 2 * H)
+    assert sd["cells.1.1.weight_hh"] == (4 * H, H) and sd["cells.0.0.bias_ih"] == (4 * H,)
+    assert len(sd) == 1 + 4 * 4
+    w = m.cell_weights(1, 1)
+    assert w["weight_ih"].shape == (4 * H, 2 * H) and w["bias_hh"].shape == (4 * H,)
+    for name, ref in zip(("weight_ih", "weight_hh", "bias_ih", "bias_hh"), np_params(m, 1, 1)):
+        np.testing.assert_array_equal(w[name].numpy(), ref.astype(np.float32))
     proj = {k: v.shape for k, v in M.LSTM(IN, H, proj_size=2).named_parameters()}
-    assert proj["weight_hr_l0"] == (2, H) and proj["weight_hh_l0"] == (4 * H, 2)
-    assert [k for k, _ in M.RNN(IN, H, bias=False).named_parameters()] == ["weight_hh_l0", "weight_ih_l0"]
+    assert proj["weight_hr_l0"] == (2, H) and proj["_flatten_weights"] == (4 * H, IN + 2 + 2)
+    nobias = M.RNN(IN, H, bias=False)
+    assert nobias._flatten_weights.shape == (H, IN + H)
+    assert sorted(k for k, _ in nobias.named_buffers()) == ["cells.0.0.bias_hh", "cells.0.0.bias_ih"]
+    with pytest.raises(ValueError, match="no cell"):
+        m.cell_weights(2, 0)
     # MegEngine's method surface
     h, c = m.init_hidden(5)
     assert h.shape == c.shape == (4, 5, H) and not h.numpy().any()
@@ -206,7 +233,7 @@ def test_init_is_uniform_and_reproducible_under_seed():
         np.testing.assert_array_equal(pa.numpy(), pb.numpy())
         assert np.abs(pa.numpy()).max() <= bound and pa.numpy().std() > bound / 4
     np.testing.assert_array_equal(ca.weight_hh.numpy(), cb.weight_hh.numpy())
-    assert not np.array_equal(a.weight_ih_l0.numpy()[:, 0], a.weight_ih_l0_reverse.numpy()[:, 0])
+    assert not np.array_equal(a.cell_weights(0, 0)["weight_ih"].numpy(), a.cell_weights(0, 1)["weight_ih"].numpy())
 
 
 def test_dropout_between_layers_only_in_training():
@@ -253,9 +280,17 @@ def test_gradient_reaches_every_parameter(make):
             loss = (out ** 2).sum()
         gm.backward(loss)
     for name, p in m.named_parameters():
+        if name.startswith("cells."):
+            continue  # MegEngine's unused per-cell copies: the forward pass reads _flatten_weights
         assert p.grad is not None, name
         assert p.grad.shape == p.shape, name
         assert np.isfinite(p.grad.numpy()).all() and np.abs(p.grad.numpy()).sum() > 0, name
+    if isinstance(m, M.rnn.RNNBase):  # every cell's slice of the flat weight gets a gradient
+        g = m._flatten_weights.grad.numpy().ravel()
+        for k in range(m.num_layers):
+            for d in range(m.num_directions):
+                for name, (start, shape) in m._cell_offsets(k, d).items():
+                    assert np.abs(g[start:start + int(np.prod(shape))]).sum() > 0, (k, d, name)
 
 
 def test_lstm_cell_gradient_matches_finite_differences():

@@ -1,4 +1,7 @@
 """Linear + BatchNorm1d (+ ReLU) fused-pattern modules (float versions; quantization fuses them)."""
+import numpy as np
+
+from ..core._tensor import Parameter
 from ..functional.elemwise import relu
 from .batchnorm import BatchNorm1d
 from .linear import Linear
@@ -13,12 +16,18 @@ class _LinearBnActivation1d(Module):
         super().__init__(**kwargs)
         self.out_features = out_features
         self.in_features = in_features
+        # NOTE: MegEngine 1.13 has this top-level zero `bias` (used when quantization fuses the pattern, not by
+        # the float forward, which uses linear.bias); kept so state_dict keys match MegEngine's checkpoints.
+        self.bias = None
+        if bias:
+            self.bias = Parameter(np.zeros((out_features,), dtype=np.float32))
         self.linear = Linear(in_features, out_features, bias, compute_mode, **kwargs)
         self.bn = BatchNorm1d(out_features, eps, momentum, affine, track_running_stats)
 
 
 class LinearBn1d(_LinearBnActivation1d):
-    r"""``bn(linear(x))`` with sub-modules ``linear`` (:class:`Linear`) and ``bn`` (:class:`BatchNorm1d`).
+    r"""``bn(linear(x))`` with sub-modules ``linear`` (:class:`Linear`) and ``bn`` (:class:`BatchNorm1d`), plus
+    MegEngine's top-level ``bias`` Parameter (zeros, ``(out_features,)``, with ``bias=True``; unused by ``forward``).
 
     Args:
         in_features, out_features, bias, compute_mode: as :class:`Linear`.
@@ -28,6 +37,8 @@ class LinearBn1d(_LinearBnActivation1d):
         >>> m = M.LinearBn1d(4, 3)
         >>> m(mge.Tensor(np.random.randn(5, 4).astype("float32"))).shape
         (5, 3)
+        >>> sorted(m.state_dict())[:3]
+        ['bias', 'bn.bias', 'bn.running_mean']
     """
 
     def forward(self, inp):

@@ -12,11 +12,17 @@ Equations (gate order i, f, g, o as MegEngine / PyTorch)::
            c' = sigmoid(f) * c + sigmoid(i) * tanh(g)
            h' = sigmoid(o) * tanh(c')           (then h' W_hr^T when proj_size > 0)
 
-Parameter layout of ``RNN`` / ``LSTM``: one set per layer ``k`` and direction, named ``weight_ih_l{k}``,
-``weight_hh_l{k}``, ``bias_ih_l{k}``, ``bias_hh_l{k}`` (``weight_hr_l{k}`` for a projected LSTM), with the
-suffix ``_reverse`` for the backward direction. (MegEngine 1.13 packs them into one ``_flatten_weights``
-tensor for its fused kernel; separate named tensors are what a per-step implementation needs and keep
-``state_dict`` readable.)
+Parameter layout of ``RNN`` / ``LSTM`` (MegEngine 1.13's, so MegEngine checkpoints load with ``strict=True``):
+all weights live in ONE Parameter ``_flatten_weights`` of shape ``(G, S)``, ``G = num_chunks * hidden_size``
+(1 chunk for RNN, 4 for LSTM). Read as a flat buffer it holds, for each layer and within it each direction
+(forward first), ``weight_ih (G, layer_input)``, ``weight_hh (G, H_out)`` and, with ``bias``, ``bias_ih (G,)``,
+``bias_hh (G,)``, contiguously in that order (MegEngine's kernels read it so);
+``S = sum over cells of (layer_input + H_out)`` plus ``2 * num_layers * D`` with ``bias``. As in MegEngine the
+module also holds ``cells``, a ``num_layers x D`` list of :class:`RNNCell` / :class:`LSTMCell` made by
+``create_cell``: their parameters are in ``state_dict`` (``cells.{k}.{d}.weight_ih`` ...) but the forward pass
+does not use them. ``proj_size > 0`` (megxla only: MegEngine 1.13's kernels have no projection) adds separate
+``weight_hr_l{k}[_reverse]`` ``(proj_size, hidden_size)`` Parameters. :meth:`RNNBase.cell_weights` gives one
+cell's slices of ``_flatten_weights``.
 """
 import math
 from abc import abstractmethod
@@ -237,7 +243,7 @@ class RNNBase(Module):
         input_size: features of the input sequence.
         hidden_size: features of the hidden state.
         num_layers: stacked layers; layer ``k > 0`` reads the (direction-concatenated) output of layer ``k-1``.
-        bias: learn the ``bias_ih_l*`` / ``bias_hh_l*`` parameters.
+        bias: learn biases (the ``bias_ih`` / ``bias_hh`` parts of ``_flatten_weights``).
         batch_first: input and output are ``(N, T, F)`` instead of ``(T, N, F)``.
         dropout: probability of dropout on the output of every layer but the last (training mode only).
         bidirectional: add a backward-in-time direction per layer; outputs are concatenated on the last axis.
@@ -276,21 +282,68 @@ class RNNBase(Module):
         self.num_directions = 2 if self.bidirectional else 1
         self.proj_size = int(proj_size)
 
+        # MegEngine's construction: the cells (kept and saved in state_dict, unused by forward), then the one flat
+        # weight Parameter the forward pass reads, then every parameter re-drawn.
+        self.cells = [[self._make_cell(layer) for _ in range(self.num_directions)]
+                      for layer in range(self.num_layers)]
         g = self._num_chunks * self.hidden_size
-        real_h = self.proj_size or self.hidden_size  # size of h (and of each direction's output)
-        for layer in range(self.num_layers):
-            layer_in = self.input_size if layer == 0 else real_h * self.num_directions
-            for direction in range(self.num_directions):
-                sfx = self._suffix(layer, direction)
-                setattr(self, "weight_ih" + sfx, Parameter(np.zeros((g, layer_in), np.float32)))
-                setattr(self, "weight_hh" + sfx, Parameter(np.zeros((g, real_h), np.float32)))
-                if self.bias:
-                    setattr(self, "bias_ih" + sfx, Parameter(np.zeros((g,), np.float32)))
-                    setattr(self, "bias_hh" + sfx, Parameter(np.zeros((g,), np.float32)))
-                if self.proj_size:
-                    setattr(self, "weight_hr" + sfx,
+        self._flatten_weights = Parameter(np.zeros((g, self._flat_columns()), np.float32))
+        if self.proj_size:
+            for layer in range(self.num_layers):
+                for direction in range(self.num_directions):
+                    setattr(self, "weight_hr" + self._suffix(layer, direction),
                             Parameter(np.zeros((self.proj_size, self.hidden_size), np.float32)))
         self.reset_parameters()
+
+    @abstractmethod
+    def _make_cell(self, layer):
+        """The cell stored in ``cells`` for ``layer`` (like ``create_cell``, also with ``proj_size``)."""
+
+    def _flat_columns(self):
+        real_h = self.proj_size or self.hidden_size
+        cols = sum(self._layer_input_size(k) + real_h for k in range(self.num_layers)) * self.num_directions
+        return cols + (2 * self.num_layers * self.num_directions if self.bias else 0)
+
+    def _cell_offsets(self, layer, direction):
+        """``{name: (start, shape)}`` of one cell's weights in the flattened ``_flatten_weights``."""
+        g = self._num_chunks * self.hidden_size
+        real_h = self.proj_size or self.hidden_size
+        pos = 0
+        for k in range(self.num_layers):
+            for d in range(self.num_directions):
+                shapes = [("weight_ih", (g, self._layer_input_size(k))), ("weight_hh", (g, real_h))]
+                if self.bias:
+                    shapes += [("bias_ih", (g,)), ("bias_hh", (g,))]
+                parts = {}
+                for name, shape in shapes:
+                    parts[name] = (pos, shape)
+                    pos += int(np.prod(shape))
+                if (k, d) == (layer, direction):
+                    return parts
+        raise ValueError(f"{type(self).__name__}.cell_weights: no cell (layer={layer}, direction={direction}) in a "
+                         f"module with num_layers={self.num_layers}, bidirectional={self.bidirectional}")
+
+    def cell_weights(self, layer: int, direction: int = 0) -> dict:
+        """One cell's weights: differentiable slices of ``_flatten_weights`` (MegEngine's layout).
+
+        Args:
+            layer: the layer index.
+            direction: 0 forward in time, 1 backward (bidirectional modules only).
+
+        Returns:
+            ``{"weight_ih", "weight_hh"[, "bias_ih", "bias_hh"][, "weight_hr"]: Tensor}``.
+
+        Example:
+            >>> {k: v.shape for k, v in M.LSTM(3, 4).cell_weights(0).items()}
+            {'weight_ih': (16, 3), 'weight_hh': (16, 4), 'bias_ih': (16,), 'bias_hh': (16,)}
+        """
+        parts = self._cell_offsets(layer, direction)
+        flat = F.reshape(self._flatten_weights, (-1,))
+        out = {name: F.reshape(flat[start:start + int(np.prod(shape))], shape)
+               for name, (start, shape) in parts.items()}
+        if self.proj_size:
+            out["weight_hr"] = getattr(self, "weight_hr" + self._suffix(layer, direction))
+        return out
 
     @abstractmethod
     def _step(self, x_proj, state, w_hh, b_hh, w_hr):
@@ -301,10 +354,8 @@ class RNNBase(Module):
         return f"_l{layer}" + ("_reverse" if direction == 1 else "")
 
     def _layer_params(self, layer, direction):
-        sfx = self._suffix(layer, direction)
-        return (getattr(self, "weight_ih" + sfx), getattr(self, "weight_hh" + sfx),
-                getattr(self, "bias_ih" + sfx, None), getattr(self, "bias_hh" + sfx, None),
-                getattr(self, "weight_hr" + sfx, None))
+        w = self.cell_weights(layer, direction)
+        return (w["weight_ih"], w["weight_hh"], w.get("bias_ih"), w.get("bias_hh"), w.get("weight_hr"))
 
     def reset_parameters(self) -> None:
         """Re-initialise every parameter from U(-1/sqrt(hidden_size), 1/sqrt(hidden_size)) (MegEngine's default;
@@ -324,7 +375,7 @@ class RNNBase(Module):
     @abstractmethod
     def create_cell(self, layer):
         """A fresh, independently initialised cell with layer ``layer``'s sizes (MegEngine's construction
-        hook; this module stores its parameters per layer, not in cells).
+        hook: ``cells`` holds one per layer and direction; the forward pass reads ``_flatten_weights``).
 
         Example:
             >>> M.RNN(3, 4, num_layers=2, bidirectional=True).create_cell(1).input_size
@@ -441,7 +492,7 @@ class RNN(RNNBase):
         input_size: features of the input sequence.
         hidden_size: features of the hidden state.
         num_layers: stacked layers (default 1).
-        bias: learn ``bias_ih_l{k}`` / ``bias_hh_l{k}`` (default True).
+        bias: learn biases (part of ``_flatten_weights``; default True).
         batch_first: input / output are ``(N, T, F)`` instead of ``(T, N, F)`` (default False).
         dropout: dropout probability on the output of every layer but the last, in training mode (default 0).
         bidirectional: also run each layer backwards in time (default False).
@@ -457,10 +508,10 @@ class RNN(RNNBase):
         concatenated), ``h_n`` ``(num_layers * D, N, hidden_size)`` (the final hidden states).
 
     Attributes:
-        weight_ih_l{k}[_reverse]: ``(hidden_size, input_size)`` for ``k = 0``, else
-        ``(hidden_size, D * hidden_size)``; weight_hh_l{k}[_reverse]: ``(hidden_size, hidden_size)``;
-        bias_ih_l{k}[_reverse], bias_hh_l{k}[_reverse]: ``(hidden_size,)``. All from
-        U(-1/sqrt(hidden_size), 1/sqrt(hidden_size)).
+        _flatten_weights: ``(hidden_size, S)``, every layer's ``weight_ih`` ``(hidden_size, layer_input)``,
+        ``weight_hh`` ``(hidden_size, hidden_size)``, ``bias_ih`` / ``bias_hh`` ``(hidden_size,)`` in MegEngine's
+        layout (module docstring; :meth:`cell_weights` slices it). All from U(-1/sqrt(hidden_size),
+        1/sqrt(hidden_size)). cells: MegEngine's unused per-cell copies (in ``state_dict``).
 
     Example:
         >>> m = M.RNN(3, 4, num_layers=2, bidirectional=True)
@@ -481,6 +532,9 @@ class RNN(RNNBase):
 
     def _step(self, x_proj, state, w_hh, b_hh, w_hr):
         return (_rnn_step(x_proj, state[0], w_hh, b_hh, self.nonlinearity),)
+
+    def _make_cell(self, layer):
+        return RNNCell(self._layer_input_size(layer), self.hidden_size, self.bias, self.nonlinearity)
 
     def create_cell(self, layer):
         """A fresh :class:`RNNCell` with layer ``layer``'s sizes and this module's ``bias`` / ``nonlinearity``.
@@ -539,7 +593,7 @@ class LSTM(RNNBase):
         input_size: features of the input sequence.
         hidden_size: features of the cell state ``c`` (and of ``h`` without projection).
         num_layers: stacked layers (default 1).
-        bias: learn ``bias_ih_l{k}`` / ``bias_hh_l{k}`` (default True).
+        bias: learn biases (part of ``_flatten_weights``; default True).
         batch_first: input / output are ``(N, T, F)`` instead of ``(T, N, F)`` (default False).
         dropout: dropout probability on the output of every layer but the last, in training mode (default 0).
         bidirectional: also run each layer backwards in time (default False).
@@ -555,10 +609,11 @@ class LSTM(RNNBase):
         ``c_n`` ``(num_layers * D, N, hidden_size)``.
 
     Attributes:
-        weight_ih_l{k}[_reverse]: ``(4 * hidden_size, input_size)`` for ``k = 0``, else
-        ``(4 * hidden_size, D * H_out)``; weight_hh_l{k}[_reverse]: ``(4 * hidden_size, H_out)``;
-        bias_ih_l{k}[_reverse], bias_hh_l{k}[_reverse]: ``(4 * hidden_size,)``;
+        _flatten_weights: ``(4 * hidden_size, S)``, every layer's ``weight_ih`` ``(4 * hidden_size, layer_input)``,
+        ``weight_hh`` ``(4 * hidden_size, H_out)``, ``bias_ih`` / ``bias_hh`` ``(4 * hidden_size,)`` in MegEngine's
+        layout (module docstring; :meth:`cell_weights` slices it).
         weight_hr_l{k}[_reverse] (``proj_size > 0`` only): ``(proj_size, hidden_size)``.
+        cells: MegEngine's unused per-cell copies (in ``state_dict``).
 
     Example:
         >>> m = M.LSTM(3, 4, batch_first=True)
@@ -571,6 +626,11 @@ class LSTM(RNNBase):
 
     def _step(self, x_proj, state, w_hh, b_hh, w_hr):
         return _lstm_step(x_proj, state[0], state[1], w_hh, b_hh, w_hr)
+
+    def _make_cell(self, layer):
+        # NOTE: with proj_size the stored cells are plain LSTMCells (no projection); as in MegEngine they only
+        # hold state_dict entries, the forward pass reads _flatten_weights.
+        return LSTMCell(self._layer_input_size(layer), self.hidden_size, self.bias)
 
     def create_cell(self, layer):
         """A fresh :class:`LSTMCell` with layer ``layer``'s sizes and this module's ``bias``.

@@ -1,0 +1,68 @@
+"""``python -m megxla.run``: run a MegEngine program on megxla with no edit to its files.
+
+Usage::
+
+    python -m megxla.run [--shadow] train.py --its --own args
+    python -m megxla.run [--shadow] -m package.module --its --own args
+
+Installs the ``megengine`` import alias (:mod:`megxla.as_megengine`), then runs the script or module as Python
+itself would: as ``__main__``, with ``sys.argv`` = ``[script, *args]`` (``[module file, *args]`` for ``-m``) and the
+script's directory (the current directory for ``-m``) first on ``sys.path``. ``--shadow`` answers ``megengine``
+imports with megxla even if a real MegEngine is installed (same as ``MEGXLA_SHADOW_MEGENGINE=1``). Child
+processes (DataLoader workers, ``dist.launcher`` ranks, ``subprocess`` Pythons) inherit the alias.
+"""
+from __future__ import annotations
+
+import os
+import runpy
+import sys
+
+from ._alias import install
+
+_USAGE = "usage: python -m megxla.run [--shadow] (script.py | -m module) [args ...]"
+
+
+def main(argv=None) -> None:
+    """Install the alias and run a script or module as ``__main__`` (see the module docstring).
+
+    Args:
+        argv: the launcher's arguments (default ``sys.argv[1:]``).
+
+    Returns:
+        None; the program's ``SystemExit`` and exceptions propagate.
+
+    Example:
+        >>> main(["--help"])  # doctest: +SKIP
+    """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    force = None
+    while argv and argv[0].startswith("-") and argv[0] != "-m":
+        opt = argv.pop(0)
+        if opt == "--shadow":
+            force = True
+        elif opt in ("-h", "--help"):
+            print(__doc__)
+            return
+        else:
+            raise SystemExit(f"megxla.run: unknown option {opt!r}\n{_USAGE}")
+    if not argv or (argv[0] == "-m" and len(argv) < 2):
+        raise SystemExit(_USAGE)
+    install(force=force)
+    if argv[0] == "-m":
+        module, args = argv[1], argv[2:]
+        # NOTE: `python -m megxla.run` already put the current directory first on sys.path, as `python -m pkg`
+        # would; run_module(alter_sys=True) sets sys.argv[0] to the module's file and __main__ like Python.
+        sys.argv = [module] + args
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
+    else:
+        script, args = argv[0], argv[1:]
+        if not os.path.exists(script):
+            raise SystemExit(f"megxla.run: can't open file {os.path.abspath(script)!r}: no such file")
+        sys.argv = [script] + args
+        # Python puts the directory of the (symlink-resolved) script first, replacing its own entry.
+        sys.path[0] = os.path.dirname(os.path.realpath(script))
+        runpy.run_path(script, run_name="__main__")
+
+
+if __name__ == "__main__":
+    main()
