@@ -120,7 +120,8 @@ class GradManager:
 
         Args:
             y: a tensor or list of tensors (the loss); None skips computation but ends recording.
-            dy: their gradients; default ones.
+            dy: their gradients; default ones. A ``dy`` with ``y``'s number of elements (``(1,)`` for a
+                scalar loss) is reshaped to ``y``'s shape, a broadcastable one is broadcast, as in MegEngine.
         """
         if not self._recording:
             raise RuntimeError("GradManager.backward: no recording; call it inside `with gm:` or after record()")
@@ -138,9 +139,7 @@ class GradManager:
         else:
             dys = list(dy) if isinstance(dy, (list, tuple)) else [dy]
             dys = [d if isinstance(d, Tensor) else Tensor(d, dtype=t.dtype) for d, t in zip(dys, ys)]
-        for t, d in zip(ys, dys):
-            if t.shape != d.shape:
-                raise ValueError(f"GradManager.backward: dy shape {d.shape} does not match y shape {t.shape}")
+        dys = [_match_dy(t, d) for t, d in zip(ys, dys)]
         # Stop taping: backward ops must not record into our own tape.
         self._recording = False
         _dispatch.recorders.remove(self)
@@ -172,6 +171,23 @@ class GradManager:
             for cb in entry.callbacks:
                 g = cb(t, g)
             t._grad = g if t._grad is None else t._grad + g
+
+
+def _match_dy(y, dy):
+    """``dy`` shaped like ``y``, as MegEngine accepts it: the same number of elements (``dy`` of shape ``(1,)``
+    for a scalar loss) is reshaped, a broadcastable ``dy`` is broadcast; anything else is an error."""
+    if dy.shape == y.shape:
+        return dy
+    from ..functional import broadcast_to, reshape
+    if dy.size == y.size:
+        return reshape(dy, y.shape)
+    try:
+        ok = np.broadcast_shapes(dy.shape, y.shape) == tuple(y.shape)
+    except ValueError:
+        ok = False
+    if not ok:
+        raise ValueError(f"GradManager.backward: dy of shape {dy.shape} cannot be broadcast to y's shape {y.shape}")
+    return broadcast_to(dy, y.shape)
 
 
 def _is_float(data):

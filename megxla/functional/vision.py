@@ -421,3 +421,41 @@ def cvt_color(inp, mode=""):
     if inp.ndim != 4 or inp.shape[3] != want:
         raise OpError(f"{op}: mode {m} needs NHWC input with {want} channels, got shape {inp.shape}")
     return _apply(_V.cvt_color.bind(mode=m), inp)
+
+
+def resize(inp, target_shape, format="NCHW", imode="linear"):
+    """Resize a batch of images to ``target_shape`` (MegEngine's ``Resize`` op, as ``F.vision.resize``).
+
+    Args:
+        inp: ``(N, C, H, W)`` (``format="NCHW"``) or ``(N, H, W, C)`` (``format="NHWC"``) images.
+        target_shape: ``(OH, OW)``, or an int for a square output.
+        format: ``"NCHW"`` or ``"NHWC"``.
+        imode: ``"linear"`` (bilinear, half-pixel centres), ``"nearest"`` or ``"cubic"``.
+
+    Returns:
+        the resized images, in ``format``.
+
+    Example:
+        >>> x = Tensor(np.arange(4, dtype=np.float32).reshape(1, 1, 2, 2))
+        >>> F.vision.resize(x, (4, 4)).shape
+        (1, 1, 4, 4)
+    """
+    op = "resize"
+    modes = {"linear": "bilinear", "nearest": "nearest", "cubic": "bicubic"}
+    mode = str(imode).lower()
+    if mode not in modes:
+        raise OpError(f"{op}: unsupported imode {imode!r} (linear, nearest or cubic)")
+    fmt = str(format).upper()
+    if fmt not in ("NCHW", "NHWC"):
+        raise OpError(f"{op}: unsupported format {format!r} (NCHW or NHWC)")
+    inp = _t(inp)
+    if inp.ndim != 4:
+        raise OpError(f"{op}: expected a 4-D {fmt} input, got shape {inp.shape}")
+    size = _pair(target_shape, "target_shape", op)
+    if fmt == "NHWC":
+        inp = inp.transpose(0, 3, 1, 2)
+    out = interpolate(inp, size=size, mode=modes[mode], align_corners=False if mode == "linear" else None)
+    return out.transpose(0, 2, 3, 1) if fmt == "NHWC" else out
+
+
+__all__ += ["resize"]
