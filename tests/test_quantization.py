@@ -345,3 +345,17 @@ def test_qat_resnet18_step_eager_equals_xla_trace_over_five_steps():
     assert len(observers) > 40
     for k in se:
         np.testing.assert_allclose(sc[k], se[k], rtol=1e-3, atol=1e-4, err_msg=k)
+
+
+def test_shape_and_pooling_ops_keep_quantized_parameters():
+    q = QM.quantize_tensor(mge.Tensor(np.arange(16, dtype=np.float32).reshape(1, 1, 4, 4) * 0.3), "qint8", 0.25)
+    for out in (F.flatten(q, 1), q.reshape(4, 4), F.max_pool2d(q, 2), F.transpose(q, (0, 1, 3, 2))):
+        assert out.dtype == np.int8 and float(out.qparams.scale) == 0.25
+    avg = F.avg_pool2d(q, 2)
+    ref = np_round(F.avg_pool2d(QM.dequantize_tensor(q), 2).numpy() / 0.25)
+    assert avg.dtype == np.int8
+    np.testing.assert_array_equal(avg.numpy(), ref)
+    np.testing.assert_allclose(QM.dequantize_tensor(F.adaptive_avg_pool2d(q, 1)).numpy(),
+                               np_round(QM.dequantize_tensor(q).numpy().mean() / 0.25) * 0.25)
+    with pytest.raises(ValueError, match="not a quantized tensor"):
+        QM.layers._input_scale_zp(mge.Tensor(np.zeros((2, 3), np.int8)), "Linear")

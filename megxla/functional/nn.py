@@ -14,6 +14,7 @@ from ..amp import _state as _amp  # autocast state: the hook below costs one att
 from .elemwise import relu, sigmoid, gelu, silu, softplus, logsigmoid, relu6, hsigmoid, hswish  # noqa: F401
 from . import tensor as _T
 from .tensor import indexing_one_hot  # noqa: F401  (MegEngine exports it from .nn too)
+from .tensor import _keep_qparams, _through_float
 from .math import logsumexp, normalize  # noqa: F401
 from .loss import cross_entropy, binary_cross_entropy, l1_loss, square_loss, hinge_loss, ctc_loss  # noqa: F401
 # MegEngine's functional/nn.py ends with `from .loss import *`, `from .metric import *`, `from .vision import *`:
@@ -501,7 +502,7 @@ def max_pool2d(inp, kernel_size, stride=None, padding=0):
         array([ 5.,  7., 13., 15.], dtype=float32)
     """
     inp, k, s, p = _pool_args("max_pool2d", inp, kernel_size, stride, padding)
-    return _apply(_N.max_pool.bind(kernel=k, stride=s, padding=p), inp)
+    return _keep_qparams(_apply(_N.max_pool.bind(kernel=k, stride=s, padding=p), inp), inp)
 
 
 def avg_pool2d(inp, kernel_size, stride=None, padding=0, mode="average_count_exclude_padding"):
@@ -526,6 +527,9 @@ def avg_pool2d(inp, kernel_size, stride=None, padding=0, mode="average_count_exc
     mode = str(getattr(mode, "name", mode)).lower()
     if mode not in ("average_count_exclude_padding", "average"):
         raise OpError(f"avg_pool2d: mode must be 'average' or 'average_count_exclude_padding', got {mode!r}")
+    q = _through_float(inp, lambda x: avg_pool2d(x, kernel_size, stride, padding, mode))
+    if q is not None:
+        return q
     _float(inp, "avg_pool2d")
     return _apply(_N.avg_pool.bind(kernel=k, stride=s, padding=p, mode=mode), inp)
 
@@ -536,7 +540,11 @@ def _adaptive(op, inp, oshp, kind):
     oshp = _positive(_tuple(oshp, 2, "oshp", op), "oshp", op)
     if oshp[0] > inp.shape[2] or oshp[1] > inp.shape[3]:
         raise OpError(f"{op}: output size {oshp} is larger than the input size {inp.shape[2:]}")
-    return _apply(_N.adaptive_pool.bind(oshp=oshp, op=kind), inp)
+    if kind == "avg":
+        q = _through_float(inp, lambda x: _adaptive(op, x, oshp, kind))
+        if q is not None:
+            return q
+    return _keep_qparams(_apply(_N.adaptive_pool.bind(oshp=oshp, op=kind), inp), inp)
 
 
 def adaptive_avg_pool2d(inp, oshp):
@@ -815,8 +823,10 @@ def sync_batch_norm(inp, running_mean, running_var, weight=None, bias=None, trai
                     eps=1e-5, eps_mode="additive", group=None):
     """Batch normalisation with statistics synchronised over a process group.
 
-    megxla runs one process per model replica, so the group is this process: the result is exactly
-    :func:`batch_norm` (running buffers updated in place when training).
+    In training, when distributed, the mean and variance are those of the batches of all processes of
+    ``group`` (per-channel sums all-reduced; the gradient flows through the mirrored all-reduce), and the
+    running buffers are updated in place with them. Otherwise (evaluation, a single process) it is exactly
+    :func:`batch_norm`.
 
     Args:
         inp: input ``(N, C, ...)``.
@@ -826,7 +836,7 @@ def sync_batch_norm(inp, running_mean, running_var, weight=None, bias=None, trai
         momentum: weight of the old running value.
         eps: the epsilon.
         eps_mode: ``"additive"`` (``var + eps``) or ``"max"`` (``max(var, eps)``).
-        group: the communication group (accepted; single process).
+        group: the communication group (None: ``WORLD``).
 
     Returns:
         the normalised tensor.
@@ -836,6 +846,12 @@ def sync_batch_norm(inp, running_mean, running_var, weight=None, bias=None, trai
         >>> F.sync_batch_norm(x, F.zeros((1, 2, 1, 1)), F.ones((1, 2, 1, 1)), training=True).shape
         (2, 2, 2, 1)
     """
+    if training:
+        from .distributed import _sync_needed, _sync_batch_norm_train
+        if _sync_needed(group):  # statistics of the whole group's batch (megxla.functional.distributed)
+            _bn("sync_batch_norm", inp, None, None, weight, bias, True, momentum, eps, eps_mode, True)  # validates
+            return _sync_batch_norm_train(inp, running_mean, running_var, weight, bias, momentum, eps, eps_mode,
+                                          group)
     return _bn("sync_batch_norm", inp, running_mean, running_var, weight, bias, training, momentum, eps,
                eps_mode, True)
 

@@ -107,6 +107,24 @@ def _keep_qparams(out, inp):
     return out
 
 
+def _through_float(inp, fn):
+    """``fn(inp)`` for a quantized tensor stored as integers (``inp.qparams`` set): computed on the dequantized
+    values and quantized back with the same parameters, as MegEngine computes in the quantized dtype; None
+    for any other input."""
+    q = getattr(inp, "_qparams", None)
+    if q is None or q.scale is None or q.dtype_meta is None or not np.issubdtype(inp.dtype, np.integer):
+        return None
+    from ..core.ops import quant as _q
+    from ..core._tensor import Tensor as _T
+    scale = q.scale if isinstance(q.scale, _T) else _T(q.scale, dtype="float32")
+    zp = q.zero_point if q.zero_point is not None else _T(0.0)
+    out = fn(_apply(_q.dequantize.bind(), inp, scale, zp))
+    meta = q.dtype_meta
+    out = _apply(_q.quantize.bind(qmin=meta.qmin, qmax=meta.qmax, dtype=meta.np_dtype_str), out, scale, zp)
+    out._qparams = q
+    return out
+
+
 def reshape(inp, target_shape):
     """Give ``inp`` a new shape with the same number of elements; one dimension may be ``-1`` (inferred).
 
