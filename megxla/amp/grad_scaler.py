@@ -5,24 +5,43 @@ from typing import Iterable
 
 import jax.numpy as jnp
 
-from ..core._dispatch import apply
+from ..core import _registry
+from ..core._dispatch import apply, current_interpreter
 from ..core._op import Primitive
 from ..core._tensor import Tensor
+from ..optimizer.optimizer import host_scalar
 
 __all__ = ["GradScaler"]
 
 
 def _check_non_finite_impl(*args):
     # One fused op for all gradients: a single dispatch and a single host read of the flag per step, however
-    # many parameters the model has (MegEngine's CheckNonFinite does the same).
+    # many parameters the model has (MegEngine's CheckNonFinite does the same). ``1 / scale`` is computed here,
+    # in float32, so a compiled step divides by the scale it holds now.
     *grads, scale = args
+    inv = 1.0 / scale
     bad = jnp.zeros((), jnp.bool_)
     for g in grads:
         bad = bad | ~jnp.all(jnp.isfinite(g))
-    return tuple(g * scale.astype(g.dtype) for g in grads) + (bad,)
+    return tuple(g * inv.astype(g.dtype) for g in grads) + (bad,)
 
 
 _check_non_finite = Primitive("amp_check_non_finite", _check_non_finite_impl, multiple_results=True)
+
+
+def _update_scale_impl(scale, tracker, found, growth_factor, backoff_factor, growth_interval):
+    # MegEngine's rule as a select, so a compiled step adapts the scale without reading the flag on the host:
+    # non-finite -> scale * backoff, tracker 0; else tracker + 1, and at growth_interval: scale * growth, 0.
+    grown = tracker + 1
+    grow = grown >= growth_interval
+    new_scale = jnp.where(found, scale * backoff_factor, jnp.where(grow, scale * growth_factor, scale))
+    new_tracker = jnp.where(found | grow, jnp.zeros_like(tracker), grown)
+    return new_scale.astype(scale.dtype), new_tracker.astype(tracker.dtype)
+
+
+_update_scale = Primitive("amp_update_scale", _update_scale_impl, multiple_results=True)
+_fill_scale = Primitive("amp_fill_scale", lambda y, scale: jnp.full(y.shape, scale, y.dtype))
+_mul_scale = Primitive("amp_mul_scale", lambda dy, scale: dy * scale.astype(dy.dtype))
 
 
 class GradScaler:
@@ -64,12 +83,32 @@ class GradScaler:
             raise ValueError(f"GradScaler: backoff_factor must be in (0, 1], got {backoff_factor}")
         if int(growth_interval) < 1:
             raise ValueError(f"GradScaler: growth_interval must be a positive int, got {growth_interval}")
-        self.scale_factor = float(init_scale)
+        # NOTE: the scale and the growth counter are Tensors (state): a compiled step that contains backward,
+        # unscale and update reads and rebinds them like any other state, and never reads the overflow flag on
+        # the host. ``scale_factor`` reads the value when asked.
+        self._scale = Tensor(float(init_scale), dtype="float32")
+        self._tracker = Tensor(0, dtype="int32")
         self.growth_factor = float(growth_factor)
         self.backoff_factor = float(backoff_factor)
         self.growth_interval = int(growth_interval)
-        self._growth_tracker = 0
-        self._found_non_finite = False
+        self._found = None  # overflow flag (0-d bool Tensor) of the last unscale, consumed by update()
+
+    @property
+    def scale_factor(self) -> float:
+        """The current loss scale (a host read of the scale tensor)."""
+        return float(self._scale.numpy())
+
+    @scale_factor.setter
+    def scale_factor(self, value):
+        self._scale._reset(Tensor(float(value), dtype="float32"))
+
+    @property
+    def _growth_tracker(self) -> int:
+        return int(self._tracker.numpy())
+
+    @_growth_tracker.setter
+    def _growth_tracker(self, value):
+        self._tracker._reset(Tensor(int(value), dtype="int32"))
 
     def backward(self, gm, y=None, dy=None, *, unscale_grad: bool = True, update_scale="if_unscale_grad"):
         r"""Back-propagate ``y`` scaled by :attr:`scale_factor` through ``gm``.
@@ -92,8 +131,6 @@ class GradScaler:
             ...     scaler.backward(gm, loss)
             >>> opt.step().clear_grad()
         """
-        from ..functional import full_like
-
         if y is None:
             ys = []
         elif isinstance(y, (tuple, list)):
@@ -101,11 +138,10 @@ class GradScaler:
         else:
             ys = [y]
         if dy is None:
-            dys = [full_like(t, self.scale_factor) for t in ys]
-        elif isinstance(dy, (tuple, list)):
-            dys = [d * self.scale_factor for d in dy]
+            dys = [apply(_fill_scale.bind(), t, self._scale) for t in ys]
         else:
-            dys = [dy * self.scale_factor]
+            dys = [apply(_mul_scale.bind(), d if isinstance(d, Tensor) else Tensor(d), self._scale)
+                   for d in (dy if isinstance(dy, (tuple, list)) else [dy])]
         gm.backward(y=ys if ys else None, dy=dys if ys else None)
         if unscale_grad:
             self.unscale(gm.attached_tensors())
@@ -114,6 +150,10 @@ class GradScaler:
 
     def unscale(self, grad_tensors: Iterable[Tensor]):
         r"""Divide the ``.grad`` of ``grad_tensors`` by the scale factor; on inf/NaN set them all to None.
+
+        Inside a compiled step (``trace`` / ``xla_trace``) the flag is not read on the host: the gradients
+        keep their (non-finite) values and carry the flag to the optimizer, whose update then leaves every
+        parameter and slot unchanged -- the same result as eager, decided in the graph.
 
         Args:
             grad_tensors: tensors whose ``.grad`` was produced by a scaled backward pass.
@@ -128,10 +168,13 @@ class GradScaler:
         tensors = [t for t in grad_tensors if t is not None and getattr(t, "grad", None) is not None]
         if not tensors:
             return self
-        inv = Tensor(1.0 / self.scale_factor, dtype="float32")
-        *grads, bad = apply(_check_non_finite.bind(), *[t.grad for t in tensors], inv)
-        if bool(bad.numpy()):
-            self._found_non_finite = True
+        *grads, bad = apply(_check_non_finite.bind(), *[t.grad for t in tensors], self._scale)
+        self._found = bad if self._found is None else self._found | bad
+        if current_interpreter() is not None:
+            for t, g in zip(tensors, grads):
+                t.grad = g
+                _registry.set_grad_gate(g, bad)
+        elif bool(bad.numpy()):
             for t in tensors:
                 t.grad = None
         else:
@@ -153,16 +196,17 @@ class GradScaler:
             1024.0
         """
         if new_scale is not None:
-            self.scale_factor = float(new_scale)
-        elif self._found_non_finite:
-            self.scale_factor *= self.backoff_factor
-            self._growth_tracker = 0
+            self.scale_factor = new_scale
         else:
-            self._growth_tracker += 1
-            if self._growth_tracker >= self.growth_interval:
-                self.scale_factor *= self.growth_factor
-                self._growth_tracker = 0
-        self._found_non_finite = False
+            found = self._found if self._found is not None else Tensor(False)
+            # growth/backoff factors are re-read at every call of a compiled step, like optimizer hyper-parameters
+            factors = (host_scalar(lambda: self.growth_factor, "float32", (id(self), "growth")),
+                       host_scalar(lambda: self.backoff_factor, "float32", (id(self), "backoff")),
+                       host_scalar(lambda: self.growth_interval, "int32", (id(self), "interval")))
+            scale, tracker = apply(_update_scale.bind(), self._scale, self._tracker, found, *factors)
+            self._scale._reset(scale)
+            self._tracker._reset(tracker)
+        self._found = None
 
     def state_dict(self):
         r"""The scaler's state as a dict (to save with the model and optimizer).
@@ -197,3 +241,7 @@ class GradScaler:
         self.backoff_factor = float(state["backoff_factor"])
         self.growth_interval = int(state["growth_interval"])
         self._growth_tracker = int(state["_growth_tracker"])
+
+
+# A compiled step that uses a GradScaler reads and rebinds its scale and growth counter: they are its state.
+_registry.register_state_walker(GradScaler, lambda s: [("scale", s._scale), ("growth_tracker", s._tracker)])

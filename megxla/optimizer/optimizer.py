@@ -511,3 +511,16 @@ def _step_gate(params):
     for g in gates[1:]:
         gate = gate | g
     return gate
+
+
+def _walk_optimizer(opt):
+    """State of an optimizer for tracers: every parameter, then every slot (see core._registry)."""
+    out = [(f"param{i}", p) for i, p in enumerate(opt._get_params())]
+    for i, p in enumerate(opt._get_params()):
+        for k, v in sorted(opt._state.get(p, {}).items()):
+            if isinstance(v, Tensor):
+                out.append((f"param{i}.{k}", v))
+    return out
+
+
+_registry.register_state_walker(Optimizer, _walk_optimizer)

@@ -1,0 +1,137 @@
+"""Optimizer and GradScaler state in compiled steps (issue 9): every hyper-parameter is a graph input or part of
+the signature (SGD momentum 0 -> 0.9 between calls takes effect), bad hyper-parameters raise on the host before
+the executable with all state unchanged, and a GradScaler step with an inf gradient skips the update and backs
+off the scale inside the graph, as eager does."""
+import copy
+
+import numpy as np
+import pytest
+
+import megxla as mge
+import megxla.functional as F
+import megxla.module as M
+import megxla.optimizer as optim
+from megxla.amp import GradScaler
+from megxla.autodiff import GradManager
+from megxla.jit import trace, xla_trace
+
+
+def _model():
+    mge.random.seed(3)
+    return M.Linear(3, 2)
+
+
+def _snapshot(model, opt):
+    out = [p.numpy().copy() for p in model.parameters()]
+    for p in model.parameters():
+        out += [v.numpy().copy() for _, v in sorted(opt._state.get(p, {}).items())]
+    return out
+
+
+def _sgd_step(model, opt, x):
+    gm = GradManager().attach(model.parameters())
+    with gm:
+        loss = (model(x) ** 2).sum()
+        gm.backward(loss)
+    opt.step().clear_grad()
+    return loss
+
+
+def test_sgd_momentum_change_between_compiled_calls():
+    x = mge.Tensor(np.arange(6, dtype="float32").reshape(2, 3) / 6)
+    ref, model = _model(), _model()
+    ref_opt, opt = optim.SGD(ref.parameters(), lr=0.05), optim.SGD(model.parameters(), lr=0.05)
+    step = xla_trace(_sgd_step)
+    for i in range(7):
+        if i == 3:  # momentum 0 -> 0.9 after the step compiled: the momentum_buffer slots appear now
+            for o in (ref_opt, opt):
+                o.param_groups[0]["momentum"] = 0.9
+            assert "momentum_buffer" in opt._state[model.weight]
+        if i == 5:
+            opt.param_groups[0]["momentum"] = ref_opt.param_groups[0]["momentum"] = 0.5
+        _sgd_step(ref, ref_opt, x)
+        step(model, opt, x)
+        for a, b in zip(_snapshot(ref, ref_opt), _snapshot(model, opt)):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6, err_msg=f"step {i}")
+
+
+def test_sgd_nesterov_is_an_input_of_the_compiled_step():
+    x = mge.Tensor(np.ones((2, 3), "float32"))
+    ref, model = _model(), _model()
+    ref_opt = optim.SGD(ref.parameters(), lr=0.05, momentum=0.9)
+    opt = optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    step = xla_trace(_sgd_step)
+    for i in range(5):
+        if i == 3:
+            ref_opt.nesterov = opt.nesterov = True
+        _sgd_step(ref, ref_opt, x)
+        step(model, opt, x)
+        for a, b in zip(_snapshot(ref, ref_opt), _snapshot(model, opt)):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6, err_msg=f"step {i}")
+
+
+@pytest.mark.parametrize("key,bad", [("lr", float("nan")), ("lr", -0.1), ("lr", float("inf")),
+                                     ("weight_decay", -1.0), ("betas", (0.9, 1.5))])
+def test_bad_hyper_parameter_raises_before_the_executable(key, bad):
+    x = mge.Tensor(np.ones((2, 3), "float32"))
+    model = _model()
+    opt = optim.Adam(model.parameters(), lr=0.01, weight_decay=0.1)
+    step = xla_trace(_sgd_step)
+    for _ in range(3):  # record (slots are created), record again, compile
+        step(model, opt, x)
+    before = _snapshot(model, opt)
+    good = opt.param_groups[0][key]
+    opt.param_groups[0][key] = bad
+    with pytest.raises(ValueError, match=key):
+        step(model, opt, x)
+    for a, b in zip(before, _snapshot(model, opt)):
+        np.testing.assert_array_equal(a, b)
+    with pytest.raises(ValueError, match=key):  # eagerly too, with the same message
+        _sgd_step(model, opt, x)
+    opt.param_groups[0][key] = good
+    step(model, opt, x)
+    assert all(np.isfinite(p.numpy()).all() for p in model.parameters())
+
+
+def _scaled_step(model, opt, scaler, x):
+    gm = GradManager().attach(model.parameters())
+    with gm:
+        loss = model(x).sum()
+        scaler.backward(gm, loss)
+    opt.step().clear_grad()
+    return loss
+
+
+@pytest.mark.parametrize("tracer", [trace, trace(without_host=True)], ids=["trace", "trace_without_host"])
+def test_grad_scaler_skips_inf_steps_inside_a_compiled_step(tracer):
+    xs = [np.full((2, 3), v, "float32") for v in (1.0, 1.0, 1.0, np.inf, 1.0, np.nan, 1.0, 1.0)]
+    ref, model = _model(), _model()
+    ref_opt, opt = optim.Adam(ref.parameters(), lr=0.1), optim.Adam(model.parameters(), lr=0.1)
+    ref_scaler, scaler = GradScaler(init_scale=8.0, growth_interval=2), GradScaler(init_scale=8.0, growth_interval=2)
+
+    def body(model, opt, x):
+        return _scaled_step(model, opt, scaler, x)
+
+    step = tracer(body)
+    for i, x in enumerate(xs):
+        _scaled_step(ref, ref_opt, ref_scaler, mge.Tensor(x))
+        step(model, opt, mge.Tensor(x))
+        assert scaler.scale_factor == ref_scaler.scale_factor, f"step {i}"
+        assert scaler.state_dict() == ref_scaler.state_dict()
+        for a, b in zip(_snapshot(ref, ref_opt), _snapshot(model, opt)):
+            assert np.isfinite(b).all(), f"step {i}"
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6, err_msg=f"step {i}")
+    assert step.num_compiled >= 1
+    assert scaler.scale_factor == 8.0 * 2 / 2 / 2 * 2  # grow (2 finite), back off, back off, grow
+
+
+def test_optimizer_state_dict_and_deepcopy_keep_param_groups_live():
+    w = mge.Parameter([1.0, 2.0])
+    opt = optim.SGD([w], lr=0.1)
+    opt2 = copy.deepcopy(opt)
+    opt2.param_groups[0]["momentum"] = 0.9  # the copy's groups notify the copy, not the original
+    assert list(opt2._state[opt2.param_groups[0]["params"][0]]) == ["momentum_buffer"]
+    assert w not in opt._state
+    sd = opt2.state_dict()
+    assert sd["param_groups"][0]["momentum"] == 0.9 and list(sd["state"][0]) == ["momentum_buffer"]
+    assert type(sd["param_groups"][0]) is dict
