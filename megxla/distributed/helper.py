@@ -4,9 +4,12 @@ from __future__ import annotations
 import functools
 from typing import Callable
 
+import numpy as np
+
 from .group import WORLD, Group, group_barrier, is_distributed
 
-__all__ = ["AllreduceCallback", "make_allreduce_cb", "bcast_list_", "synchronized"]
+__all__ = ["AllreduceCallback", "make_allreduce_cb", "bcast_list_", "synchronized", "get_offsets", "param_pack_split",
+           "param_pack_concat", "pack_allreduce_split"]
 
 
 def _trivial(group):
@@ -109,3 +112,105 @@ def synchronized(func: Callable):
         return ret
 
     return wrapper
+
+
+# ---- gradient packing (MegEngine's ParamPackSplit / ParamPackConcat) ----------------------------------------------
+def get_offsets(shapes):
+    r"""``[start0, end0, start1, end1, ...]`` of tensors of ``shapes`` laid end to end in one flat buffer.
+
+    Example:
+        >>> get_offsets([(2, 3), (), (4,)])
+        [0, 6, 6, 7, 7, 11]
+    """
+    offsets, offset = [], 0
+    for shape in shapes:
+        offsets.append(offset)
+        offset += int(np.prod(shape, dtype=np.int64))  # a scalar () takes one element
+        offsets.append(offset)
+    return offsets
+
+
+def _check_offsets(op, offsets, n):
+    if len(offsets) != 2 * n:
+        raise ValueError(f"{op}: {len(offsets)} offsets for {n} tensors (expected start/end pairs, see get_offsets)")
+
+
+def param_pack_split(inp, offsets: list, shapes: list):
+    r"""Split the flat tensor ``inp`` into tensors of ``shapes`` at ``offsets`` (the inverse of
+    :func:`param_pack_concat`); differentiable.
+
+    Args:
+        inp: 1-D tensor holding the packed values.
+        offsets: ``get_offsets(shapes)``.
+        shapes: the shapes of the pieces (``()`` for a scalar).
+
+    Returns:
+        list of tensors.
+
+    Example:
+        >>> import megxla as mge
+        >>> a, b = param_pack_split(mge.Tensor([1., 2., 3.]), [0, 2, 2, 3], [(2,), ()])
+        >>> a.shape, b.shape
+        ((2,), ())
+    """
+    from ..functional import reshape
+    _check_offsets("param_pack_split", offsets, len(shapes))
+    if inp.ndim != 1 or inp.shape[0] < offsets[-1]:
+        raise ValueError(f"param_pack_split: expected a 1-D tensor of at least {offsets[-1]} elements, got shape "
+                         f"{inp.shape}")
+    return [reshape(inp[offsets[2 * i]:offsets[2 * i + 1]], tuple(s)) for i, s in enumerate(shapes)]
+
+
+def param_pack_concat(inps: list, offsets, offsets_val: list):
+    r"""Pack ``inps`` into one flat tensor, each at its ``offsets_val`` range (gaps are zero); differentiable.
+
+    Args:
+        inps: the tensors.
+        offsets: the offsets as a Tensor (MegEngine passes both forms; ``offsets_val`` is what is used).
+        offsets_val: ``get_offsets([t.shape for t in inps])`` or a layout with gaps.
+
+    Returns:
+        1-D tensor of ``offsets_val[-1]`` elements.
+
+    Example:
+        >>> import megxla as mge
+        >>> xs = [mge.Tensor([[1., 2.]]), mge.Tensor(3.)]
+        >>> param_pack_concat(xs, None, get_offsets([x.shape for x in xs])).numpy()
+        array([1., 2., 3.], dtype=float32)
+    """
+    from ..functional import concat, reshape, zeros
+    _check_offsets("param_pack_concat", offsets_val, len(inps))
+    pieces, pos = [], 0
+    for i, t in enumerate(inps):
+        start, end = offsets_val[2 * i], offsets_val[2 * i + 1]
+        if end - start != t.size or start < pos:
+            raise ValueError(f"param_pack_concat: tensor {i} of shape {t.shape} does not fit offsets [{start}, {end})")
+        if start > pos:
+            pieces.append(zeros((start - pos,), dtype=t.dtype))
+        pieces.append(reshape(t, (t.size,)))
+        pos = end
+    return concat(pieces) if len(pieces) > 1 else pieces[0]
+
+
+def pack_allreduce_split(pack_list, shapes, group, reduce_method):
+    r"""All-reduce several tensors as ONE collective: pack, all-reduce (``"sum"`` or ``"mean"``), split back.
+
+    Args:
+        pack_list: the tensors (e.g. gradients of one bucket), same dtype.
+        shapes: their shapes.
+        group: the communication group.
+        reduce_method: ``"sum"`` or ``"mean"``.
+
+    Returns:
+        list of reduced tensors of ``shapes`` (the inputs unchanged when not distributed).
+    """
+    if reduce_method not in ("sum", "mean"):
+        raise ValueError(f"pack_allreduce_split: reduce_method must be 'sum' or 'mean', got {reduce_method!r}")
+    offsets_val = get_offsets(shapes)
+    packed = param_pack_concat(pack_list, None, offsets_val)
+    if not _trivial(group):
+        from ..functional.distributed import all_reduce_sum
+        packed = all_reduce_sum(packed, group)
+        if reduce_method == "mean":
+            packed = packed / group.size
+    return param_pack_split(packed, offsets_val, shapes)
