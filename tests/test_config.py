@@ -1,0 +1,172 @@
+"""megxla.config: MegEngine's switches, full-precision float32 by default, the persistent compilation cache."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import jax
+import numpy as np
+import pytest
+
+import megxla
+import megxla.functional as F
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _run(code, **env):
+    full = {k: v for k, v in os.environ.items() if not k.startswith("MEGXLA_")}
+    full.update(env)
+    out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=full,
+                         cwd=ROOT, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1]), out.stderr
+
+
+def test_megengine_names_and_defaults():
+    c = megxla.config
+    assert c.async_level == 2 and c.benchmark_kernel is False and c.disable_memory_forwarding is False
+    assert c._compute_mode == "default" and c.matmul_precision == "highest"
+    assert jax.config.jax_default_matmul_precision == "highest"
+    with pytest.raises(ValueError, match="async_level"):
+        c.async_level = 3
+    with pytest.raises(ValueError, match="_compute_mode"):
+        c._compute_mode = "tf32"
+    with pytest.raises(ValueError, match="matmul_precision"):
+        c.matmul_precision = "fast"
+    with pytest.raises(TypeError, match="benchmark_kernel"):
+        c.benchmark_kernel = "yes"
+    assert c.async_level == 2 and c._compute_mode == "default" and c.matmul_precision == "highest"
+    c._compute_mode = "float32"
+    c._compute_mode = "default"
+
+
+def test_matmul_precision_switch_reaches_jax():
+    c = megxla.config
+    try:
+        c.matmul_precision = "high"
+        assert jax.config.jax_default_matmul_precision == "high"
+    finally:
+        c.matmul_precision = "highest"
+    assert jax.config.jax_default_matmul_precision == "highest"
+
+
+def _rel(a, ref):
+    return float(np.abs(a.astype(np.float64) - ref).max() / np.abs(ref).max())
+
+
+def test_float32_matmul_and_conv_match_float64_by_default():
+    rng = np.random.RandomState(0)
+    a, b = rng.randn(64, 256).astype("float32"), rng.randn(256, 32).astype("float32")
+    out = F.matmul(megxla.Tensor(a), megxla.Tensor(b)).numpy()
+    assert _rel(out, a.astype(np.float64) @ b.astype(np.float64)) < 1e-6
+    x, w = rng.randn(2, 8, 10, 10).astype("float32"), rng.randn(4, 8, 3, 3).astype("float32")
+    got = F.conv2d(megxla.Tensor(x), megxla.Tensor(w)).numpy()
+    xd, wd = x.astype(np.float64), w.astype(np.float64)
+    ref = np.zeros((2, 4, 8, 8))
+    for i in range(3):
+        for j in range(3):
+            ref += np.einsum("nchw,oc->nohw", xd[:, :, i:i + 8, j:j + 8], wd[:, :, i, j])
+    assert _rel(got, ref) < 1e-6
+
+
+def test_deterministic_kernel_sets_the_xla_flag_before_the_backend_starts():
+    code = """
+        import json, os, warnings
+        import megxla
+        megxla.config.deterministic_kernel = True          # before any op: takes effect
+        flags_before = os.environ.get("XLA_FLAGS", "")
+        megxla.Tensor([1.0]).numpy()                      # backend starts
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            megxla.config.deterministic_kernel = False     # too late for this process: warns
+        print(json.dumps([flags_before, os.environ.get("XLA_FLAGS", ""), [str(x.message) for x in w]]))
+    """
+    (before, after, warned), _ = _run(code, MEGXLA_COMPILATION_CACHE="0")
+    assert "--xla_gpu_deterministic_ops=true" in before
+    assert "--xla_gpu_deterministic_ops" not in after
+    assert len(warned) == 1 and "next process" not in warned[0] and "processes started after" in warned[0]
+    (flag, on), _ = _run("import json, os, megxla; print(json.dumps([os.environ.get('XLA_FLAGS', ''), "
+                         "megxla.config.deterministic_kernel]))", MEGXLA_DETERMINISTIC_KERNEL="1",
+                         MEGXLA_COMPILATION_CACHE="0")
+    assert on is True and "--xla_gpu_deterministic_ops=true" in flag
+
+
+def test_compilation_cache_switches(tmp_path):
+    code = """
+        import json, jax, megxla
+        print(json.dumps([megxla.config.compilation_cache, megxla.config.compilation_cache_dir,
+                          jax.config.jax_compilation_cache_dir]))
+    """
+    (on, path, jax_dir), _ = _run(code, MEGXLA_COMPILATION_CACHE_DIR=str(tmp_path / "c"))
+    assert on is True and path == jax_dir == str(tmp_path / "c")
+    (on, path, jax_dir), _ = _run(code, MEGXLA_COMPILATION_CACHE="0", XDG_CACHE_HOME=str(tmp_path / "x"))
+    assert on is False and jax_dir is None and path == str(tmp_path / "x" / "megxla" / "jax")
+    c = megxla.config
+    old_on, old_dir = c.compilation_cache, c.compilation_cache_dir
+    try:
+        c.compilation_cache_dir = str(tmp_path / "d")
+        c.compilation_cache = True
+        assert jax.config.jax_compilation_cache_dir == str(tmp_path / "d")
+        c.compilation_cache = False
+        assert jax.config.jax_compilation_cache_dir is None
+    finally:
+        c.compilation_cache_dir = old_dir
+        c.compilation_cache = old_on
+
+
+_STEP = """
+    import json, time
+    t0 = time.perf_counter()
+    import jax
+    events = {"compiles": 0, "hits": 0}
+    def on_duration(event, duration, **kw):
+        if event == "/jax/core/compile/backend_compile_duration":
+            events["compiles"] += 1
+    def on_event(event, **kw):
+        if event == "/jax/compilation_cache/cache_hits":
+            events["hits"] += 1
+    jax.monitoring.register_event_duration_secs_listener(on_duration)
+    jax.monitoring.register_event_listener(on_event)
+    import numpy as np
+    import megxla, megxla.functional as F, megxla.module as M, megxla.optimizer as optim
+    from megxla.autodiff import GradManager
+    from megxla.jit import xla_trace
+    megxla.random.seed(0)
+    class Net(M.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv, self.bn, self.fc = M.Conv2d(1, 8, 3, padding=1), M.BatchNorm2d(8), M.Linear(8 * 4 * 4, 10)
+        def forward(self, x):
+            return self.fc(F.flatten(F.avg_pool2d(F.relu(self.bn(self.conv(x))), 2), 1))
+    net = Net()
+    opt = optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
+    gm = GradManager().attach(net.parameters())
+    @xla_trace
+    def step(x, y, net, opt):
+        with gm:
+            loss = F.nn.cross_entropy(net(x), y)
+            gm.backward(loss)
+        opt.step().clear_grad()
+        return loss
+    x = megxla.Tensor(np.random.RandomState(0).randn(4, 1, 8, 8).astype("float32"))
+    y = megxla.Tensor(np.array([1, 2, 3, 4], "int32"))
+    for _ in range(3):  # recording, optimizer slots, compiled
+        loss = step(x, y, net, opt)
+    loss.numpy()
+    print(json.dumps([time.perf_counter() - t0, events["compiles"], events["hits"], float(loss.numpy())]))
+"""
+
+
+def test_warm_persistent_cache_reaches_the_first_compiled_step_sooner(tmp_path):
+    cache = str(tmp_path / "cache")
+    (cold_s, cold_compiles, cold_hits, cold_loss), _ = _run(_STEP, MEGXLA_COMPILATION_CACHE_DIR=cache)
+    assert cold_compiles > 5 and os.listdir(cache)
+    (warm_s, warm_compiles, warm_hits, warm_loss), _ = _run(_STEP, MEGXLA_COMPILATION_CACHE_DIR=cache)
+    assert warm_loss == cold_loss
+    # Counted, not timed: the warm process loads what the cold one compiled (small kernels included).
+    # (JAX reports a backend-compile duration for a cache hit too: count the hits.)
+    assert cold_hits == 0 and warm_hits >= cold_compiles - 2, (cold_compiles, warm_hits, warm_compiles)
+    print(f"first compiled step: cold {cold_s:.2f} s, warm {warm_s:.2f} s")
+    assert warm_s < cold_s, (cold_s, warm_s)  # lenient: the time itself is noisy on a shared machine
