@@ -1,39 +1,394 @@
-"""``save`` / ``load``: pickle with Tensors stored as NumPy arrays (portable across devices and machines)."""
+"""``save`` / ``load``: MegEngine's checkpoint format, and loading that never runs code from a file by default.
+
+File format. ``save`` writes a pickle in MegEngine 1.13's own layout, so MegEngine's ``megengine.load`` reads it:
+a Tensor / Parameter is written as MegEngine writes one, ``megengine.tensor.Tensor(ndarray, dtype, device,
+False, False, None, "default")`` (``...Parameter`` likewise), and NumPy arrays name NumPy 1.x's
+``numpy.core.multiarray._reconstruct`` (NumPy 2 reads that name too; NumPy 1.x cannot read NumPy 2's
+``numpy._core``). MegEngine can read what contains only containers (dict, ``OrderedDict``, list, tuple, set),
+numbers, strings, NumPy arrays and Tensors / Parameters: state dicts, optimizer state dicts, checkpoint dicts.
+Pickled megxla objects of any other class (a whole ``Module`` or ``Optimizer``, a user's class) are written
+under megxla's class names: megxla reads them back (with ``weights_only=False``), MegEngine cannot.
+
+``load`` reads what ``save`` writes and what MegEngine's ``megengine.save`` writes (``megengine.tensor.Tensor``
+/ ``Parameter`` become megxla Tensors / Parameters, with or without the ``megengine`` import alias), and the
+files of earlier megxla versions (``megxla.core._tensor._rebuild``).
+
+Safety. A pickle is a program: unpickling can call any importable function. ``load`` therefore rebuilds only
+data by default (``weights_only=True``): the classes it resolves are an allow-list (containers, numbers,
+strings, NumPy arrays / dtypes / scalars, Tensors / Parameters, MegEngine's pickled tensor classes); any other
+global in the file raises :class:`pickle.UnpicklingError` naming it and the opt-in, ``weights_only=False`` or
+the environment variable ``MEGXLA_LOAD_UNSAFE=1`` (for scripts that cannot be edited). Only opt in for files
+you trust.
+"""
+from __future__ import annotations
+
+import collections
+import io
+import os
 import pickle
+
+import numpy as np
+
+__all__ = ["save", "load", "dmap", "UNSAFE_ENV"]
+
+UNSAFE_ENV = "MEGXLA_LOAD_UNSAFE"
+
+
+# ---- save ---------------------------------------------------------------------------------------------------------
+class _GlobalName:
+    """Stand-in for a global that is written to the file by name (``module.name``) without being imported here:
+    MegEngine's tensor classes and NumPy 1.x's array reconstructor."""
+
+    def __init__(self, module, name, fn=None):
+        self.module, self.name, self._fn = module, name, fn
+
+    def __call__(self, *args):  # pickle requires reduce functions to be callable
+        return self._fn(*args)
+
+    def __repr__(self):
+        return f"{self.module}.{self.name}"
+
+
+def _np_reconstruct(*args):
+    return np.ndarray.__new__(*args)
+
+
+_ME_TENSOR = _GlobalName("megengine.tensor", "Tensor")
+_ME_PARAMETER = _GlobalName("megengine.tensor", "Parameter")
+_NP1_RECONSTRUCT = _GlobalName("numpy.core.multiarray", "_reconstruct", _np_reconstruct)
+_NP1_SCALAR = _GlobalName("numpy.core.multiarray", "scalar")
+
+
+class _Pickler(pickle._Pickler):
+    """The pure-Python pickler (only it lets us write a global by name): MegEngine's layout for Tensors and
+    NumPy 1.x names for arrays. Array data is still written as one bytes object each, so speed is per object,
+    not per byte."""
+
+    def reducer_override(self, obj):
+        from .core._tensor import Parameter, Tensor
+        if isinstance(obj, _GlobalName):
+            return obj.name
+        if type(obj) in (Tensor, Parameter):
+            cls = _ME_PARAMETER if type(obj) is Parameter else _ME_TENSOR
+            arr = obj.numpy()
+            # NOTE: MegEngine's Tensor.__getnewargs__ order: data, dtype, device, is_const, no_cache, name, format;
+            # the empty dict is its __getstate__ (no quantization parameters).
+            return cls, (arr, arr.dtype, _device_name(obj), False, False, None, "default"), {}
+        if type(obj) is np.ndarray:
+            func, args, state = obj.__reduce__()
+            if getattr(func, "__name__", "") == "_reconstruct":
+                return _NP1_RECONSTRUCT, args, state
+        elif isinstance(obj, np.generic) and type(obj).__module__ == "numpy":
+            func, args = obj.__reduce__()[:2]
+            if getattr(func, "__name__", "") == "scalar":
+                return _NP1_SCALAR, args
+        return NotImplemented
+
+    def save_global(self, obj, name=None):
+        if not isinstance(obj, _GlobalName):
+            return super().save_global(obj, name)
+        if self.proto >= 4:
+            self.save(obj.module)
+            self.save(obj.name)
+            self.write(pickle.STACK_GLOBAL)
+        else:
+            self.write(pickle.GLOBAL + obj.module.encode() + b"\n" + obj.name.encode() + b"\n")
+        self.memoize(obj)
+
+
+def _device_name(t):
+    dev = getattr(t, "device", None)
+    name = getattr(dev, "logical_name", None) or str(dev or "xpux")
+    return name if ":" in name else name + ":0"
 
 
 def save(obj, f, pickle_module=pickle, pickle_protocol=4):
-    """Save ``obj`` (a state dict, Tensor, or any picklable) to a path or file object.
+    """Save an object (a state dict, an optimizer state dict, a checkpoint dict, a Tensor…) to a file.
+
+    Tensors and Parameters are written in MegEngine 1.13's layout, so ``megengine.load`` reads files holding
+    containers, numbers, strings, NumPy arrays and Tensors (see the module docstring for what it cannot read).
+
+    Args:
+        obj: the object to save.
+        f: a path, or a binary file object with ``write``.
+        pickle_module: the module to pickle with; anything but the standard :mod:`pickle` is used as given
+            (``pickle_module.dump(obj, f, protocol)``), without MegEngine's layout.
+        pickle_protocol: the pickle protocol (4, MegEngine's default on Python 3.8–3.13).
+
+    Returns:
+        None.
 
     Example:
-        >>> save(model.state_dict(), "model.pkl")
+        >>> import io, megxla as mge, megxla.module as M
+        >>> buf = io.BytesIO()
+        >>> mge.save(M.Linear(2, 1).state_dict(), buf)
+        >>> sorted(mge.load(io.BytesIO(buf.getvalue())))
+        ['bias', 'weight']
     """
     if isinstance(f, (str, bytes)) or hasattr(f, "__fspath__"):
         with open(f, "wb") as fh:
-            return pickle_module.dump(obj, fh, protocol=pickle_protocol)
-    return pickle_module.dump(obj, f, protocol=pickle_protocol)
+            return save(obj, fh, pickle_module=pickle_module, pickle_protocol=pickle_protocol)
+    if not hasattr(f, "write"):
+        raise TypeError(f"save: f must be a path or a binary file object with write(), got {type(f).__name__}")
+    if pickle_module is not pickle:
+        pickle_module.dump(obj, f, pickle_protocol)
+        return None
+    # NOTE: pickle into memory first, so a failure (an unpicklable object deep inside) leaves the file unwritten
+    # rather than truncated mid-object.
+    buf = io.BytesIO()
+    _Pickler(buf, protocol=pickle_protocol).dump(obj)
+    f.write(buf.getbuffer())
+    return None
 
 
-def load(f, map_location=None, pickle_module=pickle):
-    """Load an object saved by :func:`save`; ``map_location`` (a device name) moves Tensors there.
+# ---- load ---------------------------------------------------------------------------------------------------------
+def _megengine_tensor_class(parameter, devices=None):
+    """What ``megengine.tensor.Tensor`` / ``Parameter`` resolve to when loading: a class whose construction
+    (MegEngine writes ``NEWOBJ``: ``cls.__new__(cls, *args)``; megxla writes ``REDUCE``: ``cls(*args)``) returns a
+    megxla Tensor / Parameter built from MegEngine's ``__getnewargs__`` tuple. ``devices`` (a dict) records the
+    device name the file gives each tensor, for ``map_location``."""
+    from .core._tensor import Parameter, Tensor
+    target = Parameter if parameter else Tensor
+
+    class _MegEngineTensor:
+        def __new__(cls, data=None, dtype=None, device=None, is_const=False, no_cache=False, name=None,
+                    format="default"):
+            t = _build(target, data, dtype, name)
+            if devices is not None and isinstance(device, str):
+                devices[id(t)] = (t, device)
+            return t
+
+    _MegEngineTensor.__qualname__ = _MegEngineTensor.__name__ = target.__name__
+    return _MegEngineTensor
+
+
+def _build(cls, data, dtype, name=None):
+    arr = np.asarray(data)
+    dtype = np.dtype(dtype) if dtype is not None else arr.dtype
+    # NOTE: the file's device name (gpu0:0, xpux:0) need not exist on this machine: tensors are made on the
+    # default device and map_location (which sees the file's names) moves them afterwards.
+    return cls(arr, dtype=dtype, name=name)
+
+
+def _rebuild_v0(cls, array, name=None, dtype=None):
+    """Files of earlier megxla versions: ``megxla.core._tensor._rebuild(cls, array, name)``."""
+    return _build(cls, array, dtype if dtype is not None else np.asarray(array).dtype, name)
+
+
+def _allowed():
+    from .core import _tensor
+    allowed = {
+        ("collections", "OrderedDict"): collections.OrderedDict,
+        ("collections", "defaultdict"): collections.defaultdict,
+        ("collections", "deque"): collections.deque,
+        ("_codecs", "encode"): __import__("codecs").encode,  # bytes in protocol 0-2 files
+        ("codecs", "encode"): __import__("codecs").encode,
+        ("numpy", "ndarray"): np.ndarray,
+        ("numpy", "dtype"): np.dtype,
+        ("numpy._core.multiarray", "_reconstruct"): _np_reconstruct,
+        ("numpy._core.multiarray", "scalar"): np._core.multiarray.scalar if hasattr(np, "_core") else
+        np.core.multiarray.scalar,
+        ("numpy._core.numeric", "_frombuffer"): _frombuffer,
+        ("megxla.core._tensor", "Tensor"): _tensor.Tensor,
+        ("megxla.core._tensor", "Parameter"): _tensor.Parameter,
+        ("megxla.core._tensor", "_rebuild"): _rebuild_v0,
+        ("megxla._serialization", "_rebuild_v0"): _rebuild_v0,
+        ("megengine.tensor", "Tensor"): _megengine_tensor_class(False),
+        ("megengine.tensor", "Parameter"): _megengine_tensor_class(True),
+    }
+    for name in ("set", "frozenset", "complex", "slice", "range", "bytearray", "list", "dict", "tuple", "int",
+                 "float", "bool", "str", "bytes"):
+        allowed[("builtins", name)] = getattr(__import__("builtins"), name)
+    # numpy dtype classes (numpy >= 1.25 pickles some dtypes by class, e.g. numpy.dtypes.StringDType)
+    dtypes_mod = getattr(np, "dtypes", None)
+    if dtypes_mod is not None:
+        for name in dir(dtypes_mod):
+            if name.endswith("DType"):
+                allowed[("numpy.dtypes", name)] = getattr(dtypes_mod, name)
+    # NumPy scalar types (np.float32 etc. appear as dtype arguments and in scalar reconstruction)
+    for name in ("bool_", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16",
+                 "float32", "float64", "complex64", "complex128"):
+        allowed[("numpy", name)] = getattr(np, name)
+    # MegEngine writes its Tensor classes under megengine.tensor; its top-level re-exports may appear too
+    allowed[("megengine", "Tensor")] = allowed[("megengine.tensor", "Tensor")]
+    allowed[("megengine", "tensor")] = allowed[("megengine.tensor", "Tensor")]
+    allowed[("megengine", "Parameter")] = allowed[("megengine.tensor", "Parameter")]
+    allowed[("megxla", "Tensor")] = _tensor.Tensor
+    allowed[("megxla", "Parameter")] = _tensor.Parameter
+    return allowed
+
+
+def _frombuffer(buf, dtype, shape, order):
+    return np.frombuffer(buf, dtype=dtype).reshape(shape, order=order).copy()
+
+
+_ALLOWED = None
+
+
+def _numpy_name(module):
+    # NumPy 1.x files name numpy.core.*; NumPy 2 moved it to numpy._core (numpy.core still works, with a warning)
+    if module == "numpy.core" or module.startswith("numpy.core."):
+        return "numpy._core" + module[len("numpy.core"):]
+    return module
+
+
+class _Unpickler(pickle.Unpickler):
+    def __init__(self, f, weights_only):
+        super().__init__(f)
+        self.weights_only = weights_only
+        self.devices = {}  # id(tensor) -> (tensor, device name in the file)
+        self._tensor_classes = {}
+
+    def find_class(self, module, name):
+        global _ALLOWED
+        if _ALLOWED is None:
+            _ALLOWED = _allowed()
+        module = _numpy_name(module)
+        hit = _ALLOWED.get((module, name))
+        if hit is not None and getattr(hit, "__module__", None) == __name__ and hit.__name__ in ("Tensor",
+                                                                                                   "Parameter"):
+            # this load's own MegEngine tensor class, recording the file's device names
+            key = hit.__name__
+            if key not in self._tensor_classes:
+                self._tensor_classes[key] = _megengine_tensor_class(key == "Parameter", self.devices)
+            return self._tensor_classes[key]
+        if hit is not None:
+            return hit
+        if self.weights_only:
+            raise pickle.UnpicklingError(
+                f"load: refusing to load {module}.{name}: with weights_only=True (the default) a file may only hold "
+                f"data (containers, numbers, strings, NumPy arrays, Tensors/Parameters), since unpickling other "
+                f"objects can run arbitrary code. If you trust this file, load it with "
+                f"megxla.load(f, weights_only=False) or set the environment variable {UNSAFE_ENV}=1.")
+        if module == "megengine" or module.startswith("megengine."):
+            # a MegEngine class pickled whole: resolve to megxla's class of the same path (without the alias)
+            module = "megxla" + module[len("megengine"):]
+        return super().find_class(module, name)
+
+
+def load(f, map_location=None, pickle_module=pickle, weights_only=None):
+    """Load an object saved with :func:`save` or with MegEngine's ``megengine.save``.
+
+    Warning:
+        Unpickling can run arbitrary code. By default (``weights_only=True``) only data is rebuilt: containers,
+        numbers, strings, NumPy arrays, Tensors / Parameters (MegEngine's included); any other class in the file
+        raises :class:`pickle.UnpicklingError` naming it. ``weights_only=False`` (or the environment variable
+        ``MEGXLA_LOAD_UNSAFE=1``) loads anything — only for files you trust.
+
+    Args:
+        f: a path, or a binary file object with ``read`` / ``readline``.
+        map_location: where to put the loaded Tensors: a device name (``"cpu0"``), a dict mapping device names
+            of the file to device names, or a callable from a device name to a device name.
+        pickle_module: the unpickling module; anything but the standard :mod:`pickle` is used as given
+            (``pickle_module.load(f)``, no allow-list: only with ``weights_only=False``).
+        weights_only: rebuild only data (default ``True``, unless ``MEGXLA_LOAD_UNSAFE=1``).
+
+    Returns:
+        the loaded object.
 
     Example:
-        >>> model.load_state_dict(load("model.pkl"))
+        >>> import io, pickle, megxla as mge
+        >>> buf = io.BytesIO(); mge.save({"w": mge.Tensor([1.0, 2.0])}, buf)
+        >>> mge.load(io.BytesIO(buf.getvalue()))["w"].numpy()
+        array([1., 2.], dtype=float32)
+        >>> class Evil:
+        ...     def __reduce__(self):
+        ...         import os
+        ...         return os.system, ("echo pwned",)
+        >>> mge.load(io.BytesIO(pickle.dumps(Evil())))
+        Traceback (most recent call last):
+        ...
+        _pickle.UnpicklingError: load: refusing to load posix.system: ...
     """
+    if weights_only is None:
+        weights_only = os.environ.get(UNSAFE_ENV, "") != "1"
     if isinstance(f, (str, bytes)) or hasattr(f, "__fspath__"):
         with open(f, "rb") as fh:
-            obj = pickle_module.load(fh)
-    else:
+            return load(fh, map_location=map_location, pickle_module=pickle_module, weights_only=weights_only)
+    devices = {}
+    if pickle_module is not pickle:
+        if weights_only:
+            raise ValueError("load: a custom pickle_module cannot be restricted to data; pass weights_only=False "
+                             "to use it (only for files you trust)")
         obj = pickle_module.load(f)
+    else:
+        unpickler = _Unpickler(f, weights_only)
+        obj = unpickler.load()
+        devices = unpickler.devices
+    if map_location is None and dmap._active:
+        map_location = dmap._active[-1]
     if map_location is not None:
-        from .core._tensor import Tensor
-        obj = _map(obj, lambda t: t.to(map_location) if isinstance(t, Tensor) else t)
+        obj = _map(obj, _mover(map_location, devices))
     return obj
+
+
+class dmap:
+    """Context manager giving every :func:`load` inside it a default ``map_location`` (MegEngine's helper).
+
+    Args:
+        map_location: as in :func:`load`.
+
+    Example:
+        >>> import io, megxla as mge
+        >>> buf = io.BytesIO(); mge.save(mge.Tensor([1.0]), buf)
+        >>> with dmap("cpu0"):
+        ...     t = mge.load(io.BytesIO(buf.getvalue()))
+        >>> "cpu0" in repr(t.device)
+        True
+    """
+
+    _active = []
+
+    def __init__(self, map_location):
+        self.map_location = map_location
+
+    def __enter__(self):
+        dmap._active.append(self.map_location)
+        return self
+
+    def __exit__(self, *exc):
+        dmap._active.pop()
+
+
+def _mover(map_location, devices):
+    from .core._tensor import Tensor
+
+    if isinstance(map_location, str):
+        def dest(dev):
+            return map_location
+    elif isinstance(map_location, dict):
+        def dest(dev):
+            return map_location.get(dev[:4], map_location.get(dev, dev))
+    elif callable(map_location):
+        dest = map_location
+    else:
+        raise TypeError(f"load: map_location must be a device name, a dict or a callable, got "
+                        f"{type(map_location).__name__}")
+
+    def move(t):
+        if not isinstance(t, Tensor):
+            return t
+        src = (devices[id(t)][1] if id(t) in devices else _device_name(t)).split(":")[0]
+        to = dest(src)
+        if to is None or to == src:
+            return t
+        moved = t.to(to)
+        if type(t) is not type(moved):
+            moved = type(t)(moved)
+        return moved
+    return move
 
 
 def _map(obj, fn):
     if isinstance(obj, dict):
-        return type(obj)((k, _map(v, fn)) for k, v in obj.items())
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(_map(v, fn) for v in obj)
+        out = type(obj)() if type(obj) in (dict, collections.OrderedDict) else dict()
+        for k, v in obj.items():
+            out[k] = _map(v, fn)
+        return out
+    if isinstance(obj, list):
+        return [_map(v, fn) for v in obj]
+    if isinstance(obj, tuple) and type(obj) is tuple:
+        return tuple(_map(v, fn) for v in obj)
     return fn(obj)
+
+

@@ -15,6 +15,7 @@ Without editing any file, ``python -m megxla.run train.py --args`` (or ``-m pack
 
 Example:
     >>> import megxla.as_megengine
+    >>> megxla.as_megengine.install()  # a no-op after the import above; needed again only after uninstall()
     >>> import megengine, megengine.module as M, megxla
     >>> megengine is megxla and M.Linear is megxla.module.Linear
     True

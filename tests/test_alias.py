@@ -273,3 +273,12 @@ def test_real_megengine_is_not_shadowed(tmp_path, monkeypatch):
     r = subprocess.run([PY, "-m", "megxla.run", "--shadow", str(tmp_path / "s.py")], env=env, capture_output=True,
                        text=True, timeout=120)
     assert r.returncode == 0 and r.stdout.strip() == "False", r.stderr
+
+
+def test_docstring_examples():
+    import doctest
+    import megxla.as_megengine
+    for mod in (alias, megxla.as_megengine):
+        res = doctest.testmod(mod, optionflags=doctest.ELLIPSIS)
+        assert res.failed == 0 and res.attempted > 0, mod.__name__
+    assert not alias.is_installed()
