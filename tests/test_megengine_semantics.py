@@ -276,3 +276,323 @@ def test_max_min_ties_give_full_gradient():
     with gm:
         gm.backward(F.sum(F.min(x, axis=1, keepdims=True) * Tensor([[1.0], [2.0]])))
     assert x.grad.numpy().tolist() == [[1.0, 0.0], [2.0, 2.0]]
+
+
+# ---- tuples, F.nn aliases, accepted inputs (issue 11) ----------------------------------------------------------
+def test_split_and_meshgrid_return_tuples():
+    # MegEngine gives tuples
+    parts = F.split(Tensor([1, 2, 3, 4]), 2)
+    assert isinstance(parts, tuple) and [p.numpy().tolist() for p in parts] == [[1, 2], [3, 4]]
+    grids = F.meshgrid(Tensor([1, 2]), Tensor([3, 4, 5]))
+    assert isinstance(grids, tuple) and grids[0].shape == (3, 2)
+
+
+def test_vision_functions_under_f_nn():
+    # MegEngine's functional/nn.py re-exports vision, loss and metric functions
+    for name in ("interpolate", "roi_align", "roi_pooling", "nms", "correlation", "cvt_color", "remap",
+                 "warp_affine", "warp_perspective", "cross_entropy", "topk_accuracy"):
+        assert callable(getattr(F.nn, name)), name
+    assert F.nn.interpolate is F.vision.interpolate
+
+
+def test_gather_with_smaller_index():
+    x = Tensor([[1, 2, 3], [4, 5, 6], [7, 8, 9]])
+    # MegEngine gives [[1 2] [6 6]]: the index's shape, leading part of the other dimensions
+    assert F.gather(x, 1, Tensor([[0, 1], [2, 2]])).numpy().tolist() == [[1, 2], [6, 6]]
+    assert F.gather(x, 0, Tensor([[2], [1]])).numpy().tolist() == [[7], [4]]
+    with pytest.raises(OpError, match="larger than input"):
+        F.gather(x, 1, Tensor([[0], [0], [0], [0]]))
+
+
+def test_gather_smaller_index_gradient():
+    x = Parameter(np.arange(6, dtype="float32").reshape(2, 3))
+    gm = GradManager().attach(x)
+    with gm:
+        gm.backward(F.sum(F.gather(x, 1, Tensor([[2, 2]]))))
+    assert x.grad.numpy().tolist() == [[0, 0, 2], [0, 0, 0]]
+
+
+def test_big_python_int_with_int32_tensor():
+    # MegEngine converts the Python int with a C cast (it wraps) instead of raising
+    assert (Tensor([1, 2]) + 2 ** 32 + 5).numpy().tolist() == [6, 7]
+    assert (Tensor([1, 2]) + 2 ** 40).numpy().tolist() == [1, 2]
+    assert (Tensor([1.0]) + 2 ** 40).numpy().tolist() == [2.0 ** 40]  # a float tensor takes it exactly
+
+
+def _megdnn_resize_linear(x, oh, ow):
+    """megdnn's naive Resize (NCHW, INTER_LINEAR, resize.cpp) transcribed, in float32 arithmetic."""
+    f32 = np.float32
+    n, c, ih, iw = x.shape
+    out = np.zeros((n, c, oh, ow), f32)
+
+    def coord(scale, size, idx):
+        if size == 1:
+            return f32(1), 0, f32(0), 0
+        alpha = (f32(idx) + f32(0.5)) / scale - f32(0.5)
+        o = int(np.floor(alpha))
+        alpha = f32(alpha - f32(o))
+        if o < 0:
+            o, alpha = 0, f32(0)
+        elif o + 1 >= size:
+            o, alpha = size - 2, f32(1)
+        return f32(1) - alpha, o, alpha, o + 1
+
+    for i in range(oh):
+        a0, i0, a1, i1 = coord(f32(oh) / f32(ih), ih, i)
+        for j in range(ow):
+            b0, j0, b1, j1 = coord(f32(ow) / f32(iw), iw, j)
+            out[:, :, i, j] = (x[:, :, i0, j0] * a0 * b0 + x[:, :, i0, j1] * a0 * b1 + x[:, :, i1, j0] * a1 * b0
+                               + x[:, :, i1, j1] * a1 * b1)
+    return out
+
+
+@pytest.mark.parametrize("shape", [(8, 8, 32, 32), (1, 1, 5, 7), (7, 5, 3, 2), (33, 17, 129, 65), (5, 9, 12, 4)])
+def test_interpolate_bilinear_is_megdnn_resize(shape):
+    # MegEngine gives megdnn's Resize: source positions in float32, border rows repeat
+    ih, iw, oh, ow = shape
+    x = np.random.RandomState(0).randn(2, 3, ih, iw).astype(np.float32)
+    got = F.nn.interpolate(Tensor(x), (oh, ow)).numpy()
+    np.testing.assert_allclose(got, _megdnn_resize_linear(x, oh, ow), rtol=0, atol=1e-6)
+
+
+def test_interpolate_trilinear():
+    x = np.arange(8, dtype=np.float32).reshape(1, 1, 2, 2, 2)
+    y = F.nn.interpolate(Tensor(x), (4, 4, 4), mode="trilinear")
+    # MegEngine (Resize3D) gives [0, 1, 3, 4] along D and [0, .25, .75, 1] along W
+    assert y.shape == (1, 1, 4, 4, 4)
+    np.testing.assert_allclose(y.numpy()[0, 0, :, 0, 0], [0, 1, 3, 4])
+    np.testing.assert_allclose(y.numpy()[0, 0, 0, 0, :], [0, 0.25, 0.75, 1])
+    y = F.nn.interpolate(Tensor(x), scale_factor=2, mode="trilinear", align_corners=True)
+    np.testing.assert_allclose(y.numpy()[0, 0, 0, 0, :], [0, 1 / 3, 2 / 3, 1], rtol=1e-6)
+    with pytest.raises(OpError, match="5-D"):
+        F.nn.interpolate(F.ones((1, 1, 2, 2)), (4, 4, 4), mode="trilinear")
+
+
+def _bt601_reference(src, rgb, planar, u_first):
+    """megdnn's cvt_BT601_yuv_transform (naive) transcribed pixel by pixel."""
+    h32, w = src.shape
+    h = h32 * 2 // 3
+    flat = src.astype(np.int64).ravel()
+    out = np.zeros((h, w, 3), np.uint8)
+    sat = lambda v: np.uint8(min(max(v, 0), 255))  # noqa: E731
+    for i in range(h):
+        for j in range(w):
+            if planar:
+                q = (h // 2) * (w // 2)
+                k = (i // 2) * (w // 2) + j // 2
+                first, second = flat[h * w + k], flat[h * w + q + k]
+                u, v = (first, second) if u_first else (second, first)
+            else:
+                base = (h + i // 2) * w + (j // 2) * 2
+                u, v = (flat[base], flat[base + 1]) if u_first else (flat[base + 1], flat[base])
+            y1 = (int(flat[i * w + j]) * 0x0101 * 18997) >> 16
+            b = sat((-(u * -128) + y1 + (-128 * 128 - 1160)) >> 6)
+            g = sat((-(u * 25 + v * 52) + y1 + (25 * 128 + 52 * 128 - 1160)) >> 6)
+            r = sat((-(v * -102) + y1 + (-102 * 128 - 1160)) >> 6)
+            out[i, j] = (r, g, b) if rgb else (b, g, r)
+    return out
+
+
+@pytest.mark.parametrize("layout,planar,u_first", [("NV21", False, False), ("NV12", False, True),
+                                                   ("YV12", True, False), ("YU12", True, True)])
+def test_cvt_color_bt601(layout, planar, u_first):
+    src = np.random.RandomState(1).randint(0, 256, (6, 4)).astype(np.uint8)
+    for c in ("RGB", "BGR"):
+        got = F.vision.cvt_color(Tensor(src[None, :, :, None], dtype="uint8"), f"BT601_YUV2{c}_{layout}")
+        np.testing.assert_array_equal(got.numpy()[0], _bt601_reference(src, c == "RGB", planar, u_first))
+
+
+def test_cvt_color_rgb_yuv():
+    x = np.array([[[[10, 200, 30], [255, 0, 128]]]], np.uint8)
+    # MegEngine (megdnn's fixed point) gives [[128 70 42] [67 220 181]] and back [[10 201 30] [254 0 127]]
+    yuv = F.vision.cvt_color(Tensor(x, dtype="uint8"), "RGB2YUV")
+    assert yuv.numpy().tolist() == [[[[128, 70, 42], [67, 220, 181]]]]
+    assert F.vision.cvt_color(yuv, "YUV2RGB").numpy().tolist() == [[[[10, 201, 30], [254, 0, 127]]]]
+    xf = x.astype(np.float32) / 255
+    back = F.vision.cvt_color(F.vision.cvt_color(Tensor(xf), "RGB2YUV"), "YUV2RGB").numpy()
+    np.testing.assert_allclose(back, xf, atol=2e-4)
+    with pytest.raises(OpError, match="4:2:0"):
+        F.vision.cvt_color(Tensor(np.zeros((1, 5, 4, 1), np.uint8), dtype="uint8"), "BT601_YUV2RGB_NV21")
+
+
+# ---- gradients through ops without a derivative (issue 11) ----------------------------------------------------
+@pytest.mark.parametrize("name,fn", [
+    ("floor", lambda w: F.floor(w) * 3), ("ceil", F.ceil), ("round", F.round), ("sign", F.sign),
+    ("floor_div", lambda w: w // 2), ("mod divisor", lambda w: Tensor([3.0, 3.0]) % w),
+    ("zeros_like", F.zeros_like), ("ones_like", F.ones_like), ("full_like", lambda w: F.full_like(w, 2.0)),
+])
+def test_no_derivative_leaves_grad_none(name, fn):
+    # MegEngine gives w.grad None when w's only path to the loss goes through the op
+    w = Parameter([7.5, -5.0])
+    gm = GradManager().attach(w)
+    with gm:
+        gm.backward(F.sum(fn(w)))
+    assert w.grad is None, name
+
+
+def test_no_derivative_beside_another_path():
+    w = Parameter([7.5, -5.0])
+    gm = GradManager().attach(w)
+    with gm:
+        gm.backward(F.sum(F.floor(w) + w * 2 + w % 3))
+    # MegEngine gives [3. 3.]: floor contributes nothing, % passes the dividend's gradient
+    assert w.grad.numpy().tolist() == [3.0, 3.0]
+
+
+def test_optimizer_skips_parameters_without_grad():
+    import megxla.optimizer as optim
+    a, b = Parameter([1.0, 2.0]), Parameter([3.0, 4.0])
+    opt = optim.SGD([a, b], lr=0.1, momentum=0.9, weight_decay=0.1)
+    gm = GradManager().attach([a, b])
+    with gm:
+        gm.backward(F.sum(F.round(a)) + F.sum(b * b))
+    assert a.grad is None
+    opt.step()
+    # MegEngine gives a unchanged (no weight decay, no momentum), b moved
+    assert a.numpy().tolist() == [1.0, 2.0]
+    np.testing.assert_allclose(b.numpy(), [3 - 0.1 * (6 + 0.3), 4 - 0.1 * (8 + 0.4)], rtol=1e-6)
+
+
+def test_batchnorm_running_stats_are_detached():
+    bn = M.BatchNorm2d(2)
+    x = Parameter(np.random.RandomState(0).randn(2, 2, 3, 3).astype("float32"))
+    gm = GradManager().attach(x)
+    with gm:
+        bn(x)  # training: the running statistics are updated from x
+        bn.eval()
+        y = bn(F.ones((1, 2, 3, 3)))  # evaluation: normalised with the running statistics only
+        gm.backward(F.sum(y))
+    # MegEngine gives None: the running statistics carry no gradient
+    assert x.grad is None
+    rm = Tensor(np.zeros((1, 2, 1, 1), "float32"))
+    rv = Tensor(np.ones((1, 2, 1, 1), "float32"))
+    x.grad = None
+    with gm:
+        F.batch_norm(x, rm, rv, training=True)
+        gm.backward(F.sum(rm * 1.0 + rv))
+    assert x.grad is None
+
+
+# ---- autodiff.Function (issue 11) ------------------------------------------------------------------------------
+class _Sigmoid(mge.autodiff.Function):
+    def forward(self, x):
+        self.y = 1 / (1 + F.exp(-x))
+        return self.y
+
+    def backward(self, dy):
+        return dy * self.y * (1 - self.y)
+
+
+class _TwoOut(mge.autodiff.Function):
+    """Two outputs, a custom (deliberately not the true) gradient, None for the unused output."""
+
+    def forward(self, a, b):
+        return a * b, a + b
+
+    def backward(self, d_prod, d_sum):
+        self.seen = (d_prod, d_sum)
+        da = None if d_prod is None else d_prod * 10
+        db = None if d_sum is None else d_sum * 100
+        return da, db
+
+
+def test_function_single_output():
+    x = Parameter([0.0, 2.0])
+    gm = GradManager().attach(x)
+    with gm:
+        y = _Sigmoid()(x)
+        gm.backward(F.sum(y))
+    s = 1 / (1 + np.exp(-np.array([0.0, 2.0], np.float32)))
+    np.testing.assert_allclose(x.grad.numpy(), s * (1 - s), rtol=1e-6)
+    # no recording: the forward alone
+    np.testing.assert_allclose(_Sigmoid()(Tensor([0.0])).numpy(), [0.5])
+
+
+def test_function_several_outputs_and_none_grads():
+    a, b = Parameter([1.0, 2.0]), Parameter([3.0, 4.0])
+    gm = GradManager().attach([a, b])
+    f = _TwoOut()
+    with gm:
+        p, s = f(a, b)
+        gm.backward(F.sum(s * 2))
+    # MegEngine gives backward (None, 2s) and the user's gradients: a None, b 200
+    assert f.seen[0] is None and f.seen[1].numpy().tolist() == [2.0, 2.0]
+    assert a.grad is None and b.grad.numpy().tolist() == [200.0, 200.0]
+    np.testing.assert_allclose(p.numpy(), [3.0, 8.0])
+    a.grad = b.grad = None
+    with gm:
+        p, s = _TwoOut()(a, b)
+        gm.backward(F.sum(p) + F.sum(s))
+    assert a.grad.numpy().tolist() == [10.0, 10.0] and b.grad.numpy().tolist() == [100.0, 100.0]
+
+
+def test_function_bad_backward_is_named():
+    class Bad(mge.autodiff.Function):
+        def forward(self, x):
+            return x * 2
+
+        def backward(self, dy):
+            return F.ones((5,))
+
+    x = Parameter([1.0, 2.0])
+    gm = GradManager().attach(x)
+    with pytest.raises(OpError, match="Bad.backward"):
+        with gm:
+            gm.backward(F.sum(Bad()(x)))
+    with pytest.raises(TypeError, match="expect type Tensor"):
+        _Sigmoid()(1.0)
+
+
+def test_function_under_trace():
+    from megxla.jit import trace
+    x = Parameter([0.0, 2.0])
+    gm = GradManager().attach(x)
+
+    @trace(symbolic=True)
+    def step(inp):
+        with gm:
+            y = _Sigmoid()(x * inp)
+            gm.backward(F.sum(y))
+        return y
+
+    s = 1 / (1 + np.exp(-np.array([0.0, 2.0], np.float32)))
+    for _ in range(3):
+        x.grad = None
+        step(Tensor([1.0, 1.0]))
+        np.testing.assert_allclose(x.grad.numpy(), s * (1 - s), rtol=1e-6)
+
+
+# ---- documented differences (docs/differences.md) -------------------------------------------------------------
+def test_where_megengine_is_wrong_megxla_keeps_the_correct_result():
+    # MegEngine gives (2, 1); megxla (2,) as NumPy
+    assert F.stack([Tensor(1.0), Tensor(2.0)]).shape == (2,)
+    # MegEngine ignores axis for ord=inf; megxla gives the per-row max of abs
+    x = Tensor([[3.0, -4.0], [1.0, 2.0]])
+    assert F.norm(x, ord=float("inf"), axis=1).numpy().tolist() == [4.0, 2.0]
+    # squeeze over several axes and where with a broadcast operand: gradients of the operands' shapes
+    w = Parameter(np.ones((1, 3, 1), "float32"))
+    a, b = Parameter([1.0, 2.0, 3.0]), Parameter([5.0])
+    gm = GradManager().attach([w, a, b])
+    with gm:
+        gm.backward(F.sum(F.squeeze(w, (0, 2)) * Tensor([1.0, 2.0, 3.0]))
+                    + F.sum(F.where(Tensor([True, False, False]), a, b)))
+    assert w.grad.shape == (1, 3, 1) and w.grad.numpy().ravel().tolist() == [1.0, 2.0, 3.0]
+    assert a.grad.numpy().tolist() == [1.0, 0.0, 0.0] and b.grad.numpy().tolist() == [2.0]
+    # MegEngine's LAMB raises on a step; megxla's steps
+    import megxla.optimizer as optim
+    p = Parameter([1.0, 2.0])
+    p.grad = Tensor([1.0, 1.0])
+    optim.LAMB([p], lr=0.1).step()
+    assert np.all(p.numpy() < [1.0, 2.0])
+    # MegEngine's svd raises for full_matrices=True
+    u, s, v = F.svd(Tensor(np.arange(6, dtype="float32").reshape(3, 2)), full_matrices=True)
+    assert (u.shape, s.shape, v.shape) == ((3, 3), (2,), (2, 2))
+
+
+def test_where_megxla_accepts_what_megengine_rejects():
+    # MegEngine raises for each; the result here is unambiguous (docs/differences.md)
+    np.testing.assert_allclose(F.gelu(Tensor([1, 2])).numpy(), F.gelu(Tensor([1.0, 2.0])).numpy())
+    assert F.hswish(Tensor([1, 2])).dtype == np.float32
+    assert F.logical_not(Tensor([1, 0])).numpy().tolist() == [False, True]
+    assert F.max_pool2d(Tensor(np.arange(4, dtype="int32").reshape(1, 1, 2, 2)), 2).numpy().ravel().tolist() == [3]
+    assert F.matmul(Tensor([[1, 2]]), Tensor([[3], [4]])).numpy().tolist() == [[11]]

@@ -69,7 +69,7 @@ BINARY = {  # name: (reference, generators for x and y, int reference or None)
     "add": (np.add, f32, f32, np.add), "sub": (np.subtract, f32, f32, np.subtract),
     "mul": (np.multiply, f32, f32, np.multiply), "div": (np.true_divide, f32, positive, np.true_divide),
     "floor_div": (lambda x, y: np.floor(x / y), f32, positive, np.floor_divide),
-    "mod": (np.fmod, f32, positive, np.fmod), "pow": (np.power, positive, f32, None),
+    "mod": (np.fmod, f32, positive, np.mod), "pow": (np.power, positive, f32, None),
     "maximum": (np.maximum, f32, f32, np.maximum), "minimum": (np.minimum, f32, f32, np.minimum),
     "atan2": (np.arctan2, f32, f32, None), "logaddexp": (np.logaddexp, f32, f32, None),
     "less": (np.less, f32, f32, np.less), "less_equal": (np.less_equal, f32, f32, None),
@@ -87,7 +87,8 @@ for name, (ref, gx, gy, iref) in BINARY.items():
         add(OpCase(f"functional.{name}", fn, iref, [i32(2, 3), nz(2, 3)], label="i32"))
 add(OpCase("functional.pow", F.pow, lambda x, y: np.power(x.astype(np.float32), y), [i32(4, lo=1, hi=4), const(2)],
            label="int->float32"),
-    OpCase("functional.mod", F.mod, np.fmod, [i32(6, lo=-9, hi=9), i32(6, lo=1, hi=4)], label="negative"),
+    # MegEngine's integer MOD is Python's floor mod (-7 % 3 == 2); its float MOD is C's fmod
+    OpCase("functional.mod", F.mod, np.mod, [i32(6, lo=-9, hi=9), i32(6, lo=1, hi=4)], label="negative"),
     OpCase("functional.floor_div", F.floor_div, np.floor_divide, [i32(6, lo=-9, hi=9), i32(6, lo=1, hi=4)],
            label="negative"),
     OpCase("functional.add", F.add, np.add, [f32(3, dtype=np.float16), f32(3, dtype=np.float16)], label="f16",

@@ -1,4 +1,5 @@
 """``megxla.autodiff``: reverse-mode gradients over the op tape."""
 from .grad_manager import GradManager
+from .function import Function
 
-__all__ = ["GradManager"]
+__all__ = ["GradManager", "Function"]

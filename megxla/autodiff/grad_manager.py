@@ -11,9 +11,15 @@ from ..core import _dispatch
 from ..core._dispatch import apply, wrap
 from ..core._op import VJP
 from ..core._tensor import Tensor
-from ..core.ops.shape import detach as _DETACH
+from ..core.ops.shape import detach as _DETACH, autodiff_function as _FUNCTION
+from ..core.ops.elemwise import NON_DIFFERENTIABLE as _NONDIFF, NON_DIFFERENTIABLE_OUTPUTS as _NONDIFF_OUT
 
 __all__ = ["GradManager"]
+
+# While > 0 (an autodiff.Function's forward is running), GradManagers tape nothing.
+_SUSPENDED = [0]
+# The autodiff.Function whose node is being applied (read by _record to link the tape record to it).
+_PENDING = [None]
 
 
 class _Attached:
@@ -39,6 +45,7 @@ class GradManager:
         self._recording = False
         self._tape: list = []
         self._tracked: set = set()
+        self._functions: dict = {}  # first output id of an autodiff.Function node -> the Function
 
     # ---- attach ------------------------------------------------------------------------------------------
     def attach(self, tensors, callbacks=None):
@@ -93,6 +100,7 @@ class GradManager:
             _dispatch.recorders.remove(self)
         self._tape = []
         self._tracked = set()
+        self._functions = {}
 
     def __enter__(self):
         self.record()
@@ -108,11 +116,20 @@ class GradManager:
                 break
         else:
             return
-        if op.prim is _DETACH:  # detach() cuts the gradient: its output is not tracked
+        if op.prim is _DETACH or _SUSPENDED[0]:  # detach() cuts the gradient: its output is not tracked
             return
+        nondiff = _NONDIFF.get(op.name, ())
+        if nondiff is None:  # no gradient at all (floor, sign, zeros_like...): as MegEngine, the path is cut
+            return
+        if nondiff and not any(t._vid in tracked for i, t in enumerate(inputs) if i not in nondiff):
+            return  # only reached through inputs without a gradient (the divisor of %)
+        if op.prim is _FUNCTION:
+            self._functions[outputs[0]._vid] = _PENDING[0]
         self._tape.append((op, [(t._data, t._vid) for t in inputs], [t._vid for t in outputs]))
-        for t in outputs:
-            tracked.add(t._vid)
+        cut = _NONDIFF_OUT.get(op.name, ())
+        for i, t in enumerate(outputs):
+            if i not in cut:
+                tracked.add(t._vid)
 
     # ---- backward ----------------------------------------------------------------------------------------
     def backward(self, y=None, dy=None):
@@ -149,12 +166,23 @@ class GradManager:
         tracked = {a.tensor._vid for a in self._attached.values()}
         for op, ins, outs in self._tape:  # forward pass over the tape: which values depend on attached ones
             if any(v in tracked for _, v in ins):
-                tracked.update(outs)
+                cut = _NONDIFF_OUT.get(op.name, ())
+                tracked.update(v for i, v in enumerate(outs) if i not in cut)
         for op, ins, outs in reversed(self._tape):
             given = tuple(v in grads for v in outs)
             if not any(given):
                 continue
-            wrt = tuple(i for i, (data, v) in enumerate(ins) if v in tracked and _is_float(data))
+            if op.prim is _FUNCTION:  # autodiff.Function: the user's backward, eagerly through apply
+                n_in = dict(op.params)["n_in"]
+                cts = [grads.pop(v, None) for v in outs]
+                fn = self._functions[outs[0]]
+                in_grads = fn._input_grads(cts, [_value(d, v) for d, v in ins[:n_in]])
+                for (data, v), g in zip(ins[:n_in], in_grads):
+                    if g is not None and v in tracked and _is_float(data):
+                        _accumulate(grads, v, g)
+                continue
+            nondiff = _NONDIFF.get(op.name) or ()
+            wrt = tuple(i for i, (data, v) in enumerate(ins) if v in tracked and _is_float(data) and i not in nondiff)
             if not wrt:
                 continue
             cts = [grads.pop(v) for v in outs if v in grads]

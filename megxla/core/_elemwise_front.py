@@ -22,6 +22,13 @@ def _scalar(value, dtype):
         import jax.numpy as jnp
         if len(_SCALARS) > 4096:
             _SCALARS.clear()
+        if type(value) is int and dtype.kind in "iu":
+            # MegEngine converts a Python int beyond the tensor's integer range with a C cast (it wraps:
+            # int32 tensor + 2**32 adds 0) instead of raising; so do we.
+            bits = dtype.itemsize * 8
+            value = value % (1 << bits)
+            if dtype.kind == "i" and value >= 1 << (bits - 1):
+                value -= 1 << bits
         with jax.ensure_compile_time_eval():  # concrete even while a symbolic trace is running
             t = _SCALARS[key] = wrap(jnp.asarray(value, dtype))
         SCALAR_VIDS.add(t._vid)

@@ -770,6 +770,9 @@ def _bn(op, inp, running_mean, running_var, weight, bias, training, momentum, ep
     if running_mean is None and running_var is None:
         return out
     # MegEngine's rule: running = momentum * running + (1 - momentum) * batch statistic, the variance unbiased.
+    # The running statistics are not differentiable (MegEngine's BatchNorm outputs them without a gradient):
+    # a later use of them must not send gradients back into this batch.
+    mean, var = mean.detach(), var.detach()
     n = inp.size // c
     new_mean = new_var = None
     if running_mean is not None:

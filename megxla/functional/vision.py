@@ -56,7 +56,8 @@ def interpolate(inp, size=None, scale_factor=None, mode="bilinear", align_corner
         inp: ``(N, C, H, W)``; ``(N, C, W)`` for ``mode="linear"``.
         size: output size: int or ``(OH, OW)``; exclusive with ``scale_factor``.
         scale_factor: float or pair; the output size is ``floor(in * scale_factor)``.
-        mode: ``"bilinear"``, ``"linear"``, ``"bicubic"`` or ``"nearest"``.
+        mode: ``"bilinear"``, ``"linear"``, ``"bicubic"``, ``"nearest"`` or ``"trilinear"`` (5-D input
+            ``(N, C, D, H, W)``, size a 3-tuple, megdnn Resize3D's rule).
         align_corners: only for the linear modes (default False).
 
     Returns:
@@ -70,8 +71,10 @@ def interpolate(inp, size=None, scale_factor=None, mode="bilinear", align_corner
     op = "interpolate"
     inp = _t(inp)
     mode = str(mode).lower()
-    if mode not in ("bilinear", "linear", "bicubic", "nearest"):
-        raise OpError(f"{op}: unsupported mode {mode!r} (bilinear, linear, bicubic or nearest)")
+    if mode not in ("bilinear", "linear", "bicubic", "nearest", "trilinear"):
+        raise OpError(f"{op}: unsupported mode {mode!r} (bilinear, linear, bicubic, nearest or trilinear)")
+    if mode == "trilinear":
+        return _trilinear(inp, size, scale_factor, bool(align_corners), op)
     if mode in ("bilinear", "linear"):
         align_corners = bool(align_corners)
     elif align_corners is not None:
@@ -108,6 +111,30 @@ def interpolate(inp, size=None, scale_factor=None, mode="bilinear", align_corner
     x = inp.reshape(inp.shape + (1,)) if mode == "linear" else inp
     y = _apply(_V.resize.bind(size=out, mode=imode, align_corners=bool(align_corners)), x)
     return y.reshape(y.shape[:3]) if mode == "linear" else y
+
+
+def _trilinear(inp, size, scale_factor, align_corners, op):
+    """``interpolate(mode="trilinear")`` of an ``(N, C, D, H, W)`` input (megdnn Resize3D)."""
+    if inp.ndim != 5:
+        raise OpError(f"{op}: mode 'trilinear' needs a 5-D (N, C, D, H, W) input, got shape {inp.shape}")
+    _float(inp, op)
+    if (size is None) == (scale_factor is None):
+        raise OpError(f"{op}: exactly one of size and scale_factor must be given")
+    if size is None:
+        sf = (scale_factor,) * 3 if isinstance(scale_factor, (int, float, np.number)) else tuple(scale_factor)
+        if len(sf) != 3:
+            raise OpError(f"{op}: trilinear scale_factor must be a float or 3 floats, got {scale_factor!r}")
+        out = tuple(int(np.floor(np.float32(i) * np.float32(s))) for i, s in zip(inp.shape[2:], sf))
+    else:
+        # MegEngine: an int size means (size, 1, 1)
+        out = (int(size), 1, 1) if isinstance(size, (int, np.integer)) else tuple(int(v) for v in size)
+        if len(out) != 3:
+            raise OpError(f"{op}: trilinear size must be an int or 3 ints, got {size!r}")
+    if min(out) < 1:
+        raise OpError(f"{op}: empty output size {out}")
+    if inp.dtype == np.float16:  # as MegEngine: Resize3D computes float16 inputs in float32
+        inp = inp.astype("float32")
+    return _apply(_V.resize.bind(size=out, mode="trilinear", align_corners=align_corners), inp)
 
 
 def _out_shape(out_shape, op):
@@ -402,7 +429,9 @@ def cvt_color(inp, mode=""):
     Args:
         inp: images ``(N, H, W, C)``: C = 3 for RGB/BGR sources, 1 for GRAY.
         mode: ``RGB2GRAY``, ``BGR2GRAY`` (``0.299 R + 0.587 G + 0.114 B``), ``RGB2BGR``, ``BGR2RGB``,
-            ``GRAY2RGB`` or ``GRAY2BGR``.
+            ``GRAY2RGB``, ``GRAY2BGR``, ``RGB2YUV``/``YUV2RGB`` (uint8 or float32, megdnn's formulas), or
+            ``BT601_YUV2{RGB,BGR}_{NV21,NV12,YV12,YU12}`` (uint8 YUV 4:2:0 ``(N, H*3/2, W, 1)`` to
+            ``(N, H, W, 3)``, libyuv's BT.601 fixed point as MegEngine).
 
     Returns:
         the converted images.
@@ -417,9 +446,18 @@ def cvt_color(inp, mode=""):
     m = str(getattr(mode, "name", mode)).upper()
     if m not in _V.CVT_COLOR_MODES:
         raise OpError(f"{op}: unsupported mode {mode!r}; one of {_V.CVT_COLOR_MODES}")
+    if m.startswith("BT601_"):
+        if inp.ndim != 4 or inp.shape[3] != 1 or inp.shape[1] % 3 or (inp.shape[1] * 2 // 3) % 2 or inp.shape[2] % 2:
+            raise OpError(f"{op}: mode {m} needs YUV 4:2:0 input (N, H*3/2, W, 1) with even H and W, got shape "
+                          f"{inp.shape}")
+        if inp.dtype != np.uint8:
+            raise OpError(f"{op}: mode {m} needs uint8 input, got {inp.dtype}")
+        return _apply(_V.cvt_color.bind(mode=m), inp)
     want = 1 if m.startswith("GRAY") else 3
     if inp.ndim != 4 or inp.shape[3] != want:
         raise OpError(f"{op}: mode {m} needs NHWC input with {want} channels, got shape {inp.shape}")
+    if m in ("RGB2YUV", "YUV2RGB") and inp.dtype not in (np.uint8, np.float32):
+        raise OpError(f"{op}: mode {m} needs uint8 or float32 input, got {inp.dtype}")
     return _apply(_V.cvt_color.bind(mode=m), inp)
 
 

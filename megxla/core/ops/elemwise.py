@@ -165,3 +165,11 @@ prelu = Primitive("prelu", _prelu)
 clip = Primitive("clip", _clip)
 where = Primitive("where", _where)
 astype = Primitive("astype", _astype)
+
+# Ops MegEngine gives no gradient (not a zero one): a parameter whose only path to the loss goes through them
+# keeps ``.grad`` None, and optimizers skip it. name -> the input positions without a gradient (None: all).
+NON_DIFFERENTIABLE = {"floor": None, "ceil": None, "round": None, "trunc": None, "sign": None,
+                      "floor_div": None, "mod": (1,), "full_like": None}
+# Outputs without a gradient: a value computed from them is not connected to the inputs (MegEngine's BatchNorm
+# returns its updated running statistics detached). name -> output positions.
+NON_DIFFERENTIABLE_OUTPUTS = {"batch_norm_train_update": (1, 2)}

@@ -35,7 +35,13 @@ def _setitem(x, value, *index_tensors, spec):
 
 
 def _gather(x, index, *, axis):
-    return jnp.take_along_axis(x, index, axis=axis)
+    # The index may be smaller than x in the other dimensions (MegEngine accepts it): out takes index's shape,
+    # out[i][j] = x[index[i][j]][j] for axis 0.
+    if index.shape == x.shape[:axis] + index.shape[axis:axis + 1] + x.shape[axis + 1:]:
+        return jnp.take_along_axis(x, index, axis=axis)
+    idx = list(jnp.indices(index.shape, sparse=True))
+    idx[axis] = index
+    return x[tuple(idx)]
 
 
 def _scatter(x, index, source, *, axis):

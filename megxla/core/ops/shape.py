@@ -45,3 +45,8 @@ arange = Primitive("arange", _arange)
 linspace = Primitive("linspace", lambda *, start, stop, num, dtype: jnp.linspace(start, stop, num, dtype=dtype))
 eye = Primitive("eye", lambda *, n, m, k, dtype: jnp.eye(n, m, k, dtype=dtype))
 one_hot = Primitive("one_hot", lambda x, *, num_classes, dtype: jax.nn.one_hot(x, num_classes, dtype=dtype))
+
+# ``autodiff.Function``'s node: identity on the forward's outputs (``xs[n_in:]``), taking the Function's inputs
+# too so that GradManagers tape it (and a trace records it) as depending on them; its gradient is the user's
+# ``backward``, which the GradManager calls instead of a vjp.
+autodiff_function = Primitive("autodiff_function", lambda *xs, n_in: tuple(xs[n_in:]), multiple_results=True)

@@ -117,15 +117,20 @@ def interp_matrix(n_in, n_out, mode, align_corners):
     d = rows.astype(np.float64)
     a = np.zeros((n_out, n_in))
     scale = n_in / n_out
+    # NOTE: source coordinates in float32 arithmetic, as megdnn computes them (``(dst + 0.5f) / scale - 0.5f``
+    # with ``scale = out / in`` in float; align_corners goes through warp_perspective with a float32 matrix), so
+    # the sampled positions match MegEngine's bit for bit rather than to float32 rounding.
+    f32 = np.float32
+    d32 = rows.astype(f32)
     if mode == "nearest":
-        a[rows, np.minimum(np.floor(d * scale).astype(np.int64), n_in - 1)] = 1
+        a[rows, np.minimum(np.floor(d32 / (f32(n_out) / f32(n_in))).astype(np.int64), n_in - 1)] = 1
     elif mode == "linear":
         if align_corners:
-            src = d * ((n_in - 1) / (n_out - 1)) if n_out > 1 else np.zeros(n_out)
+            src = d32 * f32((n_in - 1.0) / (n_out - 1.0)) if n_out > 1 else np.zeros(n_out, f32)
         else:
-            src = np.maximum((d + 0.5) * scale - 0.5, 0)
+            src = np.maximum((d32 + f32(0.5)) / (f32(n_out) / f32(n_in)) - f32(0.5), f32(0))
         i0 = np.minimum(np.floor(src).astype(np.int64), n_in - 1)
-        lam = src - i0
+        lam = (src - i0.astype(f32)).astype(np.float64)
         np.add.at(a, (rows, i0), 1 - lam)
         np.add.at(a, (rows, np.minimum(i0 + 1, n_in - 1)), lam)
     else:  # cubic, A = -0.75, border replicate
@@ -142,9 +147,31 @@ def interp_matrix(n_in, n_out, mode, align_corners):
     return a
 
 
+def trilinear_matrix(n_in, n_out, align_corners):
+    """The (n_out, n_in) 1-D weights of megdnn's Resize3D: ``src = scale * (dst + 0.5) - 0.5`` clamped at 0
+    (``scale * dst`` with align_corners), in float32; the last source index repeats at the upper border."""
+    f32 = np.float32
+    d = np.arange(n_out).astype(f32)
+    if align_corners:
+        scale = f32((n_in - 1.0) / (n_out - 1.0)) if n_out > 1 else f32(0)
+        src = scale * d
+    else:
+        src = np.maximum(f32(n_in / n_out) * (d + f32(0.5)) - f32(0.5), f32(0))
+    i0 = src.astype(np.int64)
+    lam = (src - i0.astype(f32)).astype(np.float64)
+    a = np.zeros((n_out, n_in))
+    rows = np.arange(n_out)
+    np.add.at(a, (rows, i0), 1 - lam)
+    np.add.at(a, (rows, np.where(i0 < n_in - 1, i0 + 1, i0)), lam)
+    return a
+
+
 def _resize(x, *, size, mode, align_corners):
-    # NOTE: separable resampling as two small matmuls with constant weight matrices: exact for nearest,
+    # NOTE: separable resampling as small matmuls with constant weight matrices: exact for nearest,
     # linear and cubic, differentiable, and one fused XLA computation.
+    if mode == "trilinear":  # (N, C, D, H, W)
+        ad, ah, aw = (jnp.asarray(trilinear_matrix(n, o, align_corners), x.dtype) for n, o in zip(x.shape[2:], size))
+        return jnp.einsum("od,ncdhw,ph,qw->ncopq", ad, x, ah, aw)
     ah = jnp.asarray(interp_matrix(x.shape[2], size[0], mode, align_corners), x.dtype)
     aw = jnp.asarray(interp_matrix(x.shape[3], size[1], mode, align_corners), x.dtype)
     return jnp.einsum("oh,nchw,pw->ncop", ah, x, aw)
@@ -269,8 +296,77 @@ def _correlation(d1, d2, *, kernel_size, max_displacement, stride1, stride2, pad
 _GRAY = {"RGB2GRAY": (0.299, 0.587, 0.114), "BGR2GRAY": (0.114, 0.587, 0.299)}
 
 
+def _descale(v, n):
+    return jnp.right_shift(v + (1 << (n - 1)), n)  # arithmetic shift: floor, as megdnn's descale on int
+
+
+def _sat_u8(v):
+    return jnp.clip(v, 0, 255).astype(jnp.uint8)
+
+
+def _rgb2yuv(x):
+    # megdnn's reference (naive) RGB2YUV, whose Y weights channel 0 by 0.114 and channel 2 by 0.299.
+    if x.dtype == jnp.uint8:
+        v = x.astype(jnp.int32)
+        y = _descale(v[..., 0] * 1868 + v[..., 1] * 9617 + v[..., 2] * 4899, 14)
+        cr = _descale((v[..., 0] - y) * 8061 + (128 << 14), 14)
+        cb = _descale((v[..., 2] - y) * 14369 + (128 << 14), 14)
+        return _sat_u8(jnp.stack([y, cr, cb], -1))
+    xf = x.astype(jnp.float32)
+    y = xf[..., 0] * 0.114 + xf[..., 1] * 0.587 + xf[..., 2] * 0.299
+    return jnp.stack([y, (xf[..., 0] - y) * 0.492 + 0.5, (xf[..., 2] - y) * 0.877 + 0.5], -1).astype(x.dtype)
+
+
+def _yuv2rgb(x):
+    if x.dtype == jnp.uint8:
+        v = x.astype(jnp.int32)
+        y, cr, cb = v[..., 0], v[..., 1] - 128, v[..., 2] - 128
+        r = y + _descale(cr * 33292, 14)
+        g = y + _descale(cb * -9519 + cr * -6472, 14)
+        b = y + _descale(cb * 18678, 14)
+        return _sat_u8(jnp.stack([r, g, b], -1))
+    xf = x.astype(jnp.float32)
+    y, cr, cb = xf[..., 0], xf[..., 1] - 0.5, xf[..., 2] - 0.5
+    return jnp.stack([y + cr * 2.032, y + cb * -0.581 + cr * -0.395, y + cb * 1.140], -1).astype(x.dtype)
+
+
+# BT.601 YUV 4:2:0 (input (N, H*3/2, W, 1) uint8) -> RGB/BGR, libyuv's fixed point as megdnn: layout -> (planar, U first)
+_YUV420 = {"NV21": (False, False), "NV12": (False, True), "YV12": (True, False), "YU12": (True, True)}
+
+
+def _bt601(x, *, layout, rgb):
+    planar, u_first = _YUV420[layout]
+    n, h32, w, _ = x.shape
+    h = h32 * 2 // 3
+    v = x[..., 0].astype(jnp.int32)
+    yy = v[:, :h]
+    chroma = v[:, h:].reshape(n, -1)  # h/2 rows of w (semi-planar) or two (h/2)*(w/2) planes (planar)
+    if planar:
+        q = (h // 2) * (w // 2)
+        first, second = chroma[:, :q], chroma[:, q:2 * q]
+        uu, vv = (first, second) if u_first else (second, first)
+        uu, vv = uu.reshape(n, h // 2, w // 2), vv.reshape(n, h // 2, w // 2)
+    else:
+        inter = chroma.reshape(n, h // 2, w // 2, 2)
+        uu, vv = (inter[..., 0], inter[..., 1]) if u_first else (inter[..., 1], inter[..., 0])
+    up = lambda c: jnp.repeat(jnp.repeat(c, 2, axis=1), 2, axis=2)  # noqa: E731  one chroma per 2x2 block
+    uu, vv = up(uu), up(vv)
+    y1 = jnp.right_shift(yy * 0x0101 * 18997, 16)
+    ygb, ub, ug, vg, vr = -1160, -128, 25, 52, -102
+    b = _sat_u8(jnp.right_shift(-(uu * ub) + y1 + (ub * 128 + ygb), 6))
+    g = _sat_u8(jnp.right_shift(-(uu * ug + vv * vg) + y1 + (ug * 128 + vg * 128 + ygb), 6))
+    r = _sat_u8(jnp.right_shift(-(vv * vr) + y1 + (vr * 128 + ygb), 6))
+    return jnp.stack([r, g, b] if rgb else [b, g, r], -1)
+
+
 def _cvt_color(x, *, mode):
     # NHWC images. Integer images are rounded back to their dtype, as OpenCV does.
+    if mode == "RGB2YUV":
+        return _rgb2yuv(x)
+    if mode == "YUV2RGB":
+        return _yuv2rgb(x)
+    if mode.startswith("BT601_YUV2"):
+        return _bt601(x, layout=mode[-4:], rgb=mode[10:13] == "RGB")
     xf = x.astype(jnp.float32) if not jnp.issubdtype(x.dtype, jnp.floating) else x
     if mode in _GRAY:
         y = (xf * jnp.asarray(_GRAY[mode], xf.dtype)).sum(-1, keepdims=True)
@@ -284,7 +380,8 @@ def _cvt_color(x, *, mode):
     return y
 
 
-CVT_COLOR_MODES = tuple(_GRAY) + ("RGB2BGR", "BGR2RGB", "GRAY2RGB", "GRAY2BGR")
+CVT_COLOR_MODES = tuple(_GRAY) + ("RGB2BGR", "BGR2RGB", "GRAY2RGB", "GRAY2BGR", "RGB2YUV", "YUV2RGB") + tuple(
+    f"BT601_YUV2{c}_{layout}" for layout in _YUV420 for c in ("RGB", "BGR"))
 
 resize = Primitive("resize", _resize)
 warp_perspective = Primitive("warp_perspective", _warp_perspective)
