@@ -7,6 +7,9 @@ Example:
     >>> F.relu(x - 1.5).numpy()
     array([0. , 0.5], dtype=float32)
 """
+import sys as _sys
+import types as _types
+
 from . import config  # first: XLA flags and JAX settings must be in place before any op starts a backend
 from .core import Tensor, Parameter
 from .core.dtypes import set_default_device, get_default_device
@@ -28,6 +31,20 @@ from . import device, logger, serialization, core
 from . import tensor as _tensor_module  # noqa: F401
 
 tensor = Tensor
+
+
+class _Package(_types.ModuleType):
+    """The class of the ``megxla`` module object: keeps ``megxla.tensor`` the Tensor class when the submodule
+    is imported again under another name (``import megengine.tensor`` through the alias makes the import
+    system set the parent's attribute to the module, which MegEngine's package never sees)."""
+
+    def __setattr__(self, name, value):
+        if name == "tensor" and value is _tensor_module:
+            return
+        super().__setattr__(name, value)
+
+
+_sys.modules[__name__].__class__ = _Package
 __version__ = "1.13.0+megxla.0.1.0"  # MegEngine API version implemented + megxla release (PEP 440 local label)
 
 __all__ = ["Tensor", "tensor", "Parameter", "config", "functional", "random", "autodiff", "jit", "module",

@@ -84,7 +84,8 @@ def import_module(repo_info: str, git_host: str = DEFAULT_GIT_HOST, use_cache: b
 
 def list(repo_info: str, git_host: str = DEFAULT_GIT_HOST, use_cache: bool = True, commit: str = None,
          protocol: str = DEFAULT_PROTOCOL) -> List[str]:
-    """Names of the entry points (public callables) of a repository's ``hubconf.py``.
+    """Names of the entry points of a repository's ``hubconf.py``: its callables (defined or imported there)
+    whose names do not start with ``__``.
 
     Args: see :func:`import_module`.
 
@@ -92,8 +93,9 @@ def list(repo_info: str, git_host: str = DEFAULT_GIT_HOST, use_cache: bool = Tru
         sorted list of entry names.
     """
     hubmodule = _init_hub(repo_info, git_host, use_cache, commit, protocol)
-    return sorted(n for n in dir(hubmodule) if not n.startswith("_") and callable(getattr(hubmodule, n))
-                  and getattr(getattr(hubmodule, n), "__module__", hubmodule.__name__) == hubmodule.__name__)
+    # MegEngine's rule: every callable attribute not starting with "__", so the classes and functions a
+    # hubconf.py imports from the repository's model files are entries too.
+    return sorted(n for n in dir(hubmodule) if not n.startswith("__") and callable(getattr(hubmodule, n)))
 
 
 def _entry(hubmodule, entry):
