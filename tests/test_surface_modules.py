@@ -136,6 +136,29 @@ def test_naming_scopes():
         AutoNaming.pop_scope()
 
 
+def test_module_scopes_name_outputs_and_restore():
+    from megxla.utils.naming import AutoNaming, set_module_scopes
+
+    class Net(M.Module):
+        def __init__(self):
+            super().__init__()
+            self.backbone = M.Sequential(M.Linear(2, 3), M.ReLU())
+            self.head = M.Linear(3, 1)
+
+        def forward(self, x):
+            self.seen = self.backbone(x).name
+            return self.head(self.backbone(x))
+
+    net, x = Net(), mge.Tensor(np.ones((1, 2), np.float32))
+    old = set_module_scopes(True)
+    try:
+        y = net(x)
+    finally:
+        set_module_scopes(old)
+    assert y.name == "Net.head" and net.seen == "Net.backbone.1" and AutoNaming.get_scope() == ""
+    assert net(x).name is None  # scopes off: nothing named, nothing pushed
+
+
 def test_module_stats_table_and_totals(capsys):
     from megxla.utils.module_stats import module_stats
     net = M.Sequential(M.Conv2d(3, 4, 3), M.BatchNorm2d(4), M.ReLU())
@@ -158,15 +181,17 @@ def test_profiler_writes_chrome_trace(tmp_path):
     from megxla.utils.naming import record_scope
     from megxla.utils.profiler import Profiler
     x = mge.Tensor(np.ones((4, 4), np.float32))
+    fc = M.Linear(4, 4, name="my_fc")
     with Profiler(path=str(tmp_path), with_scopes=True) as prof:
         with record_scope("my_block"):
             (F.matmul(x, x) + 1).numpy()
         prof.step()
+        fc(x).numpy()
     assert prof.path == os.path.join(str(tmp_path), f"{os.getpid()}.chrome_timeline.json")
     with open(prof.path) as f:
         events = json.load(f)["traceEvents"]
     names = {e.get("name") for e in events}
-    assert "my_block" in names and "step 0" in names
+    assert {"my_block", "step 0", "my_fc"} <= names
     with pytest.raises(ValueError, match="unsupported format"):
         Profiler(format="memory_flow.svg")
 

@@ -15,6 +15,7 @@ from typing import Any, Callable, Iterable, Optional, Set, Tuple
 import numpy as np
 
 from ..core._tensor import Tensor, Parameter
+from ..core import _naming
 from ..logger import get_logger
 
 __all__ = ["Module", "HookHandler"]
@@ -191,7 +192,10 @@ class Module(metaclass=ABCMeta):
                 modified = hook(self, inputs)
                 if modified is not None:
                     inputs = modified if isinstance(modified, tuple) else (modified,)
-        outputs = self.forward(*inputs, **kwargs)
+        if _naming.module_scopes[0]:  # naming scopes on (e.g. Profiler(with_scopes=True)): rare
+            outputs = _naming.module_call(self, self.forward, inputs, kwargs)
+        else:
+            outputs = self.forward(*inputs, **kwargs)
         if self._forward_hooks:
             for hook in list(self._forward_hooks.values()):
                 modified = hook(self, inputs, outputs)
@@ -628,6 +632,8 @@ class Module(metaclass=ABCMeta):
                     modules.append(name)
             elif modules is not None and name in modules:
                 modules.remove(name)
+            if isinstance(value, Module) and value.__dict__.get("_short_name") is None:
+                value.__dict__["_short_name"] = name  # the scope name of its calls (AutoNaming)
         super().__setattr__(name, value)
 
     def __delattr__(self, name: str):

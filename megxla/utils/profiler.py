@@ -3,7 +3,8 @@
 :class:`Profiler` drives JAX's profiler (XLA's own tracer: host dispatch, compilation and every executed
 kernel) and, on :meth:`Profiler.dump`, writes the timeline as ``<path>/<pid>.chrome_timeline.json`` — the
 Chrome trace-event format that ``chrome://tracing``, https://ui.perfetto.dev and MegEngine's own viewer open.
-``with_scopes=True`` makes every naming scope (:mod:`megxla.utils.naming`) an annotated slice of the timeline;
+``with_scopes=True`` makes every naming scope (:mod:`megxla.utils.naming`), including one per module call, an
+annotated slice of the timeline;
 each :meth:`Profiler.step` starts an annotated ``step N`` slice.
 
 Example:
@@ -26,7 +27,7 @@ from contextlib import ContextDecorator
 from typing import List
 
 from ..logger import get_logger
-from . import naming as _naming
+from ..core import _naming
 
 __all__ = ["Profiler", "profile"]
 
@@ -96,9 +97,10 @@ class Profiler(ContextDecorator):
         self._logdir = tempfile.mkdtemp(prefix="megxla_profile_")
         jax.profiler.start_trace(self._logdir, create_perfetto_trace=True)
         _active.append(self)
-        self._scopes_before = _naming._profiling[0]
+        self._scopes_before = (_naming._profiling[0], _naming.module_scopes[0])
         if self._with_scopes:
             _naming._profiling[0] = True
+            _naming.set_module_scopes(True)
         self._step = 0
         self.step()
 
@@ -121,7 +123,7 @@ class Profiler(ContextDecorator):
         if self._step_ann is not None:
             self._step_ann.__exit__(None, None, None)
             self._step_ann = None
-        _naming._profiling[0] = self._scopes_before
+        _naming._profiling[0], _naming.module_scopes[0] = self._scopes_before
         try:
             jax.profiler.stop_trace()
         finally:
