@@ -11,7 +11,10 @@ under megxla's class names: megxla reads them back (with ``weights_only=False``)
 
 ``load`` reads what ``save`` writes and what MegEngine's ``megengine.save`` writes (``megengine.tensor.Tensor``
 / ``Parameter`` become megxla Tensors / Parameters, with or without the ``megengine`` import alias), and the
-files of earlier megxla versions (``megxla.core._tensor._rebuild``).
+files of earlier megxla versions (``megxla.core._tensor._rebuild``). MegEngine objects pickled whole (a
+``Module`` passed to ``megengine.save``) hold MegEngine's internal attributes, not megxla's: load their
+``state_dict()`` instead. Tensors are created on the default device; ``map_location`` sees the device names the
+file gives (``gpu0``, ``xpux``...), as in MegEngine.
 
 Safety. A pickle is a program: unpickling can call any importable function. ``load`` therefore rebuilds only
 data by default (``weights_only=True``): the classes it resolves are an allow-list (containers, numbers,
