@@ -194,3 +194,89 @@ def test_bad_input(call, match):
     with pytest.raises((OpError, ValueError, TypeError), match=match):
         call()
     np.testing.assert_array_equal(R.get_rng_state().numpy(), state)  # nothing drawn
+
+
+# ---- issue 18: draws of any shape from one executable per distribution; compiled steps draw the same values ----
+from megxla.core.ops import random as P  # noqa: E402
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+
+BIG = 2 * P.CHUNK + 123  # three chunks
+
+
+@pytest.mark.parametrize("draw, mean, var", [
+    (lambda r: r.uniform(-1, 3, size=BIG), 1.0, 16 / 12),
+    (lambda r: r.normal(2, 0.5, size=(3, BIG // 3)), 2.0, 0.25),
+    (lambda r: r.gamma(2.0, 1.5, size=BIG), 3.0, 4.5),
+    (lambda r: r.beta(2.0, 5.0, size=BIG), 2 / 7, 10 / (49 * 8)),
+    (lambda r: r.poisson(4.0, size=BIG), 4.0, 4.0),
+    (lambda r: r.exponential(2.0, size=BIG), 2.0, 4.0),
+], ids=["uniform", "normal", "gamma", "beta", "poisson", "exponential"])
+def test_moments_of_large_draws_across_chunks(draw, mean, var):
+    x = draw(R.RNG(3)).numpy().ravel()
+    _moments(x, mean, var, tol=0.02)
+    c0, c1 = x[:P.CHUNK], x[P.CHUNK:2 * P.CHUNK]
+    assert abs(np.corrcoef(c0, c1)[0, 1]) < 0.02  # chunks are independent streams, not copies
+    _moments(c1, mean, var, tol=0.05)
+
+
+def test_large_permutation_is_uniform_and_complete():
+    n = P.CHUNK + 5
+    p = R.RNG(4).permutation(n).numpy()
+    assert sorted(p.tolist()) == list(range(n))
+    # position of element 0 over many small permutations: uniform
+    pos = [int(np.argmax(R.RNG(s).permutation(8).numpy() == 0)) for s in range(400)]
+    assert st.chisquare(np.bincount(pos, minlength=8)).pvalue > 1e-3
+
+
+_KEY = jnp.asarray(P.key_data_from_seed(17))
+_OPS = [
+    (P.normal.bind(shape=(5, 7), mean=0.5, std=2.0, dtype="float32"), ()),
+    (P.normal.bind(shape=(2, P.CHUNK + 9), mean=0.0, std=1.0, dtype="float32"), ()),
+    (P.normal.bind(shape=(40,), mean=0.1, std=0.3, dtype="float16"), ()),
+    (P.uniform.bind(shape=(P.CHUNK,), low=-1.0, high=3.0, dtype="float32"), ()),
+    (P.exponential.bind(shape=(3, 3), scale=1.5, dtype="float32"), ()),
+    (P.gamma.bind(size=(5, 2)), (np.array([0.5, 3.0], "float32"), np.float32(2.0))),
+    (P.beta.bind(size=(6, 2)), (np.array([0.5, 3.0], "float32"), np.array([[1.0], [2.0]] * 3, "float32"))),
+    (P.poisson.bind(size=(3, 2)), (np.array([2.0, 30.0], "float32"),)),
+    (P.permutation.bind(n=1000, dtype="int32"), ()),
+    (P.shuffle.bind(), (np.arange(30.0, dtype="float32").reshape(10, 3),)),
+]
+
+
+@pytest.mark.parametrize("op, args", _OPS, ids=[f"{op.name}{i}" for i, (op, _) in enumerate(_OPS)])
+def test_eager_kernel_equals_the_compiled_op(op, args):
+    args = [jnp.asarray(a) for a in args]
+    eager = np.asarray(op.kernel(_KEY, *args))
+    compiled = np.asarray(jax.jit(op.fn)(_KEY, *args))
+    np.testing.assert_array_equal(eager, compiled)
+
+
+def test_host_seed_and_split_match_jax():
+    for s in (0, 1, 12345, 2 ** 31 - 1):
+        np.testing.assert_array_equal(P.key_data_from_seed(s), jax.random.key_data(jax.random.key(s)))
+    k = P.key_data_from_seed(9)
+    for _ in range(3):
+        new, sub = P.split_on_host(k)
+        jnew, jsub = jax.random.split(jax.random.wrap_key_data(jnp.asarray(k)))
+        np.testing.assert_array_equal(new, jax.random.key_data(jnew))
+        np.testing.assert_array_equal(sub, jax.random.key_data(jsub))
+        k = new
+
+
+def test_large_draw_inside_a_compiled_step_equals_the_eager_draw():
+    from megxla.jit import xla_trace
+
+    @xla_trace
+    def f():
+        return R.normal(0.0, 1.0, size=(P.CHUNK + 11,)), R.permutation(50)
+
+    state = R.get_rng_state()
+    for _ in range(3):  # recording, then compiled calls
+        key = f.random_seed.numpy().copy()  # the step's own key state before the call
+        compiled = [o.numpy() for o in f()]
+        state._reset(megxla.Tensor(key, dtype="uint32"))  # replay the same draws eagerly
+        eager = [R.normal(0.0, 1.0, size=(P.CHUNK + 11,)).numpy(), R.permutation(50).numpy()]
+        for a, b in zip(eager, compiled):
+            np.testing.assert_array_equal(a, b)
+    R.seed(0)
