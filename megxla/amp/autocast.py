@@ -5,7 +5,7 @@ import functools
 
 import numpy as np
 
-from . import _state
+from ..core import _autocast as _state
 
 __all__ = ["autocast"]
 

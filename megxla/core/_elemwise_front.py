@@ -84,10 +84,4 @@ def unary(prim):
 BINARY = {name: binary(p) for name, p in P.BINARY.items()}
 UNARY = {name: unary(p) for name, p in P.UNARY.items()}
 
-
-def _matmul(x, y):
-    from ..functional import matmul
-    return matmul(as_tensor(x), as_tensor(y))
-
-
-BINARY["matmul"] = _matmul
+# NOTE: ``@`` (matmul) is installed on Tensor by megxla.functional, whose ``matmul`` front end it is.

@@ -44,15 +44,20 @@ class Tensor:
 
     def __init__(self, data=None, dtype=None, device=None, is_const=False, no_cache=False, name=None,
                  format="default"):
-        from ._dispatch import _vids, current_interpreter
         if data is None:
             data = []
-        if isinstance(data, Tensor) and device is None and current_interpreter() is not None:
-            # NOTE: while tracing, Tensor(t) must stay connected to t (an op), not become a baked constant.
-            from ..functional import astype, copy
-            src = astype(data, dtype) if dtype is not None else copy(data)
+        if isinstance(data, Tensor):
+            # NOTE: an op (``tensor_copy``), never a host-side copy: a trace sees that the new tensor is made from
+            # ``data`` (it follows data's value at every call instead of baking it in), and the copy is real (a
+            # compiled step may donate data's buffer). Like MegEngine, the copy is a new leaf for autodiff.
+            from ._dispatch import apply
+            from .ops.shape import tensor_copy
+            op = tensor_copy.bind(dtype=None if dtype is None else _dt.canonical(dtype).name,
+                                  device=None if device is None else _dt.to_device(device))
+            src = apply(op, data)
             self._data, self._vid = src._data, src._vid
         else:
+            from ._dispatch import _vids
             self._data = _dt.to_array(data, dtype, device)
             self._vid = next(_vids)
         self._grad = None
@@ -219,8 +224,9 @@ class Tensor:
 
     def reset_zero(self):
         """Fill with zeros in place."""
-        from ..functional import zeros_like
-        self._reset(zeros_like(self))
+        from ._dispatch import apply
+        from .ops.shape import full_like
+        self._reset(apply(full_like.bind(value=0), self))
 
     def detach(self):
         """A tensor with the same value that gradients do not flow through.
@@ -236,65 +242,34 @@ class Tensor:
         return apply(detach.bind(), self)
 
     def to(self, device, *, _borrow=False):
-        """A copy of this tensor on ``device``."""
-        t = type(self).__new__(type(self))
-        # may_alias=False: a real copy even on the same device (a compiled step may donate self's buffer)
-        Tensor.__init__(t, jax.device_put(self._value(), _dt.to_device(device), may_alias=False))
-        return t
+        """A copy of this tensor on ``device``.
+
+        It is an op (``device_put``) so that a trace sees the dependency on ``self`` (a compiled step moves
+        the value it gets at each call, instead of baking in the one it saw while recording), and a real copy
+        even on the same device (a compiled step may donate ``self``'s buffer).
+
+        Example:
+            >>> import megxla as mge
+            >>> mge.Tensor([1.0]).to("cpu0").numpy()
+            array([1.], dtype=float32)
+        """
+        from ._dispatch import apply
+        from .ops.shape import device_put
+        out = apply(device_put.bind(device=_dt.to_device(device)), self)
+        if type(out) is not type(self):  # Parameter.to gives a Parameter, holding the same value
+            t = type(self).__new__(type(self))
+            t._data, t._vid, t._grad, t._name = out._data, out._vid, None, None
+            out = t
+        return out
 
     def _is_external_value(self):
         """True if this value was produced by a compiled executable (jit) rather than eagerly."""
-        from ..jit._external import is_external
+        from ._external import is_external
         return is_external(self)
 
-    # ---- shape-ish methods ---------------------------------------------------------------------------------
-    def astype(self, dtype):
-        from ..functional import astype
-        return astype(self, dtype)
-
-    def reshape(self, *shape):
-        from ..functional import reshape
-        return reshape(self, shape[0] if len(shape) == 1 else shape)
-
-    def transpose(self, *pattern):
-        from ..functional import transpose
-        if not pattern:
-            pattern = tuple(reversed(range(self.ndim)))
-        elif len(pattern) == 1 and not isinstance(pattern[0], int):
-            pattern = pattern[0]
-        return transpose(self, pattern)
-
-    @property
-    def T(self):
-        return self.transpose()
-
-    def flatten(self):
-        from ..functional import flatten
-        return flatten(self)
-
-    def sum(self, axis=None, keepdims=False):
-        from ..functional import sum as f
-        return f(self, axis, keepdims)
-
-    def mean(self, axis=None, keepdims=False):
-        from ..functional import mean as f
-        return f(self, axis, keepdims)
-
-    def prod(self, axis=None, keepdims=False):
-        from ..functional import prod as f
-        return f(self, axis, keepdims)
-
-    def max(self, axis=None, keepdims=False):
-        from ..functional import max as f
-        return f(self, axis, keepdims)
-
-    def min(self, axis=None, keepdims=False):
-        from ..functional import min as f
-        return f(self, axis, keepdims)
-
-    def var(self, axis=None, keepdims=False):
-        from ..functional import var as f
-        return f(self, axis, keepdims)
+    # NOTE: astype, reshape, transpose, T, flatten, sum, mean, prod, max, min, var and the matmul operators
+    # are installed by megxla.functional (``_install_tensor_methods``): they are functional's front ends, and
+    # core imports nothing above itself.
 
     # ---- indexing ------------------------------------------------------------------------------------------
     def __getitem__(self, index):
@@ -337,7 +312,7 @@ def _install_operators():
         setattr(Tensor, f"__i{name}__", iop)
 
     for name in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "and", "or", "xor", "lshift",
-                 "rshift", "matmul"):
+                 "rshift"):
         binary(name)
     for name in ("lt", "le", "gt", "ge", "eq", "ne"):
         fn = E.BINARY[name]

@@ -25,8 +25,6 @@ from .server import Server, Client
 from .helper import make_allreduce_cb, bcast_list_, synchronized
 from .launcher import launcher
 from . import group as _group
-from .. import functional as _functional
-from ..functional import distributed as _fdist  # noqa: F401  (registers F.distributed)
 
 __all__ = ["Client", "Group", "Server", "WORLD", "bcast_list_", "get_backend", "get_client",
            "get_mm_server_addr", "get_py_server_addr", "get_rank", "get_world_size", "group_barrier",

@@ -9,6 +9,7 @@ from .nn import (conv1d, conv2d, conv3d, conv_transpose2d, conv_transpose3d, lin
 from .nn import (local_conv2d, deformable_conv2d, region_restricted_conv, sync_batch_norm, general_norm,  # noqa: F401
                  local_response_norm, pixel_shuffle, sliding_window, sliding_window_transpose, multi_head_attention,
                  pad, remap, warp_affine, warp_perspective)
+from ._tensor_methods import install as _install_tensor_methods
 from .elemwise import __all__ as _e
 from .math import __all__ as _m
 from .tensor import __all__ as _t
@@ -20,3 +21,15 @@ __all__ = _e + _m + _t + ["conv1d", "conv2d", "conv3d", "conv_transpose2d", "con
 __all__ += ["local_conv2d", "deformable_conv2d", "region_restricted_conv", "sync_batch_norm", "general_norm",
             "local_response_norm", "pixel_shuffle", "sliding_window", "sliding_window_transpose", "multi_head_attention", "pad", "remap",
             "warp_affine", "warp_perspective", "vision"]
+
+_install_tensor_methods()  # Tensor.astype / reshape / sum / @ ...: functional's front ends (core imports nothing above)
+
+
+def __getattr__(name):
+    # ``F.distributed`` is the distributed layer's functional API at MegEngine's path: it builds on
+    # megxla.distributed, so functional does not import it; the attribute loads it on first use (and
+    # ``import megxla.functional.distributed`` works as usual), which keeps functional and distributed acyclic.
+    if name == "distributed":
+        import importlib
+        return importlib.import_module(".distributed", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -5,7 +5,7 @@ import numpy as np
 from ..core._dispatch import apply as _apply, OpError
 from ..core._elemwise_front import as_tensor as _t, BINARY as _B, UNARY as _U
 from ..core.ops import reduction as _R, linalg as _L, sort as _S
-from ..amp import _state as _amp  # autocast state: the hook below costs one attribute read
+from ..core import _autocast as _amp  # autocast state: the hook below costs one attribute read
 from .elemwise import isnan, isinf, sign  # noqa: F401  (MegEngine exports these from .math too)
 from .tensor import cumsum  # noqa: F401
 

@@ -10,7 +10,7 @@ from ..core._tensor import Tensor
 from ..core._dispatch import apply as _apply, OpError
 from ..core._elemwise_front import as_tensor as _t
 from ..core.ops import nn as _N, linalg as _L, elemwise as _E, random as _RP, shape as _S
-from ..amp import _state as _amp  # autocast state: the hook below costs one attribute read
+from ..core import _autocast as _amp  # autocast state: the hook below costs one attribute read
 from .elemwise import relu, sigmoid, gelu, silu, softplus, logsigmoid, relu6, hsigmoid, hswish  # noqa: F401
 from . import tensor as _T
 from .tensor import indexing_one_hot  # noqa: F401  (MegEngine exports it from .nn too)
@@ -88,7 +88,7 @@ def _bias(bias, n, op):
     bias = _t(bias)
     if bias.size != n:
         raise OpError(f"{op}: bias must have {n} elements (one per output channel), got shape {bias.shape}")
-    return (_T.flatten(bias),)
+    return (bias,)  # any shape with n elements: the op reshapes it, where XLA makes that free (no flatten op)
 
 
 # ---- convolution ------------------------------------------------------------------------------------------------

@@ -1,22 +1,3 @@
-"""Which tensors hold values produced by a compiled executable ("external values").
-
-Keyed by ``id`` with a weak reference (Tensor's ``__eq__`` is elementwise, so it cannot key a WeakKeyDictionary);
-the value id recorded at marking time makes a later in-place rebinding count as internal again.
-"""
-import weakref
-
-_external: dict = {}
-
-
-def mark_external(t):
-    key = id(t)
-    entry = _external.get(key)
-    if entry is None or entry[0]() is not t:
-        _external[key] = (weakref.ref(t, lambda _, k=key: _external.pop(k, None)), t._vid)
-    else:
-        _external[key] = (entry[0], t._vid)
-
-
-def is_external(t) -> bool:
-    entry = _external.get(id(t))
-    return entry is not None and entry[0]() is t and entry[1] == t._vid
+"""Which tensors hold values produced by a compiled executable: the bookkeeping lives in ``core._external``
+(``Tensor._is_external_value`` reads it, and core imports nothing above itself); jit marks through it."""
+from ..core._external import mark_external, is_external  # noqa: F401

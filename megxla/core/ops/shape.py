@@ -22,6 +22,25 @@ detach = Primitive("detach", jax.lax.stop_gradient)
 copy = Primitive("copy", lambda x: jnp.array(x, copy=True))
 
 
+def _device_put(x, *, device):
+    # Inside one jax.jit (eager kernel or a compiled step) this is a placement of a new buffer, never an alias.
+    return jax.device_put(x, device)
+
+
+def _tensor_copy(x, *, dtype, device):
+    # ``Tensor(t, dtype=, device=)``: a new autodiff leaf (MegEngine), hence the stop_gradient.
+    x = jnp.array(x, dtype=dtype, copy=True)
+    if device is not None:
+        x = jax.device_put(x, device)
+    return jax.lax.stop_gradient(x)
+
+
+# Tensor.to / F.copy(x, device): the device transfer as an op, so traces follow the moved value. ``device`` is a
+# jax Device (hashable, static).
+device_put = Primitive("device_put", _device_put)
+tensor_copy = Primitive("tensor_copy", _tensor_copy)
+
+
 def _pad(x, *, pad_width, mode, constant_value):
     if mode == "constant":
         return jnp.pad(x, pad_width, mode="constant", constant_values=constant_value)

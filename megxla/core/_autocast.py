@@ -1,14 +1,14 @@
-"""The one piece of mutable amp state that the functional front ends consult.
+"""The one piece of mutable autocast state that the functional front ends consult.
 
 ``megxla.functional`` reads :data:`enabled` (a single module attribute) before matmul / linear / conv;
 everything else happens only when it is True, so autocast costs nothing on the eager hot path when off.
-This module imports nothing from megxla but the Tensor class, so ``functional`` can import it without cycles.
+It lives in core (``megxla.amp.autocast`` sets it): functional must not import amp, a layer above it.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from ..core._tensor import Tensor
+from ._tensor import Tensor
 
 enabled = False
 low_prec_dtype = "float16"
