@@ -24,7 +24,6 @@ KNOWN_MISSING = {
     "megxla.optimizer.Optimizer.backward": "MegEngine-internal (deprecated) method; GradManager.backward is the API",
     "megxla.optimizer.Optimizer.bcast_param": "MegEngine-internal; distributed.bcast_list_ is the API",
     "megxla.data.transform.TorchTransformCompose": "needs torchvision; not implemented",
-    "megxla.serialization.dmap": "device-map context of load(); pending in megxla._serialization",
     "megxla.distributed.Client.check_is_grad": "MegEngine's remote-send/recv tracer bookkeeping; not needed by "
                                                "megxla's collectives",
     "megxla.distributed.Client.check_remote_tracer": "as check_is_grad",
