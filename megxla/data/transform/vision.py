@@ -7,21 +7,28 @@ elements of a sample named by ``order``: ``"image"``, ``"mask"``, ``"boxes"``
 visibility) and ``"coords"`` (``N x 2`` as x, y); names ending in
 ``category`` or ``info`` pass through untouched.
 
-MegEngine uses OpenCV for resizing and colour conversion; here both are
-NumPy, so ``interpolation`` supports only 0 (nearest, ``cv2.INTER_NEAREST``)
-and 1 (bilinear, ``cv2.INTER_LINEAR``), and uint8 results may differ from
-OpenCV's fixed-point arithmetic by one grey level.
+Resizing, padding, grey conversion and the hue rotation call OpenCV (``cv2``), as MegEngine's transforms do,
+so their outputs are MegEngine's to the bit (OpenCV's fixed-point uint8 arithmetic included) and every
+``cv2.INTER_*`` interpolation works. Without OpenCV installed a NumPy fallback computes the same formulas in
+floating point: ``interpolation`` is then limited to nearest (0) and bilinear (1), and uint8 results may differ
+from OpenCV's by one grey level.
 
 Random transforms draw from the global ``np.random`` stream, so
 ``np.random.seed`` makes them reproducible.
 """
 import collections.abc
 import math
+import random
 from typing import List, Sequence, Tuple
 
 import numpy as np
 
 from .meta_transform import Transform
+
+try:  # MegEngine's transforms are written on OpenCV; so are these when it is installed (it is a dependency)
+    import cv2
+except ImportError:  # pragma: no cover - the NumPy fallback below
+    cv2 = None
 
 __all__ = [
     "VisionTransform",
@@ -63,12 +70,21 @@ def _cast_like(result, dtype):
     return result.astype(dtype, copy=False)
 
 
+def _keepdims(out, like):
+    # cv2 drops a trailing single channel; MegEngine's wrap_keepdims puts it back
+    return out[:, :, None] if out.ndim == 2 and like.ndim == 3 else out
+
+
 def _resize(image, size, interpolation):
-    """Resize the first two axes of ``image`` to ``size = (th, tw)``."""
+    """Resize the first two axes of ``image`` to ``size = (th, tw)`` (``cv2.resize`` as MegEngine)."""
     th, tw = int(size[0]), int(size[1])
     if th <= 0 or tw <= 0:
         raise ValueError("output size should be positive, but got {}".format(size))
     image = np.asarray(image)
+    if isinstance(interpolation, collections.abc.Sequence):
+        interpolation = random.choice(interpolation)  # MegEngine: a random one of several modes
+    if cv2 is not None and image.dtype != np.float64 and image.ndim in (2, 3):
+        return _keepdims(cv2.resize(image, (tw, th), interpolation=interpolation), image)
     h, w = image.shape[:2]
     if interpolation == _INTER_NEAREST:
         # cv2 INTER_NEAREST maps dst pixel d to floor(d * src / dst), no half-pixel shift
@@ -111,6 +127,13 @@ def _pad(image, size, value):
     """Constant-pad ``image`` by ``size = (top, bottom, left, right)``."""
     top, bottom, left, right = (int(s) for s in size)
     image = np.asarray(image)
+    if np.array(value).dtype == float:  # MegEngine: a float fill value makes the image float32
+        image = image.astype(np.float32)
+    if cv2 is not None and image.ndim in (2, 3) and image.dtype != np.float64 and (
+            image.ndim == 2 or image.shape[2] <= 4):
+        fill = value if not isinstance(value, np.ndarray) else value.tolist()
+        out = cv2.copyMakeBorder(image, top, bottom, left, right, cv2.BORDER_CONSTANT, value=fill)
+        return _keepdims(out, image)
     h, w = image.shape[:2]
     out = np.empty((h + top + bottom, w + left + right) + image.shape[2:], image.dtype)
     if isinstance(value, collections.abc.Sequence) or isinstance(value, np.ndarray):
@@ -131,8 +154,10 @@ def _pad(image, size, value):
 
 
 def _to_gray(image):
-    """BGR -> grey with cv2's weights, keeping a trailing channel axis."""
+    """BGR -> grey with cv2's weights, keeping a trailing channel axis (``cv2.cvtColor`` as MegEngine)."""
     image = np.asarray(image, dtype=np.float32)
+    if cv2 is not None and image.ndim == 3 and image.shape[2] == 3:
+        return cv2.cvtColor(image, cv2.COLOR_BGR2GRAY)[..., None]
     gray = image[..., 0] * 0.114 + image[..., 1] * 0.587 + image[..., 2] * 0.299
     return gray[..., None]
 
@@ -1173,6 +1198,13 @@ class HueTransform(_ColorBase):
         if self.value == 0:
             return image
         dtype = image.dtype
+        if cv2 is not None:
+            # MegEngine's algorithm: OpenCV's 8-bit full-range HSV, the hue byte shifted with uint8 wrap-around
+            hsv = cv2.cvtColor(image.astype(np.uint8), cv2.COLOR_BGR2HSV_FULL)
+            alpha = np.random.uniform(-self.value, self.value)
+            with np.errstate(over="ignore"):
+                hsv[..., 0] += np.uint8(int(alpha * 255) % 256)  # NumPy 1's C cast of a negative shift
+            return cv2.cvtColor(hsv, cv2.COLOR_HSV2BGR_FULL).astype(dtype)
         alpha = np.random.uniform(-self.value, self.value)
         image = np.clip(image, 0, 255).astype(np.uint8)
         return _bgr_shift_hue(image, alpha).astype(dtype)
