@@ -314,3 +314,10 @@ permutation = _delegate("permutation")
 shuffle = _delegate("shuffle")
 exponential = _delegate("exponential")
 multinomial = _delegate("multinomial")
+
+
+# The global key is implicit state of any step that draws random numbers: registered in core, so a tracer can
+# swap it without importing this module (core/_registry.py).
+from ..core import _registry as _registry  # noqa: E402
+
+_registry.register_implicit_state("rng_key", lambda: _global._state, lambda t: setattr(_global, "_state", t))
