@@ -73,6 +73,33 @@ def test_imagenet_extracted_and_raw(tmp_path):
         ImageNet(str(raw), train=False)
 
 
+def test_imagenet_val_from_raw_archives_and_devkit(tmp_path):
+    sio = pytest.importorskip("scipy.io")
+    root = tmp_path / "inet"
+    stage = tmp_path / "stage"
+    for i, rgb in enumerate([(1, 1, 1), (2, 2, 2), (3, 3, 3)], start=1):
+        _png(str(stage / "val" / f"ILSVRC2012_val_{i:08d}.JPEG"), _solid(2, 2, rgb))
+    root.mkdir()
+    with tarfile.open(root / "ILSVRC2012_img_val.tar", "w") as t:
+        for f in sorted(os.listdir(stage / "val")):
+            t.add(stage / "val" / f, arcname=f)
+    data = stage / "ILSVRC2012_devkit_t12" / "data"
+    data.mkdir(parents=True)
+    fields = [("ILSVRC2012_ID", "O"), ("WNID", "O"), ("words", "O"), ("gloss", "O"), ("num_children", "O")]
+    synsets = np.array([(1, "n01", "tench, Tinca tinca", "", 0), (2, "n02", "goldfish", "", 0),
+                        (3, "n99", "fish", "", 2)], dtype=fields)
+    sio.savemat(str(data / "meta.mat"), {"synsets": synsets})
+    (data / "ILSVRC2012_validation_ground_truth.txt").write_text("2\n1\n2\n")
+    with tarfile.open(root / "ILSVRC2012_devkit_t12.tar.gz", "w:gz") as t:
+        t.add(stage / "ILSVRC2012_devkit_t12", arcname="ILSVRC2012_devkit_t12")
+    ds = ImageNet(str(root), train=False)
+    assert ds.valid_ground_truth == ["n02", "n01", "n02"]
+    assert ds.meta[0] == {"n01": ("tench", "Tinca tinca"), "n02": ("goldfish",)}
+    assert len(ds) == 3 and ds.class_dict == {"n01": 0, "n02": 1}
+    assert [int(label) for _, label in ds] == [0, 1, 1] and ds[0][0][0, 0].tolist() == [2, 2, 2]
+    assert sorted(os.listdir(root / "val" / "n02")) == ["ILSVRC2012_val_00000001.JPEG", "ILSVRC2012_val_00000003.JPEG"]
+
+
 def _coco_tree(tmp_path):
     _png(str(tmp_path / "img" / "1.png"), _solid(6, 8, (10, 20, 30)))
     _png(str(tmp_path / "img" / "2.png"), _solid(5, 5, (0, 0, 0)))

@@ -37,7 +37,7 @@ class ImageNet(ImageFolder):
 
     def __init__(self, root: str = None, train: bool = True, **kwargs):
         root = os.path.expanduser(root) if root is not None else os.path.join(default_dataset_root(), "imagenet")
-        self.root = root
+        self.root = self._raw_root = root  # ImageFolder later sets root to the split folder
         self.train = train
         self.target_folder = os.path.join(root, self.default_train_dir if train else self.default_val_dir)
         if not os.path.isdir(self.target_folder):
@@ -50,24 +50,24 @@ class ImageNet(ImageFolder):
         super().__init__(self.target_folder, **kwargs)
 
     def check_raw_file(self) -> bool:
-        """Whether the raw archives this split needs are in :attr:`root`."""
+        """Whether the raw archives this split needs are in the ImageNet directory."""
         names = [self.raw_file_meta["train"][0]] if self.train else [self.raw_file_meta["val"][0],
                                                                       self.raw_file_meta["devkit"][0]]
-        return all(os.path.isfile(os.path.join(self.root, n)) for n in names)
+        return all(os.path.isfile(os.path.join(self._raw_root, n)) for n in names)
 
     def _extract(self):
         tmp = self.target_folder + ".partial"
         shutil.rmtree(tmp, ignore_errors=True)
         os.makedirs(tmp)
         if self.train:
-            safe_extract(os.path.join(self.root, self.raw_file_meta["train"][0]), tmp)
+            safe_extract(os.path.join(self._raw_root, self.raw_file_meta["train"][0]), tmp)
             for name in sorted(os.listdir(tmp)):
                 if name.endswith(".tar"):
                     wnid = name[:-4]
                     safe_extract(os.path.join(tmp, name), os.path.join(tmp, wnid))
                     os.remove(os.path.join(tmp, name))
         else:
-            safe_extract(os.path.join(self.root, self.raw_file_meta["val"][0]), tmp)
+            safe_extract(os.path.join(self._raw_root, self.raw_file_meta["val"][0]), tmp)
             wnids = self.valid_ground_truth
             images = sorted(f for f in os.listdir(tmp) if os.path.isfile(os.path.join(tmp, f)))
             if len(images) != len(wnids):
@@ -78,17 +78,17 @@ class ImageNet(ImageFolder):
         os.replace(tmp, self.target_folder)  # the split appears only once complete
 
     def _devkit(self):
-        path = os.path.join(self.root, self.default_devkit_dir)
+        path = os.path.join(self._raw_root, self.default_devkit_dir)
         if not os.path.isdir(path):
-            archive = os.path.join(self.root, self.raw_file_meta["devkit"][0])
+            archive = os.path.join(self._raw_root, self.raw_file_meta["devkit"][0])
             if not os.path.isfile(archive):
-                raise missing_files_error("ImageNet", self.root, [self.default_devkit_dir, self.raw_file_meta[
+                raise missing_files_error("ImageNet", self._raw_root, [self.default_devkit_dir, self.raw_file_meta[
                     "devkit"][0]])
-            safe_extract(archive, self.root)
+            safe_extract(archive, self._raw_root)
         return path
 
     def _load_meta(self):
-        cache = os.path.join(self.root, "meta.pkl")
+        cache = os.path.join(self._raw_root, "meta.pkl")
         if os.path.isfile(cache):
             with open(cache, "rb") as f:
                 return pickle.load(f)
