@@ -256,3 +256,15 @@ def test_cifar10_from_archive_and_cifar100(tmp_path):
     _cifar_batch(d100 / "train", 2, {b"fine_labels": [5, 6], b"coarse_labels": [1, 2]})
     ds100 = CIFAR100(str(tmp_path / "c100"), train=True, download=False)
     assert len(ds100) == 2 and ds100[1][1:] == (6, 2)
+
+
+def test_torch_transform_compose_on_dataset_samples(tmp_path):
+    from megxla.data.transform import Compose, TorchTransformCompose, ToMode
+    _png(str(tmp_path / "a" / "x.png"), _solid(4, 6, (255, 0, 0)))
+    image, label = ImageFolder(str(tmp_path))[0]
+    t = Compose([TorchTransformCompose([lambda im: im.resize((3, 2)), lambda im: im.convert("RGB")]),
+                 ToMode("CHW")], order=("image", "image_category"))
+    out, out_label = t.apply((image, label))
+    assert out.shape == (3, 2, 3) and out[:, 0, 0].tolist() == [0, 0, 255] and out_label == label
+    gray = TorchTransformCompose([lambda im: im.convert("L")]).apply(image)
+    assert gray.shape == (4, 6, 1)

@@ -23,7 +23,6 @@ KNOWN_MISSING = {
     "megxla.functional.vision.nvof": "NVIDIA Optical Flow SDK hardware unit; no XLA equivalent",
     "megxla.optimizer.Optimizer.backward": "MegEngine-internal (deprecated) method; GradManager.backward is the API",
     "megxla.optimizer.Optimizer.bcast_param": "MegEngine-internal; distributed.bcast_list_ is the API",
-    "megxla.data.transform.TorchTransformCompose": "needs torchvision; not implemented",
     "megxla.distributed.Client.check_is_grad": "MegEngine's remote-send/recv tracer bookkeeping; not needed by "
                                                "megxla's collectives",
     "megxla.distributed.Client.check_remote_tracer": "as check_is_grad",

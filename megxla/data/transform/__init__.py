@@ -1,6 +1,6 @@
 """Data transforms (mirrors ``megengine.data.transform``).
 
-Pure NumPy; ``TorchTransformCompose`` is omitted because it needs torchvision.
+Pure NumPy; ``TorchTransformCompose`` (transforms of PIL images, e.g. torchvision's) needs Pillow.
 """
 from .meta_transform import PseudoTransform, Transform
 from .vision import (
@@ -23,10 +23,12 @@ from .vision import (
     SaturationTransform,
     ShortestEdgeResize,
     ToMode,
+    TorchTransformCompose,
     VisionTransform,
 )
 
 __all__ = [
+    "TorchTransformCompose",
     "Transform",
     "PseudoTransform",
     "VisionTransform",

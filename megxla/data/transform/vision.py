@@ -31,6 +31,7 @@ except ImportError:  # pragma: no cover - the NumPy fallback below
     cv2 = None
 
 __all__ = [
+    "TorchTransformCompose",
     "VisionTransform",
     "Compose",
     "ToMode",
@@ -1303,3 +1304,47 @@ class Lighting(_ColorBase):
         alpha = np.random.normal(scale=self.scale * 255, size=3)
         image = image + self.eigvec.dot(alpha * self.eigval)
         return image.clip(0, 255).astype(dtype)
+
+
+class TorchTransformCompose(VisionTransform):
+    r"""Apply transforms written for PIL images (torchvision's ``Resize``, ``ColorJitter``, ``RandomAffine``...)
+    to the image of a sample.
+
+    The image (``HWC`` uint8 BGR, as MegEngine datasets give) becomes an RGB PIL image, goes through
+    ``transforms`` in order, and comes back as an ``HWC`` uint8 BGR array. Tensor-producing torchvision
+    transforms (``ToTensor``, ``Normalize``) do not apply: use :class:`Normalize` / :class:`ToMode` after this.
+    Needs Pillow (``pip install pillow``); torchvision only if its transforms are used.
+
+    Args:
+        transforms: callables ``PIL.Image -> PIL.Image``.
+        order: the sample layout, as :class:`VisionTransform`.
+
+    Example:
+        >>> import numpy as np
+        >>> from PIL import ImageOps
+        >>> t = TorchTransformCompose([ImageOps.mirror])
+        >>> img = np.arange(6, dtype=np.uint8).reshape(1, 2, 3)
+        >>> t.apply(img)[0, 0].tolist()
+        [3, 4, 5]
+    """
+
+    def __init__(self, transforms, *, order=None):
+        super().__init__(order)
+        self.transforms = list(transforms)
+        try:
+            from PIL import Image
+        except ImportError:
+            raise ImportError("TorchTransformCompose needs Pillow: pip install pillow") from None
+        self._from_array = Image.fromarray
+
+    def _apply_image(self, image):
+        image = np.asarray(image)
+        gray = image.ndim == 2 or image.shape[-1] == 1
+        # MegEngine images are BGR (OpenCV); PIL transforms expect RGB
+        pil = self._from_array(np.ascontiguousarray(image.reshape(image.shape[:2]) if gray else image[:, :, ::-1]))
+        for t in self.transforms:
+            pil = t(pil)
+        out = np.asarray(pil)
+        if out.ndim == 2:
+            return out[:, :, np.newaxis]
+        return np.ascontiguousarray(out[:, :, ::-1])
