@@ -144,3 +144,34 @@ def test_git_host_clone_tag_and_cache(tmp_path, home):
         hub.list("owner/models:v1", git_host=host, use_cache=False)
     with pytest.raises(InvalidRepo):
         hub.list("not a repo", git_host=host)
+
+
+def test_http_download_once_into_cache(tmp_path, home):
+    import functools
+    import http.server
+
+    ref, path = _weights(tmp_path)
+    hits = []
+
+    class Handler(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_GET(self):
+            hits.append(self.path)
+            super().do_GET()
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Handler, directory=str(tmp_path)))
+    th = threading.Thread(target=srv.serve_forever, daemon=True)
+    th.start()
+    try:
+        url = f"http://127.0.0.1:{srv.server_address[1]}/tiny.pkl"
+        for _ in range(2):
+            state = hub.load_serialized_obj_from_url(url)
+            np.testing.assert_array_equal(np.asarray(state["weight"]), ref.weight.numpy())
+        assert hits == ["/tiny.pkl"]  # downloaded once, then read from the cache
+        with pytest.raises(DownloadError, match="404"):
+            hub.load_serialized_obj_from_url(url.replace("tiny", "missing"))
+    finally:
+        srv.shutdown()
+        srv.server_close()

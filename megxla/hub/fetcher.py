@@ -151,6 +151,8 @@ def download_from_url(url: str, dst: str, timeout: float = None):
                         got += len(chunk)
             except (urllib.error.URLError, OSError, ValueError) as exc:
                 reason = getattr(exc, "reason", exc)
+                if isinstance(exc, urllib.error.HTTPError):
+                    reason = f"HTTP {exc.code} {exc.reason}"
                 raise DownloadError(f"megxla.hub: could not download {url} to {dst}: {reason}. Check the network "
                                     f"(timeout {timeout:g} s, MEGXLA_HUB_TIMEOUT), or place the file at {dst} "
                                     f"yourself, or pass a local path / file:// URL") from None
