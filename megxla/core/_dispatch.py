@@ -4,29 +4,96 @@ Eager execution calls the op's cached ``jax.jit`` kernel. Two kinds of observers
 else: gradient recorders (``GradManager``, which append data records to their tape) and an interpreter
 (``jit`` tracing / replaying), which may replace the eager computation altogether.
 
-NOTE: this is the eager hot path. The fast case (no interpreter) is: unwrap, call kernel, wrap, and one
-truthiness test of the recorder list; keep it that way (see benchmarks/eager_overhead.py).
+Both are per thread: a GradManager recording or a trace being recorded in one thread does not see, or
+change, the eager ops another thread runs at the same time.
+
+NOTE: this is the eager hot path. The fast case (no interpreter and no recorder in any thread) is one test
+of a module global (``_active``), then: unwrap, call kernel, wrap. Only when some thread has an observer
+does a call read its thread's state (a ``threading.local`` lookup); keep it that way (see
+benchmarks/eager_overhead.py).
 """
 from __future__ import annotations
 
 import itertools
+import threading
 
 import numpy as np
 
 from ._tensor import Tensor
+from ._spmd import MeshRequired, SpmdFunction
 
-__all__ = ["apply", "recorders", "OpError", "push_interpreter", "pop_interpreter", "current_interpreter"]
+__all__ = ["apply", "recorders", "OpError", "OutOfMemoryError", "push_interpreter", "pop_interpreter", "current_interpreter"]
 
-# Active GradManagers, each with a ``_record(op, inputs, outputs)`` method.
-recorders: list = []
-# Stack of interpreters (jit tracers); the top one, if any, handles every apply.
-_interpreters: list = [None]
+
+class _ThreadState(threading.local):
+    def __init__(self):
+        self.interpreters = [None]  # stack of interpreters (jit tracers); the top one handles every apply
+        self.recorders = []  # active GradManagers of this thread, each with ``_record(op, inputs, outputs)``
+
+
+_tls = _ThreadState()
+# Number of interpreters pushed plus recorders active, over all threads: 0 means every thread is plain eager,
+# which the hot path learns from one global read. Changed only under ``_lock``.
+_active = 0
+_lock = threading.Lock()
 _new = object.__new__
 _vids = itertools.count(1)
 
 
+def _bump(n):
+    global _active
+    with _lock:
+        _active += n
+
+
+class _Recorders:
+    """The calling thread's active gradient recorders (``GradManager``), list-like.
+
+    ``append`` registers a recorder in the calling thread; ``remove`` takes it out of the thread that added it
+    (a GradManager may be released from another thread than the one that started recording).
+    """
+
+    def __init__(self):
+        self._owner = {}  # id(recorder) -> the thread list holding it
+
+    def append(self, r):
+        lst = _tls.recorders
+        lst.append(r)
+        self._owner[id(r)] = lst
+        _bump(1)
+
+    def remove(self, r):
+        lst = self._owner.get(id(r), _tls.recorders)
+        lst.remove(r)  # ValueError if absent, like list.remove
+        if not any(x is r for x in lst):
+            self._owner.pop(id(r), None)
+        _bump(-1)
+
+    def __iter__(self):
+        return iter(list(_tls.recorders) if _active else ())
+
+    def __len__(self):
+        return len(_tls.recorders) if _active else 0
+
+    def __bool__(self):
+        return bool(_active) and bool(_tls.recorders)
+
+    def __contains__(self, r):
+        return any(x is r for x in _tls.recorders)
+
+    def __repr__(self):
+        return f"recorders({_tls.recorders!r})"
+
+
+recorders = _Recorders()
+
+
 class OpError(ValueError):
     """Bad input to an op: raised before anything is computed or mutated, naming the op, shapes and dtypes."""
+
+
+class OutOfMemoryError(OpError, MemoryError):
+    """An op's output would not fit in the device's memory (or its size overflows): raised before XLA runs."""
 
 
 def _describe(inputs):
@@ -34,6 +101,8 @@ def _describe(inputs):
 
 
 def op_error(op, inputs, exc):
+    if isinstance(exc, OpError):  # already names the op (e.g. the output-size check of core/_op.py)
+        return exc
     msg = str(exc).strip().split("\n")[0]
     return OpError(f"{op!r}: invalid inputs ({_describe(inputs)}): {type(exc).__name__}: {msg}")
 
@@ -49,35 +118,46 @@ def wrap(data):
 
 
 def eager_apply(op, inputs):
-    """Compute ``op`` on ``inputs`` now and notify gradient recorders."""
+    """Compute ``op`` on ``inputs`` now and notify the calling thread's gradient recorders."""
     try:
         out = op.kernel(*[t._data for t in inputs])
     except (TypeError, ValueError, IndexError) as exc:
         raise op_error(op, inputs, exc) from None
+    except MeshRequired as exc:  # a cross-process collective (or its gradient): compile the SPMD form once
+        op._kernel = SpmdFunction(op.fn, exc.devices, name=op.name)
+        out = op._kernel(*[t._data for t in inputs])
     if op.multiple_results:
         outputs = tuple(wrap(o) for o in out)
     else:
         outputs = (wrap(out),)
-    if recorders:
-        for r in recorders:
-            r._record(op, inputs, outputs)
+    if _active:
+        recs = _tls.recorders
+        if recs:
+            for r in tuple(recs):
+                r._record(op, inputs, outputs)
     return outputs
 
 
 def apply(op, *inputs):
     """Apply ``op`` to Tensors; returns a Tensor, or a tuple of Tensors for multi-result ops."""
-    interp = _interpreters[-1]
+    interp = _tls.interpreters[-1] if _active else None
     outputs = eager_apply(op, inputs) if interp is None else interp.apply(op, inputs)
     return outputs if op.multiple_results else outputs[0]
 
 
 def push_interpreter(interp):
-    _interpreters.append(interp)
+    """Make ``interp`` handle every ``apply`` of the calling thread until :func:`pop_interpreter`."""
+    _tls.interpreters.append(interp)
+    _bump(1)
 
 
 def pop_interpreter():
-    return _interpreters.pop()
+    """Remove and return the calling thread's innermost interpreter."""
+    interp = _tls.interpreters.pop()
+    _bump(-1)
+    return interp
 
 
 def current_interpreter():
-    return _interpreters[-1]
+    """The calling thread's innermost interpreter, or None when it runs eagerly."""
+    return _tls.interpreters[-1] if _active else None

@@ -3,22 +3,48 @@ parameter) and its integer index tensors (op inputs), with NumPy's semantics for
 ints, slices (any step, negative too), ``...``, ``None``, boolean masks, integer tensors/arrays/lists (several
 at once broadcast together) and any mix of them.
 
-Host-side index data (ints, lists, NumPy arrays) is range-checked here; integer *Tensors* are device data and
-are not read back (out-of-range entries are clamped by XLA, as its gather does).
+Every integer index is range-checked as MegEngine does: host-side index data (ints, lists, NumPy arrays) here,
+and integer *Tensors* too when running eagerly (their values are read back, one device->host copy). Inside a
+recording or compiled step (``trace``/``xla_trace``) index tensors are graph values with no value to check: an
+out-of-range entry is clamped into range, as XLA's gather/scatter do (check indices eagerly while developing).
 """
 from __future__ import annotations
 
 import numpy as np
 
 from ._tensor import Tensor
-from ._dispatch import apply, OpError
+from ._dispatch import apply, OpError, current_interpreter
 from .ops import indexing as P
+
+__all__ = ["IndexOutOfRange", "check_index_tensor", "getitem", "setitem", "parse"]
 
 _INT = (int, np.integer)
 
 
+class IndexOutOfRange(OpError, IndexError):
+    """An integer index (or class label) outside ``[-size, size)`` (labels: ``[0, size)``) of its axis."""
+
+
 def _range_error(op, what, dim, axis):
-    return OpError(f"{op}: index {what} is out of range for axis {axis} of size {dim}")
+    return IndexOutOfRange(f"{op}: index {what} is out of range for axis {axis} of size {dim}")
+
+
+def check_index_tensor(op, idx, dim, axis, allow_negative=True, what="index"):
+    """Raise :class:`IndexOutOfRange` if the integer tensor ``idx`` has an entry outside ``[-dim, dim)``
+    (``[0, dim)`` without ``allow_negative``); eager only -- inside a trace the values are not known yet and
+    reading them would bake them in.
+
+    Example:
+        >>> check_index_tensor("getitem", Tensor([0, 2]), 3, 0)
+    """
+    if current_interpreter() is not None or idx.size == 0:
+        return
+    v = np.asarray(idx._data)
+    lo = -dim if allow_negative else 0
+    bad = (v < lo) | (v >= dim)
+    if bad.any():
+        raise IndexOutOfRange(f"{op}: {what} {int(v[bad].reshape(-1)[0])} is out of range for axis {axis} of "
+                              f"size {dim}" + ("" if allow_negative else f" (valid: 0 to {dim - 1})"))
 
 
 def _int(op, v):
@@ -91,6 +117,7 @@ def parse(x, index, op="getitem"):
             spec.append(("i", payload))
             axis += 1
         elif kind == "t":
+            check_index_tensor(op, payload, x.shape[axis], axis)
             spec.append(("t",))
             tensors.append(payload)
             axis += 1

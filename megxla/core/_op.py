@@ -112,15 +112,31 @@ class Op:
 
     @property
     def kernel(self):
-        """The eager kernel: ``jax.jit`` of :attr:`fn`, compiled once per input shapes/dtypes by JAX."""
+        """The eager kernel: ``jax.jit`` of :attr:`fn`, compiled once per input shapes/dtypes by JAX.
+
+        The jitted function checks the size of its outputs while JAX traces it, i.e. once per new input
+        signature and never on a cached call: an output larger than the device's memory raises
+        :class:`~megxla.core._dispatch.OutOfMemoryError` instead of reaching XLA (which aborts the process
+        when a size overflows int64).
+        """
         k = self._kernel
         if k is None:
-            k = self._kernel = jax.jit(self.fn)
+            fn = self.fn
+
+            def checked(*arrays):
+                out = fn(*arrays)
+                check_output_size(self, out)
+                return out
+
+            checked.__name__ = self.name  # names the XLA module as the op
+            k = self._kernel = jax.jit(checked)
         return k
 
     def abstract_eval(self, *avals):
         """Output shapes/dtypes for inputs of these shapes/dtypes (the op's shape rule, derived from ``impl``)."""
-        return jax.eval_shape(self.fn, *avals)
+        out = jax.eval_shape(self.fn, *avals)
+        check_output_size(self, out)
+        return out
 
     def __repr__(self):
         if not self.params:
@@ -129,6 +145,52 @@ class Op:
 
     def __reduce__(self):  # ops pickle as (primitive name, params) so traces can be saved
         return (_op_from_name, (self.name, self.params))
+
+
+_MEMORY_LIMIT = {}
+
+
+def device_memory_bytes(platform=None):
+    """Bytes of memory of the default device (GPU/TPU: XLA's allocator limit; CPU: the machine's RAM)."""
+    platform = platform or jax.default_backend()
+    limit = _MEMORY_LIMIT.get(platform)
+    if limit is None:
+        limit = None
+        try:
+            stats = jax.devices(platform)[0].memory_stats() or {}
+            limit = stats.get("bytes_limit")
+        except Exception:  # memory_stats is not implemented by every backend
+            pass
+        if not limit:
+            import os
+            try:
+                limit = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+            except (ValueError, OSError, AttributeError):
+                limit = 1 << 62
+        limit = _MEMORY_LIMIT[platform] = int(limit)
+    return limit
+
+
+def check_output_size(op, out):
+    """Raise ``OutOfMemoryError`` if the outputs ``out`` (arrays or abstract values) of ``op`` need more bytes
+    than the device has. Python ints: a size that would overflow int64 in XLA is just a big number here."""
+    outs = out if isinstance(out, (tuple, list)) else (out,)
+    total = 0
+    for o in outs:
+        shape = getattr(o, "shape", None)
+        if shape is None:
+            continue
+        n = 1
+        for d in shape:
+            n *= int(d)
+        total += n * jnp.dtype(o.dtype).itemsize
+    limit = device_memory_bytes()
+    if total > limit:
+        from ._dispatch import OutOfMemoryError
+        desc = ", ".join(f"{tuple(int(d) for d in o.shape)}:{jnp.dtype(o.dtype).name}" for o in outs
+                         if hasattr(o, "shape"))
+        raise OutOfMemoryError(f"{op!r}: output ({desc}) needs {total} bytes, more than the {limit} bytes of "
+                               f"memory of the {jax.default_backend()} device")
 
 
 def _op_from_name(name, params):

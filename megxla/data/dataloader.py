@@ -104,6 +104,29 @@ def _batch_rng(base_seed, batch_idx):
         np.random.set_state(state)
 
 
+class _no_stop_iteration:
+    """A StopIteration escaping a sample, transform or collator would reach the caller's ``for`` loop and end
+    the epoch silently, with batches missing (PEP 479's reasoning): it is a bug in that code, so it is reported.
+
+    NOTE: a class, not ``contextlib.contextmanager``, which re-raises the original StopIteration when the
+    generator raises a RuntimeError caused by it (taking it for PEP 479's own conversion).
+    """
+
+    def __init__(self, what):
+        self.what = what
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is not None and issubclass(exc_type, StopIteration):
+            raise RuntimeError(
+                "StopIteration raised while {} (by the dataset, transform or "
+                "collator); it would have ended the epoch silently".format(self.what)
+            ) from exc
+        return False
+
+
 def _collate(collator, samples, indices, index_name):
     try:
         return collator.apply(samples)
@@ -227,9 +250,10 @@ class _SerialMapIter:
             self.batch_idx, _short(indices)
         )
         with _Alarm(loader.timeout, what), _batch_rng(self.base_seed, self.batch_idx):
-            batch = _fetch_map_batch(
-                loader.dataset, loader.transform, loader.collator, indices
-            )
+            with _no_stop_iteration(what):
+                batch = _fetch_map_batch(
+                    loader.dataset, loader.transform, loader.collator, indices
+                )
         self.batch_idx += 1
         return _to_tensors(batch) if loader.preload else batch
 
@@ -258,7 +282,7 @@ class _SerialStreamIter:
                 self.done = True
             if not samples:
                 raise StopIteration
-            with _batch_rng(self.base_seed, self.batch_idx):
+            with _batch_rng(self.base_seed, self.batch_idx), _no_stop_iteration(what):
                 batch = _make_stream_batch(
                     loader.transform, loader.collator, samples, self.position
                 )

@@ -2,6 +2,7 @@
 import numpy as np
 
 from ..core._dispatch import apply as _apply, OpError
+from ..core._indexing import check_index_tensor
 from ..core._elemwise_front import as_tensor as _t
 from ..core.ops import nn as _N
 
@@ -116,6 +117,9 @@ def cross_entropy(pred, label, axis=1, with_logits=True, label_smooth=0, reducti
                       f"{axis} (expected {expected})")
     if not 0 <= label_smooth < 1:
         raise OpError(f"{op}: label_smooth must be in [0, 1), got {label_smooth}")
+    # MegEngine raises for labels outside [0, C); JAX's gather would clamp them. Checked eagerly here; inside
+    # a recording or compiled step labels are graph values and are clamped (see core/_indexing.py).
+    check_index_tensor(op, label, pred.shape[axis], axis, allow_negative=False, what="label")
     logp = logsoftmax(pred, axis) if with_logits else log(pred)
     nll = -indexing_one_hot(logp, label, axis)
     if label_smooth:

@@ -561,7 +561,8 @@ class Module(metaclass=ABCMeta):
     def load_state_dict(self, state_dict, strict: bool = True):
         """Assign values from ``state_dict`` to the parameters and buffers, in place.
 
-        All entries are checked before anything is assigned, so a failing call leaves the module unchanged.
+        All entries are checked and converted before anything is assigned, so a failing call (bad shape, a value
+        that is not numbers, missing or unexpected keys) leaves every parameter and buffer unchanged.
 
         Args:
             state_dict: a dict ``{name: ndarray or Tensor}`` as returned by :meth:`state_dict`, or a callable
@@ -572,6 +573,7 @@ class Module(metaclass=ABCMeta):
             ValueError: a value's shape does not match (normalisation layers also accept any shape with the
                 same number of elements, for checkpoints holding 1-D stats).
             KeyError: with ``strict=True``, keys are missing or unused.
+            TypeError: a value is not numbers (or cannot be converted to the tensor's dtype).
 
         Example:
             >>> b = M.Linear(3, 2)
@@ -604,7 +606,17 @@ class Module(metaclass=ABCMeta):
                 else:
                     raise ValueError(f"load_state_dict: param `{k}` shape mismatch, should be {var_shape}, "
                                      f"got {new_shape}")
-            plan.append((var, value))
+            # NOTE: converted here, before any assignment: a value that cannot become this dtype raises
+            # while every tensor still holds its old value.
+            if value.dtype == object or value.dtype.kind not in "biufc":
+                raise TypeError(f"load_state_dict: param `{k}` has values of dtype {value.dtype}, expected "
+                                f"numbers for {np.dtype(var.dtype).name}")
+            try:
+                new = Tensor(value, dtype=var.dtype, device=var.device)
+            except (TypeError, ValueError, OverflowError) as exc:
+                raise TypeError(f"load_state_dict: param `{k}` cannot be converted to {np.dtype(var.dtype).name}"
+                                f": {exc}") from None
+            plan.append((var, new))
             loaded.add(k)
 
         unused = set(unused) - loaded
@@ -616,8 +628,8 @@ class Module(metaclass=ABCMeta):
                     raise KeyError(msg)
                 logger.warning(msg)
 
-        for var, value in plan:
-            var._reset(Tensor(value, dtype=var.dtype, device=var.device))
+        for var, new in plan:
+            var._reset(new)
 
     # ---- attribute bookkeeping --------------------------------------------------------------------------
     def __setattr__(self, name: str, value):
