@@ -20,6 +20,7 @@ from ._device import (is_cuda_available, get_device_count, get_cuda_compute_capa
                       get_cuda_driver_version, get_tensorrt_version, get_cuda_device_property)
 from ._serialization import save, load
 from .logger import get_logger, set_log_level, set_log_file, enable_debug_log
+from ._check import check_misc
 from . import functional, random, autodiff, jit, module, optimizer, data
 from . import amp
 from . import dtr

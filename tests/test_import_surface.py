@@ -16,7 +16,6 @@ REFERENCE = os.path.join(os.path.dirname(__file__), "data", "megengine-1.13-api.
 KNOWN_MISSING = {
     "megxla.traced_module": "TracedModule is MegEngine's graph-IR rewriting system (expr/node graph of module "
                             "calls); megxla's traces are op recordings compiled by XLA, not an editable IR",
-    "megxla.check_misc": "checks MegEngine's C++ build (megbrain/TensorRT libraries); nothing to check",
     "megxla.functional.deformable_psroi_pooling": "not implemented yet (no XLA kernel written)",
     "megxla.functional.nn.deformable_psroi_pooling": "not implemented yet (no XLA kernel written)",
     "megxla.module.DeformablePSROIPooling": "not implemented yet (needs deformable_psroi_pooling)",
