@@ -1,18 +1,26 @@
-"""Multi-process training (``megengine.distributed``): process groups, a key-value server, a launcher and
-data-parallel helpers. The collectives themselves are in :mod:`megxla.functional.distributed`.
+"""Multi-process training (``megengine.distributed``) on JAX's multi-process runtime: process groups, the
+run's key-value store, a launcher and data-parallel helpers. The collectives themselves are in
+:mod:`megxla.functional.distributed`; they are XLA collectives (gloo between CPU processes, NCCL between GPUs).
 
-All communication goes through a key-value server on 127.0.0.1 (this machine only), with NumPy on the
-host: a correctness backend that runs anywhere, CPU-only machines included. Blocking operations give up
-after ``MEGXLA_DIST_TIMEOUT`` seconds (default 600) with a ``TimeoutError`` naming what was missing.
+One process drives one device. :func:`init_process_group` starts JAX's distributed runtime in the process
+(coordination service on rank 0's machine, or in the :class:`launcher`'s process); the processes may span
+several machines (``world_size`` with ``rank_start``). Settings: ``MEGXLA_DIST_TIMEOUT`` (seconds a join,
+key-value wait or barrier waits, default 600) and ``MEGXLA_DIST_HEARTBEAT`` (seconds without heartbeat after
+which a rank is dead and the others stop with an error naming it, default 10).
+
+Not carried over from MegEngine, for want of a counterpart in JAX's runtime: a separate "mm server" (JAX's
+runtime bootstraps gloo/NCCL itself: ``get_mm_server_addr`` is the coordination service's address), and the
+choice of transport by ``backend`` (XLA chooses: gloo on CPU, NCCL on GPU).
 
 Example:
     >>> import megxla as mge
     >>> import megxla.distributed as dist
     >>> import megxla.functional as F
-    >>> def worker():   # at module level, so that spawned processes can import it
+    >>> @dist.launcher(n_gpus=2, device_type="cpu")
+    ... def worker():
     ...     x = mge.Tensor([1.0]) * (dist.get_rank() + 1)
     ...     return F.distributed.all_reduce_sum(x).numpy()
-    >>> dist.launcher(worker, n_gpus=2)()
+    >>> worker()   # doctest: +SKIP
     [array([3.], dtype=float32), array([3.], dtype=float32)]
 """
 import sys as _sys
@@ -61,6 +69,10 @@ class _DistributedModule(_types.ModuleType):
     # A module-level property needs the module's class to carry it (what mprop.init() does in MegEngine).
     backend = mproperty(_get_backend, _set_backend, doc="The backend name of the process group (None before "
                                                         "init_process_group).")
+
+    def __reduce__(self):  # pickled by name, as plain modules are (cloudpickle sends functions using dist by value)
+        import importlib
+        return importlib.import_module, (self.__name__,)
 
 
 _sys.modules[__name__].__class__ = _DistributedModule

@@ -1,11 +1,15 @@
-"""Process groups and the process-wide distributed state (``megengine.distributed.group``)."""
+"""Process groups and the process-wide distributed state (``megengine.distributed.group``), on JAX's
+multi-process runtime (:mod:`megxla.distributed._runtime`)."""
 from __future__ import annotations
 
 import contextlib
+import sys
 import time
+import traceback
 from typing import List, Optional
 
-from .server import Client, Server, default_timeout, loopback_host
+from . import _runtime
+from .server import Client
 
 __all__ = ["Group", "WORLD", "init_process_group", "new_group", "get_rank", "get_world_size", "is_distributed",
            "get_backend", "get_client", "get_mm_server_addr", "get_py_server_addr", "group_barrier",
@@ -18,7 +22,7 @@ _DEVICE_TYPES = ("xpu", "gpu", "cuda", "cpu", "rocm")
 class StaticData:
     """What ``init_process_group`` learned: this process's rank, the world, its server connection."""
 
-    def __init__(self, master_ip, port, world_size, rank, device, backend, device_type, client, server):
+    def __init__(self, master_ip, port, world_size, rank, device, backend, device_type, client, platform):
         self.master_ip = master_ip
         self.py_server_port = port
         self.mm_server_port = port
@@ -28,8 +32,9 @@ class StaticData:
         self.backend = backend
         self.device_type = device_type
         self.client = client
-        self.server = server  # the Server this process started (rank 0 without an external one), or None
+        self.platform = platform  # "cpu" (gloo between processes) or "gpu" (NCCL)
         self.next_stream = 1
+        self.barriers = 0
 
 
 _sd: Optional[StaticData] = None
@@ -107,6 +112,15 @@ class Group:
         return self._ranks().index(_sd.proc_rank)
 
     @property
+    def devices(self):
+        """The group's devices, one per process, in group-rank order (the mesh of its collectives)."""
+        ranks = tuple(self._ranks())
+        cached = getattr(self, "_devices", None)
+        if cached is None or cached[0] != (ranks, _sd.platform):
+            cached = self._devices = ((ranks, _sd.platform), _runtime.group_devices(ranks, _sd.platform))
+        return cached[1]
+
+    @property
     def comp_node(self):
         """The device name and stream of the group's collectives, as MegEngine's ``xpuN:stream``."""
         self._ranks()
@@ -114,9 +128,9 @@ class Group:
 
     @property
     def is_single_machine(self):
-        """Always True: megxla's host store serves one machine."""
+        """True when the run's coordinator is on this machine (a loopback ``master_ip``)."""
         self._ranks()
-        return True
+        return _sd.master_ip in ("localhost", "127.0.0.1", "::1")
 
     def __repr__(self):
         return f"Group({self.proc_ranks or []})"
@@ -125,46 +139,72 @@ class Group:
 WORLD = Group([])
 
 
-def _select_device(device_type, device):
+def _platform(device_type):
     from .. import _device
-    from ..core.dtypes import set_default_device
-    kind = "cpu" if device_type == "cpu" else "gpu"
-    count = _device.get_device_count(kind)
-    if device < count:
-        set_default_device(f"{kind}{device}")
-    elif kind == "gpu" and count == 1:
-        # The launcher makes only this worker's GPU visible, so device N is this process's gpu0.
-        set_default_device("gpu0")
+    if device_type == "cpu":
+        return "cpu"
+    return "gpu" if _device.get_device_count("gpu") else "cpu"
+
+
+def _select_device(platform):
+    import jax
+    from ..core import dtypes
+    # One device per process: this process's own device becomes the default (MegEngine's set_default_device).
+    dev = jax.local_devices(backend=platform)[0]
+    dtypes._default_device = dev
+    dtypes._default_logical = f"{platform}0"
+
+
+def _excepthook(kind, value, tb):
+    # An uncaught exception in a worker: tell the other ranks who failed and why (their collectives report it
+    # instead of waiting), then leave at once -- JAX's exit-time shutdown barrier would otherwise keep this
+    # process, and with it its peers, waiting for MEGXLA_DIST_TIMEOUT.
+    text = "".join(traceback.format_exception(kind, value, tb))
+    _runtime.record_failure(text)
+    _prev_hook[0](kind, value, tb)
+    if _sd is not None and _sd.world_size > 1:
+        sys.stderr.flush()
+        sys.stdout.flush()
+        import os
+        os._exit(1)
+
+
+_prev_hook = [None]
 
 
 def init_process_group(master_ip: str, port: int, world_size: int, rank: int, device: int,
                        backend: Optional[str] = "auto", device_type: str = "xpu") -> None:
-    r"""Join a distributed run: connect to the server, wait for all ``world_size`` ranks, set up ``WORLD``.
+    r"""Join a distributed run: start JAX's distributed runtime in this process as ``rank`` of ``world_size``.
 
-    Every rank calls it with the same ``master_ip``, ``port`` and ``world_size``. Rank 0 starts the
-    :class:`Server` itself if none answers at ``port`` (the :class:`launcher` starts one beforehand). The
-    call returns once every rank has joined, and fails with a ``ValueError`` if ranks disagree on
-    ``world_size`` or a ``TimeoutError`` if some rank does not come (``MEGXLA_DIST_TIMEOUT`` seconds,
-    default 600). As in MegEngine, the default device becomes ``device`` and the global random seed is
-    reseeded per rank.
+    Every rank calls it with the same ``master_ip``, ``port`` and ``world_size`` (the processes may be on
+    several machines; ``master_ip`` is the machine of the coordination service). Rank 0 starts the service
+    (JAX's coordination service: key-value store, barriers, heartbeats) unless one already answers at ``port``
+    (the :class:`launcher` starts one beforehand). The call returns once every rank has joined, or fails
+    with a ``RuntimeError`` after ``MEGXLA_DIST_TIMEOUT`` seconds (default 600); a ``port`` taken by another
+    program is a ``RuntimeError`` saying so.
 
-    All collectives run over megxla's host store whatever ``backend`` says (the name is recorded and
-    returned by :func:`get_backend`).
+    One process drives one device, as in MegEngine. Collectives are XLA collectives: gloo between CPU
+    processes, NCCL between GPUs. ``device_type="cpu"`` (or a machine without GPUs) uses the CPU. If this
+    process created arrays before (importing megxla does), JAX's backends are restarted so that they know
+    the other processes; tensors made before keep working. As in MegEngine, the global random seed is
+    reseeded per rank. ``backend`` is recorded (:func:`get_backend`): XLA picks the transport.
+
+    A rank that dies, or stops sending heartbeats for ``MEGXLA_DIST_HEARTBEAT`` seconds (default 10), stops
+    the others with an error naming it; an uncaught exception in a rank is reported to the others at once.
 
     Args:
-        master_ip: address of the server: ``"localhost"`` / ``"127.0.0.1"`` (single machine).
-        port: the server's port.
+        master_ip: address of the coordination service (rank 0's machine).
+        port: its port.
         world_size: total number of processes.
         rank: this process's rank in ``[0, world_size)``.
-        device: index of this process's device.
+        device: index of this process's device on its machine.
         backend: ``"auto"``, ``"nccl"``, ``"rccl"``, ``"shm"`` or ``"ucx"``.
-        device_type: ``"xpu"`` (the default kind), ``"gpu"``/``"cuda"`` or ``"cpu"``.
+        device_type: ``"xpu"`` (GPU if present, else CPU), ``"gpu"``/``"cuda"`` or ``"cpu"``.
 
     Example:
         >>> import megxla.distributed as dist
-        >>> server = dist.Server(0)
-        >>> dist.init_process_group("localhost", server.py_server_port, 1, 0, 0)
-        >>> dist.get_world_size(), dist.get_rank(), dist.is_distributed()
+        >>> dist.init_process_group("localhost", 23456, 1, 0, 0)   # doctest: +SKIP
+        >>> dist.get_world_size(), dist.get_rank(), dist.is_distributed()   # doctest: +SKIP
         (1, 0, True)
     """
     global _sd
@@ -187,49 +227,32 @@ def init_process_group(master_ip: str, port: int, world_size: int, rank: int, de
         raise ValueError(f"init_process_group: backend must be one of {_BACKENDS}, got {backend!r}")
     if device_type not in _DEVICE_TYPES:
         raise ValueError(f"init_process_group: device_type must be one of {_DEVICE_TYPES}, got {device_type!r}")
-    host = loopback_host(master_ip)
-    timeout = default_timeout()
-    server = None
-    if rank == 0 and not _answers(host, port):
-        server = Server(port)
-    if _sd is not None:  # re-initialising: drop the previous connection
+    platform = _platform(device_type)
+    if _sd is not None and _runtime._st.key != (f"{master_ip}:{port}", world_size, rank):
         _shutdown()
-    client = Client(master_ip, port, timeout=timeout)
-    try:
-        client._register(rank, world_size)
-    except BaseException:
-        client.close()
-        if server is not None:
-            server.shutdown()
-        raise
-    _sd = StaticData(master_ip, port, world_size, rank, device, backend, device_type, client, server)
+    _runtime.start(master_ip, port, world_size, rank, platform, local_device=device)
+    _sd = StaticData(master_ip, port, world_size, rank, device, backend, device_type,
+                     Client(master_ip, port), platform)
     WORLD.reset(list(range(world_size)))
-    _select_device(device_type, device)
+    _select_device(platform)
+    from . import _collective
+    _collective.reset_counters()
+    if world_size > 1 and _prev_hook[0] is None:
+        _prev_hook[0] = sys.excepthook
+        sys.excepthook = _excepthook
     from ..random import seed
     seed(int(time.time()) + rank)
-
-
-def _answers(host, port):
-    import socket
-    try:
-        with socket.create_connection((host, port), timeout=0.5):
-            return True
-    except OSError:
-        return False
 
 
 def _shutdown():
     """Leave the process group (used when re-initialising and by the launcher's workers)."""
     global _sd
-    sd, _sd = _sd, None
+    _sd = None
     WORLD.proc_ranks = None
     WORLD.stream = None
-    from . import _comm
-    _comm.reset_counters()
-    if sd is not None:
-        sd.client.close()
-        if sd.server is not None:
-            sd.server.shutdown()
+    if _prev_hook[0] is not None:
+        sys.excepthook, _prev_hook[0] = _prev_hook[0], None
+    _runtime.stop()
 
 
 def is_distributed() -> bool:
@@ -268,7 +291,7 @@ def get_world_size() -> int:
 def get_backend() -> str:
     r"""The backend name given to :func:`init_process_group` (None when not distributed).
 
-    megxla runs every collective over its host store, whatever the name.
+    XLA chooses the transport whatever the name: gloo between CPU processes, NCCL between GPUs.
 
     Example:
         >>> import megxla.distributed as dist
@@ -285,7 +308,7 @@ def _require():
 
 
 def get_client() -> Client:
-    r"""This process's :class:`Client` of the distributed server.
+    r"""This process's :class:`Client` of the run's key-value store (JAX's coordination service).
 
     Example:
         >>> dist.get_client().user_set("k", 1)   # after init_process_group
@@ -294,7 +317,8 @@ def get_client() -> Client:
 
 
 def get_mm_server_addr():
-    r"""``(master_ip, port)`` of the collective-communication server (the one server in megxla).
+    r"""``(master_ip, port)`` of the coordination service (JAX's runtime also bootstraps gloo/NCCL, MegEngine's
+    "mm server").
 
     Example:
         >>> ip, port = dist.get_mm_server_addr()   # after init_process_group
@@ -304,7 +328,7 @@ def get_mm_server_addr():
 
 
 def get_py_server_addr():
-    r"""``(master_ip, port)`` of the key-value server.
+    r"""``(master_ip, port)`` of the coordination service (key-value store).
 
     Example:
         >>> ip, port = dist.get_py_server_addr()   # after init_process_group
@@ -339,9 +363,15 @@ def group_barrier(group: Group = WORLD) -> None:
     """
     if not isinstance(group, Group):
         raise TypeError(f"group_barrier: expected a Group, got {type(group).__name__}")
-    if _sd is None:
+    if _sd is None or group.size == 1:
         return
-    _sd.client.group_barrier("barrier:" + group.key, group.size)
+    # Barrier ids must be unique per use; every member counts its barriers on this group in program order.
+    n = _sd.barriers = _sd.barriers + 1
+    try:
+        _runtime.client().wait_at_barrier(f"megxla/barrier/{group.key}/{n}", int(_runtime.timeout() * 1000),
+                                          process_ids=list(group.proc_ranks))
+    except Exception as exc:
+        raise _runtime.describe_failure(exc, f"group_barrier of ranks {group.proc_ranks}") from None
 
 
 @contextlib.contextmanager
@@ -370,8 +400,8 @@ def override_backend(new_backend: str):
 def group_start():
     r"""Start a batch of point-to-point operations (NCCL's ``groupStart``).
 
-    With megxla's host store every send or receive completes on its own, so batching changes nothing:
-    the call only checks that the process group exists.
+    Each megxla send or receive is its own XLA collective and completes on its own, so batching changes
+    nothing: the call only checks that the process group exists.
 
     Example:
         >>> dist.group_start(); F.distributed.remote_send(x, 1); dist.group_end()
@@ -380,7 +410,7 @@ def group_start():
 
 
 def group_end():
-    r"""End a batch started by :func:`group_start` (nothing is pending with the host store).
+    r"""End a batch started by :func:`group_start` (nothing is pending: each transfer completed).
 
     Example:
         >>> dist.group_start(); y = F.distributed.remote_recv(0); dist.group_end()

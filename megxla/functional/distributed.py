@@ -1,20 +1,22 @@
 """Collective communication (``megengine.functional.distributed``).
 
-Each collective is a megxla op (``dist_collective``) whose implementation calls the host key-value store of
-:mod:`megxla.distributed` from inside XLA (an ordered ``io_callback``), so it runs eagerly, inside
-``jit.trace`` / ``xla_trace``, and under ``GradManager`` like any other op. The gradient of each collective
-is its mirror, as in MegEngine: ``all_reduce_sum`` <-> ``all_reduce_sum``, ``all_gather`` <->
-``reduce_scatter_sum``, ``broadcast`` <-> ``reduce_sum``, ``scatter`` -> ``gather``, ``all_to_all`` with the
-axes swapped; ``all_reduce_max/min`` send the summed gradient to the ranks holding the extreme value.
+Each collective is a megxla op (``dist_collective``) whose implementation is an XLA collective over the
+devices of the group's processes (JAX's multi-process runtime: gloo between CPU processes, NCCL between GPUs;
+see :mod:`megxla.distributed._collective`), so it runs eagerly (one small cached executable per collective),
+inside ``jit.trace`` / ``xla_trace`` / ``partial_trace`` (part of the one compiled step) and under
+``GradManager`` like any other op. The gradient of each collective is its mirror, as in MegEngine:
+``all_reduce_sum`` <-> ``all_reduce_sum``, ``all_gather`` <-> ``reduce_scatter_sum``, ``broadcast`` <->
+``reduce_sum``, ``scatter`` -> ``gather``, ``all_to_all`` with the axes swapped; ``all_reduce_max/min`` send
+the summed gradient to the ranks holding the extreme value.
 
 Notes:
-    * This is a *correctness* backend for CPU: data moves through the host store in host memory (NumPy),
-      whatever the ``backend`` given to ``init_process_group``. On GPU it works too, with a device-host
-      copy per collective.
     * Without ``init_process_group``, or in a group of one process, every collective returns its input.
-    * Every process of a group must call the same collectives in the same order, and every process must
-      back-propagate through a collective if any does (the gradient is itself a collective); a missing
-      peer is reported as a timeout (``MEGXLA_DIST_TIMEOUT`` seconds, default 600), never a hang.
+    * Every process of a group must call the same collectives in the same order with the same shapes, and
+      every process must back-propagate through a collective if any does (the gradient is itself a
+      collective). A rank that fails makes the others' collectives fail with an error naming it.
+    * ``broadcast``, ``scatter`` and ``remote_recv`` learn the sender's shape and dtype through the run's
+      key-value store when the front end runs (eagerly, or while a trace records), never inside a compiled step.
+    * One compiled step may hold the collectives of one group (its devices are the step's SPMD mesh).
     * ``reduce_sum`` and ``gather`` return None on non-root ranks (as MegEngine), so those ranks drop out of
       autodiff and only the root's input receives a gradient through them; likewise ``remote_send``
       returns None, so no gradient travels back from ``remote_recv`` to the sender.
@@ -28,7 +30,8 @@ import numpy as np
 from ..core._tensor import Tensor
 from ..core._dispatch import OpError
 from ..core._elemwise_front import as_tensor as _t
-from ..distributed import _comm
+from ..core._dispatch import apply as _apply
+from ..distributed import _collective
 from ..distributed.group import WORLD, Group, get_rank, is_distributed, _require
 
 __all__ = ["all_gather", "all_reduce_max", "all_reduce_min", "all_reduce_sum", "all_to_all", "broadcast",
@@ -60,8 +63,8 @@ def _divisible(op, shape, axis, size, name="axis"):
 
 
 def _coll(mode, inp, group, **kw):
-    op = _comm.collective.bind(mode=mode, key=group.key, rank=group.rank, size=group.size, **kw)
-    return _comm.run(op, inp)
+    op = _collective.collective.bind(mode=mode, ranks=tuple(group.proc_ranks), platform=_require().platform, **kw)
+    return _apply(op, inp)
 
 
 def _root_input(op, inp, group, axis=None):
@@ -74,7 +77,7 @@ def _root_input(op, inp, group, axis=None):
         val = (tuple(inp.shape), inp.dtype.name, inp.requires_grad)
     else:
         val = None
-    n = _comm.next_meta(("meta", group.key))
+    n = _collective.next_meta(("meta", group.key))
     shape, dtype, root_grad = _require().client.bcast_val(val, f"meta/{group.key}/{n}", group.size)
     shape, dtype = tuple(shape), np.dtype(dtype)
     if axis is not None:  # every rank sees the root's shape, so every rank raises alike
@@ -268,8 +271,10 @@ def reduce_sum(inp: Tensor, group: Optional[Group] = WORLD, device: Optional[str
     inp = _t(inp)
     if _trivial(group, "reduce_sum"):
         return inp
-    out = _coll("reduce_sum", inp, group)
-    return out if group.rank == 0 else None
+    out = _coll("reduce_sum", inp.detach(), group)
+    # Only the root holds the result; its own input receives the output gradient through a local op, so that
+    # no rank runs a backward collective the others do not (see _collective.root_link).
+    return _apply(_collective.root_link.bind(axis=None), out, inp) if group.rank == 0 else None
 
 
 def gather(inp: Tensor, group: Optional[Group] = WORLD, device: Optional[str] = None, axis=0) -> Tensor:
@@ -295,8 +300,8 @@ def gather(inp: Tensor, group: Optional[Group] = WORLD, device: Optional[str] = 
     ax = _axis("gather", inp.ndim, axis)
     if _trivial(group, "gather"):
         return inp
-    out = _coll("gather", inp, group, axis=ax)
-    return out if group.rank == 0 else None
+    out = _coll("gather", inp.detach(), group, axis=ax)
+    return _apply(_collective.root_link.bind(axis=ax), out, inp) if group.rank == 0 else None
 
 
 def scatter(inp: Tensor, group: Optional[Group] = WORLD, device: Optional[str] = None, axis=0) -> Tensor:
@@ -403,10 +408,14 @@ def _peer(op, rank, what):
     return int(rank)
 
 
+def _p2p_meta_key(src, dst):
+    return f"p2pmeta/{src}->{dst}/{_collective.next_meta(('p2p', src, dst))}"
+
+
 def remote_send(inp: Tensor, dest_rank: int):
     r"""Send ``inp`` to the process of global rank ``dest_rank`` (which calls :func:`remote_recv`).
 
-    The call returns once the tensor is stored on the server; it does not wait for the receiver.
+    Both processes run one two-process XLA program (a ``ppermute``); the call returns when it is issued.
 
     Args:
         inp: the tensor to send.
@@ -424,16 +433,15 @@ def remote_send(inp: Tensor, dest_rank: int):
     dst = _peer("remote_send", dest_rank, "dest_rank")
     inp = _t(inp)
     src = get_rank()
-    n = _comm.next_meta(("p2p", src, dst))
-    _require().client.user_set(f"p2pmeta/{src}->{dst}/{n}", (tuple(inp.shape), inp.dtype.name))
-    _comm.run(_comm.remote_send_op.bind(src=src, dst=dst), inp)
+    _require().client.user_set(_p2p_meta_key(src, dst), (tuple(inp.shape), inp.dtype.name))
+    _apply(_collective.p2p.bind(src=src, dst=dst, platform=_require().platform), inp)
     return None
 
 
 def remote_recv(src_rank: int, device: Optional[str] = None, inp=None) -> Tensor:
     r"""Receive the tensor that the process of global rank ``src_rank`` sends with :func:`remote_send`.
 
-    Shape and dtype come from the sender. Waits up to ``MEGXLA_DIST_TIMEOUT`` seconds.
+    Shape and dtype come from the sender (through the key-value store; waits up to ``MEGXLA_DIST_TIMEOUT``).
 
     Args:
         src_rank: the sender's global rank.
@@ -448,7 +456,45 @@ def remote_recv(src_rank: int, device: Optional[str] = None, inp=None) -> Tensor
     """
     src = _peer("remote_recv", src_rank, "src_rank")
     dst = get_rank()
-    n = _comm.next_meta(("p2p", src, dst))
-    shape, dtype = _require().client._wait_pop(f"p2pmeta/{src}->{dst}/{n}")
-    dummy = _t(inp) if inp is not None else Tensor(np.zeros((), np.float32))
-    return _comm.run(_comm.remote_recv_op.bind(src=src, dst=dst, shape=tuple(shape), dtype=str(dtype)), dummy)
+    shape, dtype = _require().client.user_pop(_p2p_meta_key(src, dst))
+    from .tensor import zeros
+    placeholder = zeros(tuple(shape), dtype=np.dtype(dtype))
+    return _apply(_collective.p2p.bind(src=src, dst=dst, platform=_require().platform), placeholder)
+
+
+# ---- synchronised batch normalisation ----------------------------------------------------------------------------
+def _sync_needed(group):
+    """True when batch statistics must be reduced over ``group`` (None means WORLD)."""
+    return not _trivial(WORLD if group is None else group, "sync_batch_norm")
+
+
+def _sync_batch_norm_train(inp, running_mean, running_var, weight, bias, momentum, eps, eps_mode, group):
+    """Training-mode batch normalisation with the statistics of the whole group's batch: the per-channel sums
+    are all-reduced (so the gradient, through the mirrored all-reduce, is that of the global batch)."""
+    from .elemwise import maximum
+    group = WORLD if group is None else group
+    inp = _t(inp)
+    c = inp.shape[1]
+    axes = (0,) + tuple(range(2, inp.ndim))
+    shape = (1, c) + (1,) * (inp.ndim - 2)
+    count = all_reduce_sum(Tensor(np.full(shape, inp.size // c, dtype=inp.dtype)), group)
+    mean = all_reduce_sum(inp.sum(axis=axes, keepdims=True), group) / count
+    d = inp - mean
+    var = all_reduce_sum((d * d).sum(axis=axes, keepdims=True), group) / count  # two passes: exact as batch_norm
+    if eps_mode == "additive":
+        inv = (var + eps) ** -0.5
+    else:
+        inv = maximum(var, eps) ** -0.5
+    out = d * inv
+    if weight is not None:
+        out = out * _t(weight).reshape(shape)
+    if bias is not None:
+        out = out + _t(bias).reshape(shape)
+    m, v = mean.detach(), var.detach()
+    n = count.detach()
+    if running_mean is not None:
+        running_mean._reset(running_mean * momentum + m.reshape(running_mean.shape) * (1 - momentum))
+    if running_var is not None:
+        unbiased = v * n / maximum(n - 1, 1)
+        running_var._reset(running_var * momentum + unbiased.reshape(running_var.shape) * (1 - momentum))
+    return out

@@ -28,8 +28,9 @@ from ..core._dispatch import wrap, push_interpreter, pop_interpreter, current_in
 from ..core._elemwise_front import SCALAR_VIDS
 from ..core._op import Primitive
 from ..core._tensor import Tensor
+from ..core import _spmd
 from .. import dtr as _dtr
-from . import _state
+from . import _state, _verbose
 from ._external import mark_external
 from ._recording import Recorder, Excluded, Pending, TraceError, make_replay
 
@@ -311,8 +312,12 @@ class trace:
                 seg.run = replay
             with warnings.catch_warnings():
                 warnings.filterwarnings("ignore", message=".*donated.*")
-                seg.lowered = jax.jit(replay, donate_argnums=donate).lower(*avals)
+                # Named after the traced function: jit_<name> in XLA dumps, compiler_ir, profiles and errors.
+                replay.__name__ = replay.__qualname__ = _verbose.exe_name(self.__name__)
+                # _spmd.jit is jax.jit, or one SPMD program when the step holds cross-process collectives.
+                seg.lowered = _spmd.jit(replay, donate_argnums=donate, name=replay.__name__).lower(*avals)
                 seg.executable = seg.lowered.compile()
+                _verbose.report(self.__name__, seg, entry)  # MGE_VERBOSE_XLA_IR
             self.num_compiled += 1
         entry.segments = segments
         entry.graph_op = XLA_GRAPH.bind(graph=_Graph(segments[0].run, f"{self.__name__}"))
@@ -350,7 +355,7 @@ class trace:
             outs = _dispatch.apply(entry.graph_op, *ins)
             return self._deliver(entry, state, dict(zip(seg.out_vids, outs)))
         if entry.donate and len({id(a) for a in arrays}) != len(arrays):
-            outs = jax.jit(seg.run)(*arrays)  # the same buffer passed twice cannot be donated
+            outs = _spmd.jit(seg.run)(*arrays)  # the same buffer passed twice cannot be donated
         else:
             outs = seg.executable(*arrays)
         return self._deliver(entry, state, {v: wrap(a) for v, a in zip(seg.out_vids, outs)})

@@ -171,12 +171,12 @@ class BatchNorm2d(_BatchNorm):
 class SyncBatchNorm(_BatchNorm):
     r"""Batch normalisation with statistics synchronised across the processes of ``group``.
 
-    In a single process (the only mode here) it is exactly :class:`BatchNorm2d`, also accepting 2-D and 3-D
-    inputs.
+    In training, when distributed, the batch statistics are those of all processes' batches; otherwise it
+    is exactly :class:`BatchNorm2d`, also accepting 2-D and 3-D inputs.
 
     Args:
         num_features, eps, momentum, affine, track_running_stats, freeze: as :class:`BatchNorm2d`.
-        group: the distributed group (accepted for compatibility; statistics are per process).
+        group: the distributed group whose statistics are synchronised (None: ``WORLD``).
 
     Example:
         >>> bn = M.SyncBatchNorm(3)
@@ -190,3 +190,16 @@ class SyncBatchNorm(_BatchNorm):
                  group: Optional[object] = None, **kwargs) -> None:
         super().__init__(num_features, eps, momentum, affine, track_running_stats, freeze, **kwargs)
         self.group = group
+
+    def forward(self, inp):
+        """As :class:`BatchNorm2d`, with the statistics of all processes of ``group`` in training when
+        distributed (see :func:`~megxla.functional.nn.sync_batch_norm`)."""
+        from ..functional.distributed import _sync_needed
+        if self.training and not self.freeze and _sync_needed(self.group):
+            self._check_input_ndim(inp)
+            from ..functional.nn import sync_batch_norm
+            track = self.track_running_stats
+            return sync_batch_norm(inp, self.running_mean if track else None, self.running_var if track else None,
+                                   self.weight, self.bias, training=True, momentum=self.momentum, eps=self.eps,
+                                   group=self.group)
+        return super().forward(inp)

@@ -1,0 +1,193 @@
+"""Programs that talk across processes: one SPMD executable over the devices of several processes.
+
+JAX's multi-process runtime runs a collective only inside an executable compiled for *all* the devices that
+take part (XLA's ``all-reduce`` & co. over gloo between CPU processes, NCCL between GPUs). megxla's values are
+process-local arrays, so a program containing a cross-process collective is compiled as a ``shard_map`` over a
+mesh of the participating devices: each process's local array is its block of a global array (concatenated
+along axis 0; a 0-d value becomes a block of shape ``(1,)``), the body is the ordinary program on blocks, and
+each process reads back its own block of every output. Nothing else changes: the body is the same pure JAX
+function that a single-process ``jax.jit`` would compile.
+
+How a program learns that it needs this: a collective's implementation, traced outside such a body, raises
+:class:`MeshRequired` naming its devices. :func:`jit` (used by ``jit`` tracing) and the eager dispatch catch it
+and compile the SPMD form instead; programs without collectives never see any of this.
+"""
+from __future__ import annotations
+
+import threading
+
+import jax
+import numpy as np
+
+__all__ = ["AXIS", "MeshRequired", "current_devices", "SpmdFunction", "jit"]
+
+AXIS = "procs"  # the mesh axis the collectives of a group run over
+_tls = threading.local()
+
+
+class MeshRequired(Exception):
+    """Raised while tracing a cross-process collective outside an SPMD program; carries its devices."""
+
+    def __init__(self, devices, what):
+        super().__init__(f"{what} needs an SPMD program over devices {list(devices)}")
+        self.devices = tuple(devices)
+
+
+def current_devices():
+    """The devices of the SPMD program being traced on this thread (None outside one)."""
+    return getattr(_tls, "devices", None)
+
+
+def _global_shape(shape, n):
+    return (n * shape[0],) + tuple(shape[1:]) if shape else (n,)
+
+
+class SpmdFunction:
+    """``fn`` (process-local arrays -> tuple of local arrays, or one array) compiled as one SPMD program over
+    ``devices`` (one per process, in group order); called with and returning process-local arrays.
+
+    Args:
+        fn: the pure JAX function of one process's values.
+        devices: the participating devices; this process's device must be among them.
+        donate_argnums: inputs whose buffers the executable may reuse.
+        name: the executable's name (``jit_<name>`` in XLA dumps and profiles).
+    """
+
+    def __init__(self, fn, devices, donate_argnums=(), name=None):
+        from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+        self.fn = fn
+        self.devices = tuple(devices)
+        self.n = len(self.devices)
+        self.mesh = Mesh(np.array(self.devices, dtype=object), (AXIS,))
+        self.sharding = NamedSharding(self.mesh, P(AXIS))
+        mine = [d for d in self.devices if d.process_index == jax.process_index()]
+        if len(mine) != 1:
+            raise RuntimeError(f"SPMD program over {list(self.devices)}: this process (index "
+                               f"{jax.process_index()}) must own exactly one of the devices")
+        self.local_device = mine[0]
+        self.donate = tuple(donate_argnums)
+        self.name = name or getattr(fn, "__name__", "spmd")
+        self._cache = {}
+
+    def _wrapped(self, scalars_in, info):
+        fn, devices = self.fn, self.devices
+
+        def body(*blocks):
+            args = [b.reshape(()) if s else b for b, s in zip(blocks, scalars_in)]
+            prev = getattr(_tls, "devices", None)
+            _tls.devices = devices
+            try:
+                out = fn(*args)
+            finally:
+                _tls.devices = prev
+            info["multi"] = isinstance(out, (tuple, list))
+            outs = tuple(out) if info["multi"] else (out,)
+            info["scalars"] = tuple(o.ndim == 0 for o in outs)
+            return tuple(o.reshape((1,)) if o.ndim == 0 else o for o in outs)
+
+        body.__name__ = body.__qualname__ = self.name
+        return body
+
+    def lower(self, *avals):
+        """Lower for inputs of these (process-local) shapes/dtypes; returns a :class:`SpmdLowered`."""
+        from jax.sharding import PartitionSpec as P
+        scalars = tuple(len(a.shape) == 0 for a in avals)
+        info = {}
+        body = self._wrapped(scalars, info)
+        smap = jax.shard_map(body, mesh=self.mesh, in_specs=P(AXIS), out_specs=P(AXIS), check_vma=False)
+        smap.__name__ = smap.__qualname__ = self.name
+        gavals = [jax.ShapeDtypeStruct(_global_shape(a.shape, self.n), a.dtype, sharding=self.sharding)
+                  for a in avals]
+        lowered = jax.jit(smap, donate_argnums=self.donate).lower(*gavals)
+        return SpmdLowered(self, lowered, scalars, info["scalars"], info["multi"])
+
+    def __call__(self, *arrays):
+        key = tuple((a.shape, a.dtype) for a in arrays)
+        exe = self._cache.get(key)
+        if exe is None:
+            exe = self._cache[key] = self.lower(*[jax.ShapeDtypeStruct(a.shape, a.dtype) for a in arrays]).compile()
+        return exe(*arrays)
+
+
+class SpmdLowered:
+    """The lowered SPMD program (``as_text()`` is its StableHLO); ``compile()`` gives the executable."""
+
+    def __init__(self, fn, lowered, scalars, out_scalars, multi):
+        self.fn, self.lowered, self.scalars = fn, lowered, scalars
+        self.out_scalars, self.multi = out_scalars, multi
+
+    def as_text(self, *args, **kwargs):
+        return self.lowered.as_text(*args, **kwargs)
+
+    def compiler_ir(self, *args, **kwargs):
+        return self.lowered.compiler_ir(*args, **kwargs)
+
+    def compile(self):
+        return SpmdExecutable(self.fn, self.lowered.compile(), self.scalars, self.out_scalars, self.multi)
+
+
+class SpmdExecutable:
+    """A compiled SPMD program called with this process's local arrays; returns its local outputs."""
+
+    def __init__(self, fn, compiled, scalars, out_scalars, multi):
+        self.fn, self.compiled, self.scalars = fn, compiled, scalars
+        self.out_scalars, self.multi = out_scalars, multi
+
+    def as_text(self, *args, **kwargs):
+        return self.compiled.as_text(*args, **kwargs)
+
+    def cost_analysis(self):
+        return self.compiled.cost_analysis()
+
+    def __getattr__(self, name):  # memory_analysis, runtime_executable, ...
+        return getattr(self.compiled, name)
+
+    def __call__(self, *arrays):
+        fn = self.fn
+        dev, sharding, n = fn.local_device, fn.sharding, fn.n
+        if fn.donate and len({id(a) for a in arrays}) != len(arrays):
+            arrays = [a.copy() if i in fn.donate else a for i, a in enumerate(arrays)]  # one buffer, donated once
+        glob = []
+        for a, s in zip(arrays, self.scalars):
+            if s:
+                a = a.reshape((1,))
+            if a.devices() != {dev}:
+                a = jax.device_put(a, dev)
+            glob.append(jax.make_array_from_single_device_arrays((n,) if s else _global_shape(a.shape, n),
+                                                                 sharding, [a]))
+        outs = self.compiled(*glob)
+        local = [o.addressable_data(0) for o in outs]
+        local = [o.reshape(()) if s else o for o, s in zip(local, self.out_scalars)]
+        return tuple(local) if self.multi else local[0]
+
+
+class Jit:
+    """``jax.jit(fn)`` that turns into :class:`SpmdFunction` when tracing meets a cross-process collective."""
+
+    def __init__(self, fn, donate_argnums=(), name=None):
+        self.fn, self.donate, self.name = fn, tuple(donate_argnums), name
+        self._impl = jax.jit(fn, donate_argnums=self.donate)
+        self.spmd = None
+
+    def _switch(self, exc):
+        self.spmd = SpmdFunction(self.fn, exc.devices, self.donate, self.name)
+        self._impl = self.spmd
+
+    def lower(self, *avals):
+        try:
+            return self._impl.lower(*avals)
+        except MeshRequired as exc:
+            self._switch(exc)
+            return self._impl.lower(*avals)
+
+    def __call__(self, *arrays):
+        try:
+            return self._impl(*arrays)
+        except MeshRequired as exc:
+            self._switch(exc)
+            return self._impl(*arrays)
+
+
+def jit(fn, donate_argnums=(), name=None):
+    """``jax.jit``, or its SPMD form for a program with cross-process collectives (see the module doc)."""
+    return Jit(fn, donate_argnums, name)

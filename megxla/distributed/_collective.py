@@ -1,0 +1,178 @@
+"""Collective communication as megxla primitives: XLA collectives over the devices of a process group.
+
+Each collective is the op ``dist_collective[mode, ranks, ...]``. Its implementation is the per-process body of
+an SPMD program (``lax.psum``, ``all_gather``, ``psum_scatter``, ``all_to_all``, ``ppermute`` over the mesh axis
+of the group's devices, see :mod:`megxla.core._spmd`): eagerly the op's kernel is one small SPMD executable per
+collective (cached like any op's kernel), and inside ``xla_trace`` / ``trace`` / ``partial_trace`` the whole
+compiled step becomes one SPMD program holding the collectives. Between CPU processes XLA runs them over gloo,
+between GPUs over NCCL.
+
+The gradient of each collective is its mirror, as in MegEngine (``Primitive(grad=...)``): ``all_reduce_sum``
+<-> ``all_reduce_sum``, ``all_gather`` <-> ``reduce_scatter_sum``, ``broadcast`` -> ``reduce_sum`` to the root,
+``scatter`` -> ``gather`` to the root, ``all_to_all`` with the axes swapped, ``all_reduce_max/min`` -> the summed
+output gradient to the ranks holding the extreme value.
+"""
+from __future__ import annotations
+
+import collections
+import threading
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from ..core._op import Primitive
+from ..core._spmd import AXIS, MeshRequired, current_devices
+from . import _runtime
+
+__all__ = ["collective", "p2p", "root_link", "MODES", "out_shape", "reset_counters", "next_meta"]
+
+MODES = ("all_reduce_sum", "all_reduce_max", "all_reduce_min", "all_reduce_prod", "all_gather", "broadcast",
+         "reduce_sum", "gather", "scatter", "reduce_scatter_sum", "all_to_all")
+
+_lock = threading.Lock()
+_meta = collections.Counter()  # host-side metadata exchanges per key, counted when the front end runs
+
+
+def reset_counters():
+    with _lock:
+        _meta.clear()
+
+
+def next_meta(key):
+    """Sequence number of the next metadata exchange on ``key`` (front ends run in program order)."""
+    with _lock:
+        n = _meta[key]
+        _meta[key] += 1
+    return n
+
+
+def out_shape(mode, shape, size, axis=0, split_axis=0, concat_axis=0):
+    """The result shape of ``mode`` on this rank for an input of ``shape`` in a group of ``size``."""
+    shape = list(shape)
+    if mode in ("all_gather", "gather"):
+        shape[axis] *= size
+    elif mode in ("scatter", "reduce_scatter_sum"):
+        shape[axis] //= size
+    elif mode == "all_to_all":
+        shape[split_axis] //= size
+        shape[concat_axis] *= size
+    return tuple(shape)
+
+
+def _enter(what, ranks, platform):
+    """Check that we are tracing the body of an SPMD program over the group's devices (else ask for one)."""
+    devices = _runtime.group_devices(ranks, platform)
+    cur = current_devices()
+    if cur is None:
+        raise MeshRequired(devices, what)
+    if cur != devices:
+        raise RuntimeError(f"{what} over ranks {list(ranks)} inside a compiled program whose collectives run over "
+                           f"devices {list(cur)}: one compiled step may hold the collectives of one group only "
+                           f"(split the step, or run this collective eagerly)")
+
+
+def _first(x):
+    return lax.axis_index(AXIS) == 0
+
+
+def _body(mode, x, n, axis, split_axis, concat_axis):
+    if mode == "all_reduce_sum":
+        return lax.psum(x, AXIS)
+    if mode == "all_reduce_max":
+        return lax.pmax(x, AXIS)
+    if mode == "all_reduce_min":
+        return lax.pmin(x, AXIS)
+    if mode == "all_reduce_prod":
+        return jnp.prod(lax.all_gather(x, AXIS), axis=0).astype(x.dtype)
+    if mode in ("all_gather", "gather"):
+        return lax.all_gather(x, AXIS, axis=axis, tiled=True)
+    if mode == "reduce_scatter_sum":
+        return lax.psum_scatter(x, AXIS, scatter_dimension=axis, tiled=True)
+    if mode == "broadcast":  # only the root's value survives the masked sum (XLA has no one-to-all primitive)
+        return lax.psum(jnp.where(_first(x), x, jnp.zeros_like(x)), AXIS)
+    if mode == "reduce_sum":
+        return lax.psum(x, AXIS)
+    if mode == "scatter":
+        # all_to_all gives rank i the i-th part of every rank's tensor; keep the one that came from the root.
+        parts = lax.all_to_all(x, AXIS, axis, axis, tiled=True)
+        return lax.slice_in_dim(parts, 0, x.shape[axis] // n, axis=axis)
+    if mode == "all_to_all":
+        return lax.all_to_all(x, AXIS, split_axis, concat_axis, tiled=True)
+    raise ValueError(f"unknown collective mode {mode!r}")
+
+
+def _impl(x, *, mode, ranks, platform, axis=0, split_axis=0, concat_axis=0):
+    _enter(f"collective {mode}", ranks, platform)
+    return _body(mode, x, len(ranks), axis, split_axis, concat_axis)
+
+
+def _grad(params, primals, ct):
+    """The mirrored collective (MegEngine's backward of each collective), run in the same SPMD program."""
+    p = dict(params)
+    mode, ranks, platform = p["mode"], p["ranks"], p["platform"]
+    n = len(ranks)
+    _enter(f"gradient of collective {mode}", ranks, platform)
+    x = primals[0]
+    ax, sa, ca = p.get("axis", 0), p.get("split_axis", 0), p.get("concat_axis", 0)
+    if mode == "all_reduce_sum":
+        g = lax.psum(ct, AXIS)
+    elif mode in ("all_reduce_max", "all_reduce_min"):
+        s = lax.psum(ct, AXIS)
+        ext = (lax.pmax if mode == "all_reduce_max" else lax.pmin)(x, AXIS)
+        g = jnp.where(x == ext, s, jnp.zeros_like(s))  # ties: every holder of the extreme receives it
+    elif mode == "all_reduce_prod":
+        s = lax.psum(ct, AXIS)
+        allx = lax.all_gather(x, AXIS)
+        me = lax.axis_index(AXIS)
+        mask = (jnp.arange(n) == me).reshape((n,) + (1,) * x.ndim)
+        g = s * jnp.prod(jnp.where(mask, jnp.ones_like(allx), allx), axis=0)
+    elif mode == "all_gather":
+        g = lax.psum_scatter(ct, AXIS, scatter_dimension=ax, tiled=True)
+    elif mode == "reduce_scatter_sum":
+        g = lax.all_gather(ct, AXIS, axis=ax, tiled=True)
+    elif mode == "broadcast":  # reduce_sum to the root; the other ranks' inputs were not read
+        s = lax.psum(ct, AXIS)
+        g = jnp.where(_first(x), s, jnp.zeros_like(s))
+    elif mode == "scatter":  # gather to the root: its input's gradient is every rank's part, in place
+        full = lax.all_gather(ct, AXIS, axis=ax, tiled=True)
+        g = jnp.where(_first(x), full, jnp.zeros_like(full))
+    elif mode == "all_to_all":
+        g = lax.all_to_all(ct, AXIS, ca, sa, tiled=True)
+    else:  # reduce_sum, gather: differentiated through root_link (their front ends detach the collective)
+        raise ValueError(f"collective mode {mode!r} has no gradient")
+    return (g.astype(x.dtype),)
+
+
+collective = Primitive("dist_collective", _impl, grad=_grad)
+
+
+def _link_grad(params, primals, ct):
+    y, x = primals
+    axis = dict(params)["axis"]
+    g = ct if axis is None else lax.slice_in_dim(ct, 0, x.shape[axis], axis=axis)
+    return jnp.zeros_like(y), g.astype(x.dtype)
+
+
+# reduce_sum / gather: the result exists on the root only, so only the root could run their backward; as a
+# backward collective that the other ranks never join would pair wrongly with their next collectives, the root's
+# own input gets its gradient locally: ``root_link(result, input)`` is the result, with the output gradient
+# (for gather: the root's own first part of it) passed to ``input``.
+root_link = Primitive("dist_root_link", lambda y, x, *, axis: y, grad=_link_grad)
+
+
+# ---- point to point: a two-process SPMD program with one ppermute ---------------------------------------------------
+def _p2p_impl(x, *, src, dst, platform):
+    lo, hi = sorted((src, dst))
+    _enter(f"remote transfer {src}->{dst}", (lo, hi), platform)
+    perm = [(0, 1)] if src == lo else [(1, 0)]
+    return lax.ppermute(x, AXIS, perm)
+
+
+def _p2p_grad(params, primals, ct):
+    # The sender's remote_send returns None (MegEngine), so no gradient can travel back to it through megxla's
+    # tape; the receiver's placeholder input gets zeros.
+    return (jnp.zeros_like(primals[0]),)
+
+
+p2p = Primitive("dist_p2p", _p2p_impl, grad=_p2p_grad)

@@ -1,0 +1,292 @@
+"""JAX's multi-process runtime under megxla.distributed: its coordination service, this process's client,
+the devices of a group, and how failures of other ranks are reported.
+
+megxla starts the runtime the way ``jax.distributed.initialize`` does (same service, same client, same global
+state, so JAX's backends see a multi-process run and XLA's collectives use gloo between CPU processes and NCCL
+between GPUs), with two additions that ``jax.distributed.initialize`` does not expose:
+
+* the coordination service may already run elsewhere (the launcher's parent process hosts it, MegEngine's
+  "server on the master node"), so rank 0 starts it only when nobody answers at the port;
+* a peer that stops sending heartbeats is reported by a callback that names the rank(s), instead of JAX's
+  default of aborting the process with a C++ check failure.
+
+Settings (environment):
+    * ``MEGXLA_DIST_TIMEOUT`` (seconds, default 600): joining, key-value waits and barriers give up after it.
+    * ``MEGXLA_DIST_HEARTBEAT`` (seconds, default 10): a rank that sends no heartbeat for this long is dead,
+      and every other rank stops with an error naming it.
+"""
+from __future__ import annotations
+
+import os
+import re
+import socket
+import sys
+import threading
+import time
+
+__all__ = ["timeout", "heartbeat", "start", "stop", "client", "is_started", "group_devices", "Server",
+           "record_failure", "failed_ranks", "describe_failure", "port_free"]
+
+_DEFAULT_TIMEOUT = 600.0
+_DEFAULT_HEARTBEAT = 10
+
+
+def _env_seconds(name, default):
+    value = os.environ.get(name)
+    if not value:
+        return default
+    try:
+        t = float(value)
+    except ValueError:
+        raise ValueError(f"{name} must be a number of seconds, got {value!r}") from None
+    if not t > 0:
+        raise ValueError(f"{name} must be positive, got {value!r}")
+    return t
+
+
+def timeout() -> float:
+    """Seconds a blocking distributed operation waits for its peers (``MEGXLA_DIST_TIMEOUT``, default 600)."""
+    return _env_seconds("MEGXLA_DIST_TIMEOUT", _DEFAULT_TIMEOUT)
+
+
+def heartbeat() -> int:
+    """Seconds without heartbeat after which a rank counts as dead (``MEGXLA_DIST_HEARTBEAT``, default 10)."""
+    return max(1, int(round(_env_seconds("MEGXLA_DIST_HEARTBEAT", _DEFAULT_HEARTBEAT))))
+
+
+def port_free(host, port) -> bool:
+    """True if a TCP server could bind ``port`` (on every interface, as the coordination service does)."""
+    for family, addr in ((socket.AF_INET, ("", port)),):
+        s = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            s.bind(addr)
+        except OSError:
+            return False
+        finally:
+            s.close()
+    return True
+
+
+def _answers(host, port):
+    try:
+        with socket.create_connection((host, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+class Server:
+    r"""The coordination service of a distributed run (MegEngine's ``Server`` on the master node): JAX's
+    distributed-runtime service, which hosts the key-value store, barriers and heartbeats of ``world_size``
+    processes. The :class:`~megxla.distributed.launcher` starts one in its own process; without one, rank 0's
+    :func:`~megxla.distributed.init_process_group` starts it.
+
+    Args:
+        port: the TCP port; 0 picks a free one.
+        world_size: how many processes will join.
+
+    Example:
+        >>> from megxla.distributed import Server
+        >>> s = Server(0, world_size=2)
+        >>> s.py_server_port > 0
+        True
+        >>> s.shutdown()
+    """
+
+    def __init__(self, port=0, world_size=1):
+        from jax._src.lib import _jax
+        if port == 0:
+            with socket.socket() as s:
+                s.bind(("", 0))
+                port = s.getsockname()[1]
+        elif not port_free("", port):
+            raise RuntimeError(f"Server: port {port} is already in use; choose another port (0 picks a free one)")
+        self.py_server_port = self.mm_server_port = port
+        self.world_size = world_size
+        self._service = _jax.get_distributed_runtime_service(f"[::]:{port}", world_size,
+                                                             heartbeat_timeout=heartbeat(),
+                                                             shutdown_timeout=int(timeout()))
+
+    def get_mm_server_port(self):
+        """The service's port (one port for everything)."""
+        return self.py_server_port
+
+    def shutdown(self):
+        """Stop the service."""
+        if self._service is not None:
+            self._service.shutdown()
+            self._service = None
+
+
+class _State:
+    def __init__(self):
+        self.key = None  # (address, world_size, rank)
+        self.client = None
+        self.service = None
+        self.rank = 0
+        self.world_size = 1
+        self.failed = None  # message of a peer failure reported by the runtime
+        self.own_jax_state = False
+
+
+_st = _State()
+_external_service = False  # set in the launcher's workers: the launcher's process hosts the service
+_lock = threading.Lock()
+
+
+def is_started():
+    return _st.client is not None
+
+
+def client():
+    """This process's ``DistributedRuntimeClient`` (key-value store, barriers)."""
+    if _st.client is None:
+        raise RuntimeError("process group is not initialized: call init_process_group first")
+    return _st.client
+
+
+def _on_missed_heartbeat(status, *rest):
+    # Called on a runtime thread when the coordination service reports a dead peer (or lost us). Naming the
+    # rank and exiting beats the alternative: XLA's default aborts with a C++ stack, or a collective waits.
+    msg = str(status)
+    ranks = sorted({int(r) for r in re.findall(r"[Tt]ask[^0-9]{0,40}?(\d+)", msg)} - {_st.rank})
+    who = f"rank(s) {ranks}" if ranks else "a peer process or the coordination service"
+    _st.failed = f"{who} stopped responding (no heartbeat for {heartbeat()} s): {msg.splitlines()[0][:300]}"
+    recorded = failed_ranks()
+    text = (f"megxla.distributed: rank {_st.rank}: " +
+            (f"rank {sorted(recorded)[0]} failed:\n{recorded[sorted(recorded)[0]]}" if recorded else _st.failed))
+    try:
+        sys.stderr.write(text + "\n")
+        sys.stderr.flush()
+    finally:
+        os._exit(1)
+
+
+def start(master_ip, port, world_size, rank, platform, local_device=None):
+    """Start (or join) the runtime: ``world_size`` processes, this one ``rank``; ``platform`` "cpu" uses gloo."""
+    import jax
+    from jax._src import distributed as jd
+    from jax._src import xla_bridge as xb
+    from jax._src.lib import _jax
+    key = (f"{master_ip}:{port}", world_size, rank)
+    with _lock:
+        if _st.client is not None:
+            if _st.key == key:
+                return
+            raise RuntimeError(f"init_process_group: this process already joined {_st.key[0]} as rank {_st.key[2]} "
+                               f"of {_st.key[1]}; JAX's distributed runtime starts once per process")
+        addr = f"{master_ip}:{port}"
+        hb, to = heartbeat(), timeout()
+        service = None
+        if world_size == 1:  # nothing to talk to: a private service for the key-value store only
+            service = _jax.get_distributed_runtime_service(f"[::]:{port}", 1, heartbeat_timeout=hb,
+                                                           shutdown_timeout=5)
+        elif rank == 0 and not _external_service and not _answers(master_ip, port):
+            if not port_free(master_ip, port):
+                raise RuntimeError(f"init_process_group: port {port} is in use by another program; choose another "
+                                   f"port for the coordination service")
+            service = _jax.get_distributed_runtime_service(f"[::]:{port}", world_size, heartbeat_timeout=hb,
+                                                           shutdown_timeout=int(to))
+        try:
+            cl = _jax.get_distributed_runtime_client(addr, rank, init_timeout=int(to), heartbeat_timeout=hb,
+                                                     shutdown_timeout=int(to) if world_size > 1 else 5,
+                                                     missed_heartbeat_callback=_on_missed_heartbeat,
+                                                     use_compression=True)
+            cl.connect()
+        except Exception as exc:
+            if service is not None:
+                service.shutdown()
+            raise RuntimeError(f"init_process_group: rank {rank} could not join the {world_size} processes at "
+                               f"{addr} within {to:g} s (MEGXLA_DIST_TIMEOUT): {str(exc).splitlines()[0]}") from None
+        _st.client, _st.service, _st.key, _st.rank, _st.world_size = cl, service, key, rank, world_size
+        _st.failed = None
+        if world_size == 1:
+            return
+        # From here on JAX sees a multi-process run: its backends must be (re)created against this client.
+        jax.config.update("jax_cpu_collectives_implementation", "gloo")
+        if platform == "cpu":
+            jax.config.update("jax_platforms", "cpu")
+        if local_device is not None and platform != "cpu":
+            jax.config.update("jax_cuda_visible_devices", str(local_device))
+        gs = jd.global_state
+        gs.client, gs.service, gs.process_id, gs.num_processes = cl, None, rank, world_size
+        gs.coordinator_address = addr
+        _st.own_jax_state = True
+        if xb._backends:  # megxla (its random key) or the user created arrays already: start JAX's backends anew
+            import jax.extend.backend as jeb
+            jeb.clear_backends()
+
+
+def stop():
+    """Leave the runtime (the launcher's workers, re-initialisation)."""
+    with _lock:
+        cl, service = _st.client, _st.service
+        _st.client = _st.service = _st.key = None
+        if _st.own_jax_state:
+            from jax._src import distributed as jd
+            gs = jd.global_state
+            gs.client = gs.service = None
+            _st.own_jax_state = False
+    if cl is not None:
+        try:
+            cl.shutdown()
+        except Exception:
+            pass
+    if service is not None:
+        service.shutdown()
+
+
+def group_devices(ranks, platform):
+    """The devices of global ``ranks`` (one per process), in that order."""
+    import jax
+    devs = {}
+    for d in jax.devices(platform):
+        devs.setdefault(d.process_index, d)
+    missing = [r for r in ranks if r not in devs]
+    if missing:
+        raise RuntimeError(f"no {platform} device of rank(s) {missing}: every process of the group must have joined "
+                           f"with device_type {platform!r}")
+    return tuple(devs[r] for r in ranks)
+
+
+# ---- failures ----------------------------------------------------------------------------------------------------
+_FAIL_DIR = "megxla/failed/"
+
+
+def record_failure(text):
+    """Tell the other ranks (through the key-value store) that this rank fails, with its traceback."""
+    if _st.client is None:
+        return
+    try:
+        _st.client.key_value_set(f"{_FAIL_DIR}{_st.rank}", text[-20000:], allow_overwrite=True)
+    except Exception:
+        pass
+
+
+def failed_ranks():
+    """``{rank: traceback}`` of the ranks that reported a failure."""
+    if _st.client is None:
+        return {}
+    try:
+        items = _st.client.key_value_dir_get(_FAIL_DIR)
+    except Exception:
+        return {}
+    return {int(k.rsplit("/", 1)[1]): v for k, v in items}
+
+
+def describe_failure(exc, what):
+    """A RuntimeError for a failed collective naming the rank that failed: one that reported its exception, or
+    one the runtime found dead (that may take ``MEGXLA_DIST_HEARTBEAT`` seconds); else the XLA error."""
+    start = time.monotonic()
+    while True:
+        got = failed_ranks()
+        if got:
+            r = sorted(got)[0]
+            return RuntimeError(f"{what}: rank {r} failed:\n{got[r]}")
+        if _st.failed:
+            return RuntimeError(f"{what}: {_st.failed}")
+        if time.monotonic() - start > heartbeat() + 2:
+            break
+        time.sleep(0.1)
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return RuntimeError(f"{what} failed on rank {_st.rank}: a peer process left the collective: {first}")
