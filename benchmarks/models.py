@@ -108,6 +108,53 @@ class ResNet18(M.Module):
         return self.fc(x)
 
 
+class Bottleneck(M.Module):
+    """ResNet-50's block: 1x1 reduce, 3x3 (stride), 1x1 expand (x4), projection shortcut where shapes change."""
+
+    def __init__(self, cin, width, stride):
+        super().__init__()
+        cout = width * 4
+        self.conv1, self.bn1 = M.Conv2d(cin, width, 1, bias=False), M.BatchNorm2d(width)
+        self.conv2 = M.Conv2d(width, width, 3, stride=stride, padding=1, bias=False)
+        self.bn2 = M.BatchNorm2d(width)
+        self.conv3, self.bn3 = M.Conv2d(width, cout, 1, bias=False), M.BatchNorm2d(cout)
+        self.has_down = stride != 1 or cin != cout
+        if self.has_down:
+            self.down_conv = M.Conv2d(cin, cout, 1, stride=stride, bias=False)
+            self.down_bn = M.BatchNorm2d(cout)
+
+    def forward(self, x):
+        y = F.relu(self.bn1(self.conv1(x)))
+        y = F.relu(self.bn2(self.conv2(y)))
+        y = self.bn3(self.conv3(y))
+        sc = self.down_bn(self.down_conv(x)) if self.has_down else x
+        return F.relu(y + sc)
+
+
+RESNET50_STAGES = ((64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2))
+
+
+class ResNet50(M.Module):
+    """ImageNet ResNet-50: 7x7/2 stem, 3x3/2 max-pool, [3, 4, 6, 3] bottlenecks, global average pool, 1000 classes."""
+
+    def __init__(self, num_classes=1000):
+        super().__init__()
+        self.conv1 = M.Conv2d(3, 64, 7, stride=2, padding=3, bias=False)
+        self.bn1 = M.BatchNorm2d(64)
+        cin = 64
+        for i, (width, blocks, stride) in enumerate(RESNET50_STAGES):
+            layers = [Bottleneck(cin, width, stride)] + [Bottleneck(width * 4, width, 1) for _ in range(blocks - 1)]
+            setattr(self, f"layer{i + 1}", M.Sequential(*layers))
+            cin = width * 4
+        self.fc = M.Linear(cin, num_classes)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.bn1(self.conv1(x))), 3, stride=2, padding=1)
+        x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
+        x = x.mean(axis=(2, 3))
+        return self.fc(x)
+
+
 class SelfAttention(M.Module):
     """Multi-head self-attention written by hand with F.matmul / F.softmax."""
 
@@ -253,6 +300,30 @@ def jax_resnet18(p, b, x):
     return j_linear(p, "fc", jnp.mean(x, axis=(2, 3))), nb
 
 
+def j_maxpool3s2(x):
+    _, jnp, lax = _jax()
+    return lax.reduce_window(x, -jnp.inf, lax.max, (1, 1, 3, 3), (1, 1, 2, 2), [(0, 0), (0, 0), (1, 1), (1, 1)])
+
+
+def jax_resnet50(p, b, x):
+    jax, jnp, _ = _jax()
+    nb = {}
+    x = j_maxpool3s2(jax.nn.relu(j_bn(p, b, nb, "bn1", j_conv(p, "conv1", x, 2, 3, bias=False))))
+    cin = 64
+    for i, (width, blocks, stride) in enumerate(RESNET50_STAGES):
+        for j in range(blocks):
+            s = stride if j == 0 else 1
+            pre = f"layer{i + 1}.{j}."
+            y = jax.nn.relu(j_bn(p, b, nb, pre + "bn1", j_conv(p, pre + "conv1", x, 1, 0, bias=False)))
+            y = jax.nn.relu(j_bn(p, b, nb, pre + "bn2", j_conv(p, pre + "conv2", y, s, 1, bias=False)))
+            y = j_bn(p, b, nb, pre + "bn3", j_conv(p, pre + "conv3", y, 1, 0, bias=False))
+            if s != 1 or cin != width * 4:
+                x = j_bn(p, b, nb, pre + "down_bn", j_conv(p, pre + "down_conv", x, s, 0, bias=False))
+            x = jax.nn.relu(y + x)
+            cin = width * 4
+    return j_linear(p, "fc", jnp.mean(x, axis=(2, 3))), nb
+
+
 def jax_transformer(p, b, tokens, heads=4):
     jax, jnp, _ = _jax()
     x = jnp.take(p["embed.weight"], tokens, axis=0) + p["pos"]
@@ -380,6 +451,42 @@ def torch_models():
             x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
             return self.fc(x.mean(dim=(2, 3)))
 
+    class TBottleneck(tnn.Module):
+        def __init__(self, cin, width, stride):
+            super().__init__()
+            cout = width * 4
+            self.conv1, self.bn1 = tnn.Conv2d(cin, width, 1, bias=False), tnn.BatchNorm2d(width)
+            self.conv2, self.bn2 = tnn.Conv2d(width, width, 3, stride, 1, bias=False), tnn.BatchNorm2d(width)
+            self.conv3, self.bn3 = tnn.Conv2d(width, cout, 1, bias=False), tnn.BatchNorm2d(cout)
+            self.has_down = stride != 1 or cin != cout
+            if self.has_down:
+                self.down_conv = tnn.Conv2d(cin, cout, 1, stride, bias=False)
+                self.down_bn = tnn.BatchNorm2d(cout)
+
+        def forward(self, x):
+            y = tF.relu(self.bn1(self.conv1(x)))
+            y = tF.relu(self.bn2(self.conv2(y)))
+            y = self.bn3(self.conv3(y))
+            sc = self.down_bn(self.down_conv(x)) if self.has_down else x
+            return tF.relu(y + sc)
+
+    class TResNet50(tnn.Module):
+        def __init__(self, num_classes=1000):
+            super().__init__()
+            self.conv1, self.bn1 = tnn.Conv2d(3, 64, 7, 2, 3, bias=False), tnn.BatchNorm2d(64)
+            cin = 64
+            for i, (width, blocks, stride) in enumerate(RESNET50_STAGES):
+                layers = [TBottleneck(cin, width, stride)] + [TBottleneck(width * 4, width, 1)
+                                                             for _ in range(blocks - 1)]
+                setattr(self, f"layer{i + 1}", tnn.Sequential(*layers))
+                cin = width * 4
+            self.fc = tnn.Linear(cin, num_classes)
+
+        def forward(self, x):
+            x = tF.max_pool2d(tF.relu(self.bn1(self.conv1(x))), 3, 2, 1)
+            x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
+            return self.fc(x.mean(dim=(2, 3)))
+
     class TAttention(tnn.Module):
         def __init__(self, d, heads):
             super().__init__()
@@ -421,7 +528,8 @@ def torch_models():
             x = self.layer1(self.layer0(self.embed(tokens) + self.pos))
             return self.head(x).reshape(-1, self.vocab)
 
-    return {"mlp": TMLP, "convnet": TConvNet, "resnet18": TResNet18, "transformer": TTransformer}
+    return {"mlp": TMLP, "convnet": TConvNet, "resnet18": TResNet18, "resnet50": TResNet50,
+            "transformer": TTransformer}
 
 
 def load_into_torch(tmodel, named_arrays):
@@ -458,6 +566,9 @@ class Workload:
     max_warmup: Optional[int] = None  # cap on the default number of untimed warm-up calls
     notes: str = ""
     extra: dict = field(default_factory=dict)
+    gpu: bool = False  # GPU-sized: run by ``run.py --device gpu`` (by default only there)
+    amp: bool = False  # forward and loss under ``amp.autocast`` / ``torch.autocast`` (float16)
+    skip: tuple = ()  # columns without an implementation for this workload
 
 
 def _images(shape, classes=10):
@@ -483,6 +594,36 @@ def _convnet(batch, small):
         notes=f"Conv-BN-ReLU-AvgPool x2 + MLP head, 1x28x28, batch {batch}, AdamW(lr 1e-3, wd 1e-2)")
 
 
+def _gpu_workloads(amp):
+    """The GPU-sized workloads (issue 13): ResNet-18 b256, Transformer b64, ResNet-50 224px b64; ``_amp`` variants
+    run forward and loss under autocast (float16; the hand-written jax.jit step has no amp form)."""
+    sfx, skip = ("_amp", ("jax_jit",)) if amp else ("", ())
+    note = "; forward + loss under autocast (float16)" if amp else ""
+    return [
+        Workload(
+            name="resnet18_b256" + sfx, kind="resnet18", batch=256, build=ResNet18,
+            make_optimizer=lambda ps: optim.SGD(ps, lr=0.05, momentum=0.9, weight_decay=5e-4),
+            jax_forward=jax_resnet18, jax_optimizer=lambda: jax_sgd(0.05, 0.9, 5e-4),
+            torch_optimizer=lambda torch, ps: torch.optim.SGD(ps, lr=0.05, momentum=0.9, weight_decay=5e-4),
+            inputs=_images((256, 3, 32, 32)), gpu=True, amp=amp, skip=skip,
+            notes="CIFAR ResNet-18, 3x32x32, batch 256, SGD(lr 0.05, momentum 0.9, wd 5e-4)" + note),
+        Workload(
+            name="transformer_b64" + sfx, kind="transformer", batch=64, build=Transformer,
+            make_optimizer=lambda ps: optim.Adam(ps, lr=1e-3),
+            jax_forward=jax_transformer, jax_optimizer=lambda: jax_adam(1e-3),
+            torch_optimizer=lambda torch, ps: torch.optim.Adam(ps, lr=1e-3),
+            inputs=_tokens(64, 128, 1000), gpu=True, amp=amp, skip=skip,
+            notes="the 2-layer Transformer at batch 64, Adam(lr 1e-3)" + note),
+        Workload(
+            name="resnet50_b64" + sfx, kind="resnet50", batch=64, build=ResNet50,
+            make_optimizer=lambda ps: optim.SGD(ps, lr=0.1, momentum=0.9, weight_decay=1e-4),
+            jax_forward=jax_resnet50, jax_optimizer=lambda: jax_sgd(0.1, 0.9, 1e-4),
+            torch_optimizer=lambda torch, ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9, weight_decay=1e-4),
+            inputs=_images((64, 3, 224, 224), classes=1000), gpu=True, amp=amp, skip=skip,
+            notes="ImageNet ResNet-50, 3x224x224, batch 64, SGD(lr 0.1, momentum 0.9, wd 1e-4)" + note),
+    ]
+
+
 WORKLOADS = {w.name: w for w in [
     Workload(
         name="mlp", kind="mlp", batch=128, build=MLP,
@@ -506,4 +647,4 @@ WORKLOADS = {w.name: w for w in [
         torch_optimizer=lambda torch, ps: torch.optim.Adam(ps, lr=1e-3),
         inputs=_tokens(16, 128, 1000), max_warmup=2,
         notes="2-layer post-LN encoder, d 256, 4 heads, FFN 1024, seq 128, batch 16, vocab 1000, Adam(lr 1e-3)"),
-]}
+] + [w for amp in (False, True) for w in _gpu_workloads(amp)]}

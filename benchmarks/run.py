@@ -24,6 +24,9 @@ Run:
     python benchmarks/run.py                  # full suite (~6 min on an idle 2-core machine), writes benchmarks/results/
     python benchmarks/run.py --quick          # smoke run (< 2 min): small workloads, few steps
     python benchmarks/run.py --only mlp,resnet18 --steps 50 --columns xla_trace,jax_jit
+    python benchmarks/run.py --device gpu     # on a CUDA machine: JAX and PyTorch on the GPU, the GPU-sized
+                                              # workloads (ResNet-18 b256, Transformer b64, ResNet-50 224px b64,
+                                              # each also under amp autocast)
 
 Outputs (``--out``, default ``benchmarks/results``; ``--quick`` defaults to ``benchmarks/results/quick``):
 ``results.md`` (the printed tables), ``results.json`` (every number, with the run's metadata) and ``results.png``.
@@ -63,7 +66,7 @@ DEFAULT_COLUMNS = [c for c in ALL_COLUMNS if c != "trace_host"]
 # ---------------------------------------------------------------------------------------------------------
 # threads: fixed before jax / torch are imported
 # ---------------------------------------------------------------------------------------------------------
-def set_threads(n):
+def set_threads(n, device="cpu"):
     flags = os.environ.get("XLA_FLAGS", "")
     if "intra_op_parallelism_threads" not in flags:
         flags = f"{flags} --xla_cpu_multi_thread_eigen={'true' if n > 1 else 'false'} " \
@@ -75,8 +78,22 @@ def set_threads(n):
     # cores (a shared VM, other jobs) a descheduled worker then stalls every parallel region: measured here,
     # a 2-thread PyTorch MLP step took 380 ms median with the default policy and 8 ms with PASSIVE.
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    os.environ.setdefault("JAX_PLATFORMS", "cuda" if device == "gpu" else "cpu")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    # Compile times are cold ones: megxla's persistent compilation cache (on by default) stays off unless asked.
+    os.environ.setdefault("MEGXLA_COMPILATION_CACHE", "0")
+
+
+DEVICE = {"name": "cpu"}  # --device: where JAX and PyTorch run
+
+
+def _torch_device():
+    return "cuda" if DEVICE["name"] == "gpu" else "cpu"
+
+
+def _sync_torch(torch):
+    if DEVICE["name"] == "gpu":
+        torch.cuda.synchronize()
 
 
 def _torch():
@@ -193,12 +210,23 @@ def make_megxla(wl, column):
     x_np, y_np = _data(wl)
     x, y = mge.Tensor(x_np), mge.Tensor(y_np)
 
-    def train_step(data, label, model, opt):
-        with gm:
-            loss = F.nn.cross_entropy(model(data), label)
-            gm.backward(loss)
-        opt.step().clear_grad()
-        return loss
+    if wl.amp:
+        from megxla import amp
+
+        def train_step(data, label, model, opt):
+            with gm:
+                with amp.autocast():
+                    loss = F.nn.cross_entropy(model(data), label)
+                gm.backward(loss)
+            opt.step().clear_grad()
+            return loss
+    else:
+        def train_step(data, label, model, opt):
+            with gm:
+                loss = F.nn.cross_entropy(model(data), label)
+                gm.backward(loss)
+            opt.step().clear_grad()
+            return loss
 
     traced = None
     fn = train_step
@@ -287,21 +315,26 @@ def make_torch(wl, compile_):
 
     p_np, b_np = initial_arrays(wl)
     torch.manual_seed(0)
+    dev = _torch_device()
     model = torch_models()[wl.kind]()
     load_into_torch(model, {**p_np, **b_np})
-    model.train()
+    model.to(dev).train()
     opt = wl.torch_optimizer(torch, model.parameters())
     x_np, y_np = _data(wl)
-    x, y = torch.from_numpy(x_np), torch.from_numpy(y_np).long()
+    x, y = torch.from_numpy(x_np).to(dev), torch.from_numpy(y_np).long().to(dev)
     if x.dtype == torch.int32:
         x = x.long()
     fwd = torch.compile(model) if compile_ else model
+    autocast = (lambda: torch.autocast(dev, dtype=torch.float16 if dev == "cuda" else torch.bfloat16)) \
+        if wl.amp else __import__("contextlib").nullcontext
 
     def step():
         opt.zero_grad(set_to_none=True)
-        loss = tF.cross_entropy(fwd(x), y)
+        with autocast():
+            loss = tF.cross_entropy(fwd(x), y)
         loss.backward()
         opt.step()
+        _sync_torch(torch)  # GPU kernels run asynchronously: a step ends when they are done
         return loss.detach()
 
     return step, lambda: {}
@@ -458,6 +491,12 @@ def ratio(results, wname, col, ref="jax_jit"):
     return c["median_ms"] / r["median_ms"]
 
 
+def time_to_first_step(column, cell):
+    """Seconds from building the model to the end of its first compiled (or, eagerly, first) step."""
+    calls = cell["first_call_ms"] + (cell["second_call_ms"] if column in ("xla_trace", "partial_trace") else 0.0)
+    return cell.get("build_s", 0.0) + calls / 1e3
+
+
 def render(meta, workloads, columns, results, overhead, targets):
     L = []
     L.append("# megxla training-step benchmarks\n")
@@ -466,6 +505,7 @@ def render(meta, workloads, columns, results, overhead, targets):
     L.append(f"- threads: {meta['threads']} (XLA_FLAGS=`{meta['XLA_FLAGS']}`, OMP_NUM_THREADS={meta['OMP_NUM_THREADS']}, "
              f"OMP_WAIT_POLICY={meta['OMP_WAIT_POLICY']}"
              + (f", torch.set_num_threads({meta.get('torch_threads')})" if meta.get("torch") else "") + ")")
+    L.append(f"- device: {meta.get('device', 'cpu')}" + (f" ({meta['gpu']})" if meta.get("gpu") else ""))
     L.append(f"- jax {meta['jax']} ({meta['jax_backend']}), numpy {meta['numpy']}, torch {meta.get('torch') or 'not installed'}")
     L.append(f"- steps: {meta['steps_note']}; "
              + ("columns timed one after another" if meta.get("sequential") else
@@ -479,7 +519,9 @@ def render(meta, workloads, columns, results, overhead, targets):
              "pure JAX step with donated buffers; `torch.compile` = `torch.compile(model)`, optimizer eager, "
              f"inductor cache: {meta.get('torch_compile_cache')}.\n")
 
-    L.append("## Steady-state ms/step (median; × = ratio to the jax.jit limit)\n")
+    L.append("## Steady-state ms/step (median; × = ratio to the jax.jit limit) · time to the first step\n")
+    L.append("Time to the first step (`1st`): from building the model to the end of the first call, plus the second "
+             "call where that is the first compiled one (`xla_trace`, `partial_trace`).\n")
     hdr = ["workload"] + [COLUMN_TITLES[c] for c in columns]
     L.append("| " + " | ".join(hdr) + " |")
     L.append("|" + "---|" * len(hdr))
@@ -493,7 +535,8 @@ def render(meta, workloads, columns, results, overhead, targets):
                 row.append("error")
             else:
                 r = ratio(results, w.name, c)
-                row.append(_fmt_ms(cell["median_ms"]) + (f" ({r:.2f}×)" if r is not None and c != "jax_jit" else ""))
+                row.append(_fmt_ms(cell["median_ms"]) + (f" ({r:.2f}×)" if r is not None and c != "jax_jit" else "")
+                           + f" · 1st {time_to_first_step(c, cell):.1f} s")
         L.append("| " + " | ".join(row) + " |")
 
     L.append("\n## min / max ms/step, and steps timed\n")
@@ -637,10 +680,13 @@ def main(argv=None):
                     help="time each column to completion before building the next (default: interleaved rounds)")
     ap.add_argument("--torch-cache", action="store_true",
                     help="let torch.compile use inductor's on-disk cache (default: a fresh cache, i.e. cold compiles)")
+    ap.add_argument("--device", choices=("cpu", "gpu"), default="cpu",
+                    help="where JAX and PyTorch run; gpu adds the GPU-sized workloads (default: only those)")
     ap.add_argument("--list", action="store_true", help="list workloads and columns, then exit")
     args = ap.parse_args(argv)
 
-    set_threads(args.threads)
+    DEVICE["name"] = args.device
+    set_threads(args.threads, args.device)
     inductor_dir = None
     if not args.torch_cache and "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
         # torch.compile caches compiled graphs on disk; a fresh directory makes its compile time a cold one,
@@ -665,7 +711,7 @@ def main(argv=None):
             ap.error(f"unknown workload(s) {unknown}; choose from {list(WORKLOADS)}")
         workloads = [WORKLOADS[n] for n in names]
     else:
-        workloads = [w for w in WORKLOADS.values() if w.small or not args.quick]
+        workloads = [w for w in WORKLOADS.values() if (w.small or not args.quick) and w.gpu == (args.device == "gpu")]
     columns = [c.strip() for c in args.columns.split(",")] if args.columns else list(DEFAULT_COLUMNS)
     bad = [c for c in columns if c not in ALL_COLUMNS]
     if bad:
@@ -676,6 +722,14 @@ def main(argv=None):
         columns = [c for c in columns if c != "torch_compile"]  # inductor's C++ compile alone exceeds the budget
 
     meta = environment(args.threads)
+    meta["device"] = args.device
+    if args.device == "gpu":
+        torch = _torch()
+        if meta["jax_backend"] != "gpu":
+            ap.error(f"--device gpu: JAX sees no GPU (backend {meta['jax_backend']!r}); pip install -e '.[cuda]'")
+        if torch is not None and not torch.cuda.is_available():
+            ap.error("--device gpu: PyTorch sees no GPU (a CPU build of torch is installed)")
+        meta["gpu"] = meta["jax_devices"][0]
     notes = []
 
     def plan(w):
@@ -724,8 +778,8 @@ def main(argv=None):
         bar.set_postfix_str(w.name)
 
         n_steps, n_warmup = plan(w)
-        results[w.name] = bench_workload(w, columns, lambda c: n_steps, n_warmup, interleave=not args.sequential,
-                                         on_cell=on_cell)
+        results[w.name] = bench_workload(w, [c for c in columns if c not in w.skip], lambda c: n_steps, n_warmup,
+                                         interleave=not args.sequential, on_cell=on_cell)
     bar.close()
     meta["load_avg_end"] = _loadavg()
     overhead = None

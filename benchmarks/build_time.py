@@ -1,0 +1,162 @@
+"""Model construction time: first build in a fresh process, megxla vs PyTorch (issue 18).
+
+Every measurement runs in its own subprocess (nothing compiled or cached in memory before it) with megxla's
+persistent compilation cache off, so it is what a user meets on a first run. A build is timed from the first
+line of the model's constructor until every parameter and buffer is materialised (megxla: the arrays are
+ready on the device); the import of the framework is timed apart. For megxla the number of XLA compilations
+during the build is counted through JAX's monitoring hook. ``--forward`` adds the first eager forward pass
+(batch 2; compiles and seconds), the other place where a first run pays per-shape compiles.
+
+Usage::
+
+    .venv/bin/python benchmarks/build_time.py                      # resnet18, resnet50, transformer
+    .venv/bin/python benchmarks/build_time.py --forward --repeats 3 --models resnet18
+
+MegEngine 1.13 on the same 2-core CPU builds the ResNet-18 in 0.19 s (figure from issue 18).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+MODELS = ("resnet18", "resnet50", "transformer")
+# input of the first eager forward, batch 2
+_INPUTS = {"resnet18": ("image", (2, 3, 32, 32)), "resnet50": ("image", (2, 3, 224, 224)),
+           "transformer": ("tokens", (2, 128))}
+MEGENGINE_S = {"resnet18": 0.19}  # issue 18's MegEngine 1.13 figure, same machine kind
+
+
+def _child(framework, model, forward):
+    import time
+    t0 = time.perf_counter()
+    sys.path.insert(0, HERE)
+    if framework == "megxla":
+        import jax
+        counts = {"build": 0, "forward": 0}
+        phase = ["import"]
+
+        def on_duration(event, duration, **kw):
+            if event == "/jax/core/compile/backend_compile_duration" and phase[0] in counts:
+                counts[phase[0]] += 1
+
+        jax.monitoring.register_event_duration_secs_listener(on_duration)
+        import numpy as np
+        import megxla
+        import models
+        cls = {"resnet18": models.ResNet18, "resnet50": models.ResNet50, "transformer": models.Transformer}[model]
+        megxla.random.seed(0)
+        t1 = time.perf_counter()
+        phase[0] = "build"
+        net = cls()
+        jax.block_until_ready([t._data for t in list(net.parameters()) + list(net.buffers())])
+        t2 = time.perf_counter()
+        out = {"import_s": t1 - t0, "build_s": t2 - t1, "compiles": counts["build"],
+               "params": int(sum(p.size for p in net.parameters()))}
+        if forward:
+            kind, shape = _INPUTS[model]
+            rng = np.random.RandomState(0)
+            x = rng.randint(0, 1000, shape).astype("int32") if kind == "tokens" else \
+                rng.standard_normal(shape).astype("float32")
+            x = megxla.Tensor(x)
+            phase[0] = "forward"
+            t3 = time.perf_counter()
+            net(x).numpy()
+            out.update(forward_s=time.perf_counter() - t3, forward_compiles=counts["forward"])
+    else:
+        import torch
+        import models
+        torch.manual_seed(0)
+        cls = models.torch_models()[model]
+        t1 = time.perf_counter()
+        net = cls()
+        t2 = time.perf_counter()
+        out = {"import_s": t1 - t0, "build_s": t2 - t1, "params": int(sum(p.numel() for p in net.parameters()))}
+        if forward:
+            kind, shape = _INPUTS[model]
+            x = torch.randint(0, 1000, shape) if kind == "tokens" else torch.randn(shape)
+            t3 = time.perf_counter()
+            with torch.no_grad():
+                net(x)
+            out.update(forward_s=time.perf_counter() - t3)
+    print("RESULT " + json.dumps(out))
+
+
+def measure(framework, model, forward=False, threads=None):
+    """One first build in a fresh subprocess; returns its result dict (or ``{"error": ...}``)."""
+    env = dict(os.environ, MEGXLA_COMPILATION_CACHE="0", OMP_WAIT_POLICY="PASSIVE")
+    if threads:
+        env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
+    cmd = [sys.executable, os.path.abspath(__file__), "--child", framework, model] + (["--forward"] if forward else [])
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
+    for line in proc.stdout.splitlines():
+        if line.startswith("RESULT "):
+            return json.loads(line[7:])
+    return {"error": (proc.stderr.strip().splitlines() or ["no output"])[-1]}
+
+
+def _median(runs, key):
+    vals = [r[key] for r in runs if key in r]
+    return statistics.median(vals) if vals else None
+
+
+def _fmt(v, unit="s"):
+    return "-" if v is None else f"{v:.2f} {unit}"
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--models", default=",".join(MODELS), help=f"comma-separated, out of {','.join(MODELS)}")
+    ap.add_argument("--repeats", type=int, default=1, help="fresh processes per cell (median reported)")
+    ap.add_argument("--forward", action="store_true", help="also time the first eager forward (batch 2)")
+    ap.add_argument("--no-torch", action="store_true", help="megxla only")
+    ap.add_argument("--json", default=None, help="write the raw results to this file")
+    ap.add_argument("--child", nargs=2, metavar=("FRAMEWORK", "MODEL"), help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.child:
+        return _child(*args.child, args.forward)
+    models = [m.strip() for m in args.models.split(",") if m.strip()]
+    unknown = set(models) - set(MODELS)
+    if unknown:
+        ap.error(f"unknown models {sorted(unknown)}; choose from {MODELS}")
+    frameworks = ["megxla"]
+    if not args.no_torch:
+        try:
+            import torch  # noqa: F401
+            frameworks.append("torch")
+        except ImportError:
+            print("PyTorch not installed: megxla only (pip install torch==2.13.0)", file=sys.stderr)
+    results = {}
+    for m in models:
+        for fw in frameworks:
+            results[(m, fw)] = [measure(fw, m, args.forward) for _ in range(args.repeats)]
+    head = "| model | params | megxla build | compiles | PyTorch build | megxla / PyTorch | MegEngine 1.13 |"
+    sep = "|---|---:|---:|---:|---:|---:|---:|"
+    if args.forward:
+        head += " megxla 1st forward | its compiles | PyTorch 1st forward |"
+        sep += "---:|---:|---:|"
+    lines = [f"First model build in a fresh process (median of {args.repeats}; persistent cache off)", "", head, sep]
+    for m in models:
+        mx, th = results[(m, "megxla")], results.get((m, "torch"), [])
+        if any("error" in r for r in mx + th):
+            lines.append(f"| {m} | error: {[r['error'] for r in mx + th if 'error' in r][0]} |")
+            continue
+        b, tb = _median(mx, "build_s"), _median(th, "build_s")
+        row = (f"| {m} | {mx[0]['params'] / 1e6:.1f} M | {_fmt(b)} | {_median(mx, 'compiles'):.0f} | {_fmt(tb)} | "
+               f"{'-' if not tb else f'{b / tb:.1f}x'} | {_fmt(MEGENGINE_S.get(m))} |")
+        if args.forward:
+            row += (f" {_fmt(_median(mx, 'forward_s'))} | {_median(mx, 'forward_compiles'):.0f} | "
+                    f"{_fmt(_median(th, 'forward_s'))} |")
+        lines.append(row)
+    print("\n".join(lines))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({f"{m}/{fw}": r for (m, fw), r in results.items()}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
