@@ -16,9 +16,6 @@ REFERENCE = os.path.join(os.path.dirname(__file__), "data", "megengine-1.13-api.
 KNOWN_MISSING = {
     "megxla.traced_module": "TracedModule is MegEngine's graph-IR rewriting system (expr/node graph of module "
                             "calls); megxla's traces are op recordings compiled by XLA, not an editable IR",
-    "megxla.functional.deformable_psroi_pooling": "not implemented yet (no XLA kernel written)",
-    "megxla.functional.nn.deformable_psroi_pooling": "not implemented yet (no XLA kernel written)",
-    "megxla.module.DeformablePSROIPooling": "not implemented yet (needs deformable_psroi_pooling)",
     "megxla.functional.vision.nvof": "NVIDIA Optical Flow SDK hardware unit; no XLA equivalent",
     "megxla.optimizer.Optimizer.backward": "MegEngine-internal (deprecated) method; GradManager.backward is the API",
     "megxla.optimizer.Optimizer.bcast_param": "MegEngine-internal; distributed.bcast_list_ is the API",

@@ -9,6 +9,7 @@ from .nn import (conv1d, conv2d, conv3d, conv_transpose2d, conv_transpose3d, lin
 from .nn import (local_conv2d, deformable_conv2d, region_restricted_conv, sync_batch_norm, general_norm,  # noqa: F401
                  local_response_norm, pixel_shuffle, sliding_window, sliding_window_transpose, multi_head_attention,
                  pad, remap, warp_affine, warp_perspective)
+from .nn import deformable_psroi_pooling  # noqa: F401
 from ._tensor_methods import install as _install_tensor_methods
 from .elemwise import __all__ as _e
 from .math import __all__ as _m
@@ -21,6 +22,7 @@ __all__ = _e + _m + _t + ["conv1d", "conv2d", "conv3d", "conv_transpose2d", "con
 __all__ += ["local_conv2d", "deformable_conv2d", "region_restricted_conv", "sync_batch_norm", "general_norm",
             "local_response_norm", "pixel_shuffle", "sliding_window", "sliding_window_transpose", "multi_head_attention", "pad", "remap",
             "warp_affine", "warp_perspective", "vision"]
+__all__ += ["deformable_psroi_pooling"]
 
 _install_tensor_methods()  # Tensor.astype / reshape / sum / @ ...: functional's front ends (core imports nothing above)
 

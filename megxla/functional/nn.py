@@ -1313,3 +1313,57 @@ def multi_head_attention(query, key, value, embed_dim, num_heads, attn_drop, out
         if unbatched:
             weights = squeeze(weights, 0)
     return out, weights
+
+
+def deformable_psroi_pooling(inp, rois, trans, no_trans, part_size, pooled_h, pooled_w, sample_per_part,
+                             spatial_scale, trans_std=0.1):
+    """Deformable position-sensitive RoI pooling (Deformable ConvNets / R-FCN; MegEngine's op).
+
+    Args:
+        inp: ``(N, C, H, W)`` features.
+        rois: ``(R, 5)`` boxes ``(batch index, x0, y0, x1, y1)`` in input-image coordinates.
+        trans: ``(R, 2 * num_classes, part_size, part_size)`` normalised bin offsets (x, y per class);
+            ignored with ``no_trans``. ``C`` must be a multiple of ``num_classes``.
+        no_trans: pool without offsets.
+        part_size: the offset grid size.
+        pooled_h: output bins per RoI, vertically.
+        pooled_w: output bins per RoI, horizontally.
+        sample_per_part: samples per bin side (``sample_per_part``² bilinear samples are averaged).
+        spatial_scale: scale from image to feature coordinates (e.g. ``1 / 16``).
+        trans_std: scale of the offsets.
+
+    Returns:
+        ``(R, C, pooled_h, pooled_w)``; differentiable w.r.t. ``inp`` and ``trans``.
+
+    Example:
+        >>> x = Tensor(np.arange(16, dtype=np.float32).reshape(1, 1, 4, 4))
+        >>> rois = Tensor([[0, 0, 0, 3, 3]], dtype="float32")
+        >>> F.deformable_psroi_pooling(x, rois, Tensor(np.zeros((1, 2, 1, 1), np.float32)), True, 1, 2, 2, 1,
+        ...                            1.0).numpy().ravel()
+        array([0. , 1.5, 6. , 7.5], dtype=float32)
+    """
+    from ..core.ops import psroi as _P
+    op = "deformable_psroi_pooling"
+    inp, rois, trans = _t(inp), _t(rois), _t(trans)
+    if inp.ndim != 4 or np.dtype(inp.dtype).kind != "f":
+        raise OpError(f"{op}: expected float (N, C, H, W) features, got {inp.shape} {inp.dtype}")
+    if rois.ndim != 2 or rois.shape[1] != 5:
+        raise OpError(f"{op}: rois must be (R, 5) (batch index, x0, y0, x1, y1), got {rois.shape}")
+    ints = dict(part_size=part_size, pooled_h=pooled_h, pooled_w=pooled_w, sample_per_part=sample_per_part)
+    for name, v in ints.items():
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+            raise OpError(f"{op}: {name} must be a positive int, got {v!r}")
+    if not no_trans:
+        if (trans.ndim != 4 or trans.shape[0] != rois.shape[0] or trans.shape[1] % 2 or trans.shape[1] == 0
+                or trans.shape[2:] != (part_size, part_size)):
+            raise OpError(f"{op}: trans must be (R, 2 * num_classes, part_size, part_size) = ({rois.shape[0]}, 2k, "
+                          f"{part_size}, {part_size}), got {trans.shape}")
+        if inp.shape[1] % (trans.shape[1] // 2):
+            raise OpError(f"{op}: {inp.shape[1]} channels are not a multiple of {trans.shape[1] // 2} classes")
+    return _apply(_P.deformable_psroi_pooling.bind(
+        no_trans=bool(no_trans), part_size=int(part_size), pooled_h=int(pooled_h), pooled_w=int(pooled_w),
+        sample_per_part=int(sample_per_part), spatial_scale=float(spatial_scale), trans_std=float(trans_std)),
+        inp, rois, trans)
+
+
+__all__ += ["deformable_psroi_pooling"]

@@ -16,6 +16,7 @@ from .concat import Concat
 from .conv import (Conv1d, Conv2d, Conv3d, ConvRelu2d, ConvTranspose2d, ConvTranspose3d, ConvTransposeRelu2d,
                    DeformableConv2d, LocalConv2d)
 from .conv_bn import ConvBn2d, ConvBnRelu2d, ConvTransposeBn2d, ConvTransposeBnRelu2d
+from .deformable_psroi_pooling import DeformablePSROIPooling
 from .dropout import Dropout
 from .elemwise import Elemwise
 from .embedding import Embedding
@@ -48,3 +49,4 @@ __all__ = [
     "SlidingWindow", "SlidingWindowTranspose", "QuantStub", "DequantStub",
     "RNNCell", "LSTMCell", "RNN", "LSTM", "MultiHeadAttention", "RegionRestrictedConv", "BatchMatMulActivation",
 ]
+__all__ += ["DeformablePSROIPooling"]
