@@ -144,7 +144,12 @@ def _conv_nd(op, nd, inp, weight, bias, stride, padding, dilation, groups, conv_
         # MegEngine adds the bias with `output += bias`: NumPy broadcasting, so a (C,) bias lines up with the
         # last axis (W), not the channels. Anything not shaped (1, C, 1, 1)-like goes that way, as there.
         from .elemwise import add
-        out = add(out, bias)
+        bias = _t(bias)
+        try:
+            out = add(out, bias)
+        except OpError:
+            raise OpError(f"{op}: bias of shape {bias.shape} does not broadcast against the output "
+                          f"{out.shape} (MegEngine adds it as `output + bias`; give it shape (1, C, 1...))") from None
     return out
 
 
