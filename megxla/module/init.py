@@ -39,8 +39,10 @@ def _host_generator() -> np.random.Generator:
 
 
 def _assign_host(tensor: Tensor, values: np.ndarray) -> None:
-    # one host-to-device copy onto the tensor's own placement; no kernel
-    tensor._reset(wrap(jax.device_put(values.astype(tensor.dtype, copy=False), tensor._data.sharding)))
+    # onto the tensor's own placement, no kernel; ``values`` is ours alone, so the CPU backend may adopt the
+    # buffer instead of copying it (may_alias)
+    values = np.ascontiguousarray(values.astype(tensor.dtype, copy=False))
+    tensor._reset(wrap(jax.device_put(values, tensor._data.sharding, may_alias=True)))
 
 
 def fill_(tensor: Tensor, val: Union[float, int]) -> None:
