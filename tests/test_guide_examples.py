@@ -428,3 +428,82 @@ array([[ 2,  3,  4],
        [ 5,  6,  7],
        [ 8,  9, 10]])
 """)
+
+
+def test_data_dataset_sampler_collator():
+    # data/dataset, data/sampler and data/collator pages (their datasets built here from arrays)
+    run("""
+>>> from megxla.data import DataLoader, SequentialSampler, RandomSampler, Collator
+>>> from megxla.data.dataset import ArrayDataset, ConcatDataset, StreamDataset
+>>> image_data = np.random.random((100, 3, 32, 32))
+>>> label_data = np.random.randint(0, 10, size=(100,))
+>>> dataset = ArrayDataset(image_data, label_data)
+>>> print(len(dataset))
+100
+>>> print(type(dataset[0]), len(dataset[0]))
+<class 'tuple'> 2
+>>> print(dataset[0][0].shape)
+(3, 32, 32)
+>>> dataset = ConcatDataset([ArrayDataset(image_data, label_data), ArrayDataset(image_data, label_data)])
+>>> print(len(dataset))
+200
+>>> image_dataset = ArrayDataset(image_data)
+>>> sampler = SequentialSampler(image_dataset, batch_size=10)
+>>> print(len(list(sampler)))
+10
+>>> for batch_id, indices in enumerate(sampler):
+...     print(batch_id, indices)
+0 [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]
+1 [10, 11, 12, 13, 14, 15, 16, 17, 18, 19]
+2 [20, 21, 22, 23, 24, 25, 26, 27, 28, 29]
+3 [30, 31, 32, 33, 34, 35, 36, 37, 38, 39]
+4 [40, 41, 42, 43, 44, 45, 46, 47, 48, 49]
+5 [50, 51, 52, 53, 54, 55, 56, 57, 58, 59]
+6 [60, 61, 62, 63, 64, 65, 66, 67, 68, 69]
+7 [70, 71, 72, 73, 74, 75, 76, 77, 78, 79]
+8 [80, 81, 82, 83, 84, 85, 86, 87, 88, 89]
+9 [90, 91, 92, 93, 94, 95, 96, 97, 98, 99]
+>>> sampler = SequentialSampler(image_dataset, batch_size=30)
+>>> for batch_id, indices in enumerate(sampler):
+...     print(batch_id, len(indices))
+0 30
+1 30
+2 30
+3 10
+>>> sampler = SequentialSampler(image_dataset, 30, drop_last=True)
+>>> for batch_id, indices in enumerate(sampler):
+...     print(batch_id, len(indices))
+0 30
+1 30
+2 30
+>>> sorted(i for batch in RandomSampler(image_dataset, batch_size=10) for i in batch) == list(range(100))
+True
+>>> collator = Collator()
+>>> N, C, H, W = 5, 3, 32, 32
+>>> image_list = [np.random.random((C, H, W)) for i in range(N)]
+>>> collator.apply(image_list).shape
+(5, 3, 32, 32)
+>>> sample_list = [(np.random.random((C, H, W)), 1) for i in range(N)]
+>>> batch_image, batch_label = collator.apply(sample_list)
+>>> print(batch_image.shape, batch_label.shape)
+(5, 3, 32, 32) (5,)
+""")
+
+
+def test_data_stream_dataset():
+    from megxla.data.dataset import StreamDataset
+
+    class CustomIterableDataset(StreamDataset):
+        def __init__(self, data):
+            self.data = data
+
+        def __iter__(self):
+            return iter(self.data)
+
+    it = iter(CustomIterableDataset(list(range(5))))
+    assert (next(it), next(it)) == (0, 1)
+    # MegEngine gives AssertionError: can not get item from StreamDataset by index / does not have length
+    with pytest.raises(AssertionError):
+        CustomIterableDataset([1])[0]
+    with pytest.raises(AssertionError):
+        len(CustomIterableDataset([1]))
