@@ -21,6 +21,7 @@ from ._device import (is_cuda_available, get_device_count, get_cuda_compute_capa
 from ._serialization import save, load
 from .logger import get_logger, set_log_level, set_log_file, enable_debug_log
 from ._check import check_misc
+from .core._imperative_rt.core2 import full_sync as _full_sync  # noqa: F401  (MegEngine: mge._full_sync())
 from . import functional, random, autodiff, jit, module, optimizer, data
 from . import amp
 from . import dtr

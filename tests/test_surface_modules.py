@@ -98,6 +98,26 @@ def test_builtin_fake_quant_family():
         apply(builtin.FakeQuant(qmin=-8, qmax=7), x, scale)
 
 
+def test_check_non_finite_eager_equals_xla_trace():
+    from megxla.jit import xla_trace
+
+    def check(inps, scale):
+        return list(apply(builtin.CheckNonFinite(scale=scale), *inps))
+
+    func = xla_trace(check, without_host=True)
+    good = [mge.Tensor(np.random.RandomState(0).randn(2, 3).astype(np.float32)), mge.Tensor([1.0, 2.0])]
+    bad = good + [mge.Tensor(np.array([1.5, np.inf], np.float32))]
+    for inps, flag in ((good, 0), (bad, 1)):
+        eager = check(inps, 0.5)
+        for _ in range(2):
+            compiled = func(inps, 0.5)
+        assert eager[-1].dtype == np.int32 and eager[-1].numpy().tolist() == [flag]
+        for a, b in zip(eager, compiled):
+            np.testing.assert_allclose(a.numpy(), b.numpy())
+        np.testing.assert_allclose(eager[0].numpy(), inps[0].numpy() * 0.5)
+    mge._full_sync()
+
+
 # ---- core.tensor.dtype -----------------------------------------------------------------------------------------
 def test_quantized_dtype_metadata():
     q = D.quint8(0.25, 128)

@@ -13,7 +13,7 @@ from .._tensor import Tensor
 from .._dispatch import OpError
 from ..ops.builtin import OpDef
 
-__all__ = ["apply", "Tensor"]
+__all__ = ["apply", "Tensor", "full_sync"]
 
 
 def apply(op: OpDef, *args):
@@ -30,6 +30,17 @@ def apply(op: OpDef, *args):
         raise TypeError(f"apply: expected a builtin op descriptor (megxla.core.ops.builtin), got {op!r}")
     inputs = tuple(a if isinstance(a, Tensor) else Tensor(a) for a in args)
     return tuple(op._apply(inputs))
+
+
+def full_sync():
+    """Wait until every computation whose result is alive has finished (MegEngine's ``_full_sync``).
+
+    XLA runs asynchronously; this blocks on all live device arrays, so timings and host reads after it see
+    completed work.
+    """
+    import jax
+    jax.block_until_ready(jax.live_arrays())
+    jax.effects_barrier()
 
 
 __all__ += ["OpError"]

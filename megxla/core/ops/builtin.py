@@ -29,7 +29,7 @@ from .._op import PRIMITIVES
 from . import elemwise as _E, reduction as _R, shape as _S
 
 __all__ = ["OpDef", "Elemwise", "Reduce", "TypeCvt", "GetVarShape", "Broadcast", "Reshape", "Concat",
-           "Dimshuffle", "AddAxis", "RemoveAxis", "Identity", "FakeQuant", "TQT", "LSQ"]
+           "Dimshuffle", "AddAxis", "RemoveAxis", "Identity", "CheckNonFinite", "FakeQuant", "TQT", "LSQ"]
 
 
 class OpDef:
@@ -416,6 +416,36 @@ class Identity(OpDef):
     def _apply(self, inputs):
         self._check(inputs)
         return (_apply(_S.copy.bind(), inputs[0]),)
+
+
+class CheckNonFinite(OpDef):
+    """Scale every input by ``scale`` and flag non-finite values (the loss-scaling check of mixed precision).
+
+    Outputs: each input times ``scale``, then an int32 ``(1,)`` flag: 1 if any input holds a NaN or an inf.
+
+    Example:
+        >>> *ys, flag = CheckNonFinite(scale=0.5)._apply((Tensor([2.0, 4.0]), Tensor([float("inf")])))
+        >>> ys[0].numpy(), flag.numpy()
+        (array([1., 2.], dtype=float32), array([1], dtype=int32))
+    """
+
+    _params = ("scale",)
+    _nin = (1, 1 << 30)
+
+    def __init__(self, scale=1.0, **params):
+        super().__init__(scale=float(scale), **params)
+
+    def _apply(self, inputs):
+        self._check(inputs)
+        outs, flag = [], None
+        for x in inputs:
+            if x.dtype.kind != "f":
+                raise OpError(f"{self!r}: inputs must be floating point, got {x.dtype}")
+            outs.append(_apply(_E.BINARY["mul"].bind(), x, _apply(_S.full_like.bind(value=self.scale), x)))
+            bad = _apply(_E.BINARY["logical_or"].bind(), _u("isnan", x), _u("isinf", x))
+            bad = _apply(_R.max.bind(axis=None, keepdims=False), _apply(_E.astype.bind(dtype="int32"), bad))
+            flag = bad if flag is None else _b("maximum", flag, bad)
+        return (*outs, _apply(_S.reshape.bind(shape=(1,)), flag))
 
 
 # ---- quantization --------------------------------------------------------------------------------------------
