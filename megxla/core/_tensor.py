@@ -204,8 +204,14 @@ class Tensor:
     def __reduce__(self):
         return (_rebuild, (type(self), self.numpy(), self._name))
 
+    def __setstate__(self, state):
+        # MegEngine's pickles end a Tensor with its __getstate__ dict: {} or {"qparams": ...} (see megxla.load)
+        if state and state.get("qparams") is not None:
+            self._qparams = state["qparams"]
+
     def __deepcopy__(self, memo):
-        t = type(self)(self.numpy(), name=self._name)
+        # dtype given explicitly: a 64-bit tensor (JAX x64 mode) stays 64-bit instead of MegEngine's narrowing
+        t = type(self)(self.numpy(), dtype=self.dtype, name=self._name)
         memo[id(self)] = t
         return t
 
@@ -282,7 +288,8 @@ class Tensor:
 
 
 def _rebuild(cls, array, name):
-    return cls(array, name=name)
+    # the array has the tensor's own dtype: keep it (64-bit tensors are not narrowed on load)
+    return cls(array, dtype=array.dtype, name=name)
 
 
 class Parameter(Tensor):
