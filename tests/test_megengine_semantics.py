@@ -368,8 +368,8 @@ def test_interpolate_trilinear():
         F.nn.interpolate(F.ones((1, 1, 2, 2)), (4, 4, 4), mode="trilinear")
 
 
-def _bt601_reference(src, rgb, planar, u_first):
-    """megdnn's cvt_BT601_yuv_transform (naive) transcribed pixel by pixel."""
+def _yuv_reference(src, rgb, planar, u_first, bt601=True):
+    """megdnn's cvt_BT601_yuv_transform / cvt_yuv_transform (naive) transcribed pixel by pixel."""
     h32, w = src.shape
     h = h32 * 2 // 3
     flat = src.astype(np.int64).ravel()
@@ -385,21 +385,33 @@ def _bt601_reference(src, rgb, planar, u_first):
             else:
                 base = (h + i // 2) * w + (j // 2) * 2
                 u, v = (flat[base], flat[base + 1]) if u_first else (flat[base + 1], flat[base])
-            y1 = (int(flat[i * w + j]) * 0x0101 * 18997) >> 16
-            b = sat((-(u * -128) + y1 + (-128 * 128 - 1160)) >> 6)
-            g = sat((-(u * 25 + v * 52) + y1 + (25 * 128 + 52 * 128 - 1160)) >> 6)
-            r = sat((-(v * -102) + y1 + (-102 * 128 - 1160)) >> 6)
+            y = int(flat[i * w + j])
+            if bt601:
+                y1 = (y * 0x0101 * 18997) >> 16
+                b = sat((-(u * -128) + y1 + (-128 * 128 - 1160)) >> 6)
+                g = sat((-(u * 25 + v * 52) + y1 + (25 * 128 + 52 * 128 - 1160)) >> 6)
+                r = sat((-(v * -102) + y1 + (-102 * 128 - 1160)) >> 6)
+            else:
+                r = sat(y + ((359 * (v - 128)) >> 8))
+                g = sat(y - ((88 * (u - 128) + 183 * (v - 128)) >> 8))
+                b = sat(y + ((454 * (u - 128)) >> 8))
             out[i, j] = (r, g, b) if rgb else (b, g, r)
     return out
 
 
 @pytest.mark.parametrize("layout,planar,u_first", [("NV21", False, False), ("NV12", False, True),
                                                    ("YV12", True, False), ("YU12", True, True)])
-def test_cvt_color_bt601(layout, planar, u_first):
+def test_cvt_color_yuv420(layout, planar, u_first):
     src = np.random.RandomState(1).randint(0, 256, (6, 4)).astype(np.uint8)
+    x = Tensor(src[None, :, :, None], dtype="uint8")
     for c in ("RGB", "BGR"):
-        got = F.vision.cvt_color(Tensor(src[None, :, :, None], dtype="uint8"), f"BT601_YUV2{c}_{layout}")
-        np.testing.assert_array_equal(got.numpy()[0], _bt601_reference(src, c == "RGB", planar, u_first))
+        # MegEngine gives megdnn's fixed point: libyuv's BT.601 for BT601_*, the JPEG (YCrCb) one otherwise
+        got = F.vision.cvt_color(x, f"BT601_YUV2{c}_{layout}")
+        np.testing.assert_array_equal(got.numpy()[0], _yuv_reference(src, c == "RGB", planar, u_first))
+        got = F.vision.cvt_color(x, f"YUV2{c}_{layout}")
+        np.testing.assert_array_equal(got.numpy()[0], _yuv_reference(src, c == "RGB", planar, u_first, False))
+    gray = F.vision.cvt_color(x, f"YUV2GRAY_{layout}")
+    np.testing.assert_array_equal(gray.numpy()[0, :, :, 0], src[:4])
 
 
 def test_cvt_color_rgb_yuv():

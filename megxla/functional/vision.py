@@ -430,8 +430,9 @@ def cvt_color(inp, mode=""):
         inp: images ``(N, H, W, C)``: C = 3 for RGB/BGR sources, 1 for GRAY.
         mode: ``RGB2GRAY``, ``BGR2GRAY`` (``0.299 R + 0.587 G + 0.114 B``), ``RGB2BGR``, ``BGR2RGB``,
             ``GRAY2RGB``, ``GRAY2BGR``, ``RGB2YUV``/``YUV2RGB`` (uint8 or float32, megdnn's formulas), or
-            ``BT601_YUV2{RGB,BGR}_{NV21,NV12,YV12,YU12}`` (uint8 YUV 4:2:0 ``(N, H*3/2, W, 1)`` to
-            ``(N, H, W, 3)``, libyuv's BT.601 fixed point as MegEngine).
+            ``YUV2{RGB,BGR,GRAY}_{NV21,NV12,YV12,YU12}`` / ``BT601_YUV2{RGB,BGR}_...`` (uint8 YUV 4:2:0
+            ``(N, H*3/2, W, 1)`` to ``(N, H, W, 3)``, or ``(N, H, W, 1)`` for GRAY: megdnn's JPEG fixed point,
+            or libyuv's BT.601 one).
 
     Returns:
         the converted images.
@@ -446,7 +447,7 @@ def cvt_color(inp, mode=""):
     m = str(getattr(mode, "name", mode)).upper()
     if m not in _V.CVT_COLOR_MODES:
         raise OpError(f"{op}: unsupported mode {mode!r}; one of {_V.CVT_COLOR_MODES}")
-    if m.startswith("BT601_"):
+    if m.startswith("BT601_") or (m.startswith("YUV2") and m != "YUV2RGB"):
         if inp.ndim != 4 or inp.shape[3] != 1 or inp.shape[1] % 3 or (inp.shape[1] * 2 // 3) % 2 or inp.shape[2] % 2:
             raise OpError(f"{op}: mode {m} needs YUV 4:2:0 input (N, H*3/2, W, 1) with even H and W, got shape "
                           f"{inp.shape}")

@@ -334,12 +334,16 @@ def _yuv2rgb(x):
 _YUV420 = {"NV21": (False, False), "NV12": (False, True), "YV12": (True, False), "YU12": (True, True)}
 
 
-def _bt601(x, *, layout, rgb):
+def _yuv420(x, *, layout, out, bt601):
+    """YUV 4:2:0 (``(N, H*3/2, W, 1)`` uint8) to ``out`` in RGB/BGR/GRAY, as megdnn's naive kernels: the JPEG
+    (YCrCb) fixed point, or libyuv's BT.601 one. One chroma sample per 2x2 block."""
     planar, u_first = _YUV420[layout]
     n, h32, w, _ = x.shape
     h = h32 * 2 // 3
     v = x[..., 0].astype(jnp.int32)
     yy = v[:, :h]
+    if out == "GRAY":
+        return yy[..., None].astype(jnp.uint8)
     chroma = v[:, h:].reshape(n, -1)  # h/2 rows of w (semi-planar) or two (h/2)*(w/2) planes (planar)
     if planar:
         q = (h // 2) * (w // 2)
@@ -349,14 +353,20 @@ def _bt601(x, *, layout, rgb):
     else:
         inter = chroma.reshape(n, h // 2, w // 2, 2)
         uu, vv = (inter[..., 0], inter[..., 1]) if u_first else (inter[..., 1], inter[..., 0])
-    up = lambda c: jnp.repeat(jnp.repeat(c, 2, axis=1), 2, axis=2)  # noqa: E731  one chroma per 2x2 block
+    up = lambda c: jnp.repeat(jnp.repeat(c, 2, axis=1), 2, axis=2)  # noqa: E731
     uu, vv = up(uu), up(vv)
-    y1 = jnp.right_shift(yy * 0x0101 * 18997, 16)
-    ygb, ub, ug, vg, vr = -1160, -128, 25, 52, -102
-    b = _sat_u8(jnp.right_shift(-(uu * ub) + y1 + (ub * 128 + ygb), 6))
-    g = _sat_u8(jnp.right_shift(-(uu * ug + vv * vg) + y1 + (ug * 128 + vg * 128 + ygb), 6))
-    r = _sat_u8(jnp.right_shift(-(vv * vr) + y1 + (vr * 128 + ygb), 6))
-    return jnp.stack([r, g, b] if rgb else [b, g, r], -1)
+    sh = jnp.right_shift
+    if bt601:
+        y1 = sh(yy * 0x0101 * 18997, 16)
+        ygb, ub, ug, vg, vr = -1160, -128, 25, 52, -102
+        b = _sat_u8(sh(-(uu * ub) + y1 + (ub * 128 + ygb), 6))
+        g = _sat_u8(sh(-(uu * ug + vv * vg) + y1 + (ug * 128 + vg * 128 + ygb), 6))
+        r = _sat_u8(sh(-(vv * vr) + y1 + (vr * 128 + ygb), 6))
+    else:
+        r = _sat_u8(yy + sh(359 * (vv - 128), 8))
+        g = _sat_u8(yy - sh(88 * (uu - 128) + 183 * (vv - 128), 8))
+        b = _sat_u8(yy + sh(454 * (uu - 128), 8))
+    return jnp.stack([r, g, b] if out == "RGB" else [b, g, r], -1)
 
 
 def _cvt_color(x, *, mode):
@@ -365,8 +375,9 @@ def _cvt_color(x, *, mode):
         return _rgb2yuv(x)
     if mode == "YUV2RGB":
         return _yuv2rgb(x)
-    if mode.startswith("BT601_YUV2"):
-        return _bt601(x, layout=mode[-4:], rgb=mode[10:13] == "RGB")
+    if mode.startswith(("BT601_YUV2", "YUV2")) and mode[-4:] in _YUV420:
+        body = mode[len("BT601_"):] if mode.startswith("BT601_") else mode
+        return _yuv420(x, layout=mode[-4:], out=body[4:-5], bt601=mode.startswith("BT601_"))
     xf = x.astype(jnp.float32) if not jnp.issubdtype(x.dtype, jnp.floating) else x
     if mode in _GRAY:
         y = (xf * jnp.asarray(_GRAY[mode], xf.dtype)).sum(-1, keepdims=True)
@@ -381,7 +392,8 @@ def _cvt_color(x, *, mode):
 
 
 CVT_COLOR_MODES = tuple(_GRAY) + ("RGB2BGR", "BGR2RGB", "GRAY2RGB", "GRAY2BGR", "RGB2YUV", "YUV2RGB") + tuple(
-    f"BT601_YUV2{c}_{layout}" for layout in _YUV420 for c in ("RGB", "BGR"))
+    f"BT601_YUV2{c}_{layout}" for layout in _YUV420 for c in ("RGB", "BGR")) + tuple(
+    f"YUV2{c}_{layout}" for layout in _YUV420 for c in ("RGB", "BGR", "GRAY"))
 
 resize = Primitive("resize", _resize)
 warp_perspective = Primitive("warp_perspective", _warp_perspective)
