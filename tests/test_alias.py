@@ -282,3 +282,23 @@ def test_docstring_examples():
         res = doctest.testmod(mod, optionflags=doctest.ELLIPSIS)
         assert res.failed == 0 and res.attempted > 0, mod.__name__
     assert not alias.is_installed()
+
+
+def test_dist_launcher_ranks_inherit_the_alias(tmp_path):
+    (tmp_path / "d.py").write_text(textwrap.dedent("""
+        import megengine as mge
+        import megengine.distributed as dist
+        import megengine.functional as F
+
+
+        def worker():
+            import megengine
+            y = F.distributed.all_reduce_sum(mge.Tensor([float(dist.get_rank() + 1)]))
+            return megengine.__name__, float(y.numpy()[0])
+
+
+        if __name__ == "__main__":
+            print(dist.launcher(worker, n_gpus=2, device_type="cpu")())
+    """))
+    r = _run([PY, "-m", "megxla.run", str(tmp_path / "d.py")], str(tmp_path))
+    assert r.stdout.strip().splitlines()[-1] == "[('megxla', 3.0), ('megxla', 3.0)]"
