@@ -125,6 +125,28 @@ def test_grad_scaler_skips_inf_steps_inside_a_compiled_step(tracer):
     assert scaler.scale_factor == 8.0 * 2 / 2 / 2 * 2  # grow (2 finite), back off, back off, grow
 
 
+def test_grad_scaler_skip_survives_in_place_gradient_clipping():
+    ref, model = _model(), _model()
+    ref_opt, opt = optim.SGD(ref.parameters(), lr=0.1), optim.SGD(model.parameters(), lr=0.1)
+    ref_scaler, scaler = GradScaler(init_scale=4.0), GradScaler(init_scale=4.0)
+
+    def body(model, opt, scaler, x):
+        gm = GradManager().attach(model.parameters())
+        with gm:
+            scaler.backward(gm, model(x).sum())
+        optim.clip_grad_norm(model.parameters(), max_norm=1.0)
+        opt.step().clear_grad()
+
+    step = trace(lambda model, opt, x: body(model, opt, scaler, x))
+    for i, v in enumerate((1.0, 1.0, np.inf, 1.0)):
+        x = mge.Tensor(np.full((2, 3), v, "float32"))
+        body(ref, ref_opt, ref_scaler, x)
+        step(model, opt, x)
+        assert scaler.scale_factor == ref_scaler.scale_factor
+        for a, b in zip(_snapshot(ref, ref_opt), _snapshot(model, opt)):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6, err_msg=f"step {i}")
+
+
 def test_optimizer_state_dict_and_deepcopy_keep_param_groups_live():
     w = mge.Parameter([1.0, 2.0])
     opt = optim.SGD([w], lr=0.1)

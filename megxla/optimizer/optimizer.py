@@ -151,7 +151,10 @@ def assign(dst: Tensor, value: Tensor) -> None:
     """
     if value.dtype != dst.dtype:
         value = value.astype(dst.dtype)
+    gate = _registry.grad_gate(dst)
     dst._reset(value)
+    if gate is not None:  # a gradient clipped in place keeps GradScaler's skip flag (see _step_gate)
+        _registry.set_grad_gate(dst, gate)
 
 
 def _number(x):
