@@ -70,6 +70,22 @@ def test_sgd_nesterov_is_an_input_of_the_compiled_step():
             np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6, err_msg=f"step {i}")
 
 
+@pytest.mark.parametrize("attr", ["bias_correction", "always_adapt"])
+def test_lamb_flags_are_inputs_of_the_compiled_step(attr):
+    x = mge.Tensor(np.ones((2, 3), "float32"))
+    ref, model = _model(), _model()
+    ref_opt, opt = optim.LAMB(ref.parameters(), lr=0.05), optim.LAMB(model.parameters(), lr=0.05)
+    step = xla_trace(_sgd_step)
+    for i in range(5):
+        if i == 3:
+            setattr(ref_opt, attr, not getattr(ref_opt, attr))
+            setattr(opt, attr, not getattr(opt, attr))
+        _sgd_step(ref, ref_opt, x)
+        step(model, opt, x)
+        for a, b in zip(_snapshot(ref, ref_opt), _snapshot(model, opt)):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6, err_msg=f"step {i}")
+
+
 @pytest.mark.parametrize("key,bad", [("lr", float("nan")), ("lr", -0.1), ("lr", float("inf")),
                                      ("weight_decay", -1.0), ("betas", (0.9, 1.5))])
 def test_bad_hyper_parameter_raises_before_the_executable(key, bad):

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 
 from ..core._tensor import Parameter, Tensor
 from ..core.ops.elemwise import _pow
-from .optimizer import Optimizer, hyper_tensor, uses
+from .optimizer import Optimizer, host_scalar, hyper_tensor, uses
 
 __all__ = ["LAMB", "LAMBFp16"]
 
@@ -71,17 +71,22 @@ class LAMB(Optimizer):
                   hyper_tensor(param_group, "betas", 1, owner=owner), hyper_tensor(param_group, "eps", owner=owner)]
         if use_wd:
             hypers.append(hyper_tensor(param_group, "weight_decay", owner=owner))
+        # NOTE: bias_correction and always_adapt are optimizer attributes a user may change between calls: they
+        # are inputs (selects in the rule), so a compiled step re-reads them instead of baking them in.
+        hypers.append(host_scalar(lambda: float(bool(self.bias_correction)), "float32", (id(self), "bias_correction")))
+        hypers.append(host_scalar(lambda: float(bool(self.always_adapt)), "float32", (id(self), "always_adapt")))
         names = ("exp_avg", "exp_avg_sq", "step") + (("param_fp32",) if self._master else ())
         slot_lists = [tuple(self._state[p][k] for k in names) for p in params]
-        flags = (use_wd, bool(self.bias_correction), bool(self.always_adapt), self._master)
-        return flags, hypers, slot_lists
+        return (use_wd, self._master), hypers, slot_lists
 
 
 def _lamb_rule(flags, hypers, p, g, slots):
-    """LAMB on arrays: ``flags = (weight decay term, bias_correction, always_adapt, float32 master slot)``;
-    hypers ``lr, beta0, beta1, eps[, wd]``."""
-    use_wd, bias_correction, always_adapt, master = flags
+    """LAMB on arrays: ``flags = (weight decay term, float32 master slot)``; hypers
+    ``lr, beta0, beta1, eps[, wd], bias_correction, always_adapt`` (the last two 0/1 selects)."""
+    use_wd, master = flags
     lr, beta0, beta1, eps = hypers[:4]
+    weight_decay = hypers[4] if use_wd else None
+    bias_correction, always_adapt = hypers[-2] != 0.0, hypers[-1] != 0.0
     exp_avg, exp_avg_sq, step = slots[:3]
     x = slots[3] if master else p
     if master:
@@ -89,24 +94,18 @@ def _lamb_rule(flags, hypers, p, g, slots):
     step = step + 1.0
     exp_avg = exp_avg * beta0 + g * (1.0 - beta0)
     exp_avg_sq = exp_avg_sq * beta1 + (1.0 - beta1) * (g * g)
-    if bias_correction:
-        update = (exp_avg / (1.0 - _pow(beta0, step))) / (jnp.sqrt(exp_avg_sq / (1.0 - _pow(beta1, step))) + eps)
-    else:
-        update = exp_avg / (jnp.sqrt(exp_avg_sq) + eps)
+    corrected = (exp_avg / (1.0 - _pow(beta0, step))) / (jnp.sqrt(exp_avg_sq / (1.0 - _pow(beta1, step))) + eps)
+    update = jnp.where(bias_correction, corrected, exp_avg / (jnp.sqrt(exp_avg_sq) + eps))
     if use_wd:
-        weight_decay = hypers[4]
         update = update + x * weight_decay
-    if not use_wd and not always_adapt:
-        new = x - lr * update  # no weight decay, no trust ratio (MegEngine)
-    else:
-        x_norm, u_norm = jnp.sqrt(jnp.sum(x * x)), jnp.sqrt(jnp.sum(update * update))
-        one = jnp.ones((), x_norm.dtype)
-        ratio = jnp.where(x_norm > 0.0, jnp.where(u_norm > 0.0, x_norm / u_norm, one), one)
-        if not always_adapt:
-            # NOTE: a select on the weight_decay value, not a Python `if`: traced, weight_decay may be 0 now
-            # and change later without a new trace.
-            ratio = jnp.where(weight_decay > 0.0, ratio, one)
-        new = x - lr * ratio * update
+    x_norm, u_norm = jnp.sqrt(jnp.sum(x * x)), jnp.sqrt(jnp.sum(update * update))
+    one = jnp.ones((), x_norm.dtype)
+    ratio = jnp.where(x_norm > 0.0, jnp.where(u_norm > 0.0, x_norm / u_norm, one), one)
+    # MegEngine: the trust ratio applies with weight decay > 0 or always_adapt; otherwise param - lr * update.
+    # NOTE: selects on values, not Python `if`s: traced, weight_decay may be 0 now and change later.
+    adapt = always_adapt if weight_decay is None else always_adapt | (weight_decay > 0.0)
+    ratio = jnp.where(adapt, ratio, one)
+    new = x - lr * ratio * update
     new_slots = (exp_avg, exp_avg_sq, step) + ((new,) if master else ())
     return new, new_slots
 
