@@ -139,7 +139,9 @@ def _write_project(root, module_name="megengine"):
 
 def _env():
     env = {k: v for k, v in os.environ.items() if k not in (alias.ALIAS_ENV, alias.SHADOW_ENV)}
-    env["PYTHONPATH"] = ""  # megxla comes from the installed (editable) package, never from PYTHONPATH
+    # children must get the alias from megxla.run / as_megengine, not from a parent's alias directory
+    env["PYTHONPATH"] = os.pathsep.join(p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
+                                        if p and p != alias.ALIAS_PATH)
     env.setdefault("JAX_PLATFORMS", "cpu")
     return env
 
@@ -265,7 +267,7 @@ def test_real_megengine_is_not_shadowed(tmp_path, monkeypatch):
         alias.uninstall()
     # and the launcher refuses too, unless --shadow
     env = _env()
-    env["PYTHONPATH"] = str(tmp_path / "site")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(tmp_path / "site"), env["PYTHONPATH"]) if p)
     (tmp_path / "s.py").write_text("import megengine; print(getattr(megengine, 'REAL', False))\n")
     r = subprocess.run([PY, "-m", "megxla.run", str(tmp_path / "s.py")], env=env, capture_output=True, text=True,
                        timeout=120)
