@@ -25,6 +25,11 @@ MegEngine 1.13's names, mapped onto JAX/XLA's own engines:
   and validated for MegEngine code. JAX dispatch is always asynchronous (``async_level`` 2), XLA autotunes GPU
   kernels itself when compiling (its choice is part of the cached executable), buffers are never aliased behind
   the user's back, and XLA chooses layouts — so they change nothing.
+- ``checked_indexing`` (megxla extension, False; ``MEGXLA_CHECKED_INDEXING=1``): eager integer indexing and
+  ``cross_entropy`` labels are always range-checked (MegEngine's errors); inside ``trace``/``xla_trace`` steps an
+  out-of-range index is clamped, as XLA's gather does, unless this is True: then the step checks its indices and a
+  call with one out of range raises and writes nothing (one device->host sync per call, no buffer donation; a
+  debugging mode).
 
 Example:
     >>> import megxla
@@ -165,7 +170,15 @@ def _set_cache_dir(mod, value):
     return value
 
 
+def _set_checked_indexing(mod, value):
+    value = _bool("checked_indexing")(mod, value)
+    from .core import _indexing
+    _indexing.CHECKED[0] = value
+    return value
+
+
 _SETTERS = {
+    "checked_indexing": _set_checked_indexing,
     "async_level": _set_async_level,
     "benchmark_kernel": _bool("benchmark_kernel"),
     "benchmark_with_subprocess": _bool("benchmark_with_subprocess"),
@@ -197,4 +210,5 @@ _mod.deterministic_kernel = _env_flag("MEGXLA_DETERMINISTIC_KERNEL", False) or \
 _mod.__dict__["compilation_cache"] = False
 _mod.compilation_cache_dir = default_cache_dir()
 _mod.compilation_cache = _env_flag("MEGXLA_COMPILATION_CACHE", True)
+_mod.checked_indexing = _env_flag("MEGXLA_CHECKED_INDEXING", False)
 del _mod

@@ -312,3 +312,48 @@ def test_deepcopy_keeps_dtype(dtype):
     c = copy.deepcopy(t)
     assert c.dtype == t.dtype and c is not t
     np.testing.assert_array_equal(c.numpy(), t.numpy())
+
+
+# ---- indices inside compiled steps: clamped (documented), or checked on request ----------------------------------
+def _label_step():
+    import megxla.optimizer as optim
+    w = mge.Parameter(np.ones((4, 3), "float32"))
+    opt = optim.SGD([w], lr=0.1)
+    gm = GradManager().attach([w])
+
+    @xla_trace
+    def step(w, opt, x, y):
+        with gm:
+            loss = F.nn.cross_entropy(F.matmul(x, w), y)
+            gm.backward(loss)
+        opt.step().clear_grad()
+        return loss, x[0][y]
+
+    return w, opt, step
+
+
+def test_compiled_step_clamps_out_of_range_indices_by_default():
+    w, opt, step = _label_step()
+    x = mge.Tensor(np.arange(8, dtype="float32").reshape(2, 4))
+    for _ in range(2):
+        step(w, opt, x, mge.Tensor([0, 2]))
+    _, picked = step(w, opt, x, mge.Tensor([0, 7]))  # compiled: no host check, XLA clamps 7 -> 3
+    np.testing.assert_array_equal(picked.numpy(), [0, 3])
+
+
+def test_checked_indexing_raises_in_compiled_step_and_writes_nothing(monkeypatch):
+    from megxla.core._indexing import IndexOutOfRange
+    monkeypatch.setattr(mge.config, "checked_indexing", True)
+    try:
+        w, opt, step = _label_step()
+        x = mge.Tensor(np.ones((2, 4), "float32"))
+        for _ in range(3):
+            step(w, opt, x, mge.Tensor([0, 2]))
+        before = w.numpy().copy()
+        with pytest.warns(UserWarning), pytest.raises(IndexOutOfRange, match="cross_entropy: label out of range"):
+            step(w, opt, x, mge.Tensor([0, 5]))
+        np.testing.assert_array_equal(w.numpy(), before)
+        step(w, opt, x, mge.Tensor([1, 2]))  # in range again: runs (and updates)
+        assert not np.array_equal(w.numpy(), before)
+    finally:
+        mge.config.checked_indexing = False

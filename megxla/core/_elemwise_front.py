@@ -2,6 +2,8 @@
 promotion rule (a Python scalar takes the tensor's dtype when it fits), then one ``apply``."""
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 
 from ._tensor import Tensor
@@ -9,9 +11,15 @@ from ._dispatch import apply, wrap
 from .ops import elemwise as P
 
 # NOTE: scalar operands are cached per (value, dtype): a host->device copy per `x * 2` costs ~10 µs, the
-# lookup ~0.2 µs. Their value ids are recorded so jit tracing treats them as constants.
+# lookup ~0.2 µs. Their value ids are recorded so jit tracing treats them as constants: ``vid in SCALAR_VIDS``
+# holds while the scalar tensor lives (a weak reference drops the id with it), so the bookkeeping stays as
+# bounded as the cache itself instead of growing with every distinct scalar ever seen.
 _SCALARS: dict = {}
-SCALAR_VIDS: set = set()
+SCALAR_VIDS: dict = {}  # vid -> weak reference to the scalar tensor
+
+
+def _forget_vid(vid):
+    return lambda _ref: SCALAR_VIDS.pop(vid, None)
 
 
 def _scalar(value, dtype):
@@ -31,7 +39,7 @@ def _scalar(value, dtype):
                 value -= 1 << bits
         with jax.ensure_compile_time_eval():  # concrete even while a symbolic trace is running
             t = _SCALARS[key] = wrap(jnp.asarray(value, dtype))
-        SCALAR_VIDS.add(t._vid)
+        SCALAR_VIDS[t._vid] = weakref.ref(t, _forget_vid(t._vid))
     return t
 
 

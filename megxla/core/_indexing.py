@@ -6,9 +6,16 @@ at once broadcast together) and any mix of them.
 Every integer index is range-checked as MegEngine does: host-side index data (ints, lists, NumPy arrays) here,
 and integer *Tensors* too when running eagerly (their values are read back, one device->host copy). Inside a
 recording or compiled step (``trace``/``xla_trace``) index tensors are graph values with no value to check: an
-out-of-range entry is clamped into range, as XLA's gather/scatter do (check indices eagerly while developing).
+out-of-range entry is clamped into range, as XLA's gather/scatter do. In *checked mode*
+(``megxla.config.checked_indexing = True`` or ``MEGXLA_CHECKED_INDEXING=1``) the step also computes whether every
+index is in range and reads that flag on the host: a value the compiled step returns and compares before it
+writes any state (a jit guard), so a call with an out-of-range index writes nothing and raises (``xla_trace``
+records the call again, eagerly, which raises :class:`IndexOutOfRange`; a strict trace raises ``TraceError``).
+It costs a device->host sync per call, and the step's buffers are not donated, so it is meant for debugging.
 """
 from __future__ import annotations
+
+import os
 
 import numpy as np
 
@@ -19,6 +26,8 @@ from .ops import indexing as P
 __all__ = ["IndexOutOfRange", "check_index_tensor", "getitem", "setitem", "parse"]
 
 _INT = (int, np.integer)
+# checked mode for traced steps (see the module docstring); megxla.config.checked_indexing sets it
+CHECKED = [os.environ.get("MEGXLA_CHECKED_INDEXING", "0").strip().lower() not in ("0", "false", "no", "off", "")]
 
 
 class IndexOutOfRange(OpError, IndexError):
@@ -37,7 +46,11 @@ def check_index_tensor(op, idx, dim, axis, allow_negative=True, what="index"):
     Example:
         >>> check_index_tensor("getitem", Tensor([0, 2]), 3, 0)
     """
-    if current_interpreter() is not None or idx.size == 0:
+    if idx.size == 0:
+        return
+    if current_interpreter() is not None:
+        if CHECKED[0]:
+            _check_traced(op, idx, dim, axis, allow_negative, what)
         return
     v = np.asarray(idx._data)
     lo = -dim if allow_negative else 0
@@ -45,6 +58,20 @@ def check_index_tensor(op, idx, dim, axis, allow_negative=True, what="index"):
     if bad.any():
         raise IndexOutOfRange(f"{op}: {what} {int(v[bad].reshape(-1)[0])} is out of range for axis {axis} of "
                               f"size {dim}" + ("" if allow_negative else f" (valid: 0 to {dim - 1})"))
+
+
+def _check_traced(op, idx, dim, axis, allow_negative, what):
+    # The range test as ops of the step, its result read on the host: the recording raises now if it fails,
+    # and the compiled step returns the flag and checks it before writing any state (a guard).
+    from ._elemwise_front import BINARY
+    from .ops import reduction as R
+    lo = -dim if allow_negative else 0
+    mn = apply(R.min.bind(axis=None, keepdims=False), idx)
+    mx = apply(R.max.bind(axis=None, keepdims=False), idx)
+    ok = BINARY["and"](BINARY["ge"](mn, lo), BINARY["lt"](mx, dim))
+    if not bool(ok):
+        raise IndexOutOfRange(f"{op}: {what} out of range for axis {axis} of size {dim} (min {int(mn.item())}, "
+                              f"max {int(mx.item())}; checked mode)")
 
 
 def _int(op, v):

@@ -11,6 +11,7 @@ like any forward op. XLA removes the forward work a gradient does not need.
 from __future__ import annotations
 
 import functools
+import weakref
 
 import jax
 import jax.numpy as jnp
@@ -44,11 +45,15 @@ class Primitive:
         multiple_results: the implementation returns a tuple of arrays.
         grad: optional ``grad(params, primals, cotangents) -> tuple of input gradients`` overriding
             ``jax.vjp`` of ``impl`` where that is faster; its test must show both agree.
+        transient: its ops are interned only while something uses them (weakly), not forever: for ops whose
+            parameters hold large objects that have an owner, e.g. a compiled graph and its executable
+            (``jit``'s ``xla_graph``): when the owner drops it, the op, its kernel and the ops derived from it
+            (its gradient ``vjp[...]``, interned in the op itself) are freed.
     """
 
-    __slots__ = ("name", "impl", "multiple_results", "grad", "_ops", "_op0", "_fast")
+    __slots__ = ("name", "impl", "multiple_results", "grad", "transient", "_ops", "_op0", "_fast", "_weak")
 
-    def __init__(self, name, impl, multiple_results=False, grad=None):
+    def __init__(self, name, impl, multiple_results=False, grad=None, transient=False):
         if name in PRIMITIVES:
             raise ValueError(f"primitive {name!r} is already registered")
         self.name = name
@@ -58,6 +63,8 @@ class Primitive:
         self._ops = {}
         self._fast = {}
         self._op0 = None
+        self.transient = transient
+        self._weak = weakref.WeakValueDictionary()  # transient ops (see ``transient``)
         PRIMITIVES[name] = self
 
     def bind(self, **params) -> "Op":
@@ -78,6 +85,21 @@ class Primitive:
             key = tuple(sorted((k, freeze(v)) for k, v in params.items()))
             op = self._ops.get(key)
             if op is None:
+                bases = [v for _, v in key if type(v) is Op and v.transient]
+                if bases:
+                    # NOTE: an op derived from a transient op (its vjp) is interned in that op, not here: it is
+                    # compiled once per base op and freed with it (a global table would keep the base alive).
+                    op = bases[0]._derived.get((self.name, key))
+                    if op is None:
+                        op = bases[0]._derived[(self.name, key)] = Op(self, key)
+                        op.transient = True
+                    return op
+                if self.transient:  # interned weakly: alive while its owner (e.g. a jit cache entry) holds it
+                    op = self._weak.get(key)
+                    if op is None:
+                        op = self._weak[key] = Op(self, key)
+                        op.transient = True
+                    return op
                 op = self._ops[key] = Op(self, key)
             if items is not None:
                 if len(self._fast) > 4096:  # bounded: keyword orders x values seen
@@ -92,15 +114,18 @@ class Primitive:
 class Op:
     """A primitive bound to static parameters: hashable, compared by identity (ops are interned)."""
 
-    __slots__ = ("prim", "params", "name", "multiple_results", "_kernel", "_fn")
+    __slots__ = ("prim", "params", "name", "multiple_results", "transient", "_kernel", "_fn", "_derived",
+                 "__weakref__")
 
     def __init__(self, prim, params):
         self.prim = prim
         self.params = params
         self.name = prim.name
         self.multiple_results = prim.multiple_results
+        self.transient = False
         self._kernel = None
         self._fn = None
+        self._derived = {}  # ops of other primitives parameterised by this transient op (its vjp)
 
     @property
     def fn(self):
@@ -122,10 +147,11 @@ class Op:
         k = self._kernel
         if k is None:
             fn = self.fn
+            ref = weakref.ref(self)  # no op <-> kernel cycle: a transient op is freed when its owner drops it
 
             def checked(*arrays):
                 out = fn(*arrays)
-                check_output_size(self, out)
+                check_output_size(ref(), out)
                 return out
 
             checked.__name__ = self.name  # names the XLA module as the op

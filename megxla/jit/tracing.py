@@ -48,7 +48,9 @@ class _Graph:
         return self.name
 
 
-XLA_GRAPH = Primitive("xla_graph", lambda *arrays, graph: graph.replay(*arrays), multiple_results=True)
+# transient: the op (and its executable) lives as long as the cache entry that owns it, not forever
+XLA_GRAPH = Primitive("xla_graph", lambda *arrays, graph: graph.replay(*arrays), multiple_results=True,
+                      transient=True)
 
 
 class _Segment:
