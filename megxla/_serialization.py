@@ -208,10 +208,20 @@ def _allowed():
         for name in dir(dtypes_mod):
             if name.endswith("DType"):
                 allowed[("numpy.dtypes", name)] = getattr(dtypes_mod, name)
-    # NumPy scalar types (np.float32 etc. appear as dtype arguments and in scalar reconstruction)
-    for name in ("bool_", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16",
-                 "float32", "float64", "complex64", "complex128"):
-        allowed[("numpy", name)] = getattr(np, name)
+    # NumPy scalar types (np.float32 etc. appear as dtype arguments and in scalar reconstruction), and the
+    # extension types JAX's bfloat16 / float8 / int4 dtypes are (ml_dtypes): constructors of numbers only
+    for name in dir(np):
+        obj = getattr(np, name, None)
+        if isinstance(obj, type) and issubclass(obj, np.generic):
+            allowed[("numpy", name)] = obj
+    try:
+        import ml_dtypes
+    except ImportError:  # pragma: no cover -- a jaxlib dependency
+        ml_dtypes = None
+    for name in dir(ml_dtypes) if ml_dtypes is not None else ():
+        obj = getattr(ml_dtypes, name, None)
+        if isinstance(obj, type) and issubclass(obj, np.generic):
+            allowed[("ml_dtypes", name)] = obj
     # MegEngine writes its Tensor classes under megengine.tensor; its top-level re-exports may appear too
     allowed[("megengine", "Tensor")] = allowed[("megengine.tensor", "Tensor")]
     allowed[("megengine", "tensor")] = allowed[("megengine.tensor", "Tensor")]

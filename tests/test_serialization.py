@@ -181,7 +181,7 @@ def test_checkpoint_dicts_round_trip(tmp_path):
             "flag": True, "np_int": np.int64(7), "np_f": np.float32(0.5), "c": 1 + 2j, "raw": b"\x00\x01",
             "dd": collections.defaultdict(list, {"k": [1]}),
             "tensors": [mge.Tensor([1, 2], dtype="int32"), mge.Tensor([True]), mge.Tensor([1.5], dtype="float16"),
-                        mge.Tensor(np.arange(4, dtype="uint8").reshape(2, 2))]}
+                        mge.Tensor(np.arange(4, dtype="uint8").reshape(2, 2)), mge.Tensor([1.5], dtype="bfloat16")]}
     path = tmp_path / "ckpt.pkl"
     mge.save(ckpt, path)
     back = mge.load(path)
