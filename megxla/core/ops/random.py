@@ -176,8 +176,10 @@ def _chunk_kernel(name, draw, **static):
 class _ChunkedKernel:
     """Eager kernel of one random op: its chunks from a shared executable, assembled on the host.
 
-    ``chunk(key, j, *runtime)`` computes chunk ``j`` (CHUNK values); ``runtime(arrays, j)`` gives its extra
-    arguments; ``post(flat)`` finishes the flat values on the host (e.g. a sort for permutations).
+    ``chunk(key, j, *extra)`` computes chunk ``j`` (CHUNK values); ``runtime(host_inputs, start, count)`` gives
+    the extra arguments of the chunk holding values ``[start, start + count)``; ``post(flat)`` finishes the flat
+    values on the host (the sort of a permutation). On accelerators, after ``_EXACT_AFTER`` calls the op's own
+    jitted implementation takes over (same values, no transfers).
     """
 
     def __init__(self, op, n, out_shape, out_dtype, chunk, runtime=None, post=None):
