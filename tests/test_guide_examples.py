@@ -388,23 +388,39 @@ def test_dtr():
     megxla.dtr.eviction_threshold = 0
 
 
-def test_sublinear_and_trace():
-    # sublinear / jit pages: a traced step with SublinearMemoryConfig gives the eager numbers
+@pytest.mark.parametrize("kwargs", [{}, {"symbolic": True}, {"symbolic": True, "sublinear": True}],
+                         ids=["trace", "symbolic", "sublinear"])
+def test_jit_trace_and_sublinear_pages(kwargs):
+    # jit/trace and sublinear pages: `@trace` / `@trace(symbolic=True[, sublinear_memory_config=...])` on a
+    # train_func(data, label, *, opt, gm, net) that closes over `model`; the losses are the eager ones
     from megxla.jit import trace, SublinearMemoryConfig
-    w = megxla.Parameter([1.0, 2.0])
-    gm = GradManager().attach(w)
 
-    @trace(symbolic=True, sublinear_memory_config=SublinearMemoryConfig())
-    def step(x):
+    def make():
+        np.random.seed(0)
+        model = M.Sequential(M.Linear(4, 8), M.ReLU(), M.Linear(8, 3))
+        model.load_state_dict({k: np.random.RandomState(1).randn(*v.shape).astype("float32") * 0.3
+                               for k, v in model.state_dict().items()})
+        return model, optim.SGD(model.parameters(), lr=0.1), GradManager().attach(model.parameters())
+
+    def body(data, label, *, opt, gm, net):
         with gm:
-            loss = F.sum(F.sin(w * x))
+            logits = net(data)
+            loss = F.loss.cross_entropy(logits, label)
             gm.backward(loss)
+            opt.step().clear_grad()
         return loss
 
-    for _ in range(3):
-        w.grad = None
-        step(Tensor([1.0, 1.0]))
-    np.testing.assert_allclose(w.grad.numpy(), np.cos([1.0, 2.0]), rtol=1e-6)
+    cfg = {"symbolic": True} if kwargs else {}
+    if kwargs.get("sublinear"):
+        cfg["sublinear_memory_config"] = SublinearMemoryConfig()
+    train_func = trace(body, **cfg) if cfg else trace(body)
+    rng = np.random.RandomState(2)
+    batches = [(rng.randn(5, 4).astype("float32"), rng.randint(0, 3, (5,)).astype("int32")) for _ in range(4)]
+    model, opt, gm = make()
+    eager = [body(Tensor(d), Tensor(l), opt=opt, gm=gm, net=model).item() for d, l in batches]
+    model, opt, gm = make()
+    traced = [train_func(Tensor(d), Tensor(l), opt=opt, gm=gm, net=model).item() for d, l in batches]
+    np.testing.assert_allclose(traced, eager, rtol=1e-5)
 
 
 def test_data_transform():
