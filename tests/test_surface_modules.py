@@ -118,6 +118,22 @@ def test_check_non_finite_eager_equals_xla_trace():
     mge._full_sync()
 
 
+def test_core_config_private_names_view_megxla_config():
+    import megxla
+    from megxla.core import _config
+    setattr(_config, "__compute_mode", "float32")  # what MegEngine's model zoo writes around float16 blocks
+    try:
+        assert megxla.config._compute_mode == "float32" and getattr(_config, "__compute_mode") == "float32"
+    finally:
+        setattr(_config, "__compute_mode", "default")
+    with _config._override(async_level=1, conv_format="NHWC"):
+        assert megxla.config.async_level == 1 and getattr(_config, "__conv_format") == "NHWC"
+    assert megxla.config.async_level == 2 and megxla.config._conv_format == "default"
+    assert _config._get_actual_op_param("NCHW", "default") == "NCHW"
+    with pytest.raises(ValueError, match="_compute_mode"):
+        setattr(_config, "__compute_mode", "half")
+
+
 # ---- core.tensor.dtype -----------------------------------------------------------------------------------------
 def test_quantized_dtype_metadata():
     q = D.quint8(0.25, 128)

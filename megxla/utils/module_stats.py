@@ -5,6 +5,10 @@ the module's own parameters; FLOPs come from XLA's cost analysis of that module'
 inputs' shapes (so they are the operations XLA will actually run, for any layer type, custom ones included);
 activations are the module's output elements and bytes.
 
+FLOPs are XLA's count: a multiply-add is 2 operations (MegEngine's own table counts convolution and linear
+multiply-adds once, so its numbers for those layers are about half), and elementwise work (BatchNorm, ReLU) is
+included.
+
 Example:
     >>> import numpy as np, megxla.module as M
     >>> net = M.Sequential(M.Linear(4, 3), M.ReLU())
