@@ -333,8 +333,9 @@ def test_trace_on_method_and_decorator_forms():
 
 
 def test_upstream_style_attach_inside_and_return_grads():
-    # The pattern of MegEngine's own xla tests: attach inputs inside, return the output and the inputs' grads;
-    # the first (recording) and second (compiled) calls must agree although .grad was set by the first.
+    # The pattern of MegEngine's own xla tests: attach inputs inside, return the output and the inputs' grads.
+    # Calls agree when the grads are cleared between them; without clearing, compiled calls accumulate into the
+    # existing .grad as eager ones do (issue 9: MegEngine's compiled mode silently dropped the old gradient).
     gm = GradManager()
 
     @xla_trace(without_host=True)
@@ -348,10 +349,17 @@ def test_upstream_style_attach_inside_and_return_grads():
     inps = [_x(3, 4), _x(3, 4, seed=1)]
     doup = _x(3, 4, seed=2)
     first = func(inps, doup)
+    for inp in inps:
+        inp.grad = None
     second = func(inps, doup)
     assert all(t._is_external_value() for t in second)
     for a, b in zip(first, second):
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-6)
+    for k in (2, 3, 4):  # not cleared: accumulate (records once more with the .grad as input, then compiled)
+        out = func(inps, doup)
+        for a, b in zip(first[1:], out[1:]):
+            np.testing.assert_allclose(b.numpy(), k * a.numpy(), rtol=1e-5)
+    assert all(t._is_external_value() for t in out)
 
 
 def test_grads_accumulate_across_compiled_calls_when_not_cleared():

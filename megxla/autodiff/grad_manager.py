@@ -46,6 +46,9 @@ class GradManager:
         self._tape: list = []
         self._tracked: set = set()
         self._functions: dict = {}  # first output id of an autodiff.Function node -> the Function
+        # Bumped when the attached set changes from outside a traced call: a compiled step recorded with this
+        # manager computes the gradients of what was attached then, so it records again (megxla.jit reads it).
+        self._version = 0
 
     # ---- attach ------------------------------------------------------------------------------------------
     def attach(self, tensors, callbacks=None):
@@ -70,8 +73,11 @@ class GradManager:
             entry = self._attached.get(id(t))
             if entry is None:
                 self._attached[id(t)] = _Attached(t, list(callbacks))
+                self._version += 1
             else:
                 entry.callbacks.extend(callbacks)
+                if callbacks and _dispatch.current_interpreter() is None:
+                    self._version += 1
             if self._recording:
                 self._tracked.add(t._vid)
         return self
@@ -198,7 +204,10 @@ class GradManager:
                 continue
             for cb in entry.callbacks:
                 g = cb(t, g)
-            t._grad = g if t._grad is None else t._grad + g
+            if t._grad is None:
+                t._grad = g
+            else:  # MegEngine's ``x.grad += grad``: in place, so references to ``x.grad`` see the sum
+                t._grad._reset(t._grad + g)
 
 
 def _match_dy(y, dy):

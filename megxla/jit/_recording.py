@@ -5,6 +5,9 @@ Value ids (``Tensor._vid``) are SSA names: every op output and every in-place re
 """
 from __future__ import annotations
 
+import linecache
+import os
+import sys
 import weakref
 
 import numpy as np
@@ -44,8 +47,31 @@ class Recording:
         self.externals: list = []  # weak references to tensors from the enclosing scope (trace only)
 
 
+_PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+
+def user_where():
+    """``(filename, lineno, source)`` of the innermost frame outside megxla: the user's line that read a value."""
+    f = sys._getframe(1)
+    while f is not None and f.f_code.co_filename.startswith(_PKG_DIR):
+        f = f.f_back
+    if f is None:
+        return ("<unknown>", 0, "")
+    fn, ln = f.f_code.co_filename, f.f_lineno
+    return (fn, ln, linecache.getline(fn, ln).strip())
+
+
+def describe_where(where):
+    fn, ln, src = where
+    return f"{fn}:{ln}" + (f" (`{src}`)" if src else "")
+
+
 class Recorder:
-    """The interpreter active while a traced function's recording call runs (eagerly)."""
+    """The interpreter active while a traced function's recording call runs (eagerly).
+
+    Besides the ops it logs every value the body reads on the host (``host_reads``: value id, value, user line),
+    which become the recording's guards, and the GradManagers that recorded ops (``gms``): what they have
+    attached is part of what the recording assumed."""
 
     def __init__(self, state_tensors, capture_as_const, what="trace", allow_external=False):
         self.state = state_tensors  # grows by the external tensors found while recording
@@ -58,8 +84,14 @@ class Recorder:
         self.what = what
         self.avals = {t._vid: _aval(t._data) for t in state_tensors}
         self.avals.update((t._grad._vid, _aval(t._grad._data)) for t in state_tensors if t._grad is not None)
+        self.host_reads: list = []
+        self.gms: dict = {}
+        self.grad_objs = [t._grad for t in state_tensors]  # .grad objects at call start (in-place accumulation)
 
     def apply(self, op, inputs):
+        if _dispatch.recorders:
+            for r in _dispatch.recorders:
+                self.gms[id(r)] = r
         outputs = eager_apply(op, inputs)
         known = self.known
         for t in inputs:
@@ -95,6 +127,7 @@ class Recorder:
         # they become implicit state of the step, read at every call and written back if reassigned.
         rec = self.rec
         self.external_snapshots.append((t, t._data, t._vid, t._grad))
+        self.grad_objs.append(t._grad)
         rec.externals.append(weakref.ref(t))
         rec.input_vids.append(t._vid)
         if t._grad is not None:
@@ -103,8 +136,12 @@ class Recorder:
             self.avals[t._grad._vid] = _aval(t._grad._data)
         self.state.append(t)
 
-    def read(self, t):
+    def read(self, t, guard=True):
+        """The value of ``t`` for host code. ``guard``: the body's own read (``int(t)``, ``bool(t)``, slicing by a
+        tensor…), which the compiled step must check; host code in ``exclude_from_trace`` passes False."""
         self.rec.reads.append((len(self.rec.ops), t._vid))
+        if guard:
+            self.host_reads.append((t._vid, t._data, user_where()))
         return t._data
 
     def host_input(self, t, getter):
@@ -122,11 +159,13 @@ class Excluded:
 
     def apply(self, op, inputs):
         for t in inputs:  # every traced value host code touches must be kept by the graph
-            t._data = self.parent.read(t)
+            t._data = self.parent.read(t, guard=False)
         return eager_apply(op, inputs)
 
-    def read(self, t):
-        return self.parent.read(t)
+    def read(self, t, guard=False):
+        # host code the user excluded from the trace runs on every call of a trace with the host: its reads
+        # are not guards (they do not decide what the graph computes)
+        return self.parent.read(t, guard=False)
 
 
 class Pending:

@@ -25,13 +25,53 @@ def _is_optimizer(obj):
 _SCALARS = frozenset({bool, int, float, str, type(None)})
 
 
+def _scalar_key(v):
+    """Key of a Python scalar: its type is part of it (``2`` and ``2.0``, ``1`` and ``True`` compile differently),
+    and floats are keyed by their bits so that ``nan`` matches itself and ``-0.0`` differs from ``0.0``."""
+    t = type(v)
+    if t is float:
+        return ("f", v.hex())
+    return (t, v)
+
+
+def convert_numpy(args, kwargs):
+    """NumPy arrays among the arguments (also inside lists, tuples and dicts) become Tensors, so that they are
+    graph inputs read at every call -- never keyed by ``id`` or baked in as constants (a refilled buffer, or a new
+    array reusing a freed one's id, must not run with old values). Returns the arguments unchanged (same objects)
+    when there is no array, which is the common case and costs one scan."""
+    def has(obj):
+        if isinstance(obj, np.ndarray):
+            return True
+        if isinstance(obj, (list, tuple)):
+            return any(has(o) for o in obj)
+        if isinstance(obj, dict) and "params" not in obj:
+            return any(has(o) for o in obj.values())
+        return False
+
+    def conv(obj):
+        if isinstance(obj, np.ndarray):
+            return Tensor(obj)
+        if isinstance(obj, (list, tuple)) and has(obj):
+            items = [conv(o) for o in obj]
+            return items if type(obj) is list else (type(obj)(*items) if hasattr(obj, "_fields") else tuple(items))
+        if isinstance(obj, dict) and "params" not in obj and has(obj):
+            return {k: conv(v) for k, v in obj.items()}
+        return obj
+
+    if not (has(args) or has(kwargs)):
+        return args, kwargs
+    return conv(args), conv(kwargs)
+
+
 def collect(args, kwargs):
     """Return ``(tensors, signature)``: every distinct tensor reachable from the arguments (arguments
     themselves, module parameters and buffers, optimizer slots), and a hashable description of the argument
     structure, shapes and dtypes, and static (non-tensor) values.
 
-    ``.grad`` attributes of these tensors are state too, but do not key the cache: as in MegEngine, a compiled
-    step computes the gradients its recording computed, whether or not a stale ``.grad`` is present."""
+    ``.grad`` attributes of these tensors are state too; whether each exists is checked per recording by the
+    tracer (only recordings that compute gradients depend on it).
+    Python number attributes of modules (``self.scale``, ``BatchNorm.momentum``, ``Dropout.drop_prob``,
+    ``training``) key it too: the recording baked them in, so a changed value records again."""
     tensors: list = []
     index: dict = {}
 
@@ -57,12 +97,13 @@ def collect(args, kwargs):
             if isinstance(v, Tensor):
                 items.append((k, add(v)))
             elif type(v) in _SCALARS:
-                continue
+                # NOTE: number attributes the body may read are baked into the recording, so they key the cache.
+                items.append((k, _scalar_key(v)))
             elif isinstance(v, _Module):
                 items.append((k, walk_module(v)))
             elif k[0] != "_" and isinstance(v, (list, tuple, dict)):
                 items.append((k, walk(v)))
-        return ("module", key, getattr(m, "training", None), tuple(items))
+        return ("module", key, tuple(items))
 
     def walk(obj):
         if isinstance(obj, Tensor):
@@ -87,8 +128,12 @@ def collect(args, kwargs):
                 slots.append((index.get(id(p)), tuple((k, add(v) if isinstance(v, Tensor) else v)
                                                        for k, v in sorted(st.items()))))
             return ("optimizer", id(obj), tuple(groups), tuple(slots))
-        if obj is None or isinstance(obj, (bool, int, float, str, bytes, np.generic)):
-            return ("c", obj)
+        if type(obj) in _SCALARS:
+            return ("c", _scalar_key(obj))
+        if isinstance(obj, (bool, int, float, str, bytes)):
+            return ("c", type(obj), obj)
+        if isinstance(obj, np.generic):
+            return ("c", type(obj), obj.tobytes())
         try:
             hash(obj)
             return ("h", obj)

@@ -5,16 +5,15 @@ from __future__ import annotations
 
 import functools
 
-from ..core._dispatch import current_interpreter
 from . import _state
-from ._recording import Recorder
-from .tracing import trace, _Replayer
+from .tracing import trace
 
 __all__ = ["partial_trace"]
 
 
 class _PartialTrace(trace):
     _default_without_host = True
+    _strict_without_host = False
     _what = "partial_trace"
     _donate = False  # its inputs may be held by an outer GradManager's tape
     _allow_external = False
@@ -25,25 +24,20 @@ class _PartialTrace(trace):
         self.trace_gmcallback = trace_gmcallback
         self._sig = None
 
-    def __call__(self, *args, **kwargs):
-        if isinstance(current_interpreter(), (Recorder, _Replayer)):
-            return self.__wrapped__(*args, **kwargs)
+    def _call(self, *args, **kwargs):
         tensors, sig = _state.collect(args, kwargs)
         if self._sig is not None and sig != self._sig:
             # Compiled for another signature: run this call eagerly (correct, just not compiled).
             return self.__wrapped__(*args, **kwargs)
         state = tensors + [self.random_seed]
         with self._rng_swapped():
-            entry = self._cache.get(sig)
-            if entry is None:
+            variants = self._cache.get(sig)
+            if variants is None:
                 entry, out = self._record(args, kwargs, state, sig)
                 if entry is not None:
                     self._sig = sig
                 return out
-            if entry.segments is None:
-                self._compile(entry)
-            self._last = entry
-            return self._run(entry, state)
+            return self._call_variants(variants, args, kwargs, state, sig)
 
 
 def partial_trace(func=None, *, backend="default", without_host=True, trace_gmcallback=False, **trace_options):

@@ -11,13 +11,26 @@ of the state reachable from them):
 ``without_host=True`` (xla_trace's default) runs no Python on compiled calls. ``without_host=False``
 (trace's default) runs the Python body against the recording: each op is checked and gets its value from
 the executable, which is split into segments at the points where the recording read values on the host.
+
+Guards. Every value the body read on the host while recording (``int(t)``, ``bool(t)``, ``t.numpy()``, a slice
+bound taken from a tensor) decided what was recorded. Without the host, the executable also returns those values
+and the call compares them with the recorded ones before writing any state (one sync per call, only for steps
+that read values); with the host, the replay compares them as the body reads them. On a mismatch nothing is
+written: another recording of the same signature whose guard values match runs instead, or the call records
+again (``strict=True``: raises a TraceError naming the line). Recordings of one signature are its *variants*.
+
+Calls are transactional: a call that raises leaves every state tensor, ``.grad`` and the RNG key as before; once
+an executable has returned (its donated inputs are gone), its writes are completed even if interrupted.
 """
 from __future__ import annotations
 
 import contextlib
 import functools
+import sys
+import threading
 import time
 import warnings
+import weakref
 from collections import OrderedDict
 
 import numpy as np
@@ -26,13 +39,13 @@ import jax
 from ..core import _dispatch
 from ..core._dispatch import wrap, push_interpreter, pop_interpreter, current_interpreter
 from ..core._elemwise_front import SCALAR_VIDS
-from ..core._op import Primitive
+from ..core._op import Primitive, VJP
 from ..core._tensor import Tensor
 from ..core import _spmd
 from .. import dtr as _dtr
 from . import _state, _verbose
 from ._external import mark_external
-from ._recording import Recorder, Excluded, Pending, TraceError, make_replay
+from ._recording import Recorder, Excluded, Pending, TraceError, make_replay, describe_where
 
 __all__ = ["trace", "xla_trace", "exclude_from_trace", "TraceError", "load"]
 
@@ -74,6 +87,92 @@ class _Entry:
         self.segments = None
         self.graph_op = None
         self.donate = ()
+        self.guards = []  # [(vid, recorded value, user line)]: values read on the host that depend on data
+        self.read_log = []  # [(value, user line, is_guard)] every guarded host read, in order (replay compares)
+        self.guard_src = ()  # [(from outputs?, index)] where each guard's value is in a compiled call
+        self.gms = ()  # [(weakref to GradManager, its attach version)] at recording
+        self.grad_key = None  # which state tensors had a ``.grad`` at recording, if the step computes gradients
+        self.grad_inplace = frozenset()  # state indices whose .grad object was updated in place
+        self.confirmed = False  # recorded twice with the same guard values: worth compiling
+
+
+class _Miss:
+    """A compiled call whose guard ``index`` differed: nothing was written; ``values`` are the true values of
+    guards ``0..index`` (the same code ran up to there, so every variant that recorded them is a candidate)."""
+
+    __slots__ = ("values", "index", "entry")
+
+    def __init__(self, values, index, entry):
+        self.values, self.index, self.entry = values, index, entry
+
+
+class _GuardMismatch(Exception):
+    """Raised inside a replay (trace with the host) whose ops left the recording after a read value differed."""
+
+    def __init__(self, values, index):
+        super().__init__(index)
+        self.values, self.index = values, index
+
+
+def _same(a, b):
+    a, b = np.asarray(a), np.asarray(b)
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    return bool(np.array_equal(a, b, equal_nan=a.dtype.kind in "fc"))
+
+
+def _fetch_guards(arrays):
+    """Copy a compiled call's guard values to the host: the one sync of a guarded step (and the only one a
+    compiled step without host reads never makes)."""
+    return jax.device_get(list(arrays))
+
+
+def _compatible(entry, known):
+    if known is None:
+        return True
+    return all(_same(v, g[1]) for v, g in zip(known, entry.guards))
+
+
+def _grad_key(state):
+    return tuple((i, t._grad._data.shape) for i, t in enumerate(state) if t._grad is not None)
+
+
+def _gms_current(entry):
+    for ref, version in entry.gms:
+        g = ref()
+        if g is not None and g._version != version:
+            return False
+    return True
+
+
+def _snapshot(tensors):
+    """What a call may change on ``tensors``: value, value id, ``.grad`` object and its value."""
+    out = []
+    for t in tensors:
+        g = t._grad
+        out.append((t, t._data, t._vid, g, None if g is None else g._data, None if g is None else g._vid))
+    return out
+
+
+def _restore(snapshot):
+    for t, data, vid, g, gdata, gvid in snapshot:
+        t._data, t._vid, t._grad = data, vid, g
+        if g is not None:
+            g._data, g._vid = gdata, gvid
+
+
+def _shared(arrays, donate):
+    """Whether an array to donate is also held elsewhere (passed twice, another Tensor sharing the buffer, a
+    user reference): donating it would delete a live value, so such a call keeps its inputs."""
+    if len({id(a) for a in arrays}) != len(arrays):
+        return True
+    # NOTE: the references of a state array here: its Tensor's ``_data``, the ``arrays`` list and getrefcount's
+    # own argument. Anything more is another holder. A cheap per-call check (a few ns per donated input).
+    getrefcount = sys.getrefcount
+    for i in donate:
+        if getrefcount(arrays[i]) > 3:
+            return True
+    return False
 
 
 def _flatten(out):
@@ -95,6 +194,9 @@ class trace:
         sublinear_memory_config / dtr_config: rematerialise in the compiled graph (gradient ops recompute
             their forward under ``jax.checkpoint`` instead of keeping residuals).
         cache_size: compiled signatures kept (least recently used are dropped).
+        strict: when a value the body read on the host while recording (``int(t)``, ``bool(t)``, a slice bound)
+            differs on a later call, raise a :class:`TraceError` naming the line instead of recording again.
+            Default: True for ``trace(without_host=True)`` (MegEngine's semantics), False otherwise.
         Other MegEngine options (record_only, profiling, opt_level, graph_opt_config, symbolic_shape) are
         accepted; XLA does its own graph optimisation.
 
@@ -108,6 +210,7 @@ class trace:
     """
 
     _default_without_host = False
+    _strict_without_host = True
     _what = "trace"
     _donate = True  # donate the buffers of reassigned state to the executable
 
@@ -118,17 +221,28 @@ class trace:
 
     def __init__(self, function, symbolic=False, capture_as_const=False, record_only=False,
                  sublinear_memory_config=None, dtr_config=None, profiling=False, opt_level=2,
-                 graph_opt_config=None, symbolic_shape=True, without_host=None, cache_size=32, **unused):
+                 graph_opt_config=None, symbolic_shape=True, without_host=None, cache_size=32, strict=None,
+                 **unused):
         functools.update_wrapper(self, function)
         self.__wrapped__ = function
         self.symbolic = symbolic
         self.capture_as_const = capture_as_const
         self._without_host = self._default_without_host if without_host is None else without_host
+        # strict: a host read whose value changes raises instead of recording again (MegEngine's trace with
+        # without_host=True has no host to run the body again)
+        self.strict = (self._without_host and self._strict_without_host) if strict is None else bool(strict)
+        self.max_variants = 8  # recordings kept per signature (told apart by guard values)
+        self.num_rerecords = 0  # calls that recorded again because a value read on the host changed
+        self.num_calls = 0
+        self.num_undonated = 0  # compiled calls that kept their inputs because a buffer was shared
+        self._warned = set()
         # megxla.dtr.enable() before building a trace asks for rematerialisation as dtr_config does
         self.remat = sublinear_memory_config is not None or dtr_config is not None or _dtr.is_enabled()
         self.cache_size = cache_size
         self._cache: OrderedDict = OrderedDict()
         self._last = None
+        # One call at a time per traced object: a call swaps the global RNG key and updates the cache.
+        self._lock = threading.RLock()
         self.num_compiled = 0
         self.compile_time = 0.0
         from ..random._rng import _key_tensor
@@ -145,32 +259,98 @@ class trace:
     def __call__(self, *args, **kwargs):
         if isinstance(current_interpreter(), (Recorder, _Replayer)):
             return self.__wrapped__(*args, **kwargs)  # nested traced functions are part of the outer trace
+        with self._lock:
+            return self._call(*args, **kwargs)
+
+    def _call(self, *args, **kwargs):
+        args, kwargs = _state.convert_numpy(args, kwargs)
         tensors, sig = _state.collect(args, kwargs)
         state = tensors + [self.random_seed]
-        entry = self._cache.get(sig)
-        if entry is not None and entry.rec.externals:
-            externals = _live_externals(entry)
-            if externals is None:  # an external tensor is gone or changed shape: record again
-                del self._cache[sig]
-                entry = None
-            else:
-                state = state + externals
         with self._rng_swapped():
-            if entry is None:
-                if self.symbolic:
-                    entry = self._record_symbolic(args, kwargs, state, sig)
-                    if entry is None:
-                        return self._record(args, kwargs, state, sig)[1]
-                else:
-                    entry, out = self._record(args, kwargs, state, sig)
-                    return out
+            variants = self._cache.get(sig)
+            if variants is None:
+                entry = self._record_symbolic(args, kwargs, state, sig) if self.symbolic else None
+                if entry is None:
+                    return self._record(args, kwargs, state, sig)[1]
+                variants = self._cache[sig]
             self._cache.move_to_end(sig)
+            return self._call_variants(variants, args, kwargs, state, sig)
+
+    def _call_variants(self, variants, args, kwargs, state, sig):
+        """Run the most recently used recording of this signature; if a guard differs, the one whose guard
+        values match; else record again (or raise, strict)."""
+        self.num_calls += 1
+        known, miss, tried = None, None, []
+        while True:
+            cands = [e for e in variants if not any(e is x for x in tried) and _compatible(e, known)]
+            entry = next((e for e in cands if e.segments is not None), None)
+            if entry is None:
+                # NOTE: compile a recording only once its path is known to recur: the signature's only one (the
+                # usual second call), one recorded twice with the same guard values, or one whose every guard
+                # value this call has already been seen to have. A step whose values rarely repeat then costs an
+                # eager recording per call, not a compilation per call.
+                entry = next((e for e in cands if e.confirmed or len(variants) == 1
+                              or (known is not None and len(known) >= len(e.guards))), None)
+            if entry is None:
+                break
+            tried.append(entry)
+            st = state
+            if entry.rec.externals:
+                externals = _live_externals(entry)
+                if externals is None:  # an external tensor is gone or changed shape: record again
+                    variants.remove(entry)
+                    continue
+                st = state + externals
+            if entry.gms and not _gms_current(entry):  # a GradManager attached more since: record again
+                variants.remove(entry)
+                continue
+            if entry.grad_key is not None and entry.grad_key != _grad_key(st):
+                # recorded with other ``.grad`` tensors present: accumulating into an existing gradient and
+                # computing a fresh one are different steps (a variant of the same signature)
+                continue
             if entry.segments is None:
                 self._compile(entry)
             self._last = entry
-            if self._without_host:
-                return self._run(entry, state)
-            return self._replay(entry, state, args, kwargs)
+            out = self._run(entry, st) if self._without_host else self._replay(entry, st, args, kwargs)
+            if not isinstance(out, _Miss):
+                if variants[0] is not entry:
+                    variants.remove(entry)
+                    variants.insert(0, entry)
+                return out
+            miss = out
+            known = miss.values
+        if miss is not None:
+            self._guard_missed(miss)
+        if miss is not None or any(e.guards for e in variants):
+            self._count_rerecord(miss)
+        return self._record(args, kwargs, list(state), sig)[1]
+
+    def _count_rerecord(self, miss):
+        self.num_rerecords += 1
+        if self.num_rerecords >= 4 and 2 * self.num_rerecords > self.num_calls and "most" not in self._warned:
+            self._warned.add("most")
+            where = f" (at {describe_where(miss.entry.guards[miss.index][2])})" if miss is not None else ""
+            warnings.warn(
+                f"{self._what}({self.__name__}) recorded again on {self.num_rerecords} of {self.num_calls} calls because "
+                f"values read on the host change{where}; such calls run eagerly. Pad to a fixed count (as "
+                f"MegEngine's guide asks for traced steps), or move the read out of the step.", UserWarning, 5)
+
+    def _guard_missed(self, miss):
+        _, recorded, where = miss.entry.guards[miss.index]
+        actual = miss.values[miss.index]
+        line = describe_where(where)
+        if self.strict:
+            raise TraceError(
+                f"{self._what}({self.__name__}): the value read on the host at {line} was {_show(recorded)} when "
+                f"the step was recorded and is {_show(actual)} now; the compiled step depends on it (strict mode "
+                f"does not record again). Nothing was written. Pad to a fixed size, or move the read out of the step.")
+        if where not in self._warned:
+            self._warned.add(where)
+            warnings.warn_explicit(
+                f"{self._what}({self.__name__}) is data-dependent: the value read on the host at {line} was "
+                f"{_show(recorded)} when recorded and is {_show(actual)} now, so this call records again (eagerly) "
+                f"and later calls choose among the recordings by that value (each such step syncs once per call). "
+                f"strict=True raises instead.", UserWarning, where[0], where[1])
 
     @contextlib.contextmanager
     def _rng_swapped(self):
@@ -187,20 +367,29 @@ class trace:
     _allow_external = True  # trace: tensors from the enclosing scope are external inputs (MegEngine's trace)
 
     def _record(self, args, kwargs, state, sig):
+        snapshot = _snapshot(state)
         recorder = Recorder(state, self.capture_as_const, self._what, self._allow_external)
         push_interpreter(recorder)
         try:
-            out = self.__wrapped__(*args, **kwargs)
-        finally:
-            pop_interpreter()
-        entry = self._finish_recording(recorder, out, state, args, kwargs, sig)
+            try:
+                out = self.__wrapped__(*args, **kwargs)
+            finally:
+                pop_interpreter()
+            entry = self._finish_recording(recorder, out, state, args, kwargs, sig)
+        except BaseException:
+            # transactional: the state tensors (and external ones found so far) are as before the call
+            _restore(snapshot)
+            _restore([(t, d, v, g, None if g is None else g._data, None if g is None else g._vid)
+                      for t, d, v, g in recorder.external_snapshots])
+            raise
         return entry, out
 
     def _finish_recording(self, recorder, out, state, args, kwargs, sig):
         rec = recorder.rec
-        _, sig_after = _state.collect(args, kwargs)
-        if sig_after != sig:
-            # The call created state (optimizer slots, grads): record again next call, with it as input.
+        after, _ = _state.collect(args, kwargs)
+        nstate = len(state) - 1 - len(rec.externals)
+        if len(after) != nstate or any(a is not b for a, b in zip(after, state)):
+            # The call created state (optimizer slots): record again next call, with it as input.
             return None
         leaves, tree = _flatten(out)
         out_leaves = []
@@ -227,7 +416,28 @@ class trace:
                     recorder._outside(g)
                 grad_writes.append((i, vid))
         entry = _Entry(rec, tree, out_leaves, writes, grad_writes, recorder.avals)
-        self._cache[sig] = entry
+        entry.read_log, entry.guards = _guard_reads(rec, recorder.host_reads)
+        entry.grad_inplace = frozenset(i for i, vid in grad_writes if vid is not None and state[i]._grad is not None
+                                       and state[i]._grad is recorder.grad_objs[i])
+        entry.gms = tuple((weakref.ref(g), g._version) for g in recorder.gms.values() if hasattr(g, "_version"))
+        grad_vids = {v for _, v in rec.grad_inputs}
+        # a step that back-propagates (vjp ops) accumulates into whatever ``.grad`` exists when it runs
+        if grad_writes or any(op.prim is VJP or not grad_vids.isdisjoint(ins) for op, ins, _ in rec.ops):
+            entry.grad_key = tuple((i, recorder.avals[v].shape) for i, v in rec.grad_inputs)
+        variants = self._cache.get(sig)
+        if variants is None:
+            variants = self._cache[sig] = []
+        for old in variants:  # the same path recorded again: it recurs, so it replaces the old one, confirmed
+            if len(old.guards) == len(entry.guards) and all(
+                    _same(a[1], b[1]) for a, b in zip(old.guards, entry.guards)) and old.segments is None:
+                variants.remove(old)
+                entry.confirmed = True
+                break
+        variants.insert(0, entry)
+        while len(variants) > self.max_variants:
+            # drop the least recently used recording that is not compiled (compiled ones are the proven paths)
+            victim = next((e for e in reversed(variants[1:]) if e.segments is None), variants[-1])
+            variants.remove(victim)
         while len(self._cache) > self.cache_size:
             self._cache.popitem(last=False)
         return entry
@@ -252,9 +462,17 @@ class trace:
 
         try:
             jax.eval_shape(abstract_step, *[t._data for t in state])
-        except jax.errors.ConcretizationTypeError as exc:
-            raise TraceError(f"{self._what}(symbolic=True): the function reads a tensor's value on the host, "
-                             f"which has no value while tracing symbolically: {exc}") from None
+        except (jax.errors.ConcretizationTypeError, jax.errors.TracerArrayConversionError,
+                jax.errors.TracerIntegerConversionError, jax.errors.TracerBoolConversionError):
+            # The body reads a value on the host, which has no value while tracing abstractly: record this call
+            # eagerly instead (the read becomes a guard).
+            holder.pop("entry", None)
+            return None
+        except _dispatch.OpError as exc:
+            if "Tracer" not in str(exc) and "Concretization" not in str(exc):
+                raise
+            holder.pop("entry", None)  # an op computed on the host (a value needed): record eagerly instead
+            return None
         finally:
             for t, (data, vid), g in zip(state, snapshot, grads):
                 t._data, t._vid, t._grad = data, vid, g
@@ -279,6 +497,8 @@ class trace:
         final = ([v for kind, v in entry.out_leaves if kind == "t"] + [v for _, v in entry.writes]
                  + [v for _, v in entry.grad_writes if v is not None])
         kept = set(final) | ({v for _, v in rec.reads} if not self._without_host else set())
+        guard_vids = {v for v, _, _ in entry.guards} if self._without_host else set()
+        kept |= guard_vids
         segments = []
         bounds = self._segment_bounds(entry)
         produced_later_needed = set(final)
@@ -289,7 +509,7 @@ class trace:
             produced = {v for _, _, outs in ops for v in outs}
             out_vids = [v for v in dict.fromkeys(produced_later_needed | kept) if v in produced]
             seg_ops = _prune(ops, out_vids)
-            used = {v for _, ins, _ in seg_ops for v in ins}
+            used = {v for _, ins, _ in seg_ops for v in ins} | guard_vids  # a guard may read an input directly
             in_vids = [v for v in dict.fromkeys(outside + [v for _, ins, _ in seg_ops for v in ins])
                        if v in used and v not in produced]
             produced_later_needed |= set(in_vids)
@@ -300,7 +520,8 @@ class trace:
             seg.run = replay
             avals = [entry.avals[v] for v in seg.in_vids]
             donate = ()
-            if self._donate and self._without_host and len(segments) == 1:
+            if self._donate and self._without_host and len(segments) == 1 and not entry.guards:
+                # (a guarded call must be able to drop its results, so it keeps its inputs)
                 written = {rec.input_vids[i] for i, _ in entry.writes}
                 donate = tuple(i for i, v in enumerate(seg.in_vids) if v in written)
                 entry.donate = donate
@@ -322,6 +543,10 @@ class trace:
                 _verbose.report(self.__name__, seg, entry)  # MGE_VERBOSE_XLA_IR
             self.num_compiled += 1
         entry.segments = segments
+        if guard_vids:
+            seg = segments[0]
+            entry.guard_src = [(True, seg.out_vids.index(v)) if v in seg.out_vids else (False, seg.in_vids.index(v))
+                               for v, _, _ in entry.guards]
         entry.graph_op = XLA_GRAPH.bind(graph=_Graph(segments[0].run, f"{self.__name__}"))
         if not entry.donate:
             entry.graph_op._kernel = segments[0].executable  # the op's eager kernel IS the compiled graph
@@ -355,24 +580,41 @@ class trace:
             by_vid = {v: t for v, t in zip(entry.rec.input_vids, state)}
             ins = [by_vid[v] if v in by_vid else wrap(a) for v, a in zip(seg.in_vids, arrays)]
             outs = _dispatch.apply(entry.graph_op, *ins)
+            if entry.guards:
+                miss = self._check_guards(entry, arrays, [o._data for o in outs])
+                if miss is not None:
+                    return miss
             return self._deliver(entry, state, dict(zip(seg.out_vids, outs)))
-        if entry.donate and len({id(a) for a in arrays}) != len(arrays):
-            outs = _spmd.jit(seg.run)(*arrays)  # the same buffer passed twice cannot be donated
+        if entry.donate and _shared(arrays, entry.donate):
+            outs = _spmd.jit(seg.run)(*arrays)  # a buffer held elsewhere too must not be donated (deleted)
+            self.num_undonated += 1
         else:
             outs = seg.executable(*arrays)
+        if entry.guards:
+            miss = self._check_guards(entry, arrays, outs)
+            if miss is not None:
+                return miss
         return self._deliver(entry, state, {v: wrap(a) for v, a in zip(seg.out_vids, outs)})
+
+    def _check_guards(self, entry, arrays, outs):
+        got = _fetch_guards([outs[i] if from_out else arrays[i] for from_out, i in entry.guard_src])
+        for j, ((_, value, _), actual) in enumerate(zip(entry.guards, got)):
+            if not _same(actual, value):
+                return _Miss(got[:j + 1], j, entry)
+        return None
 
     def _deliver(self, entry, state, values):
         """Write reassigned state back into its Tensor objects and build the return value from ``values``
-        (``{vid: Tensor}``)."""
-        for i, vid in entry.writes:
-            t = state[i]
-            t._reset(values[vid])
-            mark_external(t)
-        for i, vid in entry.grad_writes:
-            state[i]._grad = None if vid is None else values[vid]
-            if vid is not None:
-                mark_external(values[vid])
+        (``{vid: Tensor}``). The writes are all-or-nothing: interrupted half-way (KeyboardInterrupt), they are
+        completed before the exception goes on, since donated input buffers are gone once the executable ran."""
+        writes = [(state[i], values[vid]) for i, vid in entry.writes]
+        grads = [(state[i], None if vid is None else values[vid], i in entry.grad_inplace)
+                 for i, vid in entry.grad_writes]
+        try:
+            _commit(writes, grads)
+        except BaseException:
+            _commit(writes, grads)
+            raise
         inputs = dict(zip(entry.rec.input_vids, state))
         leaves = []
         for kind, v in entry.out_leaves:
@@ -389,13 +631,21 @@ class trace:
 
     # ---- run compiled with the host (without_host=False) -----------------------------------------------------
     def _replay(self, entry, state, args, kwargs):
+        snapshot = _snapshot(state)
         replayer = _Replayer(self, entry, state)
-        push_interpreter(replayer)
         try:
-            out = self.__wrapped__(*args, **kwargs)
-        finally:
-            pop_interpreter()
-        return replayer.finish(out)
+            push_interpreter(replayer)
+            try:
+                out = self.__wrapped__(*args, **kwargs)
+            finally:
+                pop_interpreter()
+            return replayer.finish(out)
+        except _GuardMismatch as exc:
+            _restore(snapshot)  # nothing of this call stays: no Pending values in the state
+            return _Miss(exc.values, exc.index, entry)
+        except BaseException:
+            _restore(snapshot)
+            raise
 
     # ---- inspection ----------------------------------------------------------------------------------------
     def _entry(self):
@@ -423,13 +673,13 @@ class trace:
 
     @property
     def num_executables(self):
-        """Number of executables currently cached (over all signatures and segments)."""
-        return sum(len(e.segments) for e in self._cache.values() if e.segments)
+        """Number of executables currently cached (over all signatures, their variants and segments)."""
+        return sum(len(e.segments) for v in self._cache.values() for e in v if e.segments)
 
     @property
     def ops(self):
         """The recorded ops of the last signature as ``(op, in_vids, out_vids)`` data."""
-        return list((self._last or next(iter(self._cache.values()))).rec.ops)
+        return list((self._last or next(iter(self._cache.values()))[0]).rec.ops)
 
     def dump(self, file, *, arg_names=None, output_names=None, **unused):
         """Serialise the last compiled step as a portable StableHLO artifact (``jax.export``).
@@ -476,14 +726,57 @@ class trace:
 
     def compile(self):
         """Compile the recorded signatures now (normally done on the second call)."""
-        for entry in self._cache.values():
-            if entry.segments is None:
-                self._compile(entry)
+        for variants in self._cache.values():
+            for entry in variants:
+                if entry.segments is None:
+                    self._compile(entry)
 
 
 def _prune(ops, out_vids):
     from ._recording import prune
     return prune(ops, out_vids)
+
+
+def _commit(writes, grads):
+    for t, new in writes:
+        t._reset(new)
+        mark_external(t)
+    for t, g, inplace in grads:
+        if inplace and g is not None and t._grad is not None:
+            t._grad._reset(g)  # the step accumulated into the existing .grad object (``x.grad += g``)
+            mark_external(t._grad)
+            continue
+        t._grad = g
+        if g is not None:
+            mark_external(g)
+
+
+def _guard_reads(rec, host_reads):
+    """``(read_log, guards)`` of a recording: every guarded host read ``(value, line, is_guard)`` in order, and
+    the ones whose value depends on data ``(vid, value, line)``. A read of a value computed from constants only
+    (shapes, literals) is no guard: it is the same on every call of the signature."""
+    dynamic = set(rec.input_vids)
+    dynamic.update(v for _, v in rec.grad_inputs)
+    dynamic.update(rec.hyper)
+    dynamic.update(rec.host_inputs)
+    for _, ins, outs in rec.ops:
+        for v in ins:
+            if v in dynamic:
+                dynamic.update(outs)
+                break
+    log, guards = [], []
+    for vid, data, where in host_reads:
+        value = np.asarray(data)
+        is_guard = vid in dynamic
+        log.append((value, where, is_guard))
+        if is_guard:
+            guards.append((vid, value, where))
+    return log, guards
+
+
+def _show(value):
+    a = np.asarray(value)
+    return repr(a.item()) if a.size == 1 else f"an array {a.shape} {a.dtype}"
 
 
 def _seed_from_global():
@@ -515,8 +808,14 @@ class _Replayer:
         for v, getter in rec.hyper.items():
             self.env[v] = np.asarray(getter(), dtype=entry.avals[v].dtype)
         self.next_segment = 0
+        self.nread = 0
+        self.known = []  # values of this call's guarded reads so far
+        self.differs = None  # index (into entry.guards) of the first read whose value differs from the recording
 
     def _fail(self, msg):
+        if self.differs is not None:
+            # the op sequence left the recording after a value read on the host changed: a guard miss
+            raise _GuardMismatch(self.known, self.differs)
         raise TraceError(f"{self.tracer._what}: the call differs from its recording: {msg}")
 
     def apply(self, op, inputs):
@@ -536,7 +835,7 @@ class _Replayer:
             if rv in rec.hyper:
                 pass  # re-read from Python state at call start (optimizer hyper-parameters)
             elif rv in rec.host_inputs:
-                self.env[rv] = self.read(t) if isinstance(t._data, Pending) else t._data
+                self.env[rv] = self._materialize(t) if isinstance(t._data, Pending) else t._data
             elif rv in rec.consts:
                 if t._vid != rv and not np.array_equal(np.asarray(t._data), np.asarray(rec.consts[rv])):
                     self._fail(f"op #{i} {op!r} input {j} is a different constant than in the recording")
@@ -563,7 +862,21 @@ class _Replayer:
             self.env.update(zip(seg.out_vids, seg.executable(*arrays)))
             self.next_segment += 1
 
-    def read(self, t):
+    def read(self, t, guard=True):
+        value = self._materialize(t)
+        if guard:
+            # the body's own read: compare with the recording (a changed value is a guard miss once the ops
+            # leave the recording; host-only uses of it, e.g. logging, keep the recording valid)
+            k = self.nread
+            self.nread += 1
+            log = self.entry.read_log
+            if k < len(log) and log[k][2]:
+                self.known.append(np.asarray(value))
+                if self.differs is None and not _same(self.known[-1], log[k][0]):
+                    self.differs = len(self.known) - 1
+        return value
+
+    def _materialize(self, t):
         rv = self.vmap.get(t._vid)
         if rv is None or not isinstance(t._data, Pending):
             return t._data
@@ -688,6 +1001,9 @@ class xla_trace(trace):
         function: the step function.
         without_host: must stay True for one executable (the default).
         symbolic_shape: accepted for MegEngine compatibility.
+        strict: raise a :class:`TraceError` naming the line when a value the step read on the host while recording
+            (``int(t)``, ``if loss > x``, ``boxes[:num[i]]``) differs on a later call; by default such a call is
+            rolled back and recorded again for the new value (a warning names the line once).
         capture_as_const, symbolic, sublinear_memory_config, dtr_config: as :class:`trace`.
 
     Example:
@@ -701,6 +1017,7 @@ class xla_trace(trace):
     """
 
     _default_without_host = True
+    _strict_without_host = False  # data-dependent steps record again per value unless strict=True
     _what = "xla_trace"
     _allow_external = False  # one executable: everything it reads comes from its arguments (or constants)
 
