@@ -139,7 +139,7 @@ def reshape(inp, target_shape):
         >>> F.reshape(F.arange(12), (3, -1)).shape  # (3, 4)
     """
     inp = _t(inp)
-    shape = _infer_shape(inp.size, target_shape)
+    shape = _infer_shape(int(np.prod(inp.shape, dtype=np.int64)), target_shape)  # Tensor.size of 0-d is 1.0
     # NOTE: always a new tensor, never ``inp`` itself, even for an unchanged shape: an in-place update of the
     # result (``y += 1``, ``y[0] = 5``) must not rebind the input (MegEngine has no views).
     return _keep_qparams(_apply(_S.reshape.bind(shape=shape), inp), inp)
