@@ -362,3 +362,12 @@ def test_checked_indexing_raises_in_compiled_step_and_writes_nothing(monkeypatch
         assert not np.array_equal(w.numpy(), before)
     finally:
         mge.config.checked_indexing = False
+
+
+def test_allocation_failure_in_xla_is_out_of_memory_error(monkeypatch):
+    from megxla.core import _op
+    from megxla.core._dispatch import OutOfMemoryError
+    import jax
+    monkeypatch.setitem(_op._MEMORY_LIMIT, jax.default_backend(), 1 << 62)  # let a 4 TiB output reach XLA
+    with pytest.raises(OutOfMemoryError, match="out of device memory"):
+        F.zeros((2 ** 20, 2 ** 20))

@@ -126,6 +126,11 @@ def eager_apply(op, inputs):
     except MeshRequired as exc:  # a cross-process collective (or its gradient): compile the SPMD form once
         op._kernel = SpmdFunction(op.fn, exc.devices, name=op.name)
         out = op._kernel(*[t._data for t in inputs])
+    except RuntimeError as exc:  # XLA's allocator: an output that passed the size check but not the free memory
+        if "RESOURCE_EXHAUSTED" not in str(exc):
+            raise
+        raise OutOfMemoryError(f"{op!r}: out of device memory for inputs ({_describe(inputs)}): "
+                               f"{str(exc).strip().splitlines()[0]}") from None
     if op.multiple_results:
         outputs = tuple(wrap(o) for o in out)
     else:
