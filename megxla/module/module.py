@@ -678,3 +678,9 @@ class Module(metaclass=ABCMeta):
             else:
                 main += "\n  " + "\n  ".join(lines) + "\n"
         return main + ")"
+
+
+# A tracer finds a module's state (parameters and buffers) through core's registry, without importing module.
+from ..core import _registry as _registry  # noqa: E402
+
+_registry.register_state_walker(Module, lambda m: list(m.named_tensors()))
