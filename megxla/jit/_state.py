@@ -34,33 +34,40 @@ def _scalar_key(v):
     return (t, v)
 
 
+def _has_array(items):
+    for o in items:
+        t = type(o)
+        if t is np.ndarray:
+            return True
+        if t is list or t is tuple or isinstance(o, (list, tuple)):
+            if _has_array(o):
+                return True
+        elif isinstance(o, dict) and "params" not in o and _has_array(o.values()):
+            return True
+    return False
+
+
+def _convert(obj):
+    if isinstance(obj, np.ndarray):
+        return Tensor(obj)
+    if isinstance(obj, (list, tuple)) and _has_array(obj):
+        items = [_convert(o) for o in obj]
+        if type(obj) is list:
+            return items
+        return type(obj)(*items) if hasattr(obj, "_fields") else type(obj)(items)
+    if isinstance(obj, dict) and "params" not in obj and _has_array(obj.values()):
+        return {k: _convert(v) for k, v in obj.items()}
+    return obj
+
+
 def convert_numpy(args, kwargs):
     """NumPy arrays among the arguments (also inside lists, tuples and dicts) become Tensors, so that they are
     graph inputs read at every call -- never keyed by ``id`` or baked in as constants (a refilled buffer, or a new
     array reusing a freed one's id, must not run with old values). Returns the arguments unchanged (same objects)
-    when there is no array, which is the common case and costs one scan."""
-    def has(obj):
-        if isinstance(obj, np.ndarray):
-            return True
-        if isinstance(obj, (list, tuple)):
-            return any(has(o) for o in obj)
-        if isinstance(obj, dict) and "params" not in obj:
-            return any(has(o) for o in obj.values())
-        return False
-
-    def conv(obj):
-        if isinstance(obj, np.ndarray):
-            return Tensor(obj)
-        if isinstance(obj, (list, tuple)) and has(obj):
-            items = [conv(o) for o in obj]
-            return items if type(obj) is list else (type(obj)(*items) if hasattr(obj, "_fields") else tuple(items))
-        if isinstance(obj, dict) and "params" not in obj and has(obj):
-            return {k: conv(v) for k, v in obj.items()}
-        return obj
-
-    if not (has(args) or has(kwargs)):
+    when there is no array, which is the common case and costs one scan of the arguments."""
+    if not (_has_array(args) or (kwargs and _has_array(kwargs.values()))):
         return args, kwargs
-    return conv(args), conv(kwargs)
+    return tuple(_convert(a) for a in args), {k: _convert(v) for k, v in kwargs.items()}
 
 
 def collect(args, kwargs):
