@@ -151,3 +151,30 @@ def test_known_jit_exceptions_are_still_needed():
                    for t, _ in _imports(mod, is_pkg, path)}
     stale = JIT_ONLY_CORE_EXCEPTIONS - jit_imports
     assert not stale, f"delete these from JIT_ONLY_CORE_EXCEPTIONS: {sorted(stale)}"
+
+
+def test_upper_layers_fill_the_core_registries():
+    import megxla as mge
+    import megxla.module as M
+    import megxla.optimizer as optim
+    from megxla.amp import GradScaler
+    from megxla.core import _registry
+    from megxla.random import _rng
+
+    get, set_ = _registry.implicit_state()["rng_key"]
+    key = get()
+    assert key is _rng._global._state
+    set_(mge.Tensor(key.numpy()))
+    assert _rng._global._state is not key
+    set_(key)
+    model = M.Sequential(M.Linear(2, 3), M.BatchNorm1d(3))
+    names = [k for k, _ in _registry.state_walker(model)(model)]
+    assert {"0.weight", "1.running_mean"} <= set(names)
+    opt = optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    e = _registry.epoch()
+    opt.add_param_group({"params": [mge.Parameter([1.0])]})  # a structure change bumps the epoch
+    assert _registry.epoch() > e
+    walked = _registry.state_walker(opt)(opt)
+    assert sum(k.endswith("momentum_buffer") for k, _ in walked) == 5
+    scaler = GradScaler()
+    assert [k for k, _ in _registry.state_walker(scaler)(scaler)] == ["scale", "growth_tracker"]
