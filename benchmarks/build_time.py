@@ -11,6 +11,7 @@ Usage::
 
     .venv/bin/python benchmarks/build_time.py                      # resnet18, resnet50, transformer
     .venv/bin/python benchmarks/build_time.py --forward --repeats 3 --models resnet18
+    .venv/bin/python benchmarks/build_time.py --first-step     # cold vs warm persistent compilation cache
 
 MegEngine 1.13 on the same 2-core CPU builds the ResNet-18 in 0.19 s (figure from issue 18).
 """
@@ -86,6 +87,46 @@ def _child(framework, model, forward):
     print("RESULT " + json.dumps(out))
 
 
+def _child_first_step(model):
+    """Seconds from process start to the end of the first compiled ``xla_trace`` training step (batch 8)."""
+    import time
+    t0 = time.perf_counter()
+    sys.path.insert(0, HERE)
+    import dataclasses
+    import jax
+    import run
+    import models
+    wl = models.WORKLOADS[model]
+    if wl.kind != "transformer":
+        c, h, w = (3, 224, 224) if wl.kind == "resnet50" else (3, 32, 32)
+        wl = dataclasses.replace(wl, inputs=models._images((8, c, h, w), 1000 if wl.kind == "resnet50" else 10))
+    else:
+        wl = dataclasses.replace(wl, inputs=models._tokens(8, 128, 1000))
+    step, info = run.make_megxla(wl, "xla_trace")
+    calls = 0
+    while not step.traced.num_compiled or calls < 2:  # record, (record with optimizer slots), compiled call
+        step()
+        calls += 1
+    step()
+    jax.block_until_ready(jax.numpy.zeros(()))
+    print("RESULT " + json.dumps({"first_step_s": time.perf_counter() - t0, "calls": calls + 1}))
+
+
+def first_step_cold_warm(model, cache_dir):
+    """(cold, warm) seconds to the first compiled step in two fresh processes sharing a new persistent cache."""
+    env = dict(os.environ, MEGXLA_COMPILATION_CACHE="1", MEGXLA_COMPILATION_CACHE_DIR=cache_dir,
+               OMP_WAIT_POLICY="PASSIVE")
+    out = []
+    for _ in range(2):
+        proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--child-step", model], capture_output=True,
+                              text=True, env=env, timeout=1800)
+        res = [json.loads(x[7:]) for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
+        out.append(res[0]["first_step_s"] if res else float("nan"))
+        if not res:
+            print(proc.stderr[-2000:], file=sys.stderr)
+    return tuple(out)
+
+
 def measure(framework, model, forward=False, threads=None):
     """One first build in a fresh subprocess; returns its result dict (or ``{"error": ...}``)."""
     env = dict(os.environ, MEGXLA_COMPILATION_CACHE="0", OMP_WAIT_POLICY="PASSIVE")
@@ -115,14 +156,27 @@ def main(argv=None):
     ap.add_argument("--forward", action="store_true", help="also time the first eager forward (batch 2)")
     ap.add_argument("--no-torch", action="store_true", help="megxla only")
     ap.add_argument("--json", default=None, help="write the raw results to this file")
+    ap.add_argument("--first-step", action="store_true",
+                    help="instead: time to the first compiled xla_trace step (batch 8), cold then warm persistent cache")
     ap.add_argument("--child", nargs=2, metavar=("FRAMEWORK", "MODEL"), help=argparse.SUPPRESS)
+    ap.add_argument("--child-step", metavar="MODEL", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
         return _child(*args.child, args.forward)
+    if args.child_step:
+        return _child_first_step(args.child_step)
     models = [m.strip() for m in args.models.split(",") if m.strip()]
     unknown = set(models) - set(MODELS)
     if unknown:
         ap.error(f"unknown models {sorted(unknown)}; choose from {MODELS}")
+    if args.first_step:
+        import tempfile
+        print("| model | first compiled step, cold cache | warm cache | speed-up |\n|---|---:|---:|---:|")
+        for m in models:
+            with tempfile.TemporaryDirectory(prefix="megxla_cache_") as d:
+                cold, warm = first_step_cold_warm(m, d)
+            print(f"| {m} | {cold:.2f} s | {warm:.2f} s | {cold / warm:.1f}x |")
+        return None
     frameworks = ["megxla"]
     if not args.no_torch:
         try:
