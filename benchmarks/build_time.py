@@ -157,7 +157,7 @@ def main(argv=None):
     ap.add_argument("--no-torch", action="store_true", help="megxla only")
     ap.add_argument("--json", default=None, help="write the raw results to this file")
     ap.add_argument("--first-step", action="store_true",
-                    help="instead: time to the first compiled xla_trace step (batch 8), cold then warm persistent cache")
+                    help="instead: time to the first compiled xla_trace step (batch 8), cold then warm cache")
     ap.add_argument("--child", nargs=2, metavar=("FRAMEWORK", "MODEL"), help=argparse.SUPPRESS)
     ap.add_argument("--child-step", metavar="MODEL", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)

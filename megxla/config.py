@@ -16,7 +16,8 @@ MegEngine 1.13's names, mapped onto JAX/XLA's own engines:
   one-pass bfloat16 on TPUs). ``amp`` remains the route to float16/bfloat16 compute.
 - ``compilation_cache`` (True) and ``compilation_cache_dir``: JAX's persistent compilation cache, so a second
   process reuses the executables of the first instead of compiling again. On by default, in
-  ``$MEGXLA_COMPILATION_CACHE_DIR``, else ``$XDG_CACHE_HOME/megxla/jax``, else ``~/.cache/megxla/jax``;
+  ``$MEGXLA_COMPILATION_CACHE_DIR``, else ``$XDG_CACHE_HOME/megxla/jax``, else ``~/.cache/megxla/jax``
+  (JAX's own ``JAX_COMPILATION_CACHE_DIR``, when only that is set, is kept);
   ``MEGXLA_COMPILATION_CACHE=0`` (or ``compilation_cache = False``) turns it off. JAX writes entries atomically, so
   processes may share the directory. Every executable is cached, however small or quick to compile: eager
   kernels are many and each costs a compile on the way to the first step.
@@ -208,7 +209,11 @@ _mod.__dict__["deterministic_kernel"] = False
 _mod.deterministic_kernel = _env_flag("MEGXLA_DETERMINISTIC_KERNEL", False) or \
     "--xla_gpu_deterministic_ops=true" in os.environ.get("XLA_FLAGS", "")
 _mod.__dict__["compilation_cache"] = False
-_mod.compilation_cache_dir = default_cache_dir()
+# a directory given to JAX itself (JAX_COMPILATION_CACHE_DIR) wins over our per-user default
+_jax_dir = jax.config.jax_compilation_cache_dir
+_mod.compilation_cache_dir = _jax_dir if _jax_dir and "MEGXLA_COMPILATION_CACHE_DIR" not in os.environ \
+    else default_cache_dir()
+del _jax_dir
 _mod.compilation_cache = _env_flag("MEGXLA_COMPILATION_CACHE", True)
 _mod.checked_indexing = _env_flag("MEGXLA_CHECKED_INDEXING", False)
 del _mod
