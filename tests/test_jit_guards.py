@@ -337,3 +337,15 @@ def test_gradient_accumulation_across_compiled_calls():
     np.testing.assert_allclose(run(None), [8.0, 16.0])
     np.testing.assert_allclose(run(xla_trace), [8.0, 16.0])
     np.testing.assert_allclose(run(trace), [8.0, 16.0])
+
+
+def test_dump_of_a_guarded_step_is_refused(tmp_path):
+    @xla_trace
+    def f(x, n):
+        return x[:int(n)].sum()
+
+    x = mge.Tensor(np.arange(6, dtype="float32"))
+    f(x, mge.Tensor(2))
+    f(x, mge.Tensor(2))
+    with pytest.raises(TraceError, match="int\\(n\\)"):
+        f.dump(str(tmp_path / "f.stablehlo"))

@@ -704,6 +704,10 @@ class trace:
         if len(entry.segments) != 1:
             raise TraceError(f"{self._what}.dump: this trace reads values on the host mid-step "
                              f"({len(entry.segments)} executables); dump needs one (trace with without_host=True)")
+        if entry.guards:
+            raise TraceError(f"{self._what}.dump: the step read a value on the host while recording (at "
+                             f"{describe_where(entry.guards[0][2])}); a dumped step cannot check it, so it would be "
+                             f"silently wrong for other values. Move the read out of the step, or pad to a fixed size")
         seg, rec = entry.segments[0], entry.rec
         fixed = {v: rec.consts[v] for v in seg.in_vids if v in rec.consts and v not in rec.hyper}
         fixed.update((v, np.asarray(rec.hyper[v](), entry.avals[v].dtype)) for v in seg.in_vids if v in rec.hyper)
