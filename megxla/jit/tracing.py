@@ -40,6 +40,7 @@ from ..core import _dispatch
 from ..core._dispatch import wrap, push_interpreter, pop_interpreter, current_interpreter
 from ..core._elemwise_front import SCALAR_VIDS
 from ..core._op import Primitive, VJP
+from ..core.ops.shape import full_like as _FULL_LIKE
 from ..core._tensor import Tensor
 from ..core import _spmd
 from .. import dtr as _dtr
@@ -756,13 +757,15 @@ def _commit(writes, grads):
 
 def _guard_reads(rec, host_reads):
     """``(read_log, guards)`` of a recording: every guarded host read ``(value, line, is_guard)`` in order, and
-    the ones whose value depends on data ``(vid, value, line)``. A read of a value computed from constants only
-    (shapes, literals) is no guard: it is the same on every call of the signature."""
+    the ones whose value depends on data ``(vid, value, line)``. A read of a value computed from constants and
+    shapes only (literals, ``zeros_like``) is no guard: it is the same on every call of the signature."""
     dynamic = set(rec.input_vids)
     dynamic.update(v for _, v in rec.grad_inputs)
     dynamic.update(rec.hyper)
     dynamic.update(rec.host_inputs)
-    for _, ins, outs in rec.ops:
+    for op, ins, outs in rec.ops:
+        if op.prim is _FULL_LIKE:  # reads only its input's shape
+            continue
         for v in ins:
             if v in dynamic:
                 dynamic.update(outs)
