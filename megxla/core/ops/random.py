@@ -77,16 +77,20 @@ def _host_array(a):
 
 
 class _SplitKernel:
-    """Eager ``rng_split``: threefry on the host (a compile-free split per draw; the key is 8 bytes)."""
+    """Eager ``rng_split`` on the CPU: threefry on the host (a compile-free split per draw; the key is 8 bytes).
+
+    On accelerators the jitted split (one executable for every draw) keeps the key on the device: reading it
+    back would make the host wait for whatever step produced it.
+    """
 
     def __init__(self, op):
         self._jit = jax.jit(op.fn)
 
     def __call__(self, key):
-        host = _host_array(key)
+        dev = next(iter(key.devices())) if len(key.devices()) == 1 else None
+        host = _host_array(key) if dev is not None and dev.platform == "cpu" else None
         if host is None or host.shape != (2,) or host.dtype != np.uint32:
             return self._jit(key)
-        dev = next(iter(key.devices()))
         a, b = split_on_host(host)
         return jax.device_put(a, dev), jax.device_put(b, dev)
 
