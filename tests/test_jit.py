@@ -450,8 +450,8 @@ def test_dump_writes_portable_stablehlo_that_loads_and_runs(tmp_path):
     x = _x(2, 4, seed=5)
     ref = f(x, w)
     path = tmp_path / "f.stablehlo"
-    exp = f.dump(str(path), arg_names=["x", "w"])
-    assert "stablehlo" in exp.mlir_module()
+    info = f.dump(str(path), arg_names=["x", "w"])
+    assert "stablehlo" in info.exported.mlir_module()
     g = load(str(path))
     assert g.arg_names == ["x", "w"]
     out = g(x, w)

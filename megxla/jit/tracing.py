@@ -47,6 +47,7 @@ from .. import dtr as _dtr
 from . import _state, _verbose
 from ._external import mark_external
 from ._recording import Recorder, Excluded, Pending, TraceError, make_replay, describe_where
+from ._simplify import simplify
 
 __all__ = ["trace", "xla_trace", "exclude_from_trace", "TraceError", "load"]
 
@@ -226,6 +227,7 @@ class trace:
         functools.update_wrapper(self, function)
         self.__wrapped__ = function
         self.symbolic = symbolic
+        self.opt_level = opt_level  # >= 1: the recording is simplified before it is compiled (_simplify.py)
         self.capture_as_const = capture_as_const
         self._without_host = self._default_without_host if without_host is None else without_host
         # strict: a host read whose value changes raises instead of recording again (MegEngine's trace with
@@ -266,6 +268,9 @@ class trace:
         args, kwargs = _state.convert_numpy(args, kwargs)
         tensors, sig = _state.collect(args, kwargs)
         state = tensors + [self.random_seed]
+        if self.capture_as_const and any(not isinstance(a, Tensor) and not _state._is_module(a) for a in args):
+            raise TypeError("Only support tensor type args when capture_as_const is enabled")  # MegEngine's text
+        self._dump_call = (sig, state)  # trace.dump writes the recording of the last call (_dump.py)
         with self._rng_swapped():
             variants = self._cache.get(sig)
             if variants is None:
@@ -505,7 +510,7 @@ class trace:
         # walk segments backwards to know which produced values later segments need
         needs = []
         for start, end in reversed(bounds):
-            ops = rec.ops[start:end]
+            ops = simplify(rec.ops[start:end], entry.avals, self.opt_level)[0]
             produced = {v for _, _, outs in ops for v in outs}
             out_vids = [v for v in dict.fromkeys(produced_later_needed | kept) if v in produced]
             seg_ops = _prune(ops, out_vids)
@@ -681,52 +686,37 @@ class trace:
         """The recorded ops of the last signature as ``(op, in_vids, out_vids)`` data."""
         return list((self._last or next(iter(self._cache.values()))[0]).rec.ops)
 
-    def dump(self, file, *, arg_names=None, output_names=None, **unused):
-        """Serialise the last compiled step as a portable StableHLO artifact (``jax.export``).
-
-        Instead of MegEngine's ``.mge`` graph format, megxla writes what XLA consumes: constants and current
-        optimizer hyper-parameters are baked in; the inputs are the step's state tensors (arguments, module
-        parameters and buffers, optimizer slots, the RNG key) in the order of the signature, and the outputs
-        are the returned tensors followed by the reassigned state. Load it with :func:`megxla.jit.load`.
+    def dump(self, file, *, arg_names=None, output_names=None, **kwargs):
+        """Serialise the traced function as MegEngine's ``dump`` does, for XLA: the recording of the last call,
+        from its tensor arguments to its returned tensors, everything else (parameters, captured tensors) a
+        constant. The file holds a portable StableHLO module (``jax.export``) and a MegEngine-style graph view;
+        read it with :func:`megxla.jit.load`, ``megengine.core.tensor.megbrain_graph.load_graph``,
+        ``megengine.utils.comp_graph_tools.GraphInference`` or ``megengine.utils.network.Network.load``.
 
         Args:
             file: a path or a binary file object.
-            arg_names, output_names: optional names, stored with the artifact.
+            arg_names: names of the positional tensor arguments (default ``arg_0``, ``arg_1``...); keyword
+                tensor arguments are named by their keyword.
+            output_names: names of the outputs (default: the producing operator's name, e.g. ``"ADD"``, or the
+                keys of a returned dict).
+            input_data: MegEngine's test-case specs (``"#rand(0, 255)"``, ``"data:#rand(0,1,1,3,8,8)"``,
+                ``"data:file.npy"``); inputs and expected outputs are stored with the graph.
+            enable_io16xc32 / enable_ioc16: float16 storage between operators (compute in float32 / float16).
+            Other MegEngine options (``optimize_for_inference``, ``keep_var_name``, layout options...) are
+            accepted; XLA chooses layouts and fusions itself.
 
         Returns:
-            the ``jax.export.Exported`` object.
+            a ``DumpInfo`` (``nr_opr``, ``inputs``, ``outputs``, ``params``, ``tot_bytes``, ``exported``).
 
         Example:
-            >>> f(x); f(x); f.dump("f.stablehlo")
-            >>> g = megxla.jit.load("f.stablehlo"); y, = g(x)
+            >>> f = trace(lambda a, b: a + b, capture_as_const=True)
+            >>> _ = f(mge.Tensor([1.0]), mge.Tensor([2.0]))
+            >>> info = f.dump(io.BytesIO())
+            >>> info.inputs, info.outputs
+            (['arg_0', 'arg_1'], ['ADD'])
         """
-        import pickle
-        entry = self._entry()
-        if len(entry.segments) != 1:
-            raise TraceError(f"{self._what}.dump: this trace reads values on the host mid-step "
-                             f"({len(entry.segments)} executables); dump needs one (trace with without_host=True)")
-        if entry.guards:
-            raise TraceError(f"{self._what}.dump: the step read a value on the host while recording (at "
-                             f"{describe_where(entry.guards[0][2])}); a dumped step cannot check it, so it would be "
-                             f"silently wrong for other values. Move the read out of the step, or pad to a fixed size")
-        seg, rec = entry.segments[0], entry.rec
-        fixed = {v: rec.consts[v] for v in seg.in_vids if v in rec.consts and v not in rec.hyper}
-        fixed.update((v, np.asarray(rec.hyper[v](), entry.avals[v].dtype)) for v in seg.in_vids if v in rec.hyper)
-        in_vids = [v for v in seg.in_vids if v not in fixed]
-
-        def exported_step(*arrays):
-            env = dict(zip(in_vids, arrays))
-            return seg.run(*[env[v] if v in env else fixed[v] for v in seg.in_vids])
-
-        exp = jax.export.export(jax.jit(exported_step))(*[entry.avals[v] for v in in_vids])
-        blob = pickle.dumps({"format": "megxla-stablehlo-1", "exported": bytes(exp.serialize()),
-                             "arg_names": arg_names, "output_names": output_names})
-        if hasattr(file, "write"):
-            file.write(blob)
-        else:
-            with open(file, "wb") as fh:
-                fh.write(blob)
-        return exp
+        from ._dump import dump
+        return dump(self, file, arg_names=arg_names, output_names=output_names, **kwargs)
 
     def compile(self):
         """Compile the recorded signatures now (normally done on the second call)."""

@@ -1,0 +1,155 @@
+"""``megengine.core.tensor.megbrain_graph``: load a graph written by ``trace.dump`` and look at it.
+
+MegEngine's dump writes a MegBrain graph; megxla's writes what XLA consumes (a portable StableHLO module, run
+by XLA when the graph is executed) plus a *graph view*: the traced ops as operators and variables named and typed
+as MegEngine names them (``Host2DeviceCopy`` for inputs, ``ImmutableTensor`` for constants, ``Elemwise`` with
+its mode for arithmetic...), so tools that walk a dumped graph (``utils.comp_graph_tools``,
+``utils.network``) work on it. The view is data; executing it always runs the StableHLO module.
+
+Example:
+    >>> import io, megxla as mge
+    >>> from megxla.jit import trace
+    >>> f = trace(lambda a, b: a + b, symbolic=True, capture_as_const=True)
+    >>> _ = f(mge.Tensor([1.0]), mge.Tensor([2.0]))
+    >>> buf = io.BytesIO(); _ = f.dump(buf); _ = buf.seek(0)
+    >>> res = load_graph(buf)
+    >>> (out,) = res.output_vars_list
+    >>> out.owner.type, [v.owner.type for v in out.owner.inputs]
+    ('Elemwise', ['Host2DeviceCopy', 'Host2DeviceCopy'])
+"""
+from __future__ import annotations
+
+import collections
+import pickle
+
+import numpy as np
+
+__all__ = ["VarNode", "OpNode", "Graph", "load_graph", "CompGraphLoadResult", "FORMAT"]
+
+FORMAT = "megxla-stablehlo-1"  # the dump's container: a pickled dict (StableHLO bytes, names, graph view)
+
+CompGraphLoadResult = collections.namedtuple("CompGraphLoadResult", ["graph", "output_vars_dict",
+                                                                     "output_vars_list"])
+
+
+class VarNode:
+    """A variable of a loaded graph: ``name``, ``shape``, ``dtype`` and the operator that produces it (``owner``)."""
+
+    def __init__(self, graph, id, name, shape, dtype):
+        self.graph, self.id, self.name = graph, id, name
+        self.shape, self.dtype = tuple(shape), np.dtype(dtype)
+        self.owner = None
+
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+    def __repr__(self):
+        return f"VarNode({self.name!r}, shape={self.shape}, dtype={self.dtype})"
+
+
+class OpNode:
+    """An operator of a loaded graph: its MegEngine type name (``type``), unique ``name``, ``params`` (a dict),
+    input and output :class:`VarNode` lists."""
+
+    def __init__(self, graph, id, type, name, params):
+        self.graph, self.id, self.type, self.name, self.params = graph, id, type, name, dict(params)
+        self.inputs, self.outputs = [], []
+        self.priority = 0
+
+    def __repr__(self):
+        return f"OpNode({self.type}, {self.name!r})"
+
+
+class Graph:
+    """A dumped graph: its operators and variables (the view) and the XLA executable that computes it.
+
+    Attributes:
+        inputs: input :class:`VarNode` list, in the traced function's argument order.
+        outputs: output :class:`VarNode` list.
+        output_names: the names outputs are reported under (``run`` returns a dict keyed by them).
+        testcases: ``[{"inputs": {name: array}, "outputs": [array]}]`` written by ``dump(input_data=...)``.
+    """
+
+    def __init__(self, view, exported_bytes, testcases=()):
+        self._exported_bytes = exported_bytes
+        self._exported = None
+        self.testcases = list(testcases)
+        self.vars = {}
+        for vid, name, shape, dtype in view["vars"]:
+            self.vars[vid] = VarNode(self, vid, name, shape, dtype)
+        self.oprs = {}
+        for oid, type_, name, params, ins, outs in view["oprs"]:
+            op = OpNode(self, oid, type_, name, params)
+            op.inputs = [self.vars[v] for v in ins]
+            op.outputs = [self.vars[v] for v in outs]
+            for v in op.outputs:
+                v.owner = op
+            self.oprs[oid] = op
+        self.inputs = [self.vars[v] for v in view["inputs"]]
+        self.outputs = [self.vars[v] for v in view["outputs"]]
+        self.output_names = list(view["output_names"])
+
+    @property
+    def exported(self):
+        """The ``jax.export.Exported`` module computing the outputs from the inputs."""
+        if self._exported is None:
+            import jax
+            self._exported = jax.export.deserialize(bytearray(self._exported_bytes))
+        return self._exported
+
+    def run(self, *inputs):
+        """Compute the outputs (NumPy arrays, in output order) from ``inputs`` (arrays or Tensors), with XLA.
+
+        Raises:
+            TypeError: wrong number of inputs; ValueError: an input's shape differs from the graph's.
+        """
+        if len(inputs) != len(self.inputs):
+            raise TypeError(f"Graph.run: the graph takes {len(self.inputs)} inputs "
+                            f"({[v.name for v in self.inputs]}), got {len(inputs)}")
+        arrays = []
+        for var, x in zip(self.inputs, inputs):
+            a = np.asarray(x.numpy() if hasattr(x, "numpy") else x)
+            if a.shape != var.shape and a.size == int(np.prod(var.shape, dtype=np.int64)):
+                a = a.reshape(var.shape)  # MegEngine feeds a scalar input as shape (1,) and vice versa
+            if a.shape != var.shape:
+                raise ValueError(f"Graph.run: input {var.name!r} has shape {var.shape}, got {a.shape}")
+            arrays.append(a.astype(var.dtype, copy=False))
+        return [np.asarray(o) for o in self.exported.call(*arrays)]
+
+
+def _read(file):
+    if hasattr(file, "read"):
+        return file.read()
+    with open(file, "rb") as fh:
+        return fh.read()
+
+
+def load_blob(file) -> dict:
+    """The dict a dump wrote (``format``, ``exported``, names, ``graph`` view); raises ValueError otherwise."""
+    blob = _read(file)
+    try:
+        meta = pickle.loads(blob)
+    except Exception as exc:
+        raise ValueError(f"load_graph: not a graph written by megxla's trace.dump ({exc})") from None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        raise ValueError("load_graph: not a graph written by megxla's trace.dump")
+    return meta
+
+
+def load_graph(fpath) -> CompGraphLoadResult:
+    """Load a graph written by ``trace.dump``.
+
+    Args:
+        fpath: a path or a binary file object.
+
+    Returns:
+        ``CompGraphLoadResult(graph, output_vars_dict, output_vars_list)``: the :class:`Graph`, its output
+        :class:`VarNode` s by name and in order.
+    """
+    meta = load_blob(fpath)
+    if meta.get("graph") is None:
+        raise ValueError("load_graph: this dump has no graph view (written by an older megxla)")
+    graph = Graph(meta["graph"], meta["exported"], meta.get("testcases", ()))
+    outs = dict(zip(graph.output_names, graph.outputs))
+    return CompGraphLoadResult(graph, outs, list(graph.outputs))

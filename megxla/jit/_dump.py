@@ -1,0 +1,392 @@
+"""``trace.dump``: write a traced function as a portable artifact, with MegEngine's dump contract.
+
+What is written (one pickled dict, ``megbrain_graph.FORMAT``):
+
+- ``exported``: a serialized ``jax.export`` StableHLO module computing the returned tensors from the tensor
+  arguments (positional ones, then keyword ones). As in MegEngine's ``capture_as_const`` dump (MegEngine requires
+  that flag; megxla dumps the same graph without it), everything else
+  the function read -- module parameters and buffers, optimizer state, captured tensors, the RNG key -- is a
+  constant with its current value.
+- ``graph``: a *view* of the same computation in MegEngine's vocabulary (operators ``Host2DeviceCopy`` for
+  inputs, ``ImmutableTensor`` for constants, ``Elemwise`` with its mode name, ``Reduce``, ``TypeCvt``...; unique
+  operator and variable names; shapes and dtypes) that ``megbrain_graph.load_graph``, ``comp_graph_tools`` and
+  ``utils.network`` read. It is built from the same (simplified, pruned) op list the module is exported from.
+- ``testcases``: inputs and expected outputs when ``input_data`` is given.
+
+``optimize_for_inference`` options with a meaning here: ``enable_io16xc32`` (float32 values between operators are
+stored as float16, computed in float32; float32 inputs get a ``TypeCvt``) and ``enable_ioc16`` (float16 storage
+and compute). Layout options (``enable_nchw44``...) are for MegEngine's kernels; XLA picks layouts itself.
+"""
+from __future__ import annotations
+
+import hashlib
+import pickle
+import re
+
+import numpy as np
+
+from ..core._tensor import Tensor
+from ..core.tensor.megbrain_graph import FORMAT
+from ._recording import TraceError, describe_where, prune
+from ._simplify import simplify
+
+__all__ = ["dump", "DumpInfo"]
+
+NO_OUTPUT = ("the traced function without return values cannot be dumped, the traced function should return "
+             "List[Tensor] or Dict[str, Tensor]")
+
+
+class DumpInfo:
+    """What ``trace.dump`` wrote (MegEngine's ``dump_info`` fields, plus the ``jax.export`` module).
+
+    Attributes:
+        nr_opr: number of operators in the graph (inputs and constants included).
+        tot_bytes: size of the file content written.
+        tensor_value_bytes: bytes of constant values.
+        content_hash: SHA-256 of the content.
+        inputs: input names; outputs: output names; params: constant names.
+        exported: the ``jax.export.Exported`` module.
+    """
+
+    def __init__(self, **fields):
+        self.__dict__.update(fields)
+
+    def __repr__(self):
+        return (f"DumpInfo(nr_opr={self.nr_opr}, inputs={self.inputs}, outputs={self.outputs}, "
+                f"tot_bytes={self.tot_bytes})")
+
+
+# --- MegEngine operator names of our primitives (the graph view) ------------------------------------------------
+_TYPES = {
+    "astype": "TypeCvt", "reshape": "Reshape", "broadcast_to": "Broadcast", "concat": "Concat",
+    "transpose": "Dimshuffle", "expand_dims": "AddAxis", "squeeze": "RemoveAxis", "matmul": "MatrixMul",
+    "dot": "Dot", "conv": "ConvolutionForward", "conv_transpose": "ConvolutionBackwardData",
+    "getitem": "Subtensor", "setitem": "SetSubtensor", "split": "Split", "stack": "Stack", "topk": "TopK",
+    "sort": "Argsort", "full": "Fill", "full_like": "Fill", "max_pool": "PoolingForward",
+    "avg_pool": "PoolingForward", "adaptive_pool": "AdaptivePoolingForward", "softmax": "Softmax",
+    "batch_norm_infer": "BatchNorm", "batch_norm_train": "BatchNorm", "warp_perspective": "WarpPerspective",
+    "warp_affine": "WarpAffine", "resize": "Resize", "remap": "Remap", "nms": "NMSKeep", "dropout": "Dropout",
+    "rng_uniform": "UniformRNG", "rng_normal": "GaussianRNG", "arange": "Linspace", "linspace": "Linspace",
+    "eye": "Eye", "where": "Where", "clip": "Elemwise", "cumsum": "Cumsum", "tile": "Tile", "repeat": "Repeat",
+    "flip": "Flip", "roll": "Roll", "pad": "Padding", "one_hot": "OneHot", "gather": "IndexingOneHot",
+    "indexing_one_hot": "IndexingOneHot", "layer_norm": "LayerNorm", "group_norm": "GroupNorm",
+    "copy": "Copy", "tensor_copy": "Copy", "device_put": "Copy", "detach": "Identity", "vjp": "VJP",
+    "xla_graph": "XLAGraph", "fake_quant": "FakeQuant", "tqt": "TQT", "lsq": "LSQ",
+}
+
+
+def _elemwise_modes():
+    from ..core.ops import builtin, elemwise
+    modes = {}
+    for mode, key in builtin._UNARY_MODES.items():
+        modes.setdefault(key, mode)
+    for mode, key in builtin._BINARY_MODES.items():
+        modes.setdefault(elemwise._PUBLIC.get(key, key), mode)
+    names = set(elemwise.UNARY) | {elemwise._PUBLIC.get(k, k) for k in elemwise.BINARY}
+    return modes, names
+
+
+_MODES = None
+
+
+def opr_type(op):
+    """``(MegEngine operator type, operator name)`` of an op: ``("Elemwise", "ADD")``, ``("Reduce", "Reduce")``."""
+    global _MODES
+    if _MODES is None:
+        _MODES = _elemwise_modes()
+    modes, elemwise_names = _MODES
+    name = op.name
+    if name in elemwise_names or name == "clip":
+        return "Elemwise", modes.get(name, name.upper())
+    if name.startswith("reduce_") or name in ("logsumexp", "argmax", "argmin"):
+        return "Reduce", name.upper()
+    t = _TYPES.get(name) or "".join(p.capitalize() for p in name.split("_"))
+    return t, t
+
+
+class _Names:
+    """Unique names: the first ``x``, then ``x_1``, ``x_2``..."""
+
+    def __init__(self):
+        self.count = {}
+
+    def __call__(self, base):
+        n = self.count.get(base, 0)
+        self.count[base] = n + 1
+        return base if n == 0 else f"{base}_{n}"
+
+
+# --- the dump ------------------------------------------------------------------------------------------------------
+def _arg_bindings(sig):
+    """``[(state index, name or None)]`` of the tensor arguments: positional ones (named later), then keyword
+    ones (named by their keyword), read off the call signature ``collect`` built."""
+    def tensor_index(item):
+        if isinstance(item, tuple) and len(item) == 3 and isinstance(item[0], int):
+            return item[0]
+        return None
+
+    pos, kw = sig
+    out = [(tensor_index(it), None) for it in pos[1:]]
+    if kw and kw[0] == "dict":
+        out += [(tensor_index(it), k) for k, it in kw[1:]]
+    return [(i, k) for i, k in out if i is not None]
+
+
+def _output_names(out_tree, n, given, what):
+    import jax
+    struct = jax.tree_util.tree_unflatten(out_tree, list(range(n)))
+    keys = None
+    if isinstance(struct, dict):
+        keys = [None] * n
+        for k, i in struct.items():
+            if isinstance(i, int):
+                keys[i] = str(k)
+    if given is not None:
+        if keys is not None:
+            raise TypeError("cannot specify output_names when output is already in dict format")
+        given = [given] if isinstance(given, str) else list(given)
+        if len(given) != n:
+            raise ValueError(f"wrong number of output_names, should be {n} values")
+        return given
+    return keys
+
+
+def dump(tracer, file, *, arg_names=None, output_names=None, optimize_for_inference=True, input_data=None,
+         repeat=1, enable_io16xc32=False, enable_ioc16=False, user_info=None, **unused):
+    """See :meth:`megxla.jit.trace.dump`."""
+    import jax
+    what = tracer._what
+    call = tracer.__dict__.get("_dump_call")
+    variants = tracer._cache.get(call[0]) if call is not None else None
+    if not variants:
+        raise RuntimeError(f"{what}.dump: call the traced function first (its last call's recording is dumped)")
+    sig, state = call
+    entry = variants[0]
+    if entry.guards:
+        raise TraceError(f"{what}.dump: the step read a value on the host while recording (at "
+                         f"{describe_where(entry.guards[0][2])}); a dumped step cannot check it, so it would be "
+                         f"silently wrong for other values. Move the read out of the step, or pad to a fixed size")
+    rec, avals = entry.rec, entry.avals
+    out_pos = [i for i, (kind, _) in enumerate(entry.out_leaves) if kind == "t"]
+    if not out_pos:
+        raise ValueError(NO_OUTPUT)
+    names_by_leaf = _output_names(entry.out_tree, len(entry.out_leaves), output_names, what)
+    out_vids = [entry.out_leaves[i][1] for i in out_pos]
+
+    bindings = _arg_bindings(sig)
+    if arg_names is not None:
+        arg_names = [arg_names] if isinstance(arg_names, str) else list(arg_names)
+        npos = sum(1 for _, k in bindings if k is None)
+        if len(arg_names) != npos:
+            raise ValueError(f"wrong number of arg_names, should be {npos} values")
+    pos_names = iter(arg_names or [f"arg_{i}" for i in range(len(bindings))])
+    inputs = []  # [(vid, name)]
+    for i, k in bindings:
+        vid = rec.input_vids[i]
+        name = k if k is not None else next(pos_names)
+        if vid not in {v for v, _ in inputs}:
+            inputs.append((vid, name))
+    in_vids = [v for v, _ in inputs]
+
+    ops, aliases = simplify(rec.ops, avals, getattr(tracer, "opt_level", 2))
+    ops = prune(ops, out_vids)
+    fixed = _fixed_values(tracer, entry, state, ops, out_vids, set(in_vids))
+
+    low = np.float16 if (enable_io16xc32 or enable_ioc16) else None
+    compute_low = bool(enable_ioc16)
+
+    def step(*args):
+        env = dict(fixed)
+        env.update(zip(in_vids, args))
+        if low is not None:
+            env = {v: _to(a, low) for v, a in env.items()}
+        for op, ins, outs in ops:
+            xs = [env[v] for v in ins]
+            if low is not None and not compute_low:
+                xs = [_to(x, np.float32, src=low) for x in xs]
+            res = op.fn(*xs)
+            res = res if op.multiple_results else (res,)
+            if low is not None:
+                res = [_to(r, low) for r in res]
+            env.update(zip(outs, res))
+        return tuple(env[v] for v in out_vids)
+
+    exported = jax.export.export(jax.jit(step))(*[avals[v] for v in in_vids])
+    view, out_names, params = _view(ops, aliases, inputs, fixed, out_vids, avals, names_by_leaf, out_pos, low)
+    testcases = _testcases(input_data, inputs, avals, exported, repeat) if input_data is not None else []
+    blob = {"format": FORMAT, "exported": bytes(exported.serialize()), "arg_names": [n for _, n in inputs],
+            "output_names": out_names, "graph": view, "testcases": testcases,
+            "user_info": pickle.dumps(user_info), "optimize_for_inference": bool(optimize_for_inference)}
+    content = pickle.dumps(blob)
+    if hasattr(file, "write"):
+        file.write(content)
+    else:
+        with open(file, "wb") as fh:
+            fh.write(content)
+    nbytes = sum(np.asarray(a).nbytes for v, a in fixed.items() if v in params)
+    return DumpInfo(nr_opr=len(view["oprs"]), tot_bytes=len(content), tensor_value_bytes=nbytes,
+                    content_hash=hashlib.sha256(content).hexdigest(), inputs=[n for _, n in inputs],
+                    outputs=out_names, params=sorted(params.values()), exported=exported)
+
+
+def _to(x, dtype, src=np.float32):
+    # the float32 <-> float16 storage conversion of enable_io16xc32 / enable_ioc16 (other dtypes untouched)
+    return x.astype(dtype) if getattr(x, "dtype", None) == np.dtype(src) else x
+
+
+def _fixed_values(tracer, entry, state, ops, out_vids, in_vids):
+    """The current value of every value the dumped ops read that is not an input (capture_as_const)."""
+    rec = entry.rec
+    needed = {v for _, ins, _ in ops for v in ins} | set(out_vids)
+    produced = {v for _, _, outs in ops for v in outs}
+    state_of = {v: i for i, v in enumerate(rec.input_vids)}
+    grad_of = {v: i for i, v in rec.grad_inputs}
+    fixed = {}
+    for v in needed - produced - in_vids:
+        if v in rec.hyper:
+            fixed[v] = np.asarray(rec.hyper[v](), entry.avals[v].dtype)
+        elif v in rec.consts:
+            fixed[v] = rec.consts[v]
+        elif v in state_of:
+            fixed[v] = state[state_of[v]]._data
+        elif v in grad_of:
+            g, aval = state[grad_of[v]]._grad, entry.avals[v]
+            fixed[v] = g._data if g is not None and g.shape == aval.shape else np.zeros(aval.shape, aval.dtype)
+        else:
+            raise RuntimeError(f"{tracer._what}.dump: internal: value {v} of the recording has no source")
+    return fixed
+
+
+def _view(ops, aliases, inputs, fixed, out_vids, avals, names_by_leaf, out_pos, low):
+    """The graph view (plain data, see megbrain_graph.Graph), output names and ``{const vid: name}``."""
+    names = _Names()
+    oprs, vars_ = [], {}
+    real = {}  # our vid -> the view variable that holds it
+
+    def dtype_of(v):
+        dt = np.dtype(avals[v].dtype)
+        return np.dtype(low) if low is not None and dt == np.float32 else dt
+
+    def add_var(vid, name, dtype=None):
+        vars_[vid] = (vid, name, tuple(avals[vid].shape) if vid in avals else (), str(dtype or dtype_of(vid)))
+        return vid
+
+    next_id = [max([v for v in avals] + [0]) + 1]
+
+    def fresh():
+        next_id[0] += 1
+        return next_id[0]
+
+    for vid, name in inputs:
+        nm = names(name)
+        src = np.dtype(avals[vid].dtype)
+        add_var(vid, nm, src)
+        oprs.append((len(oprs), "Host2DeviceCopy", nm, {}, [], [vid]))
+        real[vid] = vid
+        if low is not None and src == np.float32:  # io16: the input is converted once, right after the copy
+            cv = fresh()
+            vars_[cv] = (cv, names(f"{nm}_f16"), tuple(avals[vid].shape), str(np.dtype(low)))
+            oprs.append((len(oprs), "TypeCvt", vars_[cv][1], {"dtype": str(np.dtype(low))}, [vid], [cv]))
+            real[vid] = cv
+    params = {}
+    for vid in fixed:
+        nm = names("const")
+        params[vid] = nm
+        add_var(vid, nm)
+        oprs.append((len(oprs), "ImmutableTensor", nm, {"value": np.asarray(fixed[vid])}, [], [vid]))
+        real[vid] = vid
+    for op, ins, outs in ops:
+        if outs and outs[0] in aliases:  # a rewrite made this result one of its inputs
+            real[outs[0]] = real[aliases[outs[0]]]
+            continue
+        type_, base = opr_type(op)
+        nm = names(base)
+        for i, v in enumerate(outs):
+            add_var(v, nm if len(outs) == 1 else names(f"{nm}:{i}"))
+            real[v] = v
+        oprs.append((len(oprs), type_, nm, {k: _plain(v) for k, v in op.params} if op.params else {},
+                     [real[v] for v in ins], list(outs)))
+    out_view = [real[v] for v in out_vids]
+    out_names = []
+    for leaf_i, v in zip(out_pos, out_view):
+        given = names_by_leaf[leaf_i] if names_by_leaf is not None else None
+        produced_here = not any(o[1] in ("Host2DeviceCopy", "ImmutableTensor") and o[5] == [v] for o in oprs)
+        if given is not None and produced_here:
+            vars_[v] = (v, given, *vars_[v][2:])  # the output variable takes the output's name
+        out_names.append(given if given is not None else vars_[v][1])
+    # only what the outputs depend on (an unused input stays: it is part of the signature)
+    live, kept = set(out_view), []
+    for o in reversed(oprs):
+        if live.intersection(o[5]) or o[1] == "Host2DeviceCopy":
+            live.update(o[4])
+            kept.append(o)
+    kept.reverse()
+    kept_vars = {v for o in kept for v in o[4] + o[5]}
+    view = {"oprs": kept, "vars": [vars_[v] for v in vars_ if v in kept_vars], "inputs": [v for v, _ in inputs],
+            "outputs": out_view, "output_names": out_names}
+    return view, out_names, {v: n for v, n in params.items() if v in kept_vars}
+
+
+def _plain(value):
+    # op parameters as plain data (the view is pickled; a nested graph's replay function is not)
+    if value is None or isinstance(value, (bool, int, float, str, np.ndarray, np.generic)):
+        return value
+    if isinstance(value, tuple):
+        return tuple(_plain(v) for v in value)
+    return repr(value)
+
+
+_RAND = re.compile(r"^#rand\(([^)]*)\)$")
+
+
+def _testcases(input_data, inputs, avals, exported, repeat):
+    """MegEngine's ``input_data`` specs (``"#rand(min, max[, shape...])"``, ``"name:#rand(...)"``,
+    ``"name:file.npy"`` or a pickled array, ``;`` between inputs) -> ``[{"inputs", "outputs"}]``."""
+    specs = [input_data] if isinstance(input_data, str) else list(input_data)
+    cases = []
+    for spec in specs:
+        parts = [p.strip() for p in spec.split(";") if p.strip()]
+        feed = {}
+        for part in parts:
+            name, _, body = part.rpartition(":") if not part.startswith("#") else ("", "", part)
+            if not name:
+                if len(inputs) != 1:
+                    raise ValueError(f"dump: input_data {part!r} names no input; the graph has inputs "
+                                     f"{[n for _, n in inputs]}")
+                name = inputs[0][1]
+            match = [v for v, n in inputs if n == name]
+            if not match:
+                raise ValueError(f"dump: input_data names {name!r}, not an input ({[n for _, n in inputs]})")
+            aval = avals[match[0]]
+            feed[name] = _make_input(body, aval, repeat)
+        missing = [n for _, n in inputs if n not in feed]
+        if missing:
+            raise ValueError(f"dump: input_data {spec!r} gives no value for inputs {missing}")
+        arrays = [feed[n] for _, n in inputs]
+        cases.append({"inputs": feed, "outputs": [np.asarray(o) for o in exported.call(*arrays)]})
+    return cases
+
+
+def _make_input(body, aval, repeat):
+    shape = tuple(aval.shape)
+    m = _RAND.match(body.replace(" ", ""))
+    if m:
+        args = [a for a in m.group(1).split(",") if a]
+        lo, hi = float(args[0]), float(args[1])
+        dims = args[2:]
+        if dims and dims[-1] == "...":
+            dims = [int(d) for d in dims[:-1]] + list(shape[len(dims) - 1:])
+        target = tuple(int(d) for d in dims) if dims else shape
+        data = np.random.uniform(lo, hi, size=target)
+    else:
+        try:
+            data = np.load(body, allow_pickle=False)
+        except ValueError:
+            with open(body, "rb") as fh:
+                data = pickle.load(fh)
+        data = np.concatenate([np.asarray(data)] * int(repeat)) if repeat > 1 else np.asarray(data)
+    if data.shape != shape:
+        if data.size != int(np.prod(shape, dtype=np.int64)):
+            raise ValueError(f"dump: input_data {body!r} has shape {data.shape}, the input has shape {shape}")
+        data = data.reshape(shape)  # MegEngine feeds a scalar input as shape (1,)
+    return data.astype(aval.dtype)
