@@ -1,8 +1,8 @@
-"""``megengine.utils``: naming scopes (:mod:`.naming`), model statistics (:mod:`.module_stats`) and the
-profiler (:mod:`.profiler`). Submodules are imported on use, as in MegEngine."""
+"""``megengine.utils``: naming scopes (:mod:`.naming`), model statistics (:mod:`.module_stats`), the
+profiler (:mod:`.profiler`) and dumped-graph tools (:mod:`.comp_graph_tools`, :mod:`.network`). Submodules are imported on use, as in MegEngine."""
 import importlib
 
-__all__ = ["naming", "module_stats", "profiler"]
+__all__ = ["naming", "module_stats", "profiler", "comp_graph_tools", "network"]
 
 
 def __getattr__(name):

@@ -43,4 +43,28 @@ def full_sync():
     jax.effects_barrier()
 
 
-__all__ += ["OpError"]
+def is_external_convert() -> bool:
+    """Whether tensors take values produced by XLA executables as they are: always True in megxla.
+
+    MegEngine turns this on when an ``xla_trace`` is built, so that its executables' outputs (XLA arrays)
+    become MegEngine tensors; megxla's tensors hold XLA arrays natively, so there is nothing to switch.
+
+    Example:
+        >>> is_external_convert()
+        True
+    """
+    return True
+
+
+def set_external_convert_hook(hook) -> None:
+    """MegEngine's registration of the converter from XLA arrays to MegEngine tensors (DLPack). megxla needs
+    no converter (tensors hold XLA arrays), so ``hook`` is only checked to be callable, as MegEngine does.
+
+    Raises:
+        TypeError: ``hook`` is not callable.
+    """
+    if not callable(hook):
+        raise TypeError(f"set_external_convert_hook: expected a function, got {type(hook).__name__}")
+
+
+__all__ += ["OpError", "is_external_convert", "set_external_convert_hook"]
