@@ -222,21 +222,21 @@ def test_trace_mismatch_errors():
     h = trace(lambda x: F.exp(F.exp(x)) if h_ops[0] == 2 else F.exp(x))
     h(x)
     h_ops[0] = 2
-    with pytest.raises(TraceError, match="too many ops"):
+    with pytest.raises(TraceError, match="too many instructions"):
         h(x)
 
     k_ops = [2]
     k = trace(lambda x: F.exp(F.exp(x)) if k_ops[0] == 2 else F.exp(x))
     k(x)
     k_ops[0] = 1
-    with pytest.raises(TraceError, match="too few ops"):
+    with pytest.raises(TraceError, match="mismature end"):
         k(x)
 
     c = [1.0]
     cc = trace(lambda x: x + mge.Tensor([c[0]]))
     cc(x)
     c[0] = 5.0
-    with pytest.raises(TraceError, match="different constant"):
+    with pytest.raises(TraceError, match="tensors not equals"):
         cc(x)
 
 
@@ -253,7 +253,7 @@ def test_reading_a_value_the_graph_does_not_keep():
     x = mge.Tensor([1.0])
     f(x)
     read[0] = True
-    with pytest.raises(TraceError, match="does not keep"):
+    with pytest.raises(TraceError, match="data unreadable"):
         f(x)
 
 

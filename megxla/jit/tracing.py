@@ -808,36 +808,52 @@ class _Replayer:
         self.known = []  # values of this call's guarded reads so far
         self.differs = None  # index (into entry.guards) of the first read whose value differs from the recording
 
-    def _fail(self, msg):
+    def _fail(self, msg, reason):
         if self.differs is not None:
             # the op sequence left the recording after a value read on the host changed: a guard miss
             raise _GuardMismatch(self.known, self.differs)
-        raise TraceError(f"{self.tracer._what}: the call differs from its recording: {msg}")
+        # str() is MegEngine's text (code matches on it); megxla's detail shows in the traceback as a note
+        exc = TraceError(f"trace error because {reason}")
+        exc.add_note(f"{self.tracer._what}: the call differs from its recording: {msg}")
+        raise exc
+
+    def _id_mismatch(self, got, want):
+        """MegEngine's reason for an op input that is another value than recorded: which side is internal
+        (computed by a recorded op) and which external (an input or constant of the trace)."""
+        produced = {v for _, _, outs in self.ops for v in outs}
+        if want in produced and got not in produced:
+            return "expect internal node, got external"
+        if want not in produced and got in produced:
+            return "expect external node, got internal"
+        return "input id mismatch"
 
     def apply(self, op, inputs):
         i = self.pos
         if i >= len(self.ops):
-            self._fail(f"too many ops: the recording has {len(self.ops)}, this call runs more (next: {op!r})")
+            self._fail(f"too many ops: the recording has {len(self.ops)}, this call runs more (next: {op!r})",
+                       "too many instructions")
         rop, rins, routs = self.ops[i]
         if rop is not op:
-            self._fail(f"operator mismatch at op #{i}: recorded {rop!r}, got {op!r}")
+            self._fail(f"operator mismatch at op #{i}: recorded {rop!r}, got {op!r}", "operator mismatch")
         rec = self.entry.rec
         for j, (t, rv) in enumerate(zip(inputs, rins)):
             mv = self.vmap.get(t._vid)
             if mv == rv:
                 continue
             if mv is not None:
-                self._fail(f"op #{i} {op!r} input {j} is a different traced value than in the recording")
+                self._fail(f"op #{i} {op!r} input {j} is a different traced value than in the recording",
+                           self._id_mismatch(mv, rv))
             if rv in rec.hyper:
                 pass  # re-read from Python state at call start (optimizer hyper-parameters)
             elif rv in rec.host_inputs:
                 self.env[rv] = self._materialize(t) if isinstance(t._data, Pending) else t._data
             elif rv in rec.consts:
                 if t._vid != rv and not np.array_equal(np.asarray(t._data), np.asarray(rec.consts[rv])):
-                    self._fail(f"op #{i} {op!r} input {j} is a different constant than in the recording")
+                    self._fail(f"op #{i} {op!r} input {j} is a different constant than in the recording",
+                               "tensors not equals")
             else:
                 self._fail(f"op #{i} {op!r} input {j}: the recording computed it inside the trace (internal), "
-                           f"this call passes a tensor from outside (external)")
+                           f"this call passes a tensor from outside (external)", "expect internal node, got external")
             self.vmap[t._vid] = rv
         outs = tuple(_pending(v, self.entry) for v in routs)
         for o, v in zip(outs, routs):
@@ -854,7 +870,8 @@ class _Replayer:
             try:
                 arrays = [self.env[v] for v in seg.in_vids]
             except KeyError:
-                self._fail("a value made by host code (exclude_from_trace) that the graph needs was not provided")
+                self._fail("a value made by host code (exclude_from_trace) that the graph needs was not provided",
+                           "data unreadable")
             self.env.update(zip(seg.out_vids, seg.executable(*arrays)))
             self.next_segment += 1
 
@@ -879,26 +896,26 @@ class _Replayer:
         self._run_segments(self.pos)
         if rv not in self.env:
             self._fail(f"reading a value the graph does not keep (op output {rv} read after op #{self.pos}); "
-                       f"the recording did not read it here")
+                       f"the recording did not read it here", "data unreadable")
         t._data = self.env[rv]
         return t._data
 
     def finish(self, out):
         if self.pos != len(self.ops):
-            self._fail(f"too few ops: the recording has {len(self.ops)}, this call ran {self.pos}")
+            self._fail(f"too few ops: the recording has {len(self.ops)}, this call ran {self.pos}", "mismature end")
         self._run_segments(len(self.ops))
         entry = self.entry
         for i, vid in entry.writes:
             t = self.state[i]
             if self.vmap.get(t._vid) != vid:
-                self._fail(f"state tensor #{i} was not written as in the recording")
+                self._fail(f"state tensor #{i} was not written as in the recording", "mismature end")
             t._data = self.env[vid]
             t._vid = next(_dispatch._vids)
             mark_external(t)
         for i, vid in entry.grad_writes:
             g = self.state[i]._grad
             if (None if g is None else self.vmap.get(g._vid)) != vid:
-                self._fail(f"the .grad of state tensor #{i} was not written as in the recording")
+                self._fail(f"the .grad of state tensor #{i} was not written as in the recording", "mismature end")
             if g is not None:
                 g._data = self.env[vid]
                 mark_external(g)
@@ -907,7 +924,8 @@ class _Replayer:
             if isinstance(leaf, Tensor):
                 rv = self.vmap.get(leaf._vid)
                 if rv != v and not (rv is None and kind == "t" and v in entry.rec.consts):
-                    self._fail("the returned tensors differ from the recording")
+                    # MegEngine: the value returned was not marked as an output of the graph
+                    self._fail("the returned tensors differ from the recording", "data unreadable")
                 if isinstance(leaf._data, Pending):
                     leaf._data = self.env[v]
                 mark_external(leaf)
