@@ -131,18 +131,19 @@ def _worker_collectives(with_subgroup):
                 # and XLA pairs the collectives of identical programs only (see functional.distributed's notes).
                 continue
             res[(mode, compiled)] = _one(mode, n, r, compiled)
+    # Sub-group before point to point: see "Known limitations" in megxla/distributed/__init__.py.
+    if with_subgroup and r % 2 == 0:  # ranks 0 and 2 only, while 1 and 3 wait
+        mine = [0, 2]
+        g = dist.new_group(mine)
+        for mode in ("all_reduce_sum", "all_gather"):
+            for compiled in (False, True):
+                res[("sub", mode, compiled)] = _one(mode, 2, g.rank, compiled, g)[:2] + (mine,)
     if r == 0:  # point to point, both directions
         F.distributed.remote_send(mge.Tensor(_x(n, 0)), 1)
         res["p2p"] = F.distributed.remote_recv(1).numpy()
     elif r == 1:
         res["p2p"] = F.distributed.remote_recv(0).numpy()
         F.distributed.remote_send(mge.Tensor(_x(n, 1)), 0)
-    if with_subgroup:  # ranks 0 and 2 only; 1 and 3 meanwhile form their own group
-        mine = [0, 2] if r % 2 == 0 else [1, 3]
-        g = dist.new_group(mine)
-        for mode in ("all_reduce_sum", "all_gather"):
-            for compiled in (False, True):
-                res[("sub", mode, compiled)] = _one(mode, 2, g.rank, compiled, g)[:2] + (mine,)
     dist.group_barrier()
     c = dist.get_client()
     c.user_set(f"k{r}", {"rank": r})
@@ -182,8 +183,8 @@ def test_collectives_two_processes():
 def test_collectives_four_processes_and_subgroups():
     results = dist.launcher(_worker_collectives, n_gpus=4, device_type="cpu")(True)
     _check_collectives(results)
-    for r, res in enumerate(results):
-        mine = [0, 2] if r % 2 == 0 else [1, 3]
+    for r, res in enumerate(results[::2]):
+        mine = [0, 2]
         xs = [_x(2, i) for i in range(2)]
         for compiled in (False, True):
             y, g, ranks = res[("sub", "all_reduce_sum", compiled)]
@@ -291,6 +292,8 @@ def test_failing_rank_is_named_quickly(kind, monkeypatch):
         assert "rank one gives up" in msg and "Traceback" in msg
     else:
         assert "signal 9" in msg
+    # rank 0 stopped by itself, with an error naming rank 1 (not a bare transport error)
+    assert "rank 0: megxla.distributed._runtime.PeerFailure" in msg and ("rank 1 failed" in msg or "rank 1 died" in msg)
 
 
 def test_port_in_use_is_a_clear_error():

@@ -19,10 +19,13 @@ import threading
 import jax
 import numpy as np
 
-__all__ = ["AXIS", "MeshRequired", "current_devices", "SpmdFunction", "jit"]
+__all__ = ["AXIS", "MeshRequired", "current_devices", "SpmdFunction", "jit", "ordered", "issued"]
 
 AXIS = "procs"  # the mesh axis the collectives of a group run over
 _tls = threading.local()
+# Set by megxla.distributed: turns the failure of an SPMD executable into an error naming the rank that failed.
+failure_hook = [None]
+_last = [None]  # the outputs of the last SPMD program this process launched
 
 
 class MeshRequired(Exception):
@@ -36,6 +39,31 @@ class MeshRequired(Exception):
 def current_devices():
     """The devices of the SPMD program being traced on this thread (None outside one)."""
     return getattr(_tls, "devices", None)
+
+
+def ordered(x):
+    """``x`` made to depend on the previous collective of the SPMD body being traced (call :func:`issued` with
+    each collective's result). XLA may run independent collectives of one program in any order (a collective and
+    the gradient collective that does not read its result), and every process must issue them in the same order."""
+    from jax._src import core
+    from jax import lax
+    chain = getattr(_tls, "chain", None)
+    if chain is None:
+        return x
+    prev = chain.get(id(core.trace_ctx.trace))
+    if prev is None:
+        return x
+    x, _ = lax.optimization_barrier((x, prev))
+    return x
+
+
+def issued(y):
+    """Record ``y`` as the last collective result of the body being traced (see :func:`ordered`)."""
+    from jax._src import core
+    chain = getattr(_tls, "chain", None)
+    if chain is not None:
+        chain[id(core.trace_ctx.trace)] = y
+    return y
 
 
 def _global_shape(shape, n):
@@ -74,12 +102,12 @@ class SpmdFunction:
 
         def body(*blocks):
             args = [b.reshape(()) if s else b for b, s in zip(blocks, scalars_in)]
-            prev = getattr(_tls, "devices", None)
-            _tls.devices = devices
+            prev, prev_chain = getattr(_tls, "devices", None), getattr(_tls, "chain", None)
+            _tls.devices, _tls.chain = devices, {}
             try:
                 out = fn(*args)
             finally:
-                _tls.devices = prev
+                _tls.devices, _tls.chain = prev, prev_chain
             info["multi"] = isinstance(out, (tuple, list))
             outs = tuple(out) if info["multi"] else (out,)
             info["scalars"] = tuple(o.ndim == 0 for o in outs)
@@ -150,13 +178,26 @@ class SpmdExecutable:
         glob = []
         for a, s in zip(arrays, self.scalars):
             if s:
-                a = a.reshape((1,))
-            if a.devices() != {dev}:
+                a = np.reshape(a, (1,)) if isinstance(a, (np.ndarray, np.generic, int, float)) else a.reshape((1,))
+            if not isinstance(a, jax.Array) or a.devices() != {dev}:  # host values (hyper-parameters), other devices
                 a = jax.device_put(a, dev)
             glob.append(jax.make_array_from_single_device_arrays((n,) if s else _global_shape(a.shape, n),
                                                                  sharding, [a]))
-        outs = self.compiled(*glob)
-        local = [o.addressable_data(0) for o in outs]
+        try:
+            # Collectives pair up in the order each process issues them, but the runtime may run independent
+            # executables concurrently (a collective and the gradient collective that does not read its result):
+            # each SPMD program starts after the previous one of this process has finished.
+            prev = _last[0]
+            if prev is not None:
+                jax.block_until_ready(prev)
+            outs = self.compiled(*glob)
+            _last[0] = outs
+            local = [o.addressable_data(0) for o in outs]
+        except Exception as exc:  # a peer process failed mid-collective: say which (megxla.distributed knows)
+            hook = failure_hook[0]
+            if hook is None:
+                raise
+            raise hook(exc, f"executable jit_{fn.name}") from exc
         local = [o.reshape(()) if s else o for o, s in zip(local, self.out_scalars)]
         return tuple(local) if self.multi else local[0]
 

@@ -12,6 +12,18 @@ Not carried over from MegEngine, for want of a counterpart in JAX's runtime: a s
 runtime bootstraps gloo/NCCL itself: ``get_mm_server_addr`` is the coordination service's address), and the
 choice of transport by ``backend`` (XLA chooses: gloo on CPU, NCCL on GPU).
 
+Known limitations (XLA:CPU with gloo, jax 0.10.2; found by tests/test_distributed.py):
+    * Every process of a group must run the same compiled programs: XLA pairs the collectives of identical
+      executables. Hence ``reduce_sum`` / ``gather`` (whose result, and so whose backward, exists on the root
+      only) are differentiable eagerly but not inside a compiled step that also runs their backward.
+    * One compiled step holds the collectives of one group (the group's devices are the step's SPMD mesh).
+    * After a process took part in collectives of one group (e.g. ``remote_send`` between ranks 0 and 1), a
+      compiled step of *another* group holding two or more collectives (e.g. ranks 0 and 2, forward and
+      backward all-reduce) was seen to pair them crosswise; eager collectives, and compiled steps whose group
+      ran every earlier collective together, are not affected. Not yet understood; XLA's CPU collectives are
+      where to look.
+    * Two disjoint groups running collectives at the same time were not tested beyond the above.
+
 Example:
     >>> import megxla as mge
     >>> import megxla.distributed as dist

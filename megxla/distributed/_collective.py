@@ -22,7 +22,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from ..core._op import Primitive
-from ..core._spmd import AXIS, MeshRequired, current_devices
+from ..core._spmd import AXIS, MeshRequired, current_devices, issued, ordered
 from . import _runtime
 
 __all__ = ["collective", "p2p", "root_link", "MODES", "out_shape", "reset_counters", "next_meta"]
@@ -104,7 +104,7 @@ def _body(mode, x, n, axis, split_axis, concat_axis):
 
 def _impl(x, *, mode, ranks, platform, axis=0, split_axis=0, concat_axis=0):
     _enter(f"collective {mode}", ranks, platform)
-    return _body(mode, x, len(ranks), axis, split_axis, concat_axis)
+    return issued(_body(mode, ordered(x), len(ranks), axis, split_axis, concat_axis))
 
 
 def _grad(params, primals, ct):
@@ -114,6 +114,7 @@ def _grad(params, primals, ct):
     n = len(ranks)
     _enter(f"gradient of collective {mode}", ranks, platform)
     x = primals[0]
+    ct = ordered(ct)
     ax, sa, ca = p.get("axis", 0), p.get("split_axis", 0), p.get("concat_axis", 0)
     if mode == "all_reduce_sum":
         g = lax.psum(ct, AXIS)
@@ -141,7 +142,7 @@ def _grad(params, primals, ct):
         g = lax.all_to_all(ct, AXIS, ca, sa, tiled=True)
     else:  # reduce_sum, gather: differentiated through root_link (their front ends detach the collective)
         raise ValueError(f"collective mode {mode!r} has no gradient")
-    return (g.astype(x.dtype),)
+    return (issued(g.astype(x.dtype)),)
 
 
 collective = Primitive("dist_collective", _impl, grad=_grad)
@@ -166,7 +167,7 @@ def _p2p_impl(x, *, src, dst, platform):
     lo, hi = sorted((src, dst))
     _enter(f"remote transfer {src}->{dst}", (lo, hi), platform)
     perm = [(0, 1)] if src == lo else [(1, 0)]
-    return lax.ppermute(x, AXIS, perm)
+    return issued(lax.ppermute(ordered(x), AXIS, perm))
 
 
 def _p2p_grad(params, primals, ct):

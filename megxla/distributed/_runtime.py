@@ -7,8 +7,13 @@ between GPUs), with two additions that ``jax.distributed.initialize`` does not e
 
 * the coordination service may already run elsewhere (the launcher's parent process hosts it, MegEngine's
   "server on the master node"), so rank 0 starts it only when nobody answers at the port;
-* a peer that stops sending heartbeats is reported by a callback that names the rank(s), instead of JAX's
-  default of aborting the process with a C++ check failure.
+* every rank publishes its host and process id in the key-value store, so that a collective broken by a peer
+  that died is reported with that peer's rank at once (on one machine), rather than as a bare transport error.
+
+A rank that is gone while the others are not in a collective with it is detected by the runtime's heartbeat
+(``MEGXLA_DIST_HEARTBEAT``): the others then stop with JAX's own fatal error, which names the unhealthy task
+(= rank). (jaxlib 0.10's ``missed_heartbeat_callback``, which would let megxla raise instead, cannot be used:
+converting its status argument aborts the process.)
 
 Settings (environment):
     * ``MEGXLA_DIST_TIMEOUT`` (seconds, default 600): joining, key-value waits and barriers give up after it.
@@ -18,14 +23,13 @@ Settings (environment):
 from __future__ import annotations
 
 import os
-import re
 import socket
 import sys
 import threading
 import time
 
 __all__ = ["timeout", "heartbeat", "start", "stop", "client", "is_started", "group_devices", "Server",
-           "record_failure", "failed_ranks", "describe_failure", "port_free"]
+           "record_failure", "failed_ranks", "describe_failure", "port_free", "PeerFailure"]
 
 _DEFAULT_TIMEOUT = 600.0
 _DEFAULT_HEARTBEAT = 10
@@ -125,7 +129,6 @@ class _State:
         self.service = None
         self.rank = 0
         self.world_size = 1
-        self.failed = None  # message of a peer failure reported by the runtime
         self.own_jax_state = False
 
 
@@ -145,21 +148,8 @@ def client():
     return _st.client
 
 
-def _on_missed_heartbeat(status, *rest):
-    # Called on a runtime thread when the coordination service reports a dead peer (or lost us). Naming the
-    # rank and exiting beats the alternative: XLA's default aborts with a C++ stack, or a collective waits.
-    msg = str(status)
-    ranks = sorted({int(r) for r in re.findall(r"[Tt]ask[^0-9]{0,40}?(\d+)", msg)} - {_st.rank})
-    who = f"rank(s) {ranks}" if ranks else "a peer process or the coordination service"
-    _st.failed = f"{who} stopped responding (no heartbeat for {heartbeat()} s): {msg.splitlines()[0][:300]}"
-    recorded = failed_ranks()
-    text = (f"megxla.distributed: rank {_st.rank}: " +
-            (f"rank {sorted(recorded)[0]} failed:\n{recorded[sorted(recorded)[0]]}" if recorded else _st.failed))
-    try:
-        sys.stderr.write(text + "\n")
-        sys.stderr.flush()
-    finally:
-        os._exit(1)
+class PeerFailure(RuntimeError):
+    """A collective or barrier failed because another rank failed; the message names it."""
 
 
 def start(master_ip, port, world_size, rank, platform, local_device=None):
@@ -190,7 +180,6 @@ def start(master_ip, port, world_size, rank, platform, local_device=None):
         try:
             cl = _jax.get_distributed_runtime_client(addr, rank, init_timeout=int(to), heartbeat_timeout=hb,
                                                      shutdown_timeout=int(to) if world_size > 1 else 5,
-                                                     missed_heartbeat_callback=_on_missed_heartbeat,
                                                      use_compression=True)
             cl.connect()
         except Exception as exc:
@@ -199,7 +188,10 @@ def start(master_ip, port, world_size, rank, platform, local_device=None):
             raise RuntimeError(f"init_process_group: rank {rank} could not join the {world_size} processes at "
                                f"{addr} within {to:g} s (MEGXLA_DIST_TIMEOUT): {str(exc).splitlines()[0]}") from None
         _st.client, _st.service, _st.key, _st.rank, _st.world_size = cl, service, key, rank, world_size
-        _st.failed = None
+        from ..core import _spmd
+        _spmd.failure_hook[0] = describe_failure
+        if world_size > 1:
+            cl.key_value_set(f"{_PID_DIR}{rank}", f"{socket.gethostname()}:{os.getpid()}", allow_overwrite=True)
         if world_size == 1:
             return
         # From here on JAX sees a multi-process run: its backends must be (re)created against this client.
@@ -251,6 +243,7 @@ def group_devices(ranks, platform):
 
 # ---- failures ----------------------------------------------------------------------------------------------------
 _FAIL_DIR = "megxla/failed/"
+_PID_DIR = "megxla/pid/"
 
 
 def record_failure(text):
@@ -274,19 +267,43 @@ def failed_ranks():
     return {int(k.rsplit("/", 1)[1]): v for k, v in items}
 
 
+def _dead_peers():
+    """Ranks on this host whose process is gone (from the host/pid each rank published when it joined)."""
+    host = socket.gethostname()
+    dead = []
+    try:
+        items = _st.client.key_value_dir_get(_PID_DIR)
+    except Exception:
+        return dead
+    for key, value in items:
+        rank = int(key.rsplit("/", 1)[1])
+        h, _, pid = value.rpartition(":")
+        if rank == _st.rank or h != host:
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            dead.append(rank)
+        except OSError:
+            pass
+    return sorted(dead)
+
+
 def describe_failure(exc, what):
-    """A RuntimeError for a failed collective naming the rank that failed: one that reported its exception, or
-    one the runtime found dead (that may take ``MEGXLA_DIST_HEARTBEAT`` seconds); else the XLA error."""
+    """A :class:`PeerFailure` for a failed collective naming the rank that failed: one that reported its
+    exception (through the key-value store), or one whose process is gone."""
     start = time.monotonic()
     while True:
-        got = failed_ranks()
+        got = {r: t for r, t in failed_ranks().items() if r != _st.rank}
         if got:
             r = sorted(got)[0]
-            return RuntimeError(f"{what}: rank {r} failed:\n{got[r]}")
-        if _st.failed:
-            return RuntimeError(f"{what}: {_st.failed}")
-        if time.monotonic() - start > heartbeat() + 2:
+            return PeerFailure(f"{what}: rank {r} failed:\n{got[r]}")
+        dead = _dead_peers()
+        if dead and time.monotonic() - start > 0.5:  # give a failing rank a moment to report its traceback
+            return PeerFailure(f"{what}: rank {dead[0]} died (its process is gone){'' if len(dead) == 1 else f'; dead ranks: {dead}'}")
+        if time.monotonic() - start > 3.0:
             break
-        time.sleep(0.1)
+        time.sleep(0.05)
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    return RuntimeError(f"{what} failed on rank {_st.rank}: a peer process left the collective: {first}")
+    return PeerFailure(f"{what} failed on rank {_st.rank}: a peer process left the collective (no rank reported an "
+                       f"error; the runtime names a dead rank after MEGXLA_DIST_HEARTBEAT s): {first}")

@@ -19,6 +19,7 @@ others are stopped and a ``RuntimeError`` carries the first failing rank's trace
 from __future__ import annotations
 
 import functools
+import io
 import os
 import pickle
 import signal
@@ -41,9 +42,26 @@ _BOOT = ("import pickle, sys\n"
          "_spawned_main(payload, int(sys.argv[2]), sys.argv[3])\n")
 
 
+def _import(name):
+    import importlib
+    return importlib.import_module(name)
+
+
 def _dump(obj) -> bytes:
+    import types
     import cloudpickle
-    return cloudpickle.dumps(obj)
+
+    class Pickler(cloudpickle.Pickler):
+        def reducer_override(self, o):
+            # Modules whose class is a ModuleType subclass (megxla's, for module-level properties) go by name,
+            # like plain modules; cloudpickle only recognises the exact type.
+            if isinstance(o, types.ModuleType) and type(o) is not types.ModuleType and o.__name__ in sys.modules:
+                return _import, (o.__name__,)
+            return super().reducer_override(o)
+
+    buf = io.BytesIO()
+    Pickler(buf).dump(obj)
+    return buf.getvalue()
 
 
 def _write_result(path, record):
@@ -72,9 +90,10 @@ def _worker(func, args, kwargs, cfg, rank, dev, result_path):
     except BaseException as exc:  # report everything, KeyboardInterrupt included, then exit non-zero
         text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
         others = {r: t for r, t in _runtime.failed_ranks().items() if r != rank}
-        if not others:
+        secondary = bool(others) or isinstance(exc, _runtime.PeerFailure)
+        if not secondary:
             _runtime.record_failure(text)  # the other ranks name this one in their errors
-        _write_result(result_path, (rank, False, text, bool(others), time.time()))
+        _write_result(result_path, (rank, False, text, secondary, time.time()))
         code = 1
     sys.stdout.flush()
     sys.stderr.flush()
@@ -285,9 +304,18 @@ class launcher:
                     break
             time.sleep(0.02)
         if failures:
-            _, _, rank, text = min(failures)
-            raise RuntimeError(f"launcher: rank {rank} failed:\n{text}")
+            failures.sort()
+            _, _, rank, text = failures[0]
+            others = "".join(f"\n  rank {r}: {_last_line(t)}" for _, _, r, t in failures[1:])
+            raise RuntimeError(f"launcher: rank {rank} failed:\n{text}" +
+                               (f"\nthe other ranks then stopped with:{others}" if others else ""))
         return out
+
+
+def _last_line(text):
+    lines = [ln.strip() for ln in str(text).strip().splitlines() if ln.strip()]
+    named = [ln for ln in lines if "PeerFailure:" in ln]  # "... rank N failed:" comes before N's own traceback
+    return named[0] if named else (lines[-1] if lines else "")
 
 
 class _Forked:
