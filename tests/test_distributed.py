@@ -144,6 +144,16 @@ def _worker_collectives(with_subgroup):
     elif r == 1:
         res["p2p"] = F.distributed.remote_recv(0).numpy()
         F.distributed.remote_send(mge.Tensor(_x(n, 1)), 0)
+    # bucketed gradient all-reduce (param_pack_concat -> one all_reduce_sum -> param_pack_split), eager and compiled
+    def pack(a, b):
+        return dist.helper.pack_allreduce_split([a, b], [a.shape, b.shape], dist.WORLD, "mean")
+
+    a, b = mge.Tensor(_x(n, r)), mge.Tensor(np.float32(r))
+    res["pack"] = [[t.numpy() for t in pack(a, b)]]
+    traced = xla_trace(pack)
+    for _ in range(2):
+        out = traced(a, b)
+    res["pack"].append([t.numpy() for t in out])
     dist.group_barrier()
     c = dist.get_client()
     c.user_set(f"k{r}", {"rank": r})
@@ -174,6 +184,9 @@ def _check_collectives(results):
     np.testing.assert_array_equal(results[1]["p2p"], _x(n, 0))
     for r in range(n):
         assert results[r]["kv"] == {"rank": (r + 1) % n}
+        for a, b in results[r]["pack"]:
+            np.testing.assert_allclose(a, np.mean(xs, axis=0), rtol=1e-5, atol=1e-6)
+            np.testing.assert_allclose(b, (n - 1) / 2, rtol=1e-6)
 
 
 def test_collectives_two_processes():

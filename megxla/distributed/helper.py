@@ -29,7 +29,7 @@ class AllreduceCallback:
     Args:
         reduce_method: ``"sum"`` or ``"mean"``.
         group: the communication group, ``WORLD`` by default.
-        backend: accepted for MegEngine compatibility (the host store carries every collective).
+        backend: accepted for MegEngine compatibility (XLA picks the transport: gloo on CPU, NCCL on GPU).
 
     Returns:
         the callable ``cb(param, grad) -> reduced grad``.
