@@ -368,7 +368,8 @@ def nms(boxes, scores, iou_thresh, max_output=None):
     _float(boxes, op, "boxes")
     _float(scores, op, "scores")
     n = boxes.shape[0]
-    traced = current_interpreter() is not None
+    interp = current_interpreter()
+    traced = interp is not None and not getattr(interp, "eager", False)  # exclude_from_trace runs eagerly
     if traced and max_output is None:
         raise OpError(f"{op}: max_output is required under tracing (the output has a static shape there)")
     max_output = n if max_output is None else int(max_output)

@@ -154,6 +154,8 @@ class Recorder:
 class Excluded:
     """Interpreter for ``exclude_from_trace`` blocks: runs eagerly, reading traced values through the parent."""
 
+    eager = True  # ops here run on the host with concrete values (e.g. nms may return a data-dependent shape)
+
     def __init__(self, parent):
         self.parent = parent
 
