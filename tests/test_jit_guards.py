@@ -294,6 +294,8 @@ def test_module_number_attributes_key_the_cache():
             m.scale, m.bn.momentum = scale, momentum
         np.testing.assert_allclose(f(m_c, x).numpy(), run(m_e, x).numpy(), rtol=1e-5)
         np.testing.assert_allclose(m_c.bn.running_mean.numpy(), m_e.bn.running_mean.numpy(), rtol=1e-5)
+    m_c.scale = m_e.scale = np.float32(3.0)  # NumPy numbers too
+    np.testing.assert_allclose(f(m_c, x).numpy(), run(m_e, x).numpy(), rtol=1e-5)
     m_c.drop.drop_prob = 0.5
     zeros = [(f(m_c, x).numpy() == 0).sum() for _ in range(3)]
     assert min(zeros) > 0  # dropout now drops

@@ -108,6 +108,8 @@ def collect(args, kwargs):
                 items.append((k, _scalar_key(v)))
             elif isinstance(v, _Module):
                 items.append((k, walk_module(v)))
+            elif isinstance(v, np.generic):  # a NumPy number attribute is baked in like a Python one
+                items.append((k, type(v), v.tobytes()))
             elif k[0] != "_" and isinstance(v, (list, tuple, dict)):
                 items.append((k, walk(v)))
         return ("module", key, tuple(items))
