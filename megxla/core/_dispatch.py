@@ -88,8 +88,11 @@ class _Recorders:
 recorders = _Recorders()
 
 
-class OpError(ValueError):
-    """Bad input to an op: raised before anything is computed or mutated, naming the op, shapes and dtypes."""
+class OpError(ValueError, RuntimeError):
+    """Bad input to an op: raised before anything is computed or mutated, naming the op, shapes and dtypes.
+
+    A ValueError (Python's convention) and a RuntimeError (what MegEngine raises for a bad op, so
+    ``except RuntimeError`` in MegEngine code catches it)."""
 
 
 class OutOfMemoryError(OpError, MemoryError):
