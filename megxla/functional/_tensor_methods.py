@@ -65,6 +65,18 @@ def flatten(self):
     return _tensor.flatten(self)
 
 
+def _broadcast(self, *shape):
+    """This tensor broadcast to ``shape`` (``F.broadcast_to``): MegEngine's internal spelling, which model code
+    uses; the shape may be one tuple, a shape Tensor, or ints.
+
+    Example:
+        >>> import megxla as mge
+        >>> mge.Tensor([1.0])._broadcast(mge.Tensor([2, 3], dtype="int32")).shape
+        (2, 3)
+    """
+    return _tensor.broadcast_to(self, shape[0] if len(shape) == 1 else shape)
+
+
 def _reduction(f, name):
     def method(self, axis=None, keepdims=False):
         return f(self, axis, keepdims)
@@ -91,6 +103,7 @@ def install():
     Tensor.transpose = transpose
     Tensor.T = property(_T)
     Tensor.flatten = flatten
+    Tensor._broadcast = _broadcast
     for name in ("sum", "mean", "prod", "max", "min", "var"):
         setattr(Tensor, name, _reduction(getattr(_math, name), name))
     Tensor.__matmul__ = lambda self, other: _matmul(self, other)

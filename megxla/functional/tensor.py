@@ -296,6 +296,10 @@ def concat(inps, axis=0, device=None):
     inps = [_t(x) for x in inps]
     if not inps:
         raise OpError("concat: needs at least one tensor")
+    # MegEngine stores a 0-d tensor as one element: concatenating scalars (or scalars with 1-d tensors) gives
+    # a 1-d tensor (detectors build `F.concat([scale_w, scale_h, ...])` from `im_info[0, 1]`-style scalars).
+    if any(x.ndim == 0 for x in inps) and all(x.ndim <= 1 for x in inps):
+        inps = [reshape(x, (1,)) if x.ndim == 0 else x for x in inps]
     nd = inps[0].ndim
     axis = _axis("concat", nd, axis)
     for x in inps[1:]:
@@ -435,7 +439,7 @@ def repeat(inp, repeats, axis=None):
 
     Args:
         inp: input tensor.
-        repeats: number of repetitions (int).
+        repeats: number of repetitions (int, or a one-element integer Tensor).
         axis: the axis, or None.
 
     Returns:
@@ -445,6 +449,10 @@ def repeat(inp, repeats, axis=None):
         >>> F.repeat(Tensor([[1., 2.]]), 2, axis=1)  # [[1., 1., 2., 2.]]
     """
     inp = _t(inp)
+    if isinstance(repeats, Tensor) and repeats.size == 1 and np.issubdtype(repeats.dtype, np.integer):
+        # MegEngine accepts a one-element Tensor; the output shape depends on it, so it is read on the host
+        # (inside a trace the read is a guard: another value records again)
+        repeats = int(repeats.item())
     if isinstance(repeats, bool) or not isinstance(repeats, (int, np.integer)) or repeats < 0:
         raise OpError(f"repeat: repeats must be a non-negative int, got {repeats!r}")
     ax = None if axis is None else _axis("repeat", inp.ndim, axis)
