@@ -4,8 +4,8 @@ Every initialiser rebinds the given tensor in place (``_reset``), so a Parameter
 place in optimizers and GradManagers). Random ones draw from the global ``megxla.random`` generator, so
 ``megxla.random.seed(n)`` makes model construction reproducible, in one process and across processes.
 
-Eagerly (the usual case: building a model) the values are made on the host by NumPy, from a generator seeded
-with a key split off the global state, and copied to the device once: no kernel is compiled, whatever the
+Eagerly (the usual case: building a model) the values are made on the host by NumPy, from generators seeded
+with a key split off the global state, and handed to the device once: no kernel is compiled, whatever the
 number of parameter shapes (a compiled generator would cost 1-4 s per executable on a 2-core CPU, and one per
 shape made building a ResNet-18 take 12 s; see issue 18). Inside a trace the initialisers are the ``random``
 ops, recorded like any other.
@@ -13,6 +13,8 @@ ops, recorded like any other.
 from __future__ import annotations
 
 import math
+import os
+from concurrent.futures import ThreadPoolExecutor
 from functools import reduce
 from typing import Optional, Tuple, Union
 
@@ -33,9 +35,42 @@ def _assign(tensor: Tensor, value: Tensor) -> None:
     tensor._reset(value)
 
 
-def _host_generator() -> np.random.Generator:
-    """A NumPy generator seeded by a fresh key split off the global ``megxla.random`` state."""
-    return np.random.default_rng(_random.next_key().numpy().tolist())
+_BLOCK = 1 << 20
+_pool = []
+
+
+def _executor():
+    if not _pool:
+        _pool.append(ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1), thread_name_prefix="megxla-init"))
+    return _pool[0]
+
+
+def _host_draw(shape, normal: bool) -> np.ndarray:
+    """float32 standard-normal (or U[0, 1)) values of ``shape``, made on the host.
+
+    Block ``b`` (2**20 values) comes from a NumPy generator seeded with (a fresh key split off the global
+    ``megxla.random`` state, ``b``); large tensors fill their blocks on a thread pool (NumPy releases the GIL
+    while filling), and the values do not depend on the number of threads.
+    """
+    key = _random.next_key().numpy().tolist()
+    n = math.prod(shape)
+    out = np.empty(n, np.float32)
+
+    def fill(b):
+        gen = np.random.default_rng(key + [b])
+        part = out[b * _BLOCK:(b + 1) * _BLOCK]
+        if normal:
+            gen.standard_normal(dtype=np.float32, out=part)
+        else:
+            gen.random(dtype=np.float32, out=part)
+
+    blocks = range(-(-n // _BLOCK))
+    if len(blocks) > 1:
+        list(_executor().map(fill, blocks))
+    else:
+        for b in blocks:
+            fill(b)
+    return out.reshape(shape)
 
 
 def _assign_host(tensor: Tensor, values: np.ndarray) -> None:
@@ -95,7 +130,7 @@ def uniform_(tensor: Tensor, a: float = 0.0, b: float = 1.0) -> None:
         return _assign(tensor, _random.uniform(low=a, high=b, size=tensor.shape))
     if not a < b:
         raise ValueError(f"uniform_: not defined when a >= b (got a={a}, b={b})")
-    u = _host_generator().random(tensor.shape, dtype=np.float32)
+    u = _host_draw(tensor.shape, normal=False)
     u *= np.float32(b - a)  # in place: parameters can be large
     u += np.float32(a)
     _assign_host(tensor, u)
@@ -116,7 +151,7 @@ def normal_(tensor: Tensor, mean: float = 0.0, std: float = 1.0) -> None:
         return _assign(tensor, _random.normal(mean=mean, std=std, size=tensor.shape))
     if not std > 0:
         raise ValueError(f"normal_: std must be positive, got {std}")
-    z = _host_generator().standard_normal(tensor.shape, dtype=np.float32)
+    z = _host_draw(tensor.shape, normal=True)
     z *= np.float32(std)  # in place: parameters can be large
     if mean:
         z += np.float32(mean)
