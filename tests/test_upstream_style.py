@@ -175,3 +175,14 @@ def test_docstring_examples_run(module):
     mod = importlib.import_module(module)
     res = doctest.testmod(mod, optionflags=doctest.ELLIPSIS)
     assert res.attempted > 0 and res.failed == 0
+
+
+def test_get_profile_reports_compiled_executables():
+    f = trace(lambda x: -x, profiling=True)
+    x = mge.Tensor([1.0])
+    f(x)
+    f(x)
+    exe = f.get_profile()["profiler"]["executables"][0]
+    assert exe["oprs"] == [{"type": "Elemwise", "name": "NEGATE"}] and "flops" in exe["cost"]
+    with pytest.raises(RuntimeError, match="profiling=True"):
+        trace(lambda x: -x).get_profile()

@@ -228,6 +228,7 @@ class trace:
         self.__wrapped__ = function
         self.symbolic = symbolic
         self.opt_level = opt_level  # >= 1: the recording is simplified before it is compiled (_simplify.py)
+        self.profiling = profiling  # get_profile() reports the compiled executables (_profile.py)
         self.capture_as_const = capture_as_const
         self._without_host = self._default_without_host if without_host is None else without_host
         # strict: a host read whose value changes raises instead of recording again (MegEngine's trace with
@@ -670,6 +671,18 @@ class trace:
         if stage in ("hlo", "optimized_hlo"):
             return seg.executable.as_text()
         raise ValueError(f"compiler_ir: stage must be 'stablehlo' or 'hlo', got {stage!r}")
+
+    def get_profile(self):
+        """With ``profiling=True``: ``{"profiler": {...}}`` describing each compiled executable (XLA's cost
+        analysis, the recorded operators it computes, compile time); see :mod:`megxla.jit._profile`.
+
+        Example:
+            >>> f = trace(lambda x: -x, profiling=True); _ = f(x); _ = f(x)
+            >>> f.get_profile()["profiler"]["executables"][0]["oprs"]
+            [{'type': 'Elemwise', 'name': 'NEGATE'}]
+        """
+        from ._profile import get_profile
+        return get_profile(self)
 
     def cost_analysis(self):
         """XLA's cost analysis of the last executable (a dict with ``flops``, ``bytes accessed``, …)."""
