@@ -109,8 +109,10 @@ def cross_entropy(pred, label, axis=1, with_logits=True, label_smooth=0, reducti
     if not -pred.ndim <= axis < pred.ndim:
         raise OpError(f"{op}: axis {axis} is out of range for pred of shape {pred.shape}")
     axis = axis % pred.ndim
-    if label.dtype.kind not in "iu":
-        raise OpError(f"{op}: label must be integers, got {label.dtype}")
+    if label.dtype.kind == "f":  # MegEngine takes class indices stored as floats (converted to int32)
+        label = label.astype("int32")
+    elif label.dtype.kind not in "iu":
+        raise OpError(f"{op}: label must be class indices (integers), got {label.dtype}")
     expected = pred.shape[:axis] + pred.shape[axis + 1:]
     if label.shape != expected:
         raise OpError(f"{op}: label shape {label.shape} does not match pred {pred.shape} without class axis "
