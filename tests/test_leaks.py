@@ -38,18 +38,22 @@ def test_2000_step_training_loop_keeps_rss_flat(compiled):
     if compiled:
         step = xla_trace(step)
     rs = np.random.RandomState(0)
+    marks = []
     xs = rs.randn(64, 8, 16).astype("float32")
     ys = rs.randint(0, 4, (64, 8)).astype("int32")
     for i in range(2000):
         loss = step(net, opt, mge.Tensor(xs[i % 64]), mge.Tensor(ys[i % 64]))
         if i % 7 == 0:
             float(loss * (i % 13) + 0.5 * i)  # new Python scalars every few steps
-        if i == 200:
+        if i in (200, 1100):
             gc.collect()
-            before = _rss_mb()
+            marks.append(_rss_mb())
     gc.collect()
-    growth = _rss_mb() - before
-    assert growth < 30, f"RSS grew {growth:.1f} MB over 1800 steps"
+    marks.append(_rss_mb())
+    # NOTE: a leak grows in both halves; the second half alone is what decides (< 15 MB over 900 steps, i.e.
+    # under ~17 KB a step), so a one-off allocation by something else in the process does not fail the test.
+    assert marks[2] - marks[1] < 15, f"RSS grew {marks[2] - marks[1]:.1f} MB over steps 1100..2000 ({marks})"
+    assert marks[2] - marks[0] < 60, f"RSS grew {marks[2] - marks[0]:.1f} MB over steps 200..2000 ({marks})"
     assert np.isfinite(float(loss))
 
 
