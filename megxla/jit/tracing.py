@@ -269,8 +269,11 @@ class trace:
         args, kwargs = _state.convert_numpy(args, kwargs)
         tensors, sig = _state.collect(args, kwargs)
         state = tensors + [self.random_seed]
-        if self.capture_as_const and any(not isinstance(a, Tensor) and not _state._is_module(a) for a in args):
-            raise TypeError("Only support tensor type args when capture_as_const is enabled")  # MegEngine's text
+        if self.capture_as_const and not self._without_host and any(
+                not isinstance(a, Tensor) and not _state._is_module(a) for a in args):
+            # MegEngine's check and text (its trace with the host; xla_trace / without_host take modules and
+            # optimizers as arguments)
+            raise TypeError("Only support tensor type args when capture_as_const is enabled")
         self._dump_call = (sig, state)  # trace.dump writes the recording of the last call (_dump.py)
         with self._rng_swapped():
             variants = self._cache.get(sig)
