@@ -34,8 +34,8 @@ KNOWN_MISSING = {
 }
 # jit.trace / xla_trace methods that are stages of MegEngine's own graph compiler (megxla compiles through XLA)
 _JIT_INTERNAL = {
-    "trace": ("compile_and_exec", "convert_optimizer_state_to_tensor", "execute", "flatten_inputs", "get_profile",
-              "setup_env", "setup_io_without_trace", "setup_without_host", "trace_normal", "trace_without_host",
+    "trace": ("compile_and_exec", "convert_optimizer_state_to_tensor", "execute", "flatten_inputs", "setup_env",
+              "setup_io_without_trace", "setup_without_host", "trace_normal", "trace_without_host",
               "trace_without_host_overall", "unset_env", "check_external", "vars"),
     "xla_trace": ("convert_params_to_xla", "execute", "prepare_xla_inputs", "setup_env", "to_dlpack", "unset_env"),
 }
