@@ -213,3 +213,26 @@ def test_initial_values_do_not_depend_on_the_thread_count(monkeypatch):
     np.testing.assert_array_equal(outs[0], outs[1])
     blocks = outs[0].reshape(-1)[:3000].reshape(3, 1000)
     assert abs(np.corrcoef(blocks[0], blocks[1])[0, 1]) < 0.15  # blocks are distinct streams
+
+
+def test_second_eager_step_compiles_nothing():
+    # Initial values are placed like the tensors they replace (uncommitted on the default device): JAX compiles
+    # separately for committed and uncommitted arguments, so committed initial parameters made the second
+    # step of a fresh model recompile every kernel that reads a parameter or a running statistic.
+    import megxla.functional as F
+    import megxla.optimizer as optim
+    from megxla.autodiff import GradManager
+    net = M.Sequential(M.Conv2d(2, 3, 3), M.BatchNorm2d(3))
+    opt = optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
+    gm = GradManager().attach(net.parameters())
+    x = megxla.Tensor(np.random.RandomState(0).randn(2, 2, 5, 5).astype("float32"))
+    counts = []
+    for _ in range(3):
+        with _counter as c:
+            with gm:
+                loss = F.relu(net(x)).mean() + R.normal(size=(3,)).sum() * 0
+                gm.backward(loss)
+            opt.step().clear_grad()
+            loss.numpy()
+        counts.append(c.n)
+    assert counts[1] == 0 and counts[2] == 0, counts

@@ -18,11 +18,11 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import reduce
 from typing import Optional, Tuple, Union
 
-import jax
 import numpy as np
 
 from ..core._tensor import Tensor
 from ..core._dispatch import current_interpreter, wrap
+from ..core.ops.random import to_device_like
 from .. import random as _random
 
 __all__ = ["fill_", "zeros_", "ones_", "uniform_", "normal_", "calculate_gain", "calculate_fan_in_and_fan_out",
@@ -74,10 +74,10 @@ def _host_draw(shape, normal: bool) -> np.ndarray:
 
 
 def _assign_host(tensor: Tensor, values: np.ndarray) -> None:
-    # onto the tensor's own placement, no kernel; ``values`` is ours alone, so the CPU backend may adopt the
-    # buffer instead of copying it (may_alias)
+    # onto the tensor's own placement (committed or not), no kernel; ``values`` is ours alone, so the CPU
+    # backend may adopt the buffer instead of copying it
     values = np.ascontiguousarray(values.astype(tensor.dtype, copy=False))
-    tensor._reset(wrap(jax.device_put(values, tensor._data.sharding, may_alias=True)))
+    tensor._reset(wrap(to_device_like(values, tensor._data)))
 
 
 def fill_(tensor: Tensor, val: Union[float, int]) -> None:

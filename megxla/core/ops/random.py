@@ -66,6 +66,16 @@ def _split(key):
     return jax.random.key_data(a), jax.random.key_data(b)
 
 
+def to_device_like(values: np.ndarray, like):
+    """``values`` (a fresh host array, adopted without a copy where the backend can) placed as ``like`` is.
+
+    An uncommitted ``like`` (the default device) gives an uncommitted result: JAX compiles a kernel separately
+    for committed and uncommitted arguments, so a committed parameter or key would recompile every kernel it
+    meets once it is replaced by a kernel's (uncommitted) output.
+    """
+    return jax.device_put(values, like.sharding if getattr(like, "committed", True) else None, may_alias=True)
+
+
 def _host_array(a):
     """``a`` as NumPy if it is a single-device array this process holds (else None: use the jitted kernel)."""
     try:
@@ -92,7 +102,7 @@ class _SplitKernel:
         if host is None or host.shape != (2,) or host.dtype != np.uint32:
             return self._jit(key)
         a, b = split_on_host(host)
-        return jax.device_put(a, dev), jax.device_put(b, dev)
+        return to_device_like(a, key), to_device_like(b, key)
 
 
 # ---- chunked draws ---------------------------------------------------------------------------------------------
@@ -212,7 +222,7 @@ class _ChunkedKernel:
             extra = self.runtime(host, start, c) if self.runtime is not None else ()
             flat[start:start + c] = np.asarray(self.chunk(key, np.uint32(j), *extra))[:c]
         out = flat if self.post is None else self.post(flat)
-        return jax.device_put(out.reshape(self.shape), dev)
+        return to_device_like(out.reshape(self.shape), key)
 
 
 def _scalars(*values, dtype):
@@ -305,7 +315,7 @@ class _ShuffleKernel:
         if dev.platform != "cpu":
             self._calls[sig] += 1
         perm = np.asarray(permutation.bind(n=int(x.shape[0]), dtype="int32").kernel(key))
-        return jax.device_put(np.asarray(x)[perm], dev)
+        return to_device_like(np.asarray(x)[perm], x)
 
 
 split_key = Primitive("rng_split", _split, multiple_results=True)
