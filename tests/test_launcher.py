@@ -57,6 +57,12 @@ def test_guide_style_scripts(tmp_path):
                 return self.k + dist.get_world_size()
 
         print("method", dist.launcher(Job(7).run, n_gpus=2, device_type="cpu")())
+        import sys
+        spawned = lambda: sys.argv[0] == "-c"   # a fresh interpreter's argv; a forked child keeps the script's
+        print("forked", dist.launcher(spawned, n_gpus=2, device_type="cpu")())
+        mge.Tensor([1.0]) + 1   # this process now runs an XLA backend: no more forking
+        print("spawned", dist.launcher(spawned, n_gpus=2, device_type="cpu")(),
+              dist.launcher(outer(3), n_gpus=2, device_type="cpu")(), worker())
     ''', tmp_path)
     assert res.returncode == 0, res.stderr[-3000:]
     out = res.stdout
@@ -65,6 +71,8 @@ def test_guide_style_scripts(tmp_path):
     assert "lambda [5, 6]" in out
     assert "partial [8, 8]" in out
     assert "method [9, 9]" in out
+    assert "forked [False, False]" in out
+    assert "spawned [True, True] [0, 3] [[3.0], [3.0]]" in out
 
 
 def test_python_dash_c_and_raising_rank(tmp_path):

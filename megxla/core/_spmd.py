@@ -15,6 +15,7 @@ and compile the SPMD form instead; programs without collectives never see any of
 from __future__ import annotations
 
 import threading
+import weakref
 
 import jax
 import numpy as np
@@ -25,7 +26,7 @@ AXIS = "procs"  # the mesh axis the collectives of a group run over
 _tls = threading.local()
 # Set by megxla.distributed: turns the failure of an SPMD executable into an error naming the rank that failed.
 failure_hook = [None]
-_last = [None]  # the outputs of the last SPMD program this process launched
+_last = []  # weak references to the outputs of the last SPMD program this process launched
 
 
 class MeshRequired(Exception):
@@ -187,12 +188,14 @@ class SpmdExecutable:
             # Collectives pair up in the order each process issues them, but the runtime may run independent
             # executables concurrently (a collective and the gradient collective that does not read its result):
             # each SPMD program starts after the previous one of this process has finished.
-            prev = _last[0]
-            if prev is not None:
+            prev = [o for o in (r() for r in _last) if o is not None]
+            if prev:
                 jax.block_until_ready(prev)
             outs = self.compiled(*glob)
-            _last[0] = outs
             local = [o.addressable_data(0) for o in outs]
+            # Weak references: holding the outputs would make a traced step see its state buffers as shared and
+            # stop donating them.
+            _last[:] = [weakref.ref(o) for o in local]
         except Exception as exc:  # a peer process failed mid-collective: say which (megxla.distributed knows)
             hook = failure_hook[0]
             if hook is None:
@@ -230,5 +233,17 @@ class Jit:
 
 
 def jit(fn, donate_argnums=(), name=None):
-    """``jax.jit``, or its SPMD form for a program with cross-process collectives (see the module doc)."""
-    return Jit(fn, donate_argnums, name)
+    """``jax.jit``, or its SPMD form for a program with cross-process collectives (see the module doc). One
+    :class:`Jit` per function and donation (kept on the function), so its SPMD executables are compiled once."""
+    key = (tuple(donate_argnums), name)
+    cache = getattr(fn, "_megxla_spmd_jit", None)
+    if cache is None:
+        cache = {}
+        try:
+            fn._megxla_spmd_jit = cache
+        except AttributeError:  # not a plain function: no cache
+            return Jit(fn, donate_argnums, name)
+    j = cache.get(key)
+    if j is None:
+        j = cache[key] = Jit(fn, donate_argnums, name)
+    return j

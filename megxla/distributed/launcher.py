@@ -5,7 +5,8 @@ How workers start (MegEngine forks; JAX is multithreaded once its backend runs, 
 XLA backend can deadlock):
 
 * **fork** when that is safe: POSIX, and this process has not started an XLA backend (no array was created
-  yet). The children inherit the function as it is, like MegEngine's.
+  yet; importing megxla creates none, so the XLA guide's script -- imports, a decorated worker, a call -- forks).
+  The children inherit the function as it is, like MegEngine's.
 * **fresh interpreters** otherwise: ``python -c <bootstrap>`` receiving the function, its arguments and this
   process's ``sys.path`` *by value* through cloudpickle (a maintained serializer that handles functions defined
   in ``__main__``, nested functions, closures, lambdas, ``functools.partial`` and bound methods). The user's

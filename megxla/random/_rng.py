@@ -266,7 +266,26 @@ class RNG:
                      self._next_key(), probs)
 
 
-_global = RNG(seed=0)
+class _GlobalRNG(RNG):
+    """The global generator. Its key Tensor is made on first use, so that importing megxla starts no XLA backend:
+    ``dist.launcher`` can then fork its workers (MegEngine's way) instead of starting fresh interpreters."""
+
+    def __init__(self):
+        self._seed = 0
+        self._key = None
+
+    @property
+    def _state(self):
+        if self._key is None:
+            self._key = _key_tensor(self._seed)
+        return self._key
+
+    @_state.setter
+    def _state(self, t):
+        self._key = t
+
+
+_global = _GlobalRNG()
 
 
 def get_rng_state() -> Tensor:
