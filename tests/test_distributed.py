@@ -144,6 +144,15 @@ def _worker_collectives(with_subgroup):
     elif r == 1:
         res["p2p"] = F.distributed.remote_recv(0).numpy()
         F.distributed.remote_send(mge.Tensor(_x(n, 1)), 0)
+    # trace (with the host) and partial_trace hold collectives too: one compiled program each
+    from megxla.jit import partial_trace, trace
+    xr = mge.Tensor(_x(n, r))
+    res["trace"] = []
+    for wrap in (trace, partial_trace):
+        f = wrap(lambda t: F.distributed.all_reduce_sum(t * 2.0) + 1.0)
+        for _ in range(3):
+            out = f(xr)
+        res["trace"].append(out.numpy())
     # bucketed gradient all-reduce (param_pack_concat -> one all_reduce_sum -> param_pack_split), eager and compiled
     def pack(a, b):
         return dist.helper.pack_allreduce_split([a, b], [a.shape, b.shape], dist.WORLD, "mean")
@@ -184,6 +193,8 @@ def _check_collectives(results):
     np.testing.assert_array_equal(results[1]["p2p"], _x(n, 0))
     for r in range(n):
         assert results[r]["kv"] == {"rank": (r + 1) % n}
+        for t in results[r]["trace"]:
+            np.testing.assert_allclose(t, 2 * np.sum(xs, axis=0) + 1, rtol=1e-5, atol=1e-5)
         for a, b in results[r]["pack"]:
             np.testing.assert_allclose(a, np.mean(xs, axis=0), rtol=1e-5, atol=1e-6)
             np.testing.assert_allclose(b, (n - 1) / 2, rtol=1e-6)
