@@ -162,11 +162,11 @@ _STEP = """
 def test_warm_persistent_cache_reaches_the_first_compiled_step_sooner(tmp_path):
     cache = str(tmp_path / "cache")
     (cold_s, cold_compiles, cold_hits, cold_loss), _ = _run(_STEP, MEGXLA_COMPILATION_CACHE_DIR=cache)
-    assert cold_compiles > 5 and os.listdir(cache)
+    assert cold_compiles >= 1 and os.listdir(cache)
     (warm_s, warm_compiles, warm_hits, warm_loss), _ = _run(_STEP, MEGXLA_COMPILATION_CACHE_DIR=cache)
     assert warm_loss == cold_loss
     # Counted, not timed: the warm process loads what the cold one compiled (small kernels included).
     # (JAX reports a backend-compile duration for a cache hit too: count the hits.)
-    assert cold_hits == 0 and warm_hits >= cold_compiles - 2, (cold_compiles, warm_hits, warm_compiles)
+    assert cold_hits == 0 and warm_hits >= cold_compiles, (cold_compiles, warm_hits, warm_compiles)
     print(f"first compiled step: cold {cold_s:.2f} s, warm {warm_s:.2f} s")
     assert warm_s < cold_s, (cold_s, warm_s)  # lenient: the time itself is noisy on a shared machine
