@@ -341,3 +341,30 @@ def test_single_process_semantics():
         dist.launcher(lambda: 0, n_gpus=0)
     with pytest.raises(ValueError, match="world_size"):
         dist.launcher(lambda: 0, n_gpus=2, world_size=1)
+
+
+def test_world_of_one_and_port_in_use(monkeypatch):
+    from megxla.distributed import group
+    with socket.socket() as s:
+        s.bind(("", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        with pytest.raises(RuntimeError, match=f"port {port} is already in use"):
+            dist.init_process_group("localhost", port, 2, 0, 0, device_type="cpu")
+        assert not dist.is_distributed()
+    with socket.socket() as s:
+        s.bind(("", 0))
+        port = s.getsockname()[1]
+    dist.init_process_group("localhost", port, 1, 0, 0)
+    try:
+        assert (dist.is_distributed(), dist.get_world_size(), dist.get_rank()) == (True, 1, 0)
+        assert dist.get_py_server_addr() == ("localhost", port)
+        c = dist.get_client()
+        c.user_set("lr", {"lr": 0.5})
+        assert c.user_get("lr") == {"lr": 0.5}
+        dist.group_barrier()
+        x = mge.Tensor([[1.0, 2.0]])
+        np.testing.assert_array_equal(F.distributed.all_reduce_sum(x).numpy(), x.numpy())  # a group of one
+    finally:
+        group._shutdown()
+    assert not dist.is_distributed()

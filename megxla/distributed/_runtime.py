@@ -5,8 +5,9 @@ megxla starts the runtime the way ``jax.distributed.initialize`` does (same serv
 state, so JAX's backends see a multi-process run and XLA's collectives use gloo between CPU processes and NCCL
 between GPUs), with two additions that ``jax.distributed.initialize`` does not expose:
 
-* the coordination service may already run elsewhere (the launcher's parent process hosts it, MegEngine's
-  "server on the master node"), so rank 0 starts it only when nobody answers at the port;
+* the coordination service may run in another process: the launcher's process hosts it (MegEngine's "server
+  on the master node"); otherwise rank 0 starts it, and a port already in use is a clear error (JAX's client
+  would abort the process after failing to register with whatever listens there);
 * every rank publishes its host and process id in the key-value store, so that a collective broken by a peer
   that died is reported with that peer's rank at once (on one machine), rather than as a bare transport error.
 
@@ -71,19 +72,11 @@ def port_free(host, port) -> bool:
     return True
 
 
-def _answers(host, port):
-    try:
-        with socket.create_connection((host, port), timeout=0.5):
-            return True
-    except OSError:
-        return False
-
-
 class Server:
     r"""The coordination service of a distributed run (MegEngine's ``Server`` on the master node): JAX's
     distributed-runtime service, which hosts the key-value store, barriers and heartbeats of ``world_size``
-    processes. The :class:`~megxla.distributed.launcher` starts one in its own process; without one, rank 0's
-    :func:`~megxla.distributed.init_process_group` starts it.
+    processes. The :class:`~megxla.distributed.launcher` starts one in its own process for its workers; with
+    plain :func:`~megxla.distributed.init_process_group`, rank 0 starts it.
 
     Args:
         port: the TCP port; 0 picks a free one.
@@ -171,10 +164,12 @@ def start(master_ip, port, world_size, rank, platform, local_device=None):
         if world_size == 1:  # nothing to talk to: a private service for the key-value store only
             service = _jax.get_distributed_runtime_service(f"[::]:{port}", 1, heartbeat_timeout=hb,
                                                            shutdown_timeout=5)
-        elif rank == 0 and not _external_service and not _answers(master_ip, port):
+        elif rank == 0 and not _external_service:
+            # Rank 0 hosts the service (the launcher's workers join the one in the launcher's process). Never
+            # connect to whatever else listens there: JAX's client aborts the process when that fails.
             if not port_free(master_ip, port):
-                raise RuntimeError(f"init_process_group: port {port} is in use by another program; choose another "
-                                   f"port for the coordination service")
+                raise RuntimeError(f"init_process_group: port {port} is already in use; choose another port for the "
+                                   f"coordination service")
             service = _jax.get_distributed_runtime_service(f"[::]:{port}", world_size, heartbeat_timeout=hb,
                                                            shutdown_timeout=int(to))
         try:

@@ -178,10 +178,10 @@ def init_process_group(master_ip: str, port: int, world_size: int, rank: int, de
 
     Every rank calls it with the same ``master_ip``, ``port`` and ``world_size`` (the processes may be on
     several machines; ``master_ip`` is the machine of the coordination service). Rank 0 starts the service
-    (JAX's coordination service: key-value store, barriers, heartbeats) unless one already answers at ``port``
-    (the :class:`launcher` starts one beforehand). The call returns once every rank has joined, or fails
-    with a ``RuntimeError`` after ``MEGXLA_DIST_TIMEOUT`` seconds (default 600); a ``port`` taken by another
-    program is a ``RuntimeError`` saying so.
+    (JAX's coordination service: key-value store, barriers, heartbeats); under the :class:`launcher` its
+    process hosts it. A ``port`` already in use on rank 0 is a ``RuntimeError`` saying so. The call returns
+    once every rank has joined; a rank that cannot join within ``MEGXLA_DIST_TIMEOUT`` seconds (default 600)
+    is stopped by JAX's runtime with a fatal error naming the registration that timed out.
 
     One process drives one device, as in MegEngine. Collectives are XLA collectives: gloo between CPU
     processes, NCCL between GPUs. ``device_type="cpu"`` (or a machine without GPUs) uses the CPU. If this
