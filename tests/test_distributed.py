@@ -368,3 +368,36 @@ def test_world_of_one_and_port_in_use(monkeypatch):
     finally:
         group._shutdown()
     assert not dist.is_distributed()
+
+
+_DIRECT = """
+import sys, time
+import megxla as mge, megxla.distributed as dist, megxla.functional as F
+rank, port = int(sys.argv[1]), int(sys.argv[2])
+dist.init_process_group("127.0.0.1", port, 2, rank, 0, device_type="cpu")
+x = mge.Tensor([1.0])
+F.distributed.all_reduce_sum(x).numpy()
+if rank == 1:
+    raise ValueError("rank one gives up")
+for _ in range(200):
+    F.distributed.all_reduce_sum(x).numpy()
+    time.sleep(0.05)
+"""
+
+
+def test_init_process_group_without_launcher_names_a_raising_rank(tmp_path):
+    # Plain init_process_group in two interpreters: the uncaught exception of rank 1 reaches rank 0's next
+    # collective as an error naming rank 1, with its traceback.
+    script = tmp_path / "direct.py"
+    script.write_text(_DIRECT)
+    with socket.socket() as s:
+        s.bind(("", 0))
+        port = s.getsockname()[1]
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    t0 = time.monotonic()
+    procs = [subprocess.Popen([sys.executable, str(script), str(r), str(port)], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for r in (0, 1)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert time.monotonic() - t0 < 60
+    assert [p.returncode for p in procs] == [1, 1]
+    assert "PeerFailure" in outs[0][1] and "rank 1 failed" in outs[0][1] and "rank one gives up" in outs[0][1]
