@@ -186,3 +186,32 @@ def test_get_profile_reports_compiled_executables():
     assert exe["oprs"] == [{"type": "Elemwise", "name": "NEGATE"}] and "flops" in exe["cost"]
     with pytest.raises(RuntimeError, match="profiling=True"):
         trace(lambda x: -x).get_profile()
+
+
+def test_megengine_spellings_model_code_uses():
+    # Tensor._broadcast with a shape Tensor, F.repeat with a Tensor count, float class labels, RuntimeError
+    np.testing.assert_array_equal(mge.Tensor([1.0])._broadcast(mge.Tensor([2, 2], dtype="int32")).numpy(),
+                                  np.ones((2, 2)))
+    np.testing.assert_array_equal(F.repeat(mge.Tensor([1, 2]), mge.Tensor(2)).numpy(), [1, 1, 2, 2])
+    pred, label = mge.Tensor([[0.0, 1.0]]), mge.Tensor([1.0])
+    assert F.nn.cross_entropy(pred, label).item() == pytest.approx(F.nn.cross_entropy(pred, mge.Tensor([1])).item())
+    with pytest.raises(RuntimeError, match="add"):
+        mge.Tensor([1, 2]) + mge.Tensor([1, 2, 3])
+
+
+def test_nms_inside_exclude_from_trace_runs_eagerly():
+    from megxla.jit import exclude_from_trace
+    boxes = mge.Tensor([[0, 0, 10, 10], [1, 1, 10, 10], [50, 50, 60, 60]], dtype="float32")
+    scores = mge.Tensor([0.9, 0.8, 0.7])
+    seen = []
+
+    @trace
+    def f(boxes, scores):
+        keep = F.vision.nms(boxes, scores, iou_thresh=0.5, max_output=3)
+        with exclude_from_trace():
+            seen.append(F.vision.nms(boxes, scores, iou_thresh=0.5).numpy())  # no max_output: cut to the count
+        return keep
+
+    for _ in range(2):
+        np.testing.assert_array_equal(f(boxes, scores).numpy(), [0, 2, -1])
+    np.testing.assert_array_equal(seen[-1], [0, 2])
