@@ -25,10 +25,18 @@ from ._spmd import MeshRequired, SpmdFunction
 __all__ = ["apply", "recorders", "OpError", "OutOfMemoryError", "push_interpreter", "pop_interpreter", "current_interpreter"]
 
 
-class _ThreadState(threading.local):
+class _State:
+    __slots__ = ("interpreters", "recorders")
+
     def __init__(self):
         self.interpreters = [None]  # stack of interpreters (jit tracers); the top one handles every apply
         self.recorders = []  # active GradManagers of this thread, each with ``_record(op, inputs, outputs)``
+
+
+class _ThreadState(threading.local):
+    # NOTE: one threading.local lookup (``_tls.s``) per observed apply, then plain slot reads
+    def __init__(self):
+        self.s = _State()
 
 
 _tls = _ThreadState()
@@ -57,32 +65,32 @@ class _Recorders:
         self._owner = {}  # id(recorder) -> the thread list holding it
 
     def append(self, r):
-        lst = _tls.recorders
+        lst = _tls.s.recorders
         lst.append(r)
         self._owner[id(r)] = lst
         _bump(1)
 
     def remove(self, r):
-        lst = self._owner.get(id(r), _tls.recorders)
+        lst = self._owner.get(id(r), _tls.s.recorders)
         lst.remove(r)  # ValueError if absent, like list.remove
         if not any(x is r for x in lst):
             self._owner.pop(id(r), None)
         _bump(-1)
 
     def __iter__(self):
-        return iter(list(_tls.recorders) if _active else ())
+        return iter(list(_tls.s.recorders) if _active else ())
 
     def __len__(self):
-        return len(_tls.recorders) if _active else 0
+        return len(_tls.s.recorders) if _active else 0
 
     def __bool__(self):
-        return bool(_active) and bool(_tls.recorders)
+        return bool(_active) and bool(_tls.s.recorders)
 
     def __contains__(self, r):
-        return any(x is r for x in _tls.recorders)
+        return any(x is r for x in _tls.s.recorders)
 
     def __repr__(self):
-        return f"recorders({_tls.recorders!r})"
+        return f"recorders({_tls.s.recorders!r})"
 
 
 recorders = _Recorders()
@@ -120,8 +128,8 @@ def wrap(data):
     return t
 
 
-def eager_apply(op, inputs):
-    """Compute ``op`` on ``inputs`` now and notify the calling thread's gradient recorders."""
+def _compute(op, inputs):
+    """The op's eager kernel on ``inputs``: a tuple of new Tensors (bad input raises an OpError naming it)."""
     try:
         out = op.kernel(*[t._data for t in inputs])
     except (TypeError, ValueError, IndexError) as exc:
@@ -135,37 +143,48 @@ def eager_apply(op, inputs):
         raise OutOfMemoryError(f"{op!r}: out of device memory for inputs ({_describe(inputs)}): "
                                f"{str(exc).strip().splitlines()[0]}") from None
     if op.multiple_results:
-        outputs = tuple(wrap(o) for o in out)
-    else:
-        outputs = (wrap(out),)
+        return tuple(wrap(o) for o in out)
+    return (wrap(out),)
+
+
+def eager_apply(op, inputs):
+    """Compute ``op`` on ``inputs`` now and notify the calling thread's gradient recorders."""
+    outputs = _compute(op, inputs)
     if _active:
-        recs = _tls.recorders
-        if recs:
-            for r in tuple(recs):
-                r._record(op, inputs, outputs)
+        for r in _tls.s.recorders:
+            r._record(op, inputs, outputs)
     return outputs
 
 
 def apply(op, *inputs):
     """Apply ``op`` to Tensors; returns a Tensor, or a tuple of Tensors for multi-result ops."""
-    interp = _tls.interpreters[-1] if _active else None
-    outputs = eager_apply(op, inputs) if interp is None else interp.apply(op, inputs)
+    if _active:  # some thread has an observer: look at this thread's
+        st = _tls.s
+        interp = st.interpreters[-1]
+        if interp is not None:
+            outputs = interp.apply(op, inputs)
+        else:
+            outputs = _compute(op, inputs)
+            for r in st.recorders:
+                r._record(op, inputs, outputs)
+    else:
+        outputs = _compute(op, inputs)
     return outputs if op.multiple_results else outputs[0]
 
 
 def push_interpreter(interp):
     """Make ``interp`` handle every ``apply`` of the calling thread until :func:`pop_interpreter`."""
-    _tls.interpreters.append(interp)
+    _tls.s.interpreters.append(interp)
     _bump(1)
 
 
 def pop_interpreter():
     """Remove and return the calling thread's innermost interpreter."""
-    interp = _tls.interpreters.pop()
+    interp = _tls.s.interpreters.pop()
     _bump(-1)
     return interp
 
 
 def current_interpreter():
     """The calling thread's innermost interpreter, or None when it runs eagerly."""
-    return _tls.interpreters[-1] if _active else None
+    return _tls.s.interpreters[-1] if _active else None
