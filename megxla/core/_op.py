@@ -177,7 +177,18 @@ _MEMORY_LIMIT = {}
 
 
 def device_memory_bytes(platform=None):
-    """Bytes of memory of the default device (GPU/TPU: XLA's allocator limit; CPU: the machine's RAM)."""
+    """Bytes of memory of a platform's first device (GPU/TPU: XLA's allocator limit; CPU: the machine's RAM).
+
+    Args:
+        platform: ``"cpu"``, ``"gpu"``, ``"tpu"``; default: JAX's default backend.
+
+    Returns:
+        the limit in bytes (measured once per platform).
+
+    Example:
+        >>> device_memory_bytes() > 0
+        True
+    """
     platform = platform or jax.default_backend()
     limit = _MEMORY_LIMIT.get(platform)
     if limit is None:
@@ -199,7 +210,15 @@ def device_memory_bytes(platform=None):
 
 def check_output_size(op, out):
     """Raise ``OutOfMemoryError`` if the outputs ``out`` (arrays or abstract values) of ``op`` need more bytes
-    than the device has. Python ints: a size that would overflow int64 in XLA is just a big number here."""
+    than the device has. Python ints: a size that would overflow int64 in XLA is just a big number here.
+
+    Args:
+        op: the op (named in the error).
+        out: an array / ``jax.ShapeDtypeStruct``, or a tuple or list of them.
+
+    Example:
+        >>> check_output_size("zeros", jax.ShapeDtypeStruct((2, 3), jnp.float32))  # fits: no error
+    """
     outs = out if isinstance(out, (tuple, list)) else (out,)
     total = 0
     for o in outs:
