@@ -3,7 +3,7 @@
     python benchmarks/eager_step.py                       # every workload but resnet18
     python benchmarks/eager_step.py --only mlp,convnet_b64 --steps 20
 
-Op calls are counted at the one dispatch point (``core._dispatch.eager_apply``) during one step after warm-up;
+Op calls are counted at the one dispatch point (``core._dispatch._compute``) during one step after warm-up;
 ms/step is the median (and min) of ``--steps`` steps, each blocked on every tensor it wrote. With ``--adam`` every
 workload uses Adam (lr 1e-3), the optimizer of issue 12's op-count targets (MLP <= 25, ConvNet+BN <= 50).
 """
@@ -50,17 +50,19 @@ def measure(wl, steps, adam):
     for _ in range(3):
         step()
     calls = [0]
-    orig = _dispatch.eager_apply
+    # every eager computation of the dispatch point goes through _compute (older versions: eager_apply)
+    hook = "_compute" if hasattr(_dispatch, "_compute") else "eager_apply"
+    orig = getattr(_dispatch, hook)
 
     def counting(op, inputs):
         calls[0] += 1
         return orig(op, inputs)
 
-    _dispatch.eager_apply = counting
+    setattr(_dispatch, hook, counting)
     try:
         step()
     finally:
-        _dispatch.eager_apply = orig
+        setattr(_dispatch, hook, orig)
     times = []
     for _ in range(steps):
         t0 = time.perf_counter()
