@@ -40,8 +40,16 @@ def _range_error(op, what, dim, axis):
 
 def check_index_tensor(op, idx, dim, axis, allow_negative=True, what="index"):
     """Raise :class:`IndexOutOfRange` if the integer tensor ``idx`` has an entry outside ``[-dim, dim)``
-    (``[0, dim)`` without ``allow_negative``); eager only -- inside a trace the values are not known yet and
-    reading them would bake them in.
+    (``[0, dim)`` without ``allow_negative``). Eagerly the values are read on the host; inside a trace nothing
+    is checked (XLA clamps) unless checked mode is on (see the module docstring).
+
+    Args:
+        op: the op's name, for the message.
+        idx: the integer index tensor.
+        dim: the size of the indexed axis.
+        axis: the axis number, for the message.
+        allow_negative: whether ``-dim <= i < 0`` is valid (NumPy indexing) or not (labels, gather).
+        what: what the entries are called in the message ("index", "label").
 
     Example:
         >>> check_index_tensor("getitem", Tensor([0, 2]), 3, 0)
