@@ -373,3 +373,46 @@ def test_allocation_failure_in_xla_is_out_of_memory_error(monkeypatch):
     monkeypatch.setitem(_op._MEMORY_LIMIT, jax.default_backend(), 1 << 62)  # let the output reach XLA
     with pytest.raises(OutOfMemoryError, match="out of device memory"):
         F.zeros((2 ** 23, 2 ** 23))  # 256 TiB: more than a 64-bit process can map, even with overcommit
+
+
+def test_traced_call_in_one_thread_does_not_swap_another_threads_random_state():
+    import sys
+    mge.random.seed(5)
+    expected = [mge.random.uniform(size=(3,)).numpy() for _ in range(200)]
+
+    @trace  # with the host: every call runs the body with the trace's own key swapped in
+    def step(x):
+        return x + mge.random.uniform(size=(3,))
+
+    x = mge.Tensor(np.zeros(3, "float32"))
+    step(x)
+    step(x)
+    stop, calls, errors = threading.Event(), [], []
+
+    def worker():
+        try:
+            while not stop.is_set():
+                step(x)
+                calls.append(1)
+        except Exception as exc:
+            errors.append(exc)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)
+    th = threading.Thread(target=worker)
+    th.start()
+    try:
+        while not calls:
+            pass
+        mge.random.seed(5)
+        got = []
+        for _ in range(200):
+            got.append(mge.random.uniform(size=(3,)).numpy())
+            sum(range(2000))  # let the other thread run between draws
+    finally:
+        stop.set()
+        th.join()
+        sys.setswitchinterval(interval)
+    assert not errors, errors
+    for a, b in zip(got, expected):
+        np.testing.assert_array_equal(a, b)

@@ -364,13 +364,10 @@ class trace:
     @contextlib.contextmanager
     def _rng_swapped(self):
         # Random draws inside the step use the traced object's own key (`random_seed`), an implicit state.
+        # Per thread (random._rng.swapped): another thread's eager draws meanwhile use the global key.
         from ..random import _rng
-        saved = _rng._global._state
-        _rng._global._state = self.random_seed
-        try:
+        with _rng.swapped(self.random_seed):
             yield
-        finally:
-            _rng._global._state = saved
 
     # ---- record --------------------------------------------------------------------------------------------
     _allow_external = True  # trace: tensors from the enclosing scope are external inputs (MegEngine's trace)

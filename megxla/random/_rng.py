@@ -7,6 +7,9 @@ exponential); for gamma/beta/poisson the output shape is ``size + broadcast(para
 """
 from __future__ import annotations
 
+import contextlib
+import threading
+
 import numpy as np
 import jax
 
@@ -276,16 +279,49 @@ class _GlobalRNG(RNG):
 
     @property
     def _state(self):
+        key = _swap.key
+        if key is not None:  # this thread runs a traced call: its draws use the trace's own key
+            return key
         if self._key is None:
             self._key = _key_tensor(self._seed)
         return self._key
 
     @_state.setter
     def _state(self, t):
-        self._key = t
+        if _swap.key is not None:
+            _swap.key = t
+        else:
+            self._key = t
 
 
+class _Swap(threading.local):
+    key = None  # per thread: the key Tensor that replaces the global state inside ``swapped``
+
+
+_swap = _Swap()
 _global = _GlobalRNG()
+
+
+@contextlib.contextmanager
+def swapped(key):
+    """Within the block, the calling thread's global draws use (and advance) ``key`` instead of the global state;
+    other threads keep drawing from the global state (jit runs a traced call's random ops on its own key).
+
+    Args:
+        key: a key Tensor (as ``get_rng_state()`` returns).
+
+    Example:
+        >>> k = get_rng_state(); other = Tensor(k.numpy())
+        >>> with swapped(other): _ = uniform(size=(2,))
+        >>> bool((get_rng_state().numpy() == k.numpy()).all())
+        True
+    """
+    prev = _swap.key
+    _swap.key = key
+    try:
+        yield
+    finally:
+        _swap.key = prev
 
 
 def get_rng_state() -> Tensor:
