@@ -10,7 +10,7 @@ Example:
     dtype('float16')
 """
 from .autocast import autocast
-from .grad_scaler import GradScaler
+from .grad_scaler import GradScaler, Xla_GradScaler
 from .convert_format import convert_module_format, convert_tensor_format
 
-__all__ = ["autocast", "GradScaler", "convert_module_format", "convert_tensor_format"]
+__all__ = ["autocast", "GradScaler", "Xla_GradScaler", "convert_module_format", "convert_tensor_format"]

@@ -245,3 +245,133 @@ class GradScaler:
 
 # A compiled step that uses a GradScaler reads and rebinds its scale and growth counter: they are its state.
 _registry.register_state_walker(GradScaler, lambda s: [("scale", s._scale), ("growth_tracker", s._tracker)])
+
+
+def _all_finite(tensors) -> bool:
+    tensors = [t for t in tensors if t is not None]
+    if not tensors:
+        return True
+    *_, bad = apply(_check_non_finite.bind(), *tensors, Tensor(1.0, dtype="float32"))
+    return not bool(bad.numpy())
+
+
+class Xla_GradScaler(GradScaler):
+    r"""Loss scaling for a compiled step (MegEngine's XLA-backend scaler): the scale factor is a Tensor the
+    step takes as an argument, the step never reads a value on the host, and :meth:`update` -- called after
+    the step, outside it -- rolls the parameters back to their last good values when the step overflowed.
+
+    Args:
+        model: the model being trained (its parameters are copied as the last good values).
+        init_scale: the initial scale factor.
+        growth_factor: factor applied after ``growth_interval`` finite steps (0 or ``growth_interval=0``
+            freezes the scale).
+        backoff_factor: factor applied after an overflow.
+        growth_interval: finite steps before growing the scale.
+
+    Example:
+        >>> import numpy as np, megxla as mge, megxla.module as M, megxla.functional as F
+        >>> from megxla.autodiff import GradManager
+        >>> from megxla.jit import xla_trace
+        >>> model = M.Linear(3, 1); gm = GradManager().attach(model.parameters())
+        >>> opt = mge.optimizer.SGD(model.parameters(), lr=0.1)
+        >>> scaler = Xla_GradScaler(model, init_scale=8.0)
+        >>> @xla_trace
+        ... def step(model, opt, x, scale_factor):
+        ...     with gm:
+        ...         scaler.backward(gm, scale_factor, model(x).sum())
+        ...     opt.step().clear_grad()
+        >>> for _ in range(2):
+        ...     _ = step(model, opt, mge.Tensor(np.ones((2, 3), "float32")), scaler.scale_factor)
+        ...     scaler.update(model)
+        >>> float(scaler.scale_factor)
+        8.0
+    """
+
+    def __init__(self, model, init_scale: float = 2.0 ** 4, growth_factor: float = 2.0,
+                 backoff_factor: float = 0.5, growth_interval: int = 2000):
+        super().__init__(init_scale, growth_factor if growth_factor else 1.0, backoff_factor,
+                         max(int(growth_interval), 1))
+        self.growth_factor = float(growth_factor)
+        self.growth_interval = int(growth_interval)
+        # last good parameter values, restored by update() after an overflow (real copies: a compiled step
+        # donates the parameters' buffers)
+        self.origin_params = [Tensor(p) for p in model.parameters()]
+        self.ifinfinite = None
+        self._eager_flag = False
+
+    @property
+    def scale_factor(self) -> Tensor:
+        """The current scale, a 0-d float32 Tensor (pass it to the compiled step)."""
+        return self._scale
+
+    @scale_factor.setter
+    def scale_factor(self, value):
+        self._scale._reset(value if isinstance(value, Tensor) and value is not self._scale
+                           else Tensor(float(value), dtype="float32") if not isinstance(value, Tensor) else value)
+
+    def backward(self, gm, scale_factor: Tensor, y=None, dy=None):
+        r"""Back-propagate ``y`` with its gradient scaled by ``scale_factor`` (a Tensor, e.g. the step's
+        argument), then unscale the attached tensors' gradients and compute the overflow flag -- all as ops,
+        so the compiled step has no host read.
+
+        Args:
+            gm: the recording GradManager.
+            scale_factor: the scale, a Tensor.
+            y: the loss tensor(s).
+            dy: their gradients (default ones), multiplied by the scale.
+        """
+        scale = scale_factor if isinstance(scale_factor, Tensor) else Tensor(float(scale_factor), dtype="float32")
+        ys = [] if y is None else list(y) if isinstance(y, (tuple, list)) else [y]
+        if dy is None:
+            dys = [apply(_fill_scale.bind(), t, scale) for t in ys]
+        else:
+            dys = [apply(_mul_scale.bind(), d if isinstance(d, Tensor) else Tensor(d), scale)
+                   for d in (dy if isinstance(dy, (tuple, list)) else [dy])]
+        gm.backward(y=ys if ys else None, dy=dys if ys else None)
+        tensors = [t for t in gm.attached_tensors() if t.grad is not None]
+        if not tensors:
+            return
+        *grads, bad = apply(_check_non_finite.bind(), *[t.grad for t in tensors], scale)
+        for t, g in zip(tensors, grads):
+            t.grad = g
+        self.ifinfinite = bad
+        self._eager_flag = current_interpreter() is None
+
+    def update(self, model, new_scale: float = None):
+        r"""After a step: on overflow restore the last good parameters and back off the scale, else keep the
+        parameters as the new good values and grow the scale every ``growth_interval`` steps.
+
+        The overflow is the flag of an eager :meth:`backward`, or -- after a compiled step, whose flag stays
+        inside the executable -- non-finite parameters (what an overflowed update leaves).
+
+        Args:
+            model: the model (the same parameters as at construction).
+            new_scale: if given, set the scale to it (the growth logic is skipped).
+        """
+        if self.growth_interval == 0:
+            return
+        if new_scale is not None:
+            self.scale_factor = float(new_scale)
+        params = list(model.parameters())
+        if self._eager_flag and self.ifinfinite is not None:
+            overflow = bool(self.ifinfinite.numpy())
+        else:
+            overflow = not _all_finite(params)
+        self._eager_flag = False
+        if overflow:
+            for origin, p in zip(self.origin_params, params):
+                p._reset(Tensor(origin))
+            if new_scale is None:
+                self.scale_factor = self.scale_factor * self.backoff_factor
+            self._growth_tracker = 0
+        else:
+            for origin, p in zip(self.origin_params, params):
+                origin._reset(Tensor(p))
+            tracker = self._growth_tracker + 1
+            if new_scale is None and tracker >= self.growth_interval:
+                self.scale_factor = self.scale_factor * self.growth_factor
+                tracker = 0
+            self._growth_tracker = tracker
+
+
+__all__.append("Xla_GradScaler")
