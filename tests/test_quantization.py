@@ -251,6 +251,11 @@ def test_qat_training_step_eager_equals_xla_trace_with_observer_state():
     def build():
         mge.random.seed(3)
         net = Q.quantize_qat(_Net())
+        # NOTE: on an observer's first batch its range IS the batch's extremes, so the largest value sits exactly
+        # on the fake quantizer's clipping bound, where the straight-through gradient is 1 or 0 by the last bit
+        # of ``x / scale`` (eager kernels and XLA's fused step round that differently). One eager forward first
+        # moves the ranges off the data's extremes; the comparison is then float32's.
+        net(_data(7)[0])
         opt = SGD(net.parameters(), lr=0.05, momentum=0.9)
         return net, opt, GradManager().attach(net.parameters())
 
@@ -275,10 +280,12 @@ def test_toggling_fake_quant_between_compiled_calls_is_not_stale():
     net.eval()
     f = xla_trace(lambda m, x: m(x))
     f(net, x); f(net, x)
+    # (each toggle is a new signature whose first call is compiled too: float32 agreement, not bit-identity;
+    # a stale step would differ by the quantization error, ~1e-2)
     Q.disable_fake_quant(net)
-    np.testing.assert_allclose(f(net, x).numpy(), net(x).numpy(), rtol=1e-6)
+    np.testing.assert_allclose(f(net, x).numpy(), net(x).numpy(), rtol=1e-5, atol=1e-6)
     Q.enable_fake_quant(net)
-    np.testing.assert_allclose(f(net, x).numpy(), net(x).numpy(), rtol=1e-6)
+    np.testing.assert_allclose(f(net, x).numpy(), net(x).numpy(), rtol=1e-5, atol=1e-6)
 
 
 def test_tqt_and_lsq_qconfigs_train():
@@ -334,7 +341,10 @@ def test_qat_resnet18_step_eager_equals_xla_trace_over_five_steps():
         return net, opt, GradManager().attach(net.parameters())
 
     (ne, oe, ge), (nc, oc, gc) = build(), build()
-    eager, compiled = _qat_step_fn(ge), xla_trace(_qat_step_fn(gc))
+    # symbolic=False: the first call records eagerly. On every observer's first batch the largest activation
+    # sits exactly on its fake quantizer's clipping bound (see the NOTE above), and over 40 observers a compiled
+    # first step rounds some of them otherwise than eager kernels; from there the five steps diverge by ~1e-2.
+    eager, compiled = _qat_step_fn(ge), xla_trace(_qat_step_fn(gc), symbolic=False)
     rng = np.random.RandomState(0)
     for i in range(5):
         x = mge.Tensor(rng.randn(4, 3, 8, 8).astype(np.float32))

@@ -11,9 +11,11 @@ import sys
 import weakref
 
 import numpy as np
+import jax
 
 from ..core import _dispatch
 from ..core._dispatch import eager_apply
+from ..core._spmd import MeshRequired
 from ..core._elemwise_front import SCALAR_VIDS
 
 
@@ -61,6 +63,20 @@ def user_where():
     return (fn, ln, linecache.getline(fn, ln).strip())
 
 
+def _user_frame(tb):
+    """``(filename, lineno, source)`` of the innermost traceback frame in user code (outside megxla and the
+    libraries under it): where a traced value was converted on the host."""
+    found = ("<unknown>", 0, "")
+    jax_dir = os.path.dirname(os.path.abspath(jax.__file__)) + os.sep
+    while tb is not None:
+        fn = tb.tb_frame.f_code.co_filename
+        if not fn.startswith(_PKG_DIR) and not fn.startswith(jax_dir) and "site-packages" not in fn \
+                and not fn.startswith("<frozen"):
+            found = (fn, tb.tb_lineno, linecache.getline(fn, tb.tb_lineno).strip())
+        tb = tb.tb_next
+    return found
+
+
 def describe_where(where):
     fn, ln, src = where
     return f"{fn}:{ln}" + (f" (`{src}`)" if src else "")
@@ -88,11 +104,13 @@ class Recorder:
         self.gms: dict = {}
         self.grad_objs = [t._grad for t in state_tensors]  # .grad objects at call start (in-place accumulation)
 
+    _evaluate = staticmethod(eager_apply)  # how an op's outputs are computed (AbstractRecorder: shapes only)
+
     def apply(self, op, inputs):
         if _dispatch.recorders:
             for r in _dispatch.recorders:
                 self.gms[id(r)] = r
-        outputs = eager_apply(op, inputs)
+        outputs = self._evaluate(op, inputs)
         known = self.known
         for t in inputs:
             if t._vid not in known:
@@ -149,6 +167,65 @@ class Recorder:
         self.rec.hyper[t._vid] = getter
         self.known.add(t._vid)
         self.avals[t._vid] = _aval(t._data)
+
+
+class NeedsHost(Exception):
+    """Raised by an abstract recording where the body needs a concrete value on the host (``where``: the
+    user's line, as :func:`user_where`)."""
+
+    def __init__(self, where, reason="reads a value on the host"):
+        super().__init__(f"{reason} at {describe_where(where)}")
+        self.where, self.reason = where, reason
+
+
+_TRACER_ERRORS = (jax.errors.ConcretizationTypeError, jax.errors.TracerArrayConversionError,
+                  jax.errors.TracerIntegerConversionError, jax.errors.TracerBoolConversionError)
+_abstract_kernels = weakref.WeakKeyDictionary()
+
+
+def _abstract_kernel(op):
+    """A ``jax.jit`` of the op's function to call on tracers: the eager kernel itself where it is one (its
+    traced forms are cached by JAX per input shapes), else (host-assembled random draws, compiled graphs)
+    a plain jit of :attr:`Op.fn`, which computes the same values inside a compiled step."""
+    k = op.kernel
+    if hasattr(k, "lower") and hasattr(k, "trace"):
+        return k
+    k = _abstract_kernels.get(op)
+    if k is None:
+        k = _abstract_kernels[op] = jax.jit(op.fn)
+    return k
+
+
+def abstract_apply(op, inputs):
+    """Evaluate ``op`` on Tensors whose data are tracers of an enclosing ``jax.eval_shape``: no kernel runs,
+    the outputs carry shapes and dtypes. The calling thread's GradManagers tape the op as ``eager_apply``
+    does."""
+    try:
+        out = _abstract_kernel(op)(*[t._data for t in inputs])
+    except _TRACER_ERRORS:
+        raise NeedsHost(user_where(), f"computes {op!r} on the host") from None  # its kernel needs a value
+    except MeshRequired:
+        raise NeedsHost(user_where(), f"runs the cross-process collective {op!r}") from None
+    except (TypeError, ValueError, IndexError) as exc:
+        raise _dispatch.op_error(op, inputs, exc) from None
+    outputs = tuple(_dispatch.wrap(o) for o in out) if op.multiple_results else (_dispatch.wrap(out),)
+    recs = _dispatch.recorders
+    if recs:
+        for r in tuple(recs):
+            r._record(op, inputs, outputs)
+    return outputs
+
+
+class AbstractRecorder(Recorder):
+    """The interpreter of an *abstract* recording call: it runs inside one ``jax.eval_shape``, so tensors hold
+    tracers and ops are evaluated on shapes and dtypes only (no per-op kernel is compiled or run). A host read
+    (``.numpy()``, ``int(t)``, ``exclude_from_trace``) has no value here: it raises :class:`NeedsHost` naming
+    the user's line, and the tracer records that function eagerly instead."""
+
+    _evaluate = staticmethod(abstract_apply)
+
+    def read(self, t, guard=True):
+        raise NeedsHost(user_where())
 
 
 class Excluded:

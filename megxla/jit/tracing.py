@@ -44,9 +44,11 @@ from ..core.ops.shape import full_like as _FULL_LIKE
 from ..core._tensor import Tensor
 from ..core import _spmd
 from .. import dtr as _dtr
-from . import _state, _verbose
+from ..core import _registry
+from . import _fastpath, _state, _verbose
 from ._external import mark_external
-from ._recording import Recorder, Excluded, Pending, TraceError, make_replay, describe_where
+from ._recording import (Recorder, AbstractRecorder, NeedsHost, Excluded, Pending, TraceError, make_replay,
+                         describe_where, _TRACER_ERRORS, _user_frame)
 from ._simplify import simplify
 
 __all__ = ["trace", "xla_trace", "exclude_from_trace", "TraceError", "load"]
@@ -96,6 +98,7 @@ class _Entry:
         self.grad_key = None  # which state tensors had a ``.grad`` at recording, if the step computes gradients
         self.grad_inplace = frozenset()  # state indices whose .grad object was updated in place
         self.confirmed = False  # recorded twice with the same guard values: worth compiling
+        self.new_state = ()  # [(Tensor, vid)] state an abstract recording created: outputs of its one call
 
 
 class _Miss:
@@ -214,6 +217,8 @@ class trace:
     _strict_without_host = True
     _what = "trace"
     _donate = True  # donate the buffers of reassigned state to the executable
+    _abstract_first = False  # record the first call abstractly (shapes only) even without symbolic=True
+    _eager_recording = False  # set once an abstract recording met a host read: record this function eagerly
 
     def __new__(cls, function=None, **options):
         if function is None:  # used as @trace(**options)
@@ -238,6 +243,12 @@ class trace:
         self.num_rerecords = 0  # calls that recorded again because a value read on the host changed
         self.num_calls = 0
         self.num_undonated = 0  # compiled calls that kept their inputs because a buffer was shared
+        self.num_fast_calls = 0  # compiled calls that took the prepared plan (_fastpath.py)
+        self._plan = None  # the prepared call of the last compiled entry, or None
+        self._ran = None  # (entry, state) of a compiled call that a plan can prepare (set by _run)
+        # warn once when this many distinct input signatures have been recorded (each is a recording + compilation)
+        self.warn_signatures = 8
+        self._signatures = set()
         self._warned = set()
         # megxla.dtr.enable() before building a trace asks for rematerialisation as dtr_config does
         self.remat = sublinear_memory_config is not None or dtr_config is not None or _dtr.is_enabled()
@@ -263,7 +274,22 @@ class trace:
         if isinstance(current_interpreter(), (Recorder, _Replayer)):
             return self.__wrapped__(*args, **kwargs)  # nested traced functions are part of the outer trace
         with self._lock:
-            return self._call(*args, **kwargs)
+            plan = self._plan
+            if plan is not None:
+                out = plan(args, kwargs)  # cheap guards, one gather, one executable call, one write-back
+                if out is not _fastpath.MISS:
+                    self.num_fast_calls += 1
+                    return out
+            # the full path: flatten every argument, look the signature up, then prepare the next call
+            self._plan = self._ran = None
+            epoch = _registry.epoch()
+            out = self._call(*args, **kwargs)
+            if self._ran is not None:
+                entry, state = self._ran
+                self._ran = None
+                if self._without_host:  # (trace with the host runs the body on every call)
+                    self._plan = _fastpath.build(self, entry, args, kwargs, state, self._dump_call[0], epoch)
+            return out
 
     def _call(self, *args, **kwargs):
         args, kwargs = _state.convert_numpy(args, kwargs)
@@ -278,12 +304,37 @@ class trace:
         with self._rng_swapped():
             variants = self._cache.get(sig)
             if variants is None:
-                entry = self._record_symbolic(args, kwargs, state, sig) if self.symbolic else None
+                self._new_signature(sig)
+                entry = None
+                if (self.symbolic or self._abstract_first) and not self._eager_recording:
+                    entry = self._record_abstract(args, kwargs, state, sig)
                 if entry is None:
                     return self._record(args, kwargs, state, sig)[1]
-                variants = self._cache[sig]
+                return self._first_run(entry, state, sig)
             self._cache.move_to_end(sig)
             return self._call_variants(variants, args, kwargs, state, sig)
+
+    def _first_run(self, entry, state, sig):
+        """The recording call of an abstract recording: compile the whole step and run it (results and state
+        writes come from the executable, as on every later call; the body already ran, once, abstractly)."""
+        self.num_calls += 1
+        st = state
+        if entry.rec.externals:
+            st = state + _live_externals(entry)
+        try:
+            self._compile(entry)
+            self._last = entry
+            out = self._run(entry, st)  # no guards (a host read records eagerly): never a miss
+        except BaseException:
+            self._forget(sig, entry)  # nothing was written; the next call records again
+            raise
+        if entry.new_state:
+            out, made = out
+            for (t, _), value in zip(entry.new_state, made):
+                t._grad = None if isinstance(getattr(t._grad, "_data", None), jax.core.Tracer) else t._grad
+                t._reset(value)
+                mark_external(t)
+        return out
 
     def _call_variants(self, variants, args, kwargs, state, sig):
         """Run the most recently used recording of this signature; if a guard differs, the one whose guard
@@ -333,6 +384,19 @@ class trace:
         if miss is not None or any(e.guards for e in variants):
             self._count_rerecord(miss)
         return self._record(args, kwargs, list(state), sig)[1]
+
+    def _new_signature(self, sig):
+        """Count distinct input signatures; warn once when there are ``warn_signatures`` of them (each costs a
+        recording and a compilation: usually a shape or a Python number argument that changes every call)."""
+        if len(self._signatures) < self.warn_signatures:
+            self._signatures.add(hash(sig))
+            if len(self._signatures) == self.warn_signatures and "signatures" not in self._warned:
+                self._warned.add("signatures")
+                warnings.warn(
+                    f"{self._what}({self.__name__}) has been recorded and compiled for {self.warn_signatures} distinct "
+                    f"input signatures (argument shapes, dtypes, structure, Python values, module attributes); each "
+                    f"new one records and compiles again. Pad inputs to a few fixed shapes, and pass changing numbers "
+                    f"as Tensors.", UserWarning, 4)
 
     def _count_rerecord(self, miss):
         self.num_rerecords += 1
@@ -390,13 +454,21 @@ class trace:
             raise
         return entry, out
 
-    def _finish_recording(self, recorder, out, state, args, kwargs, sig):
+    def _finish_recording(self, recorder, out, state, args, kwargs, sig, abstract=False):
         rec = recorder.rec
         after, _ = _state.collect(args, kwargs)
         nstate = len(state) - 1 - len(rec.externals)
+        new_state = []
         if len(after) != nstate or any(a is not b for a, b in zip(after, state)):
-            # The call created state (optimizer slots): record again next call, with it as input.
-            return None
+            # The call created state (optimizer slots): record again next call, with it as input. An abstract
+            # recording's new tensors hold tracers: their values become outputs of this call's executable.
+            if not abstract:
+                return None
+            known = {id(t) for t in state}
+            new_state = [t for t in after if id(t) not in known]
+            for t in new_state:
+                if t._vid not in recorder.known:
+                    recorder._outside(t)
         leaves, tree = _flatten(out)
         out_leaves = []
         for leaf in leaves:
@@ -430,6 +502,11 @@ class trace:
         # a step that back-propagates (vjp ops) accumulates into whatever ``.grad`` exists when it runs
         if grad_writes or any(op.prim is VJP or not grad_vids.isdisjoint(ins) for op, ins, _ in rec.ops):
             entry.grad_key = tuple((i, recorder.avals[v].shape) for i, v in rec.grad_inputs)
+        if new_state:  # one call's executable, not cached (the next call's signature holds the new state)
+            entry.new_state = [(t, t._vid) for t in new_state]
+            entry.out_leaves = entry.out_leaves + [("t", t._vid) for t in new_state]
+            entry.out_tree = jax.tree_util.treedef_tuple([tree, jax.tree_util.tree_structure([0] * len(new_state))])
+            return entry
         variants = self._cache.get(sig)
         if variants is None:
             variants = self._cache[sig] = []
@@ -448,44 +525,74 @@ class trace:
             self._cache.popitem(last=False)
         return entry
 
-    def _record_symbolic(self, args, kwargs, state, sig):
-        snapshot = [(t._data, t._vid) for t in state]
-        grads = [getattr(t, "_grad", None) for t in state]
+    def _record_abstract(self, args, kwargs, state, sig):
+        """The recording call without per-op kernels: the body runs once inside ``jax.eval_shape`` (tensors hold
+        tracers, ops give shapes and dtypes), the recording is cached like an eager one and the caller compiles
+        and runs it, so the first call's results and state come from the whole-step executable.
+
+        Returns the entry (cached under ``sig``), or None where the body needs a concrete value on the host
+        (``.numpy()``, ``int(t)``, an op computed on the host): the caller records this call eagerly (a warning
+        names the line once; later signatures of this function record eagerly at once). State created by the
+        body (an optimizer slot) becomes an output of this call's executable (``entry.new_state``); that entry is
+        not cached, since the next call's signature includes the new state."""
+        snapshot = _snapshot(state)
+        nstate = len(state)
         holder = {}
 
         def abstract_step(*arrays):
             for t, a in zip(state, arrays):
                 t._data = a
-            recorder = Recorder(state, self.capture_as_const, self._what, self._allow_external)
-            holder["recorder"] = recorder
+            recorder = holder["recorder"] = AbstractRecorder(state, self.capture_as_const, self._what,
+                                                             self._allow_external)
             push_interpreter(recorder)
             try:
                 out = self.__wrapped__(*args, **kwargs)
             finally:
                 pop_interpreter()
-            holder["entry"] = self._finish_recording(recorder, out, state, args, kwargs, sig)
-            return None
+            holder["entry"] = self._finish_recording(recorder, out, state, args, kwargs, sig, abstract=True)
 
+        needs = None
         try:
             jax.eval_shape(abstract_step, *[t._data for t in state])
-        except (jax.errors.ConcretizationTypeError, jax.errors.TracerArrayConversionError,
-                jax.errors.TracerIntegerConversionError, jax.errors.TracerBoolConversionError):
-            # The body reads a value on the host, which has no value while tracing abstractly: record this call
-            # eagerly instead (the read becomes a guard).
-            holder.pop("entry", None)
-            return None
+        except NeedsHost as exc:
+            needs = exc
+        except _TRACER_ERRORS as exc:  # megxla or user code converted a traced value outside ``read``
+            needs = NeedsHost(_user_frame(exc.__traceback__))
         except _dispatch.OpError as exc:
             if "Tracer" not in str(exc) and "Concretization" not in str(exc):
                 raise
-            holder.pop("entry", None)  # an op computed on the host (a value needed): record eagerly instead
-            return None
+            needs = NeedsHost(_user_frame(exc.__traceback__), "computes an op on the host")
         finally:
-            for t, (data, vid), g in zip(state, snapshot, grads):
-                t._data, t._vid, t._grad = data, vid, g
+            # the body ran on tracers: every state tensor (and external one) gets its value, id and .grad back
+            _restore(snapshot)
             if "recorder" in holder:
-                for t, data, vid, g in holder["recorder"].external_snapshots:
-                    t._data, t._vid, t._grad = data, vid, g
-        return holder.get("entry")
+                _restore([(t, d, v, g, None if g is None else g._data, None if g is None else g._vid)
+                          for t, d, v, g in holder["recorder"].external_snapshots])
+            del state[nstate:]  # externals are appended again by the eager recording, if any
+        entry = holder.get("entry")
+        if needs is None and entry is not None and any(isinstance(c, jax.core.Tracer) for c in entry.rec.consts.values()):
+            needs = NeedsHost(("<unknown>", 0, ""), "keeps a traced value outside the ops (a constant)")
+        if needs is not None:
+            self._eager_recording = True
+            if entry is not None:
+                self._forget(sig, entry)
+            if "abstract" not in self._warned:
+                self._warned.add("abstract")
+                fn, ln, _ = needs.where
+                warnings.warn_explicit(
+                    f"{self._what}({self.__name__}) {needs.reason} at {describe_where(needs.where)} while recording, "
+                    f"which an abstract recording (shapes only) cannot do: its calls record eagerly (one kernel "
+                    f"per op) and the next call of a signature compiles the step. Move the read out of the step, "
+                    f"or into exclude_from_trace of a trace with the host.", UserWarning, fn, ln)
+            return None
+        return entry
+
+    def _forget(self, sig, entry):
+        variants = self._cache.get(sig)
+        if variants is not None and any(e is entry for e in variants):
+            variants.remove(entry)
+            if not variants:
+                del self._cache[sig]
 
     # ---- compile -------------------------------------------------------------------------------------------
     def _segment_bounds(self, entry):
@@ -600,7 +707,9 @@ class trace:
             miss = self._check_guards(entry, arrays, outs)
             if miss is not None:
                 return miss
-        return self._deliver(entry, state, {v: wrap(a) for v, a in zip(seg.out_vids, outs)})
+        out = self._deliver(entry, state, {v: wrap(a) for v, a in zip(seg.out_vids, outs)})
+        self._ran = (entry, state)  # __call__ prepares the next call (_fastpath.py)
+        return out
 
     def _check_guards(self, entry, arrays, outs):
         got = _fetch_guards([outs[i] if from_out else arrays[i] for from_out, i in entry.guard_src])
@@ -1031,7 +1140,11 @@ class xla_trace(trace):
         strict: raise a :class:`TraceError` naming the line when a value the step read on the host while recording
             (``int(t)``, ``if loss > x``, ``boxes[:num[i]]``) differs on a later call; by default such a call is
             rolled back and recorded again for the new value (a warning names the line once).
-        capture_as_const, symbolic, sublinear_memory_config, dtr_config: as :class:`trace`.
+        symbolic: by default the recording call is abstract: it evaluates shapes and dtypes only (no kernel
+            per op), compiles the whole step and runs it, so even the first call's results come from the
+            executable. A step that reads a value on the host while recording is recorded eagerly instead
+            (a warning names the line). ``symbolic=False`` asks for the eager recording call.
+        capture_as_const, sublinear_memory_config, dtr_config: as :class:`trace`.
 
     Example:
         >>> @xla_trace
@@ -1047,9 +1160,12 @@ class xla_trace(trace):
     _strict_without_host = False  # data-dependent steps record again per value unless strict=True
     _what = "xla_trace"
     _allow_external = False  # one executable: everything it reads comes from its arguments (or constants)
+    _abstract_first = True  # the recording call evaluates shapes only, compiles the step once and runs it
 
-    def __init__(self, function, *, without_host=True, symbolic_shape=False, **kwargs):
-        super().__init__(function, without_host=without_host, **kwargs)
+    def __init__(self, function, *, without_host=True, symbolic_shape=False, symbolic=None, **kwargs):
+        super().__init__(function, without_host=without_host, symbolic=bool(symbolic), **kwargs)
+        # symbolic=False, given explicitly: the recording call runs eagerly (MegEngine's non-symbolic trace)
+        self._abstract_first = symbolic is None or bool(symbolic)
 
 
 @contextlib.contextmanager
