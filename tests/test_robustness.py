@@ -416,3 +416,13 @@ def test_traced_call_in_one_thread_does_not_swap_another_threads_random_state():
     assert not errors, errors
     for a, b in zip(got, expected):
         np.testing.assert_array_equal(a, b)
+
+
+def test_gather_and_scatter_index_out_of_range_raise_eagerly():
+    from megxla.core._indexing import IndexOutOfRange
+    x = mge.Tensor(np.arange(6, dtype="float32").reshape(2, 3))
+    with pytest.raises(IndexOutOfRange, match="gather: index 3 is out of range for axis 1 of size 3"):
+        F.gather(x, 1, mge.Tensor([[0], [3]]))
+    with pytest.raises(IndexOutOfRange, match="scatter: index 2 is out of range for axis 0 of size 2"):
+        F.scatter(x, 0, mge.Tensor([[2, 0, 0]]), mge.Tensor([[1.0, 1.0, 1.0]]))
+    np.testing.assert_array_equal(F.gather(x, 1, mge.Tensor([[2], [0]])).numpy(), [[2], [3]])

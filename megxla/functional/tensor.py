@@ -11,6 +11,7 @@ import numpy as np
 
 from ..core._tensor import Tensor
 from ..core._dispatch import apply as _apply, OpError
+from ..core._indexing import check_index_tensor
 from ..core._elemwise_front import as_tensor as _t, BINARY as _B, UNARY as _U
 from ..core.dtypes import canonical as _dtype
 from ..core.ops import shape as _S, elemwise as _E, indexing as _I, linalg as _L, reduction as _R
@@ -875,6 +876,7 @@ def gather(inp, axis, index):
         if d != axis and index.shape[d] > inp.shape[d]:
             raise OpError(f"gather: index {index.shape} is larger than input {inp.shape} in dimension {d} "
                           f"(only axis {axis} may be larger)")
+    check_index_tensor("gather", index, inp.shape[axis], axis)  # eager: MegEngine raises, XLA would clamp
     return _apply(_I.gather.bind(axis=axis), inp, index)
 
 
@@ -906,6 +908,7 @@ def scatter(inp, axis, index, source):
     for d in range(inp.ndim):
         if d != axis and source.shape[d] > inp.shape[d]:
             raise OpError(f"scatter: source {source.shape} is larger than input {inp.shape} in axis {d}")
+    check_index_tensor("scatter", index, inp.shape[axis], axis)  # eager: MegEngine raises, XLA would drop
     return _apply(_I.scatter.bind(axis=axis), inp, index, source)
 
 
