@@ -226,7 +226,11 @@ class Tensor:
 
     def set_value(self, value):
         """Replace the value (shape may change); the Tensor object stays the same."""
-        return self._reset(value if isinstance(value, Tensor) else Tensor(value, dtype=self.dtype))
+        new = value if isinstance(value, Tensor) else Tensor(value, dtype=self.dtype)
+        if new._data.shape != self._data.shape or new._data.dtype != self._data.dtype:
+            from . import _registry
+            _registry.bump_epoch()  # a new shape or dtype: prepared compiled calls that read it must miss
+        return self._reset(new)
 
     def reset_zero(self):
         """Fill with zeros in place."""

@@ -647,12 +647,16 @@ class Module(metaclass=ABCMeta):
             if isinstance(value, Module) and value.__dict__.get("_short_name") is None:
                 value.__dict__["_short_name"] = name  # the scope name of its calls (AutoNaming)
         super().__setattr__(name, value)
+        # a rebound Tensor / sub-module / number attribute (also ``training``) changes what a compiled step
+        # reads or baked in: prepared compiled calls check this one counter instead of re-walking every module
+        _registry.bump_epoch()
 
     def __delattr__(self, name: str):
         modules = self.__dict__.get("_modules")
         if modules is not None and name in modules:
             modules.remove(name)
         super().__delattr__(name)
+        _registry.bump_epoch()  # (see __setattr__)
 
     def _module_info_string(self) -> str:
         """One-line summary of the module's configuration used by ``__repr__`` (empty by default)."""

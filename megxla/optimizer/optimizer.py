@@ -70,6 +70,9 @@ def hyper_tensor(param_group: dict, key: str, index: int = None, dtype="float32"
         _check_hyper(owner, key, value)
         return value if index is None else value[index]
 
+    # a compiled step's prepared call reads param_group[key] itself and calls the getter (validation, a new device
+    # value) only when the Python value changed (jit/_fastpath.py)
+    getter.source = (param_group, key)
     return host_scalar(getter, dtype, (id(param_group), key, index))
 
 

@@ -1,0 +1,158 @@
+#!/usr/bin/env python
+"""Host time per compiled training step: megxla ``xla_trace`` vs the hand-written ``jax.jit`` step.
+
+A compiled call's *host time* is the Python work it does before the executable runs on its own: checking that the
+compiled plan still applies, gathering the inputs, dispatching, writing the outputs back. On a GPU the step itself is
+short, so this is what separates ``xla_trace`` from ``jax.jit`` (issue 12). Each measurement queues ``--calls`` calls
+without blocking and blocks once at the end; the time until the last call *returned* (before the block), divided by
+the number of calls, is the host time per call. The models are the MLP, ConvNet and Transformer of
+``benchmarks/models.py`` with the same layers (so the same number of state tensors) but tiny shapes, so that the
+computation, which shares the CPU with the host thread, stays small.
+
+The 2-core machine is shared and noisy: each number is the minimum over ``--repeats`` repeats.
+
+Run:
+    python benchmarks/host_overhead.py                  # all three workloads
+    python benchmarks/host_overhead.py --calls 50 --repeats 20 --only mlp
+
+Target (issue 12): megxla host time per call <= 1.2 x jax.jit's + 0.05 ms.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.dirname(HERE))
+
+
+def workloads():
+    """The three workloads of ``models.py`` at tiny shapes: ``{name: Workload}``."""
+    import models as W
+    base = W.WORKLOADS
+    return {
+        "mlp": dataclasses.replace(base["mlp"], build=lambda: W.MLP((64, 64, 64, 10)),
+                                   inputs=W._images((8, 64))),
+        "convnet": dataclasses.replace(base["convnet_b8"], inputs=W._images((2, 1, 28, 28))),
+        "transformer": dataclasses.replace(
+            base["transformer"], build=lambda: W.Transformer(vocab=64, d_model=32, heads=4, ffn=64, seq=16),
+            inputs=W._tokens(2, 16, 64)),
+    }
+
+
+def megxla_calls(wl):
+    """``(call, sync)``: ``call()`` issues one compiled ``xla_trace`` step without blocking; ``sync()`` blocks on
+    everything it wrote."""
+    import jax
+    import megxla as mge
+    import megxla.functional as F
+    from megxla.autodiff import GradManager
+    from megxla.jit import xla_trace
+    import run as R
+
+    model = R._megxla_model(wl)
+    opt = wl.make_optimizer(model.parameters())
+    gm = GradManager().attach(model.parameters())
+    x_np, y_np = R._data(wl)
+    x, y = mge.Tensor(x_np), mge.Tensor(y_np)
+
+    @xla_trace
+    def train_step(data, label, model, opt):
+        with gm:
+            loss = F.nn.cross_entropy(model(data), label)
+            gm.backward(loss)
+        opt.step().clear_grad()
+        return loss
+
+    last = []
+
+    def call():
+        last[:] = [train_step(x, y, model, opt)]
+
+    def sync():
+        jax.block_until_ready([last[0]._data] + [t._data for t in model.tensors()])
+
+    for _ in range(3):  # record, compile, first compiled call
+        call()
+    sync()
+    return call, sync
+
+
+def jax_calls(wl):
+    """``(call, sync)`` for the hand-written ``jax.jit`` step of ``run.make_jax`` (compiled executable, donated
+    state)."""
+    import jax
+    import run as R
+    step, _ = R.make_jax(wl)
+    step()  # compiles
+    state, (x, y) = step.state, step.xy
+    compiled = state["compiled"]
+    holder = {}
+
+    def call():
+        p, b, o, loss = compiled(*state["args"], x, y)
+        state["args"] = (p, b, o)
+        holder["loss"] = loss
+
+    def sync():
+        jax.block_until_ready((state["args"], holder["loss"]))
+
+    call()
+    sync()
+    return call, sync
+
+
+def host_ms(call, sync, calls, repeats):
+    """Minimum over ``repeats`` of the host time per call (ms) of ``calls`` queued calls, blocked once."""
+    best = float("inf")
+    for _ in range(repeats):
+        sync()
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            call()
+        t1 = time.perf_counter()
+        sync()
+        best = min(best, (t1 - t0) / calls)
+    return best * 1e3
+
+
+def measure(names=None, calls=50, repeats=10):
+    """``{workload: {"megxla": ms, "jax_jit": ms, "ratio": x, "target_ms": ms, "ok": bool}}``."""
+    out = {}
+    for name, wl in workloads().items():
+        if names and name not in names:
+            continue
+        m = megxla_calls(wl)
+        j = jax_calls(wl)
+        # interleaved rounds: both columns see the same machine load
+        mx = jx = float("inf")
+        for _ in range(repeats):
+            mx = min(mx, host_ms(*m, calls, 1))
+            jx = min(jx, host_ms(*j, calls, 1))
+        target = 1.2 * jx + 0.05
+        out[name] = {"megxla": mx, "jax_jit": jx, "ratio": mx / jx, "target_ms": target, "ok": mx <= target}
+    return out
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--calls", type=int, default=50, help="calls queued before one block")
+    ap.add_argument("--repeats", type=int, default=10, help="repeats; the minimum is reported")
+    ap.add_argument("--only", default="", help="comma-separated workloads: mlp,convnet,transformer")
+    a = ap.parse_args(argv)
+    names = set(filter(None, a.only.split(",")))
+    res = measure(names, a.calls, a.repeats)
+    print(f"host time per compiled call, {a.calls} calls queued, blocked once; min of {a.repeats} repeats")
+    print(f"{'workload':12s} {'megxla ms':>10s} {'jax.jit ms':>11s} {'ratio':>6s} {'target ms':>10s}  ok")
+    for name, r in res.items():
+        print(f"{name:12s} {r['megxla']:10.3f} {r['jax_jit']:11.3f} {r['ratio']:6.2f} {r['target_ms']:10.3f}  "
+              f"{'yes' if r['ok'] else 'NO'}")
+    return res
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,350 @@
+"""The prepared call of a compiled step (``without_host``): after a compiled call, the tracer keeps a :class:`Plan`
+that lets the next call with the same arguments skip re-walking all state.
+
+The full path of a call flattens the arguments (``_state.collect``: every module attribute, every optimizer slot),
+looks the signature up, reads each hyper-parameter, wraps and marks every output. A plan replaces that with
+
+1. cheap guards: the structure epoch (``core._registry``: bumped by ``Module.__setattr__``/``__delattr__`` -- so
+   also by ``train()`` and a changed number attribute --, new optimizer slots and param groups,
+   ``load_state_dict``, ``Tensor.set_value`` to a new shape or dtype), the identity of Module/Optimizer arguments,
+   type, shape and dtype of Tensor arguments, the values of Python scalar arguments, the items of lists and dicts
+   held by modules and optimizers (mutated in place, they bypass ``__setattr__``), the key/type layout of each
+   param group, GradManager attach versions, and ``.grad`` presence where the recording depends on it;
+2. one gather of ``._data`` over the flat list of state Tensors the entry reads and writes;
+3. one call of the compiled executable (JAX's C++ fast path) with a flat list; hyper-parameters are device arrays
+   re-sent only when their Python value changed (and validated then);
+4. one write-back loop.
+
+Any guard that fails returns :data:`MISS` and the call takes the full path, which re-checks everything and builds a
+new plan: never a stale plan. The executable itself checks the shapes and dtypes of every input, so a state tensor
+rebound to a new shape behind the epoch's back (``t._reset(other)``) also misses (before anything runs or is
+donated). Python work per call is a small constant, independent of the number of parameters
+(``tests/test_jit_fastpath.py`` counts it).
+"""
+from __future__ import annotations
+
+import itertools
+import operator
+import sys
+
+import numpy as np
+import jax
+
+from ..core import _dispatch, _registry
+from ..core._external import mark_external_all, mark_external
+from ..core._tensor import Tensor
+from . import _state
+
+MISS = object()
+
+_getrefcount = sys.getrefcount
+_islice = itertools.islice
+_NUMBERS = (float, int, bool, tuple)
+_IDENT, _TENSOR, _VALUE = 0, 1, 2
+
+
+def _refs_base():
+    # References of an array held only by its Tensor's ``_data``, as counted by the shared-buffer check of
+    # Plan.__call__ (the inputs tuple, the picked tuple, getrefcount's argument): anything above is another holder.
+    ts = [_dispatch.wrap(np.zeros(())), _dispatch.wrap(np.zeros(()))]
+    data = [t._data for t in ts]
+    arrays = operator.itemgetter(0, 1)(data)
+    del data
+    return max(map(_getrefcount, operator.itemgetter(0, 1)(arrays)))
+
+
+class Plan:
+    """A compiled entry prepared for calls with the same arguments (see the module doc)."""
+
+    __slots__ = ("tracer", "entry", "sig", "epoch", "nargs", "kw_names", "checks", "targ_pos", "state_ids",
+                 "containers", "groups", "state", "arg_slots", "pick", "consts", "hypers", "hyper_pos",
+                 "donate_pick", "refs", "exe", "check_grads", "writes", "write_leaf", "grad_writes", "leaves",
+                 "inputs_of_state", "nouts", "write_pick", "out_pick")
+
+    def __call__(self, args, kwargs):
+        """Run the prepared call, or return :data:`MISS` (nothing read or written) when a guard fails."""
+        if _registry._epoch[0] != self.epoch or _dispatch.recorders:
+            return MISS
+        if kwargs:
+            if tuple(kwargs) != self.kw_names:
+                return MISS
+            vals = args + tuple(kwargs.values())
+        elif self.kw_names:
+            return MISS
+        else:
+            vals = args
+        if len(vals) != self.nargs:
+            return MISS
+        for kind, pos, a, b in self.checks:
+            v = vals[pos]
+            if kind == _IDENT:
+                if v is not a:
+                    return MISS
+            elif kind == _TENSOR:
+                if type(v) is not a:
+                    return MISS
+                d = v._data
+                if d.shape != b[0] or d.dtype != b[1]:
+                    return MISS
+            elif type(v) is not a or _state._scalar_key(v) != b:
+                return MISS
+        if self.targ_pos:
+            ids = {id(vals[p]) for p in self.targ_pos}
+            if len(ids) != len(self.targ_pos) or not ids.isdisjoint(self.state_ids):
+                return MISS  # a Tensor argument passed twice, or one that is also module/optimizer state
+        for c, is_dict, items in self.containers:
+            if tuple(map(id, c.values() if is_dict else c)) != items:
+                return MISS
+        for g, layout in self.groups:
+            if (tuple(g), tuple(map(type, g.values()))) != layout:
+                return MISS
+        entry = self.entry
+        if entry.gms and not _gms_current(entry):
+            return MISS
+        st = self.state[:]
+        for p, i in self.arg_slots:
+            st[i] = vals[p]
+        if self.check_grads:
+            for t in st:
+                if t._grad is not None:
+                    return MISS  # recorded without gradients present: another variant
+        # ---- inputs: one gather, hyper-parameters re-sent only when changed
+        extra = self.consts
+        for h in self.hypers:
+            # h: [getter, group, key, last value, device array, dtype, is SPMD]
+            g = h[1]
+            cur = g[h[2]] if g is not None else h[0]()
+            last = h[3]
+            if cur is not last and not (type(cur) is type(last) and type(cur) in _NUMBERS and cur == last):
+                if not _resend(h, cur):
+                    return MISS
+        if self.hypers:
+            extra = extra + [h[4] for h in self.hypers]
+        data = [t._data for t in st]
+        arrays = self.pick(data + extra if extra else data)
+        del data  # (the shared-buffer check counts references)
+        if self.donate_pick is not None and max(map(_getrefcount, self.donate_pick(arrays))) > self.refs:
+            return MISS  # a buffer to donate is held elsewhere too: the full path runs it without donating
+        try:
+            outs = self.exe.executable(*arrays)  # (read per call: the segment's executable may be replaced)
+        except TypeError:
+            return MISS  # an input's shape or dtype differs (a state tensor rebound behind the epoch): full path
+        # ---- outputs and write-back
+        tracer = self.tracer
+        tracer.num_calls += 1
+        tracer._last = entry
+        tracer._dump_call = (self.sig, st)
+        cache = tracer._cache
+        if self.sig in cache:
+            cache.move_to_end(self.sig)
+        leaves = []
+        wrap = _dispatch.wrap
+        for kind, x in self.leaves:
+            if kind == 0:
+                leaves.append(x)
+            elif kind == 1:
+                t = wrap(outs[x])
+                leaves.append(t)
+            elif kind == 2:
+                leaves.append(st[x])
+            else:
+                leaves.append(wrap(x))
+        try:
+            _write_back(self, st, outs, leaves)
+        except BaseException:
+            _write_back(self, st, outs, leaves)  # completed: the donated inputs are gone
+            raise
+        return jax.tree_util.tree_unflatten(entry.out_tree, leaves)
+
+
+def _write_back(plan, st, outs, leaves):
+    # (itemgetter / islice / zip: the per-tensor work is bytecode only, no call per tensor)
+    written = plan.write_pick(st)
+    vids = _islice(_dispatch._vids, len(written))
+    for t, data, vid in zip(written, plan.out_pick(outs), vids):
+        t._data = data
+        t._vid = vid
+    for i, j in plan.write_leaf:  # a written tensor also returned: the same value (vid) as the returned Tensor
+        st[i]._vid = leaves[j]._vid
+    written = list(written)
+    for j, (kind, _) in enumerate(plan.leaves):
+        if kind == 1:
+            written.append(leaves[j])
+    if plan.grad_writes:
+        from .tracing import _commit
+        _commit([], [(st[i], None if k is None else _dispatch.wrap(outs[k]), inplace)
+                     for i, k, inplace in plan.grad_writes])
+    mark_external_all(written)
+
+
+def _resend(h, cur):
+    """A hyper-parameter's Python value changed: validate it (the getter) and put the new value on the device."""
+    value = h[0]()  # validates; raises before anything ran
+    if isinstance(value, Tensor):
+        return False  # a Tensor-valued hyper-parameter: the full path reads it
+    arr = np.asarray(value, dtype=h[5])
+    h[3] = cur
+    h[4] = arr if h[6] else jax.device_put(arr)
+    return True
+
+
+def _gms_current(entry):
+    for ref, version in entry.gms:
+        g = ref()
+        if g is not None and g._version != version:
+            return False
+    return True
+
+
+def build(tracer, entry, args, kwargs, state, sig, epoch):
+    """A :class:`Plan` for calling ``entry`` again with arguments like ``args``/``kwargs`` (whose flattened state
+    was ``state``), or None when such calls need the full path (guards that sync, external tensors, gradients fed
+    in, arguments the plan cannot check cheaply)."""
+    if entry.guards or entry.rec.externals or entry.rec.grad_inputs or entry.segments is None \
+            or getattr(entry, "new_state", None) \
+            or len(entry.segments) != 1 or not tracer._donate:
+        return None
+    seg = entry.segments[0]
+    if seg.plan is None:
+        return None
+    if not isinstance(seg.executable, jax.stages.Compiled) and type(seg.executable).__name__ != "SpmdExecutable":
+        return None
+    spmd = not isinstance(seg.executable, jax.stages.Compiled)
+    vals = tuple(args) + tuple(kwargs.values())
+    plan = Plan()
+    plan.tracer, plan.entry, plan.sig, plan.epoch = tracer, entry, sig, epoch
+    plan.nargs, plan.kw_names = len(vals), tuple(kwargs)
+    index = {id(t): i for i, t in enumerate(state)}
+    checks, targ, slots = [], [], []
+    for pos, v in enumerate(vals):
+        if isinstance(v, Tensor):
+            d = v._data
+            checks.append((_TENSOR, pos, type(v), (d.shape, d.dtype)))
+            targ.append(pos)
+            slots.append((pos, index[id(v)]))
+        elif _state._is_module(v) or _state._is_optimizer(v):
+            checks.append((_IDENT, pos, v, None))
+        elif type(v) in _state._SCALARS:
+            checks.append((_VALUE, pos, type(v), _state._scalar_key(v)))
+        else:
+            return None  # containers, arrays, other objects: the full path flattens them
+    if len({i for _, i in slots}) != len(slots):
+        return None  # one Tensor passed twice
+    plan.checks, plan.targ_pos, plan.arg_slots = tuple(checks), tuple(targ), tuple(slots)
+    arg_objs = {id(vals[p]) for p in targ}
+    plan.state_ids = frozenset(id(t) for t in state if id(t) not in arg_objs)
+    containers, groups = [], []
+    _containers(vals, containers, groups, set())
+    plan.containers, plan.groups = tuple(containers), tuple(groups)
+    plan.state = list(state)
+    plan.check_grads = entry.grad_key is not None
+    # inputs: state first, then constants, then hyper-parameters; ``pick`` orders them as the executable wants
+    n = len(state)
+    consts, hypers, order = [], [], []
+    hyper_at = {}
+    for kind, a, b in seg.plan:
+        if kind == 0:
+            order.append(a)
+        elif kind == 1:
+            if a is None:
+                return None  # a ``.grad`` input
+            order.append(("c", len(consts)))
+            consts.append(a)
+        else:
+            src = getattr(a, "source", None)
+            cur = src[0][src[1]] if src is not None else a()
+            value = a()
+            if isinstance(value, Tensor):
+                return None
+            arr = np.asarray(value, dtype=b)
+            hyper_at[len(hypers)] = len(order)
+            order.append(("h", len(hypers)))
+            hypers.append([a, src[0] if src else None, src[1] if src else None, cur,
+                           arr if spmd else jax.device_put(arr), b, spmd])
+    nconst = len(consts)
+    flat = [o if isinstance(o, int) else (n + o[1] if o[0] == "c" else n + nconst + o[1]) for o in order]
+    plan.inputs_of_state = tuple(flat)
+    plan.pick = _picker(flat)
+    plan.consts, plan.hypers = consts, hypers
+    plan.hyper_pos = hyper_at
+    if entry.donate:
+        plan.donate_pick = _picker(list(entry.donate))
+        plan.refs = _REFS
+    else:
+        plan.donate_pick, plan.refs = None, 0
+    plan.exe = seg
+    out_pos = {v: k for k, v in enumerate(seg.out_vids)}
+    plan.nouts = len(seg.out_vids)
+    writes = tuple((i, out_pos[v]) for i, v in entry.writes)
+    if len({i for i, _ in writes}) != len(writes):
+        return None
+    plan.writes = writes
+    plan.write_pick = _picker([i for i, _ in writes])
+    plan.out_pick = _picker([k for _, k in writes])
+    gw = []
+    for i, v in entry.grad_writes:
+        if v is not None and v not in out_pos:
+            return None
+        gw.append((i, None if v is None else out_pos[v], i in entry.grad_inplace))
+    plan.grad_writes = tuple(gw)
+    inputs = {v: i for i, v in enumerate(entry.rec.input_vids)}
+    leaves, leaf_of = [], {}
+    for kind, v in entry.out_leaves:
+        if kind == "v":
+            leaves.append((0, v))
+        elif v in out_pos:
+            leaf_of.setdefault(out_pos[v], len(leaves))
+            leaves.append((1, out_pos[v]))
+        elif v in inputs:
+            leaves.append((2, inputs[v]))
+        else:
+            leaves.append((3, entry.rec.consts[v]))
+    plan.leaves = tuple(leaves)
+    plan.write_leaf = tuple((i, leaf_of[k]) for i, k in writes if k in leaf_of)
+    return plan
+
+
+def _picker(indices):
+    """``f(xs) -> tuple of xs[i] for i in indices`` in C (operator.itemgetter; also for 0 and 1 index)."""
+    if len(indices) > 1:
+        return operator.itemgetter(*indices)
+    if len(indices) == 1:
+        i = indices[0]
+        return lambda xs: (xs[i],)
+    return lambda xs: ()
+
+
+def _containers(objs, out, groups, seen):
+    """The lists and dicts (with their items' ids) held by the modules and optimizers among ``objs``."""
+    for v in objs:
+        if id(v) in seen:
+            continue
+        seen.add(id(v))
+        if _state._is_module(v):
+            for k, a in v.__dict__.items():
+                if isinstance(a, (list, dict, tuple)) and k[0] != "_":
+                    _container(a, out, groups, seen)
+                elif _state._is_module(a):
+                    _containers((a,), out, groups, seen)
+        elif _state._is_optimizer(v):
+            _container(v.param_groups, out, groups, seen)
+
+
+def _container(c, out, groups, seen):
+    if id(c) in seen:
+        return
+    seen.add(id(c))
+    items = list(c.values()) if isinstance(c, dict) else list(c)
+    if isinstance(c, dict) and "params" in c:
+        # a param group: its hyper-parameter values change (schedules) and are inputs; its key/type layout is not
+        groups.append((c, (tuple(c), tuple(map(type, c.values())))))
+    elif not isinstance(c, tuple):
+        out.append((c, isinstance(c, dict), tuple(map(id, items))))
+    for a in items:
+        if isinstance(a, (list, dict, tuple)):
+            _container(a, out, groups, seen)
+        elif _state._is_module(a):
+            _containers((a,), out, groups, seen)
+
+
+_REFS = _refs_base()
