@@ -24,3 +24,108 @@ def test_tabulate_is_importable_beside_megengine():
     from tabulate import tabulate
 
     assert "a" in tabulate([[1]], headers=["a"])
+
+
+def test_masked_pixels_of_nchw_predictions():
+    # Segmentation loss: move classes last, keep the pixels whose label is not the ignore label, then a plain
+    # cross entropy over the kept (pixels, classes) rows.
+    rng = np.random.RandomState(0)
+    pred = rng.randn(2, 3, 4, 4).astype("float32")
+    label = rng.randint(0, 3, size=(2, 4, 4)).astype("int32")
+    label[0, 0, :] = 255
+    p, lab = mge.tensor(pred), mge.tensor(label)
+    mask = lab != 255
+    kept = p.transpose(0, 2, 3, 1)[mask]
+    assert kept.shape == (int(mask.sum()), 3) == (28, 3)
+    loss = F.loss.cross_entropy(kept, lab[mask], 1)
+    rows = pred.transpose(0, 2, 3, 1)[label != 255]
+    logp = rows - np.log(np.exp(rows).sum(1, keepdims=True))
+    want = -logp[np.arange(len(rows)), label[label != 255]].mean()
+    np.testing.assert_allclose(loss.numpy(), want, rtol=1e-5)
+
+
+def test_slice_bound_cast_from_a_float_info_tensor():
+    # Detectors keep each image's ground-truth rows with a bound read from a float "image info" tensor.
+    gt = mge.tensor(np.arange(2 * 4 * 5, dtype="float32").reshape(2, 4, 5))
+    info = mge.tensor([[8.0, 8.0, 8.0, 8.0, 3.0], [8.0, 8.0, 8.0, 8.0, 1.0]])
+    rows = [gt[b, : info[b, 4].astype("int32")] for b in range(2)]
+    assert [r.shape for r in rows] == [(3, 5), (1, 5)]
+    np.testing.assert_array_equal(rows[1].numpy(), np.arange(20, 25, dtype="float32")[None])
+
+
+def test_qat_step_then_quantize_matches_fake_quant_inference():
+    # The quantization recipe: quantize_qat, a training step, quantize, integer inference. Without pooling in
+    # between, the integer model reproduces the fake-quantized model's outputs exactly.
+    import megxla.module as M
+    import megxla.quantization as Q
+    from megxla.autodiff import GradManager
+    from megxla.optimizer import SGD
+    from megxla.quantization.quantize import quantize, quantize_qat
+
+    class Net(M.Module):
+        def __init__(self):
+            super().__init__()
+            self.q, self.dq = M.QuantStub(), M.DequantStub()
+            self.conv = M.ConvBnRelu2d(3, 4, 3, padding=1)
+            self.fc = M.Linear(4 * 4 * 4, 3)
+
+        def forward(self, x):
+            return self.dq(self.fc(F.flatten(self.conv(self.q(x)), 1)))
+
+    np.random.seed(0)
+    net = Net()
+    quantize_qat(net, qconfig=Q.ema_fakequant_qconfig)
+    x = mge.tensor(np.random.rand(2, 3, 4, 4).astype("float32"))
+    gm = GradManager().attach(net.parameters())
+    opt = SGD(net.parameters(), lr=0.1, momentum=0.9)
+    net.train()
+    with gm:
+        gm.backward(F.loss.cross_entropy(net(x), mge.tensor([0, 2]), label_smooth=0.1))
+    opt.step().clear_grad()
+    net.eval()
+    fake = net(x).numpy()
+    quantize(net)
+    np.testing.assert_array_equal(net(x).numpy(), fake)
+
+
+def test_compiled_step_with_per_image_counts_follows_eager():
+    # A detection-style step: per image, the rows up to a count cast from a float info tensor enter the loss.
+    # Under xla_trace the count is a host read; a batch with another count must not reuse the first one.
+    import warnings
+
+    import megxla.module as M
+    from megxla.autodiff import GradManager
+    from megxla.jit import xla_trace
+    from megxla.optimizer import SGD
+
+    rng = np.random.RandomState(1)
+    batches = []
+    for counts in ((2, 1), (3, 1), (2, 1)):
+        gt = rng.rand(2, 3, 4).astype("float32")
+        info = np.array([[0, 0, 0, 0, c] for c in counts], "float32")
+        batches.append((gt, info))
+
+    def run(compiled):
+        mge.random.seed(0)
+        net = M.Linear(4, 1)
+        gm = GradManager().attach(net.parameters())
+        opt = SGD(net.parameters(), lr=0.1)
+
+        def step(net, opt, gt, info):
+            with gm:
+                loss = 0
+                for b in range(2):
+                    loss = loss + net(gt[b, : info[b, 4].astype("int32")]).sum()
+                gm.backward(loss)
+            opt.step().clear_grad()
+            return loss
+
+        f = xla_trace(step) if compiled else step
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            losses = [float(f(net, opt, mge.tensor(g), mge.tensor(i)).numpy()) for g, i in batches]
+        return losses, net.weight.numpy()
+
+    (le, we), (lc, wc) = run(False), run(True)
+    np.testing.assert_allclose(lc, le, rtol=1e-5)
+    np.testing.assert_allclose(wc, we, rtol=1e-5)
