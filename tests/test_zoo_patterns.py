@@ -129,3 +129,15 @@ def test_compiled_step_with_per_image_counts_follows_eager():
     (le, we), (lc, wc) = run(False), run(True)
     np.testing.assert_allclose(lc, le, rtol=1e-5)
     np.testing.assert_allclose(wc, we, rtol=1e-5)
+
+
+def test_random_size_given_as_a_count_tensor():
+    # Box sampling fills the masked entries with uniform noise whose size is the mask's count, a 0-d tensor.
+    from megxla.random import uniform
+
+    labels = mge.tensor([1, 0, 1, 1, 0])
+    mask = labels == 1
+    noise = F.zeros_like(labels).astype("float32")
+    noise[mask] = uniform(size=mask.sum())
+    got = noise.numpy()
+    assert got.shape == (5,) and (got[[1, 4]] == 0).all() and ((got[[0, 2, 3]] > 0) & (got[[0, 2, 3]] < 1)).all()

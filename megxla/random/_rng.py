@@ -30,6 +30,10 @@ def _key_tensor(seed_value):
 def _size(size, op, default=None):
     if size is None:
         return default
+    if isinstance(size, Tensor) and size.ndim == 0 and size.dtype.kind in "iu":
+        # MegEngine takes a count held in a tensor (`uniform(size=mask.sum())`, the zoo's box sampling);
+        # under a trace reading it is a host read, guarded like any other
+        size = int(size)
     try:
         s = (int(size),) if isinstance(size, (int, np.integer)) else tuple(int(v) for v in size)
     except TypeError:
