@@ -13,9 +13,10 @@ runtime bootstraps gloo/NCCL itself: ``get_mm_server_addr`` is the coordination 
 choice of transport by ``backend`` (XLA chooses: gloo on CPU, NCCL on GPU).
 
 Known limitations (XLA:CPU with gloo, jax 0.10.2; found by tests/test_distributed.py):
-    * Every process of a group must run the same compiled programs: XLA pairs the collectives of identical
-      executables. Hence ``reduce_sum`` / ``gather`` (whose result, and so whose backward, exists on the root
-      only) are differentiable eagerly but not inside a compiled step that also runs their backward.
+    * The processes of a group must issue the same collectives in the same order, forward and backward. So
+      ``reduce_sum`` / ``gather`` (whose result exists on the root only) give the root's input its gradient
+      through a local op, never a backward collective that the other ranks would not join; and they are
+      refused inside traced steps, where a non-root's unused result would be dropped with its collective.
     * One compiled step holds the collectives of one group (the group's devices are the step's SPMD mesh).
     * After a process took part in collectives of one group (e.g. ``remote_send`` between ranks 0 and 1), a
       compiled step of *another* group holding two or more collectives (e.g. ranks 0 and 2, forward and

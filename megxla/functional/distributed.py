@@ -19,7 +19,9 @@ Notes:
     * One compiled step may hold the collectives of one group (its devices are the step's SPMD mesh).
     * ``reduce_sum`` and ``gather`` return None on non-root ranks (as MegEngine), so those ranks drop out of
       autodiff and only the root's input receives a gradient through them; likewise ``remote_send``
-      returns None, so no gradient travels back from ``remote_recv`` to the sender.
+      returns None, so no gradient travels back from ``remote_recv`` to the sender. For the same reason
+      ``reduce_sum`` and ``gather`` are refused inside a traced step (a non-root's step would hold no
+      collective): use ``all_reduce_sum`` / ``all_gather`` there.
 """
 from __future__ import annotations
 
@@ -65,6 +67,17 @@ def _divisible(op, shape, axis, size, name="axis"):
 def _coll(mode, inp, group, **kw):
     op = _collective.collective.bind(mode=mode, ranks=tuple(group.proc_ranks), platform=_require().platform, **kw)
     return _apply(op, inp)
+
+
+def _not_compiled(op, instead):
+    """reduce_sum / gather inside a traced step: refused on every rank alike. A non-root's result is None, so its
+    compiled step would hold no collective at all (XLA drops unused work) while the root's waits for it."""
+    from ..core._dispatch import current_interpreter
+    interp = current_interpreter()
+    if interp is not None and type(interp).__name__ != "Excluded":
+        raise RuntimeError(f"{op} inside a traced step (xla_trace / trace / partial_trace): the other ranks' result is "
+                           f"None, so their compiled step would not take part in the collective; use {instead} "
+                           f"(every rank receives the result) or call {op} outside the step")
 
 
 def _root_input(op, inp, group, axis=None):
@@ -271,6 +284,7 @@ def reduce_sum(inp: Tensor, group: Optional[Group] = WORLD, device: Optional[str
     inp = _t(inp)
     if _trivial(group, "reduce_sum"):
         return inp
+    _not_compiled("reduce_sum", "all_reduce_sum")
     out = _coll("reduce_sum", inp.detach(), group)
     # Only the root holds the result; its own input receives the output gradient through a local op, so that
     # no rank runs a backward collective the others do not (see _collective.root_link).
@@ -300,6 +314,7 @@ def gather(inp: Tensor, group: Optional[Group] = WORLD, device: Optional[str] = 
     ax = _axis("gather", inp.ndim, axis)
     if _trivial(group, "gather"):
         return inp
+    _not_compiled("gather", "all_gather")
     out = _coll("gather", inp.detach(), group, axis=ax)
     return _apply(_collective.root_link.bind(axis=ax), out, inp) if group.rank == 0 else None
 
