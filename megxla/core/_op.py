@@ -284,6 +284,19 @@ def _vjp_impl(*args, op, nin, wrt, given, remat=False):
         out_avals = outs
     if out_avals is None:
         out_avals = jax.eval_shape(fn, *primals)
+    ct = vjp_cotangents(op, out_avals, cts_in, given)
+    if op.prim.grad is not None:
+        grads = op.prim.grad(dict(op.params), primals, ct)
+        return tuple(grads[i] for i in wrt)
+    return tuple(pull(ct))
+
+
+VJP = Primitive("vjp", _vjp_impl, multiple_results=True)
+
+
+def vjp_cotangents(op, out_avals, cts_in, given):
+    """The cotangent of ``op``'s outputs (``out_avals``) for ``vjp[op]``: the given ones (``cts_in``, for the
+    outputs flagged in ``given``) cast to the output dtype, zeros for the others (float0 for integer outputs)."""
     flat_avals = out_avals if op.multiple_results else (out_avals,)
     it = iter(cts_in)
     cts = []
@@ -294,11 +307,4 @@ def _vjp_impl(*args, op, nin, wrt, given, remat=False):
             cts.append(jnp.zeros(aval.shape, aval.dtype))
         else:  # integer outputs carry float0 cotangents in JAX
             cts.append(jnp.zeros(aval.shape, jax.dtypes.float0))
-    ct = tuple(cts) if op.multiple_results else cts[0]
-    if op.prim.grad is not None:
-        grads = op.prim.grad(dict(op.params), primals, ct)
-        return tuple(grads[i] for i in wrt)
-    return tuple(pull(ct))
-
-
-VJP = Primitive("vjp", _vjp_impl, multiple_results=True)
+    return tuple(cts) if op.multiple_results else cts[0]
