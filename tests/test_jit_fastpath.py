@@ -206,3 +206,17 @@ def test_warns_once_after_many_signatures():
     hits = [w for w in caught if "distinct" in str(w.message)]
     assert len(hits) == 1 and "3 distinct input signatures" in str(hits[0].message)
     assert hits[0].filename == __file__
+
+
+def test_values_of_prepared_calls_are_external():
+    model, opt, _, step = _train()
+    f = xla_trace(step)
+    x = _x()
+    for _ in range(4):
+        loss = f(model, opt, x)
+    assert f.num_fast_calls >= 1
+    w = model.layers[0].weight
+    assert loss._is_external_value() and w._is_external_value()
+    assert not x._is_external_value() and not (w + 1)._is_external_value()
+    w._reset(mge.Tensor(np.zeros(w.shape, "float32")))  # rebound eagerly: internal again
+    assert not w._is_external_value()

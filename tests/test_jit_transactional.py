@@ -132,17 +132,17 @@ def test_keyboard_interrupt_while_writing_back_completes_the_writes(monkeypatch)
         real(t)
 
     monkeypatch.setattr(tracing, "mark_external", interrupt_once)
-    # a prepared call (jit/_fastpath.py) marks all written tensors in one call: interrupt that one
+    # a prepared call (jit/_fastpath.py) marks what it wrote in one call: interrupt that one
     from megxla.jit import _fastpath
-    real_all = _fastpath.mark_external_all
+    real_all = _fastpath.mark_external_vids
 
-    def interrupt_all(ts):
+    def interrupt_all(lo, hi):
         if not calls:
             calls.extend([1, 1])
             raise KeyboardInterrupt
-        real_all(ts)
+        real_all(lo, hi)
 
-    monkeypatch.setattr(_fastpath, "mark_external_all", interrupt_all)
+    monkeypatch.setattr(_fastpath, "mark_external_vids", interrupt_all)
     with pytest.raises(KeyboardInterrupt):
         step(model, opt, X)
     monkeypatch.undo()

@@ -4,6 +4,7 @@
 Keyed by ``id`` with a weak reference (Tensor's ``__eq__`` is elementwise, so it cannot key a WeakKeyDictionary);
 the value id recorded at marking time makes a later in-place rebinding count as internal again.
 """
+import bisect
 import weakref
 
 _external: dict = {}
@@ -18,18 +19,42 @@ def mark_external(t):
         _external[key] = (entry[0], t._vid)
 
 
-def mark_external_all(tensors):
-    """:func:`mark_external` for each of ``tensors``, in one call (a compiled step's write-back marks every tensor it
-    wrote; one call keeps that per-call Python work constant)."""
-    keys = list(map(id, tensors))
-    # (looked up with map: no builtin call per tensor, so the per-call work of a compiled step stays constant)
-    for t, key, entry in zip(tensors, keys, list(map(_external.get, keys))):
-        if entry is None or entry[0]() is not t:
-            _external[key] = (weakref.ref(t, lambda _, k=key: _external.pop(k, None)), t._vid)
-        else:
-            _external[key] = (entry[0], t._vid)
+# Value ids produced by prepared compiled calls (jit/_fastpath.py), as blocks ``[lo, hi)``: a prepared call takes its
+# written values' ids from one block of the id counter and records the block, instead of marking each tensor (a per-call
+# cost proportional to the number of state tensors). Ids only grow, so the blocks are sorted; the oldest are dropped
+# past a bound (a value kept unwritten for that many prepared calls then reads as internal).
+_block_lo: list = []
+_block_hi: list = []
+_MAX_BLOCKS = 8192
+
+
+def mark_external_vids(lo, hi):
+    """Record that the values with ids ``lo <= vid < hi`` were produced by a compiled executable.
+
+    Example:
+        >>> import megxla as mge
+        >>> t = mge.Tensor([1.0])
+        >>> mark_external_vids(t._vid, t._vid + 1); is_external(t)
+        True
+    """
+    if _block_lo and lo < _block_lo[-1]:  # (not in id order: keep the blocks sorted)
+        i = bisect.bisect_right(_block_lo, lo)
+        _block_lo.insert(i, lo)
+        _block_hi.insert(i, hi)
+    else:
+        _block_lo.append(lo)
+        _block_hi.append(hi)
+    if len(_block_lo) > 2 * _MAX_BLOCKS:
+        del _block_lo[:_MAX_BLOCKS], _block_hi[:_MAX_BLOCKS]
+
+
+def _in_blocks(vid):
+    i = bisect.bisect_right(_block_lo, vid) - 1
+    return i >= 0 and vid < _block_hi[i]
 
 
 def is_external(t) -> bool:
     entry = _external.get(id(t))
-    return entry is not None and entry[0]() is t and entry[1] == t._vid
+    if entry is not None and entry[0]() is t and entry[1] == t._vid:
+        return True
+    return bool(_block_lo) and _in_blocks(t._vid)

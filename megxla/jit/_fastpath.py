@@ -31,7 +31,7 @@ import numpy as np
 import jax
 
 from ..core import _dispatch, _registry
-from ..core._external import mark_external_all, mark_external
+from ..core._external import mark_external_vids
 from ..core._tensor import Tensor
 from . import _state
 
@@ -160,21 +160,24 @@ class Plan:
 def _write_back(plan, st, outs, leaves):
     # (itemgetter / islice / zip: the per-tensor work is bytecode only, no call per tensor)
     written = plan.write_pick(st)
-    vids = _islice(_dispatch._vids, len(written))
+    # one block of value ids for every value this call produced: written state, then returned Tensors (consumed
+    # in C under the GIL: contiguous even with other threads allocating ids)
+    vids = list(_islice(_dispatch._vids, len(written) + len(leaves)))
     for t, data, vid in zip(written, plan.out_pick(outs), vids):
         t._data = data
         t._vid = vid
-    for i, j in plan.write_leaf:  # a written tensor also returned: the same value (vid) as the returned Tensor
-        st[i]._vid = leaves[j]._vid
-    written = list(written)
+    k = len(written)
     for j, (kind, _) in enumerate(plan.leaves):
         if kind == 1:
-            written.append(leaves[j])
+            leaves[j]._vid = vids[k + j]
+    for i, j in plan.write_leaf:  # a written tensor also returned: the same value (vid) as the returned Tensor
+        st[i]._vid = leaves[j]._vid
     if plan.grad_writes:
         from .tracing import _commit
         _commit([], [(st[i], None if k is None else _dispatch.wrap(outs[k]), inplace)
                      for i, k, inplace in plan.grad_writes])
-    mark_external_all(written)
+    if vids:
+        mark_external_vids(vids[0], vids[-1] + 1)
 
 
 def _resend(h, cur):
