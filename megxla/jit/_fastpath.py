@@ -134,9 +134,8 @@ class Plan:
         tracer.num_calls += 1
         tracer._last = entry
         tracer._dump_call = (self.sig, st)
-        cache = tracer._cache
-        if self.sig in cache:
-            cache.move_to_end(self.sig)
+        # (no LRU update here: hashing the signature costs as much as walking the state; the full path moves this
+        # signature to the end of the cache before it adds another, see trace.__call__)
         leaves = []
         wrap = _dispatch.wrap
         for kind, x in self.leaves:

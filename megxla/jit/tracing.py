@@ -281,6 +281,8 @@ class trace:
                     self.num_fast_calls += 1
                     return out
             # the full path: flatten every argument, look the signature up, then prepare the next call
+            if plan is not None and plan.sig in self._cache:
+                self._cache.move_to_end(plan.sig)  # (the prepared calls were its most recent uses)
             self._plan = self._ran = None
             epoch = _registry.epoch()
             out = self._call(*args, **kwargs)
@@ -576,7 +578,7 @@ class trace:
             self._eager_recording = True
             if entry is not None:
                 self._forget(sig, entry)
-            if "abstract" not in self._warned:
+            if needs.warn and "abstract" not in self._warned:
                 self._warned.add("abstract")
                 fn, ln, _ = needs.where
                 warnings.warn_explicit(
