@@ -141,3 +141,21 @@ def test_random_size_given_as_a_count_tensor():
     noise[mask] = uniform(size=mask.sum())
     got = noise.numpy()
     assert got.shape == (5,) and (got[[1, 4]] == 0).all() and ((got[[0, 2, 3]] > 0) & (got[[0, 2, 3]] < 1)).all()
+
+
+def test_topk_with_a_negative_k_flips_the_order():
+    # A sampler drops the surplus of candidates with `topk(noise, k=wanted - available)`, a negative k.
+    # MegEngine passes k's sign to its kernel (descending negates k, a negative k takes the largest), so a
+    # negative k takes -k elements in the opposite order; k=0 is an error.
+    import pytest
+    from megxla.core._dispatch import OpError
+
+    x = mge.tensor([0.5, 0.0, 0.9, 0.1, 0.3])
+    v, i = F.topk(x, -2, descending=False)
+    np.testing.assert_allclose(v.numpy(), [0.9, 0.5])
+    assert i.numpy().tolist() == [2, 0]
+    v, i = F.topk(x, -2)  # descending=True (MegEngine 1.13's default) with a negative k: the smallest
+    np.testing.assert_allclose(v.numpy(), [0.0, 0.1])
+    assert F.topk(x, -9, descending=False)[0].shape == (5,)  # |k| is clamped like k
+    with pytest.raises(OpError, match="topk: k=0"):
+        F.topk(x, 0)

@@ -336,7 +336,8 @@ def topk(inp, k, descending=True, kth_only=False, no_sort=False):
 
     Args:
         inp: 1-D or 2-D tensor.
-        k: how many (at least 1); clamped to ``inp.shape[-1]`` as MegEngine does.
+        k: how many (not 0); clamped to ``inp.shape[-1]`` as MegEngine does. A negative ``k`` takes ``-k``
+            elements in the opposite order, as MegEngine's kernel reads k's sign.
         descending: take the largest; False takes the smallest.
         kth_only: return only the k-th element (and its index) per row.
         no_sort: the results need not be ordered (they are, here).
@@ -350,8 +351,13 @@ def topk(inp, k, descending=True, kth_only=False, no_sort=False):
     inp = _sortable("topk", inp)
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
         k = int(_t(k).item())
+    if k < 0:
+        # MegEngine hands k's sign to its kernel (`descending` negates k; a negative k takes the largest), so a
+        # negative k flips the order: the zoo's box sampler asks for `k=num_samples - num_valid` (< 0)
+        k, descending = -k, not descending
     if k < 1:
-        raise OpError(f"topk: k={k} must be at least 1 (last axis of size {inp.shape[-1]})")
+        raise OpError(f"topk: k={k} must be at least 1, or negative for the opposite order "
+                      f"(last axis of size {inp.shape[-1]})")
     # MegEngine clamps k to the axis length (detection heads ask for k=2000 of fewer anchors and rely on it).
     k = builtins.min(int(k), inp.shape[-1])
     return _apply(_S.topk.bind(k=int(k), descending=bool(descending), kth_only=bool(kth_only)), inp)
