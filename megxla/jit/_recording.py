@@ -173,9 +173,9 @@ class NeedsHost(Exception):
     """Raised by an abstract recording where the body needs a concrete value on the host (``where``: the
     user's line, as :func:`user_where`)."""
 
-    def __init__(self, where, reason="reads a value on the host"):
+    def __init__(self, where, reason="reads a value on the host", warn=True):
         super().__init__(f"{reason} at {describe_where(where)}")
-        self.where, self.reason = where, reason
+        self.where, self.reason, self.warn = where, reason, warn
 
 
 _TRACER_ERRORS = (jax.errors.ConcretizationTypeError, jax.errors.TracerArrayConversionError,
@@ -205,7 +205,9 @@ def abstract_apply(op, inputs):
     except _TRACER_ERRORS:
         raise NeedsHost(user_where(), f"computes {op!r} on the host") from None  # its kernel needs a value
     except MeshRequired:
-        raise NeedsHost(user_where(), f"runs the cross-process collective {op!r}") from None
+        # a cross-process collective's eager kernel is an SPMD program (core._spmd): record this step eagerly,
+        # silently (nothing for the user to change)
+        raise NeedsHost(user_where(), f"runs the cross-process collective {op!r}", warn=False) from None
     except (TypeError, ValueError, IndexError) as exc:
         raise _dispatch.op_error(op, inputs, exc) from None
     outputs = tuple(_dispatch.wrap(o) for o in out) if op.multiple_results else (_dispatch.wrap(out),)
