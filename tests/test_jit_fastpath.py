@@ -220,3 +220,21 @@ def test_values_of_prepared_calls_are_external():
     assert not x._is_external_value() and not (w + 1)._is_external_value()
     w._reset(mge.Tensor(np.zeros(w.shape, "float32")))  # rebound eagerly: internal again
     assert not w._is_external_value()
+
+
+def test_numpy_arguments_take_the_prepared_call_and_are_read_every_call():
+    a, b, fast, eager = _twins()
+    buf = np.random.RandomState(0).rand(2, 4).astype("float32")
+    for i in range(5):
+        buf[:] = i * 0.1  # refilled in place: read at every call, never keyed by id
+        np.testing.assert_allclose(fast(a[0], a[1], buf).numpy(), eager(b[0], b[1], mge.Tensor(buf)).numpy(),
+                                   rtol=1e-5, atol=1e-6)
+    assert fast.num_fast_calls >= 2
+    n = fast.num_fast_calls
+    x64 = np.ones((2, 4), "float64")  # another dtype: the full path (narrowed to float32 there, as MegEngine)
+    np.testing.assert_allclose(fast(a[0], a[1], x64).numpy(), eager(b[0], b[1], mge.Tensor(x64)).numpy(),
+                               rtol=1e-5, atol=1e-6)
+    assert fast.num_fast_calls == n
+    wide = np.ones((3, 4), "float32")
+    np.testing.assert_allclose(fast(a[0], a[1], wide).numpy(), eager(b[0], b[1], mge.Tensor(wide)).numpy(),
+                               rtol=1e-5, atol=1e-6)

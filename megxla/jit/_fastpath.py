@@ -40,7 +40,7 @@ MISS = object()
 _getrefcount = sys.getrefcount
 _islice = itertools.islice
 _NUMBERS = (float, int, bool, tuple)
-_IDENT, _TENSOR, _VALUE = 0, 1, 2
+_IDENT, _TENSOR, _VALUE, _ARRAY = 0, 1, 2, 3
 
 
 def _refs_base():
@@ -75,6 +75,7 @@ class Plan:
             vals = args
         if len(vals) != self.nargs:
             return MISS
+        converted = None
         for kind, pos, a, b in self.checks:
             v = vals[pos]
             if kind == _IDENT:
@@ -86,8 +87,20 @@ class Plan:
                 d = v._data
                 if d.shape != b[0] or d.dtype != b[1]:
                     return MISS
+            elif kind == _ARRAY:
+                # a NumPy argument becomes a new Tensor, as on the full path (_state.convert_numpy)
+                if type(v) is not np.ndarray or v.shape != b[0] or v.dtype != a:
+                    return MISS
+                v = Tensor(v)
+                if v._data.dtype != b[1]:
+                    return MISS
+                if converted is None:
+                    converted = list(vals)
+                converted[pos] = v
             elif type(v) is not a or _state._scalar_key(v) != b:
                 return MISS
+        if converted is not None:
+            vals = converted
         if self.targ_pos:
             ids = {id(vals[p]) for p in self.targ_pos}
             if len(ids) != len(self.targ_pos) or not ids.isdisjoint(self.state_ids):
@@ -198,7 +211,7 @@ def _gms_current(entry):
     return True
 
 
-def build(tracer, entry, args, kwargs, state, sig, epoch):
+def build(tracer, entry, args, kwargs, state, sig, epoch, converted=None):
     """A :class:`Plan` for calling ``entry`` again with arguments like ``args``/``kwargs`` (whose flattened state
     was ``state``), or None when such calls need the full path (guards that sync, external tensors, gradients fed
     in, arguments the plan cannot check cheaply)."""
@@ -213,27 +226,35 @@ def build(tracer, entry, args, kwargs, state, sig, epoch):
         return None
     spmd = not isinstance(seg.executable, jax.stages.Compiled)
     vals = tuple(args) + tuple(kwargs.values())
+    cvals = vals if converted is None else tuple(converted[0]) + tuple(converted[1].values())
+    if len(cvals) != len(vals):
+        return None
     plan = Plan()
     plan.tracer, plan.entry, plan.sig, plan.epoch = tracer, entry, sig, epoch
     plan.nargs, plan.kw_names = len(vals), tuple(kwargs)
     index = {id(t): i for i, t in enumerate(state)}
     checks, targ, slots = [], [], []
-    for pos, v in enumerate(vals):
-        if isinstance(v, Tensor):
+    for pos, (v, cv) in enumerate(zip(vals, cvals)):
+        if type(v) is np.ndarray and isinstance(cv, Tensor):
+            d = cv._data
+            checks.append((_ARRAY, pos, v.dtype, (v.shape, d.dtype)))
+            targ.append(pos)
+            slots.append((pos, index.get(id(cv))))
+        elif isinstance(v, Tensor):
             d = v._data
             checks.append((_TENSOR, pos, type(v), (d.shape, d.dtype)))
             targ.append(pos)
-            slots.append((pos, index[id(v)]))
+            slots.append((pos, index.get(id(v))))
         elif _state._is_module(v) or _state._is_optimizer(v):
             checks.append((_IDENT, pos, v, None))
         elif type(v) in _state._SCALARS:
             checks.append((_VALUE, pos, type(v), _state._scalar_key(v)))
         else:
             return None  # containers, arrays, other objects: the full path flattens them
-    if len({i for _, i in slots}) != len(slots):
-        return None  # one Tensor passed twice
+    if len({i for _, i in slots}) != len(slots) or any(i is None for _, i in slots):
+        return None  # one Tensor passed twice (or, defensively, an argument that is not in the state)
     plan.checks, plan.targ_pos, plan.arg_slots = tuple(checks), tuple(targ), tuple(slots)
-    arg_objs = {id(vals[p]) for p in targ}
+    arg_objs = {id(cvals[p]) for p in targ}
     plan.state_ids = frozenset(id(t) for t in state if id(t) not in arg_objs)
     containers, groups = [], []
     _containers(vals, containers, groups, set())

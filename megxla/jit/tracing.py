@@ -290,11 +290,13 @@ class trace:
                 entry, state = self._ran
                 self._ran = None
                 if self._without_host:  # (trace with the host runs the body on every call)
-                    self._plan = _fastpath.build(self, entry, args, kwargs, state, self._dump_call[0], epoch)
+                    self._plan = _fastpath.build(self, entry, args, kwargs, state, self._dump_call[0], epoch,
+                                                 self._converted)
             return out
 
     def _call(self, *args, **kwargs):
         args, kwargs = _state.convert_numpy(args, kwargs)
+        self._converted = (args, kwargs)  # (a prepared call maps NumPy arguments to the Tensors made here)
         tensors, sig = _state.collect(args, kwargs)
         state = tensors + [self.random_seed]
         if self.capture_as_const and not self._without_host and any(
