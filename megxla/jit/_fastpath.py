@@ -57,9 +57,9 @@ class Plan:
     """A compiled entry prepared for calls with the same arguments (see the module doc)."""
 
     __slots__ = ("tracer", "entry", "sig", "epoch", "nargs", "kw_names", "checks", "targ_pos", "state_ids",
-                 "containers", "groups", "state", "arg_slots", "pick", "consts", "hypers", "hyper_pos",
+                 "containers", "groups", "state", "arg_slots", "pick", "consts", "hypers",
                  "donate_pick", "refs", "exe", "check_grads", "writes", "write_leaf", "grad_writes", "leaves",
-                 "inputs_of_state", "nouts", "write_pick", "out_pick")
+                 "write_pick", "out_pick")
 
     def __call__(self, args, kwargs):
         """Run the prepared call, or return :data:`MISS` (nothing read or written) when a guard fails."""
@@ -142,31 +142,37 @@ class Plan:
             outs = self.exe.executable(*arrays)  # (read per call: the segment's executable may be replaced)
         except TypeError:
             return MISS  # an input's shape or dtype differs (a state tensor rebound behind the epoch): full path
-        # ---- outputs and write-back
+        # ---- outputs and write-back: completed even if interrupted (the donated inputs are gone)
+        try:
+            leaves = _leaves(self, st, outs)
+            _write_back(self, st, outs, leaves)
+        except BaseException:
+            leaves = _leaves(self, st, outs)
+            _write_back(self, st, outs, leaves)
+            raise
         tracer = self.tracer
         tracer.num_calls += 1
         tracer._last = entry
         tracer._dump_call = (self.sig, st)
         # (no LRU update here: hashing the signature costs as much as walking the state; the full path moves this
         # signature to the end of the cache before it adds another, see trace.__call__)
-        leaves = []
-        wrap = _dispatch.wrap
-        for kind, x in self.leaves:
-            if kind == 0:
-                leaves.append(x)
-            elif kind == 1:
-                t = wrap(outs[x])
-                leaves.append(t)
-            elif kind == 2:
-                leaves.append(st[x])
-            else:
-                leaves.append(wrap(x))
-        try:
-            _write_back(self, st, outs, leaves)
-        except BaseException:
-            _write_back(self, st, outs, leaves)  # completed: the donated inputs are gone
-            raise
         return jax.tree_util.tree_unflatten(entry.out_tree, leaves)
+
+
+def _leaves(plan, st, outs):
+    """The returned values, flattened: Python values, new Tensors of outputs, argument/state Tensors, constants."""
+    leaves = []
+    wrap = _dispatch.wrap
+    for kind, x in plan.leaves:
+        if kind == 0:
+            leaves.append(x)
+        elif kind == 1:
+            leaves.append(wrap(outs[x]))
+        elif kind == 2:
+            leaves.append(st[x])
+        else:
+            leaves.append(wrap(x))
+    return leaves
 
 
 def _write_back(plan, st, outs, leaves):
@@ -264,7 +270,6 @@ def build(tracer, entry, args, kwargs, state, sig, epoch, converted=None):
     # inputs: state first, then constants, then hyper-parameters; ``pick`` orders them as the executable wants
     n = len(state)
     consts, hypers, order = [], [], []
-    hyper_at = {}
     for kind, a, b in seg.plan:
         if kind == 0:
             order.append(a)
@@ -280,16 +285,13 @@ def build(tracer, entry, args, kwargs, state, sig, epoch, converted=None):
             if isinstance(value, Tensor):
                 return None
             arr = np.asarray(value, dtype=b)
-            hyper_at[len(hypers)] = len(order)
             order.append(("h", len(hypers)))
             hypers.append([a, src[0] if src else None, src[1] if src else None, cur,
                            arr if spmd else jax.device_put(arr), b, spmd])
     nconst = len(consts)
     flat = [o if isinstance(o, int) else (n + o[1] if o[0] == "c" else n + nconst + o[1]) for o in order]
-    plan.inputs_of_state = tuple(flat)
     plan.pick = _picker(flat)
     plan.consts, plan.hypers = consts, hypers
-    plan.hyper_pos = hyper_at
     if entry.donate:
         plan.donate_pick = _picker(list(entry.donate))
         plan.refs = _REFS
@@ -297,7 +299,6 @@ def build(tracer, entry, args, kwargs, state, sig, epoch, converted=None):
         plan.donate_pick, plan.refs = None, 0
     plan.exe = seg
     out_pos = {v: k for k, v in enumerate(seg.out_vids)}
-    plan.nouts = len(seg.out_vids)
     writes = tuple((i, out_pos[v]) for i, v in entry.writes)
     if len({i for i, _ in writes}) != len(writes):
         return None
