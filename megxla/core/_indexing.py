@@ -189,5 +189,17 @@ def setitem(x, index, value):
     """The value of ``x`` after ``x[index] = value`` (``value`` broadcast to the indexed shape, cast to
     ``x``'s dtype), as one ``setitem`` op; ``Tensor.__setitem__`` rebinds ``x`` to it."""
     from ._elemwise_front import as_tensor
+    mask = index[0] if isinstance(index, tuple) and len(index) == 1 else index
+    if (isinstance(mask, Tensor) and mask.dtype == np.bool_ and 0 < mask.ndim <= x.ndim
+            and mask.shape == x.shape[:mask.ndim]):
+        v = as_tensor(value, x)
+        if v.ndim == 0:
+            # one value written under a leading mask keeps every shape: a select, with no host read of the mask,
+            # so a traced step stays one executable whatever the mask holds (detectors' `labels[mask] = -1`)
+            from .ops import elemwise as E, shape as S
+            if v.dtype != x.dtype:
+                v = apply(E.astype.bind(dtype=x.dtype), v)
+            m = apply(S.reshape.bind(shape=mask.shape + (1,) * (x.ndim - mask.ndim)), mask)
+            return apply(E.where.bind(), apply(S.broadcast_to.bind(shape=x.shape), m), v, x)
     spec, tensors = parse(x, index, "setitem")
     return apply(P.setitem.bind(spec=spec), x, as_tensor(value, x), *tensors)
