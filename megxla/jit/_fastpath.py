@@ -117,10 +117,6 @@ class Plan:
         st = self.state[:]
         for p, i in self.arg_slots:
             st[i] = vals[p]
-        if self.check_grads:
-            for t in st:
-                if t._grad is not None:
-                    return MISS  # recorded without gradients present: another variant
         # ---- inputs: one gather, hyper-parameters re-sent only when changed
         extra = self.consts
         for h in self.hypers:
@@ -133,7 +129,14 @@ class Plan:
                     return MISS
         if self.hypers:
             extra = extra + [h[4] for h in self.hypers]
-        data = [t._data for t in st]
+        if self.check_grads:
+            # (one pass: the gather also checks that no ``.grad`` appeared -- recorded without gradients present,
+            # a step that back-propagates accumulates into them: another variant)
+            data = [t._data for t in st if t._grad is None]
+            if len(data) != len(st):
+                return MISS
+        else:
+            data = [t._data for t in st]
         arrays = self.pick(data + extra if extra else data)
         del data  # (the shared-buffer check counts references)
         if self.donate_pick is not None and max(map(_getrefcount, self.donate_pick(arrays))) > self.refs:
