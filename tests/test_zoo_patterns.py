@@ -161,8 +161,6 @@ def test_topk_with_a_negative_k_flips_the_order():
         F.topk(x, 0)
 
 
-@__import__("pytest").mark.xfail(strict=True, reason="abstract recording (xla_trace's default first call) gives a QAT "
-                                 "ConvBnRelu2d step other gradients than eager; symbolic=False matches (H1, jit)")
 def test_compiled_qat_conv_bn_step_follows_eager():
     # The quantization recipe's training step: a QAT conv-BN-ReLU (BN folded into the fake-quantized conv).
     import megxla.module as M

@@ -8,6 +8,7 @@ not the derivative of ``round`` (which is zero almost everywhere). They are give
 """
 import math
 
+import jax
 import jax.numpy as jnp
 
 from .._op import Primitive
@@ -16,6 +17,14 @@ from .._op import Primitive
 def _round(x):
     # std::round: half away from zero (jnp.round rounds half to even)
     return jnp.sign(x) * jnp.floor(jnp.abs(x) + 0.5)
+
+
+def _opaque(scale):
+    # NOTE: observers put the largest value exactly on a rounding tie (scale = max / 127.5, so x / scale = 127.5).
+    # Inside a fused XLA step the algebraic simplifier would rewrite x / (max / c) as (x * c) / max, which rounds
+    # the tie differently from the eager kernel and flips that element's straight-through gradient; the barrier
+    # keeps the division exactly as the eager kernel computes it.
+    return jax.lax.optimization_barrier(scale)
 
 
 def _sum_to(g, shape):
@@ -30,12 +39,14 @@ def _sum_to(g, shape):
 
 # ---- FakeQuant: round(x / s) + zp, clipped to [qmin, qmax], back to (q - zp) * s -----------------------------
 def _fake_quant(x, scale, zero_point, *, qmin, qmax):
+    scale = _opaque(scale)
     q = jnp.clip(_round(x / scale) + zero_point, qmin, qmax)
     return ((q - zero_point) * scale).astype(x.dtype)
 
 
 def _fake_quant_grad(params, primals, ct):
     x, scale, zero_point = primals
+    scale = _opaque(scale)
     q = _round(x / scale) + zero_point
     inside = (q >= params["qmin"]) & (q <= params["qmax"])
     gx = jnp.where(inside, ct, jnp.zeros_like(ct)).astype(x.dtype)
@@ -48,6 +59,7 @@ fake_quant = Primitive("fake_quant", _fake_quant, grad=_fake_quant_grad)
 
 # ---- LSQ (learned step size): clip(x / s + zp) rounded, gradient to s scaled by grad_scale -------------------
 def _lsq(x, scale, zero_point, grad_scale, *, qmin, qmax):
+    scale = _opaque(scale)
     q = _round(jnp.clip(x / scale + zero_point, qmin, qmax))
     return ((q - zero_point) * scale).astype(x.dtype)
 
@@ -55,7 +67,7 @@ def _lsq(x, scale, zero_point, grad_scale, *, qmin, qmax):
 def _lsq_grad(params, primals, ct):
     x, scale, zero_point, grad_scale = primals
     qmin, qmax = params["qmin"], params["qmax"]
-    v = x / scale + zero_point
+    v = x / _opaque(scale) + zero_point
     small, big = v < qmin, v > qmax
     middle = ~(small | big)
     gs = jnp.where(small, qmin, jnp.where(big, qmax, _round(v) - v)) * grad_scale * ct
@@ -91,7 +103,7 @@ tqt = Primitive("tqt", _tqt, grad=_tqt_grad)
 
 # ---- integer storage of quantized tensors (inference) -------------------------------------------------------------
 def _quantize(x, scale, zero_point, *, qmin, qmax, dtype):
-    return jnp.clip(_round(x / scale) + zero_point, qmin, qmax).astype(dtype)
+    return jnp.clip(_round(x / _opaque(scale)) + zero_point, qmin, qmax).astype(dtype)
 
 
 def _dequantize(q, scale, zero_point):
