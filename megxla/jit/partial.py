@@ -29,7 +29,7 @@ class _PartialTrace(trace):
         if self._sig is not None and sig != self._sig:
             # Compiled for another signature: run this call eagerly (correct, just not compiled).
             return self.__wrapped__(*args, **kwargs)
-        state = tensors + [self.random_seed]
+        state = tensors + [self._rng_key]
         with self._rng_swapped():
             variants = self._cache.get(sig)
             if variants is None:

@@ -260,7 +260,23 @@ class trace:
         self.num_compiled = 0
         self.compile_time = 0.0
         from ..random._rng import _key_tensor
-        self.random_seed = _key_tensor(_seed_from_global())
+        self._rng_key = _key_tensor(_seed_from_global())
+
+    @property
+    def random_seed(self):
+        """A snapshot (a new Tensor) of this traced function's RNG key: random draws inside the step use it
+        and advance it on every call, so two reads taken around a call differ (MegEngine's ``xla_trace``).
+        Assigning a key Tensor (e.g. a saved snapshot) replays the same random numbers."""
+        # (a NumPy copy: a zero-copy view would keep the key's buffer alive, and a compiled call donates it)
+        return Tensor(np.array(self._rng_key.numpy(), copy=True))
+
+    @random_seed.setter
+    def random_seed(self, key):
+        from ..random._rng import _key_tensor
+        key = key if isinstance(key, Tensor) else _key_tensor(int(key))
+        if key.shape != self._rng_key.shape:
+            raise ValueError(f"{self._what}.random_seed: expected a key of shape {self._rng_key.shape}, got {key.shape}")
+        self._rng_key._reset(Tensor(np.array(key.numpy(), dtype=self._rng_key.dtype, copy=True)))
 
     @property
     def without_host(self):
@@ -298,7 +314,7 @@ class trace:
         args, kwargs = _state.convert_numpy(args, kwargs)
         self._converted = (args, kwargs)  # (a prepared call maps NumPy arguments to the Tensors made here)
         tensors, sig = _state.collect(args, kwargs)
-        state = tensors + [self.random_seed]
+        state = tensors + [self._rng_key]
         if self.capture_as_const and not self._without_host and any(
                 not isinstance(a, Tensor) and not _state._is_module(a) for a in args):
             # MegEngine's check and text (its trace with the host; xla_trace / without_host take modules and
@@ -434,7 +450,7 @@ class trace:
         # Random draws inside the step use the traced object's own key (`random_seed`), an implicit state.
         # Per thread (random._rng.swapped): another thread's eager draws meanwhile use the global key.
         from ..random import _rng
-        with _rng.swapped(self.random_seed):
+        with _rng.swapped(self._rng_key):
             yield
 
     # ---- record --------------------------------------------------------------------------------------------
@@ -902,11 +918,11 @@ def _show(value):
 
 
 def _seed_from_global():
-    # A traced object's own RNG key is drawn from the global generator, so megxla.random.seed(n) before
-    # building it makes whole runs reproducible.
+    # A traced object's own RNG key derives from the global generator's current key without advancing it
+    # (MegEngine's xla_trace): megxla.random.seed(n) before building it makes whole runs reproducible, and
+    # building a traced function does not change the random numbers of the eager code around it.
     from ..random import _rng
-    key = _rng._global._next_key()
-    return int(np.asarray(key._data)[-1])
+    return int(np.asarray(_rng._global._state.numpy())[-1])
 
 
 class _Replayer:
