@@ -86,3 +86,32 @@ def test_new_scale_and_frozen_growth():
     assert float(scaler.scale_factor) == 2.0
     with pytest.raises(ValueError):
         amp.Xla_GradScaler(model, init_scale=-1.0)
+
+
+def test_grad_scaler_passed_to_xla_trace_is_state_and_skips_overflowed_steps_in_graph():
+    from megxla.amp import GradScaler
+
+    def run(compiled):
+        mge.random.seed(0)
+        m = M.Linear(3, 1)
+        gm = GradManager().attach(m.parameters())
+        opt = SGD(m.parameters(), lr=0.1)
+        scaler = GradScaler(growth_interval=2)
+
+        def step(m, opt, scaler, x):
+            with gm:
+                scaler.backward(gm, m(x).sum())
+            opt.step().clear_grad()
+
+        f = xla_trace(step) if compiled else step
+        out = []
+        for v in [1, 1, np.inf, 1, 1, 1]:
+            f(m, opt, scaler, mge.Tensor(np.full((2, 3), v, "float32")))
+            out.append((scaler.scale_factor, m.weight.numpy().copy()))
+        return out
+
+    eager, compiled = run(False), run(True)
+    assert [s for s, _ in eager] == [s for s, _ in compiled] == [16.0, 32.0, 16.0, 16.0, 32.0, 32.0]
+    for (_, we), (_, wc) in zip(eager, compiled):
+        np.testing.assert_allclose(wc, we, rtol=1e-6)
+    np.testing.assert_array_equal(eager[2][1], eager[1][1])  # the inf step left the weights unchanged

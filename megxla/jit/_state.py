@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..core import _registry
 from ..core._tensor import Tensor
 
 
@@ -139,6 +140,9 @@ def collect(args, kwargs):
             return ("optimizer", id(obj), tuple(groups), tuple(slots))
         if type(obj) in _SCALARS:
             return ("c", _scalar_key(obj))
+        walker = _registry.state_walker(obj)
+        if walker is not None:  # e.g. a GradScaler: its tensors are state of the step (core/_registry)
+            return ("walked", type(obj).__name__, id(obj), tuple((name, add(t)) for name, t in walker(obj)))
         if isinstance(obj, (bool, int, float, str, bytes)):
             return ("c", type(obj), obj)
         if isinstance(obj, np.generic):
