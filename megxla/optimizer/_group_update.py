@@ -13,15 +13,21 @@ they are graph inputs re-read at every call and a new learning rate never recomp
 
 The gate is a 0-d bool tensor (``GradScaler`` inside a compiled step found an inf/NaN gradient): when it is
 True every output equals its input -- the step is skipped inside the graph, without a host read.
+
+A rule may carry ``rule.prepare(flags, hypers) -> hypers``: the scalar work that is the same for every parameter
+of the group (``1 - beta``, ``momentum != 0``...) runs there ONCE per group, and the rule reads its results. The
+per-parameter loop is unrolled into the lowered step, so scalar work left in the rule is repeated once per
+parameter (a ResNet-18 step had ~1.2x the StableHLO ops of the hand-written ``jax.jit`` step; issue 13).
 """
 from __future__ import annotations
 
 import jax.numpy as jnp
+from jax import lax
 
 from ..core._dispatch import apply
 from ..core._op import Primitive
 
-__all__ = ["GROUP_UPDATE", "group_update"]
+__all__ = ["GROUP_UPDATE", "group_update", "select"]
 
 
 def _group_update_impl(*arrays, rule, flags, n, nhyper, nslot, gated):
@@ -34,6 +40,9 @@ def _group_update_impl(*arrays, rule, flags, n, nhyper, nslot, gated):
     params = arrays[pos:pos + n]
     grads = arrays[pos + n:pos + 2 * n]
     slots = arrays[pos + 2 * n:]
+    prepare = getattr(rule, "prepare", None)
+    if prepare is not None:
+        hypers = prepare(flags, hypers)
     new_params, new_slots = [], []
     for k in range(n):
         p, g = params[k], grads[k]
@@ -44,11 +53,35 @@ def _group_update_impl(*arrays, rule, flags, n, nhyper, nslot, gated):
         np_ = np_.astype(p.dtype)
         ns = [s.astype(o.dtype) for s, o in zip(ns, old)]
         if gate is not None:
-            np_ = jnp.where(gate, p, np_)
-            ns = [jnp.where(gate, o, s) for s, o in zip(ns, old)]
+            np_ = select(gate, p, np_)
+            ns = [select(gate, o, s) for s, o in zip(ns, old)]
         new_params.append(np_)
         new_slots.extend(ns)
     return tuple(new_params) + tuple(new_slots)
+
+
+def select(pred, on_true, on_false):
+    """``jnp.where(pred, on_true, on_false)`` for a 0-d ``pred``, without broadcasting it.
+
+    Same values as ``jnp.where`` (operands promoted alike); StableHLO's select takes a scalar predicate, so
+    this saves one ``broadcast_in_dim`` per use, per parameter, in the lowered step.
+
+    Args:
+        pred: 0-d bool array.
+        on_true: array taken where ``pred`` is True.
+        on_false: array of the same shape, taken where ``pred`` is False.
+
+    Returns:
+        ``on_true`` or ``on_false``, in their common dtype.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> select(jnp.array(False), jnp.ones(2), jnp.zeros(2, jnp.int32))
+        Array([0., 0.], dtype=float32)
+    """
+    dtype = jnp.result_type(on_true, on_false)
+    on_true, on_false = jnp.broadcast_arrays(jnp.asarray(on_true, dtype), jnp.asarray(on_false, dtype))
+    return lax.select(pred, on_true, on_false)
 
 
 GROUP_UPDATE = Primitive("optimizer_update", _group_update_impl, multiple_results=True)

@@ -18,27 +18,40 @@ def _moment_hypers(group, owner):
             hyper_tensor(group, "eps", owner=owner))
 
 
-def _adam_moments(slots, grad, beta0, beta1, eps):
+def _adam_moments(slots, grad, beta0, beta1, eps, one_minus=None):
     """Advance the ``exp_avg``, ``exp_avg_sq`` and ``step`` slot values by one gradient; returns the new slot
-    values and the bias-corrected update direction ``m_hat / (sqrt(v_hat) + eps)`` (Adam and AdamW)."""
+    values and the bias-corrected update direction ``m_hat / (sqrt(v_hat) + eps)`` (Adam and AdamW).
+    ``one_minus``: ``(1 - beta0, 1 - beta1)`` when the caller computed them once for a whole group."""
     exp_avg, exp_avg_sq, step = slots
+    omb0, omb1 = one_minus if one_minus is not None else (1.0 - beta0, 1.0 - beta1)
     step = step + 1.0
-    exp_avg = exp_avg * beta0 + grad * (1.0 - beta0)
-    exp_avg_sq = exp_avg_sq * beta1 + (1.0 - beta1) * (grad * grad)
+    exp_avg = exp_avg * beta0 + grad * omb0
+    exp_avg_sq = exp_avg_sq * beta1 + omb1 * (grad * grad)
+    # NOTE: ``step`` is a per-parameter slot (MegEngine's state layout), so the bias corrections stay per
+    # parameter: the steps of a group's parameters may differ (a parameter that got no gradient for a while).
     delta = (exp_avg / (1.0 - _pow(beta0, step))) / (jnp.sqrt(exp_avg_sq / (1.0 - _pow(beta1, step))) + eps)
     return (exp_avg, exp_avg_sq, step), delta
 
 
+def _adam_prepare(flags, hypers):
+    """Once per group: ``1 - beta0`` and ``1 - beta1`` appended to the hyper-parameters."""
+    return (*hypers, 1.0 - hypers[1], 1.0 - hypers[2])
+
+
 def _adam_rule(flags, hypers, p, g, slots):
-    """Adam / AdamW on arrays: ``flags = (weight decay term, decoupled)``; hypers ``lr, beta0, beta1, eps[, wd]``."""
+    """Adam / AdamW on arrays: ``flags = (weight decay term, decoupled)``; hypers (after :func:`_adam_prepare`)
+    ``lr, beta0, beta1, eps[, wd], 1 - beta0, 1 - beta1``."""
     use_wd, decoupled = flags
     lr, beta0, beta1, eps = hypers[:4]
     if use_wd and not decoupled:
         g = g + p * hypers[4]
-    new_slots, delta = _adam_moments(slots, g, beta0, beta1, eps)
+    new_slots, delta = _adam_moments(slots, g, beta0, beta1, eps, hypers[-2:])
     if use_wd and decoupled:
         delta = delta + p * hypers[4]
     return p - lr * delta, new_slots
+
+
+_adam_rule.prepare = _adam_prepare
 
 
 class Adam(Optimizer):

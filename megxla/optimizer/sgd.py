@@ -6,6 +6,7 @@ from typing import Iterable, Union
 import jax.numpy as jnp
 
 from ..core._tensor import Parameter
+from ._group_update import select
 from .optimizer import Optimizer, host_scalar, hyper_tensor, uses
 
 __all__ = ["SGD"]
@@ -85,8 +86,18 @@ def _nonzero(value):
     return float(value) != 0.0
 
 
+def _sgd_prepare(flags, hypers):
+    """Once per group: ``momentum != 0`` and ``nesterov != 0`` as 0-d predicates (the rule selects on them)."""
+    if not flags[1]:
+        return hypers
+    i = 2 if flags[0] else 1
+    momentum, nesterov = hypers[i], hypers[i + 1]
+    return (*hypers[:i], momentum, momentum != 0.0, nesterov != 0.0)
+
+
 def _sgd_rule(flags, hypers, p, g, slots):
-    """SGD on arrays: ``flags = (weight decay term, momentum slot)``; hypers ``lr[, wd][, momentum, nesterov]``."""
+    """SGD on arrays: ``flags = (weight decay term, momentum slot)``; hypers (after :func:`_sgd_prepare`)
+    ``lr[, wd][, momentum, momentum != 0, nesterov != 0]``."""
     use_wd, has_slot = flags
     lr = hypers[0]
     i = 1
@@ -95,12 +106,15 @@ def _sgd_rule(flags, hypers, p, g, slots):
         i = 2
     if not has_slot:
         return p - lr * g, ()
-    momentum, nesterov = hypers[i], hypers[i + 1]
+    momentum, on, nesterov = hypers[i:i + 3]
     v = slots[0]
-    on = momentum != 0.0
-    new_v = jnp.where(on, v * momentum + g, v)
-    d = jnp.where(on, jnp.where(nesterov != 0.0, g + new_v * momentum, new_v), g)
+    # NOTE: momentum broadcast once, used twice (JAX's lowering does not share the broadcasts of ``v * m`` and
+    # ``new_v * m``); same values, one op less per parameter.
+    m = jnp.broadcast_to(momentum, v.shape)
+    new_v = select(on, v * m + g, v)
+    d = select(on, select(nesterov, g + new_v * m, new_v), g)
     return p - lr * d, (new_v,)
 
 
+_sgd_rule.prepare = _sgd_prepare
 SGD._rule = staticmethod(_sgd_rule)
