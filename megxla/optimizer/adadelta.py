@@ -62,18 +62,28 @@ class Adadelta(Optimizer):
         return (use_wd,), hypers, slot_lists
 
 
+def _adadelta_prepare(flags, hypers):
+    """Once per group: ``1 - rho`` appended to the hyper-parameters."""
+    return (*hypers, 1.0 - hypers[1])
+
+
 def _adadelta_rule(flags, hypers, p, g, slots):
-    """Adadelta on arrays: ``flags = (weight decay term,)``; hypers ``lr, rho, eps[, wd]``."""
+    """Adadelta on arrays: ``flags = (weight decay term,)``; hypers (after :func:`_adadelta_prepare`)
+    ``lr, rho, eps[, wd], 1 - rho``."""
     lr, rho, eps = hypers[:3]
+    one_minus_rho = hypers[-1]
     square_avg, acc_delta, step = slots
     step = step + 1.0
     if flags[0]:
         g = g + p * hypers[3]
-    square_avg = rho * square_avg + (1.0 - rho) * (g * g)
+    square_avg = rho * square_avg + one_minus_rho * (g * g)
     delta = jnp.sqrt(acc_delta + eps) / jnp.sqrt(square_avg + eps) * g
     new_p = p - lr * delta
-    acc_delta = rho * acc_delta + (1.0 - rho) * (delta * delta)
+    acc_delta = rho * acc_delta + one_minus_rho * (delta * delta)
     return new_p, (square_avg, acc_delta, step)
+
+
+_adadelta_rule.prepare = _adadelta_prepare
 
 
 Adadelta._rule = staticmethod(_adadelta_rule)

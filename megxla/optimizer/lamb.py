@@ -7,6 +7,7 @@ import jax.numpy as jnp
 
 from ..core._tensor import Parameter, Tensor
 from ..core.ops.elemwise import _pow
+from ._group_update import select
 from .optimizer import Optimizer, host_scalar, hyper_tensor, uses
 
 __all__ = ["LAMB", "LAMBFp16"]
@@ -80,34 +81,46 @@ class LAMB(Optimizer):
         return (use_wd, self._master), hypers, slot_lists
 
 
+def _lamb_prepare(flags, hypers):
+    """Once per group: ``bias_correction`` and the trust-ratio switch as 0-d predicates, ``1 - beta0`` and
+    ``1 - beta1``; hypers become ``lr, beta0, beta1, eps[, wd], bias_correction, adapt, 1 - beta0, 1 - beta1``."""
+    use_wd = flags[0]
+    weight_decay = hypers[4] if use_wd else None
+    bias_correction, always_adapt = hypers[-2] != 0.0, hypers[-1] != 0.0
+    # MegEngine: the trust ratio applies with weight decay > 0 or always_adapt; otherwise param - lr * update.
+    # NOTE: selects on values, not Python `if`s: traced, weight_decay may be 0 now and change later.
+    adapt = always_adapt if weight_decay is None else always_adapt | (weight_decay > 0.0)
+    return (*hypers[:-2], bias_correction, adapt, 1.0 - hypers[1], 1.0 - hypers[2])
+
+
 def _lamb_rule(flags, hypers, p, g, slots):
-    """LAMB on arrays: ``flags = (weight decay term, float32 master slot)``; hypers
-    ``lr, beta0, beta1, eps[, wd], bias_correction, always_adapt`` (the last two 0/1 selects)."""
+    """LAMB on arrays: ``flags = (weight decay term, float32 master slot)``; hypers (after :func:`_lamb_prepare`)
+    ``lr, beta0, beta1, eps[, wd], bias_correction, adapt, 1 - beta0, 1 - beta1``."""
     use_wd, master = flags
     lr, beta0, beta1, eps = hypers[:4]
     weight_decay = hypers[4] if use_wd else None
-    bias_correction, always_adapt = hypers[-2] != 0.0, hypers[-1] != 0.0
+    bias_correction, adapt, omb0, omb1 = hypers[-4:]
     exp_avg, exp_avg_sq, step = slots[:3]
     x = slots[3] if master else p
     if master:
         g = g.astype(jnp.float32)
     step = step + 1.0
-    exp_avg = exp_avg * beta0 + g * (1.0 - beta0)
-    exp_avg_sq = exp_avg_sq * beta1 + (1.0 - beta1) * (g * g)
+    exp_avg = exp_avg * beta0 + g * omb0
+    exp_avg_sq = exp_avg_sq * beta1 + omb1 * (g * g)
     corrected = (exp_avg / (1.0 - _pow(beta0, step))) / (jnp.sqrt(exp_avg_sq / (1.0 - _pow(beta1, step))) + eps)
-    update = jnp.where(bias_correction, corrected, exp_avg / (jnp.sqrt(exp_avg_sq) + eps))
+    update = select(bias_correction, corrected, exp_avg / (jnp.sqrt(exp_avg_sq) + eps))
     if use_wd:
         update = update + x * weight_decay
     x_norm, u_norm = jnp.sqrt(jnp.sum(x * x)), jnp.sqrt(jnp.sum(update * update))
     one = jnp.ones((), x_norm.dtype)
     ratio = jnp.where(x_norm > 0.0, jnp.where(u_norm > 0.0, x_norm / u_norm, one), one)
-    # MegEngine: the trust ratio applies with weight decay > 0 or always_adapt; otherwise param - lr * update.
-    # NOTE: selects on values, not Python `if`s: traced, weight_decay may be 0 now and change later.
-    adapt = always_adapt if weight_decay is None else always_adapt | (weight_decay > 0.0)
     ratio = jnp.where(adapt, ratio, one)
     new = x - lr * ratio * update
     new_slots = (exp_avg, exp_avg_sq, step) + ((new,) if master else ())
     return new, new_slots
+
+
+_lamb_rule.prepare = _lamb_prepare
 
 
 LAMB._rule = staticmethod(_lamb_rule)
