@@ -215,3 +215,29 @@ def test_nms_inside_exclude_from_trace_runs_eagerly():
     for _ in range(2):
         np.testing.assert_array_equal(f(boxes, scores).numpy(), [0, 2, -1])
     np.testing.assert_array_equal(seen[-1], [0, 2])
+
+
+@pytest.mark.parametrize("symbolic", [False, True])
+def test_exclude_from_trace_block_may_read_and_replace_values_on_later_calls(symbolic):
+    # The recording call's block does nothing; later calls' blocks read a traced value and hand the graph a
+    # tensor made on the host in its place. Each call must equal the eager computation.
+    from megxla.jit import exclude_from_trace
+    flip = [False]
+
+    @trace(symbolic=symbolic)
+    def f(x):
+        y = x * 2
+        with exclude_from_trace():
+            if flip[0]:
+                seen.append(y.numpy().tolist())
+                y = y + 100
+        return y - 1
+
+    x = mge.Tensor([1.0, 2.0])
+    for i in range(4):
+        seen = []
+        flip[0] = i % 2 == 1
+        out = f(x).numpy()
+        want = x.numpy() * 2 + (100 if flip[0] else 0) - 1
+        np.testing.assert_allclose(out, want)
+        assert seen == ([[2.0, 4.0]] if flip[0] else [])

@@ -33,6 +33,7 @@ class Recording:
         host_inputs: ``{vid: position}`` values made by host code (exclude_from_trace) that feed the graph.
         reads: ``[(position, vid)]`` values the host read (``.numpy()``, ``bool()``…) and after how many ops.
         hyper: ``{vid: getter}`` values re-read from Python state at every call (optimizer hyper-parameters).
+        exclude_at: positions (ops run before) of the ``exclude_from_trace`` blocks.
         grad_inputs: ``[(state index, vid)]`` the ``.grad`` values present at call start.
     """
 
@@ -46,6 +47,7 @@ class Recording:
         self.reads: list = []
         self.hyper: dict = {}
         self.exclude_ranges: list = []
+        self.exclude_at: list = []
         self.externals: list = []  # weak references to tensors from the enclosing scope (trace only)
 
 

@@ -48,7 +48,7 @@ from ..core import _registry
 from . import _fastpath, _state, _verbose
 from ._external import mark_external
 from ._recording import (Recorder, AbstractRecorder, NeedsHost, Excluded, Pending, TraceError, make_replay,
-                         describe_where, _TRACER_ERRORS, _user_frame)
+                         describe_where, user_where, _TRACER_ERRORS, _user_frame)
 from ._simplify import simplify
 
 __all__ = ["trace", "xla_trace", "exclude_from_trace", "TraceError", "load"]
@@ -619,7 +619,9 @@ class trace:
         n = len(entry.rec.ops)
         if self._without_host:
             return [(0, n)]
-        cuts = sorted({p for p, _ in entry.rec.reads if 0 < p < n})
+        # the graph is cut where the host reads and where exclude_from_trace blocks run (which may read values
+        # or make tensors on a later call that the recording call did not)
+        cuts = sorted({p for p, _ in entry.rec.reads if 0 < p < n} | {p for p in entry.rec.exclude_at if 0 < p < n})
         bounds = [0] + cuts + [n]
         return list(zip(bounds[:-1], bounds[1:]))
 
@@ -630,6 +632,8 @@ class trace:
         final = ([v for kind, v in entry.out_leaves if kind == "t"] + [v for _, v in entry.writes]
                  + [v for _, v in entry.grad_writes if v is not None])
         kept = set(final) | ({v for _, v in rec.reads} if not self._without_host else set())
+        if not self._without_host:
+            kept |= _live_across(rec.ops, rec.exclude_at, final)
         guard_vids = {v for v, _, _ in entry.guards} if self._without_host else set()
         kept |= guard_vids
         segments = []
@@ -868,6 +872,18 @@ class trace:
                     self._compile(entry)
 
 
+def _live_across(ops, points, final):
+    """Values made by ops before each position in ``points`` that later ops or the results use: what the
+    Python code around an ``exclude_from_trace`` block still holds, so the block may read them on any call
+    (also one where the recording call's block read nothing), and the graph takes them in after the block."""
+    live = set()
+    for p in set(points):
+        made = {v for _, _, outs in ops[:p] for v in outs}
+        used = {v for _, ins, _ in ops[p:] for v in ins} | set(final)
+        live |= made & used
+    return live
+
+
 def _prune(ops, out_vids):
     from ._recording import prune
     return prune(ops, out_vids)
@@ -949,6 +965,8 @@ class _Replayer:
         self.nread = 0
         self.known = []  # values of this call's guarded reads so far
         self.differs = None  # index (into entry.guards) of the first read whose value differs from the recording
+        self.host_made = []  # vid ranges of this call's exclude_from_trace blocks
+        self.fed = {}  # {vid: array}: graph inputs replaced by tensors made in those blocks
 
     def _fail(self, msg, reason):
         if self.differs is not None:
@@ -993,6 +1011,8 @@ class _Replayer:
                 if t._vid != rv and not np.array_equal(np.asarray(t._data), np.asarray(rec.consts[rv])):
                     self._fail(f"op #{i} {op!r} input {j} is a different constant than in the recording",
                                "tensors not equals")
+            elif self._feedable(i, rv, t):
+                self.fed[rv] = t._data  # host code replaced this value: the graph takes the new one in
             else:
                 self._fail(f"op #{i} {op!r} input {j}: the recording computed it inside the trace (internal), "
                            f"this call passes a tensor from outside (external)", "expect internal node, got external")
@@ -1005,12 +1025,25 @@ class _Replayer:
             r._record(op, inputs, outs)
         return outs
 
+    def _feedable(self, i, rv, t):
+        """Whether ``t``, made in this call's ``exclude_from_trace`` block, may stand for the traced value
+        ``rv`` at op ``i``: the graph part that runs op ``i`` takes ``rv`` in (the recording cut it at the
+        block) and has not run yet, and ``t`` has ``rv``'s shape and dtype."""
+        if not any(lo <= t._vid < hi for lo, hi in self.host_made) or isinstance(t._data, Pending):
+            return False
+        segs = self.entry.segments
+        for k in range(self.next_segment, len(segs)):
+            if segs[k].start <= i < segs[k].end:
+                aval = self.entry.avals[rv]
+                return rv in segs[k].in_vids and tuple(t.shape) == tuple(aval.shape) and t.dtype == aval.dtype
+        return False
+
     def _run_segments(self, upto):
         segs = self.entry.segments
         while self.next_segment < len(segs) and segs[self.next_segment].end <= upto:
             seg = segs[self.next_segment]
             try:
-                arrays = [self.env[v] for v in seg.in_vids]
+                arrays = [self.fed[v] if v in self.fed else self.env[v] for v in seg.in_vids]
             except KeyError:
                 self._fail("a value made by host code (exclude_from_trace) that the graph needs was not provided",
                            "data unreadable")
@@ -1201,7 +1234,13 @@ def exclude_from_trace():
     if not isinstance(interp, (Recorder, _Replayer)):
         yield
         return
+    if isinstance(interp, AbstractRecorder):
+        # the block is host code that runs on every call, so the step is cut there and runs with the host:
+        # recorded eagerly (nothing for the user to change, hence no warning)
+        raise NeedsHost(user_where(), "runs an exclude_from_trace block", warn=False)
     lo = next(_dispatch._vids)
+    if isinstance(interp, Recorder):
+        interp.rec.exclude_at.append(len(interp.rec.ops))
     push_interpreter(Excluded(interp))
     try:
         yield
@@ -1209,3 +1248,5 @@ def exclude_from_trace():
         pop_interpreter()
         if isinstance(interp, Recorder):
             interp.rec.exclude_ranges.append((lo, next(_dispatch._vids)))
+        else:  # a compiled call: tensors made here may replace traced values the graph takes in (_Replayer.apply)
+            interp.host_made.append((lo, next(_dispatch._vids)))
