@@ -241,3 +241,16 @@ def test_exclude_from_trace_block_may_read_and_replace_values_on_later_calls(sym
         want = x.numpy() * 2 + (100 if flip[0] else 0) - 1
         np.testing.assert_allclose(out, want)
         assert seen == ([[2.0, 4.0]] if flip[0] else [])
+
+
+def test_trace_without_host_over_a_closure_tensor_raises_megengine_s_text():
+    # without the host there is nothing to feed a tensor from the enclosing scope on later calls
+    outside = mge.Tensor([8.0])
+    f = trace(lambda a: a * 2 + outside, symbolic=False, without_host=True)
+    with pytest.raises(TraceError) as info:
+        f(mge.Tensor([1.0]))
+    assert str(info.value) == ("have some unknown input tensors in trace result, maybe you can set "
+                               "`capture_as_const=True` when trace")
+    assert "not reachable from its arguments" in "".join(info.value.__notes__)
+    g = trace(lambda a: a * 2 + outside, without_host=True, capture_as_const=True)
+    np.testing.assert_allclose(g(mge.Tensor([1.0])).numpy(), [10.0])

@@ -107,6 +107,7 @@ class Recorder:
         self.grad_objs = [t._grad for t in state_tensors]  # .grad objects at call start (in-place accumulation)
 
     _evaluate = staticmethod(eager_apply)  # how an op's outputs are computed (AbstractRecorder: shapes only)
+    unknown_text = None  # str() of the error for a tensor from outside, where MegEngine has its own text
 
     def apply(self, op, inputs):
         if _dispatch.recorders:
@@ -136,10 +137,14 @@ class Recorder:
             self._add_external(t)
         else:
             name = f" named {t.name!r}" if t.name else ""
-            raise TraceError(
-                f"{self.what}: the traced function uses a tensor{name} of shape {t.shape}, dtype {t.dtype} that is "
-                f"not reachable from its arguments. Pass it (or the Module/Optimizer holding it) as an argument, "
-                f"or trace with capture_as_const=True to bake its current value in as a constant.")
+            detail = (f"{self.what}: the traced function uses a tensor{name} of shape {t.shape}, dtype {t.dtype} "
+                      f"that is not reachable from its arguments. Pass it (or the Module/Optimizer holding it) as an "
+                      f"argument, or trace with capture_as_const=True to bake its current value in as a constant.")
+            if self.unknown_text is None:
+                raise TraceError(detail)
+            exc = TraceError(self.unknown_text)  # MegEngine's text (code matches on it); ours as a note
+            exc.add_note(detail)
+            raise exc
         self.known.add(vid)
 
     def _add_external(self, t):

@@ -236,6 +236,12 @@ class trace:
         self.profiling = profiling  # get_profile() reports the compiled executables (_profile.py)
         self.capture_as_const = capture_as_const
         self._without_host = self._default_without_host if without_host is None else without_host
+        self._unknown_text = None
+        if type(self)._allow_external and self._without_host:
+            # MegEngine's trace(without_host=True) has no host to feed tensors from the enclosing scope
+            self._allow_external = False
+            self._unknown_text = ("have some unknown input tensors in trace result, maybe you can set "
+                                  "`capture_as_const=True` when trace")
         # strict: a host read whose value changes raises instead of recording again (MegEngine's trace with
         # without_host=True has no host to run the body again)
         self.strict = (self._without_host and self._strict_without_host) if strict is None else bool(strict)
@@ -459,6 +465,7 @@ class trace:
     def _record(self, args, kwargs, state, sig):
         snapshot = _snapshot(state)
         recorder = Recorder(state, self.capture_as_const, self._what, self._allow_external)
+        recorder.unknown_text = self._unknown_text
         push_interpreter(recorder)
         try:
             try:
@@ -564,6 +571,7 @@ class trace:
                 t._data = a
             recorder = holder["recorder"] = AbstractRecorder(state, self.capture_as_const, self._what,
                                                              self._allow_external)
+            recorder.unknown_text = self._unknown_text
             push_interpreter(recorder)
             try:
                 out = self.__wrapped__(*args, **kwargs)
