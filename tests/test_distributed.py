@@ -407,3 +407,28 @@ def test_init_process_group_without_launcher_names_a_raising_rank(tmp_path):
     assert time.monotonic() - t0 < 60
     assert [p.returncode for p in procs] == [1, 1]
     assert "PeerFailure" in outs[0][1] and "rank 1 failed" in outs[0][1] and "rank one gives up" in outs[0][1]
+
+
+# ---- regression: ranks with different histories compile the same step ---------------------------------------------
+def _worker_divergent_history():
+    # Rank 0 runs a few extra ops before each compiled step (as after a remote_send that rank 1 did not take part
+    # in), so its value ids differ from rank 1's. The step (a forward all-reduce and the gradient all-reduce that
+    # does not read its result, which XLA combines into one) must still be the same program on both ranks:
+    # it was not (outputs in a set's order), and the two all-reduces paired crosswise.
+    r = dist.get_rank()
+    res = []
+    for extra in range(4):
+        for _ in range(extra if r == 0 else 0):
+            mge.Tensor([1.0]) + 1.0
+        res.append(_one("all_reduce_sum", 2, r, True)[:2])
+    return res
+
+
+def test_compiled_step_after_different_histories():
+    results = dist.launcher(_worker_divergent_history, n_gpus=2, device_type="cpu")()
+    xs = [_x(2, r) for r in range(2)]
+    cs = [_c("all_reduce_sum", 2, r) for r in range(2)]
+    for r in range(2):
+        for extra, (y, g) in enumerate(results[r]):
+            np.testing.assert_allclose(y, xs[0] + xs[1], rtol=1e-6, err_msg=f"rank {r}, {extra} extra ops")
+            np.testing.assert_allclose(g, cs[0] + cs[1], rtol=1e-6, err_msg=f"rank {r}, {extra} extra ops gradient")

@@ -652,7 +652,11 @@ class trace:
         for start, end in reversed(bounds):
             ops = simplify(rec.ops[start:end], entry.avals, self.opt_level)[0]
             produced = {v for _, _, outs in ops for v in outs}
-            out_vids = [v for v in dict.fromkeys(produced_later_needed | kept) if v in produced]
+            # In recording order (vids count up as ops run), never a set's order: a set of ints iterates in an
+            # order that depends on their values, which differ between processes with different histories, and
+            # the processes of an SPMD step must compile the same program (XLA combines its independent
+            # collectives into one, with operands in output order: a different order pairs them crosswise).
+            out_vids = sorted(v for v in produced_later_needed | kept if v in produced)
             seg_ops = _prune(ops, out_vids)
             used = {v for _, ins, _ in seg_ops for v in ins} | guard_vids  # a guard may read an input directly
             in_vids = [v for v in dict.fromkeys(outside + [v for _, ins, _ in seg_ops for v in ins])
