@@ -23,7 +23,7 @@ from ._tensor import Tensor
 from ._dispatch import apply, OpError, current_interpreter
 from .ops import indexing as P
 
-__all__ = ["IndexOutOfRange", "check_index_tensor", "getitem", "setitem", "parse"]
+__all__ = ["IndexOutOfRange", "check_index_tensor", "getitem", "mask_indices", "setitem", "parse"]
 
 _INT = (int, np.integer)
 # checked mode for traced steps (see the module docstring); megxla.config.checked_indexing sets it
@@ -110,7 +110,11 @@ def _classify(op, item):
     if isinstance(item, Tensor):
         dt = item.dtype
         if dt == np.bool_:
-            return "m", item.numpy(), item.ndim
+            # eagerly the mask is read on the host (one copy, NumPy's nonzero); inside a trace it stays a graph
+            # value and only its count is read (see mask_indices)
+            if current_interpreter() is None:
+                return "m", item.numpy(), item.ndim
+            return "M", item, item.ndim
         if dt.kind not in "iu":
             raise OpError(f"{op}: index tensors must be integer or bool, got {dt}")
         return "t", item, 1
@@ -164,19 +168,41 @@ def parse(x, index, op="getitem"):
             spec.append(("t",))
             tensors.append(Tensor(payload.astype(np.int32)))
             axis += 1
-        else:  # boolean mask
-            # NOTE: a mask's result shape depends on its values; it is converted to integer indices on the
-            # host (as MegEngine does), so a traced step bakes the mask's count in.
+        else:  # boolean mask: host array ("m") or, inside a trace, a graph value ("M")
             if payload.ndim == 0:
                 raise OpError(f"{op}: 0-d boolean indices are not supported")
-            if payload.shape != x.shape[axis:axis + payload.ndim]:
-                raise OpError(f"{op}: boolean mask of shape {payload.shape} does not match tensor dimensions "
-                              f"{x.shape[axis:axis + payload.ndim]} at axis {axis}")
-            for idx in np.nonzero(payload):
+            if tuple(payload.shape) != x.shape[axis:axis + payload.ndim]:
+                raise OpError(f"{op}: boolean mask of shape {tuple(payload.shape)} does not match tensor "
+                              f"dimensions {x.shape[axis:axis + payload.ndim]} at axis {axis}")
+            idxs = mask_indices(payload) if kind == "M" else \
+                [Tensor(idx.astype(np.int32)) for idx in np.nonzero(payload)]
+            for idx in idxs:
                 spec.append(("t",))
-                tensors.append(Tensor(idx.astype(np.int32)))
+                tensors.append(idx)
             axis += payload.ndim
     return tuple(spec), tensors
+
+
+def mask_indices(mask):
+    """The integer indices of ``mask``'s true values, one int32 tensor per dimension (``np.nonzero``).
+
+    The result's shape depends on the number of true values only: that count is read on the host (inside a
+    trace, a scalar guard) and the indices are computed on the device. So a traced step whose masks change but
+    whose counts repeat reuses its executable; a new count records again (as any host read).
+
+    Args:
+        mask: a bool tensor (at least 1-d).
+
+    Returns:
+        a list of ``mask.ndim`` 1-d int32 tensors.
+
+    Example:
+        >>> [i.numpy().tolist() for i in mask_indices(Tensor([[True, False], [False, True]]))]
+        [[0, 1], [0, 1]]
+    """
+    count = int(apply(P.mask_count.bind(), mask).item())
+    out = apply(P.mask_nonzero.bind(count=count), mask)
+    return list(out)
 
 
 def getitem(x, index):

@@ -10,8 +10,8 @@ import math as _math
 import numpy as np
 
 from ..core._tensor import Tensor
-from ..core._dispatch import apply as _apply, OpError
-from ..core._indexing import check_index_tensor
+from ..core._dispatch import apply as _apply, OpError, current_interpreter
+from ..core._indexing import check_index_tensor, mask_indices
 from ..core._elemwise_front import as_tensor as _t, BINARY as _B, UNARY as _U
 from ..core.dtypes import canonical as _dtype
 from ..core.ops import shape as _S, elemwise as _E, indexing as _I, linalg as _L, reduction as _R
@@ -939,8 +939,9 @@ def indexing_one_hot(src, index, axis=1, keepdims=False):
 def cond_take(mask, x):
     """The elements of ``x`` where ``mask`` is true, and their indices in the flattened ``x``.
 
-    NOTE: the result's size depends on ``mask``'s values, which are read on the host (as MegEngine does); a
-    traced function bakes in the count of its recording call.
+    NOTE: the result's size depends on the number of true values in ``mask``. Eagerly the mask is read on the
+    host (as MegEngine does); inside a trace only that count is read (a guard: a new count records again) and
+    the indices are computed on the device, so new masks with a recorded count reuse the compiled step.
 
     Args:
         mask: bool tensor (non-bool: where it equals 1) of ``x``'s shape.
@@ -955,9 +956,13 @@ def cond_take(mask, x):
     mask, x = _t(mask), _t(x)
     if mask.shape != x.shape:
         raise OpError(f"cond_take: mask shape {mask.shape} must equal x shape {x.shape}")
-    m = mask.numpy()
-    m = m if m.dtype == np.bool_ else m == 1
-    idx = Tensor(np.flatnonzero(m).astype(np.int32))
+    if current_interpreter() is None:
+        m = mask.numpy()
+        m = m if m.dtype == np.bool_ else m == 1
+        idx = Tensor(np.flatnonzero(m).astype(np.int32))
+    else:
+        m = mask if mask.dtype == np.bool_ else _B["eq"](mask, 1)
+        (idx,) = mask_indices(reshape(m, (-1,)))
     return reshape(x, (-1,))[idx], idx
 
 

@@ -2,6 +2,9 @@
 
 ``spec`` is a tuple of items: ``("i", k)`` an int, ``("s", start, stop, step)`` a slice, ``("n",)`` None
 (new axis), ``("e",)`` ellipsis, ``("t",)`` the next integer index tensor among the inputs.
+
+A boolean mask's indices are computed on the device (``mask_nonzero``) with the number of true values as a static
+parameter (``mask_count``, read on the host): a traced step depends on the count only, not on the mask's values.
 """
 import jax.numpy as jnp
 
@@ -56,8 +59,20 @@ def _indexing_one_hot(x, index, *, axis, keepdims):
     return out if keepdims else jnp.squeeze(out, axis)
 
 
+def _mask_count(mask):
+    return jnp.count_nonzero(mask).astype(jnp.int32)
+
+
+def _mask_nonzero(mask, *, count):
+    # ``count`` is the mask's number of true values (read on the host): the static size that makes the result
+    # shape known; one int32 index array per mask dimension, in NumPy's (row-major) order
+    return tuple(i.astype(jnp.int32) for i in jnp.nonzero(mask, size=count))
+
+
 getitem = Primitive("getitem", _getitem)
 setitem = Primitive("setitem", _setitem)
 gather = Primitive("gather", _gather)
 scatter = Primitive("scatter", _scatter)
 indexing_one_hot = Primitive("indexing_one_hot", _indexing_one_hot)
+mask_count = Primitive("mask_count", _mask_count)
+mask_nonzero = Primitive("mask_nonzero", _mask_nonzero, multiple_results=True)
