@@ -366,3 +366,14 @@ def test_shape_and_pooling_ops_keep_quantized_parameters():
                                np_round(QM.dequantize_tensor(q).numpy().mean() / 0.25) * 0.25)
     with pytest.raises(ValueError, match="not a quantized tensor"):
         QM.layers._input_scale_zp(mge.Tensor(np.zeros((2, 3), np.int8)), "Linear")
+
+
+def test_qparams_passed_to_a_compiled_step_are_state_not_constants():
+    f = xla_trace(lambda x, q: Q.fake_quant_tensor(x, q))
+    x = mge.Tensor(X)
+    q = Q.create_qparams(Q.QuantMode.SYMMERTIC, "qint8", mge.Tensor(0.5))
+    for scale in (0.5, 0.25, 2.0):
+        q.scale[...] = mge.Tensor(scale)
+        np.testing.assert_array_equal(f(x, q).numpy(), np_fake_quant(X, scale, 0.0, -128, 127)[0])
+    q.dtype_meta = Q.utils._meta("qint4")  # changed in place: another executable, not a stale one
+    np.testing.assert_array_equal(f(x, q).numpy(), np_fake_quant(X, 2.0, 0.0, -8, 7)[0])

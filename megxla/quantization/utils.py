@@ -8,7 +8,7 @@ from typing import Union
 
 import numpy as np
 
-from ..core import _tensor
+from ..core import _registry, _tensor
 from ..core._dispatch import apply
 from ..core.ops import quant as _q
 from ..core.tensor.dtype import QuantDtypeMeta, _builtin_quant_dtypes, create_quantized_dtype
@@ -221,3 +221,13 @@ def _default_qparams():
 
 
 _tensor.QPARAMS_FACTORY[0] = _default_qparams
+
+
+def _walk_qparams(q):
+    # QParams passed to a traced step: its tensors are state; mode and dtype are in the names, so a QParams
+    # changed in place (another mode / dtype) keys another executable.
+    tag = f"{getattr(q.mode, 'name', q.mode)}:{getattr(q.dtype_meta, 'name', q.dtype_meta)}"
+    return [(f"{n}@{tag}", getattr(q, n)) for n in q.__slots__ if isinstance(getattr(q, n, None), Tensor)]
+
+
+_registry.register_state_walker(QParams, _walk_qparams)
