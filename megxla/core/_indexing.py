@@ -12,6 +12,11 @@ index is in range and reads that flag on the host: a value the compiled step ret
 writes any state (a jit guard), so a call with an out-of-range index writes nothing and raises (``xla_trace``
 records the call again, eagerly, which raises :class:`IndexOutOfRange`; a strict trace raises ``TraceError``).
 It costs a device->host sync per call, and the step's buffers are not donated, so it is meant for debugging.
+
+A boolean mask *Tensor* is converted to integer indices on the host when running eagerly (MegEngine's
+semantics, one copy). Inside a recording only its number of true values is read on the host (a scalar guard)
+and the indices are computed on the device (``mask_indices``): a compiled step whose masks change but whose
+counts repeat reuses its executable (detectors' ``pred[mask]``), and a new count records again.
 """
 from __future__ import annotations
 
