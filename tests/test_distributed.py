@@ -135,7 +135,7 @@ def _worker_collectives(with_subgroup):
                     res[(mode, "refused")] = "inside a traced step" in str(exc)
                 continue
             res[(mode, compiled)] = _one(mode, n, r, compiled)
-    # Sub-group before point to point: see "Known limitations" in megxla/distributed/__init__.py.
+    # (Sub-group after point to point is covered by test_compiled_step_after_different_histories.)
     if with_subgroup and r % 2 == 0:  # ranks 0 and 2 only, while 1 and 3 wait
         mine = [0, 2]
         g = dist.new_group(mine)
@@ -432,3 +432,17 @@ def test_compiled_step_after_different_histories():
         for extra, (y, g) in enumerate(results[r]):
             np.testing.assert_allclose(y, xs[0] + xs[1], rtol=1e-6, err_msg=f"rank {r}, {extra} extra ops")
             np.testing.assert_allclose(g, cs[0] + cs[1], rtol=1e-6, err_msg=f"rank {r}, {extra} extra ops gradient")
+
+
+def _worker_different_programs():
+    # The ranks compile different steps around one all-reduce: refused loudly before any collective runs.
+    r = dist.get_rank()
+    f = xla_trace(lambda t: F.distributed.all_reduce_sum(t) * 2.0 if r == 0 else F.distributed.all_reduce_sum(t) - 1.0)
+    x = mge.Tensor(_x(2, r))
+    for _ in range(2):
+        f(x)
+
+
+def test_ranks_compiling_different_programs_is_an_error():
+    with pytest.raises(RuntimeError, match="compiled different programs"):
+        dist.launcher(_worker_different_programs, n_gpus=2, device_type="cpu")()

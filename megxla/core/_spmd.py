@@ -26,6 +26,8 @@ AXIS = "procs"  # the mesh axis the collectives of a group run over
 _tls = threading.local()
 # Set by megxla.distributed: turns the failure of an SPMD executable into an error naming the rank that failed.
 failure_hook = [None]
+# Set by megxla.distributed: ``hook(ranks, key, digest)`` checks that the other processes compiled the same program.
+agree_hook = [None]
 _last = []  # weak references to the outputs of the last SPMD program this process launched
 
 
@@ -152,6 +154,19 @@ class SpmdLowered:
         return self.lowered.compiler_ir(*args, **kwargs)
 
     def compile(self):
+        hook = agree_hook[0]
+        if hook is not None:
+            # Every process must compile the same program: one that differs (e.g. in the order of its outputs)
+            # may pair its collectives crosswise and give silently wrong values. Constants may differ (a rank's
+            # own number baked in), so they are left out of the comparison.
+            import hashlib
+            import re
+            text = re.sub(r"dense<[^>]*>", "dense<>", self.lowered.as_text())
+            digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+            ins = ",".join(f"{a.dtype}{list(a.shape)}" for a in self.lowered.in_avals[0]) \
+                if hasattr(self.lowered, "in_avals") else ""
+            key = f"{self.fn.name}({ins})"
+            hook(tuple(d.process_index for d in self.fn.devices), key, digest)
         return SpmdExecutable(self.fn, self.lowered.compile(), self.scalars, self.out_scalars, self.multi)
 
 

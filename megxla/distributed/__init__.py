@@ -18,14 +18,15 @@ Known limitations (XLA:CPU with gloo, jax 0.10.2; found by tests/test_distribute
       through a local op, never a backward collective that the other ranks would not join; and they are
       refused inside traced steps, where a non-root's unused result would be dropped with its collective.
     * One compiled step holds the collectives of one group (the group's devices are the step's SPMD mesh).
-    * A compiled step holding two independent collectives (a forward all-reduce and the gradient all-reduce
-      that does not read its result) was seen, after some histories, to pair them crosswise between ranks:
-      after a process took part in collectives of another group (``remote_send`` between ranks 0 and 1, then a
-      step of ranks 0 and 2), and in one test variant whose step body differed only by an unused
-      ``else x * 0.0`` branch. megxla orders the collectives of a step with an optimization barrier chain
-      (``core._spmd.ordered``), which fixed the plain case; the cases above are not yet understood (XLA:CPU's
-      gloo collectives are where to look). Eager collectives were never affected; the data-parallel step
-      (gradient all-reduces only, all ranks running the same history) is tested to 1e-5.
+    * Every process of a group must compile the same SPMD program: XLA combines a step's independent
+      collectives (a forward all-reduce and the gradient all-reduce that does not read its result) into one,
+      whose operands follow the program's output order, so programs that differ between ranks pair values
+      crosswise. (This was a real bug: a step's outputs came in the order of a set of value ids, which differ
+      between processes with different histories -- after a ``remote_send`` one rank did not take part in.)
+      Each compiled SPMD program is therefore compared between the ranks through the key-value store (its
+      StableHLO, constants aside) and a difference raises an error naming both ranks before anything runs.
+      The optimization-barrier chain of ``core._spmd.ordered`` does not keep them apart on XLA:CPU (observed:
+      the optimized HLO holds one all-reduce of both operands); identical programs are what keeps them paired.
     * Two disjoint groups running collectives at the same time were not tested beyond the above.
 
 Example:

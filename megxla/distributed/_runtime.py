@@ -185,6 +185,7 @@ def start(master_ip, port, world_size, rank, platform, local_device=None):
         _st.client, _st.service, _st.key, _st.rank, _st.world_size = cl, service, key, rank, world_size
         from ..core import _spmd
         _spmd.failure_hook[0] = describe_failure
+        _spmd.agree_hook[0] = same_program if world_size > 1 else None
         if world_size > 1:
             cl.key_value_set(f"{_PID_DIR}{rank}", f"{socket.gethostname()}:{os.getpid()}", allow_overwrite=True)
         if world_size == 1:
@@ -209,6 +210,9 @@ def stop():
     with _lock:
         cl, service = _st.client, _st.service
         _st.client = _st.service = _st.key = None
+        _programs.clear()  # counted per run
+        from ..core import _spmd
+        _spmd.agree_hook[0] = None
         if _st.own_jax_state:
             from jax._src import distributed as jd
             gs = jd.global_state
@@ -234,6 +238,33 @@ def group_devices(ranks, platform):
         raise RuntimeError(f"no {platform} device of rank(s) {missing}: every process of the group must have joined "
                            f"with device_type {platform!r}")
     return tuple(devs[r] for r in ranks)
+
+
+_programs = {}  # (process indices, program key) -> how many such programs this process compiled
+
+
+def same_program(ranks, key, digest):
+    """Check through the key-value store that the processes ``ranks`` compile the same ``key``-th program (its
+    ``digest``); raise naming the rank whose program differs. Collectives of programs that differ between
+    processes may pair up wrongly, so a difference must stop the run rather than give wrong values."""
+    with _lock:
+        n = _programs.get((ranks, key), 0)
+        _programs[(ranks, key)] = n + 1
+    base = f"megxla/program/{'-'.join(map(str, ranks))}/{key}/{n}/"
+    cl = client()
+    cl.key_value_set(base + str(_st.rank), digest, allow_overwrite=True)
+    for r in ranks:
+        if r == _st.rank:
+            continue
+        try:
+            theirs = cl.blocking_key_value_get(base + str(r), int(timeout() * 1000))
+        except Exception as exc:
+            raise RuntimeError(f"SPMD program {key} (number {n}) over ranks {list(ranks)}: rank {r} did not compile "
+                               f"it within {timeout():g} s (MEGXLA_DIST_TIMEOUT): {str(exc).splitlines()[0]}") from None
+        if theirs != digest:
+            raise RuntimeError(f"SPMD program {key} (number {n}) over ranks {list(ranks)}: rank {_st.rank} and rank "
+                               f"{r} compiled different programs; their collectives could pair up wrongly. Every "
+                               f"rank must run the same step (same ops in the same order)")
 
 
 # ---- failures ----------------------------------------------------------------------------------------------------
