@@ -43,3 +43,19 @@ def test_assigning_a_saved_random_seed_replays_the_draws():
     a = f(x).numpy()
     f.random_seed = key
     np.testing.assert_array_equal(f(x).numpy(), a)
+
+
+def test_a_returned_state_tensor_the_step_rebound_is_the_same_object_on_every_call():
+    # MegEngine's in-place batch_norm returns its running statistics: the caller's own tensors, every call
+    rmean = mge.Tensor(np.zeros((1, 3, 1, 1), "float32"))
+    rvar = mge.Tensor(np.ones((1, 3, 1, 1), "float32"))
+    x = mge.Tensor(np.random.RandomState(0).randn(4, 3, 2, 2).astype("float32"))
+
+    @xla_trace
+    def f(x, rmean, rvar):
+        y = F.batch_norm(x, rmean, rvar, training=True, inplace=True)
+        return y, rmean, rvar
+
+    for _ in range(3):
+        _, m, v = f(x, rmean, rvar)
+        assert m is rmean and v is rvar

@@ -767,12 +767,17 @@ class trace:
             _commit(writes, grads)
             raise
         inputs = dict(zip(entry.rec.input_vids, state))
+        # a returned state tensor that the step reassigned (e.g. ``rmean`` after an in-place batch_norm) is that
+        # same Tensor object, as when the body runs eagerly
+        written = {vid: state[i] for i, vid in entry.writes}
         leaves = []
         for kind, v in entry.out_leaves:
             if kind == "v":
                 leaves.append(v)
                 continue
-            t = values.get(v)
+            t = written.get(v)
+            if t is None:
+                t = values.get(v)
             if t is None:  # returned an input or a constant unchanged
                 t = inputs[v] if v in inputs else wrap(entry.rec.consts[v])
             else:
