@@ -91,13 +91,17 @@ def _folded(qat):
     return w.detach(), b.detach()
 
 
-class ConvBn2d(Conv2d):
-    """Quantized ConvBn2d: the BatchNorm folded into the convolution."""
+class _FoldsBn:
+    """Mixin: built from a QAT layer-BN module with the BatchNorm folded into the weight and bias."""
 
     @classmethod
     def from_qat_module(cls, qat):
         w, b = _folded(qat)
         return super().from_qat_module(qat, w, b)
+
+
+class ConvBn2d(_FoldsBn, Conv2d):
+    """Quantized ConvBn2d: the BatchNorm folded into the convolution."""
 
 
 class ConvBnRelu2d(ConvBn2d):
@@ -127,13 +131,8 @@ class LinearRelu(Linear):
     _relu = True
 
 
-class LinearBn1d(Linear):
+class LinearBn1d(_FoldsBn, Linear):
     """Quantized LinearBn1d (BatchNorm folded)."""
-
-    @classmethod
-    def from_qat_module(cls, qat):
-        w, b = _folded(qat)
-        return super().from_qat_module(qat, w, b)
 
 
 class LinearBnRelu1d(LinearBn1d):
