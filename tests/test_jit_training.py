@@ -131,6 +131,48 @@ def test_partial_trace_forward_and_updates_match_eager(opt_name):
     assert model2.forward.func.num_compiled == 1
 
 
+@pytest.mark.parametrize("trace_gmcallback", [True, False])
+def test_partial_trace_gmcallback_side_effects_only_while_recording(trace_gmcallback):
+    # MegEngine's test_partial_trace_grad: batches of 8, 8, 16, 8, 8, 16. With trace_gmcallback the callbacks
+    # are recorded into the compiled backward: their Python runs in the recording call's backward (batch 8),
+    # in the other signature's eager calls (batch 16 runs eagerly) and never in a compiled call.
+    rng = np.random.RandomState(3)
+    batches = [(rng.randn(n, 1, 8, 8).astype("float32"), rng.randint(0, 10, (n,)).astype("int32"))
+               for n in (8, 8, 16)]
+
+    def run(traced):
+        model, opt, _ = _setup(OPTIMIZERS["Adam"])
+        calls = [0]
+
+        def halve(_, g):
+            calls[0] += 1
+            return g / 2
+
+        gm = GradManager().attach(model.parameters(), callbacks=[halve, lambda _, g: F.clip(g, -2e-2, 2e-2)])
+        if traced:
+            model.forward = functools.partial(
+                partial_trace(type(model).forward, backend="xla", trace_gmcallback=trace_gmcallback), model)
+        losses, counts = [], []
+        for i in range(6):
+            x, y = batches[i % 3]
+            with gm:
+                loss = F.nn.cross_entropy(model(mge.Tensor(x)), mge.Tensor(y))
+                gm.backward(loss)
+            opt.step().clear_grad()
+            losses.append(loss.item())
+            counts.append(calls[0])
+        return np.array(losses), model.fc1.weight.numpy(), counts
+
+    e_loss, e_w, e_counts = run(False)
+    t_loss, t_w, t_counts = run(True)
+    np.testing.assert_allclose(t_loss, e_loss, rtol=1e-5)
+    np.testing.assert_allclose(t_w, e_w, atol=1e-5)
+    n = e_counts[0]
+    assert n == len(list(_setup(OPTIMIZERS["Adam"])[0].parameters()))
+    expected = [n, n, 2 * n, 2 * n, 2 * n, 3 * n] if trace_gmcallback else e_counts
+    assert t_counts == expected
+
+
 def test_same_seed_runs_are_bit_identical_under_xla_trace():
     data = _data(steps=4)
     runs = []

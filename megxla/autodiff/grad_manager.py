@@ -20,6 +20,10 @@ __all__ = ["GradManager"]
 _SUSPENDED = [0]
 # The autodiff.Function whose node is being applied (read by _record to link the tape record to it).
 _PENDING = [None]
+# Upper layers may run an attached tensor's callbacks themselves: ``runner(tensor, grad, callbacks)`` returns the
+# new gradient, or None to leave it to the plain loop. ``jit.partial_trace(trace_gmcallback=True)`` records the
+# callbacks this way while its recording call's backward runs, to compile them into its backward.
+callback_runners: list = []
 
 
 class _Attached:
@@ -169,6 +173,10 @@ class GradManager:
         grads: dict[int, Tensor] = {}
         for t, d in zip(ys, dys):
             _accumulate(grads, t._vid, d)
+        # Gradients that came (only) out of ops whose backward already applied the callbacks (``cooked``: a
+        # partial_trace's compiled backward with its GradManager callbacks recorded in) skip them here; a
+        # gradient with any other contribution runs them on the sum, as MegEngine does.
+        cooked, raw = set(), set(grads)
         tracked = {a.tensor._vid for a in self._attached.values()}
         for op, ins, outs in self._tape:  # forward pass over the tape: which values depend on attached ones
             if any(v in tracked for _, v in ins):
@@ -186,6 +194,7 @@ class GradManager:
                 for (data, v), g in zip(ins[:n_in], in_grads):
                     if g is not None and v in tracked and _is_float(data):
                         _accumulate(grads, v, g)
+                        raw.add(v)
                 continue
             nondiff = _NONDIFF.get(op.name) or ()
             wrt = tuple(i for i, (data, v) in enumerate(ins) if v in tracked and _is_float(data) and i not in nondiff)
@@ -195,19 +204,32 @@ class GradManager:
             primals = [_value(data, v) for data, v in ins]
             vjp_op = VJP.bind(op=op, nin=len(ins), wrt=wrt, given=given)
             in_grads = apply(vjp_op, *primals, *cts)
+            applied = op.prim.callbacks_applied
+            done = applied(dict(op.params)) if applied is not None else ()
             for i, g in zip(wrt, in_grads):
                 _accumulate(grads, ins[i][1], g)
+                (cooked if i in done else raw).add(ins[i][1])
         for entry in self._attached.values():
             t = entry.tensor
             g = grads.get(t._vid)
             if g is None:
                 continue
-            for cb in entry.callbacks:
-                g = cb(t, g)
+            if entry.callbacks and (t._vid in raw or t._vid not in cooked):
+                g = _run_callbacks(t, g, entry.callbacks)
             if t._grad is None:
                 t._grad = g
             else:  # MegEngine's ``x.grad += grad``: in place, so references to ``x.grad`` see the sum
                 t._grad._reset(t._grad + g)
+
+
+def _run_callbacks(t, g, callbacks):
+    for runner in callback_runners:
+        out = runner(t, g, callbacks)
+        if out is not None:
+            return out
+    for cb in callbacks:
+        g = cb(t, g)
+    return g
 
 
 def _match_dy(y, dy):

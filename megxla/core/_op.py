@@ -49,11 +49,16 @@ class Primitive:
             parameters hold large objects that have an owner, e.g. a compiled graph and its executable
             (``jit``'s ``xla_graph``): when the owner drops it, the op, its kernel and the ops derived from it
             (its gradient ``vjp[...]``, interned in the op itself) are freed.
+        callbacks_applied: optional ``callbacks_applied(params) -> set of input indices`` whose gradients, as
+            ``grad`` computes them, already went through the GradManager's callbacks of those inputs (a
+            ``partial_trace`` with ``trace_gmcallback``: the callbacks were recorded into its compiled backward),
+            so ``GradManager.backward`` does not run them again in Python.
     """
 
-    __slots__ = ("name", "impl", "multiple_results", "grad", "transient", "_ops", "_op0", "_fast", "_weak")
+    __slots__ = ("name", "impl", "multiple_results", "grad", "transient", "callbacks_applied", "_ops", "_op0",
+                 "_fast", "_weak")
 
-    def __init__(self, name, impl, multiple_results=False, grad=None, transient=False):
+    def __init__(self, name, impl, multiple_results=False, grad=None, transient=False, callbacks_applied=None):
         if name in PRIMITIVES:
             raise ValueError(f"primitive {name!r} is already registered")
         self.name = name
@@ -64,6 +69,7 @@ class Primitive:
         self._fast = {}
         self._op0 = None
         self.transient = transient
+        self.callbacks_applied = callbacks_applied
         self._weak = weakref.WeakValueDictionary()  # transient ops (see ``transient``)
         PRIMITIVES[name] = self
 

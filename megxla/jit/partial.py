@@ -4,11 +4,90 @@
 from __future__ import annotations
 
 import functools
+import weakref
 
+import jax
+import numpy as np
+
+from ..autodiff import grad_manager as _grad_manager
+from ..core._dispatch import push_interpreter, pop_interpreter, current_interpreter
+from ..core._op import Primitive
+from ..core._tensor import Tensor
 from . import _state
-from .tracing import trace
+from ._recording import Recorder, make_replay
+from .tracing import trace, _Graph
 
 __all__ = ["partial_trace"]
+
+
+class _CallbackGraph(_Graph):
+    """A compiled forward whose backward also runs the GradManager callbacks recorded for some inputs
+    (``callbacks``: ``{input index: chain(param, grad) -> grad}``, pure JAX functions)."""
+
+    def __init__(self, replay, name, callbacks):
+        super().__init__(replay, name)
+        self.callbacks = callbacks
+
+
+def _graph_grad(params, primals, cts):
+    # jax.vjp of the same replay as xla_graph's, then each recorded callback chain on its input's gradient:
+    # the callbacks' ops are part of the compiled backward, their Python ran once, while recording.
+    graph = params["graph"]
+    _, pull = jax.vjp(graph.replay, *primals)
+    grads = list(pull(tuple(cts)))
+    for i, chain in graph.callbacks.items():
+        grads[i] = chain(primals[i], grads[i])
+    return grads
+
+
+XLA_GRAPH_GMCALLBACK = Primitive("xla_graph_gmcallback", lambda *arrays, graph: graph.replay(*arrays),
+                                 multiple_results=True, grad=_graph_grad, transient=True,
+                                 callbacks_applied=lambda params: frozenset(params["graph"].callbacks))
+
+# id(tensor) -> [(weakref to the tensor, weakref to the recording _Entry, state index)]: inputs of recorded
+# partial traces (trace_gmcallback=True) whose GradManager callbacks have not been recorded yet.
+_WAITING: dict = {}
+
+
+def _record_callbacks(t, g, callbacks):
+    """``GradManager`` callback runner: for an input of a partial trace that waits for its callbacks, run them
+    (their side effects happen, as on any eager backward) under a recorder, and keep the recording as a pure
+    function ``chain(param, grad)`` for the partial trace's compiled backward."""
+    waiting = _WAITING.pop(id(t), None)
+    if not waiting or current_interpreter() is not None:
+        return None
+    entries = [(e, i) for tref, eref, i in waiting for e in (eref(),) if tref() is t and e is not None]
+    if not entries:
+        return None
+    recorder = Recorder([t, g], capture_as_const=True, what="partial_trace (GradManager callback)")
+    push_interpreter(recorder)
+    try:
+        out = g
+        for cb in callbacks:
+            out = cb(t, out)
+    finally:
+        pop_interpreter()
+    chain = None
+    rec = recorder.rec
+    if isinstance(out, Tensor) and not rec.reads and not rec.hyper and out.shape == g.shape:
+        chain = _chain(rec, out._vid)
+    for entry, i in entries:
+        entry.gm_callbacks[i] = chain  # None: not compilable (it read values on the host): stays eager
+    return out
+
+
+def _chain(rec, out_vid):
+    consts = list(rec.consts.items())
+    replay = make_replay(rec.ops, rec.input_vids[:2] + [v for v, _ in consts], [out_vid])
+    arrays = [a for _, a in consts]
+
+    def chain(param, grad):
+        return replay(param, grad, *arrays)[0]
+
+    return chain
+
+
+_grad_manager.callback_runners.append(_record_callbacks)
 
 
 class _PartialTrace(trace):
@@ -18,7 +97,7 @@ class _PartialTrace(trace):
     _donate = False  # its inputs may be held by an outer GradManager's tape
     _allow_external = False
 
-    def __init__(self, function, backend="default", trace_gmcallback=False, **options):
+    def __init__(self, function, backend="default", trace_gmcallback=True, **options):
         super().__init__(function, **options)
         self.backend = backend
         self.trace_gmcallback = trace_gmcallback
@@ -36,11 +115,44 @@ class _PartialTrace(trace):
                 entry, out = self._record(args, kwargs, state, sig)
                 if entry is not None:
                     self._sig = sig
+                    if self.trace_gmcallback:
+                        self._wait_for_callbacks(entry, state[:-1])
                 return out
             return self._call_variants(variants, args, kwargs, state, sig)
 
+    def _wait_for_callbacks(self, entry, tensors):
+        # The gradients of these inputs meet their GradManager callbacks in the backward that follows this
+        # recording call: record the callbacks there (_record_callbacks), compile them in at the next call.
+        entry.gm_callbacks = {}
+        ref = weakref.ref(entry)
+        for i, t in enumerate(tensors):
+            if np.dtype(t.dtype).kind == "f":
+                _WAITING.setdefault(id(t), []).append((weakref.ref(t), ref, i))
 
-def partial_trace(func=None, *, backend="default", without_host=True, trace_gmcallback=False, **trace_options):
+    def _compile(self, entry):
+        super()._compile(entry)
+        chains = getattr(entry, "gm_callbacks", None)
+        for key in [k for k, w in _WAITING.items() if any(eref() is entry for _, eref, _ in w)]:
+            _WAITING[key] = [w for w in _WAITING[key] if w[1]() is not entry]
+            if not _WAITING[key]:
+                del _WAITING[key]
+        if not chains:
+            return
+        seg = entry.segments[0]
+        position = {v: k for k, v in enumerate(seg.in_vids)}
+        callbacks = {}
+        for i, chain in chains.items():
+            k = position.get(entry.rec.input_vids[i])
+            if chain is not None and k is not None:
+                callbacks[k] = chain
+        if not callbacks:
+            return
+        kernel = entry.graph_op._kernel
+        entry.graph_op = XLA_GRAPH_GMCALLBACK.bind(graph=_CallbackGraph(seg.run, self.__name__, callbacks))
+        entry.graph_op._kernel = kernel
+
+
+def partial_trace(func=None, *, backend="default", without_host=True, trace_gmcallback=True, **trace_options):
     """Compile ``func`` into one op of the surrounding eager program, with a compiled backward.
 
     The first call records ``func`` eagerly; the next compiles it; later calls with the same signature run
@@ -52,8 +164,11 @@ def partial_trace(func=None, *, backend="default", without_host=True, trace_gmca
         func: the function (e.g. ``type(model).forward``, ``type(optimizer)._updates``).
         backend: ``"xla"`` (``"default"`` is the same here: XLA is the only backend).
         without_host: must be True.
-        trace_gmcallback: GradManager callbacks of parameters used inside run on the gradients that the
-            compiled backward returns (eagerly, as part of ``gm.backward``); accepted for compatibility.
+        trace_gmcallback: the GradManager callbacks of the inputs (parameters) are part of the compiled
+            backward: they run in Python during the recording call's ``gm.backward`` (which records them),
+            later calls apply their recorded ops inside the executable and ``gm.backward`` does not call them
+            again (MegEngine: "side effects only while tracing"). A callback that reads values on the host
+            stays eager. False: the callbacks run in Python on every backward.
         trace_options: ``capture_as_const`` and the other :class:`trace` options.
 
     Returns:
