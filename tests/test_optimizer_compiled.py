@@ -55,6 +55,28 @@ def test_sgd_momentum_change_between_compiled_calls():
             np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6, err_msg=f"step {i}")
 
 
+@pytest.mark.parametrize("tracer", [xla_trace, lambda f: trace(f, symbolic=True), trace])
+@pytest.mark.parametrize("cls", [optim.SGD, optim.Adam])
+def test_zero_weight_decay_is_left_out_and_a_change_from_zero_records_again(tracer, cls):
+    # A zero weight decay adds no term to the compiled update (a memory pass over every gradient less); the
+    # step depends on that fact, so setting it non-zero records again, and back to zero reuses the first
+    # recording. Non-zero values are graph inputs (a schedule does not record again).
+    x = mge.Tensor(np.arange(6, dtype="float32").reshape(2, 3) / 6)
+    ref, model = _model(), _model()
+    ref_opt, opt = cls(ref.parameters(), lr=0.05), cls(model.parameters(), lr=0.05)
+    step = tracer(_sgd_step)
+    wds = [0.0, 0.0, 0.0, 0.1, 0.1, 0.2, 0.0, 0.0]
+    for i, wd in enumerate(wds):
+        for o in (ref_opt, opt):
+            o.param_groups[0]["weight_decay"] = wd
+        _sgd_step(ref, ref_opt, x)
+        step(model, opt, x)
+        for a, b in zip(_snapshot(ref, ref_opt), _snapshot(model, opt)):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6, err_msg=f"step {i}")
+    if tracer is xla_trace:
+        assert step.num_compiled == 2  # wd == 0 and wd != 0; 0.1 -> 0.2 and back to 0 compile nothing
+
+
 def test_sgd_nesterov_is_an_input_of_the_compiled_step():
     x = mge.Tensor(np.ones((2, 3), "float32"))
     ref, model = _model(), _model()

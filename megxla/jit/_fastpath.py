@@ -114,6 +114,9 @@ class Plan:
         entry = self.entry
         if entry.gms and not _gms_current(entry):
             return MISS
+        for check, value in entry.rec.host_checks:
+            if check() != value:
+                return MISS
         st = self.state[:]
         for p, i in self.arg_slots:
             st[i] = vals[p]

@@ -35,6 +35,8 @@ class Recording:
         hyper: ``{vid: getter}`` values re-read from Python state at every call (optimizer hyper-parameters).
         exclude_at: positions (ops run before) of the ``exclude_from_trace`` blocks.
         grad_inputs: ``[(state index, vid)]`` the ``.grad`` values present at call start.
+        host_checks: ``[(check, value)]`` host facts the recorded ops depend on (``uses``: is a weight decay
+            zero?): a compiled call runs this recording only while every ``check()`` still equals ``value``.
     """
 
     def __init__(self, state_tensors):
@@ -49,6 +51,7 @@ class Recording:
         self.exclude_ranges: list = []
         self.exclude_at: list = []
         self.externals: list = []  # weak references to tensors from the enclosing scope (trace only)
+        self.host_checks: list = []
 
 
 _PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
@@ -168,6 +171,11 @@ class Recorder:
         if guard:
             self.host_reads.append((t._vid, t._data, user_where()))
         return t._data
+
+    def host_check(self, check, value):
+        """The ops recorded from here on depend on ``check() == value`` (a Python fact, e.g. a hyper-parameter
+        being zero): compiled calls check it on the host and record again when it changed."""
+        self.rec.host_checks.append((check, value))
 
     def host_input(self, t, getter):
         """Mark ``t`` (made in the body from Python state) as re-read via ``getter()`` at every call."""

@@ -119,6 +119,13 @@ class _GuardMismatch(Exception):
         self.values, self.index = values, index
 
 
+def _host_checks_hold(entry):
+    for check, value in entry.rec.host_checks:
+        if check() != value:
+            return False
+    return True
+
+
 def _same(a, b):
     a, b = np.asarray(a), np.asarray(b)
     if a.shape != b.shape or a.dtype != b.dtype:
@@ -390,6 +397,8 @@ class trace:
             if entry.gms and not _gms_current(entry):  # a GradManager attached more since: record again
                 variants.remove(entry)
                 continue
+            if entry.rec.host_checks and not _host_checks_hold(entry):
+                continue  # recorded for another value of a Python fact the ops depend on (a zero weight decay)
             if entry.grad_key is not None and entry.grad_key != _grad_key(st):
                 # recorded with other ``.grad`` tensors present: accumulating into an existing gradient and
                 # computing a fresh one are different steps (a variant of the same signature)
@@ -1066,6 +1075,9 @@ class _Replayer:
                            "data unreadable")
             self.env.update(zip(seg.out_vids, seg.executable(*arrays)))
             self.next_segment += 1
+
+    def host_check(self, check, value):
+        pass  # the call chose this recording because its host checks hold (_call_variants)
 
     def read(self, t, guard=True):
         value = self._materialize(t)

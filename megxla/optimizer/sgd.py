@@ -6,8 +6,7 @@ from typing import Iterable, Union
 import jax.numpy as jnp
 
 from ..core._tensor import Parameter
-from ._group_update import select
-from .optimizer import Optimizer, host_scalar, hyper_tensor, uses
+from .optimizer import Optimizer, host_fact, hyper_tensor, uses
 
 __all__ = ["SGD"]
 
@@ -72,49 +71,36 @@ class SGD(Optimizer):
             for param in params:  # momentum was 0 when the group was created and changed without assignment
                 if "momentum_buffer" not in self._state.get(param, {}):
                     self._add_state(param, "momentum_buffer")
-        # NOTE: with the slot present, momentum and nesterov are inputs (a compiled step re-reads them) and the
-        # rule selects on momentum != 0, as MegEngine's ``if momentum != 0`` does eagerly.
+        # MegEngine's ``if momentum != 0`` (the buffer is left as it is at momentum 0) and ``if nesterov``: facts
+        # a compiled step depends on (it records again when one changes); the momentum value is a graph input.
         has_slot = all("momentum_buffer" in self._state.get(p, {}) for p in params)
-        slot_lists = [(self._state[p]["momentum_buffer"],) if has_slot else () for p in params]
-        if has_slot:
+        on = has_slot and uses(param_group, "momentum")
+        nesterov = on and host_fact(lambda: bool(self.nesterov))
+        slot_lists = [(self._state[p]["momentum_buffer"],) if on else () for p in params]
+        if on:
             hypers.append(hyper_tensor(param_group, "momentum", owner=owner))
-            hypers.append(host_scalar(lambda: float(bool(self.nesterov)), "float32", (id(self), "nesterov")))
-        return (use_wd, has_slot), hypers, slot_lists
+        return (use_wd, on, nesterov), hypers, slot_lists
 
 
 def _nonzero(value):
     return float(value) != 0.0
 
 
-def _sgd_prepare(flags, hypers):
-    """Once per group: ``momentum != 0`` and ``nesterov != 0`` as 0-d predicates (the rule selects on them)."""
-    if not flags[1]:
-        return hypers
-    i = 2 if flags[0] else 1
-    momentum, nesterov = hypers[i], hypers[i + 1]
-    return (*hypers[:i], momentum, momentum != 0.0, nesterov != 0.0)
-
-
 def _sgd_rule(flags, hypers, p, g, slots):
-    """SGD on arrays: ``flags = (weight decay term, momentum slot)``; hypers (after :func:`_sgd_prepare`)
-    ``lr[, wd][, momentum, momentum != 0, nesterov != 0]``."""
-    use_wd, has_slot = flags
+    """SGD on arrays: ``flags = (weight decay term, momentum, nesterov)``; hypers ``lr[, wd][, momentum]``."""
+    use_wd, on, nesterov = flags
     lr = hypers[0]
-    i = 1
     if use_wd:
         g = g + p * hypers[1]
-        i = 2
-    if not has_slot:
+    if not on:
         return p - lr * g, ()
-    momentum, on, nesterov = hypers[i:i + 3]
-    v = slots[0]
+    momentum = hypers[-1]
     # NOTE: momentum broadcast once, used twice (JAX's lowering does not share the broadcasts of ``v * m`` and
     # ``new_v * m``); same values, one op less per parameter.
-    m = jnp.broadcast_to(momentum, v.shape)
-    new_v = select(on, v * m + g, v)
-    d = select(on, select(nesterov, g + new_v * m, new_v), g)
+    m = jnp.broadcast_to(momentum, slots[0].shape)
+    new_v = slots[0] * m + g
+    d = g + new_v * m if nesterov else new_v
     return p - lr * d, (new_v,)
 
 
-_sgd_rule.prepare = _sgd_prepare
 SGD._rule = staticmethod(_sgd_rule)
