@@ -7,7 +7,7 @@ import weakref
 
 import numpy as np
 
-from ..core import _dispatch
+from ..core import _dispatch, _registry
 from ..core._dispatch import apply, wrap
 from ..core._op import VJP
 from ..core._tensor import Tensor
@@ -20,10 +20,6 @@ __all__ = ["GradManager"]
 _SUSPENDED = [0]
 # The autodiff.Function whose node is being applied (read by _record to link the tape record to it).
 _PENDING = [None]
-# Upper layers may run an attached tensor's callbacks themselves: ``runner(tensor, grad, callbacks)`` returns the
-# new gradient, or None to leave it to the plain loop. ``jit.partial_trace(trace_gmcallback=True)`` records the
-# callbacks this way while its recording call's backward runs, to compile them into its backward.
-callback_runners: list = []
 
 
 class _Attached:
@@ -223,7 +219,9 @@ class GradManager:
 
 
 def _run_callbacks(t, g, callbacks):
-    for runner in callback_runners:
+    # (jit.partial_trace(trace_gmcallback=True) registers one: it records the callbacks while its recording
+    # call's backward runs them, to compile them into its backward; core._registry)
+    for runner in _registry.callback_runners():
         out = runner(t, g, callbacks)
         if out is not None:
             return out

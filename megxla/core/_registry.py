@@ -14,6 +14,8 @@ import time:
   cached plan can check one integer instead of re-walking all state.
 * **gradient gates** (:func:`set_grad_gate` / :func:`grad_gate`): a 0-d bool Tensor attached to gradient
   values (by ``GradScaler`` inside a compiled step) that tells the optimizer to skip its update in-graph.
+* **callback runners** (:func:`register_callback_runner` / :func:`callback_runners`): functions that may run a
+  GradManager's callbacks of one tensor themselves (``jit.partial_trace`` records them to compile them in).
 
 Example:
     >>> from megxla.core import _registry
@@ -23,7 +25,7 @@ Example:
 from __future__ import annotations
 
 __all__ = ["register_implicit_state", "implicit_state", "register_state_walker", "state_walker",
-           "bump_epoch", "epoch", "set_grad_gate", "grad_gate"]
+           "bump_epoch", "epoch", "set_grad_gate", "grad_gate", "register_callback_runner", "callback_runners"]
 
 # ---- implicit state ---------------------------------------------------------------------------------------
 _IMPLICIT: dict = {}
@@ -140,3 +142,29 @@ def grad_gate(grad):
     if grad is None or not _GATES:
         return None
     return _GATES.get(grad._vid)
+
+
+# ---- GradManager callback runners ------------------------------------------------------------------------------
+_CALLBACK_RUNNERS: list = []
+
+
+def register_callback_runner(runner):
+    """Register ``runner(tensor, grad, callbacks) -> new grad or None``: ``GradManager.backward`` asks each
+    runner before calling an attached tensor's callbacks itself (None: not this runner's tensor).
+
+    Example:
+        >>> register_callback_runner(lambda t, g, cbs: None); len(callback_runners()) > 0
+        True
+    """
+    if runner not in _CALLBACK_RUNNERS:
+        _CALLBACK_RUNNERS.append(runner)
+
+
+def callback_runners() -> list:
+    """The registered callback runners, in registration order.
+
+    Example:
+        >>> isinstance(callback_runners(), list)
+        True
+    """
+    return _CALLBACK_RUNNERS

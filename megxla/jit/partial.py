@@ -9,7 +9,7 @@ import weakref
 import jax
 import numpy as np
 
-from ..autodiff import grad_manager as _grad_manager
+from ..core import _registry
 from ..core._dispatch import push_interpreter, pop_interpreter, current_interpreter
 from ..core._op import Primitive
 from ..core._tensor import Tensor
@@ -87,7 +87,7 @@ def _chain(rec, out_vid):
     return chain
 
 
-_grad_manager.callback_runners.append(_record_callbacks)
+_registry.register_callback_runner(_record_callbacks)
 
 
 class _PartialTrace(trace):
