@@ -53,12 +53,16 @@ class Primitive:
             ``grad`` computes them, already went through the GradManager's callbacks of those inputs (a
             ``partial_trace`` with ``trace_gmcallback``: the callbacks were recorded into its compiled backward),
             so ``GradManager.backward`` does not run them again in Python.
+        eager_kernel: optional ``eager_kernel(**params) -> callable or None``: the op's eager kernel where
+            ``jax.jit`` of ``impl`` cannot be it (a transfer to another device: inside a jit, ``device_put`` to a
+            device other than the computation's is not a transfer); None: the jitted ``impl``.
     """
 
-    __slots__ = ("name", "impl", "multiple_results", "grad", "transient", "callbacks_applied", "_ops", "_op0",
-                 "_fast", "_weak")
+    __slots__ = ("name", "impl", "multiple_results", "grad", "transient", "callbacks_applied", "eager_kernel",
+                 "_ops", "_op0", "_fast", "_weak")
 
-    def __init__(self, name, impl, multiple_results=False, grad=None, transient=False, callbacks_applied=None):
+    def __init__(self, name, impl, multiple_results=False, grad=None, transient=False, callbacks_applied=None,
+                 eager_kernel=None):
         if name in PRIMITIVES:
             raise ValueError(f"primitive {name!r} is already registered")
         self.name = name
@@ -70,6 +74,7 @@ class Primitive:
         self._op0 = None
         self.transient = transient
         self.callbacks_applied = callbacks_applied
+        self.eager_kernel = eager_kernel
         self._weak = weakref.WeakValueDictionary()  # transient ops (see ``transient``)
         PRIMITIVES[name] = self
 
@@ -151,6 +156,8 @@ class Op:
         when a size overflows int64).
         """
         k = self._kernel
+        if k is None and self.prim.eager_kernel is not None:
+            k = self._kernel = self.prim.eager_kernel(**dict(self.params))
         if k is None:
             fn = self.fn
             ref = weakref.ref(self)  # no op <-> kernel cycle: a transient op is freed when its owner drops it

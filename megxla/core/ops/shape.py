@@ -35,10 +35,22 @@ def _tensor_copy(x, *, dtype, device):
     return jax.lax.stop_gradient(x)
 
 
+def _eager_transfer(device):
+    # Eagerly a real transfer (and a new buffer, never an alias of the source): inside jax.jit a device_put to
+    # another device than the computation's is not one (on a GPU machine ``x.to("cpu0")`` stayed on gpu0).
+    return lambda x: jax.device_put(x, device, may_alias=False)
+
+
+def _eager_tensor_copy(dtype, device):
+    if device is None:
+        return None  # the jitted copy
+    return lambda x: jax.device_put(x if dtype is None else x.astype(dtype), device, may_alias=False)
+
+
 # Tensor.to / F.copy(x, device): the device transfer as an op, so traces follow the moved value. ``device`` is a
 # jax Device (hashable, static).
-device_put = Primitive("device_put", _device_put)
-tensor_copy = Primitive("tensor_copy", _tensor_copy)
+device_put = Primitive("device_put", _device_put, eager_kernel=_eager_transfer)
+tensor_copy = Primitive("tensor_copy", _tensor_copy, eager_kernel=_eager_tensor_copy)
 
 
 def _pad(x, *, pad_width, mode, constant_value):
