@@ -6,6 +6,7 @@ half away from zero (``std::round``), and the gradients are the straight-through
 not the derivative of ``round`` (which is zero almost everywhere). They are given as ``grad`` rules because
 ``jax.vjp`` of the forward would give exactly that useless zero.
 """
+import functools
 import math
 
 import jax
@@ -123,10 +124,28 @@ def _qconv2d(x, w, b, x_zp, *, stride, padding, dilation, groups):
     wi = w.astype(jnp.int32)
     if wi.ndim == 5:  # (G, O/G, C/G, kh, kw) -> (O, C/G, kh, kw)
         wi = wi.reshape((-1,) + wi.shape[2:])
-    acc = jax.lax.conv_general_dilated(xi, wi, stride, [(p, p) for p in padding], rhs_dilation=dilation,
-                                       feature_group_count=groups, dimension_numbers=("NCHW", "OIHW", "NCHW"),
-                                       preferred_element_type=jnp.int32)
+    conv = functools.partial(jax.lax.conv_general_dilated, window_strides=stride,
+                             padding=[(p, p) for p in padding], rhs_dilation=dilation, feature_group_count=groups,
+                             dimension_numbers=("NCHW", "OIHW", "NCHW"))
+    if jax.default_backend() == "cpu":
+        acc = conv(xi, wi, preferred_element_type=jnp.int32)
+    else:
+        acc = _exact_int_conv(conv, xi, wi)
     return acc + b.astype(jnp.int32).reshape(1, -1, 1, 1)
+
+
+def _exact_int_conv(conv, xi, wi):
+    """The integer convolution of ``xi`` (|x| < 2**9) and ``wi`` (|w| < 2**8) from float32 convolutions, where
+    XLA cannot lower integer ones (GPU: cuDNN has none). Each operand is split into 4-bit digits
+    (``v = 16 * hi + lo``, lo in [0, 16)), so every product of digits is below 2**8 in magnitude and every sum of
+    up to 2**16 of them (C * kh * kw) is exact in float32; the four digit products come from two convolutions
+    (both activation digits stacked on the batch axis) and are combined exactly in int32."""
+    n = xi.shape[0]
+    xs = jnp.concatenate([xi >> 4, xi & 15]).astype(jnp.float32)
+    w_hi, w_lo = (wi >> 4).astype(jnp.float32), (wi & 15).astype(jnp.float32)
+    by_hi = jnp.round(conv(xs, w_hi, precision=jax.lax.Precision.HIGHEST)).astype(jnp.int32)
+    by_lo = jnp.round(conv(xs, w_lo, precision=jax.lax.Precision.HIGHEST)).astype(jnp.int32)
+    return (by_hi[:n] * 256 + (by_hi[n:] + by_lo[:n]) * 16) + by_lo[n:]
 
 
 def _qlinear(x, w, b, x_zp):
