@@ -72,8 +72,15 @@ def _flops(module, inputs):
         return [t._data for t in _tensors(outs)]
 
     try:
-        lowered = jax.jit(fn).lower(*[jax.ShapeDtypeStruct(t.shape, t.dtype) for t in inputs])
-        cost = lowered.cost_analysis()
+        # Counted on the CPU backend wherever the model runs: FLOPs are a property of the model, and on a GPU
+        # XLA's pre-compilation cost analysis reported 0 for convolutions.
+        try:
+            cpu = jax.devices("cpu")[0]
+        except RuntimeError:
+            cpu = None
+        with jax.default_device(cpu):
+            lowered = jax.jit(fn).lower(*[jax.ShapeDtypeStruct(t.shape, t.dtype) for t in inputs])
+            cost = lowered.cost_analysis()
     finally:  # a forward that updates state (BatchNorm statistics, RNG) must leave no tracer behind
         for t, data, vid in state:
             t._data, t._vid = data, vid
