@@ -9,6 +9,7 @@ and examples needing files or a network are left out; imports of ``megengine.x``
 import doctest
 import warnings
 
+import jax
 import numpy as np
 import pytest
 
@@ -111,12 +112,14 @@ dtype('float32')
 
 def test_tensor_device():
     # The page's CUDA-driver log lines are MegEngine's start-up chatter on a CPU machine, not part of the API.
-    run("""
+    # On a GPU machine MegEngine's xpux is gpu0 (the page ran on a CPU one).
+    first = "gpu0" if jax.default_backend() == "gpu" else "cpu0"
+    run(f"""
 >>> megengine.get_default_device()
 'xpux'
 >>> a = megengine.Tensor([1., 2., 3.])
 >>> a.device
-CompNode("cpu0:0" from "xpux:0")
+CompNode("{first}:0" from "xpux:0")
 >>> megengine.set_default_device("cpux")
 >>> megengine.get_default_device()
 'cpux'

@@ -235,4 +235,9 @@ def test_second_eager_step_compiles_nothing():
             opt.step().clear_grad()
             loss.numpy()
         counts.append(c.n)
-    assert counts[1] == 0 and counts[2] == 0, counts
+    # On an accelerator the first draws of a random op (per shape, counted in the process) are made on the host
+    # (no compile on a cold start) and then the op's device kernel takes over (core/ops/random.py,
+    # _EXACT_AFTER): one compile, once, in whichever step makes that draw.
+    import jax
+    allowed = 1 if jax.default_backend() != "cpu" else 0
+    assert counts[1] + counts[2] <= allowed, counts

@@ -3,6 +3,7 @@
 import pickle
 import warnings
 
+import jax
 import numpy as np
 import pytest
 
@@ -35,11 +36,12 @@ def test_parameter_repr():
 
 def test_device_is_a_compnode():
     x = Tensor([1.0])
-    # MegEngine gives: CompNode("cpu0:0" from "xpux:0")
-    assert repr(x.device) == 'CompNode("cpu0:0" from "xpux:0")'
+    # MegEngine gives: CompNode("cpu0:0" from "xpux:0") on a CPU machine, "gpu0:0" from "xpux:0" with a GPU
+    phys = "gpu0" if jax.default_backend() == "gpu" else "cpu0"
+    assert repr(x.device) == f'CompNode("{phys}:0" from "xpux:0")'
     assert str(x.device) == "xpux:0"
-    assert x.device.logical_name == "xpux:0" and x.device.physical_name == "cpu0:0"
-    assert x.device == "cpu0" and x.device == "xpux" and x.device == "cpu0:0" and x.device != "cpu0:1"
+    assert x.device.logical_name == "xpux:0" and x.device.physical_name == f"{phys}:0"
+    assert x.device == phys and x.device == "xpux" and x.device == f"{phys}:0" and x.device != f"{phys}:1"
     assert x.device == Tensor([2]).device and hash(x.device) == hash(Tensor([2]).device)
     assert pickle.loads(pickle.dumps(x.device)) == x.device
     # a CompNode is accepted wherever a device name is

@@ -370,6 +370,9 @@ def test_allocation_failure_in_xla_is_out_of_memory_error(monkeypatch):
     from megxla.core import _op
     from megxla.core._dispatch import OutOfMemoryError
     import jax
+    if jax.default_backend() != "cpu":
+        pytest.skip("XLA:GPU reports a failed allocation when the result is used, not at dispatch; the size check "
+                    "before XLA (test_huge_outputs_raise_before_xla) covers GPUs")
     monkeypatch.setitem(_op._MEMORY_LIMIT, jax.default_backend(), 1 << 62)  # let the output reach XLA
     with pytest.raises(OutOfMemoryError, match="out of device memory"):
         F.zeros((2 ** 23, 2 ** 23))  # 256 TiB: more than a 64-bit process can map, even with overcommit
