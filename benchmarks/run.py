@@ -101,6 +101,12 @@ def _torch():
         import torch
     except ImportError:
         return None
+    if DEVICE["name"] == "gpu":
+        # Same arithmetic in every column: megxla and the jax.jit step compute float32 convolutions and matmuls in
+        # full float32 (megxla.config.matmul_precision "highest"); PyTorch's default lets cuDNN convolutions use
+        # TF32 (torch.backends.cudnn.allow_tf32), which alone would halve its conv-net times on an H100.
+        torch.backends.cudnn.allow_tf32 = DEVICE.get("tf32", False)
+        torch.backends.cuda.matmul.allow_tf32 = DEVICE.get("tf32", False)
     return torch
 
 
@@ -131,6 +137,8 @@ def environment(threads):
         except RuntimeError:
             pass
         info["torch"] = torch.__version__
+        if DEVICE["name"] == "gpu":
+            info["torch_tf32"] = bool(torch.backends.cudnn.allow_tf32)
         info["torch_threads"] = torch.get_num_threads()
     else:
         info["torch"] = None
@@ -507,6 +515,9 @@ def render(meta, workloads, columns, results, overhead, targets):
              + (f", torch.set_num_threads({meta.get('torch_threads')})" if meta.get("torch") else "") + ")")
     L.append(f"- device: {meta.get('device', 'cpu')}" + (f" ({meta['gpu']})" if meta.get("gpu") else ""))
     L.append(f"- jax {meta['jax']} ({meta['jax_backend']}), numpy {meta['numpy']}, torch {meta.get('torch') or 'not installed'}")
+    if "torch_tf32" in meta:
+        L.append(f"- float32 arithmetic: full float32 in the megxla and jax.jit columns; PyTorch TF32 "
+                 f"(cudnn/cuda allow_tf32): {meta['torch_tf32']} (PyTorch's own default lets cuDNN convolutions use TF32)")
     L.append(f"- steps: {meta['steps_note']}; "
              + ("columns timed one after another" if meta.get("sequential") else
                 "the megxla / JAX columns of a workload timed in interleaved rounds (one step of each per "
