@@ -22,6 +22,8 @@ MegEngine 1.13's names, mapped onto JAX/XLA's own engines:
   ``MEGXLA_COMPILATION_CACHE=0`` (or ``compilation_cache = False``) turns it off. JAX writes entries atomically, so
   processes may share the directory. Every executable is cached, however small or quick to compile: eager
   kernels are many and each costs a compile on the way to the first step.
+- ``compilation_cache_max_size`` (megxla extension, 4 GiB; ``MEGXLA_COMPILATION_CACHE_MAX_SIZE``): bytes the
+  cache directory may hold; JAX deletes the least recently used entries beyond it. -1: no limit.
 - ``async_level`` (2), ``benchmark_kernel`` (False), ``benchmark_with_subprocess`` (False),
   ``disable_memory_forwarding`` (False), ``_conv_format`` ("default"), ``_auto_format_convert`` (False): accepted
   and validated for MegEngine code. JAX dispatch is always asynchronous (``async_level`` 2), XLA autotunes GPU
@@ -90,8 +92,10 @@ def _set_xla_flag(flag: str, on: bool):
     os.environ["XLA_FLAGS"] = " ".join(flags)
 
 
-def _apply_cache(enabled: bool, path: str | None):
+def _apply_cache(enabled: bool, path: str | None, max_size: int | None = None):
     from jax._src import compilation_cache as cc
+    if max_size is not None:
+        jax.config.update("jax_compilation_cache_max_size", int(max_size))
     if enabled and path:
         jax.config.update("jax_compilation_cache_dir", path)
         # cache every executable: eager first calls compile many small kernels, each worth keeping
@@ -172,6 +176,14 @@ def _set_cache_dir(mod, value):
     return value
 
 
+def _set_cache_max_size(mod, value):
+    if isinstance(value, bool) or not isinstance(value, int) or value < -1:
+        raise ValueError(f"megxla.config.compilation_cache_max_size must be a number of bytes >= 0, or -1 (no "
+                         f"limit), got {value!r}")
+    _apply_cache(mod.__dict__.get("compilation_cache", False), mod.__dict__.get("compilation_cache_dir"), value)
+    return value
+
+
 def _set_checked_indexing(mod, value):
     value = _bool("checked_indexing")(mod, value)
     from .core import _indexing
@@ -192,6 +204,7 @@ _SETTERS = {
     "matmul_precision": _set_matmul_precision,
     "compilation_cache": _set_cache,
     "compilation_cache_dir": _set_cache_dir,
+    "compilation_cache_max_size": _set_cache_max_size,
 }
 
 async_level = 2
@@ -215,6 +228,7 @@ _jax_dir = jax.config.jax_compilation_cache_dir
 _mod.compilation_cache_dir = _jax_dir if _jax_dir and "MEGXLA_COMPILATION_CACHE_DIR" not in os.environ \
     else default_cache_dir()
 del _jax_dir
+_mod.compilation_cache_max_size = int(os.environ.get("MEGXLA_COMPILATION_CACHE_MAX_SIZE", 4 << 30))
 _mod.compilation_cache = _env_flag("MEGXLA_COMPILATION_CACHE", True)
 _mod.checked_indexing = _env_flag("MEGXLA_CHECKED_INDEXING", False)
 del _mod

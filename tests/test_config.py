@@ -116,6 +116,23 @@ def test_compilation_cache_switches(tmp_path):
         c.compilation_cache = old_on
 
 
+def test_compilation_cache_size_is_bounded(tmp_path):
+    # JAX's LRU eviction: a process that compiles more than the limit leaves at most the limit on disk
+    code = """
+        import json, os, megxla, megxla.functional as F
+        assert megxla.config.compilation_cache_max_size == 60000
+        for n in range(1, 30):
+            F.exp(megxla.Tensor([1.0] * n)).numpy()
+        d = megxla.config.compilation_cache_dir
+        print(json.dumps(sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(d) for f in fs)))
+    """
+    size, _ = _run(code, MEGXLA_COMPILATION_CACHE_DIR=str(tmp_path / "c"), MEGXLA_COMPILATION_CACHE_MAX_SIZE="60000")
+    assert 0 < size <= 60000 + 20000, size  # (an entry's access-time file is written beside it)
+    assert megxla.config.compilation_cache_max_size == 4 << 30
+    with pytest.raises(ValueError, match="compilation_cache_max_size"):
+        megxla.config.compilation_cache_max_size = -5
+
+
 _STEP = """
     import json, time
     t0 = time.perf_counter()
