@@ -22,8 +22,10 @@ MegEngine 1.13's names, mapped onto JAX/XLA's own engines:
   ``MEGXLA_COMPILATION_CACHE=0`` (or ``compilation_cache = False``) turns it off. JAX writes entries atomically, so
   processes may share the directory. Every executable is cached, however small or quick to compile: eager
   kernels are many and each costs a compile on the way to the first step.
-- ``compilation_cache_max_size`` (megxla extension, 4 GiB; ``MEGXLA_COMPILATION_CACHE_MAX_SIZE``): bytes the
-  cache directory may hold; JAX deletes the least recently used entries beyond it. -1: no limit.
+- ``compilation_cache_max_size`` (megxla extension, -1 = no limit; ``MEGXLA_COMPILATION_CACHE_MAX_SIZE``): bytes
+  the cache directory may hold; JAX deletes the least recently used entries beyond it. Off by default because
+  JAX's eviction lists the whole directory on every write (eager first calls write many small entries) and
+  needs the access-time files it keeps only while a limit is set: give a limited cache its own directory.
 - ``async_level`` (2), ``benchmark_kernel`` (False), ``benchmark_with_subprocess`` (False),
   ``disable_memory_forwarding`` (False), ``_conv_format`` ("default"), ``_auto_format_convert`` (False): accepted
   and validated for MegEngine code. JAX dispatch is always asynchronous (``async_level`` 2), XLA autotunes GPU
@@ -228,7 +230,7 @@ _jax_dir = jax.config.jax_compilation_cache_dir
 _mod.compilation_cache_dir = _jax_dir if _jax_dir and "MEGXLA_COMPILATION_CACHE_DIR" not in os.environ \
     else default_cache_dir()
 del _jax_dir
-_mod.compilation_cache_max_size = int(os.environ.get("MEGXLA_COMPILATION_CACHE_MAX_SIZE", 4 << 30))
+_mod.compilation_cache_max_size = int(os.environ.get("MEGXLA_COMPILATION_CACHE_MAX_SIZE", -1))
 _mod.compilation_cache = _env_flag("MEGXLA_COMPILATION_CACHE", True)
 _mod.checked_indexing = _env_flag("MEGXLA_CHECKED_INDEXING", False)
 del _mod
