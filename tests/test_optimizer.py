@@ -126,6 +126,12 @@ def _grads(rng, step):
     return [None if (step == 1 and i == 1) else _rand(rng, s) for i, s in enumerate(SHAPES)]
 
 
+def _slot_ids(opt):
+    # the slot Tensor objects, but Adam's step counts: one Tensor shared by a group's parameters, split when a
+    # parameter skips a step (or a loaded file gives them different counts); test_adam_step_count_is_shared
+    return {id(t) for st in opt._state.values() for k, t in st.items() if k != "step"}
+
+
 def _hyper(opt):
     return {k: v for k, v in opt.param_groups[0].items() if k != "params"}
 
@@ -147,7 +153,7 @@ def test_matches_numpy_reference(name, cls, kwargs, ref, slots):
     opts = {k: v for k, v in kwargs.items() if k in OPTS}
     np_params = [p.numpy().astype(np.float64) for p in params]
     np_state = [{} for _ in params]
-    slot_objects = {id(t) for st in opt._state.values() for t in st.values()}
+    slot_objects = _slot_ids(opt)
     for step in range(3):
         if step == 2:  # hyper-parameters are re-read from the group at every step
             opt.param_groups[0]["lr"] *= 0.5
@@ -163,7 +169,7 @@ def test_matches_numpy_reference(name, cls, kwargs, ref, slots):
         _check(opt, params, np_params, np_state, slots)
     # the same Python objects hold the new values
     assert all(a is b for a, b in zip(opt.param_groups[0]["params"], params))
-    assert {id(t) for st in opt._state.values() for t in st.values()} == slot_objects
+    assert _slot_ids(opt) == slot_objects
     assert all(p.dtype == np.float32 for p in params)
 
 
@@ -182,10 +188,10 @@ def test_state_dict_round_trip(name, cls, kwargs, ref, slots):
     params2 = [mge.Parameter(p.numpy()) for p in params]
     other = dict(kwargs, lr=0.5)
     opt2 = cls(params2, **other)
-    before = {id(t) for st in opt2._state.values() for t in st.values()}
+    before = _slot_ids(opt2)
     opt2.load_state_dict(saved)
     assert opt2.param_groups[0]["lr"] == 0.003
-    assert {id(t) for st in opt2._state.values() for t in st.values()} == before  # slots rebound in place
+    assert _slot_ids(opt2) == before  # slots rebound in place
     grads = _grads(rng, 2)
     for ps in (params, params2):
         for p, g in zip(ps, grads):
@@ -532,3 +538,35 @@ def test_docstring_examples_run():
             result = doctest.testmod(mod)
         assert result.failed == 0, name
 
+
+
+@pytest.mark.parametrize("cls", [optim.Adam, optim.AdamW])
+def test_adam_step_count_is_shared_until_a_parameter_skips_a_step(cls):
+    # One step Tensor per group (one buffer for a compiled step, not one per parameter), MegEngine's layout in
+    # state_dict; a parameter without a gradient keeps its count (its own Tensor from then on), and a file with
+    # different counts per parameter loads as such.
+    ws = [mge.Parameter(np.ones(3, "float32")) for _ in range(3)]
+    opt = cls(ws, lr=0.1)
+    steps = [opt._state[w]["step"] for w in ws]
+    assert steps[0] is steps[1] is steps[2]
+    for w in ws:
+        w.grad = mge.Tensor(np.ones(3, "float32"))
+    opt.step().clear_grad()
+    ws[0].grad = mge.Tensor(np.ones(3, "float32"))
+    ws[2].grad = mge.Tensor(np.ones(3, "float32"))
+    opt.step().clear_grad()
+    counts = [float(opt._state[w]["step"].numpy()) for w in ws]
+    assert counts == [2.0, 1.0, 2.0]
+    assert opt._state[ws[0]]["step"] is opt._state[ws[2]]["step"] is not opt._state[ws[1]]["step"]
+    sd = opt.state_dict()
+    assert [float(sd["state"][i]["step"]) for i in range(3)] == [2.0, 1.0, 2.0]
+    fresh = cls([mge.Parameter(np.ones(3, "float32")) for _ in range(3)], lr=0.1)
+    fresh.load_state_dict(sd)
+    got = [float(fresh._state[w]["step"].numpy()) for w in fresh.param_groups[0]["params"]]
+    assert got == [2.0, 1.0, 2.0]
+    same = cls([mge.Parameter(np.ones(3, "float32")) for _ in range(3)], lr=0.1)
+    sd_equal = {**sd, "state": {i: dict(st, step=np.float32(5)) for i, st in sd["state"].items()}}
+    same.load_state_dict(sd_equal)
+    ps = same.param_groups[0]["params"]
+    assert same._state[ps[0]]["step"] is same._state[ps[1]]["step"] is same._state[ps[2]]["step"]
+    assert float(same._state[ps[1]]["step"].numpy()) == 5.0

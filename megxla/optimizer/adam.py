@@ -92,7 +92,8 @@ class Adam(Optimizer):
         for param in param_group["params"]:
             self._add_state(param, "exp_avg")
             self._add_state(param, "exp_avg_sq")
-            self._add_state(param, "step", initializer=0.0)
+        # one step count for the group while its parameters step together (see _add_shared_state)
+        self._add_shared_state(param_group["params"], "step")
 
     _decoupled = False  # AdamW: the weight decay is applied to the parameter, not added to the gradient
 
@@ -102,6 +103,8 @@ class Adam(Optimizer):
         hypers = [hyper_tensor(param_group, "lr", owner=owner), *_moment_hypers(param_group, owner)]
         if use_wd:
             hypers.append(hyper_tensor(param_group, "weight_decay", owner=owner))
+        if len(params) < len(param_group["params"]):
+            self._unshare(param_group, params, "step")
         slot_lists = [(st["exp_avg"], st["exp_avg_sq"], st["step"]) for st in map(self._state.__getitem__, params)]
         return (use_wd, self._decoupled), hypers, slot_lists
 

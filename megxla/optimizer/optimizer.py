@@ -332,6 +332,39 @@ class Optimizer(metaclass=ABCMeta):
         state[state_name] = Tensor(value, dtype=dtype, device=param.device)
         _registry.bump_epoch()  # the state structure changed
 
+    def _add_shared_state(self, params, state_name, initializer=0.0, dtype="float32"):
+        """Create the 0-d slot ``state_name`` of ``params`` as ONE Tensor that they all hold (Adam's step
+        counts: equal while the parameters are updated together). A compiled step then reads and writes one
+        buffer instead of one per parameter (every buffer costs host time per call on a GPU) and XLA computes
+        the bias corrections once. The layout MegEngine saves (a slot per parameter) is unchanged; a parameter
+        whose count must diverge gets its own Tensor first (:meth:`_unshare`)."""
+        if not params:
+            return
+        shared = Tensor(np.asarray(initializer, dtype), dtype=dtype, device=params[0].device)
+        for param in params:
+            state = self._state.setdefault(param, {})
+            if state_name in state:
+                raise KeyError(f"state slot {state_name!r} already exists for this parameter")
+            state[state_name] = shared
+        _registry.bump_epoch()
+
+    def _unshare(self, param_group, updated, state_name):
+        """Before an update of only ``updated`` of the group's parameters: parameters outside it that share
+        their ``state_name`` slot Tensor with one inside it get their own copy (their count must not move)."""
+        inside = {id(p) for p in updated}
+        holders = {}
+        for p in param_group["params"]:
+            t = self._state.get(p, {}).get(state_name)
+            if t is not None:
+                holders.setdefault(id(t), []).append(p)
+        for ps in holders.values():
+            outside = [p for p in ps if id(p) not in inside]
+            if outside and len(outside) < len(ps):
+                own = Tensor(self._state[outside[0]][state_name])  # a real copy
+                for p in outside:
+                    self._state[p][state_name] = own
+                _registry.bump_epoch()
+
     @abstractmethod
     def _create_state(self, param_group):
         """Create the state slots of every parameter of ``param_group``."""
@@ -520,6 +553,7 @@ class Optimizer(metaclass=ABCMeta):
             for k, v in saved.items():
                 if k != "params":
                     dict.__setitem__(group, k, copy.copy(v))  # slots come from the saved state below
+        loaded = {}  # id(slot Tensor) -> the value loaded into it: a Tensor several parameters share (Adam's step)
         for p, slots in plan:
             if slots is None:
                 self._state.pop(p, None)
@@ -527,7 +561,18 @@ class Optimizer(metaclass=ABCMeta):
             current = self._state.get(p, {})
             new = {}
             for k, v in slots.items():
-                new[k] = current[k]._reset(v) if k in current else v
+                t = current.get(k)
+                if t is None:
+                    new[k] = v
+                    continue
+                first = loaded.get(id(t))
+                if first is None:
+                    loaded[id(t)] = v
+                    new[k] = t._reset(v)
+                elif np.array_equal(first.numpy(), v.numpy()):
+                    new[k] = t  # shared, and the saved values agree: stays shared
+                else:
+                    new[k] = v  # shared here, different in the file: this parameter gets its own slot
             self._state[p] = new
         _registry.bump_epoch()
 
