@@ -182,6 +182,12 @@ def _set_cache_max_size(mod, value):
     if isinstance(value, bool) or not isinstance(value, int) or value < -1:
         raise ValueError(f"megxla.config.compilation_cache_max_size must be a number of bytes >= 0, or -1 (no "
                          f"limit), got {value!r}")
+    if value != -1:
+        try:
+            import filelock  # noqa: F401  (JAX's bounded cache locks its directory; without it JAX disables it)
+        except ImportError:
+            raise ImportError("megxla.config.compilation_cache_max_size needs the filelock package "
+                              "(pip install filelock)") from None
     _apply_cache(mod.__dict__.get("compilation_cache", False), mod.__dict__.get("compilation_cache_dir"), value)
     return value
 
