@@ -195,3 +195,37 @@ def test_optimizer_state_dict_and_deepcopy_keep_param_groups_live():
     sd = opt2.state_dict()
     assert sd["param_groups"][0]["momentum"] == 0.9 and list(sd["state"][0]) == ["momentum_buffer"]
     assert type(sd["param_groups"][0]) is dict
+
+
+@pytest.mark.parametrize("tracer", [None, xla_trace, lambda f: trace(f, symbolic=True)])
+def test_adam_shared_step_count_splits_inside_compiled_steps(tracer):
+    # Adam's group step count is one Tensor until a parameter gets no gradient (here: the branch switches at
+    # call 3): then the idle parameters keep their count, compiled as eagerly (the split is new state: the
+    # step records again).
+    class Net(M.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.spare, self.b = M.Linear(3, 4), M.Linear(3, 4), M.Linear(4, 2)
+
+        def forward(self, x, use_spare):
+            return self.b(F.relu(self.spare(x) if use_spare else self.a(x)))
+
+    mge.random.seed(1)
+    net = Net()
+    opt = optim.Adam(net.parameters(), lr=0.01)
+    gm = GradManager().attach(net.parameters())
+
+    def step(x, net, opt, use_spare=False):
+        with gm:
+            loss = net(x, use_spare).sum()
+            gm.backward(loss)
+        opt.step().clear_grad()
+        return loss
+
+    f = step if tracer is None else tracer(step)
+    x = mge.Tensor(np.random.RandomState(0).randn(5, 3).astype("float32"))
+    losses = [float(f(x, net, opt, i >= 3).numpy()) for i in range(5)]
+    steps = {n: float(opt._state[p]["step"].numpy()) for n, p in net.named_parameters()}
+    assert steps == {"a.weight": 3.0, "a.bias": 3.0, "b.weight": 5.0, "b.bias": 5.0, "spare.weight": 2.0,
+                     "spare.bias": 2.0}
+    np.testing.assert_allclose(losses, [3.5388231, 3.0209134, 2.5161061, 0.4724187, 0.1824162], rtol=1e-5)
