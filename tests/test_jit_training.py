@@ -173,6 +173,31 @@ def test_partial_trace_gmcallback_side_effects_only_while_recording(trace_gmcall
     assert t_counts == expected
 
 
+def test_partial_trace_gmcallback_reading_an_outside_tensor_stays_eager():
+    # A callback that reads a tensor that existed before it ran (a scale kept outside, changed between steps)
+    # is not compiled into the backward, where that value would be baked in: it runs eagerly on every call.
+    def run(traced):
+        mge.random.seed(0)
+        m = M.Linear(3, 2)
+        scale = mge.Tensor(2.0)
+        gm = GradManager().attach(m.parameters(), callbacks=[lambda p, g: g * scale])
+        if traced:
+            m.forward = functools.partial(partial_trace(type(m).forward, backend="xla"), m)
+        x = mge.Tensor(np.ones((4, 3), "float32"))
+        grads = []
+        for i in range(4):
+            with gm:
+                gm.backward(m(x).sum())
+            grads.append(float(m.weight.grad.numpy()[0, 0]))
+            m.weight.grad = m.bias.grad = None
+            scale._reset(mge.Tensor(float(i + 3)))
+        return grads, (m.forward.func._entry().graph_op.name if traced else None)
+
+    (eager, _), (compiled, op) = run(False), run(True)
+    assert eager == compiled == [8.0, 12.0, 16.0, 20.0]
+    assert op == "xla_graph"
+
+
 def test_same_seed_runs_are_bit_identical_under_xla_trace():
     data = _data(steps=4)
     runs = []

@@ -11,6 +11,7 @@ import numpy as np
 
 from ..core import _registry
 from ..core._dispatch import push_interpreter, pop_interpreter, current_interpreter
+from ..core._elemwise_front import SCALAR_VIDS
 from ..core._op import Primitive
 from ..core._tensor import Tensor
 from . import _state
@@ -69,11 +70,22 @@ def _record_callbacks(t, g, callbacks):
         pop_interpreter()
     chain = None
     rec = recorder.rec
-    if isinstance(out, Tensor) and not rec.reads and not rec.hyper and out.shape == g.shape:
+    if isinstance(out, Tensor) and not rec.reads and not rec.hyper and out.shape == g.shape \
+            and _self_contained(recorder, out._vid):
         chain = _chain(rec, out._vid)
     for entry, i in entries:
         entry.gm_callbacks[i] = chain  # None: not compilable (it read values on the host): stays eager
     return out
+
+
+def _self_contained(recorder, out_vid):
+    # Every value the callbacks computed from is the parameter, the gradient, a number or a tensor they made, or
+    # their own result: a tensor that existed before (the parameter's current ``.grad``, a scale kept on an
+    # object) changes between calls, and baked into the compiled backward it would be silently stale.
+    rec = recorder.rec
+    made = {v for v in rec.consts if v >= recorder.first_vid or v in SCALAR_VIDS}
+    known = set(rec.input_vids[:2]) | made | {v for _, _, outs in rec.ops for v in outs}
+    return out_vid in known and all(v in known for _, ins, _ in rec.ops for v in ins)
 
 
 def _chain(rec, out_vid):
