@@ -179,8 +179,9 @@ def partial_trace(func=None, *, backend="default", without_host=True, trace_gmca
         trace_gmcallback: the GradManager callbacks of the inputs (parameters) are part of the compiled
             backward: they run in Python during the recording call's ``gm.backward`` (which records them),
             later calls apply their recorded ops inside the executable and ``gm.backward`` does not call them
-            again (MegEngine: "side effects only while tracing"). A callback that reads values on the host
-            stays eager. False: the callbacks run in Python on every backward.
+            again (MegEngine: "side effects only while tracing"). Like any traced code, a Python decision in a
+            callback is taken once, while recording. A callback that reads values on the host, or a tensor
+            that existed before it ran, stays eager. False: the callbacks run in Python on every backward.
         trace_options: ``capture_as_const`` and the other :class:`trace` options.
 
     Returns:
