@@ -474,3 +474,11 @@ def test_tensor_of_a_traced_tensor_stays_connected():
     f = xla_trace(lambda x: mge.Tensor(x) + mge.Tensor(x, dtype="int32"))
     for v in (1.0, 5.0):
         np.testing.assert_allclose(f(mge.Tensor([v])).numpy(), [2 * v])
+
+
+@pytest.mark.parametrize("module", ["megxla.jit.tracing", "megxla.jit.partial", "megxla.jit.config"])
+def test_docstring_examples_run(module):
+    import doctest
+    import importlib
+    res = doctest.testmod(importlib.import_module(module), optionflags=doctest.ELLIPSIS)
+    assert res.attempted > 0 and res.failed == 0

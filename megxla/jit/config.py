@@ -9,7 +9,8 @@ class SublinearMemoryConfig:
     """Ask for sublinear memory (rematerialisation); the search parameters are MegEngine's and unused by XLA.
 
     Example:
-        >>> trace(step, sublinear_memory_config=SublinearMemoryConfig())
+        >>> from megxla.jit import trace
+        >>> step = trace(lambda x: x * 2, sublinear_memory_config=SublinearMemoryConfig())
     """
     thresh_nr_try: int = 10
     genetic_nr_iter: int = 0
@@ -23,7 +24,8 @@ class DTRConfig:
     """Ask for dynamic tensor rematerialisation; on XLA this is compile-time rematerialisation.
 
     Example:
-        >>> trace(step, dtr_config=DTRConfig(eviction_threshold=2 ** 30))
+        >>> from megxla.jit import trace
+        >>> step = trace(lambda x: x * 2, dtr_config=DTRConfig(eviction_threshold=2 ** 30))
     """
     eviction_threshold: int = 0
     evictee_minimum_size: int = 1 << 20

@@ -188,7 +188,16 @@ def partial_trace(func=None, *, backend="default", without_host=True, trace_gmca
         the wrapped callable.
 
     Example:
+        >>> import functools, numpy as np, megxla as mge, megxla.module as M
+        >>> from megxla.autodiff import GradManager
+        >>> model = M.Linear(3, 2)
         >>> model.forward = functools.partial(partial_trace(type(model).forward, backend="xla"), model)
+        >>> gm = GradManager().attach(model.parameters())
+        >>> for _ in range(3):  # records, compiles, runs the executable (forward and backward)
+        ...     with gm:
+        ...         gm.backward(model(mge.Tensor(np.ones((4, 3), "float32"))).sum())
+        >>> model.weight.grad.shape, model.forward.func.num_compiled
+        ((2, 3), 1)
     """
     if func is None:
         return functools.partial(partial_trace, backend=backend, without_host=without_host,

@@ -195,9 +195,14 @@ class trace:
         a callable with the function's signature.
 
     Example:
+        >>> import numpy as np, megxla as mge, megxla.module as M
+        >>> model = M.Linear(3, 1)
         >>> @trace(symbolic=True)
         ... def step(x, model):
         ...     return model(x).sum()
+        >>> x = mge.Tensor(np.ones((2, 3), "float32"))
+        >>> [float(step(x, model)) == float(model(x).sum()) for _ in range(3)]  # records, compiles, runs
+        [True, True, True]
     """
 
     _default_without_host = False
@@ -802,7 +807,10 @@ class trace:
         """Text of the last compiled executable: ``"stablehlo"`` (as lowered) or ``"hlo"`` (optimised by XLA).
 
         Example:
-            >>> print(step.compiler_ir("hlo")[:200])
+            >>> import megxla as mge
+            >>> f = trace(lambda x: x * 2, symbolic=True); _ = f(mge.Tensor([1.0])); _ = f(mge.Tensor([1.0]))
+            >>> "multiply" in f.compiler_ir("stablehlo")
+            True
         """
         seg = self._entry().segments[0]
         if stage == "stablehlo":
@@ -816,6 +824,8 @@ class trace:
         analysis, the recorded operators it computes, compile time); see :mod:`megxla.jit._profile`.
 
         Example:
+            >>> import megxla as mge
+            >>> x = mge.Tensor([1.0])
             >>> f = trace(lambda x: -x, profiling=True); _ = f(x); _ = f(x)
             >>> f.get_profile()["profiler"]["executables"][0]["oprs"]
             [{'type': 'Elemwise', 'name': 'NEGATE'}]
@@ -824,7 +834,14 @@ class trace:
         return get_profile(self)
 
     def cost_analysis(self):
-        """XLA's cost analysis of the last executable (a dict with ``flops``, ``bytes accessed``, …)."""
+        """XLA's cost analysis of the last executable (a dict with ``flops``, ``bytes accessed``, …).
+
+        Example:
+            >>> import megxla as mge
+            >>> f = xla_trace(lambda x: x * 2); _ = f(mge.Tensor([1.0, 2.0]))
+            >>> "flops" in f.cost_analysis()
+            True
+        """
         cost = self._entry().segments[0].executable.cost_analysis()
         return cost[0] if isinstance(cost, (list, tuple)) else cost
 
@@ -861,6 +878,7 @@ class trace:
             a ``DumpInfo`` (``nr_opr``, ``inputs``, ``outputs``, ``params``, ``tot_bytes``, ``exported``).
 
         Example:
+            >>> import io, megxla as mge
             >>> f = trace(lambda a, b: a + b, capture_as_const=True)
             >>> _ = f(mge.Tensor([1.0]), mge.Tensor([2.0]))
             >>> info = f.dump(io.BytesIO())
@@ -951,7 +969,11 @@ def load(file):
     """Load a step written by ``trace.dump``: a callable of Tensors/arrays returning a list of Tensors.
 
     Example:
-        >>> g = load("f.stablehlo"); outputs = g(x)
+        >>> import io, megxla as mge
+        >>> f = trace(lambda a: a * 3, capture_as_const=True); _ = f(mge.Tensor([1.0]))
+        >>> buf = io.BytesIO(); _ = f.dump(buf); _ = buf.seek(0)
+        >>> load(buf)(mge.Tensor([2.0]))[0].numpy()
+        array([6.], dtype=float32)
     """
     import pickle
     if hasattr(file, "read"):
@@ -1027,6 +1049,11 @@ class xla_trace(trace):
         capture_as_const, sublinear_memory_config, dtr_config: as :class:`trace`.
 
     Example:
+        >>> import numpy as np, megxla as mge, megxla.functional as F, megxla.module as M
+        >>> import megxla.optimizer as optim
+        >>> from megxla.autodiff import GradManager
+        >>> model = M.Linear(4, 3); opt = optim.SGD(model.parameters(), lr=0.1)
+        >>> gm = GradManager().attach(model.parameters())
         >>> @xla_trace
         ... def train_step(model, opt, data, label):
         ...     with gm:
@@ -1034,6 +1061,10 @@ class xla_trace(trace):
         ...         gm.backward(loss)
         ...     opt.step().clear_grad()
         ...     return loss
+        >>> data, label = mge.Tensor(np.ones((2, 4), "float32")), mge.Tensor([0, 2])
+        >>> losses = [float(train_step(model, opt, data, label)) for _ in range(3)]
+        >>> losses[2] < losses[0], train_step.num_compiled
+        (True, 1)
     """
 
     _default_without_host = True
@@ -1054,8 +1085,16 @@ def exclude_from_trace():
     read values of traced tensors.
 
     Example:
-        >>> with exclude_from_trace():
-        ...     print(loss.item())
+        >>> import megxla as mge
+        >>> seen = []
+        >>> @trace
+        ... def f(x):
+        ...     y = x * 2
+        ...     with exclude_from_trace():
+        ...         seen.append(float(y))  # host code, on every call
+        ...     return y + 1
+        >>> [float(f(mge.Tensor(v))) for v in (1.0, 2.0, 3.0)], seen
+        ([3.0, 5.0, 7.0], [2.0, 4.0, 6.0])
     """
     interp = current_interpreter()
     if not isinstance(interp, (Recorder, _Replayer)):
