@@ -48,7 +48,8 @@ class _BatchNorm(Module):
         """Reset the running mean to zeros and the running variance to ones.
 
         Example:
-            >>> bn.reset_running_stats()
+            >>> bn = M.BatchNorm2d(3); bn.reset_running_stats(); bn.running_var.numpy().ravel()
+            array([1., 1., 1.], dtype=float32)
         """
         if self.track_running_stats:
             init.zeros_(self.running_mean)
@@ -58,7 +59,8 @@ class _BatchNorm(Module):
         """Reset running statistics and the affine parameters (weight ones, bias zeros).
 
         Example:
-            >>> bn.reset_parameters()
+            >>> bn = M.BatchNorm2d(3); bn.reset_parameters(); bn.weight.numpy().ravel()
+            array([1., 1., 1.], dtype=float32)
         """
         self.reset_running_stats()
         if self.affine:

@@ -74,7 +74,8 @@ class _ConvNd(Module):
         """Re-initialise: weight from N(0, 1 / fan_in), bias zeros (MegEngine's defaults).
 
         Example:
-            >>> conv.reset_parameters()
+            >>> conv = M.Conv2d(2, 3, 3); conv.reset_parameters(); float(abs(conv.bias).sum())
+            0.0
         """
         std = np.sqrt(1 / self._get_fanin())
         init.normal_(self.weight, 0.0, std)
@@ -167,7 +168,9 @@ class Conv1d(_PaddedConv):
         """Convolve ``inp`` with the given weight and bias (hook for quantized sub-classes).
 
         Example:
-            >>> m.calc_conv(x, m.weight, m.bias)
+            >>> m = M.Conv1d(2, 3, 3); x = mge.Tensor(np.ones((1, 2, 5), "float32"))
+            >>> m.calc_conv(x, m.weight, m.bias).shape
+            (1, 3, 3)
         """
         inp, padding = self._padded(inp)
         return conv1d(inp, weight, bias, self.stride, padding, self.dilation, self.groups, self.conv_mode,
@@ -226,7 +229,9 @@ class Conv2d(_PaddedConv):
         """Convolve ``inp`` with the given weight and bias (hook for quantized sub-classes).
 
         Example:
-            >>> m.calc_conv(x, m.weight, m.bias)
+            >>> m = M.Conv2d(2, 3, 3); x = mge.Tensor(np.ones((1, 2, 5, 5), "float32"))
+            >>> m.calc_conv(x, m.weight, m.bias).shape
+            (1, 3, 3, 3)
         """
         inp, padding = self._padded(inp)
         return conv2d(inp, weight, bias, self.stride, padding, self.dilation, self.groups, self.conv_mode,
@@ -275,7 +280,9 @@ class Conv3d(_ConvNd):
         """Convolve ``inp`` with the given weight and bias.
 
         Example:
-            >>> m.calc_conv(x, m.weight, m.bias)
+            >>> m = M.Conv3d(2, 3, 3); x = mge.Tensor(np.ones((1, 2, 4, 4, 4), "float32"))
+            >>> m.calc_conv(x, m.weight, m.bias).shape
+            (1, 3, 2, 2, 2)
         """
         return conv3d(inp, weight, bias, self.stride, self.padding, self.dilation, self.groups, self.conv_mode)
 
@@ -333,7 +340,9 @@ class ConvTranspose2d(_ConvNd):
         """Transposed-convolve ``inp`` with the given weight and bias.
 
         Example:
-            >>> m.calc_conv_transpose2d(x, m.weight, m.bias)
+            >>> m = M.ConvTranspose2d(2, 3, 3); x = mge.Tensor(np.ones((1, 2, 4, 4), "float32"))
+            >>> m.calc_conv_transpose2d(x, m.weight, m.bias).shape
+            (1, 3, 6, 6)
         """
         return conv_transpose2d(inp, weight, bias, self.stride, self.padding, self.output_padding,
                                 self.dilation, self.groups, self.conv_mode, self.compute_mode)
@@ -394,7 +403,7 @@ class ConvRelu2d(Conv2d):
 
     Example:
         >>> m = M.ConvRelu2d(3, 4, 3)
-        >>> (m(mge.Tensor(np.random.randn(1, 3, 5, 5).astype("float32"))).numpy() >= 0).all()
+        >>> bool((m(mge.Tensor(np.random.randn(1, 3, 5, 5).astype("float32"))).numpy() >= 0).all())
         True
     """
 
@@ -509,7 +518,10 @@ class DeformableConv2d(_ConvNd):
         """Deformable-convolve ``inp`` with the given weight, offsets, masks and bias.
 
         Example:
-            >>> m.calc_conv(x, m.weight, off, mask, m.bias)
+            >>> m = M.DeformableConv2d(2, 3, 3); x = mge.Tensor(np.ones((1, 2, 5, 5), "float32"))
+            >>> off = mge.Tensor(np.zeros((1, 18, 3, 3), "float32")); mask = mge.Tensor(np.ones((1, 9, 3, 3), "float32"))
+            >>> m.calc_conv(x, m.weight, off, mask, m.bias).shape
+            (1, 3, 3, 3)
         """
         from .. import functional as F
         return F.nn.deformable_conv2d(inp, weight, offset, mask, bias, self.stride, self.padding, self.dilation,

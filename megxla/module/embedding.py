@@ -59,7 +59,8 @@ class Embedding(Module):
         """Re-initialise ``weight`` from N(0, 1).
 
         Example:
-            >>> emb.reset_parameters()
+            >>> emb = M.Embedding(10, 3); emb.reset_parameters(); emb.weight.shape
+            (10, 3)
         """
         init.normal_(self.weight)
 

@@ -101,7 +101,8 @@ def zeros_(tensor: Tensor) -> None:
     """Fill ``tensor`` with zeros, in place.
 
     Example:
-        >>> zeros_(linear.bias)
+        >>> linear = M.Linear(4, 3); zeros_(linear.bias); linear.bias.numpy()
+        array([0., 0., 0.], dtype=float32)
     """
     fill_(tensor, 0)
 
@@ -110,7 +111,8 @@ def ones_(tensor: Tensor) -> None:
     """Fill ``tensor`` with ones, in place.
 
     Example:
-        >>> ones_(bn.weight)
+        >>> bn = M.BatchNorm2d(3); ones_(bn.weight); bn.weight.numpy().ravel()
+        array([1., 1., 1.], dtype=float32)
     """
     fill_(tensor, 1)
 
@@ -124,7 +126,8 @@ def uniform_(tensor: Tensor, a: float = 0.0, b: float = 1.0) -> None:
         b: upper bound.
 
     Example:
-        >>> uniform_(linear.weight, -0.1, 0.1)
+        >>> linear = M.Linear(4, 3); uniform_(linear.weight, -0.1, 0.1); bool(abs(linear.weight).max() <= 0.1)
+        True
     """
     if current_interpreter() is not None:
         return _assign(tensor, _random.uniform(low=a, high=b, size=tensor.shape))
@@ -145,7 +148,8 @@ def normal_(tensor: Tensor, mean: float = 0.0, std: float = 1.0) -> None:
         std: the standard deviation.
 
     Example:
-        >>> normal_(linear.weight, 0.0, 0.01)
+        >>> linear = M.Linear(4, 3); normal_(linear.weight, 0.0, 0.01); linear.weight.shape
+        (3, 4)
     """
     if current_interpreter() is not None:
         return _assign(tensor, _random.normal(mean=mean, std=std, size=tensor.shape))
@@ -266,7 +270,8 @@ def xavier_uniform_(tensor: Tensor, gain: float = 1.0) -> None:
         gain: scaling factor (see :func:`calculate_gain`).
 
     Example:
-        >>> xavier_uniform_(linear.weight)
+        >>> linear = M.Linear(4, 3); xavier_uniform_(linear.weight); bool(abs(linear.weight).max() <= (6 / 7) ** 0.5)
+        True
     """
     fan_in, fan_out = calculate_fan_in_and_fan_out(tensor)
     std = gain * math.sqrt(2.0 / float(fan_in + fan_out))
@@ -282,7 +287,8 @@ def xavier_normal_(tensor: Tensor, gain: float = 1.0) -> None:
         gain: scaling factor (see :func:`calculate_gain`).
 
     Example:
-        >>> xavier_normal_(linear.weight)
+        >>> linear = M.Linear(4, 3); xavier_normal_(linear.weight); linear.weight.shape
+        (3, 4)
     """
     fan_in, fan_out = calculate_fan_in_and_fan_out(tensor)
     std = gain * math.sqrt(2.0 / float(fan_in + fan_out))
@@ -301,7 +307,8 @@ def msra_uniform_(tensor: Tensor, a: float = 0, mode: str = "fan_in", nonlineari
         groups: see :func:`calculate_fan_in_and_fan_out`.
 
     Example:
-        >>> msra_uniform_(conv.weight, a=math.sqrt(5))
+        >>> import math; conv = M.Conv2d(3, 4, 3); msra_uniform_(conv.weight, a=math.sqrt(5)); conv.weight.shape
+        (4, 3, 3, 3)
     """
     fan = calculate_correct_fan(tensor, mode, groups)
     gain = calculate_gain(nonlinearity, a)
@@ -321,7 +328,8 @@ def msra_normal_(tensor: Tensor, a: float = 0, mode: str = "fan_in", nonlinearit
         groups: see :func:`calculate_fan_in_and_fan_out`.
 
     Example:
-        >>> msra_normal_(conv.weight, mode="fan_out", nonlinearity="relu")
+        >>> conv = M.Conv2d(3, 4, 3); msra_normal_(conv.weight, mode="fan_out", nonlinearity="relu"); conv.weight.shape
+        (4, 3, 3, 3)
     """
     fan = calculate_correct_fan(tensor, mode, groups)
     gain = calculate_gain(nonlinearity, a)

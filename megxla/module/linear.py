@@ -45,7 +45,8 @@ class Linear(Module):
         """Re-initialise: weight from N(0, 1 / fan_in), bias zeros (MegEngine's defaults).
 
         Example:
-            >>> m.reset_parameters()
+            >>> m = M.Linear(4, 3); m.reset_parameters(); float(abs(m.bias).sum())
+            0.0
         """
         std = np.sqrt(1 / self._get_fanin())
         init.normal_(self.weight, 0.0, std)
@@ -56,7 +57,9 @@ class Linear(Module):
         """The linear transform of ``x`` with the given weight and bias (hook for quantized sub-classes).
 
         Example:
-            >>> m.calc_linear(x, m.weight, m.bias)
+            >>> m = M.Linear(4, 3); x = mge.Tensor(np.ones((2, 4), "float32"))
+            >>> m.calc_linear(x, m.weight, m.bias).shape
+            (2, 3)
         """
         return linear(x, weight, bias, compute_mode=self.compute_mode)
 
@@ -76,7 +79,7 @@ class LinearRelu(Linear):
 
     Example:
         >>> m = M.LinearRelu(4, 3)
-        >>> (m(mge.Tensor(np.ones((2, 4), "float32"))).numpy() >= 0).all()
+        >>> bool((m(mge.Tensor(np.ones((2, 4), "float32"))).numpy() >= 0).all())
         True
     """
 

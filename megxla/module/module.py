@@ -31,6 +31,7 @@ class HookHandler:
         hook: the hook callable.
 
     Example:
+        >>> model = M.Linear(2, 2)
         >>> handle = model.register_forward_hook(lambda m, inp, out: None)
         >>> handle.remove()
     """
@@ -164,6 +165,7 @@ class Module(metaclass=ABCMeta):
             a :class:`HookHandler` whose ``remove()`` unregisters the hook.
 
         Example:
+            >>> model = M.Linear(2, 2)
             >>> h = model.register_forward_pre_hook(lambda m, inputs: None)
             >>> h.remove()
         """
@@ -180,6 +182,7 @@ class Module(metaclass=ABCMeta):
             a :class:`HookHandler` whose ``remove()`` unregisters the hook.
 
         Example:
+            >>> model = M.Linear(2, 2)
             >>> h = model.register_forward_hook(lambda m, inputs, out: out * 2)
             >>> h.remove()
         """
@@ -412,7 +415,11 @@ class Module(metaclass=ABCMeta):
             fn: a function taking a Module.
 
         Example:
+            >>> model = M.Sequential(M.Linear(2, 2), M.ReLU())
             >>> model.apply(lambda m: print(type(m).__name__))
+            Sequential
+            Linear
+            ReLU
         """
         for m in self.modules():
             fn(m)
@@ -425,6 +432,7 @@ class Module(metaclass=ABCMeta):
             recursive: also switch the sub-modules.
 
         Example:
+            >>> model = M.Sequential(M.Linear(2, 2))
             >>> model.train()
             >>> model.training
             True
@@ -442,6 +450,7 @@ class Module(metaclass=ABCMeta):
         """Switch this module and its descendants to evaluation mode (``train(False)``).
 
         Example:
+            >>> model = M.Sequential(M.Linear(2, 2))
             >>> model.eval()
             >>> model.training
             False
@@ -458,6 +467,7 @@ class Module(metaclass=ABCMeta):
             self.
 
         Example:
+            >>> model = M.Sequential(M.Linear(2, 2))
             >>> model.disable_quantize().quantize_disabled
             True
         """
@@ -472,7 +482,9 @@ class Module(metaclass=ABCMeta):
         """Set the ``.grad`` of every parameter that has one to zeros (deprecated in MegEngine).
 
         Example:
-            >>> model.zero_grad()
+            >>> model = M.Linear(2, 2); model.weight.grad = mge.Tensor(np.ones((2, 2), "float32"))
+            >>> model.zero_grad(); float(model.weight.grad.sum())
+            0.0
         """
         for param in self.parameters():
             if param.grad is not None:

@@ -23,7 +23,8 @@ class _AffineNorm(Module):
         """Reset the affine parameters: weight ones, bias zeros.
 
         Example:
-            >>> ln.reset_parameters()
+            >>> ln = M.LayerNorm(4); ln.reset_parameters(); ln.weight.numpy()
+            array([1., 1., 1., 1.], dtype=float32)
         """
         if self.affine:
             init.ones_(self.weight)
