@@ -126,6 +126,11 @@ class GradScaler:
             None. The gradients are in the ``.grad`` of ``gm``'s attached tensors.
 
         Example:
+            >>> from megxla.amp import GradScaler
+            >>> from megxla.autodiff import GradManager
+            >>> model = M.Linear(3, 1); opt = optim.SGD(model.parameters(), lr=0.1)
+            >>> gm = GradManager().attach(model.parameters()); scaler = GradScaler()
+            >>> x = mge.Tensor(np.ones((2, 3), "float32"))
             >>> with gm:
             ...     loss = model(x).mean()
             ...     scaler.backward(gm, loss)
@@ -162,7 +167,13 @@ class GradScaler:
             self.
 
         Example:
-            >>> scaler.backward(gm, loss, unscale_grad=False)
+            >>> from megxla.amp import GradScaler
+            >>> from megxla.autodiff import GradManager
+            >>> model = M.Linear(3, 1); opt = optim.SGD(model.parameters(), lr=0.1)
+            >>> gm = GradManager().attach(model.parameters()); scaler = GradScaler()
+            >>> x = mge.Tensor(np.ones((2, 3), "float32"))
+            >>> with gm:
+            ...     scaler.backward(gm, model(x).mean(), unscale_grad=False)
             >>> scaler.unscale(gm.attached_tensors()).update()
         """
         tensors = [t for t in grad_tensors if t is not None and getattr(t, "grad", None) is not None]
@@ -192,6 +203,8 @@ class GradScaler:
             None.
 
         Example:
+            >>> from megxla.amp import GradScaler
+            >>> scaler = GradScaler()
             >>> scaler.update(1024.0); scaler.scale_factor
             1024.0
         """
