@@ -33,7 +33,8 @@ def get_device_count(device_type: str = "xpu") -> int:
     """Number of devices of ``device_type`` ("gpu"/"cuda", "cpu", or "xpu" for the default backend).
 
     Example:
-        >>> get_device_count("cpu")  # 1
+        >>> get_device_count("cpu") >= 1
+        True
     """
     kind = device_type.lower()
     if kind in ("gpu", "cuda"):

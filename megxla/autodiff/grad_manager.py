@@ -34,10 +34,13 @@ class GradManager:
     """Computes gradients of attached tensors over the ops recorded between ``record()`` and ``backward()``.
 
     Example:
+        >>> model = M.Linear(3, 1); x = mge.Tensor(np.ones((2, 3), "float32"))
         >>> gm = GradManager().attach(model.parameters())
         >>> with gm:
         ...     loss = model(x).sum()
         ...     gm.backward(loss)     # fills p.grad for every attached p
+        >>> model.weight.grad.numpy()
+        array([[2., 2., 2.]], dtype=float32)
     """
 
     def __init__(self):

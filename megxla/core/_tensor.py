@@ -245,7 +245,9 @@ class Tensor:
         GradManagers do not tape it, which is what cuts the gradient.
 
         Example:
-            >>> y = x.detach()
+            >>> x = mge.Parameter([1.0, 2.0]); y = x.detach()
+            >>> y.numpy(), y is x
+            (array([1., 2.], dtype=float32), False)
         """
         from ._dispatch import apply
         from .ops.shape import detach
