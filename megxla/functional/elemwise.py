@@ -79,8 +79,14 @@ _UNARY_DOCS = {
     "logsigmoid": "Elementwise ``log(sigmoid(x))``, computed stably.", "relu6": "Elementwise ``min(max(x, 0), 6)``.",
     "hsigmoid": "Elementwise ``relu6(x + 3) / 6``.", "hswish": "Elementwise ``x * relu6(x + 3) / 6``.",
 }
+_UNARY_EXAMPLES = {  # examples that show their output (the others print nothing)
+    "isnan": 'F.isnan(Tensor([0.5, float("nan")])).numpy()\n        array([False,  True])',
+    "isinf": 'F.isinf(Tensor([0.5, float("inf")])).numpy()\n        array([False,  True])',
+    "softplus": "F.softplus(Tensor([0.5, 1.0])).numpy()\n        array([0.974077 , 1.3132617], dtype=float32)",
+    "logsigmoid": "F.logsigmoid(Tensor([0.5, 1.0])).numpy()\n        array([-0.474077 , -0.3132617], dtype=float32)",
+}
 for _name, _summary in _UNARY_DOCS.items():
-    globals()[_name] = _doc(_U[_name], _summary, f"F.{_name}(Tensor([0.5, 1.0]))")
+    globals()[_name] = _doc(_U[_name], _summary, _UNARY_EXAMPLES.get(_name, f"F.{_name}(Tensor([0.5, 1.0]))"))
 for _name in ("add", "sub", "mul", "div", "floor_div", "mod", "pow", "maximum", "minimum", "less", "less_equal",
               "greater", "greater_equal", "equal", "not_equal", "logical_and", "logical_or", "logical_xor",
               "left_shift", "right_shift", "atan2", "logaddexp"):
@@ -113,7 +119,8 @@ def atan2(y, x):
         a float Tensor of the broadcast shape.
 
     Example:
-        >>> F.atan2(Tensor([1., -1.]), Tensor([1., 1.]))  # [0.7854, -0.7854]
+        >>> F.atan2(Tensor([1., -1.]), Tensor([1., 1.])).numpy()
+        array([ 0.7853982, -0.7853982], dtype=float32)
     """
     return _B["atan2"](y, x)
 
@@ -128,7 +135,8 @@ def rsqrt(x):
         a float Tensor of the input's shape.
 
     Example:
-        >>> F.rsqrt(Tensor([4.0]))  # [0.5]
+        >>> F.rsqrt(Tensor([4.0])).numpy()
+        array([0.5], dtype=float32)
     """
     return _B["truediv"](1.0, _U["sqrt"](x))
 
@@ -145,7 +153,8 @@ def clip(x, lower=None, upper=None):
         a Tensor like ``x``.
 
     Example:
-        >>> F.clip(Tensor([-1., 0.5, 2.]), 0, 1)  # [0., 0.5, 1.]
+        >>> F.clip(Tensor([-1., 0.5, 2.]), 0, 1).numpy()
+        array([0. , 0.5, 1. ], dtype=float32)
     """
     from ..core._dispatch import OpError
     if lower is None and upper is None:

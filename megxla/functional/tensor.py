@@ -72,7 +72,8 @@ def astype(x, dtype):
         ``x`` itself if it already has ``dtype``, else a converted copy.
 
     Example:
-        >>> F.astype(Tensor([1.7]), "int32")  # Tensor([1], dtype=int32)
+        >>> F.astype(Tensor([1.7]), "int32").numpy()
+        array([1], dtype=int32)
     """
     x = _t(x)
     try:
@@ -137,7 +138,8 @@ def reshape(inp, target_shape):
         the reshaped tensor.
 
     Example:
-        >>> F.reshape(F.arange(12), (3, -1)).shape  # (3, 4)
+        >>> F.reshape(F.arange(12), (3, -1)).shape
+        (3, 4)
     """
     inp = _t(inp)
     shape = _infer_shape(int(np.prod(inp.shape, dtype=np.int64)), target_shape)  # Tensor.size of 0-d is 1.0
@@ -158,7 +160,8 @@ def flatten(inp, start_axis=0, end_axis=-1):
         the flattened tensor.
 
     Example:
-        >>> F.flatten(F.ones((2, 3, 4)), 1).shape  # (2, 12)
+        >>> F.flatten(F.ones((2, 3, 4)), 1).shape
+        (2, 12)
     """
     inp = _t(inp)
     if inp.ndim == 0:
@@ -180,7 +183,8 @@ def transpose(inp, pattern):
         the permuted tensor.
 
     Example:
-        >>> F.transpose(F.ones((2, 3)), (1, 'x', 0)).shape  # (3, 1, 2)
+        >>> F.transpose(F.ones((2, 3)), (1, 'x', 0)).shape
+        (3, 1, 2)
     """
     inp = _t(inp)
     pattern = tuple(pattern)
@@ -205,7 +209,8 @@ def swapaxes(inp, axis1, axis2):
         the tensor with ``axis1`` and ``axis2`` exchanged.
 
     Example:
-        >>> F.swapaxes(F.ones((2, 3)), 0, 1).shape  # (3, 2)
+        >>> F.swapaxes(F.ones((2, 3)), 0, 1).shape
+        (3, 2)
     """
     inp = _t(inp)
     a, b = _axis("swapaxes", inp.ndim, axis1), _axis("swapaxes", inp.ndim, axis2)
@@ -225,7 +230,8 @@ def broadcast_to(inp, shape):
         the broadcast tensor.
 
     Example:
-        >>> F.broadcast_to(Tensor([1., 2.]), (3, 2)).shape  # (3, 2)
+        >>> F.broadcast_to(Tensor([1., 2.]), (3, 2)).shape
+        (3, 2)
     """
     inp = _t(inp)
     shape = _ints("broadcast_to", "shape", shape)
@@ -248,7 +254,8 @@ def expand_dims(inp, axis):
         the expanded tensor.
 
     Example:
-        >>> F.expand_dims(Tensor([1., 2.]), (0, 2)).shape  # (1, 2, 1)
+        >>> F.expand_dims(Tensor([1., 2.]), (0, 2)).shape
+        (1, 2, 1)
     """
     inp = _t(inp)
     n = 1 if isinstance(axis, (int, np.integer)) else len(axis)
@@ -267,7 +274,8 @@ def squeeze(inp, axis=None):
         the squeezed tensor.
 
     Example:
-        >>> F.squeeze(F.ones((1, 2, 1)), 2).shape  # (1, 2)
+        >>> F.squeeze(F.ones((1, 2, 1)), 2).shape
+        (1, 2)
     """
     inp = _t(inp)
     if axis is None:
@@ -292,7 +300,8 @@ def concat(inps, axis=0, device=None):
         the concatenated tensor.
 
     Example:
-        >>> F.concat([F.ones((1, 2)), F.zeros((2, 2))]).shape  # (3, 2)
+        >>> F.concat([F.ones((1, 2)), F.zeros((2, 2))]).shape
+        (3, 2)
     """
     inps = [_t(x) for x in inps]
     if not inps:
@@ -323,7 +332,8 @@ def stack(inps, axis=0, device=None):
         the stacked tensor.
 
     Example:
-        >>> F.stack([Tensor([1., 2.]), Tensor([3., 4.])], axis=1).shape  # (2, 2)
+        >>> F.stack([Tensor([1., 2.]), Tensor([3., 4.])], axis=1).shape
+        (2, 2)
     """
     inps = [_t(x) for x in inps]
     if not inps:
@@ -348,7 +358,8 @@ def split(inp, nsplits_or_sections, axis=0):
         a tuple of tensors.
 
     Example:
-        >>> [t.shape for t in F.split(F.ones((5, 2)), 2)]  # [(3, 2), (2, 2)]
+        >>> [t.shape for t in F.split(F.ones((5, 2)), 2)]
+        [(3, 2), (2, 2)]
     """
     inp = _t(inp)
     axis = _axis("split", inp.ndim, axis)
@@ -379,7 +390,8 @@ def flip(inp, axis):
         the flipped tensor.
 
     Example:
-        >>> F.flip(Tensor([1., 2., 3.]), 0)  # [3., 2., 1.]
+        >>> F.flip(Tensor([1., 2., 3.]), 0).numpy()
+        array([3., 2., 1.], dtype=float32)
     """
     inp = _t(inp)
     return _apply(_S.flip.bind(axis=_axes("flip", inp.ndim, axis)), inp)
@@ -397,7 +409,8 @@ def roll(inp, shift, axis=None):
         the rolled tensor.
 
     Example:
-        >>> F.roll(Tensor([1., 2., 3., 4.]), 1)  # [4., 1., 2., 3.]
+        >>> F.roll(Tensor([1., 2., 3., 4.]), 1).numpy()
+        array([4., 1., 2., 3.], dtype=float32)
     """
     inp = _t(inp)
     if axis is None:
@@ -427,7 +440,8 @@ def tile(inp, reps):
         the tiled tensor.
 
     Example:
-        >>> F.tile(Tensor([[1., 2.]]), (2, 2)).shape  # (2, 4)
+        >>> F.tile(Tensor([[1., 2.]]), (2, 2)).shape
+        (2, 4)
     """
     reps = _ints("tile", "reps", reps)
     if any(r < 0 for r in reps):
@@ -447,7 +461,8 @@ def repeat(inp, repeats, axis=None):
         the repeated tensor.
 
     Example:
-        >>> F.repeat(Tensor([[1., 2.]]), 2, axis=1)  # [[1., 1., 2., 2.]]
+        >>> F.repeat(Tensor([[1., 2.]]), 2, axis=1).numpy()
+        array([[1., 1., 2., 2.]], dtype=float32)
     """
     inp = _t(inp)
     if isinstance(repeats, Tensor) and repeats.size == 1 and np.issubdtype(repeats.dtype, np.integer):
@@ -471,7 +486,8 @@ def copy(inp, device=None):
         the copy.
 
     Example:
-        >>> F.copy(Tensor([1.]))  # Tensor([1.])
+        >>> F.copy(Tensor([1.])).numpy()
+        array([1.], dtype=float32)
     """
     inp = _t(inp)
     return inp.to(device) if device is not None else _apply(_S.copy.bind(), inp)
@@ -488,7 +504,9 @@ def cumsum(inp, axis):
         a tensor like ``inp``.
 
     Example:
-        >>> F.cumsum(Tensor([[1, 2, 3], [4, 5, 6]]), axis=1)  # [[1, 3, 6], [4, 9, 15]]
+        >>> F.cumsum(Tensor([[1, 2, 3], [4, 5, 6]]), axis=1).numpy()
+        array([[ 1,  3,  6],
+               [ 4,  9, 15]], dtype=int32)
     """
     inp = _t(inp)
     return _apply(_R.cumsum.bind(axis=_axis("cumsum", inp.ndim, axis)), inp)
@@ -527,7 +545,9 @@ def full(shape, value, *, dtype=None, device=None):
         the filled tensor.
 
     Example:
-        >>> F.full((2, 3), 7)  # int32 sevens
+        >>> F.full((2, 3), 7).numpy()
+        array([[7, 7, 7],
+               [7, 7, 7]], dtype=int32)
     """
     return _full("full", shape, value, dtype, device)
 
@@ -559,7 +579,8 @@ def zeros(shape, *, dtype="float32", device=None):
         the tensor.
 
     Example:
-        >>> F.zeros((2, 3)).shape  # (2, 3)
+        >>> F.zeros((2, 3)).shape
+        (2, 3)
     """
     return _full("zeros", shape, 0, dtype, device)
 
@@ -576,7 +597,8 @@ def ones(shape, *, dtype="float32", device=None):
         the tensor.
 
     Example:
-        >>> F.ones(3)  # [1., 1., 1.]
+        >>> F.ones(3).numpy()
+        array([1., 1., 1.], dtype=float32)
     """
     return _full("ones", shape, 1, dtype, device)
 
@@ -592,7 +614,8 @@ def full_like(inp, value):
         the filled tensor.
 
     Example:
-        >>> F.full_like(Tensor([1, 2]), 5)  # [5, 5]
+        >>> F.full_like(Tensor([1, 2]), 5).numpy()
+        array([5, 5], dtype=int32)
     """
     inp = _t(inp)
     return _apply(_S.full_like.bind(value=_fill_value(value, inp.dtype)), inp)
@@ -608,7 +631,8 @@ def zeros_like(inp):
         the tensor.
 
     Example:
-        >>> F.zeros_like(Tensor([1., 2.]))  # [0., 0.]
+        >>> F.zeros_like(Tensor([1., 2.])).numpy()
+        array([0., 0.], dtype=float32)
     """
     return full_like(inp, 0)
 
@@ -623,7 +647,8 @@ def ones_like(inp):
         the tensor.
 
     Example:
-        >>> F.ones_like(Tensor([1., 2.]))  # [1., 1.]
+        >>> F.ones_like(Tensor([1., 2.])).numpy()
+        array([1., 1.], dtype=float32)
     """
     return full_like(inp, 1)
 
@@ -650,7 +675,8 @@ def arange(start=0, stop=None, step=1, *, dtype="float32", device=None):
         a 1-D tensor of ``ceil((stop - start) / step)`` values.
 
     Example:
-        >>> F.arange(1, 4)  # [1., 2., 3.]
+        >>> F.arange(1, 4).numpy()
+        array([1., 2., 3.], dtype=float32)
     """
     if stop is None:
         start, stop = 0, start
@@ -687,7 +713,8 @@ def linspace(start, stop, num, *, dtype="float32", device=None):
         a 1-D tensor.
 
     Example:
-        >>> F.linspace(0, 1, 5)  # [0., 0.25, 0.5, 0.75, 1.]
+        >>> F.linspace(0, 1, 5).numpy()
+        array([0.  , 0.25, 0.5 , 0.75, 1.  ], dtype=float32)
     """
     start, stop = _number("linspace", "start", start), _number("linspace", "stop", stop)
     num = _number("linspace", "num", num)
@@ -710,7 +737,9 @@ def eye(N, M=None, *, dtype="float32", device=None):
         the ``N x M`` tensor.
 
     Example:
-        >>> F.eye(2, 3)  # [[1., 0., 0.], [0., 1., 0.]]
+        >>> F.eye(2, 3).numpy()
+        array([[1., 0., 0.],
+               [0., 1., 0.]], dtype=float32)
     """
     if isinstance(N, (tuple, list)):
         if len(N) != 2 or M is not None:
@@ -731,7 +760,9 @@ def diag(inp, k=0):
         a 2-D tensor for a 1-D input, a 1-D tensor for a 2-D input.
 
     Example:
-        >>> F.diag(Tensor([1., 2.]))  # [[1., 0.], [0., 2.]]
+        >>> F.diag(Tensor([1., 2.])).numpy()
+        array([[1., 0.],
+               [0., 2.]], dtype=float32)
     """
     inp = _t(inp)
     if inp.ndim not in (1, 2):
@@ -753,7 +784,8 @@ def meshgrid(*inputs, indexing="xy"):
 
     Example:
         >>> xs, ys = F.meshgrid(F.arange(3), F.arange(2))
-        >>> xs.shape  # (2, 3)
+        >>> xs.shape
+        (2, 3)
     """
     if indexing not in ("xy", "ij"):
         raise OpError(f"meshgrid: indexing must be 'xy' or 'ij', got {indexing!r}")
@@ -789,7 +821,8 @@ def complex(real, imag):
         a complex64 (complex128 for float64 inputs) tensor.
 
     Example:
-        >>> F.complex(Tensor([1.]), Tensor([2.]))  # [1.+2.j]
+        >>> F.complex(Tensor([1.]), Tensor([2.])).numpy()
+        array([1.+2.j], dtype=complex64)
     """
     real, imag = _t(real), _t(imag)
     for x in (real, imag):
@@ -808,7 +841,8 @@ def real(complex):
         a float tensor.
 
     Example:
-        >>> F.real(F.complex(Tensor([1.]), Tensor([2.])))  # [1.]
+        >>> F.real(F.complex(Tensor([1.]), Tensor([2.]))).numpy()
+        array([1.], dtype=float32)
     """
     return _U["real"](_t(complex))
 
@@ -823,7 +857,8 @@ def imag(complex):
         a float tensor.
 
     Example:
-        >>> F.imag(F.complex(Tensor([1.]), Tensor([2.])))  # [2.]
+        >>> F.imag(F.complex(Tensor([1.]), Tensor([2.]))).numpy()
+        array([2.], dtype=float32)
     """
     return _U["imag"](_t(complex))
 
@@ -839,7 +874,8 @@ def polar(abs, angle):
         a complex tensor.
 
     Example:
-        >>> F.polar(Tensor([2.]), Tensor([0.]))  # [2.+0.j]
+        >>> F.polar(Tensor([2.]), Tensor([0.])).numpy()
+        array([2.+0.j], dtype=complex64)
     """
     abs, angle = _t(abs), _t(angle)
     return complex(_B["mul"](abs, _U["cos"](angle)), _B["mul"](abs, _U["sin"](angle)))
@@ -866,7 +902,9 @@ def gather(inp, axis, index):
         a tensor of ``index``'s shape.
 
     Example:
-        >>> F.gather(Tensor([[1., 2.], [3., 4.]]), 1, Tensor([[1], [0]]))  # [[2.], [3.]]
+        >>> F.gather(Tensor([[1., 2.], [3., 4.]]), 1, Tensor([[1], [0]])).numpy()
+        array([[2.],
+               [3.]], dtype=float32)
     """
     inp, index = _t(inp), _index_tensor("gather", index)
     if index.ndim != inp.ndim:
@@ -896,7 +934,9 @@ def scatter(inp, axis, index, source):
         the updated tensor.
 
     Example:
-        >>> F.scatter(F.zeros((2, 2)), 1, Tensor([[1], [0]]), Tensor([[5.], [6.]]))  # [[0., 5.], [6., 0.]]
+        >>> F.scatter(F.zeros((2, 2)), 1, Tensor([[1], [0]]), Tensor([[5.], [6.]])).numpy()
+        array([[0., 5.],
+               [6., 0.]], dtype=float32)
     """
     inp, index, source = _t(inp), _index_tensor("scatter", index), _t(source)
     if not inp.ndim == index.ndim == source.ndim:
@@ -925,7 +965,8 @@ def indexing_one_hot(src, index, axis=1, keepdims=False):
         the picked elements.
 
     Example:
-        >>> F.indexing_one_hot(Tensor([[1., 2.], [3., 4.]]), Tensor([1, 0]))  # [2., 3.]
+        >>> F.indexing_one_hot(Tensor([[1., 2.], [3., 4.]]), Tensor([1, 0])).numpy()
+        array([2., 3.], dtype=float32)
     """
     src, index = _t(src), _index_tensor("indexing_one_hot", index)
     axis = _axis("indexing_one_hot", src.ndim, axis)
@@ -978,7 +1019,8 @@ def where(mask, x, y):
         a tensor of the broadcast shape.
 
     Example:
-        >>> F.where(Tensor([True, False]), Tensor([1., 2.]), Tensor([3., 4.]))  # [1., 4.]
+        >>> F.where(Tensor([True, False]), Tensor([1., 2.]), Tensor([3., 4.])).numpy()
+        array([1., 4.], dtype=float32)
     """
     mask = _t(mask)
     if mask.dtype != np.bool_:
