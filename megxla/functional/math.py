@@ -56,14 +56,14 @@ def _reduce(prim, name, summary, example):
     return fn
 
 
-sum = _reduce(_R.sum, "sum", "Sum of the elements over ``axis`` (bool counts as int32).", "F.sum(x, axis=1)  # [3., 7.]")
+sum = _reduce(_R.sum, "sum", "Sum of the elements over ``axis`` (bool counts as int32).", "F.sum(x, axis=1).numpy()\n        array([3., 7.], dtype=float32)")
 mean = _reduce(_R.mean, "mean", "Mean of the elements over ``axis`` (float32 for integer inputs).",
-               "F.mean(x)  # 2.5")
-prod = _reduce(_R.prod, "prod", "Product of the elements over ``axis``.", "F.prod(x, axis=0)  # [3., 8.]")
-max = _reduce(_R.max, "max", "Maximum over ``axis``.", "F.max(x, axis=0)  # [3., 4.]")
-min = _reduce(_R.min, "min", "Minimum over ``axis``.", "F.min(x, keepdims=True)  # [[1.]]")
+               "F.mean(x).numpy()\n        array(2.5, dtype=float32)")
+prod = _reduce(_R.prod, "prod", "Product of the elements over ``axis``.", "F.prod(x, axis=0).numpy()\n        array([3., 8.], dtype=float32)")
+max = _reduce(_R.max, "max", "Maximum over ``axis``.", "F.max(x, axis=0).numpy()\n        array([3., 4.], dtype=float32)")
+min = _reduce(_R.min, "min", "Minimum over ``axis``.", "F.min(x, keepdims=True).numpy()\n        array([[1.]], dtype=float32)")
 logsumexp = _reduce(_R.logsumexp, "logsumexp", "``log(sum(exp(inp)))`` over ``axis``, computed stably.",
-                    "F.logsumexp(x, axis=1)  # [2.3133, 4.3133]")
+                    "F.logsumexp(x, axis=1).numpy()\n        array([2.3132615, 4.3132615], dtype=float32)")
 
 
 def var(inp, axis=None, keepdims=False):
@@ -78,7 +78,8 @@ def var(inp, axis=None, keepdims=False):
         the variance.
 
     Example:
-        >>> F.var(Tensor([1., 2., 3., 4.]))  # 1.25
+        >>> F.var(Tensor([1., 2., 3., 4.])).numpy()
+        array(1.25, dtype=float32)
     """
     inp = _t(inp)
     return _apply(_R.var.bind(axis=_axis("var", inp, axis), keepdims=bool(keepdims), ddof=0), inp)
@@ -96,7 +97,8 @@ def std(inp, axis=None, keepdims=False):
         the standard deviation.
 
     Example:
-        >>> F.std(Tensor([1., 2., 3., 4.]))  # 1.118
+        >>> F.std(Tensor([1., 2., 3., 4.])).numpy()
+        array(1.118034, dtype=float32)
     """
     return _U["sqrt"](var(inp, axis, keepdims))
 
@@ -118,7 +120,8 @@ def norm(inp, ord=None, axis=None, keepdims=False):
         the norm.
 
     Example:
-        >>> F.norm(Tensor([3., -4.]))  # 5.
+        >>> F.norm(Tensor([3., -4.])).numpy()
+        array(5., dtype=float32)
     """
     inp = _t(inp)
     ord = 2.0 if ord is None else ord
@@ -145,7 +148,8 @@ def normalize(inp, ord=None, axis=None, eps=1e-12):
         a tensor like ``inp``.
 
     Example:
-        >>> F.normalize(Tensor([3., 4.]))  # [0.6, 0.8]
+        >>> F.normalize(Tensor([3., 4.])).numpy()
+        array([0.6, 0.8], dtype=float32)
     """
     inp = _t(inp)
     n = norm(inp, ord, axis, keepdims=axis is not None)
@@ -180,7 +184,8 @@ def _arg(prim, name, doc):
         int32 indices.
 
     Example:
-        >>> F.{name}(Tensor([[1., 5.], [3., 2.]]), axis=1)  # {'[1, 0]' if name == 'argmax' else '[0, 1]'}
+        >>> F.{name}(Tensor([[1., 5.], [3., 2.]]), axis=1).numpy()
+        array({'[1, 0]' if name == 'argmax' else '[0, 1]'}, dtype=int32)
     """
     return fn
 
@@ -208,7 +213,8 @@ def matmul(inp1, inp2, transpose_a=False, transpose_b=False, compute_mode="defau
         the product.
 
     Example:
-        >>> F.matmul(F.ones((5, 2, 3)), F.ones((3, 4))).shape  # (5, 2, 4)
+        >>> F.matmul(F.ones((5, 2, 3)), F.ones((3, 4))).shape
+        (5, 2, 4)
     """
     inp1, inp2 = _t(inp1), _t(inp2)
     if _amp.enabled:  # autocast: compute in low precision, as MegEngine's amp
@@ -234,7 +240,8 @@ def dot(inp1, inp2):
         a 0-d tensor.
 
     Example:
-        >>> F.dot(Tensor([1., 2.]), Tensor([3., 4.]))  # 11.
+        >>> F.dot(Tensor([1., 2.]), Tensor([3., 4.])).numpy()
+        array(11., dtype=float32)
     """
     inp1, inp2 = _t(inp1), _t(inp2)
     if inp1.ndim > 1 or inp2.ndim > 1 or inp1.size != inp2.size:
@@ -252,7 +259,9 @@ def matinv(inp):
         the inverse(s).
 
     Example:
-        >>> F.matinv(Tensor([[2., 0.], [0., 4.]]))  # [[0.5, 0.], [0., 0.25]]
+        >>> F.matinv(Tensor([[2., 0.], [0., 4.]])).numpy()
+        array([[0.5 , 0.  ],
+               [0.  , 0.25]], dtype=float32)
     """
     inp = _t(inp)
     if inp.ndim < 2 or inp.shape[-1] != inp.shape[-2]:
@@ -308,7 +317,9 @@ def sort(inp, descending=False):
         ``(sorted values, int32 indices into inp)``.
 
     Example:
-        >>> v, i = F.sort(Tensor([3., 1., 2.]))  # [1., 2., 3.], [1, 2, 0]
+        >>> v, i = F.sort(Tensor([3., 1., 2.]))
+        >>> v.numpy(), i.numpy()
+        (array([1., 2., 3.], dtype=float32), array([1, 2, 0], dtype=int32))
     """
     inp = _sortable("sort", inp)
     return _apply(_S.sort.bind(descending=bool(descending)), inp)
@@ -325,7 +336,8 @@ def argsort(inp, descending=False):
         int32 indices.
 
     Example:
-        >>> F.argsort(Tensor([3., 1., 2.]))  # [1, 2, 0]
+        >>> F.argsort(Tensor([3., 1., 2.])).numpy()
+        array([1, 2, 0], dtype=int32)
     """
     inp = _sortable("argsort", inp)
     return _apply(_S.sort.bind(descending=bool(descending)), inp)[1]
@@ -346,7 +358,9 @@ def topk(inp, k, descending=True, kth_only=False, no_sort=False):
         ``(values, int32 indices)``.
 
     Example:
-        >>> v, i = F.topk(Tensor([2., 5., 1., 4.]), 2)  # [5., 4.], [1, 3]
+        >>> v, i = F.topk(Tensor([2., 5., 1., 4.]), 2)
+        >>> v.numpy(), i.numpy()
+        (array([5., 4.], dtype=float32), array([1, 3], dtype=int32))
     """
     inp = _sortable("topk", inp)
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
@@ -379,7 +393,9 @@ def topk_accuracy(logits, target, topk=1):
         a 0-d float32 tensor, or a list of them for a sequence ``topk``.
 
     Example:
-        >>> F.topk_accuracy(Tensor([[0.1, 0.9], [0.8, 0.2]]), Tensor([1, 1]), topk=(1, 2))  # [0.5, 1.]
+        >>> top1, top2 = F.topk_accuracy(Tensor([[0.1, 0.9], [0.8, 0.2]]), Tensor([1, 1]), topk=(1, 2))
+        >>> top1.numpy(), top2.numpy()
+        (array(0.5, dtype=float32), array(1., dtype=float32))
     """
     from .tensor import broadcast_to, reshape, astype
     logits, target = _t(logits), _t(target)
