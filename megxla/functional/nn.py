@@ -525,8 +525,10 @@ def avg_pool2d(inp, kernel_size, stride=None, padding=0, mode="average_count_exc
         output ``(N, C, OH, OW)``.
 
     Example:
-        >>> F.avg_pool2d(F.ones((1, 1, 4, 4)), 2, padding=1, mode="average").numpy()[0, 0, 0, 0]
-        0.25
+        >>> F.avg_pool2d(F.ones((1, 1, 4, 4)), 2, padding=1, mode="average").numpy()[0, 0]
+        array([[0.25, 0.5 , 0.25],
+               [0.5 , 1.  , 0.5 ],
+               [0.25, 0.5 , 0.25]], dtype=float32)
     """
     inp, k, s, p = _pool_args("avg_pool2d", inp, kernel_size, stride, padding)
     mode = str(getattr(mode, "name", mode)).lower()
@@ -820,7 +822,7 @@ def batch_norm(inp, running_mean=None, running_var=None, weight=None, bias=None,
         >>> x = Tensor(np.arange(8, dtype="float32").reshape(2, 2, 2, 1))
         >>> rm, rv = F.zeros((1, 2, 1, 1)), F.ones((1, 2, 1, 1))
         >>> y = F.batch_norm(x, rm, rv, training=True)
-        >>> rm.numpy().ravel()  # 0.9 * 0 + 0.1 * batch mean
+        >>> rm.numpy().ravel().round(4)  # 0.9 * 0 + 0.1 * batch mean
         array([0.25, 0.45], dtype=float32)
     """
     return _bn("batch_norm", inp, running_mean, running_var, weight, bias, training, momentum, eps, "additive",

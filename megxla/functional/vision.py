@@ -441,7 +441,7 @@ def cvt_color(inp, mode=""):
     Example:
         >>> x = Tensor(np.array([[[[-0.58675045, 1.7526233, 0.10702174]]]], dtype=np.float32))
         >>> F.vision.cvt_color(x, mode="RGB2GRAY").numpy()
-        array([[[[0.86555195]]]], dtype=float32)
+        array([[[[0.865552]]]], dtype=float32)
     """
     op = "cvt_color"
     inp = _t(inp)
