@@ -254,3 +254,15 @@ def test_trace_without_host_over_a_closure_tensor_raises_megengine_s_text():
     assert "not reachable from its arguments" in "".join(info.value.__notes__)
     g = trace(lambda a: a * 2 + outside, without_host=True, capture_as_const=True)
     np.testing.assert_allclose(g(mge.Tensor([1.0])).numpy(), [10.0])
+
+
+def test_every_docstring_example_of_the_package_runs():
+    # `pytest --doctest-modules megxla` in its own process (importing every module, the megengine alias
+    # included, must not leak into this session); names the examples share come from the repo's conftest.py
+    import os
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--doctest-modules",
+                        "megxla"], cwd=root, capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
