@@ -169,12 +169,11 @@ class GradScaler:
         Example:
             >>> from megxla.amp import GradScaler
             >>> from megxla.autodiff import GradManager
-            >>> model = M.Linear(3, 1); opt = optim.SGD(model.parameters(), lr=0.1)
-            >>> gm = GradManager().attach(model.parameters()); scaler = GradScaler()
-            >>> x = mge.Tensor(np.ones((2, 3), "float32"))
-            >>> with gm:
-            ...     scaler.backward(gm, model(x).mean(), unscale_grad=False)
-            >>> scaler.unscale(gm.attached_tensors()).update()
+            >>> w = mge.Parameter([1.0]); scaler = GradScaler()
+            >>> with GradManager().attach([w]) as gm:
+            ...     scaler.backward(gm, (w * 3).sum(), unscale_grad=False)   # w.grad = 3 * scale
+            >>> scaler.unscale([w]).update(); w.grad.numpy()
+            array([3.], dtype=float32)
         """
         tensors = [t for t in grad_tensors if t is not None and getattr(t, "grad", None) is not None]
         if not tensors:
