@@ -229,3 +229,24 @@ def test_adam_shared_step_count_splits_inside_compiled_steps(tracer):
     assert steps == {"a.weight": 3.0, "a.bias": 3.0, "b.weight": 5.0, "b.bias": 5.0, "spare.weight": 2.0,
                      "spare.bias": 2.0}
     np.testing.assert_allclose(losses, [3.5388231, 3.0209134, 2.5161061, 0.4724187, 0.1824162], rtol=1e-5)
+
+
+@pytest.mark.parametrize("tracer", [xla_trace, lambda f: trace(f, symbolic=True)])
+def test_replacing_a_param_group_or_the_list_takes_effect_in_compiled_steps(tracer):
+    # A compiled step reads hyper-parameters from the group dicts it was recorded with: a group replaced by
+    # another dict, or a new param_groups list, must record again (it used to keep reading the old lr).
+    x = mge.Tensor(np.arange(6, dtype="float32").reshape(2, 3) / 6)
+    ref, model = _model(), _model()
+    ref_opt, opt = optim.SGD(ref.parameters(), lr=0.05), optim.SGD(model.parameters(), lr=0.05)
+    step = tracer(_sgd_step)
+    for i in range(7):
+        if i == 3:
+            for o in (ref_opt, opt):
+                o.param_groups[0] = dict(o.param_groups[0], lr=0.5)
+        if i == 5:
+            for o in (ref_opt, opt):
+                o.param_groups = [dict(o.param_groups[0], lr=0.01, momentum=0.9)]
+        _sgd_step(ref, ref_opt, x)
+        step(model, opt, x)
+        for a, b in zip(_snapshot(ref, ref_opt), _snapshot(model, opt)):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6, err_msg=f"step {i}")

@@ -131,7 +131,9 @@ def collect(args, kwargs):
             groups = []
             for g in obj.param_groups:
                 params = g["params"]
-                groups.append((tuple(add(p) for p in params),
+                # (the group dict itself keys it: a compiled step re-reads hyper-parameters from the dicts it
+                # was recorded with, so a group replaced by another dict records again)
+                groups.append((id(g), tuple(add(p) for p in params),
                                tuple(sorted((k, type(v).__name__) for k, v in g.items() if k != "params"))))
             slots = []
             for p, st in obj._state.items():

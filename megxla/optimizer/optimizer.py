@@ -281,6 +281,13 @@ class Optimizer(metaclass=ABCMeta):
         for group in groups:
             self.add_param_group(group)
 
+    def __setattr__(self, name, value):
+        # A new ``param_groups`` list is new structure: a compiled step's prepared call must not keep reading
+        # the hyper-parameters of the groups it replaced (core._registry's structure epoch).
+        object.__setattr__(self, name, value)
+        if name == "param_groups":
+            _registry.bump_epoch()
+
     # ---- groups and state ----------------------------------------------------------------------------------
     def add_param_group(self, param_group: dict):
         """Add a parameter group, filling in missing hyper-parameters from the defaults, and create its state.
