@@ -227,6 +227,9 @@ sys.modules[__name__].__class__ = _Config
 _mod = sys.modules[__name__]
 # Defaults applied at import (megxla's import runs this module before any op starts a backend).
 _mod.matmul_precision = "highest"
+# A compiled step lowers its matmuls/convolutions at one precision: its recordings are keyed by it.
+from .core import _registry as _reg  # noqa: E402  (core imports nothing above it)
+_reg.register_context("matmul_precision", lambda m=_mod: m.__dict__.get("matmul_precision"))
 _mod.__dict__["deterministic_kernel"] = False
 _mod.deterministic_kernel = _env_flag("MEGXLA_DETERMINISTIC_KERNEL", False) or \
     "--xla_gpu_deterministic_ops=true" in os.environ.get("XLA_FLAGS", "")

@@ -352,3 +352,28 @@ def test_dump_of_a_guarded_step_is_refused(tmp_path):
     f(x, mge.Tensor(2))
     with pytest.raises(TraceError, match="int\\(n\\)"):
         f.dump(str(tmp_path / "f.stablehlo"))
+
+
+@pytest.mark.parametrize("tracer", [xla_trace, lambda f: trace(f, symbolic=True)])
+def test_autocast_and_matmul_precision_key_the_recording(tracer):
+    # amp.autocast and config.matmul_precision decide what the body records without being arguments: a call
+    # under another setting records again (the compiled float16 matmul was returned outside autocast)
+    from megxla import amp
+    f = tracer(lambda x, w: F.matmul(x, w))
+    x = mge.Tensor(np.random.RandomState(0).randn(4, 4).astype("float32"))
+    w = mge.Tensor(np.random.RandomState(1).randn(4, 4).astype("float32"))
+    with amp.autocast():
+        assert [f(x, w).dtype for _ in range(2)] == [np.float16, np.float16]
+    assert [f(x, w).dtype for _ in range(2)] == [np.float32, np.float32]
+    with amp.autocast():
+        assert f(x, w).dtype == np.float16
+    old = mge.config.matmul_precision
+    try:
+        mge.config.matmul_precision = "default"
+        f(x, w)
+        f(x, w)
+    finally:
+        mge.config.matmul_precision = old
+    np.testing.assert_allclose(f(x, w).numpy(), x.numpy() @ w.numpy(), rtol=1e-6)
+    if tracer is xla_trace:
+        assert f.num_compiled == 3  # autocast, float32 "highest", float32 "default"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import _registry
 from ._tensor import Tensor
 
 enabled = False
@@ -36,3 +37,7 @@ def low(*ts):
 def high(*ts):
     """``ts`` with every float tensor cast to the autocast high precision dtype (None entries stay None)."""
     return _cast(np.dtype(high_prec_dtype), ts)
+
+
+# A traced step records the casts autocast inserts: its recordings are keyed by the autocast state.
+_registry.register_context("autocast", lambda: (enabled, low_prec_dtype, high_prec_dtype) if enabled else None)

@@ -16,6 +16,9 @@ import time:
   values (by ``GradScaler`` inside a compiled step) that tells the optimizer to skip its update in-graph.
 * **callback runners** (:func:`register_callback_runner` / :func:`callback_runners`): functions that may run a
   GradManager's callbacks of one tensor themselves (``jit.partial_trace`` records them to compile them in).
+* **context** (:func:`register_context` / :func:`context_key`): global switches the ops a body records depend on
+  without their being arguments (``amp.autocast``, the float32 matmul precision); a traced function keys its
+  recordings by them, so a call under another context records again instead of running the old executable.
 
 Example:
     >>> from megxla.core import _registry
@@ -25,7 +28,8 @@ Example:
 from __future__ import annotations
 
 __all__ = ["register_implicit_state", "implicit_state", "register_state_walker", "state_walker",
-           "bump_epoch", "epoch", "set_grad_gate", "grad_gate", "register_callback_runner", "callback_runners"]
+           "bump_epoch", "epoch", "set_grad_gate", "grad_gate", "register_callback_runner", "callback_runners",
+           "register_context", "context_key"]
 
 # ---- implicit state ---------------------------------------------------------------------------------------
 _IMPLICIT: dict = {}
@@ -168,3 +172,31 @@ def callback_runners() -> list:
         True
     """
     return _CALLBACK_RUNNERS
+
+
+# ---- context a recording depends on ----------------------------------------------------------------------------
+_CONTEXT: list = []
+
+
+def register_context(name: str, get):
+    """Register ``get() -> hashable``, a global switch that decides which ops code records (``amp.autocast``).
+
+    Example:
+        >>> register_context("example", lambda: 1); context_key()[-1]
+        1
+    """
+    for i, (n, _) in enumerate(_CONTEXT):
+        if n == name:
+            _CONTEXT[i] = (name, get)
+            return
+    _CONTEXT.append((name, get))
+
+
+def context_key() -> tuple:
+    """The current value of every registered context switch, in registration order.
+
+    Example:
+        >>> isinstance(context_key(), tuple)
+        True
+    """
+    return tuple(get() for _, get in _CONTEXT)

@@ -125,7 +125,7 @@ def _arg_bindings(sig):
             return item[0]
         return None
 
-    pos, kw = sig
+    pos, kw = sig[:2]  # (sig[2]: the context key)
     out = [(tensor_index(it), None) for it in pos[1:]]
     if kw and kw[0] == "dict":
         out += [(tensor_index(it), k) for k, it in kw[1:]]

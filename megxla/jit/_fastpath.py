@@ -56,14 +56,14 @@ def _refs_base():
 class Plan:
     """A compiled entry prepared for calls with the same arguments (see the module doc)."""
 
-    __slots__ = ("tracer", "entry", "sig", "epoch", "nargs", "kw_names", "checks", "targ_pos", "state_ids",
+    __slots__ = ("tracer", "entry", "sig", "epoch", "context", "nargs", "kw_names", "checks", "targ_pos", "state_ids",
                  "containers", "groups", "state", "arg_slots", "pick", "consts", "hypers",
                  "donate_pick", "refs", "exe", "check_grads", "writes", "write_leaf", "grad_writes", "leaves",
                  "write_pick", "out_pick")
 
     def __call__(self, args, kwargs):
         """Run the prepared call, or return :data:`MISS` (nothing read or written) when a guard fails."""
-        if _registry._epoch[0] != self.epoch or _dispatch.recorders:
+        if _registry._epoch[0] != self.epoch or _dispatch.recorders or _registry.context_key() != self.context:
             return MISS
         if kwargs:
             if tuple(kwargs) != self.kw_names:
@@ -243,6 +243,7 @@ def build(tracer, entry, args, kwargs, state, sig, epoch, converted=None):
         return None
     plan = Plan()
     plan.tracer, plan.entry, plan.sig, plan.epoch = tracer, entry, sig, epoch
+    plan.context = _registry.context_key()
     plan.nargs, plan.kw_names = len(vals), tuple(kwargs)
     index = {id(t): i for i, t in enumerate(state)}
     checks, targ, slots = [], [], []

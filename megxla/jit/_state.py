@@ -156,5 +156,6 @@ def collect(args, kwargs):
             return ("o", id(obj))
 
     _is_module(None)  # resolve the Module class once
-    sig = (walk(args), walk(kwargs))
+    # (global switches that decide what the body records, e.g. amp.autocast, key it too: core._registry)
+    sig = (walk(args), walk(kwargs), _registry.context_key())
     return tensors, sig
