@@ -377,3 +377,20 @@ def test_autocast_and_matmul_precision_key_the_recording(tracer):
     np.testing.assert_allclose(f(x, w).numpy(), x.numpy() @ w.numpy(), rtol=1e-6)
     if tracer is xla_trace:
         assert f.num_compiled == 3  # autocast, float32 "highest", float32 "default"
+
+
+def test_swapping_a_function_attribute_of_a_module_records_again():
+    # ``self.act = F.relu`` decides what forward records; a compiled step kept computing relu after the swap
+    class Net(M.Module):
+        def __init__(self):
+            super().__init__()
+            self.act = F.relu
+
+        def forward(self, x):
+            return self.act(x)
+
+    net, x = Net(), mge.Tensor([-1.0, 1.0])
+    f = xla_trace(lambda net, x: net(x))
+    assert [f(net, x).numpy().tolist() for _ in range(2)] == [[0.0, 1.0]] * 2
+    net.act = F.sigmoid
+    np.testing.assert_allclose(f(net, x).numpy(), 1 / (1 + np.exp([1.0, -1.0])), rtol=1e-6)

@@ -113,6 +113,10 @@ def collect(args, kwargs):
                 items.append((k, type(v), v.tobytes()))
             elif k[0] != "_" and isinstance(v, (list, tuple, dict)):
                 items.append((k, walk(v)))
+            elif k[0] != "_" and callable(v) and not isinstance(v, type):
+                # a function attribute (``self.act = F.relu``) decides what forward records: swapping it
+                # records again (by identity: the module keeps it alive)
+                items.append((k, "fn", id(v)))
         return ("module", key, tuple(items))
 
     def walk(obj):
