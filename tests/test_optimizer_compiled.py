@@ -250,3 +250,37 @@ def test_replacing_a_param_group_or_the_list_takes_effect_in_compiled_steps(trac
         step(model, opt, x)
         for a, b in zip(_snapshot(ref, ref_opt), _snapshot(model, opt)):
             np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6, err_msg=f"step {i}")
+
+
+def test_grad_scaler_number_attributes_key_the_compiled_step():
+    # GradScaler.growth_interval / growth_factor / backoff_factor are baked into the recorded update: changing
+    # one between calls records again instead of running the old constants
+    from megxla.jit import _state
+    scaler = GradScaler(init_scale=4.0, growth_interval=2)
+    _, before = _state.collect((scaler,), {})
+    scaler.growth_interval = 3
+    _, after = _state.collect((scaler,), {})
+    assert before != after
+    def run(traced):
+        model, x = _model(), mge.Tensor(np.ones((2, 3), "float32"))
+        opt = optim.SGD(model.parameters(), lr=0.01)
+        gm = GradManager().attach(model.parameters())
+        scaler = GradScaler(init_scale=4.0, growth_interval=2)
+
+        def step(model, opt, scaler, x):
+            with gm:
+                scaler.backward(gm, (model(x) ** 2).sum())
+            opt.step().clear_grad()
+
+        f = xla_trace(step) if traced else step
+        scales = []
+        for i in range(6):
+            if i == 3:
+                scaler.growth_interval = 1
+            f(model, opt, scaler, x)
+            scales.append(scaler.scale_factor)
+        return scales
+
+    eager = run(False)
+    assert eager == [4.0, 8.0, 8.0, 16.0, 32.0, 64.0]
+    assert run(True) == eager

@@ -148,7 +148,11 @@ def collect(args, kwargs):
             return ("c", _scalar_key(obj))
         walker = _registry.state_walker(obj)
         if walker is not None:  # e.g. a GradScaler: its tensors are state of the step (core/_registry)
-            return ("walked", type(obj).__name__, id(obj), tuple((name, add(t)) for name, t in walker(obj)))
+            # (its public number attributes, e.g. GradScaler.growth_interval, are baked into the recording)
+            numbers = tuple((k, _scalar_key(v)) for k, v in getattr(obj, "__dict__", {}).items()
+                            if k[0] != "_" and type(v) in _SCALARS)
+            return ("walked", type(obj).__name__, id(obj), tuple((name, add(t)) for name, t in walker(obj)),
+                    numbers)
         if isinstance(obj, (bool, int, float, str, bytes)):
             return ("c", type(obj), obj)
         if isinstance(obj, np.generic):
