@@ -112,11 +112,10 @@ class Plan:
             if (tuple(g), tuple(map(type, g.values()))) != layout:
                 return MISS
         entry = self.entry
-        if entry.gms and not _gms_current(entry):
+        if entry.gms and not gms_current(entry):
             return MISS
-        for check, value in entry.rec.host_checks:
-            if check() != value:
-                return MISS
+        if entry.rec.host_checks and not host_checks_hold(entry):
+            return MISS
         st = self.state[:]
         for p, i in self.arg_slots:
             st[i] = vals[p]
@@ -215,10 +214,19 @@ def _resend(h, cur):
     return True
 
 
-def _gms_current(entry):
+def gms_current(entry):
+    """Every GradManager the recording taped through still has the attach version it had then."""
     for ref, version in entry.gms:
         g = ref()
         if g is not None and g._version != version:
+            return False
+    return True
+
+
+def host_checks_hold(entry):
+    """Every Python fact the recording depends on (``Recorder.host_check``) still has its recorded value."""
+    for check, value in entry.rec.host_checks:
+        if check() != value:
             return False
     return True
 

@@ -111,13 +111,6 @@ class _Miss:
         self.values, self.index, self.entry = values, index, entry
 
 
-def _host_checks_hold(entry):
-    for check, value in entry.rec.host_checks:
-        if check() != value:
-            return False
-    return True
-
-
 def _fetch_guards(arrays):
     """Copy a compiled call's guard values to the host: the one sync of a guarded step (and the only one a
     compiled step without host reads never makes)."""
@@ -132,14 +125,6 @@ def _compatible(entry, known):
 
 def _grad_key(state):
     return tuple((i, t._grad._data.shape) for i, t in enumerate(state) if t._grad is not None)
-
-
-def _gms_current(entry):
-    for ref, version in entry.gms:
-        g = ref()
-        if g is not None and g._version != version:
-            return False
-    return True
 
 
 def _snapshot(tensors):
@@ -379,10 +364,10 @@ class trace:
                     variants.remove(entry)
                     continue
                 st = state + externals
-            if entry.gms and not _gms_current(entry):  # a GradManager attached more since: record again
+            if entry.gms and not _fastpath.gms_current(entry):  # a GradManager attached more since: record again
                 variants.remove(entry)
                 continue
-            if entry.rec.host_checks and not _host_checks_hold(entry):
+            if entry.rec.host_checks and not _fastpath.host_checks_hold(entry):
                 continue  # recorded for another value of a Python fact the ops depend on (a zero weight decay)
             if entry.grad_key is not None and entry.grad_key != _grad_key(st):
                 # recorded with other ``.grad`` tensors present: accumulating into an existing gradient and
