@@ -22,7 +22,7 @@ from ._serialization import save, load
 from .logger import get_logger, set_log_level, set_log_file, enable_debug_log
 from ._check import check_misc
 from .core._imperative_rt.core2 import full_sync as _full_sync  # noqa: F401  (MegEngine: mge._full_sync())
-from . import functional, random, autodiff, jit, module, optimizer, data
+from . import functional, random, autodiff, jit, module, optimizer
 from . import amp
 from . import dtr
 from . import distributed
@@ -44,6 +44,18 @@ class _Package(_types.ModuleType):
         if name == "tensor" and value is _tensor_module:
             return
         super().__setattr__(name, value)
+
+    def __getattr__(self, name):
+        # ``megxla.data`` (datasets, transforms, OpenCV) loads on first use: a training script's first step
+        # should not wait for a data pipeline it may not use (~50 ms of a ~0.6 s import); nothing below it
+        # imports it
+        if name in _LAZY:
+            import importlib
+            return importlib.import_module(f"{__name__}.{name}")
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+_LAZY = ("data",)
 
 
 _sys.modules[__name__].__class__ = _Package

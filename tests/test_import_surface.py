@@ -132,3 +132,17 @@ def test_megengine_submodule_paths_used_by_its_tests():
     assert y.numpy().tolist() == [3.0]
     assert callable(AutoNaming.push_scope) and get_offsets([(2,)]) == [0, 2]
     assert all(callable(f) for f in (param_pack_split, param_pack_concat, pack_allreduce_split))
+
+
+def test_data_loads_on_first_use():
+    # `import megxla` leaves the data pipeline (datasets, transforms, OpenCV) for first use: a script's first
+    # step does not wait for it. Attribute access, `from megxla import data`, the submodule import and `*`
+    # (`data` is in __all__) all still give the package.
+    code = ("import sys, megxla; assert 'megxla.data' not in sys.modules, 'imported eagerly'\n"
+            "assert megxla.data.DataLoader.__name__ == 'DataLoader'\n"
+            "from megxla import data; import megxla.data.transform as T; assert data is megxla.data\n"
+            "ns = {}; exec('from megxla import *', ns); assert ns['data'] is data\n"
+            "try:\n    megxla.no_such_name\nexcept AttributeError as e:\n    assert 'no_such_name' in str(e)\n"
+            "else:\n    raise AssertionError('no AttributeError')\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]

@@ -171,3 +171,39 @@ def test_donation_never_deletes_a_buffer_held_elsewhere():
     # the common case still donates (the old buffers are given to the executable)
     step(model, opt, X)
     assert step.num_undonated == 2
+
+
+
+def test_failure_compiling_the_recording_call_leaves_state_identical(monkeypatch):
+    # The first call of an xla_trace step records abstractly, creates Adam's slots as outputs of its
+    # executable, compiles and runs it. When XLA's compiler fails there, the call raises, no slot is left
+    # holding a tracer, and training then goes on exactly as a twin's that never failed.
+    from megxla.core import _spmd
+    model, opt, gm = _setup()
+    step = xla_trace(_make_step(gm, [None]))
+    before = _snapshot(model, opt, step)
+    real_jit = _spmd.jit
+
+    class Failing:
+        def __init__(self, jitted):
+            self.jitted = jitted
+
+        def lower(self, *avals):
+            self.jitted.lower(*avals)
+
+            class Lowered:
+                def compile(self):
+                    raise RuntimeError("XLA compile failed")
+            return Lowered()
+
+    monkeypatch.setattr(tracing._spmd, "jit", lambda f, **kw: Failing(real_jit(f, **kw)))
+    with pytest.raises(RuntimeError, match="XLA compile failed"):
+        step(model, opt, X)
+    _assert_same(_snapshot(model, opt, step), before)
+    monkeypatch.undo()
+    twin, topt, tgm = _setup()
+    tstep = xla_trace(_make_step(tgm, [None]))
+    for _ in range(4):
+        ref, got = tstep(twin, topt, X), step(model, opt, X)
+    np.testing.assert_allclose(got.numpy(), ref.numpy(), rtol=1e-6)
+    _assert_same(_snapshot(model, opt, step), _snapshot(twin, topt, tstep))
