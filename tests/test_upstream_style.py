@@ -266,3 +266,25 @@ def test_every_docstring_example_of_the_package_runs():
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--doctest-modules",
                         "megxla"], cwd=root, capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+
+
+def test_shape_numpy_inside_symbolic_trace():
+    # MegEngine's shapes are Tensors inside trace(symbolic=True): `y.shape.numpy()` there is common upstream
+    # test code. Ours are tuples that also convert; they compare, hash and pickle as plain tuples.
+    import pickle
+    from megxla.jit import trace
+    import megxla.functional as F
+    x = mge.Tensor([5, 2, 7, 1, 0, 3, 2])
+    seen = []
+
+    @trace(symbolic=True)
+    def f(x):
+        y = F.topk(x, 3)
+        seen.append(y[0].shape.numpy())
+        return y
+
+    for _ in range(3):
+        f(x)
+    assert seen and all(s.dtype == np.int32 and s.tolist() == [3] for s in seen)
+    shape = x.shape
+    assert shape == (7,) and hash(shape) == hash((7,)) and type(pickle.loads(pickle.dumps(shape))) is tuple

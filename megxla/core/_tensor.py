@@ -20,6 +20,28 @@ __all__ = ["Tensor", "Parameter"]
 QPARAMS_FACTORY: list = [None]
 
 
+class Shape(tuple):
+    """A tensor's shape: a tuple of ints that also converts with ``.numpy()``, as MegEngine's shape does inside
+    ``trace(symbolic=True)`` (there a shape is a Tensor; code such as ``y.shape.numpy()`` in a traced function
+    runs unchanged). Everything else is the tuple's: equality, hashing, indexing, ``len``, arithmetic.
+
+    Example:
+        >>> from megxla import Tensor
+        >>> s = Tensor([[1.0, 2.0, 3.0]]).shape
+        >>> s == (1, 3), s.numpy()
+        (True, array([1, 3], dtype=int32))
+    """
+
+    __slots__ = ()
+
+    def numpy(self):
+        """The shape as a 1-d int32 NumPy array."""
+        return np.array(self, dtype=np.int32)
+
+    def __reduce__(self):  # pickles as a plain tuple: a saved shape loads anywhere, MegEngine included
+        return (tuple, (tuple(self),))
+
+
 class Tensor:
     """A multi-dimensional array on a device, with MegEngine's semantics.
 
@@ -66,8 +88,8 @@ class Tensor:
     # ---- properties ---------------------------------------------------------------------------------------
     @property
     def shape(self):
-        """The shape as a tuple of ints."""
-        return tuple(self._data.shape)
+        """The shape as a tuple of ints (a :class:`Shape`, which also has ``.numpy()``)."""
+        return Shape(self._data.shape)
 
     @property
     def dtype(self):
