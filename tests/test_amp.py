@@ -288,3 +288,58 @@ def test_docstring_examples():
         for test in doctest.DocTestFinder(recurse=False).find(obj, globs={"GradScaler": GradScaler, **globs}):
             runner.run(test)
         assert runner.failures == 0 and runner.tries > 0, obj
+
+
+def _scaled_steps(mode, pattern, inputs):
+    """Weights, ``.grad is None`` flags and scales after each call of a GradScaler step compiled by ``mode``
+    (or eager), with the optimizer stepping outside it (``pattern``: "step outside" every call, or
+    "accumulate": update_scale=False and scaler.update() + opt.step() every second call)."""
+    from megxla import jit
+    from megxla.optimizer import SGD
+    mge.random.seed(0)
+    net = M.Linear(4, 2)
+    opt = SGD(net.parameters(), lr=0.1)
+    gm = GradManager().attach(net.parameters())
+    scaler = GradScaler(init_scale=1024.0)
+
+    def fb(x, net, gm, scaler):
+        with gm:
+            loss = net(x).sum()
+            scaler.backward(gm, loss, update_scale=pattern != "accumulate")
+        return loss
+
+    if mode != "eager":
+        fb = {"xla_trace": jit.xla_trace, "trace": jit.trace,
+              "symbolic": lambda f: jit.trace(f, symbolic=True)}[mode](fb)
+    seen = []
+    for i, x in enumerate(inputs):
+        fb(mge.Tensor(x), net, gm, scaler)
+        none = net.weight.grad is None
+        if pattern == "accumulate":
+            if i % 2 == 1:
+                scaler.update()
+                opt.step().clear_grad()
+        else:
+            opt.step().clear_grad()
+        seen.append((net.weight.numpy().copy(), none, scaler.scale_factor))
+    return seen
+
+
+@pytest.mark.parametrize("mode", ["xla_trace", "trace", "symbolic"])
+@pytest.mark.parametrize("pattern", ["step outside", "accumulate"])
+def test_grad_scaler_in_a_compiled_step_hands_eager_gradients_out(mode, pattern):
+    # Only backward + unscale are compiled; the optimizer steps eagerly. On an overflow eager unscale leaves
+    # every .grad None (the eager step then skips): a compiled step must hand out the same, not the non-finite
+    # gradients with an in-graph flag no eager optimizer sees. update_scale=False keeps the flag in the scaler
+    # (state) for an eager update() later.
+    inputs = [np.ones((2, 4), "float32") for _ in range(6)]
+    inputs[2] = inputs[2].copy()
+    inputs[2][0, 0] = np.inf
+    if pattern == "accumulate":
+        inputs[5] = inputs[2]
+    want = _scaled_steps("eager", pattern, inputs)
+    got = _scaled_steps(mode, pattern, inputs)
+    for i, ((w1, n1, s1), (w2, n2, s2)) in enumerate(zip(want, got)):
+        assert (n1, s1) == (n2, s2), i
+        np.testing.assert_allclose(w2, w1, rtol=1e-6, err_msg=str(i))
+    assert any(n for _, n, _ in want)

@@ -482,3 +482,34 @@ def test_docstring_examples_run(module):
     import importlib
     res = doctest.testmod(importlib.import_module(module), optionflags=doctest.ELLIPSIS)
     assert res.attempted > 0 and res.failed == 0
+
+
+@pytest.mark.parametrize("symbolic", [False, True])
+def test_trace_returns_a_parameter_the_step_updated(symbolic):
+    # Returning the model's weight after opt.step() (or a BN running stat, an optimizer slot) is returning
+    # state the step rebound: every replay gives that same Parameter object with its new value, as eager.
+    import megxla.module as M
+    import megxla.optimizer as optim
+    from megxla.autodiff import GradManager
+
+    def make():
+        mge.random.seed(0)
+        net = M.Linear(4, 2)
+        return net, optim.SGD(net.parameters(), lr=0.1), GradManager().attach(net.parameters())
+
+    def step(x, net, opt, gm):
+        with gm:
+            loss = net(x).sum()
+            gm.backward(loss)
+        opt.step().clear_grad()
+        return loss, net.weight
+
+    net, opt, gm = make()
+    traced = trace(step, symbolic=symbolic)
+    twin, topt, tgm = make()
+    x = mge.Tensor(np.ones((1, 4), "float32"))
+    for _ in range(4):
+        (loss, w), (rloss, rw) = traced(x, net, opt, gm), step(x, twin, topt, tgm)
+        assert w is net.weight
+        np.testing.assert_allclose(w.numpy(), rw.numpy(), rtol=1e-6)
+        np.testing.assert_allclose(loss.numpy(), rloss.numpy(), rtol=1e-6)

@@ -91,7 +91,9 @@ class GradScaler:
         self.growth_factor = float(growth_factor)
         self.backoff_factor = float(backoff_factor)
         self.growth_interval = int(growth_interval)
-        self._found = None  # overflow flag (0-d bool Tensor) of the last unscale, consumed by update()
+        # overflow flag of the unscales since the last update(), which consumes it; a Tensor that is always
+        # there (state, like the scale): a compiled step that unscales without updating hands it to the next
+        self._found = Tensor(False)
 
     @property
     def scale_factor(self) -> float:
@@ -179,7 +181,7 @@ class GradScaler:
         if not tensors:
             return self
         *grads, bad = apply(_check_non_finite.bind(), *[t.grad for t in tensors], self._scale)
-        self._found = bad if self._found is None else self._found | bad
+        self._found._reset(self._found | bad)
         if current_interpreter() is not None:
             for t, g in zip(tensors, grads):
                 t.grad = g
@@ -210,7 +212,7 @@ class GradScaler:
         if new_scale is not None:
             self.scale_factor = new_scale
         else:
-            found = self._found if self._found is not None else Tensor(False)
+            found = self._found
             # growth/backoff factors are re-read at every call of a compiled step, like optimizer hyper-parameters
             factors = (host_scalar(lambda: self.growth_factor, "float32", (id(self), "growth")),
                        host_scalar(lambda: self.backoff_factor, "float32", (id(self), "backoff")),
@@ -218,7 +220,7 @@ class GradScaler:
             scale, tracker = apply(_update_scale.bind(), self._scale, self._tracker, found, *factors)
             self._scale._reset(scale)
             self._tracker._reset(tracker)
-        self._found = None
+        self._found._reset(Tensor(False))
 
     def state_dict(self):
         r"""The scaler's state as a dict (to save with the model and optimizer).
@@ -256,7 +258,8 @@ class GradScaler:
 
 
 # A compiled step that uses a GradScaler reads and rebinds its scale and growth counter: they are its state.
-_registry.register_state_walker(GradScaler, lambda s: [("scale", s._scale), ("growth_tracker", s._tracker)])
+_registry.register_state_walker(GradScaler, lambda s: [("scale", s._scale), ("growth_tracker", s._tracker),
+                                                       ("found", s._found)])
 
 
 def _all_finite(tensors) -> bool:

@@ -8,6 +8,7 @@ import numpy as np
 
 from ..core import _dispatch
 from ..core._dispatch import wrap
+from ..core import _registry
 from ..core._tensor import Tensor
 from ._external import mark_external
 from ._recording import Pending, TraceError
@@ -175,31 +176,73 @@ class _Replayer:
             self._fail(f"too few ops: the recording has {len(self.ops)}, this call ran {self.pos}", "mismature end")
         self._run_segments(len(self.ops))
         entry = self.entry
+        # every check first (a failed call restores the state), then the writes
+        consts = entry.rec.consts
         for i, vid in entry.writes:
             t = self.state[i]
-            if self.vmap.get(t._vid) != vid:
+            rv = self.vmap.get(t._vid)
+            # (rebound to a constant the body makes again, e.g. ``flag._reset(Tensor(False))``: the same value)
+            if rv != vid and not (rv is None and vid in consts and not isinstance(t._data, Pending)
+                                  and _same(t._data, consts[vid])):
                 self._fail(f"state tensor #{i} was not written as in the recording", "mismature end")
+        for i, vid in entry.grad_writes:
+            g = self.state[i]._grad
+            if (None if g is None else self.vmap.get(g._vid)) != vid:
+                self._fail(f"the .grad of state tensor #{i} was not written as in the recording", "mismature end")
+        leaves, _ = _flatten(out)
+        returned = []
+        for leaf, (kind, v) in zip(leaves, entry.out_leaves):
+            if isinstance(leaf, Tensor):
+                rv = self.vmap.get(leaf._vid)  # (before the state writes below renumber written tensors)
+                if rv != v and not (rv is None and kind == "t" and v in entry.rec.consts):
+                    # MegEngine: the value returned was not marked as an output of the graph
+                    self._fail("the returned tensors differ from the recording", "data unreadable")
+                returned.append((leaf, v))
+        dropped = _overflowed(entry, self.env)
+        for i, vid in entry.writes:
+            t = self.state[i]
             t._data = self.env[vid]
             t._vid = next(_dispatch._vids)
             mark_external(t)
         for i, vid in entry.grad_writes:
             g = self.state[i]._grad
-            if (None if g is None else self.vmap.get(g._vid)) != vid:
-                self._fail(f"the .grad of state tensor #{i} was not written as in the recording", "mismature end")
-            if g is not None:
+            if i in dropped:
+                self.state[i]._grad = None
+            elif g is not None:
                 g._data = self.env[vid]
+                g._vid = next(_dispatch._vids)  # a new value: no overflow flag of the replay stays attached
                 mark_external(g)
-        leaves, _ = _flatten(out)
-        for leaf, (kind, v) in zip(leaves, entry.out_leaves):
-            if isinstance(leaf, Tensor):
-                rv = self.vmap.get(leaf._vid)
-                if rv != v and not (rv is None and kind == "t" and v in entry.rec.consts):
-                    # MegEngine: the value returned was not marked as an output of the graph
-                    self._fail("the returned tensors differ from the recording", "data unreadable")
-                if isinstance(leaf._data, Pending):
-                    leaf._data = self.env[v]
-                mark_external(leaf)
+        for leaf, v in returned:
+            if isinstance(leaf._data, Pending):
+                leaf._data = self.env[v]
+            mark_external(leaf)
         return out
+
+
+def _overflowed(entry, values):
+    """State indices whose new ``.grad`` must be None after this call: the GradScaler that unscaled it found
+    an inf/NaN (read on the host: one sync, only for steps whose gradients leave with such a flag). In the
+    graph the flag only gates the optimizer; a gradient handed back to eager code would be non-finite."""
+    if not entry.grad_gates:
+        return ()
+    flags = {}
+    for i, v in entry.grad_gates:
+        if v not in flags:
+            flags[v] = bool(np.asarray(getattr(values[v], "_data", values[v])))
+    return {i for i, v in entry.grad_gates if flags[v]}
+
+
+def drop_overflowed_grads(state):
+    """Eagerly recorded call: every state tensor whose ``.grad`` carries a set overflow flag gets None."""
+    flags = {}
+    for t in state:
+        gate = _registry.grad_gate(t._grad)
+        if gate is not None:
+            bad = flags.get(id(gate))
+            if bad is None:
+                bad = flags[id(gate)] = bool(np.asarray(gate._data))
+            if bad:
+                t._grad = None
 
 
 def _grad_env(env, entry, state):

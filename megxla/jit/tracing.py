@@ -49,7 +49,7 @@ from ._external import mark_external
 from ._recording import (Recorder, AbstractRecorder, NeedsHost, Excluded, TraceError, make_replay,
                          describe_where, user_where, _TRACER_ERRORS, _user_frame)
 from ._simplify import simplify
-from ._replay import _Replayer, _GuardMismatch, _same, _flatten, _grad_env
+from ._replay import _Replayer, _GuardMismatch, _same, _flatten, _grad_env, _overflowed, drop_overflowed_grads
 
 __all__ = ["trace", "xla_trace", "exclude_from_trace", "TraceError", "load"]
 
@@ -99,6 +99,18 @@ class _Entry:
         self.grad_inplace = frozenset()  # state indices whose .grad object was updated in place
         self.confirmed = False  # recorded twice with the same guard values: worth compiling
         self.new_state = ()  # [(Tensor, vid)] state an abstract recording created: outputs of its one call
+        # [(state index, vid of a 0-d bool)]: a new ``.grad`` that leaves the step with a GradScaler's overflow
+        # flag (core._registry grad gate); where the flag is set, the call leaves that ``.grad`` None, as eager
+        self.grad_gates = ()
+
+
+def _unmade(entry, state, vid):
+    """The new value of a state tensor that the step rebound to a constant or an input value (no op made it,
+    so the executable does not return it, e.g. ``flag._reset(Tensor(False))``): a buffer of its own, since
+    state buffers are donated to the next call."""
+    rec = entry.rec
+    src = rec.consts[vid] if vid in rec.consts else state[rec.input_vids.index(vid)]._data
+    return wrap(jax.numpy.array(src, copy=True))
 
 
 class _Miss:
@@ -452,6 +464,7 @@ class trace:
             finally:
                 pop_interpreter()
             entry = self._finish_recording(recorder, out, state, args, kwargs, sig)
+            drop_overflowed_grads(state)
         except BaseException:
             # transactional: the state tensors (and external ones found so far) are as before the call
             _restore(snapshot)
@@ -500,6 +513,14 @@ class trace:
                     recorder._outside(g)
                 grad_writes.append((i, vid))
         entry = _Entry(rec, tree, out_leaves, writes, grad_writes, recorder.avals)
+        gates = []
+        for i, vid in grad_writes:
+            gate = None if vid is None else _registry.grad_gate(state[i]._grad)
+            if gate is not None:
+                if gate._vid not in recorder.known:
+                    recorder._outside(gate)
+                gates.append((i, gate._vid))
+        entry.grad_gates = tuple(gates)
         entry.read_log, entry.guards = _guard_reads(rec, recorder.host_reads)
         entry.grad_inplace = frozenset(i for i, vid in grad_writes if vid is not None and state[i]._grad is not None
                                        and state[i]._grad is recorder.grad_objs[i])
@@ -617,7 +638,7 @@ class trace:
         t0 = time.perf_counter()
         outside = list(rec.input_vids) + [v for _, v in rec.grad_inputs] + [v for v in rec.consts if v not in rec.hyper] + list(rec.hyper)
         final = ([v for kind, v in entry.out_leaves if kind == "t"] + [v for _, v in entry.writes]
-                 + [v for _, v in entry.grad_writes if v is not None])
+                 + [v for _, v in entry.grad_writes if v is not None] + [v for _, v in entry.grad_gates])
         kept = set(final) | ({v for _, v in rec.reads} if not self._without_host else set())
         if not self._without_host:
             kept |= _live_across(rec.ops, rec.exclude_at, final)
@@ -737,8 +758,9 @@ class trace:
         """Write reassigned state back into its Tensor objects and build the return value from ``values``
         (``{vid: Tensor}``). The writes are all-or-nothing: interrupted half-way (KeyboardInterrupt), they are
         completed before the exception goes on, since donated input buffers are gone once the executable ran."""
-        writes = [(state[i], values[vid]) for i, vid in entry.writes]
-        grads = [(state[i], None if vid is None else values[vid], i in entry.grad_inplace)
+        writes = [(state[i], values[vid] if vid in values else _unmade(entry, state, vid)) for i, vid in entry.writes]
+        dropped = _overflowed(entry, values)
+        grads = [(state[i], None if vid is None or i in dropped else values[vid], i in entry.grad_inplace)
                  for i, vid in entry.grad_writes]
         try:
             _commit(writes, grads)
