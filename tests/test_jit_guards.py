@@ -394,3 +394,27 @@ def test_swapping_a_function_attribute_of_a_module_records_again():
     assert [f(net, x).numpy().tolist() for _ in range(2)] == [[0.0, 1.0]] * 2
     net.act = F.sigmoid
     np.testing.assert_allclose(f(net, x).numpy(), 1 / (1 + np.exp([1.0, -1.0])), rtol=1e-6)
+
+
+@pytest.mark.parametrize("deco", ["xla_trace", "without_host"])
+def test_forward_hooks_registered_or_removed_after_compiling_record_again(deco):
+    # Hooks run inside the module call the step records: a hook added (or removed) after the step was
+    # compiled changes what it computes, as it changes eager's result.
+    import megxla.module as M
+    from megxla import jit
+    mge.random.seed(0)
+    net = M.Linear(3, 2)
+    wrap = jit.xla_trace if deco == "xla_trace" else (lambda f: jit.trace(f, symbolic=True, without_host=True))
+    f = wrap(lambda x, net: net(x))
+    x = mge.Tensor(np.ones((1, 3), "float32"))
+    for _ in range(2):
+        f(x, net)
+    handle = net.register_forward_hook(lambda m, inputs, out: out * 10)
+    pre = net.register_forward_pre_hook(lambda m, inputs: tuple(i + 1 for i in inputs))
+    for _ in range(3):
+        np.testing.assert_allclose(f(x, net).numpy(), net(x).numpy(), rtol=1e-6)
+    handle.remove()
+    for _ in range(3):
+        np.testing.assert_allclose(f(x, net).numpy(), net(x).numpy(), rtol=1e-6)
+    pre.remove()
+    np.testing.assert_allclose(f(x, net).numpy(), net(x).numpy(), rtol=1e-6)

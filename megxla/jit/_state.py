@@ -71,6 +71,9 @@ def convert_numpy(args, kwargs):
     return tuple(_convert(a) for a in args), {k: _convert(v) for k, v in kwargs.items()}
 
 
+_HOOKS = ("_forward_pre_hooks", "_forward_hooks")
+
+
 def collect(args, kwargs):
     """Return ``(tensors, signature)``: every distinct tensor reachable from the arguments (arguments
     themselves, module parameters and buffers, optimizer slots), and a hashable description of the argument
@@ -113,6 +116,9 @@ def collect(args, kwargs):
                 items.append((k, type(v), v.tobytes()))
             elif k[0] != "_" and isinstance(v, (list, tuple, dict)):
                 items.append((k, walk(v)))
+            elif k in _HOOKS:
+                if v:  # forward (pre-)hooks run inside forward: registering or removing one records again
+                    items.append((k, "hooks", tuple((h, id(f)) for h, f in v.items())))
             elif k[0] != "_" and callable(v) and not isinstance(v, type):
                 # a function attribute (``self.act = F.relu``) decides what forward records: swapping it
                 # records again (by identity: the module keeps it alive)

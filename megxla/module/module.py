@@ -41,6 +41,7 @@ class HookHandler:
     def __init__(self, source_dict, hook):
         self.id = next(HookHandler._ids)
         source_dict[self.id] = hook
+        _registry.bump_epoch()  # a compiled step recorded without (or with) this hook must record again
         # Weak so that a forgotten handle does not keep a deleted module's hook table alive.
         self.source_ref = weakref.ref(source_dict)
 
@@ -49,6 +50,7 @@ class HookHandler:
         source_dict = self.source_ref()
         if source_dict is not None and self.id in source_dict:
             del source_dict[self.id]
+            _registry.bump_epoch()
 
 
 class _HookDict(OrderedDict):
