@@ -177,4 +177,4 @@ def test_upper_layers_fill_the_core_registries():
     walked = _registry.state_walker(opt)(opt)
     assert sum(k.endswith("momentum_buffer") for k, _ in walked) == 5
     scaler = GradScaler()
-    assert [k for k, _ in _registry.state_walker(scaler)(scaler)] == ["scale", "growth_tracker"]
+    assert [k for k, _ in _registry.state_walker(scaler)(scaler)] == ["scale", "growth_tracker", "found"]
