@@ -48,14 +48,16 @@ class _Package(_types.ModuleType):
     def __getattr__(self, name):
         # ``megxla.data`` (datasets, transforms, OpenCV) loads on first use: a training script's first step
         # should not wait for a data pipeline it may not use (~50 ms of a ~0.6 s import); nothing below it
-        # imports it
+        # imports it. (As _LAZY's other entries.)
         if name in _LAZY:
             import importlib
-            return importlib.import_module(f"{__name__}.{name}")
+            return importlib.import_module(f"{__name__}.{_LAZY[name]}")
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-_LAZY = ("data",)
+# attribute -> submodule: MegEngine's ``import megengine`` makes these attributes too (``megengine.hub.load``,
+# ``megengine.cgtools``); here they load when first used
+_LAZY = {"data": "data", "hub": "hub", "utils": "utils", "cgtools": "utils.comp_graph_tools"}
 
 
 _sys.modules[__name__].__class__ = _Package

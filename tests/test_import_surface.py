@@ -146,3 +146,16 @@ def test_data_loads_on_first_use():
             "else:\n    raise AssertionError('no AttributeError')\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
+
+
+def test_megengine_attributes_of_subpackages():
+    # `import megengine` gives `megengine.hub`, `.utils`, `.cgtools`, and `megengine.distributed.functional`
+    # (the guide's `dist.functional.all_reduce_sum`) as MegEngine 1.13's __init__ does.
+    code = ("import megxla.as_megengine\nimport megengine\n"
+            "assert callable(megengine.hub.load) and megengine.utils.__name__ == 'megxla.utils'\n"
+            "assert megengine.cgtools.__name__ == 'megxla.utils.comp_graph_tools'\n"
+            "import megengine.distributed as dist, megengine.functional as F\n"
+            "assert dist.functional.all_reduce_sum is F.distributed.all_reduce_sum\n"
+            "import megengine.distributed.functional as DF; assert DF.remote_recv is F.distributed.remote_recv\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]

@@ -93,3 +93,5 @@ class _DistributedModule(_types.ModuleType):
 
 
 _sys.modules[__name__].__class__ = _DistributedModule
+
+from . import functional  # noqa: E402  (MegEngine: dist.functional; last, it imports the collectives above)
