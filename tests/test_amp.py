@@ -343,3 +343,25 @@ def test_grad_scaler_in_a_compiled_step_hands_eager_gradients_out(mode, pattern)
         assert (n1, s1) == (n2, s2), i
         np.testing.assert_allclose(w2, w1, rtol=1e-6, err_msg=str(i))
     assert any(n for _, n, _ in want)
+
+
+def test_amp_module_properties_switch_autocast_globally():
+    # MegEngine's `mge.amp.enabled = True` (the amp guide) turns autocast on for everything that follows;
+    # low/high_prec_dtype are module properties too. A compiled step follows the switch (it keys recordings).
+    from megxla import jit
+    assert (mge.amp.enabled, mge.amp.low_prec_dtype, mge.amp.high_prec_dtype) == (False, "float16", "float32")
+    f = jit.xla_trace(lambda x, w: F.linear(x, w))
+    x, w = F.ones((2, 3)), F.ones((4, 3))
+    try:
+        mge.amp.enabled = True
+        assert F.linear(x, w).dtype == np.float16
+        assert all(f(x, w).dtype == np.float16 for _ in range(3))
+        mge.amp.low_prec_dtype = "bfloat16"
+        assert F.matmul(x, w.T).dtype.name == "bfloat16"
+        with pytest.raises(ValueError, match="low_prec_dtype"):
+            mge.amp.low_prec_dtype = "int8"
+    finally:
+        mge.amp.enabled = False
+        mge.amp.low_prec_dtype = "float16"
+    assert F.linear(x, w).dtype == np.float32
+    assert all(f(x, w).dtype == np.float32 for _ in range(3))

@@ -9,8 +9,49 @@ Example:
     >>> y.dtype
     dtype('float16')
 """
-from .autocast import autocast
+import sys as _sys
+import types as _types
+
+from ..core import _autocast as _state
+from .autocast import autocast, _float_name
 from .grad_scaler import GradScaler, Xla_GradScaler
 from .convert_format import convert_module_format, convert_tensor_format
 
-__all__ = ["autocast", "GradScaler", "Xla_GradScaler", "convert_module_format", "convert_tensor_format"]
+__all__ = ["autocast", "GradScaler", "Xla_GradScaler", "convert_module_format", "convert_tensor_format",
+           "enabled", "high_prec_dtype", "low_prec_dtype"]
+
+
+class _Amp(_types.ModuleType):
+    """The ``megxla.amp`` module: MegEngine's module properties ``amp.enabled``, ``amp.low_prec_dtype`` and
+    ``amp.high_prec_dtype`` are the process-wide autocast switch (what ``autocast()`` sets for a block)."""
+
+    @property
+    def enabled(self) -> bool:
+        """Whether autocast is on outside any ``autocast`` block (``amp.enabled = True``: every matmul, linear
+        and convolution computes in ``low_prec_dtype`` from now on). Default: False."""
+        return _state.enabled
+
+    @enabled.setter
+    def enabled(self, value):
+        _state.enabled = bool(value)
+
+    @property
+    def low_prec_dtype(self) -> str:
+        """The low precision dtype name of autocast, ``"float16"`` by default (or ``"bfloat16"``)."""
+        return _state.low_prec_dtype
+
+    @low_prec_dtype.setter
+    def low_prec_dtype(self, dtype):
+        _state.low_prec_dtype = _float_name(dtype, "low_prec_dtype")
+
+    @property
+    def high_prec_dtype(self) -> str:
+        """The high precision dtype name of autocast, ``"float32"`` by default."""
+        return _state.high_prec_dtype
+
+    @high_prec_dtype.setter
+    def high_prec_dtype(self, dtype):
+        _state.high_prec_dtype = _float_name(dtype, "high_prec_dtype")
+
+
+_sys.modules[__name__].__class__ = _Amp
