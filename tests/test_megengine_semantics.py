@@ -630,3 +630,27 @@ def test_no_derivative_cut_under_trace():
     # MegEngine gives a unchanged: its only path is through floor, so it has no grad and SGD skips it
     assert a.numpy().tolist() == [1.5, 2.5]
     assert np.all(b.numpy() < [1.0, 2.0])
+
+
+def test_grad_manager_group_records_siblings_not_higher_order():
+    # MegEngine's higher-order-grad guide: `with gm | gm2:` records the forward for both managers, and neither
+    # records the other's backward (each adds the first-order gradient); nesting takes higher-order ones.
+    from megxla.autodiff import GradManager, GradManagerGroup
+    x = mge.Tensor([1.0])
+    gm, gm2, gm3 = (GradManager().attach([x]) for _ in range(3))
+    group = gm | gm2 | gm3
+    assert isinstance(group, GradManagerGroup)
+    with group:
+        y = F.cos(x)
+        gm.backward(y)
+        gm2.backward(y)
+        gm3.backward(y)
+    np.testing.assert_allclose(x.grad.numpy(), [-3 * np.sin(1.0)], rtol=1e-6)
+    assert not any(g._recording for g in (gm, gm2, gm3))
+    x.grad = None
+    with gm2:
+        with gm:
+            y = F.cos(x)
+            gm.backward(y)
+        gm2.backward(x.grad)
+    np.testing.assert_allclose(x.grad.numpy(), [-np.sin(1.0) - np.cos(1.0)], rtol=1e-6)

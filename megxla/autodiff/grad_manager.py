@@ -52,6 +52,7 @@ class GradManager:
         # Bumped when the attached set changes from outside a traced call: a compiled step recorded with this
         # manager computes the gradients of what was attached then, so it records again (megxla.jit reads it).
         self._version = 0
+        self._group = ()  # the managers recording beside this one in a GradManagerGroup (``gm | gm2``)
 
     # ---- attach ------------------------------------------------------------------------------------------
     def attach(self, tensors, callbacks=None):
@@ -110,6 +111,25 @@ class GradManager:
         self._tape = []
         self._tracked = set()
         self._functions = {}
+        self._group = ()
+
+    def __or__(self, other):
+        """``gm | gm2``: a :class:`GradManagerGroup` recording both; each backward is not recorded by the other.
+
+        Example:
+            >>> x = mge.Tensor([0.5]); gm, gm2 = GradManager().attach([x]), GradManager().attach([x])
+            >>> with gm | gm2:
+            ...     y = x * x
+            ...     gm.backward(y)
+            ...     gm2.backward(y)
+            >>> x.grad.numpy()                # 2x from each manager
+            array([2.], dtype=float32)
+        """
+        if isinstance(other, GradManager):
+            return GradManagerGroup([self, other])
+        return NotImplemented
+
+    __ror__ = __or__
 
     def __enter__(self):
         self.record()
@@ -166,9 +186,20 @@ class GradManager:
             dys = list(dy) if isinstance(dy, (list, tuple)) else [dy]
             dys = [d if isinstance(d, Tensor) else Tensor(d, dtype=t.dtype) for d, t in zip(dys, ys)]
         dys = [_match_dy(t, d) for t, d in zip(ys, dys)]
-        # Stop taping: backward ops must not record into our own tape.
+        # Stop taping: backward ops must not record into our own tape, nor into those of the managers recording
+        # beside us in a group (``gm | gm2``: siblings, not nested managers, which take higher-order gradients)
         self._recording = False
         _dispatch.recorders.remove(self)
+        paused = [g for g in self._group if g is not self and g in _dispatch.recorders]
+        for g in paused:
+            _dispatch.recorders.remove(g)
+        try:
+            self._backward_tape(ys, dys)
+        finally:
+            for g in paused:
+                _dispatch.recorders.append(g)
+
+    def _backward_tape(self, ys, dys):
         grads: dict[int, Tensor] = {}
         for t, d in zip(ys, dys):
             _accumulate(grads, t._vid, d)
@@ -219,6 +250,57 @@ class GradManager:
                 t._grad = g
             else:  # MegEngine's ``x.grad += grad``: in place, so references to ``x.grad`` see the sum
                 t._grad._reset(t._grad + g)
+
+
+class GradManagerGroup:
+    """Several GradManagers recording the same ops side by side (``with gm | gm2:``, MegEngine's group): each
+    one's ``backward`` is recorded by none of the others, so each computes first-order gradients of the same
+    forward (nest ``with gm2: with gm:`` instead for higher-order gradients).
+
+    Args:
+        gms: the GradManagers.
+
+    Example:
+        >>> x = mge.Tensor([0.0]); gm, gm2 = GradManager().attach([x]), GradManager().attach([x])
+        >>> with gm | gm2:
+        ...     y = F.cos(x)
+        ...     gm.backward(y)
+        ...     gm2.backward(y)
+        >>> x.grad.numpy()
+        array([-0.], dtype=float32)
+    """
+
+    def __init__(self, gms):
+        self._gms = list(gms)
+
+    def merge_with(self, other):
+        """A group of this group's managers and ``other`` (a GradManager or a group)."""
+        if isinstance(other, GradManager):
+            other = GradManagerGroup([other])
+        elif not isinstance(other, GradManagerGroup):
+            return NotImplemented
+        return GradManagerGroup([*self._gms, *other._gms])
+
+    __or__ = merge_with
+    __ror__ = merge_with
+
+    def __enter__(self):
+        started = []
+        try:
+            for gm in self._gms:
+                gm.record()
+                started.append(gm)
+        except BaseException:
+            for gm in reversed(started):
+                gm.release()
+            raise
+        for gm in self._gms:
+            gm._group = tuple(self._gms)
+        return self
+
+    def __exit__(self, *exc):
+        for gm in reversed(self._gms):
+            gm.release()
 
 
 def _run_callbacks(t, g, callbacks):
