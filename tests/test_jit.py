@@ -513,3 +513,20 @@ def test_trace_returns_a_parameter_the_step_updated(symbolic):
         assert w is net.weight
         np.testing.assert_allclose(w.numpy(), rw.numpy(), rtol=1e-6)
         np.testing.assert_allclose(loss.numpy(), rloss.numpy(), rtol=1e-6)
+
+
+def test_exclude_from_trace_may_change_what_the_step_returns():
+    # MegEngine's trace guide (jit/trace.rst): host code in exclude_from_trace runs on every call and may leave
+    # the body with another value than the recording call did; the step returns what the body returns now.
+    calls = []
+
+    @trace
+    def f(x):
+        x += 1
+        with exclude_from_trace():
+            if len(calls) % 2 == 0:
+                x += 1
+        calls.append(1)
+        return x
+
+    assert [int(f(mge.tensor([1])).numpy()[0]) for _ in range(4)] == [3, 2, 3, 2]

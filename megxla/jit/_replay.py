@@ -177,14 +177,12 @@ class _Replayer:
         self._run_segments(len(self.ops))
         entry = self.entry
         # every check first (a failed call restores the state), then the writes
-        consts = entry.rec.consts
+        write_values = []
         for i, vid in entry.writes:
-            t = self.state[i]
-            rv = self.vmap.get(t._vid)
-            # (rebound to a constant the body makes again, e.g. ``flag._reset(Tensor(False))``: the same value)
-            if rv != vid and not (rv is None and vid in consts and not isinstance(t._data, Pending)
-                                  and _same(t._data, consts[vid])):
+            value = self._final_value(self.state[i], vid)
+            if value is None:
                 self._fail(f"state tensor #{i} was not written as in the recording", "mismature end")
+            write_values.append(value)
         for i, vid in entry.grad_writes:
             g = self.state[i]._grad
             if (None if g is None else self.vmap.get(g._vid)) != vid:
@@ -193,15 +191,15 @@ class _Replayer:
         returned = []
         for leaf, (kind, v) in zip(leaves, entry.out_leaves):
             if isinstance(leaf, Tensor):
-                rv = self.vmap.get(leaf._vid)  # (before the state writes below renumber written tensors)
-                if rv != v and not (rv is None and kind == "t" and v in entry.rec.consts):
+                value = self._final_value(leaf, v)  # (before the state writes below renumber written tensors)
+                if value is None:
                     # MegEngine: the value returned was not marked as an output of the graph
                     self._fail("the returned tensors differ from the recording", "data unreadable")
-                returned.append((leaf, v))
+                returned.append((leaf, value))
         dropped = _overflowed(entry, self.env)
-        for i, vid in entry.writes:
+        for (i, _), value in zip(entry.writes, write_values):
             t = self.state[i]
-            t._data = self.env[vid]
+            t._data = value
             t._vid = next(_dispatch._vids)
             mark_external(t)
         for i, vid in entry.grad_writes:
@@ -212,11 +210,23 @@ class _Replayer:
                 g._data = self.env[vid]
                 g._vid = next(_dispatch._vids)  # a new value: no overflow flag of the replay stays attached
                 mark_external(g)
-        for leaf, v in returned:
+        for leaf, value in returned:
             if isinstance(leaf._data, Pending):
-                leaf._data = self.env[v]
+                leaf._data = value
             mark_external(leaf)
         return out
+
+    def _final_value(self, t, recorded):
+        """The value of ``t`` (written back or returned) at the end of this call, or None where the graph did not
+        keep it. Usually the recorded value; host code (``exclude_from_trace``) may make the body end with
+        another one, which is this call's result as long as it is known: a graph value the step keeps, or a
+        tensor host code made (MegEngine's trace returns it too)."""
+        rv = self.vmap.get(t._vid)
+        if rv is not None:
+            return self.env.get(rv)
+        if isinstance(t._data, Pending):
+            return None
+        return t._data
 
 
 def _overflowed(entry, values):

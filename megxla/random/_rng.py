@@ -7,6 +7,8 @@ exponential); for gamma/beta/poisson the output shape is ``size + broadcast(para
 """
 from __future__ import annotations
 
+import time
+
 import contextlib
 import threading
 
@@ -278,7 +280,9 @@ class _GlobalRNG(RNG):
     ``dist.launcher`` can then fork its workers (MegEngine's way) instead of starting fresh interpreters."""
 
     def __init__(self):
-        self._seed = 0
+        # as MegEngine (``seed(int(time.time()))`` at import): each run starts from another state unless seeded;
+        # a forked worker (``dist.launcher``) inherits its parent's
+        self._seed = int(time.time())
         self._key = None
 
     @property
