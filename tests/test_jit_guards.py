@@ -418,3 +418,34 @@ def test_forward_hooks_registered_or_removed_after_compiling_record_again(deco):
         np.testing.assert_allclose(f(x, net).numpy(), net(x).numpy(), rtol=1e-6)
     pre.remove()
     np.testing.assert_allclose(f(x, net).numpy(), net(x).numpy(), rtol=1e-6)
+
+
+@pytest.mark.parametrize("deco", ["xla_trace", "without_host", "trace"])
+def test_module_mode_set_inside_a_compiled_step_stays_set(deco):
+    # `net.eval()` inside a compiled evaluation step (and `net.train()` inside the training step): after every
+    # call the module is in the mode the body left it in, as when the body runs, so later eager use of the
+    # model (BatchNorm statistics, Dropout) is right.
+    from megxla import jit
+    wrap = {"xla_trace": jit.xla_trace, "trace": jit.trace,
+            "without_host": lambda f: jit.trace(f, symbolic=True, without_host=True)}[deco]
+    mge.random.seed(0)
+    net = M.Sequential(M.Linear(4, 8), M.BatchNorm1d(8))
+
+    def evaluate(x, net):
+        net.eval()
+        return net(x)
+
+    def train(x, net):
+        net.train()
+        return net(x).sum()
+
+    evaluate, train = wrap(evaluate), wrap(train)
+    x = mge.Tensor(np.random.RandomState(0).randn(6, 4).astype("float32"))
+    for _ in range(3):
+        train(x, net)
+        assert net.training and net[1].training
+        evaluate(x, net)
+        assert not net.training and not net[1].training
+    before = net[1].running_mean.numpy().copy()
+    net(x)  # eval mode: running statistics unchanged
+    np.testing.assert_array_equal(net[1].running_mean.numpy(), before)

@@ -236,7 +236,7 @@ def build(tracer, entry, args, kwargs, state, sig, epoch, converted=None):
     was ``state``), or None when such calls need the full path (guards that sync, external tensors, gradients fed
     in, arguments the plan cannot check cheaply)."""
     if entry.guards or entry.rec.externals or entry.rec.grad_inputs or entry.segments is None \
-            or getattr(entry, "new_state", None) or entry.grad_gates \
+            or getattr(entry, "new_state", None) or entry.grad_gates or entry.py_writes \
             or len(entry.segments) != 1 or not tracer._donate:
         return None
     seg = entry.segments[0]

@@ -173,3 +173,52 @@ def collect(args, kwargs):
     # (global switches that decide what the body records, e.g. amp.autocast, key it too: core._registry)
     sig = (walk(args), walk(kwargs), _registry.context_key())
     return tensors, sig
+
+
+def module_numbers(args, kwargs):
+    """``[(module, attribute, value)]``: the Python number (and str/None) attributes of every module reachable
+    from the arguments, e.g. ``training``. A traced step that changes one (``net.eval()`` inside the body) has
+    the change re-applied after each compiled call, as running the body would (:func:`changed_numbers`)."""
+    out, seen = [], set()
+    _is_module(None)  # resolve the Module class once
+
+    def visit(obj):
+        if isinstance(obj, (list, tuple)):
+            for o in obj:
+                visit(o)
+        elif isinstance(obj, dict):
+            for o in obj.values():
+                visit(o)
+        elif _is_module(obj) and id(obj) not in seen:
+            seen.add(id(obj))
+            for k, v in obj.__dict__.items():
+                if type(v) in _SCALARS:
+                    out.append((obj, k, v))
+                elif isinstance(v, _Module) or (k[0] != "_" and isinstance(v, (list, tuple, dict))):
+                    visit(v)
+
+    visit(args)
+    visit(kwargs)
+    return out
+
+
+def changed_numbers(before):
+    """The entries of ``before`` (from :func:`module_numbers`) whose attribute now holds another value:
+    ``[(weak reference to the module, attribute, new value)]``."""
+    import weakref
+    out = []
+    for obj, k, old in before:
+        new = obj.__dict__.get(k, old)
+        if type(new) in _SCALARS and _scalar_key(new) != _scalar_key(old):
+            out.append((weakref.ref(obj), k, new))
+    return out
+
+
+def apply_numbers(writes):
+    """Set the attributes :func:`changed_numbers` found (directly: no structure-epoch bump, which would make
+    the next call take the full path although nothing the step depends on changed since the body ran)."""
+    for ref, k, v in writes:
+        obj = ref()
+        if obj is not None:
+            obj.__dict__[k] = v
+

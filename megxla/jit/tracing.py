@@ -102,6 +102,9 @@ class _Entry:
         # [(state index, vid of a 0-d bool)]: a new ``.grad`` that leaves the step with a GradScaler's overflow
         # flag (core._registry grad gate); where the flag is set, the call leaves that ``.grad`` None, as eager
         self.grad_gates = ()
+        # [(weakref to a module, attribute, value)]: Python attributes the body set (``net.eval()`` inside the
+        # step); a compiled call without the host sets them again after it ran
+        self.py_writes = ()
 
 
 def _unmade(entry, state, vid):
@@ -456,6 +459,7 @@ class trace:
     def _record(self, args, kwargs, state, sig):
         snapshot = _snapshot(state)
         recorder = Recorder(state, self.capture_as_const, self._what, self._allow_external)
+        recorder.numbers_before = _state.module_numbers(args, kwargs)
         recorder.unknown_text = self._unknown_text
         push_interpreter(recorder)
         try:
@@ -521,6 +525,7 @@ class trace:
                     recorder._outside(gate)
                 gates.append((i, gate._vid))
         entry.grad_gates = tuple(gates)
+        entry.py_writes = tuple(_state.changed_numbers(getattr(recorder, "numbers_before", ())))
         entry.read_log, entry.guards = _guard_reads(rec, recorder.host_reads)
         entry.grad_inplace = frozenset(i for i, vid in grad_writes if vid is not None and state[i]._grad is not None
                                        and state[i]._grad is recorder.grad_objs[i])
@@ -565,12 +570,14 @@ class trace:
         snapshot = _snapshot(state)
         nstate = len(state)
         holder = {}
+        numbers_before = _state.module_numbers(args, kwargs)
 
         def abstract_step(*arrays):
             for t, a in zip(state, arrays):
                 t._data = a
             recorder = holder["recorder"] = AbstractRecorder(state, self.capture_as_const, self._what,
                                                              self._allow_external)
+            recorder.numbers_before = numbers_before
             recorder.unknown_text = self._unknown_text
             push_interpreter(recorder)
             try:
@@ -784,6 +791,8 @@ class trace:
             else:
                 mark_external(t)
             leaves.append(t)
+        if entry.py_writes:
+            _state.apply_numbers(entry.py_writes)
         return jax.tree_util.tree_unflatten(entry.out_tree, leaves)
 
     # ---- run compiled with the host (without_host=False) -----------------------------------------------------
