@@ -449,3 +449,24 @@ def test_module_mode_set_inside_a_compiled_step_stays_set(deco):
     before = net[1].running_mean.numpy().copy()
     net(x)  # eval mode: running statistics unchanged
     np.testing.assert_array_equal(net[1].running_mean.numpy(), before)
+
+
+@pytest.mark.parametrize("deco", ["xla_trace", "trace", "symbolic"])
+def test_a_tensor_escaping_the_body_says_why_it_is_unreadable(deco):
+    # A tensor that leaves the traced function other than as a result (appended to a list) has no value
+    # outside the compiled step: reading it says so, instead of a JAX tracer error or a placeholder's TypeError.
+    from megxla import jit
+    from megxla.core._tensor import UnreadableTensorError
+    wrap = {"xla_trace": jit.xla_trace, "trace": jit.trace, "symbolic": lambda f: jit.trace(f, symbolic=True)}[deco]
+    hist = []
+
+    @wrap
+    def f(x):
+        y = x * 2
+        hist.append(y)
+        return y + 1
+
+    for _ in range(3):
+        np.testing.assert_allclose(f(mge.Tensor([1.0])).numpy(), [3.0])
+    with pytest.raises(UnreadableTensorError, match="left the function other than as its return value"):
+        hist[-1].numpy()

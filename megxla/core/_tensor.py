@@ -20,6 +20,19 @@ __all__ = ["Tensor", "Parameter"]
 QPARAMS_FACTORY: list = [None]
 
 
+class UnreadableTensorError(jax.errors.TracerArrayConversionError):
+    """Reading a tensor that only exists inside a traced function (it escaped the body, not as a result)."""
+
+    def __init__(self, message):  # (JAX's class builds its text from a tracer; ours says what happened)
+        Exception.__init__(self, message)
+
+    def __str__(self):
+        return self.args[0]
+
+
+_CONCRETE = (np.ndarray, np.generic)
+
+
 class Shape(tuple):
     """A tensor's shape: a tuple of ints that also converts with ``.numpy()``, as MegEngine's shape does inside
     ``trace(symbolic=True)`` (there a shape is a Tensor; code such as ``y.shape.numpy()`` in a traced function
@@ -162,7 +175,14 @@ class Tensor:
         interp = current_interpreter()
         if interp is not None:
             return interp.read(self)
-        return self._data
+        data = self._data
+        if not isinstance(data, _CONCRETE) and (isinstance(data, jax.core.Tracer) or not hasattr(data, "__array__")):
+            raise UnreadableTensorError(
+                f"a {tuple(data.shape)} {np.dtype(data.dtype).name} tensor computed inside a traced function "
+                f"(xla_trace / trace) is read outside it, but it left the function other than as its return "
+                f"value or as state of its arguments (e.g. appended to a list or set as an attribute of another "
+                f"object), so no compiled call produces its value. Return it from the traced function.")
+        return data
 
     def numpy(self) -> np.ndarray:
         """Copy the value to a NumPy array."""
