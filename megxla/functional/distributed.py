@@ -19,7 +19,8 @@ Notes:
     * One compiled step may hold the collectives of one group (its devices are the step's SPMD mesh).
     * ``reduce_sum`` and ``gather`` return None on non-root ranks (as MegEngine), so those ranks drop out of
       autodiff and only the root's input receives a gradient through them; likewise ``remote_send``
-      returns None, so no gradient travels back from ``remote_recv`` to the sender. For the same reason
+      returns None, so no gradient travels back from ``remote_recv`` to the sender (MegEngine sends one back;
+      see docs/differences.md). For the same reason
       ``reduce_sum`` and ``gather`` are refused inside a traced step (a non-root's step would hold no
       collective): use ``all_reduce_sum`` / ``all_gather`` there.
 """
