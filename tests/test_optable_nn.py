@@ -1008,19 +1008,31 @@ def test_nms_matches_megengine_docstring_example():
     np.testing.assert_array_equal(F.vision.nms(T(x), scores, iou_thresh=0.7).numpy(), [75, 69])
 
 
-def test_nms_under_trace():
-    """Under xla_trace nms keeps a static shape (max_output entries, -1 padded) and follows its inputs."""
-    from megxla.jit import xla_trace
-    boxes = T(BOXES)
-    f = xla_trace(lambda b, s: F.vision.nms(b, s, 0.5, max_output=4))
+@pytest.mark.parametrize("deco", ["xla_trace", "trace", "symbolic"])
+def test_nms_under_trace_gives_eager_indices(deco):
+    """Under tracing nms returns what it returns eagerly (the kept count is a guarded host read), so that
+    `boxes[keep]` (Faster R-CNN's RPN) selects the same boxes; max_output stays required, as in MegEngine."""
+    import warnings
+    from megxla import jit
+    wrap = {"xla_trace": jit.xla_trace, "trace": jit.trace, "symbolic": lambda f: jit.trace(f, symbolic=True)}[deco]
+    f = wrap(lambda b, s: b[F.vision.nms(b, s, 0.1, max_output=4)])
     rng = np.random.default_rng(0)
+    cases = []
     for _ in range(3):
-        s = rng.uniform(size=6).astype(np.float32)
-        want = np_nms(BOXES, s, 0.5, 4)
-        got = f(boxes, T(s)).numpy()
-        np.testing.assert_array_equal(got, np.concatenate([want, -np.ones(4 - len(want), np.int32)]))
+        xy = rng.uniform(0, 8, size=(6, 2)).astype(np.float32)
+        cases.append((np.concatenate([xy, xy + rng.uniform(2, 6, size=(6, 2)).astype(np.float32)], 1),
+                      rng.uniform(size=6).astype(np.float32)))
+    counts = set()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for b, s in cases + cases + cases:
+            want = np_nms(b, s, 0.1, 4)
+            counts.add(len(want))
+            np.testing.assert_array_equal(f(T(b), T(s)).numpy(), b[want])
+    boxes = T(BOXES)
+    assert len(counts) > 1  # the kept count changed between calls
     with pytest.raises(OpError, match="nms"):
-        xla_trace(lambda b, s: F.vision.nms(b, s, 0.5))(boxes, T(s))
+        wrap(lambda b, s: F.vision.nms(b, s, 0.5))(boxes, T(s))
 
 
 def test_ctc_loss_matches_megengine_docstring_example():

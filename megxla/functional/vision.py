@@ -351,8 +351,9 @@ def nms(boxes, scores, iou_thresh, max_output=None):
         max_output: keep at most this many (default all); required under tracing.
 
     Returns:
-        int32 indices of the kept boxes, by descending score. Under tracing (``jit``) the result has
-        ``max_output`` entries, padded with -1.
+        int32 indices of the kept boxes, by descending score. Their number depends on the data: under tracing
+        (``jit``) it is read on the host, as MegEngine's trace reads it, so a compiled step checks it on every
+        call and records again when it differs (``xla_trace`` records such a step eagerly and warns).
 
     Example:
         >>> boxes = Tensor([[0., 0., 10., 10.], [1., 1., 10., 10.], [20., 20., 30., 30.]])
@@ -377,9 +378,10 @@ def nms(boxes, scores, iou_thresh, max_output=None):
         raise OpError(f"{op}: max_output must be positive, got {max_output}")
     # (no .detach(): the indices are integers, so no gradient flows anyway)
     keep, count = _apply(_V.nms.bind(iou_thresh=float(iou_thresh), max_output=max_output), boxes, scores)
-    # NOTE: a traced step cannot have a data-dependent shape: there the result keeps max_output entries,
-    # padded with -1 (MegEngine likewise needs max_output under tracing). Eagerly it is cut to the kept count.
-    return keep if traced else keep[:int(count.item())]
+    # NOTE: cut to the kept count everywhere, also under tracing, where reading it is a guarded host read:
+    # returning the max_output padded indices there (they were padded with -1) gave a compiled step other
+    # boxes than eager (`rois[keep]` took the last box again for every pad: Faster R-CNN's RPN).
+    return keep[:int(count.item())]
 
 
 def correlation(data1, data2, kernel_size=1, max_displacement=1, stride1=1, stride2=1, pad_size=0,
