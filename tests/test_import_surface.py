@@ -144,8 +144,7 @@ def test_data_loads_on_first_use():
             "ns = {}; exec('from megxla import *', ns); assert ns['data'] is data\n"
             "try:\n    megxla.no_such_name\nexcept AttributeError as e:\n    assert 'no_such_name' in str(e)\n"
             "else:\n    raise AssertionError('no AttributeError')\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-2000:]
+    _run_fresh(code)
 
 
 def test_megengine_attributes_of_subpackages():
@@ -157,5 +156,10 @@ def test_megengine_attributes_of_subpackages():
             "import megengine.distributed as dist, megengine.functional as F\n"
             "assert dist.functional.all_reduce_sum is F.distributed.all_reduce_sum\n"
             "import megengine.distributed.functional as DF; assert DF.remote_recv is F.distributed.remote_recv\n")
+    _run_fresh(code)
+
+
+def _run_fresh(code):
+    """Run ``code`` in a fresh interpreter (what a first import does); fail with its stderr."""
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
