@@ -207,3 +207,31 @@ def test_failure_compiling_the_recording_call_leaves_state_identical(monkeypatch
         ref, got = tstep(twin, topt, X), step(model, opt, X)
     np.testing.assert_allclose(got.numpy(), ref.numpy(), rtol=1e-6)
     _assert_same(_snapshot(model, opt, step), _snapshot(twin, topt, tstep))
+
+
+@pytest.mark.parametrize("deco", ["xla_trace", "without_host"])
+def test_state_rebound_to_another_state_value_survives_donation(deco):
+    # A teacher takes the student's weight from before the student's update (EMA / distillation code):
+    # the written value is an input of the step whose buffer is donated to the student's new weight. The
+    # executable returns the teacher's value as a buffer of its own: no deleted array, same numbers as eager.
+    def make():
+        mge.random.seed(0)
+        s, t = M.Linear(3, 2), M.Linear(3, 2)
+        return s, t, optim.SGD(s.parameters(), lr=0.1), GradManager().attach(s.parameters())
+
+    def step(x, s, t, opt, gm):
+        t.weight._reset(s.weight)
+        with gm:
+            loss = s(x).sum()
+            gm.backward(loss)
+        opt.step().clear_grad()
+        return loss
+
+    wrap = xla_trace if deco == "xla_trace" else (lambda f: trace(f, symbolic=True, without_host=True))
+    compiled, eager = make(), make()
+    f = wrap(step)
+    for _ in range(4):
+        f(X, *compiled)
+        step(X, *eager)
+        for a, b in zip(compiled[:2], eager[:2]):
+            np.testing.assert_allclose(a.weight.numpy(), b.weight.numpy(), rtol=1e-6)

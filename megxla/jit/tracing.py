@@ -107,15 +107,6 @@ class _Entry:
         self.py_writes = ()
 
 
-def _unmade(entry, state, vid):
-    """The new value of a state tensor that the step rebound to a constant or an input value (no op made it,
-    so the executable does not return it, e.g. ``flag._reset(Tensor(False))``): a buffer of its own, since
-    state buffers are donated to the next call."""
-    rec = entry.rec
-    src = rec.consts[vid] if vid in rec.consts else state[rec.input_vids.index(vid)]._data
-    return wrap(jax.numpy.array(src, copy=True))
-
-
 class _Miss:
     """A compiled call whose guard ``index`` differed: nothing was written; ``values`` are the true values of
     guards ``0..index`` (the same code ran up to there, so every variant that recorded them is a candidate)."""
@@ -654,6 +645,11 @@ class trace:
         segments = []
         bounds = self._segment_bounds(entry)
         produced_later_needed = set(final)
+        # State rebound to a value no op makes (an input: ``teacher.w._reset(student.w)``; a constant:
+        # ``flag._reset(Tensor(False))``) is an output of the last segment too: the executable returns a buffer of
+        # its own, since the input's may be donated (deleted) by the call.
+        made = {v for _, _, outs in rec.ops for v in outs}
+        passthrough = {v for _, v in entry.writes if v not in made}
         # walk segments backwards to know which produced values later segments need
         needs = []
         for start, end in reversed(bounds):
@@ -665,7 +661,11 @@ class trace:
             # collectives into one, with operands in output order: a different order pairs them crosswise).
             out_vids = sorted(v for v in produced_later_needed | kept if v in produced)
             seg_ops = _prune(ops, out_vids)
+            if end == bounds[-1][1] and passthrough:
+                out_vids = sorted(set(out_vids) | passthrough)
             used = {v for _, ins, _ in seg_ops for v in ins} | guard_vids  # a guard may read an input directly
+            if end == bounds[-1][1]:
+                used |= passthrough
             in_vids = [v for v in dict.fromkeys(outside + [v for _, ins, _ in seg_ops for v in ins])
                        if v in used and v not in produced]
             produced_later_needed |= set(in_vids)
@@ -765,7 +765,7 @@ class trace:
         """Write reassigned state back into its Tensor objects and build the return value from ``values``
         (``{vid: Tensor}``). The writes are all-or-nothing: interrupted half-way (KeyboardInterrupt), they are
         completed before the exception goes on, since donated input buffers are gone once the executable ran."""
-        writes = [(state[i], values[vid] if vid in values else _unmade(entry, state, vid)) for i, vid in entry.writes]
+        writes = [(state[i], values[vid]) for i, vid in entry.writes]
         dropped = _overflowed(entry, values)
         grads = [(state[i], None if vid is None or i in dropped else values[vid], i in entry.grad_inplace)
                  for i, vid in entry.grad_writes]
