@@ -21,6 +21,16 @@ __all__ = ["autocast", "GradScaler", "Xla_GradScaler", "convert_module_format", 
            "enabled", "high_prec_dtype", "low_prec_dtype"]
 
 
+def _dtype_property(name, doc):
+    """A module property reading and (validated) setting the autocast dtype ``name`` of core._autocast."""
+    def get(self):
+        return getattr(_state, name)
+
+    def set(self, dtype):
+        setattr(_state, name, _float_name(dtype, name))
+    return property(get, set, doc=doc)
+
+
 class _Amp(_types.ModuleType):
     """The ``megxla.amp`` module: MegEngine's module properties ``amp.enabled``, ``amp.low_prec_dtype`` and
     ``amp.high_prec_dtype`` are the process-wide autocast switch (what ``autocast()`` sets for a block)."""
@@ -35,23 +45,10 @@ class _Amp(_types.ModuleType):
     def enabled(self, value):
         _state.enabled = bool(value)
 
-    @property
-    def low_prec_dtype(self) -> str:
-        """The low precision dtype name of autocast, ``"float16"`` by default (or ``"bfloat16"``)."""
-        return _state.low_prec_dtype
-
-    @low_prec_dtype.setter
-    def low_prec_dtype(self, dtype):
-        _state.low_prec_dtype = _float_name(dtype, "low_prec_dtype")
-
-    @property
-    def high_prec_dtype(self) -> str:
-        """The high precision dtype name of autocast, ``"float32"`` by default."""
-        return _state.high_prec_dtype
-
-    @high_prec_dtype.setter
-    def high_prec_dtype(self, dtype):
-        _state.high_prec_dtype = _float_name(dtype, "high_prec_dtype")
+    low_prec_dtype = _dtype_property(
+        "low_prec_dtype", 'The low precision dtype name of autocast, ``"float16"`` by default (or ``"bfloat16"``).')
+    high_prec_dtype = _dtype_property(
+        "high_prec_dtype", 'The high precision dtype name of autocast, ``"float32"`` by default.')
 
 
 _sys.modules[__name__].__class__ = _Amp

@@ -450,7 +450,7 @@ class trace:
     def _record(self, args, kwargs, state, sig):
         snapshot = _snapshot(state)
         recorder = Recorder(state, self.capture_as_const, self._what, self._allow_external)
-        recorder.numbers_before = _state.module_numbers(args, kwargs)
+        numbers = _state.module_numbers(args, kwargs)
         recorder.unknown_text = self._unknown_text
         push_interpreter(recorder)
         try:
@@ -458,7 +458,7 @@ class trace:
                 out = self.__wrapped__(*args, **kwargs)
             finally:
                 pop_interpreter()
-            entry = self._finish_recording(recorder, out, state, args, kwargs, sig)
+            entry = self._finish_recording(recorder, out, state, args, kwargs, sig, numbers)
             drop_overflowed_grads(state)
         except BaseException:
             # transactional: the state tensors (and external ones found so far) are as before the call
@@ -468,7 +468,9 @@ class trace:
             raise
         return entry, out
 
-    def _finish_recording(self, recorder, out, state, args, kwargs, sig, abstract=False):
+    def _finish_recording(self, recorder, out, state, args, kwargs, sig, numbers, abstract=False):
+        """The cache entry of a recording call (None where an eager one created state); ``numbers``: the
+        module number attributes before the body ran (``_state.module_numbers``)."""
         rec = recorder.rec
         after, _ = _state.collect(args, kwargs)
         nstate = len(state) - 1 - len(rec.externals)
@@ -516,7 +518,7 @@ class trace:
                     recorder._outside(gate)
                 gates.append((i, gate._vid))
         entry.grad_gates = tuple(gates)
-        entry.py_writes = tuple(_state.changed_numbers(getattr(recorder, "numbers_before", ())))
+        entry.py_writes = tuple(_state.changed_numbers(numbers))
         entry.read_log, entry.guards = _guard_reads(rec, recorder.host_reads)
         entry.grad_inplace = frozenset(i for i, vid in grad_writes if vid is not None and state[i]._grad is not None
                                        and state[i]._grad is recorder.grad_objs[i])
@@ -561,21 +563,20 @@ class trace:
         snapshot = _snapshot(state)
         nstate = len(state)
         holder = {}
-        numbers_before = _state.module_numbers(args, kwargs)
+        numbers = _state.module_numbers(args, kwargs)
 
         def abstract_step(*arrays):
             for t, a in zip(state, arrays):
                 t._data = a
             recorder = holder["recorder"] = AbstractRecorder(state, self.capture_as_const, self._what,
                                                              self._allow_external)
-            recorder.numbers_before = numbers_before
             recorder.unknown_text = self._unknown_text
             push_interpreter(recorder)
             try:
                 out = self.__wrapped__(*args, **kwargs)
             finally:
                 pop_interpreter()
-            holder["entry"] = self._finish_recording(recorder, out, state, args, kwargs, sig, abstract=True)
+            holder["entry"] = self._finish_recording(recorder, out, state, args, kwargs, sig, numbers, abstract=True)
 
         needs = None
         try:
@@ -661,11 +662,9 @@ class trace:
             # collectives into one, with operands in output order: a different order pairs them crosswise).
             out_vids = sorted(v for v in produced_later_needed | kept if v in produced)
             seg_ops = _prune(ops, out_vids)
-            if end == bounds[-1][1] and passthrough:
-                out_vids = sorted(set(out_vids) | passthrough)
-            used = {v for _, ins, _ in seg_ops for v in ins} | guard_vids  # a guard may read an input directly
-            if end == bounds[-1][1]:
-                used |= passthrough
+            tail = passthrough if end == bounds[-1][1] else set()
+            out_vids = sorted(set(out_vids) | tail)
+            used = {v for _, ins, _ in seg_ops for v in ins} | guard_vids | tail  # a guard may read an input
             in_vids = [v for v in dict.fromkeys(outside + [v for _, ins, _ in seg_ops for v in ins])
                        if v in used and v not in produced]
             produced_later_needed |= set(in_vids)
