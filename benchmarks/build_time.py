@@ -106,7 +106,6 @@ def _child_first_step(model, framework="megxla"):
     t0 = time.perf_counter()
     sys.path.insert(0, HERE)
     if framework == "jax":
-        import jax
         from megxla import config  # noqa: F401  (sets up JAX's persistent cache from the same variables)
     import run
     import models
