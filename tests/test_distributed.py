@@ -383,6 +383,7 @@ def test_world_of_one_and_port_in_use(monkeypatch):
         np.testing.assert_array_equal(F.distributed.all_reduce_sum(x).numpy(), x.numpy())  # a group of one
     finally:
         group._shutdown()
+        mge.set_default_device()  # init_process_group made cpu0 the default (as MegEngine's does); later tests expect xpux
     assert not dist.is_distributed()
 
 
@@ -456,3 +457,66 @@ def _worker_different_programs():
 def test_ranks_compiling_different_programs_is_an_error():
     with pytest.raises(RuntimeError, match="compiled different programs"):
         dist.launcher(_worker_different_programs, n_gpus=2, device_type="cpu")()
+
+
+# ---- pipeline parallelism: gradients back through remote_send / remote_recv -----------------------------------------
+def _pipeline_stage_weights():
+    rng = np.random.RandomState(7)
+    return [rng.randn(4, 3).astype("float32"), rng.randn(3, 4).astype("float32"), rng.randn(1, 3).astype("float32")]
+
+
+def _worker_pipeline():
+    # Three stages over three ranks (the distributed guide's two-stage example, with a middle stage that both
+    # receives and sends): rank 0 sends its features on, rank 2 computes the loss, each backward sends the
+    # gradient of what its stage received back to the stage before. Two steps, with an SGD update between.
+    r = dist.get_rank()
+    w = _pipeline_stage_weights()
+    layer = M.Linear(w[r].shape[1], w[r].shape[0], bias=False)
+    layer.weight._reset(mge.Tensor(w[r]))
+    gm = GradManager().attach(layer.parameters())
+    opt = optim.SGD(layer.parameters(), lr=0.1)
+    x = mge.Tensor(np.arange(6, dtype="float32").reshape(2, 3) / 6)
+    out = []
+    for _ in range(2):
+        with gm:
+            if r == 0:
+                F.distributed.remote_send(F.relu(layer(x)), dest_rank=1)
+                gm.backward([])
+            elif r == 1:
+                feat = F.distributed.remote_recv(src_rank=0)
+                F.distributed.remote_send(F.tanh(layer(feat)), dest_rank=2)
+                gm.backward()
+            else:
+                feat = F.distributed.remote_recv(src_rank=1)
+                loss = (layer(feat) ** 2).sum()
+                gm.backward(loss)
+        out.append(None if layer.weight.grad is None else layer.weight.grad.numpy())
+        opt.step().clear_grad()
+    # a receiver that records nothing: the sender's backward gets no gradient (and does not wait for one)
+    if r == 0:
+        with gm:
+            F.distributed.remote_send(layer(x), dest_rank=1)
+            gm.backward([])
+        out.append(layer.weight.grad)
+    elif r == 1:
+        out.append(F.distributed.remote_recv(src_rank=0).shape)
+    return out
+
+
+def test_pipeline_gradients_cross_ranks():
+    results = dist.launcher(_worker_pipeline, n_gpus=3, device_type="cpu")()
+    # the same three layers in one process
+    w = [mge.Parameter(a) for a in _pipeline_stage_weights()]
+    gm = GradManager().attach(w)
+    opt = optim.SGD(w, lr=0.1)
+    x = mge.Tensor(np.arange(6, dtype="float32").reshape(2, 3) / 6)
+    for step in range(2):
+        with gm:
+            h = F.tanh(F.matmul(F.relu(F.matmul(x, w[0], transpose_b=True)), w[1], transpose_b=True))
+            gm.backward((F.matmul(h, w[2], transpose_b=True) ** 2).sum())
+        for r in range(3):
+            assert results[r][step] is not None, f"rank {r} got no gradient at step {step}"
+            np.testing.assert_allclose(results[r][step], w[r].grad.numpy(), rtol=1e-5, atol=1e-6,
+                                       err_msg=f"rank {r}, step {step}")
+        opt.step().clear_grad()
+    assert results[0][2] is None and results[1][2] == (2, 4)

@@ -53,6 +53,11 @@ class GradManager:
         # manager computes the gradients of what was attached then, so it records again (megxla.jit reads it).
         self._version = 0
         self._group = ()  # the managers recording beside this one in a GradManagerGroup (``gm | gm2``)
+        # Pipeline parallelism (F.distributed.remote_send / remote_recv): tensors this manager tracks that were
+        # sent to another rank, whose gradients the backward receives from there, and tensors received from
+        # another rank, whose gradients the backward sends back. The distributed layer hands in the transfers.
+        self._sent: list = []  # (tensor, receive_grad() -> Tensor or None)
+        self._received: list = []  # (value id, send_grad(Tensor or None))
 
     # ---- attach ------------------------------------------------------------------------------------------
     def attach(self, tensors, callbacks=None):
@@ -101,6 +106,7 @@ class GradManager:
         self._recording = True
         self._tape = []
         self._tracked = {a.tensor._vid for a in self._attached.values()}
+        self._sent, self._received = [], []
         _dispatch.recorders.append(self)
 
     def release(self):
@@ -112,6 +118,18 @@ class GradManager:
         self._tracked = set()
         self._functions = {}
         self._group = ()
+        self._sent, self._received = [], []
+
+    def _note_send(self, t, receive_grad):
+        """``t`` (tracked here) was sent to another rank: backward first calls ``receive_grad()`` for its
+        gradient (None: the receiver has none)."""
+        self._sent.append((t, receive_grad))
+
+    def _note_recv(self, t, send_grad):
+        """``t`` was received from another rank: it is tracked, and backward hands its gradient (or None) to
+        ``send_grad``."""
+        self._tracked.add(t._vid)
+        self._received.append((t._vid, send_grad))
 
     def __or__(self, other):
         """``gm | gm2``: a :class:`GradManagerGroup` recording both; each backward is not recorded by the other.
@@ -165,15 +183,17 @@ class GradManager:
         """Back-propagate from ``y`` and accumulate into the ``.grad`` of attached tensors; ends recording.
 
         Args:
-            y: a tensor or list of tensors (the loss); None skips computation but ends recording.
+            y: a tensor or list of tensors (the loss); None skips computation but ends recording, except on a
+                pipeline stage (``F.distributed.remote_send``), where ``gm.backward()`` / ``gm.backward([])``
+                back-propagates the gradients of the sent tensors that the receiving ranks send back.
             dy: their gradients; default ones. A ``dy`` with ``y``'s number of elements (``(1,)`` for a
                 scalar loss) is reshaped to ``y``'s shape, a broadcastable one is broadcast, as in MegEngine.
         """
         if not self._recording:
             raise RuntimeError("GradManager.backward: no recording; call it inside `with gm:` or after record()")
         try:
-            if y is not None:
-                self._backward(y, dy)
+            if y is not None or self._sent or self._received:
+                self._backward([] if y is None else y, dy)
         finally:
             self.release()
 
@@ -186,6 +206,11 @@ class GradManager:
             dys = list(dy) if isinstance(dy, (list, tuple)) else [dy]
             dys = [d if isinstance(d, Tensor) else Tensor(d, dtype=t.dtype) for d, t in zip(dys, ys)]
         dys = [_match_dy(t, d) for t, d in zip(ys, dys)]
+        for t, receive_grad in self._sent:  # pipeline: the gradients of what this stage sent come back
+            g = receive_grad()
+            if g is not None:
+                ys.append(t)
+                dys.append(g)
         # Stop taping: backward ops must not record into our own tape, nor into those of the managers recording
         # beside us in a group (``gm | gm2``: siblings, not nested managers, which take higher-order gradients)
         self._recording = False
@@ -194,7 +219,9 @@ class GradManager:
         for g in paused:
             _dispatch.recorders.remove(g)
         try:
-            self._backward_tape(ys, dys)
+            grads = self._backward_tape(ys, dys)
+            for v, send_grad in self._received:  # pipeline: what this stage received sends its gradient back
+                send_grad(grads.get(v))
         finally:
             for g in paused:
                 _dispatch.recorders.append(g)
@@ -207,7 +234,7 @@ class GradManager:
         # partial_trace's compiled backward with its GradManager callbacks recorded in) skip them here; a
         # gradient with any other contribution runs them on the sum, as MegEngine does.
         cooked, raw = set(), set(grads)
-        tracked = {a.tensor._vid for a in self._attached.values()}
+        tracked = {a.tensor._vid for a in self._attached.values()} | {v for v, _ in self._received}
         for op, ins, outs in self._tape:  # forward pass over the tape: which values depend on attached ones
             if any(v in tracked for _, v in ins):
                 cut = _NONDIFF_OUT.get(op.name, ())
@@ -250,6 +277,7 @@ class GradManager:
                 t._grad = g
             else:  # MegEngine's ``x.grad += grad``: in place, so references to ``x.grad`` see the sum
                 t._grad._reset(t._grad + g)
+        return grads
 
 
 class GradManagerGroup:

@@ -26,6 +26,7 @@ Notes:
 """
 from __future__ import annotations
 
+import functools
 from typing import Optional
 
 import numpy as np
@@ -34,6 +35,7 @@ from ..core._tensor import Tensor
 from ..core._dispatch import OpError
 from ..core._elemwise_front import as_tensor as _t
 from ..core._dispatch import apply as _apply
+from ..core import _dispatch
 from ..distributed import _collective
 from ..distributed.group import WORLD, Group, get_rank, is_distributed, _require
 
@@ -424,8 +426,9 @@ def _peer(op, rank, what):
     return int(rank)
 
 
-def _p2p_meta_key(src, dst):
-    return f"p2pmeta/{src}->{dst}/{_collective.next_meta(('p2p', src, dst))}"
+def _p2p_meta_key(src, dst, channel="p2p"):
+    # one numbered key per message: the n-th send from src to dst on a channel meets the n-th receive
+    return f"{channel}meta/{src}->{dst}/{_collective.next_meta((channel, src, dst))}"
 
 
 def remote_send(inp: Tensor, dest_rank: int):
@@ -438,7 +441,8 @@ def remote_send(inp: Tensor, dest_rank: int):
         dest_rank: the receiver's global rank.
 
     Returns:
-        None (as MegEngine; hence no gradient flows back to the sender).
+        None, as MegEngine. Where a recording GradManager tracks ``inp`` (pipeline parallelism), its backward
+        (``gm.backward([])`` on the first stage) receives ``inp``'s gradient from the receiver's backward.
 
     Example:
         >>> if dist.get_rank() == 0:  # doctest: +SKIP
@@ -448,9 +452,13 @@ def remote_send(inp: Tensor, dest_rank: int):
     """
     dst = _peer("remote_send", dest_rank, "dest_rank")
     inp = _t(inp)
-    src = get_rank()
-    _require().client.user_set(_p2p_meta_key(src, dst), (tuple(inp.shape), inp.dtype.name))
-    _apply(_collective.p2p.bind(src=src, dst=dst, platform=_require().platform), inp)
+    # As MegEngine's: when a recording GradManager tracks ``inp``, its backward (``gm.backward()`` or
+    # ``gm.backward([])`` on a pipeline's first stage) receives ``inp``'s gradient from the receiver, which
+    # sends it from its own backward. The receiver learns that a gradient is wanted from the metadata.
+    manager = _gradient_recorder(inp)
+    _p2p_send(inp, dst, "p2p", wants_grad=manager is not None)
+    if manager is not None:
+        manager._note_send(inp, functools.partial(_p2p_recv_grad, dst))
     return None
 
 
@@ -465,17 +473,64 @@ def remote_recv(src_rank: int, device: Optional[str] = None, inp=None) -> Tensor
         inp: optional dummy input tensor (MegEngine uses it to place the result); not read.
 
     Returns:
-        the received tensor.
+        the received tensor. Where the sender wants its gradient (its GradManager tracks what it sent) and a
+        GradManager records here, that manager's backward sends the gradient back.
 
     Example:
         >>> y = F.distributed.remote_recv(0)   # on rank 1, after rank 0 called remote_send(x, 1)  # doctest: +SKIP
     """
     src = _peer("remote_recv", src_rank, "src_rank")
+    out, wants_grad = _p2p_recv(src, "p2p")
+    if wants_grad:
+        # the innermost recording GradManager tracks the received tensor and, in its backward, sends the
+        # tensor's gradient (or "none") back to the sender, whose backward waits for it
+        managers = [r for r in _dispatch.recorders if hasattr(r, "_note_recv")]
+        if managers:
+            managers[-1]._note_recv(out, functools.partial(_p2p_send_grad, dst=src))
+        else:
+            _p2p_send_grad(None, src)  # nothing records here: the sender's backward gets no gradient
+    return out
+
+
+def _gradient_recorder(t):
+    """The innermost recording GradManager that tracks ``t`` (its gradient is wanted), or None."""
+    for r in reversed(list(_dispatch.recorders)):
+        if hasattr(r, "_note_send") and r._tracks(t):
+            return r
+    return None
+
+
+def _p2p_send(inp, dst, channel, wants_grad=False):
+    src = get_rank()
+    meta = (tuple(inp.shape), inp.dtype.name, wants_grad)
+    _require().client.user_set(_p2p_meta_key(src, dst, channel), meta)
+    _apply(_collective.p2p.bind(src=src, dst=dst, platform=_require().platform), inp)
+
+
+def _p2p_recv(src, channel):
+    """(the tensor ``src`` sends on ``channel``, whether the sender wants its gradient back); (None, False)
+    where the sender sent "no tensor" (a gradient that does not exist)."""
     dst = get_rank()
-    shape, dtype = _require().client.user_pop(_p2p_meta_key(src, dst))
+    meta = _require().client.user_pop(_p2p_meta_key(src, dst, channel))
+    if meta is None:
+        return None, False
+    shape, dtype, wants_grad = meta
     from .tensor import zeros
     placeholder = zeros(tuple(shape), dtype=np.dtype(dtype))
-    return _apply(_collective.p2p.bind(src=src, dst=dst, platform=_require().platform), placeholder)
+    return _apply(_collective.p2p.bind(src=src, dst=dst, platform=_require().platform), placeholder), wants_grad
+
+
+def _p2p_send_grad(grad, dst):
+    """Send the gradient of a tensor received from ``dst`` back to it (None: there is none)."""
+    if grad is None:
+        _require().client.user_set(_p2p_meta_key(get_rank(), dst, "p2pgrad"), None)
+    else:
+        _p2p_send(grad, dst, "p2pgrad")
+
+
+def _p2p_recv_grad(src):
+    """The gradient that ``src`` sends back for a tensor sent to it (None: it has none)."""
+    return _p2p_recv(src, "p2pgrad")[0]
 
 
 # ---- synchronised batch normalisation ----------------------------------------------------------------------------
