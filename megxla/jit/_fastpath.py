@@ -124,7 +124,7 @@ class Plan:
         for h in self.hypers:
             # h: [getter, group, key, last value, device array, dtype, is SPMD]
             g = h[1]
-            cur = g[h[2]] if g is not None else h[0]()
+            cur = _dict_get(g, h[2]) if g is not None else h[0]()  # (not ParamGroup's recording-aware read)
             last = h[3]
             if cur is not last and not (type(cur) is type(last) and type(cur) in _NUMBERS and cur == last):
                 if not _resend(h, cur):
@@ -223,6 +223,9 @@ def gms_current(entry):
     return True
 
 
+_dict_get = dict.__getitem__
+
+
 def host_checks_hold(entry):
     """Every Python fact the recording depends on (``Recorder.host_check``) still has its recorded value."""
     for check, value in entry.rec.host_checks:
@@ -295,7 +298,7 @@ def build(tracer, entry, args, kwargs, state, sig, epoch, converted=None):
             consts.append(a)
         else:
             src = getattr(a, "source", None)
-            cur = src[0][src[1]] if src is not None else a()
+            cur = dict.__getitem__(src[0], src[1]) if src is not None else a()
             value = a()
             if isinstance(value, Tensor):
                 return None

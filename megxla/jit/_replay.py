@@ -97,7 +97,10 @@ class _Replayer:
                 self._fail(f"op #{i} {op!r} input {j} is a different traced value than in the recording",
                            self._id_mismatch(mv, rv))
             if rv in rec.hyper:
-                pass  # re-read from Python state at call start (optimizer hyper-parameters)
+                # the value the body's optimizer read just now (``group["lr"] = x`` earlier in the body counts),
+                # not the one read at call start
+                value = self._materialize(t) if isinstance(t._data, Pending) else t._data
+                self.env[rv] = np.asarray(value, dtype=self.entry.avals[rv].dtype)
             elif rv in rec.host_inputs:
                 self.env[rv] = self._materialize(t) if isinstance(t._data, Pending) else t._data
             elif rv in rec.consts:

@@ -125,6 +125,15 @@ def collect(args, kwargs):
                 items.append((k, "fn", id(v)))
         return ("module", key, tuple(items))
 
+    def hyper_key(v):
+        # a hyper-parameter's Python value is a graph input (re-read at every call), not a key; one held as a
+        # Tensor (``SGD(params, lr=mge.Tensor(0.1))``) is state of the step
+        if isinstance(v, Tensor):
+            return add(v)
+        if isinstance(v, (list, tuple)) and any(isinstance(x, Tensor) for x in v):
+            return tuple(add(x) if isinstance(x, Tensor) else type(x).__name__ for x in v)
+        return type(v).__name__
+
     def walk(obj):
         if isinstance(obj, Tensor):
             return add(obj)
@@ -144,7 +153,7 @@ def collect(args, kwargs):
                 # (the group dict itself keys it: a compiled step re-reads hyper-parameters from the dicts it
                 # was recorded with, so a group replaced by another dict records again)
                 groups.append((id(g), tuple(add(p) for p in params),
-                               tuple(sorted((k, type(v).__name__) for k, v in g.items() if k != "params"))))
+                               tuple(sorted((k, hyper_key(v)) for k, v in g.items() if k != "params"))))
             slots = []
             for p, st in obj._state.items():
                 slots.append((index.get(id(p)), tuple((k, add(v) if isinstance(v, Tensor) else v)

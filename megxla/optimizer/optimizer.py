@@ -23,6 +23,7 @@ Design:
 from __future__ import annotations
 
 import copy
+import functools
 import math
 import numbers
 import warnings
@@ -66,10 +67,15 @@ def hyper_tensor(param_group: dict, key: str, index: int = None, dtype="float32"
         array(0.1, dtype=float32)
     """
     def getter():
-        value = param_group[key]
+        value = dict.__getitem__(param_group, key)  # (not a body's read: the value is a graph input, see ParamGroup)
         _check_hyper(owner, key, value)
         return value if index is None else value[index]
 
+    raw = dict.__getitem__(param_group, key)
+    item = raw if index is None else raw[index]
+    if isinstance(item, Tensor):  # (MegEngine allows Tensor hyper-parameters): state of the optimizer, used as is
+        _check_hyper(owner, key, raw)
+        return item if item.dtype == np.dtype(dtype) else item.astype(dtype)
     # a compiled step's prepared call reads param_group[key] itself and calls the getter (validation, a new device
     # value) only when the Python value changed (jit/_fastpath.py)
     getter.source = (param_group, key)
@@ -138,12 +144,12 @@ def uses(param_group: dict, key: str) -> bool:
         >>> uses({"weight_decay": 0.0}, "weight_decay")
         False
     """
-    value = param_group[key]
+    value = dict.__getitem__(param_group, key)
     interp = current_interpreter()
     if interp is None:
         return value != 0
     if hasattr(interp, "host_check") and (type(value) in (int, float, bool) or isinstance(value, np.floating)):
-        return host_fact(lambda: bool(param_group[key] != 0))
+        return host_fact(lambda: bool(dict.__getitem__(param_group, key) != 0))
     return True  # a Tensor value, or a tracer that cannot check: the term is computed (x * 0 changes nothing)
 
 
@@ -195,6 +201,13 @@ def _number(x):
 
 def _check_hyper(owner, name, value):
     """Raise ValueError if a known hyper-parameter has an invalid value (unknown names are not checked)."""
+    if _holds_tensor(value) and current_interpreter() is not None:
+        # A Tensor hyper-parameter's value is not on the host while a step is traced (reading it would cost a
+        # host sync per call); its shape is checked, its value where the optimizer runs eagerly.
+        items = value if isinstance(value, (tuple, list)) else (value,)
+        if not all(_number(v) for v in items):
+            raise ValueError(f"{owner}: invalid {name} {value!r}: must be a number or a 0-d Tensor")
+        return
     if name in ("lr", "weight_decay", "momentum", "eps", "lr_decay"):
         if not _number(value) or not math.isfinite(float(value)) or not float(value) >= 0.0:
             raise ValueError(f"{owner}: invalid {name} {value!r}: must be a finite number >= 0")
@@ -205,6 +218,28 @@ def _check_hyper(owner, name, value):
     elif name == "rho":
         if not _number(value) or not 0.0 <= float(value) <= 1.0:
             raise ValueError(f"{owner}: invalid rho {value!r}: must be a number in [0, 1]")
+
+
+_NOT_A_FACT = object()
+
+
+def _fact(value):
+    """A comparable snapshot of a plain Python value (a number, a flag, a tuple or list of them), else
+    ``_NOT_A_FACT`` (a Tensor hyper-parameter is state, not a fact)."""
+    if value is None or isinstance(value, (bool, numbers.Number, str)):
+        return value
+    if isinstance(value, (tuple, list)):
+        items = tuple(_fact(v) for v in value)
+        return _NOT_A_FACT if any(v is _NOT_A_FACT for v in items) else (type(value), items)
+    return _NOT_A_FACT
+
+
+def _holds_tensor(value):
+    return isinstance(value, Tensor) or isinstance(value, (tuple, list)) and any(isinstance(v, Tensor) for v in value)
+
+
+def _group_fact(group, key):
+    return _fact(dict.get(group, key, _NOT_A_FACT))
 
 
 class ParamGroup(dict):
@@ -227,8 +262,25 @@ class ParamGroup(dict):
         super().__init__(*args, **kwargs)
         self._owner = None
 
+    def __getitem__(self, key):
+        value = dict.__getitem__(self, key)
+        if key != "params":
+            # A compiled step's body that reads a hyper-parameter itself (logs ``group["lr"]``, scales a manual
+            # update by it) depends on its Python value: the recording is valid while the value is unchanged,
+            # and a step recorded with another value runs after a scheduler changed it (never the stale one).
+            # (The optimizers' own reads go through ``dict.__getitem__``: their values are graph inputs.)
+            register = getattr(current_interpreter(), "host_check", None)
+            if register is not None:
+                fact = _fact(value)
+                if fact is not _NOT_A_FACT:
+                    register(functools.partial(_group_fact, self, key), fact)
+        return value
+
     def __setitem__(self, key, value):
+        old = dict.get(self, key)
         super().__setitem__(key, value)
+        if _holds_tensor(value) or _holds_tensor(old):
+            _registry.bump_epoch()  # a Tensor hyper-parameter is state a compiled step reads: new structure
         if self._owner is not None:
             self._owner._hyper_changed(self, key)
 
@@ -601,12 +653,22 @@ def _step_gate(params):
 
 
 def _walk_optimizer(opt):
-    """State of an optimizer for tracers: every parameter, then every slot (see core._registry)."""
+    """State of an optimizer for tracers: every parameter, then every slot, then the hyper-parameters held as
+    Tensors (``SGD(params, lr=mge.Tensor(0.1))``, as MegEngine allows) (see core._registry)."""
     out = [(f"param{i}", p) for i, p in enumerate(opt._get_params())]
     for i, p in enumerate(opt._get_params()):
         for k, v in sorted(opt._state.get(p, {}).items()):
             if isinstance(v, Tensor):
                 out.append((f"param{i}.{k}", v))
+    for gi, group in enumerate(opt.param_groups):
+        for k in sorted(group):
+            v = dict.__getitem__(group, k)
+            if k == "params" or not _holds_tensor(v):
+                continue
+            if isinstance(v, Tensor):
+                out.append((f"group{gi}.{k}", v))
+            else:
+                out.extend((f"group{gi}.{k}{j}", x) for j, x in enumerate(v) if isinstance(x, Tensor))
     return out
 
 

@@ -5,7 +5,7 @@ from typing import Iterable, Union
 
 import jax.numpy as jnp
 
-from ..core._tensor import Parameter
+from ..core._tensor import Parameter, Tensor
 from .optimizer import Optimizer, host_fact, hyper_tensor, uses
 
 __all__ = ["SGD"]
@@ -49,14 +49,14 @@ class SGD(Optimizer):
         super().__init__(params, dict(lr=lr, momentum=momentum, weight_decay=weight_decay))
 
     def _create_state(self, param_group):
-        if param_group["momentum"] != 0.0:
+        if _nonzero(dict.__getitem__(param_group, "momentum")):
             for param in param_group["params"]:
                 self._add_state(param, "momentum_buffer")
 
     def _hyper_changed(self, param_group, key):
         # momentum 0 -> non-zero: the slots MegEngine's layout has for a momentum group exist from now on, so
         # a compiled step sees a new state structure (it records again) instead of ignoring momentum.
-        if key == "momentum" and _nonzero(param_group["momentum"]):
+        if key == "momentum" and _nonzero(dict.__getitem__(param_group, "momentum")):
             for param in param_group["params"]:
                 if "momentum_buffer" not in self._state.get(param, {}):
                     self._add_state(param, "momentum_buffer")
@@ -67,7 +67,7 @@ class SGD(Optimizer):
         hypers = [hyper_tensor(param_group, "lr", owner=owner)]
         if use_wd:
             hypers.append(hyper_tensor(param_group, "weight_decay", owner=owner))
-        if _nonzero(param_group["momentum"]):
+        if _nonzero(dict.__getitem__(param_group, "momentum")):
             for param in params:  # momentum was 0 when the group was created and changed without assignment
                 if "momentum_buffer" not in self._state.get(param, {}):
                     self._add_state(param, "momentum_buffer")
@@ -83,7 +83,9 @@ class SGD(Optimizer):
 
 
 def _nonzero(value):
-    return float(value) != 0.0
+    # a Tensor momentum counts as non-zero without reading it (no host sync in a traced step): with the slot,
+    # a zero momentum updates as plain SGD does (buf = 0 * buf + grad)
+    return isinstance(value, Tensor) or float(value) != 0.0
 
 
 def _sgd_rule(flags, hypers, p, g, slots):
