@@ -113,3 +113,10 @@ def test_tensor_hyperparameters(mode, make_opt):
         np.testing.assert_allclose(g[0], w[0], rtol=1e-5)
         for a, b in zip(g[1:], w[1:]):
             np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_learning_rate_set_inside_xla_trace_warns():
+    from megxla.optimizer import optimizer as optimizer_module
+    optimizer_module._WARNED_SET_INSIDE.clear()
+    with pytest.warns(UserWarning, match="assignment happens once, when recording"):
+        _warmup_inside_run("xla_trace")

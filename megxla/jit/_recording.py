@@ -94,6 +94,10 @@ class Recorder:
     which become the recording's guards, and the GradManagers that recorded ops (``gms``): what they have
     attached is part of what the recording assumed."""
 
+    # True while recording a step whose later calls do not run the body (xla_trace, without_host): the body's
+    # Python effects happen this once (read by the optimizer layer to warn about hyper-parameters set inside)
+    body_runs_once = False
+
     def __init__(self, state_tensors, capture_as_const, what="trace", allow_external=False):
         self.state = state_tensors  # grows by the external tensors found while recording
         self.allow_external = allow_external and not capture_as_const

@@ -452,6 +452,7 @@ class trace:
         recorder = Recorder(state, self.capture_as_const, self._what, self._allow_external)
         numbers = _state.module_numbers(args, kwargs)
         recorder.unknown_text = self._unknown_text
+        recorder.body_runs_once = self._without_host
         push_interpreter(recorder)
         try:
             try:
@@ -571,6 +572,7 @@ class trace:
             recorder = holder["recorder"] = AbstractRecorder(state, self.capture_as_const, self._what,
                                                              self._allow_external)
             recorder.unknown_text = self._unknown_text
+            recorder.body_runs_once = self._without_host
             push_interpreter(recorder)
             try:
                 out = self.__wrapped__(*args, **kwargs)
