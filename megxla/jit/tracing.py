@@ -248,8 +248,9 @@ class trace:
         self._lock = threading.RLock()
         self.num_compiled = 0
         self.compile_time = 0.0
-        from ..random._rng import _key_tensor
+        from ..random._rng import _key_tensor, SEED_COUNT
         self._rng_key = _key_tensor(_seed_from_global())
+        self._seeded_at = SEED_COUNT[0]  # the seed() count the key was derived at (see _rng_swapped)
 
     @property
     def random_seed(self):
@@ -266,6 +267,8 @@ class trace:
         if key.shape != self._rng_key.shape:
             raise ValueError(f"{self._what}.random_seed: expected a key of shape {self._rng_key.shape}, got {key.shape}")
         self._rng_key._reset(Tensor(np.array(key.numpy(), dtype=self._rng_key.dtype, copy=True)))
+        from ..random._rng import SEED_COUNT
+        self._seeded_at = SEED_COUNT[0]  # a key set by hand stands until the next megxla.random.seed()
 
     @property
     def without_host(self):
@@ -441,6 +444,12 @@ class trace:
         # Random draws inside the step use the traced object's own key (`random_seed`), an implicit state.
         # Per thread (random._rng.swapped): another thread's eager draws meanwhile use the global key.
         from ..random import _rng
+        if self._seeded_at != _rng.SEED_COUNT[0]:
+            # megxla.random.seed(n) since the key was derived (a step decorated at import, seeded in main(); a
+            # run re-seeded between calls): derive it again from the new global key, so the step's draws follow
+            # the seed as eager draws do. (In place: the key Tensor is state of the compiled entries.)
+            self._seeded_at = _rng.SEED_COUNT[0]
+            self._rng_key._reset(_rng._key_tensor(_seed_from_global()))
         with _rng.swapped(self._rng_key):
             yield
 

@@ -15,6 +15,7 @@ import threading
 import numpy as np
 import jax
 
+from ..core import _registry
 from ..core._tensor import Tensor
 from ..core._dispatch import apply, OpError
 from ..core.dtypes import canonical
@@ -342,6 +343,9 @@ def next_key() -> Tensor:
     return _global._next_key()
 
 
+SEED_COUNT = [0]  # calls of seed() so far
+
+
 def seed(seed: int):
     """Resets the global generator: every later draw (init, dropout, ``random.*``, ``RNG()``) is reproducible.
 
@@ -355,6 +359,10 @@ def seed(seed: int):
         >>> seed(3); a = uniform(size=2); seed(3); b = uniform(size=2)  # a == b
     """
     _global._state._reset(_key_tensor(seed))
+    # traced steps derive their own keys from the global one: a new seed re-derives them at their next call
+    # (jit reads the count; the epoch makes a prepared compiled call take the full path once)
+    SEED_COUNT[0] += 1
+    _registry.bump_epoch()
 
 
 def _delegate(name):
