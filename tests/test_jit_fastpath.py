@@ -238,3 +238,29 @@ def test_numpy_arguments_take_the_prepared_call_and_are_read_every_call():
     wide = np.ones((3, 4), "float32")
     np.testing.assert_allclose(fast(a[0], a[1], wide).numpy(), eager(b[0], b[1], mge.Tensor(wide)).numpy(),
                                rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("without_host", [True, False], ids=["xla_trace", "trace"])
+def test_returned_state_is_the_state_tensor_on_every_call(without_host):
+    # Eagerly a step that returns the parameter it updated returns that Parameter; compiled calls (prepared or
+    # not) do the same, so a result kept by the caller follows later training, and nothing blocks donation.
+    import megxla.module as M
+    import megxla.optimizer as optim
+    from megxla.autodiff import GradManager
+    from megxla.jit import trace, xla_trace
+    net = M.Linear(3, 3)
+    opt = optim.SGD(net.parameters(), lr=0.1)
+    gm = GradManager().attach(net.parameters())
+    x = mge.Tensor(np.ones((2, 3), "float32"))
+
+    def step(x, net, opt):
+        with gm:
+            gm.backward((net(x) ** 2).mean())
+        opt.step().clear_grad()
+        return net.weight
+
+    f = xla_trace(step) if without_host else trace(step, symbolic=True)
+    held = [f(x, net, opt) for _ in range(6)]
+    assert all(h is net.weight for h in held)
+    if without_host:
+        assert f.num_fast_calls >= 4 and f.num_undonated == 0

@@ -330,10 +330,13 @@ def build(tracer, entry, args, kwargs, state, sig, epoch, converted=None):
         gw.append((i, None if v is None else out_pos[v], i in entry.grad_inplace))
     plan.grad_writes = tuple(gw)
     inputs = {v: i for i, v in enumerate(entry.rec.input_vids)}
+    written_state = {v: i for i, v in entry.writes}
     leaves, leaf_of = [], {}
     for kind, v in entry.out_leaves:
         if kind == "v":
             leaves.append((0, v))
+        elif v in written_state:  # a returned state tensor the step reassigned: that same Tensor object, as eager
+            leaves.append((2, written_state[v]))
         elif v in out_pos:
             leaf_of.setdefault(out_pos[v], len(leaves))
             leaves.append((1, out_pos[v]))
