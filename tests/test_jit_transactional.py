@@ -64,8 +64,11 @@ def _make_step(gm, fail):
 @pytest.mark.parametrize("failure", ["raise", "other ops"])
 def test_failed_compiled_call_with_host_leaves_state_identical(deco, failure):
     model, opt, gm = _setup()
+    # the twin is made before any call (a later megxla.random.seed would restart the traced steps' streams)
+    twin, topt, tgm = _setup()
     fail = [None]
     step = deco(_make_step(gm, fail))
+    tstep = deco(_make_step(tgm, [None]))
     for _ in range(4):
         step(model, opt, X)
     before = _snapshot(model, opt, step)
@@ -74,8 +77,6 @@ def test_failed_compiled_call_with_host_leaves_state_identical(deco, failure):
         step(model, opt, X)
     _assert_same(_snapshot(model, opt, step), before)
     # and the next call works and continues exactly as if the failed call never happened
-    twin, topt, tgm = _setup()
-    tstep = deco(_make_step(tgm, [None]))
     for _ in range(5):
         ref = tstep(twin, topt, X)
     fail[0] = None
@@ -94,12 +95,18 @@ def test_failed_recording_call_leaves_state_identical():
     _assert_same(_snapshot(model, opt, step), before)
 
 
-def _compiled(seed=0):
-    model, opt, gm = _setup(seed)
-    step = xla_trace(_make_step(gm, [None]))
-    for _ in range(3):
-        step(model, opt, X)
-    return model, opt, step
+def _compiled(seed=0, n=1):
+    """``n`` identical (model, optimizer, compiled step) triples after 3 calls each (all made before any call: a
+    later megxla.random.seed would restart the traced steps' random streams)."""
+    made = []
+    for _ in range(n):
+        model, opt, gm = _setup(seed)
+        made.append((model, opt, gm))
+    made = [(model, opt, xla_trace(_make_step(gm, [None]))) for model, opt, gm in made]
+    for model, opt, step in made:
+        for _ in range(3):
+            step(model, opt, X)
+    return made[0] if n == 1 else made
 
 
 def test_keyboard_interrupt_before_the_executable_returns_leaves_state_identical(monkeypatch):
@@ -119,8 +126,7 @@ def test_keyboard_interrupt_before_the_executable_returns_leaves_state_identical
 
 
 def test_keyboard_interrupt_while_writing_back_completes_the_writes(monkeypatch):
-    model, opt, step = _compiled()
-    twin, topt, tstep = _compiled()
+    (model, opt, step), (twin, topt, tstep) = _compiled(n=2)
     tstep(twin, topt, X)
     real = tracing.mark_external
     calls = []
