@@ -530,3 +530,43 @@ def test_exclude_from_trace_may_change_what_the_step_returns():
         return x
 
     assert [int(f(mge.tensor([1])).numpy()[0]) for _ in range(4)] == [3, 2, 3, 2]
+
+
+@pytest.mark.parametrize("symbolic", [False, True])
+def test_tensor_kept_beyond_a_call_with_the_host_is_readable(symbolic):
+    # A trace with the host whose body keeps a computed tensor (a spectral-norm style hook storing the derived
+    # weight on a module captured from the enclosing scope; a list of logged values): after every call, eager
+    # or compiled, the kept tensors hold this call's values.
+    import megxla.module as M
+    import megxla.optimizer as optim
+    from megxla.autodiff import GradManager
+
+    class Net(M.Module):
+        def __init__(self):
+            super().__init__()
+            self.weight_orig = mge.Parameter(np.ones((2, 2), "float32"))
+
+        def forward(self, x):
+            self.weight = self.weight_orig * 2.0
+            return F.matmul(x, self.weight)
+
+    net = Net()
+    opt = optim.SGD([net.weight_orig], lr=0.1)
+    gm = GradManager().attach([net.weight_orig])
+    logged = []
+
+    @trace(symbolic=symbolic)
+    def step(x):
+        with gm:
+            loss = net(x).sum()
+            gm.backward(loss)
+        opt.step().clear_grad()
+        logged.append(loss * 1.0)
+        return loss
+
+    x = mge.Tensor(np.ones((1, 2), "float32"))
+    for i in range(4):
+        loss = step(x)
+        np.testing.assert_allclose(net.weight.numpy(), 2 * (1 - 0.2 * i) * np.ones((2, 2)), rtol=1e-6)
+        np.testing.assert_allclose(logged[-1].numpy(), loss.numpy())
+        assert list(net.state_dict()) == ["weight", "weight_orig"]

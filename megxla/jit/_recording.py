@@ -97,6 +97,9 @@ class Recorder:
     # True while recording a step whose later calls do not run the body (xla_trace, without_host): the body's
     # Python effects happen this once (read by the optimizer layer to warn about hyper-parameters set inside)
     body_runs_once = False
+    # (with the host) [(weakref, vid)] of every op output, to find the values the body keeps beyond the call
+    # (``self.weight = w * 2`` on a module captured from the enclosing scope): see tracing._escaped
+    produced = None
 
     def __init__(self, state_tensors, capture_as_const, what="trace", allow_external=False):
         self.state = state_tensors  # grows by the external tensors found while recording
@@ -130,6 +133,8 @@ class Recorder:
         for t in outputs:
             known.add(t._vid)
             avals[t._vid] = _aval(t._data)
+        if self.produced is not None:
+            self.produced.extend((weakref.ref(t), t._vid) for t in outputs)
         return outputs
 
     def _outside(self, t):

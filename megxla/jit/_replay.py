@@ -3,6 +3,8 @@ on every call under :class:`_Replayer`, which checks each op against the recordi
 compiled segments; the body's host reads are compared with the recorded ones as they happen."""
 from __future__ import annotations
 
+import weakref
+
 import jax
 import numpy as np
 
@@ -60,6 +62,7 @@ class _Replayer:
         self.differs = None  # index (into entry.guards) of the first read whose value differs from the recording
         self.host_made = []  # vid ranges of this call's exclude_from_trace blocks
         self.fed = {}  # {vid: array}: graph inputs replaced by tensors made in those blocks
+        self.escape_refs = []  # [(weakref, vid)]: tensors of values the body keeps beyond the call (finish)
 
     def _fail(self, msg, reason):
         if self.differs is not None:
@@ -114,8 +117,11 @@ class _Replayer:
                            f"this call passes a tensor from outside (external)", "expect internal node, got external")
             self.vmap[t._vid] = rv
         outs = tuple(_pending(v, self.entry) for v in routs)
+        escaped = self.entry.escaped
         for o, v in zip(outs, routs):
             self.vmap[o._vid] = v
+            if v in escaped:
+                self.escape_refs.append((weakref.ref(o), v))
         self.pos += 1
         for r in _dispatch.recorders:  # the body's GradManagers tape the replayed ops as they would eager ones
             r._record(op, inputs, outs)
@@ -213,6 +219,11 @@ class _Replayer:
                 g._data = self.env[vid]
                 g._vid = next(_dispatch._vids)  # a new value: no overflow flag of the replay stays attached
                 mark_external(g)
+        for ref, v in self.escape_refs:  # kept beyond the call (a module attribute): readable afterwards
+            t = ref()
+            if t is not None and isinstance(t._data, Pending) and v in self.env:
+                t._data = self.env[v]
+                mark_external(t)
         for leaf, value in returned:
             if isinstance(leaf._data, Pending):
                 leaf._data = value

@@ -105,6 +105,19 @@ class _Entry:
         # [(weakref to a module, attribute, value)]: Python attributes the body set (``net.eval()`` inside the
         # step); a compiled call without the host sets them again after it ran
         self.py_writes = ()
+        # (with the host) vids of values the body kept beyond the call other than as results or state (a tensor
+        # stored on a module captured from the enclosing scope): outputs of the executables, so the tensors
+        # holding them can be read after compiled calls; escape_refs: those of the recording call, which an
+        # abstract recording's first run gives their values
+        self.escaped = frozenset()
+        self.escape_refs = ()
+
+
+def _escaped(produced, out_leaves):
+    """``[(weakref, vid)]`` of the op outputs of a recording still alive after the body returned, other than its
+    results: the body stored them somewhere (a module attribute, a list)."""
+    returned = {v for kind, v in out_leaves if kind == "t"}
+    return [(ref, v) for ref, v in produced if v not in returned and ref() is not None]
 
 
 class _Miss:
@@ -462,6 +475,7 @@ class trace:
         numbers = _state.module_numbers(args, kwargs)
         recorder.unknown_text = self._unknown_text
         recorder.body_runs_once = self._without_host
+        recorder.produced = None if self._without_host else []
         push_interpreter(recorder)
         try:
             try:
@@ -529,6 +543,10 @@ class trace:
                 gates.append((i, gate._vid))
         entry.grad_gates = tuple(gates)
         entry.py_writes = tuple(_state.changed_numbers(numbers))
+        if recorder.produced:
+            refs = _escaped(recorder.produced, out_leaves)
+            entry.escaped = frozenset(v for _, v in refs)
+            entry.escape_refs = refs if abstract else ()  # (an eager recording's values are concrete already)
         entry.read_log, entry.guards = _guard_reads(rec, recorder.host_reads)
         entry.grad_inplace = frozenset(i for i, vid in grad_writes if vid is not None and state[i]._grad is not None
                                        and state[i]._grad is recorder.grad_objs[i])
@@ -582,6 +600,7 @@ class trace:
                                                              self._allow_external)
             recorder.unknown_text = self._unknown_text
             recorder.body_runs_once = self._without_host
+            recorder.produced = None if self._without_host else []
             push_interpreter(recorder)
             try:
                 out = self.__wrapped__(*args, **kwargs)
@@ -652,6 +671,7 @@ class trace:
         kept = set(final) | ({v for _, v in rec.reads} if not self._without_host else set())
         if not self._without_host:
             kept |= _live_across(rec.ops, rec.exclude_at, final)
+            kept |= entry.escaped
         guard_vids = {v for v, _, _ in entry.guards} if self._without_host else set()
         kept |= guard_vids
         segments = []
@@ -803,6 +823,13 @@ class trace:
             leaves.append(t)
         if entry.py_writes:
             _state.apply_numbers(entry.py_writes)
+        if entry.escape_refs:  # the first run of an abstract recording: kept tensors get their values
+            for ref, v in entry.escape_refs:
+                t = ref()
+                if t is not None and v in values:
+                    t._data, t._vid = values[v]._data, next(_dispatch._vids)
+                    mark_external(t)
+            entry.escape_refs = ()
         return jax.tree_util.tree_unflatten(entry.out_tree, leaves)
 
     # ---- run compiled with the host (without_host=False) -----------------------------------------------------
