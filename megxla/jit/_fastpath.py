@@ -298,7 +298,7 @@ def build(tracer, entry, args, kwargs, state, sig, epoch, converted=None):
             consts.append(a)
         else:
             src = getattr(a, "source", None)
-            cur = dict.__getitem__(src[0], src[1]) if src is not None else a()
+            cur = _dict_get(src[0], src[1]) if src is not None else a()
             value = a()
             if isinstance(value, Tensor):
                 return None
