@@ -570,3 +570,22 @@ def test_tensor_kept_beyond_a_call_with_the_host_is_readable(symbolic):
         np.testing.assert_allclose(net.weight.numpy(), 2 * (1 - 0.2 * i) * np.ones((2, 2)), rtol=1e-6)
         np.testing.assert_allclose(logged[-1].numpy(), loss.numpy())
         assert list(net.state_dict()) == ["weight", "weight_orig"]
+
+
+@pytest.mark.parametrize("symbolic", [False, True])
+def test_in_place_result_with_the_host_is_the_final_value(symbolic):
+    # ``result += c`` rebinds the tensor that held ``a + b``: that earlier value is not "kept beyond the call"
+    # and must not overwrite the result (MegEngine's test_exception_in_trace shape, without the exception)
+    kept = []
+
+    @trace(symbolic=symbolic)
+    def fn(a, b, c):
+        result = a + b
+        kept.append(result * 1)  # a kept value next to the in-place one
+        result += c
+        return result
+
+    a, b, c = (mge.Tensor(np.array(v, "float32")) for v in ([1, 2], [5, 6], [9, 0]))
+    for _ in range(4):
+        np.testing.assert_array_equal(fn(a, b, c).numpy(), [15, 8])
+        np.testing.assert_array_equal(kept[-1].numpy(), [6, 8])

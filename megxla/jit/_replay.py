@@ -62,7 +62,7 @@ class _Replayer:
         self.differs = None  # index (into entry.guards) of the first read whose value differs from the recording
         self.host_made = []  # vid ranges of this call's exclude_from_trace blocks
         self.fed = {}  # {vid: array}: graph inputs replaced by tensors made in those blocks
-        self.escape_refs = []  # [(weakref, vid)]: tensors of values the body keeps beyond the call (finish)
+        self.escape_refs = []  # [(weakref, vid, placeholder)]: values the body keeps beyond the call (finish)
 
     def _fail(self, msg, reason):
         if self.differs is not None:
@@ -121,7 +121,7 @@ class _Replayer:
         for o, v in zip(outs, routs):
             self.vmap[o._vid] = v
             if v in escaped:
-                self.escape_refs.append((weakref.ref(o), v))
+                self.escape_refs.append((weakref.ref(o), v, o._data))
         self.pos += 1
         for r in _dispatch.recorders:  # the body's GradManagers tape the replayed ops as they would eager ones
             r._record(op, inputs, outs)
@@ -219,9 +219,10 @@ class _Replayer:
                 g._data = self.env[vid]
                 g._vid = next(_dispatch._vids)  # a new value: no overflow flag of the replay stays attached
                 mark_external(g)
-        for ref, v in self.escape_refs:  # kept beyond the call (a module attribute): readable afterwards
+        for ref, v, pending in self.escape_refs:  # kept beyond the call (a module attribute): readable afterwards
             t = ref()
-            if t is not None and isinstance(t._data, Pending) and v in self.env:
+            # (only a tensor that still holds that value: ``result += c`` rebinds the tensor to another one)
+            if t is not None and t._data is pending and v in self.env:
                 t._data = self.env[v]
                 mark_external(t)
         for leaf, value in returned:

@@ -117,7 +117,8 @@ def _escaped(produced, out_leaves):
     """``[(weakref, vid)]`` of the op outputs of a recording still alive after the body returned, other than its
     results: the body stored them somewhere (a module attribute, a list)."""
     returned = {v for kind, v in out_leaves if kind == "t"}
-    return [(ref, v) for ref, v in produced if v not in returned and ref() is not None]
+    # (a tensor rebound since, ``result += c``, holds another value now: not this one)
+    return [(ref, v) for ref, v in produced if v not in returned and getattr(ref(), "_vid", None) == v]
 
 
 class _Miss:
@@ -826,7 +827,7 @@ class trace:
         if entry.escape_refs:  # the first run of an abstract recording: kept tensors get their values
             for ref, v in entry.escape_refs:
                 t = ref()
-                if t is not None and v in values:
+                if t is not None and t._vid == v and v in values:
                     t._data, t._vid = values[v]._data, next(_dispatch._vids)
                     mark_external(t)
             entry.escape_refs = ()
