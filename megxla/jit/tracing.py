@@ -470,13 +470,18 @@ class trace:
     # ---- record --------------------------------------------------------------------------------------------
     _allow_external = True  # trace: tensors from the enclosing scope are external inputs (MegEngine's trace)
 
-    def _record(self, args, kwargs, state, sig):
-        snapshot = _snapshot(state)
-        recorder = Recorder(state, self.capture_as_const, self._what, self._allow_external)
-        numbers = _state.module_numbers(args, kwargs)
+    def _recorder(self, cls, state):
+        """A recording interpreter (``Recorder`` or ``AbstractRecorder``) set up for this traced function."""
+        recorder = cls(state, self.capture_as_const, self._what, self._allow_external)
         recorder.unknown_text = self._unknown_text
         recorder.body_runs_once = self._without_host
-        recorder.produced = None if self._without_host else []
+        recorder.produced = None if self._without_host else []  # (with the host: kept values, see _escaped)
+        return recorder
+
+    def _record(self, args, kwargs, state, sig):
+        snapshot = _snapshot(state)
+        recorder = self._recorder(Recorder, state)
+        numbers = _state.module_numbers(args, kwargs)
         push_interpreter(recorder)
         try:
             try:
@@ -597,11 +602,7 @@ class trace:
         def abstract_step(*arrays):
             for t, a in zip(state, arrays):
                 t._data = a
-            recorder = holder["recorder"] = AbstractRecorder(state, self.capture_as_const, self._what,
-                                                             self._allow_external)
-            recorder.unknown_text = self._unknown_text
-            recorder.body_runs_once = self._without_host
-            recorder.produced = None if self._without_host else []
+            recorder = holder["recorder"] = self._recorder(AbstractRecorder, state)
             push_interpreter(recorder)
             try:
                 out = self.__wrapped__(*args, **kwargs)

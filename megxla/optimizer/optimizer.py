@@ -66,16 +66,16 @@ def hyper_tensor(param_group: dict, key: str, index: int = None, dtype="float32"
         >>> hyper_tensor({"lr": 0.1}, "lr").numpy()
         array(0.1, dtype=float32)
     """
-    def getter():
-        value = dict.__getitem__(param_group, key)  # (not a body's read: the value is a graph input, see ParamGroup)
-        _check_hyper(owner, key, value)
-        return value if index is None else value[index]
-
-    raw = dict.__getitem__(param_group, key)
+    raw = dict.__getitem__(param_group, key)  # (not a body's read: the value is a graph input, see ParamGroup)
     item = raw if index is None else raw[index]
     if isinstance(item, Tensor):  # (MegEngine allows Tensor hyper-parameters): state of the optimizer, used as is
         _check_hyper(owner, key, raw)
         return item if item.dtype == np.dtype(dtype) else item.astype(dtype)
+
+    def getter():
+        value = dict.__getitem__(param_group, key)
+        _check_hyper(owner, key, value)
+        return value if index is None else value[index]
     # a compiled step's prepared call reads param_group[key] itself and calls the getter (validation, a new device
     # value) only when the Python value changed (jit/_fastpath.py)
     getter.source = (param_group, key)
