@@ -109,3 +109,36 @@ def test_errors_of_an_abstract_recording_leave_state_unchanged():
         np.testing.assert_array_equal(t.numpy(), b)
     out = g(net, mge.Tensor(np.ones((8, 4), "float32")))
     assert out.shape == (8, 3) and out._is_external_value()
+
+
+@pytest.mark.parametrize("make", [xla_trace, lambda s: trace(s, symbolic=True, without_host=True)],
+                         ids=["xla_trace", "trace_symbolic_without_host"])
+def test_a_value_computed_from_constants_is_read_without_eager_recording(make):
+    # BERT's pattern: a shape turned into a Tensor and read back (reshape by it, int() of it). It depends on the
+    # signature only, so the abstract recording evaluates it and compiles the step at once.
+    def step(x):
+        shp = mge.tensor(x.shape)
+        y = x.reshape(shp[0], -1) * int(shp[1])
+        return y.sum(axis=1) + F.ones((int(shp[0] * 2),))[: x.shape[0]]
+
+    g = make(step)
+    for shape in [(2, 3), (2, 3), (4, 5), (4, 5)]:
+        x = mge.Tensor(np.arange(np.prod(shape), dtype="float32").reshape(shape))
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # no fallback to an eager recording
+            out = g(x)
+        ref = np.arange(np.prod(shape), dtype="float32").reshape(shape).sum(1) * shape[1] + 1
+        np.testing.assert_allclose(out.numpy(), ref)
+        assert out._is_external_value()
+    assert g.num_compiled == 2
+
+
+def test_a_read_of_a_value_computed_from_an_argument_still_records_eagerly():
+    def step(x):
+        s = mge.tensor(x.shape) + x.sum().astype("int32") * 0  # depends on the argument's data
+        return x * int(s[0])
+
+    g = xla_trace(step)
+    with pytest.warns(UserWarning, match="reads a value on the host"):
+        out = g(mge.Tensor(np.ones((2, 2), "float32")))
+    np.testing.assert_array_equal(out.numpy(), 2 * np.ones((2, 2)))

@@ -249,9 +249,43 @@ class AbstractRecorder(Recorder):
     the user's line, and the tracer records that function eagerly instead."""
 
     _evaluate = staticmethod(abstract_apply)
+    _folded = None  # {vid: concrete value} of the constant values read so far
 
     def read(self, t, guard=True):
-        raise NeedsHost(user_where())
+        # (with the host, later calls run the body and read from a cut in the compiled graph: the eager
+        # recording makes those cuts)
+        value = self._constant_value(t) if self.body_runs_once else None
+        if value is None:
+            raise NeedsHost(user_where())
+        self.rec.reads.append((len(self.rec.ops), t._vid))
+        if guard:  # (a value computed from constants is no guard: _guard_reads finds it static)
+            self.host_reads.append((t._vid, value, user_where()))
+        return value
+
+    def _constant_value(self, t):
+        """The concrete value of ``t`` where it is computed from constants only (``mge.tensor(x.shape)[0]``:
+        literals and shapes, the same on every call of the signature), else None. Such reads are common in
+        model code (BERT reshapes by a shape tensor) and need no eager recording: the few ops that make the
+        value are evaluated on their constant inputs, outside the enclosing abstract evaluation."""
+        import jax
+        if not isinstance(t._data, jax.core.Tracer):
+            return t._data
+        folded = self._folded
+        if folded is None:
+            folded = self._folded = {}
+        vid = t._vid
+        if vid not in folded:
+            ops = prune(self.rec.ops, [vid])
+            made = {v for _, _, outs in ops for v in outs}
+            leaves = sorted({v for _, ins, _ in ops for v in ins} - made)
+            consts, rec = self.rec.consts, self.rec
+            if vid not in made or not all(v in consts and v not in rec.hyper and v not in rec.host_inputs
+                                          and not isinstance(consts[v], jax.core.Tracer) for v in leaves):
+                folded[vid] = None
+            else:
+                with jax.ensure_compile_time_eval():
+                    folded[vid] = make_replay(ops, leaves, [vid])(*[consts[v] for v in leaves])[0]
+        return folded[vid]
 
 
 class Excluded:
