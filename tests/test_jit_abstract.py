@@ -111,8 +111,9 @@ def test_errors_of_an_abstract_recording_leave_state_unchanged():
     assert out.shape == (8, 3) and out._is_external_value()
 
 
-@pytest.mark.parametrize("make", [xla_trace, lambda s: trace(s, symbolic=True, without_host=True)],
-                         ids=["xla_trace", "trace_symbolic_without_host"])
+@pytest.mark.parametrize("make", [xla_trace, lambda s: trace(s, symbolic=True, without_host=True),
+                                  lambda s: trace(s, symbolic=True)],
+                         ids=["xla_trace", "trace_symbolic_without_host", "trace_symbolic"])
 def test_a_value_computed_from_constants_is_read_without_eager_recording(make):
     # BERT's pattern: a shape turned into a Tensor and read back (reshape by it, int() of it). It depends on the
     # signature only, so the abstract recording evaluates it and compiles the step at once.

@@ -37,6 +37,8 @@ class Recording:
         grad_inputs: ``[(state index, vid)]`` the ``.grad`` values present at call start.
         host_checks: ``[(check, value)]`` host facts the recorded ops depend on (``uses``: is a weight decay
             zero?): a compiled call runs this recording only while every ``check()`` still equals ``value``.
+        folded: ``{vid: array}`` values the host read that are computed from constants only (an abstract
+            recording evaluated them): the same on every call of the signature, so no graph cut reads them.
     """
 
     def __init__(self, state_tensors):
@@ -52,6 +54,7 @@ class Recording:
         self.exclude_at: list = []
         self.externals: list = []  # weak references to tensors from the enclosing scope (trace only)
         self.host_checks: list = []
+        self.folded: dict = {}
 
 
 _PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
@@ -252,13 +255,12 @@ class AbstractRecorder(Recorder):
     _folded = None  # {vid: concrete value} of the constant values read so far
 
     def read(self, t, guard=True):
-        # (with the host, later calls run the body and read from a cut in the compiled graph: the eager
-        # recording makes those cuts)
-        value = self._constant_value(t) if self.body_runs_once else None
+        value = self._constant_value(t)
         if value is None:
             raise NeedsHost(user_where())
-        self.rec.reads.append((len(self.rec.ops), t._vid))
-        if guard:  # (a value computed from constants is no guard: _guard_reads finds it static)
+        if value is not t._data:  # an op output (a literal Tensor is read as itself on every call)
+            self.rec.folded[t._vid] = value
+        if guard:  # in the read log (a value computed from constants is no guard: _guard_reads finds it static)
             self.host_reads.append((t._vid, value, user_where()))
         return value
 

@@ -173,6 +173,10 @@ class _Replayer:
         rv = self.vmap.get(t._vid)
         if rv is None or not isinstance(t._data, Pending):
             return t._data
+        folded = self.entry.rec.folded.get(rv)
+        if folded is not None:  # computed from constants: no graph cut was made to read it
+            t._data = folded
+            return folded
         self._run_segments(self.pos)
         if rv not in self.env:
             self._fail(f"reading a value the graph does not keep (op output {rv} read after op #{self.pos}); "
