@@ -55,9 +55,11 @@ class GradScaler:
 
     Args:
         init_scale: the initial scale factor.
-        growth_factor: factor applied after ``growth_interval`` finite steps.
+        growth_factor: factor applied after ``growth_interval`` finite steps (0: the scale never grows).
         backoff_factor: factor applied after a step with non-finite gradients.
-        growth_interval: number of consecutive finite steps before growing the scale.
+        growth_interval: number of consecutive finite steps before growing the scale. 0 makes the scale
+            static, as in MegEngine: :meth:`unscale` only divides the gradients by the scale (no inf/NaN
+            check, the gradients are kept) and :meth:`update` does nothing.
 
     Example:
         >>> import numpy as np, megxla as mge
@@ -77,12 +79,13 @@ class GradScaler:
                  growth_interval: int = 2000):
         if not init_scale > 0:
             raise ValueError(f"GradScaler: init_scale must be positive, got {init_scale}")
-        if not growth_factor >= 1:
-            raise ValueError(f"GradScaler: growth_factor must be >= 1, got {growth_factor}")
+        if not (growth_factor >= 1 or growth_factor == 0):
+            raise ValueError(f"GradScaler: growth_factor must be >= 1 (or 0: never grow), got {growth_factor}")
         if not 0 < backoff_factor <= 1:
             raise ValueError(f"GradScaler: backoff_factor must be in (0, 1], got {backoff_factor}")
-        if int(growth_interval) < 1:
-            raise ValueError(f"GradScaler: growth_interval must be a positive int, got {growth_interval}")
+        if int(growth_interval) < 0:
+            raise ValueError(f"GradScaler: growth_interval must be an int >= 0 (0: static scale), "
+                             f"got {growth_interval}")
         # NOTE: the scale and the growth counter are Tensors (state): a compiled step that contains backward,
         # unscale and update reads and rebinds them like any other state, and never reads the overflow flag on
         # the host. ``scale_factor`` reads the value when asked.
@@ -181,6 +184,11 @@ class GradScaler:
         if not tensors:
             return self
         *grads, bad = apply(_check_non_finite.bind(), *[t.grad for t in tensors], self._scale)
+        if self.growth_interval == 0:
+            # static scale (MegEngine): divide only; a non-finite gradient is kept and nothing is flagged
+            for t, g in zip(tensors, grads):
+                t.grad = g
+            return self
         self._found._reset(self._found | bad)
         if current_interpreter() is not None:
             for t, g in zip(tensors, grads):
@@ -198,7 +206,8 @@ class GradScaler:
         r"""Adapt the scale factor after a step (or set it to ``new_scale``).
 
         Args:
-            new_scale: if given, the new scale factor; the growth counter is left as is.
+            new_scale: if given, the new scale factor; the growth counter is left as is. A static scaler
+                (``growth_interval=0``) ignores the call, as MegEngine's.
 
         Returns:
             None.
@@ -209,12 +218,15 @@ class GradScaler:
             >>> scaler.update(1024.0); scaler.scale_factor
             1024.0
         """
+        if self.growth_interval == 0:
+            return
         if new_scale is not None:
             self.scale_factor = new_scale
         else:
             found = self._found
             # growth/backoff factors are re-read at every call of a compiled step, like optimizer hyper-parameters
-            factors = (host_scalar(lambda: self.growth_factor, "float32", (id(self), "growth")),
+            # growth_factor 0 means "never grow" (MegEngine's documented meaning), not "scale to 0"
+            factors = (host_scalar(lambda: self.growth_factor or 1.0, "float32", (id(self), "growth")),
                        host_scalar(lambda: self.backoff_factor, "float32", (id(self), "backoff")),
                        host_scalar(lambda: self.growth_interval, "int32", (id(self), "interval")))
             scale, tracker = apply(_update_scale.bind(), self._scale, self._tracker, found, *factors)

@@ -1,0 +1,45 @@
+"""Differences found by running the same programs on MegEngine 1.13.0 and on megxla (amp, random, data, utils).
+
+Each test states what MegEngine 1.13.0 (CPU) gives for the program, measured on the real engine.
+"""
+import numpy as np
+import pytest
+
+import megxla as mge
+from megxla import amp
+from megxla.autodiff import GradManager
+
+
+def test_grad_scaler_static_scale_keeps_nonfinite_and_never_updates():
+    # MegEngine: GradScaler(init_scale=16, growth_interval=0) is a static scale; unscale only divides
+    # (an inf gradient stays inf, nothing is dropped) and the scale stays 16.0
+    w = mge.Parameter([1.0])
+    gm = GradManager().attach(w)
+    scaler = amp.GradScaler(init_scale=16.0, growth_interval=0)
+    seen = []
+    for k in (1.0, float("inf"), 1.0):
+        with gm:
+            scaler.backward(gm, (w * k).sum())
+        seen.append((w.grad.numpy().tolist(), scaler.scale_factor))
+        w.grad = None
+    assert seen == [([1.0], 16.0), ([float("inf")], 16.0), ([1.0], 16.0)]
+    scaler.update(4.0)  # MegEngine's static scaler ignores update() altogether
+    assert scaler.scale_factor == 16.0
+
+
+def test_grad_scaler_growth_factor_zero_never_grows():
+    # MegEngine documents growth_factor=0 as "scale_factor will not update"
+    w = mge.Parameter([1.0])
+    gm = GradManager().attach(w)
+    scaler = amp.GradScaler(init_scale=8.0, growth_factor=0, growth_interval=1)
+    for _ in range(2):
+        with gm:
+            scaler.backward(gm, (w * 2).sum())
+        assert w.grad.numpy().tolist() == [2.0]
+        w.grad = None
+    assert scaler.scale_factor == 8.0
+
+
+def test_grad_scaler_rejects_negative_interval():
+    with pytest.raises(ValueError, match="growth_interval"):
+        amp.GradScaler(growth_interval=-1)
