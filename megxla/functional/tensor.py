@@ -102,9 +102,12 @@ def _infer_shape(size, shape, op="reshape"):
 
 
 def _keep_qparams(out, inp):
-    """Shape-only ops keep a quantized tensor's quantization parameters (in MegEngine they live in the dtype)."""
+    """Shape-only ops keep a quantized tensor's quantization parameters (in MegEngine they live in the dtype).
+    A float tensor of quantization-aware training keeps them only on the tensor object the fake quantizer
+    returned, as in MegEngine: a pooled or flattened activation has none, so the next layer's bias is not
+    fake-quantized (``fake_quant_bias``) and training gives MegEngine's numbers."""
     q = getattr(inp, "_qparams", None)
-    if q is not None and q.scale is not None:
+    if q is not None and q.scale is not None and np.issubdtype(inp.dtype, np.integer):
         out._qparams = q
     return out
 

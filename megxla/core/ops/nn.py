@@ -42,11 +42,46 @@ def _conv_transpose(x, w, *bias, stride, padding, output_padding, dilation, grou
     return y
 
 
-def _max_pool(x, *, kernel, stride, padding):
-    nd = len(kernel)
+def _max_pool_value(x, kernel, stride, padding):
     init = -jnp.inf if jnp.issubdtype(x.dtype, jnp.floating) else jnp.iinfo(x.dtype).min
     return lax.reduce_window(x, np.asarray(init, x.dtype), lax.max, (1, 1) + kernel, (1, 1) + stride,
                              [(0, 0), (0, 0)] + [(p, p) for p in padding])
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(1, 2, 3))
+def _max_pool_ties(x, kernel, stride, padding):
+    return _max_pool_value(x, kernel, stride, padding)
+
+
+def _max_pool_ties_fwd(x, kernel, stride, padding):
+    out = _max_pool_value(x, kernel, stride, padding)
+    return out, (x, out)
+
+
+def _max_pool_ties_bwd(kernel, stride, padding, res, g):
+    # MegEngine's pooling gradient: every input equal to its window's maximum receives the window's gradient
+    # (XLA's select-and-scatter picks one). Ties are common where it matters: integer-valued activations of
+    # quantization-aware training, zeros after a ReLU. One compare, pad and add per kernel offset.
+    x, out = res
+    xp = jnp.pad(x, [(0, 0), (0, 0)] + [(p, p) for p in padding], constant_values=-jnp.inf)
+    total = None
+    for offs in np.ndindex(*kernel):
+        window = tuple(slice(o, o + (n - 1) * s + 1, s) for o, n, s in zip(offs, out.shape[2:], stride))
+        part = jnp.where(xp[(slice(None), slice(None)) + window] == out, g, jnp.zeros((), g.dtype))
+        part = lax.pad(part, jnp.zeros((), g.dtype), [(0, 0, 0), (0, 0, 0)] + [
+            (o, size - o - (n - 1) * s - 1, s - 1) for o, n, s, size in zip(offs, out.shape[2:], stride, xp.shape[2:])])
+        total = part if total is None else total + part
+    crop = tuple(slice(p, p + n) for p, n in zip(padding, x.shape[2:]))
+    return (total[(slice(None), slice(None)) + crop],)
+
+
+_max_pool_ties.defvjp(_max_pool_ties_fwd, _max_pool_ties_bwd)
+
+
+def _max_pool(x, *, kernel, stride, padding):
+    if not jnp.issubdtype(x.dtype, jnp.floating):
+        return _max_pool_value(x, kernel, stride, padding)
+    return _max_pool_ties(x, kernel, stride, padding)
 
 
 def _avg_pool(x, *, kernel, stride, padding, mode):

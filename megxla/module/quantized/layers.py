@@ -29,6 +29,7 @@ class _WeightLayer(QuantizedModule, _OutputQuant):
     """Holds the quantized weight (symmetric, int storage) and the float bias of a QAT layer."""
 
     _relu = False
+    _bias_shape = (-1,)  # as MegEngine's state_dict: (C,) for Linear, (1, C, 1, 1) for Conv2d
 
     def _take(self, qat, weight, bias):
         qp = qat.get_weight_qparams()
@@ -38,17 +39,19 @@ class _WeightLayer(QuantizedModule, _OutputQuant):
             raise ValueError("quantize: quantized layers need symmetric weight quantization")
         self.weight_scale = Tensor(np.asarray(qp.scale.numpy(), np.float32).reshape(()))
         self.weight = quantize_tensor(weight.detach(), qp.dtype_meta, self.weight_scale)
-        self.bias = None if bias is None else Tensor(bias.numpy().reshape(-1), dtype="float32")
+        self.bias = None if bias is None else Tensor(bias.numpy().reshape(self._bias_shape), dtype="float32")
         self._set_output(qat)
 
     def _int_bias(self, in_scale, n):
         if self.bias is None:
             return Tensor(np.zeros((n,), np.int32))
-        return quantize_tensor(self.bias, "qint32", in_scale * self.weight_scale)
+        return quantize_tensor(self.bias.reshape(-1), "qint32", in_scale * self.weight_scale)
 
 
 class Conv2d(_WeightLayer):
     r"""Quantized 2-D convolution: ``requantize(conv(x - zp_x, w_q) + b_q)`` in int32."""
+
+    _bias_shape = (1, -1, 1, 1)
 
     def __init__(self, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1, **kwargs):
         super().__init__(**kwargs)
@@ -85,7 +88,8 @@ def _folded(qat):
     gamma = bn.weight.reshape(-1) if bn.weight is not None else F.ones((n,))
     beta = bn.bias.reshape(-1) if bn.bias is not None else F.zeros((n,))
     scale = gamma / F.sqrt(bn.running_var.reshape(-1) + bn.eps)
-    w = layer.weight * scale.reshape(qat._weight_scale_shape(layer))
+    # fake-quantized as in training (MegEngine's fold_weight_bias): a narrow weight range clips here
+    w = qat.apply_quant_weight(layer.weight * scale.reshape(qat._weight_scale_shape(layer)))
     lb = layer.bias.reshape(-1) if layer.bias is not None else F.zeros((n,))
     b = beta + (lb - bn.running_mean.reshape(-1)) * scale
     return w.detach(), b.detach()
@@ -166,7 +170,8 @@ def _weight_forward(qat, method, fold=False, relu=False):
         layer = qat._layer()
     else:
         w, b, layer = qat.weight.detach(), (None if qat.bias is None else qat.bias.detach()), qat
-    wq = qat.apply_quant_weight(w).detach() if qat.weight_fake_quant is not None else w
+    # (a folded weight is fake-quantized already, by _folded)
+    wq = qat.apply_quant_weight(w).detach() if qat.weight_fake_quant is not None and not fold else w
     if fold and b is not None:
         b = b.reshape(1, -1, 1, 1)
     run = getattr(layer, method)

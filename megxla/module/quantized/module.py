@@ -4,6 +4,8 @@ A quantized tensor is a Tensor of the dtype's integer storage (int8, uint8, int3
 the quantized dtype, scale and zero point; :func:`quantize_tensor` / :func:`dequantize_tensor` convert."""
 from __future__ import annotations
 
+import numpy as np
+
 from ...core._dispatch import apply
 from ...core._tensor import Tensor
 from ...core.ops import quant as _q
@@ -37,7 +39,10 @@ def quantize_tensor(x: Tensor, dtype_meta, scale, zero_point=None) -> Tensor:
     """
     meta = _meta(dtype_meta)
     zp = 0.0 if zero_point is None else zero_point
-    op = _q.quantize.bind(qmin=meta.qmin, qmax=meta.qmax, dtype=meta.np_dtype_str)
+    # saturated to the storage type, as MegEngine's ``astype`` to a quantized dtype: a narrow range
+    # (qint8_narrow) is the fake quantizer's clip in training, not the converted weight's (-128 stays -128)
+    info = np.iinfo(meta.np_dtype_str)
+    op = _q.quantize.bind(qmin=int(info.min), qmax=int(info.max), dtype=meta.np_dtype_str)
     out = apply(op, x, _f32(scale), _f32(zp))
     mode = QuantMode.SYMMERTIC if zero_point is None else QuantMode.ASYMMERTIC
     out.qparams.update(create_qparams(mode, meta, _f32(scale), None if zero_point is None else _f32(zero_point)))

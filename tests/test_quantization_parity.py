@@ -1,0 +1,130 @@
+"""Quantization-aware training and conversion give MegEngine 1.13's numbers. The literal values below were printed
+by MegEngine 1.13.0 (CPU) running the same program (weights drawn from the same NumPy seed)."""
+import numpy as np
+import pytest
+
+import megxla as mge
+import megxla.functional as F
+import megxla.module as M
+import megxla.optimizer as optim
+import megxla.quantization as Q
+from megxla.autodiff import GradManager
+
+
+def _grad(fn, x):
+    x = mge.Tensor(x)
+    gm = GradManager().attach([x])
+    with gm:
+        gm.backward(fn(x).sum())
+    return x.grad.numpy()
+
+
+_TIES = np.array([[[[1., 1., 0., 2.], [1., 0., 2., 2.], [3, 3, 1, 1], [3, 3, 1, 1]]]], "float32")
+
+
+@pytest.mark.parametrize("fn, expect", [
+    (lambda x: F.max_pool2d(x, 2),
+     [[1, 1, 0, 1], [1, 0, 1, 1], [1, 1, 1, 1], [1, 1, 1, 1]]),
+    (lambda x: F.max_pool2d(x, 3, 1, 1),
+     [[1, 1, 0, 3], [1, 0, 5, 4], [6, 9, 1, 1], [4, 6, 1, 1]]),
+    (lambda x: F.adaptive_max_pool2d(x, (2, 2)),
+     [[1, 1, 0, 1], [1, 0, 1, 1], [1, 1, 1, 1], [1, 1, 1, 1]]),
+], ids=["2x2", "3x3_pad", "adaptive"])
+def test_max_pool_gradient_reaches_every_tied_maximum(fn, expect):
+    # MegEngine's pooling backward; XLA's select-and-scatter would give the whole gradient to one of the ties
+    # (after a ReLU, or on the integer grid of quantization-aware training, ties are the rule)
+    np.testing.assert_array_equal(_grad(fn, _TIES).reshape(4, 4), np.asarray(expect, "float32"))
+
+
+def test_max_pool_gradient_without_ties_is_unchanged():
+    x = np.random.RandomState(0).randn(2, 3, 9, 9).astype("float32")
+    g = _grad(lambda t: F.max_pool2d(t, 3, 2, 1), x)
+    # each output's gradient lands on exactly one input (its window's maximum)
+    assert g.sum() == 2 * 3 * 5 * 5 and set(np.unique(g)) <= {0.0, 1.0, 2.0, 3.0, 4.0}
+
+
+class _Net(M.Module):
+    def __init__(self):
+        super().__init__()
+        self.quant = M.QuantStub()
+        self.conv = M.ConvBnRelu2d(3, 4, 3, padding=1)
+        self.pool = M.MaxPool2d(2)
+        self.fc = M.Linear(4 * 4 * 4, 5)
+        self.dequant = M.DequantStub()
+
+    def forward(self, x):
+        x = self.pool(self.conv(self.quant(x)))
+        return self.dequant(self.fc(F.flatten(x, 1)))
+
+
+def _setup():
+    net = _Net()
+    r = np.random.RandomState(0)
+    sd = {k: (r.randn(*v.shape) * 0.3).astype("float32") for k, v in net.state_dict().items()}
+    for k in sd:
+        if "running_var" in k:
+            sd[k] = np.abs(sd[k]) + 0.5
+    xs = [r.randn(2, 3, 8, 8).astype("float32") for _ in range(4)]
+    return sd, xs
+
+
+# MegEngine 1.13.0: losses of three SGD steps, then the first outputs of the evaluation-mode QAT network and of
+# the quantized (int8) network
+_ME = {
+    "ema": ([1.9278843402862549, 1.4726777076721191, 1.0636084079742432],
+            [-0.27635055780410767, 0.4974310100078583, -1.3449060916900635, -1.197519063949585, -0.6079712510108948]),
+    "minmax": ([1.9278843402862549, 1.460705280303955, 1.061147928237915],
+               [-0.29009097814559937, 0.5028243660926819, -1.3537579774856567, -1.1797033548355103,
+                -0.5995213985443115]),
+    "tqt": ([2.200000047683716, 1809.1380615234375, 12403.9638671875], [0.0, 0.0, 0.0, 0.0, 0.0]),
+}
+_QCONFIGS = {"ema": Q.ema_fakequant_qconfig, "minmax": Q.min_max_fakequant_qconfig, "tqt": Q.tqt_qconfig}
+
+
+@pytest.mark.parametrize("name", sorted(_ME))
+def test_qat_training_and_quantized_inference_give_megengine_numbers(name):
+    sd, xs = _setup()
+    net = _Net()
+    net.load_state_dict(sd)
+    Q.quantize_qat(net, qconfig=_QCONFIGS[name])
+    opt = optim.SGD(net.parameters(), lr=0.01)
+    gm = GradManager().attach(net.parameters())
+    net.train()
+    losses = []
+    for x in xs[:3]:
+        with gm:
+            loss = (net(mge.Tensor(x)) ** 2).mean()
+            gm.backward(loss)
+        opt.step().clear_grad()
+        losses.append(float(loss))
+    want_losses, want_eval = _ME[name]
+    np.testing.assert_allclose(losses, want_losses, rtol=1e-4)
+    net.eval()
+    qat_out = net(mge.Tensor(xs[3])).numpy()
+    np.testing.assert_allclose(qat_out.ravel()[:5], want_eval, rtol=1e-4, atol=1e-5)
+    Q.quantize(net)
+    net.eval()
+    np.testing.assert_allclose(net(mge.Tensor(xs[3])).numpy(), qat_out, rtol=1e-4, atol=1e-5)
+    # converted as MegEngine: the conv bias in its (1, C, 1, 1) layout, int8 weights
+    assert net.conv.bias.shape == (1, 4, 1, 1) and net.fc.bias.shape == (5,)
+
+
+def test_qparams_of_a_qat_activation_stay_on_the_fake_quantizers_output():
+    # MegEngine keeps ``qparams`` on the tensor object the fake quantizer returned: pooled or flattened, the
+    # activation has none, so the next layer's bias is not fake-quantized
+    q = M.Sequential(M.QuantStub())
+    Q.quantize_qat(q, qconfig=Q.tqt_qconfig)
+    y = q(mge.Tensor(np.ones((1, 1, 4, 4), "float32")))
+    assert y.qparams.scale is not None
+    assert F.max_pool2d(y, 2).qparams.scale is None and F.flatten(y, 1).qparams.scale is None
+
+
+def test_converted_weights_saturate_to_int8_as_megengine():
+    # a narrow range (qint8_narrow) is the fake quantizer's clip in training; a plain Linear's weight is
+    # converted by a saturating cast (-128 possible), a BN-folded conv's weight is fake-quantized first (-127)
+    lin = M.Sequential(M.QuantStub(), M.Linear(4, 2, bias=False), M.DequantStub())
+    Q.quantize_qat(lin, qconfig=Q.tqt_qconfig)  # TQT scale 2**0 = 1: weights of +-200 saturate
+    lin[1].weight[...] = mge.Tensor(np.array([[-200., 3.4, 0.6, 200.], [-1., 1., 127.6, -127.6]], "float32"))
+    lin.eval()
+    Q.quantize(lin)
+    np.testing.assert_array_equal(lin[1].weight.numpy(), [[-128, 3, 1, 127], [-1, 1, 127, -128]])
