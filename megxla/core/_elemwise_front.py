@@ -46,7 +46,7 @@ def _scalar(value, dtype):
 def _scalar_dtype(value, like):
     kind = like.kind
     if isinstance(value, bool):
-        return like if kind == "b" else (np.dtype(np.int32) if kind not in "fc" else like)
+        return like  # uint8 + True stays uint8 (MegEngine); bool + True stays bool
     if isinstance(value, int):
         return like if kind in "iufc" else np.dtype(np.int32)
     if isinstance(value, float):
@@ -62,7 +62,36 @@ def as_tensor(x, like=None):
         if like is None:
             return Tensor(x)
         return _scalar(x, _scalar_dtype(x, like.dtype))
+    if like is not None and isinstance(x, (list, tuple, np.ndarray, np.generic)):
+        dt = _array_dtype(x, like.dtype)
+        if dt is not None:
+            return Tensor(x, dtype=dt)
     return Tensor(x)
+
+
+_RANK = {"b": 0, "i": 1, "u": 1, "f": 2}
+
+
+def _array_dtype(x, like):
+    """The dtype MegEngine gives a NumPy array / list operand beside a tensor of dtype ``like``, where that
+    differs from the array's own: an array of a lower kind (bool < integer < float) takes the tensor's dtype
+    (float16 tensor * int array stays float16, int32 tensor * bool mask stays int32), and so does a list of
+    numbers no wider in kind (uint8 tensor + [1, 2] stays uint8). None: convert as usual."""
+    like = np.dtype(like)
+    if like.kind not in _RANK:
+        return None
+    if isinstance(x, (list, tuple)):
+        try:
+            kind = np.asarray(x).dtype.kind
+        except (ValueError, TypeError):
+            return None
+    else:
+        kind = x.dtype.kind
+    if kind not in _RANK or _RANK[kind] > _RANK[like.kind]:
+        return None
+    if isinstance(x, (list, tuple)) or _RANK[kind] < _RANK[like.kind]:
+        return like
+    return None
 
 
 def binary(prim):

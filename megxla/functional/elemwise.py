@@ -167,8 +167,9 @@ def clip(x, lower=None, upper=None):
     for b in (lower, upper):
         if b is not None and (isinstance(b, bool) or not isinstance(b, (int, float, np.integer, np.floating))):
             raise OpError(f"clip: bounds must be numbers or tensors, got {b!r}")
-    if x.dtype.kind in "iub" and any(isinstance(b, (float, np.floating)) for b in (lower, upper)):
-        # MegEngine: a float bound promotes an integer/bool tensor to float32 (clip(int, 0.5, 2.5) is float).
+    if x.dtype.kind == "b" or (x.dtype.kind in "iu" and any(isinstance(b, (float, np.floating)) for b in (lower, upper))):
+        # MegEngine: a float bound promotes an integer tensor to float32 (clip(int, 0.5, 2.5) is float), and a
+        # bool tensor is float32 with any bound (bool and int are different categories).
         x = _apply(_P.astype.bind(dtype="float32"), x)
     cast = float if x.dtype.kind == "f" else int
     lower = None if lower is None else cast(lower)

@@ -667,11 +667,12 @@ def leaky_relu(inp, negative_slope=0.01):
 
 
 def prelu(inp, weight):
-    """Applies ``x if x > 0 else weight * x`` with a learnable (per-channel, axis 1) weight.
+    """Applies ``max(x, 0) + weight * min(x, 0)`` elementwise (``weight`` broadcasts as in any elementwise op).
 
     Args:
         inp: input tensor.
-        weight: one element, or one per channel.
+        weight: slopes broadcastable to ``inp`` (``M.PReLU`` passes ``(1, C, 1, 1)``), or a scalar; a 1-D weight
+            with one slope per channel that does not broadcast is applied along axis 1.
 
     Returns:
         a tensor like ``inp``.
@@ -680,8 +681,14 @@ def prelu(inp, weight):
         >>> F.prelu(Tensor([-1., 1.]), Tensor([0.25])).numpy()
         array([-0.25,  1.  ], dtype=float32)
     """
-    inp, weight = _t(inp), _t(weight)
-    if weight.size > 1 and inp.ndim > 1:
+    inp = _t(inp)
+    weight = _t(weight, inp)  # a Python slope takes the input's dtype (float16 stays float16), as MegEngine's
+    try:
+        np.broadcast_shapes(inp.shape, weight.shape)
+        broadcasts = True
+    except ValueError:
+        broadcasts = False
+    if not broadcasts and weight.size > 1 and inp.ndim > 1:
         if weight.size != inp.shape[1]:
             raise OpError(f"prelu: weight has {weight.size} elements but the input has {inp.shape[1]} channels")
         weight = _T.reshape(weight, (1, -1) + (1,) * (inp.ndim - 2))

@@ -90,21 +90,41 @@ def _sign(x):
 
 
 def _maximum(x, y):
-    # MegEngine's CPU MAX/MIN kernels (SIMD max/min) return the number when one operand is NaN:
-    # maximum(1, nan) == 1. That is fmax/fmin.
-    return jnp.fmax(x, y)
+    # MegEngine's MAX is ``x < y ? y : x`` and MIN ``x <= y ? x : y`` (its kernels' comparisons): with a NaN
+    # operand maximum(nan, 1) is nan but maximum(1, nan) is 1 (minimum: the other way round), and on a tie
+    # the whole gradient goes to ``x`` (clip(x, 0, 1) passes it at 0 and 1): the vjp of these selects.
+    return jnp.where(x < y, y, x)
 
 
 def _minimum(x, y):
-    return jnp.fmin(x, y)
+    return jnp.where(x <= y, x, y)
+
+
+def _abs(x):
+    # MegEngine's ABS gradient is -1 at 0 (``x > 0 ? g : -g``); jnp.abs's is +1.
+    if jnp.issubdtype(x.dtype, jnp.complexfloating):
+        return jnp.abs(x)
+    return jnp.where(x > 0, x, jnp.zeros((), x.dtype) - x)  # 0 - x: abs(0.0) is 0.0 (-x would give -0.0)
+
+
+def _relu6(x):
+    # MegEngine: relu6(nan) == 6 and the gradient is 0 at 0 and at 6 (only 0 < x < 6 passes it).
+    return jnp.where(x < 6, jnp.where(x > 0, x, jnp.zeros((), x.dtype)), jnp.asarray(6, x.dtype))
 
 
 def _hsigmoid(x):
-    return jnp.clip(x + 3, 0, 6) / 6
+    # MegEngine: hsigmoid(nan) is nan and the gradient is 0 at -3 and 3.
+    return jnp.where(x <= -3, 0.0, jnp.where(x >= 3, 1.0, (x + 3) / 6)).astype(jnp.result_type(x, 1.0))
+
+
+def _hswish(x):
+    # MegEngine's HSWISH gradient is (2x + 3) / 6 on the closed interval [-3, 3] (hsigmoid's is 0 at its ends).
+    inner = x * (x + 3) / 6
+    return jnp.where(x < -3, x * jnp.zeros((), inner.dtype), jnp.where(x > 3, x.astype(inner.dtype), inner))
 
 
 UNARY_IMPLS = {
-    "neg": jnp.negative, "pos": lambda x: x, "abs": jnp.abs, "exp": jnp.exp, "expm1": jnp.expm1,
+    "neg": jnp.negative, "pos": lambda x: x, "abs": _abs, "exp": jnp.exp, "expm1": jnp.expm1,
     "log": jnp.log, "log1p": jnp.log1p, "sqrt": jnp.sqrt, "square": jnp.square,
     "sin": jnp.sin, "cos": jnp.cos, "tan": jnp.tan, "asin": jnp.arcsin, "acos": jnp.arccos, "atan": jnp.arctan,
     "sinh": jnp.sinh, "cosh": jnp.cosh, "tanh": jnp.tanh, "asinh": jnp.arcsinh, "acosh": jnp.arccosh,
@@ -113,7 +133,7 @@ UNARY_IMPLS = {
     "logical_not": jnp.logical_not, "invert": jnp.invert, "isnan": jnp.isnan, "isinf": jnp.isinf,
     "relu": _relu, "sigmoid": jax.nn.sigmoid, "gelu": lambda x: jax.nn.gelu(x, approximate=False),
     "silu": jax.nn.silu, "softplus": jax.nn.softplus, "logsigmoid": jax.nn.log_sigmoid,
-    "relu6": lambda x: jnp.clip(x, 0, 6), "hsigmoid": _hsigmoid, "hswish": lambda x: x * _hsigmoid(x),
+    "relu6": _relu6, "hsigmoid": _hsigmoid, "hswish": _hswish,
     "real": jnp.real, "imag": jnp.imag, "conj": jnp.conj,
 }
 
@@ -141,15 +161,20 @@ BINARY = {name: Primitive(_PUBLIC.get(name, name), impl) for name, impl in BINAR
 
 
 def _leaky_relu(x, *, negative_slope):
-    return jnp.where(x > 0, x, x * negative_slope)
+    # ``>=``: MegEngine's PRELU gradient is 1 at x == 0 (the value is 0 either way).
+    return jnp.where(x >= 0, x, x * negative_slope)
 
 
 def _prelu(x, w):
-    return jnp.where(x > 0, x, x * w)
+    return jnp.where(x >= 0, x, x * w)
 
 
 def _clip(x, *, lower, upper):
-    return jnp.clip(x, lower, upper)
+    # MegEngine's CLIP is ``min(max(x, lower), upper)`` with its MAX/MIN selects: a value on a bound keeps its
+    # gradient (jnp.clip's vjp halves it there, which clip(relu(x), 0, 1) hits at every exact zero).
+    if lower is not None:
+        x = _maximum(x, jnp.asarray(lower, x.dtype))
+    return x if upper is None else _minimum(x, jnp.asarray(upper, x.dtype))
 
 
 def _where(mask, x, y):
@@ -161,7 +186,7 @@ def _astype(x, *, dtype):
 
 
 leaky_relu = Primitive("leaky_relu", _leaky_relu)
-prelu = Primitive("prelu", _prelu)
+prelu = Primitive("prelu", _promoting(_prelu))  # MegEngine's PRELU is an Elemwise mode: it promotes as one
 clip = Primitive("clip", _clip)
 where = Primitive("where", _where)
 astype = Primitive("astype", _astype)

@@ -2,9 +2,19 @@
 import jax.numpy as jnp
 
 from .._op import Primitive
+from .elemwise import promote_dtype
+
+
+def _promoted(a, b):
+    # MegEngine's MatrixMul promotes mixed inputs as its elementwise ops do (int32 @ float16 is float32).
+    if a.dtype != b.dtype:
+        dt = promote_dtype(a.dtype, b.dtype)
+        a, b = a.astype(dt), b.astype(dt)
+    return a, b
 
 
 def _matmul(a, b, *, transpose_a, transpose_b):
+    a, b = _promoted(a, b)
     if transpose_a:
         a = jnp.swapaxes(a, -1, -2) if a.ndim > 1 else a
     if transpose_b:
@@ -20,7 +30,7 @@ def _linear(x, w, *bias):
 
 matmul = Primitive("matmul", _matmul)
 linear = Primitive("linear", _linear)
-dot = Primitive("dot", lambda a, b: jnp.dot(a.reshape(-1), b.reshape(-1)))
+dot = Primitive("dot", lambda a, b: jnp.dot(*_promoted(a.reshape(-1), b.reshape(-1))))
 matinv = Primitive("matinv", jnp.linalg.inv)
 svd = Primitive("svd", lambda x, *, full_matrices: tuple(jnp.linalg.svd(x, full_matrices=full_matrices)),
                 multiple_results=True)
