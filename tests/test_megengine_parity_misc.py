@@ -43,3 +43,21 @@ def test_grad_scaler_growth_factor_zero_never_grows():
 def test_grad_scaler_rejects_negative_interval():
     with pytest.raises(ValueError, match="growth_interval"):
         amp.GradScaler(growth_interval=-1)
+
+
+def test_random_scalar_parameter_draws_have_shape_one():
+    # MegEngine: gamma(2., 1.), beta(2., 3.), poisson(3.), gamma(Tensor(2.), Tensor(1.)) all have shape (1,)
+    T = mge.Tensor
+    assert mge.random.gamma(2.0, 1.0).shape == (1,)
+    assert mge.random.beta(2.0, 3.0).shape == (1,)
+    assert mge.random.poisson(3.0).shape == (1,)
+    assert mge.random.gamma(T(2.0), T(1.0)).shape == (1,)
+    assert mge.random.gamma(2.0, 1.0, size=(3,)).shape == (3,)
+    assert mge.random.poisson(T([1.0, 2.0]), size=(3, 2)).shape == (3, 2, 2)
+
+
+def test_random_normal_accepts_zero_and_negative_std():
+    # MegEngine: normal(0, 0, size=(2,)) is [0, 0]; normal(0, -2) samples mean + std * z (std of |std|)
+    assert mge.random.normal(1.5, 0, size=(2,)).numpy().tolist() == [1.5, 1.5]
+    z = mge.random.normal(0, -2, size=(20000,)).numpy()
+    assert abs(z.std() - 2) < 0.1

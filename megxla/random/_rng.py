@@ -3,7 +3,8 @@ splits it with the ``rng_split`` op and rebinds it in place (``_reset``), so jit
 
 As in MegEngine: ``RNG(seed)`` has a state of its own, independent of the global one; ``RNG()`` (no seed)
 draws from the global state, which ``seed`` resets. Default ``size`` is ``(1,)`` for uniform/normal (and
-exponential); for gamma/beta/poisson the output shape is ``size + broadcast(parameter shapes)``.
+exponential); for gamma/beta/poisson the output shape is ``size + broadcast(parameter shapes)`` (``(1,)`` when
+that is empty, as MegEngine's kernels).
 """
 from __future__ import annotations
 
@@ -64,7 +65,8 @@ def _param_shape(op, size, *params):
         shape = np.broadcast_shapes(*[p.shape for p in params])
     except ValueError:
         raise OpError(f"{op}: parameter shapes {[p.shape for p in params]} do not broadcast") from None
-    return _size(size, op, ()) + tuple(shape)
+    # MegEngine's kernels have no 0-d output: scalar parameters with no size give one sample of shape (1,)
+    return _size(size, op, ()) + tuple(shape) or (1,)
 
 
 class RNG:
@@ -118,7 +120,8 @@ class RNG:
 
         Args:
             mean: the mean.
-            std: the standard deviation (> 0).
+            std: the standard deviation (>= 0; 0 gives ``mean`` everywhere). As MegEngine, a negative ``std``
+                is accepted: the samples are ``mean + std * z``, distributed as with ``abs(std)``.
             size: output shape; default ``(1,)``.
 
         Returns:
@@ -128,8 +131,8 @@ class RNG:
             >>> RNG(0).normal(0, 2, size=(2, 3)).shape
             (2, 3)
         """
-        if not std > 0:
-            raise OpError(f"normal: std must be positive, got {std}")
+        if not np.isfinite(float(std)):
+            raise OpError(f"normal: std must be finite, got {std}")
         return apply(P.normal.bind(shape=_size(size, "normal", (1,)), mean=float(mean), std=float(std),
                                    dtype="float32"), self._next_key())
 
@@ -139,7 +142,7 @@ class RNG:
         Args:
             shape: positive number or float Tensor ``k``.
             scale: positive number or float Tensor ``theta``.
-            size: prepended to the broadcast shape of the parameters; default ``()``.
+            size: prepended to the broadcast shape of the parameters; default ``()`` (a 0-d result is ``(1,)``).
 
         Returns:
             float32 samples of shape ``size + broadcast(shape.shape, scale.shape)``.
@@ -158,7 +161,7 @@ class RNG:
         Args:
             alpha: positive number or float Tensor.
             beta: positive number or float Tensor.
-            size: prepended to the broadcast shape of the parameters; default ``()``.
+            size: prepended to the broadcast shape of the parameters; default ``()`` (a 0-d result is ``(1,)``).
 
         Returns:
             float32 samples in ``(0, 1)``.
@@ -176,7 +179,7 @@ class RNG:
 
         Args:
             lam: positive number or float Tensor.
-            size: prepended to the shape of ``lam``; default ``()``.
+            size: prepended to the shape of ``lam``; default ``()`` (a 0-d result is ``(1,)``).
 
         Returns:
             float32 (integral-valued) samples.
