@@ -6,8 +6,10 @@ False, False, None, "default")`` (``...Parameter`` likewise), and NumPy arrays n
 ``numpy.core.multiarray._reconstruct`` (NumPy 2 reads that name too; NumPy 1.x cannot read NumPy 2's
 ``numpy._core``). MegEngine can read what contains only containers (dict, ``OrderedDict``, list, tuple, set),
 numbers, strings, NumPy arrays and Tensors / Parameters: state dicts, optimizer state dicts, checkpoint dicts.
-Pickled megxla objects of any other class (a whole ``Module`` or ``Optimizer``, a user's class) are written
-under megxla's class names: megxla reads them back (with ``weights_only=False``), MegEngine cannot.
+Pickled megxla objects of any other class (a whole ``Module``, a user's class holding megxla modules) name
+megxla's classes and functions by MegEngine's public names (``megengine.module`` / ``Linear``), so MegEngine
+unpickles a whole megxla model into its own classes (their attributes are MegEngine's), and megxla reads them
+back (with ``weights_only=False``).
 
 ``load`` reads what ``save`` writes and what MegEngine's ``megengine.save`` writes (``megengine.tensor.Tensor``
 / ``Parameter`` become megxla Tensors / Parameters, with or without the ``megengine`` import alias), and the
@@ -29,6 +31,8 @@ import collections
 import io
 import os
 import pickle
+import sys
+import types
 
 import numpy as np
 
@@ -88,15 +92,62 @@ class _Pickler(pickle._Pickler):
         return NotImplemented
 
     def save_global(self, obj, name=None):
-        if not isinstance(obj, _GlobalName):
-            return super().save_global(obj, name)
+        if isinstance(obj, _GlobalName):
+            module, name = obj.module, obj.name
+        else:
+            alias = _megengine_name(obj) if name is None else None
+            if alias is None:
+                return super().save_global(obj, name)
+            module, name = alias
         if self.proto >= 4:
-            self.save(obj.module)
-            self.save(obj.name)
+            self.save(module)
+            self.save(name)
             self.write(pickle.STACK_GLOBAL)
         else:
-            self.write(pickle.GLOBAL + obj.module.encode() + b"\n" + obj.name.encode() + b"\n")
+            self.write(pickle.GLOBAL + module.encode() + b"\n" + name.encode() + b"\n")
         self.memoize(obj)
+
+    # the base class dispatches functions to its own save_global, bypassing the override above
+    dispatch = dict(pickle._Pickler.dispatch)
+    dispatch[types.FunctionType] = save_global
+
+
+# megxla internals whose pickles MegEngine reads as one of its own types
+_PICKLE_AS = {("megxla.module.module", "_HookDict"): ("collections", "OrderedDict")}
+
+# packages whose MegEngine counterparts export every class / function their files define: an object one of them
+# exports is written under that package (MegEngine's file layout differs from megxla's in places: its
+# ConvTransposeBn2d lives in module/conv_transpose_bn.py, megxla's in module/conv_bn.py)
+_COMPLETE_PACKAGES = ("megxla.module", "megxla.module.qat", "megxla.module.quantized", "megxla.optimizer",
+                      "megxla.functional")
+
+
+def _megengine_name(obj):
+    """``(module, name)`` under which MegEngine finds the counterpart of a megxla class or function, or None
+    for objects that are not megxla's.
+
+    ``megxla.module.linear.Linear`` is written as ``megengine.module`` / ``Linear``,
+    ``megxla.module.qat.linear.Linear`` as ``megengine.module.qat`` / ``Linear``, ``megxla.functional.relu``
+    (made by a factory, so not picklable by its own qualified name) as ``megengine.functional`` / ``relu``;
+    anything else keeps its path under ``megengine``. ``load`` maps ``megengine`` back to ``megxla``.
+    """
+    module = getattr(obj, "__module__", None)
+    qualname = getattr(obj, "__qualname__", None)
+    if not isinstance(module, str) or not isinstance(qualname, str):
+        return None
+    if module != "megxla" and not module.startswith("megxla."):
+        return None
+    special = _PICKLE_AS.get((module, qualname))
+    if special is not None:
+        return special
+    name = getattr(obj, "__name__", qualname)
+    for package in _COMPLETE_PACKAGES:
+        mod = sys.modules.get(package)
+        if mod is not None and getattr(mod, name, None) is obj:
+            return "megengine" + package[len("megxla"):], name
+    if "<" in qualname:
+        return None  # a local object: pickle's own error names it
+    return "megengine" + module[len("megxla"):], qualname
 
 
 def _device_name(t):
@@ -274,9 +325,32 @@ class _Unpickler(pickle.Unpickler):
                 f"objects can run arbitrary code. If you trust this file, load it with "
                 f"megxla.load(f, weights_only=False) or set the environment variable {UNSAFE_ENV}=1.")
         if module == "megengine" or module.startswith("megengine."):
-            # a MegEngine class pickled whole: resolve to megxla's class of the same path (without the alias)
-            module = "megxla" + module[len("megengine"):]
+            # a MegEngine class pickled whole (or a megxla one, which save writes under MegEngine's names):
+            # megxla's class of the same path, else of the nearest package exporting that name (MegEngine's
+            # megengine.module.conv_transpose_bn.ConvTransposeBn2d is megxla.module.ConvTransposeBn2d)
+            return _megxla_global("megxla" + module[len("megengine"):], name)
         return super().find_class(module, name)
+
+
+def _megxla_global(module, name):
+    """megxla's global for a MegEngine ``module.name``: the nearest importable package on the path decides (a
+    MegEngine-only file such as ``conv_transpose_bn`` falls back to its package, ``megxla.module``, never
+    further, so a name cannot resolve to a same-named class of another package)."""
+    import importlib
+    parts = module.split(".")
+    for i in range(len(parts), 1, -1):
+        try:
+            package = importlib.import_module(".".join(parts[:i]))
+        except ImportError:
+            continue
+        obj = package
+        for attr in name.split("."):
+            obj = getattr(obj, attr, None)
+        if obj is not None:
+            return obj
+        break
+    raise pickle.UnpicklingError(f"load: the file names {module.replace('megxla', 'megengine', 1)}.{name}, "
+                                 f"which megxla does not have")
 
 
 def load(f, map_location=None, pickle_module=pickle, weights_only=None):

@@ -43,6 +43,8 @@ class _ConvNd(Module):
         self.padding = padding
         self.dilation = dilation
         self.groups = groups
+        # MegEngine's convolutions all hold one (0 for the forward ones); the transposed ones set theirs
+        self.output_padding = 0
         self.weight = Parameter(np.zeros(self._infer_weight_shape(), dtype=np.float32))
         self.bias = Parameter(np.zeros(self._infer_bias_shape(), dtype=np.float32)) if bias else None
         self.reset_parameters()

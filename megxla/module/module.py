@@ -672,6 +672,19 @@ class Module(metaclass=ABCMeta):
         super().__delattr__(name)
         _registry.bump_epoch()  # (see __setattr__)
 
+    def __setstate__(self, state):
+        # Unpickling (a whole module saved by megxla or by MegEngine, copy.deepcopy). Files hold the hook tables
+        # as plain OrderedDicts (MegEngine's type: megxla.save writes them so); a HookHandler needs a _HookDict.
+        # MegEngine's modules also carry its auto-naming field `_name` (megxla names scopes by `_short_name`).
+        state = dict(state)
+        for key in ("_forward_pre_hooks", "_forward_hooks"):
+            hooks = state.get(key)
+            if not isinstance(hooks, _HookDict):
+                state[key] = _HookDict(hooks or ())
+        name = state.pop("_name", None)
+        state.setdefault("_short_name", name)
+        self.__dict__.update(state)
+
     def _module_info_string(self) -> str:
         """One-line summary of the module's configuration used by ``__repr__`` (empty by default)."""
         return ""

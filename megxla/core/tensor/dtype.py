@@ -37,6 +37,14 @@ class QuantDtypeMeta:
 
     __slots__ = ("name", "cname", "np_dtype_str", "qmin", "qmax", "is_unsigned")
 
+    def __new__(cls, *args, **kwargs):
+        # MegEngine's QuantDtypeMeta is a namedtuple: its pickles (a whole QAT model) rebuild one as
+        # cls.__new__(cls, *fields) without calling __init__, so the fields are filled here too.
+        self = super().__new__(cls)
+        if args or kwargs:
+            QuantDtypeMeta.__init__(self, *args, **kwargs)
+        return self
+
     def __init__(self, name: str, cname: str, np_dtype_str: str, qmin: int, qmax: int, is_unsigned: bool = None):
         if qmin > qmax:
             raise ValueError(f"QuantDtypeMeta {name!r}: qmin={qmin} > qmax={qmax}")
