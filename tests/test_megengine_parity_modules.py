@@ -100,3 +100,18 @@ def test_convolutions_hold_output_padding_as_megengine():
         assert m.output_padding == 0
     assert M.ConvTranspose2d(2, 2, 3, output_padding=1, stride=2).output_padding == (1, 1)
     assert "output_padding" not in repr(M.Conv2d(2, 2, 3))
+
+
+def test_multi_head_attention_init_is_megengine_xavier_with_zero_bias():
+    # MegEngine 1.13: xavier_uniform_(io_weight_bias) as a (1, L) matrix, then its bias part zeroed; for
+    # MultiHeadAttention(8, 2) it printed min/max -0.1435 / 0.1436 over the 288 entries (bound sqrt(6 / 289))
+    mge.random.seed(3)
+    m = M.MultiHeadAttention(8, 2)
+    w = m.io_weight_bias.numpy()[0]
+    bound = np.sqrt(6 / (288 + 1))
+    assert w.shape == (288,)
+    np.testing.assert_array_equal(w[256:], 0)
+    assert np.abs(w[:256]).max() <= bound and np.abs(w[:256]).max() > 0.9 * bound
+    assert abs(w[:256].std() - bound / np.sqrt(3)) < 0.15 * bound
+    m2 = M.MultiHeadAttention(8, 2, bias=False, kdim=6, vdim=5)
+    assert np.abs(m2.io_weight_bias.numpy()).max() <= np.sqrt(6 / (216 + 1))

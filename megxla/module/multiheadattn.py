@@ -1,5 +1,4 @@
 """Multi-head attention layer (MegEngine 1.13's ``MultiHeadAttention``) over ``F.nn.multi_head_attention``."""
-import math
 from typing import Optional
 
 import numpy as np
@@ -36,7 +35,7 @@ class MultiHeadAttention(Module):
         vdim: value features (default ``embed_dim``).
 
     Attributes:
-        io_weight_bias: ``(1, L)``, from U(-1/sqrt(embed_dim), 1/sqrt(embed_dim)).
+        io_weight_bias: ``(1, L)``, Xavier-uniform with its bias part zero (as MegEngine).
         bias_k, bias_v: ``(1, 1, embed_dim)`` (Xavier-uniform), or None.
 
     Example:
@@ -77,14 +76,20 @@ class MultiHeadAttention(Module):
         self.reset_parameters()
 
     def reset_parameters(self):
-        """Re-initialise: ``io_weight_bias`` from U(-1/sqrt(embed_dim), 1/sqrt(embed_dim)), ``bias_k`` /
-        ``bias_v`` Xavier-uniform (drawn from ``megxla.random``).
+        """Re-initialise as MegEngine does: ``io_weight_bias`` Xavier-uniform as the ``(1, weight_bias_len)``
+        matrix it is (bound ``sqrt(6 / (weight_bias_len + 1))``) with its bias part zero, ``bias_k`` / ``bias_v``
+        Xavier-uniform (drawn from ``megxla.random``).
 
         Example:
-            >>> M.MultiHeadAttention(8, 2).reset_parameters()
+            >>> m = M.MultiHeadAttention(8, 2)
+            >>> m.reset_parameters()
+            >>> float(abs(m.io_weight_bias[0, 4 * 8 * 8:]).sum())
+            0.0
         """
-        bound = 1.0 / math.sqrt(self.embed_dim)
-        init.uniform_(self.io_weight_bias, -bound, bound)
+        init.xavier_uniform_(self.io_weight_bias)
+        if self.bias:
+            weight_len = (2 * self.embed_dim + self.kdim + self.vdim) * self.embed_dim
+            self.io_weight_bias[0, weight_len:] = 0
         if self.bias_k is not None:
             init.xavier_uniform_(self.bias_k)
         if self.bias_v is not None:
