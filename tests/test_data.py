@@ -251,7 +251,7 @@ def test_collator_structures():
     assert out["img"].shape == (3, 2) and out["img"].dtype == np.uint8
     ints, floats, names = out["meta"]
     assert ints.tolist() == [0, 1, 2] and floats.dtype == np.float64
-    assert names == ["s0", "s1", "s2"]
+    assert names == ("s0", "s1", "s2")  # a tuple, as MegEngine (the transposed samples)
     assert isinstance(out["p"], Point) and out["p"].y.dtype == np.float32
     # mixing python ints and floats in one field is a float field
     assert Collator().apply([1, 2.5]).tolist() == [1.0, 2.5]

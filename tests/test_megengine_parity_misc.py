@@ -61,3 +61,14 @@ def test_random_normal_accepts_zero_and_negative_std():
     assert mge.random.normal(1.5, 0, size=(2,)).numpy().tolist() == [1.5, 1.5]
     z = mge.random.normal(0, -2, size=(20000,)).numpy()
     assert abs(z.std() - 2) < 0.1
+
+
+def test_collator_string_fields_are_tuples():
+    # MegEngine: Collator().apply([(1.5, "a"), (2.5, "b")]) -> [array([1.5, 2.5]), ('a', 'b')];
+    # a dict's string values and a batch of plain strings stay lists
+    from megxla.data import Collator
+    c = Collator()
+    x, names = c.apply([(1.5, "a"), (2.5, "b")])
+    assert x.tolist() == [1.5, 2.5] and names == ("a", "b")
+    assert c.apply([{"n": "a"}, {"n": "b"}]) == {"n": ["a", "b"]}
+    assert c.apply(["a", "b"]) == ["a", "b"]

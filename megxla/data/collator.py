@@ -116,7 +116,8 @@ class Collator:
     r"""Combine a list of samples into a batch.
 
     NumPy arrays are stacked along a new first axis, Python/NumPy scalars
-    become 1-D arrays, strings stay a list, and tuples, lists, namedtuples and
+    become 1-D arrays, strings are gathered unstacked (a tuple for a field of
+    tuple/list samples, as MegEngine), and tuples, lists, namedtuples and
     dicts are collated element-wise. All samples must share shapes and
     dtypes; otherwise a :class:`CollateError` names the offending sample.
 
@@ -169,6 +170,8 @@ class Collator:
                 )
             return np.ascontiguousarray(np.stack(inputs))
         if isinstance(elem, (str, bytes, np.str_, np.bytes_)):
+            # as MegEngine: the strings as gathered -- a tuple for a field of tuple/list samples (the
+            # transposed samples), a list for a dict's values or a batch of plain strings
             return inputs
         if isinstance(elem, np.generic):
             return np.array(inputs)
@@ -186,13 +189,13 @@ class Collator:
         if isinstance(elem, tuple) and hasattr(elem, "_fields"):  # namedtuple
             return type(elem)(
                 *(
-                    self._collate(list(samples), "{}.{}".format(path, name))
+                    self._collate(samples, "{}.{}".format(path, name))
                     for name, samples in zip(elem._fields, zip(*inputs))
                 )
             )
         if isinstance(elem, collections.abc.Sequence):
             return [
-                self._collate(list(samples), "{}[{}]".format(path, i))
+                self._collate(samples, "{}[{}]".format(path, i))
                 for i, samples in enumerate(zip(*inputs))
             ]
         raise TypeError(
