@@ -113,7 +113,8 @@ class _Pickler(pickle._Pickler):
 
 
 # megxla internals whose pickles MegEngine reads as one of its own types
-_PICKLE_AS = {("megxla.module.module", "_HookDict"): ("collections", "OrderedDict")}
+_PICKLE_AS = {("megxla.module.module", "_HookDict"): ("collections", "OrderedDict"),
+              ("megxla.optimizer.optimizer", "ParamGroup"): ("builtins", "dict")}
 
 # packages whose MegEngine counterparts export every class / function their files define: an object one of them
 # exports is written under that package (MegEngine's file layout differs from megxla's in places: its

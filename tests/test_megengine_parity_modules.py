@@ -115,3 +115,50 @@ def test_multi_head_attention_init_is_megengine_xavier_with_zero_bias():
     assert abs(w[:256].std() - bound / np.sqrt(3)) < 0.15 * bound
     m2 = M.MultiHeadAttention(8, 2, bias=False, kdim=6, vdim=5)
     assert np.abs(m2.io_weight_bias.numpy()).max() <= np.sqrt(6 / (216 + 1))
+
+
+def _adam_step(m, opt, x):
+    gm = GradManager().attach(m.parameters())
+    with gm:
+        gm.backward((m(x) ** 2).sum())
+    opt.step().clear_grad()
+
+
+def test_whole_optimizer_pickle_round_trips_and_continues_as_megengine():
+    # MegEngine 1.13 (mge.save({"model": m, "opt": opt}) after one Adam step, mge.load, two more steps) printed:
+    ref_w = [[-0.01871104, 0.07137607, 0.14993306], [-0.16313973, -0.0704765, 0.02277844]]
+    ref_b = [-0.10727262, -0.00957143]
+    m = M.Linear(3, 2)
+    m.load_state_dict({"weight": np.arange(6, dtype="float32").reshape(2, 3) * 0.1 - 0.2,
+                       "bias": np.array([0.1, -0.1], "float32")})
+    x = mge.tensor(np.arange(12, dtype="float32").reshape(4, 3) * 0.1 - 0.5)
+    opt = optim.Adam(m.parameters(), lr=0.1)
+    _adam_step(m, opt, x)
+    buf = io.BytesIO()
+    mge.save({"model": m, "opt": opt}, buf)
+    # MegEngine's param groups are plain dicts and its Adam keeps one step count per parameter (its step()
+    # advances each): the file holds them so, and MegEngine's optimizers carry _disable_type_convert
+    names = _globals(buf.getvalue())
+    assert ("builtins", "dict") in names and not [n for n in names if "ParamGroup" in n[1]]
+    d = mge.load(io.BytesIO(buf.getvalue()), weights_only=False)
+    m2, opt2 = d["model"], d["opt"]
+    assert opt2._disable_type_convert is True
+    assert [id(p) for p in opt2.param_groups[0]["params"]] == [id(p) for p in m2.parameters()]
+    _adam_step(m2, opt2, x)
+    _adam_step(m2, opt2, x)
+    np.testing.assert_allclose(m2.weight.numpy(), ref_w, rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(m2.bias.numpy(), ref_b, rtol=1e-5, atol=1e-7)
+    assert {k: float(v["step"]) for k, v in opt2.state_dict()["state"].items()} == {0: 3.0, 1: 3.0}
+
+
+def test_optimizer_pickles_and_deepcopies_with_live_param_groups():
+    # a pickled / deep-copied optimizer failed (its groups notified an owner that did not exist yet)
+    import copy
+    import pickle
+    w = mge.Parameter([1.0, 2.0])
+    opt = optim.SGD([w], lr=0.1)
+    for other in (pickle.loads(pickle.dumps(opt)), copy.deepcopy(opt)):
+        group = other.param_groups[0]
+        assert group._owner is other and group["lr"] == 0.1
+        group["momentum"] = 0.9  # the group still tells its optimizer: the momentum slots appear
+        assert list(other._state[group["params"][0]]) == ["momentum_buffer"]

@@ -292,6 +292,12 @@ class ParamGroup(dict):
         if self._owner is not None:
             self._owner._hyper_changed(self, key)
 
+    def __reduce__(self):
+        # Pickled (a whole optimizer saved, copy.deepcopy) as its items only: unpickling fills a dict before it
+        # sets attributes, so a pickled owner would be notified before it exists. The optimizer's
+        # __setstate__ links its groups again (megxla.save writes them as the plain dicts MegEngine's are).
+        return (ParamGroup, (dict(self),))
+
     def update(self, *args, **kwargs):
         for k, v in dict(*args, **kwargs).items():
             self[k] = v
@@ -324,6 +330,10 @@ class Optimizer(metaclass=ABCMeta):
     def __init__(self, params: Union[Iterable[Parameter], dict], defaults: dict):
         self._state: dict = {}
         self._defaults = defaults
+        # MegEngine's built-in optimizers set this flag (their updates make Tensors of hyper-parameters
+        # themselves) and its step() reads it; megxla never converts, and keeps the flag so that a whole
+        # optimizer pickled by megxla.save steps in MegEngine
+        self._disable_type_convert = True
         for name, value in defaults.items():
             _check_hyper(type(self).__name__, name, value)
         if isinstance(params, (Parameter, dict)):
@@ -347,6 +357,34 @@ class Optimizer(metaclass=ABCMeta):
         object.__setattr__(self, name, value)
         if name == "param_groups":
             _registry.bump_epoch()
+
+    def __getstate__(self):
+        # A slot Tensor several parameters share (Adam's group-wide step count) is pickled once per parameter,
+        # as MegEngine holds it: MegEngine's step() (a whole optimizer unpickled there) advances each
+        # parameter's own count, and megxla steps separate counts as well.
+        state = dict(self.__dict__)
+        seen = set()
+        slots = {}
+        for param, slot in self._state.items():
+            slots[param] = {}
+            for name, value in slot.items():
+                if id(value) in seen:
+                    value = Tensor(value.numpy(), dtype=value.dtype, device=value.device)
+                seen.add(id(value))
+                slots[param][name] = value
+        state["_state"] = slots
+        return state
+
+    def __setstate__(self, state):
+        # Unpickling a whole optimizer (saved by megxla or by MegEngine, whose groups are plain dicts) or
+        # copy.deepcopy: the groups become ParamGroups that notify this optimizer again.
+        self.__dict__.update(state)
+        groups = []
+        for group in state.get("param_groups", ()):
+            group = group if isinstance(group, ParamGroup) else ParamGroup(group)
+            group._owner = self
+            groups.append(group)
+        self.param_groups = groups
 
     # ---- groups and state ----------------------------------------------------------------------------------
     def add_param_group(self, param_group: dict):
