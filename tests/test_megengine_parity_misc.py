@@ -72,3 +72,31 @@ def test_collator_string_fields_are_tuples():
     assert x.tolist() == [1.5, 2.5] and names == ("a", "b")
     assert c.apply([{"n": "a"}, {"n": "b"}]) == {"n": ["a", "b"]}
     assert c.apply(["a", "b"]) == ["a", "b"]
+
+
+def test_module_stats_counts_as_megengine():
+    # MegEngine 1.13: conv(3->8, 3x3, no bias) + BN + ReLU + adaptive pool + Linear(8, 4) on (1, 3, 8, 8) gives
+    # total_stats(param_size=1072, param_dims=268, flops=17452, act_size=4144, act_dims=1036), params named
+    # conv-w, bn-w, bn-b, fc-w, fc-b, and no row for the ReLU
+    import megxla.functional as F
+    import megxla.module as M
+    from megxla.utils.module_stats import module_stats
+
+    class Net(M.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = M.Conv2d(3, 8, 3, padding=1, bias=False)
+            self.bn = M.BatchNorm2d(8)
+            self.relu = M.ReLU()
+            self.pool = M.AdaptiveAvgPool2d(1)
+            self.fc = M.Linear(8, 4)
+
+        def forward(self, x):
+            return self.fc(F.flatten(self.pool(self.relu(self.bn(self.conv(x)))), 1))
+
+    total, details = module_stats(Net(), inputs=(np.zeros((1, 3, 8, 8), "float32"),), logging_to_stdout=False)
+    assert tuple(total) == (1072, 268, 17452, 4144, 1036)
+    assert [d["name"] for d in details.params] == ["conv-w", "bn-w", "bn-b", "fc-w", "fc-b", "total"]
+    assert [d["flops_num"] for d in details.flops[:-1]] == [13824, 3584, 8, 36]
+    assert [d["name"] for d in details.activations] == ["conv", "bn", "pool", "fc", "total"]
+    assert details.flops[-1] == {"name": "total", "flops": "17.452 KOPs", "output_shapes": 28}
