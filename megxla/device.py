@@ -13,6 +13,24 @@ from ._device import (is_cuda_available, get_device_count, get_cuda_compute_capa
                       get_cuda_driver_version, get_tensorrt_version, get_cuda_device_property)
 from .core.dtypes import set_default_device, get_default_device
 
+
+def what_is_xpu() -> str:
+    """The device type ``xpu`` (the default ``xpux``) means on this machine: ``"cuda"`` where JAX sees an
+    NVIDIA GPU, ``"rocm"`` for an AMD one, else ``"cpu"`` (MegEngine's names).
+
+    Returns:
+        the lower-case device type name.
+
+    Example:
+        >>> what_is_xpu() in ("cpu", "cuda", "rocm")
+        True
+    """
+    from ._device import _gpus
+    gpus = _gpus()
+    if not gpus:
+        return "cpu"
+    return "rocm" if gpus[0].platform == "rocm" else "cuda"
+
 __all__ = ["is_cuda_available", "get_device_count", "get_cuda_compute_capability", "is_atlas_available",
            "is_cambricon_available", "is_rocm_available", "get_allocated_memory", "get_max_allocated_memory",
            "get_reserved_memory", "get_max_reserved_memory", "reset_max_memory_stats", "get_mem_status_bytes",

@@ -100,3 +100,10 @@ def test_module_stats_counts_as_megengine():
     assert [d["flops_num"] for d in details.flops[:-1]] == [13824, 3584, 8, 36]
     assert [d["name"] for d in details.activations] == ["conv", "bn", "pool", "fc", "total"]
     assert details.flops[-1] == {"name": "total", "flops": "17.452 KOPs", "output_shapes": 28}
+
+
+def test_what_is_xpu():
+    # MegEngine: megengine.device.what_is_xpu() is "cpu" on a machine without GPUs ("cuda" with one)
+    import jax
+    from megxla.device import what_is_xpu
+    assert what_is_xpu() == ("cpu" if jax.default_backend() == "cpu" else "cuda")
