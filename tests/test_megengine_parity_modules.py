@@ -162,3 +162,38 @@ def test_optimizer_pickles_and_deepcopies_with_live_param_groups():
         assert group._owner is other and group["lr"] == 0.1
         group["momentum"] = 0.9  # the group still tells its optimizer: the momentum slots appear
         assert list(other._state[group["params"][0]]) == ["momentum_buffer"]
+
+
+def _quantized_net():
+    from megxla.quantization import quantize, quantize_qat
+    net = quantize_qat(M.Sequential(M.QuantStub(), M.ConvBnRelu2d(3, 4, 3, padding=1), M.Conv2d(4, 2, 1),
+                                    M.DequantStub()))
+    net(mge.tensor(np.linspace(-1, 1, 150, dtype="float32").reshape(2, 3, 5, 5)))  # calibrate the observers
+    net.eval()
+    z = quantize(net)
+    z.eval()
+    return z
+
+
+def test_quantized_state_dict_is_megengine_layout():
+    # MegEngine 1.13's quantized modules keep scales in dtypes: state_dict keys of
+    # Sequential(QuantStub, ConvBnRelu2d, Conv2d, DequantStub) quantized are only these, and the int8 weight's
+    # dtype metadata is {"mgb_dtype": {"name": "QuantizedS8", "scale": ...}} (which MegEngine needs to keep the
+    # weight quantized when it loads the dict)
+    z = _quantized_net()
+    sd = z.state_dict()
+    assert list(sd) == ["1.bias", "1.weight", "2.bias", "2.weight"]
+    w = sd["1.weight"]
+    assert w.dtype == np.int8
+    mgb = w.dtype.metadata["mgb_dtype"]
+    assert mgb["name"] == "QuantizedS8"
+    np.testing.assert_allclose(mgb["scale"], float(z[1].weight_scale.numpy()), rtol=1e-7)
+    # a dict in MegEngine's layout loads strict, the weight's scale included (as MegEngine takes it from the dtype)
+    w2 = np.asarray(w).view(np.dtype("int8", metadata={"mgb_dtype": dict(mgb, scale=mgb["scale"] * 2)}))
+    before = z[1].weight_scale.numpy().copy()
+    z.load_state_dict(dict(sd, **{"1.weight": w2}), strict=True)
+    np.testing.assert_allclose(z[1].weight_scale.numpy(), before * 2, rtol=1e-6)
+    np.testing.assert_allclose(z[1].weight.qparams.scale.numpy(), before * 2, rtol=1e-6)
+    buf = io.BytesIO()
+    mge.save(z.state_dict(), buf)
+    assert mge.load(io.BytesIO(buf.getvalue()))["1.weight"].dtype.metadata["mgb_dtype"]["name"] == "QuantizedS8"

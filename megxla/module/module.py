@@ -632,6 +632,13 @@ class Module(metaclass=ABCMeta):
                                 f": {exc}") from None
             plan.append((var, new))
             loaded.add(k)
+            # a quantized weight as MegEngine writes it carries its scale in the dtype metadata (see
+            # QuantizedModule): the scale Tensor the weight's qparams (and its module) read takes it too
+            scale = (value.dtype.metadata or {}).get("mgb_dtype", {}).get("scale")
+            qscale = getattr(getattr(var, "qparams", None), "scale", None)
+            if scale is not None and isinstance(qscale, Tensor):
+                plan.append((qscale, Tensor(np.full(qscale.shape, scale, np.float32), dtype=qscale.dtype,
+                                            device=qscale.device)))
 
         unused = set(unused) - loaded
         for what, keys in (("Unused", unused), ("Missing", skipped)):

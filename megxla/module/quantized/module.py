@@ -4,6 +4,8 @@ A quantized tensor is a Tensor of the dtype's integer storage (int8, uint8, int3
 the quantized dtype, scale and zero point; :func:`quantize_tensor` / :func:`dequantize_tensor` convert."""
 from __future__ import annotations
 
+from collections import OrderedDict
+
 import numpy as np
 
 from ...core._dispatch import apply
@@ -11,7 +13,7 @@ from ...core._tensor import Tensor
 from ...core.ops import quant as _q
 from ...core.tensor.dtype import create_quantized_dtype
 from ...quantization.utils import QuantMode, _meta, create_qparams
-from ..module import Module
+from ..module import Module, _is_module, _is_tensor, _readonly
 
 __all__ = ["QuantizedModule", "quantize_tensor", "dequantize_tensor"]
 
@@ -62,6 +64,24 @@ class QuantizedModule(Module):
     r"""Base class of quantized (inference) modules, made from QAT modules by
     :func:`megxla.quantization.quantize` through ``from_qat_module``."""
 
+    # MegEngine's quantized modules hold their scales in dtypes, not tensors: state_dict has the weight as an int8
+    # array whose dtype metadata carries its scale ({"mgb_dtype": {"name": "QuantizedS8", "scale": s}}) and no
+    # scale entries. megxla's scale Tensors (read by the forward pass) are left out the same way and the weight
+    # carries the same metadata, so quantized state dicts load strict in either library (MegEngine needs the
+    # metadata to keep the weight quantized).
+    _SCALE_ATTRS = ("weight_scale", "output_scale", "output_zero_point")
+
+    def _state_dict(self, rst=None, prefix: str = "", keep_var: bool = False):
+        if rst is None:
+            rst = OrderedDict()
+        for k, v in self._flatten(recursive=False, with_key=True, predicate=_is_tensor):
+            if k in self._SCALE_ATTRS:
+                continue
+            rst[(type(self), prefix + k)] = v if keep_var else _readonly(_megengine_array(v))
+        for k, submodule in self._flatten(recursive=False, with_key=True, predicate=_is_module):
+            submodule._state_dict(rst, prefix + k + ".", keep_var)
+        return rst
+
     def __repr__(self):
         return "Quantized." + super().__repr__()
 
@@ -74,6 +94,22 @@ class QuantizedModule(Module):
     def from_qat_module(cls, qat_module):
         """The quantized module of a trained QAT module."""
         raise TypeError(f"{cls.__name__} does not define from_qat_module")
+
+
+def _megengine_array(t):
+    """``t.numpy()``; for a quantized tensor with MegEngine's dtype metadata (MegEngine's quantized dtypes are
+    NumPy dtypes whose metadata names the MegBrain dtype and its scale / zero point)."""
+    a = t.numpy()
+    qp = getattr(t, "qparams", None)
+    meta = getattr(qp, "dtype_meta", None)
+    scale = getattr(qp, "scale", None)
+    if meta is None or scale is None or not getattr(meta, "cname", None):
+        return a
+    mgb = {"name": meta.cname, "scale": float(np.asarray(scale.numpy() if isinstance(scale, Tensor) else scale))}
+    zp = getattr(qp, "zero_point", None)
+    if zp is not None:
+        mgb["zero_point"] = int(np.asarray(zp.numpy() if isinstance(zp, Tensor) else zp))
+    return a.view(np.dtype(a.dtype, metadata={"mgb_dtype": mgb}))
 
 
 class _OutputQuant:
