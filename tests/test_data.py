@@ -578,7 +578,7 @@ def test_pad():
     assert out_img.shape == (4, 3, 2) and (out_img[0] == [5, 0]).all()
     assert out_mask[0, 0, 0] == 255 and out_mask[1, 1, 0] == 1
     with pytest.raises(ValueError):
-        T.Pad((1, 2))
+        T.Pad((1, 2, 3))  # (1, 2) is (bottom, right), as MegEngine
 
 
 def test_resize_nearest_and_bilinear():

@@ -107,3 +107,13 @@ def test_what_is_xpu():
     import jax
     from megxla.device import what_is_xpu
     assert what_is_xpu() == ("cpu" if jax.default_backend() == "cpu" else "cuda")
+
+
+def test_pad_transform_two_sizes_pad_bottom_and_right():
+    # MegEngine: T.Pad((1, 2), value=3) pads 1 row at the bottom and 2 columns at the right
+    from megxla.data.transform import Pad
+    out = Pad((1, 2), value=3).apply(np.zeros((2, 2, 1), np.uint8))[..., 0]
+    assert out.tolist() == [[0, 0, 3, 3], [0, 0, 3, 3], [3, 3, 3, 3]]
+    boxes = Pad((1, 2), order=["image", "boxes"]).apply((np.zeros((2, 2, 3), np.uint8),
+                                                         np.array([[0.0, 0.0, 1.0, 1.0]], np.float32)))[1]
+    assert boxes.tolist() == [[0.0, 0.0, 1.0, 1.0]]  # nothing added on the top / left: boxes stay put

@@ -531,7 +531,8 @@ class Pad(VisionTransform):
     r"""Pad an image and its mask with a constant border.
 
     Args:
-        size: border width; an int for all sides or ``(top, bottom, left,
+        size: border width; an int for all sides, ``(bottom, right)`` (only
+            the bottom and right sides, as MegEngine) or ``(top, bottom, left,
             right)``. Default: 0.
         value: fill of the image, a scalar or one value per channel.
             Default: 0.
@@ -551,12 +552,14 @@ class Pad(VisionTransform):
         super().__init__(order)
         if isinstance(size, int):
             size = (size, size, size, size)
+        elif isinstance(size, collections.abc.Sequence) and len(size) == 2:
+            size = (0, size[0], 0, size[1])  # MegEngine: two sizes pad the bottom and the right
         elif isinstance(size, collections.abc.Sequence) and len(size) == 4:
             size = tuple(size)
         else:
             raise ValueError(
-                "size should be a list/tuple which contains "
-                "(top, down, left, right) four pad sizes."
+                "size should be an int, (bottom, right) or a list/tuple which "
+                "contains (top, down, left, right) four pad sizes."
             )
         self.size = size
         self.value = value
