@@ -199,6 +199,35 @@ def _set_checked_indexing(mod, value):
     return value
 
 
+def _override(benchmark_kernel=None, deterministic_kernel=None, async_level=None, compute_mode=None,
+              conv_format=None, auto_format_convert=None):
+    """Set the given execution settings inside a ``with`` block (or a decorated function) and restore them
+    after: MegEngine's ``megengine.config._override``, which model code uses as ``mge.config._override(...)``.
+
+    Args:
+        benchmark_kernel: see :data:`benchmark_kernel` (None leaves it).
+        deterministic_kernel: see :data:`deterministic_kernel`.
+        async_level: see :data:`async_level`.
+        compute_mode: ``"default"`` or ``"float32"``.
+        conv_format: ``"default"`` or a layout name.
+        auto_format_convert: bool.
+
+    Returns:
+        a context manager (usable as a decorator).
+
+    Example:
+        >>> import megxla
+        >>> with megxla.config._override(deterministic_kernel=True):
+        ...     megxla.config.deterministic_kernel
+        True
+    """
+    # core._config holds the implementation (it imports this module, so it is imported on use)
+    from .core import _config
+    return _config._override(benchmark_kernel=benchmark_kernel, deterministic_kernel=deterministic_kernel,
+                             async_level=async_level, compute_mode=compute_mode, conv_format=conv_format,
+                             auto_format_convert=auto_format_convert)
+
+
 _SETTERS = {
     "checked_indexing": _set_checked_indexing,
     "async_level": _set_async_level,

@@ -117,3 +117,15 @@ def test_pad_transform_two_sizes_pad_bottom_and_right():
     boxes = Pad((1, 2), order=["image", "boxes"]).apply((np.zeros((2, 2, 3), np.uint8),
                                                          np.array([[0.0, 0.0, 1.0, 1.0]], np.float32)))[1]
     assert boxes.tolist() == [[0.0, 0.0, 1.0, 1.0]]  # nothing added on the top / left: boxes stay put
+
+
+def test_config_override_is_public_config_helper():
+    # MegEngine: megengine.config._override(...) (model code's decorator / with block) restores on exit
+    import megxla.config as C
+    before = C.deterministic_kernel
+
+    @C._override(deterministic_kernel=not before)
+    def inside():
+        return C.deterministic_kernel
+
+    assert inside() is (not before) and C.deterministic_kernel is before
