@@ -115,6 +115,7 @@ def test_multi_head_attention_init_is_megengine_xavier_with_zero_bias():
     assert abs(w[:256].std() - bound / np.sqrt(3)) < 0.15 * bound
     m2 = M.MultiHeadAttention(8, 2, bias=False, kdim=6, vdim=5)
     assert np.abs(m2.io_weight_bias.numpy()).max() <= np.sqrt(6 / (216 + 1))
+    assert m.add_bias_kv is False and m.add_zero_attn is False  # MegEngine's attributes
 
 
 def _adam_step(m, opt, x):

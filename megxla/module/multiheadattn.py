@@ -70,6 +70,7 @@ class MultiHeadAttention(Module):
         e = self.embed_dim
         self.weight_bias_len = (e + self.kdim + self.vdim + e) * e + (4 * e if self.bias else 0)
         self.io_weight_bias = Parameter(np.zeros((1, self.weight_bias_len), dtype=np.float32))
+        self.add_bias_kv = bool(add_bias_kv)  # MegEngine's attribute (code reads it)
         self.bias_k = Parameter(np.zeros((1, 1, e), dtype=np.float32)) if add_bias_kv else None
         self.bias_v = Parameter(np.zeros((1, 1, e), dtype=np.float32)) if add_bias_kv else None
         self.add_zero_attn = bool(add_zero_attn)
