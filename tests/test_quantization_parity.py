@@ -128,3 +128,43 @@ def test_converted_weights_saturate_to_int8_as_megengine():
     lin.eval()
     Q.quantize(lin)
     np.testing.assert_array_equal(lin[1].weight.numpy(), [[-128, 3, 1, 127], [-1, 1, 127, -128]])
+
+
+def test_astype_to_and_from_a_quantized_dtype_goes_through_the_real_value():
+    from megxla.core.tensor import dtype
+    x = mge.Tensor(np.array([0.5, -1.3, 2.0, 100.0], "float32"))
+    q = x.astype(dtype.qint8(0.1))
+    # MegEngine 1.13.0's values: quantize (round, saturate), dequantize on the way out (int32 truncates it)
+    np.testing.assert_array_equal(q.numpy(), np.array([5, -13, 20, 127], "int8"))
+    assert dtype.get_scale(q.dtype) == pytest.approx(0.1)
+    np.testing.assert_array_equal(q.astype("int32").numpy(), [0, -1, 2, 12])
+    np.testing.assert_allclose(q.astype("float32").numpy(), [0.5, -1.3, 2.0, 12.7], rtol=1e-6)
+    q2 = q.astype(dtype.quint8(0.05, 128))  # requantized through the real value
+    np.testing.assert_array_equal(q2.numpy(), np.array([138, 102, 168, 255], "uint8"))
+    assert (dtype.get_scale(q2.dtype), dtype.get_zero_point(q2.dtype)) == (pytest.approx(0.05), 128)
+    # shape ops and indexing keep the quantized dtype
+    for view in (q.reshape(2, 2), q[1:], F.expand_dims(q, 0), F.transpose(q.reshape(2, 2), (1, 0))):
+        assert dtype.get_scale(view.dtype) == pytest.approx(0.1)
+
+
+@pytest.mark.parametrize("padding_mode", ["reflect", "replicate"])
+def test_quantized_conv_pads_like_the_float_conv(padding_mode):
+    import megxla.module.qat as QAT
+    import megxla.module.quantized as QM
+    from megxla.core.tensor import dtype
+    conv = QAT.Conv2d(2, 3, 3, padding=1, padding_mode=padding_mode)
+    conv.eval()
+    Q.propagate_qconfig(conv, Q.min_max_fakequant_qconfig)
+    Q.disable_observer(conv)
+    conv.weight_observer.min_val[...] = mge.Tensor(-1.0)
+    conv.weight_observer.max_val[...] = mge.Tensor(1.0)
+    conv.act_observer.min_val[...] = mge.Tensor(-8.0)
+    conv.act_observer.max_val[...] = mge.Tensor(8.0)
+    x = mge.Tensor(np.random.RandomState(0).randn(1, 2, 5, 5).astype("float32"))
+    xq = x.astype(dtype.qint8(0.05))
+    x.qparams.update(xq.qparams)
+    expect = conv(xq.astype("float32"))
+    qconv = QM.Conv2d.from_qat_module(conv)
+    qconv.eval()
+    out = qconv(xq)
+    np.testing.assert_allclose(out.astype("float32").numpy(), expect.numpy(), atol=float(dtype.get_scale(out.dtype)))

@@ -20,6 +20,28 @@ __all__ = ["Tensor", "Parameter"]
 QPARAMS_FACTORY: list = [None]
 
 
+_QDTYPES: dict = {}
+
+
+def _quantized_dtype(q, storage):
+    """MegEngine's quantized NumPy dtype of QParams ``q`` (plain ``storage`` where the scale is not a concrete
+    value: inside a trace, where reading it would be a host read)."""
+    def number(v):
+        v = getattr(v, "_data", v)
+        if isinstance(v, jax.core.Tracer):
+            raise TypeError
+        return np.asarray(v).reshape(-1)[0].item()
+    try:
+        key = (q.dtype_meta.name, number(q.scale), None if q.zero_point is None else int(number(q.zero_point)))
+    except (TypeError, AttributeError, IndexError):
+        return storage
+    dt = _QDTYPES.get(key)
+    if dt is None:
+        from .tensor.dtype import create_quantized_dtype
+        dt = _QDTYPES[key] = create_quantized_dtype(q.dtype_meta, key[1], key[2])
+    return dt
+
+
 class UnreadableTensorError(jax.errors.TracerArrayConversionError):
     """Reading a tensor that only exists inside a traced function (it escaped the body, not as a result)."""
 
@@ -106,8 +128,17 @@ class Tensor:
 
     @property
     def dtype(self):
-        """The NumPy dtype."""
-        return np.dtype(self._data.dtype)
+        """The NumPy dtype; for a quantized tensor (integer storage with quantization parameters) MegEngine's
+        quantized dtype, which carries the scale and zero point (``dtype.get_scale(x.dtype)``)."""
+        dt = np.dtype(self._data.dtype)
+        if dt.kind in "iu":
+            try:
+                q = self._qparams
+            except AttributeError:
+                return dt
+            if q is not None and q.dtype_meta is not None and q.scale is not None:
+                return _quantized_dtype(q, dt)
+        return dt
 
     @property
     def ndim(self):
@@ -328,7 +359,14 @@ class Tensor:
     # ---- indexing ------------------------------------------------------------------------------------------
     def __getitem__(self, index):
         from ._indexing import getitem
-        return getitem(self, index)
+        out = getitem(self, index)
+        try:
+            q = self._qparams
+        except AttributeError:
+            return out
+        if q is not None and q.scale is not None and self._data.dtype.kind in "iu":
+            out._qparams = q  # a quantized tensor's elements keep its quantized dtype (as in MegEngine)
+        return out
 
     def __setitem__(self, index, value):
         from ._indexing import setitem

@@ -76,6 +76,10 @@ def astype(x, dtype):
         array([1], dtype=int32)
     """
     x = _t(x)
+    quantized = _is_quantized_dtype(dtype)
+    source = _quantized_source(x)
+    if quantized or source is not None:
+        return _astype_quantized(x, dtype, quantized, source)
     try:
         dtype = _dtype(dtype)
     except TypeError:
@@ -83,6 +87,46 @@ def astype(x, dtype):
     if x.dtype == dtype:
         return x
     return _apply(_E.astype.bind(dtype=dtype.name), x)
+
+
+def _is_quantized_dtype(dtype):
+    md = getattr(dtype, "metadata", None)
+    return md is not None and "mgb_dtype" in md
+
+
+def _quantized_source(x):
+    """``(scale, zero_point)`` Tensors of a quantized tensor (integer storage with quantization parameters),
+    else None."""
+    q = getattr(x, "_qparams", None)
+    if q is None or q.scale is None or q.dtype_meta is None or not np.issubdtype(x._data.dtype, np.integer):
+        return None
+    scale = q.scale if isinstance(q.scale, Tensor) else Tensor(q.scale, dtype="float32")
+    zp = q.zero_point if q.zero_point is not None else 0.0
+    return scale, (zp if isinstance(zp, Tensor) else Tensor(zp, dtype="float32"))
+
+
+def _astype_quantized(x, dtype, quantized, source):
+    # MegEngine converts through the real value: from a quantized dtype it dequantizes ((q - zp) * scale,
+    # then casts: astype("int32") truncates the real value), to one it quantizes (round, saturate to the
+    # storage type); quantized to quantized requantizes
+    from ..core._tensor import QPARAMS_FACTORY
+    from ..core.ops import quant as _q
+    from ..core.tensor.dtype import get_quant_meta
+    value = x if source is None else _apply(_q.dequantize.bind(), x, *source)
+    if not quantized:
+        target = _dtype(dtype)
+        return value if value.dtype == target else _apply(_E.astype.bind(dtype=target.name), value)
+    info = dtype.metadata["mgb_dtype"]
+    meta = get_quant_meta(dtype)
+    limits = np.iinfo(meta.np_dtype_str)
+    scale = Tensor(np.float32(info["scale"]))
+    zp = None if info["zero_point"] is None else Tensor(np.float32(info["zero_point"]))
+    if value.dtype != np.float32:
+        value = _apply(_E.astype.bind(dtype="float32"), value)
+    out = _apply(_q.quantize.bind(qmin=int(limits.min), qmax=int(limits.max), dtype=meta.np_dtype_str), value,
+                 scale, zp if zp is not None else Tensor(np.float32(0)))
+    out._qparams = QPARAMS_FACTORY[0](meta, scale, zp)
+    return out
 
 
 def _infer_shape(size, shape, op="reshape"):
@@ -243,7 +287,7 @@ def broadcast_to(inp, shape):
             raise ValueError
     except ValueError:
         raise OpError(f"broadcast_to: cannot broadcast shape {inp.shape} to {shape}") from None
-    return _apply(_S.broadcast_to.bind(shape=shape), inp)
+    return _keep_qparams(_apply(_S.broadcast_to.bind(shape=shape), inp), inp)
 
 
 def expand_dims(inp, axis):
@@ -263,7 +307,7 @@ def expand_dims(inp, axis):
     inp = _t(inp)
     n = 1 if isinstance(axis, (int, np.integer)) else len(axis)
     axes = _axes("expand_dims", inp.ndim, axis, extra=n)
-    return _apply(_S.expand_dims.bind(axis=tuple(sorted(axes))), inp)
+    return _keep_qparams(_apply(_S.expand_dims.bind(axis=tuple(sorted(axes))), inp), inp)
 
 
 def squeeze(inp, axis=None):
@@ -288,7 +332,7 @@ def squeeze(inp, axis=None):
         for a in axes:
             if inp.shape[a] != 1:
                 raise OpError(f"squeeze: axis {a} of shape {inp.shape} has size {inp.shape[a]}, not 1")
-    return _apply(_S.squeeze.bind(axis=axes), inp)
+    return _keep_qparams(_apply(_S.squeeze.bind(axis=axes), inp), inp)
 
 
 def concat(inps, axis=0, device=None):

@@ -216,8 +216,12 @@ def fake_quant_bias(bias: Tensor, inp: Tensor, w_qat: Tensor) -> Tensor:
     return out
 
 
-def _default_qparams():
-    return create_qparams()
+def _default_qparams(dtype_meta=None, scale=None, zero_point=None):
+    # (core and functional make the QParams of a quantized tensor through this registry: they sit below us)
+    if dtype_meta is None:
+        return create_qparams()
+    mode = QuantMode.SYMMERTIC if zero_point is None else QuantMode.ASYMMERTIC
+    return create_qparams(mode, dtype_meta, scale, zero_point)
 
 
 _tensor.QPARAMS_FACTORY[0] = _default_qparams

@@ -60,16 +60,22 @@ class Conv2d(_WeightLayer):
     @classmethod
     def from_qat_module(cls, qat, weight=None, bias=None):
         conv = getattr(qat, "conv", qat)
-        if getattr(conv, "padding_mode", "zeros") != "zeros":
-            raise ValueError(f"quantized Conv2d supports padding_mode='zeros' only, got {conv.padding_mode!r}")
         q = cls(conv.stride, conv.padding, conv.dilation, conv.groups, name=qat.name)
+        q.padding_mode = getattr(conv, "padding_mode", "zeros")
         q._take(qat, qat.weight if weight is None else weight, qat.bias if weight is None else bias)
         return q
+
+    padding_mode = "zeros"
 
     def forward(self, inp):
         in_scale, zp = _input_scale_zp(inp, type(self).__name__)
         n = self.weight.shape[0] * (self.weight.shape[1] if self.weight.ndim == 5 else 1)
-        op = _q.qconv2d.bind(stride=self.stride, padding=self.padding, dilation=self.dilation, groups=self.groups)
+        padding = self.padding
+        if self.padding_mode != "zeros":  # reflected / replicated quantized values stay on the input's grid
+            ph, pw = padding
+            inp = F.nn.pad(inp, ((0, 0), (0, 0), (ph, ph), (pw, pw)), mode=self.padding_mode)
+            padding = (0, 0)
+        op = _q.qconv2d.bind(stride=self.stride, padding=padding, dilation=self.dilation, groups=self.groups)
         acc = apply(op, inp, self.weight, self._int_bias(in_scale, n), zp)
         return self._requantize(acc, in_scale * self.weight_scale, relu=self._relu)
 
