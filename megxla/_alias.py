@@ -56,6 +56,7 @@ class _AliasLoader(importlib.abc.Loader):
     def create_module(self, spec):
         module = importlib.import_module(self.target)
         self._spec = getattr(module, "__spec__", None)
+        _register_loaded(exclude=spec.name)
         return module
 
     def exec_module(self, module):
@@ -63,6 +64,21 @@ class _AliasLoader(importlib.abc.Loader):
         # put megxla's own back, or multiprocessing/reload/pickle would see the module under the alias name.
         if self._spec is not None:
             module.__spec__ = self._spec
+
+
+def _register_loaded(exclude=None):
+    """Enter every loaded megxla module in ``sys.modules`` under its ``megengine`` name too.
+
+    An import that goes through the finder ends, as every import of a submodule does, by binding the submodule
+    on its parent package: ``import megengine.distributed.launcher`` would replace the ``launcher`` class of
+    ``megxla.distributed`` by the module of the same name (``megengine.amp.autocast``,
+    ``megengine.quantization.quantize`` alike). A name already in ``sys.modules`` is not imported again, so
+    modules megxla has loaded are entered directly, as they are in MegEngine itself after its package ran."""
+    for name, module in list(sys.modules.items()):
+        if module is not None and (name == _DST or name.startswith(_DST + ".")):
+            alias = _SRC + name[len(_DST):]
+            if alias != exclude and alias not in sys.modules:
+                sys.modules[alias] = module
 
 
 class _AliasFinder(importlib.abc.MetaPathFinder):
@@ -162,6 +178,7 @@ def install(force: bool | None = None) -> None:
             f"megxla.as_megengine: 'megengine' was already imported from {getattr(existing, '__file__', existing)!r};"
             f" import megxla.as_megengine (or use python -m megxla.run) before any 'import megengine'")
     sys.meta_path.insert(0, _FINDER)
+    _register_loaded()
     _state.update(installed=True, forced=bool(force), env={k: os.environ.get(k) for k in
                                                            (ALIAS_ENV, SHADOW_ENV, "PYTHONPATH")},
                   sys_path=ALIAS_PATH not in sys.path)

@@ -304,3 +304,17 @@ def test_dist_launcher_ranks_inherit_the_alias(tmp_path):
     """))
     r = _run([PY, "-m", "megxla.run", str(tmp_path / "d.py")], str(tmp_path))
     assert r.stdout.strip().splitlines()[-1] == "[('megxla', 3.0), ('megxla', 3.0)]"
+
+
+def test_importing_a_submodule_by_its_megengine_name_keeps_the_packages_names(tmp_path):
+    # ``import megengine.distributed.launcher`` must not rebind ``dist.launcher`` (the class) to the module of
+    # the same name, as Python's import does for a submodule it loads (the same for autocast and quantize)
+    script = tmp_path / "prog.py"
+    script.write_text(textwrap.dedent("""
+        import megengine.distributed.launcher, megengine.amp.autocast, megengine.quantization.quantize
+        import megengine.distributed as dist, megengine.amp as amp
+        from megengine.quantization import quantize
+        print(type(dist.launcher).__name__, type(amp.autocast).__name__, type(quantize).__name__)
+    """))
+    r = _run([sys.executable, "-m", "megxla.run", str(script)], str(tmp_path))
+    assert r.stdout.split() == ["type", "type", "function"]
