@@ -6,6 +6,7 @@ from __future__ import annotations
 import weakref
 
 import numpy as np
+import jax.numpy as jnp
 
 from ..core import _dispatch, _registry
 from ..core._dispatch import apply, wrap
@@ -23,11 +24,34 @@ _PENDING = [None]
 
 
 class _Attached:
-    __slots__ = ("tensor", "callbacks")
+    """An attached tensor, held weakly as MegEngine does: a temporary attached inside ``with gm:`` (an input
+    whose gradient a step reads) is freed with its last reference, not kept alive by the GradManager."""
 
-    def __init__(self, tensor, callbacks):
-        self.tensor = tensor
+    __slots__ = ("ref", "callbacks")
+
+    def __init__(self, tensor, callbacks, owner):
+        key = id(tensor)
+
+        def forget(ref, owner=weakref.ref(owner)):
+            attached = owner()
+            if attached is not None and attached.get(key) is self:
+                del attached[key]  # (its id may be reused by a new tensor: only this entry goes)
+        self.ref = weakref.ref(tensor, forget)
         self.callbacks = callbacks
+
+    @property
+    def tensor(self):
+        return self.ref()
+
+
+class _AttachedDict(dict):
+    """``{id(tensor): _Attached}`` (a dict subclass: weakly referable, for the entries' finalizers)."""
+
+    __slots__ = ("__weakref__",)
+
+    def live(self):
+        """The entries whose tensor is alive, in attach order."""
+        return [a for a in list(self.values()) if a.ref() is not None]
 
 
 class GradManager:
@@ -44,7 +68,7 @@ class GradManager:
     """
 
     def __init__(self):
-        self._attached: dict[int, _Attached] = {}
+        self._attached = _AttachedDict()
         self._recording = False
         self._tape: list = []
         self._tracked: set = set()
@@ -76,12 +100,20 @@ class GradManager:
             callbacks = []
         elif callable(callbacks):
             callbacks = [callbacks]
-        for t in tensors:
+        tensors = list(tensors)
+        for t in tensors:  # all checked before any is attached
             if not isinstance(t, Tensor):
                 raise TypeError(f"GradManager.attach: expected Tensors, got {type(t).__name__}")
+            if not jnp.issubdtype(t._data.dtype, jnp.inexact):
+                # MegEngine's AssertionError: integer and bool tensors have no gradient
+                raise AssertionError(f"GradManager.attach: only floating-point tensors have gradients; got a "
+                                     f"tensor of dtype {t.dtype}, shape {t.shape}")
+        for t in tensors:
             entry = self._attached.get(id(t))
+            if entry is not None and entry.ref() is not t:
+                entry = None  # (a dead tensor's entry under a reused id)
             if entry is None:
-                self._attached[id(t)] = _Attached(t, list(callbacks))
+                self._attached[id(t)] = _Attached(t, list(callbacks), self._attached)
                 self._version += 1
             else:
                 entry.callbacks.extend(callbacks)
@@ -93,7 +125,7 @@ class GradManager:
 
     def attached_tensors(self):
         """The attached tensors, in attach order."""
-        return [a.tensor for a in self._attached.values()]
+        return [a.tensor for a in self._attached.live()]
 
     def _tracks(self, t):
         return t._vid in self._tracked
@@ -105,7 +137,7 @@ class GradManager:
             raise RuntimeError("GradManager is already recording")
         self._recording = True
         self._tape = []
-        self._tracked = {a.tensor._vid for a in self._attached.values()}
+        self._tracked = {a.tensor._vid for a in self._attached.live()}
         self._sent, self._received = [], []
         _dispatch.recorders.append(self)
 
@@ -212,12 +244,17 @@ class GradManager:
                 ys.append(t)
                 dys.append(g)
         # Stop taping: backward ops must not record into our own tape, nor into those of the managers recording
-        # beside us in a group (``gm | gm2``: siblings, not nested managers, which take higher-order gradients)
+        # beside us in a group (``gm | gm2``: siblings), nor into those entered after us (MegEngine's visibility
+        # by order: only a manager entered before this one, an outer one, sees its backward and can take
+        # higher-order gradients through it)
         self._recording = False
-        _dispatch.recorders.remove(self)
-        paused = [g for g in self._group if g is not self and g in _dispatch.recorders]
+        recorders = _dispatch.recorders
+        active = list(recorders)  # (this thread's, in the order they started recording)
+        later = active[next(i for i, g in enumerate(active) if g is self) + 1:]
+        recorders.remove(self)
+        paused = [g for g in recorders if any(g is h for h in later) or (g in self._group and g is not self)]
         for g in paused:
-            _dispatch.recorders.remove(g)
+            recorders.remove(g)
         try:
             grads = self._backward_tape(ys, dys)
             for v, send_grad in self._received:  # pipeline: what this stage received sends its gradient back
@@ -234,7 +271,8 @@ class GradManager:
         # partial_trace's compiled backward with its GradManager callbacks recorded in) skip them here; a
         # gradient with any other contribution runs them on the sum, as MegEngine does.
         cooked, raw = set(), set(grads)
-        tracked = {a.tensor._vid for a in self._attached.values()} | {v for v, _ in self._received}
+        attached = self._attached.live()
+        tracked = {a.tensor._vid for a in attached} | {v for v, _ in self._received}
         for op, ins, outs in self._tape:  # forward pass over the tape: which values depend on attached ones
             if any(v in tracked for _, v in ins):
                 cut = _NONDIFF_OUT.get(op.name, ())
@@ -266,8 +304,10 @@ class GradManager:
             for i, g in zip(wrt, in_grads):
                 _accumulate(grads, ins[i][1], g)
                 (cooked if i in done else raw).add(ins[i][1])
-        for entry in self._attached.values():
+        for entry in attached:
             t = entry.tensor
+            if t is None:
+                continue
             g = grads.get(t._vid)
             if g is None:
                 continue

@@ -1,0 +1,62 @@
+"""GradManager behaviours MegEngine 1.13's own tests pin (test_grad_manager.py): what a manager keeps alive,
+which backward passes a manager sees, and which tensors can be attached."""
+import gc
+import weakref
+
+import numpy as np
+import pytest
+
+import megxla as mge
+import megxla.functional as F
+from megxla.autodiff import GradManager
+
+
+def test_a_temporary_attached_inside_the_block_is_not_kept_alive():
+    w = mge.Parameter(2.0)
+    gm = GradManager().attach(w)
+    for i in range(3):
+        with gm:
+            x = mge.Tensor(float(i))
+            gm.attach(x, callbacks=lambda t, g: g)
+            ref = weakref.ref(x)
+            gm.backward(x * w)
+        assert float(x.grad) == 2.0 and float(w.grad) == sum(range(i + 1))
+        del x
+        gc.collect()
+        assert ref() is None
+    assert gm.attached_tensors() == [w]
+
+
+def test_a_manager_entered_later_does_not_see_an_earlier_ones_backward():
+    x_np = np.random.RandomState(0).rand(10).astype("float32")
+    x = mge.Tensor(x_np)
+    gm, gm2 = GradManager().attach([x]), GradManager().attach([x])
+    with gm2:
+        with gm:
+            y = F.cos(x)
+            gm2.backward(y)
+            np.testing.assert_allclose(x.grad.numpy(), -np.sin(x_np), rtol=1e-6)
+            gm.backward(x.grad)  # x.grad is a constant for gm (gm2's backward ran outside its view)
+    np.testing.assert_allclose(x.grad.numpy(), -np.sin(x_np), rtol=1e-6)
+
+
+def test_an_outer_manager_differentiates_an_inner_ones_backward():
+    x = mge.Tensor([0.5])
+    gm, gm2 = GradManager().attach([x]), GradManager().attach([x])
+    with gm:
+        with gm2:
+            y = F.sin(x)
+            gm2.backward(y)  # x.grad = cos(x), recorded by the outer gm
+        g = x.grad
+        x.grad = None
+        gm.backward(g)
+    np.testing.assert_allclose(x.grad.numpy(), -np.sin([0.5]), rtol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "int8", "int32", "bool"])
+def test_attaching_a_tensor_without_gradients_raises_and_attaches_nothing(dtype):
+    gm = GradManager()
+    ok = mge.Tensor([1.0])
+    with pytest.raises(AssertionError, match=f"dtype {dtype}"):
+        gm.attach([ok, mge.Tensor(np.array([1]).astype(dtype))])
+    assert gm.attached_tensors() == []
