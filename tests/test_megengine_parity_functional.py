@@ -109,3 +109,46 @@ def test_matmul_promotes_mixed_dtypes():
 def test_clip_of_bool_is_float32():
     out = F.clip(Tensor([True, False]), 0, 1)
     assert out.dtype == np.float32 and out.numpy().tolist() == [1.0, 0.0]
+
+
+# --- reductions ----------------------------------------------------------------------------------------------
+
+def test_integer_sum_and_prod_keep_the_input_dtype():
+    u8 = Tensor(np.array([200, 100, 3], "uint8"))
+    s = F.sum(u8)
+    assert s.dtype == np.uint8 and s.item() == 47  # 303 wraps, as MegEngine's uint8 sum
+    assert F.prod(Tensor(np.array([3, 4], "int16"))).dtype == np.int16
+    assert F.sum(Tensor(np.array([2**30] * 3, "int32"))).item() == -1073741824
+
+
+def test_var_std_of_float16_are_float32():
+    x = Tensor(np.array([1.0, 2.0, 4.0], "float16"))
+    assert F.var(x).dtype == np.float32 and F.std(x, axis=0).dtype == np.float32
+    np.testing.assert_allclose(F.var(x).item(), 1.5555556, rtol=1e-6)
+
+
+# --- losses and vision ---------------------------------------------------------------------------------------
+
+def test_l1_loss_of_integers_is_float32():
+    out = F.nn.l1_loss(Tensor(np.array([1, 2], "int32")), Tensor(np.array([3, 1], "int32")))
+    assert out.dtype == np.float32 and out.item() == 1.5
+
+
+def test_roi_align_samples_zeros_outside_the_image():
+    # an aligned roi at the image corner samples at y, x = -0.125: megdnn mixes in zeros there (no clamp)
+    img = np.arange(36, dtype="float32").reshape(1, 1, 6, 6)
+    rois = Tensor(np.array([[0, 0, 0, 3, 3]], "float32"))
+    out = F.vision.roi_align(Tensor(img), rois, (2, 2), spatial_scale=1.0, sample_points=2, aligned=True)
+
+    def tap(y, x):  # zero-padded bilinear
+        y0, x0 = int(np.floor(y)), int(np.floor(x))
+        g = lambda i, j: img[0, 0, i, j] if 0 <= i < 6 and 0 <= j < 6 else 0.0  # noqa: E731
+        top = g(y0, x0) + (g(y0, x0 + 1) - g(y0, x0)) * (x - x0)
+        bot = g(y0 + 1, x0) + (g(y0 + 1, x0 + 1) - g(y0 + 1, x0)) * (x - x0)
+        return top + (bot - top) * (y - y0)
+
+    pts = [-0.5 + (p + (s + 0.5) / 2) * 1.5 for p in range(2) for s in range(2)]
+    ref = np.array([[np.mean([tap(y, x) for y in pts[2 * py:2 * py + 2] for x in pts[2 * px:2 * px + 2]])
+                     for px in range(2)] for py in range(2)])
+    np.testing.assert_allclose(out.numpy()[0, 0], ref, rtol=1e-5)
+    np.testing.assert_allclose(out.numpy()[0, 0], [[2.05078125, 3.515625], [10.15625, 12.25]])  # MegEngine's

@@ -722,11 +722,8 @@ def np_roi_align(x, rois, out, mode="average", scale=1.0, samples=2, aligned=Tru
             for a, c in np.ndindex(sh, sw):
                 yy = y0 + i * bh + (a + 0.5) * bh / sh
                 xx = x0 + j * bw + (c + 0.5) * bw / sw
-                if yy < -1 or yy > h or xx < -1 or xx > w:
-                    vals.append(np.zeros(x.shape[1]))
-                    continue
-                yy, xx = min(max(yy, 0), h - 1), min(max(xx, 0), w - 1)
-                vals.append(_sample_px(x[b], yy, xx, "replicate", 0, "linear"))
+                # megdnn interpolates with zeros outside the image (checked against MegEngine 1.13)
+                vals.append(_sample_px(x[b], yy, xx, "constant", 0, "linear"))
             y[k, :, i, j] = np.max(vals, 0) if mode == "max" else np.mean(vals, 0)
     return y.astype(x.dtype)
 
@@ -1116,7 +1113,7 @@ BAD = [
     ("binary_cross_entropy", lambda: F.nn.binary_cross_entropy(F.ones((2, 3)), F.ones((2, 2)))),
     ("hinge_loss", lambda: F.nn.hinge_loss(F.ones((2, 3)), F.ones((2, 3)), norm="L3")),
     ("l1_loss", lambda: F.nn.l1_loss(F.ones((3,)), F.ones((2,)))),
-    ("square_loss", lambda: F.nn.square_loss(T([1, 2]), T([1, 2]))),
+    ("square_loss", lambda: F.nn.square_loss(F.ones((3,)), F.ones((2,)))),  # int pred is fine (MegEngine: float32)
     ("ctc_loss", lambda: F.nn.ctc_loss(F.ones((3, 2, 4)), T([3, 3]), T([[1], [1]]), T([1, 1]), blank=4)),
     ("ctc_loss", lambda: F.nn.ctc_loss(F.ones((3, 2, 4)), T([3]), T([[1], [1]]), T([1, 1]))),
     ("ctc_loss", lambda: F.nn.ctc_loss(F.ones((3, 2)), T([3, 3]), T([[1], [1]]), T([1, 1]))),

@@ -31,7 +31,9 @@ def _pair(pred, label, op):
         np.broadcast_shapes(pred.shape, label.shape)
     except ValueError:
         raise OpError(f"{op}: pred shape {pred.shape} and label shape {label.shape} do not broadcast") from None
-    if pred.dtype.kind != "f":
+    if pred.dtype.kind in "iub":  # MegEngine computes integer losses in float32 (l1_loss(int, int) is float32)
+        pred = pred.astype("float32")
+    elif pred.dtype.kind != "f":
         raise OpError(f"{op}: pred must be a float tensor, got {pred.dtype}")
     return pred, label
 

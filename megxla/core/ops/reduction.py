@@ -8,10 +8,17 @@ from .._op import Primitive
 def _sum(x, *, axis, keepdims):
     if x.dtype == jnp.bool_:
         x = x.astype(jnp.int32)
-    return jnp.sum(x, axis=axis, keepdims=keepdims)
+    # dtype=x.dtype: MegEngine's integer sums keep the input's type (uint8 wraps); jnp widens to (u)int32.
+    return jnp.sum(x, axis=axis, keepdims=keepdims, dtype=x.dtype)
+
+
+def _prod(x, *, axis, keepdims):
+    return jnp.prod(x, axis=axis, keepdims=keepdims, dtype=None if x.dtype == jnp.bool_ else x.dtype)
 
 
 def _var(x, *, axis, keepdims, ddof):
+    if x.dtype == jnp.float16:  # a mean inside: float32, as MegEngine's mean of float16
+        x = x.astype(jnp.float32)
     return jnp.var(x, axis=axis, keepdims=keepdims, ddof=ddof)
 
 
@@ -69,7 +76,7 @@ def _chooser_grad(reduce):
 
 sum = Primitive("reduce_sum", _sum)
 mean = Primitive("reduce_mean", _mean)
-prod = Primitive("reduce_prod", lambda x, *, axis, keepdims: jnp.prod(x, axis=axis, keepdims=keepdims))
+prod = Primitive("reduce_prod", _prod)
 max = Primitive("reduce_max", lambda x, *, axis, keepdims: jnp.max(x, axis=axis, keepdims=keepdims),
                 grad=_chooser_grad(jnp.max))
 min = Primitive("reduce_min", lambda x, *, axis, keepdims: jnp.min(x, axis=axis, keepdims=keepdims),

@@ -179,7 +179,7 @@ def _resize(x, *, size, mode, align_corners):
 
 # ---- ROI ops --------------------------------------------------------------------------------------------------
 def _roi_align(x, rois, *, out_hw, mode, scale, samples, aligned):
-    # Detectron's ROIAlign as in megdnn: rois (K, 5) = (batch, x0, y0, x1, y1); ``samples`` points per bin axis.
+    # ROIAlign as in megdnn: rois (K, 5) = (batch, x0, y0, x1, y1); ``samples`` points per bin axis.
     # rois get no gradient (as in MegEngine).
     n, c, h, w = x.shape
     rois = lax.stop_gradient(rois).astype(x.dtype)
@@ -197,9 +197,10 @@ def _roi_align(x, rois, *, out_hw, mode, scale, samples, aligned):
     k = rois.shape[0]
     ys = jnp.broadcast_to(ys[:, :, None], (k, ph * sh, pw * sw)).reshape(k, -1)
     xs = jnp.broadcast_to(xs[:, None, :], (k, ph * sh, pw * sw)).reshape(k, -1)
-    valid = (ys >= -1) & (ys <= h) & (xs >= -1) & (xs <= w)
-    v = sample(x, jnp.clip(ys, 0, h - 1), jnp.clip(xs, 0, w - 1), bidx=rois[:, 0].astype(jnp.int32))
-    v = jnp.where(valid[:, None, :], v, jnp.zeros((), v.dtype)).reshape(k, c, ph, sh, pw, sw)
+    # NOTE: megdnn's ROIAlign interpolates with zeros outside the image (a sample at y = -0.25 mixes row 0 with
+    # a zero row), not Detectron's clamp to the border; aligned rois at the image edge sample there.
+    v = sample(x, ys, xs, border_mode="constant", border_val=0.0, bidx=rois[:, 0].astype(jnp.int32))
+    v = v.reshape(k, c, ph, sh, pw, sw)
     if mode != "max":
         return v.mean(axis=(3, 5))
     # NOTE: max as "take at argmax": the gradient goes to one sample, as megdnn's. jnp.max's own gradient
