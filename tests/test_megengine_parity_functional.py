@@ -152,3 +152,22 @@ def test_roi_align_samples_zeros_outside_the_image():
                      for px in range(2)] for py in range(2)])
     np.testing.assert_allclose(out.numpy()[0, 0], ref, rtol=1e-5)
     np.testing.assert_allclose(out.numpy()[0, 0], [[2.05078125, 3.515625], [10.15625, 12.25]])  # MegEngine's
+
+
+# --- sorting ties and NumPy interop --------------------------------------------------------------------------
+
+def test_descending_sort_orders_ties_last_index_first():
+    t = Tensor(np.array([[2, 2, 1], [1, 3, 3]], "float32"))
+    assert F.topk(t, 2)[1].numpy().tolist() == [[1, 0], [2, 1]]
+    assert F.argsort(t, descending=True).numpy().tolist() == [[1, 0, 2], [2, 1, 0]]
+    assert F.sort(t, descending=True)[1].numpy().tolist() == [[1, 0, 2], [2, 1, 0]]
+    assert F.topk(t, 2, descending=False)[1].numpy().tolist() == [[2, 0], [0, 1]]  # ascending: stable
+
+
+def test_numpy_ufunc_of_a_tensor_is_a_tensor():
+    t = Tensor(np.array([1.0, 4.0], "float32"))
+    r = np.sqrt(t)
+    assert isinstance(r, Tensor) and r.dtype == np.float32
+    np.testing.assert_allclose(r.numpy(), [1.0, 2.0])
+    assert isinstance(np.add(t, 1), Tensor)
+    assert isinstance(np.asarray(t), np.ndarray)

@@ -200,7 +200,8 @@ def _perm(*shape):  # distinct values: sort gradients and indices are well defin
 
 
 def _sort_ref(x, descending=False):
-    i = np.argsort(-x if descending else x, axis=-1, kind="stable")
+    i = np.argsort(x, axis=-1, kind="stable")
+    i = i[..., ::-1] if descending else i  # MegEngine: descending is the stable ascending order reversed
     return np.take_along_axis(x, i, -1), i
 
 

@@ -230,6 +230,10 @@ class Tensor:
         a = self.numpy()
         return a if dtype is None else a.astype(dtype)
 
+    def __array_wrap__(self, array, context=None, return_scalar=False):
+        # A NumPy ufunc of a Tensor gives a Tensor (np.exp(t), np.add(t, 1)), as MegEngine's __array_wrap__.
+        return type(self)(array, dtype=array.dtype, device=self.device)
+
     def __bool__(self):
         return bool(self.numpy())
 
