@@ -171,3 +171,14 @@ def test_numpy_ufunc_of_a_tensor_is_a_tensor():
     np.testing.assert_allclose(r.numpy(), [1.0, 2.0])
     assert isinstance(np.add(t, 1), Tensor)
     assert isinstance(np.asarray(t), np.ndarray)
+
+
+def test_concat_and_stack_promote_mixed_dtypes():
+    h = Tensor(np.array([1.5], "float16"))
+    i = Tensor(np.array([2], "int32"))
+    b = Tensor(np.array([True]))
+    assert F.concat([h, i]).dtype == np.float32
+    assert F.concat([b, i]).dtype == np.float32
+    assert F.concat([Tensor(np.array([1], "int16")), i]).dtype == np.int32
+    assert F.stack([b, Tensor(np.array([2.0], "float32"))]).dtype == np.float32
+    np.testing.assert_array_equal(F.concat([h, i]).numpy(), [1.5, 2.0])

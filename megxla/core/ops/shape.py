@@ -3,14 +3,24 @@ import jax
 import jax.numpy as jnp
 
 from .._op import Primitive
+from .elemwise import promote_dtype
 
 reshape = Primitive("reshape", lambda x, *, shape: jnp.reshape(x, shape))
 transpose = Primitive("transpose", lambda x, *, perm: jnp.transpose(x, perm))
 broadcast_to = Primitive("broadcast_to", lambda x, *, shape: jnp.broadcast_to(x, shape))
 expand_dims = Primitive("expand_dims", lambda x, *, axis: jnp.expand_dims(x, axis))
 squeeze = Primitive("squeeze", lambda x, *, axis: jnp.squeeze(x, axis))
-concat = Primitive("concat", lambda *xs, axis: jnp.concatenate(xs, axis=axis))
-stack = Primitive("stack", lambda *xs, axis: jnp.stack(xs, axis=axis))
+def _promoted(xs):
+    # MegEngine's Concat promotes mixed inputs as its elementwise ops do (float16 with int32 is float32, bool
+    # with int32 is float32); jnp.concatenate would keep the "wider" NumPy type.
+    dt = xs[0].dtype
+    for x in xs[1:]:
+        dt = promote_dtype(dt, x.dtype)
+    return [x if x.dtype == dt else x.astype(dt) for x in xs]
+
+
+concat = Primitive("concat", lambda *xs, axis: jnp.concatenate(_promoted(xs), axis=axis))
+stack = Primitive("stack", lambda *xs, axis: jnp.stack(_promoted(xs), axis=axis))
 split = Primitive("split", lambda x, *, indices, axis: tuple(jnp.split(x, indices, axis=axis)),
                   multiple_results=True)
 flip = Primitive("flip", lambda x, *, axis: jnp.flip(x, axis))
