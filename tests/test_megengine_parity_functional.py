@@ -182,3 +182,11 @@ def test_concat_and_stack_promote_mixed_dtypes():
     assert F.concat([Tensor(np.array([1], "int16")), i]).dtype == np.int32
     assert F.stack([b, Tensor(np.array([2.0], "float32"))]).dtype == np.float32
     np.testing.assert_array_equal(F.concat([h, i]).numpy(), [1.5, 2.0])
+
+
+def test_broadcast_to_none_keeps_the_input_axis():
+    x = Tensor(np.arange(3, dtype="float32").reshape(1, 3, 1))
+    assert F.broadcast_to(x, (2, None, 4)).shape == (2, 3, 4)
+    assert F.broadcast_to(x, (None, 3, 2)).shape == (1, 3, 2)
+    with pytest.raises(ValueError):
+        F.broadcast_to(x, (None, 2, 3, 4))  # no input axis under the leading None

@@ -271,7 +271,7 @@ def broadcast_to(inp, shape):
 
     Args:
         inp: input tensor.
-        shape: the target shape.
+        shape: the target shape; a None entry keeps the input's size on that axis (axes align from the right).
 
     Returns:
         the broadcast tensor.
@@ -281,6 +281,12 @@ def broadcast_to(inp, shape):
         (3, 2)
     """
     inp = _t(inp)
+    if isinstance(shape, (tuple, list)) and any(d is None for d in shape):
+        # MegEngine: None keeps the input's size on that (right-aligned) axis: broadcast_to(x, (2, None, 4))
+        lead = len(shape) - inp.ndim
+        if lead < 0 or any(d is None and i < lead for i, d in enumerate(shape)):
+            raise OpError(f"broadcast_to: None in {tuple(shape)} has no matching axis of the input shape {inp.shape}")
+        shape = tuple(inp.shape[i - lead] if d is None else d for i, d in enumerate(shape))
     shape = _ints("broadcast_to", "shape", shape)
     try:
         if len(shape) < inp.ndim or np.broadcast_shapes(inp.shape, shape) != shape:
