@@ -190,3 +190,9 @@ def test_broadcast_to_none_keeps_the_input_axis():
     assert F.broadcast_to(x, (None, 3, 2)).shape == (1, 3, 2)
     with pytest.raises(ValueError):
         F.broadcast_to(x, (None, 2, 3, 4))  # no input axis under the leading None
+
+
+def test_atan_of_float16_is_float32():
+    out = F.atan(Tensor(np.array([0.5, -1.0], "float16")))
+    assert out.dtype == np.float32
+    np.testing.assert_allclose(out.numpy(), np.arctan(np.array([0.5, -1.0])), rtol=1e-6)

@@ -107,6 +107,11 @@ def _abs(x):
     return jnp.where(x > 0, x, jnp.zeros((), x.dtype) - x)  # 0 - x: abs(0.0) is 0.0 (-x would give -0.0)
 
 
+def _atan(x):
+    # MegEngine's atan is ATAN2(x, float32 one): a float16 input gives float32.
+    return jnp.arctan(x.astype(jnp.float32) if x.dtype == jnp.float16 else x)
+
+
 def _relu6(x):
     # MegEngine: relu6(nan) == 6 and the gradient is 0 at 0 and at 6 (only 0 < x < 6 passes it).
     return jnp.where(x < 6, jnp.where(x > 0, x, jnp.zeros((), x.dtype)), jnp.asarray(6, x.dtype))
@@ -126,7 +131,7 @@ def _hswish(x):
 UNARY_IMPLS = {
     "neg": jnp.negative, "pos": lambda x: x, "abs": _abs, "exp": jnp.exp, "expm1": jnp.expm1,
     "log": jnp.log, "log1p": jnp.log1p, "sqrt": jnp.sqrt, "square": jnp.square,
-    "sin": jnp.sin, "cos": jnp.cos, "tan": jnp.tan, "asin": jnp.arcsin, "acos": jnp.arccos, "atan": jnp.arctan,
+    "sin": jnp.sin, "cos": jnp.cos, "tan": jnp.tan, "asin": jnp.arcsin, "acos": jnp.arccos, "atan": _atan,
     "sinh": jnp.sinh, "cosh": jnp.cosh, "tanh": jnp.tanh, "asinh": jnp.arcsinh, "acosh": jnp.arccosh,
     "atanh": jnp.arctanh, "floor": jnp.floor, "ceil": jnp.ceil, "round": _round_half_away, "trunc": jnp.trunc,
     "sign": _sign, "erf": jsp.erf, "erfc": jsp.erfc, "erfinv": jsp.erfinv,
