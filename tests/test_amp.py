@@ -28,12 +28,60 @@ LOW_OPS = {
     "linear_nobias": lambda: F.linear(_t(2, 3), _t(4, 3)),
     "conv1d": lambda: F.conv1d(_t(1, 2, 6), _t(3, 2, 3), _t(1, 3, 1)),
     "conv2d": lambda: F.conv2d(_t(1, 3, 6, 6), _t(4, 3, 3, 3), _t(1, 4, 1, 1), padding=1),
-    "conv3d": lambda: F.conv3d(_t(1, 2, 4, 4, 4), _t(3, 2, 3, 3, 3)),
     "conv_transpose2d": lambda: F.conv_transpose2d(_t(1, 2, 4, 4), _t(2, 3, 3, 3), stride=2),
-    "conv_transpose3d": lambda: F.conv_transpose3d(_t(1, 2, 2, 2, 2), _t(2, 3, 2, 2, 2)),
     "module_linear": lambda: M.Linear(3, 4)(_t(2, 3)),
     "module_conv2d": lambda: M.Conv2d(3, 4, 3)(_t(1, 3, 5, 5)),
 }
+
+
+def _h(*shape):
+    return _t(*shape).astype("float16")
+
+
+# MegEngine 1.13.0 under autocast (its dtype_promote.cpp rules; the dtypes were printed by MegEngine): these keep
+# float32 / compute in float32, whatever the input precision
+HIGH_OPS = {
+    "conv3d": lambda: F.conv3d(_t(1, 2, 4, 4, 4), _t(3, 2, 3, 3, 3)),
+    "conv_transpose3d": lambda: F.conv_transpose3d(_t(1, 2, 2, 2, 2), _t(2, 3, 2, 2, 2)),
+    "exp": lambda: F.exp(_h(2)), "log": lambda: F.log(F.abs(_h(2))), "sqrt": lambda: F.sqrt(F.abs(_h(2))),
+    "sin": lambda: F.sin(_h(2)), "pow": lambda: _h(2) ** 2, "true_div": lambda: _h(2) / _h(2),
+    "logsumexp": lambda: F.logsumexp(_h(2, 3), axis=1),
+    "layer_norm": lambda: F.nn.layer_norm(_h(2, 3), (3,), affine=False),
+    "group_norm": lambda: F.nn.group_norm(_h(1, 2, 3, 3), 1, affine=False),
+    "interpolate": lambda: F.nn.interpolate(_h(1, 1, 2, 2), scale_factor=2),
+}
+# ... and these keep the input's low precision (batch norm takes its input in float16, statistics in float32)
+KEEP_LOW_OPS = {
+    "softmax": lambda: F.softmax(_h(2, 3)), "tanh": lambda: F.tanh(_h(2)),
+    "batch_norm": lambda: M.BatchNorm2d(3)(_t(2, 3, 4, 4)),
+    "batch_norm_eval": lambda: M.BatchNorm2d(3, freeze=True)(_t(2, 3, 4, 4)),
+    "batch_norm_f": lambda: F.nn.batch_norm(_t(2, 3, 4, 4), F.zeros((1, 3, 1, 1)), F.ones((1, 3, 1, 1))),
+    "instance_norm": lambda: M.InstanceNorm(2)(_h(1, 2, 3, 3)),
+    "conv_bn_relu": lambda: M.Sequential(M.Conv2d(3, 4, 3), M.BatchNorm2d(4), M.ReLU())(_t(2, 3, 5, 5)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(HIGH_OPS))
+def test_autocast_high_precision_ops_as_megengine(name):
+    with autocast():
+        assert HIGH_OPS[name]().dtype == np.float32
+
+
+@pytest.mark.parametrize("name", sorted(KEEP_LOW_OPS))
+def test_autocast_ops_that_stay_low_precision_as_megengine(name):
+    with autocast():
+        assert KEEP_LOW_OPS[name]().dtype == np.float16
+
+
+def test_autocast_batch_norm_statistics_follow_the_float16_input():
+    # MegEngine: the running mean comes from the float16-cast input (0.01669098, not float32's 0.01669464)
+    bn = M.BatchNorm2d(3)
+    x = mge.Tensor(np.random.RandomState(0).randn(2, 3, 4, 4).astype("float32"))
+    assert bn(x.astype("float16")).dtype == np.float16  # a float16 input gives float16 without autocast too
+    with autocast():
+        y = bn(x)
+    np.testing.assert_allclose(bn.running_mean.numpy().ravel(), [0.01669098, -0.00171685, 0.00674564], rtol=1e-5)
+    np.testing.assert_allclose(y.numpy().ravel()[:3], [1.796, 0.3345, 0.954], rtol=2e-3)
 
 
 @pytest.mark.parametrize("name", sorted(LOW_OPS))
@@ -93,7 +141,7 @@ def test_autocast_bad_dtype():
 
 
 # ---- autocast: numerics and gradients ------------------------------------------------------------------------
-@pytest.mark.parametrize("name", ["matmul", "linear", "conv2d", "conv_transpose2d", "conv3d"])
+@pytest.mark.parametrize("name", ["matmul", "linear", "conv2d", "conv_transpose2d"])
 def test_autocast_numerics_close_to_float32(name):
     state = RNG.get_state()
     ref = LOW_OPS[name]().numpy()

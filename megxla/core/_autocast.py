@@ -39,5 +39,18 @@ def high(*ts):
     return _cast(np.dtype(high_prec_dtype), ts)
 
 
+def up(*ts):
+    """``ts`` with every tensor of a low-precision float dtype (float16, bfloat16) cast to the high precision
+    dtype; float32 / float64 tensors stay as they are (MegEngine's rule for the ops autocast computes in high
+    precision: exp, log, true division, layer_norm, ...)."""
+    high_dt = np.dtype(high_prec_dtype)
+    out = []
+    for t in ts:
+        if isinstance(t, Tensor) and t.dtype.kind in "fV" and t.dtype.itemsize < high_dt.itemsize:
+            t = t.astype(high_dt)
+        out.append(t)
+    return tuple(out)
+
+
 # A traced step records the casts autocast inserts: its recordings are keyed by the autocast state.
 _registry.register_context("autocast", lambda: (enabled, low_prec_dtype, high_prec_dtype) if enabled else None)

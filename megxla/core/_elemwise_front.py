@@ -6,6 +6,7 @@ import weakref
 
 import numpy as np
 
+from . import _autocast
 from ._tensor import Tensor
 from ._dispatch import apply, wrap
 from .ops import elemwise as P
@@ -94,31 +95,45 @@ def _array_dtype(x, like):
     return None
 
 
-def binary(prim):
+# MegEngine's autocast computes these in the high precision dtype (float16 inputs are cast to float32: its
+# dtype_promote.cpp); every other elementwise op keeps its inputs' dtype
+AUTOCAST_HIGH = frozenset({"truediv", "exp", "pow", "log", "expm1", "log1p", "acos", "asin", "atan2", "cos", "sin",
+                           "tan", "asinh", "acosh", "atanh", "sinh", "cosh", "softplus", "hsigmoid",
+                           "logsigmoid", "sqrt"})
+
+
+def binary(prim, name=None):
     op = prim.bind()
+    high = name in AUTOCAST_HIGH
 
     def fn(x, y):
         if type(x) is not Tensor and not isinstance(x, Tensor):
             x = as_tensor(x, y if isinstance(y, Tensor) else None)
         if type(y) is not Tensor and not isinstance(y, Tensor):
             y = as_tensor(y, x)
+        if high and _autocast.enabled:
+            x, y = _autocast.up(x, y)
         return apply(op, x, y)
 
     fn.__name__ = prim.name
     return fn
 
 
-def unary(prim):
+def unary(prim, name=None):
     op = prim.bind()
+    high = name in AUTOCAST_HIGH
 
     def fn(x):
-        return apply(op, x if isinstance(x, Tensor) else as_tensor(x))
+        x = x if isinstance(x, Tensor) else as_tensor(x)
+        if high and _autocast.enabled:
+            x, = _autocast.up(x)
+        return apply(op, x)
 
     fn.__name__ = prim.name
     return fn
 
 
-BINARY = {name: binary(p) for name, p in P.BINARY.items()}
-UNARY = {name: unary(p) for name, p in P.UNARY.items()}
+BINARY = {name: binary(p, name) for name, p in P.BINARY.items()}
+UNARY = {name: unary(p, name) for name, p in P.UNARY.items()}
 
 # NOTE: ``@`` (matmul) is installed on Tensor by megxla.functional, whose ``matmul`` front end it is.

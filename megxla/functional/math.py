@@ -34,8 +34,12 @@ def _axis(op, x, axis):
 
 
 def _reduce(prim, name, summary, example):
+    high = name == "logsumexp"  # computed in float32 under autocast, as MegEngine's amp
+
     def fn(inp, axis=None, keepdims=False):
         inp = _t(inp)
+        if high and _amp.enabled:
+            inp, = _amp.up(inp)
         return _apply(prim.bind(axis=_axis(name, inp, axis), keepdims=bool(keepdims)), inp)
 
     fn.__name__ = fn.__qualname__ = name

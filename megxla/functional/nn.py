@@ -132,7 +132,7 @@ def _conv_nd(op, nd, inp, weight, bias, stride, padding, dilation, groups, conv_
     _float(inp, op)
     _float(weight, op, "weight")
     inp, weight = _promote(inp, weight)
-    if _amp.enabled:  # autocast: compute in low precision, as MegEngine's amp
+    if _amp.enabled and nd != 3:  # autocast: low precision, as MegEngine's amp (its Convolution3D is not cast)
         inp, weight, bias = _amp.low(inp, weight, bias)
     groups, cout = _conv_channels(op, inp, weight, groups, nd)
     s, p, d = _geometry(op, stride, padding, dilation, nd)
@@ -236,7 +236,7 @@ def _conv_transpose_nd(op, nd, inp, weight, bias, stride, padding, output_paddin
     _float(inp, op)
     _float(weight, op, "weight")
     inp, weight = _promote(inp, weight)
-    if _amp.enabled:  # autocast: compute in low precision, as MegEngine's amp
+    if _amp.enabled and nd != 3:  # autocast: low precision, as MegEngine's amp (not its 3-D deconvolution)
         inp, weight, bias = _amp.low(inp, weight, bias)
     groups = int(groups)
     if groups < 1:
@@ -756,6 +756,12 @@ def _stat_shape(inp, op):
 
 def _bn(op, inp, running_mean, running_var, weight, bias, training, momentum, eps, eps_mode, inplace):
     inp = _t(inp)
+    if _amp.enabled and inp.dtype.kind == "f":
+        # autocast (MegEngine's rule): the input in low precision, the statistics and affine parameters in
+        # high precision; the primitive computes in float32 and returns the input's dtype (conv -> BN -> ReLU
+        # stays float16)
+        inp, = _amp.low(inp)
+        weight, bias = _amp.high(weight, bias)
     shape = _stat_shape(inp, op)
     _float(inp, op)
     c = inp.shape[1]
@@ -909,6 +915,8 @@ def layer_norm(inp, normalized_shape, affine, weight=None, bias=None, eps=1e-5):
         raise OpError(f"layer_norm: normalized_shape {ns} does not match the trailing dims of {inp.shape}")
     _float(inp, "layer_norm")
     args = (inp,) + _affine_args("layer_norm", affine, weight, bias, ns)
+    if _amp.enabled:  # autocast: normalisations compute in float32, as MegEngine's amp
+        args = _amp.up(*args)
     return _apply(_N.layer_norm.bind(ndim=len(ns), eps=float(eps)), *args)
 
 
@@ -929,14 +937,21 @@ def group_norm(inp, num_groups, affine, weight=None, bias=None, eps=1e-5):
         >>> F.group_norm(F.ones((2, 4, 3, 3)), 2, affine=False).shape
         (2, 4, 3, 3)
     """
+    return _group_norm(inp, num_groups, affine, weight, bias, eps, "group_norm")
+
+
+def _group_norm(inp, num_groups, affine, weight, bias, eps, op):
     inp = _t(inp)
-    _stat_shape(inp, "group_norm")
-    _float(inp, "group_norm")
+    _stat_shape(inp, op)
+    _float(inp, op)
     num_groups = int(num_groups)
     if num_groups < 1 or inp.shape[1] % num_groups:
-        raise OpError(f"group_norm: {inp.shape[1]} channels are not divisible into {num_groups} groups")
-    args = _affine_args("group_norm", affine, weight, bias, (inp.shape[1],))
+        raise OpError(f"{op}: {inp.shape[1]} channels are not divisible into {num_groups} groups")
+    args = _affine_args(op, affine, weight, bias, (inp.shape[1],))
     args = (inp,) + tuple(_T.flatten(a) for a in args)
+    if _amp.enabled and op == "group_norm":
+        # autocast: GroupNorm computes in float32, as MegEngine's amp (its instance_norm keeps the dtype)
+        args = _amp.up(*args)
     return _apply(_N.group_norm.bind(groups=num_groups, eps=float(eps)), *args)
 
 
@@ -958,7 +973,7 @@ def instance_norm(inp, affine, weight=None, bias=None, eps=1e-5):
     """
     inp = _t(inp)
     _stat_shape(inp, "instance_norm")
-    return group_norm(inp, inp.shape[1], affine, weight, bias, eps)
+    return _group_norm(inp, inp.shape[1], affine, weight, bias, eps, "instance_norm")
 
 
 def general_norm(inp, normalized_axis, affine=True, weight=None, bias=None, eps=1e-5):

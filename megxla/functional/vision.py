@@ -5,6 +5,7 @@ Each validates its arguments (raising :class:`OpError` naming the function) and 
 """
 import numpy as np
 
+from ..core import _autocast as _amp  # autocast state (one attribute read when off)
 from ..core._tensor import Tensor
 from ..core._dispatch import apply as _apply, OpError, current_interpreter
 from ..core._elemwise_front import as_tensor as _t
@@ -70,6 +71,8 @@ def interpolate(inp, size=None, scale_factor=None, mode="bilinear", align_corner
     """
     op = "interpolate"
     inp = _t(inp)
+    if _amp.enabled:  # autocast: computed in float32, as MegEngine's amp
+        inp, = _amp.up(inp)
     mode = str(mode).lower()
     if mode not in ("bilinear", "linear", "bicubic", "nearest", "trilinear"):
         raise OpError(f"{op}: unsupported mode {mode!r} (bilinear, linear, bicubic, nearest or trilinear)")

@@ -3,6 +3,7 @@ from typing import Optional
 
 import numpy as np
 
+from ..core import _autocast as _amp  # autocast state (one attribute read when off)
 from ..core._dispatch import apply
 from ..core._tensor import Parameter, Tensor
 from ..core.ops import nn as _N
@@ -89,6 +90,8 @@ class _BatchNorm(Module):
             return batch_norm(inp, self.running_mean, self.running_var, weight, bias, training=False,
                               eps=self.eps)
         track = self.track_running_stats
+        if _amp.enabled and isinstance(inp, Tensor) and inp.dtype.kind == "f":
+            inp, = _amp.low(inp)  # autocast: MegEngine's BatchNorm takes the input in low precision
         if self.training and track and self._fusable(inp):
             # NOTE: one op for the normalisation and the running-statistics update (was ~9 op calls per layer
             # in an eager step); the functional path below validates and reports anything unusual.
@@ -115,7 +118,7 @@ class _BatchNorm(Module):
         if (w is None) != (b is None) or rm.size != c or rv.size != c:
             return False
         if w is not None and not (isinstance(w, Tensor) and isinstance(b, Tensor) and w.size == c and b.size == c
-                                  and w.dtype == inp.dtype and b.dtype == inp.dtype):
+                                  and w.dtype.kind == "f" and b.dtype == w.dtype):
             return False
         return isinstance(self.momentum, (int, float)) and isinstance(self.eps, (int, float))
 

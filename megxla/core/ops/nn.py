@@ -113,21 +113,31 @@ def _rsqrt_eps(var, eps, eps_mode="additive"):
     return lax.rsqrt(jnp.maximum(var, eps) if eps_mode == "max" else var + eps)
 
 
+def _low_precision(x):
+    return jnp.issubdtype(x.dtype, jnp.floating) and jnp.dtype(x.dtype).itemsize < 4
+
+
 def _bn_train(x, *affine, axes, eps, eps_mode="additive"):
     # NOTE: fused (one primitive for statistics + normalisation) for eager speed: 1 dispatch instead of ~8.
-    mean = jnp.mean(x, axis=axes, keepdims=True)
-    var = jnp.mean(jnp.square(x - mean), axis=axes, keepdims=True)
-    y = (x - mean) * _rsqrt_eps(var, eps, eps_mode)
+    # A float16 input (autocast) is normalised in float32 and the result returned in float16, statistics in
+    # float32, as MegEngine's BatchNorm kernel.
+    low = _low_precision(x)
+    xc = x.astype(jnp.float32) if low else x
+    mean = jnp.mean(xc, axis=axes, keepdims=True)
+    var = jnp.mean(jnp.square(xc - mean), axis=axes, keepdims=True)
+    y = (xc - mean) * _rsqrt_eps(var, eps, eps_mode)
     if affine:
         y = y * affine[0] + affine[1]
-    return y, mean, var
+    return (y.astype(x.dtype) if low else y), mean, var
 
 
 def _bn_infer(x, mean, var, *affine, eps, eps_mode="additive"):
-    y = (x - mean) * _rsqrt_eps(var, eps, eps_mode)
+    low = _low_precision(x)
+    xc = x.astype(jnp.float32) if low else x
+    y = (xc - mean) * _rsqrt_eps(var, eps, eps_mode)
     if affine:
         y = y * affine[0] + affine[1]
-    return y
+    return y.astype(x.dtype) if low else y
 
 
 def _general_norm(x, *affine, axes, eps):
@@ -146,15 +156,18 @@ def _layer_norm(x, *affine, ndim, eps):
 
 
 def _group_norm(x, *affine, groups, eps):
+    # a float16 input is normalised in float32 and returned in float16 (MegEngine's instance norm under autocast)
+    low = _low_precision(x)
+    xc = x.astype(jnp.float32) if low else x
     n, c = x.shape[:2]
-    g = x.reshape((n, groups, -1))
+    g = xc.reshape((n, groups, -1))
     mean = jnp.mean(g, axis=2, keepdims=True)
     var = jnp.mean(jnp.square(g - mean), axis=2, keepdims=True)
     y = ((g - mean) * lax.rsqrt(var + eps)).reshape(x.shape)
     if affine:
         shape = (1, c) + (1,) * (x.ndim - 2)
         y = y * affine[0].reshape(shape) + affine[1].reshape(shape)
-    return y
+    return y.astype(x.dtype) if low else y
 
 
 conv = Primitive("conv", _conv)
