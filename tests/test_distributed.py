@@ -520,3 +520,27 @@ def test_pipeline_gradients_cross_ranks():
                                        err_msg=f"rank {r}, step {step}")
         opt.step().clear_grad()
     assert results[0][2] is None and results[1][2] == (2, 4)
+
+
+def _worker_root_only_grad(mode):
+    # MegEngine's test_broadcast_grad / test_scatter_grad: only the root's input needs a gradient; the other
+    # ranks pass a plain tensor and still take part in the backward collective the root's gradient needs
+    r = dist.get_rank()
+    x = F.ones([3, 4], dtype="float32")
+    m = M.Linear(4, 4)
+    m.weight._reset(mge.Tensor(np.arange(16, dtype="float32").reshape(4, 4) / 16))
+    gm = GradManager().attach(m.parameters())
+    with gm:
+        y = m(x) if r == 0 else x
+        y = F.distributed.broadcast(y) if mode == "broadcast" else F.distributed.scatter(y)
+        gm.backward(y)
+    return None if m.weight.grad is None else m.weight.grad.numpy()
+
+
+@pytest.mark.parametrize("mode", ["broadcast", "scatter"])
+def test_root_only_gradient_of_broadcast_and_scatter(mode):
+    results = dist.launcher(_worker_root_only_grad, n_gpus=3, device_type="cpu")(mode)
+    # dW = dy^T x over the root's 3 rows of ones: broadcast sums the 3 ranks' all-ones dy (3 per row: 9),
+    # scatter gathers one all-ones row from each rank (1 per row: 3)
+    np.testing.assert_allclose(results[0], np.full((4, 4), 9.0 if mode == "broadcast" else 3.0), rtol=1e-6)
+    assert results[1] is None and results[2] is None

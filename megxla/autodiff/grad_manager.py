@@ -123,6 +123,12 @@ class GradManager:
                 self._tracked.add(t._vid)
         return self
 
+    def _attach_transient(self, t):
+        """Attach ``t`` until this recording ends (a collective's stand-in input on a rank whose own tensor needs
+        no gradient: its backward must still take part in the collective the root's gradient needs)."""
+        self.attach([t])
+        self._transient.append(t)
+
     def attached_tensors(self):
         """The attached tensors, in attach order."""
         return [a.tensor for a in self._attached.live()]
@@ -139,6 +145,7 @@ class GradManager:
         self._tape = []
         self._tracked = {a.tensor._vid for a in self._attached.live()}
         self._sent, self._received = [], []
+        self._transient = []
         _dispatch.recorders.append(self)
 
     def release(self):
@@ -151,6 +158,11 @@ class GradManager:
         self._functions = {}
         self._group = ()
         self._sent, self._received = [], []
+        for t in getattr(self, "_transient", ()):
+            entry = self._attached.get(id(t))
+            if entry is not None and entry.ref() is t:
+                del self._attached[id(t)]
+        self._transient = []
 
     def _note_send(self, t, receive_grad):
         """``t`` (tracked here) was sent to another rank: backward first calls ``receive_grad()`` for its

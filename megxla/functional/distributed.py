@@ -105,16 +105,20 @@ def _root_input(op, inp, group, axis=None):
     # that a GradManager tracking it records the op and this rank joins the backward collective the root
     # will issue; otherwise a placeholder stands in.
     mine = _t(inp) if inp is not None else None
-    if mine is not None and mine.shape == shape and mine.dtype == dtype:
-        if root_grad and not mine.requires_grad:
+    if mine is None or mine.shape != shape or mine.dtype != dtype:
+        from .tensor import zeros
+        mine = zeros(shape, dtype=dtype)
+    if root_grad and not mine.requires_grad:
+        # MegEngine: the root's gradient needs this rank's part of the backward collective, so this rank's
+        # input is attached to the GradManagers recording here (until their backward), as MegEngine's
+        # collectives do with their dummy input
+        keepers = [r for r in _dispatch.recorders if hasattr(r, "_attach_transient")]
+        if not keepers:
             raise ValueError(f"{op}: the root's input requires a gradient, so every rank must take part in the "
-                             f"backward pass: pass a tensor tracked by a recording GradManager here too")
-        return mine, axis
-    if root_grad:
-        raise ValueError(f"{op}: the root's input requires a gradient, so every rank must take part in the "
-                         f"backward pass: pass a tracked tensor of the root's shape {shape} and dtype {dtype}")
-    from .tensor import zeros
-    return zeros(shape, dtype=dtype), axis
+                             f"backward pass: call {op} inside a recording GradManager here too")
+        for r in keepers:
+            r._attach_transient(mine)
+    return mine, axis
 
 
 # ---- all-reduce ------------------------------------------------------------------------------------------------
