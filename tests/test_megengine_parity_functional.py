@@ -196,3 +196,35 @@ def test_atan_of_float16_is_float32():
     out = F.atan(Tensor(np.array([0.5, -1.0], "float16")))
     assert out.dtype == np.float32
     np.testing.assert_allclose(out.numpy(), np.arctan(np.array([0.5, -1.0])), rtol=1e-6)
+
+
+def _ctc_reference(pred, label, blank):
+    # MegEngine's reference (its test_loss.py): logs floored at float32's smallest normal, unreachable states
+    # start there, a state is entered from two back when its symbol differs from that one's
+    tiny = np.finfo(np.float32).tiny
+    ex = np.full(2 * len(label) + 1, blank, np.int32)
+    ex[1::2] = label
+    prob = np.full(len(ex), np.log(tiny), np.float32)
+    prob[:2] = np.log(np.maximum(pred[0][ex[:2]], tiny))
+    skip = ex[2:] != ex[:-2]
+    lse = lambda a, b: np.maximum(a, b) + np.log1p(np.exp(np.minimum(a, b) - np.maximum(a, b)))
+    for t in range(1, len(pred)):
+        new = prob.copy()
+        new[1:] = lse(new[1:], prob[:-1])
+        new[2:] = np.where(skip, lse(new[2:], prob[:-2]), new[2:])
+        prob = new + np.log(np.maximum(pred[t, ex], tiny))
+    return -lse(prob[-1], prob[-2])
+
+
+def test_ctc_loss_of_long_and_impossible_labels_and_labels_equal_to_blank():
+    rs = np.random.RandomState(3)
+    t, n, c = 12, 6, 5
+    pred = F.softmax(mge.Tensor(rs.randn(t, n, c).astype("float32")), axis=-1).numpy()
+    lengths = np.array([1, 5, 9, 12, 8, 3], np.int32)  # 12 and 9 with repeats: impossible alignments
+    label = rs.randint(1, c, size=int(lengths.sum())).astype(np.int32)
+    blank = 2  # also a label value
+    got = F.nn.ctc_loss(mge.Tensor(pred), mge.Tensor(np.full(n, t, np.int32)), mge.Tensor(label),
+                        mge.Tensor(lengths), blank=blank, reduction="none").numpy()
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+    ref = [_ctc_reference(pred[:, i], label[s:s + k], blank) for i, (s, k) in enumerate(zip(starts, lengths))]
+    np.testing.assert_allclose(got, ref, rtol=1e-5)

@@ -282,7 +282,12 @@ def _ctc_loss(pred, pred_lengths, label, label_lengths, *, blank):
     # time step eagerly. pred holds probabilities (T, N, C) as in MegEngine; label is (N, S) padded, or the
     # concatenation of all label sequences (1-D). Returns the per-sample negative log likelihood (N,).
     t_max, n, _ = pred.shape
-    logp = jnp.log(pred)
+    # MegEngine's kernel (and its reference) takes logs of probabilities floored at the dtype's smallest normal
+    # number, and starts unreachable states there too: an alignment that is impossible (a label longer than
+    # its time steps allow) costs a large finite loss, not an astronomically large one
+    tiny = jnp.finfo(pred.dtype).tiny
+    logp = jnp.log(jnp.maximum(pred, tiny))
+    floor = jnp.log(jnp.asarray(tiny, pred.dtype))
     label_lengths = label_lengths.astype(jnp.int32)
     pred_lengths = pred_lengths.astype(jnp.int32)
     if label.ndim == 1:  # concatenated labels -> padded (N, total)
@@ -294,10 +299,12 @@ def _ctc_loss(pred, pred_lengths, label, label_lengths, *, blank):
     ell = 2 * s + 1
     ext = jnp.full((n, ell), blank, jnp.int32).at[:, 1::2].set(label.astype(jnp.int32))
     prev2 = jnp.concatenate([jnp.full((n, 2), -1, jnp.int32), ext[:, :-2]], axis=1)
-    can_skip = (ext != blank) & (ext != prev2)
+    # a state may be entered from two back when its symbol differs from that one's (MegEngine's rule: a label
+    # equal to the blank index is still a label here)
+    can_skip = ext != prev2
     neg = jnp.asarray(-1e30, logp.dtype)  # finite "log 0": keeps gradients of unreachable states 0, not NaN
     first = jnp.take_along_axis(logp[0], ext, axis=1)
-    alpha0 = jnp.where(jnp.arange(ell)[None] < 2, first, neg)
+    alpha0 = jnp.where(jnp.arange(ell)[None] < 2, first, floor)
 
     def step(alpha, xs):
         lp, t = xs
