@@ -168,3 +168,11 @@ def test_quantized_conv_pads_like_the_float_conv(padding_mode):
     qconv.eval()
     out = qconv(xq)
     np.testing.assert_allclose(out.astype("float32").numpy(), expect.numpy(), atol=float(dtype.get_scale(out.dtype)))
+
+
+def test_quantized_conv_repr_is_megengines():
+    net = M.Sequential(M.ConvBnRelu2d(3, 3, 3), M.Linear(3, 3))
+    Q.quantize_qat(net)
+    Q.quantize(net)
+    assert repr(net[0]) == "Quantized.ConvBnRelu2d(3, 3, kernel_size=(3, 3))"
+    assert repr(net[1]) == "Quantized.Linear()"

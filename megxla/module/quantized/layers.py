@@ -62,10 +62,15 @@ class Conv2d(_WeightLayer):
         conv = getattr(qat, "conv", qat)
         q = cls(conv.stride, conv.padding, conv.dilation, conv.groups, name=qat.name)
         q.padding_mode = getattr(conv, "padding_mode", "zeros")
+        q._conv_info = conv._module_info_string()  # MegEngine's repr: "Quantized.Conv2d(3, 3, kernel_size=...)"
         q._take(qat, qat.weight if weight is None else weight, qat.bias if weight is None else bias)
         return q
 
     padding_mode = "zeros"
+    _conv_info = ""
+
+    def _module_info_string(self):
+        return self._conv_info
 
     def forward(self, inp):
         in_scale, zp = _input_scale_zp(inp, type(self).__name__)
