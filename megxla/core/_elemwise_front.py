@@ -102,11 +102,78 @@ AUTOCAST_HIGH = frozenset({"truediv", "exp", "pow", "log", "expm1", "log1p", "ac
                            "logsigmoid", "sqrt"})
 
 
+# MegEngine computes these on a quantized tensor's integer storage (its qint8 elementwise kernels) and keeps the
+# quantized dtype, so a converted model's float ReLU / residual add between quantized layers stays quantized
+QUANT_KEEP = frozenset({"add", "sub", "maximum", "minimum", "neg", "relu"})
+
+
+def quantized_params(x):
+    """The QParams of a symmetric quantized tensor (integer storage with a scale, no zero point), else None.
+    (MegEngine has no elementwise kernels for asymmetric ones: there the integers would not be the values.)"""
+    try:
+        q = x._qparams
+    except AttributeError:
+        return None
+    if q is None or q.scale is None or q.dtype_meta is None or q.zero_point is not None \
+            or x._data.dtype.kind not in "iu":
+        return None
+    return q
+
+
+def _scale_value(q):
+    """The scale of QParams ``q`` as a float, None where it is not a concrete value (inside a trace)."""
+    import jax
+    v = getattr(q.scale, "_data", q.scale)
+    if isinstance(v, jax.core.Tracer):
+        return None
+    return float(np.asarray(v).reshape(-1)[0])
+
+
+def to_quantized(x, q, op):
+    """Operand ``x`` in the quantized dtype of QParams ``q``, as MegEngine converts the operands of an op on a
+    quantized tensor: a tensor of that dtype as it is (another scale raises, as MegEngine's dtype promotion),
+    a Python int as the raw integer, any other tensor or number quantized from its value (rounding half away
+    from zero, saturating)."""
+    from .ops import quant as Q
+    from ._dispatch import OpError
+    storage = np.dtype(q.dtype_meta.np_dtype_str)
+    qx = quantized_params(x) if isinstance(x, Tensor) else None
+    if qx is not None:
+        if qx is not q:
+            a, b = _scale_value(qx), _scale_value(q)
+            if qx.dtype_meta.name != q.dtype_meta.name or (a is not None and b is not None and abs(a - b) >= 1e-6):
+                raise OpError(f"{op}: operands of different quantized dtypes ({qx.dtype_meta.name}, scale {a}) and "
+                              f"({q.dtype_meta.name}, scale {b}); requantize one first (astype)")
+        return x
+    if isinstance(x, (int, np.integer)) and not isinstance(x, bool):
+        return _scalar(int(x), storage)
+    if not isinstance(x, Tensor):
+        x = Tensor(x, dtype="float32")
+    if x.dtype != np.float32:
+        x = apply(P.astype.bind(dtype="float32"), x)
+    scale = q.scale if isinstance(q.scale, Tensor) else Tensor(q.scale, dtype="float32")
+    zp = q.zero_point if q.zero_point is not None else 0.0
+    zp = zp if isinstance(zp, Tensor) else Tensor(zp, dtype="float32")
+    return apply(Q.quantize.bind(qmin=q.dtype_meta.qmin, qmax=q.dtype_meta.qmax, dtype=storage.name), x, scale, zp)
+
+
+def _quantized_binary(op, name, x, y, q):
+    out = apply(op, to_quantized(x, q, name), to_quantized(y, q, name))
+    out._qparams = q
+    return out
+
+
 def binary(prim, name=None):
     op = prim.bind()
     high = name in AUTOCAST_HIGH
+    keep = name in QUANT_KEEP
 
     def fn(x, y):
+        if keep:
+            q = quantized_params(x) if isinstance(x, Tensor) else None
+            q = q or (quantized_params(y) if isinstance(y, Tensor) else None)
+            if q is not None:
+                return _quantized_binary(op, name, x, y, q)
         if type(x) is not Tensor and not isinstance(x, Tensor):
             x = as_tensor(x, y if isinstance(y, Tensor) else None)
         if type(y) is not Tensor and not isinstance(y, Tensor):
@@ -122,12 +189,18 @@ def binary(prim, name=None):
 def unary(prim, name=None):
     op = prim.bind()
     high = name in AUTOCAST_HIGH
+    keep = name in QUANT_KEEP
 
     def fn(x):
         x = x if isinstance(x, Tensor) else as_tensor(x)
         if high and _autocast.enabled:
             x, = _autocast.up(x)
-        return apply(op, x)
+        out = apply(op, x)
+        if keep:
+            q = quantized_params(x)
+            if q is not None:
+                out._qparams = q
+        return out
 
     fn.__name__ = prim.name
     return fn

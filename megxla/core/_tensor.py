@@ -282,7 +282,17 @@ class Tensor:
         return (_rebuild, (type(self), self.numpy(), self._name))
 
     def __setstate__(self, state):
-        # MegEngine's pickles end a Tensor with its __getstate__ dict: {} or {"qparams": ...} (see megxla.load)
+        # MegEngine's pickles end a Tensor with its __getstate__ dict: {} or {"qparams": ...} (see megxla.load);
+        # MegEngine 1.1-1.2 wrote the whole tensor there: {"data", "dtype", "device", "qdict"}
+        if state and "data" in state and not hasattr(self, "_data"):
+            Tensor.__init__(self, np.asarray(state["data"]), dtype=state.get("dtype"))
+            qdict = state.get("qdict") or {}
+            if qdict.get("scale") is not None and QPARAMS_FACTORY[0] is not None:
+                q = self.qparams
+                for key in ("mode", "scale", "zero_point"):
+                    if qdict.get(key) is not None:
+                        setattr(q, key, qdict[key])
+            return
         if state and state.get("qparams") is not None:
             self._qparams = state["qparams"]
 
@@ -374,6 +384,10 @@ class Tensor:
 
     def __setitem__(self, index, value):
         from ._indexing import setitem
+        from ._elemwise_front import quantized_params, to_quantized
+        q = quantized_params(self)
+        if q is not None:  # values written into a quantized tensor are quantized to its dtype (MegEngine)
+            value = to_quantized(value, q, "setitem")
         self._reset(setitem(self, index, value))
 
 

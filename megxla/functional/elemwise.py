@@ -1,5 +1,6 @@
 """Elementwise functions (``megengine.functional.elemwise``): each is one primitive through ``apply``."""
 from ..core._elemwise_front import BINARY as _B, UNARY as _U, as_tensor as _as_tensor
+from ..core._elemwise_front import quantized_params as _quantized_params
 from ..core._dispatch import apply as _apply
 from ..core._tensor import Tensor
 from ..core.ops import elemwise as _P
@@ -160,7 +161,9 @@ def clip(x, lower=None, upper=None):
     if lower is None and upper is None:
         raise OpError("clip: at least one of lower and upper must be given")
     x = _as_tensor(x)
-    if isinstance(lower, Tensor) or isinstance(upper, Tensor):
+    if isinstance(lower, Tensor) or isinstance(upper, Tensor) or _quantized_params(x) is not None:
+        # (a quantized x: MegEngine's maximum / minimum keep its quantized dtype; its CLIP kernel has no
+        # quantized version and raises, but max-then-min is the same clamp)
         if lower is not None:
             x = _B["maximum"](x, lower)
         return x if upper is None else _B["minimum"](x, upper)

@@ -370,7 +370,25 @@ def concat(inps, axis=0, device=None):
             raise OpError(f"concat: shapes {[t.shape for t in inps]} differ outside axis {axis}")
     if len(inps) == 1:  # a copy, not the input itself (see reshape)
         return copy(inps[0], device)
-    return _place(_apply(_S.concat.bind(axis=axis), *inps), device)
+    inps, q = _same_quantized("concat", inps)
+    return _with_qparams(_place(_apply(_S.concat.bind(axis=axis), *inps), device), q)
+
+
+def _same_quantized(op, inps):
+    """Where one of ``inps`` is a quantized tensor, MegEngine joins them in its quantized dtype: the others are
+    converted to it (quantized from their values; another scale raises). Returns the inputs and the QParams
+    (None: no quantized input)."""
+    from ..core._elemwise_front import quantized_params, to_quantized
+    q = next((p for p in map(quantized_params, inps) if p is not None), None)
+    if q is None:
+        return inps, None
+    return [to_quantized(x, q, op) for x in inps], q
+
+
+def _with_qparams(out, q):
+    if q is not None:
+        out._qparams = q
+    return out
 
 
 def stack(inps, axis=0, device=None):
@@ -395,7 +413,8 @@ def stack(inps, axis=0, device=None):
     if len(shapes) != 1:
         raise OpError(f"stack: all inputs must have the same shape, got {[x.shape for x in inps]}")
     axis = _axis("stack", inps[0].ndim, axis, extra=1)
-    return _place(_apply(_S.stack.bind(axis=axis), *inps), device)
+    inps, q = _same_quantized("stack", inps)
+    return _with_qparams(_place(_apply(_S.stack.bind(axis=axis), *inps), device), q)
 
 
 def split(inp, nsplits_or_sections, axis=0):
@@ -543,7 +562,7 @@ def copy(inp, device=None):
         array([1.], dtype=float32)
     """
     inp = _t(inp)
-    return inp.to(device) if device is not None else _apply(_S.copy.bind(), inp)
+    return _keep_qparams(inp.to(device) if device is not None else _apply(_S.copy.bind(), inp), inp)
 
 
 def cumsum(inp, axis):
