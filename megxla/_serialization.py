@@ -208,6 +208,10 @@ def _megengine_tensor_class(parameter, devices=None):
     class _MegEngineTensor:
         def __new__(cls, data=None, dtype=None, device=None, is_const=False, no_cache=False, name=None,
                     format="default"):
+            if data is None and dtype is None:
+                # MegEngine 1.1-1.2 files: NEWOBJ without arguments, then BUILD with {"data", "dtype", "device",
+                # "qdict"} (Tensor.__setstate__ reads it)
+                return target.__new__(target)
             t = _build(target, data, dtype, name)
             if devices is not None and isinstance(device, str):
                 devices[id(t)] = (t, device)

@@ -316,3 +316,12 @@ def test_megxla_save_is_readable_by_megengine_classes():
     fresh.load_state_dict(back["vars"], strict=True)
     np.testing.assert_array_equal(fresh.rnn._flatten_weights.numpy(), net.rnn._flatten_weights.numpy())
     assert type(back["vars"]["conv.weight"]) is mge.Parameter and type(back["t"]) is mge.Tensor
+
+
+def test_a_tensor_file_of_megengine_1_1_loads():
+    # MegEngine 1.1-1.2 pickled a tensor as NEWOBJ without arguments plus a state dict holding the data (the
+    # file is MegEngine's own test data, imperative/python/test/unit/core/tensor_v1_1.mge)
+    import os
+    t = mge.load(os.path.join(os.path.dirname(__file__), "data", "megengine_tensor_v1_1.mge"))
+    assert isinstance(t, mge.Tensor) and t.dtype == np.int8
+    np.testing.assert_array_equal(t.numpy(), [1, 2, 3])
