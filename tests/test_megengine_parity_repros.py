@@ -85,3 +85,42 @@ def test_quantized_model_with_float_relu():
                 0.8017, 0.5042, 0.1653, 0.2645]
     assert y.dtype == np.float32
     np.testing.assert_allclose(y.numpy().ravel(), expected, atol=1e-4)
+
+
+# ---- pad with fewer pairs than axes (MegEngine's docstring example) ---------------------------------------------
+def test_pad_short_pad_width_pads_leading_axes():
+    inp = mge.Tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+    rows0 = [[0, 0, 0], [1, 2, 3], [4, 5, 6], [0, 0, 0]]
+    np.testing.assert_array_equal(F.nn.pad(inp, pad_width=((1, 1),), mode="constant").numpy(), rows0)
+    np.testing.assert_array_equal(F.nn.pad(inp, ((1, 1),), constant_value=9).numpy(),
+                                  [[9, 9, 9], [1, 2, 3], [4, 5, 6], [9, 9, 9]])
+    np.testing.assert_array_equal(M.Pad(pad_width=((1, 1),), mode="constant")(inp).numpy(), rows0)
+    with pytest.raises(Exception, match="pad_width has 3 entries"):
+        F.nn.pad(inp, ((1, 1), (0, 0), (0, 0)))
+
+
+# ---- losses of integer tensors (MegEngine's docstring example) ------------------------------------------------
+def test_losses_of_int_tensors():
+    pred, label = mge.Tensor([3, 3, 3, 3]), mge.Tensor([2, 8, 6, 1])
+    y = F.nn.l1_loss(pred, label, reduction="none")
+    assert y.dtype == np.int32 and y.numpy().tolist() == [1, 5, 3, 2]
+    y = F.nn.l1_loss(pred, label, reduction="sum")
+    assert y.dtype == np.int32 and y.item() == 11
+    y = F.nn.l1_loss(pred, label)
+    assert y.dtype == np.float32 and y.item() == 2.75
+    y = F.nn.square_loss(pred, label, reduction="none")
+    assert y.dtype == np.float32 and y.numpy().tolist() == [1, 25, 9, 4]
+    assert F.nn.square_loss(pred, label, reduction="sum").item() == 39.0
+    assert F.nn.square_loss(pred, label).item() == 9.75
+
+
+# ---- norm(int, ord=+-inf) keeps the integer dtype (MegEngine's docstring example) -------------------------------
+def test_norm_inf_of_int_keeps_int32():
+    x = mge.Tensor([1, 2, 3])
+    for ord_, v in ((float("inf"), 3), (float("-inf"), 1)):
+        y = F.norm(x, ord=ord_)
+        assert y.dtype == np.int32 and y.item() == v
+    y = F.norm(mge.Tensor([[1, -2, 3], [0, 4, -1]]), ord=0, axis=0)
+    assert y.dtype == np.int32 and y.numpy().tolist() == [1, 2, 2]
+    y = F.norm(x, ord=2)
+    assert y.dtype == np.float32 and abs(y.item() - 3.7416575) < 1e-6

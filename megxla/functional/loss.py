@@ -24,14 +24,16 @@ def _check_reduction(reduction, op):
         raise OpError(f"{op}: reduction must be 'none', 'sum' or 'mean', got {reduction!r}")
 
 
-def _pair(pred, label, op):
+def _pair(pred, label, op, keep_int=False):
     pred = _t(pred)
     label = _t(label, pred)
     try:
         np.broadcast_shapes(pred.shape, label.shape)
     except ValueError:
         raise OpError(f"{op}: pred shape {pred.shape} and label shape {label.shape} do not broadcast") from None
-    if pred.dtype.kind in "iub":  # MegEngine computes integer losses in float32 (l1_loss(int, int) is float32)
+    if keep_int and pred.dtype.kind in "iu" and label.dtype.kind in "iu":
+        pass  # MegEngine's l1_loss of ints is |pred - label| in integers (its mean is float32, as any mean)
+    elif pred.dtype.kind in "iub":  # other integer losses compute in float32 (square_loss uses float ``**``)
         pred = pred.astype("float32")
     elif pred.dtype.kind != "f":
         raise OpError(f"{op}: pred must be a float tensor, got {pred.dtype}")
@@ -54,7 +56,7 @@ def l1_loss(pred, label, reduction="mean"):
         2.75
     """
     _check_reduction(reduction, "l1_loss")
-    pred, label = _pair(pred, label, "l1_loss")
+    pred, label = _pair(pred, label, "l1_loss", keep_int=True)
     return _reduce(abs(pred - label), reduction, "l1_loss")
 
 

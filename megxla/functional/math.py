@@ -131,10 +131,12 @@ def norm(inp, ord=None, axis=None, keepdims=False):
     ord = 2.0 if ord is None else ord
     if isinstance(ord, bool) or not isinstance(ord, (int, float, np.integer, np.floating)):
         raise OpError(f"norm: ord must be a number, got {ord!r}")
-    if inp.dtype.kind in "iub":  # MegEngine converts integer inputs: the norm of Tensor([3, 4]) is 5.0
+    if inp.dtype.kind in "iu" and ord in (float("inf"), float("-inf")):
+        pass  # MegEngine's max / min of |x| keep the integer dtype: norm(Tensor([1, 2, 3]), inf) is int32 3
+    elif inp.dtype.kind in "iub":  # MegEngine converts integer inputs: the norm of Tensor([3, 4]) is 5.0
         from .tensor import astype
         inp = astype(inp, "float32")
-    if inp.dtype.kind not in "fc":
+    if inp.dtype.kind not in "fciu":
         raise OpError(f"norm: input must be a float tensor, got {inp.dtype}")
     return _apply(_R.norm.bind(ord=float(ord), axis=_axis("norm", inp, axis), keepdims=bool(keepdims)), inp)
 

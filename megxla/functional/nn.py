@@ -1151,7 +1151,7 @@ def pad(src, pad_width, mode="constant", constant_value=0.0):
 
     Args:
         src: input tensor.
-        pad_width: a pair per axis.
+        pad_width: a pair per leading axis (axes without a pair are not padded).
         mode: ``"constant"``, ``"edge"``/``"replicate"`` or ``"reflect"``.
         constant_value: the fill value of ``"constant"``.
 
@@ -1167,8 +1167,9 @@ def pad(src, pad_width, mode="constant", constant_value=0.0):
         pw = tuple((int(a), int(b)) for a, b in pad_width)
     except (TypeError, ValueError):
         raise OpError(f"pad: pad_width must be ((before, after), ...), got {pad_width!r}") from None
-    if len(pw) != src.ndim:
+    if len(pw) > src.ndim:
         raise OpError(f"pad: pad_width has {len(pw)} entries for a {src.ndim}-D tensor")
+    pw += ((0, 0),) * (src.ndim - len(pw))  # MegEngine: the pairs given pad the leading axes, the rest none
     if any(a < 0 or b < 0 for a, b in pw):
         raise OpError(f"pad: pad_width must be non-negative, got {pw}")
     mode = str(mode).lower()
