@@ -124,3 +124,45 @@ def test_norm_inf_of_int_keeps_int32():
     assert y.dtype == np.int32 and y.numpy().tolist() == [1, 2, 2]
     y = F.norm(x, ord=2)
     assert y.dtype == np.float32 and abs(y.item() - 3.7416575) < 1e-6
+
+
+# ---- autodiff.Function.backward with fewer (or more) gradients than inputs -------------------------------------
+def test_function_backward_fewer_or_more_grads():
+    from megxla.autodiff import Function, GradManager
+
+    class FirstOnly(Function):
+        def forward(self, a, b):
+            return a + b
+
+        def backward(self, dy):
+            return dy  # one gradient for two inputs: b gets none
+
+    class Extra(FirstOnly):
+        def backward(self, dy):
+            return dy, dy, dy  # the third is dropped
+
+    for fn, b_grad in ((FirstOnly, None), (Extra, [1.0])):
+        a, b = mge.Tensor([1.0]), mge.Tensor([2.0])
+        gm = GradManager().attach([a, b])
+        with gm:
+            gm.backward(fn()(a, b).sum())
+        assert a.grad.numpy().tolist() == [1.0]
+        assert (b.grad if b_grad is None else b.grad.numpy().tolist()) == b_grad
+
+
+# ---- gm.attach inside a recording: the ops before the attach treat the tensor as a constant --------------------
+def test_attach_while_recording_ignores_earlier_ops():
+    from megxla.autodiff import GradManager
+    w, v = mge.Parameter([1.0, 2.0]), mge.Parameter([3.0, 4.0])
+    gm = GradManager().attach(w)
+    with gm:
+        y = w * v
+        gm.attach(v)
+        gm.backward((y * v).sum())
+    assert w.grad.numpy().tolist() == [9.0, 16.0]
+    assert v.grad.numpy().tolist() == [3.0, 8.0]
+    # attached before the recording: every op counts
+    w.grad = v.grad = None
+    with gm:
+        gm.backward((w * v * v).sum())
+    assert v.grad.numpy().tolist() == [6.0, 16.0]

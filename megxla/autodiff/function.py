@@ -20,7 +20,8 @@ class Function:
 
     Subclasses implement ``forward(*inputs)`` (Tensors in, a Tensor or a tuple of Tensors out) and
     ``backward(*output_grads)`` (one gradient per output, None for outputs the loss does not depend on; returns
-    one gradient per input, a single Tensor for one input, None to stop propagation). Use each instance once.
+    one gradient per input, a single Tensor for one input, None to stop propagation; inputs past the end of
+    the returned gradients get none). Use each instance once.
 
     Example:
         >>> import megxla as mge
@@ -75,9 +76,10 @@ class Function:
         grads = self.backward(*output_grads)
         if isinstance(grads, Tensor) or grads is None:
             grads = (grads,)
-        grads = tuple(grads)
-        if len(grads) != len(inputs):
-            raise OpError(f"{type(self).__name__}.backward returned {len(grads)} gradients for {len(inputs)} inputs")
+        # MegEngine pairs the gradients with the inputs in order: missing trailing ones are None (no gradient),
+        # extra ones are dropped
+        grads = tuple(grads)[:len(inputs)]
+        grads += (None,) * (len(inputs) - len(grads))
         for g, x in zip(grads, inputs):
             if g is not None and (not isinstance(g, Tensor) or tuple(g.shape) != tuple(x.shape)):
                 shape = tuple(g.shape) if isinstance(g, Tensor) else type(g).__name__

@@ -72,6 +72,7 @@ class GradManager:
         self._recording = False
         self._tape: list = []
         self._tracked: set = set()
+        self._late: dict = {}  # value id -> tape position of a tensor attached while recording
         self._functions: dict = {}  # first output id of an autodiff.Function node -> the Function
         # Bumped when the attached set changes from outside a traced call: a compiled step recorded with this
         # manager computes the gradients of what was attached then, so it records again (megxla.jit reads it).
@@ -119,8 +120,11 @@ class GradManager:
                 entry.callbacks.extend(callbacks)
                 if callbacks and _dispatch.current_interpreter() is None:
                     self._version += 1
-            if self._recording:
+            if self._recording and t._vid not in self._tracked:
+                # MegEngine differentiates only the ops run after the attach: one recorded before it that
+                # read ``t`` treats ``t`` as a constant (``_backward_tape`` starts tracking it from here)
                 self._tracked.add(t._vid)
+                self._late[t._vid] = len(self._tape)
         return self
 
     def _attach_transient(self, t):
@@ -144,6 +148,7 @@ class GradManager:
         self._recording = True
         self._tape = []
         self._tracked = {a.tensor._vid for a in self._attached.live()}
+        self._late = {}
         self._sent, self._received = [], []
         self._transient = []
         _dispatch.recorders.append(self)
@@ -155,6 +160,7 @@ class GradManager:
             _dispatch.recorders.remove(self)
         self._tape = []
         self._tracked = set()
+        self._late = {}
         self._functions = {}
         self._group = ()
         self._sent, self._received = [], []
@@ -284,12 +290,21 @@ class GradManager:
         # gradient with any other contribution runs them on the sum, as MegEngine does.
         cooked, raw = set(), set(grads)
         attached = self._attached.live()
-        tracked = {a.tensor._vid for a in attached} | {v for v, _ in self._received}
-        for op, ins, outs in self._tape:  # forward pass over the tape: which values depend on attached ones
-            if any(v in tracked for _, v in ins):
+        late = self._late
+        tracked = {a.tensor._vid for a in attached if a.tensor._vid not in late} | {v for v, _ in self._received}
+        starts: dict = {}
+        for v, pos in late.items():
+            starts.setdefault(pos, []).append(v)
+        live = []  # per record: which inputs depended on attached tensors when it ran
+        for k, (op, ins, outs) in enumerate(self._tape):  # forward pass: which values depend on attached ones
+            tracked.update(starts.get(k, ()))
+            flags = tuple(v in tracked for _, v in ins)
+            live.append(flags)
+            if any(flags):
                 cut = _NONDIFF_OUT.get(op.name, ())
                 tracked.update(v for i, v in enumerate(outs) if i not in cut)
-        for op, ins, outs in reversed(self._tape):
+        for k in reversed(range(len(self._tape))):
+            op, ins, outs = self._tape[k]
             given = tuple(v in grads for v in outs)
             if not any(given):
                 continue
@@ -298,13 +313,13 @@ class GradManager:
                 cts = [grads.pop(v, None) for v in outs]
                 fn = self._functions[outs[0]]
                 in_grads = fn._input_grads(cts, [_value(d, v) for d, v in ins[:n_in]])
-                for (data, v), g in zip(ins[:n_in], in_grads):
-                    if g is not None and v in tracked and _is_float(data):
+                for (data, v), g, on in zip(ins[:n_in], in_grads, live[k]):
+                    if g is not None and on and _is_float(data):
                         _accumulate(grads, v, g)
                         raw.add(v)
                 continue
             nondiff = _NONDIFF.get(op.name) or ()
-            wrt = tuple(i for i, (data, v) in enumerate(ins) if v in tracked and _is_float(data) and i not in nondiff)
+            wrt = tuple(i for i, (data, v) in enumerate(ins) if live[k][i] and _is_float(data) and i not in nondiff)
             if not wrt:
                 continue
             cts = [grads.pop(v) for v in outs if v in grads]
