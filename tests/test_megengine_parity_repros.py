@@ -166,3 +166,13 @@ def test_attach_while_recording_ignores_earlier_ops():
     with gm:
         gm.backward((w * v * v).sum())
     assert v.grad.numpy().tolist() == [6.0, 16.0]
+
+
+# ---- any logical cpuN exists (MegEngine's F.copy docstring) ---------------------------------------------------
+def test_copy_to_any_logical_cpu():
+    x = mge.Tensor([1, 2, 3], dtype="int32")
+    for dev in ("cpu1", "cpu3"):
+        y = F.copy(x, dev)
+        assert (y + 1).numpy().tolist() == [2, 3, 4]
+        assert F.copy(y, "xpux").numpy().tolist() == [1, 2, 3]
+    assert mge.Tensor([1.0], device="cpu9").numpy().tolist() == [1.0]
