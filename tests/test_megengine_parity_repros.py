@@ -176,3 +176,17 @@ def test_copy_to_any_logical_cpu():
         assert (y + 1).numpy().tolist() == [2, 3, 4]
         assert F.copy(y, "xpux").numpy().tolist() == [1, 2, 3]
     assert mge.Tensor([1.0], device="cpu9").numpy().tolist() == [1.0]
+
+
+# ---- roi_align of inverted / empty / sub-pixel boxes ------------------------------------------------------------
+def test_roi_align_inverted_and_small_boxes():
+    inp = mge.Tensor(np.sin(np.arange(36, dtype="float32")).reshape(1, 1, 6, 6))
+    rois = mge.Tensor(np.array([[0, 0.9, 0.8, 0.2, 0.1], [0, 4.0, 1.0, 2.0, 3.5], [0, 1.5, 1.5, 1.5, 1.5],
+                                [0, 0.2, 0.3, 0.7, 0.9]], "float32"))
+    expected = {  # MegEngine 1.13: an inverted side has size 0 (aligned or not), no minimum size of 1
+        True: [[0.2642] * 4, [-0.0346, -0.0346, 0.2685, 0.2685], [0.657] * 4, [-0.0029, 0.0558, -0.0576, -0.005]],
+        False: [[0.6021] * 4, [-0.3839, -0.3839, -0.0437, -0.0437], [0.7643] * 4, [0.1616, 0.3827, 0.0871, 0.3152]],
+    }
+    for aligned, want in expected.items():
+        y = F.vision.roi_align(inp, rois, (2, 2), aligned=aligned)
+        np.testing.assert_allclose(y.numpy().reshape(4, 4), want, atol=1e-4)

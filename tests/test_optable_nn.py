@@ -713,9 +713,7 @@ def np_roi_align(x, rois, out, mode="average", scale=1.0, samples=2, aligned=Tru
     for k, r in enumerate(rois.astype(np.float64)):
         b = int(r[0])
         x0, y0, x1, y1 = r[1] * scale - off, r[2] * scale - off, r[3] * scale - off, r[4] * scale - off
-        rw, rh = x1 - x0, y1 - y0
-        if not aligned:
-            rw, rh = max(rw, 1.0), max(rh, 1.0)
+        rw, rh = max(x1 - x0, 0.0), max(y1 - y0, 0.0)  # megdnn: inverted sides are 0, no minimum of 1
         bh, bw = rh / ph, rw / pw
         for i, j in np.ndindex(ph, pw):
             vals = []

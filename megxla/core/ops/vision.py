@@ -188,8 +188,9 @@ def _roi_align(x, rois, *, out_hw, mode, scale, samples, aligned):
     off = 0.5 if aligned else 0.0
     x0, y0 = rois[:, 1] * scale - off, rois[:, 2] * scale - off
     rw, rh = rois[:, 3] * scale - off - x0, rois[:, 4] * scale - off - y0
-    if not aligned:
-        rw, rh = jnp.maximum(rw, 1.0), jnp.maximum(rh, 1.0)
+    # megdnn clamps an inverted roi to size 0 (every sample at its start corner), aligned or not; there is no
+    # Detectron-style minimum size of 1 for aligned=False (checked against MegEngine 1.13)
+    rw, rh = jnp.maximum(rw, 0.0), jnp.maximum(rh, 0.0)
     fy = (np.arange(ph)[:, None] + (np.arange(sh)[None, :] + 0.5) / sh).reshape(-1)  # in bins
     fx = (np.arange(pw)[:, None] + (np.arange(sw)[None, :] + 0.5) / sw).reshape(-1)
     ys = y0[:, None] + jnp.asarray(fy, x.dtype)[None] * (rh / ph)[:, None]  # (K, PH*SH)
