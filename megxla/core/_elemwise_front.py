@@ -7,7 +7,7 @@ import weakref
 import numpy as np
 
 from . import _autocast
-from ._tensor import Tensor
+from ._tensor import Tensor, QPARAMS_SEEN
 from ._dispatch import apply, wrap
 from .ops import elemwise as P
 
@@ -110,12 +110,13 @@ QUANT_KEEP = frozenset({"add", "sub", "maximum", "minimum", "neg", "relu"})
 def quantized_params(x):
     """The QParams of a symmetric quantized tensor (integer storage with a scale, no zero point), else None.
     (MegEngine has no elementwise kernels for asymmetric ones: there the integers would not be the values.)"""
+    if x._data.dtype.kind not in "iu":  # (first: a float tensor's unset slot would cost an exception)
+        return None
     try:
         q = x._qparams
     except AttributeError:
         return None
-    if q is None or q.scale is None or q.dtype_meta is None or q.zero_point is not None \
-            or x._data.dtype.kind not in "iu":
+    if q is None or q.scale is None or q.dtype_meta is None or q.zero_point is not None:
         return None
     return q
 
@@ -169,7 +170,7 @@ def binary(prim, name=None):
     keep = name in QUANT_KEEP
 
     def fn(x, y):
-        if keep:
+        if keep and QPARAMS_SEEN[0]:
             q = quantized_params(x) if isinstance(x, Tensor) else None
             q = q or (quantized_params(y) if isinstance(y, Tensor) else None)
             if q is not None:
@@ -196,7 +197,7 @@ def unary(prim, name=None):
         if high and _autocast.enabled:
             x, = _autocast.up(x)
         out = apply(op, x)
-        if keep:
+        if keep and QPARAMS_SEEN[0]:
             q = quantized_params(x)
             if q is not None:
                 out._qparams = q

@@ -18,6 +18,9 @@ __all__ = ["Tensor", "Parameter"]
 
 # Filled by megxla.quantization: a callable making the default QParams of a tensor (layers only look down).
 QPARAMS_FACTORY: list = [None]
+# True once any tensor has had quantization parameters (the only ways in are below and quantizing astype): until
+# then the elementwise front end skips its quantized-operand check, which costs a slot miss per operand.
+QPARAMS_SEEN: list = [False]
 
 
 _QDTYPES: dict = {}
@@ -170,6 +173,7 @@ class Tensor:
         except AttributeError:
             factory = QPARAMS_FACTORY[0]
             q = self._qparams = factory() if factory is not None else None
+            QPARAMS_SEEN[0] = True
             return q
 
     @property
@@ -295,6 +299,7 @@ class Tensor:
             return
         if state and state.get("qparams") is not None:
             self._qparams = state["qparams"]
+            QPARAMS_SEEN[0] = True
 
     def __deepcopy__(self, memo):
         # dtype given explicitly: a 64-bit tensor (JAX x64 mode) stays 64-bit instead of MegEngine's narrowing

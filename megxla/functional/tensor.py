@@ -109,7 +109,7 @@ def _astype_quantized(x, dtype, quantized, source):
     # MegEngine converts through the real value: from a quantized dtype it dequantizes ((q - zp) * scale,
     # then casts: astype("int32") truncates the real value), to one it quantizes (round, saturate to the
     # storage type); quantized to quantized requantizes
-    from ..core._tensor import QPARAMS_FACTORY
+    from ..core._tensor import QPARAMS_FACTORY, QPARAMS_SEEN
     from ..core.ops import quant as _q
     from ..core.tensor.dtype import get_quant_meta
     value = x if source is None else _apply(_q.dequantize.bind(), x, *source)
@@ -126,6 +126,7 @@ def _astype_quantized(x, dtype, quantized, source):
     out = _apply(_q.quantize.bind(qmin=int(limits.min), qmax=int(limits.max), dtype=meta.np_dtype_str), value,
                  scale, zp if zp is not None else Tensor(np.float32(0)))
     out._qparams = QPARAMS_FACTORY[0](meta, scale, zp)
+    QPARAMS_SEEN[0] = True
     return out
 
 
