@@ -263,6 +263,19 @@ def _load_tensor(x):
     return Tensor(x, dtype=np.float32)
 
 
+
+def _size_totals(rows, dim_key, bar_length_max, extra, prefix):
+    """Cumulative sizes and bars of ``rows`` (parameters or activations), their sizes formatted, a total row
+    appended and the totals entered in ``extra`` (``total_<prefix>_dims`` / ``_size``); returns the totals."""
+    dims, size = _sum(rows, "size", dim_key, bar_length_max, ("size_cum", "B", "size_bar"))
+    for d in rows:
+        d["size"] = sizeof_fmt(d["size"])
+    rows.append({"name": "total", dim_key: dims, "size": sizeof_fmt(size)})
+    extra[f"total_{prefix}_dims"] = sizeof_fmt(dims, suffix="")
+    extra[f"total_{prefix}_size"] = sizeof_fmt(size)
+    return dims, size
+
+
 def module_stats(model, inputs: Iterable[np.ndarray] = None, input_shapes: list = None, cal_params: bool = True,
                  cal_flops: bool = True, cal_activations: bool = True, logging_to_stdout: bool = True,
                  bar_length_max: int = 20):
@@ -356,13 +369,7 @@ def module_stats(model, inputs: Iterable[np.ndarray] = None, input_shapes: list 
     extra = {"#params": len(params)}
     total_flops = total_param_dims = total_param_size = total_act_dims = total_act_size = 0
     if cal_params:
-        total_param_dims, total_param_size = _sum(params, "size", "param_dim", bar_length_max,
-                                                  ("size_cum", "B", "size_bar"))
-        for d in params:
-            d["size"] = sizeof_fmt(d["size"])
-        params.append({"name": "total", "param_dim": total_param_dims, "size": sizeof_fmt(total_param_size)})
-        extra["total_param_dims"] = sizeof_fmt(total_param_dims, suffix="")
-        extra["total_param_size"] = sizeof_fmt(total_param_size)
+        total_param_dims, total_param_size = _size_totals(params, "param_dim", bar_length_max, extra, "param")
         if logging_to_stdout:
             logger.info("param stats: \n" + _table(params, ["name", "dtype", "shape", "mean", "std", "param_dim",
                                                             "nbits", "size", "size_cum", "percentage",
@@ -378,13 +385,7 @@ def module_stats(model, inputs: Iterable[np.ndarray] = None, input_shapes: list 
             logger.info("flops stats: \n" + _table(flops, ["name", "class_name", "input_shapes", "output_shapes",
                                                            "flops", "flops_cum", "percentage", "bar"]))
     if cal_activations:
-        total_act_dims, total_act_size = _sum(activations, "size", "act_dim", bar_length_max,
-                                              ("size_cum", "B", "size_bar"))
-        for d in activations:
-            d["size"] = sizeof_fmt(d["size"])
-        activations.append({"name": "total", "act_dim": total_act_dims, "size": sizeof_fmt(total_act_size)})
-        extra["total_act_dims"] = sizeof_fmt(total_act_dims, suffix="")
-        extra["total_act_size"] = sizeof_fmt(total_act_size)
+        total_act_dims, total_act_size = _size_totals(activations, "act_dim", bar_length_max, extra, "act")
         if logging_to_stdout:
             header = ["name", "class_name", "dtype", "shape", "nbits", "act_dim", "size", "size_cum", "percentage",
                       "size_bar"]
