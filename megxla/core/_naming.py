@@ -52,7 +52,7 @@ def module_call(module, forward, inputs, kwargs):
         scope = AutoNaming.get_scope()
         outs = outputs if isinstance(outputs, (tuple, list)) else (outputs,)
         for i, t in enumerate(outs):
-            if isinstance(t, Tensor) and t.name is None:
+            if isinstance(t, Tensor) and not t.name:
                 t.name = scope if len(outs) == 1 else f"{scope}.{i}"
         return outputs
     finally:

@@ -178,7 +178,9 @@ class Tensor:
 
     @property
     def name(self):
-        return self._name
+        """The tensor's name; ``""`` when it has none, as MegEngine's."""
+        name = self._name
+        return "" if name is None else name
 
     @name.setter
     def name(self, value):
