@@ -190,3 +190,18 @@ def test_roi_align_inverted_and_small_boxes():
     for aligned, want in expected.items():
         y = F.vision.roi_align(inp, rois, (2, 2), aligned=aligned)
         np.testing.assert_allclose(y.numpy().reshape(4, 4), want, atol=1e-4)
+
+
+def test_quantized_tensor_through_shape_ops_and_reductions():
+    x = _q([[-12.8, -0.3], [10.0, 12.7]])  # raw [[-128, -3], [100, 127]]
+    _check_q(F.sum(x, axis=0), [-28, 124])  # wraps, as MegEngine
+    _check_q(F.max(x, 0), [100, 127])
+    _check_q(F.min(x), -128)
+    _check_q(F.split(x, 2)[1], [[100, 127]])
+    _check_q(F.repeat(x, 2, 0), [[-128, -3], [-128, -3], [100, 127], [100, 127]])
+    _check_q(F.tile(x, (2, 1)), [[-128, -3], [100, 127], [-128, -3], [100, 127]])
+    _check_q(F.roll(x, 1, 0), [[100, 127], [-128, -3]])
+    _check_q(F.nn.pad(x, ((1, 1), (0, 0))), [[0, 0], [-128, -3], [100, 127], [0, 0]])
+    _check_q(F.nn.interpolate(x.reshape(1, 1, 2, 2), scale_factor=2),
+             [[[[-128, -97, -34, -3], [-71, -46, 4, 30], [43, 56, 82, 95], [100, 107, 120, 127]]]])
+    assert F.mean(x).dtype == np.float32 and abs(F.mean(x).item() - 2.4) < 1e-5

@@ -7,7 +7,8 @@ from ..core._elemwise_front import as_tensor as _t, BINARY as _B, UNARY as _U
 from ..core.ops import reduction as _R, linalg as _L, sort as _S
 from ..core import _autocast as _amp  # autocast state: the hook below costs one attribute read
 from .elemwise import isnan, isinf, sign  # noqa: F401  (MegEngine exports these from .math too)
-from .tensor import cumsum  # noqa: F401
+from .tensor import cumsum, _keep_qparams, _quantized_source, astype as _astype  # noqa: F401
+from ..core._tensor import QPARAMS_SEEN as _QPARAMS_SEEN
 
 __all__ = ["sum", "mean", "prod", "max", "min", "var", "std", "norm", "argmax", "argmin", "logsumexp", "matmul",
            "dot", "matinv", "svd", "normalize", "sort", "argsort", "topk", "topk_accuracy"]
@@ -35,12 +36,20 @@ def _axis(op, x, axis):
 
 def _reduce(prim, name, summary, example):
     high = name == "logsumexp"  # computed in float32 under autocast, as MegEngine's amp
+    keep = name in ("sum", "max", "min")
 
     def fn(inp, axis=None, keepdims=False):
         inp = _t(inp)
         if high and _amp.enabled:
             inp, = _amp.up(inp)
-        return _apply(prim.bind(axis=_axis(name, inp, axis), keepdims=bool(keepdims)), inp)
+        if name == "mean" and _QPARAMS_SEEN[0] and _quantized_source(inp) is not None:
+            # MegEngine's mean of a quantized tensor: its quantized sum (which wraps), dequantized, / count
+            total = _keep_qparams(_apply(_R.sum.bind(axis=_axis(name, inp, axis), keepdims=bool(keepdims)), inp), inp)
+            count = float(np.prod(inp.shape, dtype=np.int64) // np.prod(total.shape, dtype=np.int64))
+            return _B["truediv"](_astype(total, "float32"), count)
+        out = _apply(prim.bind(axis=_axis(name, inp, axis), keepdims=bool(keepdims)), inp)
+        # a quantized tensor's sum / max / min are in its quantized dtype (MegEngine; the sum wraps)
+        return _keep_qparams(out, inp) if keep else out
 
     fn.__name__ = fn.__qualname__ = name
     fn.__doc__ = f"""{summary}

@@ -1175,7 +1175,7 @@ def pad(src, pad_width, mode="constant", constant_value=0.0):
     mode = str(mode).lower()
     if mode not in ("constant", "reflect", "replicate", "edge"):
         raise OpError(f"pad: unknown mode {mode!r}")
-    return _apply(_S.pad.bind(pad_width=pw, mode=mode, constant_value=float(constant_value)), src)
+    return _keep_qparams(_apply(_S.pad.bind(pad_width=pw, mode=mode, constant_value=float(constant_value)), src), src)
 
 
 # ---- attention --------------------------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ import math as _math
 
 import numpy as np
 
-from ..core._tensor import Tensor
+from ..core._tensor import Tensor, QPARAMS_SEEN as _QPARAMS_SEEN
 from ..core._dispatch import apply as _apply, OpError, current_interpreter
 from ..core._indexing import check_index_tensor, mask_indices
 from ..core._elemwise_front import as_tensor as _t, BINARY as _B, UNARY as _U
@@ -151,6 +151,8 @@ def _keep_qparams(out, inp):
     A float tensor of quantization-aware training keeps them only on the tensor object the fake quantizer
     returned, as in MegEngine: a pooled or flattened activation has none, so the next layer's bias is not
     fake-quantized (``fake_quant_bias``) and training gives MegEngine's numbers."""
+    if not _QPARAMS_SEEN[0]:  # (no tensor has quantization parameters yet: skip the slot miss)
+        return out
     q = getattr(inp, "_qparams", None)
     if q is not None and q.scale is not None and np.issubdtype(inp.dtype, np.integer):
         out._qparams = q
@@ -449,7 +451,7 @@ def split(inp, nsplits_or_sections, axis=0):
         indices = _ints("split", "sections", nsplits_or_sections)
         if any(b < a for a, b in zip(indices, indices[1:])) or any(not 0 <= i <= size for i in indices):
             raise OpError(f"split: sections {indices} must be increasing within [0, {size}]")
-    return tuple(_apply(_S.split.bind(indices=indices, axis=axis), inp))  # a tuple, as MegEngine
+    return tuple(_keep_qparams(t, inp) for t in _apply(_S.split.bind(indices=indices, axis=axis), inp))  # a tuple
 
 
 def flip(inp, axis):
@@ -467,7 +469,7 @@ def flip(inp, axis):
         array([3., 2., 1.], dtype=float32)
     """
     inp = _t(inp)
-    return _apply(_S.flip.bind(axis=_axes("flip", inp.ndim, axis)), inp)
+    return _keep_qparams(_apply(_S.flip.bind(axis=_axes("flip", inp.ndim, axis)), inp), inp)
 
 
 def roll(inp, shift, axis=None):
@@ -490,7 +492,7 @@ def roll(inp, shift, axis=None):
         shifts = _ints("roll", "shift", shift)
         if len(shifts) != 1:
             raise OpError(f"roll: one shift expected when axis is None, got {shift!r}")
-        return _apply(_S.roll.bind(shift=shifts[0], axis=None), inp)
+        return _keep_qparams(_apply(_S.roll.bind(shift=shifts[0], axis=None), inp), inp)
     if isinstance(axis, (int, np.integer)):
         axis = (axis,)
     axes = tuple(_axis("roll", inp.ndim, a) for a in axis)
@@ -499,7 +501,7 @@ def roll(inp, shift, axis=None):
         shifts = shifts * len(axes)
     if len(shifts) != len(axes):
         raise OpError(f"roll: {len(shifts)} shifts for {len(axes)} axes")
-    return _apply(_S.roll.bind(shift=shifts, axis=axes), inp)
+    return _keep_qparams(_apply(_S.roll.bind(shift=shifts, axis=axes), inp), inp)
 
 
 def tile(inp, reps):
@@ -519,7 +521,7 @@ def tile(inp, reps):
     reps = _ints("tile", "reps", reps)
     if any(r < 0 for r in reps):
         raise OpError(f"tile: reps must be non-negative, got {reps}")
-    return _apply(_S.tile.bind(reps=reps), _t(inp))
+    return _keep_qparams(_apply(_S.tile.bind(reps=reps), _t(inp)), inp)
 
 
 def repeat(inp, repeats, axis=None):
@@ -545,7 +547,7 @@ def repeat(inp, repeats, axis=None):
     if isinstance(repeats, bool) or not isinstance(repeats, (int, np.integer)) or repeats < 0:
         raise OpError(f"repeat: repeats must be a non-negative int, got {repeats!r}")
     ax = None if axis is None else _axis("repeat", inp.ndim, axis)
-    return _apply(_S.repeat.bind(repeats=int(repeats), axis=ax), inp)
+    return _keep_qparams(_apply(_S.repeat.bind(repeats=int(repeats), axis=ax), inp), inp)
 
 
 def copy(inp, device=None):

@@ -71,6 +71,10 @@ def interpolate(inp, size=None, scale_factor=None, mode="bilinear", align_corner
     """
     op = "interpolate"
     inp = _t(inp)
+    from .tensor import _through_float
+    q = _through_float(inp, lambda x: interpolate(x, size, scale_factor, mode, align_corners))
+    if q is not None:  # a quantized tensor: resampled in its quantized dtype (MegEngine)
+        return q
     if _amp.enabled:  # autocast: computed in float32, as MegEngine's amp
         inp, = _amp.up(inp)
     mode = str(mode).lower()
