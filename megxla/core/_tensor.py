@@ -134,7 +134,7 @@ class Tensor:
         """The NumPy dtype; for a quantized tensor (integer storage with quantization parameters) MegEngine's
         quantized dtype, which carries the scale and zero point (``dtype.get_scale(x.dtype)``)."""
         dt = np.dtype(self._data.dtype)
-        if dt.kind in "iu":
+        if dt.kind in "iu" and QPARAMS_SEEN[0]:  # (until then no tensor is quantized: skip the slot miss)
             try:
                 q = self._qparams
             except AttributeError:
