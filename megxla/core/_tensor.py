@@ -23,6 +23,19 @@ QPARAMS_FACTORY: list = [None]
 QPARAMS_SEEN: list = [False]
 
 
+def keep_qparams(out, inp):
+    """Give ``out`` (a shape op's or an index's result) the quantization parameters of ``inp`` where ``inp`` is a
+    quantized tensor (integer storage; in MegEngine they live in the dtype). A float tensor of
+    quantization-aware training keeps them only on the tensor object the fake quantizer returned, as in
+    MegEngine: a pooled or flattened activation has none, so the next layer's bias is not fake-quantized."""
+    if not QPARAMS_SEEN[0]:  # (no tensor has quantization parameters yet: skip the slot miss)
+        return out
+    q = getattr(inp, "_qparams", None)
+    if q is not None and q.scale is not None and inp._data.dtype.kind in "iu":
+        out._qparams = q
+    return out
+
+
 _QDTYPES: dict = {}
 
 
@@ -380,21 +393,15 @@ class Tensor:
     # ---- indexing ------------------------------------------------------------------------------------------
     def __getitem__(self, index):
         from ._indexing import getitem
-        out = getitem(self, index)
-        try:
-            q = self._qparams
-        except AttributeError:
-            return out
-        if q is not None and q.scale is not None and self._data.dtype.kind in "iu":
-            out._qparams = q  # a quantized tensor's elements keep its quantized dtype (as in MegEngine)
-        return out
+        return keep_qparams(getitem(self, index), self)  # elements of a quantized tensor keep its dtype
 
     def __setitem__(self, index, value):
         from ._indexing import setitem
-        from ._elemwise_front import quantized_params, to_quantized
-        q = quantized_params(self)
-        if q is not None:  # values written into a quantized tensor are quantized to its dtype (MegEngine)
-            value = to_quantized(value, q, "setitem")
+        if QPARAMS_SEEN[0]:
+            from ._elemwise_front import quantized_params, to_quantized
+            q = quantized_params(self)
+            if q is not None:  # values written into a quantized tensor are quantized to its dtype (MegEngine)
+                value = to_quantized(value, q, "setitem")
         self._reset(setitem(self, index, value))
 
 

@@ -7,7 +7,7 @@ from ..core._elemwise_front import as_tensor as _t, BINARY as _B, UNARY as _U
 from ..core.ops import reduction as _R, linalg as _L, sort as _S
 from ..core import _autocast as _amp  # autocast state: the hook below costs one attribute read
 from .elemwise import isnan, isinf, sign  # noqa: F401  (MegEngine exports these from .math too)
-from .tensor import cumsum, _keep_qparams, _quantized_source, astype as _astype  # noqa: F401
+from .tensor import cumsum, keep_qparams, _quantized_source, astype as _astype  # noqa: F401
 from ..core._tensor import QPARAMS_SEEN as _QPARAMS_SEEN
 
 __all__ = ["sum", "mean", "prod", "max", "min", "var", "std", "norm", "argmax", "argmin", "logsumexp", "matmul",
@@ -44,12 +44,12 @@ def _reduce(prim, name, summary, example):
             inp, = _amp.up(inp)
         if name == "mean" and _QPARAMS_SEEN[0] and _quantized_source(inp) is not None:
             # MegEngine's mean of a quantized tensor: its quantized sum (which wraps), dequantized, / count
-            total = _keep_qparams(_apply(_R.sum.bind(axis=_axis(name, inp, axis), keepdims=bool(keepdims)), inp), inp)
+            total = keep_qparams(_apply(_R.sum.bind(axis=_axis(name, inp, axis), keepdims=bool(keepdims)), inp), inp)
             count = float(np.prod(inp.shape, dtype=np.int64) // np.prod(total.shape, dtype=np.int64))
             return _B["truediv"](_astype(total, "float32"), count)
         out = _apply(prim.bind(axis=_axis(name, inp, axis), keepdims=bool(keepdims)), inp)
         # a quantized tensor's sum / max / min are in its quantized dtype (MegEngine; the sum wraps)
-        return _keep_qparams(out, inp) if keep else out
+        return keep_qparams(out, inp) if keep else out
 
     fn.__name__ = fn.__qualname__ = name
     fn.__doc__ = f"""{summary}

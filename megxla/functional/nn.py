@@ -14,7 +14,7 @@ from ..core import _autocast as _amp  # autocast state: the hook below costs one
 from .elemwise import relu, sigmoid, gelu, silu, softplus, logsigmoid, relu6, hsigmoid, hswish  # noqa: F401
 from . import tensor as _T
 from .tensor import indexing_one_hot  # noqa: F401  (MegEngine exports it from .nn too)
-from .tensor import _keep_qparams, _through_float
+from .tensor import keep_qparams, _through_float
 from .math import logsumexp, normalize  # noqa: F401
 from .loss import cross_entropy, binary_cross_entropy, l1_loss, square_loss, hinge_loss, ctc_loss  # noqa: F401
 # MegEngine's functional/nn.py ends with `from .loss import *`, `from .metric import *`, `from .vision import *`:
@@ -507,7 +507,7 @@ def max_pool2d(inp, kernel_size, stride=None, padding=0):
         array([ 5.,  7., 13., 15.], dtype=float32)
     """
     inp, k, s, p = _pool_args("max_pool2d", inp, kernel_size, stride, padding)
-    return _keep_qparams(_apply(_N.max_pool.bind(kernel=k, stride=s, padding=p), inp), inp)
+    return keep_qparams(_apply(_N.max_pool.bind(kernel=k, stride=s, padding=p), inp), inp)
 
 
 def avg_pool2d(inp, kernel_size, stride=None, padding=0, mode="average_count_exclude_padding"):
@@ -551,7 +551,7 @@ def _adaptive(op, inp, oshp, kind):
         q = _through_float(inp, lambda x: _adaptive(op, x, oshp, kind))
         if q is not None:
             return q
-    return _keep_qparams(_apply(_N.adaptive_pool.bind(oshp=oshp, op=kind), inp), inp)
+    return keep_qparams(_apply(_N.adaptive_pool.bind(oshp=oshp, op=kind), inp), inp)
 
 
 def adaptive_avg_pool2d(inp, oshp):
@@ -1175,7 +1175,7 @@ def pad(src, pad_width, mode="constant", constant_value=0.0):
     mode = str(mode).lower()
     if mode not in ("constant", "reflect", "replicate", "edge"):
         raise OpError(f"pad: unknown mode {mode!r}")
-    return _keep_qparams(_apply(_S.pad.bind(pad_width=pw, mode=mode, constant_value=float(constant_value)), src), src)
+    return keep_qparams(_apply(_S.pad.bind(pad_width=pw, mode=mode, constant_value=float(constant_value)), src), src)
 
 
 # ---- attention --------------------------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ import math as _math
 
 import numpy as np
 
-from ..core._tensor import Tensor, QPARAMS_SEEN as _QPARAMS_SEEN
+from ..core._tensor import Tensor, keep_qparams
 from ..core._dispatch import apply as _apply, OpError, current_interpreter
 from ..core._indexing import check_index_tensor, mask_indices
 from ..core._elemwise_front import as_tensor as _t, BINARY as _B, UNARY as _U
@@ -146,19 +146,6 @@ def _infer_shape(size, shape, op="reshape"):
     return tuple(shape)
 
 
-def _keep_qparams(out, inp):
-    """Shape-only ops keep a quantized tensor's quantization parameters (in MegEngine they live in the dtype).
-    A float tensor of quantization-aware training keeps them only on the tensor object the fake quantizer
-    returned, as in MegEngine: a pooled or flattened activation has none, so the next layer's bias is not
-    fake-quantized (``fake_quant_bias``) and training gives MegEngine's numbers."""
-    if not _QPARAMS_SEEN[0]:  # (no tensor has quantization parameters yet: skip the slot miss)
-        return out
-    q = getattr(inp, "_qparams", None)
-    if q is not None and q.scale is not None and np.issubdtype(inp.dtype, np.integer):
-        out._qparams = q
-    return out
-
-
 def _through_float(inp, fn):
     """``fn(inp)`` for a quantized tensor stored as integers (``inp.qparams`` set): computed on the dequantized
     values and quantized back with the same parameters, as MegEngine computes in the quantized dtype; None
@@ -195,7 +182,7 @@ def reshape(inp, target_shape):
     shape = _infer_shape(int(np.prod(inp.shape, dtype=np.int64)), target_shape)  # Tensor.size of 0-d is 1.0
     # NOTE: always a new tensor, never ``inp`` itself, even for an unchanged shape: an in-place update of the
     # result (``y += 1``, ``y[0] = 5``) must not rebind the input (MegEngine has no views).
-    return _keep_qparams(_apply(_S.reshape.bind(shape=shape), inp), inp)
+    return keep_qparams(_apply(_S.reshape.bind(shape=shape), inp), inp)
 
 
 def flatten(inp, start_axis=0, end_axis=-1):
@@ -244,7 +231,7 @@ def transpose(inp, pattern):
     out = _apply(_S.transpose.bind(perm=real), inp)
     if len(real) != len(pattern):
         out = reshape(out, tuple(1 if isinstance(p, str) else inp.shape[p] for p in pattern))
-    return _keep_qparams(out, inp)
+    return keep_qparams(out, inp)
 
 
 def swapaxes(inp, axis1, axis2):
@@ -296,7 +283,7 @@ def broadcast_to(inp, shape):
             raise ValueError
     except ValueError:
         raise OpError(f"broadcast_to: cannot broadcast shape {inp.shape} to {shape}") from None
-    return _keep_qparams(_apply(_S.broadcast_to.bind(shape=shape), inp), inp)
+    return keep_qparams(_apply(_S.broadcast_to.bind(shape=shape), inp), inp)
 
 
 def expand_dims(inp, axis):
@@ -316,7 +303,7 @@ def expand_dims(inp, axis):
     inp = _t(inp)
     n = 1 if isinstance(axis, (int, np.integer)) else len(axis)
     axes = _axes("expand_dims", inp.ndim, axis, extra=n)
-    return _keep_qparams(_apply(_S.expand_dims.bind(axis=tuple(sorted(axes))), inp), inp)
+    return keep_qparams(_apply(_S.expand_dims.bind(axis=tuple(sorted(axes))), inp), inp)
 
 
 def squeeze(inp, axis=None):
@@ -341,7 +328,7 @@ def squeeze(inp, axis=None):
         for a in axes:
             if inp.shape[a] != 1:
                 raise OpError(f"squeeze: axis {a} of shape {inp.shape} has size {inp.shape[a]}, not 1")
-    return _keep_qparams(_apply(_S.squeeze.bind(axis=axes), inp), inp)
+    return keep_qparams(_apply(_S.squeeze.bind(axis=axes), inp), inp)
 
 
 def concat(inps, axis=0, device=None):
@@ -451,7 +438,7 @@ def split(inp, nsplits_or_sections, axis=0):
         indices = _ints("split", "sections", nsplits_or_sections)
         if any(b < a for a, b in zip(indices, indices[1:])) or any(not 0 <= i <= size for i in indices):
             raise OpError(f"split: sections {indices} must be increasing within [0, {size}]")
-    return tuple(_keep_qparams(t, inp) for t in _apply(_S.split.bind(indices=indices, axis=axis), inp))  # a tuple
+    return tuple(keep_qparams(t, inp) for t in _apply(_S.split.bind(indices=indices, axis=axis), inp))  # a tuple
 
 
 def flip(inp, axis):
@@ -469,7 +456,7 @@ def flip(inp, axis):
         array([3., 2., 1.], dtype=float32)
     """
     inp = _t(inp)
-    return _keep_qparams(_apply(_S.flip.bind(axis=_axes("flip", inp.ndim, axis)), inp), inp)
+    return keep_qparams(_apply(_S.flip.bind(axis=_axes("flip", inp.ndim, axis)), inp), inp)
 
 
 def roll(inp, shift, axis=None):
@@ -492,7 +479,7 @@ def roll(inp, shift, axis=None):
         shifts = _ints("roll", "shift", shift)
         if len(shifts) != 1:
             raise OpError(f"roll: one shift expected when axis is None, got {shift!r}")
-        return _keep_qparams(_apply(_S.roll.bind(shift=shifts[0], axis=None), inp), inp)
+        return keep_qparams(_apply(_S.roll.bind(shift=shifts[0], axis=None), inp), inp)
     if isinstance(axis, (int, np.integer)):
         axis = (axis,)
     axes = tuple(_axis("roll", inp.ndim, a) for a in axis)
@@ -501,7 +488,7 @@ def roll(inp, shift, axis=None):
         shifts = shifts * len(axes)
     if len(shifts) != len(axes):
         raise OpError(f"roll: {len(shifts)} shifts for {len(axes)} axes")
-    return _keep_qparams(_apply(_S.roll.bind(shift=shifts, axis=axes), inp), inp)
+    return keep_qparams(_apply(_S.roll.bind(shift=shifts, axis=axes), inp), inp)
 
 
 def tile(inp, reps):
@@ -521,7 +508,7 @@ def tile(inp, reps):
     reps = _ints("tile", "reps", reps)
     if any(r < 0 for r in reps):
         raise OpError(f"tile: reps must be non-negative, got {reps}")
-    return _keep_qparams(_apply(_S.tile.bind(reps=reps), _t(inp)), inp)
+    return keep_qparams(_apply(_S.tile.bind(reps=reps), _t(inp)), inp)
 
 
 def repeat(inp, repeats, axis=None):
@@ -547,7 +534,7 @@ def repeat(inp, repeats, axis=None):
     if isinstance(repeats, bool) or not isinstance(repeats, (int, np.integer)) or repeats < 0:
         raise OpError(f"repeat: repeats must be a non-negative int, got {repeats!r}")
     ax = None if axis is None else _axis("repeat", inp.ndim, axis)
-    return _keep_qparams(_apply(_S.repeat.bind(repeats=int(repeats), axis=ax), inp), inp)
+    return keep_qparams(_apply(_S.repeat.bind(repeats=int(repeats), axis=ax), inp), inp)
 
 
 def copy(inp, device=None):
@@ -565,7 +552,7 @@ def copy(inp, device=None):
         array([1.], dtype=float32)
     """
     inp = _t(inp)
-    return _keep_qparams(inp.to(device) if device is not None else _apply(_S.copy.bind(), inp), inp)
+    return keep_qparams(inp.to(device) if device is not None else _apply(_S.copy.bind(), inp), inp)
 
 
 def cumsum(inp, axis):

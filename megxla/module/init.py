@@ -238,7 +238,7 @@ def calculate_fan_in_and_fan_out(tensor: Tensor, groups: int = 1) -> Tuple[float
     if ndim >= 5:
         # MegEngine's rule: a 5-D weight is a grouped convolution's (G, O/G, I/G, *k), whose group axis is
         # dropped (fan_in = I/G * k, fan_out = O/G * k). A Conv3d weight (O, I, kd, kh, kw) is read the same
-        # way by MegEngine 1.13 (its FIXME); kept, so msra/xavier inits draw MegEngine's scales.
+        # way by MegEngine 1.13 (a limitation its source notes); kept, so msra/xavier inits draw MegEngine's scales.
         shape = shape[1:]
     receptive = reduce(lambda x, y: x * y, shape[2:], 1)
     return shape[1] * receptive, shape[0] * receptive
