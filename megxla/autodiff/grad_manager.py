@@ -83,6 +83,7 @@ class GradManager:
         # another rank, whose gradients the backward sends back. The distributed layer hands in the transfers.
         self._sent: list = []  # (tensor, receive_grad() -> Tensor or None)
         self._received: list = []  # (value id, send_grad(Tensor or None))
+        self._transient: list = []  # attached until this recording ends (see _attach_transient)
 
     # ---- attach ------------------------------------------------------------------------------------------
     def attach(self, tensors, callbacks=None):
@@ -164,7 +165,7 @@ class GradManager:
         self._functions = {}
         self._group = ()
         self._sent, self._received = [], []
-        for t in getattr(self, "_transient", ()):
+        for t in self._transient:
             entry = self._attached.get(id(t))
             if entry is not None and entry.ref() is t:
                 del self._attached[id(t)]
