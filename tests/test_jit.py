@@ -589,3 +589,17 @@ def test_in_place_result_with_the_host_is_the_final_value(symbolic):
     for _ in range(4):
         np.testing.assert_array_equal(fn(a, b, c).numpy(), [15, 8])
         np.testing.assert_array_equal(kept[-1].numpy(), [6, 8])
+
+
+@pytest.mark.parametrize("tracer", [lambda m: trace(m, symbolic=True, capture_as_const=True), trace, xla_trace])
+def test_trace_of_a_module_instance(tracer):
+    # MegEngine's dump-naming tests trace a Module object itself: it has no __name__, the executable is named
+    # after its class
+    class Doubler(mge.module.Module):
+        def forward(self, x):
+            return x + x
+
+    f = tracer(Doubler())
+    assert f.__name__ == "Doubler"
+    for v in (1.0, 2.0, 3.0):
+        np.testing.assert_array_equal(f(mge.Tensor([v])).numpy(), [2 * v])

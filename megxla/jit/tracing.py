@@ -228,6 +228,8 @@ class trace:
                  **unused):
         functools.update_wrapper(self, function)
         self.__wrapped__ = function
+        if not hasattr(self, "__name__"):  # a Module or callable object: name the executable after its class
+            self.__name__ = self.__qualname__ = type(function).__name__
         self.symbolic = symbolic
         self.opt_level = opt_level  # >= 1: the recording is simplified before it is compiled (_simplify.py)
         self.profiling = profiling  # get_profile() reports the compiled executables (_profile.py)
