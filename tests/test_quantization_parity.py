@@ -176,3 +176,39 @@ def test_quantized_conv_repr_is_megengines():
     Q.quantize(net)
     assert repr(net[0]) == "Quantized.ConvBnRelu2d(3, 3, kernel_size=(3, 3))"
     assert repr(net[1]) == "Quantized.Linear()"
+
+
+def _q(values, scale):
+    from megxla.core.tensor import dtype
+    return mge.tensor(np.array(values, "float32")).astype(dtype.qint8(scale))
+
+
+@pytest.mark.parametrize("fn", [lambda x: x * 2, lambda x: x * x, F.abs, lambda x: x < 1, F.exp, lambda x: x / 2,
+                                lambda x: x ** 2, F.sqrt, F.floor, F.sigmoid, lambda x: F.dot(x, x)])
+def test_ops_without_a_quantized_kernel_raise_and_leave_the_tensor(fn):
+    # MegEngine refuses these on a qint8 tensor; computing on the raw integers would be off by the scale
+    x = _q([-1.0, 0.5, 2.0], 0.1)
+    with pytest.raises(mge.core._dispatch.OpError, match=r"qint8\(0\.1"):
+        fn(x)
+    np.testing.assert_array_equal(x.numpy(), [-10, 5, 20])
+
+
+def test_quantized_ops_megengine_computes_keep_working():
+    x = _q([-1.0, 0.5, 2.0], 0.1)
+    np.testing.assert_array_equal((x + x).numpy(), [-20, 10, 40])
+    np.testing.assert_array_equal((-x).numpy(), [10, -5, -20])
+    np.testing.assert_array_equal(F.relu(x).numpy(), [0, 5, 20])
+    np.testing.assert_array_equal(F.maximum(x, x).numpy(), [-10, 5, 20])
+
+
+def test_quantized_matmul_is_qint32_with_the_product_scale():
+    # MegEngine 1.13: qint8(0.1) [[-1, .5, 2]] @ qint8(0.2) [[1], [.5], [2]] -> QuantizedS32 scale 0.02, [[165]]
+    x = _q([[-1.0, 0.5, 2.0]], 0.1)
+    y = _q([[1.0], [0.5], [2.0]], 0.2)
+    for out in (F.matmul(x, y), x @ y, F.nn.linear(x, y.reshape(1, 3))):
+        assert out.dtype.metadata["mgb_dtype"]["name"] == "QuantizedS32"
+        np.testing.assert_allclose(out.dtype.metadata["mgb_dtype"]["scale"], 0.02, rtol=1e-6)
+        np.testing.assert_array_equal(out.numpy(), [[165]])
+        np.testing.assert_allclose(out.astype("float32").numpy(), [[3.3]], rtol=1e-6)
+    with pytest.raises(mge.core._dispatch.OpError, match="quantized and the other is not"):
+        F.matmul(x, y.astype("float32"))

@@ -121,6 +121,19 @@ def quantized_params(x):
     return q
 
 
+def reject_quantized(op, *operands):
+    """Raise where an operand is a quantized tensor and ``op`` has no quantized kernel (MegEngine's qint8
+    elementwise kernels are add/sub/neg/relu/max/min): computing on the raw integers would give values silently
+    off by the scale, and MegEngine refuses these ops too."""
+    from ._dispatch import OpError
+    for x in operands:
+        q = quantized_params(x) if isinstance(x, Tensor) else None
+        if q is not None:
+            raise OpError(f"{op}: no kernel for the quantized dtype {q.dtype_meta.name}({_scale_value(q)}) "
+                          f"(shape {tuple(x.shape)}); dequantize first with .astype('float32') (MegEngine "
+                          f"computes only add/sub/neg/relu/maximum/minimum on quantized tensors)")
+
+
 def _scale_value(q):
     """The scale of QParams ``q`` as a float, None where it is not a concrete value (inside a trace)."""
     import jax
@@ -170,10 +183,12 @@ def binary(prim, name=None):
     keep = name in QUANT_KEEP
 
     def fn(x, y):
-        if keep and QPARAMS_SEEN[0]:
+        if QPARAMS_SEEN[0]:
             q = quantized_params(x) if isinstance(x, Tensor) else None
             q = q or (quantized_params(y) if isinstance(y, Tensor) else None)
             if q is not None:
+                if not keep:
+                    reject_quantized(name or prim.name, x, y)
                 return _quantized_binary(op, name, x, y, q)
         if type(x) is not Tensor and not isinstance(x, Tensor):
             x = as_tensor(x, y if isinstance(y, Tensor) else None)
@@ -194,6 +209,8 @@ def unary(prim, name=None):
 
     def fn(x):
         x = x if isinstance(x, Tensor) else as_tensor(x)
+        if not keep and QPARAMS_SEEN[0]:
+            reject_quantized(name or prim.name, x)
         if high and _autocast.enabled:
             x, = _autocast.up(x)
         out = apply(op, x)

@@ -8,7 +8,9 @@ from ..core.ops import reduction as _R, linalg as _L, sort as _S
 from ..core import _autocast as _amp  # autocast state: the hook below costs one attribute read
 from .elemwise import isnan, isinf, sign  # noqa: F401  (MegEngine exports these from .math too)
 from .tensor import cumsum, keep_qparams, _quantized_source, astype as _astype  # noqa: F401
-from ..core._tensor import QPARAMS_SEEN as _QPARAMS_SEEN
+from ..core._tensor import QPARAMS_SEEN as _QPARAMS_SEEN, Tensor
+from ..core._elemwise_front import quantized_params as _quantized_params, reject_quantized as _reject_quantized
+from ..core.ops import elemwise as _E
 
 __all__ = ["sum", "mean", "prod", "max", "min", "var", "std", "norm", "argmax", "argmin", "logsumexp", "matmul",
            "dot", "matinv", "svd", "normalize", "sort", "argsort", "topk", "topk_accuracy"]
@@ -234,6 +236,8 @@ def matmul(inp1, inp2, transpose_a=False, transpose_b=False, compute_mode="defau
     inp1, inp2 = _t(inp1), _t(inp2)
     if _amp.enabled:  # autocast: compute in low precision, as MegEngine's amp
         inp1, inp2 = _amp.low(inp1, inp2)
+    if _QPARAMS_SEEN[0] and (_quantized_params(inp1) or _quantized_params(inp2)):
+        return _quantized_matmul(inp1, inp2, transpose_a, transpose_b)
     if inp1.ndim == 0 or inp2.ndim == 0:
         raise OpError(f"matmul: operands must be at least 1-D, got shapes {inp1.shape} and {inp2.shape}")
     k1 = inp1.shape[-2] if transpose_a and inp1.ndim > 1 else inp1.shape[-1]
@@ -242,6 +246,22 @@ def matmul(inp1, inp2, transpose_a=False, transpose_b=False, compute_mode="defau
         raise OpError(f"matmul: contracted dimensions differ ({k1} vs {k2}) for shapes {inp1.shape} and "
                       f"{inp2.shape} (transpose_a={transpose_a}, transpose_b={transpose_b})")
     return _apply(_L.matmul.bind(transpose_a=bool(transpose_a), transpose_b=bool(transpose_b)), inp1, inp2)
+
+
+def _quantized_matmul(inp1, inp2, transpose_a, transpose_b):
+    # MegEngine multiplies two symmetric quantized operands on their integers, accumulating in int32: the result
+    # is qint32 with scale = product of the scales (the dtype its quantized Linear feeds its requantize)
+    from ..core._tensor import QPARAMS_FACTORY
+    from ..core.tensor.dtype import _builtin_quant_dtypes
+    q1, q2 = _quantized_params(inp1), _quantized_params(inp2)
+    if q1 is None or q2 is None:
+        raise OpError(f"matmul: one operand is quantized and the other is not ({inp1.dtype} {inp1.shape} and "
+                      f"{inp2.dtype} {inp2.shape}); quantize both (astype) or dequantize both")
+    a, b = (_apply(_E.astype.bind(dtype="int32"), x) for x in (inp1, inp2))
+    out = matmul(a, b, transpose_a, transpose_b)
+    s1, s2 = (q.scale if isinstance(q.scale, Tensor) else Tensor(q.scale, dtype="float32") for q in (q1, q2))
+    out._qparams = QPARAMS_FACTORY[0](_builtin_quant_dtypes["qint32"], s1 * s2, None)
+    return out
 
 
 def dot(inp1, inp2):
@@ -259,6 +279,8 @@ def dot(inp1, inp2):
         array(11., dtype=float32)
     """
     inp1, inp2 = _t(inp1), _t(inp2)
+    if _QPARAMS_SEEN[0]:
+        _reject_quantized("dot", inp1, inp2)
     if inp1.ndim > 1 or inp2.ndim > 1 or inp1.size != inp2.size:
         raise OpError(f"dot: inputs must be vectors of one length, got shapes {inp1.shape} and {inp2.shape}")
     return _apply(_L.dot.bind(), inp1, inp2)

@@ -8,7 +8,8 @@ import numpy as np
 
 from ..core._tensor import Tensor
 from ..core._dispatch import apply as _apply, OpError
-from ..core._elemwise_front import as_tensor as _t
+from ..core._elemwise_front import as_tensor as _t, quantized_params
+from ..core._tensor import QPARAMS_SEEN
 from ..core.ops import nn as _N, linalg as _L, elemwise as _E, random as _RP, shape as _S
 from ..core import _autocast as _amp  # autocast state: the hook below costs one attribute read
 from .elemwise import relu, sigmoid, gelu, silu, softplus, logsigmoid, relu6, hsigmoid, hswish  # noqa: F401
@@ -475,6 +476,11 @@ def linear(inp, weight, bias=None, compute_mode="default"):
         inp, weight, bias = _amp.low(inp, weight, bias)
     if weight.ndim != 2 or inp.ndim < 1 or inp.shape[-1] != weight.shape[1]:
         raise OpError(f"linear: input {inp.shape} does not match weight {weight.shape} (expects (out, in))")
+    if QPARAMS_SEEN[0] and (quantized_params(inp) or quantized_params(weight)):
+        # MegEngine's linear is matmul + bias: on quantized operands a qint32 product (see matmul)
+        from .math import matmul
+        out = matmul(inp, weight, transpose_b=True)
+        return out if bias is None else out + bias
     args = (inp, weight) if bias is None else (inp, weight, _t(bias))
     return _apply(_L.linear.bind(), *args)
 
