@@ -114,3 +114,9 @@ def test_pack_allreduce_split_single_process():
     np.testing.assert_array_equal(ra.numpy(), a.numpy())
     with pytest.raises(ValueError, match="reduce_method"):
         pack_allreduce_split([a], [a.shape], WORLD, "max")
+
+
+def test_tuple_shape_is_a_plain_tuple():
+    # MegEngine's own optimizer tests assert ``param._tuple_shape is ()`` for a scalar parameter
+    assert type(mge.Parameter(1.0)._tuple_shape) is tuple and mge.Parameter(1.0)._tuple_shape == ()
+    assert mge.Tensor(np.zeros((2, 3)))._tuple_shape == (2, 3)

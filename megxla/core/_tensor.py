@@ -143,6 +143,11 @@ class Tensor:
         return Shape(self._data.shape)
 
     @property
+    def _tuple_shape(self):
+        # MegEngine's shape as a plain tuple (its ``shape`` may be symbolic); MegEngine's own tests read it
+        return tuple(self._data.shape)
+
+    @property
     def dtype(self):
         """The NumPy dtype; for a quantized tensor (integer storage with quantization parameters) MegEngine's
         quantized dtype, which carries the scale and zero point (``dtype.get_scale(x.dtype)``)."""
