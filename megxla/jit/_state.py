@@ -231,3 +231,67 @@ def apply_numbers(writes):
         if obj is not None:
             obj.__dict__[k] = v
 
+
+
+def module_tensor_attrs(roots):
+    """``[(module, {attribute: Tensor})]``: the Tensor attributes of every module reachable from ``roots`` (the
+    arguments, and modules a traced function reaches from its closure or globals). A recording call that fails
+    puts them back (:func:`restore_module_tensor_attrs`): a body that rebinds ``self.w = self.w * 2`` and then
+    raises (or, recorded abstractly, reads a value on the host) must not leave the module holding the new
+    Tensor -- under an abstract recording one holding a JAX tracer, unreadable for ever."""
+    out = []
+    _is_module(None)  # resolve the Module class once
+    _visit_tensor_attrs(roots, out, set())
+    return out
+
+
+def _visit_tensor_attrs(obj, out, seen):
+    # (a module-level function, not a closure calling itself: that would be a reference cycle holding ``out``,
+    # keeping the old Tensors alive until the garbage collector runs)
+    if isinstance(obj, (list, tuple)):
+        for o in obj:
+            _visit_tensor_attrs(o, out, seen)
+    elif isinstance(obj, dict):
+        for o in obj.values():
+            _visit_tensor_attrs(o, out, seen)
+    elif _is_module(obj) and id(obj) not in seen:
+        seen.add(id(obj))
+        out.append((obj, {k: v for k, v in obj.__dict__.items() if isinstance(v, Tensor)}))
+        for k, v in obj.__dict__.items():
+            if isinstance(v, _Module) or (k[0] != "_" and isinstance(v, (list, tuple, dict))):
+                _visit_tensor_attrs(v, out, seen)
+
+
+def restore_module_tensor_attrs(snapshot):
+    """Undo the Tensor attribute rebinding, adding and removal a failed call did (see
+    :func:`module_tensor_attrs`)."""
+    for m, attrs in snapshot:
+        d = m.__dict__
+        for k in [k for k, v in d.items() if isinstance(v, Tensor) and k not in attrs]:
+            delattr(m, k)  # (through Module.__delattr__: the structure epoch moves on)
+        for k, t in attrs.items():
+            if d.get(k) is not t:
+                setattr(m, k, t)
+
+
+def closure_modules(function):
+    """Modules a function reaches without their being arguments: its closure cells and the globals it names
+    (``net`` in ``@trace def step(x): return net(x)``), to put their Tensor attributes back after a failed
+    recording call."""
+    out = []
+    _is_module(None)
+    fn = getattr(function, "__func__", function)
+    for cell in getattr(fn, "__closure__", None) or ():
+        try:
+            v = cell.cell_contents
+        except ValueError:  # an empty cell
+            continue
+        if isinstance(v, _Module):
+            out.append(v)
+    code, glb = getattr(fn, "__code__", None), getattr(fn, "__globals__", None)
+    if code is not None and glb is not None:
+        for name in code.co_names:
+            v = glb.get(name)
+            if isinstance(v, _Module):
+                out.append(v)
+    return out

@@ -111,6 +111,10 @@ class _Entry:
         # abstract recording's first run gives their values
         self.escaped = frozenset()
         self.escape_refs = ()
+        self.first_externals = None  # (abstract recording) the external tensors it read, for its first run
+        # per external tensor: (weakref to the module, attribute) that held it when the call started, or None:
+        # the body (or code between calls) rebinding that attribute makes this recording stale (_live_externals)
+        self.external_homes = ()
 
 
 def _escaped(produced, out_leaves):
@@ -348,7 +352,8 @@ class trace:
         self.num_calls += 1
         st = state
         if entry.rec.externals:
-            st = state + _live_externals(entry)
+            st = state + entry.first_externals
+            entry.first_externals = None
         try:
             self._compile(entry)
             self._last = entry
@@ -398,6 +403,12 @@ class trace:
                 # recorded with other ``.grad`` tensors present: accumulating into an existing gradient and
                 # computing a fresh one are different steps (a variant of the same signature)
                 continue
+            if not self._without_host and _dispatch.recorders:
+                # A GradManager outside this call records: the with-host replay gives its ops placeholder
+                # values that only the segments' kept outputs ever fill, so the outer tape could not be
+                # differentiated. The body runs eagerly instead (the outer tape gets real values, as from
+                # MegEngine's trace); without the host the compiled step is one differentiable op (_run).
+                return self.__wrapped__(*args, **kwargs)
             if entry.segments is None:
                 self._compile(entry)
             self._last = entry
@@ -480,8 +491,14 @@ class trace:
         recorder.produced = None if self._without_host else []  # (with the host: kept values, see _escaped)
         return recorder
 
+    def _attr_snapshot(self, args, kwargs):
+        """The Tensor attributes of the modules a call may rebind (``self.w = self.w * 2``): those reachable from
+        the arguments and from the function's closure and globals; a failed recording call puts them back."""
+        return _state.module_tensor_attrs([args, kwargs, _state.closure_modules(self.__wrapped__)])
+
     def _record(self, args, kwargs, state, sig):
         snapshot = _snapshot(state)
+        attrs = self._attr_snapshot(args, kwargs)
         recorder = self._recorder(Recorder, state)
         numbers = _state.module_numbers(args, kwargs)
         push_interpreter(recorder)
@@ -491,12 +508,15 @@ class trace:
             finally:
                 pop_interpreter()
             entry = self._finish_recording(recorder, out, state, args, kwargs, sig, numbers)
+            if entry is not None and entry.rec.externals:
+                entry.external_homes = _homes(recorder.external_snapshots, attrs)
             drop_overflowed_grads(state)
         except BaseException:
             # transactional: the state tensors (and external ones found so far) are as before the call
             _restore(snapshot)
             _restore([(t, d, v, g, None if g is None else g._data, None if g is None else g._vid)
                       for t, d, v, g in recorder.external_snapshots])
+            _state.restore_module_tensor_attrs(attrs)
             raise
         return entry, out
 
@@ -597,6 +617,7 @@ class trace:
         body (an optimizer slot) becomes an output of this call's executable (``entry.new_state``); that entry is
         not cached, since the next call's signature includes the new state."""
         snapshot = _snapshot(state)
+        attrs = self._attr_snapshot(args, kwargs)
         nstate = len(state)
         holder = {}
         numbers = _state.module_numbers(args, kwargs)
@@ -614,7 +635,13 @@ class trace:
 
         needs = None
         try:
-            jax.eval_shape(abstract_step, *[t._data for t in state])
+            try:
+                jax.eval_shape(abstract_step, *[t._data for t in state])
+            except BaseException:
+                # a Tensor attribute the body rebound (``self.w = self.w * 2``) holds a tracer: put the old one
+                # back (also before the eager recording a host read asks for)
+                _state.restore_module_tensor_attrs(attrs)
+                raise
         except NeedsHost as exc:
             needs = exc
         except _TRACER_ERRORS as exc:  # megxla or user code converted a traced value outside ``read``
@@ -631,10 +658,16 @@ class trace:
                           for t, d, v, g in holder["recorder"].external_snapshots])
             del state[nstate:]  # externals are appended again by the eager recording, if any
         entry = holder.get("entry")
+        if entry is not None and entry.rec.externals:
+            # the tensors the recording read from the enclosing scope, held for the first run: one the body
+            # rebound on its module (``net.w = net.w * 2``) is referenced by nothing else any more
+            entry.first_externals = [t for t, _, _, _ in holder["recorder"].external_snapshots]
+            entry.external_homes = _homes(holder["recorder"].external_snapshots, attrs)
         if needs is None and entry is not None and any(isinstance(c, jax.core.Tracer) for c in entry.rec.consts.values()):
             needs = NeedsHost(("<unknown>", 0, ""), "keeps a traced value outside the ops (a constant)")
         if needs is not None:
             self._eager_recording = True
+            _state.restore_module_tensor_attrs(attrs)
             if entry is not None:
                 self._forget(sig, entry)
             if needs.warn and "abstract" not in self._warned:
@@ -1076,14 +1109,34 @@ def _input_plan(entry, seg):
 
 
 def _live_externals(entry):
+    """The external tensors of a recording (trace with the host), or None where one is gone, changed shape or
+    dtype, or is no longer the module attribute it was (``net.w = net.w * 2`` in the body): record again."""
     out = []
-    for ref, vid in zip(entry.rec.externals, entry.rec.input_vids[-len(entry.rec.externals):]):
+    homes = entry.external_homes
+    for k, (ref, vid) in enumerate(zip(entry.rec.externals, entry.rec.input_vids[-len(entry.rec.externals):])):
         t = ref()
         aval = entry.avals[vid]
         if t is None or t.shape != aval.shape or t.dtype != aval.dtype:
             return None
+        home = homes[k] if k < len(homes) else None
+        if home is not None:
+            m = home[0]()
+            if m is None or m.__dict__.get(home[1]) is not t:
+                return None
         out.append(t)
     return out
+
+
+def _homes(external_snapshots, attrs):
+    """``[(weakref to module, attribute) or None]`` per external tensor: where each was found in the module
+    attributes a recording call started with (``_state.module_tensor_attrs``). Checking the binding, not only
+    that the old tensor is alive, also sees a rebinding while something else (a user's list, a reference cycle
+    awaiting the garbage collector) still holds the old tensor."""
+    where = {}
+    for m, named in attrs:
+        for k, v in named.items():
+            where.setdefault(id(v), (weakref.ref(m), k))
+    return [where.get(id(t)) for t, _, _, _ in external_snapshots]
 
 
 class xla_trace(trace):
