@@ -14,8 +14,6 @@ REFERENCE = os.path.join(os.path.dirname(__file__), "data", "megengine-1.13-api.
 
 # name -> why it is absent. A name here that later appears is reported by test_known_missing_is_current.
 KNOWN_MISSING = {
-    "megxla.traced_module": "TracedModule is MegEngine's graph-IR rewriting system (expr/node graph of module "
-                            "calls); megxla's traces are op recordings compiled by XLA, not an editable IR",
     "megxla.functional.vision.nvof": "NVIDIA Optical Flow SDK hardware unit; no XLA equivalent",
     "megxla.optimizer.Optimizer.backward": "MegEngine-internal (deprecated) method; GradManager.backward is the API",
     "megxla.optimizer.Optimizer.bcast_param": "MegEngine-internal; distributed.bcast_list_ is the API",

@@ -1,0 +1,489 @@
+"""InternalGraph: the editable graph of a TracedModule (inputs, exprs in execution order, outputs).
+
+Queries return filters (``as_list()``, ``as_dict()``, ``as_unique()``, ``as_count()``); surgery is
+``insert_exprs()`` + ``replace_node()`` + ``compile()``; ``interpret`` runs the graph on values.
+"""
+from __future__ import annotations
+
+import collections
+import fnmatch
+import re
+import weakref
+from typing import Callable, Dict, List, Optional, Sequence
+
+from .expr import CallFunction, CallMethod, Expr, GetAttr, Input
+from .node import ModuleNode, Node, TensorNode
+from .pytree import tree_flatten, TreeDef
+
+__all__ = ["InternalGraph", "NameSpace", "ExprFilter", "NodeFilter"]
+
+_RESERVED = {"self"}
+
+
+class NameSpace:
+    """The names used in one graph: each node gets a unique, identifier-like name."""
+
+    def __init__(self, name, qualname):
+        self.name = name
+        self.qualname = qualname
+        self.used_names: Dict[str, Node] = {}
+
+    def create_unique_name(self, name: str, node: Node = None) -> str:
+        """Sanitize ``name`` and add ``_1``, ``_2``... until unused; associate it with ``node``."""
+        assert isinstance(name, str), "The name must be a string"
+        if name in self.used_names and self.used_names[name] is node:
+            return name
+        name = re.sub(r"[^0-9a-zA-Z_]+", "_", name) or "node"
+        if name[0].isdigit():
+            name = "_" + name
+        base, n = name, 0
+        while name in self.used_names:
+            n += 1
+            name = f"{base}_{n}"
+        self.used_names[name] = node
+        return name
+
+    def unassociate(self, node: Node):
+        if node._name in self.used_names and self.used_names[node._name] is node:
+            del self.used_names[node._name]
+
+    def merge(self, other: "NameSpace"):
+        self.used_names.update(other.used_names)
+
+
+class BaseFilter:
+    """An iterator over nodes or exprs with converters to list/dict."""
+
+    def __init__(self, it):
+        self._iter = it
+
+    def __iter__(self):
+        return iter(self._iter)
+
+    def as_list(self) -> list:
+        """The elements as a list."""
+        return list(self)
+
+    def as_dict(self) -> "collections.OrderedDict":
+        """An ordered dict ``{id: element}``."""
+        return collections.OrderedDict((i._id, i) for i in self)
+
+    def as_unique(self):
+        """The only element (AssertionError when there are none or several)."""
+        rst = self.as_list()
+        assert len(rst) == 1, f"{len(rst)} elements found"
+        return rst[0]
+
+    def as_count(self) -> int:
+        """The number of elements."""
+        return sum(1 for _ in self)
+
+
+class ExprFilter(BaseFilter):
+    """Exprs, filterable further by ``call_function``, ``call_method``, ``expr_id``."""
+
+    def call_function(self, func):
+        return ExprFilter(e for e in self if isinstance(e, CallFunction) and (func is None or e.func == func))
+
+    def call_method(self, method):
+        if isinstance(method, str):
+            method = [method]
+        return ExprFilter(e for e in self
+                          if isinstance(e, CallMethod) and (method is None or e.method in method))
+
+    def expr_id(self, expr_id):
+        ids = expr_id if isinstance(expr_id, Sequence) else [expr_id]
+        return ExprFilter(e for e in self if e._id in ids)
+
+
+class NodeFilter(BaseFilter):
+    """Nodes, filterable further by ``type``, ``node_id``, ``name``."""
+
+    def type(self, owner_type):
+        return NodeFilter(n for n in self if isinstance(n, ModuleNode)
+                          and n.module_type is not None and issubclass(n.module_type, owner_type))
+
+    def node_id(self, node_id):
+        ids = node_id if isinstance(node_id, Sequence) else [node_id]
+        return NodeFilter(n for n in self if n._id in ids)
+
+    def name(self, name: str, ignorecase: bool = True):
+        regex = re.compile(fnmatch.translate(name), re.IGNORECASE if ignorecase else 0)
+
+        def match(n):
+            g = n.top_graph
+            full = f"{g._name}_{n._name}" if g is not None else n._name
+            return full == name or regex.match(full)
+
+        return NodeFilter(n for n in self if match(n))
+
+
+class _EndReached(Exception):
+    """Raised inside interpretation once every end point has a value (see ``TracedModule.set_end_points``)."""
+
+
+class InternalGraph:
+    """The graph of one traced ``forward``: ``inputs`` (the module node ``self`` first), ``exprs`` and
+    ``outputs``.
+
+    Args:
+        name: the graph's name (the module's class name for a top graph).
+        qualname: the module path it was traced at (``Net.block0``).
+    """
+
+    def __init__(self, name: str, qualname: str):
+        self._exprs: List[Expr] = []
+        self._inputs: List[Node] = []
+        self._outputs: List[Node] = []
+        self._name = name
+        self._qualname = qualname
+        self._namespace = NameSpace(name, qualname)
+        self._top_graph = None  # the enclosing graph (None for the top graph)
+        self._total_ids = None  # (next node id, next expr id) of a top graph
+        self._watch_point: List[Node] = []
+        self._end_point: List[Node] = []
+        self._sinks = None  # (watch values dict, end values dict) shared with the top module while set
+
+    # ---- properties ---------------------------------------------------------------------------------------
+    @property
+    def inputs(self) -> List[Node]:
+        """The graph's input nodes (``inputs[0]`` is the module itself)."""
+        return self._inputs
+
+    @property
+    def outputs(self) -> List[Node]:
+        """The graph's output nodes, flattened."""
+        return self._outputs
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @name.setter
+    def name(self, value: str):
+        self._name = value
+        self._namespace.name = value
+
+    @property
+    def qualname(self) -> str:
+        return self._qualname
+
+    @property
+    def top_graph(self) -> Optional["InternalGraph"]:
+        """The graph that calls this one (None for a top graph)."""
+        g = self._top_graph
+        return g() if g is not None else None
+
+    @top_graph.setter
+    def top_graph(self, graph):
+        self._top_graph = None if graph is None else weakref.ref(graph)
+
+    def _root(self) -> "InternalGraph":
+        g = self
+        while g.top_graph is not None:
+            g = g.top_graph
+        return g
+
+    @property
+    def owner(self):
+        """The module this graph belongs to (the owner of its ``self`` input)."""
+        return self._inputs[0].owner if self._inputs else None
+
+    def __getstate__(self):
+        d = dict(self.__dict__)
+        d["_top_graph"] = None
+        d["_sinks"] = None
+        return d
+
+    # ---- adding (tracer) ----------------------------------------------------------------------------------
+    def _add_expr(self, expr: Expr):
+        expr.top_graph = self
+        self._exprs.append(expr)
+
+    def _new_node(self, cls, expr, name, qualname, **kw):
+        node = cls(expr, None, qualname, **kw)
+        node.top_graph = self
+        node._name = self._namespace.create_unique_name(name, node)
+        expr.outputs.append(node)
+        return node
+
+    # ---- queries ------------------------------------------------------------------------------------------
+    def _iter_exprs(self, recursive):
+        for n in self._inputs:
+            yield n.expr
+        for e in self._exprs:
+            yield e
+            if recursive and isinstance(e, CallMethod):
+                sub = e.graph
+                if sub is not None:
+                    yield from sub._iter_exprs(True)
+
+    def exprs(self, recursive: bool = True) -> ExprFilter:
+        """All exprs (the Inputs first), those of sub-graphs after the call that runs them when ``recursive``.
+
+        Returns:
+            an :class:`ExprFilter`.
+        """
+        return ExprFilter(self._iter_exprs(recursive))
+
+    def nodes(self, recursive: bool = True) -> NodeFilter:
+        """All nodes (inputs first), those of sub-graphs too when ``recursive``.
+
+        Returns:
+            a :class:`NodeFilter`.
+        """
+        def gen():
+            for e in self._iter_exprs(recursive):
+                yield from e.outputs
+        return NodeFilter(gen())
+
+    def get_function_by_type(self, func: Callable = None, recursive: bool = True) -> ExprFilter:
+        """The CallFunction exprs calling ``func`` (all CallFunctions when None).
+
+        Example:
+            >>> # graph.get_function_by_type(F.relu).as_unique()
+        """
+        return self.exprs(recursive).call_function(func)
+
+    def get_method_by_type(self, method: str = None, recursive: bool = True) -> ExprFilter:
+        """The CallMethod exprs of ``method`` (e.g. ``"__add__"``; ``"__call__"`` for module calls)."""
+        return self.exprs(recursive).call_method(method)
+
+    def get_expr_by_id(self, expr_id: List[int] = None, recursive: bool = True) -> ExprFilter:
+        """The exprs whose ``_id`` is in ``expr_id`` (one id or a list)."""
+        return self.exprs(recursive).expr_id(expr_id)
+
+    def get_module_by_type(self, module_cls, recursive: bool = True) -> NodeFilter:
+        """The ModuleNodes of modules of type ``module_cls`` (subclasses included)."""
+        return self.nodes(recursive).type(module_cls)
+
+    def get_node_by_id(self, node_id: List[int] = None, recursive: bool = True) -> NodeFilter:
+        """The nodes whose ``_id`` is in ``node_id`` (one id or a list)."""
+        return self.nodes(recursive).node_id(node_id)
+
+    def get_node_by_name(self, name: str = None, ignorecase: bool = True, recursive: bool = True) -> NodeFilter:
+        """The nodes whose full name ``"<graph name>_<node name>"`` matches the glob ``name``.
+
+        Example:
+            >>> # graph.get_node_by_name("MyBlock_conv1").as_unique()
+        """
+        return self.nodes(recursive).name(name, ignorecase)
+
+    def get_dep_exprs(self, nodes) -> List[Expr]:
+        """The exprs of this graph that ``nodes`` depend on, in graph order."""
+        if isinstance(nodes, Node):
+            nodes = [nodes]
+        seen, stack = set(), list(nodes)
+        deps = set()
+        while stack:
+            n = stack.pop()
+            if id(n) in seen:
+                continue
+            seen.add(id(n))
+            e = n.expr
+            if e is None or isinstance(e, Input) or e.top_graph is not self and e not in self._exprs:
+                continue
+            deps.add(e)
+            stack.extend(e.inputs)
+        return [e for e in self._exprs if e in deps]
+
+    # ---- surgery ------------------------------------------------------------------------------------------
+    def insert_exprs(self, expr: Optional[Expr] = None):
+        """A context in which calls on this graph's nodes record new exprs.
+
+        Inside ``with graph.insert_exprs():`` functional calls, Tensor methods on TensorNodes and calls of
+        ``self_node.<submodule>`` record exprs and return new nodes. On exit the exprs are inserted after
+        ``expr`` (or right after the last expr producing one of their inputs, when later).
+
+        Args:
+            expr: the expr after which to insert; None: place them after their inputs are available.
+
+        Example:
+            >>> # with graph.insert_exprs():
+            >>> #     neg = F.neg(relu_out)
+            >>> # graph.replace_node({relu_out: neg}); graph.compile()
+        """
+        from .tracer import InsertExprs
+        if expr is not None:
+            assert expr.top_graph is self, "Expr to insert after is not in graph."
+        return InsertExprs(self, expr)
+
+    def replace_node(self, repl_dict: Dict[Node, Node]):
+        """Make the users of each key node (after the replacement's producer) read the value node instead;
+        graph outputs are replaced too.
+
+        Args:
+            repl_dict: ``{old_node: new_node}``.
+        """
+        for node, repl in list(repl_dict.items()):
+            assert type(node) == type(repl), \
+                f"The type of {node}({type(node).__name__}) and {repl}({type(repl).__name__}) are not the same"
+            assert repl.top_graph is self, f"{repl} is not a node of graph {self._name}"
+            for i, n in enumerate(self._outputs):
+                if n is node:
+                    self._outputs[i] = repl
+            index = -1 if isinstance(repl.expr, Input) else self._exprs.index(repl.expr)
+            deps = set(self.get_dep_exprs(repl))
+            for user in list(node.users):
+                if user in self._exprs and self._exprs.index(user) <= index:
+                    continue
+                if user in deps:  # would create a loop
+                    continue
+                node.users.remove(user)
+                repl.users.append(user)
+                user.inputs[:] = [repl if x is node else x for x in user.inputs]
+
+    def _merge_getattr_expr(self):
+        seen = {}
+        for e in [e for e in self._exprs if isinstance(e, GetAttr)]:
+            key = (id(e.inputs[0]), e.name)
+            if key in seen:
+                keep = seen[key]
+                dup = e.outputs[0]
+                for user in list(dup.users):
+                    user.inputs[:] = [keep if x is dup else x for x in user.inputs]
+                    keep.users.append(user)
+                dup.users.clear()
+            else:
+                seen[key] = e.outputs[0]
+
+    def eliminate_dead_code(self):
+        """Remove the exprs whose results no output depends on."""
+        live = set(self.get_dep_exprs(self._outputs))
+        for e in list(self._exprs):
+            if e in live or e._disable_remove:
+                continue
+            for n in e.inputs:
+                if e in n.users:
+                    n.users.remove(e)
+            self._exprs.remove(e)
+            for n in e.outputs:
+                self._namespace.unassociate(n)
+
+    def compile(self):
+        """Merge duplicate GetAttr exprs and delete the exprs no output needs (after surgery)."""
+        self._merge_getattr_expr()
+        self.eliminate_dead_code()
+
+    def _owner_key(self):
+        owner = self.owner
+        gmap = getattr(owner, "argdef_graph_map", None) or {}
+        for k, g in gmap.items():
+            if g is self:
+                return owner, k
+        return owner, None
+
+    def _rekey(self, new_key=None, new_outdef=None):
+        owner, key = self._owner_key()
+        if owner is None or key is None:
+            return
+        out = owner.argdef_outdef_map.pop(key)
+        del owner.argdef_graph_map[key]
+        key = new_key if new_key is not None else key
+        owner.argdef_graph_map[key] = self
+        owner.argdef_outdef_map[key] = new_outdef if new_outdef is not None else out
+
+    def add_input_node(self, shape, dtype="float32", name: str = "args") -> TensorNode:
+        """Append a tensor input to the graph (a new last positional argument of the module).
+
+        Args:
+            shape: the input's shape.
+            dtype: its dtype. Default: float32.
+            name: its name. Default: "args".
+
+        Returns:
+            the new input :class:`TensorNode`.
+        """
+        import numpy as np
+        expr = Input(name)
+        expr.top_graph = self
+        node = self._new_node(TensorNode, expr, name, f"{self._qualname}.[{name}]", shape=tuple(shape),
+                              dtype=np.dtype(dtype))
+        self._inputs.append(node)
+        owner, key = self._owner_key()
+        if key is not None:
+            args_def, kwargs_def = key.children
+            new_args = TreeDef(tuple, None, list(args_def.children) + [_leaf_def()])
+            new_key = TreeDef(key.type, key.aux, [new_args, kwargs_def])
+            self._rekey(new_key)
+            spec = getattr(owner, "argspec", None)
+            if spec is not None:
+                owner.argspec = spec._replace(args=list(spec.args) + [node._name])
+        return node
+
+    def add_output_node(self, node: TensorNode):
+        """Append ``node`` to the outputs (a single output becomes a tuple of two).
+
+        Args:
+            node: a node of this graph.
+        """
+        owner, key = self._owner_key()
+        self._outputs.append(node)
+        if key is not None:
+            out = owner.argdef_outdef_map[key]
+            if out.type is tuple:
+                new = TreeDef(tuple, None, list(out.children) + [_leaf_def()])
+            else:
+                new = TreeDef(tuple, None, [out, _leaf_def()])
+            self._rekey(new_outdef=new)
+
+    def reset_outputs(self, outputs):
+        """Make ``outputs`` (nodes in any nest of list/tuple/dict) the graph's result.
+
+        Args:
+            outputs: the new result structure, with nodes at the leaves.
+        """
+        leaves, outdef = tree_flatten(outputs, is_leaf=lambda x: isinstance(x, Node))
+        self._outputs[:] = leaves
+        self._rekey(new_outdef=outdef)
+
+    # ---- running ------------------------------------------------------------------------------------------
+    def interpret(self, *inputs):
+        """Run the graph on input values (the module first); returns the output values, flattened."""
+        env = {}
+        for n, v in zip(self._inputs, inputs):
+            env[n] = v
+        sinks = self._sinks
+        for expr in self._exprs:
+            try:
+                vals = [env[n] for n in expr.inputs]
+            except KeyError as exc:
+                raise RuntimeError(f"graph {self._name}: {expr!r} reads node {exc.args[0]} before it is "
+                                   "computed (re-order the exprs or compile the graph)") from None
+            outs = expr.interpret(*vals)
+            for n, v in zip(expr.outputs, outs):
+                env[n] = v
+            if sinks is not None:
+                _collect(expr.outputs, env, sinks)
+        try:
+            return [env[n] for n in self._outputs]
+        except KeyError as exc:
+            raise RuntimeError(f"graph {self._name}: output node {exc.args[0]} is never computed") from None
+
+    # ---- printing -----------------------------------------------------------------------------------------
+    def __format__(self, spec=""):
+        if spec == "p":
+            return self._name
+        args = ", ".join(str(n) for n in self._inputs)
+        body = "".join(f"\t{e!r}\n" for e in self._exprs)
+        outs = ", ".join(str(n) for n in self._outputs)
+        return f"{self._name}.Graph ({args}) {{\n{body}\treturn {outs}\n}}"
+
+    def __repr__(self):
+        return self.__format__()
+
+
+def _leaf_def():
+    from .pytree import LEAF
+    return TreeDef(None, value=LEAF)
+
+
+def _collect(nodes, env, sinks):
+    watch, end, want = sinks
+    for n in nodes:
+        if n in watch:
+            watch[n].append(env[n])
+        if want and n in want:
+            end[n] = env[n]
+            if len(end) == len(want):
+                raise _EndReached()

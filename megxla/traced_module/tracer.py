@@ -1,0 +1,664 @@
+"""Recording a Module's forward into an InternalGraph.
+
+While ``trace_module`` (or ``graph.insert_exprs()``) runs, a :class:`_Tracer` is active and these hooks are
+installed (all of them are removed again afterwards, also when the traced code raises):
+
+* ``Module.__call__``: a builtin module (megxla's own layers, or ``register_as_builtin``) becomes one
+  ``CallMethod(__call__)``; any other module gets its own sub-graph (a nested TracedModule).
+* the public functions of ``megxla.functional`` (every module attribute holding them): ``CallFunction``.
+* Tensor methods and operators: ``CallMethod``; ``Tensor(t)`` of a traced tensor: ``CallFunction(Tensor)``.
+* a gradient-recorder-style observer of the dispatch point records any other op as ``Apply``.
+
+Inside a recorded call the tracer is suppressed, so only the outermost call is recorded; the call itself
+runs for real, which gives every node its shape and dtype. Tracing is single-threaded.
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+import sys
+import threading
+import types
+
+import numpy as np
+
+from ..core import _dispatch
+from ..core._tensor import Tensor
+from ..module.module import Module
+from .expr import Apply, CallFunction, CallMethod, Constant, Expr, GetAttr, Input, get_subattr
+from .graph import InternalGraph
+from .node import ModuleNode, Node, TensorNode
+from .pytree import tree_flatten, tree_unflatten
+
+_active = None  # the running _Tracer
+_ORIG_MODULE_CALL = Module.__call__
+_ORIG_TENSOR_INIT = Tensor.__init__
+BUILTIN_MODULES: set = set()
+WRAPPED: dict = {}  # user function -> its wrap() wrapper
+
+TENSOR_METHODS = (
+    "__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__", "__rtruediv__",
+    "__floordiv__", "__rfloordiv__", "__mod__", "__rmod__", "__pow__", "__rpow__", "__matmul__", "__rmatmul__",
+    "__neg__", "__pos__", "__abs__", "__invert__", "__and__", "__rand__", "__or__", "__ror__", "__xor__",
+    "__rxor__", "__lshift__", "__rshift__", "__lt__", "__le__", "__gt__", "__ge__", "__getitem__",
+    "__iadd__", "__isub__", "__imul__", "__itruediv__", "__ifloordiv__", "__imod__", "__ipow__", "__imatmul__",
+    "__setitem__", "astype", "reshape", "transpose", "flatten", "sum", "mean", "prod", "max", "min", "var",
+    "_broadcast", "detach",
+)
+
+
+# ---- which functions are traced -------------------------------------------------------------------------
+_FUNC_SITES = None  # [(module, attr name, function)]
+_FUNC_WRAPPERS: dict = {}  # function -> wrapper
+_FUNC_NAMES: dict = {}  # function -> (module name, attr name) of its public spelling
+
+
+def _functional_sites():
+    global _FUNC_SITES
+    if _FUNC_SITES is None:
+        import megxla.functional as F
+        F.distributed  # noqa: B018  (loaded so its functions are traced too)
+        sites = []
+        mods = [m for name, m in sorted(sys.modules.items())
+                if name.startswith("megxla.functional") and "._" not in name and m is not None]
+        for mod in mods:
+            for attr, v in list(vars(mod).items()):
+                if attr.startswith("_") or not isinstance(v, types.FunctionType):
+                    continue
+                if not getattr(v, "__module__", "").startswith(("megxla.functional", "megxla.core")):
+                    continue
+                sites.append((mod, attr, v))
+                if v not in _FUNC_NAMES or mod is F:
+                    _FUNC_NAMES[v] = (mod.__name__, attr)
+        _FUNC_SITES = sites
+    return _FUNC_SITES
+
+
+def func_ref(func):
+    """``(module name, attribute)`` under which ``func`` can be found again (for printing and pickling)."""
+    _functional_sites()
+    ref = _FUNC_NAMES.get(func)
+    if ref is not None:
+        return ref
+    return getattr(func, "__module__", None) or "", getattr(func, "__qualname__", getattr(func, "__name__", ""))
+
+
+def _func_wrapper(func):
+    w = _FUNC_WRAPPERS.get(func)
+    if w is None:
+        @functools.wraps(func)
+        def w(*args, **kwargs):
+            tr = _active
+            if tr is None or tr.suppress or not tr.frames or tr.thread is not threading.current_thread():
+                return func(*args, **kwargs)
+            return tr.call_function(func, args, kwargs)
+        w._tm_original = func
+        _FUNC_WRAPPERS[func] = w
+    return w
+
+
+def callable_for(func):
+    """What a CallFunction expr calls: the recording wrapper while a trace runs (so re-tracing a
+    TracedModule records the call again), the function itself otherwise."""
+    w = WRAPPED.get(func)
+    if w is not None:
+        return w
+    if _active is not None:
+        return _FUNC_WRAPPERS.get(func, func)
+    return func
+
+
+def _method_wrapper(name, orig):
+    @functools.wraps(orig)
+    def m(self, *args, **kwargs):
+        tr = _active
+        if tr is None or tr.suppress or not tr.frames or tr.thread is not threading.current_thread():
+            return orig(self, *args, **kwargs)
+        return tr.call_method(name, orig, self, args, kwargs)
+    return m
+
+
+def _module_call(mod, *args, **kwargs):
+    tr = _active
+    if tr is None or tr.suppress or not tr.frames or tr.thread is not threading.current_thread():
+        return _ORIG_MODULE_CALL(mod, *args, **kwargs)
+    return tr.call_module(mod, args, kwargs)
+
+
+def _tensor_init(self, data=None, *args, **kwargs):
+    tr = _active
+    if tr is None or tr.suppress or not tr.frames or tr.thread is not threading.current_thread() \
+            or not tree_flatten(data, lambda x: isinstance(x, (Tensor, Node)))[0]:
+        return _ORIG_TENSOR_INIT(self, data, *args, **kwargs)
+    # Tensor(<traced tensor>) follows its input: recorded as a call of the class
+    tr.call_function(type(self), (data,) + args, kwargs, run=lambda: (_ORIG_TENSOR_INIT(self, data, *args, **kwargs),
+                                                                       self)[1])
+
+
+class _ApplyObserver:
+    """Sits among the dispatch point's gradient recorders while tracing: sees every op that no traced
+    function, method or module call covers and records it as an Apply expr."""
+
+    def _record(self, op, inputs, outputs):
+        tr = _active
+        if tr is None or tr.suppress or not tr.frames or tr.thread is not threading.current_thread():
+            return
+        tr.record_apply(op, inputs, outputs)
+
+    def _tracks(self, tensor):
+        return False
+
+
+_LEAF_BASES = None
+
+
+def is_builtin(mod) -> bool:
+    """Whether calls of ``mod`` stay single exprs: megxla's layers, ``register_as_builtin`` classes, and
+    quantization observers / fake-quantizers (subclasses included: their state is what QAT reads)."""
+    global _LEAF_BASES
+    if type(mod) in BUILTIN_MODULES:
+        return True
+    if _LEAF_BASES is None:
+        from ..quantization.fake_quant import _FakeQuantize
+        from ..quantization.observer import Observer
+        _LEAF_BASES = (Observer, _FakeQuantize)
+    return isinstance(mod, _LEAF_BASES)
+
+
+def argspec_of(mod):
+    from .traced_module import TracedModule
+    if isinstance(mod, TracedModule):
+        return mod.argspec
+    fwd = inspect.unwrap(type(mod).forward)
+    try:
+        return inspect.getfullargspec(fwd)
+    except TypeError:
+        return None
+
+
+def convert_kwargs_to_args(argspec, args, kwargs, is_bounded=False):
+    """Normalize a call: every argument that can be positional becomes positional (defaults filled in),
+    keyword-only ones (with their defaults) and ``**kwargs`` stay keywords. Raises TypeError as Python
+    would for a missing, repeated or unexpected argument."""
+    if callable(argspec):
+        argspec = inspect.getfullargspec(inspect.unwrap(argspec))
+    names = list(argspec.args[1:] if is_bounded else argspec.args)
+    defaults = list(argspec.defaults or ())
+    new_args = list(args)
+    dup = set(names[:len(new_args)]) & set(kwargs)
+    if dup:
+        raise TypeError(f"forward() got multiple values for argument {', '.join(sorted(dup))}")
+    for i in range(len(new_args), len(names)):
+        name = names[i]
+        if name in kwargs:
+            new_args.append(kwargs[name])
+        else:
+            j = i - (len(names) - len(defaults))
+            if j < 0:
+                raise TypeError(f"forward() missing required positional argument: {name!r}")
+            new_args.append(defaults[j])
+    new_kwargs = {}
+    for name in argspec.kwonlyargs:
+        if name in kwargs:
+            new_kwargs[name] = kwargs[name]
+        elif argspec.kwonlydefaults and name in argspec.kwonlydefaults:
+            new_kwargs[name] = argspec.kwonlydefaults[name]
+        else:
+            raise TypeError(f"forward() missing required keyword-only argument: {name!r}")
+    for k, v in kwargs.items():
+        if k not in names and k not in argspec.kwonlyargs:
+            if argspec.varkw is None:
+                raise TypeError(f"forward() got an unexpected keyword argument {k!r}")
+            new_kwargs[k] = v
+    return tuple(new_args), new_kwargs
+
+
+def _input_names(argspec, args, kwargs):
+    """One name per tensor leaf of (args, kwargs): the parameter's name, ``name_i`` inside structures."""
+    names = []
+    params = list(argspec.args[1:]) if argspec is not None else []
+
+    def add(base, value):
+        leaves, _ = tree_flatten(value)
+        if len(leaves) == 1:
+            names.append(base)
+        else:
+            names.extend(f"{base}_{i}" for i in range(len(leaves)))
+
+    for i, a in enumerate(args):
+        if i < len(params):
+            add(params[i], a)
+        else:
+            add(f"{argspec.varargs if argspec is not None and argspec.varargs else 'args'}_{i - len(params)}", a)
+    for k in sorted(kwargs, key=repr):  # the order tree_flatten gives dict entries
+        add(str(k), kwargs[k])
+    return names
+
+
+class _Frame:
+    """One graph being recorded: the module whose forward runs and the tensor -> node map of its values."""
+
+    def __init__(self, graph, module, self_node):
+        self.graph = graph
+        self.module = module
+        self.self_node = self_node
+        self.tmap = {}  # id(tensor) -> (tensor, node): keeps the tensor alive so ids stay unique
+        self.mnodes = {}  # id(module) -> (module, node)
+        self._tpaths = None
+        self._mpaths = None
+
+    def tensor_paths(self):
+        if self._tpaths is None:
+            self._tpaths = {}
+            for path, t in self.module.named_tensors():
+                self._tpaths.setdefault(id(t), (t, path))
+        return self._tpaths
+
+    def module_paths(self):
+        if self._mpaths is None:
+            self._mpaths = {}
+            for path, m in self.module.named_modules():
+                if path:
+                    self._mpaths.setdefault(id(m), (m, path))
+        return self._mpaths
+
+
+def _tensor_meta(t):
+    q = getattr(t, "_qparams", None)
+    return dict(shape=tuple(t.shape), dtype=t.dtype, qparams=q)
+
+
+class _Tracer:
+    def __init__(self, insert=False):
+        self.frames = []
+        self.suppress = 0
+        self.insert = insert
+        self.thread = threading.current_thread()
+        self.shells = {}  # id(original module) -> (original, TracedModule being built)
+        self.proxies = {}  # node -> the tensor standing for it inside insert_exprs()
+        self._undo = []
+
+    # ---- installing the hooks -----------------------------------------------------------------------------
+    def install(self):
+        global _active
+        if _active is not None:
+            raise RuntimeError("trace_module / insert_exprs cannot be nested inside another trace")
+        undo = self._undo
+        try:
+            Module.__call__ = _module_call
+            undo.append(lambda: setattr(Module, "__call__", _ORIG_MODULE_CALL))
+            Tensor.__init__ = _tensor_init
+            undo.append(lambda: setattr(Tensor, "__init__", _ORIG_TENSOR_INIT))
+            for name in TENSOR_METHODS:
+                orig = Tensor.__dict__.get(name)
+                if orig is None:
+                    continue
+                setattr(Tensor, name, _method_wrapper(name, orig))
+                undo.append(functools.partial(setattr, Tensor, name, orig))
+            for mod, attr, func in _functional_sites():
+                setattr(mod, attr, _func_wrapper(func))
+                undo.append(functools.partial(setattr, mod, attr, func))
+            obs = _ApplyObserver()
+            _dispatch.recorders.append(obs)
+            undo.append(functools.partial(_dispatch.recorders.remove, obs))
+        except BaseException:
+            self.uninstall()
+            raise
+        _active = self
+
+    def uninstall(self):
+        global _active
+        if _active is self:
+            _active = None
+        while self._undo:
+            self._undo.pop()()
+
+    # ---- nodes for values ---------------------------------------------------------------------------------
+    def node_for_tensor(self, frame, t):
+        hit = frame.tmap.get(id(t))
+        if hit is not None and hit[0] is t:
+            return hit[1]
+        g = frame.graph
+        found = frame.tensor_paths().get(id(t))
+        if found is not None and found[0] is t:
+            path = found[1]
+            expr = GetAttr(frame.self_node, path)
+            name, qual = path.replace(".", "_"), f"{g._qualname}.{path}"
+        else:
+            expr = Constant(t)
+            name, qual = "const_tensor", f"{g._qualname}.[const_tensor]"
+        g._add_expr(expr)
+        node = g._new_node(TensorNode, expr, name, qual, **_tensor_meta(t))
+        frame.tmap[id(t)] = (t, node)
+        return node
+
+    def node_for_module(self, frame, m):
+        if m is frame.module:
+            return frame.self_node
+        hit = frame.mnodes.get(id(m))
+        if hit is not None and hit[0] is m:
+            return hit[1]
+        g = frame.graph
+        found = frame.module_paths().get(id(m))
+        if found is not None and found[0] is m:
+            expr = GetAttr(frame.self_node, found[1])
+            name, qual = found[1].replace(".", "_"), f"{g._qualname}.{found[1]}"
+        else:
+            expr = Constant(m)
+            name, qual = type(m).__name__.lower(), f"{g._qualname}.[{type(m).__name__}]"
+        g._add_expr(expr)
+        node = g._new_node(ModuleNode, expr, name, qual, module_type=type(m))
+        node.owner = m
+        frame.mnodes[id(m)] = (m, node)
+        return node
+
+    def bind_outputs(self, frame, expr, result, name, qual):
+        leaves, outdef = tree_flatten(result)
+        expr.out_def = outdef
+        g = frame.graph
+        for t in leaves:
+            node = g._new_node(TensorNode, expr, name, qual, **_tensor_meta(t))
+            frame.tmap[id(t)] = (t, node)
+
+    # ---- insert_exprs(): nodes in, nodes out --------------------------------------------------------------
+    def value_for(self, node):
+        v = self.proxies.get(node)
+        if v is not None:
+            return v
+        frame = self.frames[0]
+        if isinstance(node, ModuleNode):
+            v = node.owner
+            if v is None:
+                raise RuntimeError(f"module node {node} has no module attached (was the graph detached?)")
+            frame.mnodes[id(v)] = (v, node)
+        else:
+            if node.shape is None:
+                raise ValueError(f"node {node} has no known shape; pass shape= to add_input_node")
+            self.suppress += 1
+            try:
+                v = Tensor(np.zeros(node.shape, np.dtype(node.dtype or "float32")))
+            finally:
+                self.suppress -= 1
+            frame.tmap[id(v)] = (v, node)
+        self.proxies[node] = v
+        return v
+
+    def _unnode(self, obj):
+        leaves, td = tree_flatten(obj, lambda x: isinstance(x, (Tensor, Node)))
+        if not any(isinstance(x, Node) for x in leaves):
+            return obj, False
+        return tree_unflatten(td, [self.value_for(x) if isinstance(x, Node) else x for x in leaves]), True
+
+    def _renode(self, result):
+        leaves, td = tree_flatten(result)
+        frame = self.frames[-1]
+        return tree_unflatten(td, [frame.tmap[id(t)][1] for t in leaves])
+
+    # ---- recording ----------------------------------------------------------------------------------------
+    def _record(self, expr, args, kwargs, run, name, qual):
+        frame = self.frames[-1]
+        leaves, argdef = tree_flatten((args, kwargs))
+        in_nodes = [self.node_for_tensor(frame, t) for t in leaves]
+        expr.arg_def = argdef
+        expr.add_inputs(in_nodes)
+        frame.graph._add_expr(expr)
+        self.suppress += 1
+        try:
+            result = run()
+        finally:
+            self.suppress -= 1
+        self.bind_outputs(frame, expr, result, name, qual)
+        return result
+
+    def call_function(self, func, args, kwargs, run=None):
+        (args, kwargs), as_nodes = self._unnode((args, kwargs))
+        fname = getattr(func, "__name__", "func")
+        q = self.frames[-1].graph._qualname
+        result = self._record(CallFunction(func), args, kwargs, run or (lambda: func(*args, **kwargs)),
+                              f"{fname.lower() if isinstance(func, type) else fname}_out", f"{q}.[func_{fname}]")
+        return self._renode(result) if as_nodes else result
+
+    def call_method(self, name, orig, obj, args, kwargs):
+        (obj, args, kwargs), as_nodes = self._unnode((obj, args, kwargs))
+        frame = self.frames[-1]
+        expr = CallMethod(self.node_for_tensor(frame, obj), name)
+
+        def run():
+            r = orig(obj, *args, **kwargs)
+            return obj if r is None else r  # in-place (__setitem__): the output is the updated tensor
+
+        short = name.strip("_")
+        result = self._record(expr, args, kwargs, run, f"{short}_out", f"{frame.graph._qualname}.[method_{short}]")
+        return self._renode(result) if as_nodes else result
+
+    def record_apply(self, op, inputs, outputs):
+        frame = self.frames[-1]
+        expr = Apply(op)
+        expr.add_inputs([self.node_for_tensor(frame, t) for t in inputs])
+        frame.graph._add_expr(expr)
+        name = getattr(op, "name", "op").split("[")[0].lower()
+        self.bind_outputs(frame, expr, list(outputs), f"{name}_out", f"{frame.graph._qualname}.[def_{name}]")
+
+    def call_module(self, mod, args, kwargs):
+        (args, kwargs), as_nodes = self._unnode((args, kwargs))
+        frame = self.frames[-1]
+        mnode = self.node_for_module(frame, mod)
+        builtin = is_builtin(mod)
+        if not builtin:
+            spec = argspec_of(mod)
+            if spec is not None:
+                args, kwargs = convert_kwargs_to_args(spec, args, kwargs, is_bounded=True)
+        expr = CallMethod(mnode, "__call__")
+        leaves, argdef = tree_flatten((args, kwargs))
+        shell = self.shells.get(id(mod))
+        name, qual = f"{mnode._name}_out", f"{mnode._qualname}.[out]"
+        if builtin or (shell is not None and argdef in shell[1].argdef_graph_map):
+            # a leaf (or a module already traced for this structure): one expr, nothing inside is recorded
+            result = self._record(expr, args, kwargs, lambda: _ORIG_MODULE_CALL(mod, *args, **kwargs), name, qual)
+        else:
+            # the call expr comes first, then the module's own graph records what its forward does
+            expr.arg_def = argdef
+            expr.add_inputs([self.node_for_tensor(frame, t) for t in leaves])
+            frame.graph._add_expr(expr)
+            result = self.trace_forward(mod, mnode, args, kwargs, frame.graph)
+            self.bind_outputs(frame, expr, result, name, qual)
+        return self._renode(result) if as_nodes else result
+
+    def trace_forward(self, mod, mnode, args, kwargs, parent_graph):
+        """Record ``mod``'s forward on (args, kwargs) into a new graph of its TracedModule; returns the result."""
+        from .traced_module import TracedModule
+        if parent_graph is None:
+            gname = qual = (mod.graph._name if isinstance(mod, TracedModule) and mod.argdef_graph_map
+                            else type(mod).__name__)
+        else:
+            gname, qual = f"{parent_graph._name}_{mnode._name}", mnode._qualname
+        g = InternalGraph(gname, qual)
+        if parent_graph is not None:
+            g.top_graph = parent_graph
+        self_expr = Input("self")
+        self_expr.top_graph = g
+        self_node = g._new_node(ModuleNode, self_expr, "self", qual, module_type=type(mod))
+        self_node.owner = mod
+        g._inputs.append(self_node)
+        frame = _Frame(g, mod, self_node)
+        leaves, argdef = tree_flatten((args, kwargs))
+        for t, name in zip(leaves, _input_names(argspec_of(mod), args, kwargs)):
+            e = Input(name)
+            e.top_graph = g
+            n = g._new_node(TensorNode, e, name, f"{qual}.[{name}]", **_tensor_meta(t))
+            g._inputs.append(n)
+            frame.tmap[id(t)] = (t, n)
+        # functions stored as attributes (``self.add = F.add`` in __init__) are the unpatched objects: the
+        # forward reads the recording wrappers instead while it is traced
+        swapped = {k: v for k, v in vars(mod).items() if isinstance(v, types.FunctionType) and v in _FUNC_NAMES}
+        for k, v in swapped.items():
+            mod.__dict__[k] = _func_wrapper(v)
+        self.frames.append(frame)
+        try:
+            result = _ORIG_MODULE_CALL(mod, *args, **kwargs)
+        finally:
+            self.frames.pop()
+            mod.__dict__.update(swapped)
+        out_leaves, outdef = tree_flatten(result)
+        g._outputs = [self.node_for_tensor(frame, t) for t in out_leaves]
+        self._apply_tensor_names(frame)
+        shell = self.shell_for(mod)
+        shell.argdef_graph_map[argdef] = g
+        shell.argdef_outdef_map[argdef] = outdef
+        return result
+
+    @staticmethod
+    def _apply_tensor_names(frame):
+        # ``y.name = "result"`` inside the forward names y's node
+        for t, node in list(frame.tmap.values()):
+            tname = getattr(t, "_name", None)
+            if tname and isinstance(node, TensorNode) and not isinstance(node.expr, (Input, GetAttr, Constant)) \
+                    and node._name != tname and node.top_graph is frame.graph:
+                node.name = tname
+
+    def shell_for(self, mod):
+        hit = self.shells.get(id(mod))
+        if hit is None:
+            from .traced_module import TracedModule
+            shell = TracedModule(False, {}, {})
+            hit = self.shells[id(mod)] = (mod, shell)
+        return hit[1]
+
+    def finish(self):
+        """Give every TracedModule built its attributes (traced sub-modules replaced by theirs)."""
+        from .traced_module import _fill_attributes
+        for mod, shell in list(self.shells.values()):
+            _fill_attributes(shell, mod, self)
+
+
+# ---- graph surgery ----------------------------------------------------------------------------------------
+class InsertExprs:
+    """The context of ``graph.insert_exprs()``: records calls on the graph's nodes into a scratch graph and
+    splices the new exprs into the graph on exit."""
+
+    def __init__(self, graph, expr=None):
+        self.graph = graph
+        self.expr = expr
+        self.root = graph._root()
+        self.tracer = None
+
+    def __enter__(self):
+        g = self.graph
+        owner = g.owner
+        if owner is None:
+            raise RuntimeError(f"graph {g._name} has no module attached; use the TracedModule's graph")
+        if self.root._total_ids is not None:
+            Node._set_next_id(self.root._total_ids[0])
+            Expr._set_next_id(self.root._total_ids[1])
+        scope = InternalGraph(g._name, g._qualname)
+        scope._namespace.merge(g._namespace)
+        scope._namespace.used_names = dict(g._namespace.used_names)
+        self.scope = scope
+        tr = _Tracer(insert=True)
+        frame = _Frame(scope, owner, g.inputs[0])
+        frame.mnodes[id(owner)] = (owner, g.inputs[0])
+        tr.frames.append(frame)
+        tr.install()
+        self.tracer = tr
+        return self
+
+    def __exit__(self, ty, va, tb):
+        tr = self.tracer
+        tr.uninstall()
+        if va is not None:
+            return False
+        g, scope = self.graph, self.scope
+        tr.finish()
+        top = g.owner
+        _replace_traced_children(self.root.owner or top, tr)
+        produced = {n for e in scope._exprs for n in e.outputs}
+        index = -1 if self.expr is None else g._exprs.index(self.expr)
+        for e in scope._exprs:
+            for n in e.inputs:
+                if n not in produced and n.expr in g._exprs:
+                    index = max(index, g._exprs.index(n.expr))
+        index += 1
+        for e in scope._exprs:
+            e.top_graph = g
+            for n in e.outputs:
+                n.top_graph = g
+            g._exprs.insert(index, e)
+            index += 1
+        g._namespace.used_names.update(scope._namespace.used_names)
+        self.root._total_ids = (Node._get_next_id(), Expr._get_next_id())
+        root_owner = self.root.owner
+        if root_owner is not None:
+            root_owner._update_ref()
+        return False
+
+
+def _replace_traced_children(root, tr):
+    """Swap the modules traced during insert_exprs() for their TracedModules wherever they are attributes."""
+    by_id = {i: shell for i, (m, shell) in tr.shells.items()}
+    if not by_id:
+        return
+    seen = set()
+
+    def visit(m):
+        if id(m) in seen:
+            return
+        seen.add(id(m))
+        for k, v in list(vars(m).items()):
+            if isinstance(v, Module):
+                if id(v) in by_id and by_id[id(v)] is not v:
+                    setattr(m, k, by_id[id(v)])
+                    v = by_id[id(v)]
+                visit(v)
+
+    visit(root)
+
+
+def node_getattr(mnode, name):
+    """``self_node.<name>`` inside insert_exprs(): a GetAttr expr for a sub-module or tensor attribute."""
+    tr = _active
+    if tr is None or not tr.insert:
+        raise AttributeError(f"'ModuleNode' object has no attribute {name!r} (a module's attributes are read "
+                             "as graph exprs only inside graph.insert_exprs())")
+    owner = mnode.owner
+    value = getattr(owner, name)
+    if not isinstance(value, (Module, Tensor)):
+        return value
+    frame = tr.frames[0]
+    hit = (frame.mnodes if isinstance(value, Module) else frame.tmap).get(id(value))
+    if hit is not None and hit[0] is value:
+        return hit[1]
+    g = frame.graph
+    if mnode is frame.self_node:
+        base, path = mnode, name
+    elif isinstance(mnode.expr, GetAttr) and mnode.expr.inputs[0] is frame.self_node:
+        base, path = frame.self_node, f"{mnode.expr.name}.{name}"
+    else:
+        base, path = mnode, name
+    expr = GetAttr(base, path)
+    g._add_expr(expr)
+    qual = f"{mnode._qualname}.{name}"
+    if isinstance(value, Module):
+        node = g._new_node(ModuleNode, expr, path.replace(".", "_"), qual, module_type=type(value))
+        node.owner = value
+        frame.mnodes[id(value)] = (value, node)
+    else:
+        node = g._new_node(TensorNode, expr, path.replace(".", "_"), qual, **_tensor_meta(value))
+        frame.tmap[id(value)] = (value, node)
+        tr.proxies[node] = value
+    return node
+
+
+def node_module_call(mnode, args, kwargs):
+    """``module_node(*args)`` inside insert_exprs(): records the module call and returns its output nodes."""
+    tr = _active
+    if tr is None or not tr.insert:
+        raise RuntimeError(f"module node {mnode} can be called only inside graph.insert_exprs()")
+    return tr._renode(tr.call_module(tr.value_for(mnode), args, kwargs))
+
+
+def node_tensor_method(node, name, args, kwargs):
+    tr = _active
+    if tr is None or not tr.insert:
+        raise RuntimeError(f"{name} on TensorNode {node}: nodes compute only inside graph.insert_exprs()")
+    obj = tr.value_for(node)
+    return tr._renode(getattr(obj, name)(*args, **kwargs))
