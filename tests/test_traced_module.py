@@ -1,0 +1,306 @@
+"""megxla.traced_module: tracing a Module into an editable graph, running, rewriting, optimizing, saving it."""
+import io
+
+import numpy as np
+import pytest
+
+import megxla as mge
+import megxla.functional as F
+import megxla.module as M
+import megxla.traced_module as tm
+from megxla.autodiff import GradManager
+from megxla.module.module import Module
+from megxla.optimizer import SGD
+from megxla.traced_module.expr import CallFunction, CallMethod, Constant, GetAttr, Input
+from megxla.traced_module.node import ModuleNode, TensorNode
+
+
+class Block(M.Module):
+    def __init__(self, cin=3, cout=4):
+        super().__init__()
+        self.conv = M.Conv2d(cin, cout, 3, padding=1, bias=False)
+        self.bn = M.BatchNorm2d(cout)
+        self.scale = mge.Tensor([2.0])
+
+    def forward(self, x):
+        x = self.bn(self.conv(x))
+        return F.relu(x) * self.scale
+
+
+class Net(M.Module):
+    def __init__(self):
+        super().__init__()
+        self.block = Block()
+        self.head = [M.ReLU(), M.Identity()]
+        self.fc = M.Linear(4, 2)
+
+    def forward(self, x, *, bias=1.0):
+        x = self.block(x)
+        for m in self.head:
+            x = m(x)
+        y = self.fc(x.mean(axis=(2, 3)))
+        return y + bias
+
+
+def _x(seed=0, n=2):
+    return mge.Tensor(np.random.RandomState(seed).rand(n, 3, 5, 5).astype("float32"))
+
+
+@pytest.fixture(scope="module")
+def traced():
+    net = Net()
+    net.eval()
+    return net, tm.trace_module(net, _x())
+
+
+def test_structure_and_outputs(traced):
+    net, t = traced
+    assert isinstance(t, tm.TracedModule) and isinstance(t.block, tm.TracedModule)
+    assert t.fc is net.fc and t.block.conv is net.block.conv  # builtin layers (and their weights) are shared
+    assert isinstance(t.head, tm.TracedModule) and isinstance(t.head.__dict__["0"], M.ReLU)
+    x = _x(1)
+    np.testing.assert_allclose(t(x).numpy(), net(x).numpy(), rtol=1e-6)
+    np.testing.assert_allclose(t(x, bias=3.0 - 2.0).numpy(), net(x).numpy(), rtol=1e-6)
+    with pytest.raises(TypeError, match="no graph was traced"):
+        t(x, bias=2.0)  # a non-tensor argument is part of the traced structure
+    g = t.graph
+    assert [n.name for n in g.inputs] == ["self", "x"] and isinstance(g.inputs[0], ModuleNode)
+    assert isinstance(g.inputs[1].expr, Input) and g.inputs[1].shape == (2, 3, 5, 5)
+    text = repr(g)
+    assert text.startswith("Net.Graph (self, x) {") and 'getattr(self, "head.0") -> (ReLU)' in text
+    assert "block_out = block(x, )" in text
+
+
+def test_queries(traced):
+    _, t = traced
+    g = t.graph
+    relu = g.get_function_by_type(F.relu).as_unique()
+    assert isinstance(relu, CallFunction) and relu.func is F.relu and relu.top_graph is t.block.graph
+    conv = g.get_module_by_type(M.Conv2d).as_unique()
+    assert conv.owner is t.block.conv and conv.qualname == "Net.block.conv"
+    mul = g.get_method_by_type("__mul__").as_unique()
+    assert isinstance(mul, CallMethod) and isinstance(mul.inputs[1].expr, GetAttr)
+    block_out = g.get_node_by_name("Net_block_out").as_unique()
+    assert block_out.expr.inputs[0].owner is t.block and block_out.expr.graph is t.block.graph
+    assert len(g.exprs(recursive=False).as_list()) < len(g.exprs().as_list())
+    d = g.nodes().as_dict()
+    assert g.get_node_by_id(list(d)[3]).as_unique() is d[list(d)[3]]
+    e = g.get_expr_by_id(relu._id).as_unique()
+    assert e is relu and relu.outputs[0].users[0] is mul
+    assert isinstance(g.get_node_by_name("*bn_out").as_unique(), TensorNode)
+
+
+def test_insert_replace_compile():
+    net = Net()
+    t = tm.trace_module(net, _x())
+    x = _x(2)
+    expect = net(x).numpy()
+    g = t.block.graph
+    relu_out = g.get_function_by_type(F.relu).as_unique().outputs[0]
+    with g.insert_exprs():
+        neg = F.neg(relu_out) + 0.0
+    g.replace_node({relu_out: neg})
+    g.compile()
+    assert g.get_function_by_type(F.neg).as_count() == 1
+    # relu(bn) * 2 became -relu(bn) * 2: the head's ReLU then zeroes it; fc sees zeros
+    zeros = net.fc(mge.Tensor(np.zeros((2, 4), "float32"))).numpy() + 1.0
+    np.testing.assert_allclose(t(x).numpy(), zeros, rtol=1e-6)
+    # remove the negation again: point the users back at relu_out, dead code goes away
+    g.replace_node({neg: relu_out})
+    g.compile()
+    assert g.get_function_by_type(F.neg).as_count() == 0
+    np.testing.assert_allclose(t(x).numpy(), expect, rtol=1e-6)
+
+
+def test_insert_module_call_and_io_nodes():
+    class Twice(M.Module):
+        def forward(self, x):
+            return x * 2
+
+    net = Net()
+    t = tm.trace_module(net, _x())
+    x = _x(3)
+    expect = net(x).numpy()
+    g = t.graph
+    t.twice = Twice()
+    out = g.outputs[0]
+    with g.insert_exprs():
+        y = g.inputs[0].twice(out)
+    g.replace_node({out: y})
+    g.compile()
+    assert isinstance(t.twice, tm.TracedModule)  # a custom module inserted by surgery is traced too
+    np.testing.assert_allclose(t(x).numpy(), 2 * expect, rtol=1e-6)
+    data = g.add_input_node(shape=(2, 2), name="extra")
+    g.add_output_node(data)
+    y1, y2 = t(x, mge.Tensor(np.ones((2, 2), "float32")))
+    np.testing.assert_allclose(y1.numpy(), 2 * expect, rtol=1e-6)
+    np.testing.assert_array_equal(y2.numpy(), np.ones((2, 2)))
+    g.reset_outputs({"main": g.outputs[0]})
+    assert set(t(x, mge.Tensor(np.ones((2, 2), "float32")))) == {"main"}
+
+
+def test_node_rename_and_errors(traced):
+    _, t = traced
+    out = t.graph.outputs[0]
+    with pytest.raises(AssertionError):
+        out.name = "fc"  # taken
+    with pytest.raises(RuntimeError, match="insert_exprs"):
+        out + 1
+
+
+def test_flatten(traced):
+    net, t = traced
+    f = t.flatten()
+    assert all(not (isinstance(e, CallMethod) and isinstance(e.inputs[0], ModuleNode)
+                    and isinstance(e.inputs[0].owner, tm.TracedModule)) for e in f.graph._exprs)
+    assert {e.name for e in f.graph._exprs if isinstance(e, GetAttr)} >= {"block.conv", "block.scale"}
+    names = [n.name for n in f.graph.nodes()]
+    assert len(names) == len(set(names)) and "block_out" in names
+    ids = [n._id for n in f.graph.nodes()]
+    assert max(ids) + 1 == f.graph._total_ids[0]
+    x = _x(4)
+    np.testing.assert_allclose(f(x).numpy(), net(x).numpy(), rtol=1e-6)
+
+
+def test_train_through_traced_module():
+    net = Net()
+    t = tm.trace_module(net, _x())
+    t.train()
+    params = list(t.parameters())
+    assert len(params) == len(list(net.parameters())) and set(t.state_dict()) == set(net.state_dict())
+    gm = GradManager().attach(params)
+    opt = SGD(params, lr=0.1)
+    x = _x(5)
+    losses = []
+    for _ in range(3):
+        with gm:
+            loss = (t(x) ** 2).mean()
+            gm.backward(loss)
+        opt.step().clear_grad()
+        losses.append(float(loss.numpy()))
+    assert losses[-1] < losses[0]
+    # the weights trained are the module's own
+    np.testing.assert_allclose(t(x).numpy(), net(x).numpy(), rtol=1e-5)
+
+
+def test_jit_trace_of_traced_module(traced):
+    from megxla.jit import trace
+    net, t = traced
+    f = trace(t, capture_as_const=True)
+    x = _x(6)
+    np.testing.assert_allclose(f(x).numpy(), net(x).numpy(), rtol=1e-5)
+
+
+def test_fuse_conv_bn():
+    net = Net()
+    net.train()
+    for _ in range(2):
+        net(_x(7))  # move BN statistics away from identity
+    net.eval()
+    t = tm.trace_module(net, _x())
+    fused = tm.optimize(t.flatten(), enabled_pass=["FuseConvBn"])
+    assert fused.graph.get_module_by_type(M.BatchNorm2d).as_count() == 0
+    assert t.flatten().graph.get_module_by_type(M.BatchNorm2d).as_count() == 1  # the input is left alone
+    x = _x(8)
+    np.testing.assert_allclose(fused(x).numpy(), net(x).numpy(), rtol=1e-4, atol=1e-5)
+    with pytest.raises(ValueError, match="unknown pass"):
+        tm.optimize(t, "NoSuchPass")
+
+
+def test_fuse_add_mul():
+    class AddMul(M.Module):
+        def forward(self, x):
+            return ((x + 1) + 2) * 3 * 4
+
+    t = tm.trace_module(AddMul(), mge.Tensor([1.0, 2.0]))
+    o = tm.optimize(t, ["FuseAddMul"])
+    assert len(o.graph._exprs) == 2
+    np.testing.assert_allclose(o(mge.Tensor([0.0, 1.0])).numpy(), [36.0, 48.0])
+
+
+def test_save_load_roundtrip(traced):
+    net, t = traced
+    buf = io.BytesIO()
+    mge.save(t, buf)
+    buf.seek(0)
+    t2 = mge.load(buf, weights_only=False)  # a pickled module: megxla.load's opt-in (docs/differences.md)
+    x = _x(9)
+    np.testing.assert_allclose(t2(x).numpy(), net(x).numpy(), rtol=1e-6)
+    relu = t2.graph.get_function_by_type(F.relu).as_unique()
+    assert relu.func is F.relu and relu.top_graph is t2.block.graph
+    assert t2.graph.get_module_by_type(M.Conv2d).as_unique().owner is t2.block.conv
+
+
+def test_quantize_qat_and_quantize():
+    from megxla.quantization import quantize, quantize_qat
+    net = Net()
+    net.eval()
+    t = tm.trace_module(net, _x())
+    qat = quantize_qat(t)
+    assert isinstance(qat.fc, M.qat.Linear) and isinstance(qat.block.conv, M.qat.Conv2d)
+    x = _x(10)
+    out = qat(x).numpy()
+    assert out.shape == (2, 2) and np.isfinite(out).all()
+    q = quantize(qat)
+    assert isinstance(q.fc, M.quantized.Linear)
+
+
+def test_wrap_builtin_and_apply_fallback():
+    @tm.wrap
+    def scale_shift(x):
+        return x * 2 + 1
+
+    class Leaf(M.Module):
+        def forward(self, x):
+            return x - 1
+
+    tm.register_as_builtin(Leaf)
+
+    class Inner(M.Module):
+        def forward(self, x):
+            return x * 5
+
+    class Top(M.Module):
+        def __init__(self):
+            super().__init__()
+            self.leaf = Leaf()
+            self.inner = Inner()
+
+        def forward(self, x):
+            y = mge.Tensor(x)  # follows x (not a constant)
+            return self.inner(self.leaf(scale_shift(y)))
+
+    t = tm.trace_module(Top(), mge.Tensor([1.0]))
+    kinds = [type(e).__name__ for e in t.graph._exprs]
+    assert kinds.count("CallFunction") == 2 and isinstance(t.leaf, Leaf) and isinstance(t.inner, tm.TracedModule)
+    assert t.graph.get_function_by_type(scale_shift.__wrapped__).as_count() == 1
+    np.testing.assert_allclose(t(mge.Tensor([3.0])).numpy(), [30.0])
+
+
+def test_hooks_restored_after_error():
+    orig_call, orig_relu, orig_add = Module.__call__, F.relu, mge.Tensor.__add__
+
+    class Bad(M.Module):
+        def forward(self, x):
+            raise ValueError("boom")
+
+    with pytest.raises(ValueError, match="boom"):
+        tm.trace_module(Bad(), mge.Tensor([1.0]))
+    assert Module.__call__ is orig_call and F.relu is orig_relu and mge.Tensor.__add__ is orig_add
+
+
+def test_watch_and_end_points(traced):
+    net, t = traced
+    t2 = tm.trace_module(net, _x())
+    bn_out = t2.graph.get_node_by_name("*bn_out").as_unique()
+    t2.set_watch_points([bn_out])
+    x = _x(11)
+    t2(x)
+    assert len(t2.watch_node_value[bn_out]) == 1
+    t2.clear_watch_points()
+    fc_out = t2.graph.get_node_by_name("Net_fc_out").as_unique()
+    t2.set_end_points([fc_out])
+    (v,) = t2(x)
+    np.testing.assert_allclose(v.numpy() + 1.0, net(x).numpy(), rtol=1e-6)
+    t2.clear_end_points()
+    assert t2(x).shape == (2, 2)
