@@ -24,7 +24,10 @@ TOP = 9  # the package root and modules outside the layers (serialization, quant
 
 # megengine.functional.distributed is the distributed layer's functional API at MegEngine's path: it builds on
 # megxla.distributed (groups, the collective ops) and is not imported by megxla.functional itself.
-MODULE_LAYER = {"functional.distributed": 4}
+MODULE_LAYER = {"functional.distributed": 4,
+                # megengine.core.autodiff.grad.Grad: MegEngine's path, built on megxla.autodiff's tape; core
+                # never imports it
+                "core.autodiff": 3}
 
 # jit should import only core (it reaches Module/Optimizer state and the RNG key through core._registry); these
 # are its imports that predate the registries. NOTE: the jit owner removes entries as jit adopts the registries;

@@ -27,7 +27,7 @@ class _Attached:
     """An attached tensor, held weakly as MegEngine does: a temporary attached inside ``with gm:`` (an input
     whose gradient a step reads) is freed with its last reference, not kept alive by the GradManager."""
 
-    __slots__ = ("ref", "callbacks")
+    __slots__ = ("ref", "callbacks", "vid")
 
     def __init__(self, tensor, callbacks, owner):
         key = id(tensor)
@@ -38,6 +38,10 @@ class _Attached:
                 del attached[key]  # (its id may be reused by a new tensor: only this entry goes)
         self.ref = weakref.ref(tensor, forget)
         self.callbacks = callbacks
+        # The value differentiated: the tensor's value when this recording started (or when it was attached
+        # during it). An in-place update inside the recording (``w *= 2``, ``x[0] = 5``) rebinds the tensor
+        # to a new value; MegEngine's gradient is still the one of the value it had, through that update.
+        self.vid = tensor._vid
 
     @property
     def tensor(self):
@@ -148,7 +152,10 @@ class GradManager:
             raise RuntimeError("GradManager is already recording")
         self._recording = True
         self._tape = []
-        self._tracked = {a.tensor._vid for a in self._attached.live()}
+        live = self._attached.live()
+        for a in live:
+            a.vid = a.tensor._vid
+        self._tracked = {a.vid for a in live}
         self._late = {}
         self._sent, self._received = [], []
         self._transient = []
@@ -292,10 +299,11 @@ class GradManager:
         cooked, raw = set(), set(grads)
         attached = self._attached.live()
         late = self._late
-        tracked = {a.tensor._vid for a in attached if a.tensor._vid not in late} | {v for v, _ in self._received}
+        tracked = {a.vid for a in attached if a.vid not in late} | {v for v, _ in self._received}
         starts: dict = {}
         for v, pos in late.items():
             starts.setdefault(pos, []).append(v)
+        keep = {a.vid for a in attached}
         live = []  # per record: which inputs depended on attached tensors when it ran
         for k, (op, ins, outs) in enumerate(self._tape):  # forward pass: which values depend on attached ones
             tracked.update(starts.get(k, ()))
@@ -311,7 +319,7 @@ class GradManager:
                 continue
             if op.prim is _FUNCTION:  # autodiff.Function: the user's backward, eagerly through apply
                 n_in = dict(op.params)["n_in"]
-                cts = [grads.pop(v, None) for v in outs]
+                cts = [(grads.get if v in keep else grads.pop)(v, None) for v in outs]
                 fn = self._functions[outs[0]]
                 in_grads = fn._input_grads(cts, [_value(d, v) for d, v in ins[:n_in]])
                 for (data, v), g, on in zip(ins[:n_in], in_grads, live[k]):
@@ -323,7 +331,8 @@ class GradManager:
             wrt = tuple(i for i, (data, v) in enumerate(ins) if live[k][i] and _is_float(data) and i not in nondiff)
             if not wrt:
                 continue
-            cts = [grads.pop(v) for v in outs if v in grads]
+            # (an attached intermediate value keeps its gradient for delivery after the walk)
+            cts = [grads[v] if v in keep else grads.pop(v) for v in outs if v in grads]
             primals = [_value(data, v) for data, v in ins]
             vjp_op = VJP.bind(op=op, nin=len(ins), wrt=wrt, given=given)
             in_grads = apply(vjp_op, *primals, *cts)
@@ -336,16 +345,20 @@ class GradManager:
             t = entry.tensor
             if t is None:
                 continue
-            g = grads.get(t._vid)
+            g = grads.get(entry.vid)
             if g is None:
                 continue
             if entry.callbacks and (t._vid in raw or t._vid not in cooked):
                 g = _run_callbacks(t, g, entry.callbacks)
-            if t._grad is None:
-                t._grad = g
-            else:  # MegEngine's ``x.grad += grad``: in place, so references to ``x.grad`` see the sum
-                t._grad._reset(t._grad + g)
+            self._deliver(t, g)
         return grads
+
+    def _deliver(self, t, g):
+        """Hand the gradient ``g`` of attached ``t`` over: accumulated into ``t.grad``."""
+        if t._grad is None:
+            t._grad = g
+        else:  # MegEngine's ``x.grad += grad``: in place, so references to ``x.grad`` see the sum
+            t._grad._reset(t._grad + g)
 
 
 class GradManagerGroup:
