@@ -363,7 +363,7 @@ class Tensor:
         """
         from ._dispatch import apply
         from .ops.shape import detach
-        return apply(detach.bind(), self)
+        return keep_qparams(apply(detach.bind(), self), self)
 
     def to(self, device, *, _borrow=False):
         """A copy of this tensor on ``device``.

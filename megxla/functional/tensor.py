@@ -9,7 +9,7 @@ import math as _math
 
 import numpy as np
 
-from ..core._tensor import Tensor, keep_qparams
+from ..core._tensor import Tensor, keep_qparams, QPARAMS_SEEN as _QPARAMS_SEEN
 from ..core._dispatch import apply as _apply, OpError, current_interpreter
 from ..core._indexing import check_index_tensor, mask_indices
 from ..core._elemwise_front import as_tensor as _t, BINARY as _B, UNARY as _U
@@ -680,6 +680,10 @@ def full_like(inp, value):
         array([5, 5], dtype=int32)
     """
     inp = _t(inp)
+    if _QPARAMS_SEEN[0] and _quantized_source(inp) is not None:
+        # a quantized tensor: the fill value quantized in its dtype (MegEngine 1.13 fills 0 whatever the value)
+        filled = _apply(_S.full_like.bind(value=float(value)), _apply(_E.astype.bind(dtype="float32"), inp))
+        return astype(filled, inp.dtype)
     return _apply(_S.full_like.bind(value=_fill_value(value, inp.dtype)), inp)
 
 
@@ -790,7 +794,8 @@ def eye(N, M=None, *, dtype="float32", device=None):
     """A 2-D tensor with ones on the diagonal and zeros elsewhere.
 
     Args:
-        N: number of rows (or a ``(rows, cols)`` tuple).
+        N: number of rows, or the shape as a ``(rows, cols)`` or ``(n,)`` sequence, NumPy array or 1-D
+            Tensor (``(n,)`` is square, as in MegEngine).
         M: number of columns; default ``N``.
         dtype: result dtype.
         device: where to put the result.
@@ -802,11 +807,17 @@ def eye(N, M=None, *, dtype="float32", device=None):
         >>> F.eye(2, 3).numpy()
         array([[1., 0., 0.],
                [0., 1., 0.]], dtype=float32)
+        >>> F.eye(Tensor([2])).numpy()
+        array([[1., 0.],
+               [0., 1.]], dtype=float32)
     """
-    if isinstance(N, (tuple, list)):
-        if len(N) != 2 or M is not None:
-            raise OpError(f"eye: shape must be (N, M), got {N!r}")
-        N, M = N
+    if isinstance(N, (tuple, list)) or getattr(N, "ndim", 0) == 1:
+        # a shape: MegEngine takes (n, m) or (n,) (square); a Tensor shape is read (megxla's shapes are static)
+        dims = N.numpy().tolist() if isinstance(N, Tensor) else list(np.asarray(N).tolist()) \
+            if not isinstance(N, (tuple, list)) else list(N)
+        if len(dims) not in (1, 2) or M is not None:
+            raise OpError(f"eye: shape must be (N, M) or (N,), got {N!r}" + ("" if M is None else f" and M={M!r}"))
+        N, M = (dims[0], dims[0]) if len(dims) == 1 else dims
     n, m = _shape("eye", (N, N if M is None else M))
     return _place(_apply(_S.eye.bind(n=n, m=m, k=0, dtype=_dtype(dtype).name)), device)
 
@@ -977,7 +988,7 @@ def gather(inp, axis, index):
             raise OpError(f"gather: index {index.shape} is larger than input {inp.shape} in dimension {d} "
                           f"(only axis {axis} may be larger)")
     check_index_tensor("gather", index, inp.shape[axis], axis)  # eager: MegEngine raises, XLA would clamp
-    return _apply(_I.gather.bind(axis=axis), inp, index)
+    return keep_qparams(_apply(_I.gather.bind(axis=axis), inp, index), inp)
 
 
 def scatter(inp, axis, index, source):
