@@ -207,6 +207,36 @@ def test_fuse_conv_bn():
         tm.optimize(t, "NoSuchPass")
 
 
+def test_fuse_function_level_conv_bn_and_fold_scale():
+    class MyConv(M.Conv2d):  # not builtin: traced into F.conv2d on its attributes
+        pass
+
+    class Scaled(M.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = MyConv(3, 4, 1)
+            self.bn = M.BatchNorm2d(4)
+            self.k = mge.Tensor([3.0, 5.0])
+
+        def forward(self, x):
+            y = F.relu(self.bn(self.conv(x))) * self.k[1]
+            return F.reshape(y + 1, (-1,)) * 2
+
+    net = Scaled()
+    net.train()
+    net(_x(12))
+    net.eval()
+    t = tm.trace_module(net, _x()).flatten()
+    assert t.graph.get_function_by_type(F.conv2d).as_count() == 1
+    x = _x(13)
+    fused = tm.optimize(t, "FuseConvBn")
+    assert fused.graph.get_module_by_type(M.BatchNorm2d).as_count() == 0
+    np.testing.assert_allclose(fused(x).numpy(), net(x).numpy(), rtol=1e-4, atol=1e-5)
+    folded = tm.optimize(t, "BackwardFoldScale")
+    assert folded.graph.get_method_by_type("__mul__").as_count() == 0
+    np.testing.assert_allclose(folded(x).numpy(), net(x).numpy(), rtol=1e-4, atol=1e-4)
+
+
 def test_fuse_add_mul():
     class AddMul(M.Module):
         def forward(self, x):

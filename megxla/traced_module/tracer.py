@@ -70,6 +70,16 @@ def _functional_sites():
                 sites.append((mod, attr, v))
                 if v not in _FUNC_NAMES or mod is F:
                     _FUNC_NAMES[v] = (mod.__name__, attr)
+        # layers import functional's functions by name (``from ..functional.nn import conv2d``): a subclass of
+        # a builtin layer is traced into a graph, where those calls must be CallFunctions as well
+        import megxla.module  # noqa: F401
+        import megxla.quantization  # noqa: F401
+        for name, mod in sorted(sys.modules.items()):
+            if mod is None or not name.startswith(("megxla.module", "megxla.quantization")):
+                continue
+            for attr, v in list(vars(mod).items()):
+                if isinstance(v, types.FunctionType) and v in _FUNC_NAMES:
+                    sites.append((mod, attr, v))
         _FUNC_SITES = sites
     return _FUNC_SITES
 
