@@ -157,9 +157,9 @@ class GetAttr(Expr):
         out = self.outputs[0] if self.outputs else None
         kind = ""
         if isinstance(out, ModuleNode):
-            kind = out.module_type.__name__ if out.module_type is not None else "Module"
-            if kind == "TracedModule":
-                kind = "Module"
+            from .tracer import BUILTIN_MODULES
+            # MegEngine's spelling: a builtin layer by its class, a traced sub-module as "Module"
+            kind = out.module_type.__name__ if out.module_type in BUILTIN_MODULES else "Module"
         elif isinstance(out, TensorNode):
             kind = "Tensor"
         return f'%{self._id}:\t{self._outs_str()} = getattr({self.inputs[0]}, "{self.name}") -> ({kind})'
