@@ -80,3 +80,33 @@ def test_trace_with_host_under_an_outer_grad_manager(symbolic):
         np.testing.assert_allclose(float(loss), (y ** 2).sum(), rtol=1e-5)
         for p in net.parameters():
             p.grad = None
+
+
+class _Buffer(M.Module):
+    def __init__(self):
+        super().__init__()
+        self.b = mge.Tensor(np.zeros((3,), "float32"))
+
+    def forward(self, x):
+        return x + self.b
+
+
+@pytest.mark.parametrize("deco", [xla_trace, lambda f: trace(f, without_host=True)])
+def test_results_are_the_objects_eager_returns(deco):
+    # a result holding a written state's value is a Tensor of its own (it was the state Tensor: ``r += 100``
+    # changed net.b); a result returned twice is one Tensor (the prepared call made two)
+    net = _Buffer()
+
+    def step(net, x):
+        y = net.b + x
+        net.b._reset(y)
+        c = x * 2
+        return y, c, [c], net.b
+
+    f = deco(step)
+    for i in range(4):
+        y, c, (c2,), b = f(net, _x(0))
+        assert y is not net.b and b is net.b and c is c2
+        y += 100
+        c += 1
+        assert float(net.b[0]) == i + 1.0 and float(c2[0]) == 3.0

@@ -175,8 +175,10 @@ def _leaves(plan, st, outs):
             leaves.append(wrap(outs[x]))
         elif kind == 2:
             leaves.append(st[x])
-        else:
+        elif kind == 3:
             leaves.append(wrap(x))
+        else:
+            leaves.append(leaves[x])
     return leaves
 
 
@@ -330,20 +332,23 @@ def build(tracer, entry, args, kwargs, state, sig, epoch, converted=None):
         gw.append((i, None if v is None else out_pos[v], i in entry.grad_inplace))
     plan.grad_writes = tuple(gw)
     inputs = {v: i for i, v in enumerate(entry.rec.input_vids)}
-    written_state = {v: i for i, v in entry.writes}
-    leaves, leaf_of = [], {}
-    for kind, v in entry.out_leaves:
+    leaves, leaf_of, first = [], {}, {}
+    for j, (kind, v) in enumerate(entry.out_leaves):
         if kind == "v":
             leaves.append((0, v))
-        elif v in written_state:  # a returned state tensor the step reassigned: that same Tensor object, as eager
-            leaves.append((2, written_state[v]))
+        elif v in first and j not in entry.out_state:
+            leaves.append((4, first[v]))  # the same result twice (``return c, c``): the same Tensor, as eager
+        elif j in entry.out_state:  # a returned state Tensor (written or not): that same object, as eager
+            leaves.append((2, entry.out_state[j]))
         elif v in out_pos:
             leaf_of.setdefault(out_pos[v], len(leaves))
             leaves.append((1, out_pos[v]))
         elif v in inputs:
-            leaves.append((2, inputs[v]))
+            return None  # another Tensor holding an input's value (rare): the full path wraps it
         else:
             leaves.append((3, entry.rec.consts[v]))
+        if kind != "v" and j not in entry.out_state:
+            first.setdefault(v, j)
     plan.leaves = tuple(leaves)
     plan.write_leaf = tuple((i, leaf_of[k]) for i, k in writes if k in leaf_of)
     return plan

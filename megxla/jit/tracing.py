@@ -112,6 +112,10 @@ class _Entry:
         self.escaped = frozenset()
         self.escape_refs = ()
         self.first_externals = None  # (abstract recording) the external tensors it read, for its first run
+        # {leaf index: state index}: results that are state Tensor objects themselves (``return net.b`` after
+        # ``net.b += x``); every other returned Tensor is a Tensor of its own, even where it holds a state's
+        # value (``y = net.b + x; net.b._reset(y); return y``): ``y += 1`` afterwards must not change ``net.b``
+        self.out_state = {}
         # per external tensor: (weakref to the module, attribute) that held it when the call started, or None:
         # the body (or code between calls) rebinding that attribute makes this recording stale (_live_externals)
         self.external_homes = ()
@@ -539,11 +543,15 @@ class trace:
                     recorder._outside(t)
         leaves, tree = _flatten(out)
         out_leaves = []
-        for leaf in leaves:
+        position = {id(t): i for i, t in enumerate(state)}
+        out_state = {}  # returned leaves that ARE state Tensors (not only hold their value)
+        for j, leaf in enumerate(leaves):
             if isinstance(leaf, Tensor):
                 if leaf._vid not in recorder.known:
                     recorder._outside(leaf)
                 out_leaves.append(("t", leaf._vid))
+                if id(leaf) in position:
+                    out_state[j] = position[id(leaf)]
             else:
                 out_leaves.append(("v", leaf))
         writes = []
@@ -562,6 +570,7 @@ class trace:
                     recorder._outside(g)
                 grad_writes.append((i, vid))
         entry = _Entry(rec, tree, out_leaves, writes, grad_writes, recorder.avals)
+        entry.out_state = out_state
         gates = []
         for i, vid in grad_writes:
             gate = None if vid is None else _registry.grad_gate(state[i]._grad)
@@ -842,20 +851,22 @@ class trace:
             _commit(writes, grads)
             raise
         inputs = dict(zip(entry.rec.input_vids, state))
-        # a returned state tensor that the step reassigned (e.g. ``rmean`` after an in-place batch_norm) is that
-        # same Tensor object, as when the body runs eagerly
-        written = {vid: state[i] for i, vid in entry.writes}
+        # a returned state tensor (e.g. ``rmean`` after an in-place batch_norm, an argument returned as is) is
+        # that same Tensor object, as when the body runs eagerly; any other result is a Tensor of its own
+        out_state = entry.out_state
         leaves = []
-        for kind, v in entry.out_leaves:
+        for j, (kind, v) in enumerate(entry.out_leaves):
             if kind == "v":
                 leaves.append(v)
                 continue
-            t = written.get(v)
-            if t is None:
-                t = values.get(v)
-            if t is None:  # returned an input or a constant unchanged
-                t = inputs[v] if v in inputs else wrap(entry.rec.consts[v])
+            i = out_state.get(j)
+            if i is not None:
+                t = state[i]
             else:
+                t = values.get(v)
+                if t is None:  # another Tensor holding an input's value unchanged, or a constant
+                    t = values[v] = wrap(inputs[v]._data if v in inputs else entry.rec.consts[v])
+            if t is not inputs.get(v):
                 mark_external(t)
             leaves.append(t)
         if entry.py_writes:
