@@ -1390,10 +1390,13 @@ def deformable_psroi_pooling(inp, rois, trans, no_trans, part_size, pooled_h, po
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
             raise OpError(f"{op}: {name} must be a positive int, got {v!r}")
     if not no_trans:
-        if (trans.ndim != 4 or trans.shape[0] != rois.shape[0] or trans.shape[1] % 2 or trans.shape[1] == 0
+        # MegEngine reads roi r's offsets from trans[r]: rows past the number of rois are accepted and unused
+        if (trans.ndim != 4 or trans.shape[0] < rois.shape[0] or trans.shape[1] % 2 or trans.shape[1] == 0
                 or trans.shape[2:] != (part_size, part_size)):
             raise OpError(f"{op}: trans must be (R, 2 * num_classes, part_size, part_size) = ({rois.shape[0]}, 2k, "
-                          f"{part_size}, {part_size}), got {trans.shape}")
+                          f"{part_size}, {part_size}) (or have more rows), got {trans.shape}")
+        if trans.shape[0] > rois.shape[0]:
+            trans = trans[:rois.shape[0]]
         if inp.shape[1] % (trans.shape[1] // 2):
             raise OpError(f"{op}: {inp.shape[1]} channels are not a multiple of {trans.shape[1] // 2} classes")
     return _apply(_P.deformable_psroi_pooling.bind(

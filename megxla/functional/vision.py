@@ -8,7 +8,7 @@ import numpy as np
 from ..core import _autocast as _amp  # autocast state (one attribute read when off)
 from ..core._tensor import Tensor
 from ..core._dispatch import apply as _apply, OpError, current_interpreter
-from ..core._elemwise_front import as_tensor as _t
+from ..core._elemwise_front import as_tensor as _t, UNARY as _U
 from ..core.ops import vision as _V
 
 __all__ = ["interpolate", "warp_affine", "warp_perspective", "remap", "roi_align", "roi_pooling", "nms",
@@ -155,7 +155,8 @@ def warp_perspective(inp, mat, out_shape, mat_idx=None, border_mode="replicate",
     ``mat`` maps output coordinates to input coordinates (as MegEngine / OpenCV's inverse map).
 
     Args:
-        inp: images ``(N, C, H, W)`` (or NHWC with ``format="NHWC"``).
+        inp: images ``(N, C, H, W)`` (or NHWC with ``format="NHWC"``): float, or int8/uint8 with
+            ``interp_mode="linear"`` (sampled in float32, rounded and saturated back, as MegEngine).
         mat: ``(M, 3, 3)`` matrices; M = N unless ``mat_idx`` is given.
         out_shape: ``(OH, OW)``.
         mat_idx: optional ``(M,)`` image index of each matrix (one output per matrix).
@@ -181,6 +182,13 @@ def warp_perspective(inp, mat, out_shape, mat_idx=None, border_mode="replicate",
         raise OpError(f"{op}: format must be 'NCHW' or 'NHWC', got {format!r}")
     if inp.ndim != 4:
         raise OpError(f"{op}: input must be 4-D {fmt}, got shape {inp.shape}")
+    if inp.dtype in (np.int8, np.uint8) and _interp(interp_mode, op) == "linear":
+        # MegEngine warps 8-bit images (linear mode): sampled in float32, rounded and saturated back
+        info = np.iinfo(inp.dtype)
+        out = warp_perspective(inp.astype("float32"), mat, out_shape, mat_idx, border_mode, border_val, format,
+                               interp_mode)
+        from .elemwise import clip
+        return clip(_U["round"](out), info.min, info.max).astype(inp.dtype)
     _float(inp, op)
     _float(mat, op, "mat")
     if mat.ndim != 3 or mat.shape[1:] != (3, 3):
@@ -307,6 +315,9 @@ def roi_align(inp, rois, output_shape, mode="average", spatial_scale=1.0, sample
     mode = str(mode).lower()
     if mode not in ("average", "max"):
         raise OpError(f"{op}: mode must be 'average' or 'max', got {mode!r}")
+    if rois.shape[0] == 0:  # no rois (a detector that found nothing): an empty result, as MegEngine
+        from .tensor import zeros
+        return zeros((0, inp.shape[1]) + _pair(output_shape, "output_shape", op), dtype=inp.dtype)
     return _apply(_V.roi_align.bind(out_hw=_pair(output_shape, "output_shape", op), mode=mode,
                                     scale=float(spatial_scale), samples=_pair(sample_points, "sample_points", op),
                                     aligned=bool(aligned)), inp, rois)
@@ -380,9 +391,12 @@ def nms(boxes, scores, iou_thresh, max_output=None):
     traced = interp is not None and not getattr(interp, "eager", False)  # exclude_from_trace runs eagerly
     if traced and max_output is None:
         raise OpError(f"{op}: max_output is required under tracing (the output has a static shape there)")
-    max_output = n if max_output is None else int(max_output)
-    if max_output < 1:
+    if max_output is not None and int(max_output) < 1:
         raise OpError(f"{op}: max_output must be positive, got {max_output}")
+    if n == 0:  # no boxes: no indices, as MegEngine (XLA's sort/scan kernels need at least one box)
+        from .tensor import zeros
+        return zeros((0,), dtype="int32")
+    max_output = n if max_output is None else int(max_output)
     # (no .detach(): the indices are integers, so no gradient flows anyway)
     keep, count = _apply(_V.nms.bind(iou_thresh=float(iou_thresh), max_output=max_output), boxes, scores)
     # NOTE: cut to the kept count everywhere, also under tracing, where reading it is a guarded host read:

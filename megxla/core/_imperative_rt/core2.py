@@ -67,4 +67,49 @@ def set_external_convert_hook(hook) -> None:
         raise TypeError(f"set_external_convert_hook: expected a function, got {type(hook).__name__}")
 
 
-__all__ += ["OpError", "is_external_convert", "set_external_convert_hook"]
+def sync():
+    """Wait until all computation issued so far has finished (MegEngine's ``core2.sync``).
+
+    megxla's pending work is XLA's asynchronous dispatch: this is :func:`full_sync`.
+
+    Example:
+        >>> import megxla as mge
+        >>> y = mge.Tensor([1.0]) * 2
+        >>> sync()
+        >>> y.numpy()
+        array([2.], dtype=float32)
+    """
+    full_sync()
+
+
+def create_complex(real, imag):
+    """A complex tensor ``real + 1j * imag`` from two float tensors (MegEngine's ``core2.create_complex``).
+
+    The same primitive as :func:`megxla.functional.complex`, applied through the dispatch point.
+
+    Args:
+        real: real parts (float tensor).
+        imag: imaginary parts (float tensor of the same shape).
+
+    Returns:
+        a complex64 (complex128 for float64 inputs) tensor.
+
+    Raises:
+        OpError: an input is not a floating-point tensor (MegEngine: "unsupported dtype").
+
+    Example:
+        >>> import megxla as mge
+        >>> create_complex(mge.Tensor([1.0]), mge.Tensor([2.0])).numpy()
+        array([1.+2.j], dtype=complex64)
+    """
+    from .._dispatch import apply as _apply
+    from ..ops.elemwise import BINARY
+    real, imag = (x if isinstance(x, Tensor) else Tensor(x) for x in (real, imag))
+    for x in (real, imag):
+        if x.dtype.kind != "f":
+            raise OpError(f"create_complex: unsupported dtype {x.dtype} (real and imag must be float tensors; "
+                          f"shapes {tuple(real.shape)}, {tuple(imag.shape)})")
+    return _apply(BINARY["complex"].bind(), real, imag)
+
+
+__all__ += ["OpError", "is_external_convert", "set_external_convert_hook", "sync", "create_complex"]

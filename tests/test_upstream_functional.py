@@ -1,0 +1,80 @@
+"""Regressions found by running MegEngine 1.13's own unit tests on megxla (through the ``megengine`` alias).
+
+Expected values are what real MegEngine 1.13 (CPU) returns for the same calls.
+"""
+import numpy as np
+import pytest
+
+import megxla as mge
+import megxla.functional as F
+from megxla import Tensor
+from megxla.core import _trace_option
+from megxla.core._dispatch import OpError
+from megxla.core._imperative_rt import core2
+
+
+# ---- thin internal paths MegEngine code imports ------------------------------------------------------------------
+def test_trace_option_static_shapes():
+    assert _trace_option.use_symbolic_shape() is False
+    assert _trace_option.set_symbolic_shape(False) is False
+    with pytest.raises(ValueError, match="symbolic"):
+        _trace_option.set_symbolic_shape(True)
+    assert _trace_option.use_symbolic_shape() is False  # the refused call changed nothing
+
+
+def test_core2_sync_and_create_complex():
+    y = Tensor([1.0, 2.0]) * 3
+    assert core2.sync() is None
+    c = core2.create_complex(Tensor([1.0, 2.0]), Tensor([3.0, 4.0]))
+    assert c.dtype == np.complex64
+    np.testing.assert_array_equal(c.numpy(), [1 + 3j, 2 + 4j])
+    np.testing.assert_array_equal(y.numpy(), [3.0, 6.0])
+    with pytest.raises(OpError, match="create_complex.*int32"):  # MegEngine: "unsupported dtype Int32"
+        core2.create_complex(Tensor([1, 2]), Tensor([3, 4]))
+
+
+# ---- functional bugs ---------------------------------------------------------------------------------------------
+def test_eye_shape_forms():
+    # MegEngine: eye((n,)) is square; the shape may be a 1-D Tensor (test_tensor.py::test_eye)
+    np.testing.assert_array_equal(F.eye([3]).numpy(), np.eye(3, dtype="float32"))
+    np.testing.assert_array_equal(F.eye(Tensor([2, 3])).numpy(), np.eye(2, 3, dtype="float32"))
+    assert F.eye(Tensor([3]), dtype="bool").numpy().tolist() == np.eye(3, dtype=bool).tolist()
+    with pytest.raises(OpError, match="eye"):
+        F.eye([2, 3, 4])
+
+
+@pytest.mark.parametrize("max_output", [None, 4])
+def test_nms_no_boxes(max_output):
+    out = F.vision.nms(Tensor(np.zeros((0, 4), "float32")), Tensor(np.zeros((0,), "float32")), iou_thresh=0.5,
+                       max_output=max_output)
+    assert out.shape == (0,) and out.dtype == np.int32
+
+
+def test_roi_align_no_rois():
+    x = Tensor(np.ones((1, 2, 8, 8), "float32"))
+    out = F.vision.roi_align(x, Tensor(np.zeros((0, 5), "float32")), output_shape=(7, 7), mode="average",
+                             spatial_scale=0.25, sample_points=2, aligned=True)
+    assert out.shape == (0, 2, 7, 7) and out.dtype == np.float32
+
+
+@pytest.mark.parametrize("dtype, expected", [("uint8", [5, 5, 10, 7, 6, 8, 9, 9, 6]),
+                                             ("int8", [-3, -3, 2, -1, -2, 0, 1, 1, -2])])
+def test_warp_perspective_8bit(dtype, expected):
+    x = (np.arange(16).reshape(1, 1, 4, 4) * 7 % 17 - (0 if dtype == "uint8" else 8)).astype(dtype)
+    M = Tensor(np.array([[[1.0, 0.3, 0.25], [0.1, 1, 0.5], [0, 0, 1]]], np.float32))
+    out = F.vision.warp_perspective(Tensor(x), M, (3, 3), border_mode="constant", border_val=3.7)
+    assert out.dtype == np.dtype(dtype)
+    assert out.numpy().ravel().tolist() == expected  # MegEngine 1.13 CPU, bit for bit
+
+
+def test_deformable_psroi_pooling_extra_trans_rows_unused():
+    rng = np.random.RandomState(0)
+    inp = Tensor(rng.rand(1, 8, 16, 16).astype("float32"))
+    rois = Tensor(np.array([[0, 1, 1, 10, 10], [0, 2, 3, 12, 9]], "float32"))
+    trans = rng.rand(5, 2, 7, 7).astype("float32")
+    a = F.deformable_psroi_pooling(inp, rois, Tensor(trans), False, 7, 7, 7, 4, 1.0, 0.1)
+    b = F.deformable_psroi_pooling(inp, rois, Tensor(trans[:2]), False, 7, 7, 7, 4, 1.0, 0.1)
+    np.testing.assert_array_equal(a.numpy(), b.numpy())
+    np.testing.assert_allclose(a.numpy().ravel()[:5], [0.5863, 0.5794, 0.6532, 0.6876, 0.4458], atol=1e-4)
+    with pytest.raises(OpError, match="trans"):
+        F.deformable_psroi_pooling(inp, rois, Tensor(trans[:1]), False, 7, 7, 7, 4, 1.0, 0.1)
