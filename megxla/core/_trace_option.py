@@ -4,7 +4,7 @@ MegEngine can make ``x.shape`` return a Tensor inside traced code (``MEGENGINE_U
 graph serves every input shape. megxla's shapes are always static Python tuples: XLA compiles one executable
 per input shape (``jit.trace`` keeps a cache of them), so code never needs a shape it cannot read. MegEngine
 code and tests branch on :func:`use_symbolic_shape`; here it is always False, and asking for symbolic shapes
-is refused with an error saying why, instead of being silently ignored.
+changes nothing (the setting is only handed back to the caller that restores it).
 
 Example:
     >>> use_symbolic_shape()
@@ -22,22 +22,25 @@ def use_symbolic_shape() -> bool:
     return False
 
 
+_requested = [False]  # what set_symbolic_shape was last given (handed back, so save/restore round-trips)
+
+
 def set_symbolic_shape(option: bool) -> bool:
-    """Set whether ``Tensor.shape`` returns a tensor; only False (megxla's static shapes) is accepted.
+    """Ask for symbolic shapes; megxla's shapes stay static tuples whatever is asked.
+
+    MegEngine's symbolic shapes change only traced code (one graph for every input shape); eager code computes
+    the same either way. megxla compiles one executable per input shape instead, so the option changes nothing:
+    MegEngine code that turns it on around eager or traced code runs unchanged, and :func:`use_symbolic_shape`
+    stays False.
 
     Args:
         option: the wanted setting.
 
     Returns:
-        the previous setting (False), as MegEngine returns it so callers can restore it.
-
-    Raises:
-        ValueError: ``option`` is true: megxla compiles one executable per input shape instead.
+        the setting asked for before this call, so that callers can restore it.
     """
-    if option:
-        raise ValueError("set_symbolic_shape(True): megxla has no symbolic shapes; Tensor.shape is always a tuple "
-                         "and jit.trace compiles one executable per input shape")
-    return False
+    previous, _requested[0] = _requested[0], bool(option)
+    return previous
 
 
 def use_xla_backend() -> bool:

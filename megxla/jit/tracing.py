@@ -44,6 +44,7 @@ from ..core._tensor import Tensor
 from ..core import _spmd
 from .. import dtr as _dtr
 from ..core import _registry
+from ..core._trace_option import set_symbolic_shape  # noqa: F401  (MegEngine's jit.tracing exports it)
 from . import _fastpath, _state, _verbose
 from ._external import mark_external
 from ._recording import (Recorder, AbstractRecorder, NeedsHost, Excluded, TraceError, make_replay,
