@@ -139,6 +139,33 @@ def test_insert_module_call_and_io_nodes():
     assert set(t(x, mge.Tensor(np.ones((2, 2), "float32")))) == {"main"}
 
 
+def test_module_called_with_two_structures_and_replace_inputs():
+    class AddK(M.Module):
+        def forward(self, x, k):
+            return x + k
+
+    class Twice(M.Module):
+        def __init__(self):
+            super().__init__()
+            self.mod = AddK()
+
+        def forward(self, x):
+            return self.mod(self.mod(x, 1), 2)
+
+    t = tm.trace_module(Twice(), mge.Tensor([0.0]))
+    calls = t.graph.get_method_by_type("__call__").as_list()
+    assert len(calls) == 2 and calls[0].graph is not calls[1].graph and len(t.mod.argdef_graph_map) == 2
+    add2 = calls[1].graph.get_method_by_type("__add__").as_unique()
+    x_node, k = add2.args  # a CallMethod's args start with the object it is called on
+    assert isinstance(x_node, TensorNode) and k == 2
+    np.testing.assert_allclose(t(mge.Tensor([1.0])).numpy(), [4.0])
+    # second call reads the graph input instead of the first call's result
+    calls[1].replace_inputs({calls[0].outputs[0]: t.graph.inputs[1]})
+    t.graph.compile()
+    np.testing.assert_allclose(t(mge.Tensor([1.0])).numpy(), [3.0])
+    assert len(t.graph.get_method_by_type("__call__").as_list()) == 1
+
+
 def test_node_rename_and_errors(traced):
     _, t = traced
     out = t.graph.outputs[0]

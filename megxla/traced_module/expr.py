@@ -73,24 +73,42 @@ class Expr(abc.ABC):
     def top_graph(self, graph):
         self._top_graph = None if graph is None else weakref.ref(graph)
 
+    def replace_inputs(self, repl_dict):
+        """Read ``new`` wherever this expr reads ``old``, for each ``{old: new}`` of ``repl_dict``.
+
+        Args:
+            repl_dict: ``{old_node: new_node}``; the new node must be computed before this expr.
+        """
+        for old, new in repl_dict.items():
+            assert type(old) is type(new), f"cannot replace {type(old).__name__} {old} by {type(new).__name__}"
+            if old not in self.inputs:
+                continue
+            self.inputs[:] = [new if n is old else n for n in self.inputs]
+            while self in old.users:
+                old.users.remove(self)
+            new.users.append(self)
+
     def add_inputs(self, nodes):
         for n in nodes:
             self.inputs.append(n)
             n.users.append(self)
 
+    def _call_args(self):
+        """``(args, kwargs)`` of the call without the callee, nodes where tensors were passed."""
+        if self.arg_def is None:
+            return tuple(self.inputs[self._first_arg:]), {}
+        return tree_unflatten(self.arg_def, self.inputs[self._first_arg:])
+
     @property
     def args(self):
-        """The positional arguments, with nodes where tensors were passed."""
-        if self.arg_def is None:
-            return tuple(self.inputs)
-        return tree_unflatten(self.arg_def, self.inputs[self._first_arg:])[0]
+        """The positional arguments, with nodes where tensors were passed (for a CallMethod the object the
+        method is called on comes first, as MegEngine's)."""
+        return tuple(self.inputs[:self._first_arg]) + tuple(self._call_args()[0])
 
     @property
     def kwargs(self):
         """The keyword arguments, with nodes where tensors were passed."""
-        if self.arg_def is None:
-            return {}
-        return tree_unflatten(self.arg_def, self.inputs[self._first_arg:])[1]
+        return self._call_args()[1]
 
     def unflatten_args(self, values):
         """``(args, kwargs)`` of this call with ``values`` (one per input after the callee) at the leaves."""
@@ -107,10 +125,8 @@ class Expr(abc.ABC):
     def _outs_str(self):
         return ", ".join(str(n) for n in self.outputs)
 
-    def _args_str(self, skip_first=False):
-        if self.arg_def is None:
-            return ", ".join(str(n) for n in self.inputs[1 if skip_first else 0:])
-        args, kwargs = self.args, self.kwargs
+    def _args_str(self):
+        args, kwargs = self._call_args()
         parts = [repr(a) if not isinstance(a, Node) else str(a) for a in args]
         parts += [f"{k}={v}" for k, v in kwargs.items()]
         return ", ".join(parts) + ", " if parts else ""
@@ -217,6 +233,14 @@ class CallFunction(Expr):
     def __init__(self, func):
         super().__init__()
         self.func = func
+
+    @property
+    def named_args(self):
+        """The arguments by parameter name (``{"inp": node, "weight": node, ...}``), defaults filled in."""
+        import inspect
+        bound = inspect.signature(self.func).bind(*self.args, **self.kwargs)
+        bound.apply_defaults()
+        return dict(bound.arguments)
 
     def interpret(self, *values):
         from . import tracer

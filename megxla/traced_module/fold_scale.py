@@ -82,7 +82,7 @@ def _classify(e, consts):
         return "other", [], None
     binary = None
     if isinstance(e, CallMethod) and (e.method in _MUL or e.method in _ADD):
-        args = [e.inputs[0]] + list(e.args)
+        args = list(e.args)  # (the object the method is called on first)
         binary = ("mul" if e.method in _MUL else "add", args) if len(args) == 2 and not e.kwargs else None
     elif isinstance(e, CallFunction) and e.func in (F.mul, F.add):
         args = list(e.args) + list(e.kwargs.values())

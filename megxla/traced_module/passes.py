@@ -209,7 +209,7 @@ _FOLD = {"__add__": ("__add__", lambda a, b: a + b), "__radd__": ("__add__", lam
 def _const_operand(e):
     """(op kind, tensor input node, Python constant) of ``x + c`` / ``x * c`` exprs, else None."""
     if isinstance(e, CallMethod) and e.method in _FOLD and len(e.inputs) == 1:
-        args = e.args
+        args = e.args[1:]
         if len(args) == 1 and isinstance(args[0], numbers.Number) and not e.kwargs:
             return _FOLD[e.method][0], e.inputs[0], args[0]
     if isinstance(e, CallFunction) and e.func in (F.add, F.mul) and len(e.inputs) == 1:
