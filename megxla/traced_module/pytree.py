@@ -44,7 +44,10 @@ def register_supported_type(type, flatten_fn: Callable[[Any], Tuple[List, Any]] 
 
 
 def _dict_flatten(d):
-    keys = sorted(d.keys(), key=repr)  # MegEngine's order: keys sorted (outputs of a dict come sorted)
+    try:
+        keys = sorted(d.keys())  # MegEngine's order: keys sorted (outputs of a dict come sorted)
+    except TypeError:  # keys of mixed types
+        keys = sorted(d.keys(), key=repr)
     return [d[k] for k in keys], tuple(keys)
 
 

@@ -185,10 +185,6 @@ class TracedModule(Module):
             self._update_ref()
             self._set_sinks()
 
-    def __getstate__(self):
-        d = dict(self.__dict__)
-        return d
-
     # ---- flatten --------------------------------------------------------------------------------------
     def flatten(self) -> "TracedModule":
         r"""A new TracedModule with one graph: the graphs of nested TracedModules inlined into the top one.
@@ -384,7 +380,8 @@ def _register_all_builtin_module():
     import megxla.module.quantized as QQ
     for ns in (M, QM, QQ):
         for v in vars(ns).values():
-            if isinstance(v, type) and issubclass(v, Module) and v is not Module and v is not TracedModule:
+            # (Sequential is a container: traced into, as MegEngine does, so its layers are graph nodes)
+            if isinstance(v, type) and issubclass(v, Module) and v not in (Module, TracedModule, M.Sequential):
                 tracer.BUILTIN_MODULES.add(v)
 
 

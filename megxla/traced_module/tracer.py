@@ -240,7 +240,7 @@ def _input_names(argspec, args, kwargs):
             add(params[i], a)
         else:
             add(f"{argspec.varargs if argspec is not None and argspec.varargs else 'args'}_{i - len(params)}", a)
-    for k in sorted(kwargs, key=repr):  # the order tree_flatten gives dict entries
+    for k in tree_flatten(dict.fromkeys(kwargs, 0), lambda x: False)[1].aux:  # tree_flatten's dict order
         add(str(k), kwargs[k])
     return names
 
