@@ -20,6 +20,26 @@ from ..logger import get_logger
 
 __all__ = ["Module", "HookHandler"]
 
+
+def _access_structure(obj, key, callback=None):
+    """Follow a dotted key of :meth:`Module.named_children` / ``state_dict`` style (``"blocks.0.conv"``: list and
+    tuple items by index, dict items by key, anything else by attribute) from ``obj``.
+
+    Returns ``callback(parent, last_key, value)`` where given (``last_key`` an int for a list or tuple item),
+    else the value reached. MegEngine's module utilities and tests use it to get or set nested submodules.
+    """
+    parent, k, cur = None, None, obj
+    for k in key.split("."):
+        parent = cur
+        if isinstance(cur, (list, tuple)):
+            k = int(k)
+            cur = cur[k]
+        elif isinstance(cur, dict):
+            cur = cur[k]
+        else:
+            cur = getattr(cur, k)
+    return cur if callback is None else callback(parent, k, cur)
+
 logger = get_logger(__name__)
 
 
