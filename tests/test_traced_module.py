@@ -361,3 +361,46 @@ def test_watch_and_end_points(traced):
     np.testing.assert_allclose(v.numpy() + 1.0, net(x).numpy(), rtol=1e-6)
     t2.clear_end_points()
     assert t2(x).shape == (2, 2)
+
+
+class Pair:
+    def __init__(self, a, b):
+        self.a, self.b = a, b
+
+
+def test_register_supported_type_and_checkers(caplog):
+    tm.register_supported_type(Pair, lambda p: ([p.a, p.b], None), lambda c, aux: Pair(*c))
+
+    class UsesPair(M.Module):
+        def forward(self, p):
+            return Pair(p.b * 2, p.a + 1)
+
+    t = tm.trace_module(UsesPair(), Pair(mge.Tensor([1.0]), mge.Tensor([2.0])))
+    out = t(Pair(mge.Tensor([5.0]), mge.Tensor([7.0])))  # the Pair's tensors are graph inputs, not constants
+    assert isinstance(out, Pair) and float(out.a.numpy()[0]) == 14.0 and float(out.b.numpy()[0]) == 6.0
+
+    outside = mge.Parameter([3.0])
+
+    class Captures(M.Module):
+        def forward(self, x):
+            return x * outside  # a Parameter that is no attribute: baked in as a constant
+
+    with caplog.at_level("WARNING"):
+        t = tm.trace_module(Captures(), mge.Tensor([1.0]))
+    assert isinstance(t.graph._exprs[0], Constant) and "captured as a constant" in caplog.text
+
+    class Random(M.Module):
+        def __init__(self):
+            super().__init__()
+            self.drop = M.Dropout(0.5)
+
+        def forward(self, x):
+            return self.drop(x)  # training mode: the replay draws another mask than the traced run
+
+    tm.enable_expr_checker()
+    try:
+        tm.trace_module(Captures(), mge.Tensor([1.0]))  # deterministic: passes the check
+        with pytest.raises(AssertionError, match="differs"):
+            tm.trace_module(Random(), mge.Tensor(np.ones(64, "float32")))
+    finally:
+        tm.traced_module._CHECKS["expr"] = False
