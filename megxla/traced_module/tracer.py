@@ -140,9 +140,12 @@ def _tensor_init(self, data=None, *args, **kwargs):
     if tr is None or tr.suppress or not tr.frames or tr.thread is not threading.current_thread() \
             or not tree_flatten(data, lambda x: isinstance(x, (Tensor, Node)))[0]:
         return _ORIG_TENSOR_INIT(self, data, *args, **kwargs)
-    # Tensor(<traced tensor>) follows its input: recorded as a call of the class
-    tr.call_function(type(self), (data,) + args, kwargs, run=lambda: (_ORIG_TENSOR_INIT(self, data, *args, **kwargs),
-                                                                       self)[1])
+    # Tensor(<traced tensor>) follows its input: recorded as a call of the class whose result is ``self``
+    def run():
+        _ORIG_TENSOR_INIT(self, data, *args, **kwargs)
+        return self
+
+    tr.call_function(type(self), (data,) + args, kwargs, run=run)
 
 
 class _ApplyObserver:
@@ -561,8 +564,7 @@ class InsertExprs:
             Node._set_next_id(self.root._total_ids[0])
             Expr._set_next_id(self.root._total_ids[1])
         scope = InternalGraph(g._name, g._qualname)
-        scope._namespace.merge(g._namespace)
-        scope._namespace.used_names = dict(g._namespace.used_names)
+        scope._namespace.merge(g._namespace)  # new names stay unique in the graph they are spliced into
         self.scope = scope
         tr = _Tracer(insert=True)
         frame = _Frame(scope, owner, g.inputs[0])
