@@ -408,10 +408,11 @@ class _Tracer:
         return tree_unflatten(td, [frame.tmap[id(t)][1] for t in leaves])
 
     # ---- recording ----------------------------------------------------------------------------------------
-    def _record(self, expr, args, kwargs, run, name, qual):
+    def _record(self, make_expr, args, kwargs, run, name, qual):
         frame = self.frames[-1]
         leaves, argdef = tree_flatten((args, kwargs))
         in_nodes = [self.node_for_tensor(frame, t) for t in leaves]
+        expr = make_expr()  # after its inputs' GetAttr / Constant exprs: ids follow the graph order
         expr.arg_def = argdef
         expr.add_inputs(in_nodes)
         frame.graph._add_expr(expr)
@@ -427,27 +428,29 @@ class _Tracer:
         (args, kwargs), as_nodes = self._unnode((args, kwargs))
         fname = getattr(func, "__name__", "func")
         q = self.frames[-1].graph._qualname
-        result = self._record(CallFunction(func), args, kwargs, run or (lambda: func(*args, **kwargs)),
+        result = self._record(lambda: CallFunction(func), args, kwargs, run or (lambda: func(*args, **kwargs)),
                               f"{fname.lower() if isinstance(func, type) else fname}_out", f"{q}.[func_{fname}]")
         return self._renode(result) if as_nodes else result
 
     def call_method(self, name, orig, obj, args, kwargs):
         (obj, args, kwargs), as_nodes = self._unnode((obj, args, kwargs))
         frame = self.frames[-1]
-        expr = CallMethod(self.node_for_tensor(frame, obj), name)
+        obj_node = self.node_for_tensor(frame, obj)
 
         def run():
             r = orig(obj, *args, **kwargs)
             return obj if r is None else r  # in-place (__setitem__): the output is the updated tensor
 
         short = name.strip("_")
-        result = self._record(expr, args, kwargs, run, f"{short}_out", f"{frame.graph._qualname}.[method_{short}]")
+        result = self._record(lambda: CallMethod(obj_node, name), args, kwargs, run, f"{short}_out",
+                              f"{frame.graph._qualname}.[method_{short}]")
         return self._renode(result) if as_nodes else result
 
     def record_apply(self, op, inputs, outputs):
         frame = self.frames[-1]
+        in_nodes = [self.node_for_tensor(frame, t) for t in inputs]
         expr = Apply(op)
-        expr.add_inputs([self.node_for_tensor(frame, t) for t in inputs])
+        expr.add_inputs(in_nodes)
         frame.graph._add_expr(expr)
         name = getattr(op, "name", "op").split("[")[0].lower()
         self.bind_outputs(frame, expr, list(outputs), f"{name}_out", f"{frame.graph._qualname}.[def_{name}]")
@@ -461,17 +464,19 @@ class _Tracer:
             spec = argspec_of(mod)
             if spec is not None:
                 args, kwargs = convert_kwargs_to_args(spec, args, kwargs, is_bounded=True)
-        expr = CallMethod(mnode, "__call__")
         leaves, argdef = tree_flatten((args, kwargs))
         shell = self.shells.get(id(mod))
         name, qual = f"{mnode._name}_out", f"{mnode._qualname}.[out]"
         if builtin or (shell is not None and argdef in shell[1].argdef_graph_map):
             # a leaf (or a module already traced for this structure): one expr, nothing inside is recorded
-            result = self._record(expr, args, kwargs, lambda: _ORIG_MODULE_CALL(mod, *args, **kwargs), name, qual)
+            result = self._record(lambda: CallMethod(mnode, "__call__"), args, kwargs,
+                                  lambda: _ORIG_MODULE_CALL(mod, *args, **kwargs), name, qual)
         else:
             # the call expr comes first, then the module's own graph records what its forward does
+            in_nodes = [self.node_for_tensor(frame, t) for t in leaves]
+            expr = CallMethod(mnode, "__call__")
             expr.arg_def = argdef
-            expr.add_inputs([self.node_for_tensor(frame, t) for t in leaves])
+            expr.add_inputs(in_nodes)
             frame.graph._add_expr(expr)
             result = self.trace_forward(mod, mnode, args, kwargs, frame.graph)
             self.bind_outputs(frame, expr, result, name, qual)
