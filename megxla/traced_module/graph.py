@@ -100,8 +100,9 @@ class NodeFilter(BaseFilter):
     """Nodes, filterable further by ``type``, ``node_id``, ``name``."""
 
     def type(self, owner_type):
-        return NodeFilter(n for n in self if isinstance(n, ModuleNode)
-                          and n.module_type is not None and issubclass(n.module_type, owner_type))
+        # by the module the node stands for now (MegEngine's test): a layer swapped by quantize_qat matches its
+        # new class
+        return NodeFilter(n for n in self if isinstance(n, ModuleNode) and isinstance(n.owner, owner_type))
 
     def node_id(self, node_id):
         ids = node_id if isinstance(node_id, Sequence) else [node_id]
@@ -208,15 +209,18 @@ class InternalGraph:
         return node
 
     # ---- queries ------------------------------------------------------------------------------------------
-    def _iter_exprs(self, recursive):
+    def _iter_exprs(self, recursive, _seen=None):
+        # a sub-graph run by several calls (a shared module) is listed once, after its first call
+        _seen = {id(self)} if _seen is None else _seen
         for n in self._inputs:
             yield n.expr
         for e in self._exprs:
             yield e
             if recursive and isinstance(e, CallMethod):
                 sub = e.graph
-                if sub is not None:
-                    yield from sub._iter_exprs(True)
+                if sub is not None and id(sub) not in _seen:
+                    _seen.add(id(sub))
+                    yield from sub._iter_exprs(True, _seen)
 
     def exprs(self, recursive: bool = True) -> ExprFilter:
         """All exprs (the Inputs first), those of sub-graphs after the call that runs them when ``recursive``.
@@ -436,6 +440,16 @@ class InternalGraph:
         leaves, outdef = tree_flatten(outputs, is_leaf=lambda x: isinstance(x, Node))
         self._outputs[:] = leaves
         self._rekey(new_outdef=outdef)
+
+    def _reset_ids(self):
+        """Number the exprs and nodes (sub-graphs included) 0, 1, ... in graph order."""
+        exprs = self.exprs().as_list()
+        for i, e in enumerate(exprs):
+            e._id = i
+        nodes = self.nodes().as_list()
+        for i, n in enumerate(nodes):
+            n._id = i
+        self._total_ids = (len(nodes), len(exprs))
 
     # ---- running ------------------------------------------------------------------------------------------
     def interpret(self, *inputs):

@@ -118,11 +118,29 @@ class ModuleNode(Node):
     @owner.setter
     def owner(self, module):
         self._owner = None if module is None else weakref.ref(module)
+        if module is not None and not isinstance(self.module_type, type):
+            self.module_type = type(module)
 
     def __getstate__(self):
         d = super().__getstate__()
         d["_owner"] = None
+        mt = self.module_type
+        if isinstance(mt, type):  # by name: a class local to a function (a test's module) need not pickle
+            d["module_type"] = (mt.__module__, mt.__qualname__)
         return d
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        mt = self.module_type
+        if isinstance(mt, tuple):
+            try:
+                import importlib
+                obj = importlib.import_module(mt[0])
+                for part in mt[1].split("."):
+                    obj = getattr(obj, part)
+                self.module_type = obj
+            except Exception:  # not importable (a local class): the type is set from the owner when attached
+                pass
 
     def __getattr__(self, name):
         # only reached for attributes a node does not have: inside insert_exprs() it reads the module's

@@ -206,18 +206,8 @@ class TracedModule(Module):
             new.argdef_outdef_map[argdef] = self.argdef_outdef_map[argdef]
         new._update_ref()
         for g in new.argdef_graph_map.values():
-            _reset_ids(g)
+            g._reset_ids()
         return new
-
-
-def _reset_ids(graph):
-    exprs = graph.exprs().as_list()
-    for i, e in enumerate(exprs):
-        e._id = i
-    nodes = graph.nodes().as_list()
-    for i, n in enumerate(nodes):
-        n._id = i
-    graph._total_ids = (len(nodes), len(exprs))
 
 
 def clone_expr(expr, inputs, graph, names=None):
@@ -469,8 +459,10 @@ def trace_module(mod: Module, *args: Any, **kwargs: Any) -> TracedModule:
     top = tr.shells[id(mod)][1]
     top._is_top = True
     top.argspec = spec
-    top.graph._total_ids = (Node._get_next_id(), Expr._get_next_id())
     top._update_ref()
+    top.graph._reset_ids()  # ids in graph order (a call's outputs before its sub-graph's nodes), as MegEngine's
+    Node._set_next_id(top.graph._total_ids[0])
+    Expr._set_next_id(top.graph._total_ids[1])
     if _CHECKS["default"]:
         _check_consts(top)
     if _CHECKS["expr"]:
