@@ -17,7 +17,7 @@ import numpy as np
 from .. import functional as F
 from .. import module as M
 from ..core._tensor import Parameter, Tensor
-from .expr import Apply, CallFunction, CallMethod, Constant, GetAttr, Input, get_subattr
+from .expr import Apply, CallFunction, CallMethod, Constant, GetAttr
 from .node import ModuleNode, TensorNode
 from .passes import _attr_value, _bound, _graphs, _module_call_target, _set_attr
 from .pytree import tree_flatten

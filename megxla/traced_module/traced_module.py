@@ -7,7 +7,7 @@ from typing import Any, Callable, Dict, Sequence, Type
 import numpy as np
 
 from .. import logger as _logger_mod
-from ..core._tensor import Parameter, Tensor
+from ..core._tensor import Parameter
 from ..module.module import Module
 from . import tracer
 from .expr import CallMethod, Constant, Expr, GetAttr, Input, get_subattr
@@ -220,9 +220,9 @@ def clone_expr(expr, inputs, graph, names=None):
     for i, o in enumerate(expr.outputs):
         name = names[i] if names else o._name
         if isinstance(o, ModuleNode):
-            n = graph._new_node(ModuleNode, e, name, o._qualname, module_type=o.module_type)
+            graph._new_node(ModuleNode, e, name, o._qualname, module_type=o.module_type)
         else:
-            n = graph._new_node(TensorNode, e, name, o._qualname, shape=o.shape, dtype=o.dtype, qparams=o.qparams)
+            graph._new_node(TensorNode, e, name, o._qualname, shape=o.shape, dtype=o.dtype, qparams=o.qparams)
     return e
 
 

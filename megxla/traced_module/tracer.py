@@ -25,7 +25,7 @@ import numpy as np
 from ..core import _dispatch
 from ..core._tensor import Tensor
 from ..module.module import Module
-from .expr import Apply, CallFunction, CallMethod, Constant, Expr, GetAttr, Input, get_subattr
+from .expr import Apply, CallFunction, CallMethod, Constant, Expr, GetAttr, Input
 from .graph import InternalGraph
 from .node import ModuleNode, Node, TensorNode
 from .pytree import tree_flatten, tree_unflatten

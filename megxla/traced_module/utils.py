@@ -1,6 +1,6 @@
 """Helpers shared by TracedModule code and its users (MegEngine's ``traced_module.utils``)."""
 from .expr import get_subattr
-from .tracer import convert_kwargs_to_args as _convert_kwargs_to_args
+from .tracer import convert_kwargs_to_args as _convert_kwargs_to_args  # noqa: F401  (MegEngine's name)
 
 __all__ = ["get_subattr", "assign_attr"]
 
