@@ -404,3 +404,22 @@ def test_register_supported_type_and_checkers(caplog):
             tm.trace_module(Random(), mge.Tensor(np.ones(64, "float32")))
     finally:
         tm.traced_module._CHECKS["expr"] = False
+
+
+def test_inplace_update_of_module_state_survives_compile():
+    class Counter(M.Module):
+        def __init__(self):
+            super().__init__()
+            self.count = mge.Tensor([0.0])
+
+        def forward(self, x):
+            self.count += 1
+            y = x * 1
+            y[0] = 5.0
+            return y
+
+    m = Counter()
+    t = tm.trace_module(m, mge.Tensor([1.0, 2.0]))
+    t.graph.compile()
+    np.testing.assert_allclose(t(mge.Tensor([3.0, 4.0])).numpy(), [5.0, 4.0])
+    assert float(t.count.numpy()[0]) == 2.0  # once while tracing, once in the call

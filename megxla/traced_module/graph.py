@@ -353,7 +353,8 @@ class InternalGraph:
 
     def eliminate_dead_code(self):
         """Remove the exprs whose results no output depends on."""
-        live = set(self.get_dep_exprs(self._outputs))
+        kept = [e for e in self._exprs if e._disable_remove]  # (in-place updates of module state)
+        live = set(self.get_dep_exprs(list(self._outputs) + [n for e in kept for n in e.inputs])) | set(kept)
         for e in list(self._exprs):
             if e in live or e._disable_remove:
                 continue

@@ -46,6 +46,8 @@ TENSOR_METHODS = (
     "_broadcast", "detach",
 )
 
+_INPLACE = {m for m in TENSOR_METHODS if m.startswith("__i") and m not in ("__invert__",)} | {"__setitem__"}
+
 
 # ---- which functions are traced -------------------------------------------------------------------------
 _FUNC_SITES = None  # [(module, attr name, function)]
@@ -441,9 +443,14 @@ class _Tracer:
             r = orig(obj, *args, **kwargs)
             return obj if r is None else r  # in-place (__setitem__): the output is the updated tensor
 
+        def make():
+            e = CallMethod(obj_node, name)
+            # an in-place update of module state (``self.count += 1``): kept by compile() though unused
+            e._disable_remove = name in _INPLACE and isinstance(obj_node.expr, GetAttr)
+            return e
+
         short = name.strip("_")
-        result = self._record(lambda: CallMethod(obj_node, name), args, kwargs, run, f"{short}_out",
-                              f"{frame.graph._qualname}.[method_{short}]")
+        result = self._record(make, args, kwargs, run, f"{short}_out", f"{frame.graph._qualname}.[method_{short}]")
         return self._renode(result) if as_nodes else result
 
     def record_apply(self, op, inputs, outputs):
