@@ -110,6 +110,78 @@ class Expr(abc.ABC):
         """The keyword arguments, with nodes where tensors were passed."""
         return self._call_args()[1]
 
+    def _get_func(self):
+        """The callable the expr runs (for argument names)."""
+        return None
+
+    @property
+    def named_args(self):
+        """The arguments by parameter name (``{"inp": node, "weight": node, ...}``), defaults filled in."""
+        import inspect
+        func = self._get_func()
+        if func is None:
+            raise TypeError(f"{type(self).__name__} exprs have no named arguments")
+        bound = inspect.signature(func).bind(*self.args, **self.kwargs)
+        bound.apply_defaults()
+        return dict(bound.arguments)
+
+    def set_args_kwargs(self, *args, **kwargs):
+        """Replace the call's arguments (nodes or constants; a CallMethod's first argument is its object).
+
+        Example:
+            >>> # expr.set_args_kwargs(node, "float16")  # for ``node.astype("float16")``
+        """
+        from .tracer import convert_kwargs_to_args
+        func = self._get_func()
+        if func is not None:
+            try:
+                args, kwargs = convert_kwargs_to_args(func, args, kwargs)
+            except TypeError:  # a builtin or C callable without a usable signature: keep what was given
+                pass
+        head = list(args[:self._first_arg])
+        leaves, arg_def = tree_flatten((tuple(args[self._first_arg:]), dict(kwargs)), is_leaf=_is_node)
+        for n in self.inputs:
+            while self in n.users:
+                n.users.remove(self)
+        self.inputs = []
+        self.add_inputs(head + leaves)
+        self.arg_def = arg_def
+
+    def set_arg(self, name, val):
+        """Replace the argument called ``name`` (by the callee's signature) with ``val``."""
+        import inspect
+        func = self._get_func()
+        args, kwargs = list(self.args), dict(self.kwargs)
+        if name in kwargs:
+            kwargs[name] = val
+        else:
+            spec = inspect.getfullargspec(inspect.unwrap(func))
+            if name not in spec.args:
+                raise TypeError(f"{func!r} has no positional argument {name!r}")
+            i = spec.args.index(name)
+            if i < len(args):
+                args[i] = val
+            else:
+                kwargs[name] = val
+        self.set_args_kwargs(*args, **kwargs)
+
+    @property
+    def return_val(self):
+        """The outputs in the structure the call returns; assign nodes (in any structure) to replace them."""
+        if self.out_def is None:
+            return tuple(self.outputs)
+        return tree_unflatten(self.out_def, self.outputs)
+
+    @return_val.setter
+    def return_val(self, new_outputs):
+        outs, out_def = tree_flatten(new_outputs, is_leaf=_is_node)
+        assert all(isinstance(o, Node) for o in outs), "an expr's return values must be nodes"
+        assert all(o.expr in (None, self) for o in outs), f"some nodes are produced by another expr than {self}"
+        for o in outs:
+            o.expr = self
+        self.outputs = outs
+        self.out_def = out_def
+
     def unflatten_args(self, values):
         """``(args, kwargs)`` of this call with ``values`` (one per input after the callee) at the leaves."""
         return tree_unflatten(self.arg_def, values)
@@ -191,6 +263,17 @@ class CallMethod(Expr):
         self.method = method
         self.add_inputs([obj_node])
 
+    def _get_func(self):
+        obj = self.inputs[0]
+        if self.method == "__call__" and isinstance(obj, ModuleNode):
+            mt = obj.owner.__class__ if obj.owner is not None else obj.module_type
+            from .traced_module import TracedModule
+            if isinstance(mt, type) and issubclass(mt, TracedModule):
+                return None  # (*args, **kwargs): nothing to normalize against
+            return getattr(mt, "forward", None) if isinstance(mt, type) else None
+        from ..core._tensor import Tensor
+        return getattr(Tensor, self.method, None)
+
     @property
     def graph(self):
         """The sub-graph a call of a traced sub-module runs (None for builtin modules and tensor methods)."""
@@ -234,13 +317,8 @@ class CallFunction(Expr):
         super().__init__()
         self.func = func
 
-    @property
-    def named_args(self):
-        """The arguments by parameter name (``{"inp": node, "weight": node, ...}``), defaults filled in."""
-        import inspect
-        bound = inspect.signature(self.func).bind(*self.args, **self.kwargs)
-        bound.apply_defaults()
-        return dict(bound.arguments)
+    def _get_func(self):
+        return self.func
 
     def interpret(self, *values):
         from . import tracer
@@ -269,6 +347,15 @@ class CallFunction(Expr):
         self.__dict__.update(state)
 
 
+def _opdef_name(op):
+    """How an op is shown: an Elemwise-style descriptor by its mode (``ADD``), others by type, registry ops by
+    name."""
+    mode = getattr(op, "mode", None)
+    if isinstance(mode, str) and hasattr(op, "_params"):
+        return mode.upper()
+    return getattr(op, "name", None) if not hasattr(op, "_params") else type(op).__name__
+
+
 class Apply(Expr):
     """A primitive op (``opdef``) dispatched directly on tensors, outside any traced function or method."""
 
@@ -278,11 +365,25 @@ class Apply(Expr):
 
     def interpret(self, *values):
         from ..core._dispatch import apply
+        from ..core.ops.builtin import OpDef
+        if isinstance(self.opdef, OpDef):  # a builtin descriptor (``core2.apply(Elemwise(mode="add"), ...)``)
+            return list(self.opdef._apply(tuple(values)))
         out = apply(self.opdef, *values)
         return list(out) if isinstance(out, tuple) else [out]
 
+    @property
+    def opdef_state(self):
+        """A builtin descriptor's parameters plus ``"opdef_type"`` (edit it in a loader; see serialization)."""
+        st = self.__dict__.get("_opdef_state")
+        if st is None:
+            op = self.opdef
+            st = {k: getattr(op, k) for k in getattr(op, "_params", ())}
+            st["opdef_type"] = type(op)
+            self.__dict__["_opdef_state"] = st
+        return st
+
     def __repr__(self):
-        name = getattr(self.opdef, "name", type(self.opdef).__name__)
+        name = _opdef_name(self.opdef)
         return f"%{self._id}:\t{self._outs_str()} = {name}({', '.join(str(n) for n in self.inputs)})"
 
 
@@ -294,6 +395,15 @@ class Constant(Expr):
         super().__init__()
         self.value = value
         self.name = name
+        from ..core._tensor import Tensor
+        from ..module.module import Module
+        # the output node exists from the start (MegEngine's constructor): graphs adopt and name it
+        if isinstance(value, Module):
+            ModuleNode(self, name, module_type=type(value))._attach_as_output()
+            self.outputs[0].owner = value
+        elif isinstance(value, Tensor):
+            TensorNode(self, name, shape=tuple(value.shape), dtype=value.dtype,
+                       qparams=getattr(value, "_qparams", None))._attach_as_output()
 
     def interpret(self):
         return (self.value,)

@@ -11,7 +11,7 @@ import re
 import weakref
 from typing import Callable, Dict, List, Optional, Sequence
 
-from .expr import CallFunction, CallMethod, Expr, GetAttr, Input
+from .expr import CallFunction, CallMethod, Constant, Expr, GetAttr, Input
 from .node import ModuleNode, Node, TensorNode
 from .pytree import tree_flatten, TreeDef
 
@@ -202,10 +202,20 @@ class InternalGraph:
         self._exprs.append(expr)
 
     def _new_node(self, cls, expr, name, qualname, **kw):
+        if isinstance(expr, Constant) and expr.outputs:  # made with its expr: adopt it
+            return self._adopt_node(expr.outputs[0], name, qualname)
         node = cls(expr, None, qualname, **kw)
         node.top_graph = self
         node._name = self._namespace.create_unique_name(name, node)
         expr.outputs.append(node)
+        return node
+
+    def _adopt_node(self, node, name=None, qualname=None):
+        """Make ``node`` (made outside the graph) one of this graph's, with a unique name."""
+        node.top_graph = self
+        if qualname is not None and node._qualname is None:
+            node._qualname = qualname
+        node._name = self._namespace.create_unique_name(node._name or name or "node", node)
         return node
 
     # ---- queries ------------------------------------------------------------------------------------------

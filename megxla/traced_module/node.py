@@ -74,6 +74,12 @@ class Node:
     def top_graph(self, graph):
         self._top_graph = None if graph is None else weakref.ref(graph)
 
+    def _attach_as_output(self):
+        """Append this node to its expr's outputs (nodes made by hand, as MegEngine's loaders do)."""
+        if self.expr is not None and self not in self.expr.outputs:
+            self.expr.outputs.append(self)
+        return self
+
     def __repr__(self):
         return self._name if self._name is not None else f"%{self._id}"
 

@@ -181,8 +181,14 @@ class TracedModule(Module):
 
     def __setstate__(self, state):
         super().__setstate__(state)
+        from .serialization import run_loaders
+        self._update_ref()  # (this module's own graphs; the top module re-attaches the whole tree below)
+        changed = [run_loaders(g) for g in self.argdef_graph_map.values()]
         if self.__dict__.get("_is_top"):
             self._update_ref()
+            if any(changed):
+                for g in self.argdef_graph_map.values():
+                    g._reset_ids()
             self._set_sinks()
 
     # ---- flatten --------------------------------------------------------------------------------------

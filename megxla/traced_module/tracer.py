@@ -150,6 +150,28 @@ def _tensor_init(self, data=None, *args, **kwargs):
     tr.call_function(type(self), (data,) + args, kwargs, run=run)
 
 
+def _opdef_kernels():
+    """(class, its own ``_apply``) of every builtin op descriptor (``core2.apply(Elemwise(...), x)``)."""
+    from ..core.ops.builtin import OpDef
+    out, stack = [], [OpDef]
+    while stack:
+        cls = stack.pop()
+        stack.extend(cls.__subclasses__())
+        if "_apply" in vars(cls) and cls is not OpDef:
+            out.append((cls, vars(cls)["_apply"]))
+    return out
+
+
+def _opdef_wrapper(orig):
+    @functools.wraps(orig)
+    def _apply(op, inputs):
+        tr = _active
+        if tr is None or tr.suppress or not tr.frames or tr.thread is not threading.current_thread():
+            return orig(op, inputs)
+        return tr.record_opdef(op, orig, inputs)
+    return _apply
+
+
 class _ApplyObserver:
     """Sits among the dispatch point's gradient recorders while tracing: sees every op that no traced
     function, method or module call covers and records it as an Apply expr."""
@@ -313,6 +335,9 @@ class _Tracer:
             for mod, attr, func in _functional_sites():
                 setattr(mod, attr, _func_wrapper(func))
                 undo.append(functools.partial(setattr, mod, attr, func))
+            for cls, orig in _opdef_kernels():
+                setattr(cls, "_apply", _opdef_wrapper(orig))
+                undo.append(functools.partial(setattr, cls, "_apply", orig))
             obs = _ApplyObserver()
             _dispatch.recorders.append(obs)
             undo.append(functools.partial(_dispatch.recorders.remove, obs))
@@ -452,6 +477,23 @@ class _Tracer:
         short = name.strip("_")
         result = self._record(make, args, kwargs, run, f"{short}_out", f"{frame.graph._qualname}.[method_{short}]")
         return self._renode(result) if as_nodes else result
+
+    def record_opdef(self, op, orig, inputs):
+        """A builtin op descriptor applied directly: one Apply expr holding the descriptor."""
+        frame = self.frames[-1]
+        in_nodes = [self.node_for_tensor(frame, t) for t in inputs]
+        expr = Apply(op)
+        expr.add_inputs(in_nodes)
+        frame.graph._add_expr(expr)
+        self.suppress += 1
+        try:
+            outputs = tuple(orig(op, inputs))
+        finally:
+            self.suppress -= 1
+        from .expr import _opdef_name
+        name = _opdef_name(op).lower()
+        self.bind_outputs(frame, expr, list(outputs), f"{name}_out", f"{frame.graph._qualname}.[def_{name}]")
+        return outputs
 
     def record_apply(self, op, inputs, outputs):
         frame = self.frames[-1]
