@@ -423,3 +423,34 @@ def test_inplace_update_of_module_state_survives_compile():
     t.graph.compile()
     np.testing.assert_allclose(t(mge.Tensor([3.0, 4.0])).numpy(), [5.0, 4.0])
     assert float(t.count.numpy()[0]) == 2.0  # once while tracing, once in the call
+
+
+def test_loader_registry_rewrites_on_load():
+    import pickle
+    from megxla.core._imperative_rt.core2 import apply
+    from megxla.core.ops.builtin import Elemwise
+    from megxla.traced_module import serialization as S
+
+    class AddOp(M.Module):
+        def forward(self, x, y):
+            return apply(Elemwise(mode="add"), x, y)[0] * 2
+
+    t = tm.trace_module(AddOp(), mge.Tensor([1.0]), mge.Tensor([2.0]))
+    op_expr = t.graph._exprs[0]
+    assert type(op_expr).__name__ == "Apply" and isinstance(op_expr.opdef, Elemwise)
+    saved = dict(S.TENSORMETHOD_LOADER), dict(S.OPDEF_LOADER)
+    try:
+        @S.register_tensor_method_loader("__mul__")
+        def times_three(expr):
+            expr.set_arg("other", 3)  # (args by Tensor.__mul__'s signature: self, other)
+
+        @S.register_opdef_loader(Elemwise)
+        def add_to_mul(expr):
+            expr.opdef_state["mode"] = "MUL"
+
+        t2 = pickle.loads(pickle.dumps(t))
+    finally:
+        S.TENSORMETHOD_LOADER.clear(), S.TENSORMETHOD_LOADER.update(saved[0])
+        S.OPDEF_LOADER.clear(), S.OPDEF_LOADER.update(saved[1])
+    np.testing.assert_allclose(t(mge.Tensor([3.0]), mge.Tensor([4.0])).numpy(), [14.0])
+    np.testing.assert_allclose(t2(mge.Tensor([3.0]), mge.Tensor([4.0])).numpy(), [36.0])
