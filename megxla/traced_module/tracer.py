@@ -333,6 +333,8 @@ class _Tracer:
                 setattr(Tensor, name, _method_wrapper(name, orig))
                 undo.append(functools.partial(setattr, Tensor, name, orig))
             for mod, attr, func in _functional_sites():
+                if vars(mod).get(attr) is not func:  # replaced by the user since: theirs stays (and is restored)
+                    continue
                 setattr(mod, attr, _func_wrapper(func))
                 undo.append(functools.partial(setattr, mod, attr, func))
             for cls, orig in _opdef_kernels():
