@@ -317,15 +317,18 @@ class _Tracer:
 
     # ---- installing the hooks -----------------------------------------------------------------------------
     def install(self):
-        global _active
+        global _active, _ORIG_MODULE_CALL, _ORIG_TENSOR_INIT
         if _active is not None:
             raise RuntimeError("trace_module / insert_exprs cannot be nested inside another trace")
         undo = self._undo
         try:
+            # what is there now is what runs (and comes back): another tool may have wrapped these too
+            _ORIG_MODULE_CALL = Module.__dict__["__call__"]
+            _ORIG_TENSOR_INIT = Tensor.__dict__["__init__"]
             Module.__call__ = _module_call
-            undo.append(lambda: setattr(Module, "__call__", _ORIG_MODULE_CALL))
+            undo.append(functools.partial(setattr, Module, "__call__", _ORIG_MODULE_CALL))
             Tensor.__init__ = _tensor_init
-            undo.append(lambda: setattr(Tensor, "__init__", _ORIG_TENSOR_INIT))
+            undo.append(functools.partial(setattr, Tensor, "__init__", _ORIG_TENSOR_INIT))
             for name in TENSOR_METHODS:
                 orig = Tensor.__dict__.get(name)
                 if orig is None:
