@@ -317,7 +317,7 @@ class InternalGraph:
             >>> #     neg = F.neg(relu_out)
             >>> # graph.replace_node({relu_out: neg}); graph.compile()
         """
-        from .tracer import InsertExprs
+        from .surgery import InsertExprs
         if expr is not None:
             assert expr.top_graph is self, "Expr to insert after is not in graph."
         return InsertExprs(self, expr)

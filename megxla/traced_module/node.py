@@ -153,12 +153,12 @@ class ModuleNode(Node):
         # attribute as a GetAttr expr (a sub-module or a tensor), like ``self.conv`` in a forward
         if name.startswith("_"):
             raise AttributeError(name)
-        from . import tracer
-        return tracer.node_getattr(self, name)
+        from . import surgery
+        return surgery.node_getattr(self, name)
 
     def __call__(self, *args, **kwargs):
-        from . import tracer
-        return tracer.node_module_call(self, args, kwargs)
+        from . import surgery
+        return surgery.node_module_call(self, args, kwargs)
 
 
 class TensorNode(Node):
@@ -184,8 +184,8 @@ class TensorNode(Node):
 
 def _node_method(name):
     def method(self, *args, **kwargs):
-        from . import tracer
-        return tracer.node_tensor_method(self, name, args, kwargs)
+        from . import surgery
+        return surgery.node_tensor_method(self, name, args, kwargs)
 
     method.__name__ = name
     return method
