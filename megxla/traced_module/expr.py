@@ -126,11 +126,8 @@ class Expr(abc.ABC):
         return dict(bound.arguments)
 
     def set_args_kwargs(self, *args, **kwargs):
-        """Replace the call's arguments (nodes or constants; a CallMethod's first argument is its object).
-
-        Example:
-            >>> # expr.set_args_kwargs(node, "float16")  # for ``node.astype("float16")``
-        """
+        """Replace the call's arguments (nodes or constants; a CallMethod's first argument is its object), e.g.
+        ``expr.set_args_kwargs(node, "float16")`` for ``node.astype("float16")``."""
         from .tracer import convert_kwargs_to_args
         func = self._get_func()
         if func is not None:

@@ -130,6 +130,24 @@ class InternalGraph:
     Args:
         name: the graph's name (the module's class name for a top graph).
         qualname: the module path it was traced at (``Net.block0``).
+
+    Example:
+        >>> import numpy as np, megxla as mge, megxla.module as M, megxla.functional as F
+        >>> import megxla.traced_module as tm
+        >>> class Net(M.Module):
+        ...     def forward(self, x):
+        ...         return F.relu(x) + 1
+        >>> net = tm.trace_module(Net(), mge.Tensor([-1.0, 2.0]))
+        >>> graph = net.graph
+        >>> relu_out = graph.get_function_by_type(F.relu).as_unique().outputs[0]
+        >>> with graph.insert_exprs():
+        ...     neg = F.neg(relu_out)
+        >>> graph.replace_node({relu_out: neg})
+        >>> graph.compile()
+        >>> [type(e).__name__ for e in graph.exprs()]
+        ['Input', 'Input', 'CallFunction', 'CallFunction', 'CallMethod']
+        >>> net(mge.Tensor([-1.0, 2.0])).numpy()
+        array([ 1., -1.], dtype=float32)
     """
 
     def __init__(self, name: str, qualname: str):
@@ -252,11 +270,7 @@ class InternalGraph:
         return NodeFilter(gen())
 
     def get_function_by_type(self, func: Callable = None, recursive: bool = True) -> ExprFilter:
-        """The CallFunction exprs calling ``func`` (all CallFunctions when None).
-
-        Example:
-            >>> # graph.get_function_by_type(F.relu).as_unique()
-        """
+        """The CallFunction exprs calling ``func`` (all CallFunctions when None); see the class example."""
         return self.exprs(recursive).call_function(func)
 
     def get_method_by_type(self, method: str = None, recursive: bool = True) -> ExprFilter:
@@ -276,11 +290,8 @@ class InternalGraph:
         return self.nodes(recursive).node_id(node_id)
 
     def get_node_by_name(self, name: str = None, ignorecase: bool = True, recursive: bool = True) -> NodeFilter:
-        """The nodes whose full name ``"<graph name>_<node name>"`` matches the glob ``name``.
-
-        Example:
-            >>> # graph.get_node_by_name("MyBlock_conv1").as_unique()
-        """
+        """The nodes whose full name ``"<graph name>_<node name>"`` matches the glob ``name``
+        (``graph.get_node_by_name("Net_conv1")``)."""
         return self.nodes(recursive).name(name, ignorecase)
 
     def get_dep_exprs(self, nodes) -> List[Expr]:
@@ -312,10 +323,7 @@ class InternalGraph:
         Args:
             expr: the expr after which to insert; None: place them after their inputs are available.
 
-        Example:
-            >>> # with graph.insert_exprs():
-            >>> #     neg = F.neg(relu_out)
-            >>> # graph.replace_node({relu_out: neg}); graph.compile()
+        See the class example.
         """
         from .surgery import InsertExprs
         if expr is not None:
