@@ -120,6 +120,10 @@ class _Config(types.ModuleType):
             value = setter(self, value)
         super().__setattr__(name, value)
 
+    def __dir__(self):
+        # the settings (and MegEngine's private ones users set), not this module's helpers and imports
+        return sorted(set(_SETTERS) | {"_override", "default_cache_dir"} | {"__doc__", "__name__"})
+
 
 def _bool(name):
     def check(mod, value):

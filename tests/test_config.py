@@ -187,3 +187,11 @@ def test_warm_persistent_cache_reaches_the_first_compiled_step_sooner(tmp_path):
     assert cold_hits == 0 and warm_hits >= cold_compiles, (cold_compiles, warm_hits, warm_compiles)
     print(f"first compiled step: cold {cold_s:.2f} s, warm {warm_s:.2f} s")
     assert warm_s < cold_s, (cold_s, warm_s)  # lenient: the time itself is noisy on a shared machine
+
+
+def test_dir_lists_the_settings_not_the_helpers():
+    import megxla.config as config
+    names = dir(config)
+    for setting in ("async_level", "deterministic_kernel", "_compute_mode", "benchmark_kernel", "compilation_cache"):
+        assert setting in names
+    assert not {"os", "sys", "jax", "warnings", "_SETTERS", "_bool"} & set(names)
