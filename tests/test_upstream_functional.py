@@ -81,3 +81,16 @@ def test_deformable_psroi_pooling_extra_trans_rows_unused():
     np.testing.assert_allclose(a.numpy().ravel()[:5], [0.5863, 0.5794, 0.6532, 0.6876, 0.4458], atol=1e-4)
     with pytest.raises(OpError, match="trans"):
         F.deformable_psroi_pooling(inp, rois, Tensor(trans[:1]), False, 7, 7, 7, 4, 1.0, 0.1)
+
+
+# ---- data ------------------------------------------------------------------------------------------------------
+def test_random_crop_pads_small_input_bottom_right():
+    from megxla.data.transform import RandomCrop
+    np.random.seed(0)
+    img = (np.arange(4 * 5 * 3).reshape(4, 5, 3) % 251).astype(np.uint8)
+    out = RandomCrop((9, 6), padding_size=1, padding_value=[1, 2, 3]).apply(img)
+    assert out.shape == (9, 6, 3) and out.dtype == np.uint8
+    assert out[..., 0].tolist() == [[1, 1, 1, 1, 1, 1], [1, 0, 3, 6, 9, 12], [1, 15, 18, 21, 24, 27],
+                                    [1, 30, 33, 36, 39, 42], [1, 45, 48, 51, 54, 57]] + [[1] * 6] * 4
+    assert out[..., 2].ravel()[-8:].tolist() == [3] * 8  # MegEngine 1.13's values
+    assert RandomCrop((150, 120), padding_size=10).apply(np.zeros((100, 100, 3), np.uint8)).shape == (150, 120, 3)

@@ -199,7 +199,8 @@ class _Alarm:
             signal.setitimer(signal.ITIMER_REAL, max(left, 1e-3), interval)
         if exc_type is _Timeout:
             raise RuntimeError(
-                "DataLoader timed out after {} seconds while {}".format(
+                # "dataloader timeout" is MegEngine's text, which MegEngine code matches
+                "dataloader timeout: timed out after {} seconds while {}".format(
                     self.timeout, self.what
                 )
             ) from None
@@ -399,8 +400,8 @@ def _describe_exit(process):
             name = signal.Signals(-code).name
         except ValueError:
             name = "signal {}".format(-code)
-        return "was killed by {}".format(name)
-    return "exited unexpectedly with exit code {}".format(code)
+        return "exited unexpectedly (killed by {})".format(name)
+    return "exited unexpectedly (exit code {})".format(code)
 
 
 class _ParallelIter:
@@ -550,7 +551,7 @@ class _ParallelIter:
                     wid = self.task_worker.get(idx)
                     self._shutdown(force=True)
                     raise RuntimeError(
-                        "DataLoader timed out after {} seconds waiting for batch {} "
+                        "dataloader timeout: timed out after {} seconds waiting for batch {} "
                         "from worker {}".format(self.timeout, idx, wid)
                     )
             ready = multiprocessing.connection.wait(
@@ -587,7 +588,7 @@ class _ParallelIter:
                     original = data.original()
                     self._shutdown(force=True)
                     raise RuntimeError(
-                        "Caught {} in DataLoader worker {} while loading batch {}.\n"
+                        "Caught {} in DataLoader worker process {} while loading batch {}.\n"
                         "Original {}".format(data.exc_type, wid, idx, data.text)
                     ) from original
                 if isinstance(data, str) and data == _EXHAUSTED:

@@ -747,7 +747,9 @@ class RandomCrop(VisionTransform):
     r"""Pad, then crop a random window of ``output_size``.
 
     The window's left edge is drawn first, then its top edge, each with
-    ``np.random.randint``.
+    ``np.random.randint``. An image still smaller than ``output_size``
+    after the padding is padded at the bottom / right with
+    ``padding_value`` (``padding_maskvalue`` for masks), as MegEngine does.
 
     Args:
         output_size: ``(height, width)`` of the crop, or an int for a square.
@@ -795,15 +797,17 @@ class RandomCrop(VisionTransform):
         self._y = np.random.randint(0, max(0, self._h - self.output_size[0]) + 1)
         return super().apply(input)
 
-    def _apply_image(self, image):
-        if self._w < self.output_size[1] or self._h < self.output_size[0]:
-            raise ValueError(
-                "Input size {} is smaller than output size {}".format(
-                    (self._h, self._w), self.output_size
-                )
-            )
+    def _fit(self, image, value):
+        # an input still smaller than the crop after padding is padded at the bottom / right (MegEngine)
         th, tw = self.output_size
+        if th > self._h:
+            image = _pad(image, (0, th - self._h, 0, 0), value)
+        if tw > self._w:
+            image = _pad(image, (0, 0, 0, tw - self._w), value)
         return image[self._y : self._y + th, self._x : self._x + tw]
+
+    def _apply_image(self, image):
+        return self._fit(image, self.padding_value)
 
     def _apply_coords(self, coords):
         coords[:, 0] -= self._x
@@ -811,8 +815,7 @@ class RandomCrop(VisionTransform):
         return coords
 
     def _apply_mask(self, mask):
-        th, tw = self.output_size
-        return mask[self._y : self._y + th, self._x : self._x + tw]
+        return self._fit(mask, self.padding_maskvalue)
 
 
 class RandomResizedCrop(VisionTransform):
