@@ -94,3 +94,22 @@ def test_random_crop_pads_small_input_bottom_right():
                                     [1, 30, 33, 36, 39, 42], [1, 45, 48, 51, 54, 57]] + [[1] * 6] * 4
     assert out[..., 2].ravel()[-8:].tolist() == [3] * 8  # MegEngine 1.13's values
     assert RandomCrop((150, 120), padding_size=10).apply(np.zeros((100, 100, 3), np.uint8)).shape == (150, 120, 3)
+
+
+# ---- functional internals MegEngine code calls -------------------------------------------------------------------
+def test_assert_equal():
+    x = F.ones((2, 3))
+    assert F.utils._assert_equal(x, F.zeros((2, 3)) + 1.00001) is x  # returns expect, as MegEngine
+    with pytest.raises(RuntimeError, match="maxerr"):
+        F.utils._assert_equal(x, F.zeros((2, 3)) + 1.1)
+    with pytest.raises(RuntimeError, match="shapes"):
+        F.utils._assert_equal(x, F.ones((3, 2)))
+
+
+def test_check_non_finite_scales_in_place():
+    data = [np.array([1.0, 2.0], "float32"), np.array([3.0], "float32")]
+    xs = [Tensor(d) for d in data]
+    flag = F.math._check_non_finite(xs, 0.5)
+    assert flag.dtype == np.int32 and flag.numpy().tolist() == [0]
+    assert xs[0].numpy().tolist() == [0.5, 1.0] and xs[1].numpy().tolist() == [1.5]
+    assert F.math._check_non_finite([Tensor([1.0]), Tensor([float("nan")])]).numpy().tolist() == [1]

@@ -448,3 +448,29 @@ def topk_accuracy(logits, target, topk=1):
         correct = _B["eq"](pred[:, :k], broadcast_to(tgt, (n, k)))
         accs.append(_B["truediv"](sum(astype(correct, "float32")), float(n)))
     return accs[0] if isinstance(topk, (int, np.integer)) else accs
+
+
+def _check_non_finite(inps, scale=1.0):
+    """Scale tensors in place by ``scale`` and say whether any of them holds a NaN or an inf (MegEngine's
+    ``functional.math._check_non_finite``, the loss-scaling check of mixed precision).
+
+    Args:
+        inps: a Tensor or a list of float Tensors; each is replaced (``_reset``) by itself times ``scale``.
+        scale: the factor.
+
+    Returns:
+        an int32 ``(1,)`` tensor: 1 if any input holds a non-finite value, else 0.
+
+    Example:
+        >>> xs = [Tensor([2.0, 4.0]), Tensor([1.0])]
+        >>> flag = F.math._check_non_finite(xs, 0.5)
+        >>> flag.numpy(), xs[0].numpy()
+        (array([0], dtype=int32), array([1., 2.], dtype=float32))
+    """
+    from ..core.ops.builtin import CheckNonFinite
+    if isinstance(inps, Tensor):
+        inps = [inps]
+    *outs, flag = CheckNonFinite(scale=scale)._apply(tuple(_t(x) for x in inps))
+    for x, y in zip(inps, outs):
+        x._reset(y)
+    return flag
