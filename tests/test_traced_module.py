@@ -454,3 +454,43 @@ def test_loader_registry_rewrites_on_load():
         S.OPDEF_LOADER.clear(), S.OPDEF_LOADER.update(saved[1])
     np.testing.assert_allclose(t(mge.Tensor([3.0]), mge.Tensor([4.0])).numpy(), [14.0])
     np.testing.assert_allclose(t2(mge.Tensor([3.0]), mge.Tensor([4.0])).numpy(), [36.0])
+
+
+class _ByShape(M.Module):
+    # reshapes by its input's batch size, as classifier heads written for MegEngine do
+    def __init__(self):
+        super().__init__()
+        self.fc = M.Linear(12, 2)
+
+    def forward(self, x):
+        b = x.shape[0]
+        return self.fc(x.reshape(b, -1)) + F.zeros((x.shape[0], 2))
+
+
+def test_shapes_of_traced_tensors_follow_the_input_at_every_call():
+    # MegEngine records ``x.shape`` as GetVarShape (its symbolic shape): traced with batch 2, the graph runs a
+    # batch of 4 as 4 rows (keeping the traced 2 would regroup the rows or fail)
+    from megxla.core.ops.builtin import GetVarShape
+    from megxla.jit import trace, xla_trace
+    net = _ByShape()
+    traced = tm.trace_module(net, mge.tensor(np.ones((2, 3, 4), "float32")))
+    first = traced.graph._exprs[0]
+    assert isinstance(first, tm.expr.Apply) and isinstance(first.opdef, GetVarShape)
+    assert "getvarshape_out = GetVarShape(x)" in str(traced.graph)
+    x4 = mge.tensor(np.random.RandomState(0).rand(4, 3, 4).astype("float32"))
+    np.testing.assert_allclose(traced(x4).numpy(), net(x4).numpy(), rtol=1e-6)
+    loaded = mge.load(io.BytesIO(_saved(traced)), weights_only=False)
+    np.testing.assert_allclose(loaded(x4).numpy(), net(x4).numpy(), rtol=1e-6)
+    for tracer in (trace(symbolic=True), xla_trace):
+        f = tracer(lambda m, x: m(x))  # (xla_trace takes the module as an argument)
+        for n in (2, 4, 2):
+            x = mge.tensor(np.random.RandomState(n).rand(n, 3, 4).astype("float32"))
+            np.testing.assert_allclose(f(traced, x).numpy(), net(x).numpy(), rtol=1e-6)
+    # parameters keep static shapes, and the tracer reads no shape op of its own
+    assert sum(isinstance(e, tm.expr.Apply) for e in traced.graph._exprs) == 2
+
+
+def _saved(obj):
+    f = io.BytesIO()
+    mge.save(obj, f)
+    return f.getvalue()

@@ -150,6 +150,25 @@ def _tensor_init(self, data=None, *args, **kwargs):
     tr.call_function(type(self), (data,) + args, kwargs, run=run)
 
 
+_ORIG_SHAPE = Tensor.__dict__["shape"]
+
+
+def _traced_shape(self):
+    # While trace_module runs, ``x.shape`` of a tensor computed from the graph's inputs is recorded as an Apply
+    # of MegEngine's GetVarShape op (its symbolic shape), so the graph takes shapes from its inputs at every
+    # call: ``x.reshape(x.shape[0], -1)`` traced with batch 2 reshapes a batch of 4 into 4 rows instead of
+    # keeping the traced 2 (which would silently regroup rows, or fail far from the cause).
+    shape = _ORIG_SHAPE.fget(self)
+    tr = _active
+    if tr is None or tr.suppress or not tr.frames or tr.thread is not threading.current_thread():
+        return shape
+    hit = tr.frames[-1].tmap.get(id(self))
+    if hit is None or hit[0] is not self or isinstance(hit[1].expr, (GetAttr, Constant)):
+        return shape  # a parameter, buffer or constant: its shape is fixed
+    from ..core.ops.builtin import GetVarShape
+    return GetVarShape()._apply((self,))[0]  # (the op's hook records it: record_opdef)
+
+
 def _opdef_kernels():
     """(class, its own ``_apply``) of every builtin op descriptor (``core2.apply(Elemwise(...), x)``)."""
     from ..core.ops.builtin import OpDef
@@ -302,7 +321,7 @@ class _Frame:
 
 def _tensor_meta(t):
     q = getattr(t, "_qparams", None)
-    return dict(shape=tuple(t.shape), dtype=t.dtype, qparams=q)
+    return dict(shape=tuple(t._data.shape), dtype=t.dtype, qparams=q)
 
 
 class _Tracer:
@@ -329,6 +348,9 @@ class _Tracer:
             undo.append(functools.partial(setattr, Module, "__call__", _ORIG_MODULE_CALL))
             Tensor.__init__ = _tensor_init
             undo.append(functools.partial(setattr, Tensor, "__init__", _ORIG_TENSOR_INIT))
+            shape_prop = Tensor.__dict__["shape"]
+            Tensor.shape = property(_traced_shape, doc=shape_prop.__doc__)
+            undo.append(functools.partial(setattr, Tensor, "shape", shape_prop))
             for name in TENSOR_METHODS:
                 orig = Tensor.__dict__.get(name)
                 if orig is None:
