@@ -110,3 +110,31 @@ def test_results_are_the_objects_eager_returns(deco):
         y += 100
         c += 1
         assert float(net.b[0]) == i + 1.0 and float(c2[0]) == 3.0
+
+
+class _Lazy(M.Module):
+    """A running sum kept in buffers created on the first forward."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = mge.Parameter(np.ones((3,), "float32"))
+
+    def forward(self, x):
+        if not hasattr(self, "acc"):
+            self.acc = x * 0
+            self.cnt = mge.Tensor(0.0)
+        self.acc = self.acc + x * self.w
+        self.cnt += 1
+        return self.acc / self.cnt
+
+
+@pytest.mark.parametrize("symbolic", [False, True])
+def test_state_created_on_a_closure_module_by_the_first_call(symbolic):
+    # the recording call created buffers on a module the step does not take as an argument: its recording was
+    # replayed for the other branch (TraceError), or (abstract) left the buffers holding tracers (unreadable)
+    net = _Lazy()
+    step = trace(lambda x: net(x), symbolic=symbolic)
+    for i in range(4):
+        got = step(_x(i))
+        total = sum(k + 1.0 for k in range(i + 1))
+        assert float(got[0]) == total / (i + 1) and float(net.acc[0]) == total and float(net.cnt) == i + 1

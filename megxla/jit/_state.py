@@ -245,6 +245,22 @@ def module_tensor_attrs(roots):
     return out
 
 
+def tensor_attrs_changed(snapshot, read):
+    """Whether a module of ``snapshot`` (from :func:`module_tensor_attrs`) has gained a Tensor attribute since, or
+    rebound or lost one whose old Tensor is in ``read`` (ids of the Tensors a recording read): state a recording
+    cannot be replayed on. (Rebinding an attribute the step only writes, ``self.feat = y``, is a value the step
+    keeps, not new state.)"""
+    for m, attrs in snapshot:
+        d = m.__dict__
+        for k, v in d.items():
+            if isinstance(v, Tensor) and k not in attrs:
+                return True
+        for k, old in attrs.items():
+            if d.get(k) is not old and id(old) in read:
+                return True
+    return False
+
+
 def _visit_tensor_attrs(obj, out, seen):
     # (a module-level function, not a closure calling itself: that would be a reference cycle holding ``out``,
     # keeping the old Tensors alive until the garbage collector runs)

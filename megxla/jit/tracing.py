@@ -498,12 +498,18 @@ class trace:
 
     def _attr_snapshot(self, args, kwargs):
         """The Tensor attributes of the modules a call may rebind (``self.w = self.w * 2``): those reachable from
-        the arguments and from the function's closure and globals; a failed recording call puts them back."""
-        return _state.module_tensor_attrs([args, kwargs, _state.closure_modules(self.__wrapped__)])
+        the arguments and from the function's closure and globals (a failed recording call puts them back), and
+        the part of them from the closure and globals only (``_state.collect`` does not see those: a recording
+        that changed them created or replaced state behind the signature's back)."""
+        attrs = _state.module_tensor_attrs([args, kwargs])
+        seen = {id(m) for m, _ in attrs}
+        closure = [e for e in _state.module_tensor_attrs(_state.closure_modules(self.__wrapped__))
+                   if id(e[0]) not in seen]
+        return attrs + closure, closure
 
     def _record(self, args, kwargs, state, sig):
         snapshot = _snapshot(state)
-        attrs = self._attr_snapshot(args, kwargs)
+        attrs, closure_attrs = self._attr_snapshot(args, kwargs)
         recorder = self._recorder(Recorder, state)
         numbers = _state.module_numbers(args, kwargs)
         push_interpreter(recorder)
@@ -513,6 +519,13 @@ class trace:
             finally:
                 pop_interpreter()
             entry = self._finish_recording(recorder, out, state, args, kwargs, sig, numbers)
+            if entry is not None and _state.tensor_attrs_changed(
+                    closure_attrs, {id(t) for t, _, _, _ in recorder.external_snapshots}):
+                # the body made Tensor attributes of a module from the enclosing scope (a buffer created on first
+                # use) or rebound one it read (``net.w = net.w * 2``): like state an argument's module gained, the
+                # next call records again, reading the new state (the recording would replay stale ops)
+                self._forget(sig, entry)
+                entry = None
             if entry is not None and entry.rec.externals:
                 entry.external_homes = _homes(recorder.external_snapshots, attrs)
             drop_overflowed_grads(state)
@@ -627,7 +640,7 @@ class trace:
         body (an optimizer slot) becomes an output of this call's executable (``entry.new_state``); that entry is
         not cached, since the next call's signature includes the new state."""
         snapshot = _snapshot(state)
-        attrs = self._attr_snapshot(args, kwargs)
+        attrs, closure_attrs = self._attr_snapshot(args, kwargs)
         nstate = len(state)
         holder = {}
         numbers = _state.module_numbers(args, kwargs)
@@ -675,6 +688,11 @@ class trace:
             entry.external_homes = _homes(holder["recorder"].external_snapshots, attrs)
         if needs is None and entry is not None and any(isinstance(c, jax.core.Tracer) for c in entry.rec.consts.values()):
             needs = NeedsHost(("<unknown>", 0, ""), "keeps a traced value outside the ops (a constant)")
+        if needs is None and "recorder" in holder and _state.tensor_attrs_changed(
+                closure_attrs, {id(t) for t, _, _, _ in holder["recorder"].external_snapshots}):
+            # Tensor attributes of a module from the enclosing scope made or rebound: they hold tracers, and
+            # the recording is not reusable (see _record): put them back and record this call eagerly
+            needs = NeedsHost(("<unknown>", 0, ""), "changes a module it does not take as an argument", warn=False)
         if needs is not None:
             self._eager_recording = True
             _state.restore_module_tensor_attrs(attrs)
