@@ -27,7 +27,6 @@ KNOWN_MISSING = {
     "Tensor.__abstractmethods__": "artifact of MegEngine's Tensor being an ABC",
     "Tensor.__array_wrap__": "NumPy ufunc wrapping of MegEngine tensors; megxla returns NumPy from ufuncs",
     "Tensor.__contains__": "not implemented",
-    "Tensor.__dlpack__": "not implemented (jax.dlpack could provide it)",
     "Tensor.__getnewargs__": "megxla pickles through __reduce__",
 }
 # jit.trace / xla_trace methods that are stages of MegEngine's own graph compiler (megxla compiles through XLA)

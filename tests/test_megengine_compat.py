@@ -120,3 +120,15 @@ def test_tuple_shape_is_a_plain_tuple():
     # MegEngine's own optimizer tests assert ``param._tuple_shape is ()`` for a scalar parameter
     assert type(mge.Parameter(1.0)._tuple_shape) is tuple and mge.Parameter(1.0)._tuple_shape == ()
     assert mge.Tensor(np.zeros((2, 3)))._tuple_shape == (2, 3)
+
+
+def test_dlpack_both_ways():
+    # megengine.utils.dlpack: capsules and __dlpack__ objects in, capsules and the protocol out
+    from megxla.utils.dlpack import from_dlpack, to_dlpack
+    x = mge.Tensor(np.arange(6, dtype="float32").reshape(2, 3))
+    np.testing.assert_array_equal(np.from_dlpack(x), x.numpy())
+    np.testing.assert_array_equal(from_dlpack(to_dlpack(x)).numpy(), x.numpy())
+    y = from_dlpack(np.arange(4, dtype="int32"))
+    assert y.dtype == np.int32 and (y + 1).numpy().tolist() == [1, 2, 3, 4]
+    with pytest.raises(TypeError, match="DLPack capsule"):
+        from_dlpack([1, 2])

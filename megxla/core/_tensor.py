@@ -254,6 +254,15 @@ class Tensor:
         a = self.numpy()
         return a if dtype is None else a.astype(dtype)
 
+    def __dlpack__(self, stream=None):
+        """A DLPack capsule sharing this tensor's device buffer (``torch.from_dlpack(t)``, ``np.from_dlpack(t)``)."""
+        if stream is not None and not isinstance(stream, int):
+            raise TypeError(f"__dlpack__: stream must be an int or None, got {type(stream).__name__}")
+        return self._data.__dlpack__(stream=stream)
+
+    def __dlpack_device__(self):
+        return self._data.__dlpack_device__()
+
     def __array_wrap__(self, array, context=None, return_scalar=False):
         # A NumPy ufunc of a Tensor gives a Tensor (np.exp(t), np.add(t, 1)), as MegEngine's __array_wrap__.
         return type(self)(array, dtype=array.dtype, device=self.device)
