@@ -113,3 +113,60 @@ def test_check_non_finite_scales_in_place():
     assert flag.dtype == np.int32 and flag.numpy().tolist() == [0]
     assert xs[0].numpy().tolist() == [0.5, 1.0] and xs[1].numpy().tolist() == [1.5]
     assert F.math._check_non_finite([Tensor([1.0]), Tensor([float("nan")])]).numpy().tolist() == [1]
+
+
+# ---- core.tensor.utils.subgraph_fn (MegEngine's test_elemwise builds logsigmoid with it) -------------------------
+def _logsigmoid_op(dtype, device):
+    from megxla.core.tensor.utils import subgraph_fn
+
+    @subgraph_fn("LogSigmoid", dtype=dtype, device=device, nr_inputs=1, jit_fusion=False, custom_grad=True)
+    def logsigmoid(inputs, f, c):
+        (inp,) = inputs[0:1]
+        exp = f("exp", f("-", f("abs", inp)))
+        oup1 = f("relu", f("-", inp))
+        oup = f("-", f("+", f("log1p", exp), oup1))
+        (oup_grad,) = yield (oup,)
+        oup_grad = f("-", oup_grad)
+        inp_grad_0 = f("-", f("switch_gt0", oup1, oup_grad))
+        inp_grad_1 = f("-", f("*", f("/", oup_grad, f("+", exp, c(1))), exp))
+        yield (f("+", inp_grad_0, f("abs_grad", inp, inp_grad_1)),)
+    return logsigmoid
+
+
+def test_subgraph_fn_custom_grad():
+    x = Tensor(np.array([-3.0, -0.5, 0.0, 0.7, 2.0], "float32"))
+    gm = mge.autodiff.GradManager().attach(x)
+    with gm:
+        (y,) = _logsigmoid_op(x.dtype, x.device)(x)
+        gm.backward((y * Tensor([1.0, 2.0, 3.0, 4.0, 5.0])).sum())
+    # MegEngine 1.13's values (its body's abs_grad gives -dy at 0, hence -1.5 there)
+    np.testing.assert_allclose(y.numpy(), [-3.048587, -0.974077, -0.693147, -0.403186, -0.126928], rtol=1e-5)
+    np.testing.assert_allclose(x.grad.numpy(), [0.952574, 1.244919, -1.5, 1.327249, 0.596015], rtol=1e-5)
+
+
+def test_subgraph_fn_plain_and_abs_grad_mode():
+    from megxla.core.tensor.utils import subgraph_fn
+    from megxla.core.ops.builtin import Elemwise
+
+    @subgraph_fn("Fma", dtype="float32", device=None, nr_inputs=2)
+    def fma(inputs, f, c):
+        a, b = inputs
+        return (f("+", f("*", a, b), c(1.0)), f("fma3", a, b, a)), (True, False)
+    outs = fma(Tensor([2.0]), Tensor([3.0]))
+    assert isinstance(outs, tuple) and [o.numpy().tolist() for o in outs] == [[7.0], [8.0]]
+    with pytest.raises(TypeError, match="takes 2 inputs"):
+        fma(Tensor([2.0]))
+    (g,) = core2.apply(Elemwise(mode="abs_grad"), Tensor([-1.0, 0.0, 2.0]), Tensor([5.0, 5.0, 5.0]))
+    assert g.numpy().tolist() == [-5.0, -5.0, 5.0]  # megdnn: x > 0 ? dy : -dy
+
+
+def test_sigmoid_silu_of_int_tensor_are_float32():
+    # MegEngine raises (float-only kernels); megxla gives the float32 result, as for gelu / hswish
+    # (docs/differences.md). MegEngine's test_int32_input runs every functional.elemwise op on int32.
+    x = Tensor(np.array([1, 2, -3], "int32"))
+    y = F.sigmoid(x)
+    assert y.dtype == np.float32
+    np.testing.assert_allclose(y.numpy(), [0.7310586, 0.8807971, 0.0474259], rtol=1e-6)
+    np.testing.assert_allclose(F.silu(x).numpy(), [0.7310586, 1.7615942, -0.1422776], rtol=1e-6)
+    from megxla.functional.elemwise import Elemwise  # MegEngine's functional.elemwise exposes the descriptor
+    assert Elemwise(mode="add") == Elemwise(mode=Elemwise.Mode.ADD)

@@ -4,6 +4,7 @@ from ..core._elemwise_front import quantized_params as _quantized_params
 from ..core._dispatch import apply as _apply
 from ..core._tensor import Tensor
 from ..core.ops import elemwise as _P
+from ..core.ops.builtin import Elemwise  # noqa: F401  (MegEngine's functional.elemwise exposes the op descriptor)
 import numpy as np
 
 __all__ = [

@@ -145,7 +145,8 @@ _FUSED_MODES = {
                                       dy)),
     "FAST_TANH_GRAD": (2, lambda y, dy: _b("mul", _b("sub", _apply(_S.full_like.bind(value=1), y),
                                                       _b("mul", y, y)), dy)),
-    "ABS_GRAD": (2, lambda x, dy: _b("mul", _u("sign", x), dy)),
+    # x > 0 ? dy : -dy (megdnn's kernel: -dy at 0, the gradient F.abs has at 0)
+    "ABS_GRAD": (2, lambda x, dy: _apply(_E.where.bind(), _b("gt", x, _zero_like(x)), dy, _u("neg", dy))),
 }
 
 

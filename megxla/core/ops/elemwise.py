@@ -117,6 +117,10 @@ def _relu6(x):
     return jnp.where(x < 6, jnp.where(x > 0, x, jnp.zeros((), x.dtype)), jnp.asarray(6, x.dtype))
 
 
+def _inexact(x):
+    return x if jnp.issubdtype(x.dtype, jnp.inexact) else x.astype(jnp.result_type(x, 1.0))
+
+
 def _hsigmoid(x):
     # MegEngine: hsigmoid(nan) is nan and the gradient is 0 at -3 and 3.
     return jnp.where(x <= -3, 0.0, jnp.where(x >= 3, 1.0, (x + 3) / 6)).astype(jnp.result_type(x, 1.0))
@@ -136,8 +140,9 @@ UNARY_IMPLS = {
     "atanh": jnp.arctanh, "floor": jnp.floor, "ceil": jnp.ceil, "round": _round_half_away, "trunc": jnp.trunc,
     "sign": _sign, "erf": jsp.erf, "erfc": jsp.erfc, "erfinv": jsp.erfinv,
     "logical_not": jnp.logical_not, "invert": jnp.invert, "isnan": jnp.isnan, "isinf": jnp.isinf,
-    "relu": _relu, "sigmoid": jax.nn.sigmoid, "gelu": lambda x: jax.nn.gelu(x, approximate=False),
-    "silu": jax.nn.silu, "softplus": jax.nn.softplus, "logsigmoid": jax.nn.log_sigmoid,
+    # (sigmoid / silu of an integer tensor: the float32 result, as gelu's; JAX's logistic takes floats only)
+    "relu": _relu, "sigmoid": lambda x: jax.nn.sigmoid(_inexact(x)),
+    "gelu": lambda x: jax.nn.gelu(x, approximate=False), "silu": lambda x: jax.nn.silu(_inexact(x)), "softplus": jax.nn.softplus, "logsigmoid": jax.nn.log_sigmoid,
     "relu6": _relu6, "hsigmoid": _hsigmoid, "hswish": _hswish,
     "real": jnp.real, "imag": jnp.imag, "conj": jnp.conj,
 }

@@ -112,3 +112,124 @@ def make_shape_tuple(shape) -> tuple:
         else:
             out.append(int(i))
     return tuple(out)
+
+
+# ---- subgraph_fn -------------------------------------------------------------------------------------------------
+# MegEngine's operator names in a subgraph body -> builtin Elemwise modes ((name, number of inputs) as MegEngine)
+_OPR_MAP = {("-", 1): "NEGATE", ("abs", 1): "ABS", ("exp", 1): "EXP", ("log1p", 1): "LOG1P", ("relu", 1): "RELU",
+            ("cond_leq_mov", 3): "COND_LEQ_MOV", ("fma3", 3): "FUSE_MUL_ADD3", ("fma4", 4): "FUSE_MUL_ADD4"}
+_OPR_MAP.update({(name, 2): mode for name, mode in [
+    ("+", "ADD"), ("-", "SUB"), ("*", "MUL"), ("/", "TRUE_DIV"), ("//", "FLOOR_DIV"), ("**", "POW"), ("max", "MAX"),
+    ("min", "MIN"), ("additive", "ADD"), ("switch_gt0", "SWITCH_GT0"), ("abs_grad", "ABS_GRAD")]})
+# The class subgraph_fn(custom_grad=True) builds on: megxla.autodiff.Function, registered by the autodiff layer
+# (core imports nothing above itself).
+CUSTOM_GRAD_FUNCTION = [None]
+
+
+def _subgraph_ops(name, dtype, device):
+    """The ``f`` (apply an operator) and ``c`` (a constant) a subgraph body is called with."""
+    from ..ops.builtin import Elemwise, OpDef
+
+    def apply_expr(op, *args, nr_out=None):
+        if isinstance(op, str):
+            mode = _OPR_MAP.get((op, len(args)))
+            if mode is None:
+                raise ValueError(f"subgraph {name!r}: unknown operator {op!r} with {len(args)} input(s); known: "
+                                 f"{sorted(set(k for k in _OPR_MAP))}, or a builtin op descriptor")
+            op = Elemwise(mode=mode)
+        if not isinstance(op, OpDef):
+            raise TypeError(f"subgraph {name!r}: expected an operator name or a builtin op descriptor, got {op!r}")
+        results = op._apply(tuple(a if isinstance(a, Tensor) else Tensor(a) for a in args))
+        if nr_out is None:
+            if len(results) != 1:
+                raise ValueError(f"subgraph {name!r}: {op!r} gives {len(results)} outputs; pass nr_out")
+            return results[0]
+        if len(results) != nr_out:
+            raise ValueError(f"subgraph {name!r}: {op!r} gives {len(results)} outputs, not nr_out={nr_out}")
+        return tuple(results)
+
+    def apply_const(value, dtype=dtype, device=device):
+        return Tensor(value, dtype=dtype, device=device)
+
+    return apply_expr, apply_const
+
+
+def subgraph_fn(name, dtype, device, nr_inputs, gopt_level=None, jit_fusion=False, custom_grad=False, *,
+                interpret=False):
+    """Build a function from a body of elementwise operators (MegEngine's ``core.tensor.utils.subgraph_fn``).
+
+    The decorated body is called as ``body(inputs, f, c)``: ``f(op, *args)`` applies an operator (a name such
+    as ``"+"``, ``"exp"``, ``"switch_gt0"``, ``"abs_grad"``, or a builtin op descriptor), ``c(value)`` makes a
+    constant of ``dtype`` on ``device``. Without ``custom_grad`` it returns ``(outputs, outputs_has_grad)``;
+    with ``custom_grad`` it is a generator that yields the outputs, receives their gradients and yields the
+    inputs' gradients (None for none). MegEngine compiles the body into one fused operator; megxla runs its ops
+    through the dispatch point like any others, and XLA fuses them where they are compiled (``jit.trace``), so
+    ``gopt_level``, ``jit_fusion`` and ``interpret`` do not change the result.
+
+    Args:
+        name: the operator's name (in error messages).
+        dtype: dtype of the body's constants.
+        device: device of the body's constants.
+        nr_inputs: number of inputs.
+        gopt_level: MegEngine's graph-optimisation level of the fused operator.
+        jit_fusion: MegEngine's JIT fusion of the operator.
+        custom_grad: the body gives the gradient (a generator, see above).
+        interpret: MegEngine's eager interpretation of the body.
+
+    Returns:
+        a decorator; the decorated function takes ``nr_inputs`` tensors and returns a tuple of outputs.
+
+    Example:
+        >>> @subgraph_fn("Fma", dtype="float32", device=None, nr_inputs=2)
+        ... def fma(inputs, f, c):
+        ...     x, y = inputs
+        ...     return (f("+", f("*", x, y), c(1.0)),), (True,)
+        >>> fma(Tensor([2.0]), Tensor([3.0]))[0].numpy()
+        array([7.], dtype=float32)
+    """
+    f, c = _subgraph_ops(name, dtype, device)
+
+    def check(args):
+        if len(args) != nr_inputs:
+            raise TypeError(f"subgraph {name!r} takes {nr_inputs} inputs, got {len(args)}")
+        return [a if isinstance(a, Tensor) else Tensor(a) for a in args]
+
+    def decorator(func):
+        if not custom_grad:
+            def wrapped(*args):
+                outputs, has_grad = func(check(args), f, c)
+                return tuple(o if g else o.detach() for o, g in zip(outputs, has_grad))
+            return wrapped
+
+        function_cls = CUSTOM_GRAD_FUNCTION[0]
+        if function_cls is None:
+            raise RuntimeError(f"subgraph {name!r}: custom_grad needs megxla.autodiff (import megxla)")
+
+        class SubgraphOp(function_cls):
+            # forward runs the body up to its first yield; backward resumes it with the output gradients
+            def forward(self, *inputs):
+                self.body = func(list(inputs), f, c)
+                outputs = tuple(self.body.send(None))
+                self.outputs = outputs
+                return outputs
+
+            def backward(self, *output_grads):
+                if all(g is None for g in output_grads):
+                    return (None,) * nr_inputs
+                from ..ops import shape as _S2
+                grads = [apply(_S2.full_like.bind(value=0), o) if g is None else g
+                         for o, g in zip(self.outputs, output_grads)]
+                input_grads = tuple(self.body.send(grads))
+                self.body.close()
+                return input_grads
+
+        SubgraphOp.__name__ = SubgraphOp.__qualname__ = str(name)
+
+        def wrapped(*args):
+            return SubgraphOp()(*check(args))
+        return wrapped
+
+    return decorator
+
+
+__all__ += ["subgraph_fn"]
