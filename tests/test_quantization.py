@@ -377,3 +377,40 @@ def test_qparams_passed_to_a_compiled_step_are_state_not_constants():
         np.testing.assert_array_equal(f(x, q).numpy(), np_fake_quant(X, scale, 0.0, -128, 127)[0])
     q.dtype_meta = Q.utils._meta("qint4")  # changed in place: another executable, not a stale one
     np.testing.assert_array_equal(f(x, q).numpy(), np_fake_quant(X, 2.0, 0.0, -8, 7)[0])
+
+
+def test_bn_fusion_folds_in_eval_and_keeps_bn_in_training():
+    # megengine.utils.bn_fusion: eval -> one Conv/Linear with the BN folded in (same outputs); train -> ConvBn2d
+    import megxla.module as M
+    from megxla.utils.bn_fusion import fuse_conv_bn_relu_module, fuse_linear_bn_relu_module
+    rng = np.random.RandomState(0)
+    conv, bn, relu = M.Conv2d(3, 4, 3, padding=1, groups=1), M.BatchNorm2d(4), M.ReLU()
+    bn.running_mean[...] = rng.rand(1, 4, 1, 1).astype("float32")
+    bn.running_var[...] = rng.rand(1, 4, 1, 1).astype("float32") + 0.5
+    bn.weight[...] = rng.rand(*bn.weight.shape).astype("float32")
+    x = mge.tensor(rng.rand(2, 3, 5, 5).astype("float32"))
+    for m in (conv, bn):
+        m.eval()
+    fused = fuse_conv_bn_relu_module(conv, bn, relu)
+    assert type(fused) is M.ConvRelu2d
+    np.testing.assert_allclose(fused(x).numpy(), relu(bn(conv(x))).numpy(), rtol=1e-5, atol=1e-6)
+    lin, bn1 = M.Linear(3, 2), M.BatchNorm1d(2)
+    lin.eval(); bn1.eval()
+    bn1.running_var[...] = np.array([2.0, 3.0], "float32").reshape(bn1.running_var.shape)
+    y = mge.tensor(rng.rand(4, 3).astype("float32"))
+    np.testing.assert_allclose(fuse_linear_bn_relu_module(lin, bn1, None)(y).numpy(), bn1(lin(y)).numpy(), rtol=1e-5)
+    conv.train(); bn.train()
+    kept = fuse_conv_bn_relu_module(conv, bn, None)
+    assert type(kept) is M.ConvBn2d and kept.bn is not bn
+    np.testing.assert_array_equal(kept.conv.weight.numpy(), conv.weight.numpy())
+    with pytest.raises(AssertionError, match="same mode"):
+        bn.eval()
+        fuse_conv_bn_relu_module(conv, bn, None)
+
+
+def test_quantize_qat_with_a_qconfig_as_second_argument_converts_like_megengine():
+    # MegEngine reads quantize_qat(net, qconfig) as inplace=<truthy> with the default qconfig
+    import megxla.module as M
+    net = M.Sequential(M.QuantStub(), M.Linear(4, 2), M.DequantStub())
+    out = Q.quantize_qat(net, Q.min_max_fakequant_qconfig)
+    assert out is net and type(net[1]).__module__ == "megxla.module.qat.layers"

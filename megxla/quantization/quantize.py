@@ -19,13 +19,19 @@ __all__ = ["quantize_qat", "quantize", "propagate_qconfig", "reset_qconfig", "en
 logger = get_logger(__name__)
 
 
+def _get_quantable_module_names():
+    """Names of the layers with a quantized version (the float, QAT and quantized packages use the same names)."""
+    from ..module import quantized as Quantized
+    return [n for n in Quantized.__all__ if isinstance(getattr(Quantized, n), type)
+            and issubclass(getattr(Quantized, n), Quantized.QuantizedModule) and n != "QuantizedModule"]
+
+
 def _tables():
-    # float class -> QAT class -> quantized class, paired by name (the three packages use the same names)
+    # float class -> QAT class -> quantized class, paired by name
     from .. import module as Float
     from ..module import qat as QAT
     from ..module import quantized as Quantized
-    names = [n for n in Quantized.__all__ if isinstance(getattr(Quantized, n), type)
-             and issubclass(getattr(Quantized, n), Quantized.QuantizedModule) and n != "QuantizedModule"]
+    names = _get_quantable_module_names()
     float2qat = {getattr(Float, n): getattr(QAT, n) for n in names}
     qat2quantized = {getattr(QAT, n): getattr(Quantized, n) for n in names}
     return float2qat, qat2quantized
@@ -67,6 +73,13 @@ def quantize_qat(module: Module, inplace: bool = True, qconfig: QConfig = ema_fa
         >>> type(quantize_qat(net)[1]).__module__
         'megxla.module.qat.layers'
     """
+    if isinstance(inplace, QConfig):
+        # ``quantize_qat(net, some_qconfig)``: MegEngine reads the QConfig as a true ``inplace`` and converts with
+        # the default qconfig; so do we (same numbers), and say so
+        logger.warning(
+            "quantize_qat: the second argument is `inplace`, got a QConfig; as in MegEngine it counts as "
+            "inplace=True and the default qconfig is used. Pass qconfig=... to use it.")
+        inplace = True
     if not isinstance(inplace, bool) or not isinstance(qconfig, QConfig):
         raise TypeError("quantize_qat: inplace must be a bool and qconfig a QConfig")
     if not inplace:
