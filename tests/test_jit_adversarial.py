@@ -138,3 +138,32 @@ def test_state_created_on_a_closure_module_by_the_first_call(symbolic):
         got = step(_x(i))
         total = sum(k + 1.0 for k in range(i + 1))
         assert float(got[0]) == total / (i + 1) and float(net.acc[0]) == total and float(net.cnt) == i + 1
+
+
+@pytest.mark.parametrize("symbolic", [False, True])
+def test_a_compiled_call_with_the_host_that_raises_puts_kept_attributes_back(symbolic):
+    # the body stores a value on a closure module (``self.feat = y``), then raises on a compiled call: the
+    # attribute was left holding a placeholder of the replay (UnreadableTensorError for ever)
+    class Feat(M.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = mge.Parameter(np.ones((3,), "float32"))
+            self.boom = False
+
+        def forward(self, x):
+            y = x * self.w
+            self.feat = y * 2
+            if self.__dict__["boom"]:  # (read directly: not a number attribute keying the recording)
+                raise KeyError("boom")
+            return y
+
+    net = Feat()
+    step = trace(lambda x: net(x), symbolic=symbolic)
+    for i in range(3):
+        step(_x(i))
+    net.__dict__["boom"] = True
+    with pytest.raises(KeyError):
+        step(_x(3))
+    assert float(net.feat[0]) == 6.0  # the value of the last call that completed (transactional)
+    net.__dict__["boom"] = False
+    assert float(step(_x(4))[0]) == 5.0 and float(net.feat[0]) == 10.0

@@ -498,7 +498,7 @@ class trace:
 
     def _attr_snapshot(self, args, kwargs):
         """The Tensor attributes of the modules a call may rebind (``self.w = self.w * 2``): those reachable from
-        the arguments and from the function's closure and globals (a failed recording call puts them back), and
+        the arguments and from the function's closure and globals (a failed call puts them back), and
         the part of them from the closure and globals only (``_state.collect`` does not see those: a recording
         that changed them created or replaced state behind the signature's back)."""
         attrs = _state.module_tensor_attrs([args, kwargs])
@@ -902,6 +902,9 @@ class trace:
     # ---- run compiled with the host (without_host=False) -----------------------------------------------------
     def _replay(self, entry, state, args, kwargs):
         snapshot = _snapshot(state)
+        # a body that keeps values beyond the call (``self.feat = y``) binds placeholder (Pending) Tensors to
+        # module attributes while it runs: a failed call puts the attributes back (the walk is paid only then)
+        attrs = self._attr_snapshot(args, kwargs)[0] if entry.escaped else ()
         replayer = _Replayer(self, entry, state)
         try:
             push_interpreter(replayer)
@@ -912,9 +915,11 @@ class trace:
             return replayer.finish(out)
         except _GuardMismatch as exc:
             _restore(snapshot)  # nothing of this call stays: no Pending values in the state
+            _state.restore_module_tensor_attrs(attrs)
             return _Miss(exc.values, exc.index, entry)
         except BaseException:
             _restore(snapshot)
+            _state.restore_module_tensor_attrs(attrs)
             raise
 
     # ---- inspection ----------------------------------------------------------------------------------------
