@@ -353,7 +353,9 @@ def test_watch_and_end_points(traced):
     t2.set_watch_points([bn_out])
     x = _x(11)
     t2(x)
-    assert len(t2.watch_node_value[bn_out]) == 1
+    # MegEngine's: the node's value at the last forward, and the module stays walkable (state_dict)
+    assert isinstance(t2.watch_node_value[bn_out], mge.Tensor)
+    assert t2.state_dict().keys() == net.state_dict().keys()
     t2.clear_watch_points()
     fc_out = t2.graph.get_node_by_name("Net_fc_out").as_unique()
     t2.set_end_points([fc_out])
@@ -422,7 +424,8 @@ def test_inplace_update_of_module_state_survives_compile():
     t = tm.trace_module(m, mge.Tensor([1.0, 2.0]))
     t.graph.compile()
     np.testing.assert_allclose(t(mge.Tensor([3.0, 4.0])).numpy(), [5.0, 4.0])
-    assert float(t.count.numpy()[0]) == 2.0  # once while tracing, once in the call
+    # once while tracing, once in trace_module's check run (MegEngine's default checker), once in the call
+    assert float(t.count.numpy()[0]) == 3.0
 
 
 def test_loader_registry_rewrites_on_load():

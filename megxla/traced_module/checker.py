@@ -17,8 +17,10 @@ def enable_expr_checker():
 
 
 def disable_default_checker():
-    r"""Turn off the check ``trace_module`` does by default: a warning for each Parameter the graph captured as
-    a constant (one that is not an attribute of the traced module, so it would not be trained or saved).
+    r"""Turn off the checks ``trace_module`` does by default: the traced module's run on the example inputs
+    compared with the module's outputs (MegEngine's default check), and a warning for each Parameter the graph
+    captured as a constant (one that is not an attribute of the traced module, so it would not be trained or
+    saved).
 
     Example:
         >>> import megxla.traced_module as tm

@@ -195,10 +195,9 @@ class Expr(abc.ABC):
         return ", ".join(str(n) for n in self.outputs)
 
     def _args_str(self):
+        # MegEngine's spelling: ", ".join([args, kwargs]), values by str() ("x, 7, None, " / "x, eps=1e-05")
         args, kwargs = self._call_args()
-        parts = [repr(a) if not isinstance(a, Node) else str(a) for a in args]
-        parts += [f"{k}={v}" for k, v in kwargs.items()]
-        return ", ".join(parts) + ", " if parts else ""
+        return ", ".join([", ".join(str(a) for a in args), ", ".join(f"{k}={v}" for k, v in kwargs.items())])
 
     def __getstate__(self):
         d = dict(self.__dict__)
@@ -307,6 +306,16 @@ def _resolve_func(mod, name):
     return getattr(obj, "_tm_original", obj)  # a wrap()ped or traced function: the expr holds the original
 
 
+_NN = ("gelu hsigmoid hswish indexing_one_hot logsigmoid logsumexp relu relu6 sigmoid silu softplus").split()
+_ELEMWISE = ("abs acos acosh add asin asinh atan atanh ceil cos cosh div equal exp expm1 floor floor_div greater "
+             "greater_equal left_shift less less_equal log log1p logaddexp logical_and logical_not logical_or "
+             "logical_xor maximum minimum mod mul neg not_equal pow right_shift round sin sinh sqrt square sub tan "
+             "tanh").split()
+# megengine.functional's function -> the module MegEngine defines it in, where megxla's differs
+_MGE_FUNC_MODULE = {**{n: "nn" for n in _NN}, **{n: "elemwise" for n in _ELEMWISE},
+                    "isinf": "math", "isnan": "math", "sign": "math", "topk_accuracy": "metric"}
+
+
 class CallFunction(Expr):
     """``func(*args, **kwargs)`` for a functional API function or a :func:`~.wrap` ped user function."""
 
@@ -324,7 +333,14 @@ class CallFunction(Expr):
 
     def __repr__(self):
         mod, qual = _func_ref(self.func)
-        short = f"F.{qual}" if mod == "megxla.functional" else f"{mod.rsplit('.', 1)[-1]}.{qual}" if mod else qual
+        if mod.startswith("megxla.functional"):
+            # MegEngine prints the function's module (``nn.relu``, ``tensor.concat``): its own module names,
+            # which differ from megxla's file layout for the functions below
+            name = qual.rsplit(".", 1)[-1]
+            own = getattr(self.func, "__module__", None) or mod
+            short = f"{_MGE_FUNC_MODULE.get(name, own.rsplit('.', 1)[-1])}.{name}"
+        else:
+            short = f"{mod.rsplit('.', 1)[-1]}.{qual}" if mod else qual
         return f"%{self._id}:\t{self._outs_str()} = {short}({self._args_str()})"
 
     def __getstate__(self):
@@ -406,10 +422,8 @@ class Constant(Expr):
         return (self.value,)
 
     def __repr__(self):
-        v = self.value
-        from ..core._tensor import Tensor
-        if isinstance(v, Tensor):
-            text = f"Tensor(shape={tuple(v.shape)}, dtype={v.dtype})"
-        else:
-            text = type(v).__name__
-        return f"%{self._id}:\t{self._outs_str()} = Constant({text})"
+        # MegEngine's spelling: the constant's name (empty unless given) and its node's kind
+        out = self.outputs[0] if self.outputs else None
+        kind = "Module" if isinstance(out, ModuleNode) else "Tensor" if isinstance(out, TensorNode) \
+            else type(self.value).__name__
+        return f"%{self._id}:\t{self._outs_str()} = Constant({self.name or ''}) -> ({kind})"

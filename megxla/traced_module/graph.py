@@ -471,6 +471,30 @@ class InternalGraph:
         self._total_ids = (len(nodes), len(exprs))
 
     # ---- running ------------------------------------------------------------------------------------------
+    def eval(self, *inputs):
+        r"""Run the graph on its owner module (MegEngine's ``InternalGraph.eval``).
+
+        Args:
+            inputs: the tensors for ``graph.inputs[1:]``.
+
+        Returns:
+            the output values, flattened (a list); the end points' values in their order while the top module
+            has end points set.
+        """
+        if len(inputs) != len(self._inputs) - 1:
+            raise TypeError(f"InternalGraph.eval: graph {self._name} takes {len(self._inputs) - 1} inputs, "
+                            f"got {len(inputs)}")
+        owner = self._inputs[0].owner
+        if owner is None:
+            raise RuntimeError(f"InternalGraph.eval: graph {self._name} has no module attached")
+        if self._sinks:
+            self._sinks[1].clear()
+        try:
+            return self.interpret(owner, *inputs)
+        except _EndReached:
+            _, end, want = self._sinks
+            return [end[n] for n in want]
+
     def interpret(self, *inputs):
         """Run the graph on input values (the module first); returns the output values, flattened."""
         env = {}
@@ -497,9 +521,13 @@ class InternalGraph:
     def __format__(self, spec=""):
         if spec == "p":
             return self._name
-        args = ", ".join(str(n) for n in self._inputs)
-        body = "".join(f"\t{e!r}\n" for e in self._exprs)
-        outs = ", ".join(str(n) for n in self._outputs)
+        saved, Node._format_spec = Node._format_spec, spec  # "{:i}": every node printed with its id
+        try:
+            args = ", ".join(str(n) for n in self._inputs)
+            body = "".join(f"\t{e!r}\n" for e in self._exprs)
+            outs = ", ".join(str(n) for n in self._outputs)
+        finally:
+            Node._format_spec = saved
         return f"{self._name}.Graph ({args}) {{\n{body}\treturn {outs}\n}}"
 
     def __repr__(self):
@@ -512,10 +540,10 @@ def _leaf_def():
 
 
 def _collect(nodes, env, sinks):
-    watch, end, want = sinks
+    (watch, values), end, want = sinks
     for n in nodes:
         if n in watch:
-            watch[n].append(env[n])
+            values[n] = env[n]
         if want and n in want:
             end[n] = env[n]
             if len(end) == len(want):

@@ -80,16 +80,27 @@ class Node:
             self.expr.outputs.append(self)
         return self
 
+    # the spec str()/repr() use; a graph printed with ``"{:i}".format(graph)`` sets it while it prints
+    _format_spec = ""
+
     def __repr__(self):
-        return self._name if self._name is not None else f"%{self._id}"
+        return self.__format__(Node._format_spec)
 
     __str__ = __repr__
 
     def __format__(self, spec):
-        if spec == "p":  # MegEngine's full name: "<graph name>_<node name>"
-            graph = self.top_graph
-            return f"{graph._name}_{self._name}" if graph is not None else str(self._name)
-        return str(self)
+        """MegEngine's node formats: ``"p"`` prefixes the graph name (``ResNet_conv1``), ``"i"`` the id
+        (``%2_conv1``); both combine (``"ip"``)."""
+        spec = spec or Node._format_spec
+        if spec in ("i", "p", "ip", "pi"):
+            name = self._name or ""
+            if "p" in spec:
+                graph = self.top_graph
+                name = f"{graph._name}_{name}" if graph is not None else name
+            if "i" in spec:
+                name = f"%{self._id}_{name}"
+            return name
+        return self._name if self._name else f"%{self._id}"
 
     def __hash__(self):
         return id(self)

@@ -84,7 +84,9 @@ def _bn_params(e):
     """(mean, var, gamma, beta, eps) as arrays of an inference batch norm expr (module or F.batch_norm)."""
     bn = _module_call_target(e, BatchNorm2d)
     if bn is not None:
-        if bn.training or len(e.inputs) != 2:
+        # a BatchNorm2d layer folds with its running statistics whatever its mode, as MegEngine's pass does
+        # (optimize() prepares inference; the docs call it on a module never put in eval mode)
+        if len(e.inputs) != 2:
             return None
         aff = bn.affine
         return (bn.running_mean.numpy(), bn.running_var.numpy(), _np(bn.weight) if aff else None,

@@ -23,7 +23,17 @@ _CHECKS = {"expr": False, "default": True}
 
 # attributes a TracedModule owns itself; never copied from the traced module
 _OWN = ("argdef_graph_map", "argdef_outdef_map", "_is_top", "is_qat", "argspec", "watch_points",
-        "watch_node_value", "end_points", "_modules", "_forward_pre_hooks", "_forward_hooks")
+        "watch_node_value", "_watch_values", "end_points", "_modules", "_forward_pre_hooks", "_forward_hooks")
+
+
+class _NodeValues:
+    """The watch values (node -> tensor). Not a dict on purpose: Module's attribute walk (``state_dict``,
+    ``named_children``, ``optimize``) descends dicts and would reject Node keys."""
+
+    __slots__ = ("values",)
+
+    def __init__(self):
+        self.values = {}
 
 
 class TracedModule(Module):
@@ -49,8 +59,22 @@ class TracedModule(Module):
         self.is_qat = is_qat
         self.argspec = None
         self.watch_points = []
-        self.watch_node_value = {}
+        self._watch_values = _NodeValues()
         self.end_points = []
+
+    @property
+    def watch_node_value(self) -> Dict:
+        """``{node: value}`` of the watch points at the last forward (MegEngine's attribute)."""
+        holder = self.__dict__.get("_watch_values")
+        if holder is None:  # a module pickled before the holder existed
+            holder = self.__dict__["_watch_values"] = _NodeValues()
+        return holder.values
+
+    @watch_node_value.setter
+    def watch_node_value(self, values):
+        d = self.watch_node_value  # updated in place: the graphs' sinks hold this dict
+        d.clear()
+        d.update(values)
 
     @property
     def graph(self) -> InternalGraph:
@@ -75,8 +99,7 @@ class TracedModule(Module):
             raise TypeError(f"TracedModule: graph {graph._name} takes {len(graph.inputs) - 1} tensor inputs, "
                             f"got {len(leaves)}")
         if self._is_top and (self.watch_points or self.end_points):
-            for v in self.watch_node_value.values():
-                v.clear()
+            self.watch_node_value.clear()
             end = graph._sinks[1] if graph._sinks else {}
             end.clear()
             try:
@@ -104,14 +127,15 @@ class TracedModule(Module):
         return out
 
     def _set_sinks(self):
-        want = set(self.end_points)
-        watch = self.watch_node_value
-        sinks = (watch, {}, want) if (self.watch_points or self.end_points) else None
+        want = list(self.end_points)  # ordered: eval() returns the values in this order
+        sinks = ((set(self.watch_points), self.watch_node_value), {}, want) \
+            if (self.watch_points or self.end_points) else None
         for g in self._all_graphs():
             g._sinks = sinks
 
     def set_watch_points(self, nodes):
-        r"""Record the values of ``nodes`` at every forward into ``self.watch_node_value[node]`` (a list).
+        r"""Record the values of ``nodes`` at every forward: ``self.watch_node_value[node]`` is the node's value
+        at the last forward (a Tensor, as MegEngine's).
 
         Args:
             nodes: a TensorNode or a list of them (of any graph of this module).
@@ -119,7 +143,7 @@ class TracedModule(Module):
         if not isinstance(nodes, Sequence):
             nodes = [nodes]
         self.watch_points = list(nodes)
-        self.watch_node_value = {n: [] for n in nodes}
+        self.watch_node_value = {}
         self._set_sinks()
 
     def clear_watch_points(self):
@@ -423,7 +447,8 @@ def _check_consts(tm):
 def trace_module(mod: Module, *args: Any, **kwargs: Any) -> TracedModule:
     r"""Trace ``mod``'s forward on example inputs into a :class:`TracedModule`.
 
-    The forward runs once for real. Calls of builtin modules, ``megxla.functional`` functions, Tensor
+    The forward runs once for real; then (the default checker, as MegEngine) the traced module runs once on
+    the same inputs and its outputs must equal the module's (AssertionError otherwise). Calls of builtin modules, ``megxla.functional`` functions, Tensor
     methods and :func:`wrap` ped functions are recorded as exprs; other sub-modules get their own graphs.
     Non-tensor arguments are part of the traced structure: calling the result with different ones raises.
 
@@ -471,7 +496,9 @@ def trace_module(mod: Module, *args: Any, **kwargs: Any) -> TracedModule:
     Expr._set_next_id(top.graph._total_ids[1])
     if _CHECKS["default"]:
         _check_consts(top)
-    if _CHECKS["expr"]:
+    if _CHECKS["default"] or _CHECKS["expr"]:
+        # MegEngine's default check: the traced module runs once on the example inputs and must give the
+        # module's outputs (so, as in MegEngine, a training-mode BatchNorm's statistics move twice)
         _check_outputs(top, args, kwargs, result)
     return top
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import re
 import sys
 import threading
 import types
@@ -135,6 +136,15 @@ def _module_call(mod, *args, **kwargs):
     if tr is None or tr.suppress or not tr.frames or tr.thread is not threading.current_thread():
         return _ORIG_MODULE_CALL(mod, *args, **kwargs)
     return tr.call_module(mod, args, kwargs)
+
+
+def _module_getattribute(mod, name):
+    value = object.__getattribute__(mod, name)
+    if isinstance(value, (Module, Tensor)):
+        tr = _active
+        if tr is not None and not tr.suppress and tr.frames and tr.thread is threading.current_thread():
+            tr.attribute_read(mod, value)
+    return value
 
 
 def _tensor_init(self, data=None, *args, **kwargs):
@@ -346,6 +356,9 @@ class _Tracer:
             _ORIG_TENSOR_INIT = Tensor.__dict__["__init__"]
             Module.__call__ = _module_call
             undo.append(functools.partial(setattr, Module, "__call__", _ORIG_MODULE_CALL))
+            if "__getattribute__" not in Module.__dict__:  # (a tool's own hook there stays untouched)
+                Module.__getattribute__ = _module_getattribute
+                undo.append(functools.partial(delattr, Module, "__getattribute__"))
             Tensor.__init__ = _tensor_init
             undo.append(functools.partial(setattr, Tensor, "__init__", _ORIG_TENSOR_INIT))
             shape_prop = Tensor.__dict__["shape"]
@@ -398,6 +411,25 @@ class _Tracer:
         node = g._new_node(TensorNode, expr, name, qual, **_tensor_meta(t))
         frame.tmap[id(t)] = (t, node)
         return node
+
+    def attribute_read(self, mod, value):
+        """``self.<attr>`` read inside the forward being recorded: its GetAttr expr is recorded now, where the
+        code reads it (MegEngine's order: ``self.linear(x + self.param)`` gets ``linear`` before ``param``)."""
+        frame = self.frames[-1]
+        if mod is not frame.module or self.insert:
+            return
+        self.suppress += 1  # the path lookups below read attributes themselves
+        try:
+            if isinstance(value, Module):
+                found = frame.module_paths().get(id(value))
+                if found is not None and found[0] is value:
+                    self.node_for_module(frame, value)
+            else:
+                found = frame.tensor_paths().get(id(value))
+                if found is not None and found[0] is value:
+                    self.node_for_tensor(frame, value)
+        finally:
+            self.suppress -= 1
 
     def node_for_module(self, frame, m):
         if m is frame.module:
@@ -480,6 +512,13 @@ class _Tracer:
 
     def call_function(self, func, args, kwargs, run=None):
         (args, kwargs), as_nodes = self._unnode((args, kwargs))
+        if inspect.isfunction(inspect.unwrap(func)):
+            # MegEngine records a call normalized: defaults filled in, keyword-only arguments as keywords
+            # (``nn.avg_pool2d(x, 7, None, 0, average_count_exclude_padding, )``)
+            try:
+                args, kwargs = convert_kwargs_to_args(func, args, kwargs)
+            except TypeError:  # a call Python rejects: running it below raises the real error
+                pass
         fname = getattr(func, "__name__", "func")
         q = self.frames[-1].graph._qualname
         result = self._record(lambda: CallFunction(func), args, kwargs, run or (lambda: func(*args, **kwargs)),
@@ -565,7 +604,9 @@ class _Tracer:
             gname = qual = (mod.graph._name if isinstance(mod, TracedModule) and mod.argdef_graph_map
                             else type(mod).__name__)
         else:
-            gname, qual = f"{parent_graph._name}_{mnode._name}", mnode._qualname
+            # MegEngine's name: the module path with "." and other non-identifier characters as "_"
+            qual = mnode._qualname
+            gname = re.sub("[^0-9a-zA-Z_]+", "_", qual)
         g = InternalGraph(gname, qual)
         if parent_graph is not None:
             g.top_graph = parent_graph
