@@ -167,3 +167,38 @@ def test_a_compiled_call_with_the_host_that_raises_puts_kept_attributes_back(sym
     assert float(net.feat[0]) == 6.0  # the value of the last call that completed (transactional)
     net.__dict__["boom"] = False
     assert float(step(_x(4))[0]) == 5.0 and float(net.feat[0]) == 10.0
+
+
+@pytest.mark.parametrize("options", [dict(without_host=True), dict(without_host=True, symbolic=True),
+                                     dict(symbolic=True)])
+def test_a_step_writing_tensors_captured_as_constants(options):
+    # an optimizer step on captured parameters: without the host the compiled calls silently kept the old
+    # weights (loss 6, 6, 6...); an abstract recording left the weights holding tracers (unreadable)
+    import megxla.optimizer as optim
+    from megxla.jit import TraceError
+    net = M.Linear(3, 1)
+    net.weight._reset(mge.Tensor(np.ones((1, 3), "float32")))
+    net.bias._reset(mge.Tensor(np.zeros((1,), "float32")))
+    opt = optim.SGD(net.parameters(), lr=0.1)
+    gm = GradManager().attach(net.parameters())
+
+    @trace(capture_as_const=True, **options)
+    def step(x):
+        with gm:
+            loss = net(x).sum()
+            gm.backward(loss)
+        opt.step().clear_grad()
+        return loss
+
+    x = mge.Tensor(np.ones((2, 3), "float32"))
+    if options.get("without_host"):
+        with pytest.raises(TraceError, match="captured as a constant"):
+            step(x)
+        np.testing.assert_array_equal(net.weight.numpy(), np.ones((1, 3)))  # nothing written
+        assert net.weight.grad is None
+    else:  # with the host: MegEngine's behaviour (the first call runs, the next sees the constant changed)
+        assert float(step(x)) == 6.0
+        np.testing.assert_allclose(net.weight.numpy(), np.full((1, 3), 0.8), rtol=1e-6)
+        with pytest.raises(TraceError, match="tensors not equals"):
+            step(x)
+        np.testing.assert_allclose(net.weight.numpy(), np.full((1, 3), 0.8), rtol=1e-6)

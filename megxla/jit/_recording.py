@@ -108,6 +108,9 @@ class Recorder:
         self.state = state_tensors  # grows by the external tensors found while recording
         self.allow_external = allow_external and not capture_as_const
         self.external_snapshots = []
+        # (capture_as_const) tensors from outside baked in as constants: (tensor, data, vid, .grad) at capture, so a
+        # body that writes one (an optimizer step on captured parameters) is seen and the tensor restored
+        self.captured = []
         self.rec = Recording(state_tensors)
         self.known = set(self.rec.input_vids) | {v for _, v in self.rec.grad_inputs}
         self.first_vid = next(_dispatch._vids)
@@ -148,6 +151,8 @@ class Recorder:
             self.rec.consts[vid] = t._data  # compiled calls without the host bake it in
         elif vid >= self.first_vid or vid in SCALAR_VIDS or self.capture_as_const:
             self.rec.consts[vid] = t._data
+            if vid < self.first_vid and vid not in SCALAR_VIDS:
+                self.captured.append((t, t._data, vid, t._grad))
         elif self.allow_external:
             self._add_external(t)
         else:

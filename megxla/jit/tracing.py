@@ -533,7 +533,7 @@ class trace:
             # transactional: the state tensors (and external ones found so far) are as before the call
             _restore(snapshot)
             _restore([(t, d, v, g, None if g is None else g._data, None if g is None else g._vid)
-                      for t, d, v, g in recorder.external_snapshots])
+                      for t, d, v, g in recorder.external_snapshots + recorder.captured])
             _state.restore_module_tensor_attrs(attrs)
             raise
         return entry, out
@@ -542,6 +542,18 @@ class trace:
         """The cache entry of a recording call (None where an eager one created state); ``numbers``: the
         module number attributes before the body ran (``_state.module_numbers``)."""
         rec = recorder.rec
+        written = [t for t, _, v, _ in recorder.captured if t._vid != v]
+        if written and (abstract or self._without_host):
+            if abstract and not self._without_host:
+                # with the host the body runs on every call: record eagerly, and a later call whose captured
+                # constant changed raises MegEngine's TraceError ("tensors not equals") as MegEngine's trace does
+                raise NeedsHost(("<unknown>", 0, ""), "writes a tensor captured as a constant", warn=False)
+            t = written[0]
+            raise TraceError(
+                f"{self._what}: the traced function writes a tensor of shape {t.shape}, dtype {t.dtype} that it captured "
+                f"as a constant (capture_as_const=True), e.g. an optimizer step on parameters from the enclosing scope; "
+                f"a compiled call cannot write it back, so its later calls would compute from the old value. Pass it "
+                f"(or the Module/Optimizer holding it) as an argument, or trace without capture_as_const.")
         after, _ = _state.collect(args, kwargs)
         nstate = len(state) - 1 - len(rec.externals)
         new_state = []
@@ -678,7 +690,7 @@ class trace:
             _restore(snapshot)
             if "recorder" in holder:
                 _restore([(t, d, v, g, None if g is None else g._data, None if g is None else g._vid)
-                          for t, d, v, g in holder["recorder"].external_snapshots])
+                          for t, d, v, g in holder["recorder"].external_snapshots + holder["recorder"].captured])
             del state[nstate:]  # externals are appended again by the eager recording, if any
         entry = holder.get("entry")
         if entry is not None and entry.rec.externals:
