@@ -170,3 +170,12 @@ def test_sigmoid_silu_of_int_tensor_are_float32():
     np.testing.assert_allclose(F.silu(x).numpy(), [0.7310586, 1.7615942, -0.1422776], rtol=1e-6)
     from megxla.functional.elemwise import Elemwise  # MegEngine's functional.elemwise exposes the descriptor
     assert Elemwise(mode="add") == Elemwise(mode=Elemwise.Mode.ADD)
+
+
+def test_network_paths():
+    # MegEngine's test helpers import these paths
+    from megxla.utils.network import set_symbolic_shape
+    from megxla.utils.network_node import VarNode, OpNode
+    from megxla.core.tensor.megbrain_graph import VarNode as GV, OpNode as GO
+    assert set_symbolic_shape(False) is False
+    assert VarNode is GV and OpNode is GO

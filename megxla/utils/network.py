@@ -22,6 +22,7 @@ import fnmatch
 import re
 from typing import List
 
+from ..core._trace_option import set_symbolic_shape  # noqa: F401  (MegEngine's network module exports it)
 from ..core.tensor.megbrain_graph import OpNode, VarNode, load_graph
 from .comp_graph_tools import get_oprs_seq
 
