@@ -202,3 +202,16 @@ def test_a_step_writing_tensors_captured_as_constants(options):
         with pytest.raises(TraceError, match="tensors not equals"):
             step(x)
         np.testing.assert_allclose(net.weight.numpy(), np.full((1, 3), 0.8), rtol=1e-6)
+
+
+def test_partial_trace_reads_numpy_arguments_every_call():
+    # partial_trace keyed a NumPy argument by id and baked its values in: a new array reusing a freed one's id
+    # ran with the old values (0, 0, 0...)
+    from megxla.jit import partial_trace
+    f = partial_trace(lambda x: mge.Tensor(x) * 2, backend="xla")
+    got = []
+    for i in range(4):
+        a = np.full((3,), float(i), "float32")
+        got.append(float(f(a)[0]))
+        del a
+    assert got == [0.0, 2.0, 4.0, 6.0]

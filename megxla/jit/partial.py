@@ -116,6 +116,9 @@ class _PartialTrace(trace):
         self._sig = None
 
     def _call(self, *args, **kwargs):
+        # NumPy arguments become Tensors (graph inputs read at every call), as in trace: keyed by ``id`` and baked
+        # in, a new array reusing a freed one's id ran with the old values
+        args, kwargs = _state.convert_numpy(args, kwargs)
         tensors, sig = _state.collect(args, kwargs)
         if self._sig is not None and sig != self._sig:
             # Compiled for another signature: run this call eagerly (correct, just not compiled).
