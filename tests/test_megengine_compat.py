@@ -132,3 +132,11 @@ def test_dlpack_both_ways():
     assert y.dtype == np.int32 and (y + 1).numpy().tolist() == [1, 2, 3, 4]
     with pytest.raises(TypeError, match="DLPack capsule"):
         from_dlpack([1, 2])
+
+
+@pytest.mark.parametrize("fn", [lambda a: a + None, lambda a: None * a, lambda a: a == None,  # noqa: E711
+                                lambda a: F.maximum(a, None)])
+def test_elementwise_with_none_raises_megengines_type_error(fn):
+    # (None used to become an empty array: ``a + None`` gave an empty tensor)
+    with pytest.raises(TypeError, match="the operand is None and is not supported."):
+        fn(mge.Tensor(1.0))

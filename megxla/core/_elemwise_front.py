@@ -191,8 +191,12 @@ def binary(prim, name=None):
                     reject_quantized(name or prim.name, x, y)
                 return _quantized_binary(op, name, x, y, q)
         if type(x) is not Tensor and not isinstance(x, Tensor):
+            if x is None:
+                raise TypeError("the operand is None and is not supported.")  # (MegEngine's words)
             x = as_tensor(x, y if isinstance(y, Tensor) else None)
         if type(y) is not Tensor and not isinstance(y, Tensor):
+            if y is None:  # (it would become an empty array and broadcast to an empty result)
+                raise TypeError("the operand is None and is not supported.")
             y = as_tensor(y, x)
         if high and _autocast.enabled:
             x, y = _autocast.up(x, y)
