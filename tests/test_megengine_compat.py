@@ -140,3 +140,22 @@ def test_elementwise_with_none_raises_megengines_type_error(fn):
     # (None used to become an empty array: ``a + None`` gave an empty tensor)
     with pytest.raises(TypeError, match="the operand is None and is not supported."):
         fn(mge.Tensor(1.0))
+
+
+def test_copy_and_deepcopy_keep_quantization_parameters():
+    # MegEngine's test_tensor_wrapper.test_qparams: a shallow copy shares the QParams, a deep copy copies them;
+    # a quantized tensor keeps its dtype (and scale) through both
+    import copy
+    from megxla.core.tensor import dtype
+    t = mge.Tensor(1)
+    t.qparams.scale = mge.Tensor(1.0)
+    assert copy.copy(t).qparams is t.qparams
+    deep = copy.deepcopy(t)
+    assert deep.qparams is not t.qparams and float(deep.qparams.scale) == 1.0
+    q = mge.tensor(np.array([-1.0, 0.5, 2.0], "float32")).astype(dtype.qint8(0.1))
+    for c in (copy.copy(q), copy.deepcopy(q)):
+        assert c is not q and c.dtype.metadata["mgb_dtype"]["name"] == "QuantizedS8"
+        np.testing.assert_array_equal(c.numpy(), [-10, 5, 20])
+    p = mge.Parameter([1.0, 2.0], name="w")
+    c = copy.deepcopy(p)
+    assert type(c) is mge.Parameter and c.name == "w" and c.numpy().tolist() == [1.0, 2.0]

@@ -330,10 +330,22 @@ class Tensor:
             self._qparams = state["qparams"]
             QPARAMS_SEEN[0] = True
 
+    def __copy__(self):
+        # a new tensor of the same value, copied on the device (Tensor(t): no host round trip, the dtype kept);
+        # MegEngine's shallow copy shares the quantization parameters
+        t = type(self)(self, name=self._name)
+        q = getattr(self, "_qparams", None)
+        if q is not None:
+            t._qparams = q
+        return t
+
     def __deepcopy__(self, memo):
-        # dtype given explicitly: a 64-bit tensor (JAX x64 mode) stays 64-bit instead of MegEngine's narrowing
-        t = type(self)(self.numpy(), dtype=self.dtype, name=self._name)
+        t = type(self)(self, name=self._name)
         memo[id(self)] = t
+        q = getattr(self, "_qparams", None)
+        if q is not None:  # (a quantized tensor keeps its dtype: the scale lives there)
+            import copy
+            t._qparams = copy.deepcopy(q, memo)
         return t
 
     # ---- mutation ------------------------------------------------------------------------------------------
