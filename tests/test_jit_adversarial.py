@@ -215,3 +215,28 @@ def test_partial_trace_reads_numpy_arguments_every_call():
         got.append(float(f(a)[0]))
         del a
     assert got == [0.0, 2.0, 4.0, 6.0]
+
+
+def test_a_new_function_attribute_reusing_a_freed_ones_id_records_again():
+    # function attributes were keyed by id(): a lambda made after the recorded one was freed could get its id,
+    # and the step ran the old lambda's recording (x * 1 for x * 6)
+    import gc
+
+    class Act(M.Module):
+        def __init__(self):
+            super().__init__()
+            self.act = None
+
+        def forward(self, x):
+            return self.act(x)
+
+    def make(k):
+        return lambda x: x * k
+
+    net = Act()
+    step = xla_trace(lambda net, x: net(x))
+    for k in range(1, 8):
+        net.act = None
+        gc.collect()
+        net.act = make(k)
+        assert [float(step(net, mge.Tensor([1.0]))[0]) for _ in range(2)] == [k, k]

@@ -74,6 +74,23 @@ def convert_numpy(args, kwargs):
 _HOOKS = ("_forward_pre_hooks", "_forward_hooks")
 
 
+class _Ident:
+    """A signature item that is an object by identity, holding it: keyed by ``id`` alone, a new object (a lambda
+    assigned as ``self.act``, a hook) made after the recorded one was freed could reuse its id and run the
+    recording of the old one."""
+
+    __slots__ = ("obj",)
+
+    def __init__(self, obj):
+        self.obj = obj
+
+    def __hash__(self):
+        return id(self.obj)
+
+    def __eq__(self, other):
+        return type(other) is _Ident and other.obj is self.obj
+
+
 def collect(args, kwargs):
     """Return ``(tensors, signature)``: every distinct tensor reachable from the arguments (arguments
     themselves, module parameters and buffers, optimizer slots), and a hashable description of the argument
@@ -118,11 +135,11 @@ def collect(args, kwargs):
                 items.append((k, walk(v)))
             elif k in _HOOKS:
                 if v:  # forward (pre-)hooks run inside forward: registering or removing one records again
-                    items.append((k, "hooks", tuple((h, id(f)) for h, f in v.items())))
+                    items.append((k, "hooks", tuple((h, _Ident(f)) for h, f in v.items())))
             elif k[0] != "_" and callable(v) and not isinstance(v, type):
                 # a function attribute (``self.act = F.relu``) decides what forward records: swapping it
-                # records again (by identity: the module keeps it alive)
-                items.append((k, "fn", id(v)))
+                # records again (by identity; the key holds the function, so a new one cannot reuse its id)
+                items.append((k, "fn", _Ident(v)))
         return ("module", key, tuple(items))
 
     def hyper_key(v):
@@ -176,7 +193,7 @@ def collect(args, kwargs):
             hash(obj)
             return ("h", obj)
         except TypeError:
-            return ("o", id(obj))
+            return ("o", _Ident(obj))
 
     _is_module(None)  # resolve the Module class once
     # (global switches that decide what the body records, e.g. amp.autocast, key it too: core._registry)
