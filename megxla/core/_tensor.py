@@ -330,17 +330,32 @@ class Tensor:
             self._qparams = state["qparams"]
             QPARAMS_SEEN[0] = True
 
+    def _copied(self):
+        """A new tensor (same class, name, dtype) holding a copy of this value: a device buffer copy (no host
+        round trip, no kernel to compile per shape: deep-copying a model stays cheap); inside a trace the
+        ``tensor_copy`` op, which the recording sees."""
+        import jax
+        data = self._data
+        if isinstance(data, jax.core.Tracer):
+            return type(self)(self, name=self._name)
+        from ._dispatch import _vids
+        t = type(self).__new__(type(self))
+        t._data = jax.device_put(data, may_alias=False)  # (a real copy: the original may be donated later)
+        t._vid = next(_vids)
+        t._grad = None
+        t._name = self._name
+        return t
+
     def __copy__(self):
-        # a new tensor of the same value, copied on the device (Tensor(t): no host round trip, the dtype kept);
-        # MegEngine's shallow copy shares the quantization parameters
-        t = type(self)(self, name=self._name)
+        # MegEngine's shallow copy: a new tensor of the same value sharing the quantization parameters
+        t = self._copied()
         q = getattr(self, "_qparams", None)
         if q is not None:
             t._qparams = q
         return t
 
     def __deepcopy__(self, memo):
-        t = type(self)(self, name=self._name)
+        t = self._copied()
         memo[id(self)] = t
         q = getattr(self, "_qparams", None)
         if q is not None:  # (a quantized tensor keeps its dtype: the scale lives there)
