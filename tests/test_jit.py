@@ -603,3 +603,19 @@ def test_trace_of_a_module_instance(tracer):
     assert f.__name__ == "Doubler"
     for v in (1.0, 2.0, 3.0):
         np.testing.assert_array_equal(f(mge.Tensor([v])).numpy(), [2 * v])
+
+
+def test_dump_refuses_a_training_mode_batchnorm():
+    # MegEngine's test_dump_bn_train_mode: a dumped graph is for inference
+    import io
+    import megxla.module as M
+    bn = M.BatchNorm2d(3)
+    f = trace(lambda x: bn(x).sum(), symbolic=True, capture_as_const=True)
+    x = mge.Tensor(np.random.rand(2, 3, 4, 4).astype("float32"))
+    f(x)
+    with pytest.raises(RuntimeError, match="BatchNorm in training mode"):
+        f.dump(io.BytesIO())
+    bn.eval()
+    g = trace(lambda x: bn(x).sum(), symbolic=True, capture_as_const=True)
+    g(x)
+    assert g.dump(io.BytesIO()).outputs

@@ -151,6 +151,9 @@ def _output_names(out_tree, n, given, what):
     return keys
 
 
+_TRAINING_BN = frozenset({"batch_norm_train", "batch_norm_train_update"})
+
+
 def dump(tracer, file, *, arg_names=None, output_names=None, optimize_for_inference=True, input_data=None,
          repeat=1, enable_io16xc32=False, enable_ioc16=False, user_info=None, **unused):
     """See :meth:`megxla.jit.trace.dump`."""
@@ -190,6 +193,11 @@ def dump(tracer, file, *, arg_names=None, output_names=None, optimize_for_infere
 
     ops, aliases = simplify(rec.ops, avals, getattr(tracer, "opt_level", 2))
     ops = prune(ops, out_vids)
+    if any(op.prim.name in _TRAINING_BN for op, _, _ in ops):
+        # MegEngine refuses too: a dumped graph is for inference, and a training-mode BatchNorm normalizes by the
+        # batch's statistics (its running statistics would never be used or updated)
+        raise RuntimeError(f"{what}.dump: the traced step runs BatchNorm in training mode; call .eval() on the "
+                           f"model before tracing a step to dump")
     fixed = _fixed_values(tracer, entry, state, ops, out_vids, set(in_vids))
 
     low = np.float16 if (enable_io16xc32 or enable_ioc16) else None
