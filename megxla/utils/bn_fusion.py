@@ -89,6 +89,18 @@ def _fuse(layer, bn, relu, kind_args):
     return fused_type(**kind_args), key
 
 
+def _fill(module, target, weight, bias, kept_bn, training):
+    # the fused module's layer (``target``) gets the (folded) weight and bias; a training-mode fusion keeps a
+    # copy of the BatchNorm
+    target.weight = Parameter(weight)
+    if bias is not None:
+        target.bias = Parameter(bias)
+    if kept_bn is not None:
+        module.bn = deepcopy(kept_bn)
+    target.training = training
+    return module
+
+
 def fuse_conv_bn_relu_module(conv, bn, relu):
     """One module computing ``relu(bn(conv(x)))`` (``bn`` / ``relu`` may be None).
 
@@ -127,13 +139,7 @@ def fuse_conv_bn_relu_module(conv, bn, relu):
     if bn is not None and not conv.training:
         weight, bias = fold_weight_bias(weight, bias, bn.weight, bn.bias, bn.running_mean, bn.running_var,
                                         bn.eps, transpose=transpose)
-    target.weight = Parameter(weight)
-    if bias is not None:
-        target.bias = Parameter(bias)
-    if keeps_bn:
-        module.bn = deepcopy(bn)
-    target.training = conv.training
-    return module
+    return _fill(module, target, weight, bias, bn if keeps_bn else None, conv.training)
 
 
 def fuse_linear_bn_relu_module(linear, bn, relu):
@@ -164,10 +170,4 @@ def fuse_linear_bn_relu_module(linear, bn, relu):
     weight, bias = linear.weight, linear.bias
     if bn is not None and not linear.training:
         weight, bias = fold_weight_bias(weight, bias, bn.weight, bn.bias, bn.running_mean, bn.running_var, bn.eps)
-    target.weight = Parameter(weight)
-    if bias is not None:
-        target.bias = Parameter(bias)
-    if keeps_bn:
-        module.bn = deepcopy(bn)
-    target.training = linear.training
-    return module
+    return _fill(module, target, weight, bias, bn if keeps_bn else None, linear.training)
