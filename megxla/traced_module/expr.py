@@ -15,7 +15,7 @@ import importlib
 import itertools
 import weakref
 
-from .node import ModuleNode, Node, TensorNode
+from .node import ModuleNode, Node, TensorNode, _Numbered
 from .pytree import tree_flatten, tree_unflatten
 
 __all__ = ["Expr", "Input", "GetAttr", "CallMethod", "CallFunction", "Apply", "Constant"]
@@ -32,7 +32,7 @@ def _is_node(x):
     return isinstance(x, Node)
 
 
-class Expr(abc.ABC):
+class Expr(_Numbered, abc.ABC):
     """Base class of the graph's operations.
 
     Attributes:
@@ -52,16 +52,6 @@ class Expr(abc.ABC):
         self._disable_remove = False
 
     _first_arg = 0
-
-    @classmethod
-    def _set_next_id(cls, i: int):
-        cls._id_counter = itertools.count(i)
-
-    @classmethod
-    def _get_next_id(cls) -> int:
-        i = next(cls._id_counter)
-        cls._id_counter = itertools.count(i)
-        return i
 
     @property
     def top_graph(self):

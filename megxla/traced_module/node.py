@@ -13,7 +13,21 @@ from typing import List
 __all__ = ["Node", "ModuleNode", "TensorNode"]
 
 
-class Node:
+class _Numbered:
+    """MegEngine's class-level id counter of nodes and exprs (graphs keep their own totals)."""
+
+    @classmethod
+    def _set_next_id(cls, i: int):
+        cls._id_counter = itertools.count(i)
+
+    @classmethod
+    def _get_next_id(cls) -> int:
+        i = next(cls._id_counter)
+        cls._id_counter = itertools.count(i)
+        return i
+
+
+class Node(_Numbered):
     """A value of an :class:`~.InternalGraph` (base of :class:`ModuleNode` and :class:`TensorNode`)."""
 
     _id_counter = itertools.count(0)
@@ -26,17 +40,6 @@ class Node:
         self._qualname = qualname
         self._top_graph = None
         self.actual_node = []  # MegEngine keeps the caller's nodes for a sub-graph node here; unused by megxla
-
-    # ---- ids (MegEngine's class-level counter; graphs keep their own totals) ------------------------------
-    @classmethod
-    def _set_next_id(cls, i: int):
-        cls._id_counter = itertools.count(i)
-
-    @classmethod
-    def _get_next_id(cls) -> int:
-        i = next(cls._id_counter)
-        cls._id_counter = itertools.count(i)
-        return i
 
     # ---- naming -------------------------------------------------------------------------------------------
     @property
