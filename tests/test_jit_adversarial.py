@@ -240,3 +240,24 @@ def test_a_new_function_attribute_reusing_a_freed_ones_id_records_again():
         gc.collect()
         net.act = make(k)
         assert [float(step(net, mge.Tensor([1.0]))[0]) for _ in range(2)] == [k, k]
+
+
+def test_a_step_binding_new_tensors_to_a_module_every_call_warns_once():
+    # ``self.feat = y`` on an argument's module: no recording can be reused, so xla_trace compiled every call,
+    # silently; the values stay eager's, and a warning names the attribute
+    class Feat(M.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = mge.Parameter(np.ones((3,), "float32"))
+
+        def forward(self, x):
+            y = x * self.w
+            self.feat = y * 2
+            return y
+
+    net = Feat()
+    step = xla_trace(lambda net, x: net(x))
+    with pytest.warns(UserWarning, match=r"bound new Tensors to state \(Feat.feat\)") as record:
+        for i in range(4):
+            assert float(step(net, _x(i))[0]) == i + 1.0 and float(net.feat[0]) == 2 * (i + 1.0)
+    assert sum("bound new Tensors" in str(w.message) for w in record) == 1

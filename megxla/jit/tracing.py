@@ -257,6 +257,7 @@ class trace:
         self.num_rerecords = 0  # calls that recorded again because a value read on the host changed
         self.num_calls = 0
         self.num_undonated = 0  # compiled calls that kept their inputs because a buffer was shared
+        self._num_state_created = 0  # recordings that bound new Tensors to state (not reusable; _state_created)
         self.num_fast_calls = 0  # compiled calls that took the prepared plan (_fastpath.py)
         self._plan = None  # the prepared call of the last compiled entry, or None
         self._ran = None  # (entry, state) of a compiled call that a plan can prepare (set by _run)
@@ -560,10 +561,11 @@ class trace:
         if len(after) != nstate or any(a is not b for a, b in zip(after, state)):
             # The call created state (optimizer slots): record again next call, with it as input. An abstract
             # recording's new tensors hold tracers: their values become outputs of this call's executable.
-            if not abstract:
-                return None
             known = {id(t) for t in state}
             new_state = [t for t in after if id(t) not in known]
+            self._state_created(args, kwargs, new_state)
+            if not abstract:
+                return None
             for t in new_state:
                 if t._vid not in recorder.known:
                     recorder._outside(t)
@@ -640,6 +642,24 @@ class trace:
         while len(self._cache) > self.cache_size:
             self._cache.popitem(last=False)
         return entry
+
+    def _state_created(self, args, kwargs, new_state):
+        """Count recordings that created state (they are not reused); warn once when it keeps happening: a body
+        that binds a new Tensor to a module attribute on every call (``self.feat = y``, ``self.w = self.w * 2``)
+        records (and, abstractly, compiles) every call."""
+        self._num_state_created += 1
+        if self._num_state_created < 3 or "state" in self._warned:
+            return
+        self._warned.add("state")
+        ids = {id(t) for t in new_state}
+        names = [f"{type(m).__name__}.{k}" for m, attrs in _state.module_tensor_attrs([args, kwargs])
+                 for k, v in attrs.items() if id(v) in ids]
+        what = ", ".join(names[:4]) if names else "new tensors reachable from the arguments"
+        warnings.warn_explicit(
+            f"{self._what}({self.__name__}) has recorded {self._num_state_created} calls that bound new Tensors to "
+            f"state ({what}): such a call cannot reuse a recording, so each records again (and compiles, when "
+            f"recorded abstractly). Update the tensor in place (``self.feat[...] = y``, ``self.w._reset(...)``), or "
+            f"return the value instead of storing it.", UserWarning, *_code_where(self.__wrapped__))
 
     def _record_abstract(self, args, kwargs, state, sig):
         """The recording call without per-op kernels: the body runs once inside ``jax.eval_shape`` (tensors hold
@@ -1172,6 +1192,13 @@ def _live_externals(entry):
                 return None
         out.append(t)
     return out
+
+
+def _code_where(function):
+    """``(filename, line)`` of a traced function's definition, where a warning about the function points (its calls
+    may run inside JAX's abstract evaluation, whose frames are no place to point at)."""
+    code = getattr(getattr(function, "__func__", function), "__code__", None)
+    return (code.co_filename, code.co_firstlineno) if code is not None else ("<unknown>", 0)
 
 
 def _homes(external_snapshots, attrs):
