@@ -261,3 +261,24 @@ def test_a_step_binding_new_tensors_to_a_module_every_call_warns_once():
         for i in range(4):
             assert float(step(net, _x(i))[0]) == i + 1.0 and float(net.feat[0]) == 2 * (i + 1.0)
     assert sum("bound new Tensors" in str(w.message) for w in record) == 1
+
+
+@pytest.mark.parametrize("symbolic", [False, True])
+def test_trace_with_the_host_follows_a_model_swapped_in_the_enclosing_scope(symbolic):
+    # ``net = new_model`` between calls while the old one stays alive: MegEngine's trace computes with the new
+    # model; the replay raised "expect internal node, got external"
+    def make(v):
+        m = M.Linear(3, 1)
+        m.weight._reset(mge.Tensor(np.full((1, 3), v, "float32")))
+        m.bias._reset(mge.Tensor(np.zeros((1,), "float32")))
+        return m
+
+    models = [make(1.0), make(2.0)]
+    holder = {"net": models[0]}
+    step = trace(lambda x: holder["net"](x).sum(), symbolic=symbolic)
+    x = mge.Tensor(np.ones((2, 3), "float32"))
+    assert [float(step(x)) for _ in range(3)] == [6.0] * 3
+    holder["net"] = models[1]
+    assert [float(step(x)) for _ in range(3)] == [12.0] * 3
+    holder["net"] = models[0]
+    assert [float(step(x)) for _ in range(2)] == [6.0] * 2

@@ -36,6 +36,11 @@ def _flatten(out):
     return leaves, tree
 
 
+class _StaleExternals(Exception):
+    """Raised inside a replay (trace with the host) where the body uses another tensor from the enclosing scope
+    than its recording did (``net = new_model`` between calls): the recording is for the old one; record again."""
+
+
 class _Replayer:
     """Interpreter for compiled calls that still run the Python body (``without_host=False``)."""
 
@@ -63,6 +68,9 @@ class _Replayer:
         self.host_made = []  # vid ranges of this call's exclude_from_trace blocks
         self.fed = {}  # {vid: array}: graph inputs replaced by tensors made in those blocks
         self.escape_refs = []  # [(weakref, vid, placeholder)]: values the body keeps beyond the call (finish)
+        n = len(rec.externals)
+        self.external_vids = frozenset(rec.input_vids[-n:]) if n else frozenset()
+        self.first_vid = next(_dispatch._vids)  # tensors with smaller value ids existed before this call
 
     def _fail(self, msg, reason):
         if self.differs is not None:
@@ -112,6 +120,8 @@ class _Replayer:
                                "tensors not equals")
             elif self._feedable(i, rv, t):
                 self.fed[rv] = t._data  # host code replaced this value: the graph takes the new one in
+            elif rv in self.external_vids and t._vid < self.first_vid and not isinstance(t._data, Pending):
+                raise _StaleExternals()  # another tensor from the enclosing scope than recorded (a new model)
             else:
                 self._fail(f"op #{i} {op!r} input {j}: the recording computed it inside the trace (internal), "
                            f"this call passes a tensor from outside (external)", "expect internal node, got external")

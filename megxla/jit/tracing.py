@@ -50,7 +50,8 @@ from ._external import mark_external
 from ._recording import (Recorder, AbstractRecorder, NeedsHost, Excluded, TraceError, make_replay,
                          describe_where, user_where, _TRACER_ERRORS, _user_frame)
 from ._simplify import simplify
-from ._replay import _Replayer, _GuardMismatch, _same, _flatten, _grad_env, _overflowed, drop_overflowed_grads
+from ._replay import (_Replayer, _GuardMismatch, _StaleExternals, _same, _flatten, _grad_env, _overflowed,
+                      drop_overflowed_grads)
 
 __all__ = ["trace", "xla_trace", "exclude_from_trace", "TraceError", "load"]
 
@@ -128,6 +129,9 @@ def _escaped(produced, out_leaves):
     returned = {v for kind, v in out_leaves if kind == "t"}
     # (a tensor rebound since, ``result += c``, holds another value now: not this one)
     return [(ref, v) for ref, v in produced if v not in returned and getattr(ref(), "_vid", None) == v]
+
+
+_STALE = object()  # a replay found the recording's tensors from the enclosing scope replaced (_StaleExternals)
 
 
 class _Miss:
@@ -419,6 +423,9 @@ class trace:
                 self._compile(entry)
             self._last = entry
             out = self._run(entry, st) if self._without_host else self._replay(entry, st, args, kwargs)
+            if out is _STALE:  # the body used other tensors from the enclosing scope: record again
+                variants.remove(entry)
+                continue
             if not isinstance(out, _Miss):
                 if variants[0] is not entry:
                     variants.remove(entry)
@@ -949,6 +956,10 @@ class trace:
             _restore(snapshot)  # nothing of this call stays: no Pending values in the state
             _state.restore_module_tensor_attrs(attrs)
             return _Miss(exc.values, exc.index, entry)
+        except _StaleExternals:
+            _restore(snapshot)
+            _state.restore_module_tensor_attrs(attrs)
+            return _STALE
         except BaseException:
             _restore(snapshot)
             _state.restore_module_tensor_attrs(attrs)
