@@ -282,3 +282,30 @@ def test_trace_with_the_host_follows_a_model_swapped_in_the_enclosing_scope(symb
     assert [float(step(x)) for _ in range(3)] == [12.0] * 3
     holder["net"] = models[0]
     assert [float(step(x)) for _ in range(2)] == [6.0] * 2
+
+
+def test_a_grad_of_another_dtype_set_between_calls_records_again():
+    # the recording's ``.grad`` inputs were keyed by shape only: a float16 ``.grad`` set between calls reached the
+    # executable and failed with JAX's TypeError (eager accumulates into it)
+    def run(deco):
+        net = M.Linear(4, 2)
+        net.weight._reset(mge.Tensor(np.full((2, 4), 0.5, "float32")))
+        net.bias._reset(mge.Tensor(np.zeros((2,), "float32")))
+        gm = GradManager().attach(net.parameters())
+
+        def step(net, x):
+            with gm:
+                loss = (net(x) ** 2).mean()
+                gm.backward(loss)
+            return loss
+
+        f = deco(step)
+        grads = []
+        for i in range(4):
+            if i == 2:
+                net.weight.grad = mge.Tensor(np.ones((2, 4), "float16"))
+            f(net, mge.Tensor(np.ones((3, 4), "float32")))
+            grads.append((str(net.weight.grad.dtype), net.weight.grad.numpy().tolist()))
+        return grads
+
+    assert run(xla_trace) == run(lambda f: f)

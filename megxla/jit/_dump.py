@@ -19,6 +19,7 @@ and compute). Layout options (``enable_nchw44``...) are for MegEngine's kernels;
 """
 from __future__ import annotations
 
+import collections
 import hashlib
 import pickle
 import re
@@ -36,8 +37,12 @@ NO_OUTPUT = ("the traced function without return values cannot be dumped, the tr
              "List[Tensor] or Dict[str, Tensor]")
 
 
-class DumpInfo:
-    """What ``trace.dump`` wrote (MegEngine's ``dump_info`` fields, plus the ``jax.export`` module).
+_DUMP_FIELDS = ("nr_opr", "tot_bytes", "tensor_value_bytes", "content_hash", "inputs", "outputs", "params")
+
+
+class DumpInfo(collections.namedtuple("CompGraphDumpResult", _DUMP_FIELDS)):
+    """What ``trace.dump`` wrote: MegEngine's ``CompGraphDumpResult`` namedtuple (``info.inputs`` or, as
+    MegEngine's own tests read it, ``info[4]``), plus the ``jax.export`` module.
 
     Attributes:
         nr_opr: number of operators in the graph (inputs and constants included).
@@ -45,11 +50,13 @@ class DumpInfo:
         tensor_value_bytes: bytes of constant values.
         content_hash: SHA-256 of the content.
         inputs: input names; outputs: output names; params: constant names.
-        exported: the ``jax.export.Exported`` module.
+        exported: the ``jax.export.Exported`` module (not part of the tuple).
     """
 
-    def __init__(self, **fields):
-        self.__dict__.update(fields)
+    def __new__(cls, exported=None, **fields):
+        self = super().__new__(cls, **fields)
+        self.exported = exported
+        return self
 
     def __repr__(self):
         return (f"DumpInfo(nr_opr={self.nr_opr}, inputs={self.inputs}, outputs={self.outputs}, "

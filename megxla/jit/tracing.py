@@ -157,7 +157,8 @@ def _compatible(entry, known):
 
 
 def _grad_key(state):
-    return tuple((i, t._grad._data.shape) for i, t in enumerate(state) if t._grad is not None)
+    # (the dtype too: a ``.grad`` set to a float16 Tensor between calls is another step, not a TypeError of XLA)
+    return tuple((i, t._grad._data.shape, t._grad._data.dtype) for i, t in enumerate(state) if t._grad is not None)
 
 
 def _snapshot(tensors):
@@ -626,7 +627,7 @@ class trace:
         grad_vids = {v for _, v in rec.grad_inputs}
         # a step that back-propagates (vjp ops) accumulates into whatever ``.grad`` exists when it runs
         if grad_writes or any(op.prim is VJP or not grad_vids.isdisjoint(ins) for op, ins, _ in rec.ops):
-            entry.grad_key = tuple((i, recorder.avals[v].shape) for i, v in rec.grad_inputs)
+            entry.grad_key = tuple((i, recorder.avals[v].shape, recorder.avals[v].dtype) for i, v in rec.grad_inputs)
         if new_state:  # one call's executable, not cached (the next call's signature holds the new state)
             entry.new_state = [(t, t._vid) for t in new_state]
             entry.out_leaves = entry.out_leaves + [("t", t._vid) for t in new_state]
