@@ -54,15 +54,17 @@ def _T(self):
     return transpose(self)
 
 
-def flatten(self):
-    """This tensor as 1-D (``F.flatten``).
+def flatten(self, start_axis=0, end_axis=-1):
+    """This tensor with the axes ``start_axis..end_axis`` merged (``F.flatten``; by default 1-D).
 
     Example:
         >>> import megxla as mge
         >>> mge.Tensor([[1, 2], [3, 4]]).flatten().shape
         (4,)
+        >>> mge.Tensor([[[1, 2]], [[3, 4]]]).flatten(1).shape
+        (2, 2)
     """
-    return _tensor.flatten(self)
+    return _tensor.flatten(self, start_axis, end_axis)
 
 
 def _broadcast(self, *shape):
