@@ -147,6 +147,15 @@ class Recorder:
         vid = t._vid
         self.avals[vid] = _aval(t._data)
         if any(lo <= vid < hi for lo, hi in self.rec.exclude_ranges):
+            if self.body_runs_once and not self.capture_as_const:
+                # A compiled call without the host never runs the block, so the value it made here would be
+                # baked in: a counter ``c += 1`` in the block stayed 1 and the step returned the first call's
+                # numbers for ever, silently. MegEngine's trace(without_host=True) refuses it too ("unknown input
+                # tensors"); capture_as_const=True asks for the baked value.
+                self._unknown(t, "was made by an exclude_from_trace block, which a compiled call without the host "
+                                 "does not run, and the step uses it (as an operand, a result or a state write); its "
+                                 "value would be baked in. Compute it in the step, pass it as an argument, or trace "
+                                 "with capture_as_const=True to bake the recording call's value in")
             self.rec.host_inputs[vid] = len(self.rec.ops)
             self.rec.consts[vid] = t._data  # compiled calls without the host bake it in
         elif vid >= self.first_vid or vid in SCALAR_VIDS or self.capture_as_const:
@@ -156,16 +165,20 @@ class Recorder:
         elif self.allow_external:
             self._add_external(t)
         else:
-            name = f" named {t.name!r}" if t.name else ""
-            detail = (f"{self.what}: the traced function uses a tensor{name} of shape {t.shape}, dtype {t.dtype} "
-                      f"that is not reachable from its arguments. Pass it (or the Module/Optimizer holding it) as an "
-                      f"argument, or trace with capture_as_const=True to bake its current value in as a constant.")
-            if self.unknown_text is None:
-                raise TraceError(detail)
-            exc = TraceError(self.unknown_text)  # MegEngine's text (code matches on it); ours as a note
-            exc.add_note(detail)
-            raise exc
+            self._unknown(t, "is not reachable from its arguments. Pass it (or the Module/Optimizer/RNG holding it) "
+                             "as an argument, or trace with capture_as_const=True to bake its current value in as a "
+                             "constant")
         self.known.add(vid)
+
+    def _unknown(self, t, why):
+        """Raise the TraceError of a tensor the step uses but cannot take in on a compiled call."""
+        name = f" named {t.name!r}" if t.name else ""
+        detail = f"{self.what}: the traced function uses a tensor{name} of shape {t.shape}, dtype {t.dtype} that {why}."
+        if self.unknown_text is None:
+            raise TraceError(detail)
+        exc = TraceError(self.unknown_text)  # MegEngine's text (code matches on it); ours as a note
+        exc.add_note(detail)
+        raise exc
 
     def _add_external(self, t):
         # MegEngine's trace feeds tensors from the enclosing scope (a closure's model) as "external" inputs:

@@ -140,6 +140,10 @@ def collect(args, kwargs):
                 # a function attribute (``self.act = F.relu``) decides what forward records: swapping it
                 # records again (by identity; the key holds the function, so a new one cannot reuse its id)
                 items.append((k, "fn", _Ident(v)))
+            elif _registry.state_walker(v) is not None:
+                # an object with state tensors held by the module (``self.rng = RNG(seed)``, a GradScaler): its
+                # tensors are state of the step as where it is an argument
+                items.append((k, walk(v)))
         return ("module", key, tuple(items))
 
     def hyper_key(v):

@@ -9,7 +9,7 @@ import weakref
 import jax
 import numpy as np
 
-from ..core import _registry
+from ..core import _dispatch, _registry
 from ..core._dispatch import push_interpreter, pop_interpreter, current_interpreter
 from ..core._elemwise_front import SCALAR_VIDS
 from ..core._op import Primitive
@@ -75,7 +75,30 @@ def _record_callbacks(t, g, callbacks):
         chain = _chain(rec, out._vid)
     for entry, i in entries:
         entry.gm_callbacks[i] = chain  # None: not compilable (it read values on the host): stays eager
+        # (which callbacks they were: a later backward through a GradManager with other callbacks for this input,
+        # or none, must not get these compiled in -- _callbacks_current)
+        entry.gm_callback_fns[i] = tuple(callbacks)
     return out
+
+
+def _callbacks_current(fns, state):
+    """Whether every recording GradManager of this thread that has one of the inputs attached has the very
+    callbacks (by identity, in order) that were compiled into the backward for it: ``fns`` is
+    ``{state index: callbacks}``. A step recorded under ``GradManager().attach(ps, callbacks=[cb])`` and called
+    later under a manager without them must not apply ``cb`` (its backward then runs the eager callbacks)."""
+    for r in _dispatch.recorders:
+        attached = getattr(r, "_attached", None)
+        if not attached:
+            continue
+        for i, recorded in fns.items():
+            t = state[i]
+            a = attached.get(id(t))
+            if a is None or a.ref() is not t:
+                continue
+            now = a.callbacks
+            if len(now) != len(recorded) or any(x is not y for x, y in zip(now, recorded)):
+                return False
+    return True
 
 
 def _self_contained(recorder, out_vid):
@@ -139,6 +162,7 @@ class _PartialTrace(trace):
         # The gradients of these inputs meet their GradManager callbacks in the backward that follows this
         # recording call: record the callbacks there (_record_callbacks), compile them in at the next call.
         entry.gm_callbacks = {}
+        entry.gm_callback_fns = {}
         ref = weakref.ref(entry)
         for i, t in enumerate(tensors):
             if np.dtype(t.dtype).kind == "f":
@@ -163,8 +187,20 @@ class _PartialTrace(trace):
         if not callbacks:
             return
         kernel = entry.graph_op._kernel
+        entry.plain_graph_op = entry.graph_op
         entry.graph_op = XLA_GRAPH_GMCALLBACK.bind(graph=_CallbackGraph(seg.run, self.__name__, callbacks))
         entry.graph_op._kernel = kernel
+        entry.callback_graph_op = entry.graph_op
+        entry.callback_fns = {i: entry.gm_callback_fns[i] for i, chain in chains.items()
+                              if chain is not None and position.get(entry.rec.input_vids[i]) is not None}
+
+    def _run(self, entry, state):
+        fns = getattr(entry, "callback_fns", None)
+        if fns:
+            # the backward with the recorded callbacks compiled in only where the managers recording now have
+            # those callbacks; else the plain graph, whose backward leaves the callbacks to GradManager.backward
+            entry.graph_op = entry.callback_graph_op if _callbacks_current(fns, state) else entry.plain_graph_op
+        return super()._run(entry, state)
 
 
 def partial_trace(func=None, *, backend="default", without_host=True, trace_gmcallback=True, **trace_options):

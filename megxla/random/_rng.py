@@ -395,3 +395,8 @@ multinomial = _delegate("multinomial")
 from ..core import _registry as _registry  # noqa: E402
 
 _registry.register_implicit_state("rng_key", lambda: _global._state, lambda t: setattr(_global, "_state", t))
+# An ``RNG(seed)`` owns its key: a traced step that draws from one passed as an argument (or held by a module
+# argument, ``self.rng = RNG(seed)``) reads and advances that key as state. ``RNG()`` draws from the global key
+# (the implicit state above) and has none of its own.
+_registry.register_state_walker(
+    RNG, lambda r: [] if isinstance(r, _GlobalRNG) or r._state is None else [("state", r._state)])
