@@ -194,6 +194,12 @@ class Expr(_Numbered, abc.ABC):
         d["_top_graph"] = None
         return d
 
+    def __setstate__(self, state):
+        from ._megengine_layout import expr_state, is_megengine_state
+        if is_megengine_state(state):  # a TracedModule pickled by MegEngine
+            state = expr_state(self, state)
+        self.__dict__.update(state)
+
     def _copy_attrs(self, other):
         """Copy the kind-specific fields (not ids/nodes) of ``other`` (used by flatten and passes)."""
         for k, v in other.__dict__.items():
@@ -347,7 +353,7 @@ class CallFunction(Expr):
         f = state.get("func")
         if isinstance(f, tuple) and len(f) == 3 and f[0] == "__tm_func_ref__":
             state["func"] = _resolve_func(f[1], f[2])
-        self.__dict__.update(state)
+        super().__setstate__(state)
 
 
 def _opdef_name(op):

@@ -214,6 +214,12 @@ class InternalGraph:
         d["_sinks"] = None
         return d
 
+    def __setstate__(self, state):
+        from ._megengine_layout import graph_state, is_megengine_state
+        if is_megengine_state(state):  # a TracedModule pickled by MegEngine
+            state = graph_state(state)
+        self.__dict__.update(state)
+
     # ---- adding (tracer) ----------------------------------------------------------------------------------
     def _add_expr(self, expr: Expr):
         expr.top_graph = self

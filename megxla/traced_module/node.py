@@ -116,6 +116,17 @@ class Node(_Numbered):
         d["_top_graph"] = None  # weak references do not pickle; the graph sets them again on load
         return d
 
+    def __setstate__(self, state):
+        from ._megengine_layout import is_megengine_state, node_state
+        if is_megengine_state(state):  # a TracedModule pickled by MegEngine
+            state = node_state(self, state)
+        self.__dict__.update(state)
+
+
+class NodeMixin:
+    """MegEngine's mix-in of traced values; its files list it among a module leaf's types (megxla keeps
+    nodes apart from values, so nothing derives from it)."""
+
 
 class ModuleNode(Node):
     """A module of the graph (the ``self`` input, or a sub-module read by ``GetAttr``).
@@ -150,7 +161,7 @@ class ModuleNode(Node):
         return d
 
     def __setstate__(self, state):
-        self.__dict__.update(state)
+        super().__setstate__(state)
         mt = self.module_type
         if isinstance(mt, tuple):
             try:

@@ -134,6 +134,9 @@ class TreeDef:
         return {s: getattr(self, s) for s in self.__slots__}
 
     def __setstate__(self, state):
+        if "children_defs" in state or "const_val" in state:  # MegEngine's TreeDef / LeafDef
+            from ._megengine_layout import treedef_state
+            state = treedef_state(state)
         for k, v in state.items():
             object.__setattr__(self, k, v)
 
@@ -146,6 +149,22 @@ class TreeDef:
         if self.type in (dict, OrderedDict):
             return "{" + ", ".join(f"{k!r}:{c!r}" for k, c in zip(self.aux, self.children)) + "}"
         return f"{self.type.__name__}({', '.join(repr(c) for c in self.children)})"
+
+
+# MegEngine's files name its leaf class ``megengine.traced_module.pytree.LeafDef``: megxla reads it as a TreeDef
+# (one class for containers, constants and leaves; see ``TreeDef.__setstate__``)
+LeafDef = TreeDef
+
+
+class ArgsIndex:
+    """MegEngine's marker type of a graph argument's position; its files list it among a leaf's types."""
+
+    def __init__(self, index=0, name=""):
+        self.index = index
+        self.name = name
+
+    def __repr__(self):
+        return self.name
 
 
 def _is_tensor(x):

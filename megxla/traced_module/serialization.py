@@ -59,6 +59,24 @@ def register_tensor_method_loader(*methods):
     return _register(TENSORMETHOD_LOADER, methods)
 
 
+class _ModuleState:
+    """How MegEngine's files hold a builtin (leaf) module of a TracedModule: its class as ``(module path, class
+    name)`` and its ``__dict__``. :meth:`to_module` rebuilds it as megxla's module of that class, once (a module
+    shared by several attributes stays one object)."""
+
+    def __setstate__(self, state):
+        self.module = tuple(state["module"])
+        self.state = state["state"]
+        self.version = state.get("version")
+        self.obj = None
+
+    def to_module(self):
+        if self.obj is None:
+            from ._megengine_layout import module_from_state
+            self.obj = module_from_state(self.module, self.state)
+        return self.obj
+
+
 def _type_key(t):
     return (t.__module__, t.__qualname__) if isinstance(t, type) else t
 

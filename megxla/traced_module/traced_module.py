@@ -11,7 +11,7 @@ from ..core._tensor import Parameter
 from ..module.module import Module
 from . import tracer
 from .expr import CallMethod, Constant, Expr, GetAttr, Input, get_subattr
-from .graph import InternalGraph, _EndReached
+from .graph import InternalGraph, NameSpace, _EndReached  # noqa: F401 (MegEngine's files name it here)
 from .node import ModuleNode, Node, TensorNode
 from .pytree import tree_flatten, tree_unflatten
 
@@ -204,6 +204,9 @@ class TracedModule(Module):
                               next(iter(c.argdef_graph_map.values())).top_graph, _seen)
 
     def __setstate__(self, state):
+        if "dump_info" in state:  # pickled by MegEngine
+            from ._megengine_layout import traced_module_state
+            state = traced_module_state(state)
         super().__setstate__(state)
         from .serialization import run_loaders
         self._update_ref()  # (this module's own graphs; the top module re-attaches the whole tree below)
