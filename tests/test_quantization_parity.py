@@ -223,3 +223,71 @@ def test_fills_detach_and_gather_keep_the_quantized_dtype():
         assert out.dtype.metadata["mgb_dtype"]["name"] == "QuantizedS8"
         np.testing.assert_allclose(out.dtype.metadata["mgb_dtype"]["scale"], 0.1, rtol=1e-6)
         np.testing.assert_array_equal(out.numpy(), raw)
+
+
+def test_fake_quant_gradient_is_zero_on_the_observers_tie_in_a_vector():
+    # MegEngine 1.13.0: scale = max / 127.5 puts the maximum exactly on 127.5, which rounds to 128 (outside
+    # qint8), so its straight-through gradient is 0. XLA's x * (1 / s) gives 127.49999 for a vector.
+    z = np.array([-0.5103587508201599, 0.10674557089805603, 0.7319696545600891, 1.876662015914917], "float32")
+    s = np.float32(z[3]) / np.float32(127.5)
+    q = Q.create_qparams(Q.QuantMode.SYMMERTIC, "qint8", mge.Tensor(s))
+    g = _grad(lambda x: Q.fake_quant_tensor(x, q), z)
+    np.testing.assert_array_equal(g, [1.0, 1.0, 1.0, 0.0])
+    y = Q.fake_quant_tensor(mge.Tensor(z), q).numpy()
+    np.testing.assert_allclose(y[3], 1.8693026, rtol=1e-6)
+
+
+def test_histogram_observer_observes_in_evaluation_mode_and_when_disabled():
+    # MegEngine's calibration observer has no ``enabled`` check (calibration runs the network in eval mode)
+    o = Q.HistogramObserver(bins=64)
+    o.eval()
+    o(mge.Tensor(np.array([-1.0, 0.5, 2.0, 3.0], "float32")))
+    assert (float(o.min_val), float(o.max_val), float(o.histogram.sum())) == (-1.0, 3.0, 4.0)
+    np.testing.assert_allclose(o.get_qparams().scale.numpy(), 0.02303922, rtol=1e-6)
+    Q.disable_observer(o)
+    o(mge.Tensor(np.array([-4.0, 4.0], "float32")))
+    assert (float(o.min_val), float(o.max_val), float(o.histogram.sum())) == (-4.0, 4.0, 6.0)
+    np.testing.assert_allclose(o.get_qparams().scale.numpy(), 0.03137255, rtol=1e-6)
+
+
+def test_qat_network_with_grouped_conv_bn_elemwise_concat_trains_as_megengine():
+    # MegEngine 1.13.0, min_max_fakequant_qconfig: the loss of two SGD steps (momentum 0.9) of a network with
+    # ConvBnRelu2d, grouped ConvBn2d, ConvRelu2d, Elemwise FUSE_ADD_RELU, Concat, LinearRelu, Linear
+    class Net(M.Module):
+        def __init__(self):
+            super().__init__()
+            self.quant = M.QuantStub()
+            self.cbr = M.ConvBnRelu2d(3, 4, 3, padding=1)
+            self.cb = M.ConvBn2d(4, 4, 3, padding=1, groups=2)
+            self.c = M.ConvRelu2d(4, 4, 1)
+            self.add = M.Elemwise("FUSE_ADD_RELU")
+            self.cat = M.Concat()
+            self.lin = M.LinearRelu(8 * 2 * 2, 6)
+            self.lin2 = M.Linear(6, 3)
+            self.dequant = M.DequantStub()
+
+        def forward(self, x):
+            a = self.cbr(self.quant(x))
+            b = self.cb(a)
+            z = self.cat([self.add(a, self.c(b)), b], axis=1)
+            return self.dequant(self.lin2(self.lin(F.flatten(F.avg_pool2d(z, 2), 1))))
+
+    r = np.random.RandomState(1)
+    net = Net()
+    sd = {}
+    for k, v in net.state_dict().items():
+        a = (r.randn(*v.shape) * 0.3).astype(v.dtype) if v.dtype == np.float32 else v.numpy()
+        sd[k] = np.abs(a) + 0.5 if "var" in k else a
+    net.load_state_dict(sd)
+    xs = [r.randn(3, 3, 4, 4).astype("float32") for _ in range(3)]
+    Q.quantize_qat(net, qconfig=Q.min_max_fakequant_qconfig)
+    opt = optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
+    gm = GradManager().attach(net.parameters())
+    losses = []
+    for x in xs:
+        with gm:
+            loss = (net(mge.Tensor(x)) ** 2).mean()
+            gm.backward(loss)
+        opt.step().clear_grad()
+        losses.append(float(loss))
+    np.testing.assert_allclose(losses, [0.18048609793186188, 0.16395007073879242, 0.22031347453594208], rtol=1e-5)

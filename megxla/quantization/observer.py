@@ -281,9 +281,12 @@ class HistogramObserver(MinMaxObserver):
         self.max_val = Tensor(new_max, dtype="float32")
 
     def forward(self, x_orig):
-        """Merge ``x_orig`` into the histogram when enabled; returns the input."""
-        if self.enabled:
-            self.sideeffect_forward(x_orig)
+        """Merge ``x_orig`` into the histogram; returns the input.
+
+        MegEngine's HistogramObserver observes whatever ``enabled`` says (evaluation mode and
+        :func:`disable_observer` included): it is the calibration observer, and calibration runs a network in
+        evaluation mode."""
+        self.sideeffect_forward(x_orig)
         return x_orig
 
 

@@ -20,12 +20,13 @@ def _round(x):
     return jnp.sign(x) * jnp.floor(jnp.abs(x) + 0.5)
 
 
-def _opaque(scale):
-    # NOTE: observers put the largest value exactly on a rounding tie (scale = max / 127.5, so x / scale = 127.5).
-    # Inside a fused XLA step the algebraic simplifier would rewrite x / (max / c) as (x * c) / max, which rounds
-    # the tie differently from the eager kernel and flips that element's straight-through gradient; the barrier
-    # keeps the division exactly as the eager kernel computes it.
-    return jax.lax.optimization_barrier(scale)
+def _div(x, scale):
+    # NOTE: observers put the largest value exactly on a rounding tie (scale = max / 127.5, so x / scale = 127.5),
+    # so the division must be IEEE's, as MegEngine's kernels compute it. XLA rewrites x / broadcast(s) as
+    # x * broadcast(1 / s) (1 ulp off: 127.49999, which flips that element's straight-through gradient), and
+    # inside a fused step x / (max / c) as (x * c) / max. The barrier on the broadcast scale keeps the division.
+    shape = jnp.broadcast_shapes(jnp.shape(x), jnp.shape(scale))
+    return x / jax.lax.optimization_barrier(jnp.broadcast_to(scale, shape))
 
 
 def _sum_to(g, shape):
@@ -40,15 +41,13 @@ def _sum_to(g, shape):
 
 # ---- FakeQuant: round(x / s) + zp, clipped to [qmin, qmax], back to (q - zp) * s -----------------------------
 def _fake_quant(x, scale, zero_point, *, qmin, qmax):
-    scale = _opaque(scale)
-    q = jnp.clip(_round(x / scale) + zero_point, qmin, qmax)
+    q = jnp.clip(_round(_div(x, scale)) + zero_point, qmin, qmax)
     return ((q - zero_point) * scale).astype(x.dtype)
 
 
 def _fake_quant_grad(params, primals, ct):
     x, scale, zero_point = primals
-    scale = _opaque(scale)
-    q = _round(x / scale) + zero_point
+    q = _round(_div(x, scale)) + zero_point
     inside = (q >= params["qmin"]) & (q <= params["qmax"])
     gx = jnp.where(inside, ct, jnp.zeros_like(ct)).astype(x.dtype)
     # MegEngine's FakeQuant passes no gradient to its scale / zero point (they come from observers)
@@ -60,15 +59,14 @@ fake_quant = Primitive("fake_quant", _fake_quant, grad=_fake_quant_grad)
 
 # ---- LSQ (learned step size): clip(x / s + zp) rounded, gradient to s scaled by grad_scale -------------------
 def _lsq(x, scale, zero_point, grad_scale, *, qmin, qmax):
-    scale = _opaque(scale)
-    q = _round(jnp.clip(x / scale + zero_point, qmin, qmax))
+    q = _round(jnp.clip(_div(x, scale) + zero_point, qmin, qmax))
     return ((q - zero_point) * scale).astype(x.dtype)
 
 
 def _lsq_grad(params, primals, ct):
     x, scale, zero_point, grad_scale = primals
     qmin, qmax = params["qmin"], params["qmax"]
-    v = x / _opaque(scale) + zero_point
+    v = _div(x, scale) + zero_point
     small, big = v < qmin, v > qmax
     middle = ~(small | big)
     gs = jnp.where(small, qmin, jnp.where(big, qmax, _round(v) - v)) * grad_scale * ct
@@ -83,14 +81,14 @@ lsq = Primitive("lsq", _lsq, grad=_lsq_grad)
 # ---- TQT (trained quantization thresholds): the scale is log2 of the step ---------------------------------------
 def _tqt(x, log2_scale, *, qmin, qmax):
     t = jnp.exp2(log2_scale)
-    return (jnp.clip(_round(x / t), qmin, qmax) * t).astype(x.dtype)
+    return (jnp.clip(_round(_div(x, t)), qmin, qmax) * t).astype(x.dtype)
 
 
 def _tqt_grad(params, primals, ct):
     x, log2_scale = primals
     qmin, qmax = params["qmin"], params["qmax"]
     t = jnp.exp2(log2_scale)
-    scaled = x / t
+    scaled = _div(x, t)
     rounded = jnp.clip(_round(scaled), qmin, qmax)
     clip = (scaled < qmin - 0.5) | (scaled > qmax + 0.5)
     gx = jnp.where(clip, jnp.zeros_like(ct), ct).astype(x.dtype)
@@ -104,7 +102,7 @@ tqt = Primitive("tqt", _tqt, grad=_tqt_grad)
 
 # ---- integer storage of quantized tensors (inference) -------------------------------------------------------------
 def _quantize(x, scale, zero_point, *, qmin, qmax, dtype):
-    return jnp.clip(_round(x / _opaque(scale)) + zero_point, qmin, qmax).astype(dtype)
+    return jnp.clip(_round(_div(x, scale)) + zero_point, qmin, qmax).astype(dtype)
 
 
 def _dequantize(q, scale, zero_point):
