@@ -161,3 +161,22 @@ def test_quantize_a_loaded_float_and_qat_module():
     want = np.load(os.path.join(DATA, "quantized.npz"))["y0"]
     step = np.abs(np.diff(np.unique(want))).min()
     assert np.abs(got - want).max() <= 1.01 * step
+
+
+def test_shapes_indexing_kwargs_dict_outputs_and_user_code(monkeypatch):
+    # the file names a user's wrap()ped function and builtin-registered module (tm_user_ops): importable here
+    monkeypatch.syspath_prepend(DATA)
+    net, d = _load("misc")
+    assert str(net.graph) == str(d["graph"])
+    y = net(mge.Tensor(d["x"]), mge.Tensor(d["idx"]), scale=2.0)
+    assert sorted(y) == ["e", "max", "stack", "v", "w"]
+    for k, v in y.items():
+        np.testing.assert_allclose(v.numpy(), d[k], rtol=1e-5, atol=1e-5)
+    import tm_user_ops
+    assert net.graph.get_function_by_type(tm_user_ops.my_scale.__wrapped__).as_count() == 1
+    assert type(net.act) is tm_user_ops.Act
+    # x.shape read while tracing is MegEngine's GetVarShape Apply: megxla's descriptor, the whole shape
+    (shape_expr,) = [e for e in net.graph.exprs() if isinstance(e, Apply)]
+    assert type(shape_expr.opdef).__name__ == "GetVarShape" and shape_expr.opdef.axis is None
+    with pytest.raises(TypeError, match="structure"):
+        net(mge.Tensor(d["x"]), mge.Tensor(d["idx"]), scale=3.0)  # non-tensor arguments are traced constants

@@ -123,6 +123,12 @@ def expr_state(expr, state: dict) -> dict:
     return st
 
 
+# MegEngine's descriptors spell "not given" as out-of-range values (MEGDNN_MAX_NDIM for an axis, INT_MAX for a
+# reduction axis); megxla's use None
+_UNSET = {"GetVarShape": {"axis": 7}, "Reshape": {"axis": 7},
+          "Reduce": {"axis": 2 ** 31 - 1, "data_type": "DEFAULT"}}
+
+
 def _opdef(state):
     """megxla's builtin op descriptor for MegEngine's ``opdef_state`` (its class and parameters)."""
     if "opdef_state" in state:
@@ -131,6 +137,9 @@ def _opdef(state):
         params = dict(state.get("opdef") or {})
         params["opdef_type"] = params.pop("type", None)
     cls = params.pop("opdef_type", None)
+    for key, unset in _UNSET.get(getattr(cls, "__name__", None), {}).items():
+        if key in params and params[key] == unset:
+            params[key] = None
     from ..core.ops.builtin import OpDef
     if not (isinstance(cls, type) and issubclass(cls, OpDef)):
         raise pickle.UnpicklingError(f"load: the TracedModule file applies the op {cls!r}, which megxla does "

@@ -18,7 +18,10 @@ from megengine.core.ops.builtin import Elemwise
 from megengine.traced_module import TracedModule, trace_module
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from tm_user_ops import Act, my_scale  # noqa: E402
 rng = np.random.RandomState(0)
+mge.random.seed(0)  # (parameter initialisation: the files are the same on every run)
 
 
 class MLP(M.Module):
@@ -97,6 +100,45 @@ class Nested(M.Module):
         return self.head(x)
 
 
+class Misc(M.Module):
+    """Shapes read while tracing, indexing and in-place writes, keyword inputs, dict outputs, a wrap()ped user
+    function, a user module registered as builtin, layers with extra state (Dropout, LayerNorm, Embedding)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = M.Conv2d(2, 3, 3, padding=1)
+        self.act = Act()
+        self.drop = M.Dropout(0.3)
+        self.ln = M.LayerNorm(3 * 4 * 4)
+        self.emb = M.Embedding(10, 4)
+
+    def forward(self, x, idx, *, scale=1.0):
+        y = self.conv(x)
+        y = y.reshape(y.shape[0], -1)
+        y = self.ln(self.drop(y))
+        z = y[:, 1:5] * scale
+        z[:, 0] = 0.0
+        w = F.nn.softmax(z, axis=1) + y.T.sum(0, keepdims=True).T[:, :1]
+        e = self.emb(idx).sum(axis=-1)
+        u = F.vision.interpolate(x, scale_factor=2.0, mode="bilinear", align_corners=False)
+        v = my_scale(u.mean(axis=(2, 3)), k=3.0)
+        w = self.act(w)
+        return {"w": w, "e": e, "v": v, "stack": F.stack([w[:, 0], e[:, 0]], axis=0), "max": F.max(w, axis=1)}
+
+
+def save_misc():
+    net = Misc()
+    net.eval()
+    x = rng.randn(2, 2, 4, 4).astype("float32")
+    idx = np.array([[1, 2], [3, 9]], "int32")
+    tm = trace_module(net, mge.Tensor(x), mge.Tensor(idx), scale=2.0)
+    y = tm(mge.Tensor(x), mge.Tensor(idx), scale=2.0)
+    mge.save(tm, os.path.join(HERE, "misc.tm"))
+    np.savez(os.path.join(HERE, "misc.npz"), x=x, idx=idx, graph=np.array(str(tm.graph)),
+             **{k: v.numpy() for k, v in y.items()})
+    print(tm.graph)
+
+
 def save(name, net, x, loss_index=0):
     tm = net if isinstance(net, TracedModule) else trace_module(net, mge.Tensor(x))
     y = tm(mge.Tensor(x))
@@ -162,3 +204,4 @@ if __name__ == "__main__":
     save("funcs", Funcs(), rng.randn(2, 3).astype("float32"))
     save("nested", Nested(), rng.randn(2, 4).astype("float32"))
     quantized_models(rng.randn(2, 3, 4, 4).astype("float32"))
+    save_misc()
