@@ -291,3 +291,21 @@ def test_qat_network_with_grouped_conv_bn_elemwise_concat_trains_as_megengine():
         opt.step().clear_grad()
         losses.append(float(loss))
     np.testing.assert_allclose(losses, [0.18048609793186188, 0.16395007073879242, 0.22031347453594208], rtol=1e-5)
+
+
+def test_a_tensor_made_with_a_quantized_dtype_is_quantized():
+    # MegEngine 1.13.0: the scale lives in the dtype, given or carried by the NumPy array (convert_to_qint8);
+    # Tensor(floats, dtype=qint8) casts without quantizing, astype("float32") dequantizes, matmul is qint32
+    from megxla.core.tensor import dtype
+    z = mge.tensor(dtype.convert_to_qint8(np.array([0.1, 0.25, -2.0]), dtype.qint8(0.05)))
+    np.testing.assert_array_equal(z.numpy(), [2, 5, -40])
+    np.testing.assert_allclose(z.astype("float32").numpy(), [0.1, 0.25, -2.0], rtol=1e-6)
+    u = mge.tensor(np.array([1.0, 2.0]), dtype=dtype.quint8(0.5, 10))
+    np.testing.assert_array_equal(u.numpy(), [1, 2])
+    np.testing.assert_allclose(u.astype("float32").numpy(), [-4.5, -4.0])
+    w = mge.Parameter(dtype.convert_to_qint8(np.ones((5, 12)), dtype.qint8(0.7)))
+    x = mge.tensor(dtype.convert_to_qint8(np.ones((3, 12)), dtype.qint8(0.3)))
+    res = F.matmul(x, w, transpose_b=True)
+    assert res.dtype.metadata["mgb_dtype"]["name"] == "QuantizedS32"
+    np.testing.assert_allclose(dtype.get_scale(res.dtype), 0.21, rtol=1e-6)
+    np.testing.assert_array_equal(res.numpy()[0], [12 * 3 * 1] * 5)
