@@ -22,6 +22,7 @@ from ._serialization import save, load
 from .logger import get_logger, set_log_level, set_log_file, enable_debug_log
 from ._check import check_misc
 from .core._imperative_rt.core2 import full_sync as _full_sync  # noqa: F401  (MegEngine: mge._full_sync())
+from .core._imperative_rt.core2 import sync as _sync  # noqa: F401  (MegEngine: mge._sync())
 from . import functional, random, autodiff, jit, module, optimizer
 from . import amp
 from . import dtr

@@ -179,3 +179,51 @@ def test_network_paths():
     from megxla.core.tensor.megbrain_graph import VarNode as GV, OpNode as GO
     assert set_symbolic_shape(False) is False
     assert VarNode is GV and OpNode is GO
+
+
+# ---- module pickles carry MegEngine's attribute set (test_module.py::test_module_compatible) ---------------------
+def test_module_attributes_are_megengines():
+    import pickle
+    import megxla.module as M
+
+    class Empty(M.Module):
+        def forward(self):
+            pass
+
+    # MegEngine's test_module_compatible: exactly these; MegEngine's Module.__setattr__ reads `_name`, so a whole
+    # megxla model unpickled by MegEngine needs it
+    assert set(Empty().__dict__) == {"_modules", "name", "training", "quantize_disabled", "_forward_pre_hooks",
+                                     "_forward_hooks", "_name", "_short_name"}
+    net = M.Sequential(M.Linear(2, 2))
+    back = pickle.loads(pickle.dumps(net))
+    assert back._name is None and back[0]._short_name == "0"
+    # files of MegEngine versions before `_short_name` hold the short name in `_name` (MegEngine moves it)
+    old = Empty.__new__(Empty)
+    old.__setstate__({"_modules": [], "name": None, "training": True, "quantize_disabled": False,
+                      "_forward_pre_hooks": {}, "_forward_hooks": {}, "_name": "fc"})
+    assert old._short_name == "fc" and old._name is None
+
+
+# ---- megengine.core.set_option / get_option, mge._sync (test_converge, test_interpreter, test_functional) -------
+def test_interpreter_options():
+    from megxla.core import get_option, set_option
+    # MegEngine 1.13's defaults
+    assert (get_option("async_level"), get_option("enable_drop"), get_option("enable_host_compute"),
+            get_option("dtr_evictee_minimum_size")) == (2, 0, 1, 1048576)
+    set_option("enable_drop", True)
+    try:
+        assert get_option("enable_drop") == 1
+    finally:
+        set_option("enable_drop", 0)
+    set_option("async_level", 1)  # one setting with megxla.config.async_level, as in MegEngine
+    try:
+        assert mge.config.async_level == 1 and get_option("async_level") == 1
+    finally:
+        mge.config.async_level = 2
+    with pytest.raises(IndexError, match="unknown option 'nonexist'"):
+        get_option("nonexist")
+    with pytest.raises(TypeError, match="expected an int"):  # MegEngine's binding takes ints only
+        set_option("max_recompute_time", 2.7)
+    assert get_option("max_recompute_time") == 1
+    y = Tensor([1.0]) * 2
+    assert mge._sync() is None and y.numpy().tolist() == [2.0]

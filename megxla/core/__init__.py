@@ -4,5 +4,6 @@ from . import _dispatch
 from ._dispatch import apply, OpError
 from . import ops
 from ._op import PRIMITIVES, Primitive, Op, primitive
+from ._imperative_rt.core2 import get_option, set_option  # MegEngine: megengine.core.set_option
 
 _install_operators()

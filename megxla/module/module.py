@@ -169,6 +169,9 @@ class Module(metaclass=ABCMeta):
         self.quantize_disabled = False
         self._forward_pre_hooks = _HookDict()
         self._forward_hooks = _HookDict()
+        # MegEngine's auto-naming fields: `_name` is kept (None) so a pickled megxla module unpickles into
+        # MegEngine's class with every attribute MegEngine's Module methods read (its __setattr__ reads _name)
+        self._name = None
         self._short_name = None
 
     @abstractmethod
@@ -702,14 +705,17 @@ class Module(metaclass=ABCMeta):
     def __setstate__(self, state):
         # Unpickling (a whole module saved by megxla or by MegEngine, copy.deepcopy). Files hold the hook tables
         # as plain OrderedDicts (MegEngine's type: megxla.save writes them so); a HookHandler needs a _HookDict.
-        # MegEngine's modules also carry its auto-naming field `_name` (megxla names scopes by `_short_name`).
+        # Files of MegEngine versions without `_short_name` hold the short name in `_name` (MegEngine's own
+        # __setstate__ moves it the same way); megxla names scopes by `_short_name`.
         state = dict(state)
         for key in ("_forward_pre_hooks", "_forward_hooks"):
             hooks = state.get(key)
             if not isinstance(hooks, _HookDict):
                 state[key] = _HookDict(hooks or ())
-        name = state.pop("_name", None)
-        state.setdefault("_short_name", name)
+        if "_short_name" not in state:
+            state["_short_name"] = state.get("_name")
+            state["_name"] = None
+        state.setdefault("_name", None)
         self.__dict__.update(state)
 
     def _module_info_string(self) -> str:

@@ -9,6 +9,8 @@ Example:
 """
 from __future__ import annotations
 
+import numpy as np
+
 from .._tensor import Tensor
 from .._dispatch import OpError
 from ..ops.builtin import OpDef
@@ -112,4 +114,76 @@ def create_complex(real, imag):
     return _apply(BINARY["complex"].bind(), real, imag)
 
 
-__all__ += ["OpError", "is_external_convert", "set_external_convert_hook", "sync", "create_complex"]
+# MegEngine's interpreter options with their defaults (``megengine.core.get_option`` on MegEngine 1.13's CPU).
+# They tune MegEngine's runtime (asynchronous dispatch, DTR dropping, host-side shape computation, recording of
+# computing paths) whose work XLA does itself: megxla keeps and returns them, and ``async_level`` is
+# ``megxla.config.async_level`` (one setting, validated there).
+_OPTIONS = {"async_level": 2, "enable_drop": 0, "enable_host_compute": 1, "record_computing_path": 0,
+            "enable_dtr_auto_drop": 0, "enable_dtr_sqrt_sampling": 0, "dtr_eviction_threshold": 0,
+            "dtr_evictee_minimum_size": 1048576, "disable_memory_forwarding": 0, "max_recompute_time": 1,
+            "catch_worker_execption": 1}
+_CONFIG_OPTIONS = {"async_level": "async_level", "disable_memory_forwarding": "disable_memory_forwarding"}
+
+
+def _option_name(fn, name):
+    if name not in _OPTIONS:
+        raise IndexError(f"{fn}: unknown option {name!r}; MegEngine's options are {sorted(_OPTIONS)}")
+    return name
+
+
+def get_option(name: str) -> int:
+    """The value of one of MegEngine's interpreter options (``megengine.core.get_option``).
+
+    Args:
+        name: the option, e.g. ``"async_level"``, ``"enable_drop"``.
+
+    Returns:
+        the value as an int.
+
+    Raises:
+        IndexError: unknown option (as MegEngine).
+
+    Example:
+        >>> get_option("async_level")
+        2
+        >>> get_option("dtr_evictee_minimum_size")
+        1048576
+    """
+    name = _option_name("get_option", name)
+    if name in _CONFIG_OPTIONS:
+        from ... import config
+        return int(getattr(config, _CONFIG_OPTIONS[name]))
+    return _OPTIONS[name]
+
+
+def set_option(name: str, value: int) -> None:
+    """Set one of MegEngine's interpreter options (``megengine.core.set_option``): ``async_level`` is
+    :data:`megxla.config.async_level`; the others are kept for :func:`get_option` (XLA schedules, fuses and
+    rematerialises itself, so they change no computation).
+
+    Args:
+        name: the option.
+        value: an int (or bool), as MegEngine's binding takes.
+
+    Raises:
+        IndexError: unknown option; TypeError: ``value`` is not an int; ValueError: an invalid ``async_level``.
+
+    Example:
+        >>> set_option("enable_drop", True)
+        >>> get_option("enable_drop")
+        1
+        >>> set_option("enable_drop", 0)
+    """
+    name = _option_name("set_option", name)
+    if not isinstance(value, (bool, int, np.integer)):
+        raise TypeError(f"set_option({name!r}, ...): expected an int, got {type(value).__name__} {value!r}")
+    value = int(value)
+    if name in _CONFIG_OPTIONS:
+        from ... import config
+        setattr(config, _CONFIG_OPTIONS[name], value if name == "async_level" else bool(value))
+    else:
+        _OPTIONS[name] = value
+
+
+__all__ += ["OpError", "is_external_convert", "set_external_convert_hook", "sync", "create_complex",
+            "get_option", "set_option"]
