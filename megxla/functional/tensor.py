@@ -120,7 +120,7 @@ def _astype_quantized(x, dtype, quantized, source):
     meta = get_quant_meta(dtype)
     limits = np.iinfo(meta.np_dtype_str)
     scale = Tensor(np.float32(info["scale"]))
-    zp = None if info["zero_point"] is None else Tensor(np.float32(info["zero_point"]))
+    zp = None if info.get("zero_point") is None else Tensor(np.float32(info["zero_point"]))
     if value.dtype != np.float32:
         value = _apply(_E.astype.bind(dtype="float32"), value)
     out = _apply(_q.quantize.bind(qmin=int(limits.min), qmax=int(limits.max), dtype=meta.np_dtype_str), value,

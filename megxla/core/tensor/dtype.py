@@ -160,14 +160,21 @@ def get_zero_point(dtype) -> int:
         128
     """
     info = _info(getattr(dtype, "dtype", dtype), "get_zero_point")
-    if info["zero_point"] is None:
+    if info.get("zero_point") is None:
         raise ValueError(f"get_zero_point: {info['name']} is symmetric and has no zero point")
     return info["zero_point"]
 
 
 def get_quant_meta(dtype) -> QuantDtypeMeta:
     """The :class:`QuantDtypeMeta` a quantized dtype was created from."""
-    return _builtin_quant_dtypes[_info(dtype, "get_quant_meta")["meta_name"]]
+    return _meta_of(_info(dtype, "get_quant_meta"))
+
+
+def _meta_of(info) -> QuantDtypeMeta:
+    # megxla's dtypes name their meta; MegEngine's own (read from its files) only give the MegBrain name and
+    # omit the zero point of symmetric types: the cname's first meta, as MegEngine resolves it
+    name = info.get("meta_name")
+    return _builtin_quant_dtypes[name] if name is not None else _metadata_dict[info["name"]]
 
 
 _BITS = {"bool": 1, "qint2": 2, "quint2": 2, "qint4": 4, "quint4": 4, "int4": 4, "uint4": 4,
@@ -199,8 +206,8 @@ def is_lowbit(dtype) -> bool:
         (True, False)
     """
     if is_quantize(dtype):
-        return _builtin_quant_dtypes[dtype.metadata["mgb_dtype"]["meta_name"]].qmax - \
-            _builtin_quant_dtypes[dtype.metadata["mgb_dtype"]["meta_name"]].qmin < 255
+        meta = _meta_of(dtype.metadata["mgb_dtype"])
+        return meta.qmax - meta.qmin < 255
     return get_dtype_bit(dtype) < 8 if isinstance(dtype, str) and dtype != "bool" else False
 
 
@@ -245,10 +252,10 @@ def quint4(scale, zero_point):
 
 def _convert_to(arr, dtype, name):
     info = _info(dtype, f"convert_to_{name}")
-    meta = _builtin_quant_dtypes[info["meta_name"]]
+    meta = _meta_of(info)
     if meta.name not in (name, name + "_narrow"):
         raise ValueError(f"convert_to_{name}: dtype is {meta.name}, not {name}")
-    zp = info["zero_point"] or 0
+    zp = info.get("zero_point") or 0
     q = np.round(np.asarray(arr, np.float64) / info["scale"]) + zp
     return np.clip(q, meta.qmin, meta.qmax).astype(dtype)
 
@@ -256,7 +263,7 @@ def _convert_to(arr, dtype, name):
 def _convert_from(arr, name):
     arr = np.asarray(arr)
     info = _info(arr.dtype, f"convert_from_{name}")
-    zp = info["zero_point"] or 0
+    zp = info.get("zero_point") or 0
     return ((arr.astype(np.float32) - zp) * np.float32(info["scale"])).astype(np.float32)
 
 
