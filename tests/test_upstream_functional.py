@@ -227,3 +227,16 @@ def test_interpreter_options():
     assert get_option("max_recompute_time") == 1
     y = Tensor([1.0]) * 2
     assert mge._sync() is None and y.numpy().tolist() == [2.0]
+
+
+def test_bad_index_is_index_error():
+    # test_indexing_op.py::test_indexing_error (eager): MegEngine (and NumPy) raise IndexError
+    a = Tensor(np.arange(9, dtype="float32").reshape(3, 3))
+    b = Tensor(np.array([1, 2]))
+    with pytest.raises(IndexError, match="single ellipsis"):
+        a[..., ...]
+    with pytest.raises(IndexError, match="too many indices"):
+        a[b, b, b]
+    with pytest.raises(ValueError):  # shape mismatch of an assignment
+        a[:] = b
+    assert a.numpy().tolist() == np.arange(9).reshape(3, 3).tolist()

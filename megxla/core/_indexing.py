@@ -28,7 +28,7 @@ from ._tensor import Tensor
 from ._dispatch import apply, OpError, current_interpreter
 from .ops import indexing as P
 
-__all__ = ["IndexOutOfRange", "check_index_tensor", "getitem", "mask_indices", "setitem", "parse"]
+__all__ = ["IndexOutOfRange", "BadIndex", "check_index_tensor", "getitem", "mask_indices", "setitem", "parse"]
 
 _INT = (int, np.integer)
 # checked mode for traced steps (see the module docstring); megxla.config.checked_indexing sets it
@@ -37,6 +37,11 @@ CHECKED = [os.environ.get("MEGXLA_CHECKED_INDEXING", "0").strip().lower() not in
 
 class IndexOutOfRange(OpError, IndexError):
     """An integer index (or class label) outside ``[-size, size)`` (labels: ``[0, size)``) of its axis."""
+
+
+class BadIndex(OpError, IndexError):
+    """An index that does not fit the tensor (two ellipses, more indices than axes): an ``IndexError``, as
+    NumPy and MegEngine raise, so ``except IndexError`` in MegEngine code catches it."""
 
 
 def _range_error(op, what, dim, axis):
@@ -140,10 +145,10 @@ def parse(x, index, op="getitem"):
         index = (index,)
     items = [_classify(op, item) for item in index]
     if sum(1 for k, _, _ in items if k == "e") > 1:
-        raise OpError(f"{op}: an index can only have a single ellipsis ('...')")
+        raise BadIndex(f"{op}: an index can only have a single ellipsis ('...')")
     n_real = sum(n for _, _, n in items)
     if n_real > x.ndim:
-        raise OpError(f"{op}: too many indices ({n_real}) for a tensor of shape {x.shape}")
+        raise BadIndex(f"{op}: too many indices ({n_real}) for a tensor of shape {x.shape}")
     spec, tensors, axis = [], [], 0
     for kind, payload, n in items:
         if kind == "n":
