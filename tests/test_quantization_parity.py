@@ -309,3 +309,40 @@ def test_a_tensor_made_with_a_quantized_dtype_is_quantized():
     assert res.dtype.metadata["mgb_dtype"]["name"] == "QuantizedS32"
     np.testing.assert_allclose(dtype.get_scale(res.dtype), 0.21, rtol=1e-6)
     np.testing.assert_array_equal(res.numpy()[0], [12 * 3 * 1] * 5)
+
+
+def test_quantized_functional_convolutions_give_megengines_integers():
+    # MegEngine 1.13.0 (F.quantized): shape, sum of |int| and the first integers of each output
+    from megxla.core.tensor import dtype
+    r = np.random.RandomState(0)
+    si, sw, so = np.float32(0.05), np.float32(0.02), np.float32(0.03)
+    x = mge.tensor(dtype.convert_to_qint8(r.uniform(-1, 1, (2, 4, 5, 5)), dtype.qint8(si)))
+    w = mge.Parameter(dtype.convert_to_qint8(r.uniform(-1, 1, (6, 4, 3, 3)), dtype.qint8(sw)))
+    b = mge.Parameter(dtype.convert_to_qint32(r.uniform(-1, 1, (1, 6, 1, 1)), dtype.qint32(si * sw)))
+    wg = mge.Parameter(dtype.convert_to_qint8(r.uniform(-1, 1, (2, 3, 2, 3, 3)), dtype.qint8(sw)))
+    wb = mge.Parameter(dtype.convert_to_qint8(r.uniform(-1, 1, (2, 6, 4, 3, 3)), dtype.qint8(sw)))
+    wt = mge.Parameter(dtype.convert_to_qint8(r.uniform(-1, 1, (4, 3, 3, 3)), dtype.qint8(sw)))
+    Qf, o8 = F.quantized, dtype.qint8(so)
+    outs = [Qf.conv_bias_activation(x, w, b, dtype=o8, padding=1),
+            Qf.conv_bias_activation(x, w, b, dtype=o8, padding=1, nonlinear_mode="relu"),
+            Qf.conv_bias_activation(x, w, b, dtype=o8, padding=1, nonlinear_mode="h_swish"),
+            Qf.conv_bias_activation(x, w, b, dtype=o8, stride=2, dilation=1),
+            Qf.conv_bias_activation(x, w, b, dtype=o8, dilation=2, padding=2),
+            Qf.conv_bias_activation(x, w, b, dtype=o8, conv_mode="convolution"),
+            Qf.conv_bias_activation(x, w, b),
+            Qf.conv_bias_activation(x, wg, b, dtype=o8, groups=2, padding=1),
+            Qf.batch_conv_bias_activation(x, wb, b, dtype=o8, padding=1),
+            Qf.conv_transpose2d(x, wt, dtype=o8, stride=2, padding=1)]
+    want = [((2, 6, 5, 5), 15934, [-21, 15, -74, 60]), ((2, 6, 5, 5), 8348, [0, 15, 0, 60]),
+            ((2, 6, 5, 5), 8345, [-8, 8, -10, 48]), ((2, 6, 2, 2), 2901, [-96, -81, -22, -50]),
+            ((2, 6, 5, 5), 14061, [-44, -81, 14, -39]), ((2, 6, 3, 3), 6185, [-29, 1, -76, 34]),
+            ((2, 6, 3, 3), 199570, [-2872, -405, -2415, -1535]), ((2, 6, 5, 5), 12033, [-50, -1, -66, -2]),
+            ((2, 6, 5, 5), 15208, [-33, -48, -5, -81]), ((2, 3, 9, 9), 12470, [-24, 10, -10, -14])]
+    got = [(tuple(o.shape), int(np.abs(o.numpy().astype("int64")).sum()), o.numpy().ravel()[:4].tolist())
+           for o in outs]
+    assert got == want
+    assert dtype.get_scale(outs[0].dtype) == pytest.approx(so) and outs[0].numpy().dtype == np.int8
+    # dtype=None: the qint32 accumulator, scale = scale(x) * scale(w)
+    assert dtype.get_scale(outs[6].dtype) == pytest.approx(0.001) and outs[6].numpy().dtype == np.int32
+    with pytest.raises(mge.core._dispatch.OpError, match="inp must be a quantized tensor"):
+        Qf.conv_bias_activation(x.astype("float32"), w, b, dtype=o8)

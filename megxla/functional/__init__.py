@@ -1,5 +1,5 @@
 """``megxla.functional``: MegEngine's functional API, each function a thin front end over the op registry."""
-from . import elemwise, math, tensor, nn, loss, vision, inplace, utils
+from . import elemwise, math, tensor, nn, loss, vision, inplace, utils, quantized
 from .elemwise import *  # noqa: F401,F403
 from .math import *  # noqa: F401,F403
 from .tensor import *  # noqa: F401,F403
