@@ -240,3 +240,10 @@ def test_bad_index_is_index_error():
     with pytest.raises(ValueError):  # shape mismatch of an assignment
         a[:] = b
     assert a.numpy().tolist() == np.arange(9).reshape(3, 3).tolist()
+
+
+def test_comp_node_at_imperative_rt_path():
+    # test_imperative_rt.py::test_tensor_on_device
+    from megxla.core._imperative_rt import CompNode
+    x = mge.tensor(np.arange(3, dtype="float32"), device=CompNode("cpu0:1"))
+    assert str(x.device) == "cpu0:1" and x.numpy().tolist() == [0.0, 1.0, 2.0]
