@@ -69,6 +69,7 @@ def test_failed_compiled_call_with_host_leaves_state_identical(deco, failure):
     fail = [None]
     step = deco(_make_step(gm, fail))
     tstep = deco(_make_step(tgm, [None]))
+    tstep.random_seed = step.random_seed  # (each traced function has a stream of its own: the twin replays it)
     for _ in range(4):
         step(model, opt, X)
     before = _snapshot(model, opt, step)
@@ -103,6 +104,8 @@ def _compiled(seed=0, n=1):
         model, opt, gm = _setup(seed)
         made.append((model, opt, gm))
     made = [(model, opt, xla_trace(_make_step(gm, [None]))) for model, opt, gm in made]
+    for _, _, step in made[1:]:
+        step.random_seed = made[0][2].random_seed  # (each traced function has a stream of its own)
     for model, opt, step in made:
         for _ in range(3):
             step(model, opt, X)

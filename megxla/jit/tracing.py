@@ -279,8 +279,14 @@ class trace:
         self._lock = threading.RLock()
         self.num_compiled = 0
         self.compile_time = 0.0
-        from ..random._rng import _key_tensor, SEED_COUNT
-        self._rng_key = _key_tensor(_seed_from_global())
+        from ..random._rng import SEED_COUNT
+        # the how-many-th traced function built since the last seed(): two built at the same global state (a
+        # generator's and a discriminator's step) get keys of their own, not one stream twice
+        if _BUILT[0] != SEED_COUNT[0]:
+            _BUILT[:] = [SEED_COUNT[0], 0]
+        self._rng_index = _BUILT[1]
+        _BUILT[1] += 1
+        self._rng_key = _key_from_global(self._rng_index)
         self._seeded_at = SEED_COUNT[0]  # the seed() count the key was derived at (see _rng_swapped)
 
     @property
@@ -490,7 +496,7 @@ class trace:
             # run re-seeded between calls): derive it again from the new global key, so the step's draws follow
             # the seed as eager draws do. (In place: the key Tensor is state of the compiled entries.)
             self._seeded_at = _rng.SEED_COUNT[0]
-            self._rng_key._reset(_rng._key_tensor(_seed_from_global()))
+            self._rng_key._reset(_key_from_global(self._rng_index))
         with _rng.swapped(self._rng_key):
             yield
 
@@ -1126,12 +1132,20 @@ def _show(value):
     return repr(a.item()) if a.size == 1 else f"an array {a.shape} {a.dtype}"
 
 
-def _seed_from_global():
+_BUILT = [-1, 0]  # [seed() count, traced functions built since that seed()]
+
+
+def _key_from_global(index):
     # A traced object's own RNG key derives from the global generator's current key without advancing it
     # (MegEngine's xla_trace): megxla.random.seed(n) before building it makes whole runs reproducible, and
-    # building a traced function does not change the random numbers of the eager code around it.
+    # building a traced function does not change the random numbers of the eager code around it. ``index``
+    # (the how-many-th traced function since the last seed) tells apart the keys of functions built at the same
+    # global state: they drew the very same numbers (the same dropout masks in two steps, the same "independent"
+    # noise in a GAN's two steps). The key is [index, last word of the global key]; index 0 gives
+    # ``jax.random.key(last word)``, as before.
     from ..random import _rng
-    return int(np.asarray(_rng._global._state.numpy())[-1])
+    word = int(np.asarray(_rng._global._state.numpy())[-1])
+    return Tensor(np.array([index % 2 ** 32, word], np.uint32), dtype="uint32")
 
 
 def load(file):
