@@ -346,3 +346,16 @@ def test_quantized_functional_convolutions_give_megengines_integers():
     assert dtype.get_scale(outs[6].dtype) == pytest.approx(0.001) and outs[6].numpy().dtype == np.int32
     with pytest.raises(mge.core._dispatch.OpError, match="inp must be a quantized tensor"):
         Qf.conv_bias_activation(x.astype("float32"), w, b, dtype=o8)
+
+
+def test_quantized_average_pooling_rounds_the_integer_mean_as_megengine():
+    # MegEngine 1.13.0: a window of integers summing to 38 averages to 9.5 -> 10 (half away from zero), whatever
+    # the scale (through the real values, 38 * s / 4 / s is 9.4999 for this s)
+    from megxla.core.tensor import dtype
+    s = np.float32(0.015165437012910843)
+    v = np.array([[0, 20, 0, -20, 10, 0, -10, 0], [0, 18, 0, -18, 7, 13, -7, -13]], "int8").reshape(1, 1, 2, 8)
+    x = mge.tensor(dtype.convert_to_qint8(v.astype("float32") * s, dtype.qint8(s)))
+    np.testing.assert_array_equal(x.numpy(), v)
+    for out in (F.avg_pool2d(x, 2), F.adaptive_avg_pool2d(x, (1, 4))):
+        np.testing.assert_array_equal(out.numpy().ravel(), [10, -10, 8, -8])
+        assert dtype.get_scale(out.dtype) == pytest.approx(s)

@@ -58,16 +58,16 @@ def _quantized_dtype(q, storage):
     return dt
 
 
-def _take_dtype_qparams(t):
-    """Give ``t`` the quantization parameters its storage dtype carries (``Tensor(a, dtype=dtype.qint8(0.1))``,
+def _take_dtype_qparams(t, metadata):
+    """Give ``t`` the quantization parameters of its dtype's ``metadata`` (``Tensor(a, dtype=dtype.qint8(0.1))``,
     ``Tensor(dtype.convert_to_qint8(...))``): in MegEngine they live in the dtype, so such a tensor dequantizes
     in ``astype("float32")`` and multiplies as a quantized one."""
-    info = t._data.dtype.metadata.get("mgb_dtype")
+    info = metadata.get("mgb_dtype")
     if info is None or QPARAMS_FACTORY[0] is None:
         return
-    from .tensor.dtype import get_quant_meta
+    from .tensor.dtype import _meta_of
     zp = info.get("zero_point")
-    t._qparams = QPARAMS_FACTORY[0](get_quant_meta(t._data.dtype), Tensor(np.float32(info["scale"])),
+    t._qparams = QPARAMS_FACTORY[0](_meta_of(info), Tensor(np.float32(info["scale"])),
                                     None if zp is None else Tensor(np.float32(zp)))
     QPARAMS_SEEN[0] = True
 
@@ -147,8 +147,11 @@ class Tensor:
             from ._dispatch import _vids
             self._data = _dt.to_array(data, dtype, device)
             self._vid = next(_vids)
-            if self._data.dtype.metadata:  # MegEngine's quantized dtype (given, or the NumPy array's)
-                _take_dtype_qparams(self)
+            # MegEngine's quantized dtype, given or the NumPy array's (read from the source: JAX's arrays may
+            # drop a dtype's metadata)
+            md = getattr(dtype if dtype is not None else getattr(data, "dtype", None), "metadata", None)
+            if md:
+                _take_dtype_qparams(self, md)
         self._grad = None
         self._name = name
 

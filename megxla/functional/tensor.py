@@ -147,19 +147,21 @@ def _infer_shape(size, shape, op="reshape"):
 
 
 def _through_float(inp, fn):
-    """``fn(inp)`` for a quantized tensor stored as integers (``inp.qparams`` set): computed on the dequantized
-    values and quantized back with the same parameters, as MegEngine computes in the quantized dtype; None
-    for any other input."""
+    """``fn(inp)`` for a quantized tensor stored as integers (``inp.qparams`` set), for an ``fn`` that commutes
+    with the scale (averages, interpolation): computed on the integers less the zero point and rounded back
+    (half away from zero) with the same parameters, as MegEngine's integer kernels compute (a window of
+    sum 38 averages to 9.5 and rounds to 10; through the real values ``38 * s / 4 / s`` may land on 9.4999);
+    None for any other input."""
     q = getattr(inp, "_qparams", None)
     if q is None or q.scale is None or q.dtype_meta is None or not np.issubdtype(inp.dtype, np.integer):
         return None
     from ..core.ops import quant as _q
     from ..core._tensor import Tensor as _T
-    scale = q.scale if isinstance(q.scale, _T) else _T(q.scale, dtype="float32")
+    one = _T(np.float32(1.0))
     zp = q.zero_point if q.zero_point is not None else _T(0.0)
-    out = fn(_apply(_q.dequantize.bind(), inp, scale, zp))
+    out = fn(_apply(_q.dequantize.bind(), inp, one, zp))
     meta = q.dtype_meta
-    out = _apply(_q.quantize.bind(qmin=meta.qmin, qmax=meta.qmax, dtype=meta.np_dtype_str), out, scale, zp)
+    out = _apply(_q.quantize.bind(qmin=meta.qmin, qmax=meta.qmax, dtype=meta.np_dtype_str), out, one, zp)
     out._qparams = q
     return out
 
