@@ -271,3 +271,15 @@ def test_lamb_step_matches_upstream_reference():
     np.testing.assert_allclose(opt._state[w]["exp_avg"].numpy(), m1, rtol=1e-6)
     np.testing.assert_allclose(opt._state[w]["exp_avg_sq"].numpy(), v1, rtol=1e-6)
     np.testing.assert_allclose(w.numpy(), p - 1e-3 * ratio * delta, rtol=1e-5, atol=1e-6)
+
+
+def test_bfloat16_numpy_type():
+    # test_dtype_bfloat16.py: MegEngine's NumPy bfloat16 type at megengine.core.tensor.dtype
+    import pickle
+    from megxla.core.tensor.dtype import bfloat16
+    a = np.array([0.5, 0.13425, 3.4687, -1.34976, -9.34673, 0.0], dtype=bfloat16)
+    np.testing.assert_allclose(a.astype("float32"), [0.5, 0.133789, 3.46875, -1.351562, -9.375, 0.0], atol=1e-6)
+    x = Tensor(np.array([-3.4, 1.394683], dtype=bfloat16), dtype=bfloat16)
+    assert x.numpy().dtype == bfloat16 and x.numpy().tolist() == [-3.40625, 1.3984375]
+    assert (x + x).dtype == bfloat16 and (x * 2).dtype == np.float32  # MegEngine 1.13's promotion
+    assert pickle.loads(pickle.dumps(a)).dtype is a.dtype

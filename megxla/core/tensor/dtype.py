@@ -10,10 +10,15 @@ from __future__ import annotations
 
 from typing import Optional, Union
 
+import ml_dtypes  # JAX's NumPy extension types (a JAX dependency)
 import numpy as np
 
+# MegEngine's NumPy bfloat16 type (``np.array(x, dtype=bfloat16)``): ml_dtypes' is the NumPy dtype of JAX's (and so
+# of megxla's) bfloat16 arrays
+bfloat16 = ml_dtypes.bfloat16
+
 __all__ = ["QuantDtypeMeta", "create_quantized_dtype", "get_dtype_bit", "get_scale", "get_zero_point",
-           "is_bfloat16", "is_lowbit", "is_quantize", "qint32", "qint4", "qint8", "quint4", "quint8",
+           "bfloat16", "is_bfloat16", "is_lowbit", "is_quantize", "qint32", "qint4", "qint8", "quint4", "quint8",
            "convert_to_qint8", "convert_from_qint8", "convert_to_quint8", "convert_from_quint8",
            "convert_to_qint32", "convert_from_qint32", "convert_to_qint4", "convert_from_qint4",
            "convert_to_quint4", "convert_from_quint4"]
