@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import abc
 from enum import Enum
+from functools import partial, update_wrapper, wraps
 from typing import Union
 
 import numpy as np
@@ -14,7 +15,7 @@ from ..core.ops import quant as _q
 from ..core.tensor.dtype import QuantDtypeMeta, _builtin_quant_dtypes, create_quantized_dtype
 from ..core._tensor import Tensor
 
-__all__ = ["QuantMode", "QParams", "LSQParams", "QParamsModuleMixin", "create_qparams", "fake_quant_tensor",
+__all__ = ["register_method_to_class", "QuantMode", "QParams", "LSQParams", "QParamsModuleMixin", "create_qparams", "fake_quant_tensor",
            "fake_quant_bias", "tqt_forward", "lsq_forward", "get_qparam_dict"]
 
 
@@ -103,6 +104,31 @@ def _meta(dtype_meta):
             raise ValueError(f"unknown quantized dtype {dtype_meta!r}, expected one of {sorted(_builtin_quant_dtypes)}")
         return _builtin_quant_dtypes[dtype_meta]
     return dtype_meta
+
+
+def register_method_to_class(cls):
+    r"""Decorator: attach the decorated function to ``cls`` as a method of the same name (the function itself
+    is returned unchanged).
+
+    Example:
+        >>> class A: pass
+        >>> @register_method_to_class(A)
+        ... def hello(self):
+        ...     return "hi"
+        >>> A().hello()
+        'hi'
+    """
+    def decorator(func):
+        @wraps(func)
+        def wrapper(self, *args, **kwargs):
+            return func(self, *args, **kwargs)
+
+        if isinstance(func, partial):
+            update_wrapper(func, func.func)
+        setattr(cls, func.__name__, wrapper)
+        return func
+
+    return decorator
 
 
 def create_qparams(mode: QuantMode = QuantMode.SYMMERTIC, dtype_meta: Union[str, QuantDtypeMeta] = None,
