@@ -127,7 +127,9 @@ def cross_entropy(pred, label, axis=1, with_logits=True, label_smooth=0, reducti
     # a recording or compiled step labels are graph values and are clamped (see core/_indexing.py).
     check_index_tensor(op, label, pred.shape[axis], axis, allow_negative=False, what="label")
     logp = logsoftmax(pred, axis) if with_logits else log(pred)
-    nll = -indexing_one_hot(logp, label, axis)
+    # `0 - x`, not `-x`: MegEngine computes `logZ - pred[label]` (`0 - log(p)` for probabilities), so a
+    # certain prediction gives +0.0 where a negation would print -0.0
+    nll = 0.0 - indexing_one_hot(logp, label, axis)
     if label_smooth:
         nll = nll * (1 - label_smooth) - logp.mean(axis) * label_smooth
     return _reduce(nll, reduction, op)

@@ -382,7 +382,11 @@ def _cvt_color(x, *, mode):
         return _yuv420(x, layout=mode[-4:], out=body[4:-5], bt601=mode.startswith("BT601_"))
     xf = x.astype(jnp.float32) if not jnp.issubdtype(x.dtype, jnp.floating) else x
     if mode in _GRAY:
-        y = (xf * jnp.asarray(_GRAY[mode], xf.dtype)).sum(-1, keepdims=True)
+        # megdnn's order of operations, R * 0.299 + (G * 0.587 + B * 0.114): a reduction over the channel axis
+        # rounds differently (0.865552 where MegEngine's docstring prints 0.86555195). XLA may still fuse a
+        # product into a multiply-add, so single elements can differ from MegEngine in the last bit.
+        r, b = (0, 2) if mode == "RGB2GRAY" else (2, 0)
+        y = xf[..., r:r + 1] * 0.299 + (xf[..., 1:2] * 0.587 + xf[..., b:b + 1] * 0.114)
     elif mode in ("RGB2BGR", "BGR2RGB"):
         y = jnp.flip(xf, -1)
     else:  # GRAY2RGB / GRAY2BGR

@@ -55,10 +55,18 @@ def imread(path: str, color: bool = True) -> np.ndarray:
         raise RuntimeError(f"cannot decode image {path}: {exc}") from None
 
 
+class DatasetFilesNotFoundError(FileNotFoundError, ValueError):
+    """A dataset's files are not under its root (and ``download`` is off).
+
+    Both a ``FileNotFoundError`` (what ImageNet raises in MegEngine) and a ``ValueError`` (what MegEngine's MNIST,
+    CIFAR and PascalVOC raise: ``dir path/to/data/ does not exist``), so either ``except`` clause catches it.
+    """
+
+
 def missing_files_error(name, root, files, hint=""):
     """The error a dataset raises when the files it reads are not under ``root``."""
     listed = ", ".join(files)
-    return FileNotFoundError(f"{name}: {listed} not found under {root!r}{'. ' + hint if hint else ''}")
+    return DatasetFilesNotFoundError(f"{name}: {listed} not found under {root!r}{'. ' + hint if hint else ''}")
 
 
 def safe_extract(file_path: str, dst: str):
