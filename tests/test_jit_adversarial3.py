@@ -131,3 +131,17 @@ def test_traced_functions_built_at_the_same_global_state_draw_their_own_numbers(
     assert not np.array_equal(f1[0], g1[0]) and not np.array_equal(f1[1], g1[1])
     np.testing.assert_array_equal(np.stack(f1 + g1), np.stack(f2 + g2))
     np.testing.assert_array_equal(d1, d2)
+
+
+@pytest.mark.parametrize("mode", list(_MODES) + ["partial_trace"])
+def test_a_returned_dict_keeps_the_bodys_key_order(mode):
+    # JAX's tree flattening sorts dict keys: compiled calls returned {"loss", "acc"} as {"acc", "loss"}, so
+    # ``loss, acc = step(x).values()`` silently swapped the two (the eager recording call kept the order)
+    deco = (lambda f: partial_trace(f, backend="xla")) if mode == "partial_trace" else _MODES[mode]
+    f = deco(lambda x: {"loss": x.sum(), "acc": x.mean(), "all": [x, {"z": x * 2, "b": x * 3}]})
+    x = mge.Tensor(np.ones(4, "float32"))
+    for _ in range(3):
+        out = f(x)
+        assert list(out) == ["loss", "acc", "all"] and list(out["all"][1]) == ["z", "b"]
+        loss, acc, _ = out.values()
+        assert (float(loss), float(acc), float(out["all"][1]["b"][0])) == (4.0, 1.0, 3.0)

@@ -31,7 +31,43 @@ def _same(a, b):
     return bool(np.array_equal(a, b, equal_nan=a.dtype.kind in "fc"))
 
 
+class _KeyOrdered(dict):
+    """A dict of a traced function's results, flattened in insertion order: JAX's own dict node sorts the keys,
+    so a compiled call returned ``{"loss": l, "acc": a}`` as ``{"acc": a, "loss": l}`` and
+    ``loss, acc = step(x).values()`` swapped them (the recording call, eager, kept the body's order)."""
+
+
+# (unflattened as a plain dict with the body's key order)
+jax.tree_util.register_pytree_node(_KeyOrdered, lambda d: (list(d.values()), tuple(d.keys())),
+                                   lambda keys, values: dict(zip(keys, values)))
+
+
+def _keep_order(obj):
+    """``obj`` with each plain dict (in lists, tuples, namedtuples and dicts) as a :class:`_KeyOrdered`."""
+    t = type(obj)
+    if t is dict:
+        return _KeyOrdered((k, _keep_order(v)) for k, v in obj.items())
+    if t is list:
+        return [_keep_order(o) for o in obj]
+    if t is tuple:
+        return tuple(_keep_order(o) for o in obj)
+    if isinstance(obj, tuple) and hasattr(obj, "_fields"):
+        return t(*[_keep_order(o) for o in obj])
+    return obj
+
+
+def _has_dict(obj):
+    t = type(obj)
+    if t is dict:
+        return True
+    if t is list or isinstance(obj, tuple):
+        return any(_has_dict(o) for o in obj)
+    return False
+
+
 def _flatten(out):
+    if _has_dict(out):
+        out = _keep_order(out)
     leaves, tree = jax.tree_util.tree_flatten(out, is_leaf=lambda x: isinstance(x, Tensor) or x is None)
     return leaves, tree
 
