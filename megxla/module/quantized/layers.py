@@ -164,7 +164,9 @@ class _FloatCompute(QuantizedModule, _OutputQuant):
         self._float_forward = float_forward
 
     def forward(self, *inps, **kwargs):
-        args = [dequantize_tensor(x) if isinstance(x, Tensor) else [dequantize_tensor(t) for t in x] for x in inps]
+        # (non-tensor arguments, such as Concat's axis given positionally, pass through)
+        args = [dequantize_tensor(x) if isinstance(x, Tensor) else
+                [dequantize_tensor(t) for t in x] if isinstance(x, (list, tuple)) else x for x in inps]
         return self._quantize_output(self._float_forward(*args, **kwargs))
 
     @classmethod
