@@ -198,3 +198,15 @@ def test_megengine_quantized_file_runs():
     mge.save(net, buf)
     back = mge.load(io.BytesIO(buf.getvalue()), weights_only=False)
     np.testing.assert_array_equal(back(x).numpy(), got)
+
+
+def test_megengine_quantized_elemwise_and_concat():
+    net, d = _load("quantized_ops")
+    assert str(net.graph) == str(d["graph"])
+    assert type(net.add) is M.quantized.Elemwise and type(net.cat) is M.quantized.Concat
+    np.testing.assert_array_equal(net(mge.Tensor(d["x"])).numpy(), d["y0"])
+
+
+def test_megengine_quantized_transposed_conv_is_refused_clearly():
+    with pytest.raises(pickle.UnpicklingError, match="ConvTranspose2d.*quantize the QAT TracedModule"):
+        mge.load(os.path.join(DATA, "quantized_transpose.tm"), weights_only=False)

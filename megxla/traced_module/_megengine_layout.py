@@ -261,6 +261,9 @@ def _quantized_fields(obj, state):
     elif isinstance(obj, QL.Elemwise):
         from ..module.elemwise import _MODES
         method = str(state.get("method")).upper()
+        if method.startswith("Q") and method not in _MODES:  # MegEngine names the quantized mode "q" + mode
+            method = method[1:]
+        obj.method = method.lower()
         if method not in _MODES:
             raise pickle.UnpicklingError(f"load: quantized {what}: unknown method {state.get('method')!r}")
         obj._float_forward = _MODES[method]

@@ -173,6 +173,34 @@ class QNet(M.Module):
         return self.dq(self.fc(F.flatten(x, 1)))
 
 
+class QOps(M.Module):
+    """Quantized Elemwise and Concat (megxla computes them in float between dequantize and quantize)."""
+
+    def __init__(self, transpose=False):
+        super().__init__()
+        self.q = M.QuantStub()
+        self.conv = M.ConvTranspose2d(3, 3, 1, bias=False) if transpose else M.Conv2d(3, 3, 1)
+        self.add = M.Elemwise("add")
+        self.cat = M.Concat()
+        self.dq = M.DequantStub()
+
+    def forward(self, x):
+        x = self.q(x)
+        y = self.conv(x)
+        return self.dq(self.cat([self.add(x, y), y], axis=1))
+
+
+def quantized_ops(x):
+    import megengine.quantization as Q
+    for name, transpose in (("quantized_ops", False), ("quantized_transpose", True)):
+        qat = Q.quantize_qat(trace_module(QOps(transpose), mge.Tensor(x)), qconfig=Q.ema_fakequant_qconfig)
+        qat(mge.Tensor(x))
+        qat.eval()
+        q = Q.quantize(qat)
+        q.eval()
+        save(name, q, x)
+
+
 def quantized_models(x):
     """MegEngine's two QAT flows (quantize_qat of a traced float model; trace of a QAT model), and the
     quantized model of the first; observers updated by one training-mode call, then evaluation mode."""
@@ -205,3 +233,4 @@ if __name__ == "__main__":
     save("nested", Nested(), rng.randn(2, 4).astype("float32"))
     quantized_models(rng.randn(2, 3, 4, 4).astype("float32"))
     save_misc()
+    quantized_ops(rng.randn(2, 3, 2, 2).astype("float32"))
