@@ -207,6 +207,11 @@ def test_megengine_quantized_elemwise_and_concat():
     np.testing.assert_array_equal(net(mge.Tensor(d["x"])).numpy(), d["y0"])
 
 
-def test_megengine_quantized_transposed_conv_is_refused_clearly():
-    with pytest.raises(pickle.UnpicklingError, match="ConvTranspose2d.*quantize the QAT TracedModule"):
-        mge.load(os.path.join(DATA, "quantized_transpose.tm"), weights_only=False)
+def test_megengine_quantized_transposed_conv():
+    # megxla computes quantized transposed convolutions in float32 between dequantize and quantize (MegEngine in
+    # integers): one quantization step apart where the float result sits on a rounding tie
+    net, d = _load("quantized_transpose")
+    assert type(net.conv) is M.quantized.ConvTranspose2d
+    got = net(mge.Tensor(d["x"])).numpy()
+    step = np.abs(np.diff(np.unique(d["y0"]))).min()
+    assert np.abs(got - d["y0"]).max() <= 1.01 * step and (got == d["y0"]).mean() > 0.9
