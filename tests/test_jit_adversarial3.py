@@ -145,3 +145,39 @@ def test_a_returned_dict_keeps_the_bodys_key_order(mode):
         assert list(out) == ["loss", "acc", "all"] and list(out["all"][1]) == ["z", "b"]
         loss, acc, _ = out.values()
         assert (float(loss), float(acc), float(out["all"][1]["b"][0])) == (4.0, 1.0, 3.0)
+
+
+class _Cache(M.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = M.Linear(3, 3)
+        self.buf = mge.Tensor(np.zeros((2, 3), "float32"))
+
+    def forward(self, x, clear):
+        y = self.lin(x) + (0 if self.buf is None else self.buf)
+        if clear == "none":
+            self.buf = None
+        elif clear == "del":
+            del self.buf
+            self.buf = None
+        else:
+            self.buf = y.detach()
+        return y.sum()
+
+
+@pytest.mark.parametrize("mode", list(_MODES))
+def test_a_step_that_drops_module_state_drops_it_on_every_call(mode):
+    # The body sets a Tensor attribute to None (or deletes it): an abstract recording was cached and its compiled
+    # calls, which run no Python, left the module holding the tensor on every later call of that signature.
+    def program(deco):
+        net = _Cache()
+        f = deco(lambda net, x, clear: net(x, clear))
+        out = []
+        for i, clear in enumerate(["keep", "none", "keep", "none", "keep", "del", "keep", "del"]):
+            out.append(float(f(net, mge.Tensor(np.full((2, 3), i, "float32")), clear)))
+            out.append(None if net.buf is None else net.buf.numpy().tolist())
+        return out
+
+    want, got = _eager_and(mode, program)
+    assert [None if v is None else np.round(v, 4).tolist() for v in got] == \
+        [None if v is None else np.round(v, 4).tolist() for v in want]

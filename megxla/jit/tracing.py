@@ -572,7 +572,8 @@ class trace:
         after, _ = _state.collect(args, kwargs)
         nstate = len(state) - 1 - len(rec.externals)
         new_state = []
-        if len(after) != nstate or any(a is not b for a, b in zip(after, state)):
+        changed = len(after) != nstate or any(a is not b for a, b in zip(after, state))
+        if changed:
             # The call created state (optimizer slots): record again next call, with it as input. An abstract
             # recording's new tensors hold tracers: their values become outputs of this call's executable.
             known = {id(t) for t in state}
@@ -634,10 +635,14 @@ class trace:
         # a step that back-propagates (vjp ops) accumulates into whatever ``.grad`` exists when it runs
         if grad_writes or any(op.prim is VJP or not grad_vids.isdisjoint(ins) for op, ins, _ in rec.ops):
             entry.grad_key = tuple((i, recorder.avals[v].shape, recorder.avals[v].dtype) for i, v in rec.grad_inputs)
-        if new_state:  # one call's executable, not cached (the next call's signature holds the new state)
-            entry.new_state = [(t, t._vid) for t in new_state]
-            entry.out_leaves = entry.out_leaves + [("t", t._vid) for t in new_state]
-            entry.out_tree = jax.tree_util.treedef_tuple([tree, jax.tree_util.tree_structure([0] * len(new_state))])
+        if changed:
+            # one call's executable, not cached (the next call's signature holds the new state). Also where the
+            # body only dropped state (``self.buf = None``, ``del self.tmp``): a compiled call does not run that
+            # Python, so a cached recording left the module holding the tensor on later calls
+            if new_state:
+                entry.new_state = [(t, t._vid) for t in new_state]
+                entry.out_leaves = entry.out_leaves + [("t", t._vid) for t in new_state]
+                entry.out_tree = jax.tree_util.treedef_tuple([tree, jax.tree_util.tree_structure([0] * len(new_state))])
             return entry
         variants = self._cache.get(sig)
         if variants is None:
