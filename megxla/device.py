@@ -11,7 +11,7 @@ from ._device import (is_cuda_available, get_device_count, get_cuda_compute_capa
                       get_reserved_memory, get_max_reserved_memory, reset_max_memory_stats, get_mem_status_bytes,
                       coalesce_free_memory, set_prealloc_config, get_cuda_version, get_cudnn_version,
                       get_cuda_driver_version, get_tensorrt_version, get_cuda_device_property)
-from .core.dtypes import set_default_device, get_default_device
+from .core.dtypes import set_default_device, get_default_device, CompNode  # noqa: F401  (megengine.device.CompNode)
 
 
 def what_is_xpu() -> str:

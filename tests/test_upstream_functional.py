@@ -283,3 +283,5 @@ def test_bfloat16_numpy_type():
     assert x.numpy().dtype == bfloat16 and x.numpy().tolist() == [-3.40625, 1.3984375]
     assert (x + x).dtype == bfloat16 and (x * 2).dtype == np.float32  # MegEngine 1.13's promotion
     assert pickle.loads(pickle.dumps(a)).dtype is a.dtype
+    from megxla.device import CompNode as DeviceCompNode  # test_subgraph.py imports it from megengine.device
+    assert DeviceCompNode is CompNode
