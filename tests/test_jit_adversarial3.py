@@ -181,3 +181,28 @@ def test_a_step_that_drops_module_state_drops_it_on_every_call(mode):
     want, got = _eager_and(mode, program)
     assert [None if v is None else np.round(v, 4).tolist() for v in got] == \
         [None if v is None else np.round(v, 4).tolist() for v in want]
+
+
+class _PingPong(M.Module):
+    def __init__(self):
+        super().__init__()
+        self.front = mge.Tensor(np.zeros(3, "float32"))
+        self.back = mge.Tensor(np.ones(3, "float32"))
+
+    def forward(self, x):
+        self.back[...] = self.front + x
+        self.front, self.back = self.back, self.front  # double buffering: swap the two state tensors
+        return self.front.sum()
+
+
+def test_a_step_that_swaps_two_state_tensors_swaps_them_on_every_call():
+    # the same state, bound the other way round: an abstract recording was cached and its compiled calls never
+    # swapped the attributes (the step then wrote into the wrong buffer)
+    def program(deco):
+        net = _PingPong()
+        f = deco(lambda net, x: net(x))
+        return [(float(f(net, mge.Tensor(np.full(3, i, "float32")))), net.front.numpy().tolist(),
+                 net.back.numpy().tolist()) for i in range(5)]
+
+    want, got = _eager_and("xla_trace", program)
+    assert got == want
