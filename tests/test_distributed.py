@@ -544,3 +544,51 @@ def test_root_only_gradient_of_broadcast_and_scatter(mode):
     # scatter gathers one all-ones row from each rank (1 per row: 3)
     np.testing.assert_allclose(results[0], np.full((4, 4), 9.0 if mode == "broadcast" else 3.0), rtol=1e-6)
     assert results[1] is None and results[2] is None
+
+
+# ---- MegEngine's manual start: Server() in the parent, multiprocessing.Process workers ----------------------------
+_FORKED = """
+import multiprocessing as mp
+import numpy as np
+import megxla as mge, megxla.distributed as dist
+from megxla.core._imperative_rt.core2 import apply
+from megxla.core.ops.builtin import CollectiveComm, ParamPackConcat, ParamPackSplit
+
+
+def worker(rank, port, q):
+    dist.init_process_group("localhost", port, 2, rank, rank, "nccl")
+    x = mge.Tensor([rank + 1.0, 10.0])
+    (s,) = apply(CollectiveComm(mode=CollectiveComm.Mode.ALL_REDUCE_SUM), x)
+    (g,) = apply(CollectiveComm(mode="ALL_GATHER", key="0,1"), x)
+    (p,) = apply(ParamPackConcat(offsets=[0, 2, 2, 3]), x, mge.Tensor([rank]), mge.Tensor([0, 2, 2, 3]))
+    a, b = apply(ParamPackSplit(offsets=[0, 2, 2, 3], shapes=[(2,), ()]), p)
+    q.put((rank, dist.get_rank(), dist.get_world_size(), dist.get_backend(), dist.get_py_server_addr(),
+           dist.get_mm_server_addr()[1] > 0, s.numpy().tolist(), g.numpy().tolist(), b.numpy().tolist()))
+
+
+if __name__ == "__main__":
+    server = dist.Server()  # MegEngine's: no world size; rank 0 starts the service on its port
+    port = server.py_server_port
+    q = mp.Queue()
+    procs = [mp.Process(target=worker, args=(r, port, q)) for r in range(2)]
+    for p in procs:
+        p.start()
+    got = sorted(q.get(timeout=60) for _ in procs)
+    for p in procs:
+        p.join(30)
+    assert [p.exitcode for p in procs] == [0, 0], [p.exitcode for p in procs]
+    for rank, r, ws, backend, addr, mm, s, g, b in got:
+        assert (r, ws, backend, addr, mm) == (rank, 2, "nccl", ("localhost", port), True)
+        assert s == [3.0, 20.0] and g == [1.0, 10.0, 2.0, 10.0] and b == float(rank)
+    print("OK")
+"""
+
+
+def test_megengine_manual_start_server_and_forked_processes(tmp_path):
+    # MegEngine's own test_init_process_group: dist.Server() (no world size) in the parent, workers forked by
+    # multiprocessing call init_process_group on its port; builtin CollectiveComm / ParamPack descriptors run
+    script = tmp_path / "forked.py"
+    script.write_text(_FORKED)
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    out = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and "OK" in out.stdout, out.stderr[-3000:]

@@ -80,7 +80,10 @@ class Server:
 
     Args:
         port: the TCP port; 0 picks a free one.
-        world_size: how many processes will join.
+        world_size: how many processes will join. MegEngine's ``Server(port)`` does not say: then the port is
+            only chosen here, and rank 0's :func:`~megxla.distributed.init_process_group` starts the service on
+            it (JAX's service must know the number of processes). This process starts no thread then, so it can
+            still fork its workers (``multiprocessing.Process``), as MegEngine's examples do.
 
     Example:
         >>> from megxla.distributed import Server
@@ -90,7 +93,7 @@ class Server:
         >>> s.shutdown()
     """
 
-    def __init__(self, port=0, world_size=1):
+    def __init__(self, port=0, world_size=None):
         from jax._src.lib import _jax
         if port == 0:
             with socket.socket() as s:
@@ -100,6 +103,9 @@ class Server:
             raise RuntimeError(f"Server: port {port} is already in use; choose another port (0 picks a free one)")
         self.py_server_port = self.mm_server_port = port
         self.world_size = world_size
+        self._service = None
+        if world_size is None:
+            return
         self._service = _jax.get_distributed_runtime_service(f"[::]:{port}", world_size,
                                                              heartbeat_timeout=heartbeat(),
                                                              shutdown_timeout=int(timeout()))

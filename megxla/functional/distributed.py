@@ -420,6 +420,23 @@ def collective_comm(inp, mode, group, device):
     return globals()[m](inp, group, device)
 
 
+def _builtin_collective(op, inp):
+    # MegEngine's ``apply(CollectiveComm(mode=..., key=...), x)``: the group is the one whose key (its ranks,
+    # comma separated) the descriptor names, the world when it names none
+    key = str(op.key or "")
+    group = WORLD if not key or not is_distributed() else Group([int(r) for r in key.split(",")])
+    return collective_comm(inp, op.mode, group, None)
+
+
+def _register_builtin():
+    from ..core.ops import builtin
+    for name in _MODE_NAMES:
+        builtin.COLLECTIVES[name] = _builtin_collective
+
+
+_register_builtin()
+
+
 # ---- point to point --------------------------------------------------------------------------------------------
 def _peer(op, rank, what):
     sd = _require()

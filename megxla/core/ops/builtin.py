@@ -29,7 +29,8 @@ from .._op import PRIMITIVES
 from . import elemwise as _E, reduction as _R, shape as _S
 
 __all__ = ["OpDef", "Elemwise", "Reduce", "TypeCvt", "GetVarShape", "Broadcast", "Reshape", "Concat",
-           "Dimshuffle", "AddAxis", "RemoveAxis", "Identity", "CheckNonFinite", "FakeQuant", "TQT", "LSQ"]
+           "Dimshuffle", "AddAxis", "RemoveAxis", "Identity", "CheckNonFinite", "FakeQuant", "TQT", "LSQ",
+           "ParamPackConcat", "ParamPackSplit", "CollectiveComm"]
 
 
 class OpDef:
@@ -498,3 +499,102 @@ class LSQ(_QuantOp):
 
     _prim = "lsq"
     _nin = (4, 4)
+
+
+# ---- parameter packing and collectives (distributed training) ------------------------------------------------
+def _int_list(v, what):
+    return _ints(v, what) if len(np.asarray(v.numpy() if isinstance(v, Tensor) else v).reshape(-1)) else ()
+
+
+class ParamPackConcat(OpDef):
+    """Pack tensors into one flat tensor: inputs ``(*tensors, offsets)``; tensor ``i`` fills
+    ``[offsets[2i], offsets[2i + 1])`` (gaps are zero).
+
+    Example:
+        >>> (y,) = ParamPackConcat(offsets=[0, 2, 2, 3])._apply((Tensor([1., 2.]), Tensor([3.]), Tensor([0, 2, 2, 3])))
+        >>> y.numpy()
+        array([1., 2., 3.], dtype=float32)
+    """
+
+    _params = ("offsets",)
+    _nin = (2, 1 << 30)
+
+    def __init__(self, offsets=(), **params):
+        super().__init__(offsets=_int_list(offsets, "ParamPackConcat offsets"), **params)
+
+    def _apply(self, inputs):
+        self._check(inputs)
+        tensors, off = inputs[:-1], self.offsets
+        if len(off) != 2 * len(tensors):
+            raise OpError(f"{self!r}: {len(tensors)} tensors need {2 * len(tensors)} offsets, got {len(off)}")
+        pieces, pos = [], 0
+        for i, t in enumerate(tensors):
+            start, end = off[2 * i], off[2 * i + 1]
+            if end - start != t.size or start < pos:
+                raise OpError(f"{self!r}: tensor {i} of shape {t.shape} does not fit offsets [{start}, {end})")
+            if start > pos:
+                pieces.append(_apply(_S.full.bind(shape=(start - pos,), value=0, dtype=t.dtype.name)))
+            pieces.append(_apply(_S.reshape.bind(shape=(t.size,)), t))
+            pos = end
+        return (_apply(_S.concat.bind(axis=0), *pieces),)
+
+
+class ParamPackSplit(OpDef):
+    """Split a flat tensor into tensors of ``shapes`` at ``offsets`` (the inverse of :class:`ParamPackConcat`).
+
+    Example:
+        >>> a, b = ParamPackSplit(offsets=[0, 2, 2, 3], shapes=[(2,), ()])._apply((Tensor([1., 2., 3.]),))
+        >>> a.numpy(), b.numpy()
+        (array([1., 2.], dtype=float32), array(3., dtype=float32))
+    """
+
+    _params = ("offsets", "shapes")
+
+    def __init__(self, offsets=(), shapes=(), **params):
+        super().__init__(offsets=_int_list(offsets, "ParamPackSplit offsets"),
+                         shapes=tuple(_int_list(s, "ParamPackSplit shape") for s in shapes), **params)
+
+    def _apply(self, inputs):
+        self._check(inputs)
+        x, off = inputs[0], self.offsets
+        if len(off) != 2 * len(self.shapes) or x.ndim != 1 or (off and x.shape[0] < max(off)):
+            raise OpError(f"{self!r}: cannot split a tensor of shape {x.shape} at offsets {list(off)}")
+        if not self.shapes:
+            return ()
+        pieces = _apply(_S.split.bind(indices=tuple(off), axis=0), x)  # piece 2i + 1 is [off[2i], off[2i + 1])
+        return tuple(_apply(_S.reshape.bind(shape=tuple(shape)), pieces[2 * i + 1])
+                     for i, shape in enumerate(self.shapes))
+
+
+#: the collective of a mode name, ``fn(op, tensor) -> tensor``, registered by ``megxla.functional.distributed``
+#: (core sits below the distributed layer)
+COLLECTIVES: dict = {}
+
+
+class CollectiveComm(OpDef):
+    """A collective communication (MegEngine's ``CollectiveComm``): ``mode`` (``ALL_REDUCE_SUM``, ``BROADCAST``,
+    ``ALL_GATHER``, ...) among the ``nr_devices`` processes of the group; one input.
+
+    Example:
+        >>> CollectiveComm() == CollectiveComm(), CollectiveComm().mode
+        (True, 'REDUCE_SUM')
+    """
+
+    class Mode(_ModeEnum, names=("REDUCE_SUM", "BROADCAST", "ALL_GATHER", "REDUCE_SCATTER_SUM", "ALL_REDUCE_SUM",
+                                 "ALL_REDUCE_MAX", "ALL_REDUCE_MIN", "ALL_REDUCE_PROD", "GATHER", "SCATTER",
+                                 "ALL_TO_ALL")):
+        pass
+
+    _params = ("mode", "key", "nr_devices", "rank", "is_root", "local_grad", "addr", "port", "dtype", "backend",
+               "comp_node")
+    mode, key, nr_devices, rank, is_root, local_grad = "REDUCE_SUM", "", 0, 0, False, False
+    addr, port, dtype, backend, comp_node = "", 0, None, "", ""
+
+    def _apply(self, inputs):
+        self._check(inputs)
+        mode = str(getattr(self.mode, "name", self.mode)).upper()
+        fn = COLLECTIVES.get(mode)
+        if fn is None:
+            raise OpError(f"{self!r}: unknown mode {self.mode!r}" if COLLECTIVES else
+                          f"{self!r}: the distributed layer (megxla.distributed) is not loaded")
+        return (fn(self, inputs[0]),)
