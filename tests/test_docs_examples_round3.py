@@ -769,3 +769,31 @@ def test_dataset_without_files_raises_megengine_s_value_error(tmp_path, name):
         with pytest.raises(ValueError) as info:
             getattr(dataset, name)(root=root, train=False, download=False)
         assert isinstance(info.value, FileNotFoundError) and name in str(info.value)
+
+
+def test_submodule_names_follow_megengine():
+    # traced_module/graphsurgeon-example: the surgery reads `conv_module._name` to set the fused module back onto
+    # its parent. MegEngine names a module when it is assigned: `_short_name` its key (a list item's "blocks.1"),
+    # `_name` the dotted path from the parent's `_name` (or its user-given `name`); the first name stays.
+    class Net(M.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = M.Conv2d(3, 4, 1, bias=False)
+            self.seq = M.Sequential(M.Conv2d(4, 4, 1), M.ReLU())
+            self.blocks = [M.Linear(2, 2), M.Linear(2, 2)]
+
+        def forward(self, x):
+            return self.seq(self.conv(x))
+
+    net = Net()
+    assert (net.conv._name, net.seq._name, net.seq[0]._name, net.blocks[1]._name, net.blocks[1]._short_name) == \
+        ("conv", "seq", "seq.0", "blocks.1", "blocks.1")
+    assert net._name is None
+    outer = M.Sequential(net)
+    assert (net._name, net._short_name, net.conv._name) == ("0", "0", "0.conv")  # paths follow the new parent
+
+    head = M.Linear(2, 3, name="head")
+    holder = M.Sequential()
+    holder.h = head
+    assert (head.name, head._name, head._short_name) == ("head", "h", "h")
+    assert outer[0] is net

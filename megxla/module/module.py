@@ -114,6 +114,18 @@ def _expand_structure(prefix: str, obj):
     return []
 
 
+def _set_module_name(prefix, key: str, module) -> None:
+    """Name ``module`` (and its sub-modules) as attribute ``key`` of a parent whose ``_name`` is ``prefix``."""
+    short = module.__dict__.get("_short_name")
+    if short and short != key:
+        return  # a module assigned again under another name keeps its first one (MegEngine logs a warning)
+    full = f"{prefix}.{key}" if prefix else key
+    module.__dict__["_name"] = full
+    module.__dict__["_short_name"] = key
+    for sub_key, sub in module._flatten(recursive=False, with_key=True, predicate=_is_module):
+        _set_module_name(full, sub_key, sub)
+
+
 def _add_indent(repr_str: str, num_spaces: int) -> str:
     lines = repr_str.split("\n")
     if len(lines) == 1:
@@ -688,8 +700,14 @@ class Module(metaclass=ABCMeta):
                     modules.append(name)
             elif modules is not None and name in modules:
                 modules.remove(name)
-            if isinstance(value, Module) and value.__dict__.get("_short_name") is None:
-                value.__dict__["_short_name"] = name  # the scope name of its calls (AutoNaming)
+            if is_module_like:
+                # MegEngine's names: `_short_name` the attribute key ("blocks.1" inside a list; the scope name of
+                # its calls), `_name` the dotted path from the parent's `_name` (graph-surgery code reads it:
+                # `setattr(parent, conv._name, fused)`), given on first assignment and kept if shared
+                prefix = self.__dict__.get("_name") or self.__dict__.get("name")
+                for key, obj in _expand_structure(name, value):
+                    if isinstance(obj, Module):
+                        _set_module_name(prefix, key, obj)
         super().__setattr__(name, value)
         # a rebound Tensor / sub-module / number attribute (also ``training``) changes what a compiled step
         # reads or baked in: prepared compiled calls check this one counter instead of re-walking every module
