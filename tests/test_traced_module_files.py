@@ -215,3 +215,18 @@ def test_megengine_quantized_transposed_conv():
     got = net(mge.Tensor(d["x"])).numpy()
     step = np.abs(np.diff(np.unique(d["y0"]))).min()
     assert np.abs(got - d["y0"]).max() <= 1.01 * step and (got == d["y0"]).mean() > 0.9
+
+
+def test_end_and_watch_points_on_a_loaded_graph():
+    net, d = _load("convnet")
+    x = mge.Tensor(d["x"])
+    g = net.graph
+    inp, bn_out = g.inputs[1], g.get_node_by_name("ConvNet_bn_out").as_unique()
+    net.set_end_points([inp])  # an input is an end point too (MegEngine returns it)
+    (got,) = net(x)
+    np.testing.assert_array_equal(got.numpy(), d["x"])
+    net.clear_end_points()
+    net.set_watch_points([inp, bn_out])
+    np.testing.assert_allclose(net(x).numpy(), d["y0"], rtol=1e-5, atol=1e-6)
+    assert set(net.watch_node_value) == {inp, bn_out} and net.watch_node_value[bn_out].shape == (2, 4, 8, 8)
+    net.clear_watch_points()

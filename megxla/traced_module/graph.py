@@ -507,6 +507,8 @@ class InternalGraph:
         for n, v in zip(self._inputs, inputs):
             env[n] = v
         sinks = self._sinks
+        if sinks is not None:  # a graph input may be a watch or end point too
+            _collect(self._inputs[1:], env, sinks)
         for expr in self._exprs:
             try:
                 vals = [env[n] for n in expr.inputs]
