@@ -35,6 +35,12 @@ def _load(name):
     return net, dict(np.load(os.path.join(DATA, name + ".npz")))
 
 
+def _saved(obj):
+    buf = io.BytesIO()
+    mge.save(obj, buf)
+    return buf.getvalue()
+
+
 def _outs(y):
     return list(y) if isinstance(y, (tuple, list)) else [y]
 
@@ -116,6 +122,13 @@ def test_loaded_module_trains():
     assert net.bn.running_mean.numpy().shape == (1, 4, 1, 1)
 
 
+def test_optimize_a_loaded_graph():
+    net, d = _load("convnet")
+    fused = tm.optimize(net, enabled_pass=["FuseConvBn"])
+    assert not fused.graph.get_module_by_type(M.BatchNorm2d).as_list()
+    np.testing.assert_allclose(fused(mge.Tensor(d["x"])).numpy(), d["y0"], rtol=1e-5, atol=1e-6)
+
+
 def test_surgery_on_a_loaded_graph():
     net, d = _load("mlp")
     g = net.graph
@@ -128,9 +141,20 @@ def test_surgery_on_a_loaded_graph():
     h = np.maximum(x @ net.fc1.weight.numpy().T + net.fc1.bias.numpy(), 0)
     want = -h @ net.fc2.weight.numpy().T + net.fc2.bias.numpy()
     np.testing.assert_allclose(net(mge.Tensor(x)).numpy(), want, rtol=1e-5, atol=1e-5)
-    # a new input node, renaming
+    # renaming; an edit inside a nested graph (a shared block: both its calls change)
     neg.name = "negated"
     assert g.get_node_by_name("MLP_negated").as_unique() is neg
+    nested, dn = _load("nested")
+    block = getattr(nested.blocks, "0").graph
+    relu_out = block.get_function_by_type(F.relu).as_unique().outputs[0]
+    with block.insert_exprs():
+        sig = F.sigmoid(relu_out)
+    block.replace_node({relu_out: sig})
+    block.compile()
+    y = nested(mge.Tensor(dn["x"])).numpy()
+    assert np.abs(y - dn["y0"]).max() > 1e-3
+    back = mge.load(io.BytesIO(_saved(nested)), weights_only=False)
+    np.testing.assert_array_equal(back(mge.Tensor(dn["x"])).numpy(), y)
 
 
 def test_retrace_and_resave_a_loaded_module():

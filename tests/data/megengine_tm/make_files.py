@@ -1,8 +1,14 @@
 """Write the TracedModule fixture files of tests/test_traced_module_files.py with real MegEngine 1.13.
 
 Run with MegEngine's own interpreter (not megxla's): ``python make_files.py`` writes, per model, ``<name>.tm``
-(``megengine.save(trace_module(net, x), ...)``) and ``<name>.npz`` (the input ``x``, MegEngine's output ``y``,
-the loss gradient of the first parameter ``g`` and the graph as MegEngine prints it, ``graph``).
+(``megengine.save(traced_module, ...)``) and ``<name>.npz`` (the input ``x``, MegEngine's outputs ``y0``,
+``y1``..., the gradient ``g`` of ``(out ** 2).sum()`` for the first parameter and the graph as MegEngine prints it,
+``graph``). Models: an MLP, a ConvNet (BN, pooling), functional calls / Tensor methods / a Parameter read / a
+builtin op Apply / a captured constant (funcs), nested custom modules and a list of modules (nested), QAT models
+of both flows (qat: quantize_qat of a traced model; qat_traced: trace of a QAT model), the quantized model of
+qat, quantized Elemwise / Concat / ConvTranspose2d, and a model with shapes, indexing, keyword inputs, dict
+outputs and user code from tm_user_ops.py (misc). Parameter initialisation is seeded: the files are the same on
+every run.
 """
 import os
 import sys
