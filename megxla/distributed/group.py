@@ -146,13 +146,15 @@ def _platform(device_type):
     return "gpu" if _device.get_device_count("gpu") else "cpu"
 
 
-def _select_device(platform):
+def _select_device(platform, device_type, device):
     import jax
     from ..core import dtypes
-    # One device per process: this process's own device becomes the default (MegEngine's set_default_device).
+    # One device per process: this process's own device becomes the default, named as MegEngine's
+    # set_default_device(f"{device_type}{device}") names it ("xpu2" in rank 2 of a launcher), which is also
+    # what Group.comp_node shows
     dev = jax.local_devices(backend=platform)[0]
     dtypes._default_device = dev
-    dtypes._default_logical = f"{platform}0"
+    dtypes._default_logical = f"{device_type}{device}"
 
 
 def _excepthook(kind, value, tb):
@@ -234,7 +236,7 @@ def init_process_group(master_ip: str, port: int, world_size: int, rank: int, de
     _sd = StaticData(master_ip, port, world_size, rank, device, backend, device_type,
                      Client(master_ip, port), platform)
     WORLD.reset(list(range(world_size)))
-    _select_device(platform)
+    _select_device(platform, device_type, device)
     from . import _collective
     _collective.reset_counters()
     if world_size > 1 and _prev_hook[0] is None:
