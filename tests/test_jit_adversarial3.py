@@ -206,3 +206,33 @@ def test_a_step_that_swaps_two_state_tensors_swaps_them_on_every_call():
 
     want, got = _eager_and("xla_trace", program)
     assert got == want
+
+
+_DROP = M.Dropout(0.5)  # a module from the enclosing scope that holds no tensor
+
+
+@pytest.mark.parametrize("mode", list(_MODES))
+def test_modes_and_numbers_of_modules_from_the_enclosing_scope_key_the_step(mode):
+    # drop.eval() / act.negative_slope = ... between calls changed nothing the signature saw (the modules hold
+    # no tensors and are no arguments): compiled calls kept dropping in eval mode, with the old slope.
+    act = M.LeakyReLU(0.1)
+
+    def step(lin, x):
+        return _DROP(act(lin(x)))
+
+    def program(deco):
+        lin = M.Linear(4, 8)
+        f = deco(step)
+        x = mge.Tensor(np.linspace(-1, 1, 32, dtype="float32").reshape(8, 4))
+        out = []
+        for i in range(6):
+            _DROP.train() if i % 2 == 0 else _DROP.eval()
+            act.negative_slope = 0.1 if i < 3 else 0.5
+            y = f(lin, x).numpy()
+            out.append(y if i % 2 else (y == 0).mean() > 0.2)
+        _DROP.train()
+        return out
+
+    want, got = _eager_and(mode, program)
+    for w, g in zip(want, got):
+        np.testing.assert_allclose(g, w, rtol=1e-6)

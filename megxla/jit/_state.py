@@ -311,6 +311,17 @@ def restore_module_tensor_attrs(snapshot):
                 setattr(m, k, t)
 
 
+def closure_numbers(function):
+    """A signature item for the Python number (and str/None) attributes, ``training`` among them, of the modules
+    a function reaches from its closure or globals (:func:`closure_modules`): ``drop = M.Dropout(0.5)`` used by
+    ``step`` and switched with ``drop.eval()`` between calls holds no tensor, so nothing else tells the calls
+    apart, and a compiled step without the host kept dropping. () where there is no such module."""
+    mods = closure_modules(function)
+    if not mods:
+        return ()
+    return tuple((_Ident(m), k, _scalar_key(v)) for m, k, v in module_numbers(mods, {}))
+
+
 def closure_modules(function):
     """Modules a function reaches without their being arguments: its closure cells and the globals it names
     (``net`` in ``@trace def step(x): return net(x)``), to put their Tensor attributes back after a failed
@@ -318,6 +329,8 @@ def closure_modules(function):
     out = []
     _is_module(None)
     fn = getattr(function, "__func__", function)
+    if isinstance(fn, _Module):  # ``trace(net)``: the module traced is no argument
+        return [fn]
     for cell in getattr(fn, "__closure__", None) or ():
         try:
             v = cell.cell_contents

@@ -343,6 +343,9 @@ class trace:
         args, kwargs = _state.convert_numpy(args, kwargs)
         self._converted = (args, kwargs)  # (a prepared call maps NumPy arguments to the Tensors made here)
         tensors, sig = _state.collect(args, kwargs)
+        closure = _state.closure_numbers(self.__wrapped__)
+        if closure:  # (modules from the enclosing scope: their numbers and modes decide what the body records)
+            sig = sig + (closure,)  # (sig[:2] stay the arguments' items: trace.dump reads them)
         state = tensors + [self._rng_key]
         if self.capture_as_const and not self._without_host and any(
                 not isinstance(a, Tensor) and not _state._is_module(a) for a in args):
