@@ -212,7 +212,7 @@ def _megengine_tensor_class(parameter, devices=None):
                 # MegEngine 1.1-1.2 files: NEWOBJ without arguments, then BUILD with {"data", "dtype", "device",
                 # "qdict"} (Tensor.__setstate__ reads it)
                 return target.__new__(target)
-            t = _build(target, data, dtype, name)
+            t = _build(target, data, dtype, name, device)
             if devices is not None and isinstance(device, str):
                 devices[id(t)] = (t, device)
             return t
@@ -221,12 +221,18 @@ def _megengine_tensor_class(parameter, devices=None):
     return _MegEngineTensor
 
 
-def _build(cls, data, dtype, name=None):
+def _build(cls, data, dtype, name=None, device=None):
     arr = np.asarray(data)
     dtype = np.dtype(dtype) if dtype is not None else arr.dtype
-    # NOTE: the file's device name (gpu0:0, xpux:0) need not exist on this machine: tensors are made on the
-    # default device and map_location (which sees the file's names) moves them afterwards.
-    return cls(arr, dtype=dtype, name=name)
+    # NOTE: the file's device name (gpu0:0, xpux:0) need not exist on this machine: a name that does keeps its
+    # logical name (MegEngine's loaded tensor shows cpu0:0), any other gives the default device, and
+    # map_location (which sees the file's names) moves tensors afterwards.
+    from .core.dtypes import to_device
+    try:
+        to_device(device) if isinstance(device, str) else None
+    except ValueError:
+        device = None
+    return cls(arr, dtype=dtype, name=name, device=device if isinstance(device, str) else None)
 
 
 def _rebuild_v0(cls, array, name=None, dtype=None):

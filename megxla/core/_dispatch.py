@@ -21,6 +21,7 @@ import numpy as np
 
 from ._tensor import Tensor
 from ._spmd import MeshRequired, SpmdFunction
+from .dtypes import LOGICAL as _LOGICAL, logical_node as _logical_node
 
 __all__ = ["apply", "recorders", "OpError", "OutOfMemoryError", "push_interpreter", "pop_interpreter", "current_interpreter"]
 
@@ -147,9 +148,27 @@ def _compute(op, inputs):
     return (wrap(out),)
 
 
+def pass_node(inputs, outputs):
+    """Give op results the logical device of their inputs (the first that has one; an op without inputs, a
+    creation op, the default device's), as MegEngine's results keep their inputs' comp node: ``x.to("cpu0") + 1``
+    shows ``device=cpu0:0``. Only called once some tensor may have a logical device (``dtypes.LOGICAL``)."""
+    node = None
+    for t in inputs:
+        node = getattr(t, "_lnode", None)
+        if node is not None:
+            break
+    if not inputs:
+        node = _logical_node(None)
+    if node is not None:
+        for o in outputs:
+            o._lnode = node
+
+
 def eager_apply(op, inputs):
     """Compute ``op`` on ``inputs`` now and notify the calling thread's gradient recorders."""
     outputs = _compute(op, inputs)
+    if _LOGICAL[0]:
+        pass_node(inputs, outputs)
     if _active:
         for r in _tls.s.recorders:
             r._record(op, inputs, outputs)
@@ -169,6 +188,8 @@ def apply(op, *inputs):
                 r._record(op, inputs, outputs)
     else:
         outputs = _compute(op, inputs)
+    if _LOGICAL[0]:  # (a list cell read: free until some tensor has a logical device of its own)
+        pass_node(inputs, outputs)
     return outputs if op.multiple_results else outputs[0]
 
 

@@ -55,8 +55,9 @@ def _scalar_dtype(value, like):
     return like if kind == "c" else np.dtype(np.complex64)
 
 
-def as_tensor(x, like=None):
-    """``x`` as a Tensor; Python scalars follow ``like``'s dtype where it fits (MegEngine promotion)."""
+def as_tensor(x, like=None, compare=False):
+    """``x`` as a Tensor; Python scalars follow ``like``'s dtype where it fits (MegEngine promotion).
+    ``compare``: the operand of a comparison (a list beside a bool tensor is converted to bool, as MegEngine's)."""
     if isinstance(x, Tensor):
         return x
     if isinstance(x, (bool, int, float, complex)):
@@ -64,7 +65,7 @@ def as_tensor(x, like=None):
             return Tensor(x)
         return _scalar(x, _scalar_dtype(x, like.dtype))
     if like is not None and isinstance(x, (list, tuple, np.ndarray, np.generic)):
-        dt = _array_dtype(x, like.dtype)
+        dt = _array_dtype(x, like.dtype, compare)
         if dt is not None:
             return Tensor(x, dtype=dt)
     return Tensor(x)
@@ -73,11 +74,13 @@ def as_tensor(x, like=None):
 _RANK = {"b": 0, "i": 1, "u": 1, "f": 2}
 
 
-def _array_dtype(x, like):
+def _array_dtype(x, like, compare=False):
     """The dtype MegEngine gives a NumPy array / list operand beside a tensor of dtype ``like``, where that
     differs from the array's own: an array of a lower kind (bool < integer < float) takes the tensor's dtype
-    (float16 tensor * int array stays float16, int32 tensor * bool mask stays int32), and so does a list of
-    numbers no wider in kind (uint8 tensor + [1, 2] stays uint8). None: convert as usual."""
+    (float16 tensor * int array stays float16, int32 tensor * bool mask stays int32), and a list or tuple of
+    numbers always does, as MegEngine converts it to the tensor's dtype (uint8 tensor + [1, 2] stays uint8;
+    int32 tensor + [1.5, 2] is int32 [1, 2] + tensor, and int32 tensor < [1.5] compares with 1). None: convert
+    as usual."""
     like = np.dtype(like)
     if like.kind not in _RANK:
         return None
@@ -86,14 +89,20 @@ def _array_dtype(x, like):
             kind = np.asarray(x).dtype.kind
         except (ValueError, TypeError):
             return None
-    else:
-        kind = x.dtype.kind
+        if kind in _RANK and (like.kind != "b" or _RANK[kind] == 0 or compare):
+            return like
+        # (a bool tensor beside a list of numbers: MegEngine has no bool arithmetic, it raises; megxla computes
+        # in the list's type, as for an array)
+        return None
+    kind = x.dtype.kind
     if kind not in _RANK or _RANK[kind] > _RANK[like.kind]:
         return None
-    if isinstance(x, (list, tuple)) or _RANK[kind] < _RANK[like.kind]:
+    if _RANK[kind] < _RANK[like.kind]:
         return like
     return None
 
+
+_COMPARISONS = frozenset({"lt", "le", "gt", "ge", "eq", "ne"})
 
 # MegEngine's autocast computes these in the high precision dtype (float16 inputs are cast to float32: its
 # dtype_promote.cpp); every other elementwise op keeps its inputs' dtype
@@ -181,6 +190,7 @@ def binary(prim, name=None):
     op = prim.bind()
     high = name in AUTOCAST_HIGH
     keep = name in QUANT_KEEP
+    compare = name in _COMPARISONS
 
     def fn(x, y):
         if QPARAMS_SEEN[0]:
@@ -193,11 +203,11 @@ def binary(prim, name=None):
         if type(x) is not Tensor and not isinstance(x, Tensor):
             if x is None:
                 raise TypeError("the operand is None and is not supported.")  # (MegEngine's words)
-            x = as_tensor(x, y if isinstance(y, Tensor) else None)
+            x = as_tensor(x, y if isinstance(y, Tensor) else None, compare)
         if type(y) is not Tensor and not isinstance(y, Tensor):
             if y is None:  # (it would become an empty array and broadcast to an empty result)
                 raise TypeError("the operand is None and is not supported.")
-            y = as_tensor(y, x)
+            y = as_tensor(y, x, compare)
         if high and _autocast.enabled:
             x, y = _autocast.up(x, y)
         return apply(op, x, y)

@@ -98,12 +98,13 @@ def _int(op, v):
     if isinstance(v, Tensor):
         v = v.item()
     if isinstance(v, (bool, np.bool_)) or not isinstance(v, _INT):
-        raise OpError(f"{op}: slice bounds must be ints or None, got {v!r}")
+        raise BadIndex(f"{op}: slice bounds must be ints or None, got {v!r}")
     return int(v)
 
 
 def _classify(op, item):
-    """``(kind, payload, n_axes)``: kind in i (int), s (slice), n (None), e (...), t (int array), m (bool mask)."""
+    """``(kind, payload, n_axes)``: kind in i (int), s (slice), n (None), e (...), t (int array), m (bool mask),
+    b (a Python bool: NumPy's new axis of length 1 or 0)."""
     if item is None:
         return "n", None, 0
     if item is Ellipsis:
@@ -111,14 +112,17 @@ def _classify(op, item):
     if isinstance(item, slice):
         step = _int(op, item.step)
         if step == 0:
-            raise OpError(f"{op}: slice step cannot be zero")
+            raise BadIndex(f"{op}: slice step cannot be zero")
         return "s", ("s", _int(op, item.start), _int(op, item.stop), step), 1
-    if isinstance(item, (bool, np.bool_)):
-        raise OpError(f"{op}: a Python bool is not a valid index")
-    if isinstance(item, _INT):
+    if isinstance(item, bool):  # NumPy's (and MegEngine's) x[True]: a new axis of length 1 (False: 0)
+        return "b", item, 0
+    if isinstance(item, (_INT, np.bool_)):  # (MegEngine indexes with a NumPy bool as with the int)
         return "i", int(item), 1
     if isinstance(item, Tensor):
         dt = item.dtype
+        if dt == np.bool_ and item.ndim == 0:  # MegEngine indexes with a 0-d bool tensor as with the int
+            from .ops.elemwise import astype
+            return "t", apply(astype.bind(dtype="int32"), item), 1
         if dt == np.bool_:
             # eagerly the mask is read on the host (one copy, NumPy's nonzero); inside a trace it stays a graph
             # value and only its count is read (see mask_indices)
@@ -126,14 +130,14 @@ def _classify(op, item):
                 return "m", item.numpy(), item.ndim
             return "M", item, item.ndim
         if dt.kind not in "iu":
-            raise OpError(f"{op}: index tensors must be integer or bool, got {dt}")
+            raise BadIndex(f"{op}: index tensors must be integer or bool, got {dt}")
         return "t", item, 1
     try:
         arr = np.asarray(item)
     except Exception:
         arr = None
     if arr is None or arr.dtype == object or (arr.dtype.kind not in "iub" and arr.size):
-        raise OpError(f"{op}: invalid index {item!r}: use ints, slices, ..., None, or int/bool tensors")
+        raise BadIndex(f"{op}: invalid index {item!r}: use ints, slices, ..., None, or int/bool tensors")
     if arr.dtype == np.bool_:
         return "m", arr, arr.ndim
     return "h", arr.astype(np.int64), 1  # host integer array (also an empty list)
@@ -141,6 +145,10 @@ def _classify(op, item):
 
 def parse(x, index, op="getitem"):
     """Return (spec, index tensors) for indexing ``x`` with ``index``; raise an OpError naming ``op``."""
+    if isinstance(index, list) and not all(type(i) in (int, bool) for i in index):
+        # MegEngine (as NumPy before 1.23) reads a list holding anything but Python ints as a tuple of indices:
+        # x[[[0, 1], [1, 2]]] is x[[0, 1], [1, 2]], x[[Tensor(0), Tensor(2)]] is x[0, 2]
+        index = tuple(index)
     if not isinstance(index, tuple):
         index = (index,)
     items = [_classify(op, item) for item in index]
@@ -153,6 +161,8 @@ def parse(x, index, op="getitem"):
     for kind, payload, n in items:
         if kind == "n":
             spec.append(("n",))
+        elif kind == "b":
+            spec.append(("b", payload))
         elif kind == "e":
             spec.append(("e",))
             axis = x.ndim - (n_real - axis)
@@ -180,9 +190,9 @@ def parse(x, index, op="getitem"):
             axis += 1
         else:  # boolean mask: host array ("m") or, inside a trace, a graph value ("M")
             if payload.ndim == 0:
-                raise OpError(f"{op}: 0-d boolean indices are not supported")
+                raise BadIndex(f"{op}: 0-d boolean indices are not supported")
             if tuple(payload.shape) != x.shape[axis:axis + payload.ndim]:
-                raise OpError(f"{op}: boolean mask of shape {tuple(payload.shape)} does not match tensor "
+                raise BadIndex(f"{op}: boolean mask of shape {tuple(payload.shape)} does not match tensor "
                               f"dimensions {x.shape[axis:axis + payload.ndim]} at axis {axis}")
             idxs = mask_indices(payload) if kind == "M" else \
                 [Tensor(idx.astype(np.int32)) for idx in np.nonzero(payload)]

@@ -126,7 +126,9 @@ class Tensor:
         array([2, 4, 6], dtype=int32)
     """
 
-    __slots__ = ("_data", "_vid", "_grad", "_name", "_qparams", "__weakref__")
+    # ``_lnode``: the logical device (a CompNode) the tensor was made on or moved to, when not ``xpux`` (unset
+    # otherwise; op results take their inputs', see ``_dispatch.pass_node``)
+    __slots__ = ("_data", "_vid", "_grad", "_name", "_qparams", "_lnode", "__weakref__")
     __array_priority__ = 1000  # numpy defers `ndarray op Tensor` to our reflected operators
 
     def __init__(self, data=None, dtype=None, device=None, is_const=False, no_cache=False, name=None,
@@ -143,6 +145,10 @@ class Tensor:
                                   device=None if device is None else _dt.to_device(device))
             src = apply(op, data)
             self._data, self._vid = src._data, src._vid
+            if device is not None or _dt.LOGICAL[0]:  # the copy stays on data's logical device unless one is given
+                node = _dt.logical_node(device) if device is not None else getattr(src, "_lnode", None)
+                if node is not None:
+                    self._lnode = node
         else:
             from ._dispatch import _vids
             self._data = _dt.to_array(data, dtype, device)
@@ -152,6 +158,10 @@ class Tensor:
             md = getattr(dtype if dtype is not None else getattr(data, "dtype", None), "metadata", None)
             if md:
                 _take_dtype_qparams(self, md)
+            if device is not None or _dt.LOGICAL[0]:
+                node = _dt.logical_node(device)
+                if node is not None:
+                    self._lnode = node
         self._grad = None
         self._name = name
 
@@ -193,8 +203,17 @@ class Tensor:
 
     @property
     def device(self):
-        """The :class:`~megxla.core.dtypes.CompNode` holding the tensor; prints as MegEngine's logical name
-        (``xpux:0``) and compares equal to device names (``x.device == "cpu0"``)."""
+        """The :class:`~megxla.core.dtypes.CompNode` holding the tensor. As in MegEngine it prints the logical
+        name the tensor was made on or moved to (``xpux:0`` by default, ``cpu0:0`` after ``.to("cpu0")``; the
+        results of ops keep their inputs' name) and compares equal to device names (``x.device == "cpu0"``).
+
+        Example:
+            >>> x = mge.Tensor([1.0])
+            >>> str(x.device), str(x.to("cpu0").device), str((x.to("cpu0") * 2).device)
+            ('xpux:0', 'cpu0:0', 'cpu0:0')
+        """
+        if _dt.LOGICAL[0]:
+            return _dt.tensor_node(self._data, getattr(self, "_lnode", None))
         return _dt.comp_node(self._data)
 
     @property
@@ -326,18 +345,44 @@ class Tensor:
         return id(self)
 
     def __format__(self, spec):
-        if self.ndim == 0:
+        if not spec:  # f"{x}" is str(x), as MegEngine's: Tensor(1.5, device=xpux:0)
+            return str(self)
+        if self.ndim == 0:  # (MegEngine raises for a format spec; the number's format is the useful answer)
             return format(self.item(), spec)
         return repr(self)
 
     def __reduce__(self):
-        return (_rebuild, (type(self), self.numpy(), self._name))
+        # the value, name and logical device (None: the default), then MegEngine's state (quantization parameters)
+        node = getattr(self, "_lnode", None)
+        args = (type(self), self.numpy(), self._name)
+        return (_rebuild, args if node is None else args + (node.logical_name,), self.__getstate__())
+
+    def __getnewargs__(self):
+        """MegEngine's constructor arguments of a pickled tensor: ``(numpy value, dtype, logical device name)``.
+
+        Example:
+            >>> mge.Tensor([1], device="cpu0").__getnewargs__()
+            (array([1], dtype=int32), dtype('int32'), 'cpu0:0')
+        """
+        return (self.numpy(), self.dtype, self.device.logical_name)
+
+    def __getstate__(self):
+        """MegEngine's pickled state: ``{"qparams": ...}`` once the tensor has quantization parameters, else
+        ``{}``."""
+        q = getattr(self, "_qparams", None)
+        return {} if q is None else {"qparams": q}
 
     def __setstate__(self, state):
         # MegEngine's pickles end a Tensor with its __getstate__ dict: {} or {"qparams": ...} (see megxla.load);
         # MegEngine 1.1-1.2 wrote the whole tensor there: {"data", "dtype", "device", "qdict"}
         if state and "data" in state and not hasattr(self, "_data"):
-            Tensor.__init__(self, np.asarray(state["data"]), dtype=state.get("dtype"))
+            device = state.get("device")
+            device = None if device is None else str(device)
+            try:  # (a device this machine lacks: the default one)
+                _dt.to_device(device)
+            except ValueError:
+                device = None
+            Tensor.__init__(self, np.asarray(state["data"]), dtype=state.get("dtype"), device=device)
             qdict = state.get("qdict") or {}
             if qdict.get("scale") is not None and QPARAMS_FACTORY[0] is not None:
                 q = self.qparams
@@ -363,6 +408,9 @@ class Tensor:
         t._vid = next(_vids)
         t._grad = None
         t._name = self._name
+        node = getattr(self, "_lnode", None)
+        if node is not None:
+            t._lnode = node
         return t
 
     def __copy__(self):
@@ -386,9 +434,11 @@ class Tensor:
     def _reset(self, other):
         """Rebind this tensor, in place, to ``other``'s value (used by optimizers, ``+=`` and jit write-back)."""
         if not isinstance(other, Tensor):
-            other = Tensor(other, dtype=self.dtype)
+            other = Tensor(other, dtype=self.dtype, device=getattr(self, "_lnode", None))
         self._data = other._data
         self._vid = other._vid
+        if _dt.LOGICAL[0]:  # (MegEngine's _reset takes the other tensor's device too)
+            self._lnode = getattr(other, "_lnode", None)
         return self
 
     def set_value(self, value):
@@ -439,6 +489,9 @@ class Tensor:
             t = type(self).__new__(type(self))
             t._data, t._vid, t._grad, t._name = out._data, out._vid, None, None
             out = t
+        node = _dt.logical_node(device)  # the result shows the name it was moved to (``cpu0:0``), as MegEngine
+        if node is not None or _dt.LOGICAL[0]:
+            out._lnode = node
         return out
 
     def _is_external_value(self):
@@ -465,9 +518,15 @@ class Tensor:
         self._reset(setitem(self, index, value))
 
 
-def _rebuild(cls, array, name):
-    # the array has the tensor's own dtype: keep it (64-bit tensors are not narrowed on load)
-    return cls(array, dtype=array.dtype, name=name)
+def _rebuild(cls, array, name, device=None):
+    # the array has the tensor's own dtype: keep it (64-bit tensors are not narrowed on load). A logical device
+    # this machine lacks (a GPU tensor unpickled on a CPU host) gives the default one.
+    if device is not None:
+        try:
+            _dt.to_device(device)
+        except ValueError:
+            device = None
+    return cls(array, dtype=array.dtype, name=name, device=device)
 
 
 class Parameter(Tensor):

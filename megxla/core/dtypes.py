@@ -137,9 +137,10 @@ def _physical_name(dev, stream=0):
 class CompNode:
     """A computing node, as MegEngine's ``CompNode``: what ``Tensor.device`` returns.
 
-    It prints its logical name (``str(x.device) == "xpux:0"``), shows both names in its repr, and compares equal
-    to another CompNode or to any device name that resolves to the same physical device (``x.device == "cpu0"``
-    on a CPU-only machine), so code that treated the device as a string keeps working.
+    It prints its logical name (``str(x.device) == "xpux:0"``), shows both names in its repr, and, as
+    MegEngine's, compares equal to another CompNode or a device name of the same logical name (``x.device ==
+    "xpux"`` for a tensor made on the default device, ``"cpu0"`` and ``"cpu0:0"`` alike), so code that treated the
+    device as a string keeps working.
 
     Args:
         name: a MegEngine device name (``"xpux"``, ``"cpu0"``, ``"gpu1:2"`` ...) or a ``jax.Device``.
@@ -151,8 +152,8 @@ class CompNode:
         'xpux:0'
         >>> x.device.physical_name
         'cpu0:0'
-        >>> x.device == "cpu0"
-        True
+        >>> x.device == "xpux", x.to("cpu0").device == "cpu0:0"
+        (True, True)
     """
 
     __slots__ = ("_logical", "_device", "_stream")
@@ -200,17 +201,19 @@ class CompNode:
         return format(str(self), spec)
 
     def __eq__(self, other):
+        # MegEngine compares logical names: a tensor moved to "cpu0" is not on "xpux" even where xpux is the
+        # CPU ("cpu0" and "cpu0:0" name the same node)
         if isinstance(other, str):
             try:
-                other = CompNode(other)
+                return self._logical == _logical(other)
             except ValueError:
                 return False
         if not isinstance(other, CompNode):
             return NotImplemented
-        return self._device == other._device and self._stream == other._stream
+        return self._logical == other._logical
 
     def __hash__(self):
-        return hash((self._device, self._stream))
+        return hash(self._logical)
 
     def __reduce__(self):
         return (CompNode, (self._logical,))
@@ -241,12 +244,75 @@ def comp_node(arr) -> CompNode:
 
 _NODES: dict = {}
 
+# True once a tensor may carry a logical device name of its own (a tensor made or moved with ``device=`` other
+# than ``xpux``, or a default device other than ``xpux``): until then no tensor has one, and the dispatch point
+# skips passing names on to op results.
+LOGICAL = [False]
+
+
+def _node(name):
+    node = _NODES.get(name)
+    if node is None:
+        node = _NODES[name] = CompNode(name)
+    return node
+
 
 def _default_node():
-    node = _NODES.get(_default_logical)
-    if node is None:
-        node = _NODES[_default_logical] = CompNode(_default_logical)
+    return _node(_default_logical)
+
+
+def _is_xpux(name):
+    return str(name).strip().lower() in ("xpux", "xpux:0")
+
+
+def logical_node(device=None):
+    """The logical CompNode a tensor made with ``device`` keeps (MegEngine prints it: ``Tensor(x,
+    device="cpu0")`` shows ``device=cpu0:0`` and so do the results of ops on it); None for ``xpux`` (which
+    tensors without a name of their own show). ``device=None`` means the default device at this moment.
+
+    Example:
+        >>> logical_node("cpu0").logical_name, logical_node("xpux")
+        ('cpu0:0', None)
+    """
+    if device is None:
+        if _is_xpux(_default_logical):
+            return None
+        node = _default_node()
+    elif isinstance(device, CompNode):
+        node = device
+    elif isinstance(device, jax.Device):
+        node = CompNode(device)
+    else:
+        if _is_xpux(device):
+            return None
+        node = _node(str(device).strip().lower())
+    if _is_xpux(node._logical):
+        return None
+    LOGICAL[0] = True
     return node
+
+
+def tensor_node(arr, node):
+    """What ``Tensor.device`` shows for the array ``arr`` of a tensor whose logical node is ``node`` (None:
+    none of its own): that node where the array lives on its device, else the array's own device."""
+    if node is not None:
+        try:
+            dev = next(iter(arr.devices()))
+        except Exception:  # a tracer has no device: the value will be where the tensor says
+            return node
+        if node._device == dev:
+            return node
+        return comp_node(arr)
+    if not LOGICAL[0]:
+        return comp_node(arr)
+    # names are in use: a tensor without one of its own was made on ``xpux`` (a tensor made while the default
+    # was another device records that device), so it keeps showing ``xpux:0`` after set_default_device
+    try:
+        dev = next(iter(arr.devices()))
+    except Exception:
+        return _node("xpux")
+    xpux = _node("xpux")
+    return xpux if xpux._device == dev else CompNode(dev)
 
 
 def to_device(device):
@@ -300,6 +366,8 @@ def set_default_device(device: str = "xpux"):
     dev = to_device(device)  # validates before changing anything
     _default_logical = device
     _default_device = None if _parse(device)[0] == "xpu" else dev
+    if not _is_xpux(device):
+        LOGICAL[0] = True  # tensors made from now on keep this device's name (see logical_node)
 
 
 def get_default_device() -> str:

@@ -147,8 +147,16 @@ UNARY_IMPLS = {
     "real": jnp.real, "imag": jnp.imag, "conj": jnp.conj,
 }
 
+def _true_divide(x, y):
+    # XLA's CPU float16 division is off by up to 2 ulp (float16 -1.5 / 2.5 gives -0.5996); MegEngine (and NumPy)
+    # round the exact quotient (-0.6001): divide in float32, round once
+    if x.dtype in (jnp.float16, jnp.bfloat16) and x.dtype == y.dtype:
+        return jnp.true_divide(x.astype(jnp.float32), y.astype(jnp.float32)).astype(x.dtype)
+    return jnp.true_divide(x, y)
+
+
 BINARY_IMPLS = {
-    "add": jnp.add, "sub": jnp.subtract, "mul": jnp.multiply, "truediv": jnp.true_divide,
+    "add": jnp.add, "sub": jnp.subtract, "mul": jnp.multiply, "truediv": _true_divide,
     "floordiv": _floor_div, "mod": _mod, "pow": _pow, "maximum": _maximum,
     "minimum": _minimum, "lt": jnp.less, "le": jnp.less_equal, "gt": jnp.greater, "ge": jnp.greater_equal,
     "eq": jnp.equal, "ne": jnp.not_equal, "logical_and": jnp.logical_and, "logical_or": jnp.logical_or,
@@ -191,8 +199,17 @@ def _where(mask, x, y):
     return jnp.where(mask, x, y)
 
 
-def _astype(x, *, dtype):
+def cast(x, dtype):
+    """``x`` converted to ``dtype`` as MegEngine's (C's) conversion: a float to an integer type narrower than 32
+    bits goes through int32 and wraps (``300.7 -> int8 44``, ``-1.5 -> uint8 255``) where XLA would saturate."""
+    dtype = jnp.dtype(dtype)
+    if dtype.kind in "iu" and dtype.itemsize < 4 and jnp.issubdtype(x.dtype, jnp.floating):
+        x = x.astype(jnp.int32)
     return x.astype(dtype)
+
+
+def _astype(x, *, dtype):
+    return cast(x, dtype)
 
 
 leaky_relu = Primitive("leaky_relu", _leaky_relu)

@@ -1,7 +1,8 @@
 """Indexing primitives. The index *structure* is a static parameter; integer index tensors are inputs.
 
 ``spec`` is a tuple of items: ``("i", k)`` an int, ``("s", start, stop, step)`` a slice, ``("n",)`` None
-(new axis), ``("e",)`` ellipsis, ``("t",)`` the next integer index tensor among the inputs.
+(new axis), ``("e",)`` ellipsis, ``("t",)`` the next integer index tensor among the inputs, ``("b", v)`` a Python
+bool (NumPy's new axis of length 1 for True, 0 for False).
 
 A boolean mask's indices are computed on the device (``mask_nonzero``) with the number of true values as a static
 parameter (``mask_count``, read on the host): a traced step depends on the count only, not on the mask's values.
@@ -24,6 +25,8 @@ def build_index(spec, tensors):
             out.append(None)
         elif kind == "e":
             out.append(Ellipsis)
+        elif kind == "b":
+            out.append(item[1])
         else:
             out.append(next(it))
     return tuple(out)
@@ -34,7 +37,8 @@ def _getitem(x, *index_tensors, spec):
 
 
 def _setitem(x, value, *index_tensors, spec):
-    return x.at[build_index(spec, index_tensors)].set(value.astype(x.dtype))
+    from .elemwise import cast  # (MegEngine's conversion of the written values: -1.5 into uint8 is 255)
+    return x.at[build_index(spec, index_tensors)].set(cast(value, x.dtype))
 
 
 def _gather(x, index, *, axis):

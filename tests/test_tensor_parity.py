@@ -1,0 +1,222 @@
+"""Tensor object semantics against MegEngine 1.13: each expected value below is what MegEngine 1.13 (CPU) printed
+for the same program (differential probes, /tmp/h5core). Devices, pickling, copies, formatting, operand dtypes,
+conversions and indexing forms."""
+import copy
+import pickle
+
+import numpy as np
+import pytest
+
+import megxla as mge
+import megxla.functional as F
+from megxla import Parameter, Tensor
+from megxla.core.dtypes import CompNode
+from megxla.core.tensor import dtype as D
+
+
+@pytest.fixture
+def default_device():
+    yield
+    mge.set_default_device("xpux")
+
+
+# ---- logical device names --------------------------------------------------------------------------------------
+def test_logical_device_follows_to_and_ops():
+    x = Tensor([1, 2, 3])
+    c = x.to("cpu0")
+    # MegEngine: Tensor([1 2 3], dtype=int32, device=cpu0:0); results of ops keep their inputs' comp node
+    assert repr(c) == "Tensor([1 2 3], dtype=int32, device=cpu0:0)"
+    assert c.device.logical_name == "cpu0:0" and repr(c.device) == 'CompNode("cpu0:0" from "cpu0:0")'
+    for y in (c + 1, 1 + c, c.sum(), c[0], c.astype("float32"), c.reshape(1, 3), F.relu(c), c.detach(),
+              F.zeros_like(c), Tensor(c), copy.copy(c), copy.deepcopy(c)):
+        assert str(y.device) == "cpu0:0", y
+    assert repr(x.to("cpux")) == "Tensor([1 2 3], dtype=int32, device=cpux:0)"
+    assert repr(x.to("cpu1")) == "Tensor([1 2 3], dtype=int32, device=cpu1:0)"
+    assert repr(Tensor([1.0], device="cpu0:1")) == "Tensor([1.], device=cpu0:1)"
+    assert repr(Tensor([1.0], device="cpu1") + Tensor([1.0], device="cpu1")) == "Tensor([2.], device=cpu1:0)"
+    assert str(x.device) == "xpux:0" and str(c.to("xpux").device) == "xpux:0"
+    assert str(Tensor(c, device="xpux").device) == "xpux:0"
+
+
+def test_logical_device_of_creation_functions():
+    assert repr(F.copy(Tensor([1, 2, 3]), "cpu0")) == "Tensor([1 2 3], dtype=int32, device=cpu0:0)"
+    assert repr(F.zeros(2, device="cpu0")) == "Tensor([0. 0.], device=cpu0:0)"
+    assert repr(F.full((2,), 3, device="cpu0")) == "Tensor([3 3], dtype=int32, device=cpu0:0)"
+    assert repr(F.concat([Tensor([1.]), Tensor([2.])], device="cpu0")) == "Tensor([1. 2.], device=cpu0:0)"
+    assert repr(Parameter([1.0], device="cpu0") * 2) == "Tensor([2.], device=cpu0:0)"
+
+
+def test_logical_device_in_place_and_gradients():
+    y = Tensor([1.0, 2.0], device="cpu0")
+    y[0] = 5.0
+    assert repr(y) == "Tensor([5. 2.], device=cpu0:0)"
+    y += 1
+    assert str(y.device) == "cpu0:0"
+    w = Parameter([1.0, 2.0], device="cpu0")
+    gm = mge.autodiff.GradManager().attach([w])
+    with gm:
+        gm.backward((w * w).sum())
+    assert repr(w.grad) == "Tensor([2. 4.], device=cpu0:0)"
+
+
+def test_default_device_names(default_device):
+    s = Tensor([1.0, 2.0], device="cpu0")
+    mge.set_default_device("cpu0")
+    assert repr(Tensor([1.0])) == "Tensor([1.], device=cpu0:0)"
+    assert repr(F.ones(2)) == "Tensor([1. 1.], device=cpu0:0)"
+    mge.set_default_device("xpux")
+    assert repr(Tensor([1.0])) == "Tensor([1.], device=xpux:0)" and repr(s + 1) == "Tensor([2. 3.], device=cpu0:0)"
+    mge.set_default_device("cpux")
+    a = Tensor([3.0])
+    mge.set_default_device("xpux")
+    # a tensor keeps the device it was made on; new ones take the default again
+    assert (repr(a), repr(a * 2), repr(F.ones(1))) == (
+        "Tensor([3.], device=cpux:0)", "Tensor([6.], device=cpux:0)", "Tensor([1.], device=xpux:0)")
+
+
+def test_compnode_compares_logical_names():
+    x = Tensor([1.0])
+    c = x.to("cpu0")
+    # MegEngine: True, True, False, False / True, True, False, False, False
+    assert (x.device == "xpux", x.device == "xpux:0", x.device == "cpu0", x.device == "cpux") == (
+        True, True, False, False)
+    assert (c.device == "cpu0", c.device == "cpu0:0", c.device == "xpux", c.device == "cpux",
+            c.device == x.device) == (True, True, False, False, False)
+    assert x.to("cpux").device == "cpux" and x.to("cpux").device != "cpu0"
+    assert CompNode("cpu0") == CompNode("cpu0:0") and CompNode("cpu0") != CompNode("xpux")
+    assert hash(CompNode("cpu0")) == hash(CompNode("cpu0:0"))
+    assert x.device == Tensor([2.0]).device and x.device != 1
+
+
+# ---- pickling and copies ---------------------------------------------------------------------------------------
+def test_getnewargs_and_getstate():
+    args = Tensor([1]).__getnewargs__()
+    assert len(args) == 3 and isinstance(args[0], np.ndarray) and args[1] == np.int32 and args[2] == "xpux:0"
+    assert Tensor([1], device="cpu0").__getnewargs__()[2] == "cpu0:0"
+    assert Tensor([1]).__getstate__() == {}
+    t = Tensor([1.0])
+    t.qparams  # noqa: B018  (MegEngine: reading qparams makes them, and then they are pickled)
+    assert list(t.__getstate__()) == ["qparams"]
+
+
+@pytest.mark.parametrize("proto", [2, 3, 4, 5])
+def test_pickle_protocols(proto):
+    r = pickle.loads(pickle.dumps(Tensor([1, 2], device="cpu0"), protocol=proto))
+    assert repr(r) == "Tensor([1 2], dtype=int32, device=cpu0:0)" and r.device.logical_name == "cpu0:0"
+    assert type(pickle.loads(pickle.dumps(Parameter([1.0, 2.0]), protocol=proto))) is Parameter
+    assert pickle.loads(pickle.dumps(Tensor([1.0, 2.0], dtype="float16"), protocol=proto)).dtype == np.float16
+    assert pickle.loads(pickle.dumps(Tensor([1, 2], dtype="uint8"), protocol=proto)).dtype == np.uint8
+    q = Tensor([1.0, 2.5]).astype(D.qint8(0.1))
+    r = pickle.loads(pickle.dumps(q, protocol=proto))
+    # MegEngine: Tensor([10 25], dtype=qint8(0.1), device=xpux:0); as float: [1. 2.5]
+    assert repr(r) == repr(q) and str(r.dtype) == str(q.dtype)
+    np.testing.assert_allclose(r.astype("float32").numpy(), [1.0, 2.5], rtol=1e-6)
+
+
+def test_copies_keep_device_and_quantized_dtype():
+    c = Tensor([1.0, 2.0], device="cpu0")
+    assert str(copy.copy(c).device) == "cpu0:0" and str(copy.deepcopy(c).device) == "cpu0:0"
+    assert type(copy.deepcopy(Parameter([1.0]))) is Parameter and type(copy.copy(Parameter([1.0]))) is Parameter
+    q = Tensor([1.0, 2.5]).astype(D.qint8(0.1))
+    assert str(copy.copy(q).dtype) == str(q.dtype) == str(copy.deepcopy(q).dtype)
+    x = Tensor([1.0, 2.0])
+    x.grad = Tensor([3.0, 4.0])
+    assert copy.deepcopy(x).grad is None and copy.copy(x).grad is None and pickle.loads(pickle.dumps(x)).grad is None
+
+
+# ---- printing ------------------------------------------------------------------------------------------------
+def test_format_without_spec_is_str():
+    # MegEngine: "{}".format(Tensor(1.5)) == 'Tensor(1.5, device=xpux:0)'
+    assert "{}".format(Tensor(1.5)) == "Tensor(1.5, device=xpux:0)"
+    assert f"{Tensor([1.5, 2])}" == "Tensor([1.5 2. ], device=xpux:0)"
+    assert f"{Tensor(1.5):.2f}" == "1.50"  # (MegEngine raises for a spec; the number's format is kept)
+
+
+# ---- operand dtypes and conversions ------------------------------------------------------------------------------
+def test_list_operand_takes_the_tensor_dtype():
+    # MegEngine converts a list operand to the tensor's dtype
+    for dt in ("uint8", "int8", "int32"):
+        x = Tensor([1, 0], dtype=dt)
+        r = x + [1.5, 2]
+        assert r.dtype == np.dtype(dt) and r.numpy().tolist() == [2, 2]
+        assert ([1.5, 2] * x).numpy().tolist() == [1, 0]
+        assert (x < [1.5, 2]).numpy().tolist() == [False, True]
+        assert F.maximum(x, [[1.5], [2.5]]).numpy().tolist() == [[1, 1], [2, 2]]
+    assert (Tensor([1, 2]) + [1.5, 2]).numpy().tolist() == [2, 4]
+    b = Tensor([1, 0], dtype="bool")
+    assert (b < [1.5, 2]).numpy().tolist() == [False, True] and (b < [300, -1]).numpy().tolist() == [False, True]
+    assert (Tensor([1.0, 2.0]) + [1, 2]).dtype == np.float32
+
+
+def test_float16_division_is_correctly_rounded():
+    r = Tensor([-1.5, 2.25, 3.0], dtype="float16") / 2.5
+    # MegEngine: [-0.6 0.9 1.2] (float16 -0.6001, 0.9, 1.2)
+    assert r.dtype == np.float16
+    np.testing.assert_array_equal(r.numpy(), np.array([-0.6, 0.9, 1.2], np.float16))
+
+
+def test_float_to_narrow_int_wraps_as_megengine():
+    assert Tensor([-1.5, 300.7, 255.5]).astype("uint8").numpy().tolist() == [255, 44, 255]
+    assert Tensor([-1.5, 300.7, 127.5, -128.7]).astype("int8").numpy().tolist() == [-1, 44, 127, -128]
+    assert Tensor([-7.5, 5.25, 2.0]).astype("uint8").numpy().tolist() == [249, 5, 2]
+    assert Tensor([-1.5, 2.25, 3.0], dtype="float16").astype("uint8").numpy().tolist() == [255, 2, 3]
+    y = Tensor(np.zeros((2, 2), "uint8"))
+    y[0] = -1.5
+    assert y.numpy().tolist() == [[255, 255], [0, 0]]
+
+
+# ---- indexing --------------------------------------------------------------------------------------------------
+def _x():
+    return Tensor(np.arange(60, dtype="float32").reshape(3, 4, 5))
+
+
+def test_list_with_non_int_items_is_a_tuple_of_indices():
+    x = _x()
+    # MegEngine (NumPy < 1.23's rule): shapes (2, 5), (5,), (4, 5), (2, 5), (3, 5), (1, 4, 5), (2,)
+    assert x[[[0, 1], [1, 2]]].numpy().tolist() == [list(range(5, 10)), list(range(30, 35))]
+    assert x[[Tensor(0), Tensor(2)]].numpy().tolist() == list(range(10, 15))
+    assert x[[Tensor(1)]].shape == (4, 5) and x[[np.array([0, 1]), np.array([1, 2])]].shape == (2, 5)
+    assert x[[slice(None), 0]].shape == (3, 5) and x[[0, None]].shape == (1, 4, 5)
+    assert x[[[0, 1], [1, 2], [0, 0]]].numpy().tolist() == [5.0, 30.0]
+    # a list of Python ints (or bools) stays an array index
+    assert x[[0]].shape == (1, 4, 5) and x[[True, False, True]].shape == (2, 4, 5)
+
+
+def test_bool_scalar_indices():
+    x = _x()
+    # MegEngine: (1, 3, 4, 5), (0, 4, 5), (3, 4, 5, 1); a NumPy bool or 0-d bool tensor indexes as the int
+    assert x[True].shape == (1, 3, 4, 5) and x[0, False].shape == (0, 4, 5) and x[..., True].shape == (3, 4, 5, 1)
+    assert x[np.bool_(True)].numpy().tolist() == x[1].numpy().tolist()
+    assert x[Tensor(True)].numpy().tolist() == x[1].numpy().tolist()
+
+
+def test_bad_index_expressions_raise_index_error():
+    x = _x()
+    for bad in (1.5, "a", {}, (0, 0, 0, 0), (..., ...), [0.5], slice(1.0, 2), slice(None, None, 0),
+                np.array([True, False]), Tensor([1.0, 0.0])):
+        with pytest.raises(IndexError):
+            x[bad]
+        with pytest.raises(RuntimeError):  # (MegEngine raises RuntimeError for most of them)
+            x[bad]
+    with pytest.raises(IndexError, match="out of range"):
+        x[3]
+    with pytest.raises(IndexError):
+        x["a"] = 1.0
+    assert x.numpy().tolist() == _x().numpy().tolist()  # a failed write changes nothing
+
+
+def test_advanced_index_values():
+    x = _x()
+    # literal MegEngine values
+    assert x[[0, 1], :, [1, 2]].numpy().tolist() == [[1, 6, 11, 16], [22, 27, 32, 37]]
+    assert x[:, [0, 1], [1, 2]].numpy().tolist() == [[1, 7], [21, 27], [41, 47]]
+    assert x[[0, 1], None, [1, 2]].shape == (2, 1, 5)
+    assert x[..., Tensor([True, False, True, False, True])].shape == (3, 4, 3)
+    assert x[Tensor([2, -1], dtype="int16"), 0].numpy().tolist() == [[40, 41, 42, 43, 44]] * 2
+    assert x[::-2, 0, 0].numpy().tolist() == [40.0, 0.0]
+    y = _x()
+    y[[0, 1], :, [1, 2]] = Tensor([9.0, 8.0, 7.0, 6.0])
+    assert y[0, :, 1].numpy().tolist() == [9, 8, 7, 6] and y[1, :, 2].numpy().tolist() == [9, 8, 7, 6]
+    z = Tensor(np.zeros((3, 4, 5), "int32"))
+    z[0] = Tensor(np.full((4, 5), 2.7, "float32"))
+    assert z[0].numpy().max() == 2 and z.dtype == np.int32
