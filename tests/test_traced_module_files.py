@@ -23,7 +23,7 @@ from megxla.autodiff import GradManager
 from megxla.core.ops.builtin import Elemwise
 from megxla.optimizer import SGD
 from megxla.traced_module.expr import Apply, CallFunction, CallMethod, Constant, GetAttr, Input
-from megxla.traced_module.node import ModuleNode, TensorNode
+from megxla.traced_module.node import TensorNode
 from megxla.traced_module.pytree import TreeDef
 
 DATA = os.path.join(os.path.dirname(__file__), "data", "megengine_tm")
