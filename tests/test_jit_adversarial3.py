@@ -6,6 +6,7 @@ import pytest
 
 import megxla as mge
 import megxla.module as M
+import megxla.optimizer as optim
 import megxla.random as R
 from megxla.autodiff import GradManager
 from megxla.jit import exclude_from_trace, partial_trace, trace, xla_trace, TraceError
@@ -236,3 +237,40 @@ def test_modes_and_numbers_of_modules_from_the_enclosing_scope_key_the_step(mode
     want, got = _eager_and(mode, program)
     for w, g in zip(want, got):
         np.testing.assert_allclose(g, w, rtol=1e-6)
+
+
+_GM = None  # the GradManager the step below names from its globals
+
+
+def _global_gm_step(net, opt, x):
+    with _GM:
+        loss = (net(x) ** 2).mean()
+        _GM.backward(loss)
+    opt.step().clear_grad()
+    return loss
+
+
+@pytest.mark.parametrize("mode", ["xla_trace", "trace_without_host"])
+def test_a_grad_manager_rebound_in_the_enclosing_scope_records_again(mode):
+    # Fine-tuning's second phase rebinds the global ``gm`` to a manager of the head's parameters only: compiled
+    # calls kept back-propagating to (and training) every parameter of the first manager.
+    global _GM
+
+    def program(deco):
+        global _GM
+        net = M.Linear(4, 2)
+        opt = optim.SGD(net.parameters(), lr=0.1)
+        full, head = GradManager().attach(net.parameters()), GradManager().attach([net.bias])
+        f = deco(_global_gm_step)
+        out = []
+        for i in range(6):
+            _GM = full if i < 3 or i == 5 else head
+            f(net, opt, mge.Tensor(np.full((5, 4), 0.1 * (i + 1), "float32")))
+            out.append(np.concatenate([net.weight.numpy().ravel(), net.bias.numpy()]))
+        return out
+
+    try:
+        want, got = _eager_and(mode, program)
+    finally:
+        _GM = None
+    np.testing.assert_allclose(np.stack(got), np.stack(want), rtol=1e-5, atol=1e-6)

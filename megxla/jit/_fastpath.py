@@ -59,7 +59,7 @@ class Plan:
     __slots__ = ("tracer", "entry", "sig", "epoch", "context", "nargs", "kw_names", "checks", "targ_pos", "state_ids",
                  "containers", "groups", "state", "arg_slots", "pick", "consts", "hypers",
                  "donate_pick", "refs", "exe", "check_grads", "writes", "write_leaf", "grad_writes", "leaves",
-                 "write_pick", "out_pick")
+                 "write_pick", "out_pick", "closure")
 
     def __call__(self, args, kwargs):
         """Run the prepared call, or return :data:`MISS` (nothing read or written) when a guard fails."""
@@ -110,6 +110,13 @@ class Plan:
                 return MISS
         for g, layout in self.groups:
             if (tuple(g), tuple(map(type, g.values()))) != layout:
+                return MISS
+        for where, name, obj in self.closure:
+            # (a module or GradManager the function names from its globals or closure, rebound since)
+            try:
+                if (where.get(name) if name is not None else where.cell_contents) is not obj:
+                    return MISS
+            except ValueError:  # (an emptied cell)
                 return MISS
         entry = self.entry
         if entry.gms and not gms_current(entry):
@@ -285,6 +292,7 @@ def build(tracer, entry, args, kwargs, state, sig, epoch, converted=None):
     containers, groups = [], []
     _containers(vals, containers, groups, set())
     plan.containers, plan.groups = tuple(containers), tuple(groups)
+    plan.closure = tuple(_state.closure_slots(tracer.__wrapped__))
     plan.state = list(state)
     plan.check_grads = entry.grad_key is not None
     # inputs: state first, then constants, then hyper-parameters; ``pick`` orders them as the executable wants

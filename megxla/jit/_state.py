@@ -316,32 +316,69 @@ def closure_numbers(function):
     a function reaches from its closure or globals (:func:`closure_modules`): ``drop = M.Dropout(0.5)`` used by
     ``step`` and switched with ``drop.eval()`` between calls holds no tensor, so nothing else tells the calls
     apart, and a compiled step without the host kept dropping. () where there is no such module."""
-    mods = closure_modules(function)
-    if not mods:
+    # GradManagers too, by identity: ``gm = GradManager().attach(head.parameters())`` rebinding the global the
+    # step names between calls (fine-tuning's second phase) ran the recording of the old manager's attached set
+    mods, gms = _closure_values(function)
+    if not mods and not gms:
         return ()
-    return tuple((_Ident(m), k, _scalar_key(v)) for m, k, v in module_numbers(mods, {}))
+    return tuple((_Ident(m), k, _scalar_key(v)) for m, k, v in module_numbers(mods, {})) + tuple(
+        ("gm", _Ident(g)) for g in gms)
+
+
+def _is_grad_manager(v):
+    return hasattr(v, "_attached") and hasattr(v, "_version") and hasattr(v, "backward")
+
+
+def _closure_values(function):
+    """``(modules, grad managers)`` a function names from its closure cells and globals."""
+    mods, gms = [], []
+    _is_module(None)
+    fn = getattr(function, "__func__", function)
+    if isinstance(fn, _Module):  # ``trace(net)``: the module traced is no argument
+        return [fn], gms
+    values = []
+    for cell in getattr(fn, "__closure__", None) or ():
+        try:
+            values.append(cell.cell_contents)
+        except ValueError:  # an empty cell
+            continue
+    code, glb = getattr(fn, "__code__", None), getattr(fn, "__globals__", None)
+    if code is not None and glb is not None:
+        values.extend(glb.get(name) for name in code.co_names)
+    for v in values:
+        if isinstance(v, _Module):
+            mods.append(v)
+        elif v is not None and _is_grad_manager(v):
+            gms.append(v)
+    return mods, gms
+
+
+def closure_slots(function):
+    """``[(cell or globals dict, name or None, object)]``: where a function finds the modules and GradManagers
+    of :func:`closure_numbers` (a prepared compiled call checks that each still holds the same object: rebinding
+    the global ``gm`` bumps no structure epoch)."""
+    fn = getattr(function, "__func__", function)
+    if isinstance(fn, _Module):
+        return []
+    out = []
+    for cell in getattr(fn, "__closure__", None) or ():
+        try:
+            v = cell.cell_contents
+        except ValueError:
+            continue
+        if isinstance(v, _Module) or (v is not None and _is_grad_manager(v)):
+            out.append((cell, None, v))
+    code, glb = getattr(fn, "__code__", None), getattr(fn, "__globals__", None)
+    if code is not None and glb is not None:
+        for name in code.co_names:
+            v = glb.get(name)
+            if isinstance(v, _Module) or (v is not None and _is_grad_manager(v)):
+                out.append((glb, name, v))
+    return out
 
 
 def closure_modules(function):
     """Modules a function reaches without their being arguments: its closure cells and the globals it names
     (``net`` in ``@trace def step(x): return net(x)``), to put their Tensor attributes back after a failed
     recording call."""
-    out = []
-    _is_module(None)
-    fn = getattr(function, "__func__", function)
-    if isinstance(fn, _Module):  # ``trace(net)``: the module traced is no argument
-        return [fn]
-    for cell in getattr(fn, "__closure__", None) or ():
-        try:
-            v = cell.cell_contents
-        except ValueError:  # an empty cell
-            continue
-        if isinstance(v, _Module):
-            out.append(v)
-    code, glb = getattr(fn, "__code__", None), getattr(fn, "__globals__", None)
-    if code is not None and glb is not None:
-        for name in code.co_names:
-            v = glb.get(name)
-            if isinstance(v, _Module):
-                out.append(v)
-    return out
+    return _closure_values(function)[0]
