@@ -247,6 +247,8 @@ def test_comp_node_at_imperative_rt_path():
     from megxla.core._imperative_rt import CompNode
     x = mge.tensor(np.arange(3, dtype="float32"), device=CompNode("cpu0:1"))
     assert str(x.device) == "cpu0:1" and x.numpy().tolist() == [0.0, 1.0, 2.0]
+    from megxla.device import CompNode as DeviceCompNode  # test_subgraph.py imports it from megengine.device
+    assert DeviceCompNode is CompNode
 
 
 # ---- optimizer/test_lamb.py: MegEngine's LAMBUpdate kernel checked against the test's own reference -------------
@@ -283,5 +285,15 @@ def test_bfloat16_numpy_type():
     assert x.numpy().dtype == bfloat16 and x.numpy().tolist() == [-3.40625, 1.3984375]
     assert (x + x).dtype == bfloat16 and (x * 2).dtype == np.float32  # MegEngine 1.13's promotion
     assert pickle.loads(pickle.dumps(a)).dtype is a.dtype
-    from megxla.device import CompNode as DeviceCompNode  # test_subgraph.py imports it from megengine.device
-    assert DeviceCompNode is CompNode
+
+
+def test_auto_format_convert_switch_at_megengine_path():
+    # amp/test_convert_format.py imports it from core._config (MegEngine's optimizer and GradManager call it)
+    from megxla.core._config import get_auto_format_convert, set_auto_format_convert
+    assert get_auto_format_convert() is False
+    set_auto_format_convert(True)
+    try:
+        assert mge.config._auto_format_convert is True and get_auto_format_convert() is True
+    finally:
+        set_auto_format_convert(False)
+    assert mge.config._auto_format_convert is False

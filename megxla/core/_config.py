@@ -18,6 +18,8 @@ import sys
 import types
 
 from .. import config as _public
+# MegEngine's _config imports these from core2 (its optimizer and GradManager call them)
+from ._imperative_rt.core2 import get_auto_format_convert, set_auto_format_convert, get_option, set_option  # noqa
 
 __all__ = ["_override", "_reset_execution_config", "_get_actual_op_param"]
 

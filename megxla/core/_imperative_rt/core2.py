@@ -185,5 +185,29 @@ def set_option(name: str, value: int) -> None:
         _OPTIONS[name] = value
 
 
+def get_auto_format_convert() -> bool:
+    """MegEngine's automatic NCHW/NHWC conversion switch: :data:`megxla.config._auto_format_convert` (accepted
+    and kept; XLA picks memory layouts itself, so tensors carry no format).
+
+    Example:
+        >>> get_auto_format_convert()
+        False
+    """
+    from ... import config
+    return bool(config._auto_format_convert)
+
+
+def set_auto_format_convert(flag: bool) -> None:
+    """Set :data:`megxla.config._auto_format_convert` (MegEngine's ``core2.set_auto_format_convert``).
+
+    Example:
+        >>> set_auto_format_convert(True); get_auto_format_convert()
+        True
+        >>> set_auto_format_convert(False)
+    """
+    from ... import config
+    config._auto_format_convert = flag
+
+
 __all__ += ["OpError", "is_external_convert", "set_external_convert_hook", "sync", "create_complex",
-            "get_option", "set_option"]
+            "get_option", "set_option", "get_auto_format_convert", "set_auto_format_convert"]
