@@ -254,3 +254,9 @@ def test_end_and_watch_points_on_a_loaded_graph():
     np.testing.assert_allclose(net(x).numpy(), d["y0"], rtol=1e-5, atol=1e-6)
     assert set(net.watch_node_value) == {inp, bn_out} and net.watch_node_value[bn_out].shape == (2, 4, 8, 8)
     net.clear_watch_points()
+
+
+def test_megengine_quantized_batch_matmul_activation():
+    net, d = _load("quantized_bmm")
+    assert type(net.bmm) is M.quantized.BatchMatMulActivation
+    np.testing.assert_array_equal(net(mge.Tensor(d["x"])).numpy(), d["y0"])

@@ -196,6 +196,17 @@ class QOps(M.Module):
         return self.dq(self.cat([self.add(x, y), y], axis=1))
 
 
+class QBmm(M.Module):
+    def __init__(self):
+        super().__init__()
+        self.q = M.QuantStub()
+        self.bmm = M.BatchMatMulActivation(2, 3, 4, bias=True, nonlinear_mode="relu")
+        self.dq = M.DequantStub()
+
+    def forward(self, x):
+        return self.dq(self.bmm(self.q(x)))
+
+
 def quantized_ops(x):
     import megengine.quantization as Q
     for name, transpose in (("quantized_ops", False), ("quantized_transpose", True)):
@@ -205,6 +216,14 @@ def quantized_ops(x):
         q = Q.quantize(qat)
         q.eval()
         save(name, q, x)
+    import megengine.quantization as Q
+    xb = rng.randn(2, 3, 4).astype("float32")
+    qat = Q.quantize_qat(trace_module(QBmm(), mge.Tensor(xb)), qconfig=Q.ema_fakequant_qconfig)
+    qat(mge.Tensor(xb))
+    qat.eval()
+    q = Q.quantize(qat)
+    q.eval()
+    save("quantized_bmm", q, xb)
 
 
 def quantized_models(x):
