@@ -220,3 +220,19 @@ def test_advanced_index_values():
     z = Tensor(np.zeros((3, 4, 5), "int32"))
     z[0] = Tensor(np.full((4, 5), 2.7, "float32"))
     assert z[0].numpy().max() == 2 and z.dtype == np.int32
+
+
+# ---- megengine.core.tensor.utils ---------------------------------------------------------------------------------
+def test_convert_inputs_and_promotion_helpers():
+    from megxla.core.tensor.utils import convert_inputs, dtype_promotion, get_device, result_type
+    # MegEngine: every input converted to the common dtype, on the first tensor's device
+    a, b = convert_inputs(Tensor([1, 2]), 1.5)
+    assert (a.dtype, b.dtype, b.numpy().item()) == (np.float32, np.float32, 1.5)
+    a, b = convert_inputs(Tensor([1], dtype="int8"), np.array([1, 2], "int32"))
+    assert a.dtype == b.dtype == np.int32
+    a, b = convert_inputs(Tensor([1], device="cpu0"), 3)
+    assert repr(b) == "Tensor(3, dtype=int32, device=cpu0:0)"
+    assert [dtype_promotion(i) for i in ([Tensor([1]), 1.5], [Tensor([1], dtype="int8"), 1], [1, 2.5])] == [
+        np.float32, np.int8, np.float32]
+    assert str(get_device([1, Tensor([1], device="cpu0")])) == "cpu0:0" and str(get_device([1, 2])) == "xpux:0"
+    assert result_type(Tensor([1]), np.float32) == np.float64 and result_type(Tensor([1]), 1.5) == np.int32

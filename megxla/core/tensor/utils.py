@@ -13,7 +13,8 @@ from .._dispatch import apply
 from ..ops import shape as _S, elemwise as _E
 from .dtype import is_quantize
 
-__all__ = ["isscalar", "astensor1d", "convert_single_value", "make_shape_tuple"]
+__all__ = ["isscalar", "astensor1d", "convert_single_value", "convert_inputs", "dtype_promotion", "get_device",
+           "result_type", "make_shape_tuple"]
 
 
 def isscalar(x) -> bool:
@@ -92,6 +93,80 @@ def convert_single_value(v, *, dtype=None, device=None):
     if isinstance(v, Tensor):
         return v if is_quantize(v.dtype) else _astype(v, dtype)
     return _const(v, dtype, device)
+
+
+def dtype_promotion(inputs):
+    """MegEngine's common dtype of op inputs: the promotion of the tensors' (and arrays') dtypes, Python scalars
+    following it where they fit (an int with an int8 tensor stays int8, a float with an int tensor gives
+    float32); without tensors, float32 for a float, int32 for an int.
+
+    Example:
+        >>> dtype_promotion([Tensor([1], dtype="int8"), 1]), dtype_promotion([Tensor([1]), 1.5])
+        (dtype('int8'), dtype('float32'))
+    """
+    from ..dtypes import default_dtype
+    from ..ops.elemwise import promote_dtype
+    from .._elemwise_front import _scalar_dtype
+    dt = None
+    for x in inputs:
+        if isinstance(x, (Tensor, np.ndarray, np.generic)):
+            d = np.dtype(x.dtype) if isinstance(x, Tensor) else np.dtype(default_dtype(np.asarray(x)))
+            dt = d if dt is None else np.dtype(promote_dtype(dt, d))
+    for x in inputs:
+        if isinstance(x, (bool, int, float)):
+            d = np.dtype(_scalar_dtype(x, dt)) if dt is not None else \
+                np.dtype(np.bool_ if isinstance(x, bool) else np.int32 if isinstance(x, int) else np.float32)
+            dt = d if dt is None else np.dtype(promote_dtype(dt, d))
+        elif isinstance(x, (list, tuple)) and dt is None:
+            dt = np.dtype(default_dtype(np.asarray(x)))
+    return dt
+
+
+def get_device(inputs):
+    """The device (a CompNode) of the first tensor among ``inputs``; the default device without one.
+
+    Example:
+        >>> str(get_device([1, Tensor([1.0], device="cpu0")]))
+        'cpu0:0'
+    """
+    for x in inputs:
+        if isinstance(x, Tensor):
+            return x.device
+    from ..dtypes import CompNode, get_default_device
+    return CompNode(get_default_device())
+
+
+def convert_inputs(*args, device=None):
+    """Every argument as a Tensor of the inputs' common dtype (:func:`dtype_promotion`) on ``device`` (default:
+    the first tensor's), as MegEngine converts an op's inputs.
+
+    Example:
+        >>> [t.dtype.name for t in convert_inputs(Tensor([1, 2]), 1.5)]
+        ['float32', 'float32']
+    """
+    dtype = dtype_promotion(args)
+    device = get_device(args) if device is None else device
+    return tuple(convert_single_value(a, dtype=dtype, device=device) for a in args)
+
+
+def result_type(*args):
+    """NumPy's result type of the arguments' dtypes (tensors, dtypes and dtype names; others are skipped), as
+    MegEngine's ``result_type``.
+
+    Example:
+        >>> result_type(Tensor([1], dtype="int8"), Tensor([1], dtype="int16"))
+        dtype('int16')
+    """
+    dtypes = []
+    for a in args:
+        if isinstance(a, Tensor):
+            dtypes.append(a.dtype)
+            continue
+        try:
+            dtypes.append(np.dtype(a))
+        except TypeError:
+            pass
+    return np.result_type(*dtypes)
 
 
 def make_shape_tuple(shape) -> tuple:
