@@ -102,7 +102,7 @@ def cross_entropy(pred, label, axis=1, with_logits=True, label_smooth=0, reducti
         >>> F.nn.cross_entropy(Tensor([[0., 1.]]), Tensor([1])).item()  # log(1 + e^-1)
         0.3132617
     """
-    from .nn import logsoftmax
+    from .nn import logsumexp
     from .tensor import indexing_one_hot
     from .elemwise import log
     op = "cross_entropy"
@@ -126,12 +126,19 @@ def cross_entropy(pred, label, axis=1, with_logits=True, label_smooth=0, reducti
     # MegEngine raises for labels outside [0, C); JAX's gather would clamp them. Checked eagerly here; inside
     # a recording or compiled step labels are graph values and are clamped (see core/_indexing.py).
     check_index_tensor(op, label, pred.shape[axis], axis, allow_negative=False, what="label")
-    logp = logsoftmax(pred, axis) if with_logits else log(pred)
-    # `0 - x`, not `-x`: MegEngine computes `logZ - pred[label]` (`0 - log(p)` for probabilities), so a
-    # certain prediction gives +0.0 where a negation would print -0.0
-    nll = 0.0 - indexing_one_hot(logp, label, axis)
-    if label_smooth:
-        nll = nll * (1 - label_smooth) - logp.mean(axis) * label_smooth
+    # MegEngine's formula term by term, so its float32 roundings (0.5797641, not 0.57976407) and signs (a certain
+    # prediction gives 0 - log(1) = +0.0) are reproduced: logZ - pred[label] (logZ = 0 for probabilities)
+    if with_logits:
+        logz = logsumexp(pred, axis)
+        primary = indexing_one_hot(pred, label, axis)
+    else:
+        logz = 0.0
+        primary = log(indexing_one_hot(pred, label, axis))
+    if not label_smooth:
+        nll = logz - primary
+    else:
+        scores = pred if with_logits else log(pred)
+        nll = logz - label_smooth * scores.mean(axis) - (1 - label_smooth) * primary
     return _reduce(nll, reduction, op)
 
 
