@@ -236,3 +236,15 @@ def test_convert_inputs_and_promotion_helpers():
         np.float32, np.int8, np.float32]
     assert str(get_device([1, Tensor([1], device="cpu0")])) == "cpu0:0" and str(get_device([1, 2])) == "xpux:0"
     assert result_type(Tensor([1]), np.float32) == np.float64 and result_type(Tensor([1]), 1.5) == np.int32
+
+
+def test_zero_dim_repr_is_numpy1_scalar_str():
+    # MegEngine (NumPy 1.23) prints a 0-d tensor with its scalar's str
+    assert repr(Tensor(2000.0, dtype="float16")) == "Tensor(2000.0, dtype=float16, device=xpux:0)"
+    assert repr(Tensor(65504.0, dtype="float16")) == "Tensor(65500.0, dtype=float16, device=xpux:0)"
+    assert repr(Tensor(1e8)) == "Tensor(100000000.0, device=xpux:0)"
+    assert repr(Tensor(1e17)) == "Tensor(1e+17, device=xpux:0)" and repr(Tensor(1e-5)) == "Tensor(1e-05, device=xpux:0)"
+    assert repr(Tensor(1 / 3)) == "Tensor(0.33333334, device=xpux:0)" and repr(Tensor(-0.0)) == "Tensor(-0.0, device=xpux:0)"
+    assert repr(Tensor(True)) == "Tensor(True, dtype=bool, device=xpux:0)" and repr(Tensor(7)) == \
+        "Tensor(7, dtype=int32, device=xpux:0)"
+    assert repr(Tensor([2000.0, 1.0], dtype="float16")) == "Tensor([2.e+03 1.e+00], dtype=float16, device=xpux:0)"

@@ -107,6 +107,18 @@ class Shape(tuple):
         return (tuple, (tuple(self),))
 
 
+def _scalar_str(v):
+    """``str`` of a NumPy scalar as NumPy 1 (MegEngine's) writes it, which a 0-d tensor's repr shows: positional
+    between 1e-4 and 1e16 (``100000000.0``, float16 ``2000.0``), else scientific (``1e-05``). NumPy 2 switches to
+    scientific from the type's precision on (``1e+08``, ``2e+03``)."""
+    if isinstance(v, np.floating) and np.isfinite(v) and v.dtype.itemsize <= 8:
+        a = abs(float(v))
+        if a == 0 or 1e-4 <= a < 1e16:
+            return np.format_float_positional(v, trim="0")
+        return np.format_float_scientific(v, trim="-")
+    return str(v)
+
+
 class Tensor:
     """A multi-dimensional array on a device, with MegEngine's semantics.
 
@@ -332,8 +344,12 @@ class Tensor:
     def __repr__(self):
         # MegEngine's format: class name, str() of the array at 4 digits, dtype unless float32, logical device.
         try:
-            with np.printoptions(precision=4, suppress=False):
-                body = str(self.numpy())
+            a = self.numpy()
+            if a.ndim == 0:
+                body = _scalar_str(a[()])
+            else:
+                with np.printoptions(precision=4, suppress=False):
+                    body = str(a)
         except Exception:  # abstract values during symbolic tracing have no numbers
             body = "<abstract>"
         dtype = "" if self.dtype == np.float32 else f", dtype={self.dtype.name}"
