@@ -274,3 +274,37 @@ def test_a_grad_manager_rebound_in_the_enclosing_scope_records_again(mode):
     finally:
         _GM = None
     np.testing.assert_allclose(np.stack(got), np.stack(want), rtol=1e-5, atol=1e-6)
+
+
+_OPT = None  # the optimizer the step below names from its globals
+
+
+def _global_opt_step(net, gm, x):
+    with gm:
+        gm.backward((net(x) ** 2).mean())
+    _OPT.step().clear_grad()
+
+
+@pytest.mark.parametrize("mode", ["xla_trace", "trace_without_host"])
+def test_an_optimizer_rebound_in_the_enclosing_scope_records_again(mode):
+    # an SGD without momentum holds no tensor, so nothing refused it from the enclosing scope; rebinding the
+    # global to a new one (another learning rate) went on reading the old one's
+    def program(deco):
+        global _OPT
+        net = M.Linear(4, 2)
+        gm = GradManager().attach(net.parameters())
+        f = deco(_global_opt_step)
+        out = []
+        for i in range(5):
+            if i in (0, 3):
+                _OPT = optim.SGD(net.parameters(), lr=0.1 if i == 0 else 0.001)
+            f(net, gm, mge.Tensor(np.full((5, 4), 0.1 * (i + 1), "float32")))
+            out.append(np.concatenate([net.weight.numpy().ravel(), net.bias.numpy()]))
+        return out
+
+    global _OPT
+    try:
+        want, got = _eager_and(mode, program)
+    finally:
+        _OPT = None
+    np.testing.assert_allclose(np.stack(got), np.stack(want), rtol=1e-5, atol=1e-6)

@@ -318,19 +318,32 @@ def closure_numbers(function):
     apart, and a compiled step without the host kept dropping. () where there is no such module."""
     # GradManagers too, by identity: ``gm = GradManager().attach(head.parameters())`` rebinding the global the
     # step names between calls (fine-tuning's second phase) ran the recording of the old manager's attached set
-    mods, gms = _closure_values(function)
-    if not mods and not gms:
+    # Optimizers too (an SGD without slots holds no tensor the step could refuse): by identity and param-group
+    # layout, so ``opt = SGD(net.parameters(), lr=0.001)`` rebinding the global, or a group added, records again
+    mods, others = _closure_values(function)
+    if not mods and not others:
         return ()
-    return tuple((_Ident(m), k, _scalar_key(v)) for m, k, v in module_numbers(mods, {})) + tuple(
-        ("gm", _Ident(g)) for g in gms)
+    key = tuple((_Ident(m), k, _scalar_key(v)) for m, k, v in module_numbers(mods, {}))
+    for o in others:
+        if _is_optimizer(o):
+            key += (("opt", _Ident(o), tuple((tuple(map(id, g["params"])), tuple(k for k in g if k != "params"))
+                                             for g in o.param_groups)),)
+        else:
+            key += (("obj", _Ident(o)),)
+    return key
 
 
 def _is_grad_manager(v):
     return hasattr(v, "_attached") and hasattr(v, "_version") and hasattr(v, "backward")
 
 
+def _keyed_object(v):
+    """A GradManager or optimizer (whose identity decides what a step records)."""
+    return v is not None and not isinstance(v, type) and (_is_grad_manager(v) or _is_optimizer(v))
+
+
 def _closure_values(function):
-    """``(modules, grad managers)`` a function names from its closure cells and globals."""
+    """``(modules, GradManagers and optimizers)`` a function names from its closure cells and globals."""
     mods, gms = [], []
     _is_module(None)
     fn = getattr(function, "__func__", function)
@@ -348,7 +361,7 @@ def _closure_values(function):
     for v in values:
         if isinstance(v, _Module):
             mods.append(v)
-        elif v is not None and _is_grad_manager(v):
+        elif _keyed_object(v):
             gms.append(v)
     return mods, gms
 
@@ -366,13 +379,13 @@ def closure_slots(function):
             v = cell.cell_contents
         except ValueError:
             continue
-        if isinstance(v, _Module) or (v is not None and _is_grad_manager(v)):
+        if isinstance(v, _Module) or _keyed_object(v):
             out.append((cell, None, v))
     code, glb = getattr(fn, "__code__", None), getattr(fn, "__globals__", None)
     if code is not None and glb is not None:
         for name in code.co_names:
             v = glb.get(name)
-            if isinstance(v, _Module) or (v is not None and _is_grad_manager(v)):
+            if isinstance(v, _Module) or _keyed_object(v):
                 out.append((glb, name, v))
     return out
 
