@@ -248,3 +248,12 @@ def test_zero_dim_repr_is_numpy1_scalar_str():
     assert repr(Tensor(True)) == "Tensor(True, dtype=bool, device=xpux:0)" and repr(Tensor(7)) == \
         "Tensor(7, dtype=int32, device=xpux:0)"
     assert repr(Tensor([2000.0, 1.0], dtype="float16")) == "Tensor([2.e+03 1.e+00], dtype=float16, device=xpux:0)"
+
+
+def test_compnode_memory_queries_are_properties():
+    c = Tensor([1.0]).device
+    # MegEngine's CPU: get_mem_status_bytes == (total, free) host bytes; allocator counters 0
+    total, free = c.get_mem_status_bytes
+    assert total >= free > 0
+    assert isinstance(c.get_used_memory, int) and isinstance(c.get_max_reserved_memory, int)
+    assert CompNode._get_default_device() == "xpux" and CompNode._sync_all() is None

@@ -191,6 +191,68 @@ class CompNode:
         """The ``jax.Device`` this node resolves to."""
         return self._device
 
+    # ---- memory queries (properties, as MegEngine's) ------------------------------------------------------------
+    def _stats(self):
+        try:
+            return self._device.memory_stats() or {}
+        except Exception:  # a backend without allocator statistics (XLA's CPU client)
+            return {}
+
+    @property
+    def get_mem_status_bytes(self):
+        """``(total, free)`` bytes of the device's memory: the accelerator allocator's limit and what is left of
+        it, or the host's physical memory (total, free) for a CPU device, as MegEngine reports.
+
+        Example:
+            >>> total, free = CompNode("cpu0").get_mem_status_bytes
+            >>> total >= free > 0
+            True
+        """
+        s = self._stats()
+        if "bytes_limit" in s:
+            return s["bytes_limit"], s["bytes_limit"] - s.get("bytes_in_use", 0)
+        page = os.sysconf("SC_PAGE_SIZE")
+        return page * os.sysconf("SC_PHYS_PAGES"), page * os.sysconf("SC_AVPHYS_PAGES")
+
+    @property
+    def get_used_memory(self):
+        """Bytes the allocator has handed out on this device (0 where the backend keeps no statistics, as
+        MegEngine's CPU)."""
+        return self._stats().get("bytes_in_use", 0)
+
+    @property
+    def get_max_used_memory(self):
+        """Peak of :attr:`get_used_memory`."""
+        return self._stats().get("peak_bytes_in_use", 0)
+
+    @property
+    def get_reserved_memory(self):
+        """Bytes the allocator holds on this device."""
+        s = self._stats()
+        return s.get("bytes_reserved", s.get("bytes_in_use", 0))
+
+    @property
+    def get_max_reserved_memory(self):
+        """Peak of :attr:`get_reserved_memory`."""
+        s = self._stats()
+        return s.get("peak_bytes_reserved", s.get("peak_bytes_in_use", 0))
+
+    @staticmethod
+    def _sync_all():
+        """Wait for every computation queued on every device (MegEngine's ``CompNode._sync_all``)."""
+        jax.effects_barrier()
+        for a in jax.live_arrays():
+            a.block_until_ready()
+
+    @staticmethod
+    def _get_default_device():
+        """The default device's name (``"xpux"`` until ``set_default_device``)."""
+        return get_default_device()
+
+    @staticmethod
+    def _set_default_device(name):
+        set_default_device(name)
+
     def __str__(self):
         return self._logical
 
