@@ -154,7 +154,12 @@ def _select_device(platform, device_type, device):
     # what Group.comp_node shows
     dev = jax.local_devices(backend=platform)[0]
     dtypes._default_device = dev
-    dtypes._default_logical = f"{device_type}{device}"
+    dtypes._default_logical = name = f"{device_type}{device}"
+    # the name's CompNode is this process's one device: resolving "xpu1" among the local devices (rank 1 of a
+    # CPU launch has one) raised, so printing a tensor failed there (the distributed guide's pipeline example)
+    node = dtypes.CompNode(dev)
+    node._logical = dtypes._logical(name)
+    dtypes._NODES[name] = node
 
 
 def _excepthook(kind, value, tb):
