@@ -308,3 +308,48 @@ def test_an_optimizer_rebound_in_the_enclosing_scope_records_again(mode):
     finally:
         _OPT = None
     np.testing.assert_allclose(np.stack(got), np.stack(want), rtol=1e-5, atol=1e-6)
+
+
+class _PhasedSGD(optim.Optimizer):
+    """A MegEngine-style custom optimizer whose Python attributes drive its update: a warmup step counter and a
+    phase flag that alternates (its step's Python effects must happen on every compiled call)."""
+
+    def __init__(self, params, lr):
+        super().__init__(params, dict(lr=lr))
+        self.n, self.phase = 0, 0
+
+    def _create_state(self, param_group):
+        pass
+
+    def _updates(self, param_group):
+        self.n += 1
+        self.phase = 1 - self.phase
+        k = min(1.0, self.n / 3) * (1.0 if self.phase else 0.5)
+        for p in param_group["params"]:
+            if p.grad is not None:
+                p._reset(p - param_group["lr"] * k * p.grad)
+
+
+@pytest.mark.parametrize("mode", ["xla_trace", "trace_without_host", "trace"])
+def test_python_numbers_of_an_optimizer_key_the_step_and_are_advanced_by_every_call(mode):
+    # the counter and phase were baked in at recording and never advanced by compiled calls
+    def program(deco):
+        net = M.Linear(4, 2)
+        gm, opt = GradManager().attach(net.parameters()), _PhasedSGD(net.parameters(), 0.1)
+
+        def step(net, gm, opt, x):
+            with gm:
+                gm.backward((net(x) ** 2).mean())
+            opt.step().clear_grad()
+
+        f = deco(step)
+        out = []
+        for i in range(7):
+            if i == 5:
+                opt.n = 0  # set between calls: the next step warms up again
+            f(net, gm, opt, mge.Tensor(np.full((5, 4), 0.1 * (i + 1), "float32")))
+            out.append(np.concatenate([net.weight.numpy().ravel(), net.bias.numpy(), [opt.n, opt.phase]]))
+        return out
+
+    want, got = _eager_and(mode, program)
+    np.testing.assert_allclose(np.stack(got), np.stack(want), rtol=1e-5, atol=1e-6)

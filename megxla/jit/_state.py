@@ -179,7 +179,10 @@ def collect(args, kwargs):
             for p, st in obj._state.items():
                 slots.append((index.get(id(p)), tuple((k, add(v) if isinstance(v, Tensor) else v)
                                                        for k, v in sorted(st.items()))))
-            return ("optimizer", id(obj), tuple(groups), tuple(slots))
+            # Python numbers of the optimizer itself (a custom optimizer's step counter driving a warmup, a flag):
+            # baked into the recording like a module's, so they key it too
+            numbers = tuple((k, _scalar_key(v)) for k, v in obj.__dict__.items() if type(v) in _SCALARS)
+            return ("optimizer", id(obj), tuple(groups), tuple(slots), numbers)
         if type(obj) in _SCALARS:
             return ("c", _scalar_key(obj))
         walker = _registry.state_walker(obj)
@@ -206,9 +209,10 @@ def collect(args, kwargs):
 
 
 def module_numbers(args, kwargs):
-    """``[(module, attribute, value)]``: the Python number (and str/None) attributes of every module reachable
-    from the arguments, e.g. ``training``. A traced step that changes one (``net.eval()`` inside the body) has
-    the change re-applied after each compiled call, as running the body would (:func:`changed_numbers`)."""
+    """``[(module, attribute, value)]``: the Python number (and str/None) attributes of every module (and
+    optimizer) reachable from the arguments, e.g. ``training``. A traced step that changes one (``net.eval()``
+    inside the body) has the change re-applied after each compiled call, as running the body would
+    (:func:`changed_numbers`)."""
     out, seen = [], set()
     _is_module(None)  # resolve the Module class once
 
@@ -226,6 +230,10 @@ def module_numbers(args, kwargs):
                     out.append((obj, k, v))
                 elif isinstance(v, _Module) or (k[0] != "_" and isinstance(v, (list, tuple, dict))):
                     visit(v)
+        elif _is_optimizer(obj) and id(obj) not in seen:
+            # (an optimizer's own Python numbers: a counter its step advances is advanced by every call)
+            seen.add(id(obj))
+            out.extend((obj, k, v) for k, v in obj.__dict__.items() if type(v) in _SCALARS)
 
     visit(args)
     visit(kwargs)

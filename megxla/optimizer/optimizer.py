@@ -355,7 +355,8 @@ class Optimizer(metaclass=ABCMeta):
         # A new ``param_groups`` list is new structure: a compiled step's prepared call must not keep reading
         # the hyper-parameters of the groups it replaced (core._registry's structure epoch).
         object.__setattr__(self, name, value)
-        if name == "param_groups":
+        if name == "param_groups" or type(value) in (bool, int, float, str, type(None)):
+            # (a Python number attribute keys a compiled step as a module's does: jit/_state.collect)
             _registry.bump_epoch()
 
     def __getstate__(self):
