@@ -824,3 +824,24 @@ def test_distributed_guide_launch_default_device_type():
     out = dist.launcher(_pipeline_worker, n_gpus=2)()
     assert out[0] == "Tensor([0.], device=xpu0:0)"
     assert out[1] == ("Tensor([[3.]], device=xpu1:0)", "xpu1")
+
+
+def test_dataset_default_root_is_megengine_s(tmp_path, monkeypatch):
+    # the distributed guide calls MNIST() with no root: MegEngine reads $XDG_CACHE_HOME/megengine/MNIST
+    # (~/.cache/megengine/MNIST), so files MegEngine downloaded there are used without a download
+    import gzip
+    import struct
+    from megxla.data.dataset import MNIST
+    folder = tmp_path / "megengine" / "MNIST"
+    folder.mkdir(parents=True)
+    images = np.arange(2 * 28 * 28, dtype=np.uint8).reshape(2, 28, 28)
+    for kind in ("train", "t10k"):
+        with gzip.open(folder / f"{kind}-images-idx3-ubyte.gz", "wb") as f:
+            f.write(struct.pack(">iiii", 2051, 2, 28, 28) + images.tobytes())
+        with gzip.open(folder / f"{kind}-labels-idx1-ubyte.gz", "wb") as f:
+            f.write(struct.pack(">ii", 2049, 2) + bytes([7, 3]))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    data = MNIST(train=False)
+    assert data.root == str(folder) and len(data) == 2
+    image, label = data[1]
+    assert image.shape == (28, 28, 1) and image.dtype == np.uint8 and label == 3

@@ -19,7 +19,7 @@ class CIFAR10(VisionDataset):
     np.int32)`` — BGR like every image MegEngine decodes with OpenCV.
 
     Args:
-        root: directory of the files; default ``$MGE_HOME/dataset/cifar10`` (``cifar100``).
+        root: directory of the files; default ``~/.cache/megengine/CIFAR10`` (``CIFAR100``), MegEngine's.
         train: the 50,000 training images, else the 10,000 test images.
         download: fetch the archive from ``url_path`` when absent (MD5-checked); with ``False`` a missing
             archive raises ``FileNotFoundError``.
@@ -36,7 +36,7 @@ class CIFAR10(VisionDataset):
 
     def __init__(self, root: str = None, train: bool = True, download: bool = True, timeout: int = 500):
         super().__init__(root, order=("image", "image_category"))
-        name = type(self).__name__.lower()
+        name = type(self).__name__  # MegEngine's folder: ~/.cache/megengine/CIFAR10
         self.root = os.path.expanduser(root) if root is not None else os.path.join(default_dataset_root(), name)
         self.train = train
         self.timeout = timeout

@@ -21,7 +21,7 @@ class ImageNet(ImageFolder):
     ground truth (reading the devkit's ``meta.mat`` needs SciPy).
 
     Args:
-        root: the ImageNet directory; default ``$MGE_HOME/dataset/imagenet``.
+        root: the ImageNet directory; default ``~/.cache/megengine/ImageNet`` (MegEngine's).
         train: the training split, else the validation split.
         kwargs: passed to :class:`ImageFolder` (``check_valid_func``, ``class_name``).
     """
@@ -36,7 +36,7 @@ class ImageNet(ImageFolder):
     default_devkit_dir = "ILSVRC2012_devkit_t12"
 
     def __init__(self, root: str = None, train: bool = True, **kwargs):
-        root = os.path.expanduser(root) if root is not None else os.path.join(default_dataset_root(), "imagenet")
+        root = os.path.expanduser(root) if root is not None else os.path.join(default_dataset_root(), "ImageNet")
         self.root = self._raw_root = root  # ImageFolder later sets root to the split folder
         self.train = train
         self.target_folder = os.path.join(root, self.default_train_dir if train else self.default_val_dir)

@@ -48,7 +48,7 @@ class MNIST(VisionDataset):
     too). Sample: ``(image (28, 28, 1) uint8, label np.int32)``.
 
     Args:
-        root: directory of the files; default ``$MGE_HOME/dataset/mnist``.
+        root: directory of the files; default ``~/.cache/megengine/MNIST`` (MegEngine's).
         train: the 60,000 training images, else the 10,000 test images.
         download: fetch missing files from ``url_path`` (MD5-checked); a failed download names the URL and the
             target path. With ``False``, missing files raise ``FileNotFoundError``.
@@ -62,7 +62,8 @@ class MNIST(VisionDataset):
 
     def __init__(self, root: str = None, train: bool = True, download: bool = True):
         super().__init__(root, order=("image", "image_category"))
-        self.root = os.path.expanduser(root) if root is not None else os.path.join(default_dataset_root(), "mnist")
+        default = os.path.join(default_dataset_root(), type(self).__name__)  # MegEngine's ~/.cache/megengine/MNIST
+        self.root = os.path.expanduser(root) if root is not None else default
         self.train = train
         if self._missing():
             if not download:

@@ -19,9 +19,9 @@ def is_img(path: str) -> bool:
 
 
 def default_dataset_root() -> str:
-    """``$MGE_HOME/dataset`` (default ``~/.cache/megengine/dataset``), MegEngine's dataset directory."""
-    home = os.environ.get("MGE_HOME", os.path.join(os.environ.get("XDG_CACHE_HOME", "~/.cache"), "megengine"))
-    return os.path.join(os.path.expanduser(home), "dataset")
+    """``$XDG_CACHE_HOME/megengine`` (default ``~/.cache/megengine``): MegEngine's dataset directory, which holds
+    one folder per dataset class (``MNIST``, ``CIFAR10``, ``ImageNet``), so files MegEngine downloaded are found."""
+    return os.path.expanduser(os.path.join(os.environ.get("XDG_CACHE_HOME", "~/.cache"), "megengine"))
 
 
 def imread(path: str, color: bool = True) -> np.ndarray:
