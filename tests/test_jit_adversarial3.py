@@ -353,3 +353,28 @@ def test_python_numbers_of_an_optimizer_key_the_step_and_are_advanced_by_every_c
 
     want, got = _eager_and(mode, program)
     np.testing.assert_allclose(np.stack(got), np.stack(want), rtol=1e-5, atol=1e-6)
+
+
+class _Phase(M.Module):
+    def __init__(self):
+        super().__init__()
+        self.phase = 0
+
+    def forward(self, x):
+        self.phase = 1 - self.phase  # alternates: the step of one phase value recurs every other call
+        return x * (2.0 if self.phase else 3.0)
+
+
+_PHASE = _Phase()
+
+
+@pytest.mark.parametrize("mode", ["xla_trace", "trace_without_host"])
+def test_number_writes_to_a_module_from_the_enclosing_scope_happen_on_every_call(mode):
+    # the recording of phase 0 was reused by compiled calls that never flipped the phase: it stayed 1
+    def program(deco):
+        _PHASE.phase = 0
+        f = deco(lambda x: _PHASE(x))
+        return [(float(f(mge.Tensor([1.0]))), _PHASE.phase) for _ in range(6)]
+
+    want, got = _eager_and(mode, program)
+    assert got == want

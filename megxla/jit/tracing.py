@@ -529,7 +529,7 @@ class trace:
         snapshot = _snapshot(state)
         attrs, closure_attrs = self._attr_snapshot(args, kwargs)
         recorder = self._recorder(Recorder, state)
-        numbers = _state.module_numbers(args, kwargs)
+        numbers = _state.module_numbers([args, _state.closure_modules(self.__wrapped__)], kwargs)
         push_interpreter(recorder)
         try:
             try:
@@ -596,6 +596,8 @@ class trace:
                 if leaf._vid not in recorder.known:
                     recorder._outside(leaf)
                 out_leaves.append(("t", leaf._vid))
+                if leaf._name:  # a name the body gave a result (`y.name = "prob"`) names that output in a dump
+                    recorder.rec.out_names[leaf._vid] = leaf._name
                 if id(leaf) in position:
                     out_state[j] = position[id(leaf)]
             else:
@@ -697,7 +699,7 @@ class trace:
         attrs, closure_attrs = self._attr_snapshot(args, kwargs)
         nstate = len(state)
         holder = {}
-        numbers = _state.module_numbers(args, kwargs)
+        numbers = _state.module_numbers([args, _state.closure_modules(self.__wrapped__)], kwargs)
 
         def abstract_step(*arrays):
             for t, a in zip(state, arrays):
