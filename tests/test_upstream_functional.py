@@ -297,3 +297,49 @@ def test_auto_format_convert_switch_at_megengine_path():
     finally:
         set_auto_format_convert(False)
     assert mge.config._auto_format_convert is False
+
+
+# ---- utils/test_dump_naming.py: operator names of a dumped graph are MegEngine's AutoNaming ----------------------
+def _dumped_oprs(fn):
+    import io
+    import megxla.utils.comp_graph_tools as cgtools
+    from megxla.core.tensor import megbrain_graph as G
+    from megxla.jit import trace
+    f = trace(fn, symbolic=True, capture_as_const=True)
+    f(Tensor(np.ones((2, 3), "float32"))).numpy()
+    buf = io.BytesIO()
+    f.dump(buf, optimize_for_inference=False, arg_names=("x",), keep_opr_name=True, keep_var_name=2)
+    buf.seek(0)
+    return cgtools.get_oprs_seq(G.load_graph(buf).output_vars_list)
+
+
+def test_dump_operator_names_follow_module_scopes():
+    import megxla.module as M
+
+    class Simple(M.Module):
+        def __init__(self):
+            super().__init__(name="simple")
+            self.l0 = [M.Linear(3, 3) for _ in range(2)]
+            self.named = M.Linear(3, 3, name="x")
+
+        def forward(self, x):
+            x = F.relu(F.relu(x))
+            for _ in range(2):
+                x = self.l0[1](x)
+            x = self.named(x)
+            x.name = "o_x"
+            return x
+
+    ops = _dumped_oprs(Simple())
+    # MegEngine 1.13's names for the same program (its test_with_same_operators, test_with_submodule_in_container,
+    # test_named_submodule, test_user_named_tensor)
+    assert [op.name for op in ops] == ["x", "simple.RELU[0]", "simple.RELU[1]", "simple.l0.1.MatrixMul[0]",
+                                       "simple.l0.1.ADD[0]", "simple.l0.1.MatrixMul[1]", "simple.l0.1.ADD[1]",
+                                       "simple.x.MatrixMul", "simple.x.ADD"]
+    assert ops[-1].outputs[0].name == "o_x"
+
+    class Top(M.Module):  # an unnamed top-level module opens no scope (test_ignore_top_module)
+        def forward(self, x):
+            return x + x
+
+    assert [op.name for op in _dumped_oprs(Top())] == ["x", "ADD"]

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import contextlib
 
-__all__ = ["AutoNaming", "push_scope", "pop_scope", "record_scope", "set_module_scopes"]
+__all__ = ["AutoNaming", "push_scope", "pop_scope", "record_scope", "set_module_scopes", "scoped_call"]
 
 # Trace annotations opened by push_scope while a profiler runs (closed by the matching pop_scope).
 _annotations: list = []
@@ -57,6 +57,20 @@ def module_call(module, forward, inputs, kwargs):
         return outputs
     finally:
         pop_scope()
+
+
+def scoped_call(module, forward, inputs, kwargs):
+    """Run ``forward`` inside MegEngine's scope of the module (its ``name``, else the attribute it is stored
+    under; none for an unnamed top-level module), without naming outputs: while a trace records, the scope of
+    each op becomes its operator name in a dump (``"simple.linear.MatrixMul"``), as MegEngine's AutoNaming."""
+    scope = module.name if module.name is not None else module.__dict__.get("_short_name")
+    if scope is None:
+        return forward(*inputs, **kwargs)
+    AutoNaming.scopes.append(str(scope))
+    try:
+        return forward(*inputs, **kwargs)
+    finally:
+        AutoNaming.scopes.pop()
 
 
 class AutoNaming:

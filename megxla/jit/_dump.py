@@ -111,6 +111,10 @@ def opr_type(op):
     return t, t
 
 
+def _scoped(scope, name):
+    return f"{scope}.{name}" if scope else name
+
+
 class _Names:
     """Unique names: the first ``x``, then ``x_1``, ``x_2``..."""
 
@@ -227,7 +231,8 @@ def dump(tracer, file, *, arg_names=None, output_names=None, optimize_for_infere
         return tuple(env[v] for v in out_vids)
 
     exported = jax.export.export(jax.jit(step))(*[avals[v] for v in in_vids])
-    view, out_names, params = _view(ops, aliases, inputs, fixed, out_vids, avals, names_by_leaf, out_pos, low)
+    view, out_names, params = _view(ops, aliases, inputs, fixed, out_vids, dict(avals), names_by_leaf, out_pos, low,
+                                    rec.scopes, rec.out_names)
     testcases = _testcases(input_data, inputs, avals, exported, repeat) if input_data is not None else []
     blob = {"format": FORMAT, "exported": bytes(exported.serialize()), "arg_names": [n for _, n in inputs],
             "output_names": out_names, "graph": view, "testcases": testcases,
@@ -272,9 +277,10 @@ def _fixed_values(tracer, entry, state, ops, out_vids, in_vids):
     return fixed
 
 
-def _view(ops, aliases, inputs, fixed, out_vids, avals, names_by_leaf, out_pos, low):
+def _view(ops, aliases, inputs, fixed, out_vids, avals, names_by_leaf, out_pos, low, scopes=None, out_named=None):
     """The graph view (plain data, see megbrain_graph.Graph), output names and ``{const vid: name}``."""
     names = _Names()
+    scopes, out_named = scopes or {}, out_named or {}
     oprs, vars_ = [], {}
     real = {}  # our vid -> the view variable that holds it
 
@@ -310,21 +316,43 @@ def _view(ops, aliases, inputs, fixed, out_vids, avals, names_by_leaf, out_pos, 
         add_var(vid, nm)
         oprs.append((len(oprs), "ImmutableTensor", nm, {"value": np.asarray(fixed[vid])}, [], [vid]))
         real[vid] = vid
+    # MegEngine's operators, named as its AutoNaming does: the module scope the op ran in, then the operator
+    # ("simple.linear.ADD"); a name several operators share gets "[i]" on each ("simple.RELU[0]", ...[1])
+    planned = []  # (type, name, attributes, input vids, output vids, scope); type None: an alias of an input
     for op, ins, outs in ops:
         if outs and outs[0] in aliases:  # a rewrite made this result one of its inputs
+            planned.append((None, None, None, ins, outs, None))
+            continue
+        scope = scopes.get(outs[0]) if outs else None
+        type_, base = opr_type(op)
+        attrs = {k: _plain(v) for k, v in op.params} if op.params else {}
+        if op.name == "linear":  # one fused primitive here; MegEngine's Linear is MatrixMul (+ ADD of the bias)
+            mm = fresh() if len(ins) == 3 else outs[0]
+            avals.setdefault(mm, avals.get(outs[0]))
+            planned.append(("MatrixMul", "MatrixMul", {"transposeB": True}, ins[:2], (mm,), scope))
+            if len(ins) == 3:
+                planned.append(("Elemwise", "ADD", {}, (mm, ins[2]), outs, scope))
+            continue
+        planned.append((type_, base, attrs, ins, outs, scope))
+    counts = collections.Counter(_scoped(p[5], p[1]) for p in planned if p[0] is not None)
+    seen = collections.Counter()
+    for type_, base, attrs, ins, outs, scope in planned:
+        if type_ is None:
             real[outs[0]] = real[aliases[outs[0]]]
             continue
-        type_, base = opr_type(op)
-        nm = names(base)
+        full = _scoped(scope, base)
+        if counts[full] > 1:
+            seen[full] += 1
+            full = f"{full}[{seen[full] - 1}]"
+        nm = names(full)
         for i, v in enumerate(outs):
             add_var(v, nm if len(outs) == 1 else names(f"{nm}:{i}"))
             real[v] = v
-        oprs.append((len(oprs), type_, nm, {k: _plain(v) for k, v in op.params} if op.params else {},
-                     [real[v] for v in ins], list(outs)))
+        oprs.append((len(oprs), type_, nm, attrs, [real[v] for v in ins], list(outs)))
     out_view = [real[v] for v in out_vids]
     out_names = []
-    for leaf_i, v in zip(out_pos, out_view):
-        given = names_by_leaf[leaf_i] if names_by_leaf is not None else None
+    for leaf_i, v, ov in zip(out_pos, out_view, out_vids):
+        given = names_by_leaf[leaf_i] if names_by_leaf is not None else out_named.get(ov)
         produced_here = not any(o[1] in ("Host2DeviceCopy", "ImmutableTensor") and o[5] == [v] for o in oprs)
         if given is not None and produced_here:
             vars_[v] = (v, given, *vars_[v][2:])  # the output variable takes the output's name

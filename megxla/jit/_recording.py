@@ -13,7 +13,7 @@ import weakref
 import numpy as np
 import jax
 
-from ..core import _dispatch
+from ..core import _dispatch, _naming
 from ..core._dispatch import eager_apply
 from ..core._spmd import MeshRequired
 from ..core._elemwise_front import SCALAR_VIDS
@@ -55,6 +55,10 @@ class Recording:
         self.externals: list = []  # weak references to tensors from the enclosing scope (trace only)
         self.host_checks: list = []
         self.folded: dict = {}
+        # {first output vid: module scope} of the ops recorded inside a module's call (``"simple.linear"``): the
+        # operator names of a dump, as MegEngine's AutoNaming
+        self.scopes: dict = {}
+        self.out_names: dict = {}  # {vid: name} of the returned tensors the body named
 
 
 _PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
@@ -135,6 +139,8 @@ class Recorder:
             if t._vid not in known:
                 self._outside(t)
         self.rec.ops.append((op, tuple(t._vid for t in inputs), tuple(t._vid for t in outputs)))
+        if _naming.AutoNaming.scopes and outputs:
+            self.rec.scopes[outputs[0]._vid] = ".".join(_naming.AutoNaming.scopes)
         avals = self.avals
         for t in outputs:
             known.add(t._vid)

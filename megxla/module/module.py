@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterable, Optional, Set, Tuple
 import numpy as np
 
 from ..core._tensor import Tensor, Parameter
-from ..core import _naming
+from ..core import _naming, _dispatch
 from ..logger import get_logger
 
 __all__ = ["Module", "HookHandler"]
@@ -234,6 +234,8 @@ class Module(metaclass=ABCMeta):
                     inputs = modified if isinstance(modified, tuple) else (modified,)
         if _naming.module_scopes[0]:  # naming scopes on (e.g. Profiler(with_scopes=True)): rare
             outputs = _naming.module_call(self, self.forward, inputs, kwargs)
+        elif _dispatch._active:  # a trace (or a GradManager) is recording: ops take the module's scope (dump names)
+            outputs = _naming.scoped_call(self, self.forward, inputs, kwargs)
         else:
             outputs = self.forward(*inputs, **kwargs)
         if self._forward_hooks:
