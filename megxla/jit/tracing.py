@@ -314,6 +314,21 @@ class trace:
     def __get__(self, obj, objtype=None):
         return self if obj is None else functools.partial(self, obj)
 
+    _closure_cache = None  # ((structure epoch, apply_numbers count), modules, key) of _closure_memo
+
+    def _closure_memo(self, mods):
+        """The number attributes of the modules this function names from its closure and globals
+        (``_state._numbers_key``), recomputed only when one may have changed: a module number attribute set
+        bumps the structure epoch (or goes through ``_state.apply_numbers``). A trace with the host walks a
+        closure model on every call: a 160-module model cost 1.2 ms a call without this."""
+        stamp = (_registry.epoch(), _state._APPLIED[0])
+        c = self._closure_cache
+        if c is not None and c[0] == stamp and len(c[1]) == len(mods) and all(a is b for a, b in zip(c[1], mods)):
+            return c[2]
+        key = _state._numbers_key(mods)
+        self._closure_cache = (stamp, mods, key)
+        return key
+
     # ---- calling -------------------------------------------------------------------------------------------
     def __call__(self, *args, **kwargs):
         if isinstance(current_interpreter(), (Recorder, _Replayer)):
@@ -343,7 +358,7 @@ class trace:
         args, kwargs = _state.convert_numpy(args, kwargs)
         self._converted = (args, kwargs)  # (a prepared call maps NumPy arguments to the Tensors made here)
         tensors, sig = _state.collect(args, kwargs)
-        closure = _state.closure_numbers(self.__wrapped__)
+        closure = _state.closure_numbers(self.__wrapped__, self._closure_memo)
         if closure:  # (modules from the enclosing scope: their numbers and modes decide what the body records)
             sig = sig + (closure,)  # (sig[:2] stay the arguments' items: trace.dump reads them)
         state = tensors + [self._rng_key]
