@@ -257,3 +257,18 @@ def test_compnode_memory_queries_are_properties():
     assert total >= free > 0
     assert isinstance(c.get_used_memory, int) and isinstance(c.get_max_reserved_memory, int)
     assert CompNode._get_default_device() == "xpux" and CompNode._sync_all() is None
+
+
+def test_setitem_reads_lists_and_bools_as_megengine_setitem():
+    # MegEngine's setitem reads any list as an array of indices and a Python bool as the int (its getitem
+    # differs: see test_list_with_non_int_items_is_a_tuple_of_indices)
+    def written(idx):
+        z = Tensor(np.zeros((3, 3), "float32"))
+        z[idx] = 1.0
+        return z.numpy().tolist()
+    assert written([[0, 1], [1, 2]]) == [[1.0] * 3] * 3
+    assert written([Tensor(0), Tensor(2)]) == [[1.0] * 3, [0.0] * 3, [1.0] * 3]
+    assert written([np.int64(0), np.int64(2)]) == [[1.0] * 3, [0.0] * 3, [1.0] * 3]
+    assert written(True) == [[0.0] * 3, [1.0] * 3, [0.0] * 3] and written(False) == [[1.0] * 3, [0.0] * 3, [0.0] * 3]
+    with pytest.raises(RuntimeError):  # (MegEngine: RuntimeError)
+        written([slice(None), 0])

@@ -145,12 +145,15 @@ def _classify(op, item):
 
 def parse(x, index, op="getitem"):
     """Return (spec, index tensors) for indexing ``x`` with ``index``; raise an OpError naming ``op``."""
-    if isinstance(index, list) and not all(type(i) in (int, bool) for i in index):
-        # MegEngine (as NumPy before 1.23) reads a list holding anything but Python ints as a tuple of indices:
-        # x[[[0, 1], [1, 2]]] is x[[0, 1], [1, 2]], x[[Tensor(0), Tensor(2)]] is x[0, 2]
+    if op == "getitem" and isinstance(index, list) and not all(type(i) in (int, bool) for i in index):
+        # MegEngine's getitem (as NumPy before 1.23) reads a list holding anything but Python ints as a tuple of
+        # indices: x[[[0, 1], [1, 2]]] is x[[0, 1], [1, 2]], x[[Tensor(0), Tensor(2)]] is x[0, 2]. Its setitem
+        # reads every list as an array of indices (x[[Tensor(0), Tensor(2)]] = v writes rows 0 and 2): so do we.
         index = tuple(index)
     if not isinstance(index, tuple):
         index = (index,)
+    if op == "setitem":  # (MegEngine's setitem indexes with a Python bool as with the int: x[True] = v writes row 1)
+        index = tuple(int(i) if type(i) is bool else i for i in index)
     items = [_classify(op, item) for item in index]
     if sum(1 for k, _, _ in items if k == "e") > 1:
         raise BadIndex(f"{op}: an index can only have a single ellipsis ('...')")
