@@ -211,3 +211,9 @@ def set_auto_format_convert(flag: bool) -> None:
 
 __all__ += ["OpError", "is_external_convert", "set_external_convert_hook", "sync", "create_complex",
             "get_option", "set_option", "get_auto_format_convert", "set_auto_format_convert"]
+
+
+# MegEngine defines these here (its core.tensor.utils imports them from core2)
+from ..tensor.utils import dtype_promotion, get_device  # noqa: E402
+
+__all__ += ["dtype_promotion", "get_device"]
