@@ -566,6 +566,12 @@ def worker(rank, port, q):
            dist.get_mm_server_addr()[1] > 0, s.numpy().tolist(), g.numpy().tolist(), b.numpy().tolist()))
 
 
+def early(n):
+    if dist.get_rank() == 1:
+        exit(0)  # MegEngine's launcher gives None for a rank that exits 0
+    return [dist.get_rank()] * n
+
+
 if __name__ == "__main__":
     server = dist.Server()  # MegEngine's: no world size; rank 0 starts the service on its port
     port = server.py_server_port
@@ -580,13 +586,16 @@ if __name__ == "__main__":
     for rank, r, ws, backend, addr, mm, s, g, b in got:
         assert (r, ws, backend, addr, mm) == (rank, 2, "nccl", ("localhost", port), True)
         assert s == [3.0, 20.0] and g == [1.0, 10.0, 2.0, 10.0] and b == float(rank)
+    # (last: the launcher's service threads would make a later fork of this process unsafe)
+    assert dist.launcher(early, n_gpus=2, device_type="cpu")(3) == [[0, 0, 0], None]
     print("OK")
 """
 
 
 def test_megengine_manual_start_server_and_forked_processes(tmp_path):
     # MegEngine's own test_init_process_group: dist.Server() (no world size) in the parent, workers forked by
-    # multiprocessing call init_process_group on its port; builtin CollectiveComm / ParamPack descriptors run
+    # multiprocessing call init_process_group on its port; builtin CollectiveComm / ParamPack descriptors run;
+    # test_collect_results: a launcher rank that calls exit(0) returns None
     script = tmp_path / "forked.py"
     script.write_text(_FORKED)
     env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

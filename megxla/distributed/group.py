@@ -247,8 +247,24 @@ def init_process_group(master_ip: str, port: int, world_size: int, rank: int, de
     if world_size > 1 and _prev_hook[0] is None:
         _prev_hook[0] = sys.excepthook
         sys.excepthook = _excepthook
+    if world_size > 1 and not _runtime._external_service and not _exit_hook[0]:
+        # Leave the group when this process ends, after the others (the runtime's shutdown barrier): rank 0
+        # hosts the service, and a multiprocessing worker ends with os._exit, without the interpreter's exit
+        # handlers -- its service would vanish under the ranks still finishing. multiprocessing runs its
+        # finalizers there (and at the main interpreter's exit).
+        from multiprocessing import util
+        util.Finalize(None, _leave_at_exit, exitpriority=10)
+        _exit_hook[0] = True
     from ..random import seed
     seed(int(time.time()) + rank)
+
+
+_exit_hook = [False]
+
+
+def _leave_at_exit():
+    if _sd is not None:
+        _shutdown()
 
 
 def _shutdown():

@@ -85,7 +85,12 @@ def _worker(func, args, kwargs, cfg, rank, dev, result_path):
     try:
         init_process_group(master_ip=cfg["master_ip"], port=cfg["port"], world_size=cfg["world_size"], rank=rank,
                            device=dev, backend=cfg["backend"], device_type=cfg["device_type"])
-        ret = func(*args, **kwargs)
+        try:
+            ret = func(*args, **kwargs)
+        except SystemExit as exc:
+            if exc.code not in (None, 0):
+                raise
+            ret = None  # exit(0) in a worker: MegEngine's launcher gives None for that rank
         _write_result(result_path, (rank, True, ret, False, time.time()))
         _shutdown()
     except BaseException as exc:  # report everything, KeyboardInterrupt included, then exit non-zero
