@@ -11,6 +11,10 @@ Example:
     array([1, 2], dtype=int32)
 """
 from .core._tensor import Tensor, Parameter
+# names MegEngine's megengine.tensor module also provides (user code imports them from here)
+from .core.dtypes import CompNode, get_default_device  # noqa: F401
+from .core._imperative_rt.core2 import apply  # noqa: F401
+from .core._trace_option import use_symbolic_shape  # noqa: F401
 
 tensor = Tensor
 
