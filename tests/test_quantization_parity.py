@@ -359,3 +359,15 @@ def test_quantized_average_pooling_rounds_the_integer_mean_as_megengine():
     for out in (F.avg_pool2d(x, 2), F.adaptive_avg_pool2d(x, (1, 4))):
         np.testing.assert_array_equal(out.numpy().ravel(), [10, -10, 8, -8])
         assert dtype.get_scale(out.dtype) == pytest.approx(s)
+
+
+def test_qat_and_quantized_modules_at_megengines_import_paths():
+    # MegEngine's own tests import e.g. megengine.module.quantized.conv.ConvTranspose2d
+    import importlib
+    for pkg in ("qat", "quantized"):
+        for mod, name in (("conv", "ConvTranspose2d"), ("conv_bn", "ConvBnRelu2d"), ("linear", "LinearRelu"),
+                          ("linear_bn", "LinearBn1d"), ("conv_transpose_bn", "ConvTransposeBn2d"),
+                          ("elemwise", "Elemwise"), ("concat", "Concat"), ("quant_dequant", "DequantStub"),
+                          ("batch_matmul_activation", "BatchMatMulActivation")):
+            m = importlib.import_module(f"megxla.module.{pkg}.{mod}")
+            assert getattr(m, name) is getattr(importlib.import_module(f"megxla.module.{pkg}"), name)

@@ -1,0 +1,5 @@
+"""MegEngine's ``megengine.module.qat.conv_bn`` import path: the QAT ``ConvBn2d``, ``ConvBnRelu2d`` (defined in this
+package's other modules)."""
+from . import ConvBn2d, ConvBnRelu2d
+
+__all__ = ["ConvBn2d", "ConvBnRelu2d"]
