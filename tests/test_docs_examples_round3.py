@@ -853,3 +853,68 @@ def test_dataset_default_root_is_megengine_s(tmp_path, monkeypatch):
     assert data.root == str(folder) and len(data) == 2
     image, label = data[1]
     assert image.shape == (28, 28, 1) and image.dtype == np.uint8 and label == 3
+
+
+def test_quantization_guide_basic_block_qat_then_quantize(tmp_path):
+    # quantization guide: its quantizable BasicBlock (ConvBnRelu2d, ConvBn2d, Elemwise("FUSE_ADD_RELU")) with
+    # QuantStub / DequantStub, quantize_qat(model, ema_fakequant_qconfig) as the page writes it (the QConfig lands
+    # in `inplace`, so MegEngine uses its default qconfig: megxla warns and does the same), three QAT steps,
+    # quantize, and the page's traced infer_func with dump. Weights from a seeded NumPy stream; MegEngine's numbers.
+    import warnings
+    from megxla import jit
+    from megxla.quantization import ema_fakequant_qconfig, quantize, quantize_qat
+
+    class BasicBlock(M.Module):
+        def __init__(self, in_channels, channels):
+            super().__init__()
+            self.conv_bn_relu1 = M.ConvBnRelu2d(in_channels, channels, 3, 1, padding=1, bias=False)
+            self.conv_bn2 = M.ConvBn2d(channels, channels, 3, 1, padding=1, bias=False)
+            self.downsample = M.ConvBn2d(in_channels, channels, 1, 1, bias=False)
+            self.add_relu = M.Elemwise("FUSE_ADD_RELU")
+
+        def forward(self, x):
+            return self.add_relu(self.conv_bn2(self.conv_bn_relu1(x)), self.downsample(x))
+
+    class Net(M.Module):
+        def __init__(self):
+            super().__init__()
+            self.quant, self.dequant = M.QuantStub(), M.DequantStub()
+            self.block, self.pool, self.fc = BasicBlock(3, 4), M.AdaptiveAvgPool2d(1), M.Linear(4, 3)
+
+        def forward(self, x):
+            return self.dequant(self.fc(F.flatten(self.pool(self.block(self.quant(x))), 1)))
+
+    model = Net()
+    rs = np.random.RandomState(0)
+    model.load_state_dict({k: (rs.randn(*v.shape) * 0.3).astype("float32") if "weight" in k or "bias" in k
+                           else np.asarray(v) for k, v in model.state_dict().items()})
+    img = Tensor(rs.rand(4, 3, 6, 6).astype("float32"))
+    lab = Tensor([0, 1, 2, 1], dtype="int32")
+    np.testing.assert_allclose(model(img).numpy()[0], [0.1424, 0.6139, -0.0087], atol=1e-4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        quantize_qat(model, ema_fakequant_qconfig)
+    gm = GradManager().attach(model.parameters())
+    opt = optim.SGD(model.parameters(), lr=0.05)
+    losses = []
+    for _ in range(3):
+        with gm:
+            loss = F.nn.cross_entropy(model(img), lab)
+            gm.backward(loss)
+        opt.step().clear_grad()
+        losses.append(round(loss.item(), 4))
+    assert losses == [1.0272, 1.023, 1.0219]
+    model.eval()
+    np.testing.assert_allclose(model(img).numpy()[2], [0.1567, 0.627, -0.0181], atol=1e-4)
+    quantize(model)
+
+    @jit.trace(capture_as_const=True)
+    def infer_func(processed_img):
+        model.eval()
+        return F.softmax(model(processed_img))
+
+    np.testing.assert_allclose(infer_func(img).numpy(),
+                               [[0.3028, 0.4563, 0.2408], [0.2995, 0.4595, 0.2411], [0.2907, 0.4652, 0.2441],
+                                [0.2995, 0.4595, 0.2411]], atol=1e-4)
+    infer_func.dump(str(tmp_path / "model.mge"), arg_names=["data"])
+    assert (tmp_path / "model.mge").stat().st_size > 0
