@@ -343,3 +343,23 @@ def test_dump_operator_names_follow_module_scopes():
             return x + x
 
     assert [op.name for op in _dumped_oprs(Top())] == ["x", "ADD"]
+
+    class Param(M.Module):  # test_user_named_param: a parameter is named by its module path (its own name last)
+        def __init__(self):
+            super().__init__(name="simple")
+            self.k = mge.Parameter(2.0, name="k")
+
+        def forward(self, x):
+            return self.k * x
+
+    (_, mul) = _dumped_oprs(Param())
+    assert [v.name for v in mul.inputs] == ["x", "simple.k"]  # MegEngine's graph: the constant operand last
+
+
+def test_dump_input_named_by_its_tensor():
+    # test_catch_input_name: without arg_names a named argument tensor names the graph input
+    import io
+    from megxla.jit import trace
+    f = trace(lambda x: 2 * x, symbolic=True, capture_as_const=True)
+    f(Tensor(np.ones((2, 3), "float32"), name="data"))
+    assert f.dump(io.BytesIO()).inputs == ["data"]

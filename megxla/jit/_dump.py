@@ -111,6 +111,10 @@ def opr_type(op):
     return t, t
 
 
+# Elemwise modes whose operands MegEngine's graph may reorder (a constant operand goes last: `2 * x` is MUL(x, 2))
+_COMMUTATIVE = {"ADD", "MUL", "MAX", "MIN", "AND", "OR", "XOR", "EQ"}
+
+
 def _scoped(scope, name):
     return f"{scope}.{name}" if scope else name
 
@@ -198,6 +202,8 @@ def dump(tracer, file, *, arg_names=None, output_names=None, optimize_for_infere
     for i, k in bindings:
         vid = rec.input_vids[i]
         name = k if k is not None else next(pos_names)
+        if k is None and arg_names is None and state[i].name:  # a named argument tensor names its input
+            name = state[i].name
         if vid not in {v for v, _ in inputs}:
             inputs.append((vid, name))
     in_vids = [v for v, _ in inputs]
@@ -232,7 +238,7 @@ def dump(tracer, file, *, arg_names=None, output_names=None, optimize_for_infere
 
     exported = jax.export.export(jax.jit(step))(*[avals[v] for v in in_vids])
     view, out_names, params = _view(ops, aliases, inputs, fixed, out_vids, dict(avals), names_by_leaf, out_pos, low,
-                                    rec.scopes, rec.out_names)
+                                    rec.scopes, rec.out_names, _tensor_names(tracer, entry, state))
     testcases = _testcases(input_data, inputs, avals, exported, repeat) if input_data is not None else []
     blob = {"format": FORMAT, "exported": bytes(exported.serialize()), "arg_names": [n for _, n in inputs],
             "output_names": out_names, "graph": view, "testcases": testcases,
@@ -277,7 +283,30 @@ def _fixed_values(tracer, entry, state, ops, out_vids, in_vids):
     return fixed
 
 
-def _view(ops, aliases, inputs, fixed, out_vids, avals, names_by_leaf, out_pos, low, scopes=None, out_named=None):
+def _tensor_names(tracer, entry, state):
+    """``{vid: MegEngine name}`` of the traced module's tensors read as constants: its name, the attribute path,
+    the tensor's own name for the last part (``"simple.linear.weight"``, ``"simple.k"``), as MegEngine names
+    a module's tensors on assignment."""
+    fn = tracer.__wrapped__
+    named_tensors = getattr(fn, "named_tensors", None)
+    if not callable(named_tensors):
+        return {}
+    top = getattr(fn, "name", None)
+    names = {}
+    for key, t in named_tensors():
+        parts = key.split(".")
+        parts[-1] = t.name or parts[-1]
+        # a tensor captured as a constant is recorded under the value id it still has (an inference step
+        # changes no parameter); one that is state, under its value id at the call's start
+        names.setdefault(t._vid, ".".join(([top] if top else []) + parts))
+    for i, v in enumerate(entry.rec.input_vids):
+        if state[i]._vid in names:
+            names.setdefault(v, names[state[i]._vid])
+    return names
+
+
+def _view(ops, aliases, inputs, fixed, out_vids, avals, names_by_leaf, out_pos, low, scopes=None, out_named=None,
+          const_names=None):
     """The graph view (plain data, see megbrain_graph.Graph), output names and ``{const vid: name}``."""
     names = _Names()
     scopes, out_named = scopes or {}, out_named or {}
@@ -310,8 +339,9 @@ def _view(ops, aliases, inputs, fixed, out_vids, avals, names_by_leaf, out_pos, 
             oprs.append((len(oprs), "TypeCvt", vars_[cv][1], {"dtype": str(np.dtype(low))}, [vid], [cv]))
             real[vid] = cv
     params = {}
+    const_names = const_names or {}
     for vid in fixed:
-        nm = names("const")
+        nm = names(const_names.get(vid, "const"))
         params[vid] = nm
         add_var(vid, nm)
         oprs.append((len(oprs), "ImmutableTensor", nm, {"value": np.asarray(fixed[vid])}, [], [vid]))
@@ -333,6 +363,8 @@ def _view(ops, aliases, inputs, fixed, out_vids, avals, names_by_leaf, out_pos, 
             if len(ins) == 3:
                 planned.append(("Elemwise", "ADD", {}, (mm, ins[2]), outs, scope))
             continue
+        if type_ == "Elemwise" and base in _COMMUTATIVE and len(ins) == 2 and ins[0] in fixed and ins[1] not in fixed:
+            ins = (ins[1], ins[0])  # MegEngine's graph puts the constant operand of a commutative op last
         planned.append((type_, base, attrs, ins, outs, scope))
     counts = collections.Counter(_scoped(p[5], p[1]) for p in planned if p[0] is not None)
     seen = collections.Counter()
