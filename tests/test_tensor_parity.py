@@ -272,3 +272,13 @@ def test_setitem_reads_lists_and_bools_as_megengine_setitem():
     assert written(True) == [[0.0] * 3, [1.0] * 3, [0.0] * 3] and written(False) == [[1.0] * 3, [0.0] * 3, [0.0] * 3]
     with pytest.raises(RuntimeError):  # (MegEngine: RuntimeError)
         written([slice(None), 0])
+
+
+def test_tensor_copies_numpy_data():
+    # MegEngine's Tensor copies its data: writing the source array afterwards does not change it (JAX's CPU
+    # client can alias a suitably aligned NumPy buffer, so several arrays are tried)
+    for _ in range(64):
+        a = np.ones(1024, np.float32)
+        x = Tensor(a)
+        a[0] = 9.0
+        assert x.numpy()[0] == 1.0

@@ -84,7 +84,12 @@ def _to_array(data, dtype, device):
         target = canonical(dtype) if dtype is not None else default_dtype(np_arr)
         if dtype is None and target != np_arr.dtype and not _NARROW_WARNED:
             _warn_if_lossy(np_arr, np.dtype(target))
-        arr = jnp.asarray(np_arr, dtype=target)
+        if isinstance(data, np.ndarray) and np_arr.dtype == target:
+            # a real copy: on the CPU jnp.asarray may alias the array's memory (when suitably aligned), and the
+            # tensor would change with it (a reused loader buffer); MegEngine's Tensor copies its data
+            arr = jnp.array(np_arr, dtype=target, copy=True)
+        else:
+            arr = jnp.asarray(np_arr, dtype=target)
     dev = to_device(device) if device is not None else _default_device
     if dev is not None and dev not in arr.devices():
         arr = jax.device_put(arr, dev)
