@@ -2,6 +2,8 @@
 hashable signature that keys the executable cache."""
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from ..core import _registry
@@ -381,14 +383,32 @@ def _keyed_object(v):
     return v is not None and not isinstance(v, type) and (_is_grad_manager(v) or _is_optimizer(v))
 
 
+def _unwrap(function):
+    """``(bound objects, plain function or None)``: the objects bound by functools.partial and bound methods
+    (``trace(net.forward)``), and by ``trace(net)`` itself, are no arguments either."""
+    values, fn = [], function
+    while True:
+        if isinstance(fn, functools.partial):
+            values.extend(fn.args)
+            values.extend(fn.keywords.values())
+            fn = fn.func
+        elif getattr(fn, "__self__", None) is not None and hasattr(fn, "__func__"):
+            values.append(fn.__self__)
+            fn = fn.__func__
+        else:
+            break
+    _is_module(None)
+    if isinstance(fn, _Module):
+        values.append(fn)
+        fn = None
+    return values, fn
+
+
 def _closure_values(function):
     """``(modules, GradManagers and optimizers)`` a function names from its closure cells and globals."""
     mods, gms = [], []
     _is_module(None)
-    fn = getattr(function, "__func__", function)
-    if isinstance(fn, _Module):  # ``trace(net)``: the module traced is no argument
-        return [fn], gms
-    values = []
+    values, fn = _unwrap(function)
     for cell in getattr(fn, "__closure__", None) or ():
         try:
             values.append(cell.cell_contents)
@@ -409,9 +429,7 @@ def closure_slots(function):
     """``[(cell or globals dict, name or None, object)]``: where a function finds the modules and GradManagers
     of :func:`closure_numbers` (a prepared compiled call checks that each still holds the same object: rebinding
     the global ``gm`` bumps no structure epoch)."""
-    fn = getattr(function, "__func__", function)
-    if isinstance(fn, _Module):
-        return []
+    _, fn = _unwrap(function)
     out = []
     for cell in getattr(fn, "__closure__", None) or ():
         try:
