@@ -399,3 +399,35 @@ def test_number_writes_to_a_module_from_the_enclosing_scope_happen_on_every_call
 
     want, got = _eager_and(mode, program)
     assert got == want
+
+
+class _Trainer(M.Module):
+    """A module holding its model, optimizer, GradManager and GradScaler: one argument for the whole step."""
+
+    def __init__(self):
+        super().__init__()
+        from megxla.amp import GradScaler
+        self.net = M.Sequential(M.Linear(4, 4), M.BatchNorm1d(4), M.Linear(4, 2))
+        self.opt = optim.Adam(self.net.parameters(), lr=0.01)
+        self.gm = GradManager().attach(self.net.parameters())
+        self.scaler = GradScaler(init_scale=4.0, growth_interval=2)
+
+    def forward(self, x):
+        with self.gm:
+            self.scaler.backward(self.gm, ((self.net(x) - 1) ** 2).mean())
+        self.opt.step().clear_grad()
+
+
+def test_optimizer_and_grad_scaler_held_by_a_module_argument_are_state():
+    # their slots / scale were not walked as state of a module argument: xla_trace raised "not reachable"
+    def program(deco):
+        t = _Trainer()
+        f = deco(lambda t, x: t(x))
+        out = []
+        for i in range(4):
+            f(t, mge.Tensor(np.random.RandomState(i).randn(6, 4).astype("float32")))
+            out.append(np.concatenate([t.net[2].weight.numpy().ravel(), [float(t.scaler.scale_factor)]]))
+        return out
+
+    want, got = _eager_and("xla_trace", program)
+    np.testing.assert_allclose(np.stack(got), np.stack(want), rtol=1e-4, atol=1e-5)
