@@ -363,3 +363,31 @@ def test_dump_input_named_by_its_tensor():
     f = trace(lambda x: 2 * x, symbolic=True, capture_as_const=True)
     f(Tensor(np.ones((2, 3), "float32"), name="data"))
     assert f.dump(io.BytesIO()).inputs == ["data"]
+
+
+def test_dump_names_of_a_quantized_module():
+    # test_quantized_module_user_naming(_param): MegEngine 1.13's operator sequence and names; the bias cast
+    # (constants only) is folded into a constant as MegEngine's trace does
+    import megxla.module as M
+    from megxla.quantization.quantize import quantize, quantize_qat
+
+    class Simple(M.Module):
+        def __init__(self):
+            super().__init__(name="simple")
+            self.quant = M.QuantStub()
+            self.linear = M.Linear(3, 3, bias=True, name="user-linear")
+            self.dequant = M.DequantStub()
+            self.linear.weight.name = "user-weight"
+
+        def forward(self, x):
+            return self.dequant(self.linear(self.quant(x)))
+
+    m = Simple()
+    quantize_qat(m)
+    quantize(m)
+    m.eval()
+    ops = _dumped_oprs(m)
+    assert [op.name for op in ops] == ["x", "simple.quant.TypeCvt", "simple.user-linear.MatrixMul",
+                                       "simple.user-linear.ADD", "simple.user-linear.TypeCvt",
+                                       "simple.dequant.TypeCvt"]
+    assert [v.name for v in ops[2].inputs] == ["simple.quant.TypeCvt", "simple.linear.user-weight"]

@@ -79,6 +79,8 @@ _TYPES = {
     "indexing_one_hot": "IndexingOneHot", "layer_norm": "LayerNorm", "group_norm": "GroupNorm",
     "copy": "Copy", "tensor_copy": "Copy", "device_put": "Copy", "detach": "Identity", "vjp": "VJP",
     "xla_graph": "XLAGraph", "fake_quant": "FakeQuant", "tqt": "TQT", "lsq": "LSQ",
+    # quantized dtypes are casts in MegEngine's graph
+    "quantize": "TypeCvt", "dequantize": "TypeCvt", "requantize": "TypeCvt",
 }
 
 
@@ -346,21 +348,36 @@ def _view(ops, aliases, inputs, fixed, out_vids, avals, names_by_leaf, out_pos, 
         add_var(vid, nm)
         oprs.append((len(oprs), "ImmutableTensor", nm, {"value": np.asarray(fixed[vid])}, [], [vid]))
         real[vid] = vid
+    # An op whose inputs are all constants is a constant of the graph too, as MegEngine's trace computes such ops
+    # while recording (a quantized layer's bias cast is no operator of its dumped graph); random draws stay ops
+    known, folded = dict(fixed), set()
+    for op, ins, outs in ops:
+        if (ins and outs and outs[0] not in aliases and all(v in known for v in ins)
+                and not (op.name.startswith("rng_") or op.name == "dropout")):
+            res = op.fn(*[known[v] for v in ins])
+            for v, r in zip(outs, res if op.multiple_results else (res,)):
+                known[v] = np.asarray(r)
+                folded.add(v)
+                add_var(v, names("const"))
+                oprs.append((len(oprs), "ImmutableTensor", vars_[v][1], {"value": known[v]}, [], [v]))
+                real[v] = v
     # MegEngine's operators, named as its AutoNaming does: the module scope the op ran in, then the operator
     # ("simple.linear.ADD"); a name several operators share gets "[i]" on each ("simple.RELU[0]", ...[1])
     planned = []  # (type, name, attributes, input vids, output vids, scope); type None: an alias of an input
     for op, ins, outs in ops:
+        if outs and outs[0] in folded:
+            continue
         if outs and outs[0] in aliases:  # a rewrite made this result one of its inputs
             planned.append((None, None, None, ins, outs, None))
             continue
         scope = scopes.get(outs[0]) if outs else None
         type_, base = opr_type(op)
         attrs = {k: _plain(v) for k, v in op.params} if op.params else {}
-        if op.name == "linear":  # one fused primitive here; MegEngine's Linear is MatrixMul (+ ADD of the bias)
-            mm = fresh() if len(ins) == 3 else outs[0]
+        if op.name in ("linear", "qlinear"):  # one fused primitive here; MegEngine's is MatrixMul (+ ADD of the bias)
+            mm = fresh() if len(ins) >= 3 else outs[0]
             avals.setdefault(mm, avals.get(outs[0]))
             planned.append(("MatrixMul", "MatrixMul", {"transposeB": True}, ins[:2], (mm,), scope))
-            if len(ins) == 3:
+            if len(ins) >= 3:
                 planned.append(("Elemwise", "ADD", {}, (mm, ins[2]), outs, scope))
             continue
         if type_ == "Elemwise" and base in _COMMUTATIVE and len(ins) == 2 and ins[0] in fixed and ins[1] not in fixed:

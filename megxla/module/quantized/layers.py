@@ -40,6 +40,10 @@ class _WeightLayer(QuantizedModule, _OutputQuant):
         self.weight_scale = Tensor(np.asarray(qp.scale.numpy(), np.float32).reshape(()))
         self.weight = quantize_tensor(weight.detach(), qp.dtype_meta, self.weight_scale)
         self.bias = None if bias is None else Tensor(bias.numpy().reshape(self._bias_shape), dtype="float32")
+        # the parameters keep the names the user gave them, as MegEngine's from_qat_module (dumped graphs show them)
+        self.weight.name = weight.name
+        if bias is not None:
+            self.bias.name = bias.name
         self._set_output(qat)
 
     def _int_bias(self, in_scale, n):
