@@ -15,12 +15,14 @@ back (with ``weights_only=False``).
 / ``Parameter`` become megxla Tensors / Parameters, with or without the ``megengine`` import alias), and the
 files of earlier megxla versions (``megxla.core._tensor._rebuild``). MegEngine objects pickled whole (a
 ``Module`` passed to ``megengine.save``) hold MegEngine's internal attributes, not megxla's: load their
-``state_dict()`` instead. Tensors are created on the default device; ``map_location`` sees the device names the
-file gives (``gpu0``, ``xpux``...), as in MegEngine.
+``state_dict()`` instead. Tensors keep the logical device the file names where this machine has it (``cpu0:0``),
+else take the default device; ``map_location`` sees the device names the file gives (``gpu0``, ``xpux``...), as
+in MegEngine.
 
 Safety. A pickle is a program: unpickling can call any importable function. ``load`` therefore rebuilds only
 data by default (``weights_only=True``): the classes it resolves are an allow-list (containers, numbers,
-strings, NumPy arrays / dtypes / scalars, Tensors / Parameters, MegEngine's pickled tensor classes); any other
+strings, NumPy arrays / dtypes / scalars, Tensors / Parameters, MegEngine's pickled tensor classes and a
+tensor's quantization parameters: ``QParams``, ``QuantMode``, ``QuantDtypeMeta``); any other
 global in the file raises :class:`pickle.UnpicklingError` naming it and the opt-in, ``weights_only=False`` or
 the environment variable ``MEGXLA_LOAD_UNSAFE=1`` (for scripts that cannot be edited). Only opt in for files
 you trust.
@@ -79,8 +81,8 @@ class _Pickler(pickle._Pickler):
             cls = _ME_PARAMETER if type(obj) is Parameter else _ME_TENSOR
             arr = obj.numpy()
             # NOTE: MegEngine's Tensor.__getnewargs__ order: data, dtype, device, is_const, no_cache, name, format;
-            # the empty dict is its __getstate__ (no quantization parameters).
-            return cls, (arr, arr.dtype, _device_name(obj), False, False, None, "default"), {}
+            # then its __getstate__: {} or {"qparams": QParams} once the tensor has quantization parameters.
+            return cls, (arr, arr.dtype, _device_name(obj), False, False, None, "default"), obj.__getstate__()
         if type(obj) is np.ndarray:
             func, args, state = obj.__reduce__()
             if getattr(func, "__name__", "") == "_reconstruct":
@@ -290,6 +292,15 @@ def _allowed():
     allowed[("megengine", "Parameter")] = allowed[("megengine.tensor", "Parameter")]
     allowed[("megxla", "Tensor")] = _tensor.Tensor
     allowed[("megxla", "Parameter")] = _tensor.Parameter
+    # a tensor's quantization parameters (its pickled state, MegEngine's and ours): plain data classes whose
+    # rebuilding only sets fields
+    from .core.tensor.dtype import QuantDtypeMeta
+    from .quantization.utils import QParams, QuantMode
+    for module in ("megengine.quantization.utils", "megxla.quantization.utils"):
+        allowed[(module, "QParams")] = QParams
+        allowed[(module, "QuantMode")] = QuantMode
+    for module in ("megengine.core.tensor.dtype", "megxla.core.tensor.dtype"):
+        allowed[(module, "QuantDtypeMeta")] = QuantDtypeMeta
     return allowed
 
 

@@ -245,19 +245,31 @@ def test_megengine_tensor_kinds_and_dtypes():
     assert type(moved["u8"]) is mge.Parameter
 
 
-def test_megengine_tensor_with_qparams_state_is_refused_by_default():
-    class QParams:  # stands for megengine.quantization.utils.QParams: not data, so refused by default
+def test_megengine_tensor_with_qparams_state_loads_other_classes_are_refused():
+    # a tensor's quantization parameters (MegEngine's QParams: plain fields) are data and load by default, as
+    # MegEngine's own test_tensor_serialization expects; any other class in a tensor's state is still refused
+    class QParams:  # stands for megengine.quantization.utils.QParams (slotted, as MegEngine's)
+        __slots__ = ("mode", "dtype_meta", "scale", "zero_point")
+
+        def __init__(self):
+            self.mode = self.dtype_meta = self.scale = self.zero_point = None
+
+    class Other:
         pass
     QParams.__module__, QParams.__qualname__ = "megengine.quantization.utils", "QParams"
+    Other.__module__, Other.__qualname__ = "megengine.quantization.utils", "Other"
     mod = types.ModuleType("megengine.quantization.utils")
-    mod.QParams = QParams
+    mod.QParams, mod.Other = QParams, Other
     sys.modules["megengine.quantization.utils"] = mod
     try:
         data = megengine_save(_MegEngineTensor([1.0], "float32", qparams=QParams()))
+        refused = megengine_save(_MegEngineTensor([1.0], "float32", qparams=Other()))
     finally:
         del sys.modules["megengine.quantization.utils"]
-    with pytest.raises(pickle.UnpicklingError, match="megengine.quantization.utils.QParams"):
-        mge.load(io.BytesIO(data))
+    t = mge.load(io.BytesIO(data))
+    assert t.numpy().tolist() == [1.0] and type(t.qparams).__name__ == "QParams" and t.qparams.scale is None
+    with pytest.raises(pickle.UnpicklingError, match="megengine.quantization.utils.Other"):
+        mge.load(io.BytesIO(refused))
 
 
 # ---- what megxla writes, MegEngine reads ----------------------------------------------------------------------------

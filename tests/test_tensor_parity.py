@@ -282,3 +282,16 @@ def test_tensor_copies_numpy_data():
         x = Tensor(a)
         a[0] = 9.0
         assert x.numpy()[0] == 1.0
+
+
+def test_save_load_keeps_quantization_parameters():
+    import io
+    # MegEngine: mge.save / mge.load keep a tensor's qparams (its pickled state) and a quantized dtype's scale
+    a = Tensor(0)
+    a.qparams.scale = Tensor(1.0)
+    buf = io.BytesIO()
+    mge.save({"a": a, "q": Tensor([1.0, 2.5]).astype(D.qint8(0.1))}, buf)
+    r = mge.load(io.BytesIO(buf.getvalue()))  # (the default weights_only load accepts the QParams data)
+    assert isinstance(r["a"].qparams.scale, Tensor) and float(r["a"].qparams.scale) == 1.0
+    assert repr(r["q"]) == "Tensor([10 25], dtype=int8, device=xpux:0)"
+    assert abs(D.get_scale(r["q"].dtype) - 0.1) < 1e-7
