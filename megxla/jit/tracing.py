@@ -282,10 +282,7 @@ class trace:
         from ..random._rng import SEED_COUNT
         # the how-many-th traced function built since the last seed(): two built at the same global state (a
         # generator's and a discriminator's step) get keys of their own, not one stream twice
-        if _BUILT[0] != SEED_COUNT[0]:
-            _BUILT[:] = [SEED_COUNT[0], 0]
-        self._rng_index = _BUILT[1]
-        _BUILT[1] += 1
+        self._rng_index = _next_rng_index()
         self._rng_key = _key_from_global(self._rng_index)
         self._seeded_at = SEED_COUNT[0]  # the seed() count the key was derived at (see _rng_swapped)
 
@@ -514,6 +511,9 @@ class trace:
             # run re-seeded between calls): derive it again from the new global key, so the step's draws follow
             # the seed as eager draws do. (In place: the key Tensor is state of the compiled entries.)
             self._seeded_at = _rng.SEED_COUNT[0]
+            # (an index of the new seed's count: a step built before the seed and one built after it, both at
+            # index 0 of their counts, derived the same key from the same global state)
+            self._rng_index = _next_rng_index()
             self._rng_key._reset(_key_from_global(self._rng_index))
         with _rng.swapped(self._rng_key):
             yield
@@ -1157,7 +1157,18 @@ def _show(value):
     return repr(a.item()) if a.size == 1 else f"an array {a.shape} {a.dtype}"
 
 
-_BUILT = [-1, 0]  # [seed() count, traced functions built since that seed()]
+_BUILT = [-1, 0]  # [seed() count, keys derived since that seed()]
+
+
+def _next_rng_index():
+    """How many traced functions have derived their key since the last ``seed()`` (building one, or its first
+    call after a seed): tells apart the keys of functions derived from the same global state."""
+    from ..random._rng import SEED_COUNT
+    if _BUILT[0] != SEED_COUNT[0]:
+        _BUILT[:] = [SEED_COUNT[0], 0]
+    index = _BUILT[1]
+    _BUILT[1] += 1
+    return index
 
 
 def _key_from_global(index):
