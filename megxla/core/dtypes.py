@@ -86,8 +86,10 @@ def _to_array(data, dtype, device):
             _warn_if_lossy(np_arr, np.dtype(target))
         if isinstance(data, np.ndarray) and np_arr.dtype == target:
             # a real copy: on the CPU jnp.asarray may alias the array's memory (when suitably aligned), and the
-            # tensor would change with it (a reused loader buffer); MegEngine's Tensor copies its data
-            arr = jnp.array(np_arr, dtype=target, copy=True)
+            # tensor would change with it (a reused loader buffer); MegEngine's Tensor copies its data. The copy
+            # is made on the host (jnp.array(copy=True) runs a compiled copy kernel per shape: model builds
+            # compiled one per parameter shape)
+            arr = jnp.asarray(np.array(np_arr, copy=True), dtype=target)  # (dtype given: no lax.stage kernel)
         else:
             arr = jnp.asarray(np_arr, dtype=target)
     dev = to_device(device) if device is not None else _default_device
