@@ -1,14 +1,16 @@
 """MegEngine's model zoo (MegEngine/Models) trained for a few steps on MegEngine 1.13.0 (CPU) and on megxla from
 the same weights and batches: its classifier (ResNet blocks with the ShuffleNet recipe), detector (RetinaNet's
-per-image matching with a host-read box count), segmenter (DeepLab v3+'s pooled branch and poly schedule) and
-keypoint (SimpleBaseline with Adam) training paths, each reduced to a few lines in our own words, with the losses,
-parameters, BatchNorm statistics and optimizer slots MegEngine 1.13.0 printed after 3 steps. megxla gives them
-eagerly, under ``trace(symbolic=True)`` and under ``xla_trace``. Also a checkpoint written by MegEngine's
-``megengine.save`` (a state_dict, an optimizer state_dict, Tensors), loaded and trained on.
+per-image matching with a host-read box count), segmenter (DeepLab v3+'s pooled branch and poly schedule), keypoint
+(SimpleBaseline with Adam) and GAN (two GradManagers, alternating Adam steps) training paths, each reduced to a few
+lines in our own words, with the losses, parameters, BatchNorm statistics and optimizer slots MegEngine 1.13.0
+printed after 3 steps. megxla gives them eagerly, under ``trace(symbolic=True)`` and under ``xla_trace``. Also a
+checkpoint written by MegEngine's ``megengine.save`` (a state_dict, an optimizer state_dict, Tensors), loaded and
+trained on.
 
 MegEngine was run eagerly with ``megengine.config.async_level = 0`` (docs/differences.md). Its own
-``trace(symbolic=True)`` gives the same numbers for the classifier and the keypoint model; for the detector and the
-segmenter it raises (its symbolic shapes: ``unkown ndim``), as it does on the zoo's RetinaNet and DeepLab v3+.
+``trace(symbolic=True)`` gives the same numbers for the classifier, the keypoint model and the GAN; for the detector
+and the segmenter it raises (its symbolic shapes: ``unkown ndim``), as it does on the zoo's RetinaNet and DeepLab
+v3+.
 """
 import base64
 import io
@@ -276,6 +278,65 @@ def keypoints(mode):
     return losses, net, opt
 
 
+class _G(M.Module):
+    # the zoo's DCGAN generator layout: linear to a 2x2 map, deconv-BN-ReLU upsampling, conv, tanh
+    def __init__(self):
+        super().__init__()
+        self.l1 = M.Linear(4, 32)
+        self.deconv = M.ConvTranspose2d(8, 4, 4, 2, 1, bias=False)
+        self.bn1 = M.BatchNorm2d(4)
+        self.conv = M.Conv2d(4, 3, 3, 1, 1)
+
+    def forward(self, z):
+        x = self.l1(z).reshape(-1, 8, 2, 2)
+        return F.tanh(self.conv(F.relu(self.bn1(self.deconv(x)))))
+
+
+class _D(M.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = M.Conv2d(3, 8, 3, 2, 1)
+        self.fc = M.Linear(32, 1)
+
+    def forward(self, x):
+        return self.fc(F.flatten(F.leaky_relu(self.conv(x), 0.1), 1))
+
+
+def gan(mode):
+    # two GradManagers and two Adams (betas (0, 0.9)), a discriminator step on real and detached fake images,
+    # then a generator step, as the zoo's GAN trainer
+    G, D = _init(_G(), 4), _init(_D(), 5)
+    optG = mge.optimizer.Adam(G.parameters(), lr=1e-2, betas=(0.0, 0.9))
+    optD = mge.optimizer.Adam(D.parameters(), lr=1e-2, betas=(0.0, 0.9))
+    gmG, gmD = GradManager().attach(G.parameters()), GradManager().attach(D.parameters())
+    bce = F.nn.binary_cross_entropy
+
+    def d_step(real, z):
+        with gmD:
+            out_real, out_fake = D(real), D(G(z).detach())
+            err = bce(out_real, F.ones_like(out_real)) + bce(out_fake, F.zeros_like(out_fake))
+            gmD.backward(err)
+        optD.step().clear_grad()
+        return err
+
+    def g_step(z):
+        with gmG:
+            out = D(G(z))
+            err = bce(out, F.ones_like(out))
+            gmG.backward(err)
+        optG.step().clear_grad()
+        return err
+
+    if mode == "trace":
+        d_step, g_step = trace(symbolic=True)(d_step), trace(symbolic=True)(g_step)
+    rng = np.random.RandomState(14)
+    losses = []
+    for _ in range(3):
+        real = mge.tensor(rng.rand(4, 3, 4, 4).astype("float32") * 2 - 1)
+        losses.append(d_step(real, mge.tensor(rng.randn(4, 4).astype("float32"))).item())
+        losses.append(g_step(mge.tensor(rng.randn(4, 4).astype("float32"))).item())
+    return losses, (G, D), (optG, optD)
+
 def _summary(net, opt, keys):
     sd = net.state_dict()
     out = {k: np.asarray(sd[k]).ravel()[:3] for k in keys}
@@ -416,3 +477,38 @@ def test_megxla_checkpoint_names_only_what_megengine_can_unpickle():
     assert _globals(buf.getvalue()) == want
     back = mge.load(io.BytesIO(buf.getvalue()))
     assert back["p"].numpy().tolist() == [[1, 0], [0, 1]] and back["opt"]["state"][0]["step"].tolist() == 1.0
+
+
+_MGE_GAN = {
+    'losses': [1.6448650360107422, 0.9422844648361206, 1.2628600597381592, 0.930528998374939, 1.457993507385254,
+               0.738185465335846],
+    'bn1.running_mean': [0.025396693497896194, -0.027568239718675613, 0.0026591650675982237],
+    'conv.bias': [0.06627262383699417, -0.14410732686519623, 0.04933632165193558],
+    'l1.weight': [-0.23860549926757812, 0.6991777420043945, 0.01783689111471176],
+    'opt0.exp_avg': [-0.14072877168655396, 0.13570448756217957, 0.1716635674238205],
+    'opt0.exp_avg_sq': [0.0022931594867259264, 0.004063342697918415, 0.013289312832057476],
+    'opt0.step': [3.0],
+    'opt1.exp_avg': [-0.06525976210832596, 0.0637749657034874, 0.19527922570705414],
+    'opt1.exp_avg_sq': [0.0019941008649766445, 0.0021608485840260983, 0.012984372675418854],
+    'opt1.step': [3.0],
+    'D.conv.bias': [0.010245959274470806, -0.04953193664550781, 0.20884336531162262],
+    'D.fc.weight': [-0.005071558989584446, -0.05630292370915413, -0.05701256915926933],
+    'D.opt0.exp_avg': [0.0734652578830719, 0.03195929527282715, 0.10558963567018509],
+    'D.opt0.exp_avg_sq': [0.0008528853650204837, 0.00022032129345461726, 0.002320921514183283],
+    'D.opt0.step': [3.0],
+    'D.opt1.exp_avg': [0.02476702257990837, 0.0034743808209896088, -0.011514004319906235],
+    'D.opt1.exp_avg_sq': [0.0001789363450370729, 0.0001098817665479146, 2.0117635358474217e-05],
+    'D.opt1.step': [3.0],
+}
+
+
+@pytest.mark.parametrize("mode", ["eager", "trace"])
+def test_gan_alternating_steps_match_megengine(mode):
+    losses, (G, D), (optG, optD) = gan(mode)
+    np.testing.assert_allclose(losses, _MGE_GAN["losses"], rtol=2e-6)
+    got = _summary(G, optG, ["bn1.running_mean", "conv.bias", "l1.weight"])
+    got.update({"D." + k: v for k, v in _summary(D, optD, ["conv.bias", "fc.weight"]).items()})
+    assert sorted(got) == sorted(k for k in _MGE_GAN if k != "losses")
+    for k, v in got.items():
+        want = _MGE_GAN[k]
+        np.testing.assert_allclose(v, want, rtol=2e-5, atol=2e-5 * np.abs(want).max(), err_msg=k)
