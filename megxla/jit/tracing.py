@@ -280,10 +280,7 @@ class trace:
         self.num_compiled = 0
         self.compile_time = 0.0
         from ..random._rng import SEED_COUNT
-        # the how-many-th traced function built since the last seed(): two built at the same global state (a
-        # generator's and a discriminator's step) get keys of their own, not one stream twice
-        self._rng_index = _next_rng_index()
-        self._rng_key = _key_from_global(self._rng_index)
+        self._rng_key = _key_from_global()
         self._seeded_at = SEED_COUNT[0]  # the seed() count the key was derived at (see _rng_swapped)
 
     @property
@@ -511,10 +508,7 @@ class trace:
             # run re-seeded between calls): derive it again from the new global key, so the step's draws follow
             # the seed as eager draws do. (In place: the key Tensor is state of the compiled entries.)
             self._seeded_at = _rng.SEED_COUNT[0]
-            # (an index of the new seed's count: a step built before the seed and one built after it, both at
-            # index 0 of their counts, derived the same key from the same global state)
-            self._rng_index = _next_rng_index()
-            self._rng_key._reset(_key_from_global(self._rng_index))
+            self._rng_key._reset(_key_from_global())
         with _rng.swapped(self._rng_key):
             yield
 
@@ -1157,31 +1151,16 @@ def _show(value):
     return repr(a.item()) if a.size == 1 else f"an array {a.shape} {a.dtype}"
 
 
-_BUILT = [-1, 0]  # [seed() count, keys derived since that seed()]
-
-
-def _next_rng_index():
-    """How many traced functions have derived their key since the last ``seed()`` (building one, or its first
-    call after a seed): tells apart the keys of functions derived from the same global state."""
-    from ..random._rng import SEED_COUNT
-    if _BUILT[0] != SEED_COUNT[0]:
-        _BUILT[:] = [SEED_COUNT[0], 0]
-    index = _BUILT[1]
-    _BUILT[1] += 1
-    return index
-
-
-def _key_from_global(index):
+def _key_from_global():
     # A traced object's own RNG key derives from the global generator's current key without advancing it
     # (MegEngine's xla_trace): megxla.random.seed(n) before building it makes whole runs reproducible, and
-    # building a traced function does not change the random numbers of the eager code around it. ``index``
-    # (the how-many-th traced function since the last seed) tells apart the keys of functions built at the same
-    # global state: they drew the very same numbers (the same dropout masks in two steps, the same "independent"
-    # noise in a GAN's two steps). The key is [index, last word of the global key]; index 0 gives
-    # ``jax.random.key(last word)``, as before.
+    # building a traced function does not change the random numbers of the eager code around it. Functions
+    # built at the same global state therefore start from the same key, as in MegEngine (its upstream
+    # test_xla_trace_random_seed_update builds one step twice after one seed() and expects equal draws); a
+    # user who wants two streams draws or seeds between the builds, or sets ``random_seed``.
     from ..random import _rng
     word = int(np.asarray(_rng._global._state.numpy())[-1])
-    return Tensor(np.array([index % 2 ** 32, word], np.uint32), dtype="uint32")
+    return Tensor(np.array([0, word], np.uint32), dtype="uint32")
 
 
 def load(file):
