@@ -14,7 +14,7 @@ from ..core._dispatch import OpError, apply
 from ..core._tensor import QPARAMS_FACTORY, QPARAMS_SEEN, Tensor
 from ..core.ops import quant as _q
 from ..core.tensor.dtype import _builtin_quant_dtypes, get_quant_meta
-from .tensor import _is_quantized_dtype, _quantized_source, astype, concat, reshape, transpose
+from .tensor import _is_quantized_dtype, _quantized_source, astype, concat, reshape
 from .elemwise import hswish, relu, round as round_, sigmoid
 from .nn import conv_transpose2d as _float_conv_transpose2d
 
@@ -108,6 +108,20 @@ def _check_conv(who, inp, weight, groups, batch=False):
         raise OpError(f"{who}: input {inp.shape} does not match weight {weight.shape} (groups={groups})")
 
 
+def _conv_args(who, inp, weight, stride, padding, dilation, conv_mode):
+    """The geometry of a quantized convolution as pairs, the weight flipped for a true convolution, the input's
+    (scale, zero point) and the weight's scale."""
+    stride, dilation = _pair(stride, who, "stride", True), _pair(dilation, who, "dilation", True)
+    padding = _pair(padding, who, "padding")
+    (s_in, zp_in), (s_w, _) = _source(inp, who, "inp"), _source(weight, who, "weight")
+    mode = str(getattr(conv_mode, "name", conv_mode)).lower()
+    if mode not in ("cross_correlation", "convolution"):
+        raise OpError(f"{who}: conv_mode must be 'cross_correlation' or 'convolution', got {conv_mode!r}")
+    if mode == "convolution":
+        weight = weight[..., ::-1, ::-1]
+    return stride, padding, dilation, weight, (s_in, zp_in), s_w
+
+
 def conv_bias_activation(inp: Tensor, weight: Tensor, bias: Tensor, dtype=None,
                          stride: Union[int, Tuple[int, int]] = 1, padding: Union[int, Tuple[int, int]] = 0,
                          dilation: Union[int, Tuple[int, int]] = 1, groups: int = 1, nonlinear_mode="identity",
@@ -143,14 +157,8 @@ def conv_bias_activation(inp: Tensor, weight: Tensor, bias: Tensor, dtype=None,
     who = "conv_bias_activation"
     groups = int(groups)
     _check_conv(who, inp, weight, groups)
-    stride, dilation = _pair(stride, who, "stride", True), _pair(dilation, who, "dilation", True)
-    padding = _pair(padding, who, "padding")
-    (s_in, zp_in), (s_w, _) = _source(inp, who, "inp"), _source(weight, who, "weight")
-    mode = str(getattr(conv_mode, "name", conv_mode)).lower()
-    if mode not in ("cross_correlation", "convolution"):
-        raise OpError(f"{who}: conv_mode must be 'cross_correlation' or 'convolution', got {conv_mode!r}")
-    if mode == "convolution":
-        weight = weight[..., ::-1, ::-1]
+    stride, padding, dilation, weight, (s_in, zp_in), s_w = _conv_args(who, inp, weight, stride, padding,
+                                                                         dilation, conv_mode)
     acc_scale = s_in * s_w
     oc = weight.shape[0] * (weight.shape[1] if weight.ndim == 5 else 1)
     op = _q.qconv2d.bind(stride=stride, padding=padding, dilation=dilation, groups=groups)
@@ -188,14 +196,8 @@ def batch_conv_bias_activation(inp: Tensor, weight: Tensor, bias: Tensor, dtype=
     if int(groups) != 1:
         raise OpError(f"{who}: groups must be 1 (one kernel per sample), got {groups}")
     _check_conv(who, inp, weight, 1, batch=True)
-    stride, dilation = _pair(stride, who, "stride", True), _pair(dilation, who, "dilation", True)
-    padding = _pair(padding, who, "padding")
-    (s_in, zp_in), (s_w, _) = _source(inp, who, "inp"), _source(weight, who, "weight")
-    mode = str(getattr(conv_mode, "name", conv_mode)).lower()
-    if mode not in ("cross_correlation", "convolution"):
-        raise OpError(f"{who}: conv_mode must be 'cross_correlation' or 'convolution', got {conv_mode!r}")
-    if mode == "convolution":
-        weight = weight[..., ::-1, ::-1]
+    stride, padding, dilation, weight, (s_in, zp_in), s_w = _conv_args(who, inp, weight, stride, padding,
+                                                                         dilation, conv_mode)
     n, c, h, w = inp.shape
     oc = weight.shape[1]
     acc_scale = s_in * s_w

@@ -13,7 +13,6 @@ from __future__ import annotations
 import abc
 import importlib
 import itertools
-import weakref
 
 from .node import ModuleNode, Node, TensorNode, _Numbered
 from .pytree import tree_flatten, tree_unflatten
@@ -52,16 +51,6 @@ class Expr(_Numbered, abc.ABC):
         self._disable_remove = False
 
     _first_arg = 0
-
-    @property
-    def top_graph(self):
-        """The graph holding this expr."""
-        g = self._top_graph
-        return g() if g is not None else None
-
-    @top_graph.setter
-    def top_graph(self, graph):
-        self._top_graph = None if graph is None else weakref.ref(graph)
 
     def replace_inputs(self, repl_dict):
         """Read ``new`` wherever this expr reads ``old``, for each ``{old: new}`` of ``repl_dict``.

@@ -14,7 +14,20 @@ __all__ = ["Node", "ModuleNode", "TensorNode"]
 
 
 class _Numbered:
-    """MegEngine's class-level id counter of nodes and exprs (graphs keep their own totals)."""
+    """What nodes and exprs share: MegEngine's class-level id counter (graphs keep their own totals) and a weak
+    reference to the graph holding the object."""
+
+    _top_graph = None
+
+    @property
+    def top_graph(self):
+        """The graph holding this node or expr (None when detached)."""
+        g = self._top_graph
+        return g() if g is not None else None
+
+    @top_graph.setter
+    def top_graph(self, graph):
+        self._top_graph = None if graph is None else weakref.ref(graph)
 
     @classmethod
     def _set_next_id(cls, i: int):
@@ -66,16 +79,6 @@ class Node(_Numbered):
     @qualname.setter
     def qualname(self, value):
         self._qualname = value
-
-    @property
-    def top_graph(self):
-        """The graph this node belongs to (None for a detached node)."""
-        g = self._top_graph
-        return g() if g is not None else None
-
-    @top_graph.setter
-    def top_graph(self, graph):
-        self._top_graph = None if graph is None else weakref.ref(graph)
 
     def _attach_as_output(self):
         """Append this node to its expr's outputs (nodes made by hand, as MegEngine's loaders do)."""
