@@ -166,9 +166,7 @@ def pass_node(inputs, outputs):
 
 def eager_apply(op, inputs):
     """Compute ``op`` on ``inputs`` now and notify the calling thread's gradient recorders."""
-    outputs = _compute(op, inputs)
-    if _LOGICAL[0]:
-        pass_node(inputs, outputs)
+    outputs = _compute(op, inputs)  # (logical device names are passed on by apply, which calls this)
     if _active:
         for r in _tls.s.recorders:
             r._record(op, inputs, outputs)

@@ -6,6 +6,8 @@ from typing import Callable
 
 import numpy as np
 
+from ..core._tensor import Tensor
+from ..core.ops.builtin import ParamPackConcat, ParamPackSplit
 from .group import WORLD, Group, group_barrier, is_distributed
 
 __all__ = ["AllreduceCallback", "make_allreduce_cb", "bcast_list_", "synchronized", "get_offsets", "param_pack_split",
@@ -153,12 +155,11 @@ def param_pack_split(inp, offsets: list, shapes: list):
         >>> a.shape, b.shape
         ((2,), ())
     """
-    from ..functional import reshape
     _check_offsets("param_pack_split", offsets, len(shapes))
     if inp.ndim != 1 or inp.shape[0] < offsets[-1]:
         raise ValueError(f"param_pack_split: expected a 1-D tensor of at least {offsets[-1]} elements, got shape "
                          f"{inp.shape}")
-    return [reshape(inp[offsets[2 * i]:offsets[2 * i + 1]], tuple(s)) for i, s in enumerate(shapes)]
+    return list(ParamPackSplit(offsets=offsets, shapes=shapes)._apply((inp,)))
 
 
 def param_pack_concat(inps: list, offsets, offsets_val: list):
@@ -178,18 +179,10 @@ def param_pack_concat(inps: list, offsets, offsets_val: list):
         >>> param_pack_concat(xs, None, get_offsets([x.shape for x in xs])).numpy()
         array([1., 2., 3.], dtype=float32)
     """
-    from ..functional import concat, reshape, zeros
     _check_offsets("param_pack_concat", offsets_val, len(inps))
-    pieces, pos = [], 0
-    for i, t in enumerate(inps):
-        start, end = offsets_val[2 * i], offsets_val[2 * i + 1]
-        if end - start != t.size or start < pos:
-            raise ValueError(f"param_pack_concat: tensor {i} of shape {t.shape} does not fit offsets [{start}, {end})")
-        if start > pos:
-            pieces.append(zeros((start - pos,), dtype=t.dtype))
-        pieces.append(reshape(t, (t.size,)))
-        pos = end
-    return concat(pieces) if len(pieces) > 1 else pieces[0]
+    # (the builtin op's inputs end with the offsets tensor, which it does not read: its ``offsets`` are used)
+    (out,) = ParamPackConcat(offsets=offsets_val)._apply((*inps, Tensor(list(offsets_val), dtype="int32")))
+    return out
 
 
 def pack_allreduce_split(pack_list, shapes, group, reduce_method):

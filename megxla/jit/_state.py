@@ -267,7 +267,6 @@ def apply_numbers(writes):
 _APPLIED = [0]  # calls of apply_numbers so far
 
 
-
 def module_tensor_attrs(roots):
     """``[(module, {attribute: Tensor})]``: the Tensor attributes of every module reachable from ``roots`` (the
     arguments, and modules a traced function reaches from its closure or globals). A recording call that fails
@@ -405,24 +404,11 @@ def _unwrap(function):
 
 
 def _closure_values(function):
-    """``(modules, GradManagers and optimizers)`` a function names from its closure cells and globals."""
-    mods, gms = [], []
-    _is_module(None)
-    values, fn = _unwrap(function)
-    for cell in getattr(fn, "__closure__", None) or ():
-        try:
-            values.append(cell.cell_contents)
-        except ValueError:  # an empty cell
-            continue
-    code, glb = getattr(fn, "__code__", None), getattr(fn, "__globals__", None)
-    if code is not None and glb is not None:
-        values.extend(glb.get(name) for name in code.co_names)
-    for v in values:
-        if isinstance(v, _Module):
-            mods.append(v)
-        elif _keyed_object(v):
-            gms.append(v)
-    return mods, gms
+    """``(modules, GradManagers and optimizers)`` a function is bound to or names from its closure cells and
+    globals."""
+    values, _ = _unwrap(function)
+    values += [v for _, _, v in closure_slots(function)]
+    return [v for v in values if isinstance(v, _Module)], [v for v in values if _keyed_object(v)]
 
 
 def closure_slots(function):

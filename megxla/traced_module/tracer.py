@@ -546,28 +546,25 @@ class _Tracer:
 
     def record_opdef(self, op, orig, inputs):
         """A builtin op descriptor applied directly: one Apply expr holding the descriptor."""
-        frame = self.frames[-1]
-        in_nodes = [self.node_for_tensor(frame, t) for t in inputs]
-        expr = Apply(op)
-        expr.add_inputs(in_nodes)
-        frame.graph._add_expr(expr)
         self.suppress += 1
         try:
             outputs = tuple(orig(op, inputs))
         finally:
             self.suppress -= 1
         from .expr import _opdef_name
-        name = _opdef_name(op).lower()
-        self.bind_outputs(frame, expr, list(outputs), f"{name}_out", f"{frame.graph._qualname}.[def_{name}]")
+        self._add_apply(op, inputs, outputs, _opdef_name(op).lower())
         return outputs
 
     def record_apply(self, op, inputs, outputs):
+        """An op of megxla's registry reached without a traced call: one Apply expr holding it."""
+        self._add_apply(op, inputs, outputs, getattr(op, "name", "op").split("[")[0].lower())
+
+    def _add_apply(self, op, inputs, outputs, name):
         frame = self.frames[-1]
         in_nodes = [self.node_for_tensor(frame, t) for t in inputs]
         expr = Apply(op)
         expr.add_inputs(in_nodes)
         frame.graph._add_expr(expr)
-        name = getattr(op, "name", "op").split("[")[0].lower()
         self.bind_outputs(frame, expr, list(outputs), f"{name}_out", f"{frame.graph._qualname}.[def_{name}]")
 
     def call_module(self, mod, args, kwargs):

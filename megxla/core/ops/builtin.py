@@ -529,12 +529,12 @@ class ParamPackConcat(OpDef):
             raise OpError(f"{self!r}: {len(tensors)} tensors need {2 * len(tensors)} offsets, got {len(off)}")
         pieces, pos = [], 0
         for i, t in enumerate(tensors):
-            start, end = off[2 * i], off[2 * i + 1]
-            if end - start != t.size or start < pos:
+            start, end, size = off[2 * i], off[2 * i + 1], int(t.size)  # (a 0-d tensor's size is MegEngine's 1.0)
+            if end - start != size or start < pos:
                 raise OpError(f"{self!r}: tensor {i} of shape {t.shape} does not fit offsets [{start}, {end})")
             if start > pos:
                 pieces.append(_apply(_S.full.bind(shape=(start - pos,), value=0, dtype=t.dtype.name)))
-            pieces.append(_apply(_S.reshape.bind(shape=(t.size,)), t))
+            pieces.append(_apply(_S.reshape.bind(shape=(size,)), t))
             pos = end
         return (_apply(_S.concat.bind(axis=0), *pieces),)
 
