@@ -196,6 +196,15 @@ def _set_cache_max_size(mod, value):
     return value
 
 
+def _set_auto_jit(mod, value):
+    value = _bool("auto_jit")(mod, value)
+    from .core import _lazy
+    _lazy.WANTED[0] = value
+    if _lazy.SWITCH[0] is not None:  # (jit registers the switch; imported later, it reads WANTED)
+        _lazy.SWITCH[0](value)
+    return value
+
+
 def _set_checked_indexing(mod, value):
     value = _bool("checked_indexing")(mod, value)
     from .core import _indexing
@@ -234,6 +243,7 @@ def _override(benchmark_kernel=None, deterministic_kernel=None, async_level=None
 
 _SETTERS = {
     "checked_indexing": _set_checked_indexing,
+    "auto_jit": _set_auto_jit,
     "async_level": _set_async_level,
     "benchmark_kernel": _bool("benchmark_kernel"),
     "benchmark_with_subprocess": _bool("benchmark_with_subprocess"),
@@ -275,4 +285,5 @@ del _jax_dir
 _mod.compilation_cache_max_size = int(os.environ.get("MEGXLA_COMPILATION_CACHE_MAX_SIZE", -1))
 _mod.compilation_cache = _env_flag("MEGXLA_COMPILATION_CACHE", True)
 _mod.checked_indexing = _env_flag("MEGXLA_CHECKED_INDEXING", False)
+_mod.auto_jit = _env_flag("MEGXLA_AUTO_JIT", False)
 del _mod

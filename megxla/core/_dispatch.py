@@ -22,6 +22,7 @@ import numpy as np
 from ._tensor import Tensor
 from ._spmd import MeshRequired, SpmdFunction
 from .dtypes import LOGICAL as _LOGICAL, logical_node as _logical_node
+from ._lazy import COLLECT as _COLLECT, FLUSH as _FLUSH
 
 __all__ = ["apply", "recorders", "OpError", "OutOfMemoryError", "push_interpreter", "pop_interpreter", "current_interpreter"]
 
@@ -130,7 +131,15 @@ def wrap(data):
 
 
 def _compute(op, inputs):
-    """The op's eager kernel on ``inputs``: a tuple of new Tensors (bad input raises an OpError naming it)."""
+    """The op's eager kernel on ``inputs``: a tuple of new Tensors (bad input raises an OpError naming it).
+
+    Under auto-jit (``_COLLECT``) the op is collected into the pending cluster instead (Tensors with ``Lazy``
+    data come back), unless the collector decides it runs now."""
+    collect = _COLLECT[0]
+    if collect is not None:
+        out = collect(op, inputs)
+        if out is not None:
+            return out
     try:
         out = op.kernel(*[t._data for t in inputs])
     except (TypeError, ValueError, IndexError) as exc:
@@ -193,6 +202,8 @@ def apply(op, *inputs):
 
 def push_interpreter(interp):
     """Make ``interp`` handle every ``apply`` of the calling thread until :func:`pop_interpreter`."""
+    if _FLUSH[0] is not None:  # an auto-jit cluster pending: interpreters see concrete values only
+        _FLUSH[0]()
     _tls.s.interpreters.append(interp)
     _bump(1)
 

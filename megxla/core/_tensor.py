@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 
 from . import dtypes as _dt
+from ._lazy import Lazy
 
 __all__ = ["Tensor", "Parameter"]
 
@@ -157,6 +158,8 @@ class Tensor:
                                   device=None if device is None else _dt.to_device(device))
             src = apply(op, data)
             self._data, self._vid = src._data, src._vid
+            if type(self._data) is Lazy:  # (an auto-jit cluster's pending value: this tensor gets it too)
+                self._data.hold(self)
             if device is not None or _dt.LOGICAL[0]:  # the copy stays on data's logical device unless one is given
                 node = _dt.logical_node(device) if device is not None else getattr(src, "_lnode", None)
                 if node is not None:
@@ -281,6 +284,8 @@ class Tensor:
         if interp is not None:
             return interp.read(self)
         data = self._data
+        if type(data) is Lazy:  # collected by auto-jit: run the pending cluster (a cut, as a host read is)
+            data = self._data = data.force()
         if not isinstance(data, _CONCRETE) and (isinstance(data, jax.core.Tracer) or not hasattr(data, "__array__")):
             raise UnreadableTensorError(
                 f"a {tuple(data.shape)} {np.dtype(data.dtype).name} tensor computed inside a traced function "
@@ -416,6 +421,8 @@ class Tensor:
         ``tensor_copy`` op, which the recording sees."""
         import jax
         data = self._data
+        if type(data) is Lazy:
+            data = data.force()
         if isinstance(data, jax.core.Tracer):
             return type(self)(self, name=self._name)
         from ._dispatch import _vids
@@ -453,6 +460,8 @@ class Tensor:
             other = Tensor(other, dtype=self.dtype, device=getattr(self, "_lnode", None))
         self._data = other._data
         self._vid = other._vid
+        if type(self._data) is Lazy:  # (an auto-jit cluster's pending value: this tensor gets it when it runs)
+            self._data.hold(self)
         if _dt.LOGICAL[0]:  # (MegEngine's _reset takes the other tensor's device too)
             self._lnode = getattr(other, "_lnode", None)
         return self

@@ -36,7 +36,7 @@ from collections import OrderedDict
 import numpy as np
 import jax
 
-from ..core import _dispatch
+from ..core import _dispatch, _lazy
 from ..core._dispatch import wrap, push_interpreter, pop_interpreter, current_interpreter
 from ..core._op import Primitive, VJP
 from ..core.ops.shape import full_like as _FULL_LIKE
@@ -327,6 +327,8 @@ class trace:
     def __call__(self, *args, **kwargs):
         if isinstance(current_interpreter(), (Recorder, _Replayer)):
             return self.__wrapped__(*args, **kwargs)  # nested traced functions are part of the outer trace
+        if _lazy.FLUSH[0] is not None:  # auto-jit: a traced call runs as itself, on concrete values
+            _lazy.FLUSH[0]("trace called")
         with self._lock:
             plan = self._plan
             if plan is not None:
@@ -352,6 +354,11 @@ class trace:
         args, kwargs = _state.convert_numpy(args, kwargs)
         self._converted = (args, kwargs)  # (a prepared call maps NumPy arguments to the Tensors made here)
         tensors, sig = _state.collect(args, kwargs)
+        if _lazy.FLUSH[0] is not None:  # (a Tensor the cluster did not know held its value: the array itself)
+            for t in tensors:
+                _lazy.resolve(t)
+                if t._grad is not None:
+                    _lazy.resolve(t._grad)
         closure = _state.closure_numbers(self.__wrapped__, self._closure_memo)
         if closure:  # (modules from the enclosing scope: their numbers and modes decide what the body records)
             sig = sig + (closure,)  # (sig[:2] stay the arguments' items: trace.dump reads them)

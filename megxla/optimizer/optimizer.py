@@ -32,7 +32,7 @@ from typing import Dict, Iterable, Union
 
 import numpy as np
 
-from ..core import _registry
+from ..core import _lazy, _registry
 from ..core._dispatch import current_interpreter
 from ..core._tensor import Parameter, Tensor
 from ._group_update import group_update
@@ -541,6 +541,9 @@ class Optimizer(metaclass=ABCMeta):
             self._check_group(group)
         for group in self.param_groups:
             self._updates(group)
+        end = _lazy.STEP_END[0]
+        if end is not None:  # auto-jit: the natural end of a step cuts the pending cluster
+            end()
         return self
 
     def clear_grad(self):

@@ -1,0 +1,120 @@
+"""``Lazy``: the data of a tensor whose op auto-jit has collected into a cluster but not run yet.
+
+Under ``megxla.config.auto_jit`` the eager compute step of :func:`~megxla.core._dispatch.apply` hands ops to a
+collector (``jit/_autojit.py``, registered in :data:`COLLECT`), which returns Tensors holding ``Lazy`` data: the
+shape and dtype are known at once (so shape checks, ``x.shape`` and errors happen at the user's line), the value
+when the cluster runs. Anything that needs the value -- a host read through ``Tensor._value``, ``np.asarray``,
+an attribute of the jax array -- *forces* it: the pending cluster is compiled (or run op by op) and every Tensor
+still holding one of its ``Lazy`` values gets the real array back in ``_data``.
+
+Core only defines the placeholder and the hook; the cluster logic lives in ``jit`` (layers only look down).
+"""
+from __future__ import annotations
+
+import weakref
+
+import numpy as np
+
+__all__ = ["Lazy", "COLLECT", "FLUSH", "resolve"]
+
+# The auto-jit collector (set by jit): ``collect(op, inputs) -> tuple of output Tensors``, or None when the op runs
+# eagerly now (its inputs then hold concrete arrays). None while auto-jit has never been switched on.
+COLLECT: list = [None]
+# ``flush()``: run the calling thread's pending cluster now (set by jit with COLLECT; called before an interpreter
+# -- a trace -- starts: traces read their state tensors' arrays directly).
+FLUSH: list = [None]
+# ``step_end()``: the natural end of a training step (called by ``Optimizer.step``; set by jit with COLLECT).
+STEP_END: list = [None]
+# ``megxla.config.auto_jit``: WANTED[0] is the setting; SWITCH[0](on) applies it (registered by jit, which may be
+# imported after the setting is made: it reads WANTED then).
+WANTED: list = [False]
+SWITCH: list = [None]
+
+
+class ClusterFailed(RuntimeError):
+    """Reading a value whose cluster raised when it ran (the error was raised at that run)."""
+
+
+class Lazy:
+    """Placeholder data of a collected op's output: ``shape``, ``dtype``, ``ndim`` and ``weak_type`` now, the
+    value once its cluster ran (:meth:`force`). Other attributes of a jax array force it and are read from it.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> class _Done:                   # a cluster that has already run
+        ...     def flush(self): pass
+        >>> z = Lazy((2,), jnp.float32, False, _Done(), 0); z.value = jnp.zeros(2)
+        >>> z.shape, np.asarray(z).tolist()
+        ((2,), [0.0, 0.0])
+    """
+
+    __slots__ = ("shape", "dtype", "ndim", "weak_type", "cluster", "index", "value", "holders", "__weakref__")
+
+    def __init__(self, shape, dtype, weak_type, cluster, index):
+        self.shape = shape
+        self.dtype = dtype
+        self.ndim = len(shape)
+        self.weak_type = weak_type
+        self.cluster = cluster
+        self.index = index
+        self.value = None
+        self.holders = None  # weak references to the Tensors whose ``_data`` is this placeholder
+
+    @property
+    def size(self):
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    def hold(self, tensor):
+        """``tensor._data`` is now this placeholder: give it the value when the cluster runs."""
+        h = self.holders
+        if h is None:
+            self.holders = [weakref.ref(tensor)]
+        else:
+            h.append(weakref.ref(tensor))
+
+    def force(self):
+        """The concrete jax array (runs the pending cluster first where needed)."""
+        v = self.value
+        if v is None:
+            self.cluster.flush()
+            v = self.value
+            if v is None:
+                raise ClusterFailed(f"a {self.shape} {np.dtype(self.dtype).name} value of an auto-jit cluster that "
+                                    f"failed when it ran (the error was raised there)")
+        return v
+
+    def __getattr__(self, name):  # (slots are all set in __init__, so this runs for jax.Array's other attributes)
+        return getattr(self.force(), name)
+
+    def __array__(self, dtype=None, copy=None):
+        a = np.asarray(self.force())
+        return a if dtype is None else a.astype(dtype)
+
+    def __jax_array__(self):
+        return self.force()
+
+    def __repr__(self):
+        return f"<lazy {self.shape} {np.dtype(self.dtype).name}>" if self.value is None else repr(self.value)
+
+
+def _forwarding(name):
+    def method(self, *args, **kwargs):
+        return getattr(self.force(), name)(*args, **kwargs)
+    method.__name__ = name
+    return method
+
+
+for _name in ("__len__", "__iter__", "__getitem__", "__bool__", "__float__", "__int__", "__index__",
+              "__dlpack__", "__dlpack_device__", "__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__",
+              "__truediv__", "__rtruediv__", "__neg__", "__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__",
+              "__format__"):
+    setattr(Lazy, _name, _forwarding(_name))
+Lazy.__hash__ = object.__hash__
+
+
+def resolve(t):
+    """The concrete array of Tensor ``t`` (forcing a pending value), written back into ``t``."""
+    d = t._data
+    if type(d) is Lazy:
+        d = t._data = d.force()
+    return d

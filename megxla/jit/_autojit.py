@@ -1,0 +1,386 @@
+"""Auto-jit: eager code compiled cluster by cluster, with no decorator (``megxla.config.auto_jit = True``).
+
+While it is on, an op issued eagerly is not dispatched: the collector (``_collect``, installed as core's
+``_lazy.COLLECT``) infers its output shapes and dtypes (cached per op and input types, so a bad shape raises at the
+user's line, as in eager), appends ``(op, input ids, output ids)`` to the calling thread's pending *cluster* and
+returns Tensors holding :class:`~megxla.core._lazy.Lazy` data. The cluster runs where the program needs a value
+(a *cut*):
+
+* a host read (``.item()``, ``.numpy()``, ``bool``/``int``/``float``, printing, a NumPy conversion);
+* an op that cannot be compiled with static shapes (``cond_take``, ``nonzero``, boolean-mask indexing: any op
+  whose output shape depends on values), a cross-process collective or a device transfer -- it runs eagerly
+  between clusters, as TF keeps such ops outside its clusters;
+* the end of ``opt.step()`` (the natural end of a step; the cut is made at the next op, so that
+  ``opt.clear_grad()`` right after it drops the gradients from the cluster's results);
+* a ``trace`` / ``xla_trace`` / ``exclude_from_trace`` starting (they run as themselves, on concrete values);
+* a size cap (``MAX_OPS``).
+
+A cluster is data -- the same ``(op, inputs, outputs)`` records as a trace -- and is compiled the same way
+(``_recording.make_replay`` inside ``_spmd.jit``): one compiler. Its cache key is what defines the executable:
+the op sequence with parameters, the input shapes/dtypes and which results are still referenced when it runs
+(a result nobody holds any more is not computed for the host: XLA fuses it away). Policy (TF's, see
+``../shared/notes/auto-jit-anchors.md``): a cluster of fewer than ``MIN_OPS`` ops runs op by op; the first big
+cluster of a site compiles at once (one compilation instead of one per op on the way to the first step); any
+other new key runs op by op and compiles when it recurs; a site (the user's line of the cut) that produced
+``COMPILE_LIMIT`` compiled keys warns once, naming the line, and runs eagerly from then on -- never a compile storm.
+Running op by op uses the ops' eager kernels, so a cluster that is not compiled computes exactly what eager does.
+
+Results equal eager's up to XLA's fusion reordering; random draws are the same (the key is an ordinary value);
+GradManager semantics are untouched (it tapes the collected ops as eager ones: ``_dispatch.apply`` calls it).
+"""
+from __future__ import annotations
+
+import collections
+import sys
+import threading
+import time
+import warnings
+import weakref
+
+import jax
+import numpy as np
+
+from ..core import _dispatch, _lazy, _spmd
+from ..core._lazy import Lazy
+from ..core._op import check_output_size
+from ..core._spmd import MeshRequired
+from ._recording import _TRACER_ERRORS, describe_where, make_replay, user_where
+
+__all__ = ["enable", "enabled", "auto_jit_stats", "reset_auto_jit_stats", "MIN_OPS", "MAX_OPS", "COMPILE_LIMIT"]
+
+MIN_OPS = 4  # a smaller cluster is not worth a launch: it runs op by op (TF's --tf_xla_min_cluster_size)
+FIRST_SIGHT_OPS = 16  # a site's first cluster of at least this many ops compiles at once
+MAX_OPS = 20000  # the size cap: a longer cluster is cut (a loop with no read and no optimizer step)
+COMPILE_LIMIT = 8  # compiled keys per site before it runs eagerly for good (Dynamo's cache_size_limit)
+CACHE_SIZE = 128  # executables kept (least recently used dropped)
+
+_ON = [False]
+_getrefcount = sys.getrefcount
+_MISSING = object()
+_ArrayImpl = type(jax.numpy.zeros(()))  # (concrete jax arrays: only they can be donated)
+
+
+class _Stats:
+    def __init__(self):
+        self.clusters = 0  # clusters run
+        self.ops = 0  # ops collected
+        self.compiled = 0  # executables compiled
+        self.compile_time = 0.0
+        self.hits = 0  # clusters run by a cached executable
+        self.eager = 0  # clusters run op by op (small, not yet recurred, or at a megamorphic site)
+        self.eager_ops = 0  # ops run outside clusters (data-dependent shapes, collectives, transfers)
+        self.cuts = collections.Counter()  # (reason, site) -> count
+        self.megamorphic = []  # sites that gave up compiling
+
+
+_stats = _Stats()
+
+
+def auto_jit_stats() -> dict:
+    """What auto-jit did so far: clusters run, compilations, cache hits, and the lines that cut clusters.
+
+    Returns:
+        a dict: ``clusters``, ``ops`` (collected), ``compiled``, ``compile_time`` (s), ``cache_hits``,
+        ``eager_clusters`` (run op by op), ``eager_ops`` (ops kept out of clusters), ``cuts`` (a list of
+        ``(count, reason, "file:line (`source`)")``, most frequent first) and ``megamorphic`` (the lines that
+        made too many different clusters and run eagerly).
+
+    Example:
+        >>> from megxla.jit import auto_jit_stats
+        >>> sorted(auto_jit_stats())[:3]
+        ['cache_hits', 'clusters', 'compile_time']
+    """
+    s = _stats
+    return {"clusters": s.clusters, "ops": s.ops, "compiled": s.compiled, "compile_time": s.compile_time,
+            "cache_hits": s.hits, "eager_clusters": s.eager, "eager_ops": s.eager_ops,
+            "cuts": [(n, reason, describe_where(site)) for (reason, site), n in s.cuts.most_common()],
+            "megamorphic": [describe_where(site) for site in s.megamorphic]}
+
+
+def reset_auto_jit_stats():
+    """Zero the counters of :func:`auto_jit_stats` (the compiled executables stay cached).
+
+    Example:
+        >>> from megxla.jit import reset_auto_jit_stats, auto_jit_stats
+        >>> reset_auto_jit_stats(); auto_jit_stats()["clusters"]
+        0
+    """
+    global _stats
+    _stats = _Stats()
+
+
+# ---- shapes ---------------------------------------------------------------------------------------------------
+_SHAPES: dict = {}  # (op, input avals) -> output avals, or None: the op is not collected with such inputs
+
+
+def _infer(op, key, inputs):
+    """Output avals ``((shape, dtype, weak_type), ...)`` of ``op`` for the input avals in ``key``, or None where
+    the op cannot be part of a cluster. Bad input raises here, at the user's line, with eager's error."""
+    res = None
+    params = dict(op.params)
+    if not (op.prim.eager_kernel is not None and params.get("device") is not None):  # (transfers stay out)
+        try:
+            out = jax.eval_shape(op.fn, *[jax.ShapeDtypeStruct(s, d, weak_type=w) for s, d, w in key[1]])
+            check_output_size(op, out)
+        except (_TRACER_ERRORS + (MeshRequired,)):
+            out = None  # its output shape depends on values, or a cross-process collective: run it eagerly
+        except (TypeError, ValueError, IndexError) as exc:
+            raise _dispatch.op_error(op, inputs, exc) from None
+        if out is not None:
+            flat = out if op.multiple_results else (out,)
+            res = tuple((tuple(o.shape), o.dtype, bool(getattr(o, "weak_type", False))) for o in flat)
+    if len(_SHAPES) > 65536:
+        _SHAPES.clear()
+    _SHAPES[key] = res
+    return res
+
+
+# ---- clusters -------------------------------------------------------------------------------------------------
+class _Entry:
+    __slots__ = ("executable", "seen")
+
+    def __init__(self):
+        self.executable = None
+        self.seen = 0
+
+
+_cache: "collections.OrderedDict" = collections.OrderedDict()
+_sites: dict = {}  # site -> number of keys compiled there (-1: megamorphic, runs eagerly)
+
+
+class _Cluster:
+    """The calling thread's pending ops. Local ids number every value of the cluster: its inputs (concrete arrays
+    of values made before it) and the outputs of its ops, in order."""
+
+    def __init__(self):
+        self.lock = threading.RLock()
+        self._clear()
+
+    def _clear(self):
+        self.ops = []  # [(op, input ids, output ids)]
+        self.avals = []  # local id -> (shape, dtype, weak_type)
+        self.lazies = []  # the Lazy of every op output (a list: liveness is read from reference counts)
+        self.inputs = []  # concrete arrays, in input order
+        self.in_ids = []  # their local ids
+        self.vmap = {}  # value id of an input Tensor -> local id
+        self.cut = None  # (reason, site) of a cut requested at the end of opt.step (made at the next op)
+
+    def add_input(self, data, vid):
+        i = len(self.avals)
+        self.avals.append((tuple(data.shape), data.dtype, bool(getattr(data, "weak_type", False))))
+        self.inputs.append(data)
+        self.in_ids.append(i)
+        self.vmap[vid] = i
+        return i
+
+    def flush(self, reason="host read", site=None):
+        """Run the pending ops now (compiled or op by op) and give every Lazy still referenced its value."""
+        with self.lock:
+            if self.cut is not None and site is None:
+                reason, site = self.cut
+            ops, lazies, avals, inputs, in_ids = self.ops, self.lazies, self.avals, self.inputs, self.in_ids
+            self._clear()
+            if not ops:
+                return
+            # A Lazy is referenced by the list, the loop variable and getrefcount's argument: more means a Tensor
+            # (or a GradManager's tape) still holds it, so the host may read it: a result of the cluster.
+            live = [z for z in lazies if _getrefcount(z) > 3]
+            del lazies
+            out_ids = [z.index for z in live]
+            stats = _stats
+            stats.clusters += 1
+            try:
+                values = self._run(ops, avals, inputs, in_ids, out_ids, reason, site)
+            except BaseException:
+                for z in live:
+                    z.cluster = _FAILED
+                raise
+            for z, v in zip(live, values):
+                z.value = v
+                for ref in z.holders:
+                    t = ref()
+                    if t is not None and t._data is z:
+                        t._data = v
+
+    def _run(self, ops, avals, inputs, in_ids, out_ids, reason, site):
+        stats = _stats
+        if len(ops) < MIN_OPS:
+            return self._eager(ops, inputs, in_ids, out_ids)
+        if site is None:
+            site = user_where()
+        stats.cuts[(reason, site)] += 1
+        # Inputs nobody else holds any more (a parameter's or slot's old value after its in-place update: only the
+        # list holds it) are donated: XLA writes the new value into the old buffer, as in xla_trace. Referenced by
+        # the list and getrefcount's argument: 2.
+        out_avals = {avals[i][:2] for i in out_ids}
+        donate = tuple(k for k in range(len(inputs))
+                       if _getrefcount(inputs[k]) <= 2 and type(inputs[k]) is _ArrayImpl
+                       and avals[in_ids[k]][:2] in out_avals)
+        key = (tuple(ops), tuple(avals[i] for i in in_ids), tuple(out_ids), donate)
+        entry = _cache.get(key)
+        if entry is not None and entry.executable is not None:
+            _cache.move_to_end(key)
+            stats.hits += 1
+            return entry.executable(*inputs)
+        n = _sites.get(site, 0)
+        if n < 0:  # megamorphic: eager for good
+            return self._eager(ops, inputs, in_ids, out_ids)
+        if entry is None:
+            entry = _Entry()
+            _cache[key] = entry
+            if len(_cache) > CACHE_SIZE:
+                _cache.popitem(last=False)
+        entry.seen += 1
+        if not (entry.seen >= 2 or (n == 0 and len(ops) >= FIRST_SIGHT_OPS)):
+            return self._eager(ops, inputs, in_ids, out_ids)
+        if n >= COMPILE_LIMIT:
+            _sites[site] = -1
+            stats.megamorphic.append(site)
+            warnings.warn(f"auto-jit: the clusters cut at {describe_where(site)} ({reason}) changed {n} times (shapes "
+                          f"or Python numbers that change every step?); they run eagerly from now on. Pad to fixed "
+                          f"shapes, or pass changing numbers as tensors, to have them compiled", stacklevel=2)
+            return self._eager(ops, inputs, in_ids, out_ids)
+        _sites[site] = n + 1
+        t0 = time.perf_counter()
+        replay = make_replay(ops, in_ids, out_ids)
+        replay.__name__ = replay.__qualname__ = "auto_jit_cluster"
+        structs = [jax.ShapeDtypeStruct(*avals[i][:2], weak_type=avals[i][2]) for i in in_ids]
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*donated.*")
+            entry.executable = _spmd.jit(replay, donate_argnums=donate, name="auto_jit_cluster").lower(
+                *structs).compile()
+        stats.compiled += 1
+        stats.compile_time += time.perf_counter() - t0
+        return entry.executable(*inputs)
+
+    @staticmethod
+    def _eager(ops, inputs, in_ids, out_ids):
+        """Each op by its eager kernel, as eager execution would have run it."""
+        _stats.eager += 1
+        env = dict(zip(in_ids, inputs))
+        for op, ins, outs in ops:
+            res = op.kernel(*[env[i] for i in ins])
+            if op.multiple_results:
+                env.update(zip(outs, res))
+            else:
+                env[outs[0]] = res
+        return [env[i] for i in out_ids]
+
+
+class _Failed:
+    """The cluster of the Lazy values whose cluster raised: reading one says so."""
+
+    @staticmethod
+    def flush():
+        pass
+
+
+_FAILED = _Failed()
+
+
+class _Local(threading.local):
+    def __init__(self):
+        self.cluster = _Cluster()
+
+
+_local = _Local()
+
+
+def _resolve(inputs):
+    for t in inputs:
+        if type(t._data) is Lazy:
+            t._data = t._data.force()
+
+
+def _collect(op, inputs):
+    """Core's compute hook: collect ``op`` into the calling thread's cluster (Tensors with Lazy data), or return
+    None to have it run eagerly now (inputs made concrete first)."""
+    if not _ON[0] or (_dispatch._active and _dispatch._tls.s.interpreters[-1] is not None):
+        _resolve(inputs)  # (an interpreter on top -- an exclude_from_trace block -- or auto-jit switched off)
+        return None
+    cl = _local.cluster
+    with cl.lock:
+        if cl.cut is not None:
+            cl.flush()
+        avals = cl.avals
+        ids = []
+        for t in inputs:
+            d = t._data
+            if type(d) is Lazy:
+                if d.cluster is cl and d.value is None:
+                    ids.append(d.index)
+                    continue
+                d = t._data = d.force()
+            i = cl.vmap.get(t._vid)
+            ids.append(cl.add_input(d, t._vid) if i is None else i)
+        key = (op, tuple([avals[i] for i in ids]))
+        outs = _SHAPES.get(key, _MISSING)
+        if outs is _MISSING:
+            outs = _infer(op, key, inputs)
+        if outs is None:  # not collected: the cluster runs first, then this op, eagerly
+            cl.flush(f"{op.name} runs eagerly", user_where())
+            _resolve(inputs)
+            _stats.eager_ops += 1
+            return None
+        base = len(avals)
+        lazies = cl.lazies
+        result = []
+        wrap = _dispatch.wrap
+        for k, aval in enumerate(outs):
+            z = Lazy(aval[0], aval[1], aval[2], cl, base + k)
+            avals.append(aval)
+            lazies.append(z)
+            t = wrap(z)
+            z.holders = [weakref.ref(t)]
+            result.append(t)
+        cl.ops.append((op, tuple(ids), tuple(range(base, base + len(outs)))))
+        _stats.ops += 1
+        if len(cl.ops) >= MAX_OPS:
+            cl.flush("size cap", user_where())
+        return tuple(result)
+
+
+def flush(reason="trace starts"):
+    """Run the calling thread's pending cluster now (core's ``_lazy.FLUSH``: before an interpreter starts)."""
+    cl = _local.cluster
+    if cl.ops:
+        cl.flush(reason, user_where())
+
+
+def step_boundary(reason="opt.step"):
+    """The natural end of a training step (``Optimizer.step``): the pending cluster is cut at the next op or read,
+    so what the program drops right after (``opt.clear_grad()``) is not a result of the cluster."""
+    if _ON[0]:
+        cl = _local.cluster
+        if cl.ops and cl.cut is None:
+            cl.cut = (reason, user_where())
+
+
+def enable(on=True):
+    """Switch auto-jit on or off for the whole process (``megxla.config.auto_jit`` calls this). Switched off, the
+    pending clusters of the calling thread run first.
+
+    Example:
+        >>> from megxla.jit._autojit import enable, enabled
+        >>> enable(False); enabled()
+        False
+    """
+    on = bool(on)
+    if not on and _ON[0]:
+        flush("auto-jit switched off")
+    _ON[0] = on
+    _lazy.WANTED[0] = on
+    if on:
+        _lazy.COLLECT[0] = _collect
+        _lazy.FLUSH[0] = flush
+        _lazy.STEP_END[0] = step_boundary
+
+
+def enabled() -> bool:
+    """Whether auto-jit collects eager ops now."""
+    return _ON[0]
+
+
+_lazy.SWITCH[0] = enable
+if _lazy.WANTED[0]:  # (``config.auto_jit`` was set, or MEGXLA_AUTO_JIT=1, before jit was imported)
+    enable(True)
