@@ -151,7 +151,7 @@ class Tensor:
         if isinstance(data, Tensor):
             # NOTE: an op (``tensor_copy``), never a host-side copy: a trace sees that the new tensor is made from
             # ``data`` (it follows data's value at every call instead of baking it in), and the copy is real (a
-            # compiled step may donate data's buffer). Like MegEngine, the copy is a new leaf for autodiff.
+            # compiled step may donate data's buffer). Like MegEngine's, the copy is differentiable.
             from ._dispatch import apply
             from .ops.shape import tensor_copy
             op = tensor_copy.bind(dtype=None if dtype is None else _dt.canonical(dtype).name,
@@ -423,8 +423,8 @@ class Tensor:
         data = self._data
         if type(data) is Lazy:
             data = data.force()
-        if isinstance(data, jax.core.Tracer):
-            return type(self)(self, name=self._name)
+        if isinstance(data, jax.core.Tracer):  # (detached: MegEngine's copy.copy / deepcopy cut the gradient)
+            return type(self)(self.detach(), name=self._name)
         from ._dispatch import _vids
         t = type(self).__new__(type(self))
         t._data = jax.device_put(data, may_alias=False)  # (a real copy: the original may be donated later)

@@ -38,11 +38,13 @@ def _device_put(x, *, device):
 
 
 def _tensor_copy(x, *, dtype, device):
-    # ``Tensor(t, dtype=, device=)``: a new autodiff leaf (MegEngine), hence the stop_gradient.
+    # ``Tensor(t, dtype=, device=)`` / ``Parameter(t)``: a differentiable copy, as in MegEngine, where
+    # ``Tensor(x * 2)`` inside a GradManager recording passes x's gradient on (issue 32: a CLIP step built its
+    # token embeddings so). Only ``detach()``, ``copy.copy`` / ``deepcopy`` and host round trips cut it.
     x = jnp.array(x, dtype=dtype, copy=True)
     if device is not None:
         x = jax.device_put(x, device)
-    return jax.lax.stop_gradient(x)
+    return x
 
 
 def _eager_transfer(device):
