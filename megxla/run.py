@@ -2,14 +2,16 @@
 
 Usage::
 
-    python -m megxla.run [--shadow] train.py --its --own args
-    python -m megxla.run [--shadow] -m package.module --its --own args
+    python -m megxla.run [--shadow] [--auto-jit] train.py --its --own args
+    python -m megxla.run [--shadow] [--auto-jit] -m package.module --its --own args
 
 Installs the ``megengine`` import alias (:mod:`megxla.as_megengine`), then runs the script or module as Python
 itself would: as ``__main__``, with ``sys.argv`` = ``[script, *args]`` (``[module file, *args]`` for ``-m``) and the
 script's directory (the current directory for ``-m``) first on ``sys.path``. ``--shadow`` answers ``megengine``
 imports with megxla even if a real MegEngine is installed (same as ``MEGXLA_SHADOW_MEGENGINE=1``). Child
-processes (DataLoader workers, ``dist.launcher`` ranks, ``subprocess`` Pythons) inherit the alias.
+processes (DataLoader workers, ``dist.launcher`` ranks, ``subprocess`` Pythons) inherit the alias. ``--auto-jit``
+switches auto-jit on (``megxla.config.auto_jit``, ``MEGXLA_AUTO_JIT=1`` for child processes): the program's eager
+ops are compiled by XLA cluster by cluster, with no decorator.
 """
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ import sys
 
 from ._alias import install
 
-_USAGE = "usage: python -m megxla.run [--shadow] (script.py | -m module) [args ...]"
+_USAGE = "usage: python -m megxla.run [--shadow] [--auto-jit] (script.py | -m module) [args ...]"
 
 
 def main(argv=None) -> None:
@@ -40,6 +42,11 @@ def main(argv=None) -> None:
         opt = argv.pop(0)
         if opt == "--shadow":
             force = True
+        elif opt == "--auto-jit":
+            # (the environment too: DataLoader workers and dist.launcher ranks are Pythons of their own)
+            os.environ["MEGXLA_AUTO_JIT"] = "1"
+            from . import config
+            config.auto_jit = True
         elif opt in ("-h", "--help"):
             print(__doc__)
             return

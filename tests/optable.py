@@ -6,6 +6,8 @@
   in float64.
 * :func:`check_compiled` -- the eager result against ``megxla.jit.xla_trace(fn)`` called twice (the second
   call runs the compiled executable).
+* :func:`check_auto_jit` -- eager forward and gradients against the same code under ``config.auto_jit``, run
+  until its cluster is compiled (every cluster compiled, however small).
 
 Tables live in ``tests/test_optable_<family>.py`` modules, each exporting a ``CASES`` list (and optionally an
 ``EXCLUDED = {name: reason}`` dict of its own); the coverage test of ``test_optable_tensor.py`` collects them
@@ -28,7 +30,7 @@ import pytest
 import megxla
 from megxla.autodiff import GradManager
 
-__all__ = ["OpCase", "check_forward", "check_grad", "check_compiled", "params", "EXCLUDED", "f32", "i32",
+__all__ = ["OpCase", "check_forward", "check_grad", "check_compiled", "check_auto_jit", "params", "EXCLUDED", "f32", "i32",
            "boolean", "positive", "reference_names", "collect_tables", "REFERENCE"]
 
 REFERENCE = pathlib.Path(__file__).resolve().parents[1].parent / "shared" / "reference" / "megengine-1.13-api.md"
@@ -245,6 +247,57 @@ def check_compiled(case: OpCase):
     rtol = 0 if case.exact else max(case.rtol, 1e-5)
     _compare(first, eager, rtol, 0 if case.exact else case.atol, f"{case.id} traced call", case.exact)
     _compare(second, eager, rtol, 0 if case.exact else case.atol, f"{case.id} compiled call", case.exact)
+
+
+@contextlib.contextmanager
+def auto_jit_compiling_everything():
+    """``config.auto_jit`` on, with every cluster compiled at first sight (no minimum size): what the op table
+    checks is the compiled cluster, not the op-by-op fallback."""
+    from megxla.jit import _autojit
+    saved = (_autojit.MIN_OPS, _autojit.FIRST_SIGHT_OPS, megxla.config.auto_jit)
+    _autojit.MIN_OPS = _autojit.FIRST_SIGHT_OPS = 1
+    _autojit._sites.clear()  # (every case is cut at the same harness lines: its own compile budget)
+    megxla.config.auto_jit = True
+    try:
+        yield _autojit
+    finally:
+        megxla.config.auto_jit = saved[2]
+        _autojit.MIN_OPS, _autojit.FIRST_SIGHT_OPS = saved[:2]
+
+
+def check_auto_jit(case: OpCase):
+    """Forward results and ``GradManager`` gradients of eager execution == the same under auto-jit (the op and
+    its backward collected into clusters, compiled by XLA), three times (the cache's hit path included)."""
+    arrays = _arrays(case)
+    wrt = [i for i, a in enumerate(arrays) if a.dtype.kind == "f"] if case.grad else []
+
+    def run():
+        xs = [megxla.Tensor(a, dtype=a.dtype) for a in arrays]
+        gm = GradManager().attach([xs[i] for i in wrt])
+        with gm:
+            outs = _flat(case.fn(*xs))
+            floats = [o for o in outs if o.dtype.kind == "f"]
+            if wrt and floats:
+                gm.backward(sum((o * o).sum() for o in floats))
+        grads = [None if xs[i].grad is None else xs[i].grad.numpy() for i in wrt]
+        return [_np(o) for o in outs], grads
+
+    want, want_g = run()
+    rtol = 0 if case.exact else max(case.rtol, 1e-5)
+    with auto_jit_compiling_everything() as aj:
+        before = aj.auto_jit_stats()["compiled"] + aj.auto_jit_stats()["cache_hits"]
+        for k in range(3):
+            got, got_g = run()
+            _compare(got, want, rtol, 0 if case.exact else case.atol, f"{case.id} auto-jit call {k}", case.exact)
+            for i, g, w in zip(wrt, got_g, want_g):
+                if w is None:
+                    assert g is None, f"{case.id}: auto-jit gave input {i} a gradient, eager none"
+                else:
+                    np.testing.assert_allclose(g, w, rtol=max(rtol, 1e-5), atol=max(case.atol, 1e-6),
+                                               err_msg=f"{case.id}: auto-jit gradient of input {i} (call {k})")
+        stats = aj.auto_jit_stats()
+    assert stats["compiled"] + stats["cache_hits"] > before or stats["eager_ops"], \
+        f"{case.id}: auto-jit compiled nothing"
 
 
 # ---- coverage --------------------------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ import pytest
 import megxla
 import megxla.functional as F
 from megxla.core._dispatch import OpError
-from optable import OpCase, check_forward, check_grad, check_compiled, params, f32, i32, positive
+from optable import OpCase, check_forward, check_grad, check_compiled, check_auto_jit, params, f32, i32, positive
 
 T = megxla.Tensor
 CASES = []
@@ -939,6 +939,11 @@ def test_grad(case):
 @pytest.mark.parametrize("case", params([c for c in CASES if c.name != "functional.vision.nms"]))
 def test_compiled(case):
     check_compiled(case)  # nms has a data-dependent shape eagerly: see test_nms_under_trace
+
+
+@pytest.mark.parametrize("case", params(CASES))
+def test_auto_jit(case):
+    check_auto_jit(case)  # eager == auto-jit (compiled clusters), forward and gradients
 
 
 # ---- semantics beyond the table -----------------------------------------------------------------------------------

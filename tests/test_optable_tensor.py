@@ -6,7 +6,7 @@ import scipy.special as sps
 
 import megxla
 import megxla.functional as F
-from optable import (OpCase, check_forward, check_grad, check_compiled, params, f32, i32, boolean, positive,
+from optable import (OpCase, check_forward, check_grad, check_compiled, check_auto_jit, params, f32, i32, boolean, positive,
                      reference_names, collect_tables)
 
 T = megxla.Tensor
@@ -439,6 +439,11 @@ def test_grad(case):
 @pytest.mark.parametrize("case", params(CASES))
 def test_compiled(case):
     check_compiled(case)
+
+
+@pytest.mark.parametrize("case", params(CASES))
+def test_auto_jit(case):
+    check_auto_jit(case)  # eager == auto-jit (compiled clusters), forward and gradients
 
 
 MINE = {"megengine.functional.math", "megengine.functional.tensor", "megengine.functional.elemwise"}

@@ -22,7 +22,7 @@ the op sequence with parameters, the input shapes/dtypes and which results are s
 ``../shared/notes/auto-jit-anchors.md``): a cluster of fewer than ``MIN_OPS`` ops runs op by op; the first big
 cluster of a site compiles at once (one compilation instead of one per op on the way to the first step); any
 other new key runs op by op and compiles when it recurs; a site (the user's line of the cut) that produced
-``COMPILE_LIMIT`` compiled keys warns once, naming the line, and runs eagerly from then on -- never a compile storm.
+``COMPILE_LIMIT`` different keys warns once, naming the line, and runs eagerly from then on -- never a compile storm.
 Running op by op uses the ops' eager kernels, so a cluster that is not compiled computes exactly what eager does.
 
 Results equal eager's up to XLA's fusion reordering; random draws are the same (the key is an ordinary value);
@@ -51,8 +51,9 @@ __all__ = ["enable", "enabled", "auto_jit_stats", "reset_auto_jit_stats", "MIN_O
 MIN_OPS = 4  # a smaller cluster is not worth a launch: it runs op by op (TF's --tf_xla_min_cluster_size)
 FIRST_SIGHT_OPS = 16  # a site's first cluster of at least this many ops compiles at once
 MAX_OPS = 20000  # the size cap: a longer cluster is cut (a loop with no read and no optimizer step)
-COMPILE_LIMIT = 8  # compiled keys per site before it runs eagerly for good (Dynamo's cache_size_limit)
+COMPILE_LIMIT = 8  # keys per site before it runs eagerly for good (Dynamo's cache_size_limit)
 CACHE_SIZE = 128  # executables kept (least recently used dropped)
+DONATE = True
 
 _ON = [False]
 _getrefcount = sys.getrefcount
@@ -214,7 +215,7 @@ class _Cluster:
         # the list and getrefcount's argument: 2.
         out_avals = {avals[i][:2] for i in out_ids}
         donate = tuple(k for k in range(len(inputs))
-                       if _getrefcount(inputs[k]) <= 2 and type(inputs[k]) is _ArrayImpl
+                       if DONATE and _getrefcount(inputs[k]) <= 2 and type(inputs[k]) is _ArrayImpl
                        and avals[in_ids[k]][:2] in out_avals)
         key = (tuple(ops), tuple(avals[i] for i in in_ids), tuple(out_ids), donate)
         entry = _cache.get(key)
@@ -225,7 +226,16 @@ class _Cluster:
         n = _sites.get(site, 0)
         if n < 0:  # megamorphic: eager for good
             return self._eager(ops, inputs, in_ids, out_ids)
-        if entry is None:
+        if entry is None:  # a new key at this site
+            if n >= COMPILE_LIMIT:
+                _sites[site] = -1
+                stats.megamorphic.append(site)
+                warnings.warn(f"auto-jit: the clusters cut at {describe_where(site)} ({reason}) changed {n} times "
+                              f"(shapes or Python numbers that change every step?); they run eagerly from now on. "
+                              f"Pad to fixed shapes, or pass changing numbers as tensors, to have them compiled",
+                              stacklevel=2)
+                return self._eager(ops, inputs, in_ids, out_ids)
+            _sites[site] = n + 1
             entry = _Entry()
             _cache[key] = entry
             if len(_cache) > CACHE_SIZE:
@@ -233,14 +243,6 @@ class _Cluster:
         entry.seen += 1
         if not (entry.seen >= 2 or (n == 0 and len(ops) >= FIRST_SIGHT_OPS)):
             return self._eager(ops, inputs, in_ids, out_ids)
-        if n >= COMPILE_LIMIT:
-            _sites[site] = -1
-            stats.megamorphic.append(site)
-            warnings.warn(f"auto-jit: the clusters cut at {describe_where(site)} ({reason}) changed {n} times (shapes "
-                          f"or Python numbers that change every step?); they run eagerly from now on. Pad to fixed "
-                          f"shapes, or pass changing numbers as tensors, to have them compiled", stacklevel=2)
-            return self._eager(ops, inputs, in_ids, out_ids)
-        _sites[site] = n + 1
         t0 = time.perf_counter()
         replay = make_replay(ops, in_ids, out_ids)
         replay.__name__ = replay.__qualname__ = "auto_jit_cluster"

@@ -1,0 +1,229 @@
+"""Auto-jit (``megxla.config.auto_jit``): eager code compiled cluster by cluster, with eager's exact meaning.
+
+The op table checks every op (forward and gradient) under auto-jit (``optable.check_auto_jit``); these tests check
+whole programs: training loops, RNG identity, errors, compile bounds and composition with the explicit traces.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import warnings
+
+import numpy as np
+import pytest
+
+import megxla as mge
+import megxla.functional as F
+import megxla.module as M
+import megxla.optimizer as optim
+from megxla.autodiff import GradManager
+from megxla.jit import auto_jit_stats, reset_auto_jit_stats, xla_trace, _autojit
+
+
+@pytest.fixture
+def auto_jit():
+    saved = mge.config.auto_jit
+    _autojit._sites.clear()
+    reset_auto_jit_stats()
+    mge.config.auto_jit = True
+    try:
+        yield _autojit
+    finally:
+        mge.config.auto_jit = saved
+
+
+class Net(M.Module):
+    def __init__(self):
+        super().__init__()
+        # (no bias before BatchNorm: its gradient is zero up to rounding, and Adam's normalised step turns that
+        # rounding noise -- which XLA's fusion changes -- into updates of size lr)
+        self.conv = M.Conv2d(1, 4, 3, padding=1, bias=False)
+        self.bn = M.BatchNorm2d(4)
+        self.drop = M.Dropout(0.3)
+        self.fc = M.Linear(4 * 8 * 8, 10)
+
+    def forward(self, x):
+        x = self.drop(F.relu(self.bn(self.conv(x))))
+        return self.fc(F.flatten(x, 1))
+
+
+def _train(steps, seed=0, read_every_step=True):
+    mge.random.seed(seed)
+    net = Net()
+    opt = optim.Adam(net.parameters(), lr=1e-2)
+    gm = GradManager().attach(net.parameters())
+    rng = np.random.RandomState(1)
+    losses = []
+    for _ in range(steps):
+        x = mge.Tensor(rng.standard_normal((6, 1, 8, 8)).astype("float32"))
+        y = mge.Tensor(rng.randint(0, 10, 6).astype("int32"))
+        with gm:
+            loss = F.nn.cross_entropy(net(x), y)
+            gm.backward(loss)
+        opt.step().clear_grad()
+        losses.append(loss.item() if read_every_step else loss)
+    losses = [float(l) for l in losses]
+    state = {k: np.asarray(v) for k, v in net.state_dict().items()}
+    slots = [v.numpy() for s in opt._state.values() for v in s.values()]
+    return losses, state, slots, mge.random.uniform(size=(3,)).numpy()
+
+
+@pytest.mark.parametrize("read_every_step", [True, False])
+def test_training_loop_equals_eager(auto_jit, read_every_step):
+    mge.config.auto_jit = False
+    want = _train(6, read_every_step=read_every_step)
+    mge.config.auto_jit = True
+    got = _train(6, read_every_step=read_every_step)
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-5)
+    for k in want[1]:
+        np.testing.assert_allclose(got[1][k], want[1][k], rtol=1e-5, atol=1e-6, err_msg=k)
+    for a, b in zip(got[2], want[2]):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(got[3], want[3])  # the global RNG stream is where eager's is (Dropout drew)
+    stats = auto_jit_stats()
+    assert stats["cache_hits"] >= 4, stats  # (compiled here or by the other parametrisation: the same key)
+    assert stats["cuts"][0][1] == "opt.step" and "opt.step()" in stats["cuts"][0][2], stats["cuts"]
+
+
+def test_random_draws_identical_to_eager(auto_jit):
+    def draws():
+        mge.random.seed(7)
+        out = []
+        for _ in range(4):
+            a, u = mge.random.normal(size=(5,)), mge.random.uniform(size=(5,))
+            s = a * 2 + u  # (a cluster: XLA may fuse this into one rounding, eager rounds twice)
+            b = F.dropout(mge.Tensor(np.ones(8, "float32")), 0.5)
+            out.append(np.concatenate([a.numpy(), u.numpy(), b.numpy(), s.numpy()]))
+        return np.stack(out)
+
+    mge.config.auto_jit = False
+    want = draws()
+    mge.config.auto_jit = True
+    got = draws()
+    np.testing.assert_array_equal(got[:, :18], want[:, :18])  # the draws: bit for bit
+    np.testing.assert_allclose(got[:, 18:], want[:, 18:], rtol=1e-6)
+
+
+def test_bad_shape_raises_at_the_users_line_and_changes_nothing(auto_jit):
+    w = mge.Parameter(np.ones((3, 4), "float32"))
+    before = w.numpy().copy()
+    w._reset(w * 2)  # pending in the cluster
+    with pytest.raises(ValueError) as info:
+        F.matmul(w, mge.Tensor(np.ones((5, 2), "float32")))  # (3,4) @ (5,2): the op raises where it is issued
+    assert "matmul" in str(info.value) and "(3, 4)" in str(info.value)
+    assert info.traceback[-1].name != "flush"  # raised when the op was issued, not when the cluster ran
+    np.testing.assert_array_equal(w.numpy(), before * 2)  # the earlier ops of the cluster still give eager's values
+
+
+def test_data_dependent_ops_run_between_clusters(auto_jit):
+    x = mge.Tensor(np.array([[-1.0, 2.0], [3.0, -4.0]], "float32"))
+    for _ in range(3):
+        y = x * 2 + 1
+        n = int((y > 0).sum())  # a host read: a cut
+        vals, idx = F.cond_take(y > 0, y)  # output shape depends on values: runs eagerly
+        z = vals.sum() * 3 - 1
+        assert n == 2 and vals.shape == (2,)
+        np.testing.assert_allclose(z.numpy(), (5 + 7) * 3 - 1)
+    stats = auto_jit_stats()
+    # cond_take reads its mask's count on the host (a cut), then takes with that count static: compiled
+    assert sum(n for n, reason, _ in stats["cuts"] if reason == "host read") >= 6, stats["cuts"]
+
+
+def test_changing_shapes_compile_a_bounded_number_and_warn_once(auto_jit):
+    w = mge.Tensor(np.ones(4, "float32"))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for n in range(1, 30):  # a new shape every step
+            x = mge.Tensor(np.ones(n, "float32"))
+            y = (F.exp(x) * 2 + 1).sum() * w + (x * x).sum()
+            y.numpy()
+    stats = auto_jit_stats()
+    assert stats["compiled"] <= _autojit.COMPILE_LIMIT + 1, stats
+    storm = [w for w in caught if "auto-jit" in str(w.message)]
+    assert len(storm) == 1 and "test_autojit.py" in str(storm[0].message), [str(w.message) for w in caught]
+    assert stats["megamorphic"], stats
+
+
+def test_small_clusters_run_op_by_op(auto_jit):
+    x = mge.Tensor(np.ones(3, "float32"))
+    for _ in range(5):
+        (x + 1).numpy()
+    stats = auto_jit_stats()
+    assert stats["compiled"] == 0 and stats["eager_clusters"] == 5, stats
+
+
+def test_xla_trace_inside_an_auto_jit_program_runs_as_itself(auto_jit):
+    mge.random.seed(0)
+    net = M.Sequential(M.Linear(4, 8), M.ReLU(), M.Linear(8, 2))
+    opt = optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
+    gm = GradManager().attach(net.parameters())
+
+    @xla_trace
+    def step(net, opt, x):
+        with gm:
+            loss = (net(x) ** 2).mean()
+            gm.backward(loss)
+        opt.step().clear_grad()
+        return loss
+
+    x = mge.Tensor(np.ones((3, 4), "float32"))
+    ref = [np.asarray(p.numpy()) for p in net.parameters()]
+    for _ in range(3):
+        pending = net[0].weight * 1  # an auto-jit cluster is pending when the traced call starts
+        loss = step(net, opt, x * 1)
+        assert np.isfinite(loss.item())
+        assert pending.shape == (8, 4)
+    assert step.num_compiled >= 1
+    assert any(not np.allclose(p.numpy(), r) for p, r in zip(net.parameters(), ref))
+
+
+def test_gradient_manager_semantics_second_order(auto_jit):
+    x = mge.Parameter(np.array([0.5, -1.5], "float32"))
+    gm1, gm2 = GradManager().attach([x]), GradManager().attach([x])
+    for _ in range(3):
+        with gm2:
+            with gm1:
+                y = (x ** 3).sum()
+                gm1.backward(y)  # x.grad = 3x^2 (recorded by gm2)
+            dx = x.grad
+            x.grad = None
+            gm2.backward(dx.sum())  # d/dx sum(3x^2) = 6x
+        np.testing.assert_allclose(x.grad.numpy(), 6 * x.numpy(), rtol=1e-6)
+        x.grad = None
+
+
+def test_stats_report_cuts_by_line(auto_jit):
+    x = mge.Tensor(np.ones((4, 4), "float32"))
+    for _ in range(3):
+        y = F.relu(x @ x + 1) * 2 - 1
+        y.sum().item()
+    stats = auto_jit_stats()
+    assert stats["clusters"] == 3 and stats["ops"] >= 15
+    (n, reason, where), = stats["cuts"]
+    assert n == 3 and reason == "host read" and "y.sum().item()" in where
+
+
+def test_megxla_run_auto_jit_flag(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent("""
+        import numpy as np
+        import megengine as mge, megengine.functional as F, megengine.module as M, megengine.optimizer as optim
+        from megengine.autodiff import GradManager
+        net = M.Linear(4, 2); opt = optim.SGD(net.parameters(), lr=0.1); gm = GradManager().attach(net.parameters())
+        for _ in range(4):
+            with gm:
+                loss = (net(mge.tensor(np.ones((2, 4), "float32"))) ** 2).mean()
+                gm.backward(loss)
+            opt.step().clear_grad()
+            loss.item()
+        from megxla.jit import auto_jit_stats
+        print("AUTO", mge.config.auto_jit, auto_jit_stats()["cache_hits"])
+    """))
+    env = dict(os.environ)
+    env.pop("MEGXLA_AUTO_JIT", None)
+    out = subprocess.run([sys.executable, "-m", "megxla.run", "--auto-jit", str(script)], capture_output=True,
+                         text=True, env=env, timeout=240)
+    assert out.returncode == 0, out.stderr
+    assert "AUTO True" in out.stdout and not out.stdout.strip().endswith(" 0"), out.stdout
