@@ -2,6 +2,7 @@
 promotion rule (a Python scalar takes the tensor's dtype when it fits), then one ``apply``."""
 from __future__ import annotations
 
+import math
 import weakref
 
 import numpy as np
@@ -23,8 +24,21 @@ def _forget_vid(vid):
     return lambda _ref: SCALAR_VIDS.pop(vid, None)
 
 
+def _scalar_key(value, dtype):
+    t = type(value)
+    # NOTE: 0.0 == -0.0 and both hash alike, so a key of the value alone made `x * -0.0` reuse a cached +0.0
+    # tensor (and `1 / (x * -0.0)` +inf instead of -inf) whenever 0.0 had been seen first. The sign of a zero
+    # is part of the key; the common non-zero float keeps the plain tuple (a hex() key costs ~0.3 us per op).
+    if t is float:
+        if value == 0.0:
+            return (value, t, dtype, math.copysign(1.0, value))
+    elif t is complex:
+        return (value.real.hex(), value.imag.hex(), t, dtype)
+    return (value, t, dtype)
+
+
 def _scalar(value, dtype):
-    key = (value, type(value), dtype)
+    key = _scalar_key(value, dtype)
     t = _SCALARS.get(key)
     if t is None:
         import jax

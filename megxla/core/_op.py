@@ -11,6 +11,7 @@ like any forward op. XLA removes the forward work a gradient does not need.
 from __future__ import annotations
 
 import functools
+import math
 import weakref
 
 import jax
@@ -34,6 +35,20 @@ def freeze(value):
     except TypeError as exc:
         raise TypeError(f"op parameter {value!r} is not hashable") from exc
     return value
+
+
+def _zero_signs(value, out):
+    """Append to ``out`` the sign of every float zero in a frozen parameter value (nested tuples), in order."""
+    t = type(value)
+    if t is float:
+        if value == 0.0:
+            out.append(math.copysign(1.0, value))
+    elif t is tuple:
+        for v in value:
+            _zero_signs(v, out)
+    elif t is complex and (value.real == 0.0 or value.imag == 0.0):
+        out.append((math.copysign(1.0, value.real), math.copysign(1.0, value.imag)))
+    return out
 
 
 class Primitive:
@@ -94,25 +109,30 @@ class Primitive:
             op = items = None
         if op is None:
             key = tuple(sorted((k, freeze(v)) for k, v in params.items()))
-            op = self._ops.get(key)
+            # NOTE: 0.0 == -0.0 and both hash alike, so params alone interned F.full(s, -0.0) as the op of +0.0
+            # (or the other way round, whichever came first). A float zero's sign joins the interning key, and
+            # such ops stay out of the fast table, whose keys cannot tell the two apart.
+            signs = _zero_signs(key, [])
+            ikey = (key, tuple(signs)) if signs else key
+            op = self._ops.get(ikey)
             if op is None:
                 bases = [v for _, v in key if type(v) is Op and v.transient]
                 if bases:
                     # NOTE: an op derived from a transient op (its vjp) is interned in that op, not here: it is
                     # compiled once per base op and freed with it (a global table would keep the base alive).
-                    op = bases[0]._derived.get((self.name, key))
+                    op = bases[0]._derived.get((self.name, ikey))
                     if op is None:
-                        op = bases[0]._derived[(self.name, key)] = Op(self, key)
+                        op = bases[0]._derived[(self.name, ikey)] = Op(self, key)
                         op.transient = True
                     return op
                 if self.transient:  # interned weakly: alive while its owner (e.g. a jit cache entry) holds it
-                    op = self._weak.get(key)
+                    op = self._weak.get(ikey)
                     if op is None:
-                        op = self._weak[key] = Op(self, key)
+                        op = self._weak[ikey] = Op(self, key)
                         op.transient = True
                     return op
-                op = self._ops[key] = Op(self, key)
-            if items is not None:
+                op = self._ops[ikey] = Op(self, key)
+            if items is not None and not signs:
                 if len(self._fast) > 4096:  # bounded: keyword orders x values seen
                     self._fast.clear()
                 self._fast[items] = op
