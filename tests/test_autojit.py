@@ -227,3 +227,34 @@ def test_megxla_run_auto_jit_flag(tmp_path):
                          text=True, env=env, timeout=240)
     assert out.returncode == 0, out.stderr
     assert "AUTO True" in out.stdout and not out.stdout.strip().endswith(" 0"), out.stdout
+
+
+def test_xla_trace_whose_reads_keep_missing_runs_as_clusters():
+    def make():
+        mge.random.seed(0)
+        net = M.Sequential(M.Linear(4, 8), M.ReLU(), M.Linear(8, 3))
+        return net, optim.SGD(net.parameters(), lr=0.1), GradManager().attach(net.parameters())
+
+    def body(net, opt, gm, x):
+        with gm:
+            y = net(x)
+            n = int((y > 0).sum())  # changes from call to call
+            pos, _ = F.cond_take(y > 0, y)
+            loss = (y ** 2).mean() + pos.sum() / max(n, 1)
+            gm.backward(loss)
+        opt.step().clear_grad()
+        return loss
+
+    rng = np.random.RandomState(0)
+    xs = [rng.standard_normal((5, 4)).astype("float32") for _ in range(14)]
+    net, opt, gm = make()
+    want = [body(net, opt, gm, mge.Tensor(x)).item() for x in xs]
+    net2, opt2, gm2 = make()
+    step = xla_trace(lambda net, opt, x: body(net, opt, gm2, x))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = [step(net2, opt2, mge.Tensor(x)).item() for x in xs]
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+    assert step.num_clustered_calls >= 5, (step.num_rerecords, step.num_calls)
+    for p, q in zip(net.parameters(), net2.parameters()):
+        np.testing.assert_allclose(p.numpy(), q.numpy(), rtol=1e-5, atol=1e-6)

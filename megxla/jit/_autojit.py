@@ -31,6 +31,7 @@ GradManager semantics are untouched (it tapes the collected ops as eager ones: `
 from __future__ import annotations
 
 import collections
+import contextlib
 import sys
 import threading
 import time
@@ -46,7 +47,7 @@ from ..core._op import check_output_size
 from ..core._spmd import MeshRequired
 from ._recording import _TRACER_ERRORS, describe_where, make_replay, user_where
 
-__all__ = ["enable", "enabled", "auto_jit_stats", "reset_auto_jit_stats", "MIN_OPS", "MAX_OPS", "COMPILE_LIMIT"]
+__all__ = ["enable", "enabled", "clustered", "auto_jit_stats", "reset_auto_jit_stats", "MIN_OPS", "MAX_OPS", "COMPILE_LIMIT"]
 
 MIN_OPS = 4  # a smaller cluster is not worth a launch: it runs op by op (TF's --tf_xla_min_cluster_size)
 FIRST_SIGHT_OPS = 16  # a site's first cluster of at least this many ops compiles at once
@@ -283,6 +284,28 @@ _FAILED = _Failed()
 class _Local(threading.local):
     def __init__(self):
         self.cluster = _Cluster()
+        self.forced = 0  # > 0 inside ``clustered()``: this thread collects while auto-jit is off
+
+
+@contextlib.contextmanager
+def clustered():
+    """Within the block the calling thread's eager ops are collected into clusters, auto-jit on or off
+    (``xla_trace`` runs a step whose host reads keep missing its guards this way); its end is a cut.
+
+    Example:
+        >>> import megxla as mge
+        >>> with clustered():
+        ...     y = mge.Tensor([1.0, 2.0]) * 3 + 1
+        >>> y.numpy()
+        array([4., 7.], dtype=float32)
+    """
+    _install()
+    _local.forced += 1
+    try:
+        yield
+    finally:
+        _local.forced -= 1
+        flush("end of a clustered call")
 
 
 _local = _Local()
@@ -297,7 +320,7 @@ def _resolve(inputs):
 def _collect(op, inputs):
     """Core's compute hook: collect ``op`` into the calling thread's cluster (Tensors with Lazy data), or return
     None to have it run eagerly now (inputs made concrete first)."""
-    if not _ON[0] or (_dispatch._active and _dispatch._tls.s.interpreters[-1] is not None):
+    if not (_ON[0] or _local.forced) or (_dispatch._active and _dispatch._tls.s.interpreters[-1] is not None):
         _resolve(inputs)  # (an interpreter on top -- an exclude_from_trace block -- or auto-jit switched off)
         return None
     cl = _local.cluster
@@ -352,7 +375,7 @@ def flush(reason="trace starts"):
 def step_boundary(reason="opt.step"):
     """The natural end of a training step (``Optimizer.step``): the pending cluster is cut at the next op or read,
     so what the program drops right after (``opt.clear_grad()``) is not a result of the cluster."""
-    if _ON[0]:
+    if _ON[0] or _local.forced:
         cl = _local.cluster
         if cl.ops and cl.cut is None:
             cl.cut = (reason, user_where())
@@ -373,9 +396,13 @@ def enable(on=True):
     _ON[0] = on
     _lazy.WANTED[0] = on
     if on:
-        _lazy.COLLECT[0] = _collect
-        _lazy.FLUSH[0] = flush
-        _lazy.STEP_END[0] = step_boundary
+        _install()
+
+
+def _install():
+    _lazy.COLLECT[0] = _collect
+    _lazy.FLUSH[0] = flush
+    _lazy.STEP_END[0] = step_boundary
 
 
 def enabled() -> bool:

@@ -37,6 +37,7 @@ import numpy as np
 import jax
 
 from ..core import _dispatch, _lazy
+from . import _autojit
 from ..core._dispatch import wrap, push_interpreter, pop_interpreter, current_interpreter
 from ..core._op import Primitive, VJP
 from ..core.ops.shape import full_like as _FULL_LIKE
@@ -260,6 +261,8 @@ class trace:
         self.strict = (self._without_host and self._strict_without_host) if strict is None else bool(strict)
         self.max_variants = 8  # recordings kept per signature (told apart by guard values)
         self.num_rerecords = 0  # calls that recorded again because a value read on the host changed
+        self._churning = False  # most calls recorded again: the body runs as auto-jit clusters (xla_trace)
+        self.num_clustered_calls = 0
         self.num_calls = 0
         self.num_undonated = 0  # compiled calls that kept their inputs because a buffer was shared
         self._num_state_created = 0  # recordings that bound new Tensors to state (not reusable; _state_created)
@@ -409,6 +412,12 @@ class trace:
         """Run the most recently used recording of this signature; if a guard differs, the one whose guard
         values match; else record again (or raise, strict)."""
         self.num_calls += 1
+        if self._churning and self._without_host and not _dispatch.recorders:
+            # values read on the host keep missing the guards: the body runs as auto-jit clusters, compiled once
+            # each before and after its reads, instead of a stale executable run plus an eager recording
+            self.num_clustered_calls += 1
+            with _autojit.clustered():
+                return self.__wrapped__(*args, **kwargs)
         known, miss, tried = None, None, []
         while True:
             cands = [e for e in variants if not any(e is x for x in tried) and _compatible(e, known)]
@@ -482,10 +491,13 @@ class trace:
         self.num_rerecords += 1
         if self.num_rerecords >= 4 and 2 * self.num_rerecords > self.num_calls and "most" not in self._warned:
             self._warned.add("most")
+            self._churning = True
             where = f" (at {describe_where(miss.entry.guards[miss.index][2])})" if miss is not None else ""
+            later = ("later calls run the body as auto-jit clusters (compiled between the reads)"
+                     if self._without_host else "such calls run eagerly")
             warnings.warn(
                 f"{self._what}({self.__name__}) recorded again on {self.num_rerecords} of {self.num_calls} calls because "
-                f"values read on the host change{where}; such calls run eagerly. Pad to a fixed count (as "
+                f"values read on the host change{where}; {later}. Pad to a fixed count (as "
                 f"MegEngine's guide asks for traced steps), or move the read out of the step.", UserWarning, 5)
 
     def _guard_missed(self, miss):
