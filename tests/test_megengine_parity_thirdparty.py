@@ -92,3 +92,86 @@ def test_the_gradient_through_a_constructor_in_a_compiled_step():
         # d/dw sum((3 w[idx])^2) = 18 w[idx] on the picked rows
         np.testing.assert_allclose(g.numpy(), [[0, 18], [0, 0], [72, 90]])
         assert float(loss) == pytest.approx(9 * (0 + 1 + 16 + 25))
+
+
+# ---- 2. ``x[...] = v`` rebinds x to v (MegEngine's Tensor.__setitem__: index ``is Ellipsis`` -> ``_reset(v)``) ---
+def test_setitem_ellipsis_takes_the_values_shape():
+    t = Tensor(0.0)
+    t[...] = Tensor(np.arange(1, 7, dtype="float32").reshape(1, 2, 3))
+    assert t.shape == (1, 2, 3)
+    np.testing.assert_array_equal(t.numpy().ravel(), [1, 2, 3, 4, 5, 6])
+    t = Tensor(np.zeros((2, 3), "float32"))
+    t[...] = Tensor([[1.0], [2.0]])  # (2, 1): MegEngine does not broadcast either
+    assert t.shape == (2, 1)
+
+
+def test_setitem_ellipsis_takes_the_values_dtype_and_a_scalar_becomes_0d():
+    # MegEngine 1.13: int32 (2,) [...] = float32 (3,) of 1.5 -> float32 [1.5 1.5 1.5]; (2, 3) [...] = 5 -> 0-d 5.0;
+    # int32 [...] = 5.7 -> int32 5; [...] = np.arange(4) -> (4,) in t's dtype; a tuple (...,) writes into t
+    t = Tensor(np.zeros((2,), "int32"))
+    t[...] = Tensor(np.full((3,), 1.5, "float32"))
+    assert t.dtype == np.float32 and t.numpy().tolist() == [1.5, 1.5, 1.5]
+    t = Tensor(np.zeros((2, 3), "float32"))
+    t[...] = 5
+    assert t.shape == () and t.dtype == np.float32 and float(t) == 5.0
+    t = Tensor(np.zeros((2, 3), "int32"))
+    t[...] = 5.7
+    assert t.shape == () and t.dtype == np.int32 and int(t) == 5
+    t = Tensor(np.zeros((2, 3), "float32"))
+    t[...] = np.arange(4)
+    assert t.shape == (4,) and t.dtype == np.float32
+    t = Tensor(np.zeros((2, 3), "float32"))
+    t[(Ellipsis,)] = Tensor([1.0, 2.0, 3.0])
+    assert t.shape == (2, 3) and t.numpy().tolist() == [[1, 2, 3], [1, 2, 3]]
+    with pytest.raises(ValueError):
+        t[:] = Tensor(np.zeros((4, 5), "float32"))  # any other index writes into t's shape
+
+
+def test_setitem_ellipsis_does_not_alias_later_writes():
+    v = Tensor([1.0, 2.0])
+    t = Tensor(0.0)
+    t[...] = v
+    v[0] = 7.0
+    t2 = Tensor(0.0)
+    t2[...] = v
+    t2[1] = 9.0
+    assert t.numpy().tolist() == [1.0, 2.0] and v.numpy().tolist() == [7.0, 2.0]
+    assert t2.numpy().tolist() == [7.0, 9.0]
+
+
+def test_setitem_ellipsis_is_differentiable():
+    # MegEngine 1.13: x.grad = 8 everywhere; y (overwritten) gets no gradient
+    x = Parameter(np.ones((3,), "float32"))
+    y = Parameter(np.ones((2,), "float32"))
+    gm = GradManager().attach([x, y])
+    with gm:
+        t = y * 1
+        t[...] = x * 2
+        gm.backward((t * t).sum())
+    np.testing.assert_array_equal(x.grad.numpy(), [8.0, 8.0, 8.0])
+    assert y.grad is None
+
+
+def test_setitem_ellipsis_in_a_compiled_step():
+    import megxla.module as M
+
+    class PosEnc(M.Module):  # the ASR Transformer's pattern: a buffer grown to the table's shape on first use
+        def __init__(self):
+            super().__init__()
+            self.pe = Tensor(0.0)
+
+        def forward(self, x):
+            if self.pe.ndim < 2 or self.pe.shape[1] < x.shape[1]:
+                self.pe[...] = F.broadcast_to(F.arange(x.shape[1]).reshape(1, -1), (1, x.shape[1]))
+            return x + self.pe[:, :x.shape[1]]
+
+    m = PosEnc()
+
+    @xla_trace
+    def f(m, x):
+        return m(x)
+
+    x = Tensor(np.ones((2, 4), "float32"))
+    for _ in range(3):
+        np.testing.assert_array_equal(f(m, x).numpy(), [[1, 2, 3, 4]] * 2)
+    assert m.pe.shape == (1, 4)

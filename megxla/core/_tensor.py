@@ -474,6 +474,16 @@ class Tensor:
             _registry.bump_epoch()  # a new shape or dtype: prepared compiled calls that read it must miss
         return self._reset(new)
 
+    def _rebind(self, value):
+        # ``x[...] = v``: as MegEngine, x *becomes* v whatever its shape and dtype (an ASR Transformer's positional
+        # encoding grows ``pe = Tensor(0.0); pe[...] = table`` so); a non-Tensor value takes x's dtype and device.
+        # Sharing v's value id keeps autodiff and traces following v.
+        old = self._data
+        self._reset(value)
+        if self._data.shape != old.shape or self._data.dtype != old.dtype:
+            from . import _registry
+            _registry.bump_epoch()  # (as set_value: prepared compiled calls that read x must miss)
+
     def reset_zero(self):
         """Fill with zeros in place."""
         from ._dispatch import apply
@@ -535,6 +545,8 @@ class Tensor:
 
     def __setitem__(self, index, value):
         from ._indexing import setitem
+        if index is Ellipsis:  # (exactly ``...``: MegEngine's rule, ``x[(...,)] = v`` writes into x's shape)
+            return self._rebind(value)
         if QPARAMS_SEEN[0]:
             from ._elemwise_front import quantized_params, to_quantized
             q = quantized_params(self)
