@@ -131,6 +131,53 @@ class Bottleneck(M.Module):
         return F.relu(y + sc)
 
 
+class ReLU6(M.Module):
+    def forward(self, x):
+        return F.relu6(x)
+
+
+class InvertedResidual(M.Module):
+    """MobileNetV2's block (the model zoo's ``official/vision/classification/mobilenet``): 1x1 expand, 3x3
+    depthwise (stride), 1x1 linear projection, ReLU6, residual where shapes allow."""
+
+    def __init__(self, cin, cout, stride, expand):
+        super().__init__()
+        hidden = cin * expand
+        layers = []
+        if expand != 1:
+            layers += [M.Conv2d(cin, hidden, 1, bias=False), M.BatchNorm2d(hidden), ReLU6()]
+        layers += [M.Conv2d(hidden, hidden, 3, stride, 1, groups=hidden, bias=False), M.BatchNorm2d(hidden),
+                   ReLU6(), M.Conv2d(hidden, cout, 1, bias=False), M.BatchNorm2d(cout)]
+        self.conv = M.Sequential(*layers)
+        self.residual = stride == 1 and cin == cout
+
+    def forward(self, x):
+        return x + self.conv(x) if self.residual else self.conv(x)
+
+
+class MobileNetV2(M.Module):
+    """The model zoo's MobileNetV2 (width 1.0, 224 px, 1000 classes)."""
+
+    SETTING = ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1), (6, 160, 3, 2),
+               (6, 320, 1, 1))
+
+    def __init__(self, num_classes=1000):
+        super().__init__()
+        layers = [M.Conv2d(3, 32, 3, 2, 1, bias=False), M.BatchNorm2d(32), ReLU6()]
+        cin = 32
+        for t, c, n, s in self.SETTING:
+            for i in range(n):
+                layers.append(InvertedResidual(cin, c, s if i == 0 else 1, t))
+                cin = c
+        layers += [M.Conv2d(cin, 1280, 1, bias=False), M.BatchNorm2d(1280), ReLU6()]
+        self.features = M.Sequential(*layers)
+        self.classifier = M.Sequential(M.Dropout(0.2), M.Linear(1280, num_classes))
+
+    def forward(self, x):
+        x = self.features(x)
+        return self.classifier(F.flatten(F.avg_pool2d(x, 7), 1))
+
+
 RESNET50_STAGES = ((64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2))
 
 

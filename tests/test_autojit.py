@@ -258,3 +258,36 @@ def test_xla_trace_whose_reads_keep_missing_runs_as_clusters():
     assert step.num_clustered_calls >= 5, (step.num_rerecords, step.num_calls)
     for p, q in zip(net.parameters(), net2.parameters()):
         np.testing.assert_allclose(p.numpy(), q.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_another_thread_reading_a_pending_value_loses_no_update(auto_jit):
+    # another thread forcing this thread's cluster (reading the shared global RNG key) must not write an older
+    # value back over the newer one this thread has just bound (the draws would repeat)
+    import threading
+    from megxla.random import _rng
+    mge.config.auto_jit = False
+    mge.random.seed(5)
+    want = [mge.random.uniform(size=(3,)).numpy() for _ in range(150)]
+    mge.config.auto_jit = True
+    stop, errors = threading.Event(), []
+
+    def reader():
+        try:
+            while not stop.is_set():
+                _rng._global._state.numpy()
+        except Exception as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)
+    th = threading.Thread(target=reader)
+    th.start()
+    try:
+        mge.random.seed(5)
+        got = [mge.random.uniform(size=(3,)).numpy() for _ in range(150)]
+    finally:
+        stop.set()
+        th.join()
+        sys.setswitchinterval(interval)
+    assert not errors, errors
+    np.testing.assert_array_equal(np.stack(got), np.stack(want))

@@ -134,19 +134,22 @@ def _compute(op, inputs):
     """The op's eager kernel on ``inputs``: a tuple of new Tensors (bad input raises an OpError naming it).
 
     Under auto-jit (``_COLLECT``) the op is collected into the pending cluster instead (Tensors with ``Lazy``
-    data come back), unless the collector decides it runs now."""
+    data come back), unless the collector decides it runs now (it then hands back the concrete input arrays)."""
     collect = _COLLECT[0]
+    arrays = None
     if collect is not None:
         out = collect(op, inputs)
         if out is not None:
-            return out
+            if type(out) is tuple:
+                return out
+            arrays = out  # (a list: the concrete input arrays; pending values of another thread's cluster)
     try:
-        out = op.kernel(*[t._data for t in inputs])
+        out = op.kernel(*([t._data for t in inputs] if arrays is None else arrays))
     except (TypeError, ValueError, IndexError) as exc:
         raise op_error(op, inputs, exc) from None
     except MeshRequired as exc:  # a cross-process collective (or its gradient): compile the SPMD form once
         op._kernel = SpmdFunction(op.fn, exc.devices, name=op.name)
-        out = op._kernel(*[t._data for t in inputs])
+        out = op._kernel(*([t._data for t in inputs] if arrays is None else arrays))
     except RuntimeError as exc:  # XLA's allocator: an output that passed the size check but not the free memory
         if "RESOURCE_EXHAUSTED" not in str(exc):
             raise

@@ -11,11 +11,14 @@ Core only defines the placeholder and the hook; the cluster logic lives in ``jit
 """
 from __future__ import annotations
 
+import threading
 import weakref
 
 import numpy as np
 
 __all__ = ["Lazy", "COLLECT", "FLUSH", "resolve"]
+
+_get_ident = threading.get_ident
 
 # The auto-jit collector (set by jit): ``collect(op, inputs) -> tuple of output Tensors``, or None when the op runs
 # eagerly now (its inputs then hold concrete arrays). None while auto-jit has never been switched on.
@@ -113,8 +116,13 @@ Lazy.__hash__ = object.__hash__
 
 
 def resolve(t):
-    """The concrete array of Tensor ``t`` (forcing a pending value), written back into ``t``."""
+    """The concrete array of Tensor ``t`` (forcing a pending value), written back into ``t`` by the thread whose
+    cluster made it. Another thread only reads it: the owner may be rebinding ``t`` at this moment (``x._reset``),
+    and a write from here could put an older value back over its newer one."""
     d = t._data
     if type(d) is Lazy:
-        d = t._data = d.force()
+        v = d.force()
+        if d.cluster.owner == _get_ident() and t._data is d:
+            t._data = v
+        return v
     return d

@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 
 from . import dtypes as _dt
-from ._lazy import Lazy
+from ._lazy import Lazy, resolve as _lazy_resolve
 
 __all__ = ["Tensor", "Parameter"]
 
@@ -285,7 +285,7 @@ class Tensor:
             return interp.read(self)
         data = self._data
         if type(data) is Lazy:  # collected by auto-jit: run the pending cluster (a cut, as a host read is)
-            data = self._data = data.force()
+            data = _lazy_resolve(self)
         if not isinstance(data, _CONCRETE) and (isinstance(data, jax.core.Tracer) or not hasattr(data, "__array__")):
             raise UnreadableTensorError(
                 f"a {tuple(data.shape)} {np.dtype(data.dtype).name} tensor computed inside a traced function "

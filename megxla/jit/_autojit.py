@@ -156,6 +156,8 @@ class _Cluster:
 
     def __init__(self):
         self.lock = threading.RLock()
+        self.owner = threading.get_ident()  # the thread collecting into it (each thread has its own cluster)
+        self.deferred = []  # Lazy values another thread's read computed: the owner swaps them in
         self._clear()
 
     def _clear(self):
@@ -199,10 +201,13 @@ class _Cluster:
                 raise
             for z, v in zip(live, values):
                 z.value = v
-                for ref in z.holders:
-                    t = ref()
-                    if t is not None and t._data is z:
-                        t._data = v
+            if threading.get_ident() == self.owner:
+                _swap_in(live)
+            else:
+                # forced from another thread: only the owner rebinds its tensors (it may be rebinding one right
+                # now, ``x._reset(y)``, and a write from here could put an older value back); it swaps these in
+                # at its next op or cut, and until then reading one gives its value
+                self.deferred.extend(live)
 
     def _run(self, ops, avals, inputs, in_ids, out_ids, reason, site):
         stats = _stats
@@ -273,6 +278,8 @@ class _Cluster:
 class _Failed:
     """The cluster of the Lazy values whose cluster raised: reading one says so."""
 
+    owner = None
+
     @staticmethod
     def flush():
         pass
@@ -311,20 +318,35 @@ def clustered():
 _local = _Local()
 
 
-def _resolve(inputs):
+def _swap_in(lazies):
+    """Give the Tensors holding these (computed) Lazy values the arrays themselves (the owner thread only)."""
+    for z in lazies:
+        v = z.value
+        for ref in z.holders:
+            t = ref()
+            if t is not None and t._data is z:
+                t._data = v
+
+
+def _arrays(inputs):
+    """The concrete arrays of ``inputs`` for an eager kernel (pending values computed first), or None where all
+    already are (the kernel reads ``_data`` itself)."""
     for t in inputs:
         if type(t._data) is Lazy:
-            t._data = t._data.force()
+            return [_lazy.resolve(x) for x in inputs]
+    return None
 
 
 def _collect(op, inputs):
     """Core's compute hook: collect ``op`` into the calling thread's cluster (Tensors with Lazy data), or return
     None to have it run eagerly now (inputs made concrete first)."""
     if not (_ON[0] or _local.forced) or (_dispatch._active and _dispatch._tls.s.interpreters[-1] is not None):
-        _resolve(inputs)  # (an interpreter on top -- an exclude_from_trace block -- or auto-jit switched off)
-        return None
+        return _arrays(inputs)  # (an interpreter on top -- an exclude_from_trace block -- or auto-jit off)
     cl = _local.cluster
     with cl.lock:
+        if cl.deferred:
+            _swap_in(cl.deferred)
+            cl.deferred = []
         if cl.cut is not None:
             cl.flush()
         avals = cl.avals
@@ -335,7 +357,7 @@ def _collect(op, inputs):
                 if d.cluster is cl and d.value is None:
                     ids.append(d.index)
                     continue
-                d = t._data = d.force()
+                d = _lazy.resolve(t)
             i = cl.vmap.get(t._vid)
             ids.append(cl.add_input(d, t._vid) if i is None else i)
         key = (op, tuple([avals[i] for i in ids]))
@@ -344,9 +366,8 @@ def _collect(op, inputs):
             outs = _infer(op, key, inputs)
         if outs is None:  # not collected: the cluster runs first, then this op, eagerly
             cl.flush(f"{op.name} runs eagerly", user_where())
-            _resolve(inputs)
             _stats.eager_ops += 1
-            return None
+            return [_lazy.resolve(t) for t in inputs]
         base = len(avals)
         lazies = cl.lazies
         result = []
@@ -370,6 +391,9 @@ def flush(reason="trace starts"):
     cl = _local.cluster
     if cl.ops:
         cl.flush(reason, user_where())
+    if cl.deferred:
+        _swap_in(cl.deferred)
+        cl.deferred = []
 
 
 def step_boundary(reason="opt.step"):
