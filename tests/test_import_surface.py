@@ -160,3 +160,87 @@ def _run_fresh(code):
     """Run ``code`` in a fresh interpreter (what a first import does); fail with its stderr."""
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
+
+
+# MegEngine 1.13 wheel modules megxla does not have (prefix -> why); docs/differences.md lists them too.
+ABSENT_MODULES = {
+    "megengine._env_initlization": "MegEngine's start-up checks of its own native build (pip env, Termux, Windows)",
+    "megengine._multistream": "CUDA stream events of MegEngine's interpreter; XLA orders its own streams",
+    "megengine.conftest": "MegEngine's own pytest configuration",
+    "megengine.core._wrap": "wrapper of MegEngine's C++ CompNode; megxla's devices are megxla.device / CompNode",
+    "megengine.core.ops.custom": "loads C++/CUDA custom operators built against MegEngine's ABI",
+    "megengine.core.tensor.array_method": "the base class MegEngine's C++ Tensor type mixes its methods in from",
+    "megengine.data.signal_handling": "DataLoader worker internals (megxla's workers report their own failures)",
+    "megengine.data.tools": "DataLoader internals: a shared-memory queue on Apache Arrow's Plasma store",
+    "megengine.experimental": "weight_scaler patches MegEngine's private calc_conv / _calc_linear methods",
+    "megengine.functional.external": "TensorRT / Atlas / Cambricon / MagicMind engines run as operators",
+    "megengine.module.external": "as functional.external",
+    "megengine.tools": "command-line tools over MegEngine's binary .mge graphs and profiles",
+    "megengine.traced_module._passes": "private passes; megxla.traced_module.optimize is the API",
+    "megengine.traced_module.compat": "loaders of older TracedModule file versions (megxla reads 1.13's)",
+    "megengine.traced_module.fake_quant": "TracedModule's private fake-quant wrapper",
+    "megengine.traced_module.module_tracer": "the private patcher of MegEngine's tracer",
+    "megengine.utils._timed_func_fork_exec_entry": "a subprocess entry of MegEngine's test utilities",
+    "megengine.utils.custom_op_tools": "builds C++/CUDA custom operators against MegEngine's ABI",
+    "megengine.utils.persistent_cache": "MegEngine's kernel-profile cache on a Redis server",
+    "megengine.utils.profile_analyzer": "reads MegEngine's graph profiler's JSON (megxla profiles with JAX)",
+    "megengine.utils.tensor_sanity_check": "checks MegEngine's in-place-mutable buffers; megxla's are immutable",
+    "megengine.utils.tensorboard": "writes MegEngine's .mge graphs to TensorBoard (needs tensorboardX)",
+    "megengine.xla": "MegEngine's lowering of its graphs to XLA (mge_xlalib); megxla is built on XLA itself",
+}
+
+
+def _wheel_modules():
+    with open(os.path.join(os.path.dirname(__file__), "data", "megengine-1.13-modules.txt")) as f:
+        return [line.strip() for line in f if line.strip() and not line.startswith("#")]
+
+
+def _absent(mod):
+    return any(mod == p or mod.startswith(p + ".") for p in ABSENT_MODULES)
+
+
+@pytest.mark.parametrize("mod", [m for m in _wheel_modules() if not _absent(m)])
+def test_every_module_path_of_megengines_wheel_imports(mod):
+    importlib.import_module("megxla" + mod[len("megengine"):])
+
+
+def test_absent_modules_are_current():
+    present = [m for m in _wheel_modules() if _absent(m) and _importable("megxla" + m[len("megengine"):])]
+    assert not present, f"now importable, remove from ABSENT_MODULES: {present}"
+
+
+def _importable(name):
+    try:
+        importlib.import_module(name)
+    except ImportError:
+        return False
+    return True
+
+
+def test_module_paths_third_party_code_imports():
+    # issue 32: an ASR repo's clip_grad_norm and the basecls / Swin Transformer models stop at these
+    from megxla.core._imperative_rt.core2 import pop_scope, push_scope
+    from megxla.utils.tuple_function import _pair, _quadruple, _single, _triple
+    push_scope("clip_grad_norm")
+    with pytest.raises(RuntimeError, match="mismatch"):
+        pop_scope("other")
+    pop_scope("clip_grad_norm")
+    with pytest.raises(RuntimeError):
+        pop_scope("clip_grad_norm")  # nothing open
+    # MegEngine 1.13: _pair(3) == (3, 3), _single(2.7) == (2,), _triple([1, 2, 3]) == (1, 2, 3),
+    # _quadruple(0) == (0, 0, 0, 0); a wrong length and a negative value are refused
+    assert _pair(3) == (3, 3) and _single(2.7) == (2,) and _triple([1, 2, 3]) == (1, 2, 3)
+    assert _quadruple(0) == (0, 0, 0, 0)
+    with pytest.raises(ValueError):
+        _pair((1, 2, 3))
+    with pytest.raises(ValueError):
+        _pair(-1)
+    import megxla.dtr.dtr
+    import megxla.version
+    assert megxla.version.__version__ == __import__("megxla").__version__
+    code = ("import megxla.as_megengine\nfrom megengine.utils.tuple_function import _pair\n"
+            "from megengine.core._imperative_rt.core2 import push_scope, pop_scope\n"
+            "import megengine.data.transform.vision.functional as VF, megengine.data.transform as T\n"
+            "assert T.vision.Resize is __import__('megengine.data.transform.vision.transform').data.transform.vision."
+            "transform.Resize\nimport megengine.dtr.dtr, megengine.jit.xla_backend, megengine.random.rng\n")
+    _run_fresh(code)

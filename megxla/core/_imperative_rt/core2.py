@@ -15,7 +15,7 @@ from .._tensor import Tensor
 from .._dispatch import OpError
 from ..ops.builtin import OpDef
 
-__all__ = ["apply", "Tensor", "full_sync"]
+__all__ = ["apply", "Tensor", "full_sync", "push_scope", "pop_scope"]
 
 
 def apply(op: OpDef, *args):
@@ -217,3 +217,44 @@ __all__ += ["OpError", "is_external_convert", "set_external_convert_hook", "sync
 from ..tensor.utils import dtype_promotion, get_device  # noqa: E402
 
 __all__ += ["dtype_promotion", "get_device"]
+
+
+# MegEngine's interpreter scopes: a profiler-only stack (they name no tensor, unlike utils.naming's scopes), one
+# JAX trace annotation per open scope while a Profiler records. Process-wide, as MegEngine's.
+_scopes: list = []
+
+
+def push_scope(name: str) -> None:
+    """Open the profiler scope ``name`` (MegEngine's ``core2.push_scope``: ``clip_grad_norm`` and user code
+    bracket a region so a :class:`~megxla.utils.profiler.Profiler` timeline shows it as one slice).
+
+    Args:
+        name: the scope's name; :func:`pop_scope` must close it with the same name.
+
+    Example:
+        >>> push_scope("clip"); pop_scope("clip")
+    """
+    from .. import _naming
+    ann = None
+    if _naming._profiling[0]:
+        import jax
+        ann = jax.profiler.TraceAnnotation(str(name))
+        ann.__enter__()
+    _scopes.append((str(name), ann))
+
+
+def pop_scope(name: str) -> None:
+    """Close the innermost profiler scope, which must be ``name`` (a mismatch raises, as MegEngine asserts).
+
+    Args:
+        name: the scope's name.
+
+    Example:
+        >>> push_scope("outer"); push_scope("inner"); pop_scope("inner"); pop_scope("outer")
+    """
+    if not _scopes or _scopes[-1][0] != str(name):
+        top = repr(_scopes[-1][0]) if _scopes else "none"
+        raise RuntimeError(f"pop_scope({name!r}): scope name mismatch, the innermost open scope is {top}")
+    _, ann = _scopes.pop()
+    if ann is not None:
+        ann.__exit__(None, None, None)

@@ -1,4 +1,5 @@
-"""Vision transforms on HWC NumPy images (mirrors ``megengine.data.transform.vision``).
+"""``megengine.data.transform.vision.transform``: vision transforms on HWC NumPy images (re-exported by
+``megengine.data.transform.vision``).
 
 Images are ``H x W x C`` arrays (2-D ``H x W`` also works) with channels in
 BGR order, as MegEngine reads them with OpenCV. Each transform rewrites the
@@ -23,7 +24,7 @@ from typing import List, Sequence, Tuple
 
 import numpy as np
 
-from .meta_transform import Transform
+from ..meta_transform import Transform
 
 try:  # MegEngine's transforms are written on OpenCV; so are these when it is installed (it is a dependency)
     import cv2

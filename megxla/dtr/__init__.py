@@ -1,4 +1,5 @@
-"""``megengine.dtr``: dynamic tensor rematerialisation, MegEngine's API mapped onto XLA's rematerialisation.
+"""``megengine.dtr``: dynamic tensor rematerialisation, MegEngine's API mapped onto XLA's rematerialisation (the
+same settings are ``megengine.dtr.dtr``, MegEngine's module path).
 
 MegEngine's DTR evicts tensors at run time when device memory passes ``eviction_threshold`` and recomputes them
 when they are needed again. XLA has no per-tensor eviction in eager mode: an eager op's output lives until
