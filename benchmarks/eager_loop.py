@@ -8,7 +8,9 @@ Columns are ms/step (median of the timed steps, each ending in ``loss.item()``) 
 xla_trace. The modes of a workload are timed in interleaved rounds in one process, so the ratios compare like with
 like. ``hostread`` is a ConvNet step that reads a data-dependent count on the host (the number of positive
 logits) and then uses ``cond_take`` (output shape depends on values): under ``xla_trace`` each new count misses the
-guard; under auto-jit the clusters before and after the read are compiled once each.
+guard; under auto-jit the clusters before and after the read are compiled once each. ``detection`` is the model
+zoo's RetinaNet training step written eagerly (IoU anchor matching, labels through boolean masks, focal + L1 losses
+divided by the foreground count read on the host) on a small detector, ground-truth counts changing every batch.
 
 The last table is the host time of one op: eager dispatch (``apply`` -> jax) against collecting it into a cluster
 (shape inference cached), on a chain of small elementwise ops.
@@ -28,6 +30,8 @@ import numpy as np  # noqa: E402
 
 import megxla as mge  # noqa: E402
 import megxla.functional as F  # noqa: E402
+import megxla.module as M  # noqa: E402
+import megxla.optimizer as optim  # noqa: E402
 from megxla.autodiff import GradManager  # noqa: E402
 from megxla.jit import xla_trace, auto_jit_stats, reset_auto_jit_stats  # noqa: E402
 
@@ -69,6 +73,98 @@ def hostread_step(model, opt, gm, x, y):
     return loss
 
 
+class _Detector(M.Module):
+    """A RetinaNet-style one-stage detector, small: a conv backbone, then per-anchor class logits and box
+    deltas on an 8x8 grid with 3 anchors per cell (192 anchors), 4 classes."""
+
+    def __init__(self, classes=4, anchors=3):
+        super().__init__()
+        self.body = M.Sequential(M.Conv2d(3, 16, 3, 2, 1, bias=False), M.BatchNorm2d(16), M.ReLU(),
+                                 M.Conv2d(16, 32, 3, 2, 1, bias=False), M.BatchNorm2d(32), M.ReLU())
+        self.cls = M.Conv2d(32, anchors * classes, 3, 1, 1)
+        self.box = M.Conv2d(32, anchors * 4, 3, 1, 1)
+        self.classes = classes
+
+    def forward(self, x):
+        f = self.body(x)
+        n = x.shape[0]
+        cls = self.cls(f).transpose(0, 2, 3, 1).reshape(n, -1, self.classes)
+        box = self.box(f).transpose(0, 2, 3, 1).reshape(n, -1, 4)
+        return cls, box
+
+
+def _anchors():
+    ys, xs = np.meshgrid(np.arange(8) * 4.0, np.arange(8) * 4.0, indexing="ij")
+    out = []
+    for size in (4.0, 8.0, 12.0):
+        out.append(np.stack([xs, ys, xs + size, ys + size], -1).reshape(-1, 4))
+    return np.stack(out, 1).reshape(-1, 4).astype("float32")
+
+
+_ANCHORS = _anchors()
+
+
+class DetectionWorkload:
+    """Ground-truth boxes whose count changes every batch (1 to 5 per image), as in a detection data set."""
+    name = "detection"
+    batch = 2
+
+    @staticmethod
+    def build():
+        return _Detector()
+
+    @staticmethod
+    def make_optimizer(params):
+        return optim.SGD(params, lr=0.01, momentum=0.9)
+
+    @staticmethod
+    def inputs(rng):
+        x = rng.standard_normal((2, 3, 32, 32)).astype("float32")
+        gts = []
+        for _ in range(2):
+            k = rng.randint(1, 6)
+            xy = rng.uniform(0, 24, (k, 2))
+            wh = rng.uniform(4, 12, (k, 2))
+            gts.append(np.concatenate([xy, xy + wh, rng.randint(1, 5, (k, 1))], 1).astype("float32"))
+        return x, gts
+
+
+def detection_step(model, opt, gm, x, gts):
+    """RetinaNet's training targets and losses (the zoo's detection train.py, eager): IoU matching with an ignore
+    band, labels written through boolean masks, sigmoid focal loss and L1 over the foreground, each divided by the
+    foreground count read on the host."""
+    anchors = mge.Tensor(_ANCHORS)
+    with gm:
+        cls, box = model(x)
+        total = 0
+        for i, gt in enumerate(gts):
+            b1, b2 = F.expand_dims(gt[:, :4], 1), F.expand_dims(anchors, 0)
+            wh = F.maximum(F.minimum(b1[..., 2:], b2[..., 2:]) - F.maximum(b1[..., :2], b2[..., :2]), 0)
+            inter = wh[..., 0] * wh[..., 1]
+            area = lambda b: (b[..., 2] - b[..., 0]) * (b[..., 3] - b[..., 1])  # noqa: E731
+            iou = inter / (area(b1) + area(b2) - inter)
+            match, best = F.argmax(iou, axis=0), F.max(iou, axis=0)
+            labels = F.zeros(best.shape[0], dtype="int32")
+            labels[best >= 0.5] = 1
+            labels[(best >= 0.4) & (best < 0.5)] = -1
+            fg = labels == 1
+            labels[fg] = gt[match][fg, 4].astype("int32")
+            valid, fgm = labels >= 0, labels > 0
+            nfg = max(int(fgm.sum()), 1)  # the foreground count, read on the host (changes every batch)
+            tgt = F.zeros_like(cls[i])
+            tgt[fgm, labels[fgm] - 1] = 1
+            lg, tg = cls[i][valid], tgt[valid]
+            p = F.sigmoid(lg)
+            ce = F.log(1 + F.exp(-F.abs(lg))) + F.relu(lg) - lg * tg
+            pt = p * tg + (1 - p) * (1 - tg)
+            focal = (ce * (1 - pt) ** 2 * (0.25 * tg + 0.75 * (1 - tg))).sum() / nfg
+            l1 = F.abs(box[i][fgm] - (gt[match][fgm, :4] - anchors[fgm]) / 8).sum() / nfg
+            total = total + focal + l1
+        gm.backward(total)
+    opt.step().clear_grad()
+    return total
+
+
 def run_mode(mode, wl, step_fn, batches, warmup):
     model, opt, gm = _setup(wl)
     mge.config.auto_jit = mode == "auto_jit"
@@ -80,7 +176,8 @@ def run_mode(mode, wl, step_fn, batches, warmup):
     try:
         for i, (xs, ys) in enumerate(batches):
             t0 = time.perf_counter()
-            loss = fn(model, opt, gm, mge.Tensor(xs), mge.Tensor(ys))
+            ys = [mge.Tensor(g) for g in ys] if isinstance(ys, list) else mge.Tensor(ys)
+            loss = fn(model, opt, gm, mge.Tensor(xs), ys)
             losses.append(loss.item())
             times.append(time.perf_counter() - t0)
     finally:
@@ -111,15 +208,18 @@ def per_op_us(n=200, reps=20):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--only", default="mlp,convnet_b8,convnet_b64,transformer,hostread")
+    ap.add_argument("--only", default="mlp,convnet_b8,convnet_b64,transformer,hostread,detection")
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--rounds", type=int, default=2)
     args = ap.parse_args()
     rows = []
     for name in args.only.split(","):
-        wl = models.WORKLOADS["convnet_b8" if name == "hostread" else name]
-        step_fn = hostread_step if name == "hostread" else loop_step
+        if name == "detection":
+            wl, step_fn = DetectionWorkload, detection_step
+        else:
+            wl = models.WORKLOADS["convnet_b8" if name == "hostread" else name]
+            step_fn = hostread_step if name == "hostread" else loop_step
         batches = _batches(wl, args.steps + args.warmup)
         best = {m: [] for m in MODES}
         firsts, losses = {}, {}
