@@ -33,7 +33,7 @@ import jax
 from ..core import _dispatch, _registry
 from ..core._external import mark_external_vids
 from ..core._tensor import Tensor
-from . import _state
+from . import _interrupt, _state
 
 MISS = object()
 
@@ -150,18 +150,26 @@ class Plan:
         del data  # (the shared-buffer check counts references)
         if self.donate_pick is not None and max(map(_getrefcount, self.donate_pick(arrays))) > self.refs:
             return MISS  # a buffer to donate is held elsewhere too: the full path runs it without donating
+        held = False
         try:
-            outs = self.exe.executable(*arrays)  # (read per call: the segment's executable may be replaced)
-        except TypeError:
-            return MISS  # an input's shape or dtype differs (a state tensor rebound behind the epoch): full path
-        # ---- outputs and write-back: completed even if interrupted (the donated inputs are gone)
-        try:
-            leaves = _leaves(self, st, outs)
-            _write_back(self, st, outs, leaves)
-        except BaseException:
-            leaves = _leaves(self, st, outs)
-            _write_back(self, st, outs, leaves)
-            raise
+            # Ctrl-C is held from here until the write-back is done (jit/_interrupt.py): the executable deletes
+            # the donated inputs, so its outputs must reach the state
+            held = _interrupt.enter()
+            try:
+                outs = self.exe.executable(*arrays)  # (read per call: the segment's executable may be replaced)
+            except TypeError:
+                return MISS  # an input's shape or dtype differs (a state tensor rebound behind the epoch): full path
+            # ---- outputs and write-back: completed even if interrupted otherwise (the donated inputs are gone)
+            try:
+                leaves = _leaves(self, st, outs)
+                _write_back(self, st, outs, leaves)
+            except BaseException:
+                leaves = _leaves(self, st, outs)
+                _write_back(self, st, outs, leaves)
+                raise
+        finally:
+            if held:
+                _interrupt.leave()  # (raises KeyboardInterrupt for a Ctrl-C that arrived meanwhile)
         tracer = self.tracer
         tracer.num_calls += 1
         tracer._last = entry

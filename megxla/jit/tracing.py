@@ -20,7 +20,9 @@ written: another recording of the same signature whose guard values match runs i
 again (``strict=True``: raises a TraceError naming the line). Recordings of one signature are its *variants*.
 
 Calls are transactional: a call that raises leaves every state tensor, ``.grad`` and the RNG key as before; once
-an executable has returned (its donated inputs are gone), its writes are completed even if interrupted.
+an executable has returned (its donated inputs are gone), its writes are completed even if interrupted. Ctrl-C
+(SIGINT) is held from just before an executable runs until its writes are done and raised right after
+(``_interrupt.py``), so an interrupted step is applied in full or not at all.
 """
 from __future__ import annotations
 
@@ -46,7 +48,7 @@ from ..core import _spmd
 from .. import dtr as _dtr
 from ..core import _registry
 from ..core._trace_option import set_symbolic_shape  # noqa: F401  (MegEngine's jit.tracing exports it)
-from . import _fastpath, _state, _verbose
+from . import _fastpath, _interrupt, _state, _verbose
 from ._external import mark_external
 from ._recording import (Recorder, AbstractRecorder, NeedsHost, Excluded, TraceError, make_replay,
                          describe_where, user_where, _TRACER_ERRORS, _user_frame)
@@ -393,19 +395,25 @@ class trace:
         if entry.rec.externals:
             st = state + entry.first_externals
             entry.first_externals = None
+        held = False
         try:
-            self._compile(entry)
-            self._last = entry
-            out = self._run(entry, st)  # no guards (a host read records eagerly): never a miss
-        except BaseException:
-            self._forget(sig, entry)  # nothing was written; the next call records again
-            raise
-        if entry.new_state:
-            out, made = out
-            for (t, _), value in zip(entry.new_state, made):
-                t._grad = None if isinstance(getattr(t._grad, "_data", None), jax.core.Tracer) else t._grad
-                t._reset(value)
-                mark_external(t)
+            try:
+                self._compile(entry)
+                self._last = entry
+                held = _interrupt.enter()  # Ctrl-C waits until the new state below is written too
+                out = self._run(entry, st)  # no guards (a host read records eagerly): never a miss
+            except BaseException:
+                self._forget(sig, entry)  # nothing was written; the next call records again
+                raise
+            if entry.new_state:
+                out, made = out
+                for (t, _), value in zip(entry.new_state, made):
+                    t._grad = None if isinstance(getattr(t._grad, "_data", None), jax.core.Tracer) else t._grad
+                    t._reset(value)
+                    mark_external(t)
+        finally:
+            if held:
+                _interrupt.leave()
         return out
 
     def _call_variants(self, variants, args, kwargs, state, sig):
@@ -908,6 +916,17 @@ class trace:
         return out
 
     def _run(self, entry, state):
+        held = False
+        try:
+            # Ctrl-C is held from before the executable runs until its outputs are written back
+            # (jit/_interrupt.py): it deletes the donated inputs, so the outputs must reach the state
+            held = _interrupt.enter()
+            return self._run_held(entry, state)
+        finally:
+            if held:
+                _interrupt.leave()  # (raises KeyboardInterrupt for a Ctrl-C that arrived meanwhile)
+
+    def _run_held(self, entry, state):
         seg = entry.segments[0]
         arrays = self._inputs(entry, state, seg)
         if _dispatch.recorders or not self._donate:
