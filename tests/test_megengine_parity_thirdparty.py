@@ -175,3 +175,149 @@ def test_setitem_ellipsis_in_a_compiled_step():
     for _ in range(3):
         np.testing.assert_array_equal(f(m, x).numpy(), [[1, 2, 3, 4]] * 2)
     assert m.pe.shape == (1, 4)
+
+
+# ---- 4. the zoo's QAT recipe: MobileNetV2's blocks + quantize_qat(ema_fakequant_qconfig), training mode --------
+import megxla.module as M  # noqa: E402
+import megxla.quantization as Q  # noqa: E402
+from megxla.quantization.quantize import quantize_qat  # noqa: E402
+
+
+class _InvertedResidual(M.Module):
+    # official/quantization/models/mobilenet_v2.py's block: 1x1 ConvBnRelu (expansion), depthwise 3x3
+    # ConvBnRelu, 1x1 ConvBn, a quantized add when the shapes allow a residual
+    def __init__(self, inp, oup, stride, t):
+        super().__init__()
+        hid = int(round(inp * t))
+        self.res = stride == 1 and inp == oup
+        layers = [M.ConvBnRelu2d(inp, hid, kernel_size=1, bias=False)] if t != 1 else []
+        layers += [M.ConvBnRelu2d(hid, hid, 3, padding=1, stride=stride, groups=hid, bias=False),
+                   M.ConvBn2d(hid, oup, 1, bias=False)]
+        self.conv = M.Sequential(*layers)
+        self.add = M.Elemwise("ADD")
+
+    def forward(self, x):
+        return self.add(x, self.conv(x)) if self.res else self.conv(x)
+
+
+class _MobileNetV2(M.Module):
+    # the zoo's MobileNetV2 with a reduced block list: QuantStub -> blocks -> avg_pool2d(7) -> DequantStub ->
+    # float classifier (disable_quantize)
+    def __init__(self, setting, nc=5, last=32):
+        super().__init__()
+        c = 16
+        feats = [M.ConvBnRelu2d(3, c, 3, padding=1, stride=2, bias=False)]
+        for t, o, n, s in setting:
+            for i in range(n):
+                feats.append(_InvertedResidual(c, o, s if i == 0 else 1, t))
+                c = o
+        feats.append(M.ConvBnRelu2d(c, last, 1, bias=False))
+        self.features = M.Sequential(*feats)
+        self.classifier = M.Sequential(M.Dropout(0.0), M.Linear(last, nc))
+        self.classifier.disable_quantize()
+        self.quant, self.dequant = M.QuantStub(), M.DequantStub()
+
+    def forward(self, x):
+        x = self.features(self.quant(x))
+        x = F.flatten(F.avg_pool2d(x, 7), 1)
+        return self.classifier(self.dequant(x))
+
+
+def _reduced_qat_model(rng):
+    net = _MobileNetV2([[1, 8, 1, 1], [6, 12, 2, 1]])
+    sd = {}
+    for k, v in sorted(net.state_dict().items()):  # (MegEngine's state_dict order, the same draws)
+        shape = np.asarray(v).shape
+        if k.endswith("running_var"):
+            sd[k] = (rng.rand(*shape) + 0.5).astype("float32")
+        elif k.endswith("running_mean"):
+            sd[k] = (rng.randn(*shape) * 0.1).astype("float32")
+        elif k.endswith("bn.weight"):
+            sd[k] = (rng.rand(*shape) + 0.5).astype("float32")
+        else:
+            sd[k] = (rng.randn(*shape) * 0.3).astype("float32")
+    net.load_state_dict(sd)
+    quantize_qat(net, qconfig=Q.ema_fakequant_qconfig)
+    return net
+
+
+# MegEngine 1.13.0: two SGD(lr=0.01) steps in training mode, then eval, then a fresh QAT model loading the state
+_QAT_WANT = {
+    "out0": [[1.3139638900756836, -1.7997573614120483, 1.5359357595443726, 1.9644927978515625, 0.8695492744445801],
+             [1.3286412954330444, -1.6360121965408325, 1.2884299755096436, 2.038773536682129, 0.7818576097488403]],
+    "loss": [2.757122039794922, 2.6942968368530273],
+    "g0_first_conv": [0.0038074704352766275, 0.01518324390053749, 0.06662962585687637, 0.08569684624671936],
+    "g0_dw": [0.02432626113295555, 0.07390255481004715, 0.026593314483761787, 0.0024478158447891474],
+    "g0_fc": [0.12660087645053864, 0.049227915704250336, 0.1500130295753479, 0.013774368911981583],
+    "g0_bn": [0.010661772452294827, 0.01765681803226471, -0.1354151964187622, 0.0219600610435009],
+    "g1_first_conv": [0.04633735492825508, 0.03566120192408562, 0.02680874429643154, 0.05222652480006218],
+    "g1_dw": [0.002274695783853531, 0.05752034857869148, 0.03503754734992981, -0.016269927844405174],
+    "g1_bn": [0.017601950094103813, 0.009135921485722065, -0.057554375380277634, -0.004555852152407169],
+    "out1": [[1.2739369869232178, -1.7150471210479736, 1.5041062831878662, 1.9401652812957764, 0.8232396841049194],
+             [1.3083460330963135, -1.6157255172729492, 1.2849687337875366, 2.053602457046509, 0.8092087507247925]],
+    "act_max": 6.3281636238098145, "w_min": -0.955843985080719, "w_max": 1.204548716545105,
+    "eval": [[1.6860982179641724, -3.8137001991271973, 1.7995374202728271, 1.613513469696045, 0.8390588760375977],
+             [1.8011760711669922, -4.104325294494629, 1.7747371196746826, 1.6433656215667725, 0.9446280598640442]],
+    "train_loaded": [[1.2399113178253174, -1.6569297313690186, 1.4983328580856323, 1.8967397212982178,
+                      0.8385660648345947],
+                     [1.315722942352295, -1.6007938385009766, 1.2469028234481812, 2.11452317237854,
+                      0.7714296579360962]],
+}
+
+
+def test_zoo_mobilenet_v2_qat_training_matches_megengine():
+    rng = np.random.RandomState(0)
+    net = _reduced_qat_model(rng)
+    x = mge.tensor(rng.randn(2, 3, 14, 14).astype("float32"))
+    label = mge.tensor([1, 3], dtype="int32")
+    gm = GradManager().attach(net.parameters())
+    opt = mge.optimizer.SGD(net.parameters(), lr=0.01)
+    net.train()
+    want = _QAT_WANT
+    picks = {"first_conv": lambda: net.features[0].conv.weight, "dw": lambda: net.features[2].conv[1].conv.weight,
+             "fc": lambda: net.classifier[1].weight, "bn": lambda: net.features[1].conv[1].bn.weight}
+    for step in range(2):
+        with gm:
+            out = net(x)
+            loss = F.nn.cross_entropy(out, label)
+            gm.backward(loss)
+        np.testing.assert_allclose(out.numpy(), want[f"out{step}"], rtol=1e-5, atol=1e-6)
+        assert float(loss) == pytest.approx(want["loss"][step], rel=1e-6)
+        for name, param in picks.items():
+            if f"g{step}_{name}" in want:
+                np.testing.assert_allclose(param().grad.numpy().ravel()[:4], want[f"g{step}_{name}"], rtol=1e-4,
+                                           atol=1e-7)
+        opt.step().clear_grad()
+    blk = net.features[2].conv[1]
+    assert float(blk.act_observer.max_val) == pytest.approx(want["act_max"], rel=1e-6)
+    assert float(blk.act_observer.runtime_momentum) == pytest.approx(0.9)
+    assert float(blk.weight_observer.min_val) == pytest.approx(want["w_min"], rel=1e-6)
+    assert float(blk.weight_observer.max_val) == pytest.approx(want["w_max"], rel=1e-6)
+    net.eval()
+    np.testing.assert_allclose(net(x).numpy(), want["eval"], rtol=1e-5, atol=1e-6)
+    # observer state travels with load_state_dict into a fresh QAT model (eval and the next training call)
+    net2 = _MobileNetV2([[1, 8, 1, 1], [6, 12, 2, 1]])
+    quantize_qat(net2, qconfig=Q.ema_fakequant_qconfig)
+    net2.load_state_dict(net.state_dict())
+    net2.eval()
+    np.testing.assert_allclose(net2(x).numpy(), want["eval"], rtol=1e-5, atol=1e-6)
+    net2.train()
+    np.testing.assert_allclose(net2(x).numpy(), want["train_loaded"], rtol=1e-5, atol=1e-6)
+
+
+def test_qat_folded_weight_is_megengines_to_the_bit():
+    # the BN-folded weight is fake-quantized, so an ulp moves values across rounding boundaries; MegEngine folds
+    # with gamma * (1 / sqrt(var + eps)). Checksum of the float32 bits MegEngine 1.13 feeds its weight observer.
+    rng = np.random.RandomState(3)
+    net = M.Sequential(M.ConvBn2d(3, 16, 3, bias=False))
+    net.load_state_dict({"0.conv.weight": rng.randn(16, 3, 3, 3).astype("float32") * 0.3,
+                         "0.bn.weight": (rng.rand(16) + 0.5).astype("float32"),
+                         "0.bn.bias": rng.randn(16).astype("float32"),
+                         "0.bn.running_mean": (rng.randn(1, 16, 1, 1) * 0.1).astype("float32"),
+                         "0.bn.running_var": (rng.rand(1, 16, 1, 1) + 0.5).astype("float32")})
+    quantize_qat(net, qconfig=Q.ema_fakequant_qconfig)
+    seen = {}
+    net[0].weight_observer.register_forward_hook(lambda m, i, o: seen.update(w=i[0].numpy()))
+    net.train()
+    net(mge.tensor(rng.randn(1, 3, 5, 5).astype("float32")))
+    assert int(seen["w"].view(np.uint32).astype(np.uint64).sum()) == 922579989652

@@ -37,11 +37,14 @@ class _FoldedBn(QATModule):
         mean, var = bn.running_mean.reshape(-1), bn.running_var.reshape(-1)
         gamma, beta = gamma.reshape(-1), beta.reshape(-1)
         layer_bias = layer.bias.reshape(-1) if layer.bias is not None else F.zeros((n,), dtype="float32")
-        scale_factor = gamma / F.sqrt(var + bn.eps)
+        # NOTE: MegEngine's expressions term for term (1 / sqrt, then a product; not gamma / sqrt): the folded
+        # weight is fake-quantized, so a 1-ulp difference here moves values across rounding boundaries
+        bn_istd = 1.0 / F.sqrt(var + bn.eps)
+        scale_factor = gamma * bn_istd
         w_fold = layer.weight * scale_factor.reshape(self._weight_scale_shape(layer))
         out_shape = (1, -1) + (1,) * (inp.ndim - 2)
         approx_training = self.training
-        b_fold = None if approx_training else (beta + (layer_bias - mean) * scale_factor).reshape(out_shape)
+        b_fold = None if approx_training else (beta + gamma * (layer_bias - mean) * bn_istd).reshape(out_shape)
         w_qat = self.apply_quant_weight(w_fold)
         b_qat = self.apply_quant_bias(b_fold, inp, w_qat)
         out = self._run_layer(layer, inp, w_qat, b_qat)
