@@ -1,0 +1,185 @@
+"""Issue 31 (B1): DataLoader workers that use megxla work, a stuck worker is reported even with timeout=0, and
+no worker outlives the main process."""
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+
+import megxla as mge
+import megxla.functional as F
+from megxla.data import DataLoader, SequentialSampler
+from megxla.data import dataloader as dl
+from megxla.data.dataset import Dataset
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture
+def hang_guard():
+    """Fail (instead of hanging the suite) if a test runs past 60 s."""
+
+    def on_alarm(signum, frame):
+        raise TimeoutError("test hung for 60 s")
+
+    old = signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, 60)
+    yield
+    signal.setitimer(signal.ITIMER_REAL, 0)
+    signal.signal(signal.SIGALRM, old)
+
+
+def _running(pid):
+    """Whether process ``pid`` exists and is not a zombie."""
+    try:
+        with open("/proc/{}/stat".format(pid)) as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state not in ("Z", "X")
+
+
+def _wait_gone(pids, seconds):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        alive = [p for p in pids if _running(p)]
+        if not alive:
+            return []
+        time.sleep(0.1)
+    return [p for p in pids if _running(p)]
+
+
+class MegxlaDataset(Dataset):
+    """A dataset whose __getitem__ computes with megxla (fine in MegEngine)."""
+
+    def __init__(self, n=8):
+        self.n = n
+
+    def __getitem__(self, i):
+        x = F.relu(mge.Tensor(np.full((3,), i - 4.0, dtype="float32"))) * 2
+        return x.numpy(), np.int32(i)
+
+    def __len__(self):
+        return self.n
+
+
+def test_workers_compute_with_megxla(hang_guard):
+    _ = F.relu(mge.Tensor([1.0])).numpy()  # JAX is running here: forked workers would deadlock in their first op
+    ds = MegxlaDataset()
+    loader = DataLoader(ds, sampler=SequentialSampler(ds, batch_size=2), num_workers=2, timeout=30)
+    for _epoch in range(2):
+        batches = list(loader)
+        assert [b[1].tolist() for b in batches] == [[0, 1], [2, 3], [4, 5], [6, 7]]
+        np.testing.assert_array_equal(np.concatenate([b[0][:, 0] for b in batches]),
+                                      [0, 0, 0, 0, 0, 2, 4, 6])
+
+
+def test_main_script_without_guard_runs_once_with_megxla_workers(tmp_path):
+    # a MegEngine-style script: dataset defined in __main__, no `if __name__ == "__main__":` guard
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent("""
+        import numpy as np
+        import megxla as mge
+        import megxla.functional as F
+        from megxla.data import DataLoader, SequentialSampler
+        from megxla.data.dataset import Dataset
+
+        print("top level ran", flush=True)
+
+        class DS(Dataset):
+            def __init__(self):
+                self.offset = 10.0
+
+            def __getitem__(self, i):
+                return F.exp(mge.Tensor(np.zeros(2, "float32"))).numpy() + self.offset + i
+
+            def __len__(self):
+                return 6
+
+        ds = DS()
+        out = [b.tolist() for b in DataLoader(ds, SequentialSampler(ds, batch_size=3), num_workers=2)]
+        print("result", out[1][2], flush=True)
+    """))
+    proc = subprocess.run([sys.executable, str(script)], cwd=str(tmp_path), capture_output=True, text=True,
+                          timeout=120, env=dict(os.environ, PYTHONPATH=REPO))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("top level ran") == 1, proc.stdout  # workers did not re-run the script
+    assert "result [16.0, 16.0]" in proc.stdout
+
+
+class SleepyDataset(Dataset):
+    def __init__(self, at):
+        self.at = at
+
+    def __getitem__(self, i):
+        if i == self.at:
+            time.sleep(1000)  # stands for a deadlock
+        return np.float32(i)
+
+    def __len__(self):
+        return 12
+
+
+@pytest.mark.parametrize("method", ["forkserver", "fork"])
+def test_stuck_worker_is_reported_with_timeout_zero(hang_guard, monkeypatch, method):
+    assert dl._stall_timeout() == 600.0  # the default budget
+    monkeypatch.setenv("MEGXLA_DATALOADER_STALL_TIMEOUT", "1.5")
+    monkeypatch.setenv("MEGXLA_DATALOADER_START_METHOD", method)
+    ds = SleepyDataset(at=6)
+    it = iter(DataLoader(ds, SequentialSampler(ds, batch_size=2), num_workers=2))  # timeout=0
+    assert it.start_method == method
+    pids = [w.pid for w in it.workers]
+    assert next(it).tolist() == [0, 1]
+    start = time.monotonic()
+    with pytest.raises(RuntimeError, match=r"DataLoader worker 1 \(pid \d+\) made no progress for 1.5 seconds "
+                                           r"while loading batch 3"):
+        list(it)
+    assert time.monotonic() - start < 1.5 + 4
+    assert _wait_gone(pids, 5) == []
+    monkeypatch.setenv("MEGXLA_DATALOADER_STALL_TIMEOUT", "soon")
+    with pytest.raises(ValueError, match="MEGXLA_DATALOADER_STALL_TIMEOUT"):
+        iter(DataLoader(ds, SequentialSampler(ds, batch_size=2), num_workers=2))
+
+
+@pytest.mark.parametrize("method", ["", "fork"])
+def test_killed_main_process_leaves_no_worker(tmp_path, method):
+    script = tmp_path / "parent.py"
+    script.write_text(textwrap.dedent("""
+        import sys, time
+        import numpy as np
+        import megxla as mge
+        from megxla.data import DataLoader, SequentialSampler
+        from megxla.data.dataset import Dataset
+
+        class Stuck(Dataset):
+            def __init__(self):
+                pass
+
+            def __getitem__(self, i):
+                time.sleep(1000)
+
+            def __len__(self):
+                return 8
+
+        mge.Tensor([1.0]).numpy()
+        ds = Stuck()
+        it = iter(DataLoader(ds, SequentialSampler(ds, batch_size=2), num_workers=2))
+        print(it.start_method, *[w.pid for w in it.workers], flush=True)
+        next(it)
+    """))
+    env = dict(os.environ, PYTHONPATH=REPO, MEGXLA_DATALOADER_START_METHOD=method)
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        line = proc.stdout.readline().split()
+        assert line and line[0] == (method or "forkserver"), line
+        pids = [int(p) for p in line[1:]]
+        assert len(pids) == 2 and all(_running(p) for p in pids)
+        time.sleep(0.5)  # the workers are inside __getitem__
+    finally:
+        proc.kill()
+        proc.wait()
+    assert _wait_gone(pids, 10) == []
