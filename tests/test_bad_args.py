@@ -51,3 +51,102 @@ def test_signed_zero_in_compiled_step():
 
     for s, want in [(0.0, np.inf), (0.0, np.inf), (-0.0, -np.inf), (-0.0, -np.inf), (-0.0, -np.inf)]:
         np.testing.assert_array_equal(f(x, s).numpy(), [want, want])
+
+
+# ---------------------------------------------------------------------------
+# argument checks: MegEngine raises, and nothing is touched before the check
+# ---------------------------------------------------------------------------
+
+
+def test_topk_k_beyond_axis_is_clamped_as_megengine():
+    # megdnn's TopK::exec clamps |k| to the axis length (detection heads ask for more boxes than exist)
+    x = mge.Tensor([[3.0, 1.0, 2.0]])
+    v, i = F.topk(x, 5, descending=True)
+    assert v.numpy().tolist() == [[3.0, 2.0, 1.0]] and i.numpy().tolist() == [[0, 2, 1]]
+    with pytest.raises(ValueError, match="k=0"):
+        F.topk(x, 0)
+
+
+@pytest.mark.parametrize("call", [
+    lambda x: F.indexing_one_hot(x, mge.Tensor([1, 7]), 1),
+    lambda x: F.indexing_one_hot(x, mge.Tensor([1, -1]), 1),  # MegEngine's IndexingOneHot: [0, size) only
+    lambda x: F.nn.indexing_one_hot(x, mge.Tensor([[1, 5]]).reshape(2), axis=1),
+    lambda x: F.one_hot(mge.Tensor([1, 5]), 5),
+    lambda x: F.one_hot(mge.Tensor([-1, 0]), 5),
+    lambda x: F.embedding(mge.Tensor([[0, 2]]), x),  # x is a (2, 5) table
+    lambda x: F.embedding(mge.Tensor([-3]), x),
+])
+def test_out_of_range_indices_raise(call):
+    from megxla.core._indexing import IndexOutOfRange
+
+    x = mge.Tensor(np.arange(10, dtype="float32").reshape(2, 5))
+    with pytest.raises(IndexOutOfRange, match="out of range"):
+        call(x)
+    with pytest.raises(IndexError):  # what MegEngine code catches
+        call(x)
+
+
+def test_in_range_indices_unchanged():
+    x = mge.Tensor(np.arange(10, dtype="float32").reshape(2, 5))
+    assert F.indexing_one_hot(x, mge.Tensor([4, 0]), 1).numpy().tolist() == [4.0, 5.0]
+    assert F.one_hot(mge.Tensor([4, 0]), 5).numpy().tolist() == [[0, 0, 0, 0, 1], [1, 0, 0, 0, 0]]
+    assert F.embedding(mge.Tensor([-1, 0]), x).numpy().tolist() == [[5, 6, 7, 8, 9], [0, 1, 2, 3, 4]]
+
+
+def test_out_of_range_index_in_compiled_step_is_clamped_unless_checked():
+    from megxla.jit import xla_trace
+
+    @xla_trace
+    def pick(x, i):
+        return F.indexing_one_hot(x, i, 1)
+
+    x = mge.Tensor(np.arange(10, dtype="float32").reshape(2, 5))
+    for _ in range(3):  # record, compile, run: the in-range path works compiled
+        assert pick(x, mge.Tensor([4, 0])).numpy().tolist() == [4.0, 5.0]
+
+
+@pytest.mark.parametrize("draw, match", [
+    (lambda R: R.normal(0, -1, (2,)), "std must be >= 0"),
+    (lambda R: R.uniform(1, 0, (2,)), "low >= high"),
+    (lambda R: R.gamma(0.0, 1.0, (2,)), "shape <= 0"),
+    (lambda R: R.gamma(mge.Tensor([1.0, 0.0]), 1.0, (2,)), "shape <= 0"),
+    (lambda R: R.gamma(mge.Tensor([1.0]), mge.Tensor([-1.0]), (2,)), "scale <= 0"),
+    (lambda R: R.beta(mge.Tensor([-1.0]), 1.0, (2,)), "alpha <= 0"),
+    (lambda R: R.beta(1.0, 0, (2,)), "beta <= 0"),
+    (lambda R: R.poisson(mge.Tensor([2.0, -1.0]), (2,)), "lam <= 0"),
+    (lambda R: R.poisson(0.0, (2,)), "lam <= 0"),
+])
+def test_rng_parameters_outside_their_domain_raise_before_drawing(draw, match):
+    import megxla.random as R
+
+    R.seed(7)
+    before = R.get_rng_state().numpy().copy() if hasattr(R, "get_rng_state") else None
+    with pytest.raises(AssertionError, match=match):  # MegEngine asserts these
+        draw(R)
+    with pytest.raises(ValueError, match=match):
+        draw(R)
+    if before is not None:
+        np.testing.assert_array_equal(R.get_rng_state().numpy(), before)  # no key was consumed
+    R.seed(7)
+    a = R.normal(0, 1, (3,)).numpy()
+    R.seed(7)
+    with pytest.raises(AssertionError):
+        draw(R)
+    np.testing.assert_array_equal(R.normal(0, 1, (3,)).numpy(), a)
+
+
+def test_backward_needs_one_dy_per_y():
+    from megxla.autodiff import GradManager
+
+    w = mge.Parameter([1.0])
+    gm = GradManager().attach([w])
+    with gm:
+        y1, y2 = w * 2, w * 3
+        with pytest.raises(RuntimeError, match="2 tensors in y but 1 in dy"):
+            gm.backward([y1, y2], dy=[mge.Tensor([1.0])])
+        assert w.grad is None  # nothing was touched
+        gm.backward([y1, y2], dy=[mge.Tensor([1.0]), mge.Tensor([1.0])])  # the recording is still usable
+    assert w.grad.numpy().tolist() == [5.0]
+    with gm:
+        with pytest.raises(ValueError, match="1 tensors in y but 2 in dy"):
+            gm.backward(w * 2, dy=[1.0, 1.0])

@@ -249,6 +249,14 @@ class GradManager:
         """
         if not self._recording:
             raise RuntimeError("GradManager.backward: no recording; call it inside `with gm:` or after record()")
+        if y is not None and dy is not None:
+            # MegEngine requires one dy per y (its grad key asserts so); zip() would drop the extra ys' gradients.
+            # Checked before anything happens: the recording and every .grad stay as they were
+            ny = len(y) if isinstance(y, (list, tuple)) else 1
+            ndy = len(dy) if isinstance(dy, (list, tuple)) else 1
+            if ny != ndy:
+                raise _dispatch.OpError(f"GradManager.backward: {ny} tensors in y but {ndy} in dy; pass one dy "
+                                        "per y (or dy=None for ones)")
         try:
             if y is not None or self._sent or self._received:
                 self._backward([] if y is None else y, dy)

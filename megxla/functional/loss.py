@@ -103,7 +103,7 @@ def cross_entropy(pred, label, axis=1, with_logits=True, label_smooth=0, reducti
         0.3132617
     """
     from .nn import logsumexp
-    from .tensor import indexing_one_hot
+    from .tensor import _pick
     from .elemwise import log
     op = "cross_entropy"
     _check_reduction(reduction, op)
@@ -130,10 +130,10 @@ def cross_entropy(pred, label, axis=1, with_logits=True, label_smooth=0, reducti
     # prediction gives 0 - log(1) = +0.0) are reproduced: logZ - pred[label] (logZ = 0 for probabilities)
     if with_logits:
         logz = logsumexp(pred, axis)
-        primary = indexing_one_hot(pred, label, axis)
+        primary = _pick(pred, label, axis)
     else:
         logz = 0.0
-        primary = log(indexing_one_hot(pred, label, axis))
+        primary = log(_pick(pred, label, axis))
     if not label_smooth:
         nll = logz - primary
     else:

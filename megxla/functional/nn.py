@@ -10,6 +10,7 @@ from ..core._tensor import Tensor
 from ..core._dispatch import apply as _apply, OpError
 from ..core._elemwise_front import as_tensor as _t, quantized_params
 from ..core._tensor import QPARAMS_SEEN
+from ..core._indexing import check_index_tensor
 from ..core.ops import nn as _N, linalg as _L, elemwise as _E, random as _RP, shape as _S
 from ..core import _autocast as _amp  # autocast state: the hook below costs one attribute read
 from .elemwise import relu, sigmoid, gelu, silu, softplus, logsigmoid, relu6, hsigmoid, hswish  # noqa: F401
@@ -723,6 +724,8 @@ def one_hot(inp, num_classes, dtype=None):
     if int(num_classes) < 1:
         raise OpError(f"one_hot: num_classes must be positive, got {num_classes}")
     dtype = inp.dtype if dtype is None else np.dtype(dtype)
+    # MegEngine's IndexingSetOneHot raises for a label outside [0, num_classes); here it was an all-zero row
+    check_index_tensor("one_hot", inp, int(num_classes), inp.ndim, allow_negative=False, what="label")
     return _apply(_S.one_hot.bind(num_classes=int(num_classes), dtype=dtype.name), inp)
 
 
@@ -750,6 +753,9 @@ def embedding(inp, weight, padding_idx=None, max_norm=None, norm_type=None):
     if inp.dtype.kind not in "iu":
         raise OpError(f"embedding: indices must be integers, got {inp.dtype}")
     _ndim(weight, 2, "embedding", "weight", "(num_embeddings, dim)")
+    # MegEngine indexes `weight[inp]` (range-checked, negative indices count from the end); here an index
+    # past the table gave a row of NaN
+    check_index_tensor("embedding", inp, weight.shape[0], 0)
     return _apply(_N.embedding.bind(), inp, weight)
 
 

@@ -1049,6 +1049,14 @@ def indexing_one_hot(src, index, axis=1, keepdims=False):
     if index.shape != expected:
         raise OpError(f"indexing_one_hot: index shape {index.shape} must be {expected} (src {src.shape} without "
                       f"axis {axis})")
+    # MegEngine's IndexingOneHot raises for an index outside [0, size); XLA's gather would give NaN (eager,
+    # host-checked; inside a trace as config.checked_indexing says, see core/_indexing.py)
+    check_index_tensor("indexing_one_hot", index, src.shape[axis], axis, allow_negative=False)
+    return _pick(src, index, axis, keepdims)
+
+
+def _pick(src, index, axis, keepdims=False):
+    """indexing_one_hot on checked arguments (cross_entropy checks its labels itself)."""
     return _apply(_I.indexing_one_hot.bind(axis=axis, keepdims=bool(keepdims)), src, index)
 
 

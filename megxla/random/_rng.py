@@ -18,7 +18,7 @@ import jax
 
 from ..core import _registry
 from ..core._tensor import Tensor
-from ..core._dispatch import apply, OpError
+from ..core._dispatch import apply, OpError, current_interpreter
 from ..core.dtypes import canonical
 from ..core.ops import random as P
 
@@ -47,16 +47,29 @@ def _size(size, op, default=None):
     return s
 
 
+class DistributionError(OpError, AssertionError):
+    """A distribution parameter outside its domain. MegEngine asserts these (``assert low < high``, ``assert
+    shape > 0``), so it is an ``AssertionError`` for MegEngine code that catches one, and an ``OpError``
+    (``ValueError``) like megxla's other argument errors."""
+
+
 def _param(v, name, op):
-    """A float32 parameter; Python numbers must be positive (MegEngine asserts so)."""
+    """A float32 parameter that must be positive: Python numbers as MegEngine asserts; a Tensor's values are
+    checked on the host when running eagerly (one device->host read; MegEngine's kernels gave NaN, 0 or
+    negative samples), not inside a trace, where they are graph values."""
     if isinstance(v, Tensor):
         if v.dtype.kind != "f":
             raise OpError(f"{op}: {name} must be a float tensor, got {v.dtype}")
+        if v.size and current_interpreter() is None:
+            bad = ~(np.asarray(v._data) > 0)
+            if bad.any():
+                raise DistributionError(f"{op}: {op} is not defined when {name} <= 0 (got "
+                                        f"{np.asarray(v._data)[bad].reshape(-1)[0]} in {name} of shape {v.shape})")
         return v
     if not isinstance(v, (int, float, np.number)) or isinstance(v, bool):
         raise OpError(f"{op}: {name} must be a positive number or a float Tensor, got {v!r}")
     if not v > 0:
-        raise OpError(f"{op}: {op} is not defined when {name} <= 0 (got {v})")
+        raise DistributionError(f"{op}: {op} is not defined when {name} <= 0 (got {v})")
     return Tensor(v, dtype="float32")
 
 
@@ -111,7 +124,7 @@ class RNG:
             (3,)
         """
         if not low < high:
-            raise OpError(f"uniform: not defined when low >= high (got low={low}, high={high})")
+            raise DistributionError(f"uniform: not defined when low >= high (got low={low}, high={high})")
         return apply(P.uniform.bind(shape=_size(size, "uniform", (1,)), low=float(low), high=float(high),
                                     dtype="float32"), self._next_key())
 
@@ -120,8 +133,8 @@ class RNG:
 
         Args:
             mean: the mean.
-            std: the standard deviation (>= 0; 0 gives ``mean`` everywhere). As MegEngine, a negative ``std``
-                is accepted: the samples are ``mean + std * z``, distributed as with ``abs(std)``.
+            std: the standard deviation (>= 0; 0 gives ``mean`` everywhere). A negative ``std`` raises
+                (MegEngine accepts it and draws ``mean + std * z``; NumPy raises).
             size: output shape; default ``(1,)``.
 
         Returns:
@@ -133,6 +146,8 @@ class RNG:
         """
         if not np.isfinite(float(std)):
             raise OpError(f"normal: std must be finite, got {std}")
+        if std < 0:
+            raise DistributionError(f"normal: std must be >= 0, got {std}")
         return apply(P.normal.bind(shape=_size(size, "normal", (1,)), mean=float(mean), std=float(std),
                                    dtype="float32"), self._next_key())
 
@@ -206,7 +221,7 @@ class RNG:
             (3,)
         """
         if not scale > 0:
-            raise OpError(f"exponential: scale must be positive, got {scale}")
+            raise DistributionError(f"exponential: scale must be positive, got {scale}")
         return apply(P.exponential.bind(shape=_size(size, "exponential", (1,)), scale=float(scale), dtype="float32"),
                      self._next_key())
 
