@@ -179,6 +179,10 @@ def install(force: bool | None = None) -> None:
             f" import megxla.as_megengine (or use python -m megxla.run) before any 'import megengine'")
     sys.meta_path.insert(0, _FINDER)
     _register_loaded()
+    # MegEngine's users write np.float / np.int / np.object (MegEngine pins NumPy < 1.24): answered again, warned
+    # once ($MEGXLA_NUMPY_ALIASES=0 turns it off; children inherit that with the environment)
+    from . import _numpy_aliases
+    _numpy_aliases.restore()
     _state.update(installed=True, forced=bool(force), env={k: os.environ.get(k) for k in
                                                            (ALIAS_ENV, SHADOW_ENV, "PYTHONPATH")},
                   sys_path=ALIAS_PATH not in sys.path)
@@ -222,6 +226,8 @@ def uninstall() -> None:
         return
     while _FINDER in sys.meta_path:
         sys.meta_path.remove(_FINDER)
+    from . import _numpy_aliases
+    _numpy_aliases.remove()
     for name in [n for n in sys.modules if n == _SRC or n.startswith(_SRC + ".")]:
         mod = sys.modules[name]
         if sys.modules.get(_target(name)) is mod or mod is None or \

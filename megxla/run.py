@@ -2,8 +2,8 @@
 
 Usage::
 
-    python -m megxla.run [--shadow] [--auto-jit] train.py --its --own args
-    python -m megxla.run [--shadow] [--auto-jit] -m package.module --its --own args
+    python -m megxla.run [--shadow] [--auto-jit] [--no-numpy-aliases] train.py --its --own args
+    python -m megxla.run [--shadow] [--auto-jit] [--no-numpy-aliases] -m package.module --its --own args
 
 Installs the ``megengine`` import alias (:mod:`megxla.as_megengine`), then runs the script or module as Python
 itself would: as ``__main__``, with ``sys.argv`` = ``[script, *args]`` (``[module file, *args]`` for ``-m``) and the
@@ -11,7 +11,9 @@ script's directory (the current directory for ``-m``) first on ``sys.path``. ``-
 imports with megxla even if a real MegEngine is installed (same as ``MEGXLA_SHADOW_MEGENGINE=1``). Child
 processes (DataLoader workers, ``dist.launcher`` ranks, ``subprocess`` Pythons) inherit the alias. ``--auto-jit``
 switches auto-jit on (``megxla.config.auto_jit``, ``MEGXLA_AUTO_JIT=1`` for child processes): the program's eager
-ops are compiled by XLA cluster by cluster, with no decorator.
+ops are compiled by XLA cluster by cluster, with no decorator. NumPy's names removed since MegEngine's NumPy
+1.23 (``np.float``, ``np.int``, ``np.object``, ``np.float_``, ``np.NaN``…) are answered again as 1.23 did, with one
+warning; ``--no-numpy-aliases`` (``MEGXLA_NUMPY_ALIASES=0``) turns that off.
 """
 from __future__ import annotations
 
@@ -21,7 +23,8 @@ import sys
 
 from ._alias import install
 
-_USAGE = "usage: python -m megxla.run [--shadow] [--auto-jit] (script.py | -m module) [args ...]"
+_USAGE = ("usage: python -m megxla.run [--shadow] [--auto-jit] [--no-numpy-aliases] (script.py | -m module) "
+          "[args ...]")
 
 
 def main(argv=None) -> None:
@@ -47,6 +50,8 @@ def main(argv=None) -> None:
             os.environ["MEGXLA_AUTO_JIT"] = "1"
             from . import config
             config.auto_jit = True
+        elif opt == "--no-numpy-aliases":
+            os.environ["MEGXLA_NUMPY_ALIASES"] = "0"  # (read by install(); inherited by child processes)
         elif opt in ("-h", "--help"):
             print(__doc__)
             return

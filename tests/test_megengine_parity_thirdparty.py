@@ -321,3 +321,56 @@ def test_qat_folded_weight_is_megengines_to_the_bit():
     net.train()
     net(mge.tensor(rng.randn(1, 3, 5, 5).astype("float32")))
     assert int(seen["w"].view(np.uint32).astype(np.uint64).sum()) == 922579989652
+
+
+# ---- 5. NumPy's removed aliases: MegEngine pins NumPy < 1.24, its users write np.float / np.int / np.object ----
+_MAE_SCRIPT = """
+import numpy as np
+import megengine as mge
+def pos_embed_1d(dim, pos):  # an MAE repository's positional embedding, as written for MegEngine
+    omega = np.arange(dim // 2, dtype=np.float)
+    omega = 1.0 / 10000 ** (omega / (dim / 2.0))
+    out = np.einsum("m,d->md", pos.reshape(-1), omega)
+    return np.concatenate([np.sin(out), np.cos(out)], axis=1)
+emb = pos_embed_1d(4, np.arange(2, dtype=np.int))
+mask = np.zeros(2, dtype=np.bool); objs = np.empty(1, dtype=np.object)
+t = mge.tensor(emb)
+print(emb.dtype, t.dtype, mask.dtype, objs.dtype, float(t[1, 0].item()), np.NaN != np.NaN, np.float_ is np.float64)
+"""
+
+
+def _run_py(args, cwd, env_extra=None):
+    import os
+    import subprocess
+    import sys
+    env = {k: v for k, v in os.environ.items() if k not in ("MEGXLA_ALIAS", "MEGXLA_SHADOW_MEGENGINE",
+                                                               "MEGXLA_NUMPY_ALIASES")}
+    env.setdefault("JAX_PLATFORMS", "cpu")
+    env.update(env_extra or {})
+    return subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_numpy_removed_aliases_under_megxla_run(tmp_path):
+    (tmp_path / "mae.py").write_text(_MAE_SCRIPT)
+    r = _run_py(["-m", "megxla.run", "mae.py"], tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    # NumPy 1.23 (MegEngine's): np.float is float -> float64 arrays; mge.tensor narrows to float32
+    # (the line MegEngine 1.13 with NumPy 1.23 prints)
+    assert r.stdout.split() == ["float64", "float32", "bool", "object", "0.8414709568023682", "True", "True"]
+    assert r.stderr.count("UserWarning") == 1 and "np.int" in r.stderr  # warned once, for all the names
+    off = _run_py(["-m", "megxla.run", "--no-numpy-aliases", "mae.py"], tmp_path)
+    assert off.returncode != 0 and "AttributeError" in off.stderr
+    env_off = _run_py(["-m", "megxla.run", "mae.py"], tmp_path, {"MEGXLA_NUMPY_ALIASES": "0"})
+    assert env_off.returncode != 0 and "AttributeError" in env_off.stderr
+
+
+def test_numpy_removed_aliases_with_as_megengine(tmp_path):
+    (tmp_path / "mae.py").write_text("import megxla.as_megengine\nimport warnings\n"
+                                     "warnings.simplefilter('error')\n"  # (the one warning must be a warning)
+                                     "import numpy as np\ntry:\n    np.int\nexcept UserWarning as w:\n"
+                                     "    print('warned')\nwarnings.simplefilter('default')\n" + _MAE_SCRIPT)
+    r = _run_py(["mae.py"], tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.split()[0] == "warned" and r.stdout.split()[1:3] == ["float64", "float32"]
+    import numpy as np
+    assert not hasattr(np, "float")  # (this test process: nothing installed)
