@@ -150,3 +150,16 @@ def test_backward_needs_one_dy_per_y():
     with gm:
         with pytest.raises(ValueError, match="1 tensors in y but 2 in dy"):
             gm.backward(w * 2, dy=[1.0, 1.0])
+
+
+def test_cross_entropy_int_scores_and_label_rank_as_megengine():
+    label = mge.Tensor([1, 0])
+    got = F.nn.cross_entropy(mge.Tensor([[1, 2], [3, 4]]), label)  # MegEngine: float32 loss
+    want = F.nn.cross_entropy(mge.Tensor([[1.0, 2.0], [3.0, 4.0]]), label)
+    assert got.dtype == np.float32
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-6)
+    x = mge.Tensor(np.zeros((2, 5), "float32"))
+    with pytest.raises(AssertionError, match="one less than input ndim"):  # MegEngine asserts the rank
+        F.nn.cross_entropy(x, mge.Tensor([[1], [2]]))
+    with pytest.raises(ValueError, match="does not match"):
+        F.nn.cross_entropy(x, mge.Tensor([1, 2, 3]))

@@ -81,6 +81,11 @@ def square_loss(pred, label, reduction="mean"):
     return _reduce(d * d, reduction, "square_loss")
 
 
+class _LabelRankError(OpError, AssertionError):
+    """A label whose rank is not pred's minus one: MegEngine asserts it, so MegEngine code may catch an
+    ``AssertionError``; an ``OpError`` as megxla's other argument errors."""
+
+
 def cross_entropy(pred, label, axis=1, with_logits=True, label_smooth=0, reduction="mean"):
     """Computes the cross entropy of class scores ``pred`` against integer labels ``label``.
 
@@ -108,8 +113,16 @@ def cross_entropy(pred, label, axis=1, with_logits=True, label_smooth=0, reducti
     op = "cross_entropy"
     _check_reduction(reduction, op)
     pred, label = _t(pred), _t(label)
+    if pred.dtype.kind in "iub" and pred.ndim >= 1:
+        # MegEngine computes integer scores in float32 (its logsumexp's exp casts integers to float32, and
+        # the picked score is promoted to the result's dtype); so do we
+        pred = pred.astype("float32")
     if pred.ndim < 1 or pred.dtype.kind != "f":
         raise OpError(f"{op}: pred must be a float tensor with a class axis, got {pred.shape}:{pred.dtype}")
+    if label.ndim != pred.ndim - 1:
+        # MegEngine asserts this ("target ndim must be one less than input ndim")
+        raise _LabelRankError(f"{op}: target ndim must be one less than input ndim; label shape {label.shape}, "
+                              f"pred shape {pred.shape}")
     if not -pred.ndim <= axis < pred.ndim:
         raise OpError(f"{op}: axis {axis} is out of range for pred of shape {pred.shape}")
     axis = axis % pred.ndim
