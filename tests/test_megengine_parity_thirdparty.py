@@ -374,3 +374,27 @@ def test_numpy_removed_aliases_with_as_megengine(tmp_path):
     assert r.stdout.split()[0] == "warned" and r.stdout.split()[1:3] == ["float64", "float32"]
     import numpy as np
     assert not hasattr(np, "float")  # (this test process: nothing installed)
+
+
+# ---- 6. the recording call's results are not external values; later (compiled) calls' are ----------------------
+def test_recording_call_results_are_not_external():
+    # MegEngine's contract (its test_xla_inp_shape_mismatch / test_xla_trace_shape_change): the first call of a
+    # signature records (eagerly, in MegEngine), the next ones run the executable
+    w = Parameter(np.ones((2,), "float32"))
+
+    @xla_trace
+    def step(x, w):
+        w += x.sum()
+        return x * 2
+
+    a, b = Tensor(np.ones((2, 2), "float32")), Tensor(np.ones((3,), "float32"))
+    r0 = step(a, w)
+    assert not r0._is_external_value() and not w._is_external_value()
+    r1 = step(a, w)
+    assert r1._is_external_value() and w._is_external_value()
+    r2 = step(b, w)  # a new signature: its recording call again
+    assert not r2._is_external_value() and not w._is_external_value()
+    r3 = step(b, w)
+    assert r3._is_external_value()
+    np.testing.assert_array_equal(r0.numpy(), r1.numpy())
+    np.testing.assert_array_equal(w.numpy(), [15.0, 15.0])  # 1 + 4 + 4 + 3 + 3

@@ -19,6 +19,20 @@ def mark_external(t):
         _external[key] = (entry[0], t._vid)
 
 
+def unmark_external(t):
+    """Count ``t``'s current value as internal again (the recording call of a trace: MegEngine's runs eagerly, so
+    its results and state writes are not external values, only later calls' are).
+
+    Example:
+        >>> import megxla as mge
+        >>> t = mge.Tensor([1.0]); mark_external(t); unmark_external(t); is_external(t)
+        False
+    """
+    entry = _external.get(id(t))
+    if entry is not None and entry[0]() is t:
+        del _external[id(t)]
+
+
 # Value ids produced by prepared compiled calls (jit/_fastpath.py), as blocks ``[lo, hi)``: a prepared call takes its
 # written values' ids from one block of the id counter and records the block, instead of marking each tensor (a per-call
 # cost proportional to the number of state tensors). Ids only grow, so the blocks are sorted; the oldest are dropped

@@ -50,6 +50,7 @@ from ..core import _registry
 from ..core._trace_option import set_symbolic_shape  # noqa: F401  (MegEngine's jit.tracing exports it)
 from . import _fastpath, _interrupt, _state, _verbose
 from ._external import mark_external
+from . import _external
 from ._recording import (Recorder, AbstractRecorder, NeedsHost, Excluded, TraceError, make_replay,
                          describe_where, user_where, _TRACER_ERRORS, _user_frame)
 from ._simplify import simplify
@@ -414,6 +415,13 @@ class trace:
         finally:
             if held:
                 _interrupt.leave()
+        # MegEngine's recording call runs eagerly: its results and state writes are not external values, later
+        # calls' are (its test_xla_inp_shape_mismatch); ours ran the executable, so it unmarks them
+        for t in [*jax.tree_util.tree_leaves(out), *state, *(t for t, _ in entry.new_state or ())]:
+            if isinstance(t, Tensor):
+                _external.unmark_external(t)
+                if t._grad is not None:
+                    _external.unmark_external(t._grad)
         return out
 
     def _call_variants(self, variants, args, kwargs, state, sig):
