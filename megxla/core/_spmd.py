@@ -20,7 +20,7 @@ import weakref
 import jax
 import numpy as np
 
-__all__ = ["AXIS", "MeshRequired", "current_devices", "SpmdFunction", "jit", "ordered", "issued"]
+__all__ = ["AXIS", "DeviceGrid", "MeshRequired", "current_devices", "SpmdFunction", "jit", "ordered", "issued"]
 
 AXIS = "procs"  # the mesh axis the collectives of a group run over
 _tls = threading.local()
@@ -31,12 +31,45 @@ agree_hook = [None]
 _last = []  # weak references to the outputs of the last SPMD program this process launched
 
 
+class DeviceGrid(tuple):
+    """The devices of an SPMD program laid out as a named grid (``shape``, ``names``; row-major): a
+    ``DeviceMesh`` of megxla.distributed. Collectives of the program may then run over some of its axes (the
+    rows or columns of a 2-D grid: tensor-parallel and sharded-data-parallel groups in ONE compiled step).
+    A plain tuple of devices is the 1-D grid ``(n,)`` named ``(AXIS,)``."""
+
+    def __new__(cls, devices, shape, names):
+        self = super().__new__(cls, devices)
+        self.shape, self.names = tuple(shape), tuple(names)
+        if int(np.prod(self.shape)) != len(self) or len(self.names) != len(self.shape):
+            raise ValueError(f"DeviceGrid: {len(self)} devices do not fill a grid of shape {self.shape} named "
+                             f"{self.names}")
+        return self
+
+    def __eq__(self, other):
+        return tuple.__eq__(self, other) and grid_layout(self) == grid_layout(other)
+
+    def __ne__(self, other):
+        return not self == other
+
+    __hash__ = tuple.__hash__
+
+    def __reduce__(self):
+        return DeviceGrid, (tuple(self), self.shape, self.names)
+
+
+def grid_layout(devices):
+    """``(shape, names)`` of a program's devices: a :class:`DeviceGrid`'s, else the 1-D ``((n,), (AXIS,))``."""
+    if isinstance(devices, DeviceGrid):
+        return devices.shape, devices.names
+    return (len(devices),), (AXIS,)
+
+
 class MeshRequired(Exception):
     """Raised while tracing a cross-process collective outside an SPMD program; carries its devices."""
 
     def __init__(self, devices, what):
         super().__init__(f"{what} needs an SPMD program over devices {list(devices)}")
-        self.devices = tuple(devices)
+        self.devices = devices if isinstance(devices, DeviceGrid) else tuple(devices)
 
 
 def current_devices():
@@ -87,10 +120,13 @@ class SpmdFunction:
     def __init__(self, fn, devices, donate_argnums=(), name=None):
         from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
         self.fn = fn
-        self.devices = tuple(devices)
+        self.devices = devices if isinstance(devices, DeviceGrid) else tuple(devices)
         self.n = len(self.devices)
-        self.mesh = Mesh(np.array(self.devices, dtype=object), (AXIS,))
-        self.sharding = NamedSharding(self.mesh, P(AXIS))
+        shape, names = grid_layout(self.devices)
+        self.mesh = Mesh(np.array(self.devices, dtype=object).reshape(shape), names)
+        # a local array is the block of a global one along axis 0, in the grid's row-major order
+        self.spec = P(AXIS) if names == (AXIS,) else P(names)
+        self.sharding = NamedSharding(self.mesh, self.spec)
         mine = [d for d in self.devices if d.process_index == jax.process_index()]
         if len(mine) != 1:
             raise RuntimeError(f"SPMD program over {list(self.devices)}: this process (index "
@@ -121,11 +157,10 @@ class SpmdFunction:
 
     def lower(self, *avals):
         """Lower for inputs of these (process-local) shapes/dtypes; returns a :class:`SpmdLowered`."""
-        from jax.sharding import PartitionSpec as P
         scalars = tuple(len(a.shape) == 0 for a in avals)
         info = {}
         body = self._wrapped(scalars, info)
-        smap = jax.shard_map(body, mesh=self.mesh, in_specs=P(AXIS), out_specs=P(AXIS), check_vma=False)
+        smap = jax.shard_map(body, mesh=self.mesh, in_specs=self.spec, out_specs=self.spec, check_vma=False)
         smap.__name__ = smap.__qualname__ = self.name
         gavals = [jax.ShapeDtypeStruct(_global_shape(a.shape, self.n), a.dtype, sharding=self.sharding)
                   for a in avals]
@@ -233,18 +268,20 @@ class Jit:
         self._impl = self.spmd
 
     def lower(self, *avals):
-        try:
-            return self._impl.lower(*avals)
-        except MeshRequired as exc:
-            self._switch(exc)
-            return self._impl.lower(*avals)
+        return self._retry(lambda: self._impl.lower(*avals))
 
     def __call__(self, *arrays):
-        try:
-            return self._impl(*arrays)
-        except MeshRequired as exc:
-            self._switch(exc)
-            return self._impl(*arrays)
+        return self._retry(lambda: self._impl(*arrays))
+
+    def _retry(self, call):
+        # A step whose first collective runs over a whole 1-D group and a later one over an axis of a grid of
+        # the same devices asks again, for the grid (collectives over the whole group then span all its axes).
+        for _ in range(3):
+            try:
+                return call()
+            except MeshRequired as exc:
+                self._switch(exc)
+        return call()
 
 
 def jit(fn, donate_argnums=(), name=None):

@@ -49,12 +49,19 @@ from .group import (WORLD, Group, init_process_group, new_group, get_rank, get_w
 from .server import Server, Client
 from .helper import make_allreduce_cb, bcast_list_, synchronized
 from .launcher import launcher
+from .mesh import DeviceMesh, MeshGroup
+from .fsdp import fully_shard, clip_grad_norm
+from .zero import shard_optimizer
+from .tensor_parallel import ColwiseParallel, RowwiseParallel, parallelize
 from . import group as _group
 
 __all__ = ["Client", "Group", "Server", "WORLD", "bcast_list_", "get_backend", "get_client",
            "get_mm_server_addr", "get_py_server_addr", "get_rank", "get_world_size", "group_barrier",
            "group_end", "group_start", "init_process_group", "is_distributed", "launcher", "make_allreduce_cb",
-           "mproperty", "new_group", "override_backend", "synchronized", "backend"]
+           "mproperty", "new_group", "override_backend", "synchronized", "backend",
+           # sharded training (megxla's own: MegEngine has data parallel only)
+           "ColwiseParallel", "DeviceMesh", "MeshGroup", "RowwiseParallel", "clip_grad_norm", "fully_shard",
+           "parallelize", "shard_optimizer"]
 
 
 class mproperty(property):

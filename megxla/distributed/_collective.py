@@ -19,16 +19,21 @@ import threading
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from ..core._op import Primitive
-from ..core._spmd import AXIS, MeshRequired, current_devices, issued, ordered
+from ..core._spmd import AXIS, DeviceGrid, MeshRequired, current_devices, grid_layout, issued, ordered
 from . import _runtime
 
 __all__ = ["collective", "p2p", "root_link", "MODES", "out_shape", "reset_counters", "next_meta"]
 
 MODES = ("all_reduce_sum", "all_reduce_max", "all_reduce_min", "all_reduce_prod", "all_gather", "broadcast",
-         "reduce_sum", "gather", "scatter", "reduce_scatter_sum", "all_to_all")
+         "reduce_sum", "gather", "scatter", "reduce_scatter_sum", "all_to_all",
+         # sharded training (megxla.distributed.fsdp / tensor_parallel): differ from the above in their gradient
+         "shard_gather",  # all_gather whose gradient is the MEAN reduce-scatter (data-parallel averaging)
+         "copy_to",       # identity whose gradient is all_reduce_sum (Megatron's f: enters a tensor-parallel region)
+         "reduce_from")   # all_reduce_sum whose gradient is the identity (Megatron's g: leaves it)
 
 _lock = threading.Lock()
 _meta = collections.Counter()  # host-side metadata exchanges per key, counted when the front end runs
@@ -50,7 +55,7 @@ def next_meta(key):
 def out_shape(mode, shape, size, axis=0, split_axis=0, concat_axis=0):
     """The result shape of ``mode`` on this rank for an input of ``shape`` in a group of ``size``."""
     shape = list(shape)
-    if mode in ("all_gather", "gather"):
+    if mode in ("all_gather", "gather", "shard_gather"):
         shape[axis] *= size
     elif mode in ("scatter", "reduce_scatter_sum"):
         shape[axis] //= size
@@ -60,86 +65,117 @@ def out_shape(mode, shape, size, axis=0, split_axis=0, concat_axis=0):
     return tuple(shape)
 
 
-def _enter(what, ranks, platform):
-    """Check that we are tracing the body of an SPMD program over the group's devices (else ask for one)."""
+def _enter(what, ranks, platform, mesh=None, axes=None):
+    """Check that we are tracing the body of an SPMD program over the group's devices (else ask for one);
+    returns the mesh axis name(s) the collective runs over.
+
+    A plain group's program is the 1-D grid of its devices. A group that is an axis of a ``DeviceMesh``
+    (``mesh=(shape, names)``, ``axes``: the names it spans, ``ranks``: the whole mesh's) runs in a program over
+    the whole grid, so that the collectives of its rows and of its columns can share one compiled step."""
     devices = _runtime.group_devices(ranks, platform)
+    if mesh is not None:
+        devices = DeviceGrid(devices, *mesh)
     cur = current_devices()
     if cur is None:
         raise MeshRequired(devices, what)
-    if cur != devices:
-        raise RuntimeError(f"{what} over ranks {list(ranks)} inside a compiled program whose collectives run over "
-                           f"devices {list(cur)}: one compiled step may hold the collectives of one group only "
-                           f"(split the step, or run this collective eagerly)")
+    if cur == devices:
+        return tuple(axes) if mesh is not None else AXIS
+    if tuple(cur) == tuple(devices):
+        cur_shape, cur_names = grid_layout(cur)
+        if mesh is None:  # the whole group inside a program over a grid of the same devices: all of its axes
+            return cur_names
+        if cur_names == (AXIS,):  # a grid axis inside a program over the whole group: compile for the grid
+            raise MeshRequired(devices, what)
+    raise RuntimeError(f"{what} over ranks {list(ranks)} inside a compiled program whose collectives run over "
+                       f"devices {list(cur)}: one compiled step may hold the collectives of one group (or of the "
+                       f"axes of one DeviceMesh) only (split the step, or run this collective eagerly)")
 
 
-def _first(x):
-    return lax.axis_index(AXIS) == 0
+def _size(ranks, mesh, axes):
+    """Number of processes a collective runs over (the group's size)."""
+    if mesh is None:
+        return len(ranks)
+    shape, names = mesh
+    return int(np.prod([shape[names.index(a)] for a in axes]))
 
 
-def _body(mode, x, n, axis, split_axis, concat_axis):
+def _first(ax):
+    return lax.axis_index(ax) == 0
+
+
+def _body(mode, x, n, axis, split_axis, concat_axis, names=AXIS):
     if mode == "all_reduce_sum":
-        return lax.psum(x, AXIS)
+        return lax.psum(x, names)
     if mode == "all_reduce_max":
-        return lax.pmax(x, AXIS)
+        return lax.pmax(x, names)
     if mode == "all_reduce_min":
-        return lax.pmin(x, AXIS)
+        return lax.pmin(x, names)
     if mode == "all_reduce_prod":
-        return jnp.prod(lax.all_gather(x, AXIS), axis=0).astype(x.dtype)
-    if mode in ("all_gather", "gather"):
-        return lax.all_gather(x, AXIS, axis=axis, tiled=True)
+        return jnp.prod(lax.all_gather(x, names), axis=0).astype(x.dtype)
+    if mode in ("all_gather", "gather", "shard_gather"):
+        return lax.all_gather(x, names, axis=axis, tiled=True)
+    if mode == "reduce_from":
+        return lax.psum(x, names)
     if mode == "reduce_scatter_sum":
-        return lax.psum_scatter(x, AXIS, scatter_dimension=axis, tiled=True)
+        return lax.psum_scatter(x, names, scatter_dimension=axis, tiled=True)
     if mode == "broadcast":  # only the root's value survives the masked sum (XLA has no one-to-all primitive)
-        return lax.psum(jnp.where(_first(x), x, jnp.zeros_like(x)), AXIS)
+        return lax.psum(jnp.where(_first(names), x, jnp.zeros_like(x)), names)
     if mode == "reduce_sum":
-        return lax.psum(x, AXIS)
+        return lax.psum(x, names)
     if mode == "scatter":
         # all_to_all gives rank i the i-th part of every rank's tensor; keep the one that came from the root.
-        parts = lax.all_to_all(x, AXIS, axis, axis, tiled=True)
+        parts = lax.all_to_all(x, names, axis, axis, tiled=True)
         return lax.slice_in_dim(parts, 0, x.shape[axis] // n, axis=axis)
     if mode == "all_to_all":
-        return lax.all_to_all(x, AXIS, split_axis, concat_axis, tiled=True)
+        return lax.all_to_all(x, names, split_axis, concat_axis, tiled=True)
     raise ValueError(f"unknown collective mode {mode!r}")
 
 
-def _impl(x, *, mode, ranks, platform, axis=0, split_axis=0, concat_axis=0):
-    _enter(f"collective {mode}", ranks, platform)
-    return issued(_body(mode, ordered(x), len(ranks), axis, split_axis, concat_axis))
+def _impl(x, *, mode, ranks, platform, axis=0, split_axis=0, concat_axis=0, mesh=None, axes=None):
+    if mode == "copy_to":  # no communication forward (its gradient is the collective)
+        return x
+    ax = _enter(f"collective {mode}", ranks, platform, mesh, axes)
+    return issued(_body(mode, ordered(x), _size(ranks, mesh, axes), axis, split_axis, concat_axis, ax))
 
 
 def _grad(params, primals, ct):
     """The mirrored collective (MegEngine's backward of each collective), run in the same SPMD program."""
     p = dict(params)
     mode, ranks, platform = p["mode"], p["ranks"], p["platform"]
-    n = len(ranks)
-    _enter(f"gradient of collective {mode}", ranks, platform)
+    mesh, axes = p.get("mesh"), p.get("axes")
+    n = _size(ranks, mesh, axes)
+    if mode == "reduce_from":  # Megatron's g: the output gradient, unchanged (it is the same on every rank)
+        return (ct,)
+    names = _enter(f"gradient of collective {mode}", ranks, platform, mesh, axes)
     x = primals[0]
     ct = ordered(ct)
     ax, sa, ca = p.get("axis", 0), p.get("split_axis", 0), p.get("concat_axis", 0)
-    if mode == "all_reduce_sum":
-        g = lax.psum(ct, AXIS)
+    if mode in ("all_reduce_sum", "copy_to"):
+        g = lax.psum(ct, names)
+    elif mode == "shard_gather":  # the mean over the ranks of the gradients of the gathered tensor
+        g = lax.psum_scatter(ct, names, scatter_dimension=ax, tiled=True) / n
     elif mode in ("all_reduce_max", "all_reduce_min"):
-        s = lax.psum(ct, AXIS)
-        ext = (lax.pmax if mode == "all_reduce_max" else lax.pmin)(x, AXIS)
+        s = lax.psum(ct, names)
+        ext = (lax.pmax if mode == "all_reduce_max" else lax.pmin)(x, names)
         g = jnp.where(x == ext, s, jnp.zeros_like(s))  # ties: every holder of the extreme receives it
     elif mode == "all_reduce_prod":
-        s = lax.psum(ct, AXIS)
-        allx = lax.all_gather(x, AXIS)
-        me = lax.axis_index(AXIS)
+        s = lax.psum(ct, names)
+        allx = lax.all_gather(x, names)
+        me = lax.axis_index(names)  # (a grid's axes: the row-major index over them)
         mask = (jnp.arange(n) == me).reshape((n,) + (1,) * x.ndim)
         g = s * jnp.prod(jnp.where(mask, jnp.ones_like(allx), allx), axis=0)
     elif mode == "all_gather":
-        g = lax.psum_scatter(ct, AXIS, scatter_dimension=ax, tiled=True)
+        g = lax.psum_scatter(ct, names, scatter_dimension=ax, tiled=True)
     elif mode == "reduce_scatter_sum":
-        g = lax.all_gather(ct, AXIS, axis=ax, tiled=True)
+        g = lax.all_gather(ct, names, axis=ax, tiled=True)
     elif mode == "broadcast":  # reduce_sum to the root; the other ranks' inputs were not read
-        s = lax.psum(ct, AXIS)
-        g = jnp.where(_first(x), s, jnp.zeros_like(s))
+        s = lax.psum(ct, names)
+        g = jnp.where(_first(names), s, jnp.zeros_like(s))
     elif mode == "scatter":  # gather to the root: its input's gradient is every rank's part, in place
-        full = lax.all_gather(ct, AXIS, axis=ax, tiled=True)
-        g = jnp.where(_first(x), full, jnp.zeros_like(full))
+        full = lax.all_gather(ct, names, axis=ax, tiled=True)
+        g = jnp.where(_first(names), full, jnp.zeros_like(full))
     elif mode == "all_to_all":
-        g = lax.all_to_all(ct, AXIS, ca, sa, tiled=True)
+        g = lax.all_to_all(ct, names, ca, sa, tiled=True)
     else:  # reduce_sum, gather: differentiated through root_link (their front ends detach the collective)
         raise ValueError(f"collective mode {mode!r} has no gradient")
     return (issued(g.astype(x.dtype)),)

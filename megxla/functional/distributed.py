@@ -68,7 +68,9 @@ def _divisible(op, shape, axis, size, name="axis"):
 
 
 def _coll(mode, inp, group, **kw):
-    op = _collective.collective.bind(mode=mode, ranks=tuple(group.proc_ranks), platform=_require().platform, **kw)
+    # an axis of a DeviceMesh names the whole mesh and its axes (the same op on every rank of the mesh)
+    where = group._op_params() if hasattr(group, "_op_params") else {"ranks": tuple(group.proc_ranks)}
+    op = _collective.collective.bind(mode=mode, platform=_require().platform, **where, **kw)
     return _apply(op, inp)
 
 
