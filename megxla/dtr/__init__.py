@@ -105,7 +105,7 @@ def config():
     """
     if not _state["enabled"]:
         return None
-    from .jit.config import DTRConfig  # NOTE: imported here: dtr sits below jit, which reads it
+    from ..jit.config import DTRConfig  # NOTE: imported here: dtr sits below jit, which reads it
     return DTRConfig(eviction_threshold=_state["eviction_threshold"],
                      evictee_minimum_size=_state["evictee_minimum_size"])
 
