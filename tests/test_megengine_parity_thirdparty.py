@@ -398,3 +398,12 @@ def test_recording_call_results_are_not_external():
     assert r3._is_external_value()
     np.testing.assert_array_equal(r0.numpy(), r1.numpy())
     np.testing.assert_array_equal(w.numpy(), [15.0, 15.0])  # 1 + 4 + 4 + 3 + 3
+
+
+def test_maximum_with_nan_does_not_depend_on_the_element_count():
+    # MegEngine 1.13 (CPU): F.maximum(1e-10, all-nan x) is nan for 4 or 15 elements and 1e-10 for 16 or 20 (its
+    # vectorised kernel); megxla keeps one rule at every size (docs/differences.md)
+    for n in (4, 15, 16, 20):
+        x = Tensor(np.full((n,), np.nan, "float32"))
+        np.testing.assert_array_equal(F.maximum(1e-10, x).numpy(), np.full((n,), 1e-10, "float32"))
+        assert np.isnan(F.maximum(x, 1e-10).numpy()).all()
