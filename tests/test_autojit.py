@@ -291,3 +291,69 @@ def test_another_thread_reading_a_pending_value_loses_no_update(auto_jit):
         sys.setswitchinterval(interval)
     assert not errors, errors
     np.testing.assert_array_equal(np.stack(got), np.stack(want))
+
+
+def _worker_dp_auto_jit():
+    import test_distributed as td
+    import megxla.distributed as dist
+    mge.config.auto_jit = True
+    state = td._train(False, True, (dist.get_rank(), dist.get_world_size()))[0]
+    return state, auto_jit_stats()["clusters"]
+
+
+def test_two_process_data_parallel_under_auto_jit():
+    import megxla.distributed as dist
+    import test_distributed as td
+    mge.random.seed(1234)
+    ref = td._train(False, False)[0]
+    results = dist.launcher(_worker_dp_auto_jit, n_gpus=2, device_type="cpu")()
+    for r, (state, clusters) in enumerate(results):
+        assert clusters > 0
+        for k, v in ref.items():
+            np.testing.assert_allclose(state[k], v, rtol=1e-5, atol=1e-5, err_msg=f"{k} rank {r}")
+
+
+class _SquaresDataset:
+    def __len__(self):
+        return 8
+
+    def __getitem__(self, i):
+        x = mge.Tensor(np.full((2,), i, "float32"))
+        return (F.exp(x * 0) * x * x + 1).numpy(), np.int32(i)  # megxla ops inside the worker
+
+
+def test_dataloader_workers_under_auto_jit(auto_jit):
+    from megxla.data import DataLoader, SequentialSampler
+    ds = _SquaresDataset()
+    loader = DataLoader(ds, sampler=SequentialSampler(ds, batch_size=4), num_workers=2)
+    w = mge.Tensor(np.ones(2, "float32"))
+    total = []
+    for xb, yb in loader:
+        total.append(float(((mge.Tensor(xb) * w).sum(axis=1) * 2).sum().item()))
+    want = [sum(2 * 2 * (i * i + 1) for i in range(4 * b, 4 * b + 4)) for b in range(2)]
+    np.testing.assert_allclose(total, want)
+
+
+def test_a_failing_cluster_keeps_what_eager_would_have_kept(auto_jit, monkeypatch):
+    from megxla.core import _op
+    import jax
+    if jax.default_backend() != "cpu":
+        pytest.skip("XLA:CPU refuses the allocation at dispatch")
+    from megxla.core._dispatch import OutOfMemoryError
+    monkeypatch.setitem(_op._MEMORY_LIMIT, jax.default_backend(), 1 << 62)  # let the output reach XLA
+    w = mge.Tensor(np.ones(3, "float32"))
+    mge.random.seed(3)
+    mge.config.auto_jit = False
+    want_draw = mge.random.normal(size=(3,)).numpy()
+    mge.random.seed(3)
+    mge.config.auto_jit = True
+    before = w.numpy()
+    w += 1  # pending, before the failing op: takes effect, as in eager
+    huge = F.zeros((2 ** 23, 2 ** 23))  # 256 TiB: XLA refuses it when the cluster runs
+    v = mge.Tensor(np.ones(3, "float32"))
+    v += huge[0, :3]  # rebound to a value after the failure: goes back to its value before
+    with pytest.raises(OutOfMemoryError):
+        (w * 2 + v).numpy()
+    np.testing.assert_array_equal(w.numpy(), before + 1)
+    np.testing.assert_array_equal(v.numpy(), np.ones(3, "float32"))
+    np.testing.assert_array_equal(mge.random.normal(size=(3,)).numpy(), want_draw)  # the RNG still works

@@ -143,6 +143,12 @@ def _compute(op, inputs):
             if type(out) is tuple:
                 return out
             arrays = out  # (a list: the concrete input arrays; pending values of another thread's cluster)
+    return run_kernel(op, inputs, arrays)
+
+
+def run_kernel(op, inputs, arrays=None):
+    """``op``'s eager kernel on Tensors ``inputs`` (their ``arrays``, where given): a tuple of new Tensors; bad
+    input raises an OpError naming the op, an allocation XLA refuses an OutOfMemoryError."""
     try:
         out = op.kernel(*([t._data for t in inputs] if arrays is None else arrays))
     except (TypeError, ValueError, IndexError) as exc:

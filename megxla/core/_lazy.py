@@ -51,7 +51,8 @@ class Lazy:
         ((2,), [0.0, 0.0])
     """
 
-    __slots__ = ("shape", "dtype", "ndim", "weak_type", "cluster", "index", "value", "holders", "__weakref__")
+    __slots__ = ("shape", "dtype", "ndim", "weak_type", "cluster", "index", "value", "holders", "previous",
+                 "__weakref__")
 
     def __init__(self, shape, dtype, weak_type, cluster, index):
         self.shape = shape
@@ -62,18 +63,25 @@ class Lazy:
         self.index = index
         self.value = None
         self.holders = None  # weak references to the Tensors whose ``_data`` is this placeholder
+        self.previous = None  # [(weak ref, data, value id)] of Tensors rebound to it in place, before that
 
     @property
     def size(self):
         return int(np.prod(self.shape, dtype=np.int64))
 
-    def hold(self, tensor):
-        """``tensor._data`` is now this placeholder: give it the value when the cluster runs."""
+    def hold(self, tensor, previous=None):
+        """``tensor._data`` is now this placeholder: give it the value when the cluster runs. ``previous``:
+        ``(data, value id)`` the tensor held before an in-place rebinding (restored if the cluster fails)."""
+        ref = weakref.ref(tensor)
         h = self.holders
         if h is None:
-            self.holders = [weakref.ref(tensor)]
+            self.holders = [ref]
         else:
-            h.append(weakref.ref(tensor))
+            h.append(ref)
+        if previous is not None:
+            if self.previous is None:
+                self.previous = []
+            self.previous.append((ref,) + previous)
 
     def force(self):
         """The concrete jax array (runs the pending cluster first where needed)."""

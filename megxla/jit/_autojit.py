@@ -45,6 +45,7 @@ from ..core import _dispatch, _lazy, _spmd
 from ..core._lazy import Lazy
 from ..core._op import check_output_size
 from ..core._spmd import MeshRequired
+from . import _interrupt
 from ._recording import _TRACER_ERRORS, describe_where, make_replay, user_where
 
 __all__ = ["enable", "enabled", "clustered", "auto_jit_stats", "reset_auto_jit_stats", "MIN_OPS", "MAX_OPS", "COMPILE_LIMIT"]
@@ -59,7 +60,6 @@ DONATE = True
 _ON = [False]
 _getrefcount = sys.getrefcount
 _MISSING = object()
-_ArrayImpl = type(jax.numpy.zeros(()))  # (concrete jax arrays: only they can be donated)
 
 
 class _Stats:
@@ -191,23 +191,55 @@ class _Cluster:
             live = [z for z in lazies if _getrefcount(z) > 3]
             del lazies
             out_ids = [z.index for z in live]
-            stats = _stats
-            stats.clusters += 1
+            _stats.clusters += 1
+            held = False
             try:
-                values = self._run(ops, avals, inputs, in_ids, out_ids, reason, site)
-            except BaseException:
-                for z in live:
-                    z.cluster = _FAILED
-                raise
-            for z, v in zip(live, values):
-                z.value = v
-            if threading.get_ident() == self.owner:
-                _swap_in(live)
+                held = _interrupt.enter()  # Ctrl-C waits until the values are in their Tensors (donated inputs)
+                try:
+                    values = self._run(ops, avals, inputs, in_ids, out_ids, reason, site)
+                except Exception as exc:
+                    # Run op by op, as eager did: what the ops before the failing one computed takes effect, the
+                    # values after it never exist, and the Tensors an in-place update bound to those go back to
+                    # their value before it. Then the error goes on (an error of the executable alone -- none
+                    # op by op -- is no error: the op-by-op values are the results).
+                    env, error = self._eager_until_error(ops, inputs, in_ids)
+                    if error is None:
+                        values = [env[i] for i in out_ids]
+                    else:
+                        self._fail(live, env)
+                        raise error from exc
+                for z, v in zip(live, values):
+                    z.value = v
+                if threading.get_ident() == self.owner:
+                    _swap_in(live)
+                else:
+                    # forced from another thread: only the owner rebinds its tensors (it may be rebinding one right
+                    # now, ``x._reset(y)``, and a write from here could put an older value back); it swaps these
+                    # in at its next op or cut, and until then reading one gives its value
+                    self.deferred.extend(live)
+            finally:
+                if held:
+                    _interrupt.leave()
+
+    def _fail(self, live, env):
+        """A cluster that failed op by op: values computed before the failure are given, the others are marked
+        failed and the Tensors rebound to them in place go back to what they held before."""
+        failed = []
+        for z in live:
+            v = env.get(z.index)
+            if v is None:
+                z.cluster = _FAILED
+                failed.append(z)
             else:
-                # forced from another thread: only the owner rebinds its tensors (it may be rebinding one right
-                # now, ``x._reset(y)``, and a write from here could put an older value back); it swaps these in
-                # at its next op or cut, and until then reading one gives its value
-                self.deferred.extend(live)
+                z.value = v
+        _swap_in([z for z in live if z.value is not None])
+        for z in reversed(failed):  # (latest first: a chain of in-place updates unwinds to its start)
+            for ref, old_data, old_vid in z.previous or ():
+                t = ref()
+                if t is not None and t._data is z:
+                    if type(old_data) is Lazy and old_data.value is not None:
+                        old_data = old_data.value
+                    t._data, t._vid = old_data, old_vid
 
     def _run(self, ops, avals, inputs, in_ids, out_ids, reason, site):
         stats = _stats
@@ -221,7 +253,7 @@ class _Cluster:
         # the list and getrefcount's argument: 2.
         out_avals = {avals[i][:2] for i in out_ids}
         donate = tuple(k for k in range(len(inputs))
-                       if DONATE and _getrefcount(inputs[k]) <= 2 and type(inputs[k]) is _ArrayImpl
+                       if DONATE and _getrefcount(inputs[k]) <= 2 and isinstance(inputs[k], jax.Array)
                        and avals[in_ids[k]][:2] in out_avals)
         key = (tuple(ops), tuple(avals[i] for i in in_ids), tuple(out_ids), donate)
         entry = _cache.get(key)
@@ -260,6 +292,19 @@ class _Cluster:
         stats.compiled += 1
         stats.compile_time += time.perf_counter() - t0
         return entry.executable(*inputs)
+
+    @staticmethod
+    def _eager_until_error(ops, inputs, in_ids):
+        """``(values by local id, None)``, or the values up to the op that raised and its error."""
+        env = dict(zip(in_ids, inputs))
+        try:
+            for op, ins, outs in ops:
+                args = [env[i] for i in ins]
+                res = _dispatch.run_kernel(op, [_dispatch.wrap(a) for a in args], args)
+                env.update((i, t._data) for i, t in zip(outs, res))
+        except Exception as exc:
+            return env, exc
+        return env, None
 
     @staticmethod
     def _eager(ops, inputs, in_ids, out_ids):
