@@ -120,7 +120,9 @@ def _infer(op, key, inputs):
     the op cannot be part of a cluster. Bad input raises here, at the user's line, with eager's error."""
     res = None
     params = dict(op.params)
-    if not (op.prim.eager_kernel is not None and params.get("device") is not None):  # (transfers stay out)
+    # Transfers stay out, and so do compiled graphs (``trace``/``partial_trace`` steps and their gradients: they
+    # run as themselves, already compiled; held here, they would also outlive their owner's cache)
+    if not op.transient and not (op.prim.eager_kernel is not None and params.get("device") is not None):
         try:
             out = jax.eval_shape(op.fn, *[jax.ShapeDtypeStruct(s, d, weak_type=w) for s, d, w in key[1]])
             check_output_size(op, out)
@@ -131,6 +133,8 @@ def _infer(op, key, inputs):
         if out is not None:
             flat = out if op.multiple_results else (out,)
             res = tuple((tuple(o.shape), o.dtype, bool(getattr(o, "weak_type", False))) for o in flat)
+    if op.transient:
+        return None  # (not cached: the key would keep the op alive)
     if len(_SHAPES) > 65536:
         _SHAPES.clear()
     _SHAPES[key] = res
