@@ -121,7 +121,6 @@ def main(argv=None):
             return np.median(ts[5:]) * 1e3
 
         eager_ms, auto_ms = median_ms(False), median_ms(True)
-        print(mge.jit.auto_jit_stats())
         print(f"the same step, ms (median): eager {eager_ms:.2f} | auto-jit {auto_ms:.2f} | xla_trace {steady:.2f} "
               f"-> xla_trace {eager_ms / steady:.1f}x and auto-jit {eager_ms / auto_ms:.1f}x faster than eager")
     try:
