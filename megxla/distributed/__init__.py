@@ -28,6 +28,18 @@ Known limitations (XLA:CPU with gloo, jax 0.10.2; found by tests/test_distribute
       The optimization-barrier chain of ``core._spmd.ordered`` does not keep them apart on XLA:CPU (observed:
       the optimized HLO holds one all-reduce of both operands); identical programs are what keeps them paired.
     * Two disjoint groups running collectives at the same time were not tested beyond the above.
+    * Sharded training (``fully_shard``, ``shard_optimizer``, ``parallelize``): a unit's gathered parameters
+      stay alive until the backward pass used them (autodiff's tape holds them, as it holds activations; they
+      are not gathered again in backward, so peak memory is the sharded state plus the gathered parameters of
+      the units whose backward has not run yet). The model is built whole on every rank before it is sharded
+      (no meta-device construction). ``shard_optimizer`` reduce-scatters the gradients in ``step()`` (the
+      local gradients are whole until then) and keeps its blocks as a second copy of 1/N of the parameters.
+      A parameter shared by two modules, or held in a list or dict of its module, cannot be sharded. A
+      ``DeviceMesh`` group's collectives are programs over the WHOLE mesh: every rank of the mesh must issue
+      them, in the same order. The full optimizer state is not gathered (``opt.state_dict()`` holds this rank's
+      blocks: save it per rank). Tensor parallel splits ``Linear`` layers only (no vocabulary-parallel
+      embedding, no sequence parallel); ``clip_grad_norm`` of ``megxla.distributed`` is the one that sees
+      shards (``shard_optimizer``'s gradients are reduced inside ``step()`` and are not clipped by it).
 
 Example:
     >>> import megxla as mge
