@@ -152,9 +152,10 @@ def test_device_transfer_is_a_real_copy_and_keeps_the_class():
     assert w.to("cpu0").device == "cpu0"
 
 
-def test_tensor_copy_is_a_new_autodiff_leaf_and_to_is_differentiable():
+def test_tensor_copy_and_to_are_differentiable():
+    # MegEngine: Tensor(w) of a recorded tensor is a differentiable copy (issue 32), as is w.to(device)
     w = mge.Parameter([3.0])
     gm = GradManager().attach([w])
     with gm:
-        gm.backward((w.to("cpu0") * mge.Tensor(w)).sum())  # d/dw (w * const(w)) = w
-    np.testing.assert_allclose(w.grad.numpy(), [3.0])
+        gm.backward((w.to("cpu0") * mge.Tensor(w)).sum())  # d/dw (w * w) = 2 w
+    np.testing.assert_allclose(w.grad.numpy(), [6.0])
