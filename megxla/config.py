@@ -37,6 +37,11 @@ MegEngine 1.13's names, mapped onto JAX/XLA's own engines:
   call with one out of range raises and writes nothing (one device->host sync per call, no buffer donation; a
   debugging mode).
 
+- ``auto_jit`` (megxla extension, False; ``MEGXLA_AUTO_JIT=1``, ``python -m megxla.run --auto-jit``): eager ops
+  are collected into clusters that XLA compiles and runs where the program needs a value (a host read, an op whose
+  output shape depends on values, the end of ``opt.step()``...): eager code at compiled speed with eager's meaning.
+  ``megxla.jit.auto_jit_stats()`` reports what it did (see README, docs/design.md).
+
 Example:
     >>> import megxla
     >>> megxla.config.deterministic_kernel
