@@ -141,6 +141,18 @@ def _worker_all(modes):
         dist.parallelize(model, {"blocks.*.fc1": dist.ColwiseParallel(), "head": dist.ColwiseParallel()})
     except ValueError as exc:
         out["error"] = (str(exc), type(model).__name__, sorted({type(m).__name__ for m in model.modules()}))
+    if "2x2" in modes:
+        # one compiled step with a collective over the whole world first, then over a mesh axis: it is compiled
+        # again for the grid (the world's collective then spans both axes)
+        tp = dist.DeviceMesh((2, 2), ("dp", "tp")).get_group("tp")
+
+        def both(x):
+            return F.distributed.all_reduce_sum(x, dist.WORLD) * 100 + F.distributed.all_reduce_sum(x, tp)
+
+        x = mge.Tensor([dist.get_rank() + 1.0])
+        compiled = xla_trace(both)
+        out["world_then_axis"] = [float(both(x))] + [float(compiled(x)) for _ in range(3)]
+        out["world_then_axis_hlo"] = _collectives(compiled.compiler_ir("hlo"))
     for mode in modes:
         for compiled in (False, True):
             losses, state, hlo, slots = _train(mode, compiled)
@@ -171,6 +183,10 @@ _ALL4 = os.environ.get("MEGXLA_TEST_SHARDED_4") == "1"
 def test_sharded_training_equals_one_process(reference, n, modes):
     ref_losses, ref_state, ref_slots = reference
     results = dist.launcher(_worker_all, n_gpus=n, device_type="cpu")(modes)
+    if "2x2" in modes:
+        for r in range(4):  # ranks {0, 1} and {2, 3} are the tensor-parallel pairs
+            assert results[r]["world_then_axis"] == [1000.0 + (3 if r < 2 else 7)] * 4, results[r]["world_then_axis"]
+        assert results[0]["world_then_axis_hlo"] == ["all-reduce"]
     error, cls, classes = results[0]["error"]
     assert "'head'" in error and "not divisible" in error, error
     assert cls == "Transformer" and "TPLinear" not in classes
