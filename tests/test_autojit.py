@@ -357,3 +357,15 @@ def test_a_failing_cluster_keeps_what_eager_would_have_kept(auto_jit, monkeypatc
     np.testing.assert_array_equal(w.numpy(), before + 1)
     np.testing.assert_array_equal(v.numpy(), np.ones(3, "float32"))
     np.testing.assert_array_equal(mge.random.normal(size=(3,)).numpy(), want_draw)  # the RNG still works
+
+
+def test_a_loop_that_never_reads_is_cut_by_the_caps(auto_jit, monkeypatch):
+    monkeypatch.setattr(_autojit, "MAX_INPUT_BYTES", 4096)
+    w = mge.Tensor(np.ones((16, 16), "float32"))
+    outs = []
+    for i in range(40):  # an inference loop that appends its outputs and reads none of them
+        x = mge.Tensor(np.full((16, 16), i, "float32"))
+        outs.append(F.relu(x @ w - 1))
+    assert len(_autojit._local.cluster.inputs) < 10  # cut by the input cap: batches are not all held
+    assert any(reason == "size cap" for _, reason, _ in auto_jit_stats()["cuts"])
+    np.testing.assert_allclose(outs[7].numpy(), np.maximum(7 * 16 - 1, 0) * np.ones((16, 16)))

@@ -13,7 +13,7 @@ returns Tensors holding :class:`~megxla.core._lazy.Lazy` data. The cluster runs 
 * the end of ``opt.step()`` (the natural end of a step; the cut is made at the next op, so that
   ``opt.clear_grad()`` right after it drops the gradients from the cluster's results);
 * a ``trace`` / ``xla_trace`` / ``exclude_from_trace`` starting (they run as themselves, on concrete values);
-* a size cap (``MAX_OPS``).
+* a size cap (``MAX_OPS`` ops, ``MAX_INPUT_BYTES`` of inputs held).
 
 A cluster is data -- the same ``(op, inputs, outputs)`` records as a trace -- and is compiled the same way
 (``_recording.make_replay`` inside ``_spmd.jit``): one compiler. Its cache key is what defines the executable:
@@ -53,7 +53,10 @@ __all__ = ["enable", "enabled", "clustered", "auto_jit_stats", "reset_auto_jit_s
 
 MIN_OPS = 4  # a smaller cluster is not worth a launch: it runs op by op (TF's --tf_xla_min_cluster_size)
 FIRST_SIGHT_OPS = 16  # a site's first cluster of at least this many ops compiles at once
-MAX_OPS = 20000  # the size cap: a longer cluster is cut (a loop with no read and no optimizer step)
+MAX_OPS = 10000  # the size cap: a longer cluster is cut (a loop with no read and no optimizer step)
+# ... and the input cap: the arrays a cluster takes in stay alive until it runs (an inference loop that appends
+# its outputs and never reads would otherwise keep every batch it was given)
+MAX_INPUT_BYTES = 1 << 30
 COMPILE_LIMIT = 8  # keys per site before it runs eagerly for good (Dynamo's cache_size_limit)
 CACHE_SIZE = 128  # executables kept (least recently used dropped)
 DONATE = True
@@ -175,10 +178,12 @@ class _Cluster:
         self.inputs = []  # concrete arrays, in input order
         self.in_ids = []  # their local ids
         self.vmap = {}  # value id of an input Tensor -> local id
+        self.in_bytes = 0  # bytes of the inputs
         self.cut = None  # (reason, site) of a cut requested at the end of opt.step (made at the next op)
 
     def add_input(self, data, vid):
         i = len(self.avals)
+        self.in_bytes += data.size * data.dtype.itemsize
         self.avals.append((tuple(data.shape), data.dtype, bool(getattr(data, "weak_type", False))))
         self.inputs.append(data)
         self.in_ids.append(i)
@@ -442,7 +447,7 @@ def _collect(op, inputs):
             result.append(t)
         ops = cl.ops
         ops.append((op, tuple(ids), tuple(range(base, len(avals)))))
-        if len(ops) >= MAX_OPS:
+        if len(ops) >= MAX_OPS or cl.in_bytes > MAX_INPUT_BYTES:
             cl.flush("size cap", user_where())
         return tuple(result)
 
