@@ -339,6 +339,12 @@ def test_one_process_is_unsharded_and_bad_input_changes_nothing():
     assert {k: np.asarray(v) for k, v in model.state_dict().items()}.keys() == ref.keys()
     for k, v in model.state_dict().items():
         np.testing.assert_array_equal(v, ref[k])
+    # a data-parallel all-reduce callback on fully sharded parameters would sum different blocks: refused
+    gm = GradManager().attach(model.parameters(), callbacks=[dist.make_allreduce_cb("mean")])
+    with pytest.raises(ValueError, match="reduce-scattered"):
+        with gm:
+            gm.backward(model(mge.Tensor(_data()[0][0])).sum())
+    assert all(p.grad is None for p in model.parameters())
     opt = dist.shard_optimizer(optim.SGD(model.parameters(), lr=0.1))
     with pytest.raises(ValueError, match="sharded already"):
         dist.shard_optimizer(opt)

@@ -53,6 +53,12 @@ class AllreduceCallback:
         self._backend = backend
 
     def __call__(self, param, grad):
+        from ._sharding import param_splits
+        if any(s.kind == "fsdp" for s in param_splits(param)):
+            # its gradient is this rank's block of the average already: summing the ranks' different blocks
+            # would give wrong values of the right shape
+            raise ValueError("make_allreduce_cb: a parameter of fully_shard is attached with an all-reduce "
+                             "callback; its gradient is reduce-scattered (averaged) already: attach it without one")
         if _trivial(self._group):
             return grad
         from ..functional.distributed import all_reduce_sum
