@@ -40,6 +40,8 @@ Known limitations (XLA:CPU with gloo, jax 0.10.2; found by tests/test_distribute
       blocks: save it per rank). Tensor parallel splits ``Linear`` layers only (no vocabulary-parallel
       embedding, no sequence parallel); ``clip_grad_norm`` of ``megxla.distributed`` is the one that sees
       shards (``shard_optimizer``'s gradients are reduced inside ``step()`` and are not clipped by it).
+      ``amp.GradScaler`` checks this rank's gradients for overflow: with sharded gradients the ranks may decide
+      differently whether to skip a step (a non-finite value reaches only the rank holding its block).
 
 Example:
     >>> import megxla as mge
