@@ -11,15 +11,23 @@ between GPUs), with two additions that ``jax.distributed.initialize`` does not e
 * every rank publishes its host and process id in the key-value store, so that a collective broken by a peer
   that died is reported with that peer's rank at once (on one machine), rather than as a bare transport error.
 
-A rank that is gone while the others are not in a collective with it is detected by the runtime's heartbeat
-(``MEGXLA_DIST_HEARTBEAT``): the others then stop with JAX's own fatal error, which names the unhealthy task
-(= rank). (jaxlib 0.10's ``missed_heartbeat_callback``, which would let megxla raise instead, cannot be used:
-converting its status argument aborts the process.)
+A rank that raises, returns (leaves the group) or dies while the others wait in a collective with it makes their
+collective raise a :class:`PeerFailure` naming it (``describe_failure``: its traceback from the key-value store, the
+"left" key it set on leaving, or its process id gone on this host). Whether JAX's runtime then also ends them
+depends on where the coordination service runs:
+
+* in the launcher's process (:class:`Server`), the service is *recoverable*: a rank that died or left is not an
+  error of the others, who go on (save a checkpoint) and leave when they are done;
+* in rank 0 (plain :func:`init_process_group` in every process), it cannot be: the others need the service
+  until they leave, which only JAX's shutdown barrier waits for, and that barrier skips recoverable tasks. There
+  the runtime stops every rank with its own fatal error (SIGABRT, naming the unhealthy task = rank)
+  ``MEGXLA_DIST_HEARTBEAT`` s after a rank died. (jaxlib 0.10's ``missed_heartbeat_callback``, which would let
+  megxla raise instead, cannot be used: converting its status argument aborts the process.)
 
 Settings (environment):
     * ``MEGXLA_DIST_TIMEOUT`` (seconds, default 600): joining, key-value waits and barriers give up after it.
-    * ``MEGXLA_DIST_HEARTBEAT`` (seconds, default 10): a rank that sends no heartbeat for this long is dead,
-      and every other rank stops with an error naming it.
+    * ``MEGXLA_DIST_HEARTBEAT`` (seconds, default 10): a rank that sends no heartbeat for this long is dead;
+      with the service in rank 0, every other rank then stops with JAX's fatal error naming it.
 """
 from __future__ import annotations
 
@@ -106,9 +114,14 @@ class Server:
         self._service = None
         if world_size is None:
             return
+        # recoverable: a rank that dies or leaves early is not turned into a fatal error of every other rank
+        # (JAX's runtime aborted them, SIGABRT, MEGXLA_DIST_HEARTBEAT s after a death, or at their shutdown
+        # barrier); their collective with it raises a PeerFailure naming it, and they go on (save a
+        # checkpoint). This process outlives the ranks, so no rank needs the shutdown barrier to keep the
+        # service up for the others.
         self._service = _jax.get_distributed_runtime_service(f"[::]:{port}", world_size,
                                                              heartbeat_timeout=heartbeat(),
-                                                             shutdown_timeout=int(timeout()))
+                                                             shutdown_timeout=int(timeout()), recoverable=True)
 
     def get_mm_server_port(self):
         """The service's port (one port for everything)."""
@@ -213,6 +226,11 @@ def start(master_ip, port, world_size, rank, platform, local_device=None):
 
 def stop():
     """Leave the runtime (the launcher's workers, re-initialisation)."""
+    if _st.client is not None and _st.world_size > 1:
+        try:  # the ranks still in a collective with this one name it as having left (describe_failure)
+            _st.client.key_value_set(f"{_LEFT_DIR}{_st.rank}", "left", allow_overwrite=True)
+        except Exception:
+            pass
     with _lock:
         cl, service = _st.client, _st.service
         _st.client = _st.service = _st.key = None
@@ -276,6 +294,15 @@ def same_program(ranks, key, digest):
 # ---- failures ----------------------------------------------------------------------------------------------------
 _FAIL_DIR = "megxla/failed/"
 _PID_DIR = "megxla/pid/"
+_LEFT_DIR = "megxla/left/"  # ranks that left the group (their function returned, or they shut down)
+
+
+def _left_ranks():
+    try:
+        items = _st.client.key_value_dir_get(_LEFT_DIR)
+    except Exception:
+        return []
+    return sorted(r for r in (int(k.rsplit("/", 1)[1]) for k, _ in items) if r != _st.rank)
 
 
 def record_failure(text):
@@ -330,6 +357,10 @@ def describe_failure(exc, what):
         if got:
             r = sorted(got)[0]
             return PeerFailure(f"{what}: rank {r} failed:\n{got[r]}")
+        left = _left_ranks()
+        if left:
+            return PeerFailure(f"{what}: rank {left[0]} left the group (its function returned, or it shut the "
+                               f"group down) while this rank waited in a collective with it")
         dead = _dead_peers()
         if dead and time.monotonic() - start > 0.5:  # give a failing rank a moment to report its traceback
             return PeerFailure(f"{what}: rank {dead[0]} died (its process is gone){'' if len(dead) == 1 else f'; dead ranks: {dead}'}")

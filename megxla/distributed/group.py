@@ -196,8 +196,11 @@ def init_process_group(master_ip: str, port: int, world_size: int, rank: int, de
     the other processes; tensors made before keep working. As in MegEngine, the global random seed is
     reseeded per rank. ``backend`` is recorded (:func:`get_backend`): XLA picks the transport.
 
-    A rank that dies, or stops sending heartbeats for ``MEGXLA_DIST_HEARTBEAT`` seconds (default 10), stops
-    the others with an error naming it; an uncaught exception in a rank is reported to the others at once.
+    A rank that raises, returns or dies while the others wait in a collective with it makes theirs raise a
+    ``RuntimeError`` (``PeerFailure``) naming it, with their parameters as before that step. Here rank 0 hosts
+    the coordination service, and JAX's runtime also stops every rank with a fatal error
+    ``MEGXLA_DIST_HEARTBEAT`` seconds (default 10) after a rank died; under the :class:`launcher` (its process
+    hosts the service) the others go on.
 
     Args:
         master_ip: address of the coordination service (rank 0's machine).

@@ -15,7 +15,9 @@ XLA backend can deadlock):
 
 The launcher's process hosts the coordination service (JAX's; MegEngine's "server on the master node"); each
 worker joins it with :func:`init_process_group`. Results come back in local-rank order. If a worker fails, the
-others are stopped and a ``RuntimeError`` carries the first failing rank's traceback.
+others' collectives with it raise a ``PeerFailure`` (a ``RuntimeError``) naming it, they get 30 s to finish
+(e.g. catch it and save a checkpoint; the service is recoverable, so JAX's runtime does not abort them), then
+they are stopped and a ``RuntimeError`` carries the first failing rank's traceback.
 """
 from __future__ import annotations
 
@@ -33,6 +35,8 @@ import traceback
 from . import _runtime
 
 __all__ = ["launcher"]
+
+_SURVIVOR_GRACE = 30.0  # seconds the other ranks may go on after one failed (plus MEGXLA_DIST_HEARTBEAT)
 
 _BOOT = ("import pickle, sys\n"
          "with open(sys.argv[1], 'rb') as f:\n"
@@ -305,8 +309,9 @@ class launcher:
                 if first_fail is None:
                     first_fail = time.monotonic()
             if first_fail is not None:
-                # Give the others a moment to report (their error names the failed rank), then stop them.
-                if all(done) or time.monotonic() - first_fail > 2.0 + _runtime.heartbeat():
+                # Give the others time to finish (their collectives with the failed rank raise a PeerFailure
+                # naming it at once; a rank that catches it may save a checkpoint), then stop them.
+                if all(done) or time.monotonic() - first_fail > _SURVIVOR_GRACE + _runtime.heartbeat():
                     break
             time.sleep(0.02)
         if failures:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import sys
 import threading
 import time
@@ -889,7 +890,17 @@ class trace:
                 # Named after the traced function: jit_<name> in XLA dumps, compiler_ir, profiles and errors.
                 replay.__name__ = replay.__qualname__ = _verbose.exe_name(self.__name__)
                 # _spmd.jit is jax.jit, or one SPMD program when the step holds cross-process collectives.
-                seg.lowered = _spmd.jit(replay, donate_argnums=donate, name=replay.__name__).lower(*avals)
+                jitted = _spmd.jit(replay, donate_argnums=donate, name=replay.__name__)
+                seg.lowered = jitted.lower(*avals)
+                if (donate and jitted.spmd is not None and jitted.spmd.n > 1
+                        and os.environ.get("MEGXLA_DIST_DONATE") != "1"):
+                    # NOTE: a step with cross-process collectives keeps its inputs. A peer that fails while this
+                    # rank waits in a collective makes the executable raise after it consumed the donated
+                    # buffers, which left this rank's parameters and slots deleted; kept, they are the state
+                    # before the step, and the rank can still save a checkpoint. It costs a second copy of
+                    # the state written by the step (MEGXLA_DIST_DONATE=1 donates, as a one-process step does).
+                    donate = entry.donate = ()
+                    seg.lowered = _spmd.jit(replay, name=replay.__name__).lower(*avals)
                 seg.executable = seg.lowered.compile()
                 _verbose.report(self.__name__, seg, entry)  # MGE_VERBOSE_XLA_IR
             self.num_compiled += 1
