@@ -892,8 +892,8 @@ class trace:
                 # _spmd.jit is jax.jit, or one SPMD program when the step holds cross-process collectives.
                 jitted = _spmd.jit(replay, donate_argnums=donate, name=replay.__name__)
                 seg.lowered = jitted.lower(*avals)
-                if (donate and jitted.spmd is not None and jitted.spmd.n > 1
-                        and os.environ.get("MEGXLA_DIST_DONATE") != "1"):
+                spmd = getattr(jitted, "spmd", None)  # (set once lowering met a cross-process collective)
+                if donate and spmd is not None and spmd.n > 1 and os.environ.get("MEGXLA_DIST_DONATE") != "1":
                     # NOTE: a step with cross-process collectives keeps its inputs. A peer that fails while this
                     # rank waits in a collective makes the executable raise after it consumed the donated
                     # buffers, which left this rank's parameters and slots deleted; kept, they are the state
