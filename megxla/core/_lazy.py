@@ -52,7 +52,7 @@ class Lazy:
     """
 
     __slots__ = ("shape", "dtype", "ndim", "weak_type", "cluster", "index", "value", "holders", "previous",
-                 "__weakref__")
+                 "pins", "__weakref__")
 
     def __init__(self, shape, dtype, weak_type, cluster, index):
         self.shape = shape
@@ -64,6 +64,7 @@ class Lazy:
         self.value = None
         self.holders = None  # weak references to the Tensors whose ``_data`` is this placeholder
         self.previous = None  # [(weak ref, data, value id)] of Tensors rebound to it in place, before that
+        self.pins = 0  # how many ``previous`` lists hold this placeholder (references that do not make it a result)
 
     @property
     def size(self):
@@ -82,6 +83,11 @@ class Lazy:
             if self.previous is None:
                 self.previous = []
             self.previous.append((ref,) + previous)
+            old = previous[0]
+            if type(old) is Lazy:
+                old.pins += 1
+            else:
+                self.cluster.pin(old)
 
     def force(self):
         """The concrete jax array (runs the pending cluster first where needed)."""

@@ -179,7 +179,14 @@ class _Cluster:
         self.in_ids = []  # their local ids
         self.vmap = {}  # value id of an input Tensor -> local id
         self.in_bytes = 0  # bytes of the inputs
+        self.pins = {}  # id(array) -> how many ``Lazy.previous`` lists hold it (not a reason to keep it)
         self.cut = None  # (reason, site) of a cut requested at the end of opt.step (made at the next op)
+
+    def pin(self, data):
+        """``data`` (an array a Tensor held before an in-place update) is kept to restore it if the cluster fails:
+        that reference must not stop the array from being donated."""
+        pins = self.pins
+        pins[id(data)] = pins.get(id(data), 0) + 1
 
     def add_input(self, data, vid):
         i = len(self.avals)
@@ -196,12 +203,14 @@ class _Cluster:
             if self.cut is not None and site is None:
                 reason, site = self.cut
             ops, lazies, avals, inputs, in_ids = self.ops, self.lazies, self.avals, self.inputs, self.in_ids
+            self._pins = self.pins
             self._clear()
             if not ops:
                 return
             # A Lazy is referenced by the list, the loop variable and getrefcount's argument: more means a Tensor
             # (or a GradManager's tape) still holds it, so the host may read it: a result of the cluster.
-            live = [z for z in lazies if _getrefcount(z) > 3]
+            # (references from ``previous`` lists -- kept to restore Tensors if the cluster fails -- do not count)
+            live = [z for z in lazies if _getrefcount(z) > 3 + z.pins]
             del lazies
             out_ids = [z.index for z in live]
             _stats.clusters += 1
@@ -224,6 +233,7 @@ class _Cluster:
                         raise error from exc
                 for z, v in zip(live, values):
                     z.value = v
+                    z.previous = None  # (ran: nothing to restore; the old arrays may go)
                 if threading.get_ident() == self.owner:
                     _swap_in(live)
                 else:
@@ -253,6 +263,8 @@ class _Cluster:
                 if t is not None and t._data is z:
                     if type(old_data) is Lazy and old_data.value is not None:
                         old_data = old_data.value
+                    if getattr(old_data, "is_deleted", None) is not None and old_data.is_deleted():
+                        continue  # (donated to the executable that failed: nothing to go back to)
                     t._data, t._vid = old_data, old_vid
 
     def _run(self, ops, avals, inputs, in_ids, out_ids, reason, site):
@@ -266,9 +278,10 @@ class _Cluster:
         # list holds it) are donated: XLA writes the new value into the old buffer, as in xla_trace. Referenced by
         # the list and getrefcount's argument: 2.
         out_avals = {avals[i][:2] for i in out_ids}
+        pins = self._pins
         donate = tuple(k for k in range(len(inputs))
-                       if DONATE and _getrefcount(inputs[k]) <= 2 and isinstance(inputs[k], jax.Array)
-                       and avals[in_ids[k]][:2] in out_avals)
+                       if DONATE and _getrefcount(inputs[k]) <= 2 + pins.get(id(inputs[k]), 0)
+                       and isinstance(inputs[k], jax.Array) and avals[in_ids[k]][:2] in out_avals)
         key = (tuple(ops), tuple(avals[i] for i in in_ids), tuple(out_ids), donate)
         entry = _cache.get(key)
         if entry is not None and entry.executable is not None:
