@@ -9,7 +9,9 @@ Columns: ``params`` / ``grads`` / ``slots`` (after ``gm.backward``, before ``opt
 as large as they get), their sum, ``live`` (every JAX array the process holds at that point, from
 ``jax.live_arrays()``, less what the process held before building the model: the state above plus the batch,
 the loss and constants) and ``peak unit`` (the largest unit's
-gathered parameters, the transient extra of ``fully_shard`` while a unit runs). ``--budget-mib`` is an explicit
+gathered parameters, the transient extra of ``fully_shard`` while a unit runs), ``forward -> backward`` (what the
+eager forward pass leaves alive for the backward one: activations; ``fully_shard``'s gathered parameters are
+not among them, the backward pass gathers them again). ``--budget-mib`` is an explicit
 per-process cap on params + grads + slots: the table says which configurations fit it (with the defaults the
 unsharded state, ~50 MiB, does not fit 40 MiB; sharded over 4 processes it does, and it trains: one step is
 taken and its loss printed).
@@ -80,8 +82,14 @@ def measure(mode, dim, blocks, batch=8, seq=16):
     rng = np.random.RandomState(dist.get_rank())
     x = mge.Tensor(rng.randn(batch, seq, dim).astype("float32"))
     y = mge.Tensor(rng.randint(0, 10, (batch * seq,)).astype("int32"))
+    gc.collect()
+    before = sum(a.nbytes for a in jax.live_arrays())
     with gm:
         loss = F.nn.cross_entropy(model(x).reshape(-1, 10), y)
+        gc.collect()
+        # what the forward pass left for the backward one: activations (and, unless fully_shard gathers them
+        # again in backward, the gathered parameters)
+        held = sum(a.nbytes for a in jax.live_arrays()) - before
         gm.backward(loss)
     params = list(model.parameters())
     if mode == "zero":  # the optimizer's blocks too (its _get_params ends with the whole parameters)
@@ -96,7 +104,7 @@ def measure(mode, dim, blocks, batch=8, seq=16):
         for m in model.modules():
             sp = splits_of(m)
             unit = max(unit, sum(int(np.prod(m.__dict__[k].shape)) * s[-1].n * 4 for k, s in sp.items()))
-    row = dict(params=_bytes(params), grads=_bytes(grads), slots=_bytes(slots), live=live, unit=unit)
+    row = dict(params=_bytes(params), grads=_bytes(grads), slots=_bytes(slots), live=live, unit=unit, held=held)
     opt.step().clear_grad()
     row["loss"] = float(loss)
     return row
@@ -117,15 +125,16 @@ def main():
     mib = 1 << 20
     print(f"Transformer d={args.dim}, {args.blocks} blocks, Adam; per-rank MiB (rank 0), budget "
           f"{args.budget_mib:g} MiB for params+grads+slots")
-    print("| ranks | mode | params | grads | slots | sum | live arrays | peak unit | fits budget | loss |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("| ranks | mode | params | grads | slots | sum | live arrays | peak unit | forward -> backward | fits budget "
+          "| loss |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for n in [int(r) for r in args.ranks.split(",")]:
         res = dist.launcher(_worker, n_gpus=n, device_type="cpu")(modes, args.dim, args.blocks)[0]
         for m in modes:
             r = res[m]
             total = r["params"] + r["grads"] + r["slots"]
             print(f"| {n} | {m} | {r['params'] / mib:.2f} | {r['grads'] / mib:.2f} | {r['slots'] / mib:.2f} | "
-                  f"{total / mib:.2f} | {r['live'] / mib:.2f} | {r['unit'] / mib:.2f} | "
+                  f"{total / mib:.2f} | {r['live'] / mib:.2f} | {r['unit'] / mib:.2f} | {r['held'] / mib:.2f} | "
                   f"{'yes' if total <= args.budget_mib * mib else 'no'} | {r['loss']:.4f} |", flush=True)
 
 

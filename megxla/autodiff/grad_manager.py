@@ -88,6 +88,7 @@ class GradManager:
         self._sent: list = []  # (tensor, receive_grad() -> Tensor or None)
         self._received: list = []  # (value id, send_grad(Tensor or None))
         self._transient: list = []  # attached until this recording ends (see _attach_transient)
+        self._remat: dict = {}  # value id -> _Remat: a result the tape does not hold (Primitive.remat)
 
     # ---- attach ------------------------------------------------------------------------------------------
     def attach(self, tensors, callbacks=None):
@@ -159,6 +160,7 @@ class GradManager:
         self._late = {}
         self._sent, self._received = [], []
         self._transient = []
+        self._remat = {}
         _dispatch.recorders.append(self)
 
     def release(self):
@@ -170,6 +172,7 @@ class GradManager:
         self._tracked = set()
         self._late = {}
         self._functions = {}
+        self._remat = {}
         self._group = ()
         self._sent, self._received = [], []
         for t in self._transient:
@@ -230,7 +233,15 @@ class GradManager:
             return  # only reached through inputs without a gradient (the divisor of %)
         if op.prim is _FUNCTION:
             self._functions[outputs[0]._vid] = _PENDING[0]
-        self._tape.append((op, [(t._data, t._vid) for t in inputs], [t._vid for t in outputs]))
+        remat = self._remat
+        ins = [(t._data, t._vid) for t in inputs] if not remat else \
+            [(remat.get(t._vid) or t._data, t._vid) for t in inputs]
+        self._tape.append((op, ins, [t._vid for t in outputs]))
+        if op.prim.remat is not None and not op.multiple_results and op.prim.remat(dict(op.params)):
+            # NOTE: records that read this result hold a _Remat instead of its value (e.g. the full parameters
+            # gathered by fully_shard: the backward gathers them again instead of keeping them all alive)
+            out = outputs[0]
+            remat[out._vid] = _Remat(op, ins, out.dtype)
         cut = _NONDIFF_OUT.get(op.name, ())
         for i, t in enumerate(outputs):
             if i not in cut:
@@ -312,6 +323,7 @@ class GradManager:
         for v, pos in late.items():
             starts.setdefault(pos, []).append(v)
         keep = {a.vid for a in attached}
+        value_of = self._rematerializer()
         live = []  # per record: which inputs depended on attached tensors when it ran
         for k, (op, ins, outs) in enumerate(self._tape):  # forward pass: which values depend on attached ones
             tracked.update(starts.get(k, ()))
@@ -329,7 +341,7 @@ class GradManager:
                 n_in = dict(op.params)["n_in"]
                 cts = [(grads.get if v in keep else grads.pop)(v, None) for v in outs]
                 fn = self._functions[outs[0]]
-                in_grads = fn._input_grads(cts, [_value(d, v) for d, v in ins[:n_in]])
+                in_grads = fn._input_grads(cts, [value_of(d, v) for d, v in ins[:n_in]])
                 for (data, v), g, on in zip(ins[:n_in], in_grads, live[k]):
                     if g is not None and on and _is_float(data):
                         _accumulate(grads, v, g)
@@ -341,7 +353,7 @@ class GradManager:
                 continue
             # (an attached intermediate value keeps its gradient for delivery after the walk)
             cts = [grads[v] if v in keep else grads.pop(v) for v in outs if v in grads]
-            primals = [_value(data, v) for data, v in ins]
+            primals = [value_of(data, v) for data, v in ins]
             vjp_op = VJP.bind(op=op, nin=len(ins), wrt=wrt, given=given)
             in_grads = apply(vjp_op, *primals, *cts)
             applied = op.prim.callbacks_applied
@@ -360,6 +372,30 @@ class GradManager:
                 g = _run_callbacks(t, g, entry.callbacks)
             self._deliver(t, g)
         return grads
+
+    def _rematerializer(self):
+        """``value(data, vid)`` for the backward walk: a recorded value, or a _Remat result computed again (once
+        while records still read it: each recomputation of a collective is a collective)."""
+        uses, again = {}, {}
+        for _, ins, _ in self._tape:
+            for d, v in ins:
+                if type(d) is _Remat:
+                    uses[v] = uses.get(v, 0) + 1
+        if not uses:
+            return _value
+
+        def value(data, vid):
+            if type(data) is not _Remat:
+                return _value(data, vid)
+            t = again.get(vid)
+            if t is None:
+                t = again[vid] = apply(data.op, *[value(d, v) for d, v in data.ins])  # (one result)
+            uses[vid] -= 1
+            if not uses[vid]:
+                del again[vid]
+            return t
+
+        return value
 
     def _deliver(self, t, g):
         """Hand the gradient ``g`` of attached ``t`` over: accumulated into ``t.grad``."""
@@ -451,6 +487,14 @@ def _match_dy(y, dy):
 
 def _is_float(data):
     return np.dtype(data.dtype).kind in "fc"
+
+
+class _Remat:
+    """Stands in a tape record for a value computed again in the backward pass: ``op`` of the recorded ``ins``."""
+    __slots__ = ("op", "ins", "dtype")
+
+    def __init__(self, op, ins, dtype):
+        self.op, self.ins, self.dtype = op, ins, dtype
 
 
 def _value(data, vid):

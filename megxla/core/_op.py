@@ -71,13 +71,16 @@ class Primitive:
         eager_kernel: optional ``eager_kernel(**params) -> callable or None``: the op's eager kernel where
             ``jax.jit`` of ``impl`` cannot be it (a transfer to another device: inside a jit, ``device_put`` to a
             device other than the computation's is not a transfer); None: the jitted ``impl``.
+        remat: optional ``remat(params) -> bool``: True where the op's results are cheaper to compute again
+            than to keep (the parameter gather of sharded data parallel): a GradManager's tape does not hold
+            them for the backward pass, which runs the op again on its (held) inputs where it needs them.
     """
 
     __slots__ = ("name", "impl", "multiple_results", "grad", "transient", "callbacks_applied", "eager_kernel",
-                 "_ops", "_op0", "_fast", "_weak")
+                 "remat", "_ops", "_op0", "_fast", "_weak")
 
     def __init__(self, name, impl, multiple_results=False, grad=None, transient=False, callbacks_applied=None,
-                 eager_kernel=None):
+                 eager_kernel=None, remat=None):
         if name in PRIMITIVES:
             raise ValueError(f"primitive {name!r} is already registered")
         self.name = name
@@ -90,6 +93,7 @@ class Primitive:
         self.transient = transient
         self.callbacks_applied = callbacks_applied
         self.eager_kernel = eager_kernel
+        self.remat = remat
         self._weak = weakref.WeakValueDictionary()  # transient ops (see ``transient``)
         PRIMITIVES[name] = self
 

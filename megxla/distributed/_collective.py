@@ -131,11 +131,14 @@ def _body(mode, x, n, axis, split_axis, concat_axis, names=AXIS):
     raise ValueError(f"unknown collective mode {mode!r}")
 
 
-def _impl(x, *, mode, ranks, platform, axis=0, split_axis=0, concat_axis=0, mesh=None, axes=None):
+def _impl(x, *, mode, ranks, platform, axis=0, split_axis=0, concat_axis=0, mesh=None, axes=None, length=None):
     if mode == "copy_to":  # no communication forward (its gradient is the collective)
         return x
     ax = _enter(f"collective {mode}", ranks, platform, mesh, axes)
-    return issued(_body(mode, ordered(x), _size(ranks, mesh, axes), axis, split_axis, concat_axis, ax))
+    y = issued(_body(mode, ordered(x), _size(ranks, mesh, axes), axis, split_axis, concat_axis, ax))
+    if length is not None and length != y.shape[axis]:  # shard_gather: the padding of the last block dropped
+        y = lax.slice_in_dim(y, 0, length, axis=axis)
+    return y
 
 
 def _grad(params, primals, ct):
@@ -153,6 +156,9 @@ def _grad(params, primals, ct):
     if mode in ("all_reduce_sum", "copy_to"):
         g = lax.psum(ct, names)
     elif mode == "shard_gather":  # the mean over the ranks of the gradients of the gathered tensor
+        pad = x.shape[ax] * n - ct.shape[ax]
+        if pad:
+            ct = lax.pad(ct, jnp.zeros((), ct.dtype), [(0, pad if i == ax else 0, 0) for i in range(ct.ndim)])
         g = lax.psum_scatter(ct, names, scatter_dimension=ax, tiled=True) / n
     elif mode in ("all_reduce_max", "all_reduce_min"):
         s = lax.psum(ct, names)
@@ -181,7 +187,9 @@ def _grad(params, primals, ct):
     return (issued(g.astype(x.dtype)),)
 
 
-collective = Primitive("dist_collective", _impl, grad=_grad)
+# FSDP's gathered parameters are gathered again in the backward pass rather than kept from the forward one
+# (ZeRO-3: only one unit's full parameters are alive at a time, forward or backward)
+collective = Primitive("dist_collective", _impl, grad=_grad, remat=lambda params: params["mode"] == "shard_gather")
 
 
 def _link_grad(params, primals, ct):

@@ -64,10 +64,14 @@ def _coll(mode, x, group, **kw):
     return coll(mode, x, group, **kw)
 
 
-def shard_gather(x: Tensor, group: Group, axis: int = 0) -> Tensor:
-    """``all_gather`` of the ranks' blocks whose gradient is the MEAN reduce-scatter over the group (the average
-    of data-parallel training): the parameter gather of sharded data parallel."""
-    return x if _trivial(group) else _coll("shard_gather", x, group, axis=axis)
+def shard_gather(x: Tensor, group: Group, length: int = None, axis: int = 0) -> Tensor:
+    """``all_gather`` of the ranks' blocks, cut to ``length`` along ``axis`` (the last block's padding dropped),
+    whose gradient is the MEAN reduce-scatter over the group (the average of data-parallel training): the
+    parameter gather of sharded data parallel. A GradManager does not keep its result for the backward pass,
+    which gathers again (``Primitive.remat``)."""
+    if _trivial(group):
+        return x if length is None or length == x.shape[axis] else x[(slice(None),) * axis + (slice(0, length),)]
+    return _coll("shard_gather", x, group, axis=axis, length=length)
 
 
 def copy_to(x: Tensor, group: Group) -> Tensor:

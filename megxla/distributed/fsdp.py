@@ -44,9 +44,7 @@ class FSDPModule:
 
 
 def _gathered(block, split):
-    x = shard_gather(block, split.group)
-    if x.shape[0] != split.full:
-        x = x[:split.full]
+    x = shard_gather(block, split.group, split.full)
     return x.reshape(()) if split.scalar else x
 
 

@@ -32,10 +32,7 @@ class ShardedOptimizer:
             block.grad = _block_of_mean(full.grad, split)
         super().step()
         for full, block, split in pairs:
-            x = _sharding.shard_gather(block.detach(), split.group)
-            if x.shape[0] != split.full:
-                x = x[:split.full]
-            assign(full, x.reshape(full.shape))
+            assign(full, _sharding.shard_gather(block.detach(), split.group, split.full).reshape(full.shape))
         return self
 
     def clear_grad(self):
