@@ -28,10 +28,10 @@ Known limitations (XLA:CPU with gloo, jax 0.10.2; found by tests/test_distribute
       The optimization-barrier chain of ``core._spmd.ordered`` does not keep them apart on XLA:CPU (observed:
       the optimized HLO holds one all-reduce of both operands); identical programs are what keeps them paired.
     * Two disjoint groups running collectives at the same time were not tested beyond the above.
-    * Sharded training (``fully_shard``, ``shard_optimizer``, ``parallelize``): a unit's gathered parameters
-      stay alive until the backward pass used them (autodiff's tape holds them, as it holds activations; they
-      are not gathered again in backward, so peak memory is the sharded state plus the gathered parameters of
-      the units whose backward has not run yet). The model is built whole on every rank before it is sharded
+    * Sharded training (``fully_shard``, ``shard_optimizer``, ``parallelize``): the backward pass gathers a
+      unit's parameters again (eagerly one unit's full parameters are alive at a time), but inside a compiled
+      step XLA may merge that gather with the forward one (XLA:CPU does), keeping the full parameters from the
+      forward to the backward pass. The model is built whole on every rank before it is sharded
       (no meta-device construction). ``shard_optimizer`` reduce-scatters the gradients in ``step()`` (the
       local gradients are whole until then) and keeps its blocks as a second copy of 1/N of the parameters.
       A parameter shared by two modules, or held in a list or dict of its module, cannot be sharded. A

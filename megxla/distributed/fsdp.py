@@ -9,8 +9,11 @@ data-parallel averaged gradient and the optimizer steps on blocks. Eagerly each 
 SPMD executable; under ``xla_trace`` they are collectives of the one compiled step (``all-gather`` and
 ``reduce-scatter`` in its HLO), which XLA schedules with the compute.
 
-Memory per rank: parameters, gradients and optimizer slots are 1/N of the model's; the full tensors of a unit
-live from its call until the backward pass has used them (the tape holds them, as it holds activations).
+Memory per rank: parameters, gradients and optimizer slots are 1/N of the model's. The gather is a
+rematerialized op (``Primitive.remat``): a GradManager's tape does not keep the full tensors, its backward
+pass gathers a unit's parameters again where it needs them, so eagerly only one unit's full parameters are
+alive at a time. In a compiled step both gathers are in the program and XLA decides: XLA:CPU merges the second
+gather into the first (keeping the full parameters from forward to backward: less communication, more memory).
 """
 from __future__ import annotations
 
