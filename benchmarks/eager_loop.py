@@ -4,9 +4,10 @@ auto-jit (``megxla.config.auto_jit = True``, no decorator) vs the same step unde
     python benchmarks/eager_loop.py                     # MLP b128, ConvNet b8/b64, Transformer, the host-read step
     python benchmarks/eager_loop.py --only mlp --steps 30
 
-Columns are ms/step (median of the timed steps, each ending in ``loss.item()``) and the ratio auto-jit /
-xla_trace. The modes of a workload are timed in interleaved rounds in one process, so the ratios compare like with
-like. ``hostread`` is a ConvNet step that reads a data-dependent count on the host (the number of positive
+Columns are ms/step (median of the timed steps after ``--warmup`` steps, each step ending in ``loss.item()``) and
+the ratios. Every (workload, mode) runs in a fresh process, in interleaved rounds (the fastest reported), so no
+mode runs on kernels another one compiled: for the data-dependent workloads the numbers are those of steps
+16-30 of a training run. ``hostread`` is a ConvNet step that reads a data-dependent count on the host (the number of positive
 logits) and then uses ``cond_take`` (output shape depends on values): under ``xla_trace`` each new count misses the
 guard; under auto-jit the clusters before and after the read are compiled once each. ``detection`` is the model
 zoo's RetinaNet training step written eagerly (IoU anchor matching, labels through boolean masks, focal + L1 losses
@@ -18,8 +19,10 @@ The last table is the host time of one op: eager dispatch (``apply`` -> jax) aga
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
+import subprocess
 import sys
 import time
 
@@ -206,32 +209,55 @@ def per_op_us(n=200, reps=20):
     return res
 
 
+def _workload(name):
+    if name == "detection":
+        return DetectionWorkload, detection_step
+    wl = models.WORKLOADS["convnet_b8" if name == "hostread" else name]
+    return wl, hostread_step if name == "hostread" else loop_step
+
+
+def _child(name, mode, steps, warmup):
+    wl, step_fn = _workload(name)
+    reset_auto_jit_stats()
+    ms, first, losses = run_mode(mode, wl, step_fn, _batches(wl, steps + warmup), warmup)
+    print("RESULT " + json.dumps({"ms": ms, "first": first, "losses": losses,
+                                  "compiled": auto_jit_stats()["compiled"]}), flush=True)
+
+
+def _measure(name, mode, steps, warmup):
+    """One (workload, mode) in a fresh process: nothing compiled in memory before it (the persistent
+    compilation cache is what the environment says), so no mode runs on kernels another mode compiled."""
+    proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", name, mode, str(steps), str(warmup)],
+                          capture_output=True, text=True, timeout=3600)
+    for line in proc.stdout.splitlines():
+        if line.startswith("RESULT "):
+            return json.loads(line[7:])
+    raise RuntimeError(f"{name} {mode}: {proc.stderr[-2000:]}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", default="mlp,convnet_b8,convnet_b64,transformer,hostread,detection")
-    ap.add_argument("--steps", type=int, default=30)
-    ap.add_argument("--warmup", type=int, default=5)
-    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=15, help="timed steps (after the warm-up ones)")
+    ap.add_argument("--warmup", type=int, default=15)
+    ap.add_argument("--rounds", type=int, default=2, help="fresh processes per cell (the fastest is reported)")
+    ap.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.child:
+        name, mode, steps, warmup = args.child
+        return _child(name, mode, int(steps), int(warmup))
     rows = []
     for name in args.only.split(","):
-        if name == "detection":
-            wl, step_fn = DetectionWorkload, detection_step
-        else:
-            wl = models.WORKLOADS["convnet_b8" if name == "hostread" else name]
-            step_fn = hostread_step if name == "hostread" else loop_step
-        batches = _batches(wl, args.steps + args.warmup)
         best = {m: [] for m in MODES}
         firsts, losses = {}, {}
         for _ in range(args.rounds):
             for mode in MODES:
-                reset_auto_jit_stats()
-                ms, first, ls = run_mode(mode, wl, step_fn, batches, args.warmup)
-                best[mode].append(ms)
-                firsts[mode], losses[mode] = first, ls
+                r = _measure(name, mode, args.steps, args.warmup)
+                best[mode].append(r["ms"])
+                firsts[mode], losses[mode] = r["first"], r["losses"]
         med = {m: min(v) for m, v in best.items()}
         agree = max(abs(a - b) / max(abs(a), 1e-6) for a, b in zip(losses["eager"], losses["auto_jit"]))
-        rows.append((name, med, firsts, agree, auto_jit_stats()))
+        rows.append((name, med, firsts, agree))
         print(f"{name:12s} eager {med['eager']:8.2f}  auto_jit {med['auto_jit']:8.2f}  xla_trace {med['xla_trace']:8.2f}"
               f"  ms/step | auto/xla {med['auto_jit'] / med['xla_trace']:.2f}  auto/eager "
               f"{med['auto_jit'] / med['eager']:.2f}  xla/eager {med['xla_trace'] / med['eager']:.2f} | "
@@ -240,7 +266,7 @@ def main():
     print(f"host time per op: eager dispatch {us['eager']:.1f} us, auto-jit collection {us['auto_jit']:.1f} us")
     print("\n| workload | eager ms | auto-jit ms | xla_trace ms | auto/xla | auto/eager | xla/eager | first step eager / auto / xla ms |")
     print("|---|---|---|---|---|---|---|---|")
-    for name, med, firsts, agree, _ in rows:
+    for name, med, firsts, agree in rows:
         print(f"| {name} | {med['eager']:.2f} | {med['auto_jit']:.2f} | {med['xla_trace']:.2f} | "
               f"{med['auto_jit'] / med['xla_trace']:.2f} | {med['auto_jit'] / med['eager']:.2f} | "
               f"{med['xla_trace'] / med['eager']:.2f} | {firsts['eager']:.0f} / {firsts['auto_jit']:.0f} / "

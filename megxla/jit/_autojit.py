@@ -21,8 +21,10 @@ the op sequence with parameters, the input shapes/dtypes and which results are s
 (a result nobody holds any more is not computed for the host: XLA fuses it away). Policy (TF's, see
 ``../shared/notes/auto-jit-anchors.md``): a cluster of fewer than ``MIN_OPS`` ops runs op by op; the first big
 cluster of a site compiles at once (one compilation instead of one per op on the way to the first step); any
-other new key runs op by op and compiles when it recurs; a site (the user's line of the cut) that produced
-``COMPILE_LIMIT`` different keys warns once, naming the line, and runs eagerly from then on -- never a compile storm.
+other new key runs op by op and compiles when it recurs; a site (the user's line of the cut) whose keys do not recur
+(``KEY_LIMIT`` new keys with fewer than one hit per 8 keys) or whose executables are not reused (TF's rule: past 10
+compiles, fewer than 50 runs per compile) warns once, naming the line, and compiles nothing more there (what it
+compiled keeps running, new keys run op by op) -- never a compile storm.
 Running op by op uses the ops' eager kernels, so a cluster that is not compiled computes exactly what eager does.
 
 Results equal eager's up to XLA's fusion reordering; random draws are the same (the key is an ordinary value);
@@ -49,7 +51,7 @@ from ..core._spmd import MeshRequired
 from . import _interrupt
 from ._recording import _TRACER_ERRORS, describe_where, make_replay, user_where
 
-__all__ = ["enable", "enabled", "clustered", "auto_jit_stats", "reset_auto_jit_stats", "MIN_OPS", "MAX_OPS", "COMPILE_LIMIT"]
+__all__ = ["enable", "enabled", "clustered", "auto_jit_stats", "reset_auto_jit_stats", "MIN_OPS", "MAX_OPS", "KEY_LIMIT", "MAX_COMPILES"]
 
 MIN_OPS = 4  # a smaller cluster is not worth a launch: it runs op by op (TF's --tf_xla_min_cluster_size)
 FIRST_SIGHT_OPS = 16  # a site's first cluster of at least this many ops compiles at once
@@ -57,7 +59,8 @@ MAX_OPS = 10000  # the size cap: a longer cluster is cut (a loop with no read an
 # ... and the input cap: the arrays a cluster takes in stay alive until it runs (an inference loop that appends
 # its outputs and never reads would otherwise keep every batch it was given)
 MAX_INPUT_BYTES = 1 << 30
-COMPILE_LIMIT = 8  # keys per site before it runs eagerly for good (Dynamo's cache_size_limit)
+KEY_LIMIT = 16  # new keys a site may make without recurring before it runs eagerly for good (Dynamo's: 8)
+MAX_COMPILES = 64  # executables one site may compile (TF marks a cluster megamorphic past 10 rarely reused ones)
 CACHE_SIZE = 128  # executables kept (least recently used dropped)
 DONATE = True
 
@@ -150,15 +153,24 @@ def _infer(op, key, inputs):
 
 # ---- clusters -------------------------------------------------------------------------------------------------
 class _Entry:
-    __slots__ = ("executable", "seen")
+    __slots__ = ("executable", "seen", "site")
 
-    def __init__(self):
+    def __init__(self, site):
         self.executable = None
         self.seen = 0
+        self.site = site  # its site's counters
+
+
+def _megamorphic(st, site, reason):
+    st[0] = -1
+    _stats.megamorphic.append(site)
+    warnings.warn(f"auto-jit: the clusters cut at {describe_where(site)} ({reason}) keep changing (shapes or Python "
+                  f"numbers that change every step?); new ones run eagerly from now on. Pad to fixed shapes, or pass "
+                  f"changing numbers as tensors, to have them compiled", stacklevel=4)
 
 
 _cache: "collections.OrderedDict" = collections.OrderedDict()
-_sites: dict = {}  # site -> number of keys compiled there (-1: megamorphic, runs eagerly)
+_sites: dict = {}  # site -> [keys seen (-1: megamorphic, runs eagerly), hits, keys compiled]
 
 
 class _Cluster:
@@ -287,27 +299,34 @@ class _Cluster:
         if entry is not None and entry.executable is not None:
             _cache.move_to_end(key)
             stats.hits += 1
+            entry.site[1] += 1
             return entry.executable(*inputs)
-        n = _sites.get(site, 0)
-        if n < 0:  # megamorphic: eager for good
+        st = _sites.get(site)
+        if st is None:
+            st = _sites[site] = [0, 0, 0]  # keys seen, hits (cache hits and recurrences), keys compiled
+        if st[0] < 0:  # megamorphic: eager for good
             return self._eager(ops, inputs, in_ids, out_ids)
         if entry is None:  # a new key at this site
-            if n >= COMPILE_LIMIT:
-                _sites[site] = -1
-                stats.megamorphic.append(site)
-                warnings.warn(f"auto-jit: the clusters cut at {describe_where(site)} ({reason}) changed {n} times "
-                              f"(shapes or Python numbers that change every step?); they run eagerly from now on. "
-                              f"Pad to fixed shapes, or pass changing numbers as tensors, to have them compiled",
-                              stacklevel=2)
+            # A site keeps compiling new keys while they recur (one hit per 8 keys seen: a step whose shapes take a
+            # dozen values compiles each once and reuses it) and while its executables pay for their compilation
+            # (TF's megamorphic rule: past 10 compiles, 50 runs per compile), never past MAX_COMPILES. Shapes that
+            # change on every step never recur: the site gives up after KEY_LIMIT. Executables already compiled
+            # there keep running.
+            if (st[0] >= KEY_LIMIT and 8 * st[1] < st[0]) or (st[2] >= 10 and st[1] < 50 * st[2]) \
+                    or st[2] >= MAX_COMPILES:
+                _megamorphic(st, site, reason)
                 return self._eager(ops, inputs, in_ids, out_ids)
-            _sites[site] = n + 1
-            entry = _Entry()
+            st[0] += 1
+            entry = _Entry(st)
             _cache[key] = entry
             if len(_cache) > CACHE_SIZE:
                 _cache.popitem(last=False)
+        else:
+            st[1] += 1
         entry.seen += 1
-        if not (entry.seen >= 2 or (n == 0 and len(ops) >= FIRST_SIGHT_OPS)):
+        if not (entry.seen >= 2 or (st[0] == 1 and len(ops) >= FIRST_SIGHT_OPS)):
             return self._eager(ops, inputs, in_ids, out_ids)
+        st[2] += 1
         t0 = time.perf_counter()
         replay = make_replay(ops, in_ids, out_ids)
         replay.__name__ = replay.__qualname__ = "auto_jit_cluster"
