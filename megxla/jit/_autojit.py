@@ -55,7 +55,7 @@ __all__ = ["enable", "enabled", "clustered", "auto_jit_stats", "reset_auto_jit_s
 
 MIN_OPS = 4  # a smaller cluster is not worth a launch: it runs op by op (TF's --tf_xla_min_cluster_size)
 FIRST_SIGHT_OPS = 16  # a site's first cluster of at least this many ops compiles at once
-MAX_OPS = 10000  # the size cap: a longer cluster is cut (a loop with no read and no optimizer step)
+MAX_OPS = 4096  # the size cap: a longer cluster is cut (a loop with no read and no optimizer step)
 # ... and the input cap: the arrays a cluster takes in stay alive until it runs (an inference loop that appends
 # its outputs and never reads would otherwise keep every batch it was given)
 MAX_INPUT_BYTES = 1 << 30
@@ -324,7 +324,8 @@ class _Cluster:
         else:
             st[1] += 1
         entry.seen += 1
-        if not (entry.seen >= 2 or (st[0] == 1 and len(ops) >= FIRST_SIGHT_OPS)):
+        # (a cluster cut by the size cap is no natural unit: it compiles only if it recurs)
+        if not (entry.seen >= 2 or (st[0] == 1 and len(ops) >= FIRST_SIGHT_OPS and reason != "size cap")):
             return self._eager(ops, inputs, in_ids, out_ids)
         st[2] += 1
         t0 = time.perf_counter()
