@@ -7,6 +7,8 @@ SSA-shaped data.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import jax
 import jax.numpy as jnp
@@ -214,7 +216,7 @@ class Tensor:
         """Number of elements. As MegEngine (``np.prod(shape).item()``), a 0-d tensor's size is the float 1.0."""
         if not self._data.shape:
             return 1.0
-        return int(np.prod(self._data.shape, dtype=np.int64))
+        return math.prod(self._data.shape)  # (Python ints: exact, and ~15x cheaper than np.prod)
 
     @property
     def device(self):
