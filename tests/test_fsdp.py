@@ -134,8 +134,21 @@ def _collectives(hlo):
     return sorted(op for op in ("all-gather", "reduce-scatter", "all-reduce") if op in hlo)
 
 
+def _grad_norm(mode):
+    """The whole model's gradient norm on the first batch (dist.clip_grad_norm reduces it over the shards)."""
+    model, opt, gm, dp = _setup(mode)
+    r, n = (dp.rank, dp.size) if dp is not None else (0, 1)
+    x, y = _data()[0]
+    k = BATCH // n
+    with gm:
+        gm.backward(F.nn.cross_entropy(model(mge.Tensor(x[r * k:(r + 1) * k])).reshape(-1, CLASSES + 2),
+                                       mge.Tensor(y[r * k:(r + 1) * k]).reshape(-1)))
+    clip = dist.clip_grad_norm if mode != "single" else optim.clip_grad_norm
+    return float(clip(model.parameters(), max_norm=1e9))
+
+
 def _worker_all(modes):
-    out = {}
+    out = {"norms": {m: _grad_norm(m) for m in modes if m != "zero"}}
     # a split that does not divide (the head's 7 rows) raises before anything is split
     model = Transformer()
     try:
@@ -164,7 +177,7 @@ def _worker_all(modes):
 @pytest.fixture(scope="module")
 def reference():
     losses, state, _, slots = _train("single", False)
-    return losses, state, slots
+    return losses, state, slots, _grad_norm("single")
 
 
 def _close(a, b, what):
@@ -182,12 +195,14 @@ _ALL4 = os.environ.get("MEGXLA_TEST_SHARDED_4") == "1"
 @pytest.mark.parametrize("n, modes", [(4, ("fsdp", "zero", "tp", "2x2"))] if _ALL4 else
                          [(2, ("fsdp", "zero", "tp")), (4, ("2x2",))])
 def test_sharded_training_equals_one_process(reference, n, modes):
-    ref_losses, ref_state, ref_slots = reference
+    ref_losses, ref_state, ref_slots, ref_norm = reference
     results = dist.launcher(_worker_all, n_gpus=n, device_type="cpu")(modes)
     if "2x2" in modes:
         for r in range(4):  # ranks {0, 1} and {2, 3} are the tensor-parallel pairs
             assert results[r]["world_then_axis"] == [1000.0 + (3 if r < 2 else 7)] * 4, results[r]["world_then_axis"]
         assert results[0]["world_then_axis_hlo"] == ["all-reduce"]
+    for mode, norm in results[0]["norms"].items():  # fully sharded and/or split over two groups at once
+        assert abs(norm - ref_norm) <= 1e-5 * ref_norm, (mode, norm, ref_norm)
     error, cls, classes = results[0]["error"]
     assert "'head'" in error and "not divisible" in error, error
     assert cls == "Transformer" and "TPLinear" not in classes
