@@ -1,9 +1,9 @@
 """What fully_shard / shard_optimizer / parallelize share: how a parameter is split, the three collectives of
-sharded training, the module classes that gather parameters around a call, and full / per-rank checkpoints.
+sharded training, the class swap, and the root module's full / per-rank checkpoints (:class:`ShardedModule`).
 
 A sharded parameter is an ordinary ``Parameter`` holding this rank's block; the list of :class:`Split` s applied
-to the full tensor to get it (tensor parallel first, then sharded data parallel) is kept here, by the
-parameter's owner module and attribute name, and by the parameter itself (for ``clip_grad_norm``).
+to the full tensor to get it (``"tp"`` first, then ``"fsdp"``; ``"zero"`` for an optimizer's blocks) is kept
+here, by the parameter's owner module and attribute name, and by the parameter itself (for ``clip_grad_norm``).
 """
 from __future__ import annotations
 
