@@ -386,4 +386,4 @@ def test_shapes_that_take_a_few_values_are_each_compiled_once(auto_jit):
             ((F.exp(x) * 2 + 1).sum() * w + (x * x).sum()).numpy()
     stats = auto_jit_stats()
     assert not stats["megamorphic"] and stats["compiled"] <= 13, stats
-    assert stats["cache_hits"] >= 80, stats
+    assert stats["cache_hits"] >= 60, stats  # (the rarer values need more sightings once 4 are compiled)

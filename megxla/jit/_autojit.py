@@ -324,8 +324,12 @@ class _Cluster:
         else:
             st[1] += 1
         entry.seen += 1
-        # (a cluster cut by the size cap is no natural unit: it compiles only if it recurs)
-        if not (entry.seen >= 2 or (st[0] == 1 and len(ops) >= FIRST_SIGHT_OPS and reason != "size cap")):
+        # A key compiles when it recurs; at a site that has compiled many already, when it recurs more often (2
+        # sightings for its first 4 keys, 4 for the next 4, 8...): the common shapes of a data-dependent step get
+        # compiled, the rare ones keep running op by op instead of each costing a compilation. (A cluster cut by
+        # the size cap is no natural unit: it too compiles only if it recurs.)
+        if not (entry.seen >= 2 << (st[2] // 4)
+                or (st[0] == 1 and len(ops) >= FIRST_SIGHT_OPS and reason != "size cap")):
             return self._eager(ops, inputs, in_ids, out_ids)
         st[2] += 1
         t0 = time.perf_counter()
