@@ -134,7 +134,11 @@ def _infer(op, key, inputs):
     # run as themselves, already compiled; held here, they would also outlive their owner's cache)
     if not op.transient and not (op.prim.eager_kernel is not None and params.get("device") is not None):
         try:
-            out = jax.eval_shape(op.fn, *[jax.ShapeDtypeStruct(s, d, weak_type=w) for s, d, w in key[1]])
+            structs = [jax.ShapeDtypeStruct(s, d, weak_type=w) for s, d, w in key[1]]
+            k = op.kernel
+            # (the jitted eager kernel's own trace: kept by JAX, the cluster's compilation reuses it)
+            out = k.eval_shape(*structs) if hasattr(k, "eval_shape") and hasattr(k, "lower") else \
+                jax.eval_shape(op.fn, *structs)
             check_output_size(op, out)
         except (_TRACER_ERRORS + (MeshRequired,)):
             out = None  # its output shape depends on values, or a cross-process collective: run it eagerly
@@ -333,7 +337,7 @@ class _Cluster:
             return self._eager(ops, inputs, in_ids, out_ids)
         st[2] += 1
         t0 = time.perf_counter()
-        replay = make_replay(ops, in_ids, out_ids)
+        replay = make_replay(ops, in_ids, out_ids, kernels=True)
         replay.__name__ = replay.__qualname__ = "auto_jit_cluster"
         structs = [jax.ShapeDtypeStruct(*avals[i][:2], weak_type=avals[i][2]) for i in in_ids]
         with warnings.catch_warnings():

@@ -359,8 +359,12 @@ def prune(ops, needed):
     return kept
 
 
-def make_replay(ops, in_vids, out_vids, remat=False):
-    """A pure JAX function ``f(*input arrays) -> tuple of output arrays`` replaying ``ops``."""
+def make_replay(ops, in_vids, out_vids, remat=False, kernels=False):
+    """A pure JAX function ``f(*input arrays) -> tuple of output arrays`` replaying ``ops``.
+
+    ``kernels``: call each op's jitted eager kernel (where it is one) instead of its plain function: JAX reuses the
+    kernel's trace for those input types (auto-jit traced it already to infer shapes) instead of tracing the op
+    again, and XLA inlines the call."""
     from ..core._op import VJP, vjp_cotangents
     ops = prune(ops, out_vids)
     if remat:  # sublinear memory: every gradient op recomputes its forward instead of keeping residuals
@@ -373,7 +377,12 @@ def make_replay(ops, in_vids, out_vids, remat=False):
         for i, (op, ins, outs) in enumerate(ops):
             pair = pairs.get(i)
             if pair is None:
-                res = op.fn(*[env[v] for v in ins])
+                fn = op.fn
+                if kernels:
+                    k = op.kernel
+                    if hasattr(k, "lower") and hasattr(k, "trace"):
+                        fn = k
+                res = fn(*[env[v] for v in ins])
             elif pair[0] == "fwd":
                 # the forward of an op whose gradient op comes later: computed once, by jax.vjp, whose pullback
                 # the gradient op applies (rather than running the forward again inside vjp[op]: ~30% more
