@@ -41,7 +41,6 @@ import warnings
 import weakref
 
 import jax
-import numpy as np
 
 from ..core import _dispatch, _lazy, _spmd
 from ..core._lazy import Lazy
@@ -62,7 +61,7 @@ MAX_INPUT_BYTES = 1 << 30
 KEY_LIMIT = 16  # new keys a site may make without recurring before it runs eagerly for good (Dynamo's: 8)
 MAX_COMPILES = 64  # executables one site may compile (TF marks a cluster megamorphic past 10 rarely reused ones)
 CACHE_SIZE = 128  # executables kept (least recently used dropped)
-DONATE = True
+DONATE = True  # donate inputs only the cluster holds (off: a debugging switch)
 
 _ON = [False]
 _getrefcount = sys.getrefcount
