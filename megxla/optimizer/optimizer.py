@@ -308,6 +308,11 @@ class ParamGroup(dict):
         return self[key]
 
 
+# ids of the optimizers inside ``step()``, which validated all their groups before updating any (not an attribute:
+# compiled steps key on an optimizer's attributes and re-apply the writes a body makes to them)
+_VALIDATED: set = set()
+
+
 class Optimizer(metaclass=ABCMeta):
     """Base class for all optimizers.
 
@@ -519,8 +524,10 @@ class Optimizer(metaclass=ABCMeta):
                 raise TypeError(f"{owner}: grad of parameter {i} has dtype {g.dtype}, expected a float dtype")
 
     def _params_with_grad(self, param_group):
-        """The group's parameters whose ``.grad`` is set, after validating the group (start of ``_updates``)."""
-        self._check_group(param_group)
+        """The group's parameters whose ``.grad`` is set, after validating the group (start of ``_updates``; within
+        ``step()``, which validated every group before updating any, it is not validated twice)."""
+        if id(self) not in _VALIDATED:
+            self._check_group(param_group)
         return [p for p in param_group["params"] if p.grad is not None]
 
     def step(self):
@@ -539,8 +546,12 @@ class Optimizer(metaclass=ABCMeta):
         # for callers that wrap it alone): an error in group 2 must not leave group 1 stepped.
         for group in self.param_groups:
             self._check_group(group)
-        for group in self.param_groups:
-            self._updates(group)
+        _VALIDATED.add(id(self))
+        try:
+            for group in self.param_groups:
+                self._updates(group)
+        finally:
+            _VALIDATED.discard(id(self))
         end = _lazy.STEP_END[0]
         if end is not None:  # auto-jit: the natural end of a step cuts the pending cluster
             end()
