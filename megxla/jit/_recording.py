@@ -387,7 +387,7 @@ def make_replay(ops, in_vids, out_vids, remat=False, kernels=False):
                 # the forward of an op whose gradient op comes later: computed once, by jax.vjp, whose pullback
                 # the gradient op applies (rather than running the forward again inside vjp[op]: ~30% more
                 # lowered ops for XLA to deduplicate)
-                res, pulls[i] = _forward_with_pullback(op, [env[v] for v in ins], pair[1])
+                res, pulls[i] = _forward_with_pullback(op, [env[v] for v in ins], pair[1], kernels)
             else:
                 fwd_res, pull = pulls[pair[1]]
                 params = dict(op.params)
@@ -427,11 +427,16 @@ def _vjp_pairs(ops):
     return pairs
 
 
-def _forward_with_pullback(op, primals, wrt):
+def _forward_with_pullback(op, primals, wrt, kernels=False):
     """``(outputs, (outputs, pullback))``: ``op`` at ``primals`` and the pullback w.r.t. inputs ``wrt``, as
-    ``vjp[op]`` computes it (``core._op._vjp_impl``)."""
+    ``vjp[op]`` computes it (``core._op._vjp_impl``); ``kernels``: through the jitted eager kernel (its trace is
+    reused, see make_replay)."""
     import jax
     fn = op.fn
+    if kernels:
+        k = op.kernel
+        if hasattr(k, "lower") and hasattr(k, "trace"):
+            fn = k
 
     def partial_fn(*diff):
         full = list(primals)
