@@ -460,11 +460,11 @@ class Tensor:
         """Rebind this tensor, in place, to ``other``'s value (used by optimizers, ``+=`` and jit write-back)."""
         if not isinstance(other, Tensor):
             other = Tensor(other, dtype=self.dtype, device=getattr(self, "_lnode", None))
-        previous = self._data, self._vid
-        self._data = other._data
+        data = other._data
+        if type(data) is Lazy:  # (an auto-jit cluster's pending value: this tensor gets it when it runs)
+            data.hold(self, (self._data, self._vid))
+        self._data = data
         self._vid = other._vid
-        if type(self._data) is Lazy:  # (an auto-jit cluster's pending value: this tensor gets it when it runs)
-            self._data.hold(self, previous)
         if _dt.LOGICAL[0]:  # (MegEngine's _reset takes the other tensor's device too)
             self._lnode = getattr(other, "_lnode", None)
         return self

@@ -197,6 +197,11 @@ class _Cluster:
         self.pins = {}  # id(array) -> how many ``Lazy.previous`` lists hold it (not a reason to keep it)
         self.cut = None  # (reason, site) of a cut requested at the end of opt.step (made at the next op)
 
+    def swap_deferred(self):
+        """(Owner thread) swap in the values another thread's read computed."""
+        _swap_in(self.deferred)
+        self.deferred = []
+
     def pin(self, data):
         """``data`` (an array a Tensor held before an in-place update) is kept to restore it if the cluster fails:
         that reference must not stop the array from being donated."""
@@ -364,13 +369,9 @@ class _Cluster:
     def _eager(ops, inputs, in_ids, out_ids):
         """Each op by its eager kernel, as eager execution would have run it."""
         _stats.eager += 1
-        env = dict(zip(in_ids, inputs))
-        for op, ins, outs in ops:
-            res = op.kernel(*[env[i] for i in ins])
-            if op.multiple_results:
-                env.update(zip(outs, res))
-            else:
-                env[outs[0]] = res
+        env, error = _Cluster._eager_until_error(ops, inputs, in_ids)
+        if error is not None:
+            raise error
         return [env[i] for i in out_ids]
 
 
@@ -447,8 +448,7 @@ def _collect(op, inputs):
     cl = loc.cluster
     with cl.lock:
         if cl.deferred:
-            _swap_in(cl.deferred)
-            cl.deferred = []
+            cl.swap_deferred()
         if cl.cut is not None:
             cl.flush()
         avals = cl.avals
@@ -498,8 +498,7 @@ def flush(reason="trace starts"):
     if cl.ops:
         cl.flush(reason, user_where())
     if cl.deferred:
-        _swap_in(cl.deferred)
-        cl.deferred = []
+        cl.swap_deferred()
 
 
 def step_boundary(reason="opt.step"):
