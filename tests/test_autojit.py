@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import types
 import warnings
 
 import numpy as np
@@ -387,3 +388,26 @@ def test_shapes_that_take_a_few_values_are_each_compiled_once(auto_jit):
     stats = auto_jit_stats()
     assert not stats["megamorphic"] and stats["compiled"] <= 13, stats
     assert stats["cache_hits"] >= 60, stats  # (the rarer values need more sightings once 4 are compiled)
+
+
+def test_churning_xla_trace_runs_whichever_of_clusters_and_eager_is_faster(monkeypatch):
+    # a churning xla_trace step must not stay slower than eager: clusters whose shapes follow the reads may keep
+    # missing too (a detector's losses), so the step times both ways (call start to call start) and keeps the faster
+    from megxla.jit import tracing
+
+    clock = [0.0]
+    monkeypatch.setattr(tracing, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))
+    timer = tracing._ChurnTimer()
+    cost = {True: 10.0, False: 1.0}  # clusters slower than eager
+    modes = []
+    for k in range(timer.WARMUP + timer.PROBE + timer.EVERY + 2 * timer.PROBE):
+        if k == timer.WARMUP + timer.EVERY:
+            cost[True] = 0.5  # (the clusters' compilations have settled: now they are faster)
+        mode = timer.next_mode()
+        modes.append(mode)
+        clock[0] += cost[mode]
+    w, p, e = timer.WARMUP, timer.PROBE, timer.EVERY
+    assert all(modes[:w]) and not any(modes[w:w + p])  # clusters while they compile, then eager tried
+    assert not any(modes[w + p:w + e])  # eager was faster: eager from then on
+    assert all(modes[w + e:w + e + p])  # clusters tried again after EVERY calls ...
+    assert all(modes[w + e + p:])  # ... and kept, now that they are faster

@@ -195,6 +195,48 @@ def _shared(arrays, donate):
     return False
 
 
+
+class _ChurnTimer:
+    """Chooses, call by call, how a churning ``xla_trace`` step runs: as auto-jit clusters or eagerly, whichever has
+    taken less time from one call's start to the next (the wait for its results and the program around it
+    included). Clusters first (their compilations settle over ``WARMUP`` calls), then ``PROBE`` eager calls, then the
+    faster mode, trying the other one again for ``PROBE`` calls every ``EVERY`` calls: such a step is never slower
+    than eager for long.
+
+    Example:
+        >>> c = _ChurnTimer(); c.next_mode()      # True: run as clusters
+        True
+    """
+
+    WARMUP, PROBE, EVERY = 24, 5, 200
+
+    def __init__(self):
+        self.calls = 0
+        self.times = {True: [], False: []}  # mode (clustered?) -> seconds of its latest calls
+        self.last = None  # (mode, start) of the previous call
+        self.best = True
+
+    def next_mode(self):
+        now = time.perf_counter()
+        if self.last is not None:
+            mode, start = self.last
+            t = self.times[mode]
+            t.append(now - start)
+            del t[:-self.PROBE]
+        k, w, p = self.calls, self.WARMUP, self.PROBE
+        self.calls += 1
+        if k < w:
+            mode = True
+        elif k < w + p:
+            mode = False
+        else:
+            if k == w + p or (k - w) % self.EVERY == p:  # (a probe just ended: compare the latest calls of each)
+                # (each mode's first call after a switch carries the other's pending work: medians)
+                self.best = float(np.median(self.times[True])) <= float(np.median(self.times[False]))
+            mode = self.best if (k - w) % self.EVERY >= p else not self.best
+        self.last = (mode, now)
+        return mode
+
 class trace:
     """Trace a function once and run it as compiled XLA executables afterwards.
 
@@ -267,6 +309,8 @@ class trace:
         self.num_rerecords = 0  # calls that recorded again because a value read on the host changed
         self._churning = False  # most calls recorded again: the body runs as auto-jit clusters (xla_trace)
         self.num_clustered_calls = 0
+        self.num_eager_calls = 0  # (churning) calls run eagerly because that has been faster than clusters
+        self._churn = None  # (churning) _ChurnTimer: which of clusters / eager runs this step faster
         self.num_calls = 0
         self.num_undonated = 0  # compiled calls that kept their inputs because a buffer was shared
         self._num_state_created = 0  # recordings that bound new Tensors to state (not reusable; _state_created)
@@ -431,10 +475,16 @@ class trace:
         self.num_calls += 1
         if self._churning and self._without_host and not _dispatch.recorders:
             # values read on the host keep missing the guards: the body runs as auto-jit clusters, compiled once
-            # each before and after its reads, instead of a stale executable run plus an eager recording
-            self.num_clustered_calls += 1
-            with _autojit.clustered():
-                return self.__wrapped__(*args, **kwargs)
+            # each before and after its reads, instead of a stale executable run plus an eager recording -- or
+            # eagerly, where that has been faster (clusters whose shapes follow the reads may keep missing too)
+            if self._churn is None:
+                self._churn = _ChurnTimer()
+            if self._churn.next_mode():
+                self.num_clustered_calls += 1
+                with _autojit.clustered():
+                    return self.__wrapped__(*args, **kwargs)
+            self.num_eager_calls += 1
+            return self.__wrapped__(*args, **kwargs)
         known, miss, tried = None, None, []
         while True:
             cands = [e for e in variants if not any(e is x for x in tried) and _compatible(e, known)]
