@@ -27,6 +27,7 @@ from megxla.jit import auto_jit_stats, reset_auto_jit_stats, xla_trace, _autojit
 def auto_jit():
     saved = mge.config.auto_jit
     _autojit._sites.clear()
+    _autojit._steps.clear()
     reset_auto_jit_stats()
     mge.config.auto_jit = True
     try:
@@ -390,24 +391,63 @@ def test_shapes_that_take_a_few_values_are_each_compiled_once(auto_jit):
     assert stats["cache_hits"] >= 60, stats  # (the rarer values need more sightings once 4 are compiled)
 
 
-def test_churning_xla_trace_runs_whichever_of_clusters_and_eager_is_faster(monkeypatch):
-    # a churning xla_trace step must not stay slower than eager: clusters whose shapes follow the reads may keep
-    # missing too (a detector's losses), so the step times both ways (call start to call start) and keeps the faster
-    from megxla.jit import tracing
+def test_mode_timer_runs_whichever_of_clusters_and_eager_is_faster(monkeypatch):
+    # a churning xla_trace step (and an auto-jit step whose clusters keep running op by op) must not stay slower
+    # than eager: it times both ways (step start to step start) and keeps the faster, probing the other
+    from megxla.jit import _autojit
 
     clock = [0.0]
-    monkeypatch.setattr(tracing, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))
-    timer = tracing._ChurnTimer()
+    monkeypatch.setattr(_autojit.ModeTimer, "clock", staticmethod(lambda: clock[0]))
+    timer = _autojit.ModeTimer()
     cost = {True: 10.0, False: 1.0}  # clusters slower than eager
     modes = []
-    for k in range(timer.WARMUP + timer.PROBE + timer.EVERY + 2 * timer.PROBE):
-        if k == timer.WARMUP + timer.EVERY:
+    w, p, e = timer.warmup, timer.PROBE, timer.EVERY
+    for k in range(w + p + e + 2 * p):
+        if k == w + e:
             cost[True] = 0.5  # (the clusters' compilations have settled: now they are faster)
         mode = timer.next_mode()
         modes.append(mode)
         clock[0] += cost[mode]
-    w, p, e = timer.WARMUP, timer.PROBE, timer.EVERY
     assert all(modes[:w]) and not any(modes[w:w + p])  # clusters while they compile, then eager tried
     assert not any(modes[w + p:w + e])  # eager was faster: eager from then on
-    assert all(modes[w + e:w + e + p])  # clusters tried again after EVERY calls ...
+    assert all(modes[w + e:w + e + p])  # clusters tried again after EVERY steps ...
     assert all(modes[w + e + p:])  # ... and kept, now that they are faster
+
+
+def test_steps_whose_clusters_keep_running_op_by_op_run_eagerly_when_that_is_faster(auto_jit, monkeypatch):
+    # shapes that change every step (clusters that never recur) pay collection on top of eager execution: once a
+    # step site has had such steps, auto-jit times its steps both ways and runs the faster -- here eager
+    monkeypatch.setattr(auto_jit, "WARMUP_STEPS", 2)
+    monkeypatch.setattr(auto_jit, "TROUBLED_STEPS", 2)
+    clock = [0.0]
+
+    def fake_clock():  # a step as clusters takes 10, eagerly 1
+        clock[0] += 1.0 if auto_jit._local.paused else 10.0
+        return clock[0]
+
+    monkeypatch.setattr(auto_jit.ModeTimer, "clock", staticmethod(fake_clock))
+
+    def run(n_steps):
+        mge.random.seed(0)
+        net = M.Sequential(M.Linear(4, 8), M.ReLU(), M.Linear(8, 3))
+        opt, gm = optim.SGD(net.parameters(), lr=0.1), GradManager().attach(net.parameters())
+        rng = np.random.RandomState(0)
+        losses = []
+        for k in range(n_steps):
+            x = mge.Tensor(rng.standard_normal((k + 1, 4)).astype("float32"))  # a new batch size every step
+            with gm:
+                loss = (net(x) ** 2).mean() + F.relu(net(x)).sum() * 0.01
+                gm.backward(loss)
+            opt.step().clear_grad()
+            losses.append(loss.item())
+        return losses, [p.numpy() for p in net.parameters()]
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got, params = run(20)
+    assert auto_jit_stats()["eager_steps"] >= 5, auto_jit_stats()
+    mge.config.auto_jit = False
+    want, want_params = run(20)
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+    for p, q in zip(params, want_params):
+        np.testing.assert_allclose(p, q, rtol=1e-5, atol=1e-6)

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import statistics
 import sys
 import threading
 import time
@@ -79,6 +80,8 @@ class _Stats:
         self.compile_time = 0.0
         self.hits = 0  # clusters run by a cached executable
         self.eager = 0  # clusters run op by op (small, not yet recurred, or at a megamorphic site)
+        self.eager_cluster_ops = 0  # the ops of those
+        self.eager_steps = 0  # steps run eagerly (no collection) because that has been faster (see ModeTimer)
         self.eager_ops = 0  # ops run outside clusters (data-dependent shapes, collectives, transfers)
         self.cuts = collections.Counter()  # (reason, site) -> count
         self.megamorphic = []  # sites that gave up compiling
@@ -92,7 +95,8 @@ def auto_jit_stats() -> dict:
 
     Returns:
         a dict: ``clusters``, ``ops`` (collected), ``compiled``, ``compile_time`` (s), ``cache_hits``,
-        ``eager_clusters`` (run op by op), ``eager_ops`` (ops kept out of clusters), ``cuts`` (a list of
+        ``eager_clusters`` (run op by op), ``eager_steps`` (training steps run eagerly, without collecting,
+        because their clusters kept running op by op and eager was faster), ``eager_ops`` (ops kept out of clusters), ``cuts`` (a list of
         ``(count, reason, "file:line (`source`)")``, most frequent first) and ``megamorphic`` (the lines that
         made too many different clusters and run eagerly).
 
@@ -103,7 +107,7 @@ def auto_jit_stats() -> dict:
     """
     s = _stats
     return {"clusters": s.clusters, "ops": s.ops, "compiled": s.compiled, "compile_time": s.compile_time,
-            "cache_hits": s.hits, "eager_clusters": s.eager, "eager_ops": s.eager_ops,
+            "cache_hits": s.hits, "eager_clusters": s.eager, "eager_steps": s.eager_steps, "eager_ops": s.eager_ops,
             "cuts": [(n, reason, describe_where(site)) for (reason, site), n in s.cuts.most_common()],
             "megamorphic": [describe_where(site) for site in s.megamorphic]}
 
@@ -369,10 +373,57 @@ class _Cluster:
     def _eager(ops, inputs, in_ids, out_ids):
         """Each op by its eager kernel, as eager execution would have run it."""
         _stats.eager += 1
+        _stats.eager_cluster_ops += len(ops)
         env, error = _Cluster._eager_until_error(ops, inputs, in_ids)
         if error is not None:
             raise error
         return [env[i] for i in out_ids]
+
+
+class ModeTimer:
+    """Chooses, step by step, how a step runs: as clusters or eagerly, whichever has taken less time from one step's
+    start to the next (the wait for its results and the program around it included). Clusters first while their
+    compilations settle (``warmup`` steps), then ``PROBE`` eager steps, then the faster mode, trying the other again
+    for ``PROBE`` steps every ``EVERY`` steps: such a step is never slower than eager for long. Used by a churning
+    ``xla_trace`` step (per call) and by auto-jit (per ``opt.step()``, once its clusters keep running op by op).
+
+    Example:
+        >>> t = ModeTimer(); t.next_mode()      # True: run as clusters
+        True
+    """
+
+    PROBE, EVERY = 5, 200
+    clock = staticmethod(time.perf_counter)
+
+    def __init__(self, warmup=24):
+        self.warmup = warmup
+        self.calls = 0
+        self.times = {True: [], False: []}  # mode (clusters?) -> seconds of its latest steps
+        self.last = None  # (mode, start) of the previous step
+        self.best = True
+
+    def next_mode(self):
+        """Whether the step starting now runs as clusters (True) or eagerly (False)."""
+        now = self.clock()
+        if self.last is not None:
+            mode, start = self.last
+            t = self.times[mode]
+            t.append(now - start)
+            del t[:-self.PROBE]
+        k, w, p = self.calls, self.warmup, self.PROBE
+        self.calls += 1
+        if k < w:
+            mode = True
+        elif k < w + p:
+            mode = False
+        else:
+            if (k - w) % self.EVERY == p and self.times[True] and self.times[False]:
+                # (a probe just ended: compare the latest steps of each mode)
+                # (each mode's first step after a switch carries the other's pending work: medians)
+                self.best = statistics.median(self.times[True]) <= statistics.median(self.times[False])
+            mode = self.best if (k - w) % self.EVERY >= p else not self.best
+        self.last = (mode, now)
+        return mode
 
 
 class _Failed:
@@ -392,6 +443,7 @@ class _Local(threading.local):
     def __init__(self):
         self.cluster = _Cluster()
         self.forced = 0  # > 0 inside ``clustered()``: this thread collects while auto-jit is off
+        self.paused = False  # this step runs eagerly (``ModeTimer`` found eager faster for it)
 
 
 @contextlib.contextmanager
@@ -443,8 +495,9 @@ def _collect(op, inputs):
     # NOTE: the hot path of auto-jit, once per op (~2 us): one thread-local read, dict lookups, no Python calls but
     # the Lazy and Tensor constructors.
     loc = _local
-    if not (_ON[0] or loc.forced) or (_dispatch._active and _dispatch._tls.s.interpreters[-1] is not None):
-        return _arrays(inputs)  # (an interpreter on top -- an exclude_from_trace block -- or auto-jit off)
+    if not (_ON[0] or loc.forced) or (loc.paused and not loc.forced) \
+            or (_dispatch._active and _dispatch._tls.s.interpreters[-1] is not None):
+        return _arrays(inputs)  # (an interpreter on top -- an exclude_from_trace block --, auto-jit off or paused)
     cl = loc.cluster
     with cl.lock:
         if cl.deferred:
@@ -504,10 +557,45 @@ def flush(reason="trace starts"):
 def step_boundary(reason="opt.step"):
     """The natural end of a training step (``Optimizer.step``): the pending cluster is cut at the next op or read,
     so what the program drops right after (``opt.clear_grad()``) is not a result of the cluster."""
-    if _ON[0] or _local.forced:
-        cl = _local.cluster
+    loc = _local
+    if _ON[0] or loc.forced:
+        cl = loc.cluster
+        site = user_where()
         if cl.ops and cl.cut is None:
-            cl.cut = (reason, user_where())
+            cl.cut = (reason, site)
+        if _ON[0] and not loc.forced:
+            _choose_mode(loc, site)
+
+
+# Steps whose clusters keep running op by op (shapes that follow a count read on the host: a detector's losses)
+# pay collection on top of eager execution. Once a step site has had TROUBLED_STEPS such steps, a ModeTimer times
+# its steps as clusters and eagerly (no collection) and runs the faster.
+# (Counted after WARMUP_STEPS: the first steps of any program run their clusters op by op until they recur.)
+TROUBLED_STEPS = 8
+WARMUP_STEPS = 24
+_steps: dict = {}  # step site -> [ops collected, of them run op by op (at the last step end), troubled steps, timer,
+#                                  steps]
+
+
+def _choose_mode(loc, site):
+    st = _steps.get(site)
+    s = _stats
+    if st is None:
+        st = _steps[site] = [0, 0, 0, None, 0]
+    timer = st[3]
+    if timer is None:
+        # (the ops of this step: those run, and those pending until the step's cut)
+        ops, fallback = s.ops + len(loc.cluster.ops), s.eager_cluster_ops
+        st[4] += 1
+        if st[4] > WARMUP_STEPS and 4 * (fallback - st[1]) >= ops - st[0] > 0:
+            st[2] += 1  # a quarter or more of this step's ops ran op by op
+        st[0], st[1] = ops, fallback
+        if st[2] < TROUBLED_STEPS:
+            return
+        timer = st[3] = ModeTimer(warmup=ModeTimer.PROBE)  # (5 steps timed as clusters first)
+    loc.paused = not timer.next_mode()
+    if loc.paused:
+        s.eager_steps += 1
 
 
 def enable(on=True):

@@ -196,47 +196,6 @@ def _shared(arrays, donate):
 
 
 
-class _ChurnTimer:
-    """Chooses, call by call, how a churning ``xla_trace`` step runs: as auto-jit clusters or eagerly, whichever has
-    taken less time from one call's start to the next (the wait for its results and the program around it
-    included). Clusters first (their compilations settle over ``WARMUP`` calls), then ``PROBE`` eager calls, then the
-    faster mode, trying the other one again for ``PROBE`` calls every ``EVERY`` calls: such a step is never slower
-    than eager for long.
-
-    Example:
-        >>> c = _ChurnTimer(); c.next_mode()      # True: run as clusters
-        True
-    """
-
-    WARMUP, PROBE, EVERY = 24, 5, 200
-
-    def __init__(self):
-        self.calls = 0
-        self.times = {True: [], False: []}  # mode (clustered?) -> seconds of its latest calls
-        self.last = None  # (mode, start) of the previous call
-        self.best = True
-
-    def next_mode(self):
-        now = time.perf_counter()
-        if self.last is not None:
-            mode, start = self.last
-            t = self.times[mode]
-            t.append(now - start)
-            del t[:-self.PROBE]
-        k, w, p = self.calls, self.WARMUP, self.PROBE
-        self.calls += 1
-        if k < w:
-            mode = True
-        elif k < w + p:
-            mode = False
-        else:
-            if k == w + p or (k - w) % self.EVERY == p:  # (a probe just ended: compare the latest calls of each)
-                # (each mode's first call after a switch carries the other's pending work: medians)
-                self.best = float(np.median(self.times[True])) <= float(np.median(self.times[False]))
-            mode = self.best if (k - w) % self.EVERY >= p else not self.best
-        self.last = (mode, now)
-        return mode
-
 class trace:
     """Trace a function once and run it as compiled XLA executables afterwards.
 
@@ -478,7 +437,7 @@ class trace:
             # each before and after its reads, instead of a stale executable run plus an eager recording -- or
             # eagerly, where that has been faster (clusters whose shapes follow the reads may keep missing too)
             if self._churn is None:
-                self._churn = _ChurnTimer()
+                self._churn = _autojit.ModeTimer()
             if self._churn.next_mode():
                 self.num_clustered_calls += 1
                 with _autojit.clustered():
