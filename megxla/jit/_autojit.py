@@ -610,6 +610,7 @@ def enable(on=True):
     on = bool(on)
     if not on and _ON[0]:
         flush("auto-jit switched off")
+    _local.paused = False  # (a step's eager mode ends with the setting that chose it)
     _ON[0] = on
     _lazy.WANTED[0] = on
     if on:
