@@ -451,3 +451,24 @@ def test_steps_whose_clusters_keep_running_op_by_op_run_eagerly_when_that_is_fas
     np.testing.assert_allclose(got, want, rtol=1e-5)
     for p, q in zip(params, want_params):
         np.testing.assert_allclose(p, q, rtol=1e-5, atol=1e-6)
+
+
+def test_gradient_ops_are_typed_without_tracing_them(auto_jit, monkeypatch):
+    # a gradient op's outputs have its differentiated inputs' types: collecting it does not trace (linearize) the
+    # forward a second time. Checked here against the trace on a step with convolutions, batch norm, weak-typed
+    # Python scalars, integer labels and a reduction
+    monkeypatch.setattr(auto_jit, "_CHECK_VJP", True)
+    auto_jit._SHAPES.clear()
+    mge.random.seed(0)
+    net = M.Sequential(M.Conv2d(2, 4, 3, padding=1), M.BatchNorm2d(4), M.ReLU(), M.AvgPool2d(2))
+    head = M.Linear(16, 3)
+    params = list(net.parameters()) + list(head.parameters())
+    gm = GradManager().attach(params)
+    x = mge.Tensor(np.random.RandomState(0).standard_normal((2, 2, 4, 4)).astype("float32"))
+    with gm:
+        h = F.flatten(net(x), 1) * 0.5 + 1
+        loss = F.nn.cross_entropy(head(h), mge.Tensor([0, 2], dtype="int32")) + (h ** 2).mean() / 3
+        gm.backward(loss)
+    grads = [p.grad.numpy() for p in params]
+    assert all(np.isfinite(g).all() for g in grads)
+    assert any(dict(op.params).get("op") is not None for op, _ in auto_jit._SHAPES), "no gradient op collected"

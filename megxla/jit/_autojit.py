@@ -46,7 +46,7 @@ import jax
 from ..core import _dispatch, _lazy, _spmd
 from ..core._lazy import Lazy
 from ..core._tensor import Tensor as _Tensor
-from ..core._op import check_output_size
+from ..core._op import VJP as _VJP, check_output_size
 from ..core._spmd import MeshRequired
 from . import _interrupt
 from ._recording import _TRACER_ERRORS, describe_where, make_replay, user_where
@@ -63,6 +63,7 @@ KEY_LIMIT = 16  # new keys a site may make without recurring before it runs eage
 MAX_COMPILES = 64  # executables one site may compile (TF marks a cluster megamorphic past 10 rarely reused ones)
 CACHE_SIZE = 128  # executables kept (least recently used dropped)
 DONATE = True  # donate inputs only the cluster holds (off: a debugging switch)
+_CHECK_VJP = False  # (tests) check the untraced output types of gradient ops against their trace
 
 _ON = [False]
 _getrefcount = sys.getrefcount
@@ -133,6 +134,22 @@ def _infer(op, key, inputs):
     the op cannot be part of a cluster. Bad input raises here, at the user's line, with eager's error."""
     res = None
     params = dict(op.params)
+    fwd = params.get("op") if op.prim is _VJP else None
+    if fwd is not None and fwd.prim.grad is None:
+        # The gradient of an op JAX differentiates: one cotangent per input in ``wrt``, of that input's type
+        # (GradManager asks only for float inputs). Not traced here: tracing it means linearizing the forward, which
+        # the cluster's compilation does anyway (the forward and its gradient are paired there) -- twice the cost
+        # on the way to a first step.
+        res = tuple(key[1][i] for i in params["wrt"])
+        if _CHECK_VJP:
+            structs = [jax.ShapeDtypeStruct(s, d, weak_type=w) for s, d, w in key[1]]
+            out = op.kernel.eval_shape(*structs)
+            want = tuple((tuple(o.shape), o.dtype, bool(getattr(o, "weak_type", False))) for o in out)
+            assert want == res, (op, want, res)
+        if len(_SHAPES) > 65536:
+            _SHAPES.clear()
+        _SHAPES[key] = res
+        return res
     # Transfers stay out, and so do compiled graphs (``trace``/``partial_trace`` steps and their gradients: they
     # run as themselves, already compiled; held here, they would also outlive their owner's cache)
     if not op.transient and not (op.prim.eager_kernel is not None and params.get("device") is not None):
