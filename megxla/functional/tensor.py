@@ -136,7 +136,7 @@ def _infer_shape(size, shape, op="reshape"):
         raise OpError(f"{op}: at most one -1 in target shape {tuple(shape)}")
     if any(s < -1 for s in shape):
         raise OpError(f"{op}: negative size in target shape {tuple(shape)}")
-    known = int(np.prod([s for s in shape if s != -1], dtype=np.int64))
+    known = _math.prod(s for s in shape if s != -1)
     if -1 in shape:
         if known == 0 or size % known:
             raise OpError(f"{op}: cannot reshape {size} elements into {tuple(shape)}")
@@ -181,7 +181,7 @@ def reshape(inp, target_shape):
         (3, 4)
     """
     inp = _t(inp)
-    shape = _infer_shape(int(np.prod(inp.shape, dtype=np.int64)), target_shape)  # Tensor.size of 0-d is 1.0
+    shape = _infer_shape(_math.prod(inp.shape), target_shape)  # Tensor.size of 0-d is 1.0
     # NOTE: always a new tensor, never ``inp`` itself, even for an unchanged shape: an in-place update of the
     # result (``y += 1``, ``y[0] = 5``) must not rebind the input (MegEngine has no views).
     return keep_qparams(_apply(_S.reshape.bind(shape=shape), inp), inp)

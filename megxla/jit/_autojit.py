@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import math
 import statistics
 import sys
 import threading
@@ -67,6 +68,7 @@ _CHECK_VJP = False  # (tests) check the untraced output types of gradient ops ag
 
 _ON = [False]
 _getrefcount = sys.getrefcount
+_prod = math.prod
 _MISSING = object()
 _new = object.__new__
 _ref = weakref.ref
@@ -231,8 +233,10 @@ class _Cluster:
 
     def add_input(self, data, vid):
         i = len(self.avals)
-        self.in_bytes += data.size * data.dtype.itemsize
-        self.avals.append((tuple(data.shape), data.dtype, bool(getattr(data, "weak_type", False))))
+        shape, dtype = data.shape, data.dtype
+        self.in_bytes += _prod(shape) * dtype.itemsize
+        self.avals.append((shape if type(shape) is tuple else tuple(shape), dtype,
+                           bool(getattr(data, "weak_type", False))))
         self.inputs.append(data)
         self.in_ids.append(i)
         self.vmap[vid] = i
