@@ -5,6 +5,7 @@ For every workload of ``benchmarks/models.py`` (MLP, ConvNet b8/b64, ResNet-18, 
 step (forward + loss + backward + optimizer update, float32, random data) in these columns:
 
     eager          megxla eager (GradManager + optimizer, no jit)
+    auto_jit       the same eager step with ``megxla.config.auto_jit = True`` (clusters, no decorator)
     trace          megxla ``trace(symbolic=True, without_host=True)`` of the whole step
     trace_host     (opt-in) megxla ``trace(symbolic=True)`` with MegEngine's default ``without_host=False`` (the Python body
                    runs every call, checked against the recording, values from the compiled executable)
@@ -51,10 +52,10 @@ import traceback
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 
-ALL_COLUMNS = ["eager", "trace", "trace_host", "xla_trace", "partial_trace", "jax_jit", "torch", "torch_compile"]
-MEGXLA_COLUMNS = ["eager", "trace", "trace_host", "xla_trace", "partial_trace"]
+ALL_COLUMNS = ["eager", "auto_jit", "trace", "trace_host", "xla_trace", "partial_trace", "jax_jit", "torch", "torch_compile"]
+MEGXLA_COLUMNS = ["eager", "auto_jit", "trace", "trace_host", "xla_trace", "partial_trace"]
 COLUMN_TITLES = {
-    "eager": "megxla eager", "trace": "megxla trace", "trace_host": "megxla trace (host)",
+    "eager": "megxla eager", "auto_jit": "megxla auto-jit", "trace": "megxla trace", "trace_host": "megxla trace (host)",
     "xla_trace": "megxla xla_trace", "partial_trace": "megxla partial_trace", "jax_jit": "jax.jit (limit)",
     "torch": "PyTorch eager", "torch_compile": "torch.compile",
 }
@@ -247,6 +248,14 @@ def make_megxla(wl, column):
     elif column == "partial_trace":
         traced = partial_trace(type(model).forward, backend="xla")
         model.forward = functools.partial(traced, model)
+    elif column == "auto_jit":
+        def fn(data, label, model, opt):
+            # (on for this step only: the interleaved columns run eagerly; switching it off runs the cluster)
+            mge.config.auto_jit = True
+            try:
+                return train_step(data, label, model, opt)
+            finally:
+                mge.config.auto_jit = False
     elif column != "eager":
         raise ValueError(column)
 
