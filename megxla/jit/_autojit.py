@@ -99,9 +99,9 @@ def auto_jit_stats() -> dict:
     Returns:
         a dict: ``clusters``, ``ops`` (collected), ``compiled``, ``compile_time`` (s), ``cache_hits``,
         ``eager_clusters`` (run op by op), ``eager_steps`` (training steps run eagerly, without collecting,
-        because their clusters kept running op by op and eager was faster), ``eager_ops`` (ops kept out of clusters), ``cuts`` (a list of
-        ``(count, reason, "file:line (`source`)")``, most frequent first) and ``megamorphic`` (the lines that
-        made too many different clusters and run eagerly).
+        because their clusters kept running op by op and eager was faster), ``eager_ops`` (ops kept out of
+        clusters), ``cuts`` (a list of ``(count, reason, "file:line (`source`)")``, most frequent first) and
+        ``megamorphic`` (the lines that made too many different clusters and run eagerly).
 
     Example:
         >>> from megxla.jit import auto_jit_stats
@@ -110,7 +110,8 @@ def auto_jit_stats() -> dict:
     """
     s = _stats
     return {"clusters": s.clusters, "ops": s.ops, "compiled": s.compiled, "compile_time": s.compile_time,
-            "cache_hits": s.hits, "eager_clusters": s.eager, "eager_steps": s.eager_steps, "eager_ops": s.eager_ops,
+            "cache_hits": s.hits, "eager_clusters": s.eager, "eager_steps": s.eager_steps,
+            "eager_ops": s.eager_ops,
             "cuts": [(n, reason, describe_where(site)) for (reason, site), n in s.cuts.most_common()],
             "megamorphic": [describe_where(site) for site in s.megamorphic]}
 

@@ -195,7 +195,6 @@ def _shared(arrays, donate):
     return False
 
 
-
 class trace:
     """Trace a function once and run it as compiled XLA executables afterwards.
 
@@ -269,7 +268,7 @@ class trace:
         self._churning = False  # most calls recorded again: the body runs as auto-jit clusters (xla_trace)
         self.num_clustered_calls = 0
         self.num_eager_calls = 0  # (churning) calls run eagerly because that has been faster than clusters
-        self._churn = None  # (churning) _ChurnTimer: which of clusters / eager runs this step faster
+        self._churn = None  # (churning) _autojit.ModeTimer: which of clusters / eager runs this step faster
         self.num_calls = 0
         self.num_undonated = 0  # compiled calls that kept their inputs because a buffer was shared
         self._num_state_created = 0  # recordings that bound new Tensors to state (not reusable; _state_created)
