@@ -3,6 +3,7 @@ auto-jit (``megxla.config.auto_jit = True``, no decorator) vs the same step unde
 
     python benchmarks/eager_loop.py                     # MLP b128, ConvNet b8/b64, Transformer, the host-read step
     python benchmarks/eager_loop.py --only mlp --steps 30
+    python benchmarks/eager_loop.py --cut-backward      # auto-jit cutting at gm.backward too (the GPU experiment)
 
 Columns are ms/step (median of the timed steps after ``--warmup`` steps, each step ending in ``loss.item()``) and
 the ratios. Every (workload, mode) runs in a fresh process, in interleaved rounds (the fastest reported), so no
@@ -241,8 +242,13 @@ def main():
     ap.add_argument("--steps", type=int, default=15, help="timed steps (after the warm-up ones)")
     ap.add_argument("--warmup", type=int, default=15)
     ap.add_argument("--rounds", type=int, default=2, help="fresh processes per cell (the fastest is reported)")
+    ap.add_argument("--cut-backward", action="store_true",
+                    help="auto-jit also cuts at the start of gm.backward (MEGXLA_AUTO_JIT_CUT_BACKWARD=1: the forward "
+                         "runs while the backward is collected; off by default, for GPUs)")
     ap.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.cut_backward:
+        os.environ["MEGXLA_AUTO_JIT_CUT_BACKWARD"] = "1"  # (the children inherit it)
     if args.child:
         name, mode, steps, warmup = args.child
         return _child(name, mode, int(steps), int(warmup))

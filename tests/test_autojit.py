@@ -472,3 +472,31 @@ def test_gradient_ops_are_typed_without_tracing_them(auto_jit, monkeypatch):
     grads = [p.grad.numpy() for p in params]
     assert all(np.isfinite(g).all() for g in grads)
     assert any(dict(op.params).get("op") is not None for op, _ in auto_jit._SHAPES), "no gradient op collected"
+
+
+def test_the_backward_cut_switch_keeps_eager_results(auto_jit, monkeypatch):
+    # CUT_AT_BACKWARD (off by default; the GPU experiment): the forward runs at gm.backward, the rest at the read
+    monkeypatch.setattr(auto_jit, "CUT_AT_BACKWARD", True)
+
+    def run():
+        mge.random.seed(0)
+        net = M.Sequential(M.Linear(4, 8), M.BatchNorm1d(8), M.ReLU(), M.Dropout(0.2), M.Linear(8, 3))
+        opt, gm = optim.Adam(net.parameters(), lr=0.01), GradManager().attach(net.parameters())
+        rng = np.random.RandomState(0)
+        losses = []
+        for _ in range(6):
+            x = mge.Tensor(rng.standard_normal((5, 4)).astype("float32"))
+            with gm:
+                loss = F.nn.cross_entropy(net(x), mge.Tensor(rng.randint(0, 3, 5).astype("int32")))
+                gm.backward(loss)
+            opt.step().clear_grad()
+            losses.append(loss.item())
+        return losses, [p.numpy() for p in net.parameters()]
+
+    got, params = run()
+    assert any(reason == "gm.backward" for _, reason, _ in auto_jit_stats()["cuts"]), auto_jit_stats()["cuts"]
+    mge.config.auto_jit = False
+    want, want_params = run()
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+    for p, q in zip(params, want_params):
+        np.testing.assert_allclose(p, q, rtol=1e-5, atol=1e-6)

@@ -8,7 +8,7 @@ import weakref
 import numpy as np
 import jax.numpy as jnp
 
-from ..core import _dispatch, _registry
+from ..core import _dispatch, _lazy, _registry
 from ..core._dispatch import apply, wrap
 from ..core._op import VJP
 from ..core._tensor import Tensor
@@ -276,6 +276,9 @@ class GradManager:
 
     def _backward(self, y, dy):
         from ..functional import ones_like
+        end = _lazy.STEP_END[0]
+        if end is not None:  # auto-jit: the start of the backward (a cut there is a switch: see _autojit)
+            end("gm.backward", now=True)
         ys = list(y) if isinstance(y, (list, tuple)) else [y]
         if dy is None:
             dys = [ones_like(t) for t in ys]

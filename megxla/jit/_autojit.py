@@ -35,6 +35,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import math
+import os
 import statistics
 import sys
 import threading
@@ -64,6 +65,10 @@ KEY_LIMIT = 16  # new keys a site may make without recurring before it runs eage
 MAX_COMPILES = 64  # executables one site may compile (TF marks a cluster megamorphic past 10 rarely reused ones)
 CACHE_SIZE = 128  # executables kept (least recently used dropped)
 DONATE = True  # donate inputs only the cluster holds (off: a debugging switch)
+# Cut at the start of ``gm.backward`` (the forward runs while the backward is collected): off, as measured on the
+# CPU (docs/design.md: XLA CPU runs the two pieces slower than the whole step); a switch for a GPU, where the host
+# can run ahead of the device: MEGXLA_AUTO_JIT_CUT_BACKWARD=1 (``benchmarks/eager_loop.py --cut-backward``)
+CUT_AT_BACKWARD = os.environ.get("MEGXLA_AUTO_JIT_CUT_BACKWARD") == "1"
 _CHECK_VJP = False  # (tests) check the untraced output types of gradient ops against their trace
 
 _ON = [False]
@@ -576,10 +581,15 @@ def flush(reason="trace starts"):
         cl.swap_deferred()
 
 
-def step_boundary(reason="opt.step"):
+def step_boundary(reason="opt.step", now=False):
     """The natural end of a training step (``Optimizer.step``): the pending cluster is cut at the next op or read,
-    so what the program drops right after (``opt.clear_grad()``) is not a result of the cluster."""
+    so what the program drops right after (``opt.clear_grad()``) is not a result of the cluster. ``now``: the start
+    of ``gm.backward``, a cut only with ``CUT_AT_BACKWARD``."""
     loc = _local
+    if now:
+        if CUT_AT_BACKWARD and ((_ON[0] and not loc.paused) or loc.forced) and loc.cluster.ops:
+            loc.cluster.flush(reason, user_where())
+        return
     if _ON[0] or loc.forced:
         cl = loc.cluster
         site = user_where()
