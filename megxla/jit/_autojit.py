@@ -143,24 +143,20 @@ def _infer(op, key, inputs):
     res = None
     params = dict(op.params)
     fwd = params.get("op") if op.prim is _VJP else None
-    if fwd is not None and fwd.prim.grad is None:
-        # The gradient of an op JAX differentiates: one cotangent per input in ``wrt``, of that input's type
-        # (GradManager asks only for float inputs). Not traced here: tracing it means linearizing the forward, which
-        # the cluster's compilation does anyway (the forward and its gradient are paired there) -- twice the cost
-        # on the way to a first step.
+    if fwd is not None and fwd.prim.grad is None and _SHAPES.get((fwd, key[1][:params["nin"]])) is not None:
+        # The gradient of an op JAX differentiates, whose forward was collected with these inputs (static shapes, no
+        # collective): one cotangent per input in ``wrt``, of that input's type (GradManager asks only for float
+        # inputs). Not traced here: tracing it means linearizing the forward, which the cluster's compilation does
+        # anyway (the forward and its gradient are paired there) -- twice the cost on the way to a first step.
         res = tuple(key[1][i] for i in params["wrt"])
         if _CHECK_VJP:
             structs = [jax.ShapeDtypeStruct(s, d, weak_type=w) for s, d, w in key[1]]
             out = op.kernel.eval_shape(*structs)
             want = tuple((tuple(o.shape), o.dtype, bool(getattr(o, "weak_type", False))) for o in out)
             assert want == res, (op, want, res)
-        if len(_SHAPES) > 65536:
-            _SHAPES.clear()
-        _SHAPES[key] = res
-        return res
     # Transfers stay out, and so do compiled graphs (``trace``/``partial_trace`` steps and their gradients: they
     # run as themselves, already compiled; held here, they would also outlive their owner's cache)
-    if not op.transient and not (op.prim.eager_kernel is not None and params.get("device") is not None):
+    elif not op.transient and not (op.prim.eager_kernel is not None and params.get("device") is not None):
         try:
             structs = [jax.ShapeDtypeStruct(s, d, weak_type=w) for s, d, w in key[1]]
             k = op.kernel
