@@ -50,7 +50,7 @@ from ..core._lazy import Lazy
 from ..core._tensor import Tensor as _Tensor
 from ..core._op import VJP as _VJP, check_output_size
 from ..core._spmd import MeshRequired
-from . import _interrupt
+from . import _interrupt, _persist
 from ._recording import _TRACER_ERRORS, describe_where, make_replay, user_where
 
 __all__ = ["enable", "enabled", "clustered", "auto_jit_stats", "reset_auto_jit_stats", "MIN_OPS", "MAX_OPS", "KEY_LIMIT", "MAX_COMPILES"]
@@ -156,7 +156,12 @@ def _infer(op, key, inputs):
             assert want == res, (op, want, res)
     # Transfers stay out, and so do compiled graphs (``trace``/``partial_trace`` steps and their gradients: they
     # run as themselves, already compiled; held here, they would also outlive their owner's cache)
-    elif not op.transient and not (op.prim.eager_kernel is not None and params.get("device") is not None):
+    elif op.transient or (op.prim.eager_kernel is not None and params.get("device") is not None):
+        pass
+    elif (known := _persist.known_shapes(op, key[1]))[0]:
+        res = known[1]  # (a process with this source traced it before: a warm start skips tracing the op)
+    else:
+        mesh = False
         try:
             structs = [jax.ShapeDtypeStruct(s, d, weak_type=w) for s, d, w in key[1]]
             k = op.kernel
@@ -164,13 +169,17 @@ def _infer(op, key, inputs):
             out = k.eval_shape(*structs) if hasattr(k, "eval_shape") and hasattr(k, "lower") else \
                 jax.eval_shape(op.fn, *structs)
             check_output_size(op, out)
-        except (_TRACER_ERRORS + (MeshRequired,)):
-            out = None  # its output shape depends on values, or a cross-process collective: run it eagerly
+        except _TRACER_ERRORS:
+            out = None  # its output shape depends on values: run it eagerly
+        except MeshRequired:
+            out, mesh = None, True  # a cross-process collective: run it eagerly
         except (TypeError, ValueError, IndexError) as exc:
             raise _dispatch.op_error(op, inputs, exc) from None
         if out is not None:
             flat = out if op.multiple_results else (out,)
             res = tuple((tuple(o.shape), o.dtype, bool(getattr(o, "weak_type", False))) for o in flat)
+        if not mesh:  # (whether a collective spans processes depends on the run, not on the op)
+            _persist.keep_shapes(op, key[1], res)
     if op.transient:
         return None  # (not cached: the key would keep the op alive)
     if len(_SHAPES) > 65536:
@@ -373,8 +382,13 @@ class _Cluster:
         structs = [jax.ShapeDtypeStruct(*avals[i][:2], weak_type=avals[i][2]) for i in in_ids]
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*donated.*")
-            entry.executable = _spmd.jit(replay, donate_argnums=donate, name="auto_jit_cluster").lower(
-                *structs).compile()
+            # (kept across processes where JAX's persistent cache is on: a warm start skips tracing and lowering)
+            entry.executable = _persist.compile_cached(
+                replay, structs, donate, "auto_jit_cluster",
+                _persist.fingerprint(ops, [avals[i] for i in in_ids], out_ids, donate))
+            if entry.executable is None:
+                entry.executable = _spmd.jit(replay, donate_argnums=donate, name="auto_jit_cluster").lower(
+                    *structs).compile()
         stats.compiled += 1
         stats.compile_time += time.perf_counter() - t0
         return entry.executable(*inputs)

@@ -1,0 +1,335 @@
+"""Lowered programs kept across processes: a warm start finds a cluster's program without tracing it again.
+
+JAX's persistent compilation cache is keyed by the *lowered* program, so a process that starts warm still traces
+and lowers every op of a cluster before it can look the executable up: ~1.1 s of the 2.4 s first eager step of the
+zoo's MobileNetV2 (330 ops and their gradients) under auto-jit, more than the cached executable takes to load. Here
+the lowered program itself is kept, serialized by ``jax.export`` (JAX's public, versioned format for lowered
+programs), under a key made of what defines it: the op sequence with every static parameter, the input types, the
+outputs, which inputs are donated -- and megxla's source, JAX's version and the backend, so that nothing else can
+change what the ops lower to. A warm start deserializes it (~10 ms), wraps it into the executable's signature
+(~0.15 s) and JAX's cache gives the executable (principle 6: executables live only there; this file keeps the step
+before it, as torch.compile's FX-graph cache does before Inductor's).
+
+Only where JAX's persistent cache is on (``megxla.config.compilation_cache``), only for programs whose every op has
+a key that means the same in another process (a parameter that is an object of the user's -- a function from a
+script, a closure -- has none: such clusters lower as before), and only in one-device programs (a cross-process
+collective makes the program SPMD: lowered as before). Anything that fails here -- an op ``jax.export`` cannot
+serialize, a file another version wrote -- falls back to lowering as before.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import struct
+import threading
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+__all__ = ["fingerprint", "compile_cached", "known_shapes", "keep_shapes", "stats"]
+
+MAX_FILES = 4096  # programs kept; the oldest tenth goes when there are more
+SUBDIR = "megxla-lowered"
+ENABLED = os.environ.get("MEGXLA_LOWERED_CACHE", "1").strip().lower() not in ("0", "false", "no", "off", "")
+
+stats = {"hits": 0, "stored": 0, "skipped": 0, "failed": 0, "shapes_known": 0}
+_lock = threading.Lock()
+_salt: list = []
+_op_texts: dict = {}  # op -> its key text, or None (none: a user's parameter)
+_shapes: list = []  # [dict key -> output avals (or None)] once read; [] before
+MAX_SHAPES_BYTES = 8 << 20  # the shape table starts again past this
+
+
+class _Unstable(Exception):
+    """A parameter whose value means nothing in another process."""
+
+
+def _stable(v, out):
+    """Append a text of ``v`` that is the same in every process with the same source (or raise _Unstable)."""
+    from ..core._op import Op
+    t = type(v)
+    if v is None or t in (bool, int, str):
+        out.append(repr(v))
+    elif t is float or t is complex:
+        out.append(repr(v))  # (exact: repr round-trips, and tells -0.0 from 0.0)
+    elif t is tuple:
+        out.append("(")
+        for x in v:
+            _stable(x, out)
+            out.append(",")
+        out.append(")")
+    elif t is Op:
+        if v.transient:
+            raise _Unstable(v.name)
+        _prim(v.prim)
+        out.append(v.name)
+        out.append("[")
+        for k, x in v.params:
+            out.append(k)
+            out.append("=")
+            _stable(x, out)
+            out.append(";")
+        out.append("]")
+    elif isinstance(v, np.dtype):
+        out.append("dtype:" + v.name + (repr(v.metadata) if v.metadata else ""))
+    elif isinstance(v, type) or callable(v):
+        out.append("fn:" + _function_name(v))
+    elif isinstance(v, (np.generic,)):
+        out.append(f"{v.dtype.str}:{v!r}")
+    elif isinstance(v, frozenset):
+        out.append("{" + ",".join(sorted(_text(x) for x in v)) + "}")
+    else:
+        raise _Unstable(f"{t.__module__}.{t.__qualname__}")
+
+
+def _text(v):
+    out = []
+    _stable(v, out)
+    return "".join(out)
+
+
+def _function_name(fn):
+    """``module.qualname`` of a function or class of megxla (or of NumPy / JAX) that is not a closure."""
+    mod = getattr(fn, "__module__", None) or ""
+    qual = getattr(fn, "__qualname__", None) or ""
+    if isinstance(fn, type) and mod in ("numpy", "builtins") or mod.startswith(("numpy.", "jax.", "jax._src")):
+        return f"{mod}.{qual}"
+    if not mod.startswith("megxla.") or "<" in qual or getattr(fn, "__closure__", None):
+        raise _Unstable(f"{mod}.{qual}")  # (a user's function: its meaning is not in megxla's source)
+    return f"{mod}.{qual}"
+
+
+def _prim(prim):
+    """A primitive is its (unique) name where megxla's source registered it (its implementation may be a closure a
+    factory of megxla made at import: that source is in the key); a user's primitive has no key."""
+    for fn in (prim.impl, prim.grad):
+        if fn is not None and not (getattr(fn, "__module__", None) or "").startswith("megxla."):
+            raise _Unstable(prim.name)
+
+
+def _source_salt():
+    """megxla's source, JAX's and jaxlib's versions, the backend and the configuration JAX lowers with."""
+    if not _salt:
+        h = hashlib.sha256()
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        for dirpath, dirnames, files in os.walk(root):
+            dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
+            for f in sorted(files):
+                if f.endswith(".py"):
+                    p = os.path.join(dirpath, f)
+                    h.update(os.path.relpath(p, root).encode())
+                    with open(p, "rb") as fh:
+                        h.update(fh.read())
+        import jaxlib
+        dev = jax.devices()[0]
+        h.update(repr((jax.__version__, jaxlib.__version__, dev.platform, getattr(dev, "device_kind", ""),
+                       jax.config.jax_enable_x64, str(jax.config.jax_default_matmul_precision),
+                       os.environ.get("XLA_FLAGS", ""))).encode())
+        _salt.append(h.hexdigest())
+    return _salt[0]
+
+
+def fingerprint(ops, in_avals, out_ids, donate):
+    """A hex key of a cluster -- ``ops`` ``[(op, input ids, output ids)]``, input ``(shape, dtype, weak_type)``,
+    the output ids, donated input positions -- the same in every process with this source, or None where an op's
+    parameters mean nothing elsewhere.
+
+    Example:
+        >>> from megxla.core.ops import elemwise  # noqa: F401  (registers "add")
+        >>> from megxla.core._op import PRIMITIVES
+        >>> add = PRIMITIVES["add"].bind()
+        >>> k = fingerprint([(add, (0, 1), (2,))], [((2,), np.dtype("float32"), False)] * 2, (2,), ())
+        >>> len(k), k == fingerprint([(add, (0, 1), (2,))], [((2,), np.dtype("float32"), False)] * 2, (2,), ())
+        (64, True)
+    """
+    out = [_source_salt(), "|"]
+    try:
+        for op, ins, outs in ops:
+            _stable(op, out)
+            out.append(repr((ins, outs)))
+    except _Unstable:
+        return None
+    out.append(repr([(tuple(s), np.dtype(d).name, bool(w)) for s, d, w in in_avals]))
+    out.append(repr((tuple(out_ids), tuple(donate))))
+    return hashlib.sha256("".join(out).encode()).hexdigest()
+
+
+def _op_text(op):
+    t = _op_texts.get(op, _MISSING)
+    if t is _MISSING:
+        try:
+            t = _text(op)
+        except _Unstable:
+            t = None
+        if len(_op_texts) > 65536:
+            _op_texts.clear()
+        _op_texts[op] = t
+    return t
+
+
+_MISSING = object()
+
+
+def _shape_key(op, in_avals):
+    t = _op_text(op)
+    if t is None:
+        return None
+    return hashlib.sha256((t + repr([(tuple(s), np.dtype(d).name, bool(w)) for s, d, w in in_avals])).encode()
+                          ).hexdigest()[:32]
+
+
+def _shapes_path():
+    directory = _directory()
+    return None if directory is None else os.path.join(directory, f"shapes-{_source_salt()[:16]}.jsonl")
+
+
+def _shape_table():
+    if not _shapes:
+        table = {}
+        path = _shapes_path()
+        if path is not None:
+            try:
+                with open(path, "rb") as fh:
+                    for line in fh:
+                        try:
+                            k, outs = json.loads(line)
+                        except ValueError:
+                            continue  # (a line another process was writing when this one read)
+                        table[k] = None if outs is None else tuple(
+                            (tuple(shape), jnp.dtype(dt), bool(w)) for shape, dt, w in outs)
+            except OSError:
+                pass
+        _shapes.append(table)
+    return _shapes[0]
+
+
+def known_shapes(op, in_avals):
+    """``(True, output avals or None)`` where a process with this source inferred ``op``'s outputs for inputs
+    ``in_avals`` ``[(shape, dtype, weak_type)]`` before (None: not collectable, its output shape depends on values),
+    else ``(False, None)``: auto-jit skips tracing the op to learn its output types on a warm start."""
+    if _directory() is None:
+        return False, None
+    key = _shape_key(op, in_avals)
+    if key is None:
+        return False, None
+    table = _shape_table()
+    if key in table:
+        stats["shapes_known"] += 1
+        return True, table[key]
+    return False, None
+
+
+def keep_shapes(op, in_avals, outs):
+    """Keep the inferred output avals ``outs`` (or None) of ``op`` on ``in_avals`` for later processes."""
+    path = _shapes_path()
+    if path is None:
+        return
+    key = _shape_key(op, in_avals)
+    if key is None:
+        return
+    table = _shape_table()
+    if key in table:
+        return
+    table[key] = outs
+    line = json.dumps([key, None if outs is None else [[list(s), np.dtype(d).name, w] for s, d, w in outs]]) + "\n"
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        if os.path.exists(path) and os.path.getsize(path) > MAX_SHAPES_BYTES:
+            os.remove(path)
+        # one write of one line in append mode: lines of concurrent processes do not interleave
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, line.encode())
+        finally:
+            os.close(fd)
+    except OSError:
+        pass
+
+
+def _directory():
+    if not ENABLED:
+        return None
+    base = jax.config.jax_compilation_cache_dir
+    if not base or "://" in str(base):
+        return None
+    return os.path.join(base, SUBDIR)
+
+
+def _wrap(exported, weak_out, donate, name):
+    """``jax.jit`` of the exported program with the signature the cluster's executable has: donation, and the
+    weak types of its outputs (which ``jax.export``'s format does not keep: an output's weak type decides how a
+    later op promotes it, so eager's dtypes depend on it)."""
+    from jax._src.lax.lax import _convert_element_type
+
+    def run(*arrays):
+        outs = exported.call(*arrays)
+        return tuple(_convert_element_type(o, o.dtype, weak_type=True) if w else o for o, w in zip(outs, weak_out))
+
+    run.__name__ = run.__qualname__ = name
+    return jax.jit(run, donate_argnums=donate)
+
+
+def _read(path):
+    from jax import export
+    with open(path, "rb") as fh:
+        blob = fh.read()
+    (n,) = struct.unpack("<I", blob[:4])
+    head = json.loads(blob[4:4 + n])
+    return head, export.deserialize(bytearray(blob[4 + n:]))
+
+
+def _write(directory, path, head, blob):
+    os.makedirs(directory, exist_ok=True)
+    h = json.dumps(head).encode()
+    tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
+    with open(tmp, "wb") as fh:
+        fh.write(struct.pack("<I", len(h)) + h + bytes(blob))
+    os.replace(tmp, path)  # (atomic: a concurrent reader sees the old file or the whole new one)
+    names = [n for n in os.listdir(directory) if n.endswith(".exported")]
+    if len(names) > MAX_FILES:
+        names.sort(key=lambda n: os.path.getmtime(os.path.join(directory, n)))
+        for n in names[:len(names) // 10 + 1]:
+            try:
+                os.remove(os.path.join(directory, n))
+            except OSError:
+                pass
+
+
+def compile_cached(replay, structs, donate, name, key):
+    """The compiled executable of ``replay`` on ``structs`` (``jax.ShapeDtypeStruct``, donated positions ``donate``)
+    through the kept lowered program of ``key`` (:func:`fingerprint`), stored first if there is none; None where
+    this does not apply (no persistent cache, no key, an op ``jax.export`` refuses, a program needing SPMD): the
+    caller lowers as before."""
+    directory = _directory()
+    if directory is None or key is None:
+        stats["skipped"] += 1
+        return None
+    path = os.path.join(directory, key + ".exported")
+    try:
+        if os.path.exists(path):
+            try:
+                head, exported = _read(path)
+                if head.get("format") == 1:
+                    compiled = _wrap(exported, head["weak_out"], donate, name).lower(*structs).compile()
+                    stats["hits"] += 1
+                    os.utime(path)  # (recently used: kept when the directory is trimmed)
+                    return compiled
+            except Exception:  # another version's file, a partial one: lowered again, and replaced
+                pass
+        from jax import export
+        exp = export.export(jax.jit(replay))(*structs)
+        weak_out = [bool(getattr(a, "weak_type", False)) for a in exp.out_avals]
+        blob = exp.serialize()
+        # The executable is compiled from the deserialized program, as a warm start will: the same lowered text,
+        # so the warm start finds this executable in JAX's cache.
+        exported = export.deserialize(blob)
+        compiled = _wrap(exported, weak_out, donate, name).lower(*structs).compile()
+        with _lock:
+            _write(directory, path, {"format": 1, "weak_out": weak_out}, blob)
+        stats["stored"] += 1
+        return compiled
+    except Exception:
+        stats["failed"] += 1
+        return None

@@ -1,0 +1,158 @@
+"""Lowered programs and inferred op types kept across processes (``jit/_persist.py``): a warm start of an auto-jit
+program neither traces its ops for their types nor lowers its clusters, and computes what a cold start computes."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from megxla.core._op import Primitive
+from megxla.jit import _persist
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+_PROGRAM = textwrap.dedent("""
+    import json, sys
+    import numpy as np
+    import megxla as mge, megxla.functional as F, megxla.module as M, megxla.optimizer as optim
+    from megxla.autodiff import GradManager
+    from megxla.jit import _persist
+
+    class Net(M.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = M.Sequential(M.Conv2d(1, 4, 3, padding=1, bias=False), M.BatchNorm2d(4), M.ReLU(),
+                                     M.Dropout(0.3))
+            self.fc = M.Linear(4 * 8 * 8, 10)
+
+        def forward(self, x):
+            return self.fc(F.flatten(self.body(x), 1))
+
+    def train(auto):
+        mge.config.auto_jit = auto
+        mge.random.seed(0)
+        net = Net()
+        opt = optim.SGD(net.parameters(), lr=0.05, momentum=0.9)
+        gm = GradManager().attach(net.parameters())
+        rng = np.random.RandomState(1)
+        losses = []
+        for _ in range(4):
+            x = mge.Tensor(rng.standard_normal((4, 1, 8, 8)).astype("float32"))
+            y = mge.Tensor(rng.randint(0, 10, 4).astype("int32"))
+            with gm:
+                loss = F.nn.cross_entropy(net(x), y)
+                gm.backward(loss)
+            opt.step().clear_grad()
+            # (the dtype a value of a cluster promotes to, as eager gives it)
+            half = (loss * 0.5 + mge.Tensor(np.zeros((), "float16"))).dtype
+            losses.append(float(loss.item()))
+        return losses, str(half), [p.numpy().tolist() for p in net.parameters()]
+
+    auto = train(True)
+    mge.config.auto_jit = False
+    eager = train(False)
+    print("RESULT " + json.dumps({"auto": auto, "eager": eager, "stats": _persist.stats}))
+""")
+
+
+def _run(cache_dir, extra_env=None):
+    env = dict(os.environ, MEGXLA_COMPILATION_CACHE="1", MEGXLA_COMPILATION_CACHE_DIR=cache_dir,
+               PYTHONPATH=ROOT, MEGXLA_AUTO_JIT="0", **(extra_env or {}))
+    out = subprocess.run([sys.executable, "-c", _PROGRAM], env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    line = [l for l in out.stdout.splitlines() if l.startswith("RESULT ")][-1]
+    return json.loads(line[len("RESULT "):])
+
+
+def test_warm_start_uses_kept_programs_and_computes_the_same(tmp_path):
+    cold = _run(str(tmp_path))
+    warm = _run(str(tmp_path))
+    assert cold["stats"]["stored"] >= 1 and cold["stats"]["hits"] == 0
+    assert warm["stats"]["hits"] >= 1 and warm["stats"]["stored"] == 0 and warm["stats"]["failed"] == 0
+    assert warm["stats"]["shapes_known"] > 0  # the ops were not traced for their types
+    # same numbers as the cold start (the same executable) and as eager, and the same dtypes
+    assert warm["auto"] == cold["auto"]
+    np.testing.assert_allclose(warm["auto"][0], warm["eager"][0], rtol=1e-5)
+    assert warm["auto"][1] == warm["eager"][1]
+    for a, e in zip(warm["auto"][2], warm["eager"][2]):
+        np.testing.assert_allclose(a, e, rtol=1e-4, atol=1e-6)
+    # switched off: nothing kept, nothing read
+    off = _run(str(tmp_path / "off"), {"MEGXLA_LOWERED_CACHE": "0"})
+    assert off["stats"]["hits"] == off["stats"]["stored"] == 0
+    assert not os.path.exists(tmp_path / "off" / _persist.SUBDIR)
+
+
+@pytest.fixture
+def cache_dir(tmp_path):
+    saved = jax.config.jax_compilation_cache_dir
+    jax.config.update("jax_compilation_cache_dir", str(tmp_path))
+    try:
+        yield tmp_path
+    finally:
+        jax.config.update("jax_compilation_cache_dir", saved)
+
+
+def test_weak_types_of_outputs_survive_the_stored_program(cache_dir):
+    structs = [jax.ShapeDtypeStruct((), jnp.float32, weak_type=True), jax.ShapeDtypeStruct((3,), jnp.float32)]
+
+    def replay(a, b):
+        return a * 2, b + 1
+
+    key = "0" * 64
+    first = _persist.compile_cached(replay, structs, (1,), "t", key)
+    assert os.path.exists(os.path.join(str(cache_dir), _persist.SUBDIR, key + ".exported"))
+    hits = _persist.stats["hits"]
+    second = _persist.compile_cached(replay, structs, (1,), "t", key)  # read back from the file
+    assert _persist.stats["hits"] == hits + 1
+    for exe in (first, second):
+        a, b = exe(jnp.asarray(3.0), jnp.ones(3))
+        assert a.weak_type and not b.weak_type
+        assert float(a) == 6.0 and b.tolist() == [2.0, 2.0, 2.0]
+
+
+def test_a_damaged_file_is_lowered_again_and_replaced(cache_dir):
+    structs = [jax.ShapeDtypeStruct((2,), jnp.float32)]
+    key = "1" * 64
+    path = os.path.join(str(cache_dir), _persist.SUBDIR, key + ".exported")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as fh:
+        fh.write(b"\x05\x00\x00\x00{bad}garbage")
+    exe = _persist.compile_cached(lambda x: (x - 1,), structs, (), "t", key)
+    assert exe(jnp.ones(2))[0].tolist() == [0.0, 0.0]
+    head, _ = _persist._read(path)  # a valid program now
+    assert head["format"] == 1
+
+
+def _user_impl(x):
+    return x * 3
+
+
+def test_programs_with_a_users_primitive_or_function_parameter_have_no_key():
+    from megxla.core._op import PRIMITIVES
+    add = PRIMITIVES["add"].bind()
+    f32 = [((2,), np.dtype("float32"), False)] * 2
+    assert _persist.fingerprint([(add, (0, 1), (2,))], f32, (2,), ()) is not None
+    # a different op order, input type, output set or donation is a different key
+    k = _persist.fingerprint([(add, (0, 1), (2,))], f32, (2,), ())
+    assert k != _persist.fingerprint([(add, (1, 0), (2,))], f32, (2,), ())
+    assert k != _persist.fingerprint([(add, (0, 1), (2,))], [((2,), np.dtype("float16"), False)] * 2, (2,), ())
+    assert k != _persist.fingerprint([(add, (0, 1), (2,))], [((2,), np.dtype("float32"), True)] * 2, (2,), ())
+    assert k != _persist.fingerprint([(add, (0, 1), (2,))], f32, (2,), (0,))
+    mine = PRIMITIVES.get("test_lowered_cache_triple") or Primitive("test_lowered_cache_triple", _user_impl)
+    assert _persist.fingerprint([(mine.bind(), (0,), (1,))], f32[:1], (1,), ()) is None
+    # an op parameter that is a user's function (or a closure) means nothing in another process
+    k2 = lambda x: x  # noqa: E731
+    assert _persist._op_text(PRIMITIVES["add"].bind()) is not None
+    with pytest.raises(_persist._Unstable):
+        _persist._text(k2)
+    with pytest.raises(_persist._Unstable):
+        _persist._text(_user_impl)
+    # -0.0 and 0.0 are different parameters
+    assert _persist._text(-0.0) != _persist._text(0.0)
