@@ -138,15 +138,19 @@ def test_programs_with_a_users_primitive_or_function_parameter_have_no_key():
     from megxla.core._op import PRIMITIVES
     add = PRIMITIVES["add"].bind()
     f32 = [((2,), np.dtype("float32"), False)] * 2
-    assert _persist.fingerprint([(add, (0, 1), (2,))], f32, (2,), ()) is not None
-    # a different op order, input type, output set or donation is a different key
-    k = _persist.fingerprint([(add, (0, 1), (2,))], f32, (2,), ())
-    assert k != _persist.fingerprint([(add, (1, 0), (2,))], f32, (2,), ())
-    assert k != _persist.fingerprint([(add, (0, 1), (2,))], [((2,), np.dtype("float16"), False)] * 2, (2,), ())
-    assert k != _persist.fingerprint([(add, (0, 1), (2,))], [((2,), np.dtype("float32"), True)] * 2, (2,), ())
-    assert k != _persist.fingerprint([(add, (0, 1), (2,))], f32, (2,), (0,))
+    k = _persist.fingerprint([(add, (0, 1), (2,))], [0, 1], f32, (2,), ())
+    assert k is not None
+    # the same program under other value ids is the same key
+    assert k == _persist.fingerprint([(add, (5, 3), (9,))], [5, 3], f32, (9,), ())
+    # a different op order, input type, output set, donation or replay is a different key
+    assert k != _persist.fingerprint([(add, (1, 0), (2,))], [0, 1], f32, (2,), ())
+    assert k != _persist.fingerprint([(add, (0, 1), (2,))], [0, 1], [((2,), np.dtype("float16"), False)] * 2, (2,), ())
+    assert k != _persist.fingerprint([(add, (0, 1), (2,))], [0, 1], [((2,), np.dtype("float32"), True)] * 2, (2,), ())
+    assert k != _persist.fingerprint([(add, (0, 1), (2,))], [0, 1], f32, (2,), (0,))
+    assert k != _persist.fingerprint([(add, (0, 1), (2,))], [0, 1], f32, (2, 0), ())
+    assert k != _persist.fingerprint([(add, (0, 1), (2,))], [0, 1], f32, (2,), (), "other replay")
     mine = PRIMITIVES.get("test_lowered_cache_triple") or Primitive("test_lowered_cache_triple", _user_impl)
-    assert _persist.fingerprint([(mine.bind(), (0,), (1,))], f32[:1], (1,), ()) is None
+    assert _persist.fingerprint([(mine.bind(), (0,), (1,))], [0], f32[:1], (1,), ()) is None
     # an op parameter that is a user's function (or a closure) means nothing in another process
     k2 = lambda x: x  # noqa: E731
     assert _persist._op_text(PRIMITIVES["add"].bind()) is not None

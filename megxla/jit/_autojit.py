@@ -385,7 +385,7 @@ class _Cluster:
             # (kept across processes where JAX's persistent cache is on: a warm start skips tracing and lowering)
             entry.executable = _persist.compile_cached(
                 replay, structs, donate, "auto_jit_cluster",
-                _persist.fingerprint(ops, [avals[i] for i in in_ids], out_ids, donate))
+                _persist.fingerprint(ops, in_ids, [avals[i] for i in in_ids], out_ids, donate, "auto_jit"))
             if entry.executable is None:
                 entry.executable = _spmd.jit(replay, donate_argnums=donate, name="auto_jit_cluster").lower(
                     *structs).compile()

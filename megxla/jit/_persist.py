@@ -131,28 +131,34 @@ def _source_salt():
     return _salt[0]
 
 
-def fingerprint(ops, in_avals, out_ids, donate):
-    """A hex key of a cluster -- ``ops`` ``[(op, input ids, output ids)]``, input ``(shape, dtype, weak_type)``,
-    the output ids, donated input positions -- the same in every process with this source, or None where an op's
-    parameters mean nothing elsewhere.
+def fingerprint(ops, in_ids, in_avals, out_ids, donate, tag=""):
+    """A hex key of a program -- ``ops`` ``[(op, input ids, output ids)]`` on inputs ``in_ids`` of types
+    ``in_avals`` ``[(shape, dtype, weak_type)]``, returning ``out_ids``, donating input positions ``donate``; ``tag``:
+    how it is replayed -- the same in every process with this source, or None where an op's parameters mean nothing
+    elsewhere. Ids are numbered again in order of appearance (a trace's value ids depend on the process's history).
 
     Example:
         >>> from megxla.core.ops import elemwise  # noqa: F401  (registers "add")
         >>> from megxla.core._op import PRIMITIVES
-        >>> add = PRIMITIVES["add"].bind()
-        >>> k = fingerprint([(add, (0, 1), (2,))], [((2,), np.dtype("float32"), False)] * 2, (2,), ())
-        >>> len(k), k == fingerprint([(add, (0, 1), (2,))], [((2,), np.dtype("float32"), False)] * 2, (2,), ())
+        >>> add, f32 = PRIMITIVES["add"].bind(), ((2,), np.dtype("float32"), False)
+        >>> k = fingerprint([(add, (0, 1), (2,))], [0, 1], [f32, f32], (2,), ())
+        >>> len(k), k == fingerprint([(add, (7, 9), (12,))], [7, 9], [f32, f32], (12,), ())
         (64, True)
     """
-    out = [_source_salt(), "|"]
+    if jax.process_count() > 1:
+        return None  # (programs of several processes lower as SPMD programs, see module doc)
+    number = {v: i for i, v in enumerate(in_ids)}
+    out = [_source_salt(), "|", tag, "|"]
     try:
         for op, ins, outs in ops:
             _stable(op, out)
-            out.append(repr((ins, outs)))
-    except _Unstable:
+            for v in outs:
+                number.setdefault(v, len(number))
+            out.append(repr(([number[v] for v in ins], [number[v] for v in outs])))
+    except (_Unstable, KeyError):
         return None
     out.append(repr([(tuple(s), np.dtype(d).name, bool(w)) for s, d, w in in_avals]))
-    out.append(repr((tuple(out_ids), tuple(donate))))
+    out.append(repr(([number.get(v, -1 - i) for i, v in enumerate(out_ids)], tuple(donate))))
     return hashlib.sha256("".join(out).encode()).hexdigest()
 
 

@@ -49,7 +49,7 @@ from ..core import _spmd
 from .. import dtr as _dtr
 from ..core import _registry
 from ..core._trace_option import set_symbolic_shape  # noqa: F401  (MegEngine's jit.tracing exports it)
-from . import _fastpath, _interrupt, _state, _verbose
+from . import _fastpath, _interrupt, _persist, _state, _verbose
 from ._external import mark_external
 from . import _external
 from ._recording import (Recorder, AbstractRecorder, NeedsHost, Excluded, TraceError, make_replay,
@@ -75,6 +75,22 @@ class _Graph:
 # transient: the op (and its executable) lives as long as the cache entry that owns it, not forever
 XLA_GRAPH = Primitive("xla_graph", lambda *arrays, graph: graph.replay(*arrays), multiple_results=True,
                       transient=True)
+
+
+class _LoweredOnDemand:
+    """A segment's ``jax.stages.Lowered``, made when something reads it (``compiler_ir``, ``MGE_VERBOSE_XLA_IR``):
+    a segment compiled from a kept lowered program (``_persist``) has none until then."""
+
+    def __init__(self, replay, donate, avals):
+        self._args, self._lowered = (replay, donate, avals), None
+
+    def __getattr__(self, name):
+        if self._lowered is None:
+            replay, donate, avals = self._args
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message=".*donated.*")
+                self._lowered = _spmd.jit(replay, donate_argnums=donate, name=replay.__name__).lower(*avals)
+        return getattr(self._lowered, name)
 
 
 class _Segment:
@@ -897,6 +913,19 @@ class trace:
                 warnings.filterwarnings("ignore", message=".*donated.*")
                 # Named after the traced function: jit_<name> in XLA dumps, compiler_ir, profiles and errors.
                 replay.__name__ = replay.__qualname__ = _verbose.exe_name(self.__name__)
+                # A warm start finds the lowered step kept by an earlier process (jit/_persist.py) and skips
+                # tracing and lowering it; ``lowered`` (HLO inspection) is then made when it is first read.
+                kept = _persist.compile_cached(
+                    replay, avals, donate, replay.__name__,
+                    _persist.fingerprint(seg.ops, seg.in_vids,
+                                         [(a.shape, a.dtype, bool(getattr(a, "weak_type", False))) for a in avals],
+                                         seg.out_vids, donate, f"trace {replay.__name__} remat={bool(self.remat)}"))
+                if kept is not None:
+                    seg.executable = kept
+                    seg.lowered = _LoweredOnDemand(replay, donate, avals)
+                    _verbose.report(self.__name__, seg, entry)
+                    self.num_compiled += 1
+                    continue
                 # _spmd.jit is jax.jit, or one SPMD program when the step holds cross-process collectives.
                 jitted = _spmd.jit(replay, donate_argnums=donate, name=replay.__name__)
                 seg.lowered = jitted.lower(*avals)
