@@ -160,3 +160,38 @@ def test_programs_with_a_users_primitive_or_function_parameter_have_no_key():
         _persist._text(_user_impl)
     # -0.0 and 0.0 are different parameters
     assert _persist._text(-0.0) != _persist._text(0.0)
+
+
+def test_xla_trace_steps_compile_from_kept_programs_and_can_still_show_their_stablehlo(cache_dir):
+    import megxla as mge
+    import megxla.functional as F
+    import megxla.module as M
+    import megxla.optimizer as optim
+    from megxla.autodiff import GradManager
+    from megxla.jit import xla_trace
+
+    def run():
+        mge.random.seed(3)
+        net = M.Linear(4, 3)
+        opt = optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
+        gm = GradManager().attach(net.parameters())
+
+        @xla_trace
+        def step(net, opt, x):
+            with gm:
+                loss = F.relu(net(x)).mean()
+                gm.backward(loss)
+            opt.step().clear_grad()
+            return loss
+
+        x = mge.Tensor(np.arange(8, dtype="float32").reshape(2, 4) / 8)
+        losses = [float(step(net, opt, x).item()) for _ in range(3)]
+        return losses, net.weight.numpy(), step
+
+    hits = _persist.stats["hits"]
+    first, w1, _ = run()
+    second, w2, step = run()  # a new trace of the same step: its program is read back, not lowered
+    assert _persist.stats["hits"] > hits
+    assert first == second
+    np.testing.assert_array_equal(w1, w2)
+    assert "dot_general" in step.compiler_ir("stablehlo")
