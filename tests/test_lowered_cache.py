@@ -195,3 +195,13 @@ def test_xla_trace_steps_compile_from_kept_programs_and_can_still_show_their_sta
     assert first == second
     np.testing.assert_array_equal(w1, w2)
     assert "dot_general" in step.compiler_ir("stablehlo")
+
+
+def test_a_directory_that_cannot_be_written_compiles_all_the_same(cache_dir):
+    blocker = os.path.join(str(cache_dir), _persist.SUBDIR)
+    with open(blocker, "w") as fh:  # a file where the directory should be: nothing can be kept
+        fh.write("x")
+    failed = _persist.stats["failed"]
+    exe = _persist.compile_cached(lambda x: (x * 4,), [jax.ShapeDtypeStruct((2,), jnp.float32)], (), "t", "2" * 64)
+    assert exe is not None and exe(jnp.ones(2))[0].tolist() == [4.0, 4.0]
+    assert _persist.stats["failed"] == failed + 1

@@ -320,7 +320,10 @@ def compile_cached(replay, structs, donate, name, key):
                 if head.get("format") == 1:
                     compiled = _wrap(exported, head["weak_out"], donate, name).lower(*structs).compile()
                     stats["hits"] += 1
-                    os.utime(path)  # (recently used: kept when the directory is trimmed)
+                    try:
+                        os.utime(path)  # (recently used: kept when the directory is trimmed)
+                    except OSError:
+                        pass
                     return compiled
             except Exception:  # another version's file, a partial one: lowered again, and replaced
                 pass
@@ -332,10 +335,13 @@ def compile_cached(replay, structs, donate, name, key):
         # so the warm start finds this executable in JAX's cache.
         exported = export.deserialize(blob)
         compiled = _wrap(exported, weak_out, donate, name).lower(*structs).compile()
-        with _lock:
-            _write(directory, path, {"format": 1, "weak_out": weak_out}, blob)
-        stats["stored"] += 1
-        return compiled
     except Exception:
         stats["failed"] += 1
         return None
+    try:
+        with _lock:
+            _write(directory, path, {"format": 1, "weak_out": weak_out}, blob)
+        stats["stored"] += 1
+    except OSError:  # (a full disk, a read-only directory: the program is compiled all the same)
+        stats["failed"] += 1
+    return compiled
