@@ -143,7 +143,8 @@ def _child_first_step(model, framework="megxla"):
 
 def _child_eager_step(model, framework):
     """Seconds from process start to the end of the first EAGER training step (forward, cross-entropy,
-    backward, SGD update) of ``model`` at batch 2 (``mobilenetv2``: 224 px; ``resnet18``: 32 px), written as the
+    backward, SGD update) of ``model`` at batch 2 (``mobilenetv2``, ``mobilenetv3``, ``efficientnet_b0``: 224 px;
+    ``resnet18``: 32 px), written as the
     model zoo's train.py writes it; ``framework`` "auto_jit" switches ``megxla.config.auto_jit`` on first."""
     import time
     t0 = time.perf_counter()
@@ -155,8 +156,10 @@ def _child_eager_step(model, framework):
     from megxla.autodiff import GradManager
     import models
     mge.config.auto_jit = framework == "auto_jit"
-    net = models.MobileNetV2() if model == "mobilenetv2" else models.ResNet18()
-    size, classes = (224, 1000) if model == "mobilenetv2" else (32, 10)
+    zoo = {"mobilenetv2": models.MobileNetV2, "mobilenetv3": models.MobileNetV3Large,
+           "efficientnet_b0": models.EfficientNetB0}
+    net = zoo[model]() if model in zoo else models.ResNet18()
+    size, classes = (224, 1000) if model in zoo else (32, 10)
     opt = optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
     gm = GradManager().attach(net.parameters())
     rng = np.random.RandomState(0)
@@ -224,7 +227,8 @@ def main(argv=None):
                     help="instead: time to the first compiled xla_trace step (batch 8), cold then warm cache")
     ap.add_argument("--eager-first-step", default=None, metavar="MODELS",
                     help="instead: time to the end of the first eager training step (batch 2) of these models "
-                         "(mobilenetv2, resnet18), eager vs auto-jit, cold then warm cache")
+                         "(mobilenetv2, mobilenetv3, efficientnet_b0, resnet18), eager vs auto-jit, cold then "
+                         "warm cache")
     ap.add_argument("--child", nargs=2, metavar=("FRAMEWORK", "MODEL"), help=argparse.SUPPRESS)
     ap.add_argument("--child-step", nargs=2, metavar=("MODEL", "FRAMEWORK"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)

@@ -178,6 +178,103 @@ class MobileNetV2(M.Module):
         return self.classifier(F.flatten(F.avg_pool2d(x, 7), 1))
 
 
+class _Act(M.Module):
+    """An activation by name (``relu``, ``hswish``, ``silu``), as the zoo's MobileNetV3 / EfficientNet pick theirs."""
+
+    def __init__(self, name):
+        super().__init__()
+        self.fn = {"relu": F.relu, "hswish": F.hswish, "silu": F.silu}[name]
+
+    def forward(self, x):
+        return self.fn(x)
+
+
+class SqueezeExcite(M.Module):
+    """Squeeze-and-excitation: global average, 1x1 reduce + activation, 1x1 expand + gate, channel scaling."""
+
+    def __init__(self, channels, squeezed, act="relu", gate="sigmoid"):
+        super().__init__()
+        self.reduce = M.Conv2d(channels, squeezed, 1)
+        self.expand = M.Conv2d(squeezed, channels, 1)
+        self.act = _Act(act)
+        self.gate = F.hsigmoid if gate == "hsigmoid" else F.sigmoid
+
+    def forward(self, x):
+        s = F.mean(x, axis=(2, 3), keepdims=True)
+        return x * self.gate(self.expand(self.act(self.reduce(s))))
+
+
+class MBConv(M.Module):
+    """The inverted residual of MobileNetV3 / EfficientNet: 1x1 expand, kxk depthwise (stride), optional
+    squeeze-excite, 1x1 linear projection; residual where shapes allow."""
+
+    def __init__(self, cin, hidden, cout, kernel, stride, se, act, se_act="relu", se_gate="sigmoid", se_div=4):
+        super().__init__()
+        layers = []
+        if hidden != cin:
+            layers += [M.Conv2d(cin, hidden, 1, bias=False), M.BatchNorm2d(hidden), _Act(act)]
+        layers += [M.Conv2d(hidden, hidden, kernel, stride, kernel // 2, groups=hidden, bias=False),
+                   M.BatchNorm2d(hidden), _Act(act)]
+        if se:
+            layers.append(SqueezeExcite(hidden, max(8, se), se_act, se_gate))
+        layers += [M.Conv2d(hidden, cout, 1, bias=False), M.BatchNorm2d(cout)]
+        self.block = M.Sequential(*layers)
+        self.residual = stride == 1 and cin == cout
+
+    def forward(self, x):
+        return x + self.block(x) if self.residual else self.block(x)
+
+
+class MobileNetV3Large(M.Module):
+    """MobileNetV3-Large (224 px, 1000 classes): hard-swish, squeeze-excite with a hard-sigmoid gate."""
+
+    # kernel, expanded channels, out channels, squeeze-excite, activation, stride
+    SETTING = ((3, 16, 16, False, "relu", 1), (3, 64, 24, False, "relu", 2), (3, 72, 24, False, "relu", 1),
+               (5, 72, 40, True, "relu", 2), (5, 120, 40, True, "relu", 1), (5, 120, 40, True, "relu", 1),
+               (3, 240, 80, False, "hswish", 2), (3, 200, 80, False, "hswish", 1), (3, 184, 80, False, "hswish", 1),
+               (3, 184, 80, False, "hswish", 1), (3, 480, 112, True, "hswish", 1), (3, 672, 112, True, "hswish", 1),
+               (5, 672, 160, True, "hswish", 2), (5, 960, 160, True, "hswish", 1), (5, 960, 160, True, "hswish", 1))
+
+    def __init__(self, num_classes=1000):
+        super().__init__()
+        layers = [M.Conv2d(3, 16, 3, 2, 1, bias=False), M.BatchNorm2d(16), _Act("hswish")]
+        cin = 16
+        for k, exp, out, se, act, s in self.SETTING:
+            layers.append(MBConv(cin, exp, out, k, s, exp // 4 if se else 0, act, "relu", "hsigmoid"))
+            cin = out
+        layers += [M.Conv2d(cin, 960, 1, bias=False), M.BatchNorm2d(960), _Act("hswish")]
+        self.features = M.Sequential(*layers)
+        self.classifier = M.Sequential(M.Linear(960, 1280), _Act("hswish"), M.Dropout(0.2),
+                                       M.Linear(1280, num_classes))
+
+    def forward(self, x):
+        return self.classifier(F.flatten(F.avg_pool2d(self.features(x), 7), 1))
+
+
+class EfficientNetB0(M.Module):
+    """EfficientNet-B0 (224 px, 1000 classes): MBConv blocks with SiLU and squeeze-excite (ratio 0.25 of the
+    block's input channels)."""
+
+    # expansion, out channels, repeats, stride, kernel
+    SETTING = ((1, 16, 1, 1, 3), (6, 24, 2, 2, 3), (6, 40, 2, 2, 5), (6, 80, 3, 2, 3), (6, 112, 3, 1, 5),
+               (6, 192, 4, 2, 5), (6, 320, 1, 1, 3))
+
+    def __init__(self, num_classes=1000):
+        super().__init__()
+        layers = [M.Conv2d(3, 32, 3, 2, 1, bias=False), M.BatchNorm2d(32), _Act("silu")]
+        cin = 32
+        for t, c, n, s, k in self.SETTING:
+            for i in range(n):
+                layers.append(MBConv(cin, cin * t, c, k, s if i == 0 else 1, max(1, cin // 4), "silu", "silu"))
+                cin = c
+        layers += [M.Conv2d(cin, 1280, 1, bias=False), M.BatchNorm2d(1280), _Act("silu")]
+        self.features = M.Sequential(*layers)
+        self.classifier = M.Sequential(M.Dropout(0.2), M.Linear(1280, num_classes))
+
+    def forward(self, x):
+        return self.classifier(F.flatten(F.avg_pool2d(self.features(x), 7), 1))
+
+
 RESNET50_STAGES = ((64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2))
 
 
