@@ -21,7 +21,9 @@ MegEngine 1.13's names, mapped onto JAX/XLA's own engines:
   (JAX's own ``JAX_COMPILATION_CACHE_DIR``, when only that is set, is kept);
   ``MEGXLA_COMPILATION_CACHE=0`` (or ``compilation_cache = False``) turns it off. JAX writes entries atomically, so
   processes may share the directory. Every executable is cached, however small or quick to compile: eager
-  kernels are many and each costs a compile on the way to the first step.
+  kernels are many and each costs a compile on the way to the first step. Beside it, in ``megxla-lowered``, megxla
+  keeps the lowered programs of auto-jit clusters and compiled steps (``jax.export``'s format) and the inferred
+  types of ops, so a warm start does not trace and lower them again (``MEGXLA_LOWERED_CACHE=0``: not kept).
 - ``compilation_cache_max_size`` (megxla extension, -1 = no limit; ``MEGXLA_COMPILATION_CACHE_MAX_SIZE``): bytes
   the cache directory may hold; JAX deletes the least recently used entries beyond it. Off by default because
   JAX's eviction lists the whole directory on every write (eager first calls write many small entries) and
