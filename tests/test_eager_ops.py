@@ -159,3 +159,22 @@ def test_tensor_copy_and_to_are_differentiable():
     with gm:
         gm.backward((w.to("cpu0") * mge.Tensor(w)).sum())  # d/dw (w * w) = 2 w
     np.testing.assert_allclose(w.grad.numpy(), [6.0])
+
+
+def test_a_convolution_validated_once_is_still_checked_for_new_shapes_and_modes():
+    # (the front end keeps validated convolutions by shapes, dtypes and geometry: see functional/nn.py)
+    import megxla.amp as amp
+    from megxla.core._dispatch import OpError
+    x = mge.Tensor(np.arange(50, dtype="float32").reshape(1, 2, 5, 5))
+    w = mge.Tensor(np.ones((3, 2, 3, 3), "float32"))
+    b = mge.Tensor(np.ones((1, 3, 1, 1), "float32"))
+    first = F.conv2d(x, w, b, padding=1).numpy()
+    np.testing.assert_array_equal(F.conv2d(x, w, b, padding=1).numpy(), first)  # (the kept op)
+    with pytest.raises(OpError, match="channels"):
+        F.conv2d(mge.Tensor(np.ones((1, 4, 5, 5), "float32")), w, b, padding=1)
+    with pytest.raises(OpError, match="bias"):
+        F.conv2d(x, w, mge.Tensor(np.ones((1, 4, 1, 1), "float32")), padding=1)
+    np.testing.assert_array_equal(F.conv2d(x, w, b, padding=[1, 1]).numpy(), first)  # (a list: checked each call)
+    with amp.autocast():
+        assert F.conv2d(x, w, b, padding=1).dtype == np.float16
+    assert F.conv2d(x.astype("int32"), w, b, padding=1).dtype == np.float32  # (converted: not the kept op's path)

@@ -124,7 +124,28 @@ def _geometry(op, stride, padding, dilation, nd):
             _positive(_tuple(dilation, nd, "dilation", op), "dilation", op))
 
 
+# Convolutions already validated, by everything their checks read -- the input, weight and bias shapes and dtypes
+# and the geometry arguments -- to the bound op: a model calls the same few convolutions every step, and their
+# checks (~10 us of Python, most of a conv call's host time) pass the same way each time. Only calls that ran
+# without conversions (float inputs of one dtype, no autocast, a channel bias) are kept.
+_CONV_PLANS: dict = {}
+
+
 def _conv_nd(op, nd, inp, weight, bias, stride, padding, dilation, groups, conv_mode):
+    key = None
+    if not _amp.enabled and isinstance(inp, Tensor) and isinstance(weight, Tensor) \
+            and (bias is None or isinstance(bias, Tensor)):
+        di, dw = inp._data, weight._data
+        key = (op, di.shape, di.dtype, dw.shape, dw.dtype,
+               None if bias is None else (bias._data.shape, bias._data.dtype),
+               stride, padding, dilation, groups, conv_mode)
+        try:
+            plan = _CONV_PLANS.get(key)
+        except TypeError:  # (a list argument: checked every time)
+            key = plan = None
+        if plan is not None:
+            return _apply(plan, inp, weight) if bias is None else _apply(plan, inp, weight, bias)
+    given = (inp, weight)
     _conv_mode(conv_mode, op)
     inp, weight = _t(inp), _t(weight)
     _ndim(inp, nd + 2, op, layout="(N, C, " + ", ".join("DHW"[3 - nd:]) + ")")
@@ -141,7 +162,13 @@ def _conv_nd(op, nd, inp, weight, bias, stride, padding, dilation, groups, conv_
     _out_size(inp.shape[2:], weight.shape[-nd:], s, p, d, op)
     late_bias = bias is not None and not _channel_shaped(_t(bias), cout, nd + 2)
     args = (inp, weight) + (() if late_bias else _bias(bias, cout, op))
-    out = _apply(_N.conv.bind(stride=s, padding=p, dilation=d, groups=groups, nd=nd), *args)
+    conv = _N.conv.bind(stride=s, padding=p, dilation=d, groups=groups, nd=nd)
+    out = _apply(conv, *args)
+    if key is not None and not late_bias and given[0] is inp and given[1] is weight \
+            and (bias is None or args[2] is bias):
+        if len(_CONV_PLANS) > 4096:
+            _CONV_PLANS.clear()
+        _CONV_PLANS[key] = conv
     if late_bias:
         # MegEngine adds the bias with `output += bias`: NumPy broadcasting, so a (C,) bias lines up with the
         # last axis (W), not the channels. Anything not shaped (1, C, 1, 1)-like goes that way, as there.
