@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Issue 30's GPU rows in one command, for a CUDA machine whose python3 has JAX's CUDA plugin and torch: the
 # eager-written loops (eager vs auto-jit vs xla_trace), again with auto-jit cutting at gm.backward (the overlap
-# experiment: off by default because it loses on the CPU), then run.py's auto-jit column beside PyTorch eager.
-# Results go to ${1:-gpu_autojit_out}/. About 5 minutes on an H100.
+# experiment: off by default because it loses on the CPU), then run.py's auto-jit column beside PyTorch eager, then
+# (last: the first thing to cut when time is short) MobileNetV2's first eager step, eager vs auto-jit, cold and warm
+# cache (the warm one reads the kept lowered programs). Results go to ${1:-gpu_autojit_out}/. About 5-8 minutes on
+# an H100.
 #   bash scripts/gpu_autojit.sh [out_dir] [python]
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -19,3 +21,5 @@ tail -7 "$out/eager_loop_cut_backward.md"
 timeout 200 "$py" benchmarks/run.py --device gpu --only mlp,convnet_b64,transformer_b64 \
     --columns eager,auto_jit,xla_trace,torch --steps 30 --out "$out/bench" > "$out/bench.log" 2>&1
 sed -n '/Steady-state/,/## min/p' "$out/bench/results.md" 2>/dev/null || tail -30 "$out/bench.log"
+timeout 180 "$py" benchmarks/build_time.py --eager-first-step mobilenetv2 > "$out/first_step.md" 2>&1
+tail -4 "$out/first_step.md"
