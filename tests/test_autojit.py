@@ -398,6 +398,7 @@ def test_mode_timer_runs_whichever_of_clusters_and_eager_is_faster(monkeypatch):
 
     clock = [0.0]
     monkeypatch.setattr(_autojit.ModeTimer, "clock", staticmethod(lambda: clock[0]))
+    monkeypatch.setattr(_autojit.ModeTimer, "compile_clock", staticmethod(lambda: 0.0))
     timer = _autojit.ModeTimer()
     cost = {True: 10.0, False: 1.0}  # clusters slower than eager
     modes = []
@@ -414,6 +415,35 @@ def test_mode_timer_runs_whichever_of_clusters_and_eager_is_faster(monkeypatch):
     assert all(modes[w + e + p:])  # ... and kept, now that they are faster
 
 
+def test_mode_timer_does_not_count_an_eager_steps_one_time_compilations(monkeypatch):
+    # An eager probe that meets its kernels' compilations first (the clusters came warm from the kept lowered
+    # programs) must not look slower than eager runs: the seconds JAX spent compiling are not counted for eager
+    # steps. A cluster step's compilations are (its keys keep changing where shapes follow the data).
+    from megxla.jit import _autojit
+
+    clock, compiled = [0.0], [0.0]
+    monkeypatch.setattr(_autojit.ModeTimer, "clock", staticmethod(lambda: clock[0]))
+    monkeypatch.setattr(_autojit.ModeTimer, "compile_clock", staticmethod(lambda: compiled[0]))
+    timer = _autojit.ModeTimer()
+    modes = []
+    for k in range(timer.warmup + 2 * timer.PROBE):
+        mode = timer.next_mode()
+        modes.append(mode)
+        if mode:
+            clock[0] += 3.0  # clusters: 3 s, of which 2 s compiling
+            compiled[0] += 2.0
+        else:
+            clock[0] += 10.0  # eager: 1 s of work and 9 s compiling its kernels
+            compiled[0] += 9.0
+    w, p = timer.warmup, timer.PROBE
+    assert not any(modes[w:w + p]) and not any(modes[w + p:])  # eager (1 s) beat the clusters (3 s)
+    # the compile clock is JAX's: it counts the seconds of its compile events
+    before = _autojit._COMPILE_SECS[0]
+    import jax
+    jax.jit(lambda a: a * 3 + 1).lower(np.ones(3, np.float32)).compile()
+    assert _autojit._COMPILE_SECS[0] > before
+
+
 def test_steps_whose_clusters_keep_running_op_by_op_run_eagerly_when_that_is_faster(auto_jit, monkeypatch):
     # shapes that change every step (clusters that never recur) pay collection on top of eager execution: once a
     # step site has had such steps, auto-jit times its steps both ways and runs the faster -- here eager
@@ -426,6 +456,7 @@ def test_steps_whose_clusters_keep_running_op_by_op_run_eagerly_when_that_is_fas
         return clock[0]
 
     monkeypatch.setattr(auto_jit.ModeTimer, "clock", staticmethod(fake_clock))
+    monkeypatch.setattr(auto_jit.ModeTimer, "compile_clock", staticmethod(lambda: 0.0))
 
     def run(n_steps):
         mge.random.seed(0)

@@ -114,6 +114,8 @@ def test_weak_types_of_outputs_survive_the_stored_program(cache_dir):
     for exe in (first, second):
         a, b = exe(jnp.asarray(3.0), jnp.ones(3))
         assert a.weak_type and not b.weak_type
+        # not committed, as the results of the program lowered from Python (eager dispatch keys on it)
+        assert not a.committed and not b.committed
         assert float(a) == 6.0 and b.tolist() == [2.0, 2.0, 2.0]
 
 
@@ -149,6 +151,14 @@ def test_programs_with_a_users_primitive_or_function_parameter_have_no_key():
     assert k != _persist.fingerprint([(add, (0, 1), (2,))], [0, 1], f32, (2,), (0,))
     assert k != _persist.fingerprint([(add, (0, 1), (2,))], [0, 1], f32, (2, 0), ())
     assert k != _persist.fingerprint([(add, (0, 1), (2,))], [0, 1], f32, (2,), (), "other replay")
+    # a setting JAX lowers differently under is part of the key, read at every key (a program may change it)
+    saved = jax.config.jax_default_matmul_precision
+    try:
+        jax.config.update("jax_default_matmul_precision", "bfloat16")
+        assert k != _persist.fingerprint([(add, (0, 1), (2,))], [0, 1], f32, (2,), ())
+    finally:
+        jax.config.update("jax_default_matmul_precision", saved)
+    assert k == _persist.fingerprint([(add, (0, 1), (2,))], [0, 1], f32, (2,), ())
     mine = PRIMITIVES.get("test_lowered_cache_triple") or Primitive("test_lowered_cache_triple", _user_impl)
     assert _persist.fingerprint([(mine.bind(), (0,), (1,))], [0], f32[:1], (1,), ()) is None
     # an op parameter that is a user's function (or a closure) means nothing in another process

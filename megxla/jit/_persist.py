@@ -124,11 +124,17 @@ def _source_salt():
                         h.update(fh.read())
         import jaxlib
         dev = jax.devices()[0]
-        h.update(repr((jax.__version__, jaxlib.__version__, dev.platform, getattr(dev, "device_kind", ""),
-                       jax.config.jax_enable_x64, str(jax.config.jax_default_matmul_precision),
-                       os.environ.get("XLA_FLAGS", ""))).encode())
+        h.update(repr((jax.__version__, jaxlib.__version__, dev.platform, getattr(dev, "device_kind", ""))).encode())
         _salt.append(h.hexdigest())
     return _salt[0]
+
+
+def _settings():
+    """The settings JAX lowers the same ops differently under, read at every key: a program can change them (megxla's
+    ``config.matmul_precision`` sets JAX's matmul precision at any time)."""
+    c = jax.config
+    return repr((c.jax_enable_x64, str(c.jax_default_matmul_precision), str(c.jax_default_prng_impl),
+                 getattr(c, "jax_threefry_partitionable", None), os.environ.get("XLA_FLAGS", "")))
 
 
 def fingerprint(ops, in_ids, in_avals, out_ids, donate, tag=""):
@@ -148,7 +154,7 @@ def fingerprint(ops, in_ids, in_avals, out_ids, donate, tag=""):
     if jax.process_count() > 1:
         return None  # (programs of several processes lower as SPMD programs, see module doc)
     number = {v: i for i, v in enumerate(in_ids)}
-    out = [_source_salt(), "|", tag, "|"]
+    out = [_source_salt(), "|", _settings(), "|", tag, "|"]
     try:
         for op, ins, outs in ops:
             _stable(op, out)
@@ -182,8 +188,8 @@ def _shape_key(op, in_avals):
     t = _op_text(op)
     if t is None:
         return None
-    return hashlib.sha256((t + repr([(tuple(s), np.dtype(d).name, bool(w)) for s, d, w in in_avals])).encode()
-                          ).hexdigest()[:32]
+    text = t + _settings() + repr([(tuple(s), np.dtype(d).name, bool(w)) for s, d, w in in_avals])
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
 def _shapes_path():
@@ -277,6 +283,23 @@ def _wrap(exported, weak_out, donate, name):
     return jax.jit(run, donate_argnums=donate)
 
 
+def _compile(jitted, structs):
+    """``jitted.lower(*structs).compile()``, its results not *committed* to the device.
+
+    JAX marks the results of any program holding a ``call_exported`` committed (its check for memory-space
+    transfers lists every exported result's memory space), unlike those of the same program lowered from Python.
+    A committed array keys JAX's eager dispatch apart from an uncommitted one of the same type, so each eager
+    kernel met both compiled and lowered twice (the detection loop: 1,285 lowerings in 30 steps instead of 760,
+    +5 s over its first 100 steps). The program is one device's, as the lowered-from-Python one: its results are
+    marked uncommitted as that one's are (a flag of the lowering JAX reads when it builds the result handler; where
+    a JAX version has no such flag, they stay committed, which is only slower)."""
+    lowered = jitted.lower(*structs)
+    args = getattr(getattr(lowered, "_lowering", None), "compile_args", None)
+    if isinstance(args, dict) and args.get("committed") and args.get("num_devices", 1) == 1:
+        args["committed"] = False
+    return lowered.compile()
+
+
 def _read(path):
     from jax import export
     with open(path, "rb") as fh:
@@ -318,7 +341,7 @@ def compile_cached(replay, structs, donate, name, key):
             try:
                 head, exported = _read(path)
                 if head.get("format") == 1:
-                    compiled = _wrap(exported, head["weak_out"], donate, name).lower(*structs).compile()
+                    compiled = _compile(_wrap(exported, head["weak_out"], donate, name), structs)
                     stats["hits"] += 1
                     try:
                         os.utime(path)  # (recently used: kept when the directory is trimmed)
@@ -334,7 +357,7 @@ def compile_cached(replay, structs, donate, name, key):
         # The executable is compiled from the deserialized program, as a warm start will: the same lowered text,
         # so the warm start finds this executable in JAX's cache.
         exported = export.deserialize(blob)
-        compiled = _wrap(exported, weak_out, donate, name).lower(*structs).compile()
+        compiled = _compile(_wrap(exported, weak_out, donate, name), structs)
     except Exception:
         stats["failed"] += 1
         return None
