@@ -50,10 +50,8 @@ def _stable(v, out):
     """Append a text of ``v`` that is the same in every process with the same source (or raise _Unstable)."""
     from ..core._op import Op
     t = type(v)
-    if v is None or t in (bool, int, str):
-        out.append(repr(v))
-    elif t is float or t is complex:
-        out.append(repr(v))  # (exact: repr round-trips, and tells -0.0 from 0.0)
+    if v is None or t in (bool, int, str, float, complex):
+        out.append(repr(v))  # (exact: a float's repr round-trips, and tells -0.0 from 0.0)
     elif t is tuple:
         out.append("(")
         for x in v:

@@ -921,24 +921,21 @@ class trace:
                                          [(a.shape, a.dtype, bool(getattr(a, "weak_type", False))) for a in avals],
                                          seg.out_vids, donate, f"trace {replay.__name__} remat={bool(self.remat)}"))
                 if kept is not None:
-                    seg.executable = kept
-                    seg.lowered = _LoweredOnDemand(replay, donate, avals)
-                    _verbose.report(self.__name__, seg, entry)
-                    self.num_compiled += 1
-                    continue
-                # _spmd.jit is jax.jit, or one SPMD program when the step holds cross-process collectives.
-                jitted = _spmd.jit(replay, donate_argnums=donate, name=replay.__name__)
-                seg.lowered = jitted.lower(*avals)
-                spmd = getattr(jitted, "spmd", None)  # (set once lowering met a cross-process collective)
-                if donate and spmd is not None and spmd.n > 1 and os.environ.get("MEGXLA_DIST_DONATE") != "1":
-                    # NOTE: a step with cross-process collectives keeps its inputs. A peer that fails while this
-                    # rank waits in a collective makes the executable raise after it consumed the donated
-                    # buffers, which left this rank's parameters and slots deleted; kept, they are the state
-                    # before the step, and the rank can still save a checkpoint. It costs a second copy of
-                    # the state written by the step (MEGXLA_DIST_DONATE=1 donates, as a one-process step does).
-                    donate = entry.donate = ()
-                    seg.lowered = _spmd.jit(replay, name=replay.__name__).lower(*avals)
-                seg.executable = seg.lowered.compile()
+                    seg.executable, seg.lowered = kept, _LoweredOnDemand(replay, donate, avals)
+                else:
+                    # _spmd.jit is jax.jit, or one SPMD program when the step holds cross-process collectives.
+                    jitted = _spmd.jit(replay, donate_argnums=donate, name=replay.__name__)
+                    seg.lowered = jitted.lower(*avals)
+                    spmd = getattr(jitted, "spmd", None)  # (set once lowering met a cross-process collective)
+                    if donate and spmd is not None and spmd.n > 1 and os.environ.get("MEGXLA_DIST_DONATE") != "1":
+                        # NOTE: a step with cross-process collectives keeps its inputs. A peer that fails while
+                        # this rank waits in a collective makes the executable raise after it consumed the donated
+                        # buffers, which left this rank's parameters and slots deleted; kept, they are the state
+                        # before the step, and the rank can still save a checkpoint. It costs a second copy of the
+                        # state written by the step (MEGXLA_DIST_DONATE=1 donates, as a one-process step does).
+                        donate = entry.donate = ()
+                        seg.lowered = _spmd.jit(replay, name=replay.__name__).lower(*avals)
+                    seg.executable = seg.lowered.compile()
                 _verbose.report(self.__name__, seg, entry)  # MGE_VERBOSE_XLA_IR
             self.num_compiled += 1
         entry.segments = segments
