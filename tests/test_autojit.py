@@ -531,3 +531,106 @@ def test_the_backward_cut_switch_keeps_eager_results(auto_jit, monkeypatch):
     np.testing.assert_allclose(got, want, rtol=1e-5)
     for p, q in zip(params, want_params):
         np.testing.assert_allclose(p, q, rtol=1e-5, atol=1e-6)
+
+
+def _count_read_training(steps, momentum=0.9):
+    """A step that reads a count on the host and then works on that many elements (cond_take): its clusters
+    change every step in the few ops touching the count."""
+    mge.random.seed(0)
+    net = M.Sequential(M.Linear(6, 16), M.ReLU(), M.Linear(16, 5))
+    opt = optim.SGD(net.parameters(), lr=0.05, momentum=momentum)
+    gm = GradManager().attach(net.parameters())
+    rng = np.random.RandomState(0)
+    losses, counts = [], []
+    for _ in range(steps):
+        x = mge.Tensor(rng.standard_normal((8, 6)).astype("float32"))
+        y = mge.Tensor(rng.randint(0, 5, 8).astype("int32"))
+        with gm:
+            logits = net(x)
+            n = int((logits > 0).sum())
+            pos, _ = F.cond_take(logits > 0, logits)
+            loss = F.nn.cross_entropy(logits, y) + 0.1 * (pos * pos).sum() / max(n, 1)
+            gm.backward(loss)
+        opt.step().clear_grad()
+        losses.append(loss.item())
+        counts.append(n)
+    slots = [v.numpy() for s in opt._state.values() for v in s.values()]
+    return losses, counts, [p.numpy() for p in net.parameters()], slots
+
+
+def test_a_count_read_on_the_host_runs_the_rest_of_the_step_compiled(auto_jit):
+    # the clusters after the read change every step only in the ops on the `n` selected elements: they run in
+    # parts, and the backward of the network with the optimizer compiles once for all counts
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no compile storm, no megamorphic warning
+        got, counts, params, slots = _count_read_training(24)
+    stats = auto_jit_stats()
+    assert len(set(counts)) >= 10, counts  # (the count does change)
+    assert stats["split_clusters"] >= 18, stats
+    assert not stats["megamorphic"], stats
+    # the forward, the first cluster after the read, the unchanging parts (3: the loss, the backward to the selected
+    # elements' gradient, the rest), and the changing part for the counts that recurred -- not one per count
+    assert stats["compiled"] <= 12 < len(set(counts)) + 4, stats
+    assert stats["cache_hits"] >= 2 * 18, stats  # the forward and the unchanging parts, every step
+    mge.config.auto_jit = False
+    want, want_counts, want_params, want_slots = _count_read_training(24)
+    assert counts == want_counts
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+    for p, q in zip(params + slots, want_params + want_slots):
+        np.testing.assert_allclose(p, q, rtol=1e-5, atol=1e-6)
+
+
+def test_changing_ops_whose_shapes_recur_are_compiled_per_shape(auto_jit):
+    # a count taking two values: the changing part recurs, and is compiled for each (no op-by-op steps left)
+    w = mge.Tensor(np.ones(3, "float32"))
+
+    def step(k):
+        x = mge.Tensor(np.arange(12, dtype="float32").reshape(3, 4) - (k % 2))
+        h = F.exp(x * 0.1) @ F.ones((4, 3)) + w
+        sel, _ = F.cond_take(x > 4, x)
+        out = (h * 2).sum() + ((sel * 3 + 1) ** 2 * 0.5 + sel).sum() + h.mean()
+        xn = x.numpy()
+        hn, sn = np.exp(xn * 0.1) @ np.ones((4, 3)) + 1, xn[xn > 4]
+        np.testing.assert_allclose(out.numpy(), (hn * 2).sum() + ((sn * 3 + 1) ** 2 * 0.5 + sn).sum() + hn.mean(),
+                                   rtol=1e-5)
+
+    for k in range(30):
+        step(k)
+    assert auto_jit_stats()["megamorphic"] == [], auto_jit_stats()
+    reset_auto_jit_stats()
+    for k in range(4):
+        step(k)
+    stats = auto_jit_stats()
+    assert stats["compiled"] == 0 and stats["eager_clusters"] == 0, stats
+
+
+def test_a_program_alternating_between_two_shapes_compiles_each_whole(auto_jit):
+    w = mge.Tensor(np.ones(4, "float32"))
+    for k in range(12):
+        x = mge.Tensor(np.ones((4 + 2 * (k % 2), 4), "float32"))
+        (F.exp(x @ F.ones((4, 4))) * w + 1).sum().numpy()
+    stats = auto_jit_stats()
+    assert stats["split_clusters"] == 0 and stats["compiled"] == 2, stats
+    assert stats["cache_hits"] == 8, stats  # (each compiled at its second sighting)
+
+
+def test_a_part_that_fails_continues_op_by_op_from_where_it_failed(auto_jit, monkeypatch):
+    # a part's executable fails (after the parts before it took effect and consumed their donated inputs): the ops
+    # not run yet run op by op from there, and the step computes what eager computes
+    real = auto_jit._run_keyed
+    failed = []
+
+    def flaky(ops, avals, inputs, in_ids, out_ids, donate, reason, site, whole):
+        if not whole and len(failed) < 6 and "[part" in site[2] and not site[2].endswith("[part 1]"):
+            failed.append(site)
+            raise RuntimeError("an executable failed")
+        return real(ops, avals, inputs, in_ids, out_ids, donate, reason, site, whole)
+
+    monkeypatch.setattr(auto_jit, "_run_keyed", flaky)
+    got, counts, params, slots = _count_read_training(16)
+    assert len(failed) == 6 and auto_jit_stats()["split_clusters"] >= 6, (failed, auto_jit_stats())
+    mge.config.auto_jit = False
+    want, want_counts, want_params, want_slots = _count_read_training(16)
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+    for p, q in zip(params + slots, want_params + want_slots):
+        np.testing.assert_allclose(p, q, rtol=1e-5, atol=1e-6)

@@ -25,6 +25,9 @@ other new key runs op by op and compiles when it recurs; a site (the user's line
 (``KEY_LIMIT`` new keys with fewer than one hit per 8 keys) or whose executables are not reused (TF's rule: past 10
 compiles, fewer than 50 runs per compile) warns once, naming the line, and compiles nothing more there (what it
 compiled keeps running, new keys run op by op) -- never a compile storm.
+A site whose clusters change every step in only some of their ops (those touching a count read on the host: the
+loss over ``cond_take``'s selection and its gradient) runs them in parts: the unchanging ops -- the network's backward,
+the optimizer -- compiled once for every count, the changing ones apart (*clusters in parts* below).
 Running op by op uses the ops' eager kernels, so a cluster that is not compiled computes exactly what eager does.
 
 Results equal eager's up to XLA's fusion reordering; random draws are the same (the key is an ordinary value);
@@ -90,7 +93,8 @@ class _Stats:
         self.eager = 0  # clusters run op by op (small, not yet recurred, or at a megamorphic site)
         self.eager_cluster_ops = 0  # the ops of those
         self.eager_steps = 0  # steps run eagerly (no collection) because that has been faster (see ModeTimer)
-        self.eager_ops = 0  # ops run outside clusters (data-dependent shapes, collectives, transfers)
+        self.eager_ops = 0  # ops run outside clusters (data-dependent shapes, collectives, transfers, varying ops)
+        self.split = 0  # clusters run in parts (their site's clusters keep changing in a few ops)
         self.cuts = collections.Counter()  # (reason, site) -> count
         self.megamorphic = []  # sites that gave up compiling
 
@@ -105,7 +109,8 @@ def auto_jit_stats() -> dict:
         a dict: ``clusters``, ``ops`` (collected), ``compiled``, ``compile_time`` (s), ``cache_hits``,
         ``eager_clusters`` (run op by op), ``eager_steps`` (training steps run eagerly, without collecting,
         because their clusters kept running op by op and eager was faster), ``eager_ops`` (ops kept out of
-        clusters), ``cuts`` (a list of ``(count, reason, "file:line (`source`)")``, most frequent first) and
+        clusters, and small groups of changing ops), ``split_clusters`` (clusters run in parts: their site's
+        clusters keep changing in some ops, which run apart from the others), ``cuts`` (a list of ``(count, reason, "file:line (`source`)")``, most frequent first) and
         ``megamorphic`` (the lines that made too many different clusters and run eagerly).
 
     Example:
@@ -116,7 +121,7 @@ def auto_jit_stats() -> dict:
     s = _stats
     return {"clusters": s.clusters, "ops": s.ops, "compiled": s.compiled, "compile_time": s.compile_time,
             "cache_hits": s.hits, "eager_clusters": s.eager, "eager_steps": s.eager_steps,
-            "eager_ops": s.eager_ops,
+            "eager_ops": s.eager_ops, "split_clusters": s.split,
             "cuts": [(n, reason, describe_where(site)) for (reason, site), n in s.cuts.most_common()],
             "megamorphic": [describe_where(site) for site in s.megamorphic]}
 
@@ -281,7 +286,10 @@ class _Cluster:
                     # values after it never exist, and the Tensors an in-place update bound to those go back to
                     # their value before it. Then the error goes on (an error of the executable alone -- none
                     # op by op -- is no error: the op-by-op values are the results).
-                    env, error = self._eager_until_error(ops, inputs, in_ids)
+                    if type(exc) is _PartsFailed:  # (run in parts: continued op by op where it failed)
+                        env, error, exc = exc.env, exc.error, exc.__cause__
+                    else:
+                        env, error = self._eager_until_error(ops, inputs, in_ids)
                     if error is None:
                         values = [env[i] for i in out_ids]
                     else:
@@ -338,60 +346,7 @@ class _Cluster:
         donate = tuple(k for k in range(len(inputs))
                        if DONATE and _getrefcount(inputs[k]) <= 2 + pins.get(id(inputs[k]), 0)
                        and isinstance(inputs[k], jax.Array) and avals[in_ids[k]][:2] in out_avals)
-        key = (tuple(ops), tuple(avals[i] for i in in_ids), tuple(out_ids), donate)
-        entry = _cache.get(key)
-        if entry is not None and entry.executable is not None:
-            _cache.move_to_end(key)
-            stats.hits += 1
-            entry.site[1] += 1
-            return entry.executable(*inputs)
-        st = _sites.get(site)
-        if st is None:
-            st = _sites[site] = [0, 0, 0]  # keys seen, hits (cache hits and recurrences), keys compiled
-        if st[0] < 0:  # megamorphic: eager for good
-            return self._eager(ops, inputs, in_ids, out_ids)
-        if entry is None:  # a new key at this site
-            # A site keeps compiling new keys while they recur (one hit per 8 keys seen: a step whose shapes take a
-            # dozen values compiles each once and reuses it) and while its executables pay for their compilation
-            # (TF's megamorphic rule: past 10 compiles, 50 runs per compile), never past MAX_COMPILES. Shapes that
-            # change on every step never recur: the site gives up after KEY_LIMIT. Executables already compiled
-            # there keep running.
-            if (st[0] >= KEY_LIMIT and 8 * st[1] < st[0]) or (st[2] >= 10 and st[1] < 50 * st[2]) \
-                    or st[2] >= MAX_COMPILES:
-                _megamorphic(st, site, reason)
-                return self._eager(ops, inputs, in_ids, out_ids)
-            st[0] += 1
-            entry = _Entry(st)
-            _cache[key] = entry
-            if len(_cache) > CACHE_SIZE:
-                _cache.popitem(last=False)
-        else:
-            st[1] += 1
-        entry.seen += 1
-        # A key compiles when it recurs; at a site that has compiled many already, when it recurs more often (2
-        # sightings for its first 4 keys, 4 for the next 4, 8...): the common shapes of a data-dependent step get
-        # compiled, the rare ones keep running op by op instead of each costing a compilation. (A cluster cut by
-        # the size cap is no natural unit: it too compiles only if it recurs.)
-        if not (entry.seen >= 2 << (st[2] // 4)
-                or (st[0] == 1 and len(ops) >= FIRST_SIGHT_OPS and reason != "size cap")):
-            return self._eager(ops, inputs, in_ids, out_ids)
-        st[2] += 1
-        t0 = time.perf_counter()
-        replay = make_replay(ops, in_ids, out_ids, kernels=True)
-        replay.__name__ = replay.__qualname__ = "auto_jit_cluster"
-        structs = [jax.ShapeDtypeStruct(*avals[i][:2], weak_type=avals[i][2]) for i in in_ids]
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=".*donated.*")
-            # (kept across processes where JAX's persistent cache is on: a warm start skips tracing and lowering)
-            entry.executable = _persist.compile_cached(
-                replay, structs, donate, "auto_jit_cluster",
-                _persist.fingerprint(ops, in_ids, [avals[i] for i in in_ids], out_ids, donate, "auto_jit"))
-            if entry.executable is None:
-                entry.executable = _spmd.jit(replay, donate_argnums=donate, name="auto_jit_cluster").lower(
-                    *structs).compile()
-        stats.compiled += 1
-        stats.compile_time += time.perf_counter() - t0
-        return entry.executable(*inputs)
+        return _run_keyed(ops, avals, inputs, in_ids, out_ids, donate, reason, site, True)
 
     @staticmethod
     def _eager_until_error(ops, inputs, in_ids):
@@ -415,6 +370,261 @@ class _Cluster:
         if error is not None:
             raise error
         return [env[i] for i in out_ids]
+
+
+def _run_keyed(ops, avals, inputs, in_ids, out_ids, donate, reason, site, whole):
+    """Run a cluster by its cached executable, compile it (the policy above) or run it op by op. ``whole``: a
+    cluster as cut, which may be run in parts (not one of its parts)."""
+    stats = _stats
+    key = (tuple(ops), tuple(avals[i] for i in in_ids), tuple(out_ids), donate)
+    entry = _cache.get(key)
+    if entry is not None and entry.executable is not None:
+        _cache.move_to_end(key)
+        stats.hits += 1
+        entry.site[1] += 1
+        return entry.executable(*inputs)
+    st = _sites.get(site)
+    if st is None:
+        # keys seen, hits (cache hits and recurrences), keys compiled, how its clusters' ops change (_Churn)
+        st = _sites[site] = [0, 0, 0, None]
+    if whole:
+        # A site whose clusters keep changing in a few ops (those touching a count read on the host) runs its
+        # clusters in parts: the ops that change run eagerly, the others as parts compiled once for all steps
+        varying = _churning(st, ops, avals, key)
+        if varying:
+            return _run_parts(ops, avals, inputs, in_ids, out_ids, donate, varying, site, key[0])
+    if st[0] < 0:  # megamorphic: eager for good
+        return _Cluster._eager(ops, inputs, in_ids, out_ids)
+    if entry is None:  # a new key at this site
+        # A site keeps compiling new keys while they recur (one hit per 8 keys seen: a step whose shapes take a
+        # dozen values compiles each once and reuses it) and while its executables pay for their compilation
+        # (TF's megamorphic rule: past 10 compiles, 50 runs per compile), never past MAX_COMPILES. Shapes that
+        # change on every step never recur: the site gives up after KEY_LIMIT. Executables already compiled
+        # there keep running.
+        if (st[0] >= KEY_LIMIT and 8 * st[1] < st[0]) or (st[2] >= 10 and st[1] < 50 * st[2]) \
+                or st[2] >= MAX_COMPILES:
+            _megamorphic(st, site, reason)
+            return _Cluster._eager(ops, inputs, in_ids, out_ids)
+        st[0] += 1
+        entry = _Entry(st)
+        _cache[key] = entry
+        if len(_cache) > CACHE_SIZE:
+            _cache.popitem(last=False)
+    else:
+        st[1] += 1
+    entry.seen += 1
+    # A key compiles when it recurs; at a site that has compiled many already, when it recurs more often (2
+    # sightings for its first 4 keys, 4 for the next 4, 8...): the common shapes of a data-dependent step get
+    # compiled, the rare ones keep running op by op instead of each costing a compilation. (A cluster cut by
+    # the size cap is no natural unit: it too compiles only if it recurs.)
+    if not (entry.seen >= 2 << (st[2] // 4)
+            or (st[0] == 1 and len(ops) >= FIRST_SIGHT_OPS and reason != "size cap")):
+        return _Cluster._eager(ops, inputs, in_ids, out_ids)
+    st[2] += 1
+    t0 = time.perf_counter()
+    replay = make_replay(ops, in_ids, out_ids, kernels=True)
+    replay.__name__ = replay.__qualname__ = "auto_jit_cluster"
+    structs = [jax.ShapeDtypeStruct(*avals[i][:2], weak_type=avals[i][2]) for i in in_ids]
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*donated.*")
+        # (kept across processes where JAX's persistent cache is on: a warm start skips tracing and lowering)
+        entry.executable = _persist.compile_cached(
+            replay, structs, donate, "auto_jit_cluster",
+            _persist.fingerprint(ops, in_ids, [avals[i] for i in in_ids], out_ids, donate, "auto_jit"))
+        if entry.executable is None:
+            entry.executable = _spmd.jit(replay, donate_argnums=donate, name="auto_jit_cluster").lower(
+                *structs).compile()
+    stats.compiled += 1
+    stats.compile_time += time.perf_counter() - t0
+    return entry.executable(*inputs)
+
+
+# ---- clusters in parts ----------------------------------------------------------------------------------------
+# A step that reads a count on the host and then works on that many elements (a detector's matched anchors,
+# ``cond_take`` of the positives) makes a new cluster every step, though only the few ops touching the count
+# change: the forward's end, the loss over the selected elements and their gradients. Compiled whole, each count is
+# its own executable (a compile storm, then the site gives up and runs op by op). Instead a site watches which
+# positions of its clusters change from one new key to the next; positions that changed twice are *varying*. The
+# cluster then runs as alternating parts: the unchanging ops, compiled once for all steps (the backward of the
+# network and the optimizer are the same every step), and the varying ones, as parts of their own, compiled per key
+# where their keys recur (a count taking a few values) and op by op where they do not (a group of fewer than
+# ``MIN_OPS`` ops always: a launch costs more than it saves). torch.compile's answer is to recompile with
+# a symbolic size (``automatic_dynamic_shapes``); XLA needs static shapes, so the changing ops are kept apart, as TF
+# keeps the ops it cannot compile out of its clusters.
+SPLIT_MAX_FRACTION = 0.5  # a cluster most of whose ops change is split only if its site's clusters rarely recur:
+RARE_AFTER = 6  # ... judged after this many clusters without an executable (fewer than 1 in 4 seen before)
+
+
+class _Churn:
+    """How a site's clusters change: the previous new cluster's ops (op, where its inputs come from, their types);
+    per position, how many times the op there changed; how often the clusters recur."""
+
+    __slots__ = ("sig", "changes", "keys", "misses", "repeats", "varying")
+
+    def __init__(self, sig):
+        self.sig = sig
+        self.changes = [0] * len(sig)
+        self.keys = set()  # hashes of the clusters seen (bounded)
+        self.misses = self.repeats = 0  # clusters run without a compiled executable; of them, seen before
+        self.varying = None  # the positions of the changing ops, while the site runs its clusters in parts
+
+
+def _churning(st, ops, avals, key):
+    """(At a cluster of the site ``st`` that has no compiled executable) the positions of its varying ops, or None:
+    run it whole. A site runs in parts once some positions changed twice (a program alternating between two
+    shapes, train and eval, compiles each whole) and either few of its ops change or its clusters do not recur (a
+    program with a few recurring shapes throughout -- multi-scale training -- compiles one executable per shape)."""
+    ch = st[3]
+    h = hash(key)
+    if ch is not None and h in ch.keys:
+        ch.misses += 1
+        ch.repeats += 1
+        return ch.varying
+    # An op is described by where its inputs come from -- (producer's position, output index), or the type of a
+    # cluster input -- not by local ids: those shift with every input added before it
+    made = {}
+    sig = []
+    for k, (op, ins, outs) in enumerate(ops):
+        sig.append((op, tuple([made.get(i) or avals[i] for i in ins])))
+        for j, o in enumerate(outs):
+            made[o] = (k, j, avals[o])
+    if ch is None or len(ch.sig) != len(sig):
+        ch = st[3] = _Churn(sig)  # (another program at this line: start again)
+    else:
+        changes = ch.changes
+        for k, (a, b) in enumerate(zip(sig, ch.sig)):
+            if a != b:
+                changes[k] += 1
+        ch.sig = sig
+    if len(ch.keys) > 4096:
+        ch.keys.clear()
+    ch.keys.add(h)
+    ch.misses += 1
+    varying = tuple(k for k, c in enumerate(ch.changes) if c >= 2)
+    few = len(varying) <= SPLIT_MAX_FRACTION * len(sig)
+    rare = ch.misses >= RARE_AFTER and 4 * ch.repeats < ch.misses
+    ch.varying = varying if varying and (few or rare) else None
+    return ch.varying
+
+
+def _run_parts(ops, avals, inputs, in_ids, out_ids, donate, varying, site, ops_key):
+    """Run a cluster as alternating groups (``_plan_parts``): each through ``_run_keyed`` (its own key, cache and
+    compile policy), or op by op where it has fewer than ``MIN_OPS`` ops."""
+    pkey = (ops_key, tuple(in_ids), tuple(out_ids), donate, varying, site)
+    plan = _PLANS.get(pkey)
+    if plan is None:
+        if len(_PLANS) > CACHE_SIZE:
+            _PLANS.clear()
+        plan = _PLANS[pkey] = _plan_parts(ops, in_ids, out_ids, donate, varying, site)
+    _stats.split += 1
+    groups, members = plan
+    env = dict(zip(in_ids, inputs))
+    run_kernel, wrap = _dispatch.run_kernel, _dispatch.wrap
+    for g, group in enumerate(groups):
+        try:
+            if type(group) is list:  # op by op
+                for op, ins, outs in group:
+                    args = [env[i] for i in ins]
+                    res = run_kernel(op, [wrap(a) for a in args], args)
+                    env.update(zip(outs, [t._data for t in res]))
+                _stats.eager_ops += len(group)
+                continue
+            part_ops, part_inputs, part_in, results, part_out, part_donate, part_site = group
+            values = _run_keyed(part_ops, [avals[i] for i in part_inputs], [env[i] for i in part_inputs],
+                                part_in, part_out, part_donate, "part", part_site, False)
+            env.update(zip(results, values))
+        except Exception as exc:
+            # The groups before this one took effect, and their parts may have consumed donated inputs: the cluster
+            # cannot start again from its inputs. The ops not run yet run op by op, in program order, from here.
+            done = {k for m in members[:g] for k in m}
+            error = None
+            try:
+                for k, (op, ins, outs) in enumerate(ops):
+                    if k not in done:
+                        args = [env[i] for i in ins]
+                        res = run_kernel(op, [wrap(a) for a in args], args)
+                        env.update(zip(outs, [t._data for t in res]))
+            except Exception as err:
+                error = err
+            if error is not None:
+                raise _PartsFailed(env, error) from exc
+            break  # (an error of a part's executable alone -- none op by op -- is no error)
+    return [env[i] for i in out_ids]
+
+
+class _PartsFailed(Exception):
+    """A cluster run in parts failed op by op: ``env`` holds the values computed before the failing op."""
+
+    def __init__(self, env, error):
+        super().__init__(str(error))
+        self.env, self.error = env, error
+
+
+_PLANS: dict = {}  # (ops, in ids, out ids, donated, varying positions, site) -> groups (_plan_parts)
+
+
+def _plan_parts(ops, in_ids, out_ids, donate, varying, site):
+    """``(groups, their ops' positions)``: the groups a cluster runs in are lists of ops (run op by op: fewer than
+    ``MIN_OPS``), and parts ``(ops
+    renumbered, their inputs' ids in the cluster, their local ids, results' ids in the cluster, their local ids,
+    donated, site)``. Each op goes in the earliest group its inputs allow (levels: even for
+    unchanging ops, odd for varying ones), so a backward whose first ops change still compiles as one part after
+    them. The ops are pure (an in-place update rebound a Tensor when it was collected): any topological order
+    computes what the program order does. An input is donated to the part that reads it last."""
+    vary = bytearray(len(ops))
+    for k in varying:
+        vary[k] = 1
+    level = {}  # local id -> level of the group computing it (inputs: none)
+    groups = {}
+    for k, (op, ins, outs) in enumerate(ops):
+        m = 0
+        if vary[k]:
+            for i in ins:
+                m = max(m, level.get(i, 0))
+            m |= 1
+        else:
+            for i in ins:
+                lv = level.get(i, 0)
+                m = max(m, lv + (lv & 1))
+        for o in outs:
+            level[o] = m
+        groups.setdefault(m, []).append(k)
+    last_use = {}  # local id -> the last level reading it
+    for k, (op, ins, outs) in enumerate(ops):
+        lv = level[outs[0]] if outs else 0
+        for i in ins:
+            if last_use.get(i, -1) < lv:
+                last_use[i] = lv
+    wanted = set(out_ids)
+    donated = {in_ids[k] for k in donate}
+    plan, plan_members = [], []
+    for lv in sorted(groups):
+        members = groups[lv]
+        plan_members.append(members)
+        if len(members) < MIN_OPS:
+            plan.append([ops[k] for k in members])
+            continue
+        # the part: its inputs (values from before it) numbered first, then its ops' outputs
+        local, part_inputs = {}, []
+        for k in members:
+            for i in ops[k][1]:
+                if i not in local and level.get(i, -1) != lv:
+                    local[i] = len(part_inputs)
+                    part_inputs.append(i)
+        n = len(part_inputs)
+        part_ops = []
+        for k in members:
+            op, ins, outs = ops[k]
+            for o in outs:
+                local[o] = n
+                n += 1
+            part_ops.append((op, tuple(local[i] for i in ins), tuple(local[o] for o in outs)))
+        results = [o for k in members for o in ops[k][2] if o in wanted or last_use.get(o, -1) > lv]
+        part_donate = tuple(j for j, i in enumerate(part_inputs) if i in donated and last_use[i] == lv)
+        part_site = (site[0], site[1], f"{site[2]} [{'changing ' if lv & 1 else ''}part {lv + 1}]")
+        plan.append((part_ops, part_inputs, list(range(len(part_inputs))), results, [local[o] for o in results],
+                     part_donate, part_site))
+    return plan, plan_members
 
 
 _COMPILE_SECS = [0.0]  # seconds JAX spent tracing, lowering and compiling, process-wide (ModeTimer)
