@@ -581,18 +581,23 @@ def test_a_count_read_on_the_host_runs_the_rest_of_the_step_compiled(auto_jit):
 
 
 def test_changing_ops_whose_shapes_recur_are_compiled_per_shape(auto_jit):
-    # a count taking two values: the changing part recurs, and is compiled for each (no op-by-op steps left)
+    # a count taking four values: the changing part (16 ops and more: a smaller one runs op by op) recurs, and is
+    # compiled for each (no op-by-op steps left; the first count's whole cluster was compiled at first sight)
     w = mge.Tensor(np.ones(3, "float32"))
 
+    def chain(v):
+        for _ in range(8):
+            v = v * 1.01 + 0.1
+        return v
+
     def step(k):
-        x = mge.Tensor(np.arange(12, dtype="float32").reshape(3, 4) - (k % 2))
+        x = mge.Tensor(np.arange(12, dtype="float32").reshape(3, 4) - (k % 4))
         h = F.exp(x * 0.1) @ F.ones((4, 3)) + w
         sel, _ = F.cond_take(x > 4, x)
-        out = (h * 2).sum() + ((sel * 3 + 1) ** 2 * 0.5 + sel).sum() + h.mean()
+        out = chain(chain(h * 2)).sum() + chain(sel).sum() + h.mean()  # (most of its ops do not change)
         xn = x.numpy()
         hn, sn = np.exp(xn * 0.1) @ np.ones((4, 3)) + 1, xn[xn > 4]
-        np.testing.assert_allclose(out.numpy(), (hn * 2).sum() + ((sn * 3 + 1) ** 2 * 0.5 + sn).sum() + hn.mean(),
-                                   rtol=1e-5)
+        np.testing.assert_allclose(out.numpy(), chain(chain(hn * 2)).sum() + chain(sn).sum() + hn.mean(), rtol=1e-5)
 
     for k in range(30):
         step(k)
@@ -601,7 +606,7 @@ def test_changing_ops_whose_shapes_recur_are_compiled_per_shape(auto_jit):
     for k in range(4):
         step(k)
     stats = auto_jit_stats()
-    assert stats["compiled"] == 0 and stats["eager_clusters"] == 0, stats
+    assert stats["compiled"] == 0 and stats["eager_clusters"] == 0 and stats["split_clusters"] == 3, stats
 
 
 def test_a_program_alternating_between_two_shapes_compiles_each_whole(auto_jit):

@@ -203,12 +203,13 @@ class _Entry:
         self.site = site  # its site's counters
 
 
-def _megamorphic(st, site, reason):
-    st[0] = -1
+def _megamorphic(st, site, reason, what="new ones run eagerly from now on"):
+    if what.startswith("new"):
+        st[0] = -1
     _stats.megamorphic.append(site)
     warnings.warn(f"auto-jit: the clusters cut at {describe_where(site)} ({reason}) keep changing (shapes or Python "
-                  f"numbers that change every step?); new ones run eagerly from now on. Pad to fixed shapes, or pass "
-                  f"changing numbers as tensors, to have them compiled", stacklevel=4)
+                  f"numbers that change every step?); {what}. Pad to fixed shapes, or pass changing numbers as "
+                  f"tensors, to have them compiled", stacklevel=4)
 
 
 _cache: "collections.OrderedDict" = collections.OrderedDict()
@@ -390,7 +391,7 @@ def _run_keyed(ops, avals, inputs, in_ids, out_ids, donate, reason, site, whole)
     if whole:
         # A site whose clusters keep changing in a few ops (those touching a count read on the host) runs its
         # clusters in parts: the ops that change run eagerly, the others as parts compiled once for all steps
-        varying = _churning(st, ops, avals, key)
+        varying = _churning(st, ops, avals, key, site, reason)
         if varying:
             return _run_parts(ops, avals, inputs, in_ids, out_ids, donate, varying, site, key[0])
     if st[0] < 0:  # megamorphic: eager for good
@@ -446,20 +447,22 @@ def _run_keyed(ops, avals, inputs, in_ids, out_ids, donate, reason, site, whole)
 # its own executable (a compile storm, then the site gives up and runs op by op). Instead a site watches which
 # positions of its clusters change from one new key to the next; positions that changed twice are *varying*. The
 # cluster then runs as alternating parts: the unchanging ops, compiled once for all steps (the backward of the
-# network and the optimizer are the same every step), and the varying ones, as parts of their own, compiled per key
-# where their keys recur (a count taking a few values) and op by op where they do not (a group of fewer than
-# ``MIN_OPS`` ops always: a launch costs more than it saves). torch.compile's answer is to recompile with
+# network and the optimizer are the same every step), and the varying ones apart: op by op, as eager runs them, or
+# -- a group of at least ``FIRST_SIGHT_OPS`` ops -- as a part of its own, compiled per key where its keys recur (a
+# count taking a few values). (A small changing group compiled per count cost ~50 ms per count to save ~25 us per
+# run: 13 compilations in a 20-step probe, 8 of them for 4-5 ops.) torch.compile's answer is to recompile with
 # a symbolic size (``automatic_dynamic_shapes``); XLA needs static shapes, so the changing ops are kept apart, as TF
 # keeps the ops it cannot compile out of its clusters.
-SPLIT_MAX_FRACTION = 0.5  # a cluster most of whose ops change is split only if its site's clusters rarely recur:
-RARE_AFTER = 6  # ... judged after this many clusters without an executable (fewer than 1 in 4 seen before)
+# A cluster most of whose ops change is split only if its site's clusters do not recur (the megamorphic rule:
+# ``KEY_LIMIT`` clusters without an executable, fewer than 1 in 8 seen before)
+SPLIT_MAX_FRACTION = 0.5
 
 
 class _Churn:
     """How a site's clusters change: the previous new cluster's ops (op, where its inputs come from, their types);
     per position, how many times the op there changed; how often the clusters recur."""
 
-    __slots__ = ("sig", "changes", "keys", "misses", "repeats", "varying")
+    __slots__ = ("sig", "changes", "keys", "misses", "repeats", "varying", "warned")
 
     def __init__(self, sig):
         self.sig = sig
@@ -467,13 +470,16 @@ class _Churn:
         self.keys = set()  # hashes of the clusters seen (bounded)
         self.misses = self.repeats = 0  # clusters run without a compiled executable; of them, seen before
         self.varying = None  # the positions of the changing ops, while the site runs its clusters in parts
+        self.warned = False
 
 
-def _churning(st, ops, avals, key):
+def _churning(st, ops, avals, key, site, reason):
     """(At a cluster of the site ``st`` that has no compiled executable) the positions of its varying ops, or None:
     run it whole. A site runs in parts once some positions changed twice (a program alternating between two
     shapes, train and eval, compiles each whole) and either few of its ops change or its clusters do not recur (a
-    program with a few recurring shapes throughout -- multi-scale training -- compiles one executable per shape)."""
+    program with a few recurring shapes throughout -- multi-scale training -- compiles one executable per shape).
+    Split because most of it changes, the site warns once (as a megamorphic one): most of its ops now run op by
+    op."""
     ch = st[3]
     h = hash(key)
     if ch is not None and h in ch.keys:
@@ -502,8 +508,11 @@ def _churning(st, ops, avals, key):
     ch.misses += 1
     varying = tuple(k for k, c in enumerate(ch.changes) if c >= 2)
     few = len(varying) <= SPLIT_MAX_FRACTION * len(sig)
-    rare = ch.misses >= RARE_AFTER and 4 * ch.repeats < ch.misses
+    rare = ch.misses >= KEY_LIMIT and 8 * ch.repeats < ch.misses
     ch.varying = varying if varying and (few or rare) else None
+    if ch.varying and not few and not ch.warned:
+        ch.warned = True
+        _megamorphic(st, site, reason, f"{len(varying)} of their {len(sig)} ops run op by op, the others compiled")
     return ch.varying
 
 
@@ -565,7 +574,7 @@ _PLANS: dict = {}  # (ops, in ids, out ids, donated, varying positions, site) ->
 
 def _plan_parts(ops, in_ids, out_ids, donate, varying, site):
     """``(groups, their ops' positions)``: the groups a cluster runs in are lists of ops (run op by op: fewer than
-    ``MIN_OPS``), and parts ``(ops
+    ``MIN_OPS``, or than ``FIRST_SIGHT_OPS`` changing ones), and parts ``(ops
     renumbered, their inputs' ids in the cluster, their local ids, results' ids in the cluster, their local ids,
     donated, site)``. Each op goes in the earliest group its inputs allow (levels: even for
     unchanging ops, odd for varying ones), so a backward whose first ops change still compiles as one part after
@@ -601,7 +610,7 @@ def _plan_parts(ops, in_ids, out_ids, donate, varying, site):
     for lv in sorted(groups):
         members = groups[lv]
         plan_members.append(members)
-        if len(members) < MIN_OPS:
+        if len(members) < (FIRST_SIGHT_OPS if lv & 1 else MIN_OPS):
             plan.append([ops[k] for k in members])
             continue
         # the part: its inputs (values from before it) numbered first, then its ops' outputs
