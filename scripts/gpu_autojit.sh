@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 30's GPU rows in one command, for a CUDA machine whose python3 has JAX's CUDA plugin and torch: the
 # eager-written loops (eager vs auto-jit vs xla_trace), again with auto-jit cutting at gm.backward (the overlap
-# experiment: off by default because it loses on the CPU), then run.py's auto-jit column beside PyTorch eager, then
+# experiment: off by default because it loses on the CPU), the data-dependent loops, then run.py's auto-jit column beside PyTorch eager, then
 # (last: the first thing to cut when time is short) MobileNetV2's first eager step, eager vs auto-jit, cold and warm
 # cache (the warm one reads the kept lowered programs). Results go to ${1:-gpu_autojit_out}/. About 5-8 minutes on
 # an H100.
@@ -18,6 +18,9 @@ timeout 150 "$py" benchmarks/eager_loop.py --only $only --rounds 1 > "$out/eager
 tail -8 "$out/eager_loop.md"
 timeout 150 "$py" benchmarks/eager_loop.py --only $only --rounds 1 --cut-backward > "$out/eager_loop_cut_backward.md" 2>&1
 tail -7 "$out/eager_loop_cut_backward.md"
+# the data-dependent steps (a count read on the host, then cond_take; the zoo's detection losses): clusters in parts
+timeout 120 "$py" benchmarks/eager_loop.py --only hostread,detection --rounds 1 > "$out/eager_loop_data_dependent.md" 2>&1
+tail -4 "$out/eager_loop_data_dependent.md"
 timeout 200 "$py" benchmarks/run.py --device gpu --only mlp,convnet_b64,transformer_b64 \
     --columns eager,auto_jit,xla_trace,torch --steps 30 --out "$out/bench" > "$out/bench.log" 2>&1
 sed -n '/Steady-state/,/## min/p' "$out/bench/results.md" 2>/dev/null || tail -30 "$out/bench.log"
