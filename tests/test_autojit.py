@@ -263,6 +263,15 @@ def test_xla_trace_whose_reads_keep_missing_runs_as_clusters():
     assert step.num_clustered_calls >= 5, (step.num_rerecords, step.num_calls)
     for p, q in zip(net.parameters(), net2.parameters()):
         np.testing.assert_allclose(p.numpy(), q.numpy(), rtol=1e-5, atol=1e-6)
+    # every call runs the body now: the signature (flattening the modules and the optimizer) is not computed
+    from megxla.jit import _state
+    calls = step.num_calls
+    with pytest.MonkeyPatch.context() as mp, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        mp.setattr(_state, "collect", lambda *a, **k: pytest.fail("signature computed"))
+        x = mge.Tensor(xs[0])
+        np.testing.assert_allclose(step(net2, opt2, x).item(), body(net, opt, gm, x).item(), rtol=1e-5)
+    assert step.num_calls == calls + 1
 
 
 def test_another_thread_reading_a_pending_value_loses_no_update(auto_jit):
