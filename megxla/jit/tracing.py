@@ -454,7 +454,7 @@ class trace:
         before and after its reads, instead of a stale executable run plus an eager recording -- or eagerly, where
         that has been faster (clusters whose shapes follow the reads may keep missing too)."""
         if self._churn is None:
-            self._churn = _autojit.ModeTimer()
+            self._churn = _autojit.ModeTimer(warmup=_autojit.ModeTimer.PROBE)
         if self._churn.next_mode():
             self.num_clustered_calls += 1
             with _autojit.clustered():
