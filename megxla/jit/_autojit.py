@@ -110,8 +110,9 @@ def auto_jit_stats() -> dict:
         ``eager_clusters`` (run op by op), ``eager_steps`` (training steps run eagerly, without collecting,
         because their clusters kept running op by op and eager was faster), ``eager_ops`` (ops kept out of
         clusters, and small groups of changing ops), ``split_clusters`` (clusters run in parts: their site's
-        clusters keep changing in some ops, which run apart from the others), ``cuts`` (a list of ``(count, reason, "file:line (`source`)")``, most frequent first) and
-        ``megamorphic`` (the lines that made too many different clusters and run eagerly).
+        clusters keep changing in some ops, which run apart from the others), ``cuts`` (a list of ``(count,
+        reason, "file:line (`source`)")``, most frequent first) and ``megamorphic`` (the lines that made too many
+        different clusters and run eagerly, or mostly op by op).
 
     Example:
         >>> from megxla.jit import auto_jit_stats
@@ -203,9 +204,12 @@ class _Entry:
         self.site = site  # its site's counters
 
 
-def _megamorphic(st, site, reason, what="new ones run eagerly from now on"):
-    if what.startswith("new"):
+def _megamorphic(st, site, reason, what=None):
+    """Warn once that ``site``'s clusters keep changing. ``what`` happens to them now; by default the site gives up
+    compiling (new keys run op by op for good)."""
+    if what is None:
         st[0] = -1
+        what = "new ones run eagerly from now on"
     _stats.megamorphic.append(site)
     warnings.warn(f"auto-jit: the clusters cut at {describe_where(site)} ({reason}) keep changing (shapes or Python "
                   f"numbers that change every step?); {what}. Pad to fixed shapes, or pass changing numbers as "
