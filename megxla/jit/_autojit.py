@@ -358,10 +358,7 @@ class _Cluster:
         """``(values by local id, None)``, or the values up to the op that raised and its error."""
         env = dict(zip(in_ids, inputs))
         try:
-            for op, ins, outs in ops:
-                args = [env[i] for i in ins]
-                res = _dispatch.run_kernel(op, [_dispatch.wrap(a) for a in args], args)
-                env.update((i, t._data) for i, t in zip(outs, res))
+            _run_ops(ops, env)
         except Exception as exc:
             return env, exc
         return env, None
@@ -532,14 +529,10 @@ def _run_parts(ops, avals, inputs, in_ids, out_ids, donate, varying, site, ops_k
     _stats.split += 1
     groups, members = plan
     env = dict(zip(in_ids, inputs))
-    run_kernel, wrap = _dispatch.run_kernel, _dispatch.wrap
     for g, group in enumerate(groups):
         try:
             if type(group) is list:  # op by op
-                for op, ins, outs in group:
-                    args = [env[i] for i in ins]
-                    res = run_kernel(op, [wrap(a) for a in args], args)
-                    env.update(zip(outs, [t._data for t in res]))
+                _run_ops(group, env)
                 _stats.eager_ops += len(group)
                 continue
             part_ops, part_inputs, part_in, results, part_out, part_donate, part_site = group
@@ -552,17 +545,22 @@ def _run_parts(ops, avals, inputs, in_ids, out_ids, donate, varying, site, ops_k
             done = {k for m in members[:g] for k in m}
             error = None
             try:
-                for k, (op, ins, outs) in enumerate(ops):
-                    if k not in done:
-                        args = [env[i] for i in ins]
-                        res = run_kernel(op, [wrap(a) for a in args], args)
-                        env.update(zip(outs, [t._data for t in res]))
+                _run_ops([rec for k, rec in enumerate(ops) if k not in done], env)
             except Exception as err:
                 error = err
             if error is not None:
                 raise _PartsFailed(env, error) from exc
             break  # (an error of a part's executable alone -- none op by op -- is no error)
     return [env[i] for i in out_ids]
+
+
+def _run_ops(ops, env):
+    """Each op by its eager kernel, as eager execution runs it, reading and writing ``env`` (local id -> array)."""
+    run_kernel, wrap = _dispatch.run_kernel, _dispatch.wrap
+    for op, ins, outs in ops:
+        args = [env[i] for i in ins]
+        res = run_kernel(op, [wrap(a) for a in args], args)
+        env.update(zip(outs, [t._data for t in res]))
 
 
 class _PartsFailed(Exception):
