@@ -257,6 +257,7 @@ def auto_jit_compiling_everything():
     saved = (_autojit.MIN_OPS, _autojit.FIRST_SIGHT_OPS, megxla.config.auto_jit)
     _autojit.MIN_OPS = _autojit.FIRST_SIGHT_OPS = 1
     _autojit._sites.clear()  # (every case is cut at the same harness lines: its own compile budget)
+    _autojit._warned_lines.clear()
     megxla.config.auto_jit = True
     try:
         yield _autojit

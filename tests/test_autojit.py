@@ -27,6 +27,7 @@ from megxla.jit import auto_jit_stats, reset_auto_jit_stats, xla_trace, _autojit
 def auto_jit():
     saved = mge.config.auto_jit
     _autojit._sites.clear()
+    _autojit._warned_lines.clear()
     _autojit._steps.clear()
     reset_auto_jit_stats()
     mge.config.auto_jit = True

@@ -211,11 +211,15 @@ def _megamorphic(st, site, reason, what=None):
         st[0] = -1
         what = "new ones run eagerly from now on"
     _stats.megamorphic.append(site)
+    if site[:2] in _warned_lines:
+        return  # (once per line: a line run in parts may have a changing part give up after the split was told)
+    _warned_lines.add(site[:2])
     warnings.warn(f"auto-jit: the clusters cut at {describe_where(site)} ({reason}) keep changing (shapes or Python "
                   f"numbers that change every step?); {what}. Pad to fixed shapes, or pass changing numbers as "
                   f"tensors, to have them compiled", stacklevel=4)
 
 
+_warned_lines: set = set()  # (file, line) of the sites warned about
 _cache: "collections.OrderedDict" = collections.OrderedDict()
 _sites: dict = {}  # site -> [keys seen (-1: megamorphic, runs eagerly), hits, keys compiled]
 
