@@ -275,6 +275,44 @@ def test_xla_trace_whose_reads_keep_missing_runs_as_clusters():
     assert step.num_calls == calls + 1
 
 
+def test_xla_trace_whose_input_counts_and_reads_change_churns_early():
+    # a detector's ground-truth boxes: their count is an input shape (a new signature, recorded) and, through the
+    # matching, a value read on the host (a guard miss where a signature recurs): most calls record, so the
+    # step runs churning after a few calls instead of recording (and compiling) on every new count
+    def make():
+        mge.random.seed(0)
+        net = M.Linear(4, 3)
+        return net, optim.SGD(net.parameters(), lr=0.1), GradManager().attach(net.parameters())
+
+    def body(net, opt, gm, x, boxes):
+        with gm:
+            y = net(x)
+            hit = (y.sum(axis=1, keepdims=True) > boxes.mean(axis=1)).astype("float32")  # (5, k)
+            n = int(hit.sum())
+            loss = (y ** 2).mean() + (hit.sum(axis=0) * boxes.sum(axis=1)).sum() / max(n, 1)
+            gm.backward(loss)
+        opt.step().clear_grad()
+        return loss
+
+    rng = np.random.RandomState(0)
+    data = [(rng.standard_normal((5, 4)).astype("float32"),
+             rng.standard_normal((k, 4)).astype("float32")) for k in (1, 2, 3, 1, 4, 2, 3, 5, 1, 2, 4, 3, 5, 2)]
+    net, opt, gm = make()
+    want = [body(net, opt, gm, mge.Tensor(x), mge.Tensor(b)).item() for x, b in data]
+    net2, opt2, gm2 = make()
+    step = xla_trace(lambda net, opt, x, b: body(net, opt, gm2, x, b))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = [step(net2, opt2, mge.Tensor(x), mge.Tensor(b)).item() for x, b in data]
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+    for p, q in zip(net.parameters(), net2.parameters()):
+        np.testing.assert_allclose(p.numpy(), q.numpy(), rtol=1e-5, atol=1e-6)
+    assert step.num_rerecords <= 2, step.num_rerecords  # (new counts at calls 1-3, a read that changed at 4-7)
+    assert step.num_clustered_calls + step.num_eager_calls >= len(data) - 7
+    msgs = [str(w.message) for w in caught if "recorded again on" in str(w.message)]
+    assert len(msgs) == 1 and "signatures" in msgs[0], msgs
+
+
 def test_another_thread_reading_a_pending_value_loses_no_update(auto_jit):
     # another thread forcing this thread's cluster (reading the shared global RNG key) must not write an older
     # value back over the newer one this thread has just bound (the draws would repeat)

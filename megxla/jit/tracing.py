@@ -281,6 +281,10 @@ class trace:
         self.strict = (self._without_host and self._strict_without_host) if strict is None else bool(strict)
         self.max_variants = 8  # recordings kept per signature (told apart by guard values)
         self.num_rerecords = 0  # calls that recorded again because a value read on the host changed
+        # calls that recorded for a new signature a step that reads values on the host (a detector's ground-truth
+        # boxes: their count is both an input shape and, through the matching, a value read): with re-recordings,
+        # evidence that most calls will record
+        self._new_sig_reads = 0
         self._churning = False  # most calls recorded again: the body runs as auto-jit clusters (xla_trace)
         self.num_clustered_calls = 0
         self.num_eager_calls = 0  # (churning) calls run eagerly because that has been faster than clusters
@@ -408,7 +412,12 @@ class trace:
                 if (self.symbolic or self._abstract_first) and not self._eager_recording:
                     entry = self._record_abstract(args, kwargs, state, sig)
                 if entry is None:
-                    return self._record(args, kwargs, state, sig)[1]
+                    entry, out = self._record(args, kwargs, state, sig)
+                    if entry is not None and entry.guards:
+                        self._new_sig_reads += 1
+                        if self.num_rerecords:
+                            self._count_rerecord(None, counted=True)
+                    return out
                 return self._first_run(entry, state, sig)
             self._cache.move_to_end(sig)
             return self._call_variants(variants, args, kwargs, state, sig)
@@ -537,18 +546,26 @@ class trace:
                     f"new one records and compiles again. Pad inputs to a few fixed shapes, and pass changing numbers "
                     f"as Tensors.", UserWarning, 4)
 
-    def _count_rerecord(self, miss):
-        self.num_rerecords += 1
-        if self.num_rerecords >= 4 and 2 * self.num_rerecords > self.num_calls and "most" not in self._warned:
+    def _count_rerecord(self, miss, counted=False):
+        """A call recorded again (``counted``: it recorded for a new signature, already counted): once most calls
+        record -- re-recordings because a value read on the host changed, and recordings of new signatures of a
+        step that reads such values, at least one of the former --, later calls run churning."""
+        if not counted:
+            self.num_rerecords += 1
+        recorded = self.num_rerecords + max(self._new_sig_reads - 1, 0)  # (recordings after the first)
+        calls = self.num_calls + self._new_sig_reads  # (a new signature's recording call is not in num_calls)
+        if recorded >= 4 and 2 * recorded > calls and "most" not in self._warned:
             self._warned.add("most")
             self._churning = True
             where = f" (at {describe_where(miss.entry.guards[miss.index][2])})" if miss is not None else ""
             later = ("later calls run the body as auto-jit clusters (compiled between the reads)"
                      if self._without_host else "such calls run eagerly")
+            shapes = f" or its input shapes ({self._new_sig_reads} signatures)" if self._new_sig_reads > 1 else ""
             warnings.warn(
-                f"{self._what}({self.__name__}) recorded again on {self.num_rerecords} of {self.num_calls} calls because "
-                f"values read on the host change{where}; {later}. Pad to a fixed count (as "
-                f"MegEngine's guide asks for traced steps), or move the read out of the step.", UserWarning, 5)
+                f"{self._what}({self.__name__}) recorded again on {recorded} of {calls} calls because "
+                f"values read on the host change{where}{shapes}; {later}. Pad to a fixed count (as "
+                f"MegEngine's guide asks for traced steps), or move the read out of the step.", UserWarning,
+                6 if counted else 5)
 
     def _guard_missed(self, miss):
         _, recorded, where = miss.entry.guards[miss.index]
