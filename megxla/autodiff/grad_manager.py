@@ -3,6 +3,7 @@ replays it backwards with one ``vjp[op]`` op per record -- gradients go through 
 forward ops, so they are traced and compiled like them."""
 from __future__ import annotations
 
+import functools
 import weakref
 
 import numpy as np
@@ -30,13 +31,7 @@ class _Attached:
     __slots__ = ("ref", "callbacks", "vid")
 
     def __init__(self, tensor, callbacks, owner):
-        key = id(tensor)
-
-        def forget(ref, owner=weakref.ref(owner)):
-            attached = owner()
-            if attached is not None and attached.get(key) is self:
-                del attached[key]  # (its id may be reused by a new tensor: only this entry goes)
-        self.ref = weakref.ref(tensor, forget)
+        self.ref = weakref.ref(tensor, functools.partial(_forget, weakref.ref(owner), id(tensor)))
         self.callbacks = callbacks
         # The value differentiated: the tensor's value when this recording started (or when it was attached
         # during it). An in-place update inside the recording (``w *= 2``, ``x[0] = 5``) rebinds the tensor
@@ -46,6 +41,16 @@ class _Attached:
     @property
     def tensor(self):
         return self.ref()
+
+
+def _forget(owner, key, ref):
+    # (a module-level function: a closure over the entry would make entry -> weakref -> callback -> entry a
+    # reference cycle, garbage left for the cyclic collector on every attach: MegEngine's test_release)
+    attached = owner()
+    if attached is not None:
+        entry = attached.get(key)
+        if entry is not None and entry.ref is ref:
+            del attached[key]  # (its id may be reused by a new tensor: only this entry goes)
 
 
 class _AttachedDict(dict):
