@@ -856,10 +856,11 @@ def step_boundary(reason="opt.step", now=False):
 # Steps whose clusters keep running op by op (shapes that follow a count read on the host: a detector's losses)
 # pay collection on top of eager execution. Once a step site has had TROUBLED_STEPS such steps, a ModeTimer times
 # its steps as clusters and eagerly (no collection) and runs the faster.
-# (Counted after WARMUP_STEPS: the first steps of any program run their clusters op by op until they recur. 8 and
-# 4: static programs have no such step after their second or third; a detector's step times itself from step ~12.)
+# (Counted after WARMUP_STEPS: the first steps of any program run their clusters op by op until they recur. 4 and
+# 4: static programs have no such step after their second or third; a detector's step times itself from step ~8
+# and has chosen by step ~18.)
 TROUBLED_STEPS = 4
-WARMUP_STEPS = 8
+WARMUP_STEPS = 4
 _steps: dict = {}  # step site -> [ops collected, of them run op by op (at the last step end), troubled steps, timer,
 #                                  steps]
 
