@@ -313,6 +313,47 @@ def test_xla_trace_whose_input_counts_and_reads_change_churns_early():
     assert len(msgs) == 1 and "signatures" in msgs[0], msgs
 
 
+def test_xla_trace_of_a_multi_scale_step_whose_read_rarely_changes_stays_compiled():
+    # eight input shapes (multi-scale training), a value read on the host that is the same at every scale and
+    # changes once: each scale records and compiles once, the change records once more -- not "most calls record"
+    def make():
+        mge.random.seed(0)
+        net = M.Linear(4, 3)
+        net.scale = mge.Tensor(1.0)
+        return net, optim.SGD(net.parameters(), lr=0.1), GradManager().attach(net.parameters())
+
+    def body(net, opt, gm, x):
+        with gm:
+            k = float(net.scale)  # a host read
+            loss = (net(x) ** 2).mean() * k
+            gm.backward(loss)
+        opt.step().clear_grad()
+        return loss
+
+    rng = np.random.RandomState(0)
+    rows = [2, 3, 4, 5, 6, 7, 8, 9] * 4
+    xs = [rng.standard_normal((r, 4)).astype("float32") for r in rows]
+
+    def run(step, net, opt):
+        out = []
+        for i, x in enumerate(xs):
+            if i == 20:
+                net.scale._reset(mge.Tensor(2.0))
+            out.append(step(net, opt, mge.Tensor(x)).item())
+        return out
+
+    net, opt, gm = make()
+    want = run(lambda net, opt, x: body(net, opt, gm, x), net, opt)
+    net2, opt2, gm2 = make()
+    step = xla_trace(lambda net, opt, x: body(net, opt, gm2, x))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = run(step, net2, opt2)
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+    assert step.num_rerecords >= 1 and not step._churning
+    assert step.num_clustered_calls == 0 and step.num_eager_calls == 0
+
+
 def test_another_thread_reading_a_pending_value_loses_no_update(auto_jit):
     # another thread forcing this thread's cluster (reading the shared global RNG key) must not write an older
     # value back over the newer one this thread has just bound (the draws would repeat)

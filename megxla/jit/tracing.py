@@ -281,10 +281,13 @@ class trace:
         self.strict = (self._without_host and self._strict_without_host) if strict is None else bool(strict)
         self.max_variants = 8  # recordings kept per signature (told apart by guard values)
         self.num_rerecords = 0  # calls that recorded again because a value read on the host changed
-        # calls that recorded for a new signature a step that reads values on the host (a detector's ground-truth
-        # boxes: their count is both an input shape and, through the matching, a value read): with re-recordings,
-        # evidence that most calls will record
+        # Recordings for a new signature of a step that reads values on the host, and those of them whose values
+        # read differ from the previous recording's (a detector's ground-truth boxes: their count is both an input
+        # shape and, through the matching, a value read): with re-recordings, evidence that most calls will record.
+        # (A multi-scale step whose reads give the same values at every scale records once per scale, as before.)
+        self._new_sig_calls = 0
         self._new_sig_reads = 0
+        self._read_values = None  # the values read on the host by the latest recording
         self._churning = False  # most calls recorded again: the body runs as auto-jit clusters (xla_trace)
         self.num_clustered_calls = 0
         self.num_eager_calls = 0  # (churning) calls run eagerly because that has been faster than clusters
@@ -414,7 +417,9 @@ class trace:
                 if entry is None:
                     entry, out = self._record(args, kwargs, state, sig)
                     if entry is not None and entry.guards:
-                        self._new_sig_reads += 1
+                        self._new_sig_calls += 1
+                        if self._reads_changed(entry):
+                            self._new_sig_reads += 1
                         if self.num_rerecords:
                             self._count_rerecord(None, counted=True)
                     return out
@@ -531,7 +536,17 @@ class trace:
             self._guard_missed(miss)
         if miss is not None or any(e.guards for e in variants):
             self._count_rerecord(miss)
-        return self._record(args, kwargs, list(state), sig)[1]
+        entry, out = self._record(args, kwargs, list(state), sig)
+        if entry is not None and entry.guards:
+            self._reads_changed(entry)
+        return out
+
+    def _reads_changed(self, entry):
+        """Whether the values ``entry``'s recording read on the host differ from the previous recording's."""
+        values = [g[1] for g in entry.guards]
+        previous, self._read_values = self._read_values, values
+        return previous is not None and (len(previous) != len(values)
+                                         or not all(_same(a, b) for a, b in zip(previous, values)))
 
     def _new_signature(self, sig):
         """Count distinct input signatures; warn once when there are ``warn_signatures`` of them (each costs a
@@ -552,15 +567,15 @@ class trace:
         step that reads such values, at least one of the former --, later calls run churning."""
         if not counted:
             self.num_rerecords += 1
-        recorded = self.num_rerecords + max(self._new_sig_reads - 1, 0)  # (recordings after the first)
-        calls = self.num_calls + self._new_sig_reads  # (a new signature's recording call is not in num_calls)
+        recorded = self.num_rerecords + self._new_sig_reads
+        calls = self.num_calls + self._new_sig_calls  # (a new signature's recording call is not in num_calls)
         if recorded >= 4 and 2 * recorded > calls and "most" not in self._warned:
             self._warned.add("most")
             self._churning = True
             where = f" (at {describe_where(miss.entry.guards[miss.index][2])})" if miss is not None else ""
             later = ("later calls run the body as auto-jit clusters (compiled between the reads)"
                      if self._without_host else "such calls run eagerly")
-            shapes = f" or its input shapes ({self._new_sig_reads} signatures)" if self._new_sig_reads > 1 else ""
+            shapes = f" or its input shapes ({self._new_sig_calls} signatures)" if self._new_sig_reads else ""
             warnings.warn(
                 f"{self._what}({self.__name__}) recorded again on {recorded} of {calls} calls because "
                 f"values read on the host change{where}{shapes}; {later}. Pad to a fixed count (as "
