@@ -18,7 +18,7 @@ import megxla.module as M
 import megxla.optimizer as optim
 from megxla.autodiff import GradManager
 from megxla.jit import xla_trace
-from megxla.jit import _interrupt
+from megxla.core import _interrupt
 
 
 def _build():
@@ -216,3 +216,50 @@ def test_a_handler_installed_by_the_program_gets_the_signal_after_the_write_back
         assert len(got) == 2
     finally:
         signal.signal(signal.SIGINT, old)
+    # the program put back the handler it had saved (ours, from before its own): Ctrl-C raises again, its
+    # temporary handler is not called any more
+    step(model, opt, x, y)
+    with pytest.raises(KeyboardInterrupt):
+        signal.raise_signal(signal.SIGINT)
+    assert len(got) == 2
+
+
+@pytest.mark.parametrize("auto", [False, True], ids=["eager", "auto_jit"])
+def test_ctrl_c_while_an_eager_step_rebinds_parameters_takes_the_step_in_full(auto, monkeypatch):
+    """``opt.step()`` rebinds each parameter and slot to the update's results in turn: a Ctrl-C between two of them
+    is raised after the last, so no layer is left a step behind the others (eagerly and under auto-jit)."""
+    from megxla.core._tensor import Tensor
+
+    def train(interrupt_at=None):
+        mge.config.auto_jit = auto
+        try:
+            model, opt, body = _build()
+            x = mge.Tensor(np.ones((4, 8), "float32"))
+            y = mge.Tensor(np.zeros((4,), "int32"))
+            for _ in range(2):
+                body(model, opt, x, y)
+            if interrupt_at is None:
+                body(model, opt, x, y)
+                return _state(model, opt)
+            real, calls = Tensor._reset, [0]
+
+            def reset(self, other):
+                calls[0] += 1
+                if calls[0] == interrupt_at:
+                    signal.raise_signal(signal.SIGINT)  # Python's handler runs at the next bytecode
+                return real(self, other)
+
+            monkeypatch.setattr(Tensor, "_reset", reset)
+            with pytest.raises(KeyboardInterrupt):
+                body(model, opt, x, y)
+            monkeypatch.setattr(Tensor, "_reset", real)
+            return _state(model, opt)
+        finally:
+            mge.config.auto_jit = False
+
+    want = train()
+    got = train(interrupt_at=3)  # (4 parameters, 8 Adam moments, then the step counter)
+    assert set(got) == set(want)
+    for k in want:
+        np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-7, err_msg=k)
+    assert not _interrupt._deferring and _interrupt._pending is None

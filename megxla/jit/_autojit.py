@@ -48,12 +48,12 @@ import weakref
 
 import jax
 
-from ..core import _dispatch, _lazy, _spmd
+from ..core import _dispatch, _interrupt, _lazy, _spmd
 from ..core._lazy import Lazy
 from ..core._tensor import Tensor as _Tensor
 from ..core._op import VJP as _VJP, check_output_size
 from ..core._spmd import MeshRequired
-from . import _interrupt, _persist
+from . import _persist
 from ._recording import _TRACER_ERRORS, describe_where, make_replay, user_where
 
 __all__ = ["enable", "enabled", "clustered", "auto_jit_stats", "reset_auto_jit_stats", "MIN_OPS", "MAX_OPS", "KEY_LIMIT", "MAX_COMPILES"]

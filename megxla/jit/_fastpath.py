@@ -30,10 +30,10 @@ import sys
 import numpy as np
 import jax
 
-from ..core import _dispatch, _registry
+from ..core import _dispatch, _interrupt, _registry
 from ..core._external import mark_external_vids
 from ..core._tensor import Tensor
-from . import _interrupt, _state
+from . import _state
 
 MISS = object()
 
@@ -152,7 +152,7 @@ class Plan:
             return MISS  # a buffer to donate is held elsewhere too: the full path runs it without donating
         held = False
         try:
-            # Ctrl-C is held from here until the write-back is done (jit/_interrupt.py): the executable deletes
+            # Ctrl-C is held from here until the write-back is done (core/_interrupt.py): the executable deletes
             # the donated inputs, so its outputs must reach the state
             held = _interrupt.enter()
             try:

@@ -39,7 +39,7 @@ from collections import OrderedDict
 import numpy as np
 import jax
 
-from ..core import _dispatch, _lazy
+from ..core import _dispatch, _interrupt, _lazy
 from . import _autojit
 from ..core._dispatch import wrap, push_interpreter, pop_interpreter, current_interpreter
 from ..core._op import Primitive, VJP
@@ -49,7 +49,7 @@ from ..core import _spmd
 from .. import dtr as _dtr
 from ..core import _registry
 from ..core._trace_option import set_symbolic_shape  # noqa: F401  (MegEngine's jit.tracing exports it)
-from . import _fastpath, _interrupt, _persist, _state, _verbose
+from . import _fastpath, _persist, _state, _verbose
 from ._external import mark_external
 from . import _external
 from ._recording import (Recorder, AbstractRecorder, NeedsHost, Excluded, TraceError, make_replay,
@@ -1013,7 +1013,7 @@ class trace:
         held = False
         try:
             # Ctrl-C is held from before the executable runs until its outputs are written back
-            # (jit/_interrupt.py): it deletes the donated inputs, so the outputs must reach the state
+            # (core/_interrupt.py): it deletes the donated inputs, so the outputs must reach the state
             held = _interrupt.enter()
             return self._run_held(entry, state)
         finally:

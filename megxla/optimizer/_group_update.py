@@ -24,6 +24,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 from jax import lax
 
+from ..core import _interrupt
 from ..core._dispatch import apply
 from ..core._op import Primitive
 
@@ -123,9 +124,16 @@ def group_update(rule, flags, hypers, params, slot_lists, gate=None):
     for slots in slot_lists:
         inputs.extend(slots)
     outs = apply(op, *inputs)
-    for t, new in zip(params, outs[:n]):
-        t._reset(new)
-    it = iter(outs[n:])
-    for slots in slot_lists:
-        for t in slots:
-            t._reset(next(it))
+    held = False
+    try:
+        # a Ctrl-C now is raised once every parameter and slot is rebound: the step is taken by all or none
+        held = _interrupt.enter()
+        for t, new in zip(params, outs[:n]):
+            t._reset(new)
+        it = iter(outs[n:])
+        for slots in slot_lists:
+            for t in slots:
+                t._reset(next(it))
+    finally:
+        if held:
+            _interrupt.leave()

@@ -1,17 +1,24 @@
-"""Ctrl-C (SIGINT) deferred across a compiled call: the executable runs and its state is written back, or neither.
+"""Ctrl-C (SIGINT) deferred across a compiled call: the executable runs and its state is written back, or neither;
+and across an optimizer's rebinding of its parameters and slots (all of them take the step, or none).
 
 A compiled step donates its state buffers to the executable. A ``KeyboardInterrupt`` raised while JAX calls it
 (Python runs inside that call: the signal's handler runs at the next bytecode) used to drop the outputs after the
 inputs were deleted, leaving parameters and optimizer slots on deleted buffers ("Array has been deleted"). Calls
 wrapped by :func:`enter` / :func:`leave` hold a SIGINT that arrives meanwhile and deliver it (to the handler that
 was installed: Python's raises ``KeyboardInterrupt``) right after the write-back, so an interrupted step is either
-fully applied or not at all.
+fully applied or not at all. An eager (or auto-jit) ``opt.step()`` rebinds each parameter and slot in turn to the
+update op's results: a Ctrl-C between two of those rebindings left some layers stepped and others not, and Adam's
+moments of half the parameters a step ahead (a checkpoint saved in ``except KeyboardInterrupt`` kept that); the
+optimizer holds it the same way (in core: optimizer and jit both use it).
 
 How: a Python handler for SIGINT is installed once, in the main thread (the only one Python runs signal handlers
 in), wrapping whichever Python handler was there; outside a compiled call it passes the signal straight on.
 Installing it per call would cost two ``sigaction`` calls (~0.8 µs); this costs a thread check, a handler check
 (``_signal.getsignal``, not ``signal.getsignal``, which costs 1.6 µs converting to an enum) and two global writes:
-about 0.2 µs per call. A handler installed by the program later is wrapped again on the next compiled call;
+about 0.2 µs per call. A handler installed by the program later is wrapped again on the next compiled call, by a
+new wrapper: each wrapper passes signals to the handler it replaced, so a program that puts back the handler it
+had saved (ours, from before its own) gets the one that was there before again -- with one wrapper for all, the
+program's temporary handler kept receiving every later Ctrl-C, and none raised ``KeyboardInterrupt``.
 ``SIG_DFL`` / ``SIG_IGN`` (no Python handler) are left alone.
 """
 from __future__ import annotations
@@ -28,7 +35,6 @@ _getsignal = _signal.getsignal
 
 _deferring = False  # the main thread is inside a compiled call (set and read in the main thread only)
 _pending = None  # the (signum, frame) of a SIGINT held until the call's write-back is done
-_wrapped = None  # the handler ours passes signals on to
 
 
 def _after_fork():
@@ -40,21 +46,28 @@ def _after_fork():
 os.register_at_fork(after_in_child=_after_fork)
 
 
-def _handler(signum, frame):
-    global _pending
-    if _deferring:
-        _pending = (signum, frame)
-        return
-    _wrapped(signum, frame)
+class _Holder:
+    """Our SIGINT handler: holds a signal while a call defers them, else passes it to ``wrapped``, the handler it
+    replaced."""
+
+    __slots__ = ("wrapped",)
+
+    def __init__(self, wrapped):
+        self.wrapped = wrapped
+
+    def __call__(self, signum, frame):
+        global _pending
+        if _deferring:
+            _pending = (signum, frame)
+            return
+        self.wrapped(signum, frame)
 
 
 def _install():
-    global _wrapped
     prev = _getsignal(_SIGINT)
     if not callable(prev):  # SIG_DFL / SIG_IGN / not installed from Python: nothing runs between bytecodes
         return False
-    _wrapped = prev
-    _signal.signal(_SIGINT, _handler)
+    _signal.signal(_SIGINT, _Holder(prev))
     return True
 
 
@@ -67,7 +80,7 @@ def enter():
     global _deferring
     if _deferring or _get_ident() != _MAIN:
         return False
-    if _getsignal(_SIGINT) is not _handler and not _install():
+    if type(_getsignal(_SIGINT)) is not _Holder and not _install():
         return False
     _deferring = True
     return True
@@ -81,6 +94,8 @@ def leave():
     pending = _pending
     if pending is not None:
         _pending = None
-        handler = _wrapped if _getsignal(_SIGINT) is _handler else _getsignal(_SIGINT)
+        handler = _getsignal(_SIGINT)
+        if type(handler) is _Holder:
+            handler = handler.wrapped
         if callable(handler):
             handler(*pending)
