@@ -421,7 +421,7 @@ class trace:
                         if self._reads_changed(entry):
                             self._new_sig_reads += 1
                         if self.num_rerecords:
-                            self._count_rerecord(None, counted=True)
+                            self._check_churn(None, stacklevel=4)
                     return out
                 return self._first_run(entry, state, sig)
             self._cache.move_to_end(sig)
@@ -561,12 +561,14 @@ class trace:
                     f"new one records and compiles again. Pad inputs to a few fixed shapes, and pass changing numbers "
                     f"as Tensors.", UserWarning, 4)
 
-    def _count_rerecord(self, miss, counted=False):
-        """A call recorded again (``counted``: it recorded for a new signature, already counted): once most calls
-        record -- re-recordings because a value read on the host changed, and recordings of new signatures of a
-        step that reads such values, at least one of the former --, later calls run churning."""
-        if not counted:
-            self.num_rerecords += 1
+    def _count_rerecord(self, miss):
+        self.num_rerecords += 1
+        self._check_churn(miss, stacklevel=6)
+
+    def _check_churn(self, miss, stacklevel):
+        """Once most calls record -- re-recordings because a value read on the host changed, and recordings of new
+        signatures whose reads gave other values, at least one of the former --, later calls run churning (warned,
+        at the user's call: ``stacklevel``)."""
         recorded = self.num_rerecords + self._new_sig_reads
         calls = self.num_calls + self._new_sig_calls  # (a new signature's recording call is not in num_calls)
         if recorded >= 4 and 2 * recorded > calls and "most" not in self._warned:
@@ -580,7 +582,7 @@ class trace:
                 f"{self._what}({self.__name__}) recorded again on {recorded} of {calls} calls because "
                 f"values read on the host change{where}{shapes}; {later}. Pad to a fixed count (as "
                 f"MegEngine's guide asks for traced steps), or move the read out of the step.", UserWarning,
-                6 if counted else 5)
+                stacklevel)
 
     def _guard_missed(self, miss):
         _, recorded, where = miss.entry.guards[miss.index]
