@@ -309,8 +309,9 @@ def test_xla_trace_whose_input_counts_and_reads_change_churns_early():
         np.testing.assert_allclose(p.numpy(), q.numpy(), rtol=1e-5, atol=1e-6)
     assert step.num_rerecords <= 2, step.num_rerecords  # (new counts at calls 1-3, a read that changed at 4-7)
     assert step.num_clustered_calls + step.num_eager_calls >= len(data) - 7
-    msgs = [str(w.message) for w in caught if "recorded again on" in str(w.message)]
-    assert len(msgs) == 1 and "signatures" in msgs[0], msgs
+    churned = [w for w in caught if "recorded again on" in str(w.message)]
+    assert len(churned) == 1 and "signatures" in str(churned[0].message), [str(w.message) for w in churned]
+    assert churned[0].filename == __file__  # (named at the user's call)
 
 
 def test_xla_trace_of_a_multi_scale_step_whose_read_rarely_changes_stays_compiled():
