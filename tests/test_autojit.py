@@ -235,6 +235,53 @@ def test_megxla_run_auto_jit_flag(tmp_path):
     assert "AUTO True" in out.stdout and not out.stdout.strip().endswith(" 0"), out.stdout
 
 
+@pytest.mark.parametrize("mode", ["auto_jit", "xla_trace"])
+def test_a_users_warning_is_shown_once_as_eagerly(tmp_path, mode):
+    # Compiling used to change the warning filters (to hide JAX's note on donated buffers it cannot reuse), which
+    # makes Python forget the warnings it has shown: a warning shown once eagerly came back after each compilation.
+    script = tmp_path / "loop.py"
+    script.write_text(textwrap.dedent(f"""
+        import warnings
+        import numpy as np
+        try:  # (JAX imports SciPy at its first call of a kept program, and SciPy's import changes the filters)
+            import scipy.linalg  # noqa: F401
+        except ImportError:
+            pass
+        import megxla as mge, megxla.functional as F, megxla.module as M, megxla.optimizer as optim
+        from megxla.autodiff import GradManager
+        from megxla.jit import xla_trace, auto_jit_stats
+        mge.config.auto_jit = {mode == "auto_jit"}
+        net = M.Sequential(M.Linear(8, 16), M.ReLU(), M.Linear(16, 4))
+        opt = optim.Adam(net.parameters(), lr=0.01)
+        gm = GradManager().attach(net.parameters())
+
+        def step(net, opt, x, y):
+            with gm:
+                loss = F.nn.cross_entropy(net(x), y)
+                gm.backward(loss)
+            opt.step().clear_grad()
+            return loss
+
+        if {mode == "xla_trace"}:
+            step = xla_trace(step)
+        rng = np.random.RandomState(0)
+        for i in range(12):
+            warnings.warn("the user's warning")
+            for n in (4, 2) if i % 2 else (4,):  # (a second shape: a second compilation)
+                step(net, opt, mge.tensor(rng.randn(n, 8).astype("float32")),
+                     mge.tensor(rng.randint(0, 4, n).astype("int32")))
+        print("COMPILED", auto_jit_stats()["compiled"] if {mode == "auto_jit"} else step.num_compiled)
+    """))
+    env = dict(os.environ)
+    env.pop("MEGXLA_AUTO_JIT", None)
+    out = subprocess.run([sys.executable, "-W", "default", str(script)], capture_output=True, text=True, env=env,
+                         timeout=240)
+    assert out.returncode == 0, out.stderr
+    assert int(out.stdout.split("COMPILED")[1]) >= 2, out.stdout
+    assert out.stderr.count("UserWarning: the user's warning") == 1, out.stderr
+    assert "donated" not in out.stderr, out.stderr
+
+
 def test_xla_trace_whose_reads_keep_missing_runs_as_clusters():
     def make():
         mge.random.seed(0)
@@ -715,11 +762,11 @@ def test_a_part_that_fails_continues_op_by_op_from_where_it_failed(auto_jit, mon
     real = auto_jit._run_keyed
     failed = []
 
-    def flaky(ops, avals, inputs, in_ids, out_ids, donate, reason, site, whole):
+    def flaky(ops, avals, inputs, in_ids, out_ids, donate, reason, site, whole, *rest):
         if not whole and len(failed) < 6 and "[part" in site[2] and not site[2].endswith("[part 1]"):
             failed.append(site)
             raise RuntimeError("an executable failed")
-        return real(ops, avals, inputs, in_ids, out_ids, donate, reason, site, whole)
+        return real(ops, avals, inputs, in_ids, out_ids, donate, reason, site, whole, *rest)
 
     monkeypatch.setattr(auto_jit, "_run_keyed", flaky)
     got, counts, params, slots = _count_read_training(16)

@@ -653,15 +653,18 @@ class _ParallelIter:
                     ),
                     daemon=True,
                 )
-                with warnings.catch_warnings(), (
+                # NOTE: JAX warns on every fork once it has started; fork is only chosen while it has not (or
+                # forced by MEGXLA_DATALOADER_START_METHOD=fork by someone who knows the workers never call
+                # it), so the warning is noise here, once per worker per epoch. Filtered only then: changing
+                # the filters makes Python show again every warning it had shown once.
+                quiet = forked and _jax_initialized()
+                with (warnings.catch_warnings() if quiet else contextlib.nullcontext()), (
                     contextlib.nullcontext() if forked else _main_module_hidden()
                 ):
-                    # NOTE: JAX warns on every fork once it has started; fork is only chosen while it has
-                    # not (or forced by MEGXLA_DATALOADER_START_METHOD=fork by someone who knows the
-                    # workers never call it), so the warning is noise here, once per worker per epoch.
-                    warnings.filterwarnings(
-                        "ignore", message=r"os\.fork\(\) was called", category=RuntimeWarning
-                    )
+                    if quiet:
+                        warnings.filterwarnings(
+                            "ignore", message=r"os\.fork\(\) was called", category=RuntimeWarning
+                        )
                     worker.start()
                 self.last_heard[wid] = time.monotonic()
                 writer.close()

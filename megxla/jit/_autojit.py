@@ -54,7 +54,7 @@ from ..core._tensor import Tensor as _Tensor
 from ..core._op import VJP as _VJP, check_output_size
 from ..core._spmd import MeshRequired
 from . import _persist
-from ._recording import _TRACER_ERRORS, describe_where, make_replay, user_where
+from ._recording import _TRACER_ERRORS, describe_where, make_replay, usable_donations, user_where
 
 __all__ = ["enable", "enabled", "clustered", "auto_jit_stats", "reset_auto_jit_stats", "MIN_OPS", "MAX_OPS", "KEY_LIMIT", "MAX_COMPILES"]
 
@@ -378,9 +378,10 @@ class _Cluster:
         return [env[i] for i in out_ids]
 
 
-def _run_keyed(ops, avals, inputs, in_ids, out_ids, donate, reason, site, whole):
+def _run_keyed(ops, avals, inputs, in_ids, out_ids, donate, reason, site, whole, out_avals=None):
     """Run a cluster by its cached executable, compile it (the policy above) or run it op by op. ``whole``: a
-    cluster as cut, which may be run in parts (not one of its parts)."""
+    cluster as cut, which may be run in parts (not one of its parts); ``out_avals``: where ``avals`` holds only
+    the inputs' (a part), a function giving the outputs'."""
     stats = _stats
     key = (tuple(ops), tuple(avals[i] for i in in_ids), tuple(out_ids), donate)
     entry = _cache.get(key)
@@ -431,15 +432,16 @@ def _run_keyed(ops, avals, inputs, in_ids, out_ids, donate, reason, site, whole)
     replay = make_replay(ops, in_ids, out_ids, kernels=True)
     replay.__name__ = replay.__qualname__ = "auto_jit_cluster"
     structs = [jax.ShapeDtypeStruct(*avals[i][:2], weak_type=avals[i][2]) for i in in_ids]
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*donated.*")
-        # (kept across processes where JAX's persistent cache is on: a warm start skips tracing and lowering)
-        entry.executable = _persist.compile_cached(
-            replay, structs, donate, "auto_jit_cluster",
-            _persist.fingerprint(ops, in_ids, [avals[i] for i in in_ids], out_ids, donate, "auto_jit"))
-        if entry.executable is None:
-            entry.executable = _spmd.jit(replay, donate_argnums=donate, name="auto_jit_cluster").lower(
-                *structs).compile()
+    # (only buffers an output can take: JAX would warn about the others)
+    donate = usable_donations(donate, [avals[i] for i in in_ids],
+                              out_avals() if out_avals is not None else [avals[i] for i in out_ids])
+    # (kept across processes where JAX's persistent cache is on: a warm start skips tracing and lowering)
+    entry.executable = _persist.compile_cached(
+        replay, structs, donate, "auto_jit_cluster",
+        _persist.fingerprint(ops, in_ids, [avals[i] for i in in_ids], out_ids, donate, "auto_jit"))
+    if entry.executable is None:
+        entry.executable = _spmd.jit(replay, donate_argnums=donate, name="auto_jit_cluster").lower(
+            *structs).compile()
     stats.compiled += 1
     stats.compile_time += time.perf_counter() - t0
     return entry.executable(*inputs)
@@ -541,7 +543,8 @@ def _run_parts(ops, avals, inputs, in_ids, out_ids, donate, varying, site, ops_k
                 continue
             part_ops, part_inputs, part_in, results, part_out, part_donate, part_site = group
             values = _run_keyed(part_ops, [avals[i] for i in part_inputs], [env[i] for i in part_inputs],
-                                part_in, part_out, part_donate, "part", part_site, False)
+                                part_in, part_out, part_donate, "part", part_site, False,
+                                lambda results=results: [avals[i] for i in results])
             env.update(zip(results, values))
         except Exception as exc:
             # The groups before this one took effect, and their parts may have consumed donated inputs: the cluster

@@ -359,6 +359,32 @@ def prune(ops, needed):
     return kept
 
 
+def usable_donations(donate, in_avals, out_avals):
+    """The positions of ``donate`` whose buffer an output can take: JAX pairs each donated input, in order, with
+    the first unpaired output of its shape and dtype, and warns about each one left unpaired.
+
+    Donating only these keeps JAX from warning, so compiling needs no ``warnings.catch_warnings`` -- which resets
+    Python's record of warnings already shown: a user's warning printed once eagerly was printed again after each
+    compilation. (An unpaired donated buffer is not reused anyway.)
+
+    Example:
+        >>> f, i = ((2,), "float32"), ((), "int32")
+        >>> usable_donations((0, 1, 2), [f, f, i], [f, i])
+        (0, 2)
+    """
+    room = {}
+    for a in out_avals:
+        k = (tuple(a[0]), np.dtype(a[1]))
+        room[k] = room.get(k, 0) + 1
+    kept = []
+    for pos in donate:
+        k = (tuple(in_avals[pos][0]), np.dtype(in_avals[pos][1]))
+        if room.get(k, 0):
+            room[k] -= 1
+            kept.append(pos)
+    return tuple(kept)
+
+
 def make_replay(ops, in_vids, out_vids, remat=False, kernels=False):
     """A pure JAX function ``f(*input arrays) -> tuple of output arrays`` replaying ``ops``.
 

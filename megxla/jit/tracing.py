@@ -52,7 +52,7 @@ from ..core._trace_option import set_symbolic_shape  # noqa: F401  (MegEngine's 
 from . import _fastpath, _persist, _state, _verbose
 from ._external import mark_external
 from . import _external
-from ._recording import (Recorder, AbstractRecorder, NeedsHost, Excluded, TraceError, make_replay,
+from ._recording import (Recorder, AbstractRecorder, NeedsHost, Excluded, TraceError, make_replay, usable_donations,
                          describe_where, user_where, _TRACER_ERRORS, _user_frame)
 from ._simplify import simplify
 from ._replay import (_Replayer, _GuardMismatch, _StaleExternals, _same, _flatten, _grad_env, _overflowed,
@@ -87,9 +87,7 @@ class _LoweredOnDemand:
     def __getattr__(self, name):
         if self._lowered is None:
             replay, donate, avals = self._args
-            with warnings.catch_warnings():
-                warnings.filterwarnings("ignore", message=".*donated.*")
-                self._lowered = _spmd.jit(replay, donate_argnums=donate, name=replay.__name__).lower(*avals)
+            self._lowered = _spmd.jit(replay, donate_argnums=donate, name=replay.__name__).lower(*avals)
         return getattr(self._lowered, name)
 
 
@@ -943,7 +941,10 @@ class trace:
                 # (a guarded call must be able to drop its results, so it keeps its inputs)
                 written = {rec.input_vids[i] for i, _ in entry.writes}
                 donate = tuple(i for i, v in enumerate(seg.in_vids) if v in written)
-                entry.donate = donate
+                # (only buffers an output can take: JAX would warn about the others)
+                donate = entry.donate = usable_donations(
+                    donate, [(entry.avals[v].shape, entry.avals[v].dtype) for v in seg.in_vids],
+                    [(entry.avals[v].shape, entry.avals[v].dtype) for v in seg.out_vids])
                 # NOTE: JAX pairs each donated input with the first unused output of its shape/dtype; putting each
                 # state's new value first, in input order, makes the pairing the real one (a weight's buffer
                 # holds its new weight, not its Adam slot), which removed ~75 of 86 copies in the ConvNet step.
@@ -952,34 +953,32 @@ class trace:
                 seg.out_vids = first + [v for v in seg.out_vids if v not in set(first)]
                 replay = make_replay(seg.ops, seg.in_vids, seg.out_vids, self.remat)
                 seg.run = replay
-            with warnings.catch_warnings():
-                warnings.filterwarnings("ignore", message=".*donated.*")
-                # Named after the traced function: jit_<name> in XLA dumps, compiler_ir, profiles and errors.
-                replay.__name__ = replay.__qualname__ = _verbose.exe_name(self.__name__)
-                # A warm start finds the lowered step kept by an earlier process (jit/_persist.py) and skips
-                # tracing and lowering it; ``lowered`` (HLO inspection) is then made when it is first read.
-                kept = _persist.compile_cached(
-                    replay, avals, donate, replay.__name__,
-                    _persist.fingerprint(seg.ops, seg.in_vids,
-                                         [(a.shape, a.dtype, bool(getattr(a, "weak_type", False))) for a in avals],
-                                         seg.out_vids, donate, f"trace {replay.__name__} remat={bool(self.remat)}"))
-                if kept is not None:
-                    seg.executable, seg.lowered = kept, _LoweredOnDemand(replay, donate, avals)
-                else:
-                    # _spmd.jit is jax.jit, or one SPMD program when the step holds cross-process collectives.
-                    jitted = _spmd.jit(replay, donate_argnums=donate, name=replay.__name__)
-                    seg.lowered = jitted.lower(*avals)
-                    spmd = getattr(jitted, "spmd", None)  # (set once lowering met a cross-process collective)
-                    if donate and spmd is not None and spmd.n > 1 and os.environ.get("MEGXLA_DIST_DONATE") != "1":
-                        # NOTE: a step with cross-process collectives keeps its inputs. A peer that fails while
-                        # this rank waits in a collective makes the executable raise after it consumed the donated
-                        # buffers, which left this rank's parameters and slots deleted; kept, they are the state
-                        # before the step, and the rank can still save a checkpoint. It costs a second copy of the
-                        # state written by the step (MEGXLA_DIST_DONATE=1 donates, as a one-process step does).
-                        donate = entry.donate = ()
-                        seg.lowered = _spmd.jit(replay, name=replay.__name__).lower(*avals)
-                    seg.executable = seg.lowered.compile()
-                _verbose.report(self.__name__, seg, entry)  # MGE_VERBOSE_XLA_IR
+            # Named after the traced function: jit_<name> in XLA dumps, compiler_ir, profiles and errors.
+            replay.__name__ = replay.__qualname__ = _verbose.exe_name(self.__name__)
+            # A warm start finds the lowered step kept by an earlier process (jit/_persist.py) and skips
+            # tracing and lowering it; ``lowered`` (HLO inspection) is then made when it is first read.
+            kept = _persist.compile_cached(
+                replay, avals, donate, replay.__name__,
+                _persist.fingerprint(seg.ops, seg.in_vids,
+                                     [(a.shape, a.dtype, bool(getattr(a, "weak_type", False))) for a in avals],
+                                     seg.out_vids, donate, f"trace {replay.__name__} remat={bool(self.remat)}"))
+            if kept is not None:
+                seg.executable, seg.lowered = kept, _LoweredOnDemand(replay, donate, avals)
+            else:
+                # _spmd.jit is jax.jit, or one SPMD program when the step holds cross-process collectives.
+                jitted = _spmd.jit(replay, donate_argnums=donate, name=replay.__name__)
+                seg.lowered = jitted.lower(*avals)
+                spmd = getattr(jitted, "spmd", None)  # (set once lowering met a cross-process collective)
+                if donate and spmd is not None and spmd.n > 1 and os.environ.get("MEGXLA_DIST_DONATE") != "1":
+                    # NOTE: a step with cross-process collectives keeps its inputs. A peer that fails while
+                    # this rank waits in a collective makes the executable raise after it consumed the donated
+                    # buffers, which left this rank's parameters and slots deleted; kept, they are the state
+                    # before the step, and the rank can still save a checkpoint. It costs a second copy of the
+                    # state written by the step (MEGXLA_DIST_DONATE=1 donates, as a one-process step does).
+                    donate = entry.donate = ()
+                    seg.lowered = _spmd.jit(replay, name=replay.__name__).lower(*avals)
+                seg.executable = seg.lowered.compile()
+            _verbose.report(self.__name__, seg, entry)  # MGE_VERBOSE_XLA_IR
             self.num_compiled += 1
         entry.segments = segments
         if guard_vids:
