@@ -513,6 +513,71 @@ def test_a_loop_that_never_reads_is_cut_by_the_caps(auto_jit, monkeypatch):
     np.testing.assert_allclose(outs[7].numpy(), np.maximum(7 * 16 - 1, 0) * np.ones((16, 16)))
 
 
+def test_clusters_a_size_cap_cuts_start_where_the_first_did_and_recur(auto_jit, monkeypatch):
+    # an evaluation loop keeping its outputs: cut where the cap fell, each cluster started at another point of the
+    # loop's body (a new key every time: compiled ones did not recur, the others ran op by op)
+    monkeypatch.setattr(_autojit, "MAX_OPS", 64)
+    w = mge.Tensor(np.full((8, 8), 0.1, "float32"))
+    outs = []
+    for i in range(200):  # 5 ops per step: 64 is no multiple of it
+        x = mge.Tensor(np.full((4, 8), i % 7, "float32"))
+        outs.append(F.sigmoid(F.relu(x @ w - 1) * 2 + 1))
+    got = np.stack([o.numpy() for o in outs])
+    stats = auto_jit_stats()
+    assert stats["compiled"] <= 2 and stats["cache_hits"] >= 10, stats
+    x = np.stack([np.full((4, 8), i % 7, "float32") for i in range(200)])
+    want = 1 / (1 + np.exp(-(np.maximum(x @ np.full((8, 8), 0.1, "float32") - 1, 0) * 2 + 1)))
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+
+
+def test_float16_results_are_rounded_in_clusters_as_eagerly(auto_jit):
+    # XLA fuses a cluster's ops and keeps their float32 intermediates: exp's result, rounded to float16 eagerly,
+    # was not in the compiled cluster (446.5 against eager's 446.25)
+    x = mge.Tensor(np.array([0.1, 0.37, 0.61, 0.93, 1.7, 2.3], "float16"))
+    got = []
+    for _ in range(4):
+        y = F.exp((x + 0.5) + 0.25)
+        got.append((y * y).numpy())
+    assert auto_jit_stats()["cache_hits"] >= 1
+    a = np.array([0.1, 0.37, 0.61, 0.93, 1.7, 2.3], "float16") + np.float16(0.5) + np.float16(0.25)
+    e = np.exp(a)
+    for g in got:
+        np.testing.assert_array_equal(g, e * e)
+
+
+@pytest.mark.parametrize("what", ["read", "ops"])
+def test_a_del_run_by_the_garbage_collector_may_use_tensors(auto_jit, what):
+    # the collector runs ``__del__`` wherever an object is allocated: inside the collection of an op, or in a flush
+    # (the cluster's lists half-built or emptied: IndexError/KeyError, and the op lost)
+    import gc
+    total = [mge.Tensor(np.zeros((), "float32"))]
+
+    class Holder:  # (a reference cycle: freed by the collector)
+        def __init__(self, t):
+            self.t, self.me = t, self
+
+        def __del__(self):
+            if what == "read":
+                float(self.t.sum())
+            else:
+                total[0] = total[0] + self.t.sum()
+
+    saved = gc.get_threshold()
+    gc.set_threshold(29, 1, 1)
+    try:
+        x = mge.Tensor(np.zeros(4, "float32"))
+        for _ in range(300):
+            x = x + 1
+            Holder(x * 2)
+        gc.collect()
+        assert x.numpy().tolist() == [300.0] * 4
+        if what == "ops":
+            assert float(total[0]) == sum(8.0 * k for k in range(1, 301))
+    finally:
+        gc.set_threshold(*saved)
+        Holder.__del__ = lambda self: None
+
+
 def test_shapes_that_take_a_few_values_are_each_compiled_once(auto_jit):
     # a detector's ground-truth counts: a dozen values, each recurring; every one is compiled once, then hit
     rng = np.random.RandomState(0)

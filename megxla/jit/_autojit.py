@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import gc
 import math
 import os
 import statistics
@@ -76,6 +77,7 @@ _CHECK_VJP = False  # (tests) check the untraced output types of gradient ops ag
 
 _ON = [False]
 _getrefcount = sys.getrefcount
+_gc_isenabled, _gc_disable, _gc_enable = gc.isenabled, gc.disable, gc.enable
 _prod = math.prod
 _MISSING = object()
 _new = object.__new__
@@ -244,6 +246,8 @@ class _Cluster:
         self.in_bytes = 0  # bytes of the inputs
         self.pins = {}  # id(array) -> how many ``Lazy.previous`` lists hold it (not a reason to keep it)
         self.cut = None  # (reason, site) of a cut requested at the end of opt.step (made at the next op)
+        self.first = None  # the first op and its input types (_op_sig): where a capped cluster ends
+        self.capped = False  # past a size cap: cut before the next op like the first
 
     def swap_deferred(self):
         """(Owner thread) swap in the values another thread's read computed."""
@@ -269,6 +273,16 @@ class _Cluster:
 
     def flush(self, reason="host read", site=None):
         """Run the pending ops now (compiled or op by op) and give every Lazy still referenced its value."""
+        gc_on = _gc_isenabled()  # (no garbage collection meanwhile: see _collect)
+        if gc_on:
+            _gc_disable()
+        try:
+            self._flush(reason, site)
+        finally:
+            if gc_on:
+                _gc_enable()
+
+    def _flush(self, reason, site):
         with self.lock:
             if self.cut is not None and site is None:
                 reason, site = self.cut
@@ -429,7 +443,7 @@ def _run_keyed(ops, avals, inputs, in_ids, out_ids, donate, reason, site, whole,
         return _Cluster._eager(ops, inputs, in_ids, out_ids)
     st[2] += 1
     t0 = time.perf_counter()
-    replay = make_replay(ops, in_ids, out_ids, kernels=True)
+    replay = make_replay(ops, in_ids, out_ids, kernels=True, rounded=True)
     replay.__name__ = replay.__qualname__ = "auto_jit_cluster"
     structs = [jax.ShapeDtypeStruct(*avals[i][:2], weak_type=avals[i][2]) for i in in_ids]
     # (only buffers an output can take: JAX would warn about the others)
@@ -783,50 +797,76 @@ def _collect(op, inputs):
             or (_dispatch._active and _dispatch._tls.s.interpreters[-1] is not None):
         return _arrays(inputs)  # (an interpreter on top -- an exclude_from_trace block --, auto-jit off or paused)
     cl = loc.cluster
-    with cl.lock:
-        if cl.deferred:
-            cl.swap_deferred()
-        if cl.cut is not None:
-            cl.flush()
-        avals = cl.avals
-        vmap = cl.vmap
-        ids = []
-        for t in inputs:
-            d = t._data
-            if type(d) is Lazy:
-                if d.cluster is cl and d.value is None:
-                    ids.append(d.index)
-                    continue
-                d = _lazy.resolve(t)
-            i = vmap.get(t._vid)
-            ids.append(cl.add_input(d, t._vid) if i is None else i)
-        key = (op, tuple([avals[i] for i in ids]))
-        outs = _SHAPES.get(key, _MISSING)
-        if outs is _MISSING:
-            outs = _infer(op, key, inputs)
-        if outs is None:  # not collected: the cluster runs first, then this op, eagerly
-            cl.flush(f"{op.name} runs eagerly", user_where())
-            _stats.eager_ops += 1
-            return [_lazy.resolve(t) for t in inputs]
-        base = len(avals)
-        lazies = cl.lazies
-        result = []
-        for aval in outs:
-            z = Lazy(aval[0], aval[1], aval[2], cl, len(avals))
-            avals.append(aval)
-            lazies.append(z)
-            t = _new(_Tensor)
-            t._data = z
-            t._vid = next(_vids)
-            t._grad = None
-            t._name = None
-            z.holders = [_ref(t)]
-            result.append(t)
-        ops = cl.ops
-        ops.append((op, tuple(ids), tuple(range(base, len(avals)))))
-        if len(ops) >= MAX_OPS or cl.in_bytes > MAX_INPUT_BYTES:
-            cl.flush("size cap", user_where())
-        return tuple(result)
+    # No collection of garbage while the cluster changes: a ``__del__`` (or a weak reference's callback)
+    # run by it could collect or read a pending value of this cluster from inside this function, or from
+    # inside a flush, and find its lists half-built or emptied.
+    gc_on = _gc_isenabled()
+    if gc_on:
+        _gc_disable()
+    try:
+        with cl.lock:
+            if cl.deferred:
+                cl.swap_deferred()
+            if cl.cut is not None:
+                cl.flush()
+            if cl.capped or not cl.ops:
+                # A loop that never reads is cut by the size caps. Cut where a cap falls, its clusters would each
+                # start at another point of the loop's body, a new key every time (an inference loop keeping its
+                # outputs: a dozen 4096-op executables compiled, half its clusters run op by op). Past a cap, the
+                # cluster is cut before the next op like its first: the next one starts where it did, and they recur.
+                sig = _op_sig(op, inputs)
+                if cl.capped and (sig == cl.first or len(cl.ops) >= MAX_OPS + MAX_OPS // 2
+                                  or cl.in_bytes > MAX_INPUT_BYTES + MAX_INPUT_BYTES // 2):
+                    cl.flush("size cap", user_where())
+                if not cl.ops:
+                    cl.first = sig
+            avals = cl.avals
+            vmap = cl.vmap
+            ids = []
+            for t in inputs:
+                d = t._data
+                if type(d) is Lazy:
+                    if d.cluster is cl and d.value is None:
+                        ids.append(d.index)
+                        continue
+                    d = _lazy.resolve(t)
+                i = vmap.get(t._vid)
+                ids.append(cl.add_input(d, t._vid) if i is None else i)
+            key = (op, tuple([avals[i] for i in ids]))
+            outs = _SHAPES.get(key, _MISSING)
+            if outs is _MISSING:
+                outs = _infer(op, key, inputs)
+            if outs is None:  # not collected: the cluster runs first, then this op, eagerly
+                cl.flush(f"{op.name} runs eagerly", user_where())
+                _stats.eager_ops += 1
+                return [_lazy.resolve(t) for t in inputs]
+            base = len(avals)
+            lazies = cl.lazies
+            result = []
+            for aval in outs:
+                z = Lazy(aval[0], aval[1], aval[2], cl, len(avals))
+                avals.append(aval)
+                lazies.append(z)
+                t = _new(_Tensor)
+                t._data = z
+                t._vid = next(_vids)
+                t._grad = None
+                t._name = None
+                z.holders = [_ref(t)]
+                result.append(t)
+            ops = cl.ops
+            ops.append((op, tuple(ids), tuple(range(base, len(avals)))))
+            if len(ops) >= MAX_OPS or cl.in_bytes > MAX_INPUT_BYTES:
+                cl.capped = True
+            return tuple(result)
+    finally:
+        if gc_on:
+            _gc_enable()
+
+
+def _op_sig(op, inputs):
+    """``op`` with the shapes and dtypes of its inputs: what a loop's body repeats at the same point."""
+    return op, tuple([(t._data.shape, t._data.dtype) for t in inputs])
 
 
 def flush(reason="trace starts"):

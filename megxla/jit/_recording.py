@@ -385,12 +385,14 @@ def usable_donations(donate, in_avals, out_avals):
     return tuple(kept)
 
 
-def make_replay(ops, in_vids, out_vids, remat=False, kernels=False):
+def make_replay(ops, in_vids, out_vids, remat=False, kernels=False, rounded=False):
     """A pure JAX function ``f(*input arrays) -> tuple of output arrays`` replaying ``ops``.
 
     ``kernels``: call each op's jitted eager kernel (where it is one) instead of its plain function: JAX reuses the
     kernel's trace for those input types (auto-jit traced it already to infer shapes) instead of tracing the op
-    again, and XLA inlines the call."""
+    again, and XLA inlines the call. ``rounded``: every float16/bfloat16 result is rounded to its type, as eager's
+    stored results are (XLA fuses ops and keeps their float32 intermediates otherwise; auto-jit promises eager's
+    numbers)."""
     from ..core._op import VJP, vjp_cotangents
     ops = prune(ops, out_vids)
     if remat:  # sublinear memory: every gradient op recomputes its forward instead of keeping residuals
@@ -420,12 +422,24 @@ def make_replay(ops, in_vids, out_vids, remat=False, kernels=False):
                 cts = [env[v] for v in ins[params["nin"]:]]
                 res = tuple(pull(vjp_cotangents(params["op"], fwd_res, cts, params["given"])))
             if op.multiple_results:
-                env.update(zip(outs, res))
+                env.update(zip(outs, [_round(r) for r in res] if rounded else res))
             else:
-                env[outs[0]] = res
+                env[outs[0]] = _round(res) if rounded else res
         return tuple(env[v] for v in out_vids)
 
     return replay
+
+
+_LOW_FLOATS = {np.dtype(jax.numpy.float16): (5, 10), np.dtype(jax.numpy.bfloat16): (8, 7)}
+
+
+def _round(x):
+    """``x`` rounded to its float16/bfloat16 type where it is one: a rounding XLA keeps (its excess-precision
+    rewrites remove the conversions of fused ops, not an explicit ``reduce_precision``)."""
+    bits = _LOW_FLOATS.get(getattr(x, "dtype", None))
+    if bits is None:
+        return x
+    return jax.lax.reduce_precision(x, exponent_bits=bits[0], mantissa_bits=bits[1])
 
 
 def _vjp_pairs(ops):
