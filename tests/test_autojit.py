@@ -530,6 +530,32 @@ def test_clusters_a_size_cap_cuts_start_where_the_first_did_and_recur(auto_jit, 
     np.testing.assert_allclose(got, want, rtol=1e-5)
 
 
+def test_a_cluster_run_op_by_op_frees_what_it_no_longer_reads(auto_jit, monkeypatch):
+    # as eager frees a value nothing holds: a 4096-op cluster of an evaluation loop run op by op held every
+    # activation of its ~24 forwards (3.4 GB for a ResNet-18 at batch 16)
+    import jax
+    from megxla.core import _dispatch
+    monkeypatch.setattr(_autojit, "MAX_OPS", 200)
+    real, most = _dispatch.run_kernel, [0]
+
+    def counting(*args):
+        most[0] = max(most[0], len(jax.live_arrays()))
+        return real(*args)
+
+    monkeypatch.setattr(_dispatch, "run_kernel", counting)
+    w = mge.Tensor(np.full((64, 64), 0.01, "float32"))
+    base = len(jax.live_arrays())
+    outs = []
+    for i in range(40):  # 5 ops a step, the first cluster (200 ops) run op by op: its first sight
+        x = mge.Tensor(np.full((64, 64), float(i), "float32"))
+        outs.append(F.relu(F.exp(x @ w * 0.001) - 1).sum())
+    got = [o.numpy() for o in outs]
+    assert auto_jit_stats()["eager_clusters"] >= 1, auto_jit_stats()
+    assert most[0] - base < 2 * 40 + 15, (most[0], base)  # (the steps' inputs and results, not their 200 values)
+    for i, g in enumerate(got):
+        np.testing.assert_allclose(g, np.maximum(np.exp(i * 0.64 * 0.001) - 1, 0) * 64 * 64, rtol=1e-4)
+
+
 def test_float16_results_are_rounded_in_clusters_as_eagerly(auto_jit):
     # XLA fuses a cluster's ops and keeps their float32 intermediates: exp's result, rounded to float16 eagerly,
     # was not in the compiled cluster (446.5 against eager's 446.25)

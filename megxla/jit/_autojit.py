@@ -62,6 +62,10 @@ __all__ = ["enable", "enabled", "clustered", "auto_jit_stats", "reset_auto_jit_s
 MIN_OPS = 4  # a smaller cluster is not worth a launch: it runs op by op (TF's --tf_xla_min_cluster_size)
 FIRST_SIGHT_OPS = 16  # a site's first cluster of at least this many ops compiles at once
 MAX_OPS = 4096  # the size cap: a longer cluster is cut (a loop with no read and no optimizer step)
+# the size cap of the clusters after one the cap cut (a loop with no read, e.g. an evaluation keeping its outputs):
+# XLA CPU keeps per-op state for each op of an executable (a ResNet-18's 4096-op cluster, ~24 forwards unrolled,
+# held 3.4 GB after its first run; 1024 ops: 0.9 GB) and compiles it longer, for no faster steps
+LOOP_MAX_OPS = 1024
 # ... and the input cap: the arrays a cluster takes in stay alive until it runs (an inference loop that appends
 # its outputs and never reads would otherwise keep every batch it was given)
 MAX_INPUT_BYTES = 1 << 30
@@ -248,6 +252,7 @@ class _Cluster:
         self.cut = None  # (reason, site) of a cut requested at the end of opt.step (made at the next op)
         self.first = None  # the first op and its input types (_op_sig): where a capped cluster ends
         self.capped = False  # past a size cap: cut before the next op like the first
+        self.after_cap = False  # the cluster before was cut by a size cap: capped at LOOP_MAX_OPS
 
     def swap_deferred(self):
         """(Owner thread) swap in the values another thread's read computed."""
@@ -289,6 +294,7 @@ class _Cluster:
             ops, lazies, avals, inputs, in_ids = self.ops, self.lazies, self.avals, self.inputs, self.in_ids
             self._pins = self.pins
             self._clear()
+            self.after_cap = reason == "size cap"
             if not ops:
                 return
             # A Lazy is referenced by the list, the loop variable and getrefcount's argument: more means a Tensor
@@ -312,7 +318,7 @@ class _Cluster:
                     if type(exc) is _PartsFailed:  # (run in parts: continued op by op where it failed)
                         env, error, exc = exc.env, exc.error, exc.__cause__
                     else:
-                        env, error = self._eager_until_error(ops, inputs, in_ids)
+                        env, error = self._eager_until_error(ops, inputs, in_ids, out_ids)
                     if error is None:
                         values = [env[i] for i in out_ids]
                     else:
@@ -372,11 +378,12 @@ class _Cluster:
         return _run_keyed(ops, avals, inputs, in_ids, out_ids, donate, reason, site, True)
 
     @staticmethod
-    def _eager_until_error(ops, inputs, in_ids):
-        """``(values by local id, None)``, or the values up to the op that raised and its error."""
+    def _eager_until_error(ops, inputs, in_ids, out_ids):
+        """``(values by local id, None)``, or the values up to the op that raised and its error (of the values
+        not in ``out_ids``, only those still to be read)."""
         env = dict(zip(in_ids, inputs))
         try:
-            _run_ops(ops, env)
+            _run_ops(ops, env, out_ids)
         except Exception as exc:
             return env, exc
         return env, None
@@ -386,7 +393,7 @@ class _Cluster:
         """Each op by its eager kernel, as eager execution would have run it."""
         _stats.eager += 1
         _stats.eager_cluster_ops += len(ops)
-        env, error = _Cluster._eager_until_error(ops, inputs, in_ids)
+        env, error = _Cluster._eager_until_error(ops, inputs, in_ids, out_ids)
         if error is not None:
             raise error
         return [env[i] for i in out_ids]
@@ -566,7 +573,7 @@ def _run_parts(ops, avals, inputs, in_ids, out_ids, donate, varying, site, ops_k
             done = {k for m in members[:g] for k in m}
             error = None
             try:
-                _run_ops([rec for k, rec in enumerate(ops) if k not in done], env)
+                _run_ops([rec for k, rec in enumerate(ops) if k not in done], env, out_ids)
             except Exception as err:
                 error = err
             if error is not None:
@@ -575,13 +582,31 @@ def _run_parts(ops, avals, inputs, in_ids, out_ids, donate, varying, site, ops_k
     return [env[i] for i in out_ids]
 
 
-def _run_ops(ops, env):
-    """Each op by its eager kernel, as eager execution runs it, reading and writing ``env`` (local id -> array)."""
+def _run_ops(ops, env, keep=None):
+    """Each op by its eager kernel, as eager execution runs it, reading and writing ``env`` (local id -> array).
+    ``keep``: the ids to keep in ``env``; the others go once the ops have read them, as eager frees a value nothing
+    holds (an evaluation loop's 4096-op cluster run op by op held every activation of its ~24 forwards: 3.4 GB)."""
     run_kernel, wrap = _dispatch.run_kernel, _dispatch.wrap
-    for op, ins, outs in ops:
+    last = None
+    if keep is not None:
+        last = {}
+        for k, (_, ins, _) in enumerate(ops):
+            for i in ins:
+                last[i] = k
+        for i in keep:
+            last[i] = len(ops)
+    for k, (op, ins, outs) in enumerate(ops):
         args = [env[i] for i in ins]
         res = run_kernel(op, [wrap(a) for a in args], args)
         env.update(zip(outs, [t._data for t in res]))
+        if last is not None:
+            del args, res
+            for i in ins:
+                if last[i] == k:
+                    env.pop(i, None)
+            for o in outs:
+                if o not in last:
+                    del env[o]
 
 
 class _PartsFailed(Exception):
@@ -856,7 +881,7 @@ def _collect(op, inputs):
                 result.append(t)
             ops = cl.ops
             ops.append((op, tuple(ids), tuple(range(base, len(avals)))))
-            if len(ops) >= MAX_OPS or cl.in_bytes > MAX_INPUT_BYTES:
+            if len(ops) >= MAX_OPS or cl.in_bytes > MAX_INPUT_BYTES or (cl.after_cap and len(ops) >= LOOP_MAX_OPS):
                 cl.capped = True
             return tuple(result)
     finally:
