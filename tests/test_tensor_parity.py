@@ -284,6 +284,16 @@ def test_tensor_copies_numpy_data():
         assert x.numpy()[0] == 1.0
 
 
+def test_np_array_of_a_tensor_is_a_writable_copy():
+    # MegEngine: np.array(t) is a copy the program may write; np.asarray(t) and t.numpy() the read-only view
+    x = Tensor(np.array([[1.0, 2.0], [3.0, 4.0]], np.float32))
+    a = np.array(x)
+    a[0, 0] = 9.0
+    assert a.flags.writeable and x.numpy()[0, 0] == 1.0
+    assert not np.asarray(x).flags.writeable
+    assert np.array(x, dtype="int32").tolist() == [[1, 2], [3, 4]]
+
+
 def test_save_load_keeps_quantization_parameters():
     import io
     # MegEngine: mge.save / mge.load keep a tensor's qparams (its pickled state) and a quantized dtype's scale

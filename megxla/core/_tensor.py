@@ -308,8 +308,11 @@ class Tensor:
         return self.numpy().tolist()
 
     def __array__(self, dtype=None, copy=None):
+        # ``np.array(t)`` (copy=True) is a writable copy, as MegEngine's; ``np.asarray(t)`` the read-only view
         a = self.numpy()
-        return a if dtype is None else a.astype(dtype)
+        if dtype is not None and np.dtype(dtype) != a.dtype:
+            return a.astype(dtype)
+        return a.copy() if copy else a
 
     def __dlpack__(self, stream=None):
         """A DLPack capsule sharing this tensor's device buffer (``torch.from_dlpack(t)``, ``np.from_dlpack(t)``)."""
