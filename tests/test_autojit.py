@@ -867,3 +867,19 @@ def test_a_part_that_fails_continues_op_by_op_from_where_it_failed(auto_jit, mon
     np.testing.assert_allclose(got, want, rtol=1e-5)
     for p, q in zip(params + slots, want_params + want_slots):
         np.testing.assert_allclose(p, q, rtol=1e-5, atol=1e-6)
+
+
+def test_a_cluster_compiled_under_one_matmul_precision_is_not_run_under_another(auto_jit):
+    # JAX reads the float32 matmul precision when it lowers a cluster: an executable lowered under "highest" would
+    # run float32 matmuls at full precision after the program asked for "default" (bfloat16 passes on GPUs)
+    a = mge.Tensor(np.random.RandomState(0).randn(16, 16).astype("float32"))
+    saved = mge.config.matmul_precision
+    try:
+        for prec in ("highest", "default", "highest"):
+            mge.config.matmul_precision = prec
+            for _ in range(3):
+                (F.matmul(a, a) * 2 + 1).sum().numpy()
+    finally:
+        mge.config.matmul_precision = saved
+    stats = auto_jit_stats()
+    assert stats["compiled"] == 2 and stats["cache_hits"] >= 3, stats  # (one per precision, the third reused)

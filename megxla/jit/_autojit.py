@@ -82,6 +82,7 @@ _CHECK_VJP = False  # (tests) check the untraced output types of gradient ops ag
 _ON = [False]
 _getrefcount = sys.getrefcount
 _gc_isenabled, _gc_disable, _gc_enable = gc.isenabled, gc.disable, gc.enable
+_config = jax.config
 _prod = math.prod
 _MISSING = object()
 _new = object.__new__
@@ -404,7 +405,8 @@ def _run_keyed(ops, avals, inputs, in_ids, out_ids, donate, reason, site, whole,
     cluster as cut, which may be run in parts (not one of its parts); ``out_avals``: where ``avals`` holds only
     the inputs' (a part), a function giving the outputs'."""
     stats = _stats
-    key = (tuple(ops), tuple(avals[i] for i in in_ids), tuple(out_ids), donate)
+    # (JAX's float32 matmul precision, ``megxla.config.matmul_precision``, is read when a cluster is lowered)
+    key = (tuple(ops), tuple(avals[i] for i in in_ids), tuple(out_ids), donate, _config.jax_default_matmul_precision)
     entry = _cache.get(key)
     if entry is not None and entry.executable is not None:
         _cache.move_to_end(key)
