@@ -468,8 +468,13 @@ def _run_keyed(ops, avals, inputs, in_ids, out_ids, donate, reason, site, whole,
     # sightings for its first 4 keys, 4 for the next 4, 8...): the common shapes of a data-dependent step get
     # compiled, the rare ones keep running op by op instead of each costing a compilation. (A cluster cut by
     # the size cap is no natural unit: it too compiles only if it recurs.)
+    # A site's first large cluster compiles at first sight, and so does its second where the first has not
+    # recurred: a program's first step often differs from the others (an EMA of the weights after `opt.step()`
+    # joins the next step's cluster; step 0 has none before it), and the op-by-op run of the second, whose eager
+    # kernels are all cold, cost more than compiling it (1.8 s against 0.7 s for a small ConvNet).
     if not (entry.seen >= 2 << (st[2] // 4)
-            or (st[0] == 1 and len(ops) >= FIRST_SIGHT_OPS and reason != "size cap")):
+            or ((st[0] == 1 or (st[0] == 2 and st[1] == 0)) and len(ops) >= FIRST_SIGHT_OPS
+                and reason != "size cap")):
         return _Cluster._eager(ops, inputs, in_ids, out_ids)
     st[2] += 1
     entry.executable = _compile(ops, avals, in_ids, out_ids, donate, out_avals)
