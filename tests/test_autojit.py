@@ -604,6 +604,86 @@ def test_a_del_run_by_the_garbage_collector_may_use_tensors(auto_jit, what):
         Holder.__del__ = lambda self: None
 
 
+def test_a_del_using_tensors_in_threads_collecting_at_once(auto_jit):
+    # the collector is off while any thread changes a cluster: with one on/off per thread, the first thread out
+    # switched it back on while another was inside, and a ``__del__`` run there broke that one's cluster
+    import gc
+    import sys
+    import threading
+    errors = []
+
+    class Holder:  # (a reference cycle: freed by the collector, in whichever thread allocates)
+        def __init__(self, t):
+            self.t, self.me = t, self
+
+        def __del__(self):
+            float(self.t.sum())
+
+    def work():
+        try:
+            x = mge.Tensor(np.zeros(4, "float32"))
+            for i in range(600):
+                x = x + 1
+                Holder(x * 2)
+                if i % 50 == 0:
+                    x.numpy()
+            assert x.numpy().tolist() == [600.0] * 4
+        except Exception as e:  # (the thread's error, for the assertion below)
+            errors.append(repr(e))
+
+    saved, interval = gc.get_threshold(), sys.getswitchinterval()
+    gc.set_threshold(17, 1, 1)
+    sys.setswitchinterval(1e-6)  # (threads switch often: inside each other's collections)
+    try:
+        threads = [threading.Thread(target=work) for _ in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        gc.collect()
+    finally:
+        gc.set_threshold(*saved)
+        sys.setswitchinterval(interval)
+        Holder.__del__ = lambda self: None
+    assert not errors, errors[:3]
+    assert gc.isenabled()
+
+
+def test_the_collector_stays_off_until_the_last_thread_inside_leaves(auto_jit):
+    # (the protocol the test above relies on, made deterministic: two threads inside at once)
+    import gc
+    import threading
+    assert gc.isenabled()
+    first_in, second_in, first_out = threading.Event(), threading.Event(), threading.Event()
+    seen = {}
+
+    def second():
+        first_in.wait()
+        auto_jit._gc_pause()
+        second_in.set()
+        first_out.wait()
+        seen["while the second is inside"] = gc.isenabled()
+        auto_jit._gc_resume()
+
+    th = threading.Thread(target=second)
+    th.start()
+    auto_jit._gc_pause()
+    first_in.set()
+    second_in.wait()
+    auto_jit._gc_resume()
+    first_out.set()
+    th.join()
+    assert seen == {"while the second is inside": False}
+    assert gc.isenabled()
+    gc.disable()  # (a program's own choice is kept)
+    try:
+        auto_jit._gc_pause()
+        auto_jit._gc_resume()
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
 def test_shapes_that_take_a_few_values_are_each_compiled_once(auto_jit):
     # a detector's ground-truth counts: a dozen values, each recurring; every one is compiled once, then hit
     rng = np.random.RandomState(0)

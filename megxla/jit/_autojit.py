@@ -82,6 +82,32 @@ _CHECK_VJP = False  # (tests) check the untraced output types of gradient ops ag
 _ON = [False]
 _getrefcount = sys.getrefcount
 _gc_isenabled, _gc_disable, _gc_enable = gc.isenabled, gc.disable, gc.enable
+# No garbage collection while any thread changes a cluster (see _collect). Threads count themselves in and out
+# under a lock: with a bare isenabled/disable/enable per thread, the first thread out switched the collector back on
+# while another was still inside (a ``__del__`` using tensors then ran there: IndexError, or an op lost).
+# (~0.2 us per collected op, bound acquire/release being the cheapest form of the lock)
+_gc_lock = threading.Lock()
+_gc_acquire, _gc_release = _gc_lock.acquire, _gc_lock.release
+_gc_inside = [0, False]  # threads (and nested calls) inside; whether the collector was on when the first came in
+
+
+def _gc_pause():
+    _gc_acquire()
+    if not _gc_inside[0]:
+        on = _gc_inside[1] = _gc_isenabled()
+        if on:
+            _gc_disable()
+    _gc_inside[0] += 1
+    _gc_release()
+
+
+def _gc_resume():
+    _gc_acquire()
+    n = _gc_inside[0] = _gc_inside[0] - 1
+    if not n and _gc_inside[1]:
+        _gc_enable()
+    _gc_release()
+
 _config = jax.config
 _prod = math.prod
 _MISSING = object()
@@ -279,14 +305,11 @@ class _Cluster:
 
     def flush(self, reason="host read", site=None):
         """Run the pending ops now (compiled or op by op) and give every Lazy still referenced its value."""
-        gc_on = _gc_isenabled()  # (no garbage collection meanwhile: see _collect)
-        if gc_on:
-            _gc_disable()
+        _gc_pause()  # (no garbage collection meanwhile: see _collect)
         try:
             self._flush(reason, site)
         finally:
-            if gc_on:
-                _gc_enable()
+            _gc_resume()
 
     def _flush(self, reason, site):
         with self.lock:
@@ -873,68 +896,77 @@ def _collect(op, inputs):
     # No collection of garbage while the cluster changes: a ``__del__`` (or a weak reference's callback)
     # run by it could collect or read a pending value of this cluster from inside this function, or from
     # inside a flush, and find its lists half-built or emptied.
-    gc_on = _gc_isenabled()
-    if gc_on:
-        _gc_disable()
+    _gc_acquire()  # (_gc_pause, inlined: the hot path)
+    if not _gc_inside[0]:
+        on = _gc_inside[1] = _gc_isenabled()
+        if on:
+            _gc_disable()
+    _gc_inside[0] += 1
+    _gc_release()
+    lock = cl.lock
+    lock.acquire()
     try:
-        with cl.lock:
-            if cl.deferred:
-                cl.swap_deferred()
-            if cl.cut is not None:
-                cl.flush()
-            if cl.capped or not cl.ops:
-                # A loop that never reads is cut by the size caps. Cut where a cap falls, its clusters would each
-                # start at another point of the loop's body, a new key every time (an inference loop keeping its
-                # outputs: a dozen 4096-op executables compiled, half its clusters run op by op). Past a cap, the
-                # cluster is cut before the next op like its first: the next one starts where it did, and they recur.
-                sig = _op_sig(op, inputs)
-                if cl.capped and (sig == cl.first or len(cl.ops) >= MAX_OPS + MAX_OPS // 2
-                                  or cl.in_bytes > MAX_INPUT_BYTES + MAX_INPUT_BYTES // 2):
-                    cl.flush("size cap", user_where())
-                if not cl.ops:
-                    cl.first = sig
-            avals = cl.avals
-            vmap = cl.vmap
-            ids = []
-            for t in inputs:
-                d = t._data
-                if type(d) is Lazy:
-                    if d.cluster is cl and d.value is None:
-                        ids.append(d.index)
-                        continue
-                    d = _lazy.resolve(t)
-                i = vmap.get(t._vid)
-                ids.append(cl.add_input(d, t._vid) if i is None else i)
-            key = (op, tuple([avals[i] for i in ids]))
-            outs = _SHAPES.get(key, _MISSING)
-            if outs is _MISSING:
-                outs = _infer(op, key, inputs)
-            if outs is None:  # not collected: the cluster runs first, then this op, eagerly
-                cl.flush(f"{op.name} runs eagerly", user_where())
-                _stats.eager_ops += 1
-                return [_lazy.resolve(t) for t in inputs]
-            base = len(avals)
-            lazies = cl.lazies
-            result = []
-            for aval in outs:
-                z = Lazy(aval[0], aval[1], aval[2], cl, len(avals))
-                avals.append(aval)
-                lazies.append(z)
-                t = _new(_Tensor)
-                t._data = z
-                t._vid = next(_vids)
-                t._grad = None
-                t._name = None
-                z.holders = [_ref(t)]
-                result.append(t)
-            ops = cl.ops
-            ops.append((op, tuple(ids), tuple(range(base, len(avals)))))
-            if len(ops) >= MAX_OPS or cl.in_bytes > MAX_INPUT_BYTES or (cl.after_cap and len(ops) >= LOOP_MAX_OPS):
-                cl.capped = True
-            return tuple(result)
+        if cl.deferred:
+            cl.swap_deferred()
+        if cl.cut is not None:
+            cl.flush()
+        if cl.capped or not cl.ops:
+            # A loop that never reads is cut by the size caps. Cut where a cap falls, its clusters would each
+            # start at another point of the loop's body, a new key every time (an inference loop keeping its
+            # outputs: a dozen 4096-op executables compiled, half its clusters run op by op). Past a cap, the
+            # cluster is cut before the next op like its first: the next one starts where it did, and they recur.
+            sig = _op_sig(op, inputs)
+            if cl.capped and (sig == cl.first or len(cl.ops) >= MAX_OPS + MAX_OPS // 2
+                              or cl.in_bytes > MAX_INPUT_BYTES + MAX_INPUT_BYTES // 2):
+                cl.flush("size cap", user_where())
+            if not cl.ops:
+                cl.first = sig
+        avals = cl.avals
+        vmap = cl.vmap
+        ids = []
+        for t in inputs:
+            d = t._data
+            if type(d) is Lazy:
+                if d.cluster is cl and d.value is None:
+                    ids.append(d.index)
+                    continue
+                d = _lazy.resolve(t)
+            i = vmap.get(t._vid)
+            ids.append(cl.add_input(d, t._vid) if i is None else i)
+        key = (op, tuple([avals[i] for i in ids]))
+        outs = _SHAPES.get(key, _MISSING)
+        if outs is _MISSING:
+            outs = _infer(op, key, inputs)
+        if outs is None:  # not collected: the cluster runs first, then this op, eagerly
+            cl.flush(f"{op.name} runs eagerly", user_where())
+            _stats.eager_ops += 1
+            return [_lazy.resolve(t) for t in inputs]
+        base = len(avals)
+        lazies = cl.lazies
+        result = []
+        for aval in outs:
+            z = Lazy(aval[0], aval[1], aval[2], cl, len(avals))
+            avals.append(aval)
+            lazies.append(z)
+            t = _new(_Tensor)
+            t._data = z
+            t._vid = next(_vids)
+            t._grad = None
+            t._name = None
+            z.holders = [_ref(t)]
+            result.append(t)
+        ops = cl.ops
+        ops.append((op, tuple(ids), tuple(range(base, len(avals)))))
+        if len(ops) >= MAX_OPS or cl.in_bytes > MAX_INPUT_BYTES or (cl.after_cap and len(ops) >= LOOP_MAX_OPS):
+            cl.capped = True
+        return tuple(result)
     finally:
-        if gc_on:
+        lock.release()
+        _gc_acquire()  # (_gc_resume, inlined)
+        n = _gc_inside[0] = _gc_inside[0] - 1
+        if not n and _gc_inside[1]:
             _gc_enable()
+        _gc_release()
 
 
 def _op_sig(op, inputs):
