@@ -684,6 +684,19 @@ def test_the_collector_stays_off_until_the_last_thread_inside_leaves(auto_jit):
         gc.enable()
 
 
+def test_a_python_number_equal_to_another_constant_of_the_cluster_makes_no_new_key(auto_jit):
+    # Python numbers become cached tensors, one per value: a loss weight reaching 0.5, also a literal of the step,
+    # shared that tensor -- one input fewer, a new key, its cluster run op by op (a first-steps cost of ~1.5 s)
+    x = mge.Tensor(np.arange(8, dtype="float32"))
+    got = []
+    for w in (0.1, 0.2, 0.3, 0.5, 0.6):
+        got.append(float((F.exp(x * 0.5) * w + x * 0.5).sum()))
+    want = [float((np.exp(np.arange(8) * 0.5) * w + np.arange(8) * 0.5).sum()) for w in (0.1, 0.2, 0.3, 0.5, 0.6)]
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    stats = auto_jit_stats()
+    assert stats["compiled"] == 1 and stats["eager_clusters"] == 1, stats
+
+
 def test_shapes_that_take_a_few_values_are_each_compiled_once(auto_jit):
     # a detector's ground-truth counts: a dozen values, each recurring; every one is compiled once, then hit
     rng = np.random.RandomState(0)

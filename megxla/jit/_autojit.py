@@ -50,6 +50,7 @@ import weakref
 import jax
 
 from ..core import _dispatch, _interrupt, _lazy, _spmd
+from ..core._elemwise_front import SCALAR_VIDS as _SCALAR_VIDS
 from ..core._lazy import Lazy
 from ..core._tensor import Tensor as _Tensor
 from ..core._op import VJP as _VJP, check_output_size
@@ -931,8 +932,12 @@ def _collect(op, inputs):
                     ids.append(d.index)
                     continue
                 d = _lazy.resolve(t)
-            i = vmap.get(t._vid)
-            ids.append(cl.add_input(d, t._vid) if i is None else i)
+            vid = t._vid
+            i = vmap.get(vid)
+            # A Python number's cached tensor (``x * 0.5``) is one input per use: shared, the key would change with
+            # the values (a loss weight ramp reaching 0.5, another constant of the step: one input fewer, a new key
+            # run op by op once).
+            ids.append(cl.add_input(d, vid) if i is None or vid in _SCALAR_VIDS else i)
         key = (op, tuple([avals[i] for i in ids]))
         outs = _SHAPES.get(key, _MISSING)
         if outs is _MISSING:
