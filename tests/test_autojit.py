@@ -697,6 +697,34 @@ def test_a_python_number_equal_to_another_constant_of_the_cluster_makes_no_new_k
     assert stats["compiled"] == 1 and stats["eager_clusters"] == 1, stats
 
 
+def test_a_second_cluster_with_an_input_shape_the_first_lacked_waits_for_its_key_to_recur(auto_jit):
+    # a site's second large cluster compiles at first sight (a program's first step often differs: an EMA after
+    # opt.step joins the next step's cluster) -- but not where it takes a new input shape: a sequence model's
+    # lengths would make it one of many compilations, each barely used
+    w = mge.Tensor(np.ones(4, "float32"))
+
+    def step(length, ema):
+        h = F.zeros((4,))
+        x = mge.Tensor(np.ones((length, 4), "float32"))
+        for t in range(length):
+            h = F.tanh(x[t] * w + h)
+        if ema:
+            h = h * 0.9 + 0.1
+        return float(h.sum())
+
+    step(6, False)
+    assert auto_jit_stats()["compiled"] == 1  # (its first sight)
+    step(7, False)
+    assert auto_jit_stats()["compiled"] == 1, auto_jit_stats()  # a new length: op by op
+    step(7, False)
+    assert auto_jit_stats()["compiled"] == 2  # recurred
+    reset_auto_jit_stats()
+    _autojit._sites.clear()
+    step(6, False)
+    step(6, True)  # the same inputs, two ops more: compiled at first sight
+    assert auto_jit_stats()["compiled"] == 1 and auto_jit_stats()["eager_clusters"] == 0, auto_jit_stats()
+
+
 def test_shapes_that_take_a_few_values_are_each_compiled_once(auto_jit):
     # a detector's ground-truth counts: a dozen values, each recurring; every one is compiled once, then hit
     rng = np.random.RandomState(0)

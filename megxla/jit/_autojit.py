@@ -439,8 +439,9 @@ def _run_keyed(ops, avals, inputs, in_ids, out_ids, donate, reason, site, whole,
         return entry.executable(*inputs)
     st = _sites.get(site)
     if st is None:
-        # keys seen, hits (cache hits and recurrences), keys compiled, how its clusters' ops change (_Churn)
-        st = _sites[site] = [0, 0, 0, None]
+        # keys seen, hits (cache hits and recurrences), keys compiled, how its clusters' ops change (_Churn),
+        # the input types of its first key
+        st = _sites[site] = [0, 0, 0, None, None]
     if whole and st[0] >= 0:
         # The same ops as a compiled cluster, other results (a step function that reads its loss every 10th step:
         # the loss is a result only then): that executable serves it, or one of both results compiles now -- the
@@ -481,6 +482,8 @@ def _run_keyed(ops, avals, inputs, in_ids, out_ids, donate, reason, site, whole,
             _megamorphic(st, site, reason)
             return _Cluster._eager(ops, inputs, in_ids, out_ids)
         st[0] += 1
+        if st[0] == 1:
+            st[4] = set(key[1])
         entry = _Entry(st)
         _cache[key] = entry
         if len(_cache) > CACHE_SIZE:
@@ -495,10 +498,12 @@ def _run_keyed(ops, avals, inputs, in_ids, out_ids, donate, reason, site, whole,
     # A site's first large cluster compiles at first sight, and so does its second where the first has not
     # recurred: a program's first step often differs from the others (an EMA of the weights after `opt.step()`
     # joins the next step's cluster; step 0 has none before it), and the op-by-op run of the second, whose eager
-    # kernels are all cold, cost more than compiling it (1.8 s against 0.7 s for a small ConvNet).
+    # kernels are all cold, cost more than compiling it (1.8 s against 0.7 s for a small ConvNet) -- unless it
+    # takes an input of a type the first did not: shapes that change (a sequence model's lengths) would make that
+    # compilation one of many, each barely used (a varying-length LSTM's second step: an 8 s compilation).
     if not (entry.seen >= 2 << (st[2] // 4)
-            or ((st[0] == 1 or (st[0] == 2 and st[1] == 0)) and len(ops) >= FIRST_SIGHT_OPS
-                and reason != "size cap")):
+            or ((st[0] == 1 or (st[0] == 2 and st[1] == 0 and st[4] is not None and st[4].issuperset(key[1])))
+                and len(ops) >= FIRST_SIGHT_OPS and reason != "size cap")):
         return _Cluster._eager(ops, inputs, in_ids, out_ids)
     st[2] += 1
     entry.executable = _compile(ops, avals, in_ids, out_ids, donate, out_avals)
