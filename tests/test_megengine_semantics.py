@@ -656,3 +656,16 @@ def test_grad_manager_group_records_siblings_not_higher_order():
             gm.backward(y)
         gm2.backward(x.grad)
     np.testing.assert_allclose(x.grad.numpy(), [-np.sin(1.0) - np.cos(1.0)], rtol=1e-6)
+
+
+# ---- float16 elementwise formulas (session 7) ------------------------------------------------------------------
+def test_float16_elementwise_formulas_round_once():
+    # MegEngine gives float16 sigmoid [0.8174 0.07587 0.01201 0.9526 0.003765] and hswish [1.125 -0.2084 -0. 3. -0.]:
+    # each mode computed in float32 and rounded once (float16 steps gave sigmoid(1.5) 0.8179, hswish(-2.5) -0.2083)
+    x = np.array([1.5, -2.5, -4.41015625, 3.0, -5.58], "float16")
+    x64 = x.astype(np.float64)
+    t = Tensor(x)
+    assert F.sigmoid(t).dtype == np.float16
+    np.testing.assert_array_equal(F.sigmoid(t).numpy(), (1 / (1 + np.exp(-x64))).astype("float16"))
+    np.testing.assert_array_equal(F.hswish(t).numpy(), (x64 * np.clip(x64 + 3, 0, 6) / 6).astype("float16"))
+    np.testing.assert_array_equal(F.exp(t).numpy(), np.exp(x64).astype("float16"))

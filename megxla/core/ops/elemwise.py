@@ -147,6 +147,26 @@ UNARY_IMPLS = {
     "real": jnp.real, "imag": jnp.imag, "conj": jnp.conj,
 }
 
+def _f32_inside(impl):
+    """``impl`` computed in float32 for a float16/bfloat16 input and rounded once to it, as MegEngine's elemwise
+    kernels compute each mode (float16 ``sigmoid(1.5)`` is 0.81738 there; JAX's float16 steps gave 0.81787)."""
+
+    def fn(x):
+        if x.dtype == jnp.float16 or x.dtype == jnp.bfloat16:
+            return impl(x.astype(jnp.float32)).astype(x.dtype)
+        return impl(x)
+
+    fn.__name__ = getattr(impl, "__name__", "elemwise")
+    return fn
+
+
+# (the formulas and transcendental functions: a select, a sign change or one exact product rounds alike either way)
+_F32_INSIDE = ("exp", "expm1", "log", "log1p", "sqrt", "sin", "cos", "tan", "asin", "acos", "sinh", "cosh", "tanh",
+               "asinh", "acosh", "atanh", "erf", "erfc", "erfinv", "sigmoid", "gelu", "silu", "softplus",
+               "logsigmoid", "hsigmoid", "hswish")
+UNARY_IMPLS.update({name: _f32_inside(UNARY_IMPLS[name]) for name in _F32_INSIDE})
+
+
 def _true_divide(x, y):
     # XLA's CPU float16 division is off by up to 2 ulp (float16 -1.5 / 2.5 gives -0.5996); MegEngine (and NumPy)
     # round the exact quotient (-0.6001): divide in float32, round once
