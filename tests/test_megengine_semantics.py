@@ -669,3 +669,22 @@ def test_float16_elementwise_formulas_round_once():
     np.testing.assert_array_equal(F.sigmoid(t).numpy(), (1 / (1 + np.exp(-x64))).astype("float16"))
     np.testing.assert_array_equal(F.hswish(t).numpy(), (x64 * np.clip(x64 + 3, 0, 6) / 6).astype("float16"))
     np.testing.assert_array_equal(F.exp(t).numpy(), np.exp(x64).astype("float16"))
+
+
+def test_clip_with_lower_above_upper_and_its_gradient():
+    # MegEngine gives clip([nan, 0, 3, 5, 10], 5, 2) == [2, 5, 5, 5, 2] with no gradient anywhere, and
+    # clip(x, 0, 1) passes the gradient on both bounds (x <= lower ? lower : (x <= upper ? x : upper))
+    x = Parameter(np.array([NAN, 0.0, 3.0, 5.0, 10.0], "float32"))
+    gm = GradManager().attach([x])
+    with gm:
+        y = F.clip(x, 5.0, 2.0)
+        gm.backward(y.sum())
+    assert y.numpy().tolist() == [2.0, 5.0, 5.0, 5.0, 2.0]
+    assert x.grad.numpy().tolist() == [0.0] * 5
+    assert F.clip(Tensor([0, 3, 10], dtype="int32"), 5, 2).numpy().tolist() == [5, 5, 2]
+    x = Parameter(np.array([NAN, -1.0, 0.0, 0.5, 1.0, 2.0], "float32"))
+    with gm.attach([x]):
+        y = F.clip(x, 0.0, 1.0)
+        gm.backward((y * Tensor(np.arange(1, 7, dtype="float32"))).sum())
+    assert y.numpy().tolist() == [1.0, 0.0, 0.0, 0.5, 1.0, 1.0]
+    assert x.grad.numpy().tolist() == [0.0, 0.0, 3.0, 4.0, 5.0, 0.0]

@@ -208,8 +208,13 @@ def _prelu(x, w):
 
 
 def _clip(x, *, lower, upper):
-    # MegEngine's CLIP is ``min(max(x, lower), upper)`` with its MAX/MIN selects: a value on a bound keeps its
-    # gradient (jnp.clip's vjp halves it there, which clip(relu(x), 0, 1) hits at every exact zero).
+    # MegEngine's CLIP with both bounds is ``x <= lower ? lower : (x <= upper ? x : upper)`` (with lower > upper:
+    # clip([0, 3, 10], 5, 2) == [5, 5, 2], nan gives upper) and its gradient passes where lower <= x <= upper (a
+    # value on a bound keeps it: jnp.clip's vjp halves it there, which clip(relu(x), 0, 1) hits at every exact
+    # zero). One bound: its MAX or MIN select.
+    if lower is not None and upper is not None:
+        lo, hi = jnp.asarray(lower, x.dtype), jnp.asarray(upper, x.dtype)
+        return jnp.where((x >= lo) & (x <= hi), x, jnp.where(x <= lo, lo, hi))
     if lower is not None:
         x = _maximum(x, jnp.asarray(lower, x.dtype))
     return x if upper is None else _minimum(x, jnp.asarray(upper, x.dtype))
