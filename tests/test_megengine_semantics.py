@@ -688,3 +688,32 @@ def test_clip_with_lower_above_upper_and_its_gradient():
         gm.backward((y * Tensor(np.arange(1, 7, dtype="float32"))).sum())
     assert y.numpy().tolist() == [1.0, 0.0, 0.0, 0.5, 1.0, 1.0]
     assert x.grad.numpy().tolist() == [0.0, 0.0, 3.0, 4.0, 5.0, 0.0]
+
+
+def test_an_overwritten_value_still_gets_its_gradient():
+    # MegEngine gives z[[0, 0], [1, 1]] = v (v = [10, 20]): z[0, 1] == 20 and v.grad == [1, 1]; F.scatter of
+    # [[1, 2, 3]] at [[0, 0, 2]]: [[2, 0, 3, 0]] and the source's grad [[1, 1, 1]] (each written value gets the
+    # gradient at its position; JAX's scatter vjp gives only the last write's)
+    x = Parameter(np.zeros((2, 3), "float32"))
+    v = Parameter(np.array([10.0, 20.0], "float32"))
+    gm = GradManager().attach([x, v])
+    with gm:
+        z = x * 1
+        z[[0, 0], [1, 1]] = v
+        gm.backward((z * Tensor(np.arange(6, dtype="float32").reshape(2, 3))).sum())
+    assert z.numpy().tolist() == [[0.0, 20.0, 0.0], [0.0, 0.0, 0.0]]
+    assert v.grad.numpy().tolist() == [1.0, 1.0]
+    assert x.grad.numpy().tolist() == [[0.0, 0.0, 2.0], [3.0, 4.0, 5.0]]
+    s = Parameter(np.array([[1.0, 2.0, 3.0]], "float32"))
+    with gm.attach([s]):
+        out = F.scatter(F.zeros((1, 4)), 1, Tensor([[0, 0, 2]], dtype="int32"), s)
+        gm.backward(out.sum())
+    assert out.numpy().tolist() == [[2.0, 0.0, 3.0, 0.0]]
+    assert s.grad.numpy().tolist() == [[1.0, 1.0, 1.0]]
+    # a broadcast value's gradient sums over its positions
+    w = Parameter(np.array(2.0, "float32"))
+    with gm.attach([w]):
+        z = F.zeros((3,))
+        z[[0, 2]] = w * w
+        gm.backward(z.sum())
+    assert float(w.grad) == 8.0

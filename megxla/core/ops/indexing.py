@@ -7,6 +7,9 @@ bool (NumPy's new axis of length 1 for True, 0 for False).
 A boolean mask's indices are computed on the device (``mask_nonzero``) with the number of true values as a static
 parameter (``mask_count``, read on the host): a traced step depends on the count only, not on the mask's values.
 """
+import functools
+
+import jax
 import jax.numpy as jnp
 
 from .._op import Primitive
@@ -36,9 +39,56 @@ def _getitem(x, *index_tensors, spec):
     return x[build_index(spec, index_tensors)]
 
 
-def _setitem(x, value, *index_tensors, spec):
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
+def _set_at(x, value, indices, index):
+    """``x`` with ``value`` written at ``index(indices)`` (last write wins); its gradient is MegEngine's: every
+    written value gets the output's gradient at its position, an overwritten one too (``z[[0, 0]] = v``:
+    ``v.grad == [1, 1]``, where JAX's vjp of the scatter gives only the winner's), and ``x`` the output's gradient
+    where nothing was written."""
     from .elemwise import cast  # (MegEngine's conversion of the written values: -1.5 into uint8 is 255)
-    return x.at[build_index(spec, index_tensors)].set(cast(value, x.dtype))
+    return x.at[index(indices)].set(cast(value, x.dtype))
+
+
+def _set_at_fwd(x, value, indices, index):
+    return _set_at(x, value, indices, index), (value, indices)
+
+
+def _set_at_bwd(index, res, g):
+    value, indices = res
+    if g.dtype == jax.dtypes.float0:  # (an integer tensor written: nothing to differentiate)
+        return g, None, None
+    where = index(indices)
+    gx = g.at[where].set(0)
+    if not jnp.issubdtype(value.dtype, jnp.inexact):
+        return gx, None, None
+    # (the written block's gradient, summed over the dimensions ``value`` was broadcast along)
+    _, to_value = jax.vjp(lambda v: jnp.broadcast_to(v.astype(g.dtype), g[where].shape), value)
+    return gx, to_value(g[where])[0], None
+
+
+_set_at.defvjp(_set_at_fwd, _set_at_bwd)
+
+
+class _Index:
+    """A hashable ``spec`` -> index builder (custom_vjp's static argument)."""
+
+    __slots__ = ("spec", "build")
+
+    def __init__(self, spec, build):
+        self.spec, self.build = spec, build
+
+    def __call__(self, tensors):
+        return self.build(self.spec, tensors)
+
+    def __hash__(self):
+        return hash((self.spec, self.build))
+
+    def __eq__(self, other):
+        return type(other) is _Index and other.spec == self.spec and other.build is self.build
+
+
+def _setitem(x, value, *index_tensors, spec):
+    return _set_at(x, value, index_tensors, _Index(spec, build_index))
 
 
 def _gather(x, index, *, axis):
@@ -51,11 +101,17 @@ def _gather(x, index, *, axis):
     return x[tuple(idx)]
 
 
-def _scatter(x, index, source, *, axis):
-    # NOTE: MegEngine's scatter writes source into x along axis at index (last write wins).
+def _scatter_index(axis, tensors):
+    index = tensors[0]
     idx = list(jnp.indices(index.shape, sparse=True))
     idx[axis] = index
-    return x.at[tuple(idx)].set(source.astype(x.dtype))
+    return tuple(idx)
+
+
+def _scatter(x, index, source, *, axis):
+    # NOTE: MegEngine's scatter writes source into x along axis at index (last write wins); every source value
+    # gets the gradient at its position, an overwritten one too (_set_at).
+    return _set_at(x, source.astype(x.dtype), (index,), _Index(axis, _scatter_index))
 
 
 def _indexing_one_hot(x, index, *, axis, keepdims):
