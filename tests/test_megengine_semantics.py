@@ -717,3 +717,22 @@ def test_an_overwritten_value_still_gets_its_gradient():
         z[[0, 2]] = w * w
         gm.backward(z.sum())
     assert float(w.grad) == 8.0
+
+
+@pytest.mark.parametrize("auto_jit", [False, True])
+def test_batch_norm_of_one_value_per_channel_gives_a_nan_running_variance(auto_jit):
+    # MegEngine gives: train output [0, 0], running_mean [0.15, -0.2], running_var [nan, nan] (the unbiased batch
+    # variance divides by n - 1 == 0), so the eval output is nan
+    saved = mge.config.auto_jit
+    mge.config.auto_jit = auto_jit
+    try:
+        bn = M.BatchNorm2d(2)
+        y = bn(Tensor(np.array([[[[1.5]], [[-2.0]]]], "float32")))
+        assert y.numpy().ravel().tolist() == [0.0, 0.0]
+        np.testing.assert_allclose(bn.running_mean.numpy().ravel(), [0.15, -0.2], rtol=1e-6)
+        assert np.isnan(bn.running_var.numpy()).all()
+        y = F.batch_norm(Tensor(np.ones((1, 2, 1, 1), "float32")), F.zeros((1, 2, 1, 1)), F.ones((1, 2, 1, 1)),
+                         training=True, inplace=False)[2]
+        assert np.isnan(y.numpy()).all()
+    finally:
+        mge.config.auto_jit = saved

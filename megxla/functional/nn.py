@@ -839,7 +839,7 @@ def _bn(op, inp, running_mean, running_var, weight, bias, training, momentum, ep
         new_mean = rm * momentum + _T.reshape(mean, rm.shape).astype(rm.dtype) * (1 - momentum)
     if running_var is not None:
         rv = _t(running_var)
-        new_var = rv * momentum + _T.reshape(var, rv.shape).astype(rv.dtype) * ((1 - momentum) * n / max(n - 1, 1))
+        new_var = rv * momentum + _T.reshape(var, rv.shape).astype(rv.dtype) * _N.unbiased_factor(momentum, n)
     if not inplace:
         return out, new_mean, new_var
     if new_mean is not None:

@@ -337,6 +337,12 @@ ctc_loss = Primitive("ctc_loss", _ctc_loss)
 region_restricted_conv = Primitive("region_restricted_conv", _region_restricted_conv)
 
 
+def unbiased_factor(momentum, n):
+    """The factor of the batch variance in the running variance's update: ``(1 - momentum) * n / (n - 1)``; one
+    value per channel (n == 1) gives MegEngine's ``0 * inf``, a NaN running variance (it divides by n - 1 in C)."""
+    return (1 - momentum) * n / (n - 1) if n > 1 else (float("inf") if n == 1 else 1 - momentum)
+
+
 def _bn_train_update(x, running_mean, running_var, *affine, axes, eps, eps_mode, momentum):
     """Training BatchNorm and its running-statistics update as ONE primitive (one dispatch instead of ~9).
 
@@ -356,7 +362,7 @@ def _bn_train_update(x, running_mean, running_var, *affine, axes, eps, eps_mode,
                 * jnp.asarray(1 - momentum, running_mean.dtype))
     new_var = (running_var * jnp.asarray(momentum, running_var.dtype)
                + var.reshape(running_var.shape).astype(running_var.dtype)
-               * jnp.asarray((1 - momentum) * n / max(n - 1, 1), running_var.dtype))
+               * jnp.asarray(unbiased_factor(momentum, n), running_var.dtype))
     return y, new_mean, new_var
 
 
