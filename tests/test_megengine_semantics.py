@@ -736,3 +736,25 @@ def test_batch_norm_of_one_value_per_channel_gives_a_nan_running_variance(auto_j
         assert np.isnan(y.numpy()).all()
     finally:
         mge.config.auto_jit = saved
+
+
+def test_conv_transpose2d_drops_a_width_only_output_padding():
+    # MegEngine 1.13's conv_transpose2d tests `output_pad_h != 0 or output_pad_h != 0` (sic): stride 2, padding 1 on
+    # a 3x3 input gives (1, 3, 6, 6) for output_padding (1, 1), (1, 3, 6, 5) for (1, 0), and (1, 3, 5, 5) for (0, 1)
+    # (the width padding dropped, unchecked: (0, 5) gives (1, 3, 5, 5) too); conv_transpose3d has no such quirk
+    rng = np.random.RandomState(0)
+    x, w = Tensor(rng.randn(1, 2, 3, 3).astype("float32")), Tensor(rng.randn(2, 3, 3, 3).astype("float32"))
+    shapes = {op: F.conv_transpose2d(x, w, stride=(2, 2), padding=(1, 1), output_padding=op).shape
+              for op in [(1, 1), (1, 0), (0, 1), (0, 5)]}
+    assert shapes == {(1, 1): (1, 3, 6, 6), (1, 0): (1, 3, 6, 5), (0, 1): (1, 3, 5, 5), (0, 5): (1, 3, 5, 5)}
+    np.testing.assert_array_equal(F.conv_transpose2d(x, w, stride=2, padding=1, output_padding=(0, 1)).numpy(),
+                                  F.conv_transpose2d(x, w, stride=2, padding=1).numpy())
+    # MegEngine gives out[0, 0, 0] [1.4376, -1.6478, 0.3153, -2.1333, 0.5367] for (0, 1)
+    np.testing.assert_allclose(F.conv_transpose2d(x, w, stride=2, padding=1, output_padding=(0, 1)).numpy()[0, 0, 0],
+                               [1.4376, -1.6478, 0.3153, -2.1333, 0.5367], atol=1e-4)
+    m = M.ConvTranspose2d(2, 3, 3, stride=2, padding=1, output_padding=(0, 1))
+    assert m(x).shape == (1, 3, 5, 5)
+    assert M.ConvTranspose2d(2, 3, 3, stride=2, padding=1, output_padding=(1, 0))(x).shape == (1, 3, 6, 5)
+    # MegEngine gives (1, 3, 5, 5, 6) for conv_transpose3d output_padding (0, 0, 1)
+    x3, w3 = F.ones((1, 2, 3, 3, 3)), F.ones((2, 3, 3, 3, 3))
+    assert F.conv_transpose3d(x3, w3, stride=2, padding=1, output_padding=(0, 0, 1)).shape == (1, 3, 5, 5, 6)

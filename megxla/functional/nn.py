@@ -318,8 +318,19 @@ def conv_transpose2d(inp, weight, bias=None, stride=1, padding=0, output_padding
         >>> F.conv_transpose2d(F.ones((1, 2, 4, 4)), F.ones((2, 3, 3, 3)), stride=2).shape
         (1, 3, 9, 9)
     """
+    output_padding = _megengine_output_padding_2d(output_padding, "conv_transpose2d")
     return _conv_transpose_nd("conv_transpose2d", 2, inp, weight, bias, stride, padding, output_padding,
                               dilation, groups, conv_mode)
+
+
+def _megengine_output_padding_2d(output_padding, op):
+    """MegEngine 1.13's 2-D transposed convolutions (functional/nn.py conv_transpose2d and
+    functional/quantized.py conv_transpose2d) test ``if output_pad_h != 0 or output_pad_h != 0:`` (sic) before
+    passing the padded output shape, so a width-only ``output_padding=(0, w)`` is dropped (and not checked against
+    the stride): (0, 1) gives the shape and values of (0, 0). Matched, so a MegEngine model's layer sizes hold.
+    ``conv_transpose3d`` tests all three and has no such quirk."""
+    t = _tuple(output_padding, 2, "output_padding", op)
+    return (0, 0) if t[0] == 0 else t
 
 
 def conv_transpose3d(inp, weight, bias=None, stride=1, padding=0, output_padding=0, dilation=1, groups=1):

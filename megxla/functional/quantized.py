@@ -243,6 +243,8 @@ def conv_transpose2d(inp: Tensor, weight: Tensor, bias: Tensor = None, dtype=Non
         raise OpError(f"{who}: conv_mode must be 'cross_correlation', got {conv_mode!r}")
     stride, dilation = _pair(stride, who, "stride", True), _pair(dilation, who, "dilation", True)
     padding, output_padding = _pair(padding, who, "padding"), _pair(output_padding, who, "output_padding")
+    if output_padding[0] == 0:  # MegEngine 1.13 tests `output_pad_h != 0 or output_pad_h != 0` (sic): a width-only
+        output_padding = (0, 0)  # output_padding is dropped, as in F.conv_transpose2d (nn._megengine_output_padding_2d)
     if output_padding[0] >= stride[0] or output_padding[1] >= stride[1]:
         raise OpError(f"{who}: output_padding {output_padding} must be less than stride {stride}")
     if weight.ndim != 4 or inp.ndim != 4 or weight.shape[0] != inp.shape[1]:
