@@ -758,3 +758,29 @@ def test_conv_transpose2d_drops_a_width_only_output_padding():
     # MegEngine gives (1, 3, 5, 5, 6) for conv_transpose3d output_padding (0, 0, 1)
     x3, w3 = F.ones((1, 2, 3, 3, 3)), F.ones((2, 3, 3, 3, 3))
     assert F.conv_transpose3d(x3, w3, stride=2, padding=1, output_padding=(0, 0, 1)).shape == (1, 3, 5, 5, 6)
+
+
+def test_rnn_proj_size_is_accepted_and_ignored():
+    # MegEngine 1.13 stores proj_size, checks 0 <= proj_size < hidden_size, and otherwise ignores it (its LSTM kernel
+    # has no projection): M.LSTM(4, 6, proj_size=3) has the state_dict of M.LSTM(4, 6) and gives output (5, 2, 6),
+    # h (1, 2, 6), c (1, 2, 6); M.RNN takes proj_size too
+    m = M.LSTM(4, 6, proj_size=3)
+    assert m.proj_size == 3
+    assert {k: tuple(v.shape) for k, v in m.state_dict().items()} == {
+        "_flatten_weights": (24, 12), "cells.0.0.bias_hh": (24,), "cells.0.0.bias_ih": (24,),
+        "cells.0.0.weight_hh": (24, 6), "cells.0.0.weight_ih": (24, 4)}
+    out, (h, c) = m(Tensor(np.ones((5, 2, 4), "float32")))
+    assert (out.shape, h.shape, c.shape) == ((5, 2, 6), (1, 2, 6), (1, 2, 6))
+    r = M.RNN(4, 6, proj_size=3)
+    assert r.proj_size == 3 and r(Tensor(np.ones((5, 2, 4), "float32")))[0].shape == (5, 2, 6)
+    for bad in (-1, 6):
+        with pytest.raises(ValueError, match="proj_size"):
+            M.LSTM(4, 6, proj_size=bad)
+    # MegEngine gives, for these weights, out[-1] [[-0.2727, -0.357, -0.2837], [-0.2581, -0.263, -0.2095]] and
+    # c [[-0.5549, -0.5867, -0.4225], [-0.6369, -0.53, -0.3549]]
+    m = M.LSTM(2, 3, proj_size=1)
+    m.load_state_dict({k: (np.sin(np.arange(np.prod(v.shape)) * 0.37).reshape(v.shape) * 0.5).astype("float32")
+                       for k, v in m.state_dict().items()})
+    out, (h, c) = m(Tensor(np.cos(np.arange(12) * 0.7).reshape(3, 2, 2).astype("float32")))
+    np.testing.assert_allclose(out.numpy()[-1], [[-0.2727, -0.357, -0.2837], [-0.2581, -0.263, -0.2095]], atol=1e-4)
+    np.testing.assert_allclose(c.numpy()[0], [[-0.5549, -0.5867, -0.4225], [-0.6369, -0.53, -0.3549]], atol=1e-4)

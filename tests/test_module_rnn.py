@@ -54,7 +54,7 @@ def np_params(m, layer, direction):
     layer and direction, weight_ih, weight_hh, bias_ih, bias_hh contiguously (written independently of megxla)."""
     flat = m._flatten_weights.numpy().astype(np.float64).ravel()
     g = m._flatten_weights.shape[0]
-    h_out = m.proj_size or m.hidden_size
+    h_out = m.hidden_size  # proj_size is ignored, as MegEngine 1.13
     d = 2 if m.bidirectional else 1
     pos, zero = 0, np.zeros(g)
     for k in range(m.num_layers):
@@ -158,7 +158,7 @@ def test_sequence_modules_match_numpy(case):
     m = _make(case)
     lstm = isinstance(m, M.LSTM)
     d = 2 if m.bidirectional else 1
-    h_out = m.proj_size or H
+    h_out = H  # proj_size is ignored, as MegEngine 1.13
     for _, p in m.named_parameters():  # larger-than-default values exercise the nonlinearities
         p._reset(T(randn(*p.shape, scale=0.6)))
     x = randn(T_, N_, IN)
@@ -195,8 +195,10 @@ def test_parameter_layout_and_megengine_hooks():
     assert w["weight_ih"].shape == (4 * H, 2 * H) and w["bias_hh"].shape == (4 * H,)
     for name, ref in zip(("weight_ih", "weight_hh", "bias_ih", "bias_hh"), np_params(m, 1, 1)):
         np.testing.assert_array_equal(w[name].numpy(), ref.astype(np.float32))
+    # MegEngine 1.13 ignores proj_size: no weight_hr_l0, the layout of proj_size=0
     proj = {k: v.shape for k, v in M.LSTM(IN, H, proj_size=2).named_parameters()}
-    assert proj["weight_hr_l0"] == (2, H) and proj["_flatten_weights"] == (4 * H, IN + 2 + 2)
+    assert proj == {k: v.shape for k, v in M.LSTM(IN, H).named_parameters()}
+    assert proj["_flatten_weights"] == (4 * H, IN + H + 2)
     nobias = M.RNN(IN, H, bias=False)
     assert nobias._flatten_weights.shape == (H, IN + H)
     assert sorted(k for k, _ in nobias.named_buffers()) == ["cells.0.0.bias_hh", "cells.0.0.bias_ih"]
@@ -534,16 +536,16 @@ def test_bad_inputs_raise_value_errors_naming_the_module():
         (lambda: M.RNN(IN, H)(T(randn(0, N_, IN))), "RNN: the sequence length"),
         (lambda: M.RNN(IN, H, num_layers=2)(x3, T(randn(1, N_, H))), r"RNN: hx must have shape \(2, 2, 4\)"),
         (lambda: M.LSTM(IN, H)(x3, T(randn(1, N_, H))), "LSTM: hx must be a pair"),
-        (lambda: M.LSTM(IN, H, proj_size=2)(x3, (T(randn(1, N_, H)), T(randn(1, N_, H)))), "LSTM: h_0"),
+        (lambda: M.LSTM(IN, H, proj_size=2)(x3, (T(randn(1, N_, 2)), T(randn(1, N_, H)))), "LSTM: h_0"),
         (lambda: M.LSTM(IN, H, bidirectional=True)(x3, (T(randn(2, N_, H)), T(randn(1, N_, H)))), "LSTM: c_0"),
         (lambda: M.RNN(IN, H, nonlinearity="gelu"), "RNN: nonlinearity"),
         (lambda: M.RNNCell(IN, H, nonlinearity="sigmoid"), "RNNCell: nonlinearity"),
-        (lambda: M.RNN(IN, H, proj_size=2), "RNN: proj_size"),
+        (lambda: M.RNN(IN, H, proj_size=H), "RNN: proj_size"),
+        (lambda: M.RNN(IN, H, proj_size=-1), "RNN: proj_size"),
         (lambda: M.LSTM(IN, H, proj_size=H), "LSTM: proj_size"),
         (lambda: M.LSTM(IN, H, dropout=1.5), "LSTM: dropout"),
         (lambda: M.LSTM(IN, H, num_layers=0), "LSTM: num_layers"),
         (lambda: M.LSTMCell(0, H), "LSTMCell: input_size"),
-        (lambda: M.LSTM(IN, H, proj_size=2).create_cell(0), "LSTM: create_cell"),
         (lambda: M.MultiHeadAttention(6, 4), "MultiHeadAttention: embed_dim"),
         (lambda: M.MultiHeadAttention(4, 2)(T(randn(N_, 3, 5)), T(randn(N_, 3, 4)), T(randn(N_, 3, 4))),
          "MultiHeadAttention: query"),

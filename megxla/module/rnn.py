@@ -10,19 +10,19 @@ Equations (gate order i, f, g, o as MegEngine / PyTorch)::
     RNN:   h' = act(x W_ih^T + b_ih + h W_hh^T + b_hh)          act = tanh | relu
     LSTM:  i, f, g, o = split(x W_ih^T + b_ih + h W_hh^T + b_hh, 4)
            c' = sigmoid(f) * c + sigmoid(i) * tanh(g)
-           h' = sigmoid(o) * tanh(c')           (then h' W_hr^T when proj_size > 0)
+           h' = sigmoid(o) * tanh(c')
 
 Parameter layout of ``RNN`` / ``LSTM`` (MegEngine 1.13's, so MegEngine checkpoints load with ``strict=True``):
 all weights live in ONE Parameter ``_flatten_weights`` of shape ``(G, S)``, ``G = num_chunks * hidden_size``
 (1 chunk for RNN, 4 for LSTM). Read as a flat buffer it holds, for each layer and within it each direction
-(forward first), ``weight_ih (G, layer_input)``, ``weight_hh (G, H_out)`` and, with ``bias``, ``bias_ih (G,)``,
-``bias_hh (G,)``, contiguously in that order (MegEngine's kernels read it so);
-``S = sum over cells of (layer_input + H_out)`` plus ``2 * num_layers * D`` with ``bias``. As in MegEngine the
+(forward first), ``weight_ih (G, layer_input)``, ``weight_hh (G, hidden_size)`` and, with ``bias``,
+``bias_ih (G,)``, ``bias_hh (G,)``, contiguously in that order (MegEngine's kernels read it so);
+``S = sum over cells of (layer_input + hidden_size)`` plus ``2 * num_layers * D`` with ``bias``. As in MegEngine the
 module also holds ``cells``, a ``num_layers x D`` list of :class:`RNNCell` / :class:`LSTMCell` made by
 ``create_cell``: their parameters are in ``state_dict`` (``cells.{k}.{d}.weight_ih`` ...) but the forward pass
-does not use them. ``proj_size > 0`` (megxla only: MegEngine 1.13's kernels have no projection) adds separate
-``weight_hr_l{k}[_reverse]`` ``(proj_size, hidden_size)`` Parameters. :meth:`RNNBase.cell_weights` gives one
-cell's slices of ``_flatten_weights``.
+does not use them. :meth:`RNNBase.cell_weights` gives one cell's slices of ``_flatten_weights``.
+``proj_size`` is accepted, range-checked and stored, and otherwise ignored, as MegEngine 1.13 does (its LSTM
+kernel has no projection: no ``weight_hr``, ``h`` keeps ``hidden_size``), so MegEngine checkpoints load.
 """
 import math
 from abc import abstractmethod
@@ -48,14 +48,12 @@ def _rnn_step(x_proj, h, w_hh, b_hh, nonlinearity):
     return F.tanh(pre) if nonlinearity == "tanh" else F.relu(pre)
 
 
-def _lstm_step(x_proj, h, c, w_hh, b_hh, w_hr=None):
+def _lstm_step(x_proj, h, c, w_hh, b_hh):
     """One LSTM step; returns ``(h', c')``. ``x_proj`` is the input already projected by ``W_ih`` / ``b_ih``."""
     gates = x_proj + F.linear(h, w_hh, b_hh)
     i, f, g, o = F.split(gates, 4, axis=-1)
     c_new = F.sigmoid(f) * c + F.sigmoid(i) * F.tanh(g)
     h_new = F.sigmoid(o) * F.tanh(c_new)
-    if w_hr is not None:
-        h_new = F.linear(h_new, w_hr)
     return h_new, c_new
 
 
@@ -247,7 +245,7 @@ class RNNBase(Module):
         batch_first: input and output are ``(N, T, F)`` instead of ``(T, N, F)``.
         dropout: probability of dropout on the output of every layer but the last (training mode only).
         bidirectional: add a backward-in-time direction per layer; outputs are concatenated on the last axis.
-        proj_size: LSTM only: project ``h`` to this size with ``weight_hr_l*`` (0 = no projection).
+        proj_size: accepted and ignored, as MegEngine 1.13 (must be ``0 <= proj_size < hidden_size``).
 
     Example:
         >>> isinstance(M.LSTM(3, 4), M.rnn.RNNBase)
@@ -288,30 +286,23 @@ class RNNBase(Module):
                       for layer in range(self.num_layers)]
         g = self._num_chunks * self.hidden_size
         self._flatten_weights = Parameter(np.zeros((g, self._flat_columns()), np.float32))
-        if self.proj_size:
-            for layer in range(self.num_layers):
-                for direction in range(self.num_directions):
-                    setattr(self, "weight_hr" + self._suffix(layer, direction),
-                            Parameter(np.zeros((self.proj_size, self.hidden_size), np.float32)))
         self.reset_parameters()
 
     @abstractmethod
     def _make_cell(self, layer):
-        """The cell stored in ``cells`` for ``layer`` (like ``create_cell``, also with ``proj_size``)."""
+        """The cell stored in ``cells`` for ``layer`` (as ``create_cell``)."""
 
     def _flat_columns(self):
-        real_h = self.proj_size or self.hidden_size
-        cols = sum(self._layer_input_size(k) + real_h for k in range(self.num_layers)) * self.num_directions
+        cols = sum(self._layer_input_size(k) + self.hidden_size for k in range(self.num_layers)) * self.num_directions
         return cols + (2 * self.num_layers * self.num_directions if self.bias else 0)
 
     def _cell_offsets(self, layer, direction):
         """``{name: (start, shape)}`` of one cell's weights in the flattened ``_flatten_weights``."""
         g = self._num_chunks * self.hidden_size
-        real_h = self.proj_size or self.hidden_size
         pos = 0
         for k in range(self.num_layers):
             for d in range(self.num_directions):
-                shapes = [("weight_ih", (g, self._layer_input_size(k))), ("weight_hh", (g, real_h))]
+                shapes = [("weight_ih", (g, self._layer_input_size(k))), ("weight_hh", (g, self.hidden_size))]
                 if self.bias:
                     shapes += [("bias_ih", (g,)), ("bias_hh", (g,))]
                 parts = {}
@@ -331,7 +322,7 @@ class RNNBase(Module):
             direction: 0 forward in time, 1 backward (bidirectional modules only).
 
         Returns:
-            ``{"weight_ih", "weight_hh"[, "bias_ih", "bias_hh"][, "weight_hr"]: Tensor}``.
+            ``{"weight_ih", "weight_hh"[, "bias_ih", "bias_hh"]: Tensor}``.
 
         Example:
             >>> {k: v.shape for k, v in M.LSTM(3, 4).cell_weights(0).items()}
@@ -339,14 +330,11 @@ class RNNBase(Module):
         """
         parts = self._cell_offsets(layer, direction)
         flat = F.reshape(self._flatten_weights, (-1,))
-        out = {name: F.reshape(flat[start:start + int(np.prod(shape))], shape)
-               for name, (start, shape) in parts.items()}
-        if self.proj_size:
-            out["weight_hr"] = getattr(self, "weight_hr" + self._suffix(layer, direction))
-        return out
+        return {name: F.reshape(flat[start:start + int(np.prod(shape))], shape)
+                for name, (start, shape) in parts.items()}
 
     @abstractmethod
-    def _step(self, x_proj, state, w_hh, b_hh, w_hr):
+    def _step(self, x_proj, state, w_hh, b_hh):
         """One time step of one cell: the new state tuple from the projected input and the old state."""
 
     @staticmethod
@@ -355,7 +343,7 @@ class RNNBase(Module):
 
     def _layer_params(self, layer, direction):
         w = self.cell_weights(layer, direction)
-        return (w["weight_ih"], w["weight_hh"], w.get("bias_ih"), w.get("bias_hh"), w.get("weight_hr"))
+        return (w["weight_ih"], w["weight_hh"], w.get("bias_ih"), w.get("bias_hh"))
 
     def reset_parameters(self) -> None:
         """Re-initialise every parameter from U(-1/sqrt(hidden_size), 1/sqrt(hidden_size)) (MegEngine's default;
@@ -369,7 +357,7 @@ class RNNBase(Module):
             init.uniform_(weight, -stdv, stdv)
 
     def _layer_input_size(self, layer):
-        return self.input_size if layer == 0 else (self.proj_size or self.hidden_size) * self.num_directions
+        return self.input_size if layer == 0 else self.hidden_size * self.num_directions
 
     # -- hooks implemented by RNN / LSTM (MegEngine's method names) --
     @abstractmethod
@@ -405,7 +393,7 @@ class RNNBase(Module):
         """Run all layers over a time-major ``input`` ``(T, N, input_size)`` from state ``hx``.
 
         Returns:
-            ``(output (T, N, D * H_out), final state)``.
+            ``(output (T, N, D * hidden_size), final state)``.
 
         Example:
             >>> m = M.RNN(3, 4)
@@ -424,14 +412,14 @@ class RNNBase(Module):
         for layer in range(self.num_layers):
             outs = []
             for direction in range(self.num_directions):
-                w_ih, w_hh, b_ih, b_hh, w_hr = self._layer_params(layer, direction)
+                w_ih, w_hh, b_ih, b_hh = self._layer_params(layer, direction)
                 # The input projection does not depend on the state: one matmul for all time steps.
                 x_proj = F.linear(layer_input, w_ih, b_ih)
                 state = states[layer * self.num_directions + direction]
                 steps = range(seq_len - 1, -1, -1) if direction == 1 else range(seq_len)
                 hs = [None] * seq_len
                 for t in steps:
-                    state = self._step(x_proj[t], state, w_hh, b_hh, w_hr)
+                    state = self._step(x_proj[t], state, w_hh, b_hh)
                     hs[t] = state[0]  # stored at its time index, so the reverse direction lines up with t
                 finals.append(state)
                 outs.append(F.stack(hs, axis=0))
@@ -496,7 +484,7 @@ class RNN(RNNBase):
         batch_first: input / output are ``(N, T, F)`` instead of ``(T, N, F)`` (default False).
         dropout: dropout probability on the output of every layer but the last, in training mode (default 0).
         bidirectional: also run each layer backwards in time (default False).
-        proj_size: must be 0 (projections are an LSTM feature).
+        proj_size: accepted and ignored, as MegEngine 1.13 (must be ``0 <= proj_size < hidden_size``).
         nonlinearity: keyword-only, ``"tanh"`` (default) or ``"relu"``.
 
     Shapes:
@@ -525,12 +513,10 @@ class RNN(RNNBase):
                  *, nonlinearity: str = "tanh") -> None:
         if nonlinearity not in _NONLINEARITIES:
             raise ValueError(f"RNN: nonlinearity must be one of {_NONLINEARITIES}, got {nonlinearity!r}")
-        if proj_size != 0:
-            raise ValueError(f"RNN: proj_size is only supported by LSTM, got proj_size={proj_size!r}")
         self.nonlinearity = nonlinearity
         super().__init__(input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional, proj_size)
 
-    def _step(self, x_proj, state, w_hh, b_hh, w_hr):
+    def _step(self, x_proj, state, w_hh, b_hh):
         return (_rnn_step(x_proj, state[0], w_hh, b_hh, self.nonlinearity),)
 
     def _make_cell(self, layer):
@@ -587,32 +573,31 @@ class RNN(RNNBase):
 
 class LSTM(RNNBase):
     r"""A multi-layer long short-term memory network over a sequence (gate order i, f, g, o per step, as
-    :class:`LSTMCell`; with ``proj_size > 0`` the new ``h`` is further multiplied by ``weight_hr.T``).
+    :class:`LSTMCell`).
 
     Args:
         input_size: features of the input sequence.
-        hidden_size: features of the cell state ``c`` (and of ``h`` without projection).
+        hidden_size: features of the hidden state ``h`` and the cell state ``c``.
         num_layers: stacked layers (default 1).
         bias: learn biases (part of ``_flatten_weights``; default True).
         batch_first: input / output are ``(N, T, F)`` instead of ``(T, N, F)`` (default False).
         dropout: dropout probability on the output of every layer but the last, in training mode (default 0).
         bidirectional: also run each layer backwards in time (default False).
-        proj_size: if > 0, ``h`` has this size (``H_out = proj_size``, must be < hidden_size); else
-            ``H_out = hidden_size``.
+        proj_size: accepted, range-checked (``0 <= proj_size < hidden_size``), stored and otherwise ignored, as
+            MegEngine 1.13 (whose LSTM kernel has no projection): no ``weight_hr``, ``h`` keeps ``hidden_size``.
 
     Shapes:
-        input ``(T, N, input_size)``; ``hx`` a pair ``(h_0 (num_layers * D, N, H_out),
-        c_0 (num_layers * D, N, hidden_size))`` (zeros when omitted), ``D = 2`` if bidirectional else 1.
+        input ``(T, N, input_size)``; ``hx`` a pair ``(h_0, c_0)``, each ``(num_layers * D, N, hidden_size)``
+        (zeros when omitted), ``D = 2`` if bidirectional else 1.
 
     Returns:
-        ``(output, (h_n, c_n))``: output ``(T, N, D * H_out)``; ``h_n`` ``(num_layers * D, N, H_out)``;
-        ``c_n`` ``(num_layers * D, N, hidden_size)``.
+        ``(output, (h_n, c_n))``: output ``(T, N, D * hidden_size)``; ``h_n`` and ``c_n``
+        ``(num_layers * D, N, hidden_size)``.
 
     Attributes:
         _flatten_weights: ``(4 * hidden_size, S)``, every layer's ``weight_ih`` ``(4 * hidden_size, layer_input)``,
-        ``weight_hh`` ``(4 * hidden_size, H_out)``, ``bias_ih`` / ``bias_hh`` ``(4 * hidden_size,)`` in MegEngine's
+        ``weight_hh`` ``(4 * hidden_size, hidden_size)``, ``bias_ih`` / ``bias_hh`` ``(4 * hidden_size,)`` in MegEngine's
         layout (module docstring; :meth:`cell_weights` slices it).
-        weight_hr_l{k}[_reverse] (``proj_size > 0`` only): ``(proj_size, hidden_size)``.
         cells: MegEngine's unused per-cell copies (in ``state_dict``).
 
     Example:
@@ -624,39 +609,31 @@ class LSTM(RNNBase):
 
     _num_chunks = 4
 
-    def _step(self, x_proj, state, w_hh, b_hh, w_hr):
-        return _lstm_step(x_proj, state[0], state[1], w_hh, b_hh, w_hr)
+    def _step(self, x_proj, state, w_hh, b_hh):
+        return _lstm_step(x_proj, state[0], state[1], w_hh, b_hh)
 
     def _make_cell(self, layer):
-        # NOTE: with proj_size the stored cells are plain LSTMCells (no projection); as in MegEngine they only
-        # hold state_dict entries, the forward pass reads _flatten_weights.
+        # as in MegEngine the stored cells only hold state_dict entries, the forward pass reads _flatten_weights
         return LSTMCell(self._layer_input_size(layer), self.hidden_size, self.bias)
 
     def create_cell(self, layer):
         """A fresh :class:`LSTMCell` with layer ``layer``'s sizes and this module's ``bias``.
 
-        Raises:
-            ValueError: with ``proj_size > 0`` (a cell has no projection).
-
         Example:
             >>> M.LSTM(3, 4, num_layers=2, bidirectional=True).create_cell(1).input_size
             8
         """
-        if self.proj_size:
-            raise ValueError("LSTM: create_cell is not available with proj_size > 0 (LSTMCell has no "
-                             "projection)")
         return LSTMCell(self._layer_input_size(layer), self.hidden_size, self.bias)
 
     def init_hidden(self, batch_size):
-        """Zeros ``(h_0, c_0)``: ``(num_layers * D, batch_size, H_out)`` and ``(..., hidden_size)``.
+        """Zeros ``(h_0, c_0)``, each ``(num_layers * D, batch_size, hidden_size)``.
 
         Example:
             >>> [t.shape for t in M.LSTM(3, 4, num_layers=2).init_hidden(5)]
             [(2, 5, 4), (2, 5, 4)]
         """
         n = self.num_directions * self.num_layers
-        return (F.zeros((n, batch_size, self.proj_size or self.hidden_size)),
-                F.zeros((n, batch_size, self.hidden_size)))
+        return F.zeros((n, batch_size, self.hidden_size)), F.zeros((n, batch_size, self.hidden_size))
 
     def get_output_from_hidden(self, hx):
         """The ``h`` of a state ``hx = (h, c)``.
@@ -671,7 +648,7 @@ class LSTM(RNNBase):
         """Run all layers over a time-major ``input`` ``(T, N, input_size)`` from ``hx = (h_0, c_0)``.
 
         Returns:
-            ``(output (T, N, D * H_out), (h_n, c_n))``.
+            ``(output (T, N, D * hidden_size), (h_n, c_n))``.
 
         Example:
             >>> m = M.LSTM(3, 4)
@@ -682,7 +659,8 @@ class LSTM(RNNBase):
         if not isinstance(hx, (tuple, list)) or len(hx) != 2:
             raise ValueError(f"LSTM: hx must be a pair (h_0, c_0), got {type(hx).__name__}")
         batch = input.shape[1]
-        h0 = self._check_state(hx[0], batch, self.proj_size or self.hidden_size, "h_0")
+        # MegEngine does not check h_0 (a proj_size-sized h_0 runs, reading past it, and corrupts the heap)
+        h0 = self._check_state(hx[0], batch, self.hidden_size, "h_0")
         c0 = self._check_state(hx[1], batch, self.hidden_size, "c_0")
         states = [(h0[i], c0[i]) for i in range(h0.shape[0])]
         output, finals = self._run(input, states)
