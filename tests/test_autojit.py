@@ -725,6 +725,57 @@ def test_a_second_cluster_with_an_input_shape_the_first_lacked_waits_for_its_key
     assert auto_jit_stats()["compiled"] == 1 and auto_jit_stats()["eager_clusters"] == 0, auto_jit_stats()
 
 
+def _seq_ce_step(net, opt, gm, x, y):
+    with gm:
+        logits = net(x)
+        loss = sum(F.nn.cross_entropy(logits[:, t], y[:, t]) for t in range(y.shape[1]))
+        loss = loss + F.nn.cross_entropy(logits[:, 0], F.argmax(logits[:, 1], axis=1))  # (labels from argmax)
+        picked = logits[:, 0][F.topk(logits[:, 2, 0], 2)[1]]  # (indices from topk)
+        loss = loss + picked.sum() + F.gather(logits[:, 0], 1, y[:, :2]).sum()
+        gm.backward(loss)
+    opt.step().clear_grad()
+    return loss.item()
+
+
+def test_index_checks_on_selected_labels_do_not_cut_the_cluster(auto_jit):
+    # cross_entropy(logits[:, t], y[:, t]) checks its labels: y[:, t] is pending, and reading it cut the cluster at
+    # each time step (a sequence model: 1.5x eager's step). Its entries come from y (concrete): y's range serves
+    import megxla.module as M
+    import megxla.optimizer as optim
+    from megxla.autodiff import GradManager
+    rng = np.random.RandomState(0)
+    xs = rng.standard_normal((4, 6, 8)).astype("float32")
+    ys = rng.randint(0, 5, (4, 6)).astype("int32")
+
+    def run():
+        mge.random.seed(0)
+        net = M.Linear(8, 5)
+        opt = optim.SGD(net.parameters(), lr=0.1)
+        gm = GradManager().attach(net.parameters())
+        return [_seq_ce_step(net, opt, gm, mge.Tensor(xs), mge.Tensor(ys)) for _ in range(4)]
+
+    got = run()
+    cuts = {c[1] for c in auto_jit_stats()["cuts"]}
+    assert cuts == {"opt.step"}, auto_jit_stats()["cuts"]
+    mge.config.auto_jit = False
+    np.testing.assert_allclose(got, run(), rtol=1e-5)
+
+
+def test_a_selected_label_out_of_range_raises_at_its_line_as_eagerly(auto_jit):
+    # a known range that does not prove the labels valid falls back to reading them: eager's error, at its line,
+    # and a range that is too wide (a -1 elsewhere in y) reads them and raises nothing
+    y = mge.Tensor(np.array([[0, 1, -1], [2, 7, -1]], "int32"))
+    logits = mge.Tensor(np.zeros((2, 3, 5), "float32")) * 2
+    loss = F.nn.cross_entropy(logits[:, 0], y[:, 0])  # (entries 0 and 2: valid, though y holds -1 and 7)
+    np.testing.assert_allclose(float(loss), np.log(5), rtol=1e-6)
+    with pytest.raises(IndexError) as info:
+        F.nn.cross_entropy(logits[:, 1], y[:, 1])
+    mge.config.auto_jit = False
+    with pytest.raises(IndexError) as want:
+        F.nn.cross_entropy(mge.Tensor(np.zeros((2, 5), "float32")), mge.Tensor(np.array([1, 7], "int32")))
+    assert str(info.value) == str(want.value)
+
+
 def test_shapes_that_take_a_few_values_are_each_compiled_once(auto_jit):
     # a detector's ground-truth counts: a dozen values, each recurring; every one is compiled once, then hit
     rng = np.random.RandomState(0)

@@ -24,6 +24,7 @@ import os
 
 import numpy as np
 
+from ._lazy import Lazy, known_range
 from ._tensor import Tensor
 from ._dispatch import apply, OpError, current_interpreter
 from .ops import indexing as P
@@ -70,8 +71,13 @@ def check_index_tensor(op, idx, dim, axis, allow_negative=True, what="index"):
         if CHECKED[0]:
             _check_traced(op, idx, dim, axis, allow_negative, what)
         return
-    v = np.asarray(idx._data)
     lo = -dim if allow_negative else 0
+    d = idx._data
+    if type(d) is Lazy:  # pending (auto-jit): a known range spares the read, which would cut the cluster
+        r = known_range(d)
+        if r is not None and r[0] >= lo and r[1] < dim:
+            return
+    v = np.asarray(d)
     bad = (v < lo) | (v >= dim)
     if bad.any():
         raise IndexOutOfRange(f"{op}: {what} {int(v[bad].reshape(-1)[0])} is out of range for axis {axis} of "

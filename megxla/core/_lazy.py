@@ -16,7 +16,7 @@ import weakref
 
 import numpy as np
 
-__all__ = ["Lazy", "COLLECT", "FLUSH", "resolve"]
+__all__ = ["Lazy", "COLLECT", "FLUSH", "resolve", "known_range"]
 
 _get_ident = threading.get_ident
 
@@ -32,6 +32,45 @@ STEP_END: list = [None]
 # imported after the setting is made: it reads WANTED then).
 WANTED: list = [False]
 SWITCH: list = [None]
+
+
+def known_range(data):
+    """``(lo, hi)`` bounding every entry of a pending integer value without computing it, or None.
+
+    The collector notes, for results such as ``y[:, t]`` (a slice of a concrete label tensor), ``argmax`` or
+    ``topk``'s indices, where their entries come from: ``(lo, hi)``, a concrete array (its minimum and maximum,
+    computed on first use), or a list of such (a concatenation). An index check (``cross_entropy``'s labels,
+    ``x[idx]``) passes on that bound instead of reading the value: a read is a cut of the cluster, and a sequence
+    model checking ``y[:, t]`` at each of its 32 steps made 32 cuts per step (1.5x eager's step time).
+
+    Example:
+        >>> import numpy as np
+        >>> class _P: pass
+        >>> z = _P(); z.value = None; z.bounds = [(1, 3), (0, 2)]
+        >>> known_range(z)
+        (0, 3)
+    """
+    if data.value is not None:
+        return None
+    return _range_of(data.bounds)
+
+
+def _range_of(b):
+    if b is None or type(b) is tuple:
+        return b
+    if type(b) is list:
+        parts = [_range_of(x) for x in b]
+        if any(x is None for x in parts):
+            return None
+        return min(x[0] for x in parts), max(x[1] for x in parts)
+    if type(b) is weakref.ref:  # a concrete array: the source of a selection (its values are a superset)
+        b = b()
+        if b is None:
+            return None
+    a = np.asarray(b)
+    if a.dtype.kind not in "iu" or a.size == 0:
+        return None
+    return int(a.min()), int(a.max())
 
 
 class ClusterFailed(RuntimeError):
@@ -51,8 +90,10 @@ class Lazy:
         ((2,), [0.0, 0.0])
     """
 
+    # ``bounds`` (set by the collector for some integer results): where the value's entries are known
+    # to lie without computing it -- see :func:`known_range`
     __slots__ = ("shape", "dtype", "ndim", "weak_type", "cluster", "index", "value", "holders", "previous",
-                 "pins", "__weakref__")
+                 "pins", "bounds", "__weakref__")
 
     def __init__(self, shape, dtype, weak_type, cluster, index):
         self.shape = shape
@@ -65,6 +106,7 @@ class Lazy:
         self.holders = None  # weak references to the Tensors whose ``_data`` is this placeholder
         self.previous = None  # [(weak ref, data, value id)] of Tensors rebound to it in place, before that
         self.pins = 0  # how many ``previous`` lists hold this placeholder (references that do not make it a result)
+        self.bounds = None
 
     @property
     def size(self):

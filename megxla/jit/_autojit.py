@@ -48,6 +48,7 @@ import warnings
 import weakref
 
 import jax
+import numpy as np
 
 from ..core import _dispatch, _interrupt, _lazy, _spmd
 from ..core._elemwise_front import SCALAR_VIDS as _SCALAR_VIDS
@@ -114,6 +115,7 @@ _prod = math.prod
 _MISSING = object()
 _new = object.__new__
 _ref = weakref.ref
+_can_cast = np.can_cast
 _vids = _dispatch._vids
 
 
@@ -965,6 +967,9 @@ def _collect(op, inputs):
             t._name = None
             z.holders = [_ref(t)]
             result.append(t)
+        rule = _RANGE_RULES.get(op.name)
+        if rule is not None:
+            rule(op, inputs, result)
         ops = cl.ops
         ops.append((op, tuple(ids), tuple(range(base, len(avals)))))
         if len(ops) >= MAX_OPS or cl.in_bytes > MAX_INPUT_BYTES or (cl.after_cap and len(ops) >= LOOP_MAX_OPS):
@@ -977,6 +982,68 @@ def _collect(op, inputs):
         if not n and _gc_inside[1]:
             _gc_enable()
         _gc_release()
+
+
+# Where an integer result's entries lie, noted at collection (``Lazy.bounds``, read by ``_lazy.known_range`` when
+# an index check needs it): the check passes without reading the value, which would cut the cluster. An entry is
+# ``(lo, hi)``, a weak reference to a concrete array (its min and max computed only if a check asks; a strong one
+# would keep an input from being donated), or a list of entries; never a Lazy (a reference to it would make it a
+# result of the cluster).
+def _entry(t):
+    d = t._data
+    if type(d) is Lazy:
+        if d.value is None:
+            return d.bounds
+        d = d.value
+    if d.dtype.kind not in "iu":
+        return None
+    try:
+        return _ref(d)
+    except TypeError:  # (an array type without weak references: unknown)
+        return None
+
+
+def _same_values(op, inputs, result):  # a selection or rearrangement of its first input's entries
+    b = _entry(inputs[0])
+    if b is not None:
+        result[0]._data.bounds = b
+
+
+def _union(op, inputs, result):  # concat / stack
+    bs = [_entry(t) for t in inputs]
+    if bs and all(b is not None for b in bs):
+        result[0]._data.bounds = bs
+
+
+def _int_cast(op, inputs, result):  # astype to an integer type holding every value of the input's: entries stay
+    src, dst = inputs[0]._data.dtype, result[0]._data.dtype
+    if src.kind in "iu" and dst.kind in "iu" and _can_cast(src, dst, "safe"):
+        b = _entry(inputs[0])
+        if b is not None:
+            result[0]._data.bounds = b
+
+
+def _positions(op, inputs, result):  # argmax / argmin: positions along an axis (of the flattened input)
+    params = dict(op.params)
+    shape = inputs[0]._data.shape
+    n = _prod(shape) if params.get("axis") is None else shape[params["axis"]]
+    if n:
+        result[0]._data.bounds = (0, n - 1)
+
+
+def _sorted_positions(op, inputs, result):  # sort / topk: the values (a selection), the positions on the last axis
+    n = inputs[0]._data.shape[-1] if inputs[0]._data.ndim else 1
+    b = _entry(inputs[0])
+    if b is not None:
+        result[0]._data.bounds = b
+    if n:
+        result[1]._data.bounds = (0, n - 1)
+
+
+_RANGE_RULES = dict.fromkeys(("getitem", "reshape", "transpose", "broadcast_to", "expand_dims", "squeeze", "flip",
+                              "roll", "tile", "repeat", "copy", "detach", "gather"), _same_values)
+_RANGE_RULES.update({"concat": _union, "stack": _union, "astype": _int_cast, "argmax": _positions,
+                     "argmin": _positions, "sort": _sorted_positions, "topk": _sorted_positions})
 
 
 def _op_sig(op, inputs):
