@@ -784,3 +784,54 @@ def test_rnn_proj_size_is_accepted_and_ignored():
     out, (h, c) = m(Tensor(np.cos(np.arange(12) * 0.7).reshape(3, 2, 2).astype("float32")))
     np.testing.assert_allclose(out.numpy()[-1], [[-0.2727, -0.357, -0.2837], [-0.2581, -0.263, -0.2095]], atol=1e-4)
     np.testing.assert_allclose(c.numpy()[0], [[-0.5549, -0.5867, -0.4225], [-0.6369, -0.53, -0.3549]], atol=1e-4)
+
+
+def test_module_reprs_as_megengine():
+    # MegEngine 1.13 prints these reprs (modules without a _module_info_string print a bare name)
+    import megxla.quantization as quant
+    import megxla.module.qat as Q
+    cases = {
+        "GroupNorm(groups=2, channels=4, eps=1e-05, affine=True)": M.GroupNorm(2, 4),
+        "GroupNorm(groups=2, channels=4, eps=0.001, affine=False)": M.GroupNorm(2, 4, eps=1e-3, affine=False),
+        "InstanceNorm(channels=4, eps=1e-05, affine=True)": M.InstanceNorm(4),
+        "GeneralNorm(normalized_shape=(4,), normalized_axis=[1], eps=1e-05, affine=True)": M.GeneralNorm((4,), 1),
+        "Embedding()": M.Embedding(3, 4), "LeakyReLU()": M.LeakyReLU(0.2), "PReLU()": M.PReLU(3),
+        "PixelShuffle()": M.PixelShuffle(2), "AdaptiveAvgPool2d()": M.AdaptiveAvgPool2d(2),
+        "AdaptiveMaxPool2d()": M.AdaptiveMaxPool2d((2, 3)), "LocalResponseNorm()": M.LocalResponseNorm(3),
+        "Elemwise()": M.Elemwise("add"), "LSTMCell()": M.LSTMCell(2, 3), "RNNCell()": M.RNNCell(2, 3, bias=False),
+        "DeformablePSROIPooling()": M.DeformablePSROIPooling(False, 2, 3, 3, 4, 0.5),
+        "RNN(\n  (cells.0.0): RNNCell()\n)": M.RNN(2, 3),
+        "LSTM(\n  (cells.0.0): LSTMCell()\n  (cells.0.1): LSTMCell()\n)": M.LSTM(2, 3, bidirectional=True),
+        "ConvTranspose2d(3, 8, kernel_size=(3, 3), stride=(2, 2), padding=(1, 1))":
+            M.ConvTranspose2d(3, 8, 3, 2, 1, output_padding=1),
+        "ConvTranspose3d(3, 8, kernel_size=(3, 3, 3), stride=(2, 2, 2), padding=(1, 1, 1), bias=False)":
+            M.ConvTranspose3d(3, 8, 3, 2, 1, output_padding=1, bias=False),
+        "QAT.ConvTranspose2d(3, 4, kernel_size=(3, 3), stride=(2, 2), padding=(1, 1))":
+            Q.ConvTranspose2d(3, 4, 3, 2, 1, output_padding=1),
+        "QAT.Elemwise()": Q.Elemwise("add"),
+    }
+    for want, m in cases.items():
+        assert repr(m) == want
+    g = M.GeneralNorm((2, 4), (-2, -1))
+    assert repr(g) == "GeneralNorm(normalized_shape=(2, 4), normalized_axis=(-2, -1), eps=1e-05, affine=True)"
+    g(F.ones((3, 2, 4)))  # MegEngine's forward stores the non-negative axes
+    assert repr(g) == "GeneralNorm(normalized_shape=(2, 4), normalized_axis=[1, 2], eps=1e-05, affine=True)"
+    q = quant.quantize(quant.quantize_qat(M.Sequential(
+        M.QuantStub(), M.ConvBn2d(3, 4, 3, bias=False), M.Conv2d(3, 4, 3, bias=False),
+        M.ConvTransposeBn2d(3, 4, 3, 2, 1, output_padding=1, bias=False), M.ConvTranspose2d(3, 4, 3, bias=False),
+        M.ConvTransposeRelu2d(3, 4, 3), M.BatchMatMulActivation(2, 3, 4, bias=False), M.Elemwise("add"),
+        M.DequantStub())))
+    assert repr(q) == """Sequential(
+  (0): Quantized.QuantStub()
+  (1): Quantized.ConvBn2d(3, 4, kernel_size=(3, 3))
+  (2): Quantized.Conv2d(3, 4, kernel_size=(3, 3))
+  (3): Quantized.ConvTransposeBn2d(3, 4, kernel_size=(3, 3), stride=(2, 2), padding=(1, 1))
+  (4): Quantized.ConvTranspose2d(3, 4, kernel_size=(3, 3), bias=False)
+  (5): Quantized.ConvTransposeRelu2d(3, 4, kernel_size=(3, 3))
+  (6): Quantized.BatchMatMulActivation(batch=2, in_features=3, out_features=4, bias=True)
+  (7): Quantized.Elemwise()
+  (8): Quantized.DequantStub()
+)"""
+    # MegEngine's disable_quantize returns None
+    m = M.Sequential(M.Linear(2, 2))
+    assert m.disable_quantize() is None and m[0].quantize_disabled

@@ -529,7 +529,7 @@ def test_train_eval_switching():
     assert not net.block.training and net.block.bn1.training
     net.train(False)
     assert not net.block.bn1.training
-    assert net.disable_quantize() is net and all(m.quantize_disabled for m in net.modules())
+    assert net.disable_quantize() is None and all(m.quantize_disabled for m in net.modules())
 
 
 def test_hooks():

@@ -110,9 +110,6 @@ class PReLU(Module):
         """Elementwise PReLU."""
         return prelu(inputs, self.weight)
 
-    def _module_info_string(self) -> str:
-        return f"num_parameters={self.num_parameters}"
-
 
 class LeakyReLU(Module):
     r"""``leaky_relu(x) = x if x > 0 else negative_slope * x``, elementwise.
@@ -132,6 +129,3 @@ class LeakyReLU(Module):
     def forward(self, inputs):
         """Elementwise leaky ReLU."""
         return leaky_relu(inputs, self.negative_slope)
-
-    def _module_info_string(self) -> str:
-        return f"negative_slope={self.negative_slope}"

@@ -91,8 +91,6 @@ class _ConvNd(Module):
             vt = (v,) if isinstance(v, (int, np.integer)) else tuple(v)
             if vt != (default,) * len(vt):
                 s += f", {name}={v}"
-        if getattr(self, "output_padding", 0) not in (0, (0,) * len(self._kernel())):
-            s += f", output_padding={self.output_padding}"
         if self.groups != 1:
             s += f", groups={self.groups}"
         if self.bias is None:

@@ -40,8 +40,3 @@ class DeformablePSROIPooling(Module):
         from .. import functional as F
         return F.deformable_psroi_pooling(inp, rois, trans, self.no_trans, self.part_size, self.pooled_h,
                                           self.pooled_w, self.sample_per_part, self.spatial_scale, self.trans_std)
-
-    def _module_info_string(self) -> str:
-        return (f"no_trans={self.no_trans}, part_size={self.part_size}, pooled=({self.pooled_h}, {self.pooled_w}), "
-                f"sample_per_part={self.sample_per_part}, spatial_scale={self.spatial_scale}, "
-                f"trans_std={self.trans_std}")

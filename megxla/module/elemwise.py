@@ -62,6 +62,3 @@ class Elemwise(Module):
     def forward(self, *inps):
         """Apply the mode to ``inps``."""
         return _MODES[str(self.method).upper()](*inps)
-
-    def _module_info_string(self) -> str:
-        return f"method={self.method}"

@@ -92,6 +92,3 @@ class Embedding(Module):
             raise ValueError(f"Embeddings parameter is expected to be 2-dimensional, got shape {shape}")
         return cls(num_embeddings=shape[0], embedding_dim=shape[1], initial_weight=embeddings,
                    padding_idx=padding_idx, max_norm=max_norm, norm_type=norm_type, freeze=freeze)
-
-    def _module_info_string(self) -> str:
-        return f"num_embeddings={self.num_embeddings}, embedding_dim={self.embedding_dim}"

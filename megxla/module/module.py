@@ -503,11 +503,12 @@ class Module(metaclass=ABCMeta):
             value: the ``quantize_disabled`` flag to set.
 
         Returns:
-            self.
+            None, as MegEngine's.
 
         Example:
             >>> model = M.Sequential(M.Linear(2, 2))
-            >>> model.disable_quantize().quantize_disabled
+            >>> model.disable_quantize()
+            >>> model.quantize_disabled
             True
         """
 
@@ -515,7 +516,6 @@ class Module(metaclass=ABCMeta):
             module.quantize_disabled = value
 
         self.apply(fn)
-        return self
 
     def zero_grad(self) -> None:
         """Set the ``.grad`` of every parameter that has one to zeros (deprecated in MegEngine).

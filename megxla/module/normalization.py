@@ -94,7 +94,7 @@ class GroupNorm(_AffineNorm):
         return group_norm(x, self.num_groups, self.affine, self.weight, self.bias, self.eps)
 
     def _module_info_string(self) -> str:
-        return f"groups={self.num_groups}, channels={self.num_channels}"
+        return f"groups={self.num_groups}, channels={self.num_channels}, eps={self.eps}, affine={self.affine}"
 
 
 class InstanceNorm(_AffineNorm):
@@ -123,7 +123,7 @@ class InstanceNorm(_AffineNorm):
         return instance_norm(x, self.affine, self.weight, self.bias, self.eps)
 
     def _module_info_string(self) -> str:
-        return f"channels={self.num_channels}"
+        return f"channels={self.num_channels}, eps={self.eps}, affine={self.affine}"
 
 
 class GeneralNorm(_AffineNorm):
@@ -145,23 +145,26 @@ class GeneralNorm(_AffineNorm):
 
     def __init__(self, normalized_shape=None, normalized_axis=0, eps=1e-05, affine=True, **kwargs):
         super().__init__(**kwargs)
+        # MegEngine keeps normalized_axis / normalized_shape as given (an int axis becomes a one-element list) and
+        # its forward stores the axes made non-negative, as a list: its repr shows them so
         if isinstance(normalized_axis, (int, np.integer)):
-            normalized_axis = (int(normalized_axis),)
+            normalized_axis = [int(normalized_axis)]
         if isinstance(normalized_shape, (int, np.integer)):
             normalized_shape = (int(normalized_shape),)
-        self.normalized_axis = tuple(normalized_axis)
-        if len(set(self.normalized_axis)) != len(self.normalized_axis):
+        self.normalized_axis = normalized_axis
+        axes = tuple(normalized_axis)
+        if len(set(axes)) != len(axes):
             raise ValueError(f"GeneralNorm: duplicate axes in normalized_axis {self.normalized_axis}")
         if affine:
             if normalized_shape is None:
                 raise ValueError("GeneralNorm: normalized_shape must be specified when affine is True")
-            if len(normalized_shape) != len(self.normalized_axis):
+            if len(normalized_shape) != len(axes):
                 raise ValueError(f"GeneralNorm: normalized_shape {tuple(normalized_shape)} and normalized_axis "
                                  f"{self.normalized_axis} have different lengths")
-        self.normalized_shape = None if normalized_shape is None else tuple(normalized_shape)
+        self.normalized_shape = normalized_shape
         self.eps = eps
         self.affine = affine
-        self._make_affine(self.normalized_shape)
+        self._make_affine(None if normalized_shape is None else tuple(normalized_shape))
 
     def forward(self, x):
         """Normalise ``x`` over ``normalized_axis``."""
@@ -170,6 +173,7 @@ class GeneralNorm(_AffineNorm):
         if axes != sorted(axes):
             # The affine parameters are laid out in axis order; unsorted axes would silently misalign them.
             raise ValueError(f"GeneralNorm: normalized_axis {self.normalized_axis} must be ascending")
+        self.normalized_axis = axes  # as MegEngine's forward
         return F.nn.general_norm(x, tuple(axes), self.affine, self.weight, self.bias, self.eps)
 
     def _module_info_string(self) -> str:
@@ -204,6 +208,3 @@ class LocalResponseNorm(Module):
         """``inp`` ``(N, C, ...)`` normalised across neighbouring channels."""
         from .. import functional as F
         return F.nn.local_response_norm(inp, self.kernel_size, self.k, self.alpha, self.beta)
-
-    def _module_info_string(self) -> str:
-        return f"kernel_size={self.kernel_size}, k={self.k}, alpha={self.alpha}, beta={self.beta}"

@@ -24,6 +24,3 @@ class PixelShuffle(Module):
         """``x`` with channel blocks moved into space."""
         from .. import functional as F
         return F.nn.pixel_shuffle(x, self.upscale_factor)
-
-    def _module_info_string(self) -> str:
-        return f"upscale_factor={self.upscale_factor}"

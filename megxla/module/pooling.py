@@ -68,9 +68,6 @@ class _AdaptivePoolNd(Module):
         super().__init__(**kwargs)
         self.oshp = oshp
 
-    def _module_info_string(self) -> str:
-        return f"oshp={self.oshp}"
-
 
 class AdaptiveMaxPool2d(_AdaptivePoolNd):
     r"""2-D max pooling to a fixed output size ``oshp`` (window and stride derived from the input size).

@@ -135,12 +135,6 @@ class RNNCellBase(Module):
         _check_shape(h, (batch, self.hidden_size), type(self).__name__, what)
         return h
 
-    def _module_info_string(self) -> str:
-        s = f"{self.input_size}, {self.hidden_size}"
-        if not self.bias:
-            s += ", bias=False"
-        return s
-
 
 class RNNCell(RNNCellBase):
     r"""An Elman RNN cell: ``h' = act(x @ weight_ih.T + bias_ih + h @ weight_hh.T + bias_hh)``.
@@ -178,10 +172,6 @@ class RNNCell(RNNCellBase):
         h = F.zeros((n, self.hidden_size), dtype=input.dtype) if hx is None else self._check_hidden(hx, n, "hx")
         return _rnn_step(F.linear(input, self.weight_ih, self.bias_ih), h, self.weight_hh, self.bias_hh,
                          self.nonlinearity)
-
-    def _module_info_string(self) -> str:
-        s = super()._module_info_string()
-        return s if self.nonlinearity == "tanh" else s + f", nonlinearity={self.nonlinearity}"
 
 
 class LSTMCell(RNNCellBase):
@@ -462,15 +452,6 @@ class RNNBase(Module):
             output = F.transpose(output, (1, 0, 2))
         return output, h
 
-    def _module_info_string(self) -> str:
-        s = f"{self.input_size}, {self.hidden_size}"
-        for name, default in (("num_layers", 1), ("bias", True), ("batch_first", False), ("dropout", 0.0),
-                              ("bidirectional", False), ("proj_size", 0)):
-            v = getattr(self, name)
-            if v != default:
-                s += f", {name}={v}"
-        return s
-
 
 class RNN(RNNBase):
     r"""A multi-layer Elman RNN over a sequence: per layer, direction and step
@@ -565,10 +546,6 @@ class RNN(RNNBase):
         states = [(hx[i],) for i in range(hx.shape[0])]
         output, finals = self._run(input, states)
         return output, F.stack([s[0] for s in finals], axis=0)
-
-    def _module_info_string(self) -> str:
-        s = super()._module_info_string()
-        return s if self.nonlinearity == "tanh" else s + f", nonlinearity={self.nonlinearity}"
 
 
 class LSTM(RNNBase):

@@ -66,7 +66,9 @@ class Conv2d(_WeightLayer):
         conv = getattr(qat, "conv", qat)
         q = cls(conv.stride, conv.padding, conv.dilation, conv.groups, name=qat.name)
         q.padding_mode = getattr(conv, "padding_mode", "zeros")
-        q._conv_info = conv._module_info_string()  # MegEngine's repr: "Quantized.Conv2d(3, 3, kernel_size=...)"
+        # MegEngine's repr: "Quantized.Conv2d(3, 3, kernel_size=...)", never "bias=False" (its quantized
+        # convolution always holds a bias, zeros when the QAT one has none)
+        q._conv_info = conv._module_info_string().replace(", bias=False", "")
         q._take(qat, qat.weight if weight is None else weight, qat.bias if weight is None else bias)
         return q
 
@@ -167,6 +169,15 @@ class _FloatCompute(QuantizedModule, _OutputQuant):
         super().__init__(**kwargs)
         self._float_forward = float_forward
 
+    _info = ""
+
+    def _module_info_string(self):
+        return self._info  # the float layer's, as MegEngine's quantized modules (subclasses of the float ones)
+
+    @classmethod
+    def _info_of(cls, qat):
+        return ""
+
     def forward(self, *inps, **kwargs):
         # (non-tensor arguments, such as Concat's axis given positionally, pass through)
         args = [dequantize_tensor(x) if isinstance(x, Tensor) else
@@ -176,6 +187,7 @@ class _FloatCompute(QuantizedModule, _OutputQuant):
     @classmethod
     def from_qat_module(cls, qat):
         q = cls(cls._float_of(qat), name=qat.name)
+        q._info = cls._info_of(qat)
         q._set_output(qat)
         return q
 
@@ -208,6 +220,10 @@ class ConvTranspose2d(_FloatCompute):
     def _float_of(cls, qat):
         return _weight_forward(qat, "calc_conv_transpose2d", relu=cls._relu)
 
+    @classmethod
+    def _info_of(cls, qat):  # MegEngine: "Quantized.ConvTranspose2d(3, 4, kernel_size=(3, 3))"
+        return getattr(qat, "conv_transpose2d", qat)._module_info_string()
+
 
 class ConvTransposeRelu2d(ConvTranspose2d):
     """Quantized ConvTransposeRelu2d."""
@@ -224,6 +240,10 @@ class ConvTransposeBn2d(_FloatCompute):
     def _float_of(cls, qat):
         return _weight_forward(qat, "calc_conv_transpose2d", fold=True, relu=cls._relu)
 
+    @classmethod
+    def _info_of(cls, qat):  # the folded BatchNorm gives MegEngine's quantized layer a bias: no "bias=False"
+        return ConvTranspose2d._info_of(qat).replace(", bias=False", "")
+
 
 class ConvTransposeBnRelu2d(ConvTransposeBn2d):
     """Quantized ConvTransposeBnRelu2d."""
@@ -239,6 +259,11 @@ class BatchMatMulActivation(_FloatCompute):
         w = qat.apply_quant_weight(qat.weight.detach()).detach()
         b = None if qat.bias is None else qat.bias.detach()
         return lambda x: qat._calc_linear(x, w, b)
+
+    @classmethod
+    def _info_of(cls, qat):  # MegEngine: "Quantized.BatchMatMulActivation(batch=2, ..., bias=True)"
+        # MegEngine's quantized layer always has a bias (zeros when the QAT one has none): "bias=True"
+        return qat._module_info_string().replace("bias=False", "bias=True")
 
 
 class Elemwise(_FloatCompute):
