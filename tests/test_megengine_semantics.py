@@ -835,3 +835,17 @@ def test_module_reprs_as_megengine():
     # MegEngine's disable_quantize returns None
     m = M.Sequential(M.Linear(2, 2))
     assert m.disable_quantize() is None and m[0].quantize_disabled
+
+
+def test_scalar_conversion_of_a_multi_element_tensor_is_an_assertion_error():
+    # MegEngine gives AssertionError (empty message) for item(), bool(), float(), int() and __index__ of a tensor of
+    # other than one element (two, or none); megxla's error is also a ValueError, with a message
+    x = Tensor([1.0, 2.0])
+    for fn in (x.item, lambda: bool(x), lambda: float(x), lambda: int(x), lambda: [0, 1, 2][Tensor([1, 2])],
+               lambda: Tensor(np.zeros((0,), "float32")).item(), lambda: 1 if x else 0):
+        with pytest.raises(AssertionError, match="exactly one element"):
+            fn()
+        with pytest.raises(ValueError):
+            fn()
+    # MegEngine gives: x.item(1) 2.0 (item(*index) is self[index].item()); [[3.]] item 3.0; bool([[0.]]) False
+    assert x.item(1) == 2.0 and Tensor([[3.0]]).item() == 3.0 and bool(Tensor([[0.0]])) is False

@@ -88,6 +88,12 @@ class UnreadableTensorError(jax.errors.TracerArrayConversionError):
 _CONCRETE = (np.ndarray, np.generic)
 
 
+class ScalarConversionError(ValueError, AssertionError):
+    """A tensor of other than one element converted to a Python scalar (``item()``, ``bool``, ``float``, ``int``,
+    ``__index__``). MegEngine 1.13 raises a bare ``AssertionError`` there, so MegEngine code that catches one
+    catches this; it is also the ``ValueError`` NumPy raises."""
+
+
 class Shape(tuple):
     """A tensor's shape: a tuple of ints that also converts with ``.numpy()``, as MegEngine's shape does inside
     ``trace(symbolic=True)`` (there a shape is a Tensor; code such as ``y.shape.numpy()`` in a traced function
@@ -300,9 +306,20 @@ class Tensor:
         """Copy the value to a NumPy array."""
         return np.asarray(self._value())
 
-    def item(self):
-        """The value of a one-element tensor as a Python scalar."""
+    def item(self, *args):
+        """The value of a one-element tensor as a Python scalar; ``item(*index)`` is ``self[index].item()``, as
+        MegEngine's. Another size raises :class:`ScalarConversionError` (an ``AssertionError``, as MegEngine)."""
+        if args:
+            return self[args].item()
+        self._check_one_element("item()")
         return self.numpy().item()
+
+    def _check_one_element(self, what):
+        n = int(np.prod(self.shape, dtype=np.int64))
+        if n != 1:
+            raise ScalarConversionError(f"{what} needs a tensor of exactly one element to give a Python scalar, "
+                                        f"got shape {tuple(self.shape)} ({n} elements); use .numpy() or "
+                                        f".tolist() for its values, or .any() / .all() for a truth value")
 
     def tolist(self):
         return self.numpy().tolist()
@@ -328,16 +345,20 @@ class Tensor:
         return type(self)(array, dtype=array.dtype, device=self.device)
 
     def __bool__(self):
+        self._check_one_element("bool()")
         return bool(self.numpy())
 
     def __float__(self):
-        return float(self.item())
+        self._check_one_element("float()")
+        return float(self.numpy().item())
 
     def __int__(self):
-        return int(self.item())
+        self._check_one_element("int()")
+        return int(self.numpy().item())
 
     def __index__(self):
-        return int(self.item())
+        self._check_one_element("index()")
+        return int(self.numpy().item())
 
     def __complex__(self):
         return complex(self.item())
