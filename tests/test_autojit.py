@@ -571,6 +571,31 @@ def test_float16_results_are_rounded_in_clusters_as_eagerly(auto_jit):
         np.testing.assert_array_equal(g, e * e)
 
 
+def test_float16_selections_between_rounded_ops_stay_exact(auto_jit):
+    # relu, max_pool, reshape, getitem (and relu's gradient) are not rounded again in a cluster: their results are
+    # entries of their (rounded) inputs; the arithmetic around them is, so every value is eager's
+    from megxla.autodiff import GradManager
+    rng = np.random.RandomState(0)
+    xs = rng.standard_normal((2, 3, 6, 6)).astype("float16")
+
+    def step():
+        x = mge.Parameter(xs)
+        with GradManager().attach([x]) as gm:
+            a = F.exp(x * 0.7) - 1.3
+            b = F.max_pool2d(F.relu(a), 2).reshape(2, -1)[:, 1:] * 1.7 + 0.1
+            loss = (F.sigmoid(b) * b).sum()
+            gm.backward(loss)
+        return b.numpy(), x.grad.numpy()
+
+    got = [step() for _ in range(3)]
+    assert auto_jit_stats()["compiled"] >= 1
+    mge.config.auto_jit = False
+    want = step()
+    for g in got:
+        for u, v in zip(g, want):
+            np.testing.assert_array_equal(u, v)
+
+
 @pytest.mark.parametrize("what", ["read", "ops"])
 def test_a_del_run_by_the_garbage_collector_may_use_tensors(auto_jit, what):
     # the collector runs ``__del__`` wherever an object is allocated: inside the collection of an op, or in a flush

@@ -421,13 +421,36 @@ def make_replay(ops, in_vids, out_vids, remat=False, kernels=False, rounded=Fals
                 params = dict(op.params)
                 cts = [env[v] for v in ins[params["nin"]:]]
                 res = tuple(pull(vjp_cotangents(params["op"], fwd_res, cts, params["given"])))
-            if op.multiple_results:
-                env.update(zip(outs, [_round(r) for r in res] if rounded else res))
+            if rounded and not _exact(op):
+                if op.multiple_results:
+                    env.update(zip(outs, [_round(r) for r in res]))
+                else:
+                    env[outs[0]] = _round(res)
+            elif op.multiple_results:
+                env.update(zip(outs, res))
             else:
-                env[outs[0]] = _round(res) if rounded else res
+                env[outs[0]] = res
         return tuple(env[v] for v in out_vids)
 
     return replay
+
+
+# Ops whose results are entries of their inputs (selections, rearrangements, sign changes): of rounded inputs,
+# rounded results -- rounding them again is an elementwise pass for nothing (a float16 ConvNet step: relu,
+# max_pool, reshape and their gradients).
+_EXACT = frozenset(("relu", "reshape", "transpose", "broadcast_to", "expand_dims", "squeeze", "concat", "stack",
+                    "split", "flip", "roll", "tile", "repeat", "copy", "detach", "getitem", "max_pool", "where",
+                    "neg", "abs", "maximum", "minimum", "clip", "pad", "relu6"))
+# ... and gradient ops whose results are entries of the incoming gradient (or zeros)
+_EXACT_GRADIENT = frozenset(("relu", "reshape", "transpose", "expand_dims", "squeeze", "copy", "detach", "neg",
+                             "relu6", "flip", "roll"))
+
+
+def _exact(op):
+    if op.prim.name == "vjp":
+        fwd = dict(op.params).get("op")
+        return getattr(fwd, "name", None) in _EXACT_GRADIENT
+    return op.name in _EXACT
 
 
 _LOW_FLOATS = {np.dtype(jax.numpy.float16): (5, 10), np.dtype(jax.numpy.bfloat16): (8, 7)}
