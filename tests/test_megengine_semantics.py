@@ -849,3 +849,27 @@ def test_scalar_conversion_of_a_multi_element_tensor_is_an_assertion_error():
             fn()
     # MegEngine gives: x.item(1) 2.0 (item(*index) is self[index].item()); [[3.]] item 3.0; bool([[0.]]) False
     assert x.item(1) == 2.0 and Tensor([[3.0]]).item() == 3.0 and bool(Tensor([[0.0]])) is False
+
+
+@pytest.mark.parametrize("indexing", ["xy", "ij"])
+def test_meshgrid_gives_every_input_a_gradient_when_any_output_reaches_the_loss(indexing):
+    # MegEngine's meshgrid is one op: when only the first output reaches the loss, the second input's gradient is
+    # zeros (not None); x = [1, 2, 3], y = [10, 20]
+    def grads(loss_of):
+        x, y = Parameter(np.arange(1, 4, dtype="float32")), Parameter(np.array([10.0, 20.0], "float32"))
+        gm = GradManager().attach([x, y])
+        with gm:
+            gm.backward(loss_of(F.meshgrid(x, y, indexing=indexing), x))
+        return [None if t.grad is None else t.grad.numpy().tolist() for t in (x, y)]
+    # MegEngine gives [2, 2, 2] and [0, 0]; [0, 0, 0] and [3, 3]; [30, 30, 30] and [6, 6]
+    assert grads(lambda o, x: o[0].sum()) == [[2.0, 2.0, 2.0], [0.0, 0.0]]
+    assert grads(lambda o, x: o[1].sum()) == [[0.0, 0.0, 0.0], [3.0, 3.0]]
+    assert grads(lambda o, x: (o[0] * o[1]).sum()) == [[30.0, 30.0, 30.0], [6.0, 6.0]]
+    # no output in the loss: MegEngine gives [1, 1, 1] and None
+    assert grads(lambda o, x: x.sum()) == [[1.0, 1.0, 1.0], None]
+    # three inputs, the middle output in the loss: MegEngine gives [0, 0], [8, 8, 8], [0, 0, 0, 0]
+    ps = [Parameter(np.ones(n, "float32")) for n in (2, 3, 4)]
+    gm = GradManager().attach(ps)
+    with gm:
+        gm.backward(F.meshgrid(*ps, indexing=indexing)[1].sum())
+    assert [p.grad.numpy().tolist() for p in ps] == [[0.0, 0.0], [8.0, 8.0, 8.0], [0.0] * 4]

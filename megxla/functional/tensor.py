@@ -870,18 +870,11 @@ def meshgrid(*inputs, indexing="xy"):
     for x in inputs:
         if x.ndim != 1:
             raise OpError(f"meshgrid: inputs must be 1-D, got shape {x.shape}")
-    n = len(inputs)
-    sizes = [x.shape[0] for x in inputs]
-    pos = list(range(n))
-    if indexing == "xy" and n > 1:
-        sizes[0], sizes[1] = sizes[1], sizes[0]
-        pos[0], pos[1] = 1, 0
-    out = []
-    for x, p in zip(inputs, pos):
-        shape = [1] * n
-        shape[p] = x.shape[0]
-        out.append(broadcast_to(reshape(x, shape), sizes))
-    return tuple(out)  # a tuple, as MegEngine
+    if not inputs:
+        return ()
+    # one op with n outputs, as MegEngine's MeshGrid: a loss reached by any output gives every input a gradient
+    # (zeros for an input whose own output does not reach it), as MegEngine
+    return tuple(_apply(_S.meshgrid.bind(indexing=indexing), *inputs))  # a tuple, as MegEngine
 
 
 # ---- complex numbers -------------------------------------------------------------------------------------------

@@ -23,6 +23,21 @@ concat = Primitive("concat", lambda *xs, axis: jnp.concatenate(_promoted(xs), ax
 stack = Primitive("stack", lambda *xs, axis: jnp.stack(_promoted(xs), axis=axis))
 split = Primitive("split", lambda x, *, indices, axis: tuple(jnp.split(x, indices, axis=axis)),
                   multiple_results=True)
+
+
+def _meshgrid(*xs, indexing):
+    n = len(xs)
+    sizes, pos = [x.shape[0] for x in xs], list(range(n))
+    if indexing == "xy" and n > 1:
+        sizes[0], sizes[1] = sizes[1], sizes[0]
+        pos[0], pos[1] = 1, 0
+    return tuple(jnp.broadcast_to(jnp.reshape(x, [x.shape[0] if i == p else 1 for i in range(n)]), sizes)
+                 for x, p in zip(xs, pos))
+
+
+# One op with one output per input, as MegEngine's MeshGrid: when any output reaches a loss, every input of the
+# op gets a gradient (zeros for those whose outputs do not), as MegEngine's autodiff gives an op's inputs.
+meshgrid = Primitive("meshgrid", _meshgrid, multiple_results=True)
 flip = Primitive("flip", lambda x, *, axis: jnp.flip(x, axis))
 roll = Primitive("roll", lambda x, *, shift, axis: jnp.roll(x, shift, axis))
 tile = Primitive("tile", lambda x, *, reps: jnp.tile(x, reps))
