@@ -748,6 +748,12 @@ def test_a_second_cluster_with_an_input_shape_the_first_lacked_waits_for_its_key
     step(6, False)
     step(6, True)  # the same inputs, two ops more: compiled at first sight
     assert auto_jit_stats()["compiled"] == 1 and auto_jit_stats()["eager_clusters"] == 0, auto_jit_stats()
+    reset_auto_jit_stats()
+    _autojit._sites.clear()
+    total = 0
+    for k in range(2):  # a metric accumulated in a tensor from the second step on (a new scalar input)
+        total = step(5, False) + total * mge.Tensor(np.float32(1.0))
+    assert auto_jit_stats()["compiled"] == 2 and auto_jit_stats()["eager_clusters"] == 0, auto_jit_stats()
 
 
 def _seq_ce_step(net, opt, gm, x, y):

@@ -501,10 +501,11 @@ def _run_keyed(ops, avals, inputs, in_ids, out_ids, donate, reason, site, whole,
     # recurred: a program's first step often differs from the others (an EMA of the weights after `opt.step()`
     # joins the next step's cluster; step 0 has none before it), and the op-by-op run of the second, whose eager
     # kernels are all cold, cost more than compiling it (1.8 s against 0.7 s for a small ConvNet) -- unless it
-    # takes an input of a type the first did not: shapes that change (a sequence model's lengths) would make that
-    # compilation one of many, each barely used (a varying-length LSTM's second step: an 8 s compilation).
+    # takes an array of a shape the first did not: shapes that change (a sequence model's lengths) would make that
+    # compilation one of many, each barely used (a varying-length LSTM's second step: an 8 s compilation). A new
+    # scalar is no such sign (a metric accumulated in a tensor from the second step on).
     if not (entry.seen >= 2 << (st[2] // 4)
-            or ((st[0] == 1 or (st[0] == 2 and st[1] == 0 and st[4] is not None and st[4].issuperset(key[1])))
+            or ((st[0] == 1 or (st[0] == 2 and st[1] == 0 and st[4] is not None and _no_new_arrays(st[4], key[1])))
                 and len(ops) >= FIRST_SIGHT_OPS and reason != "size cap")):
         return _Cluster._eager(ops, inputs, in_ids, out_ids)
     st[2] += 1
@@ -517,6 +518,11 @@ def _run_keyed(ops, avals, inputs, in_ids, out_ids, donate, reason, site, whole,
 
 
 _families: dict = {}  # a compiled whole cluster's key without its results -> (results' ids, executable)
+
+
+def _no_new_arrays(first, types):
+    """Whether every input type in ``types`` that is not among ``first`` is a scalar's."""
+    return all(t in first or not t[0] for t in types)
 
 
 def _select(executable, positions):
