@@ -316,54 +316,60 @@ class _Cluster:
 
     def _flush(self, reason, site):
         with self.lock:
-            if self.cut is not None and site is None:
-                reason, site = self.cut
-            ops, lazies, avals, inputs, in_ids = self.ops, self.lazies, self.avals, self.inputs, self.in_ids
-            self._pins = self.pins
-            self._clear()
-            self.after_cap = reason == "size cap"
-            if not ops:
-                return
-            # A Lazy is referenced by the list, the loop variable and getrefcount's argument: more means a Tensor
-            # (or a GradManager's tape) still holds it, so the host may read it: a result of the cluster.
-            # (references from ``previous`` lists -- kept to restore Tensors if the cluster fails -- do not count)
-            live = [z for z in lazies if _getrefcount(z) > 3 + z.pins]
-            del lazies
-            out_ids = [z.index for z in live]
-            _stats.clusters += 1
-            _stats.ops += len(ops)
             held = False
             try:
-                held = _interrupt.enter()  # Ctrl-C waits until the values are in their Tensors (donated inputs)
-                try:
-                    values = self._run(ops, avals, inputs, in_ids, out_ids, reason, site)
-                except Exception as exc:
-                    # Run op by op, as eager did: what the ops before the failing one computed takes effect, the
-                    # values after it never exist, and the Tensors an in-place update bound to those go back to
-                    # their value before it. Then the error goes on (an error of the executable alone -- none
-                    # op by op -- is no error: the op-by-op values are the results).
-                    if type(exc) is _PartsFailed:  # (run in parts: continued op by op where it failed)
-                        env, error, exc = exc.env, exc.error, exc.__cause__
-                    else:
-                        env, error = self._eager_until_error(ops, inputs, in_ids, out_ids)
-                    if error is None:
-                        values = [env[i] for i in out_ids]
-                    else:
-                        self._fail(live, env)
-                        raise error from exc
-                for z, v in zip(live, values):
-                    z.value = v
-                    z.previous = None  # (ran: nothing to restore; the old arrays may go)
-                if threading.get_ident() == self.owner:
-                    _swap_in(live)
-                else:
-                    # forced from another thread: only the owner rebinds its tensors (it may be rebinding one right
-                    # now, ``x._reset(y)``, and a write from here could put an older value back); it swaps these
-                    # in at its next op or cut, and until then reading one gives its value
-                    self.deferred.extend(live)
+                # Ctrl-C waits from the moment the cluster's lists are taken until its values are in their Tensors
+                # (inputs are donated; a KeyboardInterrupt between taking the lists and running them lost the
+                # cluster: parameters and slots left on values never computed)
+                held = _interrupt.enter()
+                self._take_and_run(reason, site)
             finally:
                 if held:
                     _interrupt.leave()
+
+    def _take_and_run(self, reason, site):
+        if self.cut is not None and site is None:
+            reason, site = self.cut
+        ops, lazies, avals, inputs, in_ids = self.ops, self.lazies, self.avals, self.inputs, self.in_ids
+        self._pins = self.pins
+        self._clear()
+        self.after_cap = reason == "size cap"
+        if not ops:
+            return
+        # A Lazy is referenced by the list, the loop variable and getrefcount's argument: more means a Tensor
+        # (or a GradManager's tape) still holds it, so the host may read it: a result of the cluster.
+        # (references from ``previous`` lists -- kept to restore Tensors if the cluster fails -- do not count)
+        live = [z for z in lazies if _getrefcount(z) > 3 + z.pins]
+        del lazies
+        out_ids = [z.index for z in live]
+        _stats.clusters += 1
+        _stats.ops += len(ops)
+        try:
+            values = self._run(ops, avals, inputs, in_ids, out_ids, reason, site)
+        except Exception as exc:
+            # Run op by op, as eager did: what the ops before the failing one computed takes effect, the
+            # values after it never exist, and the Tensors an in-place update bound to those go back to
+            # their value before it. Then the error goes on (an error of the executable alone -- none
+            # op by op -- is no error: the op-by-op values are the results).
+            if type(exc) is _PartsFailed:  # (run in parts: continued op by op where it failed)
+                env, error, exc = exc.env, exc.error, exc.__cause__
+            else:
+                env, error = self._eager_until_error(ops, inputs, in_ids, out_ids)
+            if error is None:
+                values = [env[i] for i in out_ids]
+            else:
+                self._fail(live, env)
+                raise error from exc
+        for z, v in zip(live, values):
+            z.value = v
+            z.previous = None  # (ran: nothing to restore; the old arrays may go)
+        if threading.get_ident() == self.owner:
+            _swap_in(live)
+        else:
+            # forced from another thread: only the owner rebinds its tensors (it may be rebinding one right
+            # now, ``x._reset(y)``, and a write from here could put an older value back); it swaps these
+            # in at its next op or cut, and until then reading one gives its value
+            self.deferred.extend(live)
 
     def _fail(self, live, env):
         """A cluster that failed op by op: values computed before the failure are given, the others are marked
