@@ -308,3 +308,36 @@ def test_ctrl_c_while_an_auto_jit_cluster_is_taken_for_running_loses_nothing(mon
     # taken in full; a flush that lost the cluster left values that could not even be read)
     assert same(got, wants[1]), {k: (got[k], wants[1][k]) for k in list(got)[:2]}
     assert not _interrupt._deferring and _interrupt._pending is None
+
+
+@pytest.mark.parametrize("group", [False, True])
+def test_ctrl_c_while_a_grad_manager_starts_recording_leaves_it_usable(monkeypatch, group):
+    """``with gm:`` appends the manager to the thread's recorders after marking it recording: a Ctrl-C in between
+    left it marked but not recording (every later ``with gm:`` raised "already recording", its backward
+    StopIteration). Held until it is fully started, then raised; the block never ran, so it is released."""
+    from megxla.core import _dispatch
+    model, opt, body = _build()
+    gm = GradManager().attach(model.parameters())
+    other = GradManager()
+    real, armed = _dispatch._Recorders.append, [True]
+
+    def append(self, r):
+        if armed[0]:
+            armed[0] = False
+            real(self, r)
+            signal.raise_signal(signal.SIGINT)  # (Python's handler runs at the next bytecode)
+            return
+        real(self, r)
+
+    monkeypatch.setattr(_dispatch._Recorders, "append", append)
+    with pytest.raises(KeyboardInterrupt):
+        with (gm | other) if group else gm:
+            raise AssertionError("the block must not run")
+    monkeypatch.setattr(_dispatch._Recorders, "append", real)
+    assert not gm._recording and not other._recording and gm not in _dispatch.recorders
+    x = mge.Tensor(np.ones((4, 8), "float32"))
+    with gm:
+        loss = model(x).sum()
+        gm.backward(loss)
+    assert all(p.grad is not None for p in model.parameters())
+    assert not _interrupt._deferring and _interrupt._pending is None

@@ -9,7 +9,7 @@ import weakref
 import numpy as np
 import jax.numpy as jnp
 
-from ..core import _dispatch, _lazy, _registry
+from ..core import _dispatch, _interrupt, _lazy, _registry
 from ..core._dispatch import apply, wrap
 from ..core._op import VJP
 from ..core._tensor import Tensor
@@ -156,20 +156,38 @@ class GradManager:
         """Start recording ops (the ``with gm:`` block does this)."""
         if self._recording:
             raise RuntimeError("GradManager is already recording")
-        self._recording = True
-        self._tape = []
-        live = self._attached.live()
-        for a in live:
-            a.vid = a.tensor._vid
-        self._tracked = {a.vid for a in live}
-        self._late = {}
-        self._sent, self._received = [], []
-        self._transient = []
-        self._remat = {}
-        _dispatch.recorders.append(self)
+        # A Ctrl-C waits until the manager is fully recording (or fully released, below): one in between left it
+        # marked recording but missing from the thread's recorders (every later ``with gm:`` raised "already
+        # recording", its backward StopIteration)
+        held = False
+        try:
+            held = _interrupt.enter()
+            self._tape = []
+            live = self._attached.live()
+            for a in live:
+                a.vid = a.tensor._vid
+            self._tracked = {a.vid for a in live}
+            self._late = {}
+            self._sent, self._received = [], []
+            self._transient = []
+            self._remat = {}
+            _dispatch.recorders.append(self)
+            self._recording = True
+        finally:
+            if held:
+                _interrupt.leave()
 
     def release(self):
         """Stop recording and drop the tape."""
+        held = False
+        try:
+            held = _interrupt.enter()
+            self._release()
+        finally:
+            if held:
+                _interrupt.leave()
+
+    def _release(self):
         if self._recording:
             self._recording = False
             _dispatch.recorders.remove(self)
@@ -216,7 +234,14 @@ class GradManager:
     __ror__ = __or__
 
     def __enter__(self):
-        self.record()
+        try:
+            self.record()
+        except BaseException:
+            # (a Ctrl-C held while recording started is raised at its end: the block never runs, and ``__exit__``
+            # is not called for an ``__enter__`` that raised -- stop here, or the manager stays recording)
+            if self._recording:
+                self.release()
+            raise
         return self
 
     def __exit__(self, *exc):
@@ -449,8 +474,12 @@ class GradManagerGroup:
         started = []
         try:
             for gm in self._gms:
-                gm.record()
-                started.append(gm)
+                was = gm._recording
+                try:
+                    gm.record()
+                finally:
+                    if gm._recording and not was:  # (a Ctrl-C held while it started is raised at its end)
+                        started.append(gm)
         except BaseException:
             for gm in reversed(started):
                 gm.release()
