@@ -341,3 +341,32 @@ def test_ctrl_c_while_a_grad_manager_starts_recording_leaves_it_usable(monkeypat
         gm.backward(loss)
     assert all(p.grad is not None for p in model.parameters())
     assert not _interrupt._deferring and _interrupt._pending is None
+
+
+def test_ctrl_c_while_auto_jit_collects_an_op_leaves_no_lock_held(monkeypatch):
+    """A Ctrl-C while the collector held its garbage-collection lock left it held (the next op hung); one between
+    two appends of a cluster's lists misaligned them. Held until the op is in the cluster, then raised."""
+    import gc
+    from megxla.jit import _autojit
+    mge.config.auto_jit = True
+    try:
+        x = mge.Tensor(np.ones((4,), "float32"))
+        y = x * 2 + 1
+        real, armed = _autojit._gc_isenabled, [True]
+
+        def isenabled():  # (called with the lock held)
+            if armed[0]:
+                armed[0] = False
+                signal.raise_signal(signal.SIGINT)
+            return real()
+
+        monkeypatch.setattr(_autojit, "_gc_isenabled", isenabled)
+        with pytest.raises(KeyboardInterrupt):
+            y = y * 3
+        monkeypatch.setattr(_autojit, "_gc_isenabled", real)
+        assert not _autojit._gc_lock.locked() and gc.isenabled()
+        z = (x * 2 + 1) * 3 + y * 0
+        assert z.numpy().tolist() == [9.0] * 4
+    finally:
+        mge.config.auto_jit = False
+    assert not _interrupt._deferring and _interrupt._pending is None

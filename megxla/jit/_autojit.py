@@ -115,6 +115,7 @@ _prod = math.prod
 _MISSING = object()
 _new = object.__new__
 _ref = weakref.ref
+_interrupt_enter = _interrupt.enter
 _can_cast = np.can_cast
 _vids = _dispatch._vids
 
@@ -308,24 +309,21 @@ class _Cluster:
 
     def flush(self, reason="host read", site=None):
         """Run the pending ops now (compiled or op by op) and give every Lazy still referenced its value."""
-        _gc_pause()  # (no garbage collection meanwhile: see _collect)
+        held = False
         try:
-            self._flush(reason, site)
-        finally:
-            _gc_resume()
-
-    def _flush(self, reason, site):
-        with self.lock:
-            held = False
+            # Ctrl-C waits from the moment the cluster's lists are taken until its values are in their Tensors
+            # (inputs are donated; a KeyboardInterrupt between taking the lists and running them lost the
+            # cluster: parameters and slots left on values never computed), and while the collector's lock is held
+            held = _interrupt_enter()
+            _gc_pause()  # (no garbage collection meanwhile: see _collect)
             try:
-                # Ctrl-C waits from the moment the cluster's lists are taken until its values are in their Tensors
-                # (inputs are donated; a KeyboardInterrupt between taking the lists and running them lost the
-                # cluster: parameters and slots left on values never computed)
-                held = _interrupt.enter()
-                self._take_and_run(reason, site)
+                with self.lock:
+                    self._take_and_run(reason, site)
             finally:
-                if held:
-                    _interrupt.leave()
+                _gc_resume()
+        finally:
+            if held:
+                _interrupt.leave()
 
     def _take_and_run(self, reason, site):
         if self.cut is not None and site is None:
@@ -916,84 +914,91 @@ def _collect(op, inputs):
     # No collection of garbage while the cluster changes: a ``__del__`` (or a weak reference's callback)
     # run by it could collect or read a pending value of this cluster from inside this function, or from
     # inside a flush, and find its lists half-built or emptied.
-    _gc_acquire()  # (_gc_pause, inlined: the hot path)
-    if not _gc_inside[0]:
-        on = _gc_inside[1] = _gc_isenabled()
-        if on:
-            _gc_disable()
-    _gc_inside[0] += 1
-    _gc_release()
-    lock = cl.lock
-    lock.acquire()
+    # Ctrl-C waits until the op is in the cluster (one between two of its lists' appends misaligned them; one
+    # while the collector's lock below was held left it held: the next op hung)
+    held = _interrupt_enter()
     try:
-        if cl.deferred:
-            cl.swap_deferred()
-        if cl.cut is not None:
-            cl.flush()
-        if cl.capped or not cl.ops:
-            # A loop that never reads is cut by the size caps. Cut where a cap falls, its clusters would each
-            # start at another point of the loop's body, a new key every time (an inference loop keeping its
-            # outputs: a dozen 4096-op executables compiled, half its clusters run op by op). Past a cap, the
-            # cluster is cut before the next op like its first: the next one starts where it did, and they recur.
-            sig = _op_sig(op, inputs)
-            if cl.capped and (sig == cl.first or len(cl.ops) >= MAX_OPS + MAX_OPS // 2
-                              or cl.in_bytes > MAX_INPUT_BYTES + MAX_INPUT_BYTES // 2):
-                cl.flush("size cap", user_where())
-            if not cl.ops:
-                cl.first = sig
-        avals = cl.avals
-        vmap = cl.vmap
-        ids = []
-        for t in inputs:
-            d = t._data
-            if type(d) is Lazy:
-                if d.cluster is cl and d.value is None:
-                    ids.append(d.index)
-                    continue
-                d = _lazy.resolve(t)
-            vid = t._vid
-            i = vmap.get(vid)
-            # A Python number's cached tensor (``x * 0.5``) is one input per use: shared, the key would change with
-            # the values (a loss weight ramp reaching 0.5, another constant of the step: one input fewer, a new key
-            # run op by op once).
-            ids.append(cl.add_input(d, vid) if i is None or vid in _SCALAR_VIDS else i)
-        key = (op, tuple([avals[i] for i in ids]))
-        outs = _SHAPES.get(key, _MISSING)
-        if outs is _MISSING:
-            outs = _infer(op, key, inputs)
-        if outs is None:  # not collected: the cluster runs first, then this op, eagerly
-            cl.flush(f"{op.name} runs eagerly", user_where())
-            _stats.eager_ops += 1
-            return [_lazy.resolve(t) for t in inputs]
-        base = len(avals)
-        lazies = cl.lazies
-        result = []
-        for aval in outs:
-            z = Lazy(aval[0], aval[1], aval[2], cl, len(avals))
-            avals.append(aval)
-            lazies.append(z)
-            t = _new(_Tensor)
-            t._data = z
-            t._vid = next(_vids)
-            t._grad = None
-            t._name = None
-            z.holders = [_ref(t)]
-            result.append(t)
-        rule = _RANGE_RULES.get(op.name)
-        if rule is not None:
-            rule(op, inputs, result)
-        ops = cl.ops
-        ops.append((op, tuple(ids), tuple(range(base, len(avals)))))
-        if len(ops) >= MAX_OPS or cl.in_bytes > MAX_INPUT_BYTES or (cl.after_cap and len(ops) >= LOOP_MAX_OPS):
-            cl.capped = True
-        return tuple(result)
-    finally:
-        lock.release()
-        _gc_acquire()  # (_gc_resume, inlined)
-        n = _gc_inside[0] = _gc_inside[0] - 1
-        if not n and _gc_inside[1]:
-            _gc_enable()
+        _gc_acquire()  # (_gc_pause, inlined: the hot path)
+        if not _gc_inside[0]:
+            on = _gc_inside[1] = _gc_isenabled()
+            if on:
+                _gc_disable()
+        _gc_inside[0] += 1
         _gc_release()
+        lock = cl.lock
+        lock.acquire()
+        try:
+            if cl.deferred:
+                cl.swap_deferred()
+            if cl.cut is not None:
+                cl.flush()
+            if cl.capped or not cl.ops:
+                # A loop that never reads is cut by the size caps. Cut where a cap falls, its clusters would each
+                # start at another point of the loop's body, a new key every time (an inference loop keeping its
+                # outputs: a dozen 4096-op executables compiled, half its clusters run op by op). Past a cap, the
+                # cluster is cut before the next op like its first: the next one starts where it did, and they recur.
+                sig = _op_sig(op, inputs)
+                if cl.capped and (sig == cl.first or len(cl.ops) >= MAX_OPS + MAX_OPS // 2
+                                  or cl.in_bytes > MAX_INPUT_BYTES + MAX_INPUT_BYTES // 2):
+                    cl.flush("size cap", user_where())
+                if not cl.ops:
+                    cl.first = sig
+            avals = cl.avals
+            vmap = cl.vmap
+            ids = []
+            for t in inputs:
+                d = t._data
+                if type(d) is Lazy:
+                    if d.cluster is cl and d.value is None:
+                        ids.append(d.index)
+                        continue
+                    d = _lazy.resolve(t)
+                vid = t._vid
+                i = vmap.get(vid)
+                # A Python number's cached tensor (``x * 0.5``) is one input per use: shared, the key would change with
+                # the values (a loss weight ramp reaching 0.5, another constant of the step: one input fewer, a new key
+                # run op by op once).
+                ids.append(cl.add_input(d, vid) if i is None or vid in _SCALAR_VIDS else i)
+            key = (op, tuple([avals[i] for i in ids]))
+            outs = _SHAPES.get(key, _MISSING)
+            if outs is _MISSING:
+                outs = _infer(op, key, inputs)
+            if outs is None:  # not collected: the cluster runs first, then this op, eagerly
+                cl.flush(f"{op.name} runs eagerly", user_where())
+                _stats.eager_ops += 1
+                return [_lazy.resolve(t) for t in inputs]
+            base = len(avals)
+            lazies = cl.lazies
+            result = []
+            for aval in outs:
+                z = Lazy(aval[0], aval[1], aval[2], cl, len(avals))
+                avals.append(aval)
+                lazies.append(z)
+                t = _new(_Tensor)
+                t._data = z
+                t._vid = next(_vids)
+                t._grad = None
+                t._name = None
+                z.holders = [_ref(t)]
+                result.append(t)
+            rule = _RANGE_RULES.get(op.name)
+            if rule is not None:
+                rule(op, inputs, result)
+            ops = cl.ops
+            ops.append((op, tuple(ids), tuple(range(base, len(avals)))))
+            if len(ops) >= MAX_OPS or cl.in_bytes > MAX_INPUT_BYTES or (cl.after_cap and len(ops) >= LOOP_MAX_OPS):
+                cl.capped = True
+            return tuple(result)
+        finally:
+            lock.release()
+            _gc_acquire()  # (_gc_resume, inlined)
+            n = _gc_inside[0] = _gc_inside[0] - 1
+            if not n and _gc_inside[1]:
+                _gc_enable()
+            _gc_release()
+    finally:
+        if held:
+            _interrupt.leave()
 
 
 # Where an integer result's entries lie, noted at collection (``Lazy.bounds``, read by ``_lazy.known_range`` when
