@@ -36,6 +36,16 @@ def _build():
     return model, opt, step
 
 
+def _trained_twice():
+    """A built model after two steps, with its step function and batch."""
+    model, opt, body = _build()
+    x = mge.Tensor(np.ones((4, 8), "float32"))
+    y = mge.Tensor(np.zeros((4,), "int32"))
+    for _ in range(2):
+        body(model, opt, x, y)
+    return model, opt, body, x, y
+
+
 def _state(model, opt):
     """Every parameter and slot as NumPy copies: state_dict() and .numpy() on each (raises on a deleted buffer)."""
     flat = {k: np.array(v, copy=True) for k, v in model.state_dict().items()}
@@ -233,11 +243,7 @@ def test_ctrl_c_while_an_eager_step_rebinds_parameters_takes_the_step_in_full(au
     def train(interrupt_at=None):
         mge.config.auto_jit = auto
         try:
-            model, opt, body = _build()
-            x = mge.Tensor(np.ones((4, 8), "float32"))
-            y = mge.Tensor(np.zeros((4,), "int32"))
-            for _ in range(2):
-                body(model, opt, x, y)
+            model, opt, body, x, y = _trained_twice()
             if interrupt_at is None:
                 body(model, opt, x, y)
                 return _state(model, opt)
@@ -273,11 +279,7 @@ def test_ctrl_c_while_an_auto_jit_cluster_is_taken_for_running_loses_nothing(mon
 
     mge.config.auto_jit = True
     try:
-        model, opt, body = _build()
-        x = mge.Tensor(np.ones((4, 8), "float32"))
-        y = mge.Tensor(np.zeros((4,), "int32"))
-        for _ in range(2):
-            body(model, opt, x, y)
+        model, opt, body, x, y = _trained_twice()
         real, armed = _autojit._getrefcount, [True]
 
         def getrefcount(o):  # (a Ctrl-C arriving while the live values are counted)
