@@ -87,7 +87,7 @@ _gc_isenabled, _gc_disable, _gc_enable = gc.isenabled, gc.disable, gc.enable
 # No garbage collection while any thread changes a cluster (see _collect). Threads count themselves in and out
 # under a lock: with a bare isenabled/disable/enable per thread, the first thread out switched the collector back on
 # while another was still inside (a ``__del__`` using tensors then ran there: IndexError, or an op lost).
-# (~0.2 us per collected op, bound acquire/release being the cheapest form of the lock)
+# (~0.25 us per collected op, bound acquire/release being the cheapest form of the lock)
 _gc_lock = threading.Lock()
 _gc_acquire, _gc_release = _gc_lock.acquire, _gc_lock.release
 _gc_inside = [0, False]  # threads (and nested calls) inside; whether the collector was on when the first came in
@@ -918,13 +918,7 @@ def _collect(op, inputs):
     # while the collector's lock below was held left it held: the next op hung)
     held = _interrupt_enter()
     try:
-        _gc_acquire()  # (_gc_pause, inlined: the hot path)
-        if not _gc_inside[0]:
-            on = _gc_inside[1] = _gc_isenabled()
-            if on:
-                _gc_disable()
-        _gc_inside[0] += 1
-        _gc_release()
+        _gc_pause()
         lock = cl.lock
         lock.acquire()
         try:
@@ -991,11 +985,7 @@ def _collect(op, inputs):
             return tuple(result)
         finally:
             lock.release()
-            _gc_acquire()  # (_gc_resume, inlined)
-            n = _gc_inside[0] = _gc_inside[0] - 1
-            if not n and _gc_inside[1]:
-                _gc_enable()
-            _gc_release()
+            _gc_resume()
     finally:
         if held:
             _interrupt.leave()
