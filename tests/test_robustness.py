@@ -50,6 +50,25 @@ def test_eager_thread_unaffected_by_recording_in_another_thread():
     assert len(step.ops) == len(alone.ops)  # only this thread's ops were recorded
 
 
+def test_eager_ops_in_the_middle_of_a_jax_trace_compute_now():
+    # What a ``__del__`` (or weak-reference callback) using tensors meets when the garbage collector runs it while
+    # this thread is inside JAX's tracing of an eager kernel (its first call for a shape): its ops ran under that
+    # trace, their results were tracers, and the ``__del__`` failed with UnreadableTensorError. Simulated
+    # deterministically by eager ops inside a function JAX traces.
+    import jax
+    w = mge.Tensor(np.arange(3, dtype="float32"))
+    seen = []
+
+    @jax.jit
+    def traced(a):
+        seen.append(float((w * 2).sum()))
+        seen.append(F.relu(w - 1).numpy().tolist())
+        return a + 1
+
+    np.testing.assert_allclose(np.asarray(traced(np.ones(2, "float32"))), 2.0)
+    assert seen == [6.0, [0.0, 0.0, 1.0]]
+
+
 def test_grad_manager_records_only_its_own_thread():
     w = mge.Parameter(np.ones((3,), "float32"))
     gm = GradManager().attach([w])

@@ -17,12 +17,15 @@ from __future__ import annotations
 import itertools
 import threading
 
+import jax as _jax
 import numpy as np
 
 from ._tensor import Tensor
 from ._spmd import MeshRequired, SpmdFunction
 from .dtypes import LOGICAL as _LOGICAL, logical_node as _logical_node
 from ._lazy import COLLECT as _COLLECT, FLUSH as _FLUSH
+
+_Tracer = _jax.core.Tracer
 
 __all__ = ["apply", "recorders", "OpError", "OutOfMemoryError", "push_interpreter", "pop_interpreter", "current_interpreter"]
 
@@ -161,9 +164,24 @@ def run_kernel(op, inputs, arrays=None):
             raise
         raise OutOfMemoryError(f"{op!r}: out of device memory for inputs ({_describe(inputs)}): "
                                f"{str(exc).strip().splitlines()[0]}") from None
+    if isinstance(out[0] if op.multiple_results else out, _Tracer):
+        out = _outside_foreign_trace(op, inputs, arrays, out)
     if op.multiple_results:
         return tuple(wrap(o) for o in out)
     return (wrap(out),)
+
+
+def _outside_foreign_trace(op, inputs, arrays, out):
+    """The kernel's results computed now where a JAX trace not ours staged them: ``out`` holds tracers although
+    every input is concrete. That happens when Python runs user code in the middle of JAX tracing one of our
+    kernels -- a ``__del__`` or weak-reference callback of the garbage collector, which may run at any
+    allocation -- so its ops landed in the kernel's jaxpr and its tensors could never be read
+    (``UnreadableTensorError`` in the ``__del__``). Tracer inputs (a trace of ours) keep ``out``."""
+    arrays = [t._data for t in inputs] if arrays is None else arrays
+    if any(isinstance(a, _Tracer) for a in arrays):
+        return out
+    with _jax.ensure_compile_time_eval():  # (eager evaluation whatever trace the thread is in)
+        return op.kernel(*arrays)
 
 
 def pass_node(inputs, outputs):
