@@ -150,6 +150,66 @@ def test_changing_shapes_compile_a_bounded_number_and_warn_once(auto_jit):
     storm = [w for w in caught if "auto-jit" in str(w.message)]
     assert len(storm) == 1 and "test_autojit.py" in str(storm[0].message), [str(w.message) for w in caught]
     assert stats["megamorphic"], stats
+    # the warning says what changed, as PyTorch's TORCH_LOGS=recompiles names the failed guard
+    assert "(`exp`): input 1 is float32[" in str(storm[0].message), str(storm[0].message)
+    (line, change), = stats["changes"]
+    assert "test_autojit.py" in line and "(`exp`): input 1 is float32[29], was float32[28] -- " in change, change
+
+
+def test_what_changed_between_clusters_in_words():
+    x, w = mge.Tensor(np.ones(3, "float32")), mge.Tensor(np.ones(3, "float32"))
+
+    def cluster(fn):
+        with _autojit.clustered():
+            out = fn()
+            cl = _autojit._local.cluster
+            ops, avals = list(cl.ops), list(cl.avals)
+            out.numpy()
+        return ops, avals
+
+    base = cluster(lambda: (x * w + 1).sum())
+    assert _autojit._change(base, base) == "the same ops on inputs of the same types"
+    assert _autojit._change(base, cluster(lambda: (x - w + 1).sum())).startswith(
+        "op 1 of 3 is `sub` where the previous cluster had `mul`")
+    longer = cluster(lambda: (x * w + 1).sum() * 2)
+    assert _autojit._change(base, longer).startswith("4 ops where the previous cluster had 3, from op 4 (`mul")
+    y = mge.Tensor(np.ones(5, "float32"))
+    assert _autojit._change(base, cluster(lambda: (y * y + 1).sum())) == (
+        "op 1 of 3 (`mul`): input 1 is float32[5], was float32[3]; input 2 is float32[5], was float32[3] "
+        "-- 3 ops differ")
+
+
+def test_log_names_each_compilation_and_what_changed(auto_jit, monkeypatch, capsys):
+    monkeypatch.setattr(_autojit, "LOG", True)
+    w = mge.Tensor(np.ones(4, "float32"))
+    for n in (3, 3, 5, 5):  # a first cluster, then a new shape compiled when it recurs (ops no other test runs)
+        x = mge.Tensor(np.ones(n, "float32"))
+        ((F.exp(x) * 3 - 2).sum() * w - (x * x).sum()).numpy()
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("megxla auto-jit: compiled")]
+    assert len(lines) == 2, lines
+    assert "a cluster of " in lines[0] and "test_autojit.py" in lines[0] and "changed" not in lines[0], lines[0]
+    assert "changed since the site's previous cluster: op 1 of " in lines[1], lines[1]
+    assert "(`exp`): input 1 is float32[5], was float32[3] -- " in lines[1], lines[1]
+
+
+def test_steps_that_turn_eager_warn_once_naming_the_change(auto_jit):
+    net = M.Sequential(M.Linear(6, 16), M.ReLU(), M.Linear(16, 3))
+    opt = optim.SGD(net.parameters(), lr=0.1)
+    gm = GradManager().attach(net.parameters())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for step in range(40):  # the batch size changes every step: no cluster recurs
+            x = mge.Tensor(np.ones((step + 2, 6), "float32"))
+            with gm:
+                loss = F.nn.cross_entropy(net(x), mge.Tensor(np.zeros(step + 2, "int32")))
+                gm.backward(loss)
+            opt.step().clear_grad()
+            loss.item()
+    stats = auto_jit_stats()
+    mine = [str(w.message) for w in caught if "auto-jit" in str(w.message)]
+    if stats["eager_steps"]:  # (its ModeTimer chose eager: timing-dependent, almost always so here)
+        assert len(mine) == 1 and "run eagerly" in mine[0] and "input 1 is float32[" in mine[0], mine
+        assert caught[[str(w.message) for w in caught].index(mine[0])].filename == __file__
 
 
 def test_small_clusters_run_op_by_op(auto_jit):

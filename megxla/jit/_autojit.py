@@ -79,6 +79,10 @@ DONATE = True  # donate inputs only the cluster holds (off: a debugging switch)
 # CPU (docs/design.md: XLA CPU runs the two pieces slower than the whole step); a switch for a GPU, where the host
 # can run ahead of the device: MEGXLA_AUTO_JIT_CUT_BACKWARD=1 (``benchmarks/eager_loop.py --cut-backward``)
 CUT_AT_BACKWARD = os.environ.get("MEGXLA_AUTO_JIT_CUT_BACKWARD") == "1"
+# MEGXLA_AUTO_JIT_LOG=1: a line on stderr for every compilation -- where the cluster was cut, its size, the time it
+# took and, for a site's later ones, what changed since its previous cluster (PyTorch/XLA's "compilation cause",
+# ``TORCH_LOGS=recompiles``): the user learns why a loop keeps compiling before it gives up
+LOG = os.environ.get("MEGXLA_AUTO_JIT_LOG") == "1"
 _CHECK_VJP = False  # (tests) check the untraced output types of gradient ops against their trace
 
 _ON = [False]
@@ -148,20 +152,25 @@ def auto_jit_stats() -> dict:
         because their clusters kept running op by op and eager was faster), ``eager_ops`` (ops kept out of
         clusters, and small groups of changing ops), ``split_clusters`` (clusters run in parts: their site's
         clusters keep changing in some ops, which run apart from the others), ``cuts`` (a list of ``(count,
-        reason, "file:line (`source`)")``, most frequent first) and ``megamorphic`` (the lines that made too many
-        different clusters and run eagerly, or mostly op by op).
+        reason, "file:line (`source`)")``, most frequent first), ``megamorphic`` (the lines that made too many
+        different clusters and run eagerly, or mostly op by op) and ``changes`` (``("file:line (`source`)",
+        what changed)`` for each line whose clusters changed: how its latest new cluster differs from the one
+        before -- its first op that differs, in words --, the reason a cluster there compiled or ran op by op
+        again). ``MEGXLA_AUTO_JIT_LOG=1`` prints a line for every compilation, with what changed.
 
     Example:
         >>> from megxla.jit import auto_jit_stats
         >>> sorted(auto_jit_stats())[:3]
-        ['cache_hits', 'clusters', 'compile_time']
+        ['cache_hits', 'changes', 'clusters']
     """
     s = _stats
     return {"clusters": s.clusters, "ops": s.ops, "compiled": s.compiled, "compile_time": s.compile_time,
             "cache_hits": s.hits, "eager_clusters": s.eager, "eager_steps": s.eager_steps,
             "eager_ops": s.eager_ops, "split_clusters": s.split,
             "cuts": [(n, reason, describe_where(site)) for (reason, site), n in s.cuts.most_common()],
-            "megamorphic": [describe_where(site) for site in s.megamorphic]}
+            "megamorphic": [describe_where(site) for site in s.megamorphic],
+            "changes": [(describe_where(site), change) for site, st in _sites.items()
+                        if (change := _site_change(st)) is not None]}
 
 
 def reset_auto_jit_stats():
@@ -251,14 +260,76 @@ def _megamorphic(st, site, reason, what=None):
     if site[:2] in _warned_lines:
         return  # (once per line: a line run in parts may have a changing part give up after the split was told)
     _warned_lines.add(site[:2])
-    warnings.warn(f"auto-jit: the clusters cut at {describe_where(site)} ({reason}) keep changing (shapes or Python "
-                  f"numbers that change every step?); {what}. Pad to fixed shapes, or pass changing numbers as "
-                  f"tensors, to have them compiled", stacklevel=4)
+    change = _site_change(st)
+    change = f" (the last two: {change})" if change else " (shapes or Python numbers that change every step?)"
+    warnings.warn(f"auto-jit: the clusters cut at {describe_where(site)} ({reason}) keep changing{change}; {what}. "
+                  f"Pad to fixed shapes, or pass changing numbers as tensors, to have them compiled", stacklevel=4)
+
+
+def _signature(ops, avals):
+    """Each op with where its inputs come from -- (producer's position, output index, type), or the type of a
+    cluster input --, not local ids: those shift with every input added before it."""
+    made = {}
+    sig = []
+    for k, (op, ins, outs) in enumerate(ops):
+        sig.append((op, tuple([made.get(i) or avals[i] for i in ins])))
+        for j, o in enumerate(outs):
+            made[o] = (k, j, avals[o])
+    return sig
+
+
+def _type_text(src):
+    """A signature's input source in words: ``float32[8, 37]``, ``... (result 1 of op 12)``."""
+    if type(src[0]) is int:  # (position, output index, type): made by an op of the cluster
+        k, j, src = src
+        return f"{np.dtype(src[1]).name}{list(src[0])} (result {j + 1} of op {k + 1})"
+    return f"{np.dtype(src[1]).name}{list(src[0])}" + (" (a Python number)" if src[2] else "")
+
+
+def _short(op):
+    text = repr(op)
+    return text if len(text) <= 160 else text[:157] + "..."
+
+
+def _change(before, after):
+    """In words, how the cluster ``after`` (``(ops, avals)``) differs from ``before``: its first op that differs
+    (another op, other parameters -- a Python number baked in --, inputs of other types) and how many do."""
+    a, b = _signature(*before), _signature(*after)
+    diff = [k for k, (x, y) in enumerate(zip(a, b)) if x != y]
+    n = len(diff) + abs(len(a) - len(b))
+    if not diff:
+        if len(a) == len(b):
+            return "the same ops on inputs of the same types"
+        k = min(len(a), len(b))
+        if len(b) > len(a):
+            return f"{len(b)} ops where the previous cluster had {len(a)}, from op {k + 1} (`{_short(b[k][0])}`) on"
+        return f"{len(b)} ops where the previous cluster had {len(a)}, which went on with `{_short(a[k][0])}`"
+    k = diff[0]
+    (op_a, in_a), (op_b, in_b) = a[k], b[k]
+    if op_a != op_b:
+        text = f"op {k + 1} of {len(b)} is `{_short(op_b)}` where the previous cluster had `{_short(op_a)}`"
+    else:
+        inputs = [f"input {j + 1} is {_type_text(y)}, was {_type_text(x)}"
+                  for j, (x, y) in enumerate(zip(in_a, in_b)) if x != y]
+        if len(in_a) != len(in_b):
+            inputs.append(f"{len(in_b)} inputs, was {len(in_a)}")
+        text = f"op {k + 1} of {len(b)} (`{_short(op_b)}`): " + "; ".join(inputs)
+    return text + (f" -- {n} ops differ" if n > 1 else "")
+
+
+def _site_change(st):
+    """How a site's latest new cluster differs from the one before it, or None (fewer than two seen)."""
+    if st[5] is None or st[6] is None:
+        return None
+    return _change(st[5], st[6])
 
 
 _warned_lines: set = set()  # (file, line) of the sites warned about
 _cache: "collections.OrderedDict" = collections.OrderedDict()
-_sites: dict = {}  # site -> [keys seen (-1: megamorphic, runs eagerly), hits, keys compiled]
+# site -> [keys seen (-1: megamorphic, runs eagerly), hits, keys compiled, _Churn, the first key's input types,
+# (ops, avals) of the site's new cluster before the latest, and of the latest: what changed, for the user]
+_sites: dict = {}
+_last_changed = [None]  # the latest site whose new cluster differed from one before
 
 
 class _Cluster:
@@ -447,7 +518,7 @@ def _run_keyed(ops, avals, inputs, in_ids, out_ids, donate, reason, site, whole,
     if st is None:
         # keys seen, hits (cache hits and recurrences), keys compiled, how its clusters' ops change (_Churn),
         # the input types of its first key
-        st = _sites[site] = [0, 0, 0, None, None]
+        st = _sites[site] = [0, 0, 0, None, None, None, None]
     if whole and st[0] >= 0:
         # The same ops as a compiled cluster, other results (a step function that reads its loss every 10th step:
         # the loss is a result only then): that executable serves it, or one of both results compiles now -- the
@@ -469,6 +540,10 @@ def _run_keyed(ops, avals, inputs, in_ids, out_ids, donate, reason, site, whole,
             stats.hits += 1
             st[1] += 1
             return entry.executable(*inputs)
+    if whole and entry is None:
+        st[5], st[6] = st[6], (ops, avals)  # (references: a cut gives the cluster new lists)
+        if st[5] is not None:
+            _last_changed[0] = site
     if whole:
         # A site whose clusters keep changing in a few ops (those touching a count read on the host) runs its
         # clusters in parts: the ops that change run eagerly, the others as parts compiled once for all steps
@@ -513,12 +588,23 @@ def _run_keyed(ops, avals, inputs, in_ids, out_ids, donate, reason, site, whole,
                 and len(ops) >= FIRST_SIGHT_OPS and reason != "size cap")):
         return _Cluster._eager(ops, inputs, in_ids, out_ids)
     st[2] += 1
+    t0 = time.perf_counter()
     entry.executable = _compile(ops, avals, in_ids, out_ids, donate, out_avals)
+    if LOG:
+        _log_compile(st, site, reason, len(ops), whole, time.perf_counter() - t0)
     if whole:
         _families[(key[0], key[1], donate, key[4])] = (tuple(out_ids), entry.executable)
         if len(_families) > CACHE_SIZE:
             del _families[next(iter(_families))]
     return entry.executable(*inputs)
+
+
+def _log_compile(st, site, reason, n, whole, secs):
+    """``MEGXLA_AUTO_JIT_LOG=1``: one line on stderr per compilation."""
+    what = f"a cluster of {n} ops" if whole else f"a part of {n} ops"
+    change = _site_change(st) if whole and st[2] > 1 else None
+    print(f"megxla auto-jit: compiled {what} cut at {describe_where(site)} ({reason}) in {secs:.2f} s"
+          + (f"; changed since the site's previous cluster: {change}" if change else ""), file=sys.stderr)
 
 
 _families: dict = {}  # a compiled whole cluster's key without its results -> (results' ids, executable)
@@ -603,14 +689,7 @@ def _churning(st, ops, avals, key, site, reason):
         ch.misses += 1
         ch.repeats += 1
         return ch.varying
-    # An op is described by where its inputs come from -- (producer's position, output index), or the type of a
-    # cluster input -- not by local ids: those shift with every input added before it
-    made = {}
-    sig = []
-    for k, (op, ins, outs) in enumerate(ops):
-        sig.append((op, tuple([made.get(i) or avals[i] for i in ins])))
-        for j, o in enumerate(outs):
-            made[o] = (k, j, avals[o])
+    sig = _signature(ops, avals)
     if ch is None or len(ch.sig) != len(sig):
         ch = st[3] = _Churn(sig)  # (another program at this line: start again)
     else:
@@ -1094,14 +1173,14 @@ def step_boundary(reason="opt.step", now=False):
 TROUBLED_STEPS = 4
 WARMUP_STEPS = 4
 _steps: dict = {}  # step site -> [ops collected, of them run op by op (at the last step end), troubled steps, timer,
-#                                  steps]
+#                                  steps, warned that they run eagerly]
 
 
 def _choose_mode(loc, site):
     st = _steps.get(site)
     s = _stats
     if st is None:
-        st = _steps[site] = [0, 0, 0, None, 0]
+        st = _steps[site] = [0, 0, 0, None, 0, False]
     timer = st[3]
     if timer is None:
         # (the ops of this step: those run, and those pending until the step's cut)
@@ -1116,6 +1195,22 @@ def _choose_mode(loc, site):
     loc.paused = not timer.next_mode()
     if loc.paused:
         s.eager_steps += 1
+        if not timer.best and not st[5]:
+            st[5] = True
+            _warn_eager_steps(site)
+
+
+def _warn_eager_steps(site):
+    """Once per step line: its steps now run eagerly, their clusters having kept changing (the give-up made
+    visible, as for a megamorphic line: these steps never reach one's limit, being mostly eager)."""
+    changed = _last_changed[0]
+    change = _site_change(_sites[changed]) if changed in _sites else None
+    why = (f"the clusters cut at {describe_where(changed)} keep changing (the last two: {change})" if change
+           else "their clusters keep changing")
+    warnings.warn_explicit(
+        f"auto-jit: the steps ending at {describe_where(site)} run eagerly: {why}, and eager steps took less "
+        f"time. Pad to fixed shapes, or pass changing numbers as tensors, to have them compiled",
+        UserWarning, site[0], site[1])
 
 
 def enable(on=True):
