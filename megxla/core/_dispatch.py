@@ -164,7 +164,7 @@ def run_kernel(op, inputs, arrays=None):
             raise
         raise OutOfMemoryError(f"{op!r}: out of device memory for inputs ({_describe(inputs)}): "
                                f"{str(exc).strip().splitlines()[0]}") from None
-    if isinstance(out[0] if op.multiple_results else out, _Tracer):
+    if isinstance((out[0] if out else None) if op.multiple_results else out, _Tracer):
         out = _outside_foreign_trace(op, inputs, arrays, out)
     if op.multiple_results:
         return tuple(wrap(o) for o in out)
