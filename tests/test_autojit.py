@@ -1184,3 +1184,28 @@ def test_a_step_whose_results_change_with_a_periodic_read_is_not_run_op_by_op(au
     np.testing.assert_allclose(got, want, rtol=1e-5)
     for p, q in zip(params, want_params):
         np.testing.assert_allclose(p, q, rtol=1e-5, atol=1e-6)
+
+
+def test_division_by_a_square_root_is_eagers_to_the_bit():
+    # XLA rewrites ``a / sqrt(b)`` into ``a * rsqrt(b)``: a third of float32 values an ulp apart, which a QAT
+    # layer's BatchNorm folding (``1 / sqrt(var + eps)``, then fake quantization) turns into other weight levels
+    from optable import auto_jit_compiling_everything
+    rng = np.random.RandomState(0)
+    a_np, b_np = rng.rand(4096).astype("float32") + 0.5, rng.randn(4096).astype("float32")
+
+    def run(grad):
+        a, b = mge.Tensor(a_np), mge.Tensor(b_np)
+        gm = GradManager().attach([a, b] if grad else [])
+        with gm:
+            y = 1.0 / F.sqrt(a) + b / F.sqrt(a + 1e-5)
+            gm.backward((y * y).sum())
+        return [y.numpy()] + ([a.grad.numpy(), b.grad.numpy()] if grad else [])
+
+    for grad in (False, True):
+        want = run(grad)
+        with auto_jit_compiling_everything() as aj:
+            got = run(grad)
+            assert aj.auto_jit_stats()["compiled"] + aj.auto_jit_stats()["cache_hits"] >= 1
+        assert np.array_equal(got[0], want[0]), int((got[0] != want[0]).sum())
+        for g, w in zip(got[1:], want[1:]):  # (gradients: XLA's fusion order; the two terms of a.grad cancel)
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-7)

@@ -392,7 +392,7 @@ def make_replay(ops, in_vids, out_vids, remat=False, kernels=False, rounded=Fals
     kernel's trace for those input types (auto-jit traced it already to infer shapes) instead of tracing the op
     again, and XLA inlines the call. ``rounded``: every float16/bfloat16 result is rounded to its type, as eager's
     stored results are (XLA fuses ops and keeps their float32 intermediates otherwise; auto-jit promises eager's
-    numbers)."""
+    numbers), and a square root is not fused into a division that would make it a reciprocal square root."""
     from ..core._op import VJP, vjp_cotangents
     ops = prune(ops, out_vids)
     if remat:  # sublinear memory: every gradient op recomputes its forward instead of keeping residuals
@@ -421,6 +421,11 @@ def make_replay(ops, in_vids, out_vids, remat=False, kernels=False, rounded=Fals
                 params = dict(op.params)
                 cts = [env[v] for v in ins[params["nin"]:]]
                 res = tuple(pull(vjp_cotangents(params["op"], fwd_res, cts, params["given"])))
+            if rounded and op.name == "sqrt":
+                # XLA rewrites ``a / sqrt(b)`` into ``a * rsqrt(b)``, a different rounding (a third of the values
+                # differ by an ulp; a QAT layer's BatchNorm folding, ``1 / sqrt(var + eps)``, then fake-quantizes
+                # its weights to other levels): eager divides by the stored square root, and so does this
+                res = jax.lax.optimization_barrier(res)
             if rounded and not _exact(op):
                 if op.multiple_results:
                     env.update(zip(outs, [_round(r) for r in res]))
