@@ -873,3 +873,24 @@ def test_meshgrid_gives_every_input_a_gradient_when_any_output_reaches_the_loss(
     with gm:
         gm.backward(F.meshgrid(*ps, indexing=indexing)[1].sum())
     assert [p.grad.numpy().tolist() for p in ps] == [[0.0, 0.0], [8.0, 8.0, 8.0], [0.0] * 4]
+
+
+def test_resampling_ops_return_float32_for_a_float16_image():
+    # MegEngine's interpolate (every mode, align_corners too), warp_perspective and roi_align convert a float16
+    # input to float32 and return float32; x = arange(16) as float16 (1, 1, 4, 4)
+    x = Tensor(np.arange(16).reshape(1, 1, 4, 4), dtype="float16")
+    # MegEngine gives float32 [[0.8333 2.1667 3.5] [6.1667 7.5 8.8333] [11.5 12.8333 14.1667]]
+    y = F.vision.interpolate(x, size=(3, 3), mode="bilinear")
+    assert y.dtype == np.float32
+    np.testing.assert_allclose(y.numpy()[0, 0], [[0.8333, 2.1667, 3.5], [6.1667, 7.5, 8.8333],
+                                                  [11.5, 12.8333, 14.1667]], atol=1e-4)
+    for kw in (dict(mode="nearest"), dict(mode="bicubic"), dict(mode="bilinear", align_corners=True)):
+        assert F.vision.interpolate(x, size=(3, 3), **kw).dtype == np.float32
+    # MegEngine gives float32 [[[0. 0.7 1.5 2.3 3.] ...]]
+    y = F.vision.interpolate(x[0], size=5, mode="linear")
+    assert y.dtype == np.float32 and y.numpy()[0, 0].tolist() == pytest.approx([0, 0.7, 1.5, 2.3, 3], abs=1e-5)
+    assert F.vision.warp_perspective(x, Tensor(np.eye(3, dtype="float32")[None]), (2, 2)).dtype == np.float32
+    # MegEngine gives float32 [[0.5469 1.375] [3.625 5.]]
+    y = F.vision.roi_align(x, Tensor([[0, 0, 0, 2, 2]], dtype="float32"), (2, 2))
+    assert y.dtype == np.float32
+    np.testing.assert_allclose(y.numpy()[0, 0], [[0.546875, 1.375], [3.625, 5.0]], atol=1e-4)

@@ -90,6 +90,8 @@ def interpolate(inp, size=None, scale_factor=None, mode="bilinear", align_corner
     if inp.ndim != want:
         raise OpError(f"{op}: mode {mode!r} needs a {want}-D input, got shape {inp.shape}")
     _float(inp, op)
+    if inp.dtype == np.float16:  # as MegEngine: Resize (and warp_perspective) compute float16 in float32 and
+        inp = inp.astype("float32")  # return float32
     spatial = inp.shape[2:] + ((1,) if mode == "linear" else ())
     if size is None:
         if scale_factor is None:
@@ -189,6 +191,8 @@ def warp_perspective(inp, mat, out_shape, mat_idx=None, border_mode="replicate",
                                interp_mode)
         from .elemwise import clip
         return clip(_U["round"](out), info.min, info.max).astype(inp.dtype)
+    if inp.dtype == np.float16:  # as MegEngine: a float16 image is warped in float32, the result is float32
+        inp = inp.astype("float32")
     _float(inp, op)
     _float(mat, op, "mat")
     if mat.ndim != 3 or mat.shape[1:] != (3, 3):
@@ -310,6 +314,9 @@ def roi_align(inp, rois, output_shape, mode="average", spatial_scale=1.0, sample
     inp = _t(inp)
     if inp.ndim != 4:
         raise OpError(f"{op}: input must be 4-D NCHW, got shape {inp.shape}")
+    if inp.dtype.kind in "iu" or inp.dtype == np.float16:
+        # MegEngine's roi_align converts any other input dtype to float32 first: float16 in, float32 out
+        inp = inp.astype("float32")
     _float(inp, op)
     rois = _rois(rois, op)
     mode = str(mode).lower()
