@@ -894,3 +894,18 @@ def test_resampling_ops_return_float32_for_a_float16_image():
     y = F.vision.roi_align(x, Tensor([[0, 0, 0, 2, 2]], dtype="float32"), (2, 2))
     assert y.dtype == np.float32
     np.testing.assert_allclose(y.numpy()[0, 0], [[0.546875, 1.375], [3.625, 5.0]], atol=1e-4)
+
+
+def test_nms_visits_tied_scores_last_index_first():
+    # MegEngine's nms orders boxes by argsort(scores, descending=True), which puts the later of two tied scores
+    # first; boxes 0 and 3 are the same box, both scored 0.9
+    boxes = Tensor(np.array([[0, 0, 10, 10], [1, 1, 11, 11], [20, 20, 30, 30], [0, 0, 10, 10], [2, 2, 9, 9]],
+                            "float32"))
+    scores = Tensor([0.9, 0.8, 0.7, 0.9, 0.95])
+    # MegEngine gives [4 3 2], [4 3] with max_output=2, [4 3 0 1 2] with iou_thresh=1
+    assert F.vision.nms(boxes, scores, 0.5).numpy().tolist() == [4, 3, 2]
+    assert F.vision.nms(boxes, scores, 0.5, max_output=2).numpy().tolist() == [4, 3]
+    assert F.vision.nms(boxes, scores, 1.0).numpy().tolist() == [4, 3, 0, 1, 2]
+    # MegEngine gives [2 1 0] for three disjoint boxes scored alike
+    disjoint = Tensor(np.array([[0, 0, 1, 1], [5, 5, 6, 6], [10, 10, 11, 11]], "float32"))
+    assert F.vision.nms(disjoint, Tensor([0.5, 0.5, 0.5]), 0.5).numpy().tolist() == [2, 1, 0]

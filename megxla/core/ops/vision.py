@@ -245,9 +245,11 @@ def _roi_pooling(x, rois, *, out_hw, mode, scale):
 
 # ---- NMS, correlation, colour -------------------------------------------------------------------------------
 def _nms(boxes, scores, *, iou_thresh, max_output):
-    # Greedy NMS in score order (stable for ties). Returns (kept indices padded with -1 to max_output, count).
+    # Greedy NMS in score order. Returns (kept indices padded with -1 to max_output, count).
+    # MegEngine visits the boxes in its argsort(descending=True) order, the stable ascending order reversed: of
+    # two tied scores the later box comes first (two identical boxes scored alike: the later one is kept).
     n = boxes.shape[0]
-    order = jnp.argsort(-scores, stable=True)
+    order = jnp.flip(jnp.argsort(scores, stable=True))
     b = boxes[order]
     area = (b[:, 2] - b[:, 0]) * (b[:, 3] - b[:, 1])
     iw = jnp.clip(jnp.minimum(b[:, None, 2], b[None, :, 2]) - jnp.maximum(b[:, None, 0], b[None, :, 0]), 0)
