@@ -909,3 +909,20 @@ def test_nms_visits_tied_scores_last_index_first():
     # MegEngine gives [2 1 0] for three disjoint boxes scored alike
     disjoint = Tensor(np.array([[0, 0, 1, 1], [5, 5, 6, 6], [10, 10, 11, 11]], "float32"))
     assert F.vision.nms(disjoint, Tensor([0.5, 0.5, 0.5]), 0.5).numpy().tolist() == [2, 1, 0]
+
+
+def test_load_state_dict_takes_the_loaded_dtype():
+    # MegEngine replaces each tensor by the loaded array, dtype included: a float16 checkpoint gives float16
+    # parameters (int32, uint8, bool likewise); the forward pass of Linear then promotes to float32
+    m = M.Linear(2, 2)
+    m.load_state_dict({k: v.astype("float16") for k, v in m.state_dict().items()})
+    # MegEngine gives float16 float16, Parameter; the output float32
+    assert m.weight.dtype == np.float16 and m.bias.dtype == np.float16 and isinstance(m.weight, Parameter)
+    assert m(Tensor(np.ones((1, 2), "float32"))).dtype == np.float32
+    bn = M.BatchNorm2d(2)
+    bn.load_state_dict({k: v.astype("int32") for k, v in bn.state_dict().items()})
+    # MegEngine gives int32 for bias, running_mean, running_var, weight
+    assert {str(v.dtype) for v in bn.state_dict().values()} == {"int32"}
+    # MegEngine prints the unused / missing keys as a set: unused={'extra'}
+    with pytest.raises(KeyError, match=r"unused=\{'extra'\}"):
+        M.Linear(2, 2).load_state_dict(dict(M.Linear(2, 2).state_dict(), extra=np.zeros(1)))

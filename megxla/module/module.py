@@ -662,8 +662,14 @@ class Module(metaclass=ABCMeta):
             if value.dtype == object or value.dtype.kind not in "biufc":
                 raise TypeError(f"load_state_dict: param `{k}` has values of dtype {value.dtype}, expected "
                                 f"numbers for {np.dtype(var.dtype).name}")
+            dtype = var.dtype
+            if value.dtype.kind in "biuf" and value.dtype.itemsize <= 4 and np.dtype(var.dtype).kind in "biuf":
+                # MegEngine replaces the tensor by the loaded array, dtype included: a float16 (int32, uint8,
+                # bool) checkpoint gives float16 (...) parameters. (64-bit arrays, which MegEngine rejects, are
+                # converted to the tensor's dtype.)
+                dtype = value.dtype.name
             try:
-                new = Tensor(value, dtype=var.dtype, device=var.device)
+                new = Tensor(value, dtype=dtype, device=var.device)
             except (TypeError, ValueError, OverflowError) as exc:
                 raise TypeError(f"load_state_dict: param `{k}` cannot be converted to {np.dtype(var.dtype).name}"
                                 f": {exc}") from None
@@ -681,7 +687,7 @@ class Module(metaclass=ABCMeta):
         for what, keys in (("Unused", unused), ("Missing", skipped)):
             if keys:
                 msg = f"{what} params {'violate `strict=True`' if strict else 'in `strict=False` mode'}, " \
-                      f"{what.lower()}={sorted(keys)}"
+                      f"{what.lower()}={{{', '.join(map(repr, sorted(keys)))}}}"  # (a set, as MegEngine prints)
                 if strict:
                     raise KeyError(msg)
                 logger.warning(msg)
