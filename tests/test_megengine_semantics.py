@@ -926,3 +926,22 @@ def test_load_state_dict_takes_the_loaded_dtype():
     # MegEngine prints the unused / missing keys as a set: unused={'extra'}
     with pytest.raises(KeyError, match=r"unused=\{'extra'\}"):
         M.Linear(2, 2).load_state_dict(dict(M.Linear(2, 2).state_dict(), extra=np.zeros(1)))
+
+
+def test_scatter_writes_into_its_input_and_returns_it():
+    # MegEngine's F.scatter is ``inp[idx] = source; return inp``: x itself changes
+    x = Parameter(np.arange(6, dtype="float32").reshape(2, 3))
+    src = Parameter(np.array([[10.0, 20.0]], "float32"))
+    gm = GradManager().attach([x, src])
+    with gm:
+        y = F.scatter(x, 1, Tensor([[2, 0]]), src)
+        # MegEngine gives: y is x True, x [[20, 1, 10], [3, 4, 5]]
+        assert y is x and x.numpy().tolist() == [[20.0, 1.0, 10.0], [3.0, 4.0, 5.0]]
+        gm.backward((y * Tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])).sum())
+    # MegEngine gives x.grad [[0, 2, 0], [4, 5, 6]] (the original x's), src.grad [[3, 1]]
+    assert x.grad.numpy().tolist() == [[0.0, 2.0, 0.0], [4.0, 5.0, 6.0]]
+    assert src.grad.numpy().tolist() == [[3.0, 1.0]]
+    # MegEngine gives int32 [[2 2 3]] for both the result and the input (the source converted to int32)
+    xi = Tensor([[1, 2, 3]])
+    F.scatter(xi, 1, Tensor([[0]]), Tensor([[2.7]]))
+    assert xi.dtype == np.int32 and xi.numpy().tolist() == [[2, 2, 3]]

@@ -987,10 +987,10 @@ def gather(inp, axis, index):
 
 
 def scatter(inp, axis, index, source):
-    """Write ``source`` into a copy of ``inp``: ``out[index[i][j]][j] = source[i][j]`` for ``axis = 0``.
+    """Write ``source`` into ``inp``: ``inp[index[i][j]][j] = source[i][j]`` for ``axis = 0``.
 
-    Unlike MegEngine, ``inp`` itself is not modified; use ``x = F.scatter(x, ...)``. Where ``index`` repeats a
-    position the last write wins.
+    As MegEngine (whose scatter is ``inp[idx] = source; return inp``), ``inp`` itself is modified and returned:
+    ``F.scatter(x, ...) is x``. Where ``index`` repeats a position the last write wins.
 
     Args:
         inp: input tensor.
@@ -1017,7 +1017,8 @@ def scatter(inp, axis, index, source):
         if d != axis and source.shape[d] > inp.shape[d]:
             raise OpError(f"scatter: source {source.shape} is larger than input {inp.shape} in axis {d}")
     check_index_tensor("scatter", index, inp.shape[axis], axis)  # eager: MegEngine raises, XLA would drop
-    return _apply(_I.scatter.bind(axis=axis), inp, index, source)
+    # rebound in place, as __setitem__ does (MegEngine: a tensor scattered into holds the new values after)
+    return inp._reset(_apply(_I.scatter.bind(axis=axis), inp, index, source))
 
 
 def indexing_one_hot(src, index, axis=1, keepdims=False):
