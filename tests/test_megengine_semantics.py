@@ -945,3 +945,11 @@ def test_scatter_writes_into_its_input_and_returns_it():
     xi = Tensor([[1, 2, 3]])
     F.scatter(xi, 1, Tensor([[0]]), Tensor([[2.7]]))
     assert xi.dtype == np.int32 and xi.numpy().tolist() == [[2, 2, 3]]
+
+
+def test_float16_plus_a_python_float_beyond_its_range_is_inf_without_a_warning():
+    # MegEngine gives float16 [inf inf] for Tensor([1., 60000.], dtype="float16") + 1e5, and prints nothing
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        y = Tensor([1.0, 60000.0], dtype="float16") + 1e5
+    assert y.dtype == np.float16 and np.isinf(y.numpy()).all()

@@ -52,7 +52,8 @@ def _scalar(value, dtype):
             value = value % (1 << bits)
             if dtype.kind == "i" and value >= 1 << (bits - 1):
                 value -= 1 << bits
-        with jax.ensure_compile_time_eval():  # concrete even while a symbolic trace is running
+        # (np.errstate: a float beyond float16's range becomes inf silently, as in MegEngine: float16 + 1e5)
+        with jax.ensure_compile_time_eval(), np.errstate(over="ignore"):  # concrete even while tracing
             t = _SCALARS[key] = wrap(jnp.asarray(value, dtype))
         SCALAR_VIDS[t._vid] = weakref.ref(t, _forget_vid(t._vid))
     return t
