@@ -58,7 +58,8 @@ class _Package(_types.ModuleType):
 
 # attribute -> submodule: MegEngine's ``import megengine`` makes these attributes too (``megengine.hub.load``,
 # ``megengine.cgtools``); here they load when first used
-_LAZY = {"data": "data", "hub": "hub", "utils": "utils", "cgtools": "utils.comp_graph_tools"}
+_LAZY = {"data": "data", "hub": "hub", "utils": "utils", "cgtools": "utils.comp_graph_tools",
+         "traced_module": "traced_module", "version": "version"}
 
 
 _sys.modules[__name__].__class__ = _Package

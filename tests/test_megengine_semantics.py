@@ -953,3 +953,16 @@ def test_float16_plus_a_python_float_beyond_its_range_is_inf_without_a_warning()
         warnings.simplefilter("error")
         y = Tensor([1.0, 60000.0], dtype="float16") + 1e5
     assert y.dtype == np.float16 and np.isinf(y.numpy()).all()
+
+
+def test_submodules_are_package_attributes():
+    # MegEngine's packages import these submodules: after ``import megengine.module as M`` code reads M.qat.Linear
+    import megxla.module as Mod
+    import megxla.optimizer as O
+    assert Mod.qat.Linear is not None and Mod.quantized.Linear is not None
+    assert Mod.lrn.LocalResponseNorm is M.LocalResponseNorm
+    assert F.metric.topk_accuracy is not None and F.debug_param.set_execution_strategy is not None
+    assert O.multi_step_lr.MultiStepLR is O.MultiStepLR
+    assert mge.traced_module.trace_module is not None and mge.version.__version__
+    with pytest.raises(AttributeError):
+        Mod.no_such_submodule

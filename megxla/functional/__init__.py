@@ -31,7 +31,9 @@ def __getattr__(name):
     # ``F.distributed`` is the distributed layer's functional API at MegEngine's path: it builds on
     # megxla.distributed, so functional does not import it; the attribute loads it on first use (and
     # ``import megxla.functional.distributed`` works as usual), which keeps functional and distributed acyclic.
-    if name == "distributed":
+    # (``debug_param`` / ``metric`` / ``tensor_cache``: MegEngine's package imports them, so they are attributes of
+    # ``F`` after ``import megengine.functional as F``; here they load on first use)
+    if name in ("distributed", "debug_param", "metric", "tensor_cache"):
         import importlib
-        return importlib.import_module(".distributed", __name__)
+        return importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -50,3 +50,12 @@ __all__ = [
     "RNNCell", "LSTMCell", "RNN", "LSTM", "MultiHeadAttention", "RegionRestrictedConv", "BatchMatMulActivation",
 ]
 __all__ += ["DeformablePSROIPooling"]
+
+
+def __getattr__(name):
+    # MegEngine's package imports these submodules, so after ``import megengine.module as M`` code reads
+    # ``M.qat.QuantStub`` / ``M.quantized.Linear`` without importing them; here they load on first use
+    if name in ("qat", "quantized", "lrn", "adaptive_pooling", "conv_transpose_bn"):
+        import importlib
+        return importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -23,3 +23,11 @@ from .sgd import SGD
 
 __all__ = ["Adadelta", "Adagrad", "Adam", "AdamW", "LAMB", "LAMBFp16", "LRScheduler", "MultiStepLR", "Optimizer",
            "SGD", "clip_grad_norm", "clip_grad_value"]
+
+
+def __getattr__(name):
+    # MegEngine's ``optimizer.multi_step_lr`` submodule is an attribute of the package (it imports it)
+    if name == "multi_step_lr":
+        import importlib
+        return importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
