@@ -966,3 +966,16 @@ def test_submodules_are_package_attributes():
     assert mge.traced_module.trace_module is not None and mge.version.__version__
     with pytest.raises(AttributeError):
         Mod.no_such_submodule
+
+
+def test_autocast_norm_and_logsoftmax_compute_in_float32():
+    # MegEngine's norm is sum(abs(x) ** ord) ** (1 / ord) and logsoftmax x - logsumexp(x): under autocast the
+    # pow / logsumexp compute in float32, so a float16 input (a linear's output) gives float32
+    from megxla import amp
+    x = Tensor(np.linspace(-1, 1, 16).reshape(4, 4).astype("float32"))
+    with amp.autocast():
+        h = F.linear(x, x)
+        assert h.dtype == np.float16
+        # MegEngine gives float32, float32; inf norm (max of abs) float16; 0 "norm" int32
+        assert F.norm(h, axis=1).dtype == np.float32 and F.nn.logsoftmax(h, axis=1).dtype == np.float32
+        assert F.norm(h, ord=float("inf"), axis=1).dtype == np.float16 and F.norm(h, ord=0, axis=1).dtype == np.int32

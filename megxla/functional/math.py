@@ -149,6 +149,10 @@ def norm(inp, ord=None, axis=None, keepdims=False):
         inp = astype(inp, "float32")
     if inp.dtype.kind not in "fciu":
         raise OpError(f"norm: input must be a float tensor, got {inp.dtype}")
+    if _amp.enabled and ord not in (0, float("inf"), float("-inf")):
+        # autocast: float32, as MegEngine's ``sum(abs(x) ** ord) ** (1 / ord)`` (its pow computes in float32);
+        # its inf / -inf norms (max / min of abs) and the 0 "norm" (a count) keep their dtypes
+        inp, = _amp.up(inp)
     return _apply(_R.norm.bind(ord=float(ord), axis=_axis("norm", inp, axis), keepdims=bool(keepdims)), inp)
 
 

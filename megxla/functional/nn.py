@@ -687,6 +687,8 @@ def logsoftmax(inp, axis):
     _float(inp, "logsoftmax")
     if axis is None:
         raise OpError("logsoftmax: axis is required")
+    if _amp.enabled:  # autocast: float32, as MegEngine's ``x - logsumexp(x)`` (its logsumexp computes in float32)
+        inp, = _amp.up(inp)
     return _apply(_N.log_softmax.bind(axis=_softmax_axis("logsoftmax", inp, axis)), inp)
 
 
