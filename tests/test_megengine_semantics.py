@@ -979,3 +979,13 @@ def test_autocast_norm_and_logsoftmax_compute_in_float32():
         # MegEngine gives float32, float32; inf norm (max of abs) float16; 0 "norm" int32
         assert F.norm(h, axis=1).dtype == np.float32 and F.nn.logsoftmax(h, axis=1).dtype == np.float32
         assert F.norm(h, ord=float("inf"), axis=1).dtype == np.float16 and F.norm(h, ord=0, axis=1).dtype == np.int32
+
+
+def test_split_and_expand_dims_read_a_tensor_argument():
+    # MegEngine reads a 0-d tensor given as split's count or expand_dims' axis as its value
+    x = Tensor(np.arange(6, dtype="float32").reshape(2, 3))
+    # MegEngine gives three (2, 1) parts [[0], [3]], [[1], [4]], [[2], [5]]
+    parts = F.split(x, Tensor(3), axis=1)
+    assert [p.numpy().tolist() for p in parts] == [[[0.0], [3.0]], [[1.0], [4.0]], [[2.0], [5.0]]]
+    # MegEngine gives shape (1, 2, 3)
+    assert F.expand_dims(x, Tensor(0)).shape == (1, 2, 3)

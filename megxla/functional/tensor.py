@@ -303,6 +303,8 @@ def expand_dims(inp, axis):
         (1, 2, 1)
     """
     inp = _t(inp)
+    if isinstance(axis, Tensor):  # MegEngine reads a tensor's value (a 0-d one is one axis)
+        axis = axis.numpy().tolist()
     n = 1 if isinstance(axis, (int, np.integer)) else len(axis)
     axes = _axes("expand_dims", inp.ndim, axis, extra=n)
     return keep_qparams(_apply(_S.expand_dims.bind(axis=tuple(sorted(axes))), inp), inp)
@@ -428,6 +430,8 @@ def split(inp, nsplits_or_sections, axis=0):
     inp = _t(inp)
     axis = _axis("split", inp.ndim, axis)
     size = inp.shape[axis]
+    if isinstance(nsplits_or_sections, Tensor):  # MegEngine reads a tensor's value: a 0-d one is a count
+        nsplits_or_sections = nsplits_or_sections.numpy().tolist()
     if isinstance(nsplits_or_sections, (int, np.integer)):
         n = int(nsplits_or_sections)
         if n <= 0:
