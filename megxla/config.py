@@ -161,6 +161,11 @@ def _set_conv_format(mod, value):
 def _set_matmul_precision(mod, value):
     if value not in _PRECISIONS:
         raise ValueError(f"megxla.config.matmul_precision must be one of {_PRECISIONS}, got {value!r}")
+    from .core import _lazy
+    if _lazy.FLUSH[0] is not None and value != jax.config.jax_default_matmul_precision:
+        # ops auto-jit collected under the old precision run now: a cluster is lowered at the precision in
+        # force when it runs, and eager computed each op at the one in force at its line
+        _lazy.FLUSH[0]("config.matmul_precision changes")
     jax.config.update("jax_default_matmul_precision", value)
     return value
 

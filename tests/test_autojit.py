@@ -561,6 +561,75 @@ def test_a_failing_cluster_keeps_what_eager_would_have_kept(auto_jit, monkeypatc
     np.testing.assert_array_equal(mge.random.normal(size=(3,)).numpy(), want_draw)  # the RNG still works
 
 
+def _lift_size_check(monkeypatch):
+    from megxla.core import _op
+    import jax
+    if jax.default_backend() != "cpu":
+        pytest.skip("XLA:CPU refuses the allocation at dispatch")
+    monkeypatch.setitem(_op._MEMORY_LIMIT, jax.default_backend(), 1 << 62)  # let the output reach XLA
+
+
+def test_a_failing_cluster_gives_back_an_in_place_chain_to_its_last_computed_value(auto_jit, monkeypatch):
+    from megxla.core._dispatch import OutOfMemoryError
+    _lift_size_check(monkeypatch)
+    w = mge.Tensor(np.ones(3, "float32"))
+    w += 1  # its value: held only by the record of the next update (not a result of the cluster)
+    huge = F.zeros((2 ** 23, 2 ** 23))  # 256 TiB: XLA refuses it when the cluster runs
+    w += huge[0, :3]
+    with pytest.raises(OutOfMemoryError):  # eager's type, not ClusterFailed
+        (w * 2).numpy()
+    np.testing.assert_array_equal(w.numpy(), [2, 2, 2])  # eager: the first update stands
+
+
+def test_a_compiled_cluster_that_would_not_fit_runs_op_by_op_and_keeps_its_donated_inputs(auto_jit, monkeypatch):
+    from megxla.core._dispatch import OutOfMemoryError
+    _lift_size_check(monkeypatch)
+    monkeypatch.setattr(_autojit, "MIN_OPS", 1)
+    monkeypatch.setattr(_autojit, "FIRST_SIGHT_OPS", 1)  # compiled at first sight
+    w = mge.Tensor(np.ones(3, "float32"))
+    y = w * 2
+    w -= 1  # w's old array: held by the cluster alone, so donated to its executable
+    big = F.zeros((2 ** 23, 2 ** 23)) + 1  # the executable would allocate 256 TiB
+    with pytest.raises(OutOfMemoryError):
+        y.numpy()
+    assert auto_jit_stats()["compiled"] == 1
+    np.testing.assert_array_equal(y.numpy(), [2, 2, 2])
+    np.testing.assert_array_equal(w.numpy(), [0, 0, 0])
+
+
+def test_an_executable_failing_after_consuming_its_donated_inputs_raises_eagers_error(auto_jit, monkeypatch):
+    # (the memory check above off: an allocation failing although the free memory looked enough)
+    from megxla.core._dispatch import OutOfMemoryError
+    from megxla.core._lazy import ClusterFailed
+    _lift_size_check(monkeypatch)
+    monkeypatch.setattr(_autojit, "MIN_OPS", 1)
+    monkeypatch.setattr(_autojit, "FIRST_SIGHT_OPS", 1)
+    monkeypatch.setattr(_autojit, "BIG_FRACTION", float("inf"))
+    w = mge.Tensor(np.ones(3, "float32"))
+    y = w * 2
+    w -= 1
+    c = mge.Tensor(np.full(3, 5, "float32"))
+    z = c * 3  # not computed from a donated input (c holds its array): computed op by op
+    big = F.zeros((2 ** 23, 2 ** 23)) + 1  # noqa: F841 (a result: computed)
+    with pytest.raises(OutOfMemoryError):
+        z.numpy()
+    np.testing.assert_array_equal(z.numpy(), [15, 15, 15])
+    with pytest.raises(ClusterFailed):  # XLA deleted w's old buffer: what came from it says so, not "deleted"
+        y.numpy()
+
+
+def test_changing_the_matmul_precision_runs_the_ops_collected_before(auto_jit):
+    a = mge.Tensor(np.eye(4, dtype="float32"))
+    y = F.relu(F.matmul(a, a) * 2 + 1) - 1
+    assert _autojit._local.cluster.ops
+    mge.config.matmul_precision = "default"
+    try:
+        assert not _autojit._local.cluster.ops  # (lowered under "highest", where they were issued)
+    finally:
+        mge.config.matmul_precision = "highest"
+    np.testing.assert_array_equal(y.numpy(), np.eye(4) * 2)
+
+
 def test_a_loop_that_never_reads_is_cut_by_the_caps(auto_jit, monkeypatch):
     monkeypatch.setattr(_autojit, "MAX_INPUT_BYTES", 4096)
     w = mge.Tensor(np.ones((16, 16), "float32"))

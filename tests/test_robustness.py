@@ -394,7 +394,8 @@ def test_allocation_failure_in_xla_is_out_of_memory_error(monkeypatch):
                     "before XLA (test_huge_outputs_raise_before_xla) covers GPUs")
     monkeypatch.setitem(_op._MEMORY_LIMIT, jax.default_backend(), 1 << 62)  # let the output reach XLA
     with pytest.raises(OutOfMemoryError, match="out of device memory"):
-        F.zeros((2 ** 23, 2 ** 23))  # 256 TiB: more than a 64-bit process can map, even with overcommit
+        huge = F.zeros((2 ** 23, 2 ** 23))  # 256 TiB: more than a 64-bit process can map, even with overcommit
+        huge.numpy()  # (under auto-jit the op runs, and raises, where its cluster runs: at this read)
 
 
 def test_traced_call_in_one_thread_does_not_swap_another_threads_random_state():

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import functools
 import gc
 import math
 import os
@@ -409,7 +410,6 @@ class _Cluster:
         # (or a GradManager's tape) still holds it, so the host may read it: a result of the cluster.
         # (references from ``previous`` lists -- kept to restore Tensors if the cluster fails -- do not count)
         live = [z for z in lazies if _getrefcount(z) > 3 + z.pins]
-        del lazies
         out_ids = [z.index for z in live]
         _stats.clusters += 1
         _stats.ops += len(ops)
@@ -423,12 +423,14 @@ class _Cluster:
             if type(exc) is _PartsFailed:  # (run in parts: continued op by op where it failed)
                 env, error, exc = exc.env, exc.error, exc.__cause__
             else:
-                env, error = self._eager_until_error(ops, inputs, in_ids, out_ids)
+                # (and the values Tensors held before an in-place update: a failed cluster may give them back)
+                env, error = self._eager_until_error(ops, inputs, in_ids, out_ids + [z.index for z in lazies if z.pins],
+                                                     exc)
             if error is None:
                 values = [env[i] for i in out_ids]
             else:
                 self._fail(live, env)
-                raise error from exc
+                raise error from (None if error is exc else exc)
         for z, v in zip(live, values):
             z.value = v
             z.previous = None  # (ran: nothing to restore; the old arrays may go)
@@ -455,12 +457,28 @@ class _Cluster:
         for z in reversed(failed):  # (latest first: a chain of in-place updates unwinds to its start)
             for ref, old_data, old_vid in z.previous or ():
                 t = ref()
-                if t is not None and t._data is z:
-                    if type(old_data) is Lazy and old_data.value is not None:
+                if t is None or t._data is not z:
+                    continue
+                # The value before may be one of the cluster's own, held only by this list (``w += 1`` twice,
+                # the second after the failing op): computed before the failure, it is in ``env``; computed after
+                # it, the tensor goes back further, to what that value replaced.
+                while type(old_data) is Lazy and old_data.value is None and old_data.cluster is self:
+                    v = env.get(old_data.index)
+                    if v is not None:
+                        old_data.value = v
+                        break
+                    if old_data.index < env.get(_FAILED_AT, -1):
+                        break  # (computed, but not kept: the tensor stays failed rather than take an older value)
+                    back = [(d, vid) for r, d, vid in old_data.previous or () if r is ref]
+                    if not back:
+                        break
+                    old_data, old_vid = back[0]
+                if type(old_data) is Lazy:
+                    if old_data.value is not None:
                         old_data = old_data.value
-                    if getattr(old_data, "is_deleted", None) is not None and old_data.is_deleted():
-                        continue  # (donated to the executable that failed: nothing to go back to)
-                    t._data, t._vid = old_data, old_vid
+                elif _deleted(old_data):
+                    continue  # (donated to the executable that failed: nothing to go back to)
+                t._data, t._vid = old_data, old_vid
 
     def _run(self, ops, avals, inputs, in_ids, out_ids, reason, site):
         stats = _stats
@@ -480,14 +498,24 @@ class _Cluster:
         return _run_keyed(ops, avals, inputs, in_ids, out_ids, donate, reason, site, True)
 
     @staticmethod
-    def _eager_until_error(ops, inputs, in_ids, out_ids):
+    def _eager_until_error(ops, inputs, in_ids, out_ids, failed_run=None):
         """``(values by local id, None)``, or the values up to the op that raised and its error (of the values
-        not in ``out_ids``, only those still to be read)."""
+        not in ``out_ids``, only those still to be read). ``failed_run``: the error of the cluster's executable,
+        which may have consumed its donated inputs before failing (XLA deletes them once the run is launched, an
+        allocation it then refuses included): the values computed from those cannot be computed again; the
+        others are, op by op, and the executable's error stands for the lost ones."""
         env = dict(zip(in_ids, inputs))
+        lost = None
+        if failed_run is not None:
+            lost = {i for i, a in zip(in_ids, inputs) if _deleted(a)}
+            for i in lost:
+                del env[i]
         try:
-            _run_ops(ops, env, out_ids)
+            _run_ops(ops, env, out_ids, lost)
         except Exception as exc:
             return env, exc
+        if lost and any(i in lost for i in out_ids):
+            return env, _run_error(failed_run, len(ops))
         return env, None
 
     @staticmethod
@@ -615,6 +643,85 @@ def _no_new_arrays(first, types):
     return all(t in first or not t[0] for t in types)
 
 
+def _deleted(a):
+    """Whether ``a`` is an array whose buffer was donated to an executable (a Lazy: not known, so no)."""
+    f = None if type(a) is Lazy else getattr(a, "is_deleted", None)
+    return f is not None and f()
+
+
+def _run_error(exc, n):
+    """The error a cluster's failed executable stands for, where its op-by-op rerun could not reach the values
+    computed from the inputs it consumed: an allocation XLA refused is eager's OutOfMemoryError."""
+    text = str(exc).strip()
+    if "RESOURCE_EXHAUSTED" not in text:
+        return exc
+    return _dispatch.OutOfMemoryError(
+        f"an auto-jit cluster of {n} ops: out of device memory: {text.splitlines()[0]} (the values computed from "
+        f"the inputs whose buffers it was given, donated, are lost)")
+
+
+class _WontFit(Exception):
+    """A compiled cluster needs more memory than the device has free now: run it op by op instead."""
+
+
+# A compiled cluster needing at least this fraction of the device's memory checks the free memory before each run:
+# XLA deletes the donated inputs (a parameter's old value) once a run is launched, also when it then fails to
+# allocate, so an executable that does not fit would lose them; op by op, the op that does not fit raises (eager's
+# OutOfMemoryError, at the op eager would raise at) and everything before it stands.
+BIG_FRACTION = 1 / 16
+
+
+def _free_bytes():
+    """The device's free memory now (GPU/TPU: its allocator's; CPU: the machine's available RAM)."""
+    try:
+        stats = jax.local_devices()[0].memory_stats()
+    except Exception:
+        stats = None
+    if stats and stats.get("bytes_limit"):
+        return stats["bytes_limit"] - stats.get("bytes_in_use", 0)
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return _total_bytes()
+
+
+@functools.lru_cache(maxsize=None)
+def _total_bytes():
+    """The device's memory (measured, not the size check's limit, which a program may set)."""
+    try:
+        stats = jax.local_devices()[0].memory_stats()
+    except Exception:
+        stats = None
+    if stats and stats.get("bytes_limit"):
+        return stats["bytes_limit"]
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 1 << 62
+
+
+def _fit_checked(executable):
+    """``executable``, checking before each run that what it allocates (outputs and temporaries, less the donated
+    buffers it reuses) fits in the free memory -- where that is a big part of the device's memory."""
+    try:
+        m = executable.memory_analysis()
+        need = m.output_size_in_bytes + m.temp_size_in_bytes - m.alias_size_in_bytes
+    except Exception:  # (not every backend analyses its executables)
+        return executable
+    if need < BIG_FRACTION * _total_bytes():
+        return executable
+
+    def run(*inputs):
+        if need > _free_bytes():
+            raise _WontFit(f"an auto-jit cluster needs {need} bytes, more than the device has free")
+        return executable(*inputs)
+    return run
+
+
 def _select(executable, positions):
     """``executable`` giving only its results at ``positions``."""
     def run(*inputs):
@@ -640,7 +747,7 @@ def _compile(ops, avals, in_ids, out_ids, donate, out_avals):
         executable = _spmd.jit(replay, donate_argnums=donate, name="auto_jit_cluster").lower(*structs).compile()
     _stats.compiled += 1
     _stats.compile_time += time.perf_counter() - t0
-    return executable
+    return _fit_checked(executable)
 
 
 # ---- clusters in parts ----------------------------------------------------------------------------------------
@@ -750,10 +857,12 @@ def _run_parts(ops, avals, inputs, in_ids, out_ids, donate, varying, site, ops_k
     return [env[i] for i in out_ids]
 
 
-def _run_ops(ops, env, keep=None):
+def _run_ops(ops, env, keep=None, lost=None):
     """Each op by its eager kernel, as eager execution runs it, reading and writing ``env`` (local id -> array).
     ``keep``: the ids to keep in ``env``; the others go once the ops have read them, as eager frees a value nothing
-    holds (an evaluation loop's 4096-op cluster run op by op held every activation of its ~24 forwards: 3.4 GB)."""
+    holds (an evaluation loop's 4096-op cluster run op by op held every activation of its ~24 forwards: 3.4 GB).
+    ``lost``: ids whose values are gone (inputs a failed executable consumed): the ops reading one are skipped,
+    their outputs added to it."""
     run_kernel, wrap = _dispatch.run_kernel, _dispatch.wrap
     last = None
     if keep is not None:
@@ -764,8 +873,15 @@ def _run_ops(ops, env, keep=None):
         for i in keep:
             last[i] = len(ops)
     for k, (op, ins, outs) in enumerate(ops):
+        if lost and not lost.isdisjoint(ins):
+            lost.update(outs)
+            continue
         args = [env[i] for i in ins]
-        res = run_kernel(op, [wrap(a) for a in args], args)
+        try:
+            res = run_kernel(op, [wrap(a) for a in args], args)
+        except BaseException:
+            env[_FAILED_AT] = outs[0] if outs else math.inf  # (ids grow in program order: later values are >=)
+            raise
         env.update(zip(outs, [t._data for t in res]))
         if last is not None:
             del args, res
@@ -775,6 +891,9 @@ def _run_ops(ops, env, keep=None):
             for o in outs:
                 if o not in last:
                     del env[o]
+
+
+_FAILED_AT = "failed at"  # the key of ``env`` where _run_ops notes the first output id of the op that raised
 
 
 class _PartsFailed(Exception):
