@@ -1278,3 +1278,77 @@ def test_division_by_a_square_root_is_eagers_to_the_bit():
         assert np.array_equal(got[0], want[0]), int((got[0] != want[0]).sum())
         for g, w in zip(got[1:], want[1:]):  # (gradients: XLA's fusion order; the two terms of a.grad cancel)
             np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-7)
+
+
+def _tier_loop(steps):
+    mge.random.seed(0)
+    w = mge.Parameter(np.linspace(-1, 1, 64, dtype="float32").reshape(8, 8))
+    opt = optim.SGD([w], lr=0.1, momentum=0.9)
+    gm = GradManager().attach([w])
+    x = mge.Tensor(np.random.RandomState(0).randn(4, 8).astype("float32"))
+    losses = []
+    for _ in range(steps):
+        with gm:
+            h = x
+            for _ in range(4):
+                h = F.tanh(F.matmul(h, w)) * 0.9 + 0.05
+            loss = (h * h).mean()
+            gm.backward(loss)
+        opt.step().clear_grad()
+        losses.append(loss.item())
+    return losses
+
+
+def test_a_large_cluster_runs_quickly_compiled_then_optimized_at_a_fixed_run(auto_jit, monkeypatch):
+    from megxla.jit import _tiers
+    import jax
+    if jax.default_backend() not in _tiers.FAST_OPTIONS:
+        pytest.skip("tiered compilation is the CPU's")
+    mge.config.auto_jit = False
+    want = _tier_loop(12)
+    mge.config.auto_jit = True
+    monkeypatch.setattr(_tiers, "MIN_OPS", 8)  # (the loop's step cluster: ~60 ops)
+    got = _tier_loop(12)
+    s = auto_jit_stats()
+    assert s["tiered"] >= 1 and s["tier_ups"] >= 1
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+    exes = [e.executable for e in _autojit._cache.values() if e.executable is not None]
+    tiered = [e for e in exes if isinstance(e, _tiers._Tiered)]
+    assert not _tiers._threads  # (every tier-up finished: none left running)
+    assert any(t.lowered is None and t.runs == _tiers.SWITCH_RUN for t in tiered)  # (switched at that run)
+
+
+def test_tiered_runs_give_the_same_numbers_in_every_process(tmp_path):
+    # the switch is at a fixed run: a cold and a warm process (both executables cached) compute the same bits
+    script = textwrap.dedent("""
+        import sys, numpy as np
+        sys.path.insert(0, %r)
+        import megxla as mge
+        from megxla.jit import _tiers, auto_jit_stats
+        import test_autojit as T
+        _tiers.MIN_OPS = 8
+        mge.config.auto_jit = True
+        print("LOSSES", repr(T._tier_loop(10)), auto_jit_stats()["tier_ups"])
+    """) % os.path.dirname(os.path.abspath(__file__))
+    env = dict(os.environ, MEGXLA_COMPILATION_CACHE="1", MEGXLA_COMPILATION_CACHE_DIR=str(tmp_path))
+    outs = []
+    for _ in range(2):
+        p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=600)
+        line = [x for x in p.stdout.splitlines() if x.startswith("LOSSES")]
+        assert line, p.stderr[-3000:]
+        outs.append(line[0])
+    assert outs[0] == outs[1] and outs[0].endswith(" 1")
+
+
+def test_an_xla_without_the_quick_options_compiles_optimized_at_once(auto_jit, monkeypatch):
+    from megxla.jit import _tiers
+    import jax
+    monkeypatch.setitem(_tiers.FAST_OPTIONS, jax.default_backend(), {"xla_no_such_option_megxla": True})
+    monkeypatch.setattr(_tiers, "MIN_OPS", 8)
+    _autojit._cache.clear()  # (the test before compiled the same clusters)
+    _autojit._families.clear()
+    mge.config.auto_jit = False
+    want = _tier_loop(3)
+    mge.config.auto_jit = True
+    np.testing.assert_allclose(_tier_loop(3), want, rtol=1e-5)
+    assert auto_jit_stats()["tiered"] == 0 and _tiers.stats["failed"] >= 1

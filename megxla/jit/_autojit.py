@@ -57,7 +57,7 @@ from ..core._lazy import Lazy
 from ..core._tensor import Tensor as _Tensor
 from ..core._op import VJP as _VJP, check_output_size
 from ..core._spmd import MeshRequired
-from . import _persist
+from . import _persist, _tiers
 from ._recording import _TRACER_ERRORS, describe_where, make_replay, usable_donations, user_where
 
 __all__ = ["enable", "enabled", "clustered", "auto_jit_stats", "reset_auto_jit_stats", "MIN_OPS", "MAX_OPS", "KEY_LIMIT", "MAX_COMPILES"]
@@ -153,7 +153,9 @@ def auto_jit_stats() -> dict:
         because their clusters kept running op by op and eager was faster), ``eager_ops`` (ops kept out of
         clusters, and small groups of changing ops), ``split_clusters`` (clusters run in parts: their site's
         clusters keep changing in some ops, which run apart from the others), ``cuts`` (a list of ``(count,
-        reason, "file:line (`source`)")``, most frequent first), ``megamorphic`` (the lines that made too many
+        reason, "file:line (`source`)")``, most frequent first), ``tiered`` (large clusters compiled quickly
+        first, while XLA's optimized executable compiles in the background) and ``tier_ups`` (of those, replaced by
+        their optimized executable), ``megamorphic`` (the lines that made too many
         different clusters and run eagerly, or mostly op by op) and ``changes`` (``("file:line (`source`)",
         what changed)`` for each line whose clusters changed: how its latest new cluster differs from the one
         before -- its first op that differs, in words --, the reason a cluster there compiled or ran op by op
@@ -168,6 +170,7 @@ def auto_jit_stats() -> dict:
     return {"clusters": s.clusters, "ops": s.ops, "compiled": s.compiled, "compile_time": s.compile_time,
             "cache_hits": s.hits, "eager_clusters": s.eager, "eager_steps": s.eager_steps,
             "eager_ops": s.eager_ops, "split_clusters": s.split,
+            "tiered": _tiers.stats["tiered"], "tier_ups": _tiers.stats["upgraded"],
             "cuts": [(n, reason, describe_where(site)) for (reason, site), n in s.cuts.most_common()],
             "megamorphic": [describe_where(site) for site in s.megamorphic],
             "changes": [(describe_where(site), change) for site, st in _sites.items()
@@ -184,6 +187,7 @@ def reset_auto_jit_stats():
     """
     global _stats
     _stats = _Stats()
+    _tiers.stats.update(dict.fromkeys(_tiers.stats, 0))
 
 
 # ---- shapes ---------------------------------------------------------------------------------------------------
@@ -740,11 +744,13 @@ def _compile(ops, avals, in_ids, out_ids, donate, out_avals):
     donate = usable_donations(donate, [avals[i] for i in in_ids],
                               out_avals() if out_avals is not None else [avals[i] for i in out_ids])
     # (kept across processes where JAX's persistent cache is on: a warm start skips tracing and lowering)
+    # (a large cluster runs from a quickly compiled executable until XLA's optimized one is ready: _tiers)
+    tiered = functools.partial(_tiers.compile, n_ops=len(ops))
     executable = _persist.compile_cached(
         replay, structs, donate, "auto_jit_cluster",
-        _persist.fingerprint(ops, in_ids, [avals[i] for i in in_ids], out_ids, donate, "auto_jit"))
+        _persist.fingerprint(ops, in_ids, [avals[i] for i in in_ids], out_ids, donate, "auto_jit"), tiered)
     if executable is None:
-        executable = _spmd.jit(replay, donate_argnums=donate, name="auto_jit_cluster").lower(*structs).compile()
+        executable = tiered(_spmd.jit(replay, donate_argnums=donate, name="auto_jit_cluster").lower(*structs))
     _stats.compiled += 1
     _stats.compile_time += time.perf_counter() - t0
     return _fit_checked(executable)
@@ -977,7 +983,7 @@ _COMPILE_EVENTS = ("/jax/core/compile/jaxpr_trace_duration", "/jax/core/compile/
 
 
 def _count_compile(event, duration, **_):
-    if event in _COMPILE_EVENTS:
+    if event in _COMPILE_EVENTS and not _tiers.background():  # (a tier-up's compile is no step's)
         _COMPILE_SECS[0] += duration
 
 

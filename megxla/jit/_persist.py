@@ -281,7 +281,7 @@ def _wrap(exported, weak_out, donate, name):
     return jax.jit(run, donate_argnums=donate)
 
 
-def _compile(jitted, structs):
+def _compile(jitted, structs, compile=None):
     """``jitted.lower(*structs).compile()``, its results not *committed* to the device.
 
     JAX marks the results of any program holding a ``call_exported`` committed (its check for memory-space
@@ -295,7 +295,7 @@ def _compile(jitted, structs):
     args = getattr(getattr(lowered, "_lowering", None), "compile_args", None)
     if isinstance(args, dict) and args.get("committed") and args.get("num_devices", 1) == 1:
         args["committed"] = False
-    return lowered.compile()
+    return lowered.compile() if compile is None else compile(lowered)
 
 
 def _read(path):
@@ -324,11 +324,12 @@ def _write(directory, path, head, blob):
                 pass
 
 
-def compile_cached(replay, structs, donate, name, key):
+def compile_cached(replay, structs, donate, name, key, compile=None):
     """The compiled executable of ``replay`` on ``structs`` (``jax.ShapeDtypeStruct``, donated positions ``donate``)
     through the kept lowered program of ``key`` (:func:`fingerprint`), stored first if there is none; None where
     this does not apply (no persistent cache, no key, an op ``jax.export`` refuses, a program needing SPMD): the
-    caller lowers as before."""
+    caller lowers as before. ``compile``: how the lowered program becomes the executable (default: its
+    ``compile()``; auto-jit's tiers, ``_tiers.compile``)."""
     directory = _directory()
     if directory is None or key is None:
         stats["skipped"] += 1
@@ -339,7 +340,7 @@ def compile_cached(replay, structs, donate, name, key):
             try:
                 head, exported = _read(path)
                 if head.get("format") == 1:
-                    compiled = _compile(_wrap(exported, head["weak_out"], donate, name), structs)
+                    compiled = _compile(_wrap(exported, head["weak_out"], donate, name), structs, compile)
                     stats["hits"] += 1
                     try:
                         os.utime(path)  # (recently used: kept when the directory is trimmed)
@@ -355,7 +356,7 @@ def compile_cached(replay, structs, donate, name, key):
         # The executable is compiled from the deserialized program, as a warm start will: the same lowered text,
         # so the warm start finds this executable in JAX's cache.
         exported = export.deserialize(blob)
-        compiled = _compile(_wrap(exported, weak_out, donate, name), structs)
+        compiled = _compile(_wrap(exported, weak_out, donate, name), structs, compile)
     except Exception:
         stats["failed"] += 1
         return None
