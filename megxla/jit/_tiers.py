@@ -36,6 +36,7 @@ ENABLED = os.environ.get("MEGXLA_TIERED", "1").strip().lower() not in ("0", "fal
 stats = {"tiered": 0, "upgraded": 0, "failed": 0}
 _local = threading.local()  # ``background``: True on a tier-up thread (its compile time is not the step's)
 _threads: set = set()
+_lock = threading.Lock()
 
 
 def background() -> bool:
@@ -74,11 +75,13 @@ class _Tiered:
 
     def __call__(self, *args):
         if self.lowered is not None:
-            self.runs += 1
-            if self.runs == START_RUN:
-                self._start()
-            elif self.runs >= SWITCH_RUN:
-                self._switch()
+            with _lock:  # (threads share cached executables; only the first SWITCH_RUN runs take it)
+                if self.lowered is not None:
+                    self.runs += 1
+                    if self.runs == START_RUN:
+                        self._start()
+                    elif self.runs >= SWITCH_RUN:
+                        self._switch()
         return self.exe(*args)
 
     def _start(self):
