@@ -561,7 +561,7 @@ def _run_keyed(ops, avals, inputs, in_ids, out_ids, donate, reason, site, whole,
             f_out, f_exe = fam
             if not set(out_ids) <= set(f_out):
                 f_out = tuple(sorted(set(f_out) | set(out_ids)))
-                f_exe = _compile(ops, avals, in_ids, f_out, donate, None)
+                f_exe = _compile(ops, avals, in_ids, f_out, donate, None, reason)
                 st[2] += 1
                 _families[fkey] = (f_out, f_exe)
             entry = _Entry(st)
@@ -621,7 +621,7 @@ def _run_keyed(ops, avals, inputs, in_ids, out_ids, donate, reason, site, whole,
         return _Cluster._eager(ops, inputs, in_ids, out_ids)
     st[2] += 1
     t0 = time.perf_counter()
-    entry.executable = _compile(ops, avals, in_ids, out_ids, donate, out_avals)
+    entry.executable = _compile(ops, avals, in_ids, out_ids, donate, out_avals, reason)
     if LOG:
         _log_compile(st, site, reason, len(ops), whole, time.perf_counter() - t0)
     if whole:
@@ -734,8 +734,8 @@ def _select(executable, positions):
     return run
 
 
-def _compile(ops, avals, in_ids, out_ids, donate, out_avals):
-    """The executable of a cluster (``out_avals``: as for :func:`_run_keyed`)."""
+def _compile(ops, avals, in_ids, out_ids, donate, out_avals, reason=None):
+    """The executable of a cluster (``out_avals``: as for :func:`_run_keyed`; ``reason``: what cut it)."""
     t0 = time.perf_counter()
     replay = make_replay(ops, in_ids, out_ids, kernels=True, rounded=True)
     replay.__name__ = replay.__qualname__ = "auto_jit_cluster"
@@ -744,8 +744,10 @@ def _compile(ops, avals, in_ids, out_ids, donate, out_avals):
     donate = usable_donations(donate, [avals[i] for i in in_ids],
                               out_avals() if out_avals is not None else [avals[i] for i in out_ids])
     # (kept across processes where JAX's persistent cache is on: a warm start skips tracing and lowering)
-    # (a large cluster runs from a quickly compiled executable until XLA's optimized one is ready: _tiers)
-    tiered = functools.partial(_tiers.compile, n_ops=len(ops))
+    # A large cluster runs from a quickly compiled executable until XLA's optimized one is ready (_tiers) -- unless
+    # the size cap cut it: a loop that never reads waits for none of its clusters (an evaluation loop keeping its
+    # outputs ran 6-12% slower tiered: its quick executables' runs, and the compile beside them on 2 cores)
+    tiered = functools.partial(_tiers.compile, n_ops=0 if reason == "size cap" else len(ops))
     executable = _persist.compile_cached(
         replay, structs, donate, "auto_jit_cluster",
         _persist.fingerprint(ops, in_ids, [avals[i] for i in in_ids], out_ids, donate, "auto_jit"), tiered)
