@@ -298,13 +298,17 @@ def _compile(jitted, structs, compile=None):
     return lowered.compile() if compile is None else compile(lowered)
 
 
-def _read(path):
-    from jax import export
+def _read_raw(path):
     with open(path, "rb") as fh:
         blob = fh.read()
     (n,) = struct.unpack("<I", blob[:4])
-    head = json.loads(blob[4:4 + n])
-    return head, export.deserialize(bytearray(blob[4 + n:]))
+    return json.loads(blob[4:4 + n]), blob[4 + n:]
+
+
+def _read(path):
+    from jax import export
+    head, blob = _read_raw(path)
+    return head, export.deserialize(bytearray(blob))
 
 
 def _write(directory, path, head, blob):
@@ -340,7 +344,10 @@ def compile_cached(replay, structs, donate, name, key, compile=None):
             try:
                 head, exported = _read(path)
                 if head.get("format") == 1:
-                    compiled = _compile(_wrap(exported, head["weak_out"], donate, name), structs, compile)
+                    # (an earlier process compiled its optimized executable: JAX's cache holds it, no quick tier)
+                    compiled = _compile(_wrap(exported, head["weak_out"], donate, name), structs,
+                                        None if head.get("optimized") else compile)
+                    _note_optimized(compiled, directory, path, head)
                     stats["hits"] += 1
                     try:
                         os.utime(path)  # (recently used: kept when the directory is trimmed)
@@ -361,9 +368,27 @@ def compile_cached(replay, structs, donate, name, key, compile=None):
         stats["failed"] += 1
         return None
     try:
+        head = {"format": 1, "weak_out": weak_out}
         with _lock:
-            _write(directory, path, {"format": 1, "weak_out": weak_out}, blob)
+            _write(directory, path, head, blob)
         stats["stored"] += 1
+        _note_optimized(compiled, directory, path, head)
     except OSError:  # (a full disk, a read-only directory: the program is compiled all the same)
         stats["failed"] += 1
     return compiled
+
+
+def _note_optimized(compiled, directory, path, head):
+    """Where ``compiled`` runs a quick tier first (``_tiers``), mark the kept program once its optimized executable
+    is compiled (and so in JAX's cache): a warm start then loads that one at once."""
+    if not hasattr(compiled, "on_optimized") or head.get("optimized"):
+        return
+
+    def mark():
+        try:
+            with _lock:
+                _, blob = _read_raw(path)
+                _write(directory, path, dict(head, optimized=True), blob)
+        except (OSError, ValueError):
+            pass
+    compiled.on_optimized = mark

@@ -10,8 +10,9 @@ on a background thread, as the JVM's tiered compiler and V8 do, while the quick 
 When it takes over is fixed: at the quick executable's ``SWITCH_RUN``-th run, waiting for the background compile if
 it is not done. The two executables may round differently in the last bits (fusion and vectorization differ), so a
 switch "when ready" would make a run's numbers depend on the machine's load; at a fixed run, the same program gives
-the same numbers in every process, with a cold or a warm compilation cache (both executables are kept in JAX's
-persistent cache, so a warm start loads both).
+the same numbers in every process in the same cache state. Once the optimized executable exists (in JAX's persistent
+cache), ``on_optimized`` lets ``_persist`` mark the kept program: a warm start compiles -- loads -- the optimized
+executable at once, with no quick tier.
 
 Only clusters of at least ``MIN_OPS`` ops are tiered: a small cluster compiles in well under a second, and -O0 runs a
 small convolutional step 2-4x slower (ConvNet b64: 39 ms against 10.4). Only on the CPU for now: a GPU's fast tier
@@ -68,10 +69,11 @@ def compile(lowered, n_ops):  # noqa: A001  (the one thing this module does)
 class _Tiered:
     """The quick executable, replaced by the optimized one at its ``SWITCH_RUN``-th run."""
 
-    __slots__ = ("exe", "lowered", "runs", "thread", "result")
+    __slots__ = ("exe", "lowered", "runs", "thread", "result", "on_optimized")
 
     def __init__(self, lowered, fast):
         self.exe, self.lowered, self.runs, self.thread, self.result = fast, lowered, 0, None, None
+        self.on_optimized = None  # called (on the compile thread) once the optimized executable exists
 
     def __call__(self, *args):
         if self.lowered is not None:
@@ -97,6 +99,8 @@ class _Tiered:
         _local.background = True
         try:
             self.result = self.lowered.compile()
+            if self.on_optimized is not None:
+                self.on_optimized()
         except Exception:  # (memory, an XLA error: the quick executable stays)
             stats["failed"] += 1
         finally:
