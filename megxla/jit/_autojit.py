@@ -855,10 +855,16 @@ def _run_parts(ops, avals, inputs, in_ids, out_ids, donate, varying, site, ops_k
             # cannot start again from its inputs. The ops not run yet run op by op, in program order, from here.
             done = {k for m in members[:g] for k in m}
             error = None
+            # (a part's executable that failed may have consumed its donated inputs: what needs them is lost)
+            lost = {i for i, a in env.items() if _deleted(a)}
+            for i in lost:
+                del env[i]
             try:
-                _run_ops([rec for k, rec in enumerate(ops) if k not in done], env, out_ids)
+                _run_ops([rec for k, rec in enumerate(ops) if k not in done], env, out_ids, lost)
             except Exception as err:
                 error = err
+            if error is None and not lost.isdisjoint(out_ids):
+                error = _run_error(exc, len(ops))
             if error is not None:
                 raise _PartsFailed(env, error) from exc
             break  # (an error of a part's executable alone -- none op by op -- is no error)
