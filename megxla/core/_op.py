@@ -229,20 +229,39 @@ def device_memory_bytes(platform=None):
     platform = platform or jax.default_backend()
     limit = _MEMORY_LIMIT.get(platform)
     if limit is None:
-        limit = None
-        try:
-            stats = jax.devices(platform)[0].memory_stats() or {}
-            limit = stats.get("bytes_limit")
-        except Exception:  # memory_stats is not implemented by every backend
-            pass
-        if not limit:
-            import os
-            try:
-                limit = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-            except (ValueError, OSError, AttributeError):
-                limit = 1 << 62
-        limit = _MEMORY_LIMIT[platform] = int(limit)
+        limit = _MEMORY_LIMIT[platform] = measured_memory_bytes(platform)
     return limit
+
+
+def allocator_stats(platform=None):
+    """The first device's allocator statistics (``bytes_limit``, ``bytes_in_use``...), or None where the backend
+    keeps none (XLA:CPU).
+
+    Example:
+        >>> s = allocator_stats(); s is None or "bytes_in_use" in s
+        True
+    """
+    try:
+        return jax.devices(platform or jax.default_backend())[0].memory_stats() or None
+    except Exception:  # memory_stats is not implemented by every backend
+        return None
+
+
+def measured_memory_bytes(platform=None):
+    """:func:`device_memory_bytes` measured now (not the size check's limit, which a program may set).
+
+    Example:
+        >>> measured_memory_bytes() > 0
+        True
+    """
+    limit = (allocator_stats(platform) or {}).get("bytes_limit")
+    if not limit:
+        import os
+        try:
+            limit = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        except (ValueError, OSError, AttributeError):
+            limit = 1 << 62
+    return int(limit)
 
 
 def check_output_size(op, out):

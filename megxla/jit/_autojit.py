@@ -51,7 +51,7 @@ import weakref
 import jax
 import numpy as np
 
-from ..core import _dispatch, _interrupt, _lazy, _spmd
+from ..core import _dispatch, _interrupt, _lazy, _op, _spmd
 from ..core._elemwise_front import SCALAR_VIDS as _SCALAR_VIDS
 from ..core._lazy import Lazy
 from ..core._tensor import Tensor as _Tensor
@@ -677,10 +677,7 @@ BIG_FRACTION = 1 / 16
 
 def _free_bytes():
     """The device's free memory now (GPU/TPU: its allocator's; CPU: the machine's available RAM)."""
-    try:
-        stats = jax.local_devices()[0].memory_stats()
-    except Exception:
-        stats = None
+    stats = _op.allocator_stats()
     if stats and stats.get("bytes_limit"):
         return stats["bytes_limit"] - stats.get("bytes_in_use", 0)
     try:
@@ -693,19 +690,7 @@ def _free_bytes():
     return _total_bytes()
 
 
-@functools.lru_cache(maxsize=None)
-def _total_bytes():
-    """The device's memory (measured, not the size check's limit, which a program may set)."""
-    try:
-        stats = jax.local_devices()[0].memory_stats()
-    except Exception:
-        stats = None
-    if stats and stats.get("bytes_limit"):
-        return stats["bytes_limit"]
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return 1 << 62
+_total_bytes = functools.lru_cache(maxsize=None)(lambda: _op.measured_memory_bytes())
 
 
 def _fit_checked(executable):
