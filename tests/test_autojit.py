@@ -1364,3 +1364,22 @@ def test_an_xla_without_the_quick_options_compiles_optimized_at_once(auto_jit, m
     mge.config.auto_jit = True
     np.testing.assert_allclose(_tier_loop(3), want, rtol=1e-5)
     assert auto_jit_stats()["tiered"] == 0 and _tiers.stats["failed"] >= 1
+
+
+def test_a_step_timer_waits_for_tiered_clusters_to_run_optimized():
+    # a step timer that timed the quick executables' runs would find the clusters slower than they run from the
+    # 8th on (and run eagerly for its next 200 steps)
+    from megxla.jit import _tiers
+    saved = _tiers.in_flight[0]
+    _tiers.in_flight[0] = 1
+    try:
+        t = _autojit.ModeTimer(warmup=5)
+        modes = [t.next_mode() for _ in range(9)]
+    finally:
+        _tiers.in_flight[0] = saved
+    assert all(modes)  # (past its warmup: tiered clusters still in flight)
+    modes = [t.next_mode() for _ in range(_autojit.ModeTimer.PROBE)]
+    assert all(modes)  # PROBE steps with every cluster optimized: the ones the comparison reads
+    assert t.next_mode() is False  # then the eager probe
+    t2 = _autojit.ModeTimer(warmup=5)  # nothing tiered: probes after its warmup
+    assert [t2.next_mode() for _ in range(6)] == [True] * 5 + [False]

@@ -731,8 +731,10 @@ def _compile(ops, avals, in_ids, out_ids, donate, out_avals, reason=None):
     # (kept across processes where JAX's persistent cache is on: a warm start skips tracing and lowering)
     # A large cluster runs from a quickly compiled executable until XLA's optimized one is ready (_tiers) -- unless
     # the size cap cut it: a loop that never reads waits for none of its clusters (an evaluation loop keeping its
-    # outputs ran 6-12% slower tiered: its quick executables' runs, and the compile beside them on 2 cores)
-    tiered = functools.partial(_tiers.compile, n_ops=0 if reason == "size cap" else len(ops))
+    # outputs ran 6-12% slower tiered: its quick executables' runs, and the compile beside them on 2 cores) -- or
+    # it is a part of a churning site's cluster: its step's ModeTimer compares the first steps' times of both modes,
+    # which the quick executables' runs would charge to the clusters
+    tiered = functools.partial(_tiers.compile, n_ops=0 if reason in ("size cap", "part") else len(ops))
     executable = _persist.compile_cached(
         replay, structs, donate, "auto_jit_cluster",
         _persist.fingerprint(ops, in_ids, [avals[i] for i in in_ids], out_ids, donate, "auto_jit"), tiered)
@@ -1004,8 +1006,12 @@ class ModeTimer:
     # 9-10 ms). A cluster's compilations stay counted: its keys keep changing where shapes follow the data.
     compile_clock = staticmethod(lambda: _COMPILE_SECS[0])
 
+    MAX_DELAY = 16  # steps the warmup may be extended while tiered clusters run their quick executables
+
     def __init__(self, warmup=8):
         self.warmup = warmup
+        self.delayed = 0  # steps added to the warmup (tiered clusters: see next_mode)
+        self.settled = warmup  # calls in a row with no tiered cluster waiting for its optimized executable
         self.calls = 0
         self.times = {True: [], False: []}  # mode (clusters?) -> seconds of its latest steps
         self.last = None  # (mode, start, compile seconds at its start) of the previous step
@@ -1021,7 +1027,14 @@ class ModeTimer:
             del t[:-self.PROBE]
         k, w, p = self.calls, self.warmup, self.PROBE
         self.calls += 1
-        if k < w:
+        self.settled = 0 if _tiers.in_flight[0] else self.settled + 1
+        if k == w and self.settled <= p and self.delayed < self.MAX_DELAY:
+            # (tiered clusters running their quick executables lately: the clusters' latest steps would time them,
+            # not what the clusters run from now on -- the warmup goes on until PROBE steps ran without any)
+            self.warmup += 1
+            self.delayed += 1
+            mode = True
+        elif k < w:
             mode = True
         elif k < w + p:
             mode = False

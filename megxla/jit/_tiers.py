@@ -35,6 +35,9 @@ SWITCH_RUN = 8  # ... and replaces it at its eighth
 ENABLED = os.environ.get("MEGXLA_TIERED", "1").strip().lower() not in ("0", "false", "no", "off", "")
 
 stats = {"tiered": 0, "upgraded": 0, "failed": 0}
+# [tiered executables whose optimized compile has started and that have not switched yet]: a step timer
+# (``_autojit.ModeTimer``) waits for none to be left before it times the clusters against eager
+in_flight = [0]
 _local = threading.local()  # ``background``: True on a tier-up thread (its compile time is not the step's)
 _threads: set = set()
 _lock = threading.Lock()
@@ -91,6 +94,7 @@ class _Tiered:
             # (registered now, after JAX's exit handlers -- its backends exist by now --, so it runs before
             # them: no compile outlives XLA's teardown)
             _registered.append(atexit.register(_wait_for_tier_ups))
+        in_flight[0] += 1
         t = self.thread = threading.Thread(target=self._compile, name="megxla-tier-up", daemon=True)
         _threads.add(t)
         t.start()
@@ -110,6 +114,7 @@ class _Tiered:
         if self.thread is None:
             self._start()
         self.thread.join()
+        in_flight[0] -= 1
         if self.result is not None:
             self.exe = self.result
             stats["upgraded"] += 1
