@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import atexit
 import os
+import sys
 import threading
+import time
 
 import jax
 
@@ -33,6 +35,7 @@ MIN_OPS = 256
 START_RUN = 2  # the optimized compile starts at the quick executable's second run (the cluster recurs)...
 SWITCH_RUN = 8  # ... and replaces it at its eighth
 ENABLED = os.environ.get("MEGXLA_TIERED", "1").strip().lower() not in ("0", "false", "no", "off", "")
+LOG = os.environ.get("MEGXLA_AUTO_JIT_LOG") == "1"  # (auto-jit's log: a line when an optimized executable takes over)
 
 stats = {"tiered": 0, "upgraded": 0, "failed": 0}
 # [tiered executables whose optimized compile has started and that have not switched yet]: a step timer
@@ -66,17 +69,18 @@ def compile(lowered, n_ops):  # noqa: A001  (the one thing this module does)
         stats["failed"] += 1
         return lowered.compile()
     stats["tiered"] += 1
-    return _Tiered(lowered, fast)
+    return _Tiered(lowered, fast, n_ops)
 
 
 class _Tiered:
     """The quick executable, replaced by the optimized one at its ``SWITCH_RUN``-th run."""
 
-    __slots__ = ("exe", "lowered", "runs", "thread", "result", "on_optimized")
+    __slots__ = ("exe", "lowered", "runs", "thread", "result", "on_optimized", "n_ops", "seconds")
 
-    def __init__(self, lowered, fast):
+    def __init__(self, lowered, fast, n_ops=0):
         self.exe, self.lowered, self.runs, self.thread, self.result = fast, lowered, 0, None, None
         self.on_optimized = None  # called (on the compile thread) once the optimized executable exists
+        self.n_ops, self.seconds = n_ops, None
 
     def __call__(self, *args):
         if self.lowered is not None:
@@ -101,8 +105,10 @@ class _Tiered:
 
     def _compile(self):
         _local.background = True
+        t0 = time.perf_counter()
         try:
             self.result = self.lowered.compile()
+            self.seconds = time.perf_counter() - t0
             if self.on_optimized is not None:
                 self.on_optimized()
         except Exception:  # (memory, an XLA error: the quick executable stays)
@@ -113,11 +119,17 @@ class _Tiered:
     def _switch(self):
         if self.thread is None:
             self._start()
+        t0 = time.perf_counter()
         self.thread.join()
+        waited = time.perf_counter() - t0
         in_flight[0] -= 1
         if self.result is not None:
             self.exe = self.result
             stats["upgraded"] += 1
+            if LOG:
+                print(f"megxla auto-jit: a cluster of {self.n_ops} ops runs its optimized executable from its "
+                      f"{self.runs}th run (compiled in {self.seconds:.2f} s beside the quick one; this run waited "
+                      f"{waited:.2f} s for it)", file=sys.stderr)
         self.lowered = self.result = self.thread = None
 
     def memory_analysis(self):
