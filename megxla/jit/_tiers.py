@@ -21,6 +21,7 @@ small convolutional step 2-4x slower (ConvNet b64: 39 ms against 10.4). Only on 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import sys
 import threading
@@ -64,12 +65,24 @@ def compile(lowered, n_ops):  # noqa: A001  (the one thing this module does)
     if options is None or not isinstance(lowered, jax.stages.Lowered):
         return lowered.compile()
     try:
-        fast = lowered.compile(compiler_options=options)
+        with _not_kept():
+            fast = lowered.compile(compiler_options=options)
     except Exception:  # (an XLA that no longer knows an option: one optimized compile, as before)
         stats["failed"] += 1
         return lowered.compile()
     stats["tiered"] += 1
     return _Tiered(lowered, fast, n_ops)
+
+
+def _not_kept():
+    """A context in which the calling thread's compilations are not written to JAX's persistent cache: the quick
+    executable (writing it cost ~0.4 s of a 5 s cold first step; a warm start loads the optimized one, which the
+    background thread writes). JAX's minimum compile time for an entry, a thread-local setting."""
+    try:
+        from jax._src import config as jax_config
+        return jax_config.persistent_cache_min_compile_time_secs(float("inf"))
+    except Exception:  # (a JAX without that setting: the quick executable is kept too)
+        return contextlib.nullcontext()
 
 
 class _Tiered:
