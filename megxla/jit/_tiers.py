@@ -48,7 +48,12 @@ _lock = threading.Lock()
 
 
 def background() -> bool:
-    """Whether the calling thread is compiling an optimized tier (its compilations belong to no step)."""
+    """Whether the calling thread is compiling an optimized tier (its compilations belong to no step).
+
+    Example:
+        >>> background()
+        False
+    """
     return getattr(_local, "background", False)
 
 
