@@ -24,8 +24,11 @@ from megxla.jit import auto_jit_stats, reset_auto_jit_stats, xla_trace, _autojit
 
 
 @pytest.fixture
-def auto_jit():
+def auto_jit(monkeypatch):
     saved = mge.config.auto_jit
+    # (these tests check how clusters are made and run: a small step is not timed against eager here --
+    # test_a_small_static_step_runs_eagerly_where_that_is_clearly_faster checks that)
+    monkeypatch.setattr(_autojit, "STATIC_TIMER", False)
     _autojit._sites.clear()
     _autojit._warned_lines.clear()
     _autojit._steps.clear()
@@ -1383,3 +1386,39 @@ def test_a_step_timer_waits_for_tiered_clusters_to_run_optimized():
     assert t.next_mode() is False  # then the eager probe
     t2 = _autojit.ModeTimer(warmup=5)  # nothing tiered: probes after its warmup
     assert [t2.next_mode() for _ in range(6)] == [True] * 5 + [False]
+
+
+def test_a_small_static_step_runs_eagerly_where_that_is_clearly_faster(auto_jit, monkeypatch):
+    # a small step whose compute is as long as its Python: eager overlaps the two, a cluster cannot (the digits
+    # demo: 0.95 ms eager, 1.5 ms auto-jit). Timed with a clock that makes cluster steps 2 ms and eager steps 1 ms.
+    monkeypatch.setattr(_autojit, "STATIC_TIMER", True)
+    now = [0.0]
+    monkeypatch.setattr(_autojit.ModeTimer, "clock", staticmethod(lambda: now[0]))
+
+    def run(steps, cluster_ms, eager_ms):
+        _autojit._steps.clear()
+        _autojit._local.paused = False
+        mge.random.seed(0)
+        net = M.Sequential(M.Linear(4, 8), M.ReLU(), M.Linear(8, 3))
+        opt, gm = optim.SGD(net.parameters(), lr=0.1), GradManager().attach(net.parameters())
+        x = mge.Tensor(np.random.RandomState(0).randn(5, 4).astype("float32"))
+        y = mge.Tensor(np.arange(5, dtype="int32") % 3)
+        losses, modes = [], []
+        for _ in range(steps):
+            modes.append(not _autojit._local.paused)
+            now[0] += (cluster_ms if modes[-1] else eager_ms) / 1e3
+            with gm:
+                loss = F.nn.cross_entropy(net(x), y)
+                gm.backward(loss)
+            opt.step().clear_grad()
+            losses.append(loss.item())
+        return losses, modes
+
+    losses, modes = run(24, 2.0, 1.0)
+    assert modes[:5] == [True] * 5 and not any(modes[-6:]), modes  # (eager after its probe)
+    assert auto_jit_stats()["eager_steps"] >= 6
+    _, modes = run(24, 1.1, 1.0)  # eager faster by less than STATIC_MARGIN: clusters stay
+    assert all(modes[-6:]), modes
+    mge.config.auto_jit = False
+    want, _ = run(24, 1.0, 1.0)
+    np.testing.assert_allclose(losses, want, rtol=1e-5)

@@ -1008,7 +1008,10 @@ class ModeTimer:
 
     MAX_DELAY = 16  # steps the warmup may be extended while tiered clusters run their quick executables
 
-    def __init__(self, warmup=8):
+    def __init__(self, warmup=8, margin=0.0, every=None):
+        self.margin = margin  # eager is chosen only if faster by this fraction (0: whichever is faster)
+        if every is not None:
+            self.EVERY = every
         self.warmup = warmup
         self.delayed = 0  # steps added to the warmup (tiered clusters: see next_mode)
         self.settled = warmup  # calls in a row with no tiered cluster waiting for its optimized executable
@@ -1042,7 +1045,8 @@ class ModeTimer:
             if (k - w) % self.EVERY == p and self.times[True] and self.times[False]:
                 # (a probe just ended: compare the latest steps of each mode)
                 # (each mode's first step after a switch carries the other's pending work: medians)
-                self.best = statistics.median(self.times[True]) <= statistics.median(self.times[False])
+                self.best = statistics.median(self.times[True]) <= \
+                    statistics.median(self.times[False]) * (1.0 + self.margin)
             mode = self.best if (k - w) % self.EVERY >= p else not self.best
         self.last = (mode, now, compiled)
         return mode
@@ -1303,6 +1307,12 @@ def step_boundary(reason="opt.step", now=False):
 # and has chosen by step ~18.)
 TROUBLED_STEPS = 4
 WARMUP_STEPS = 4
+# Steps of at most STATIC_MAX_OPS ops whose clusters run compiled are timed too (see _choose_mode): eager is chosen
+# only if faster by STATIC_MARGIN, and probed again every STATIC_EVERY steps
+STATIC_TIMER = os.environ.get("MEGXLA_AUTO_JIT_STATIC_TIMER", "1") != "0"
+STATIC_MAX_OPS = 256
+STATIC_MARGIN = 0.2
+STATIC_EVERY = 1000
 _steps: dict = {}  # step site -> [ops collected, of them run op by op (at the last step end), troubled steps, timer,
 #                                  steps, warned that they run eagerly]
 
@@ -1319,10 +1329,21 @@ def _choose_mode(loc, site):
         st[4] += 1
         if st[4] > WARMUP_STEPS and 4 * (fallback - st[1]) >= ops - st[0] > 0:
             st[2] += 1  # a quarter or more of this step's ops ran op by op
+        n, by_op = ops - st[0], fallback - st[1]
         st[0], st[1] = ops, fallback
-        if st[2] < TROUBLED_STEPS:
+        if st[2] >= TROUBLED_STEPS:
+            timer = st[3] = ModeTimer(warmup=ModeTimer.PROBE)  # (5 steps timed as clusters first)
+        elif STATIC_TIMER and st[4] > WARMUP_STEPS and st[2] == 0 and by_op == 0 and 0 < n <= STATIC_MAX_OPS:
+            # A small step whose clusters are compiled: it may still run faster eagerly, where its compute takes
+            # about as long as its Python -- eager computes each op while Python issues the next, a cluster runs
+            # once the whole step is collected (the digits demo's ConvNet: 0.95 ms eager, 1.5 ms as a cluster). It
+            # runs eagerly only if that is clearly faster (STATIC_MARGIN: no flip-flopping between two close modes,
+            # whose numbers differ in the last bits), and probes again rarely. (Large steps are not timed: their
+            # eager probe would compile every eager kernel of the step, seconds in a cold process.)
+            timer = st[3] = ModeTimer(warmup=ModeTimer.PROBE, margin=STATIC_MARGIN, every=STATIC_EVERY)
+            st[5] = True  # (no warning: the step is not troubled, eager is just faster for it)
+        else:
             return
-        timer = st[3] = ModeTimer(warmup=ModeTimer.PROBE)  # (5 steps timed as clusters first)
     loc.paused = not timer.next_mode()
     if loc.paused:
         s.eager_steps += 1
