@@ -372,3 +372,25 @@ def test_ctrl_c_while_auto_jit_collects_an_op_leaves_no_lock_held(monkeypatch):
     finally:
         mge.config.auto_jit = False
     assert not _interrupt._deferring and _interrupt._pending is None
+
+
+def test_a_ctrl_c_arriving_in_a_gc_callback_is_sent_again():
+    # Python ignores an exception raised in a garbage-collection callback ("Exception ignored in
+    # _xla_gc_callback"): a KeyboardInterrupt raised there was lost, and the training loop went on
+    got = []
+    old = signal.signal(signal.SIGINT, lambda signum, frame: got.append(signum))
+    try:
+        assert _interrupt._install()
+        holder = signal.getsignal(signal.SIGINT)
+
+        def _xla_gc_callback():  # (as JAX's, which runs at every collection)
+            holder(signal.SIGINT, sys._getframe())
+            return list(got)
+
+        assert _xla_gc_callback() == []  # not delivered where it would be swallowed...
+        deadline = time.perf_counter() + 5
+        while not got and time.perf_counter() < deadline:
+            time.sleep(1e-3)
+        assert got == [signal.SIGINT]  # ... but a moment later, out of it
+    finally:
+        signal.signal(signal.SIGINT, old)

@@ -60,7 +60,26 @@ class _Holder:
         if _deferring:
             _pending = (signum, frame)
             return
+        if _swallowed_at(frame):
+            # Python ignores an exception raised in a garbage-collection callback or a ``__del__`` ("Exception
+            # ignored in ..."): a KeyboardInterrupt raised there was lost (JAX's ``_xla_gc_callback`` runs at every
+            # collection; 1 in ~600 random Ctrl-Cs of a training loop met it). The signal is sent again in a
+            # moment, when the main thread is out of it.
+            threading.Timer(0.002, _signal.raise_signal, (signum,)).start()
+            return
         self.wrapped(signum, frame)
+
+
+_SWALLOWING = frozenset(("_xla_gc_callback", "__del__"))
+
+
+def _swallowed_at(frame, depth=8):
+    """Whether ``frame`` (or one of its callers close by) runs where Python ignores exceptions."""
+    while frame is not None and depth:
+        if frame.f_code.co_name in _SWALLOWING:
+            return True
+        frame, depth = frame.f_back, depth - 1
+    return False
 
 
 def _install():
