@@ -504,22 +504,15 @@ class _Cluster:
     @staticmethod
     def _eager_until_error(ops, inputs, in_ids, out_ids, failed_run=None):
         """``(values by local id, None)``, or the values up to the op that raised and its error (of the values
-        not in ``out_ids``, only those still to be read). ``failed_run``: the error of the cluster's executable,
-        which may have consumed its donated inputs before failing (XLA deletes them once the run is launched, an
-        allocation it then refuses included): the values computed from those cannot be computed again; the
-        others are, op by op, and the executable's error stands for the lost ones."""
+        not in ``out_ids``, only those still to be read). ``failed_run``: the error of the cluster's executable, which
+        may have consumed its donated inputs (:func:`_rerun_after`)."""
         env = dict(zip(in_ids, inputs))
-        lost = None
         if failed_run is not None:
-            lost = {i for i, a in zip(in_ids, inputs) if _deleted(a)}
-            for i in lost:
-                del env[i]
+            return env, _rerun_after(failed_run, ops, env, out_ids)
         try:
-            _run_ops(ops, env, out_ids, lost)
+            _run_ops(ops, env, out_ids)
         except Exception as exc:
             return env, exc
-        if lost and any(i in lost for i in out_ids):
-            return env, _run_error(failed_run, len(ops))
         return env, None
 
     @staticmethod
@@ -653,6 +646,21 @@ def _deleted(a):
     return f is not None and f()
 
 
+def _rerun_after(failed, ops, env, keep):
+    """Run ``ops`` op by op on ``env`` after an executable raised ``failed``: the error to raise, or None. That
+    executable may have consumed its donated inputs before failing (XLA deletes them once a run is launched, an
+    allocation it then refuses included): the ops needing them are skipped, and where a value in ``keep`` is lost
+    so, the executable's error stands for it."""
+    lost = {i for i, a in env.items() if _deleted(a)}
+    for i in lost:
+        del env[i]
+    try:
+        _run_ops(ops, env, keep, lost)
+    except Exception as exc:
+        return exc
+    return None if lost.isdisjoint(keep) else _run_error(failed, len(ops))
+
+
 def _run_error(exc, n):
     """The error a cluster's failed executable stands for, where its op-by-op rerun could not reach the values
     computed from the inputs it consumed: an allocation XLA refused is eager's OutOfMemoryError."""
@@ -690,7 +698,7 @@ def _free_bytes():
     return _total_bytes()
 
 
-_total_bytes = functools.lru_cache(maxsize=None)(lambda: _op.measured_memory_bytes())
+_total_bytes = functools.lru_cache(maxsize=None)(_op.measured_memory_bytes)
 
 
 def _fit_checked(executable):
@@ -841,17 +849,7 @@ def _run_parts(ops, avals, inputs, in_ids, out_ids, donate, varying, site, ops_k
             # The groups before this one took effect, and their parts may have consumed donated inputs: the cluster
             # cannot start again from its inputs. The ops not run yet run op by op, in program order, from here.
             done = {k for m in members[:g] for k in m}
-            error = None
-            # (a part's executable that failed may have consumed its donated inputs: what needs them is lost)
-            lost = {i for i, a in env.items() if _deleted(a)}
-            for i in lost:
-                del env[i]
-            try:
-                _run_ops([rec for k, rec in enumerate(ops) if k not in done], env, out_ids, lost)
-            except Exception as err:
-                error = err
-            if error is None and not lost.isdisjoint(out_ids):
-                error = _run_error(exc, len(ops))
+            error = _rerun_after(exc, [rec for k, rec in enumerate(ops) if k not in done], env, out_ids)
             if error is not None:
                 raise _PartsFailed(env, error) from exc
             break  # (an error of a part's executable alone -- none op by op -- is no error)

@@ -84,7 +84,7 @@ class _Tiered:
 
     __slots__ = ("exe", "lowered", "runs", "thread", "result", "on_optimized", "n_ops", "seconds")
 
-    def __init__(self, lowered, fast, n_ops=0):
+    def __init__(self, lowered, fast, n_ops):
         self.exe, self.lowered, self.runs, self.thread, self.result = fast, lowered, 0, None, None
         self.on_optimized = None  # called (on the compile thread) once the optimized executable exists
         self.n_ops, self.seconds = n_ops, None
