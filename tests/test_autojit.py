@@ -32,6 +32,7 @@ def auto_jit(monkeypatch):
     _autojit._sites.clear()
     _autojit._warned_lines.clear()
     _autojit._steps.clear()
+    _autojit._local.cluster.guesses.clear()
     reset_auto_jit_stats()
     mge.config.auto_jit = True
     try:
@@ -1422,3 +1423,91 @@ def test_a_small_static_step_runs_eagerly_where_that_is_clearly_faster(auto_jit,
     mge.config.auto_jit = False
     want, _ = run(24, 1.0, 1.0)
     np.testing.assert_allclose(losses, want, rtol=1e-5)
+
+
+def _guessed_loop(event, steps=16, at=9):
+    """A step reading a fresh input first and a state Tensor later (after the early launch), updated in place;
+    at step ``at`` the program does ``event`` between the launch and that read."""
+    s = mge.Tensor(np.ones(4, "float32"))
+    other = mge.Tensor(np.full(4, 2.0, "float32"))
+    outs = []
+    for step in range(steps):
+        a = mge.Tensor(np.arange(4, dtype="float32") + step)
+        y = (a * 2 + 1).sum() * 0.5 - 1
+        if step == at:
+            if event == "new value":  # (host-side: no op)
+                s._reset(mge.Tensor(np.full(4, 7.0, "float32")))
+            elif event == "in-place op":
+                s += 1
+            elif event == "another tensor":
+                s, other = other, s
+            elif event == "host read":
+                float(y)
+        z = F.exp((y + s * 3) * 0.01).sum()
+        if step == at and event == "one more op":
+            z = z * 2
+        s -= 0.1 * z / 100
+        outs.append(z.item())
+    return outs, s.numpy(), other.numpy()
+
+
+@pytest.mark.parametrize("event", [None, "new value", "in-place op", "another tensor", "one more op", "host read"])
+def test_an_early_launch_is_used_only_where_the_cluster_is_the_guessed_one(auto_jit, monkeypatch, event):
+    # A recurring cluster runs before its last op is collected, on the values its inputs hold at that moment: a
+    # program that then changes one of them, or issues other ops, gets its own values (the launched run is dropped)
+    monkeypatch.setattr(_autojit._Guess, "early", lambda self: True)  # (not timed: launched whenever it can be)
+    mge.config.auto_jit = False
+    want = _guessed_loop(event)
+    mge.config.auto_jit = True
+    got = _guessed_loop(event)
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, rtol=1e-6)
+    stats = auto_jit_stats()
+    assert stats["early_launches"] >= 8, stats  # (from the 5th step: 3 cache hits to learn, then every step)
+    # (a miss where the program did something else; after a host read, its next step may miss once more: the
+    # cached scalars the step's cut-off rest read are new Tensors)
+    assert (stats["early_misses"] == 0) if event is None else (1 <= stats["early_misses"] <= 2), stats
+    assert stats["early_compiled"] == 1 and stats["compiled"] <= 2, stats
+
+
+def test_training_with_early_launches_equals_eager(auto_jit, monkeypatch):
+    monkeypatch.setattr(_autojit._Guess, "early", lambda self: True)
+    mge.config.auto_jit = False
+    want = _train(12)
+    mge.config.auto_jit = True
+    got = _train(12)
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-5)
+    for k in want[1]:
+        np.testing.assert_allclose(got[1][k], want[1][k], rtol=1e-5, atol=1e-6, err_msg=k)
+    for a, b in zip(got[2], want[2]):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(got[3], want[3])  # (Dropout's draws: the RNG key is read early, as a value)
+    stats = auto_jit_stats()
+    assert stats["early_launches"] >= 5 and stats["early_misses"] == 0, stats
+
+
+@pytest.mark.parametrize("early_ms, late_ms, launched", [(2.0, 1.0, False), (1.0, 2.0, True)])
+def test_early_launches_are_timed_against_collecting_the_whole_cluster(auto_jit, monkeypatch, early_ms, late_ms,
+                                                                        launched):
+    # On a CPU the launched run shares the cores with the Python collecting the rest of the step: where that is
+    # slower, the guess stops launching after its probe (a clock making such steps 2 ms, the others 1 ms)
+    now = [0.0]
+    monkeypatch.setattr(_autojit.ModeTimer, "clock", staticmethod(lambda: now[0]))
+    before = [0]
+
+    def tick():
+        n = _autojit._stats.launched
+        now[0] += (early_ms if n > before[0] else late_ms) / 1e3
+        before[0] = n
+
+    x = mge.Tensor(np.ones(4, "float32"))
+    state = mge.Tensor(np.zeros(4, "float32"))
+    per_step = []
+    for step in range(30):
+        a = mge.Tensor(np.full(4, float(step), "float32"))
+        state += F.tanh(a * x + state) * 0.1
+        (state * 2).sum().item()
+        per_step.append(_autojit._stats.launched)
+        tick()
+    late = per_step[-8:]
+    assert (late[-1] > late[0]) is launched, per_step
