@@ -4,6 +4,7 @@ auto-jit (``megxla.config.auto_jit = True``, no decorator) vs the same step unde
     python benchmarks/eager_loop.py                     # MLP b128, ConvNet b8/b64, Transformer, the host-read step
     python benchmarks/eager_loop.py --only mlp --steps 30
     python benchmarks/eager_loop.py --cut-backward      # auto-jit cutting at gm.backward too (the GPU experiment)
+    python benchmarks/eager_loop.py --no-early          # auto-jit running each cluster only once collected in full
 
 Columns are ms/step (median of the timed steps after ``--warmup`` steps, each step ending in ``loss.item()``) and
 the ratios. Every (workload, mode) runs in a fresh process, in interleaved rounds (the fastest reported), so no
@@ -245,10 +246,16 @@ def main():
     ap.add_argument("--cut-backward", action="store_true",
                     help="auto-jit also cuts at the start of gm.backward (MEGXLA_AUTO_JIT_CUT_BACKWARD=1: the forward "
                          "runs while the backward is collected; off by default, for GPUs)")
+    ap.add_argument("--no-early", action="store_true",
+                    help="auto-jit launches no cluster early (MEGXLA_AUTO_JIT_EARLY=0: each cluster runs once "
+                         "collected in full; by default a recurring small one may start while its step's end is "
+                         "collected, where its timer finds that faster)")
     ap.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.cut_backward:
         os.environ["MEGXLA_AUTO_JIT_CUT_BACKWARD"] = "1"  # (the children inherit it)
+    if args.no_early:
+        os.environ["MEGXLA_AUTO_JIT_EARLY"] = "0"
     if args.child:
         name, mode, steps, warmup = args.child
         return _child(name, mode, int(steps), int(warmup))

@@ -394,7 +394,9 @@ class _Guess:
         self.out_pos = {lid: k for k, lid in enumerate(out_ids)}
         self.launch_at = launch_at
         self.bound = sum(1 for r in first_read if r < launch_at)
-        self.timer, self.eager_steps = ModeTimer(warmup=ModeTimer.PROBE), None
+        # (a warmup of 10: the first launched runs are slow -- their executable's first runs, a step timer's eager
+        # probe between them --, and a comparison with them chose late launches where early ones were faster)
+        self.timer, self.eager_steps = ModeTimer(warmup=2 * ModeTimer.PROBE), None
         self.off = False
 
     def early(self):
@@ -599,9 +601,11 @@ class _Cluster:
             launched = None  # (its references to the inputs would keep them from being donated)
         try:
             if values is None:
-                hits = _stats.hits
+                hits, split = _stats.hits, _stats.split
                 values = self._run(ops, avals, inputs, in_ids, out_ids, reason, site)
-                if _stats.hits > hits and len(ops) <= EARLY_MAX_OPS and len(ops) < _tiers.MIN_OPS and first is not None:
+                # (learnt from clusters run whole by a cached executable: not from a churning site's parts)
+                if _stats.hits > hits and _stats.split == split and len(ops) <= EARLY_MAX_OPS \
+                        and len(ops) < _tiers.MIN_OPS and first is not None:
                     self.learn(first, ops, avals, in_ids, out_ids, in_refs, reason)
         except Exception as exc:
             # Run op by op, as eager did: what the ops before the failing one computed takes effect, the
@@ -769,6 +773,7 @@ def _run_keyed(ops, avals, inputs, in_ids, out_ids, donate, reason, site, whole,
                 _cache.popitem(last=False)
             stats.hits += 1
             st[1] += 1
+            _last_hit[0] = st
             return entry.executable(*inputs)
     if whole and entry is None:
         st[5], st[6] = st[6], (ops, avals)  # (references: a cut gives the cluster new lists)
@@ -1556,7 +1561,9 @@ def _choose_mode(loc, site):
             # runs eagerly only if that is clearly faster (STATIC_MARGIN: no flip-flopping between two close modes,
             # whose numbers differ in the last bits), and probes again rarely. (Large steps are not timed: their
             # eager probe would compile every eager kernel of the step, seconds in a cold process.)
-            timer = st[3] = ModeTimer(warmup=ModeTimer.PROBE, margin=STATIC_MARGIN, every=STATIC_EVERY)
+            # (a warmup of 10 steps: an early launch's executable, compiled at about the 4th step, runs its first
+            # steps slower -- timed from the 5th, clusters lost to eager on the ConvNet b8 step they run faster)
+            timer = st[3] = ModeTimer(warmup=2 * ModeTimer.PROBE, margin=STATIC_MARGIN, every=STATIC_EVERY)
             st[5] = True  # (no warning: the step is not troubled, eager is just faster for it)
         else:
             return
