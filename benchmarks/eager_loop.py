@@ -9,7 +9,7 @@ auto-jit (``megxla.config.auto_jit = True``, no decorator) vs the same step unde
 Columns are ms/step (median of the timed steps after ``--warmup`` steps, each step ending in ``loss.item()``) and
 the ratios. Every (workload, mode) runs in a fresh process, in interleaved rounds (the fastest reported), so no
 mode runs on kernels another one compiled: for the data-dependent workloads the numbers are those of steps
-16-30 of a training run. ``hostread`` is a ConvNet step that reads a data-dependent count on the host (the number of positive
+31-50 of a training run (by default). ``hostread`` is a ConvNet step that reads a data-dependent count on the host (the number of positive
 logits) and then uses ``cond_take`` (output shape depends on values): under ``xla_trace`` each new count misses the
 guard; under auto-jit the clusters before and after the read are compiled once each. ``detection`` is the model
 zoo's RetinaNet training step written eagerly (IoU anchor matching, labels through boolean masks, focal + L1 losses
@@ -240,8 +240,10 @@ def _measure(name, mode, steps, warmup):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", default="mlp,convnet_b8,convnet_b64,transformer,hostread,detection")
-    ap.add_argument("--steps", type=int, default=15, help="timed steps (after the warm-up ones)")
-    ap.add_argument("--warmup", type=int, default=15)
+    ap.add_argument("--steps", type=int, default=20, help="timed steps (after the warm-up ones)")
+    # (30: after the timers' first probes -- a small step's eager probe at steps 15-19, an early launch's late one
+    # at ~20-24 --, which steps 16-30, the window until 2026-11-29, half included)
+    ap.add_argument("--warmup", type=int, default=30)
     ap.add_argument("--rounds", type=int, default=2, help="fresh processes per cell (the fastest is reported)")
     ap.add_argument("--cut-backward", action="store_true",
                     help="auto-jit also cuts at the start of gm.backward (MEGXLA_AUTO_JIT_CUT_BACKWARD=1: the forward "
