@@ -405,11 +405,18 @@ class _Guess:
         is a few large matmuls XLA spreads over every core ran no faster launched early (the MLP's: 1.83 against
         1.80 ms), one of many small ops 15-20% faster (ConvNet b8: 2.0 against 2.4 ms). A ModeTimer times the
         guess's steps both ways (from one start of its cluster to the next) and keeps the faster."""
-        n = _stats.eager_steps
+        n, t = _stats.eager_steps, self.timer
         if n != self.eager_steps:  # (steps run eagerly since the last start: that interval times no mode)
             self.eager_steps = n
-            self.timer.last = None
-        return self.timer.next_mode()
+            t.last = None
+            if t.calls <= t.warmup + t.PROBE:
+                # After an eager stretch (a step timer's probe and its kernels' compilations) steps of either mode
+                # run slower for 10-15 steps: before its first choice, the timer starts over past it, so that the
+                # early steps compared are those right before the late ones (the MLP's late probe, right after such
+                # a stretch, against early steps from before it compared the transient)
+                t.warmup = t.calls + 2 * t.PROBE
+                t.times = {True: [], False: []}
+        return t.next_mode()
 
     def launch(self, cl):
         """Run the executable on the cluster's inputs so far and the guessed Tensors' current values; the
