@@ -366,7 +366,7 @@ class _Guess:
     def __init__(self, sig, refs):
         self.sig, self.refs = sig, refs
         self.runs = self.hits = self.misses = 0
-        self.site = _last_hit[0]  # (its hits count the runs taken from early launches too: the megamorphic rule)
+        self.site = _local.last_hit  # (its hits count the runs taken from early launches too: the megamorphic rule)
         self.off = not EARLY
         self.executable = None
 
@@ -490,7 +490,6 @@ _cache: "collections.OrderedDict" = collections.OrderedDict()
 # (ops, avals) of the site's new cluster before the latest, and of the latest: what changed, for the user]
 _sites: dict = {}
 _last_changed = [None]  # the latest site whose new cluster differed from one before
-_last_hit = [None]  # the site state of the latest cluster run by a cached executable (its hits: see _Guess)
 
 
 class _Cluster:
@@ -753,7 +752,7 @@ def _run_keyed(ops, avals, inputs, in_ids, out_ids, donate, reason, site, whole,
         _cache.move_to_end(key)
         stats.hits += 1
         entry.site[1] += 1
-        _last_hit[0] = entry.site
+        _local.last_hit = entry.site
         return entry.executable(*inputs)
     st = _sites.get(site)
     if st is None:
@@ -780,7 +779,7 @@ def _run_keyed(ops, avals, inputs, in_ids, out_ids, donate, reason, site, whole,
                 _cache.popitem(last=False)
             stats.hits += 1
             st[1] += 1
-            _last_hit[0] = st
+            _local.last_hit = st
             return entry.executable(*inputs)
     if whole and entry is None:
         st[5], st[6] = st[6], (ops, avals)  # (references: a cut gives the cluster new lists)
@@ -1288,6 +1287,7 @@ class _Local(threading.local):
         self.cluster = _Cluster()
         self.forced = 0  # > 0 inside ``clustered()``: this thread collects while auto-jit is off
         self.paused = False  # this step runs eagerly (``ModeTimer`` found eager faster for it)
+        self.last_hit = None  # the site state of this thread's latest cluster run by a cached executable
 
 
 @contextlib.contextmanager
