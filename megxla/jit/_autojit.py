@@ -361,7 +361,7 @@ class _Guess:
     the inputs read by then (``bound``), the non-donating executable."""
 
     __slots__ = ("sig", "refs", "runs", "off", "executable", "ops", "in_avals", "out_pos", "launch_at", "bound",
-                 "hits", "misses", "timer", "eager_steps", "site")
+                 "hits", "misses", "timer", "eager_steps", "site", "same")
 
     def __init__(self, sig, refs):
         self.sig, self.refs = sig, refs
@@ -394,6 +394,7 @@ class _Guess:
         self.out_pos = {lid: k for k, lid in enumerate(out_ids)}
         self.launch_at = launch_at
         self.bound = sum(1 for r in first_read if r < launch_at)
+        self.same = same
         # (a warmup of 10: the first launched runs are slow -- their executable's first runs, a step timer's eager
         # probe between them --, and a comparison with them chose late launches where early ones were faster)
         self.timer, self.eager_steps = ModeTimer(warmup=2 * ModeTimer.PROBE), None
@@ -424,10 +425,16 @@ class _Guess:
         inputs, avals, in_avals = cl.inputs, cl.avals, self.in_avals
         if len(inputs) != self.bound or self.executable is None:
             return None
+        refs, same, read = self.refs, self.same, cl.in_refs
         for s, lid in enumerate(cl.in_ids):
             if avals[lid] != in_avals[s]:
                 return None
-        args, vids, refs = list(inputs), [], self.refs
+            # (an input read so far that was the same Tensor the last times is that one again: a first op like
+            # ``x * 3`` -- the same record as the step's ``a * 2`` -- launched the step's run after a host read cut
+            # the step there, a run the next op then dropped)
+            if same[s] and (refs[s]() is None or refs[s]() is not read[s]()):
+                return None
+        args, vids = list(inputs), []
         for s in range(self.bound, len(in_avals)):
             t = refs[s]()
             if t is None:
