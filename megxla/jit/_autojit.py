@@ -456,6 +456,7 @@ class _Guess:
         return _Launched(self, outs, args, vids)
 
     def missed(self):
+        """A launched run was dropped: past 2 + hits/8 of them the guess launches no more."""
         self.misses += 1
         _stats.early_missed += 1
         if self.misses > 2 + self.hits // 8:
