@@ -1580,3 +1580,45 @@ def test_early_launches_in_random_programs_with_random_events_equal_eager(auto_j
         taken += auto_jit_stats()["early_launches"]
         dropped += auto_jit_stats()["early_misses"]
     assert taken >= 400 and dropped >= 10, (taken, dropped)
+
+
+def _batch_loop(event, steps=16, at=9):
+    """A step whose first op reads one host-made Tensor and whose later ops read another, made just before it (a
+    batch and its labels); at step ``at`` the program makes another Tensor after the labels, or the two in the
+    other order."""
+    w = mge.Tensor(np.full((4,), 0.5, "float32"))
+    outs = []
+    for step in range(steps):
+        if step == at and event == "other order":
+            labels = mge.Tensor(np.arange(4, dtype="float32") - step)
+            x = mge.Tensor(np.arange(4, dtype="float32") + step)
+        else:
+            x = mge.Tensor(np.arange(4, dtype="float32") + step)
+            labels = mge.Tensor(np.arange(4, dtype="float32") - step)
+        if step == at and event == "one more tensor":
+            extra = mge.Tensor(np.ones(4, "float32") * 9)  # noqa: F841  (made last: not the labels)
+        h = F.tanh(x * w) * 2
+        loss = ((h - labels) ** 2).mean()
+        w -= 0.01 * h
+        outs.append(loss.item())
+    return outs, w.numpy()
+
+
+@pytest.mark.parametrize("event", [None, "one more tensor", "other order"])
+def test_an_early_launch_at_the_first_op_takes_the_latest_host_made_tensors_only_where_they_are_read(
+        auto_jit, monkeypatch, event):
+    # The labels, read late in the step, were the latest Tensor made from host data both times: the cluster is
+    # launched after its first op, on them; where the program made the Tensors otherwise, the run is dropped
+    monkeypatch.setattr(_autojit._Guess, "early", lambda self: True)
+    mge.config.auto_jit = False
+    want = _batch_loop(event)
+    mge.config.auto_jit = True
+    got = _batch_loop(event)
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-6)
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-6)
+    stats = auto_jit_stats()
+    assert stats["early_launches"] >= 8, stats
+    assert stats["early_misses"] == (0 if event is None else 1), stats
+    (g,) = [g for g in _autojit._local.cluster.guesses.values() if g.executable is not None]
+    # (after a miss it launches once the labels are read)
+    assert (g.launch_at == 1) is (event is None), (g.launch_at, g.late)

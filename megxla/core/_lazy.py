@@ -28,6 +28,9 @@ COLLECT: list = [None]
 FLUSH: list = [None]
 # ``step_end()``: the natural end of a training step (called by ``Optimizer.step``; set by jit with COLLECT).
 STEP_END: list = [None]
+# ``made(tensor)``: a Tensor was made from host data (``Tensor(numpy_array)``: a step's batch); set by jit while
+# auto-jit is on (an early launch finds the step's inputs among the latest ones), None otherwise.
+MADE: list = [None]
 # ``megxla.config.auto_jit``: WANTED[0] is the setting; SWITCH[0](on) applies it (registered by jit, which may be
 # imported after the setting is made: it reads WANTED then).
 WANTED: list = [False]

@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 
 from . import dtypes as _dt
+from . import _lazy
 from ._lazy import Lazy, resolve as _lazy_resolve
 
 __all__ = ["Tensor", "Parameter"]
@@ -176,6 +177,8 @@ class Tensor:
             from ._dispatch import _vids
             self._data = _dt.to_array(data, dtype, device)
             self._vid = next(_vids)
+            if _lazy.MADE[0] is not None:
+                _lazy.MADE[0](self)
             # MegEngine's quantized dtype, given or the NumPy array's (read from the source: JAX's arrays may
             # drop a dtype's metadata)
             md = getattr(dtype if dtype is not None else getattr(data, "dtype", None), "metadata", None)

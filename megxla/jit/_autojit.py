@@ -361,17 +361,22 @@ class _Guess:
     the inputs read by then (``bound``), the non-donating executable."""
 
     __slots__ = ("sig", "refs", "runs", "off", "executable", "ops", "in_avals", "out_pos", "launch_at", "bound",
-                 "hits", "misses", "timer", "eager_steps", "site", "same")
+                 "hits", "misses", "timer", "eager_steps", "site", "same", "made", "predicted", "late")
 
     def __init__(self, sig, refs):
         self.sig, self.refs = sig, refs
         self.runs = self.hits = self.misses = 0
         self.site = _local.last_hit  # (its hits count the runs taken from early launches too: the megamorphic rule)
+        self.made = None  # slot -> its Tensor's place among the latest host-made ones at the cluster's start (-1: the
+        # latest), last time
+        self.predicted = None  # slot -> that place, for the inputs an early launch at the first op takes from there
         self.off = not EARLY
         self.executable = None
 
-    def plan(self, ops, avals, in_ids, out_ids, same, reason):
-        """Where to launch: after the op reading the last input that was not the same Tensor both times."""
+    def plan(self, ops, avals, in_ids, out_ids, same, made, reason):
+        """Where to launch: after the op reading the last input that was not the same Tensor both times -- or after
+        the first op, where those inputs were the same latest Tensors made from host data both times (``made``:
+        slot -> place among them): a step's batch and labels, made just before it."""
         self.off = True  # (unless planned below)
         slot = {lid: k for k, lid in enumerate(in_ids)}
         first_read = [len(ops)] * len(in_ids)
@@ -395,6 +400,12 @@ class _Guess:
         self.launch_at = launch_at
         self.bound = sum(1 for r in first_read if r < launch_at)
         self.same = same
+        self.late = self.predicted = None
+        fresh_later = [s for s in range(len(in_ids)) if not same[s] and first_read[s] >= 1]
+        if launch_at > 1 and made is not None and all(made.get(s) is not None for s in fresh_later):
+            self.late = (launch_at, self.bound)
+            self.launch_at, self.bound = 1, sum(1 for r in first_read if r < 1)
+            self.predicted = {s: made[s] for s in fresh_later}
         # (a warmup of 10: the first launched runs are slow -- their executable's first runs, a step timer's eager
         # probe between them --, and a comparison with them chose late launches where early ones were faster)
         self.timer, self.eager_steps = ModeTimer(warmup=2 * ModeTimer.PROBE), None
@@ -434,9 +445,13 @@ class _Guess:
             # the step there, a run the next op then dropped)
             if same[s] and (refs[s]() is None or refs[s]() is not read[s]()):
                 return None
-        args, vids = list(inputs), []
+        args, vids, predicted, made = list(inputs), [], self.predicted, cl.made
         for s in range(self.bound, len(in_avals)):
-            t = refs[s]()
+            if predicted is not None and s in predicted:
+                k = predicted[s]
+                t = made[k]() if made is not None and -len(made) <= k else None
+            else:
+                t = refs[s]()
             if t is None:
                 return None
             d = t._data
@@ -456,9 +471,14 @@ class _Guess:
         return _Launched(self, outs, args, vids)
 
     def missed(self):
-        """A launched run was dropped: past 2 + hits/8 of them the guess launches no more."""
-        self.misses += 1
+        """A launched run was dropped: past 2 + hits/8 of them the guess launches no more. (One launched at the
+        first op, on inputs taken from the latest host-made Tensors, launches after their reads from then on.)"""
         _stats.early_missed += 1
+        if self.predicted is not None:
+            self.predicted = None
+            self.launch_at, self.bound = self.late
+            return
+        self.misses += 1
         if self.misses > 2 + self.hits // 8:
             self.off, self.executable = True, None
 
@@ -527,6 +547,9 @@ class _Cluster:
         self.in_refs = []  # weak references to the Tensors the inputs were read from (what an early launch guesses)
         self.guess = None  # the _Guess this cluster has followed so far, op for op
         self.launched = None  # its _Launched run, while every op and input since the launch has matched
+        self.made = None  # weak references to the latest Tensors made from host data when the cluster started
+        self.made_at = None  # id of such a Tensor -> its place among them (-1: the latest)
+        self.in_made = []  # each input's place among them (None: not one of them)
 
     def follow(self):
         """(After each op while a guess is followed) the op just collected is the guess's next one, and where the
@@ -592,7 +615,7 @@ class _Cluster:
         if self.cut is not None and site is None:
             reason, site = self.cut
         ops, lazies, avals, inputs, in_ids = self.ops, self.lazies, self.avals, self.inputs, self.in_ids
-        first, in_refs, launched = self.first, self.in_refs, self.launched
+        first, in_refs, launched, made = self.first, self.in_refs, self.launched, self.in_made
         self._pins = self.pins
         self._clear()
         self.after_cap = reason == "size cap"
@@ -620,7 +643,7 @@ class _Cluster:
                 # (learnt from clusters run whole by a cached executable: not from a churning site's parts)
                 if _stats.hits > hits and _stats.split == split and len(ops) <= EARLY_MAX_OPS \
                         and len(ops) < _tiers.MIN_OPS and first is not None:
-                    self.learn(first, ops, avals, in_ids, out_ids, in_refs, reason)
+                    self.learn(first, ops, avals, in_ids, out_ids, in_refs, made, reason)
         except Exception as exc:
             # Run op by op, as eager did: what the ops before the failing one computed takes effect, the
             # values after it never exist, and the Tensors an in-place update bound to those go back to
@@ -648,7 +671,7 @@ class _Cluster:
             # in at its next op or cut, and until then reading one gives its value
             self.deferred.extend(live)
 
-    def learn(self, first, ops, avals, in_ids, out_ids, in_refs, reason):
+    def learn(self, first, ops, avals, in_ids, out_ids, in_refs, made, reason):
         """A cluster ran by a cached executable: the same cluster a third time in a row at the start of the same
         first op, with the same Tensors read after some point, gets an early launch (:class:`_Guess`)."""
         sig = (tuple(ops), tuple([avals[i] for i in in_ids]), tuple(out_ids))
@@ -663,10 +686,16 @@ class _Cluster:
             g.refs = in_refs  # (the Tensors read this time: the next launch reads those not read yet)
             return
         same = [a() is not None and a() is b() for a, b in zip(g.refs, in_refs)]
+        # where each input's Tensor was among the latest host-made ones when the cluster started (the same places
+        # both times: an early launch at the first op takes them from there)
+        places = {s: k for s, k in enumerate(made) if k is not None} if made else None
+        before, g.made = g.made, places
         g.refs = in_refs
         g.runs += 1
         if g.runs >= 2:
-            g.plan(ops, avals, in_ids, out_ids, same, reason)
+            agreed = None if before is None or places is None else \
+                {s: k for s, k in places.items() if k is not None and before.get(s) == k}
+            g.plan(ops, avals, in_ids, out_ids, same, agreed, reason)
 
     def _fail(self, live, env):
         """A cluster that failed op by op: values computed before the failure are given, the others are marked
@@ -1377,6 +1406,10 @@ def _collect(op, inputs):
                     cl.flush("size cap", user_where())
                 if not cl.ops:
                     cl.first = sig
+                    if _made:
+                        made = cl.made = list(_made)
+                        n = len(made)
+                        cl.made_at = {id(m): k - n for k, r in enumerate(made) if (m := r()) is not None}
                     g = cl.guesses.get(sig)
                     if g is not None and g.executable is not None and g.early():
                         cl.guess = g
@@ -1398,6 +1431,7 @@ def _collect(op, inputs):
                 if i is None or vid in _SCALAR_VIDS:
                     i = cl.add_input(d, vid)
                     cl.in_refs.append(_ref(t))
+                    cl.in_made.append(cl.made_at.get(id(t)) if cl.made_at else None)
                     if cl.launched is not None and not cl.launched.same(len(cl.inputs) - 1, d, vid):
                         cl.unguess()
                 ids.append(i)
@@ -1603,6 +1637,14 @@ def _warn_eager_steps(site):
         UserWarning, site[0], site[1])
 
 
+_made = collections.deque(maxlen=8)  # weak references to the latest Tensors made from host data (any thread)
+
+
+def _note_made(t):
+    """(core's ``_lazy.MADE`` while auto-jit is on) ``t`` was made from host data."""
+    _made.append(_ref(t))
+
+
 def enable(on=True):
     """Switch auto-jit on or off for the whole process (``megxla.config.auto_jit`` calls this). Switched off, the
     pending clusters of the calling thread run first.
@@ -1618,6 +1660,7 @@ def enable(on=True):
     _local.paused = False  # (a step's eager mode ends with the setting that chose it)
     _ON[0] = on
     _lazy.WANTED[0] = on
+    _lazy.MADE[0] = _note_made if on and EARLY else None
     if on:
         _install()
 
