@@ -350,7 +350,6 @@ def _site_change(st):
 # every input as it was): a second, non-donating executable per such cluster. A guess that keeps missing (more
 # than 2 + hits/8) is dropped for good. MEGXLA_AUTO_JIT_EARLY=0 turns it off.
 EARLY = os.environ.get("MEGXLA_AUTO_JIT_EARLY", "1") != "0"
-EARLY_MAX_OPS = 256  # larger clusters are compute-bound: no second executable for them (nor for tiered ones)
 EARLY_MAX_BYTES = 1 << 28  # nor where their inputs, kept alive through the run (no donation), are large
 EARLY_MIN_AHEAD = 2  # ops still to collect after the launch, at least
 
@@ -373,7 +372,7 @@ class _Guess:
         self.off = not EARLY
         self.executable = None
 
-    def plan(self, ops, avals, in_ids, out_ids, same, made, reason):
+    def plan(self, ops, avals, in_ids, out_ids, same, made):
         """Where to launch: after the op reading the last input that was not the same Tensor both times -- or after
         the first op, where those inputs were the same latest Tensors made from host data both times (``made``:
         slot -> place among them): a step's batch and labels, made just before it."""
@@ -615,7 +614,7 @@ class _Cluster:
         if self.cut is not None and site is None:
             reason, site = self.cut
         ops, lazies, avals, inputs, in_ids = self.ops, self.lazies, self.avals, self.inputs, self.in_ids
-        first, in_refs, launched, made = self.first, self.in_refs, self.launched, self.in_made
+        first, in_refs, launched, in_made = self.first, self.in_refs, self.launched, self.in_made
         self._pins = self.pins
         self._clear()
         self.after_cap = reason == "size cap"
@@ -640,10 +639,10 @@ class _Cluster:
             if values is None:
                 hits, split = _stats.hits, _stats.split
                 values = self._run(ops, avals, inputs, in_ids, out_ids, reason, site)
-                # (learnt from clusters run whole by a cached executable: not from a churning site's parts)
-                if _stats.hits > hits and _stats.split == split and len(ops) <= EARLY_MAX_OPS \
-                        and len(ops) < _tiers.MIN_OPS and first is not None:
-                    self.learn(first, ops, avals, in_ids, out_ids, in_refs, made, reason)
+                # (learnt from clusters run whole by a cached executable -- not from a churning site's parts --
+                # below the tiered size: larger ones are compute-bound, no second executable for them)
+                if _stats.hits > hits and _stats.split == split and len(ops) < _tiers.MIN_OPS and first is not None:
+                    self.learn(first, ops, avals, in_ids, out_ids, in_refs, in_made)
         except Exception as exc:
             # Run op by op, as eager did: what the ops before the failing one computed takes effect, the
             # values after it never exist, and the Tensors an in-place update bound to those go back to
@@ -671,7 +670,7 @@ class _Cluster:
             # in at its next op or cut, and until then reading one gives its value
             self.deferred.extend(live)
 
-    def learn(self, first, ops, avals, in_ids, out_ids, in_refs, made, reason):
+    def learn(self, first, ops, avals, in_ids, out_ids, in_refs, in_made):
         """A cluster ran by a cached executable: the same cluster a third time in a row at the start of the same
         first op, with the same Tensors read after some point, gets an early launch (:class:`_Guess`)."""
         sig = (tuple(ops), tuple([avals[i] for i in in_ids]), tuple(out_ids))
@@ -688,14 +687,14 @@ class _Cluster:
         same = [a() is not None and a() is b() for a, b in zip(g.refs, in_refs)]
         # where each input's Tensor was among the latest host-made ones when the cluster started (the same places
         # both times: an early launch at the first op takes them from there)
-        places = {s: k for s, k in enumerate(made) if k is not None} if made else None
+        places = {s: k for s, k in enumerate(in_made) if k is not None} if in_made else None
         before, g.made = g.made, places
         g.refs = in_refs
         g.runs += 1
         if g.runs >= 2:
             agreed = None if before is None or places is None else \
                 {s: k for s, k in places.items() if k is not None and before.get(s) == k}
-            g.plan(ops, avals, in_ids, out_ids, same, agreed, reason)
+            g.plan(ops, avals, in_ids, out_ids, same, agreed)
 
     def _fail(self, live, env):
         """A cluster that failed op by op: values computed before the failure are given, the others are marked
