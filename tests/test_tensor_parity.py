@@ -277,11 +277,20 @@ def test_setitem_reads_lists_and_bools_as_megengine_setitem():
 def test_tensor_copies_numpy_data():
     # MegEngine's Tensor copies its data: writing the source array afterwards does not change it (JAX's CPU
     # client can alias a suitably aligned NumPy buffer, so several arrays are tried)
-    for _ in range(64):
-        a = np.ones(1024, np.float32)
-        x = Tensor(a)
-        a[0] = 9.0
-        assert x.numpy()[0] == 1.0
+    # (200: past the count after which a shape made again and again takes the jitted path, core/dtypes.py)
+    for dtype in ("float32", "int32", "float16", "bool", "uint8"):
+        for i in range(200 if dtype == "float32" else 80):
+            a = np.ones(1024, dtype)
+            x = Tensor(a)
+            a[0] = 0
+            assert x.numpy()[0] == 1 and x.dtype == np.dtype(dtype) and x.shape == (1024,)
+    # a Tensor made inside a trace from host data of a hot shape is that data, at every call
+    from megxla.jit import trace
+    @trace(symbolic=True)
+    def f(x):
+        return x + Tensor(np.full(1024, 2.0, np.float32))
+    for _ in range(3):
+        assert f(Tensor(np.ones(1024, np.float32))).numpy().tolist() == [3.0] * 1024
 
 
 def test_np_array_of_a_tensor_is_a_writable_copy():
