@@ -1008,6 +1008,38 @@ def test_mode_timer_does_not_count_an_eager_steps_one_time_compilations(monkeypa
     assert _autojit._COMPILE_SECS[0] > before
 
 
+def test_mode_timer_waits_for_the_eager_work_an_eager_run_left_before_timing_it(monkeypatch):
+    # An eager step ends when its ops are issued: their compute runs on into the next step, so its interval is short
+    # and the next one long. Timed by their median, eager steps issued in 4 s looked faster than clusters of 6 s;
+    # with a drain the work left at the switch back (10 s here) is waited for and counted.
+    from megxla.jit import _autojit
+
+    clock = [0.0]
+    monkeypatch.setattr(_autojit.ModeTimer, "clock", staticmethod(lambda: clock[0]))
+    monkeypatch.setattr(_autojit.ModeTimer, "compile_clock", staticmethod(lambda: 0.0))
+    drained = []
+
+    def drain():  # the eager run's work left, waited for
+        drained.append(len(modes))
+        clock[0] += 10.0
+
+    for with_drain, eager_wins in ((False, True), (True, False)):
+        timer = _autojit.ModeTimer(warmup=4, drain=drain if with_drain else None)
+        modes, drained[:] = [], []
+        for k in range(4 + 2 * timer.PROBE):
+            mode = timer.next_mode()
+            modes.append(mode)
+            # clusters: 6 s, all waited for; eager: 4 s issuing, the first also 30 s of one-time costs
+            clock[0] += 6.0 if mode else 4.0 + (30.0 if k == 4 else 0.0)
+        p = timer.PROBE
+        assert all(modes[:4]) and not any(modes[4:4 + p])
+        # (drained: 4 s steps and 10 s left at the end, the first step not counted: 6.5 s a step against the
+        # clusters' 6 s; undrained, the median 4 s won)
+        timer_best = modes[4 + p:]
+        assert all(not m for m in timer_best) == eager_wins and all(timer_best) != eager_wins
+        assert drained == ([4 + p] if with_drain else [])  # drained once: at the switch back to clusters
+
+
 def test_steps_whose_clusters_keep_running_op_by_op_run_eagerly_when_that_is_faster(auto_jit, monkeypatch):
     # shapes that change every step (clusters that never recur) pay collection on top of eager execution: once a
     # step site has had such steps, auto-jit times its steps both ways and runs the faster -- here eager

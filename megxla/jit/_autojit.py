@@ -1261,8 +1261,10 @@ class ModeTimer:
 
     MAX_DELAY = 16  # steps the warmup may be extended while tiered clusters run their quick executables
 
-    def __init__(self, warmup=8, margin=0.0, every=None):
+    def __init__(self, warmup=8, margin=0.0, every=None, drain=None):
         self.margin = margin  # eager is chosen only if faster by this fraction (0: whichever is faster)
+        # Waits for the eager ops issued so far (see next_mode), or None: eager steps are timed by their median.
+        self.drain = drain
         if every is not None:
             self.EVERY = every
         self.warmup = warmup
@@ -1275,13 +1277,18 @@ class ModeTimer:
 
     def next_mode(self):
         """Whether the step starting now runs as clusters (True) or eagerly (False)."""
+        k, w, p = self.calls, self.warmup, self.PROBE
+        if self.drain is not None and self.last is not None and not self.last[0] and self._mode(k, w, p):
+            # An eager step ends when its ops are issued; their compute goes on into the next step (the MLP's eager
+            # steps on 2 cores: intervals of 3 and 13 ms alternating, the first cluster step after them 20 ms). At
+            # the switch to clusters the eager ops issued are waited for, so the eager run's time is all its own.
+            self.drain()
         now, compiled = self.clock(), self.compile_clock()
         if self.last is not None:
             mode, start, compiled_before = self.last
             t = self.times[mode]
             t.append(now - start - (0.0 if mode else compiled - compiled_before))
             del t[:-self.PROBE]
-        k, w, p = self.calls, self.warmup, self.PROBE
         self.calls += 1
         self.settled = 0 if _tiers.in_flight[0] else self.settled + 1
         if k == w and self.settled <= p and self.delayed < self.MAX_DELAY:
@@ -1290,19 +1297,28 @@ class ModeTimer:
             self.warmup += 1
             self.delayed += 1
             mode = True
-        elif k < w:
-            mode = True
-        elif k < w + p:
-            mode = False
         else:
-            if (k - w) % self.EVERY == p and self.times[True] and self.times[False]:
+            if k >= w + p and (k - w) % self.EVERY == p and self.times[True] and self.times[False]:
                 # (a probe just ended: compare the latest steps of each mode)
-                # (each mode's first step after a switch carries the other's pending work: medians)
-                self.best = statistics.median(self.times[True]) <= \
-                    statistics.median(self.times[False]) * (1.0 + self.margin)
-            mode = self.best if (k - w) % self.EVERY >= p else not self.best
+                self.best = statistics.median(self.times[True]) <= self._eager_time() * (1.0 + self.margin)
+            mode = self._mode(k, w, p)
         self.last = (mode, now, compiled)
         return mode
+
+    def _mode(self, k, w, p):
+        if k < w:
+            return True
+        if k < w + p:
+            return False
+        return self.best if (k - w) % self.EVERY >= p else not self.best
+
+    def _eager_time(self):
+        t = self.times[False]
+        if self.drain is None or len(t) < 3:
+            return statistics.median(t)  # (each mode's first step after a switch carries the other's pending work)
+        # Drained: the eager run's steps pass work on to the next one, the last one waited for -- their mean, less
+        # the first (it carries the switch's one-time costs besides compilation: 40-60 ms on the MLP's step)
+        return statistics.fmean(t[1:])
 
 
 class _Failed:
@@ -1324,6 +1340,15 @@ class _Local(threading.local):
         self.forced = 0  # > 0 inside ``clustered()``: this thread collects while auto-jit is off
         self.paused = False  # this step runs eagerly (``ModeTimer`` found eager faster for it)
         self.last_hit = None  # the site state of this thread's latest cluster run by a cached executable
+        self.issued = None  # the input Tensors of the latest op run eagerly in a paused step
+
+
+def _drain_issued():
+    """Waits for the eager ops this thread issued in its paused step (the inputs of the latest: the ops before it
+    that it does not depend on ran alongside) -- a ModeTimer's drain."""
+    inputs, _local.issued = _local.issued, None
+    if inputs:
+        jax.block_until_ready([t._data for t in inputs if isinstance(t._data, jax.Array)])
 
 
 @contextlib.contextmanager
@@ -1377,6 +1402,8 @@ def _collect(op, inputs):
     loc = _local
     if not (_ON[0] or loc.forced) or (loc.paused and not loc.forced) \
             or (_dispatch._active and _dispatch._tls.s.interpreters[-1] is not None):
+        if loc.paused:
+            loc.issued = inputs  # (the inputs of this step's latest eager op: what its ModeTimer drains)
         return _arrays(inputs)  # (an interpreter on top -- an exclude_from_trace block --, auto-jit off or paused)
     cl = loc.cluster
     # No collection of garbage while the cluster changes: a ``__del__`` (or a weak reference's callback)
@@ -1601,7 +1628,7 @@ def _choose_mode(loc, site):
         n, by_op = ops - st[0], fallback - st[1]
         st[0], st[1] = ops, fallback
         if st[2] >= TROUBLED_STEPS:
-            timer = st[3] = ModeTimer(warmup=ModeTimer.PROBE)  # (5 steps timed as clusters first)
+            timer = st[3] = ModeTimer(warmup=ModeTimer.PROBE, drain=_drain_issued)  # (5 steps as clusters first)
         elif STATIC_TIMER and st[4] > WARMUP_STEPS and st[2] == 0 and by_op == 0 and 0 < n <= STATIC_MAX_OPS:
             # A small step whose clusters are compiled: it may still run faster eagerly, where its compute takes
             # about as long as its Python -- eager computes each op while Python issues the next, a cluster runs
@@ -1611,7 +1638,8 @@ def _choose_mode(loc, site):
             # eager probe would compile every eager kernel of the step, seconds in a cold process.)
             # (a warmup of 10 steps: an early launch's executable, compiled at about the 4th step, runs its first
             # steps slower -- timed from the 5th, clusters lost to eager on the ConvNet b8 step they run faster)
-            timer = st[3] = ModeTimer(warmup=2 * ModeTimer.PROBE, margin=STATIC_MARGIN, every=STATIC_EVERY)
+            timer = st[3] = ModeTimer(warmup=2 * ModeTimer.PROBE, margin=STATIC_MARGIN, every=STATIC_EVERY,
+                                      drain=_drain_issued)
             st[5] = True  # (no warning: the step is not troubled, eager is just faster for it)
         else:
             return
