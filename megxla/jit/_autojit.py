@@ -1274,14 +1274,17 @@ class ModeTimer:
         self.times = {True: [], False: []}  # mode (clusters?) -> seconds of its latest steps
         self.last = None  # (mode, start, compile seconds at its start) of the previous step
         self.best = True
+        self.streak = 0  # steps in a row run in the latest mode
 
     def next_mode(self):
         """Whether the step starting now runs as clusters (True) or eagerly (False)."""
         k, w, p = self.calls, self.warmup, self.PROBE
-        if self.drain is not None and self.last is not None and not self.last[0] and self._mode(k, w, p):
+        if self.drain is not None and self.last is not None and not self.last[0] \
+                and (self.streak == 1 or self._mode(k, w, p)):
             # An eager step ends when its ops are issued; their compute goes on into the next step (the MLP's eager
-            # steps on 2 cores: intervals of 3 and 13 ms alternating, the first cluster step after them 20 ms). At
-            # the switch to clusters the eager ops issued are waited for, so the eager run's time is all its own.
+            # steps on 2 cores: intervals of 3 and 13 ms alternating, the first cluster step after them 20 ms). After
+            # an eager run's first step (not timed: one-time costs) and at the switch back to clusters, the eager
+            # ops issued are waited for: the steps timed in between start and end with nothing pending.
             self.drain()
         now, compiled = self.clock(), self.compile_clock()
         if self.last is not None:
@@ -1302,6 +1305,7 @@ class ModeTimer:
                 # (a probe just ended: compare the latest steps of each mode)
                 self.best = statistics.median(self.times[True]) <= self._eager_time() * (1.0 + self.margin)
             mode = self._mode(k, w, p)
+        self.streak = self.streak + 1 if self.last is not None and self.last[0] == mode else 1
         self.last = (mode, now, compiled)
         return mode
 
@@ -1317,7 +1321,8 @@ class ModeTimer:
         if self.drain is None or len(t) < 3:
             return statistics.median(t)  # (each mode's first step after a switch carries the other's pending work)
         # Drained: the eager run's steps pass work on to the next one, the last one waited for -- their mean, less
-        # the first (it carries the switch's one-time costs besides compilation: 40-60 ms on the MLP's step)
+        # the first (it carries the switch's one-time costs besides compilation, 40-60 ms on the MLP's step:
+        # kernels loaded from the persistent cache)
         return statistics.fmean(t[1:])
 
 
