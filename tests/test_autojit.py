@@ -97,6 +97,66 @@ def test_training_loop_equals_eager(auto_jit, read_every_step):
     assert donated >= len(got[1]), donated
 
 
+def _messy_loop(steps=24):
+    # what zoo scripts do around their step: a per-step learning-rate schedule, autocast with GradScaler on some
+    # steps, gradient clipping on others, opt.step() under a host condition, a weight written in place outside
+    # the optimizer, an eval forward, an EMA copy updated through state_dict/load_state_dict, and an optimizer
+    # state round trip
+    import copy
+    from megxla import amp
+    mge.random.seed(0)
+    net = Net()
+    ema = copy.deepcopy(net)
+    opt = optim.SGD(net.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4)
+    gm = GradManager().attach(net.parameters())
+    scaler = amp.GradScaler()
+    rng = np.random.RandomState(0)
+    out = []
+    for i in range(steps):
+        for g in opt.param_groups:
+            g["lr"] = 0.1 * (1 - i / steps)
+        net.train()
+        x = mge.Tensor(rng.standard_normal((6, 1, 8, 8)).astype("float32"))
+        y = mge.Tensor(rng.randint(0, 10, 6).astype("int32"))
+        with gm:
+            with amp.autocast(enabled=i % 3 == 0):
+                logits = net(x)
+            loss = F.nn.cross_entropy(logits.astype("float32"), y)
+            if i % 3 == 0:
+                scaler.backward(gm, loss)
+            else:
+                gm.backward(loss)
+        if i % 5 == 0:
+            optim.clip_grad_norm(net.parameters(), max_norm=0.5)
+        if loss.item() < 100:
+            opt.step()
+        opt.clear_grad()
+        if i % 7 == 0:
+            net.conv.weight[0, 0, 0, 0] = 0.0
+        sd, esd = net.state_dict(), ema.state_dict()
+        ema.load_state_dict({k: esd[k] * 0.9 + sd[k] * 0.1 if np.asarray(sd[k]).dtype.kind == "f" else sd[k]
+                             for k in sd})
+        if i % 8 == 7:
+            opt.load_state_dict(opt.state_dict())
+            net.eval()
+            ema.eval()
+            out.append(float(net(x).mean()))
+            out.append(float((ema(x) ** 2).mean()))
+        out.append(loss.item())
+    return out, mge.random.uniform(size=(3,)).numpy()
+
+
+def test_a_zoo_style_loop_with_schedules_amp_clipping_and_ema_equals_eager(auto_jit):
+    mge.config.auto_jit = False
+    want = _messy_loop()
+    mge.config.auto_jit = True
+    got = _messy_loop()
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-4, atol=1e-6)
+    np.testing.assert_array_equal(got[1], want[1])  # Dropout drew the same numbers
+    stats = auto_jit_stats()
+    assert stats["compiled"] >= 1 and stats["cache_hits"] >= 8 and not stats["megamorphic"], stats
+
+
 def test_random_draws_identical_to_eager(auto_jit):
     def draws():
         mge.random.seed(7)
