@@ -67,8 +67,9 @@ def to_array(data, dtype=None, device=None):
 
 # A host array of a shape made again and again (a loader's batches and labels) reaches the device through a jitted
 # identity: JAX's C++ dispatch takes it in 10-20 us where jnp.asarray's Python path takes 80-250 (2-core CPU,
-# jax 0.10; its result likewise holds the private host copy made above). Each (shape, dtype) compiles the identity
-# once (~25 ms), hence only a shape made _HOT_AFTER times already, and at most _HOT_KEYS shapes are counted.
+# jax 0.10). Its result may alias the private host copy made above (JAX's CPU zero-copy), never the caller's array.
+# Each (shape, dtype) compiles the identity once (~25 ms), hence only a shape made _HOT_AFTER times already, and at
+# most _HOT_KEYS shapes are counted.
 _HOT_AFTER, _HOT_KEYS = 64, 256
 _host_made = {}
 _host_identity = jax.jit(lambda a: a)
