@@ -106,7 +106,7 @@ def _child_first_step(model, framework="megxla"):
     import time
     t0 = time.perf_counter()
     sys.path.insert(0, HERE)
-    if framework in ("eager", "auto_jit"):
+    if framework in ("eager", "auto_jit", "megengine"):
         return _child_eager_step(model, framework)
     if framework == "jax":
         from megxla import config  # noqa: F401  (sets up JAX's persistent cache from the same variables)
@@ -150,12 +150,23 @@ def _child_eager_step(model, framework):
     t0 = time.perf_counter()
     sys.path.insert(0, HERE)
     import numpy as np
+    if framework == "megengine":
+        # MegEngine 1.13 itself (its own Python: it needs <= 3.10), running the same models.py: megxla's module
+        # names are MegEngine's
+        import megengine
+        import megengine.functional
+        import megengine.module
+        import megengine.optimizer
+        import megengine.autodiff
+        for name in ("", ".functional", ".module", ".optimizer", ".autodiff"):
+            sys.modules["megxla" + name] = sys.modules["megengine" + name]
     import megxla as mge
     import megxla.functional as F
     import megxla.optimizer as optim
     from megxla.autodiff import GradManager
     import models
-    mge.config.auto_jit = framework == "auto_jit"
+    if framework != "megengine":
+        mge.config.auto_jit = framework == "auto_jit"
     zoo = {"mobilenetv2": models.MobileNetV2, "mobilenetv3": models.MobileNetV3Large,
            "efficientnet_b0": models.EfficientNetB0}
     net = zoo[model]() if model in zoo else models.ResNet18()
@@ -184,9 +195,10 @@ def _child_eager_step(model, framework):
         loss.item()
 
 
-def first_step_cold_warm(model, cache_dir, framework="megxla"):
+def first_step_cold_warm(model, cache_dir, framework="megxla", python=sys.executable):
     """Results (cold, warm) of two fresh processes sharing a new persistent cache: seconds to the first compiled
-    step from process start (``first_step_s``) and from the built model (``calls_s``)."""
+    step from process start (``first_step_s``) and from the built model (``calls_s``). ``python``: the
+    interpreter (MegEngine's, for ``framework`` "megengine")."""
     env = dict(os.environ, MEGXLA_COMPILATION_CACHE="1", MEGXLA_COMPILATION_CACHE_DIR=cache_dir,
                OMP_WAIT_POLICY="PASSIVE")
     # A user's Python keeps bytecode caches (pip writes them at install): with PYTHONDONTWRITEBYTECODE set (as
@@ -194,7 +206,7 @@ def first_step_cold_warm(model, cache_dir, framework="megxla"):
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     out = []
     for _ in range(2):
-        proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--child-step", model, framework],
+        proc = subprocess.run([python, os.path.abspath(__file__), "--child-step", model, framework],
                               capture_output=True, text=True, env=env, timeout=1800)
         res = [json.loads(x[7:]) for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
         out.append(res[0] if res else {"first_step_s": float("nan"), "calls_s": float("nan")})
@@ -238,6 +250,10 @@ def main(argv=None):
                     help="instead: time to the end of the first eager training step (batch 2) of these models "
                          "(mobilenetv2, mobilenetv3, efficientnet_b0, resnet18), eager vs auto-jit, cold then "
                          "warm cache")
+    ap.add_argument("--modes", default="eager,auto_jit", help="with --eager-first-step: eager, auto_jit")
+    ap.add_argument("--megengine", default=None, metavar="PYTHON",
+                    help="with --eager-first-step: also MegEngine 1.13's first step, run by this interpreter (one "
+                         "with megengine==1.13 installed), on the same models.py model")
     ap.add_argument("--child", nargs=2, metavar=("FRAMEWORK", "MODEL"), help=argparse.SUPPRESS)
     ap.add_argument("--child-step", nargs=2, metavar=("MODEL", "FRAMEWORK"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -251,9 +267,10 @@ def main(argv=None):
               "included) and from the built model, with a new (cold) and then a warm persistent compilation cache\n")
         print("| model | mode | cold cache | warm cache | calls only: cold | warm |\n|---|---|---:|---:|---:|---:|")
         for m in args.eager_first_step.split(","):
-            for fw in ("eager", "auto_jit"):
+            modes = [(fw, sys.executable) for fw in args.modes.split(",")]
+            for fw, python in modes + ([("megengine", args.megengine)] if args.megengine else []):
                 with tempfile.TemporaryDirectory(prefix="megxla_cache_") as d:
-                    cold, warm = first_step_cold_warm(m, d, fw)
+                    cold, warm = first_step_cold_warm(m, d, fw, python)
                 print(f"| {m} | {fw} | {cold['first_step_s']:.2f} s | {warm['first_step_s']:.2f} s | "
                       f"{cold['calls_s']:.2f} s | {warm['calls_s']:.2f} s |", flush=True)
         return None

@@ -1396,7 +1396,8 @@ def _tier_loop(steps):
     return losses
 
 
-def test_a_large_cluster_runs_quickly_compiled_then_optimized_at_a_fixed_run(auto_jit, monkeypatch):
+@pytest.mark.parametrize("part_ops", [None, 16])
+def test_a_large_cluster_runs_quickly_compiled_then_optimized_at_a_fixed_run(auto_jit, monkeypatch, part_ops):
     from megxla.jit import _tiers
     import jax
     if jax.default_backend() not in _tiers.FAST_OPTIONS:
@@ -1405,6 +1406,10 @@ def test_a_large_cluster_runs_quickly_compiled_then_optimized_at_a_fixed_run(aut
     want = _tier_loop(12)
     mge.config.auto_jit = True
     monkeypatch.setattr(_tiers, "MIN_OPS", 8)  # (the loop's step cluster: ~60 ops)
+    # (16: the quick tier in 3 parts, the forward's residuals not shared with gradient ops in later parts)
+    monkeypatch.setattr(_tiers, "PART_OPS", part_ops or 10**6)
+    monkeypatch.setattr(_tiers, "MAX_PARTS", 3)
+    parts = _tiers.stats["parts"]
     # (not through the kept programs: an earlier run may have marked them optimized, which skips the quick tier)
     monkeypatch.setattr(_autojit._persist, "compile_cached", lambda *a, **k: None)
     _autojit._cache.clear()
@@ -1416,24 +1421,53 @@ def test_a_large_cluster_runs_quickly_compiled_then_optimized_at_a_fixed_run(aut
     exes = [e.executable for e in _autojit._cache.values() if e.executable is not None]
     tiered = [e for e in exes if isinstance(e, _tiers._Tiered)]
     assert not _tiers._threads  # (every tier-up finished: none left running)
-    assert any(t.lowered is None and t.runs == _tiers.SWITCH_RUN for t in tiered)  # (switched at that run)
+    assert any(t.optimize is None and t.runs == _tiers.SWITCH_RUN for t in tiered)  # (switched at that run)
+    assert (_tiers.stats["parts"] - parts >= 2) == bool(part_ops)
 
 
-def test_a_warm_start_loads_the_optimized_executable_at_once(tmp_path):
-    # The first process runs the quick executable, then the optimized one, which JAX's cache keeps; a warm start
-    # loads the optimized one at once (no quick tier: ~0.3-0.8 s of a zoo model's first step), and warm starts
-    # compute the same bits as each other.
+def test_a_quick_tier_in_parts_is_optimized_under_the_matmul_precision_of_its_key(auto_jit, monkeypatch):
+    # The tier-up lowers the whole program later, on another thread: a program that has changed
+    # config.matmul_precision since must not get an optimized executable of the other precision.
+    from megxla.jit import _tiers
+    import jax
+    if jax.default_backend() not in _tiers.FAST_OPTIONS:
+        pytest.skip("tiered compilation is the CPU's")
+    for name, value in (("MIN_OPS", 8), ("PART_OPS", 16), ("MAX_PARTS", 3), ("START_RUN", 10**6)):
+        monkeypatch.setattr(_tiers, name, value)
+    monkeypatch.setattr(_autojit._persist, "compile_cached", lambda *a, **k: None)
+    _autojit._cache.clear()
+    _autojit._families.clear()
+    parts = _tiers.stats["parts"]
+    _tier_loop(2)
+    assert _tiers.stats["parts"] - parts >= 2
+    tiered = [e.executable for e in _autojit._cache.values() if isinstance(e.executable, _tiers._Tiered)]
+    assert tiered
+    saved = mge.config.matmul_precision
+    mge.config.matmul_precision = "bfloat16"
+    try:
+        texts = [t.optimize().as_text() for t in tiered]
+    finally:
+        mge.config.matmul_precision = saved
+    assert all("operand_precision={highest,highest}" in t for t in texts if " dot(" in t)
+    assert any(" dot(" in t for t in texts)
+
+
+@pytest.mark.parametrize("part_ops", [10**6, 16])
+def test_a_warm_start_loads_the_optimized_executable_at_once(tmp_path, part_ops):
+    # The first process runs the quick executable (16: in parts), then the optimized one, which JAX's cache keeps;
+    # a warm start loads the optimized one at once (no quick tier: ~0.3-0.8 s of a zoo model's first step), and
+    # warm starts compute the same bits as each other.
     script = textwrap.dedent("""
         import sys, numpy as np
         sys.path.insert(0, %r)
         import megxla as mge
         from megxla.jit import _tiers, auto_jit_stats
         import test_autojit as T
-        _tiers.MIN_OPS = 8
+        _tiers.MIN_OPS, _tiers.PART_OPS, _tiers.MAX_PARTS = 8, %d, 3
         mge.config.auto_jit = True
         print("LOSSES", repr(T._tier_loop(10)))
-        print("TIERS", auto_jit_stats()["tiered"], auto_jit_stats()["tier_ups"])
-    """) % os.path.dirname(os.path.abspath(__file__))
+        print("TIERS", auto_jit_stats()["tiered"], auto_jit_stats()["tier_ups"], _tiers.stats["parts"])
+    """) % (os.path.dirname(os.path.abspath(__file__)), part_ops)
     env = dict(os.environ, MEGXLA_COMPILATION_CACHE="1", MEGXLA_COMPILATION_CACHE_DIR=str(tmp_path))
     runs = []
     for _ in range(3):
@@ -1443,16 +1477,19 @@ def test_a_warm_start_loads_the_optimized_executable_at_once(tmp_path):
         runs.append((eval(out["LOSSES"]), [int(v) for v in out["TIERS"].split()]))
     (cold, cold_tiers), (warm, warm_tiers), (warm2, _) = runs
     assert cold_tiers[0] >= 1 and cold_tiers[1] >= 1  # tiered, and switched to the optimized executable
+    assert (cold_tiers[2] >= 2) == (part_ops == 16)
     assert warm_tiers[0] < cold_tiers[0]  # the step's cluster: optimized at once
     assert warm == warm2
     np.testing.assert_allclose(warm, cold, rtol=1e-5)
 
 
-def test_an_xla_without_the_quick_options_compiles_optimized_at_once(auto_jit, monkeypatch):
+@pytest.mark.parametrize("part_ops", [10**6, 16])
+def test_an_xla_without_the_quick_options_compiles_optimized_at_once(auto_jit, monkeypatch, part_ops):
     from megxla.jit import _tiers
     import jax
     monkeypatch.setitem(_tiers.FAST_OPTIONS, jax.default_backend(), {"xla_no_such_option_megxla": True})
     monkeypatch.setattr(_tiers, "MIN_OPS", 8)
+    monkeypatch.setattr(_tiers, "PART_OPS", part_ops)
     monkeypatch.setattr(_autojit._persist, "compile_cached", lambda *a, **k: None)
     _autojit._cache.clear()  # (the test before compiled the same clusters)
     _autojit._families.clear()

@@ -971,6 +971,57 @@ def _fit_checked(executable):
     return run
 
 
+def _lowering_settings():
+    return jax.config.jax_enable_x64, str(jax.config.jax_default_prng_impl)
+
+
+def _quick_in_parts(ops, avals, in_ids, out_ids, n_parts):
+    """A cluster's quick tier as ``n_parts`` executables of consecutive slices of its ops, run one after another.
+
+    Why: XLA:CPU compiles one program on one core (MobileNetV3-Large's step, 4.1 s at -O0: 4.7 s of CPU), and
+    lowering it is Python on another (2.3 s): in parts, each compiles on a thread of its own while the next is
+    lowered. A forward op and its gradient op in different parts no longer share the forward's residuals (the
+    gradient op computes its forward again: ``make_replay``'s pairs are per program), and nothing is donated, so a
+    part's failure leaves the cluster's inputs for its op-by-op run; both only for the quick tier's few runs."""
+    bounds = [len(ops) * k // n_parts for k in range(n_parts + 1)]
+    made_in = {}  # value id -> the part making it
+    for p in range(n_parts):
+        for _, _, outs in ops[bounds[p]:bounds[p + 1]]:
+            made_in.update(dict.fromkeys(outs, p))
+    last_read = dict.fromkeys(out_ids, n_parts)  # value id -> the last part reading it (n_parts: a result)
+    plan = []
+    for p in range(n_parts):
+        part_in = []
+        for _, ins, _ in ops[bounds[p]:bounds[p + 1]]:
+            for i in ins:
+                if made_in.get(i, -1) != p:
+                    part_in.append(i)
+                    last_read[i] = max(last_read.get(i, p), p)
+        plan.append(list(dict.fromkeys(part_in)))
+    parts = []
+    for p in range(n_parts):
+        part_out = [i for _, _, outs in ops[bounds[p]:bounds[p + 1]] for i in outs if last_read.get(i, p) > p]
+        gone = [i for i in plan[p] if last_read[i] == p]  # (dropped after this part: eager frees what is read)
+        parts.append((plan[p], part_out, gone))
+
+    def lowerings():
+        for (part_in, part_out, _), lo, hi in zip(parts, bounds, bounds[1:]):
+            replay = make_replay(ops[lo:hi], part_in, part_out, kernels=True, rounded=True)
+            replay.__name__ = replay.__qualname__ = "auto_jit_cluster_part"
+            structs = [jax.ShapeDtypeStruct(*avals[i][:2], weak_type=avals[i][2]) for i in part_in]
+            yield _spmd.jit(replay, name="auto_jit_cluster_part").lower(*structs)
+    exes = _tiers.compile_parts(lowerings())
+
+    def run(*inputs):
+        env = dict(zip(in_ids, inputs))
+        for exe, (part_in, part_out, gone) in zip(exes, parts):
+            env.update(zip(part_out, exe(*[env[i] for i in part_in])))
+            for i in gone:
+                env.pop(i, None)
+        return [env[i] for i in out_ids]
+    return run
+
+
 def _select(executable, positions):
     """``executable`` giving only its results at ``positions``."""
     def run(*inputs):
@@ -994,10 +1045,30 @@ def _compile(ops, avals, in_ids, out_ids, donate, out_avals, reason=None):
     # outputs ran 6-12% slower tiered: its quick executables' runs, and the compile beside them on 2 cores) -- or
     # it is a part of a churning site's cluster: its step's ModeTimer compares the first steps' times of both modes,
     # which the quick executables' runs would charge to the clusters
-    tiered = functools.partial(_tiers.compile, n_ops=0 if reason in ("size cap", "part", "early launch") else len(ops))
-    executable = _persist.compile_cached(
-        replay, structs, donate, "auto_jit_cluster",
-        _persist.fingerprint(ops, in_ids, [avals[i] for i in in_ids], out_ids, donate, "auto_jit"), tiered)
+    n_tier = 0 if reason in ("size cap", "part", "early launch") else len(ops)
+    tiered = functools.partial(_tiers.compile, n_ops=n_tier)
+    key = _persist.fingerprint(ops, in_ids, [avals[i] for i in in_ids], out_ids, donate, "auto_jit")
+    executable = None
+    if _tiers.parts_for(n_tier) > 1 and not _persist.kept_optimized(key):
+        # Compiled cold: the quick tier in parts, compiled in parallel; the whole program is lowered, kept and
+        # compiled optimized on the tier-up thread -- as the key says: under the matmul precision of now (a
+        # program may change ``config.matmul_precision`` meanwhile; JAX's setting of a thread overrides the global)
+        precision, settings = jax.config.jax_default_matmul_precision, _lowering_settings()
+
+        def optimize():
+            if _lowering_settings() != settings:
+                return None  # (x64 or the PRNG changed since: the program would lower differently; quick it stays)
+            with jax.default_matmul_precision(precision):
+                exe = _persist.compile_cached(replay, structs, donate, "auto_jit_cluster", key)
+                return exe if exe is not None else \
+                    _spmd.jit(replay, donate_argnums=donate, name="auto_jit_cluster").lower(*structs).compile()
+        try:
+            executable = _tiers.tiered(optimize, _quick_in_parts(ops, avals, in_ids, out_ids,
+                                                                 _tiers.parts_for(n_tier)), n_tier)
+        except Exception:  # (a part XLA would not compile: the whole program, as before)
+            executable = None
+    if executable is None:
+        executable = _persist.compile_cached(replay, structs, donate, "auto_jit_cluster", key, tiered)
     if executable is None:
         executable = tiered(_spmd.jit(replay, donate_argnums=donate, name="auto_jit_cluster").lower(*structs))
     if reason == "early launch":  # (a second executable of a compiled cluster: not another cluster compiled)

@@ -28,7 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["fingerprint", "compile_cached", "known_shapes", "keep_shapes", "stats"]
+__all__ = ["fingerprint", "compile_cached", "kept_optimized", "known_shapes", "keep_shapes", "stats"]
 
 MAX_FILES = 4096  # programs kept; the oldest tenth goes when there are more
 SUBDIR = "megxla-lowered"
@@ -347,6 +347,10 @@ def compile_cached(replay, structs, donate, name, key, compile=None):
                     # (an earlier process compiled its optimized executable: JAX's cache holds it, no quick tier)
                     compiled = _compile(_wrap(exported, head["weak_out"], donate, name), structs,
                                         None if head.get("optimized") else compile)
+                    if compile is None and not head.get("optimized"):
+                        # (compiled optimized now -- a tier-up of quick parts -- where an earlier process stopped
+                        # before: the next start loads it at once)
+                        _mark(directory, path, head)
                     _note_optimized(compiled, directory, path, head)
                     stats["hits"] += 1
                     try:
@@ -368,7 +372,8 @@ def compile_cached(replay, structs, donate, name, key, compile=None):
         stats["failed"] += 1
         return None
     try:
-        head = {"format": 1, "weak_out": weak_out}
+        # ("optimized": JAX's cache holds this program's optimized executable, not only a quick tier's)
+        head = {"format": 1, "weak_out": weak_out, "optimized": compile is None}
         with _lock:
             _write(directory, path, head, blob)
         stats["stored"] += 1
@@ -384,11 +389,34 @@ def _note_optimized(compiled, directory, path, head):
     if not hasattr(compiled, "on_optimized") or head.get("optimized"):
         return
 
-    def mark():
-        try:
-            with _lock:
-                _, blob = _read_raw(path)
-                _write(directory, path, dict(head, optimized=True), blob)
-        except (OSError, ValueError):
-            pass
-    compiled.on_optimized = mark
+    compiled.on_optimized = lambda: _mark(directory, path, head)
+
+
+def _mark(directory, path, head):
+    """Note in the kept program's file that its optimized executable is in JAX's cache."""
+    try:
+        with _lock:
+            _, blob = _read_raw(path)
+            _write(directory, path, dict(head, optimized=True), blob)
+    except (OSError, ValueError):
+        pass
+
+
+def kept_optimized(key):
+    """Whether the program of ``key`` is kept and its optimized executable is in JAX's cache (so a compile of it
+    loads that executable: no quick tier is needed).
+
+    Example:
+        >>> kept_optimized(None)
+        False
+    """
+    directory = _directory()
+    if directory is None or key is None:
+        return False
+    try:
+        with open(os.path.join(directory, key + ".exported"), "rb") as fh:  # (the head only)
+            (n,) = struct.unpack("<I", fh.read(4))
+            head = json.loads(fh.read(n))
+    except (OSError, ValueError, struct.error):
+        return False
+    return isinstance(head, dict) and head.get("format") == 1 and bool(head.get("optimized"))

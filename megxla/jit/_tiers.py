@@ -30,16 +30,22 @@ import time
 
 import jax
 
-__all__ = ["compile", "stats", "FAST_OPTIONS", "MIN_OPS", "START_RUN", "SWITCH_RUN"]
+__all__ = ["compile", "compile_parts", "tiered", "parts_for", "stats", "FAST_OPTIONS", "MIN_OPS", "START_RUN",
+           "SWITCH_RUN"]
 
 FAST_OPTIONS = {"cpu": {"xla_cpu_use_fusion_emitters": False, "xla_backend_optimization_level": 0}}
 MIN_OPS = 256
 START_RUN = 2  # the optimized compile starts at the quick executable's second run (the cluster recurs)...
 SWITCH_RUN = 8  # ... and replaces it at its eighth
+# A cluster compiled cold runs its quick tier in parts of at least PART_OPS ops, at most MAX_PARTS: each part is
+# compiled on a thread of its own as soon as it is lowered (XLA:CPU's quick compile keeps one core busy; the next
+# part's lowering, Python, runs on another meanwhile). ``MEGXLA_TIER_PARTS=1``: one quick executable, as before.
+PART_OPS = 128
+MAX_PARTS = int(os.environ.get("MEGXLA_TIER_PARTS", "3"))
 ENABLED = os.environ.get("MEGXLA_TIERED", "1").strip().lower() not in ("0", "false", "no", "off", "")
 LOG = os.environ.get("MEGXLA_AUTO_JIT_LOG") == "1"  # (auto-jit's log: a line when an optimized executable takes over)
 
-stats = {"tiered": 0, "upgraded": 0, "failed": 0}
+stats = {"tiered": 0, "upgraded": 0, "failed": 0, "parts": 0}  # (parts: quick executables compiled as parts)
 # [tiered executables whose optimized compile has started and that have not switched yet]: a step timer
 # (``_autojit.ModeTimer``) waits for none to be left before it times the clusters against eager
 in_flight = [0]
@@ -75,24 +81,85 @@ def compile(lowered, n_ops):  # noqa: A001  (the one thing this module does)
     except Exception:  # (an XLA that no longer knows an option: one optimized compile, as before)
         stats["failed"] += 1
         return lowered.compile()
+    return tiered(lowered.compile, fast, n_ops)
+
+
+def parts_for(n_ops):
+    """How many parts a cluster of ``n_ops`` ops compiled cold runs its quick tier in (1: one executable; 0: not
+    tiered).
+
+    Example:
+        >>> parts_for(10), parts_for(2000) == min(MAX_PARTS, 2000 // PART_OPS) or jax.default_backend() != "cpu"
+        (0, True)
+    """
+    if not ENABLED or n_ops < MIN_OPS or jax.default_backend() not in FAST_OPTIONS:
+        return 0
+    return max(1, min(MAX_PARTS, n_ops // PART_OPS))
+
+
+def compile_parts(lowerings):
+    """The quick executables of the programs ``lowerings`` yields, each compiled on a thread of its own from the
+    moment it is yielded -- while the caller lowers the next one. Raises what a compilation raised.
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> exes = compile_parts(jax.jit(f).lower(jnp.zeros(2)) for f in (jnp.sin, jnp.cos))
+        >>> [float(e(jnp.zeros(2))[0]) for e in exes]
+        [0.0, 1.0]
+    """
+    options = FAST_OPTIONS.get(jax.default_backend(), {})
+    results, threads = [], []
+
+    def work(k, lowered):
+        try:
+            results[k] = lowered.compile(compiler_options=options)
+        except BaseException as exc:  # (re-raised on the caller's thread)
+            results[k] = exc
+
+    try:
+        for lowered in lowerings:
+            results.append(None)
+            t = threading.Thread(target=work, args=(len(results) - 1, lowered), name="megxla-quick-part", daemon=True)
+            threads.append(t)
+            t.start()
+    finally:
+        for t in threads:
+            t.join()
+    for r in results:
+        if isinstance(r, BaseException):
+            stats["failed"] += 1
+            raise r
+    stats["parts"] += len(results)
+    return results
+
+
+def tiered(optimize, fast, n_ops):
+    """``fast`` (an executable, or a callable running several) until its ``SWITCH_RUN``-th run, then what
+    ``optimize()`` returns: called on a background thread from the ``START_RUN``-th run.
+
+    Example:
+        >>> exe = tiered(lambda: (lambda x: x + 1), lambda x: x + 1.0, 1000)
+        >>> [exe(1) for _ in range(SWITCH_RUN)][-2:]
+        [2.0, 2]
+    """
     stats["tiered"] += 1
-    return _Tiered(lowered, fast, n_ops)
+    return _Tiered(optimize, fast, n_ops)
 
 
 class _Tiered:
     """The quick executable, replaced by the optimized one at its ``SWITCH_RUN``-th run."""
 
-    __slots__ = ("exe", "lowered", "runs", "thread", "result", "on_optimized", "n_ops", "seconds")
+    __slots__ = ("exe", "optimize", "runs", "thread", "result", "on_optimized", "n_ops", "seconds")
 
-    def __init__(self, lowered, fast, n_ops):
-        self.exe, self.lowered, self.runs, self.thread, self.result = fast, lowered, 0, None, None
+    def __init__(self, optimize, fast, n_ops):
+        self.exe, self.optimize, self.runs, self.thread, self.result = fast, optimize, 0, None, None
         self.on_optimized = None  # called (on the compile thread) once the optimized executable exists
         self.n_ops, self.seconds = n_ops, None
 
     def __call__(self, *args):
-        if self.lowered is not None:
+        if self.optimize is not None:
             with _lock:  # (threads share cached executables; only the first SWITCH_RUN runs take it)
-                if self.lowered is not None:
+                if self.optimize is not None:
                     self.runs += 1
                     if self.runs == START_RUN:
                         self._start()
@@ -114,9 +181,9 @@ class _Tiered:
         _local.background = True
         t0 = time.perf_counter()
         try:
-            self.result = self.lowered.compile()
+            self.result = self.optimize()  # (None: none; the quick executable stays)
             self.seconds = time.perf_counter() - t0
-            if self.on_optimized is not None:
+            if self.on_optimized is not None and self.result is not None:
                 self.on_optimized()
         except Exception:  # (memory, an XLA error: the quick executable stays)
             stats["failed"] += 1
@@ -137,7 +204,7 @@ class _Tiered:
                 print(f"megxla auto-jit: a cluster of {self.n_ops} ops runs its optimized executable from its "
                       f"{self.runs}th run (compiled in {self.seconds:.2f} s beside the quick one; this run waited "
                       f"{waited:.2f} s for it)", file=sys.stderr)
-        self.lowered = self.result = self.thread = None
+        self.optimize = self.result = self.thread = None
 
     def memory_analysis(self):
         return self.exe.memory_analysis()
