@@ -93,6 +93,33 @@ def test_deterministic_kernel_sets_the_xla_flag_before_the_backend_starts():
     assert on is True and "--xla_gpu_deterministic_ops=true" in flag
 
 
+def test_cpu_convolutions_run_as_xla_own_unless_the_user_names_the_library_flag():
+    # megxla's import keeps XLA:CPU's YNNPACK fusions for matmuls only (its convolutions ran 8x slower), before
+    # the backend starts; a user's own XLA_FLAGS setting, or MEGXLA_XLA_CPU_YNN_CONVOLUTION=1, is left alone.
+    import jaxlib
+    code = """
+        import json, os
+        import numpy as np
+        import megxla, megxla.functional as F
+        x = np.arange(2 * 3 * 5 * 5, dtype="float32").reshape(2, 3, 5, 5) / 50
+        w = np.ones((4, 3, 3, 3), "float32")
+        y = F.conv2d(megxla.Tensor(x), megxla.Tensor(w), padding=1).numpy()
+        print(json.dumps([os.environ.get("XLA_FLAGS", ""), float(y[1, 2, 2, 2])]))
+    """
+    x = np.arange(150, dtype="float32").reshape(2, 3, 5, 5) / 50
+    want = float(x[1, :, 1:4, 1:4].sum())  # (ones 3x3 weights, padding 1: output (1, 2, 2, 2)'s window)
+    known = (0, 10) <= tuple(int(v) for v in jaxlib.__version__.split(".")[:2]) < (0, 12)
+    (flags, got), _ = _run(code, XLA_FLAGS="", MEGXLA_COMPILATION_CACHE="0")
+    assert flags == (megxla.config.YNN_DOTS_ONLY if known else "")
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    mine = "--xla_cpu_experimental_ynn_fusion_type="
+    (flags, got), _ = _run(code, XLA_FLAGS=mine, MEGXLA_COMPILATION_CACHE="0")
+    assert flags == mine
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    (flags, _), _ = _run(code, XLA_FLAGS="", MEGXLA_XLA_CPU_YNN_CONVOLUTION="1", MEGXLA_COMPILATION_CACHE="0")
+    assert flags == ""
+
+
 def test_compilation_cache_switches(tmp_path):
     code = """
         import json, jax, megxla
