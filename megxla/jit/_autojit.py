@@ -1048,8 +1048,8 @@ def _compile(ops, avals, in_ids, out_ids, donate, out_avals, reason=None):
     n_tier = 0 if reason in ("size cap", "part", "early launch") else len(ops)
     tiered = functools.partial(_tiers.compile, n_ops=n_tier)
     key = _persist.fingerprint(ops, in_ids, [avals[i] for i in in_ids], out_ids, donate, "auto_jit")
-    executable = None
-    if _tiers.parts_for(n_tier) > 1 and not _persist.kept_optimized(key):
+    executable, n_parts = None, _tiers.parts_for(n_tier)
+    if n_parts > 1 and not _persist.kept_optimized(key):
         # Compiled cold: the quick tier in parts, compiled in parallel; the whole program is lowered, kept and
         # compiled optimized on the tier-up thread -- as the key says: under the matmul precision of now (a
         # program may change ``config.matmul_precision`` meanwhile; JAX's setting of a thread overrides the global)
@@ -1063,8 +1063,7 @@ def _compile(ops, avals, in_ids, out_ids, donate, out_avals, reason=None):
                 return exe if exe is not None else \
                     _spmd.jit(replay, donate_argnums=donate, name="auto_jit_cluster").lower(*structs).compile()
         try:
-            executable = _tiers.tiered(optimize, _quick_in_parts(ops, avals, in_ids, out_ids,
-                                                                 _tiers.parts_for(n_tier)), n_tier)
+            executable = _tiers.tiered(optimize, _quick_in_parts(ops, avals, in_ids, out_ids, n_parts), n_tier)
         except Exception:  # (a part XLA would not compile: the whole program, as before)
             executable = None
     if executable is None:
