@@ -298,11 +298,15 @@ def _compile(jitted, structs, compile=None):
     return lowered.compile() if compile is None else compile(lowered)
 
 
+def _read_head(fh):
+    """The JSON head of a kept program's file (``fh`` at its start), leaving ``fh`` at the serialized program."""
+    (n,) = struct.unpack("<I", fh.read(4))
+    return json.loads(fh.read(n))
+
+
 def _read_raw(path):
     with open(path, "rb") as fh:
-        blob = fh.read()
-    (n,) = struct.unpack("<I", blob[:4])
-    return json.loads(blob[4:4 + n]), blob[4 + n:]
+        return _read_head(fh), fh.read()
 
 
 def _read(path):
@@ -414,9 +418,8 @@ def kept_optimized(key):
     if directory is None or key is None:
         return False
     try:
-        with open(os.path.join(directory, key + ".exported"), "rb") as fh:  # (the head only)
-            (n,) = struct.unpack("<I", fh.read(4))
-            head = json.loads(fh.read(n))
+        with open(os.path.join(directory, key + ".exported"), "rb") as fh:
+            head = _read_head(fh)
     except (OSError, ValueError, struct.error):
         return False
     return isinstance(head, dict) and head.get("format") == 1 and bool(head.get("optimized"))
