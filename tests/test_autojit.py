@@ -324,6 +324,85 @@ def test_gradient_manager_semantics_second_order(auto_jit):
         x.grad = None
 
 
+def _grouped_training(steps=4, grouped=True, monkeypatch=None, function=False, callback=False):
+    """A small training loop under auto-jit: (losses, parameters, Tensors made per step, the cluster keys)."""
+    from megxla.autodiff import Function
+    from megxla.autodiff.grad_manager import GradManager as GM
+    from megxla.core import _dispatch
+
+    class Scale(Function):  # an autodiff.Function: its backward is Python, run eagerly
+        def forward(self, x):
+            return x * 2
+
+        def backward(self, dy):
+            return dy * 2
+
+    if not grouped:
+        monkeypatch.setattr(GM, "_grouped", lambda self, *a: None)
+    _autojit._cache.clear()
+    _autojit._families.clear()
+    mge.random.seed(0)
+    net = M.Sequential(M.Linear(6, 16), M.ReLU(), M.Linear(16, 3))
+    opt = optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
+    gm = GradManager()
+    gm.attach(net.parameters(), callbacks=[lambda p, g: g * 0.5] if callback else None)
+    rng = np.random.RandomState(0)
+    losses, made = [], []
+    for _ in range(steps):
+        x = mge.Tensor(rng.standard_normal((5, 6)).astype("float32"))
+        y = mge.Tensor(rng.randint(0, 3, 5).astype("int32"))
+        v0 = next(_dispatch._vids)
+        with gm:
+            h = net(x)
+            loss = F.nn.cross_entropy(Scale()(h) if function else h, y)
+            gm.backward(loss)
+        opt.step().clear_grad()
+        losses.append(loss.item())
+        made.append(next(_dispatch._vids) - v0)
+    return losses, [p.numpy() for p in net.parameters()], made[-1], set(_autojit._cache)
+
+
+def test_a_backward_is_collected_as_the_ops_of_its_gradients(auto_jit, monkeypatch):
+    # Under auto-jit a GradManager's backward is ONE op (``sequence``: every vjp and gradient sum of its walk) --
+    # collected once, not once per forward op --, whose steps the cluster takes as if applied one by one: the same
+    # cluster keys (the same executables), the same bits, far fewer Tensors made on the host
+    grouped = _grouped_training()
+    with monkeypatch.context() as m:
+        one_by_one = _grouped_training(grouped=False, monkeypatch=m)
+    assert grouped[0] == one_by_one[0]
+    for a, b in zip(grouped[1], one_by_one[1]):
+        np.testing.assert_array_equal(a, b)
+    assert grouped[3] == one_by_one[3] and grouped[3]
+    assert grouped[2] <= one_by_one[2] - 8, (grouped[2], one_by_one[2])  # (the walk's gradients: no Tensors)
+    mge.config.auto_jit = False
+    eager = _grouped_training()
+    np.testing.assert_allclose(grouped[0], eager[0], rtol=1e-5)
+
+
+@pytest.mark.parametrize("what", ["function", "callback"])
+def test_a_backward_through_a_function_or_with_callbacks_under_auto_jit_is_eagers(auto_jit, what):
+    # an autodiff.Function's backward is Python (the walk applies its gradient ops one by one); attach()'s callbacks
+    # run on the grouped gradients as on eager ones
+    got = _grouped_training(**{what: True})
+    mge.config.auto_jit = False
+    want = _grouped_training(**{what: True})
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-5)
+    for a, b in zip(got[1], want[1]):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_a_backward_whose_gradient_ops_cannot_all_be_collected_applies_them_one_by_one(auto_jit, monkeypatch):
+    # (a step that cannot be part of a cluster -- a collective's gradient --: the sequence's steps are applied
+    # one by one, each collected or run eagerly on its own)
+    want = _grouped_training()
+    monkeypatch.setattr(_autojit, "_sequence_plan", lambda op, inputs: None)
+    got = _grouped_training()
+    assert got[0] == want[0]
+    for a, b in zip(got[1], want[1]):
+        np.testing.assert_array_equal(a, b)
+    assert got[2] > want[2]  # (the steps' results were Tensors: applied one by one)
+
+
 def test_stats_report_cuts_by_line(auto_jit):
     x = mge.Tensor(np.ones((4, 4), "float32"))
     for _ in range(3):

@@ -11,15 +11,16 @@ import jax.numpy as jnp
 
 from ..core import _dispatch, _interrupt, _lazy, _registry
 from ..core._dispatch import apply, wrap
-from ..core._op import VJP
+from ..core._op import SEQUENCE, VJP
 from ..core._tensor import Tensor
 from ..core.ops.shape import detach as _DETACH, autodiff_function as _FUNCTION
-from ..core.ops.elemwise import NON_DIFFERENTIABLE as _NONDIFF, NON_DIFFERENTIABLE_OUTPUTS as _NONDIFF_OUT
+from ..core.ops.elemwise import BINARY as _BINARY, NON_DIFFERENTIABLE as _NONDIFF, NON_DIFFERENTIABLE_OUTPUTS as _NONDIFF_OUT
 
 __all__ = ["GradManager"]
 
 # While > 0 (an autodiff.Function's forward is running), GradManagers tape nothing.
 _SUSPENDED = [0]
+_ADD = _BINARY["add"].bind()  # (the op of ``a + b`` on two Tensors: a gradient sum)
 # The autodiff.Function whose node is being applied (read by _record to link the tape record to it).
 _PENDING = [None]
 
@@ -365,6 +366,12 @@ class GradManager:
             if any(flags):
                 cut = _NONDIFF_OUT.get(op.name, ())
                 tracked.update(v for i, v in enumerate(outs) if i not in cut)
+        collecting = _lazy.COLLECTING[0]
+        if collecting is not None and value_of is _value and not self._received and not _dispatch.recorders \
+                and collecting():
+            done = self._grouped(ys, dys, attached, live, keep)
+            if done is not None:
+                return done
         for k in reversed(range(len(self._tape))):
             op, ins, outs = self._tape[k]
             given = tuple(v in grads for v in outs)
@@ -405,6 +412,77 @@ class GradManager:
                 g = _run_callbacks(t, g, entry.callbacks)
             self._deliver(t, g)
         return grads
+
+    def _grouped(self, ys, dys, attached, live, keep):
+        """The backward walk of :meth:`_backward_tape` with its gradient ops collected as ONE ``sequence`` op (under
+        auto-jit: one collection instead of one per forward op and per gradient sum; the cluster compiles the same
+        computation). Returns the gradients by value id, or None -- nothing done -- where the tape holds an op whose
+        gradient runs Python (``autodiff.Function``), compiled graphs (transient ops) or callbacks compiled in."""
+        inputs, at = [], {}  # the sequence's input Tensors, each value once: value id -> position
+
+        def take(data, vid):
+            pos = at.get(vid)
+            if pos is None:
+                pos = at[vid] = len(inputs)
+                inputs.append(_value(data, vid))
+            return pos
+
+        steps, results = [], [0]  # results: how many values the steps made so far (coded -1, -2, ...)
+        grads = {}  # value id -> its gradient so far (an input position, or a coded result)
+
+        def accumulate(vid, ref):
+            prev = grads.get(vid)
+            if prev is None:
+                grads[vid] = ref
+            else:
+                steps.append((_ADD, (prev, ref)))
+                results[0] += 1
+                grads[vid] = -results[0]
+
+        for t, d in zip(ys, dys):
+            accumulate(t._vid, take(d._data, d._vid))
+        tape = self._tape
+        for k in reversed(range(len(tape))):
+            op, ins, outs = tape[k]
+            given = tuple(v in grads for v in outs)
+            if not any(given):
+                continue
+            if op.prim is _FUNCTION or op.transient or op.prim.callbacks_applied is not None:
+                return None
+            nondiff = _NONDIFF.get(op.name) or ()
+            flags = live[k]
+            wrt = tuple(i for i, (data, v) in enumerate(ins) if flags[i] and _is_float(data) and i not in nondiff)
+            if not wrt:
+                continue
+            cts = [grads[v] if v in keep else grads.pop(v) for v in outs if v in grads]
+            steps.append((VJP.bind(op=op, nin=len(ins), wrt=wrt, given=given),
+                          tuple([take(data, v) for data, v in ins]) + tuple(cts)))
+            first = results[0]
+            results[0] += len(wrt)
+            for j, i in enumerate(wrt):
+                accumulate(ins[i][1], -(first + j + 1))
+        targets = [(entry, grads[entry.vid]) for entry in attached
+                   if entry.tensor is not None and entry.vid in grads]
+        if not targets:
+            return {}
+        if any(ref >= 0 for _, ref in targets):  # (a gradient that is a dy itself: y attached, the walk as usual)
+            return None
+        n = len(inputs)
+
+        def place(ref):  # a coded result -> its position in the environment (the inputs come first)
+            return ref if ref >= 0 else n - ref - 1
+
+        steps = tuple([(op, tuple([place(r) for r in refs])) for op, refs in steps])
+        seq = SEQUENCE.bind(steps=steps, outs=tuple([place(ref) for _, ref in targets]))
+        out = apply(seq, *inputs)
+        delivered = {}
+        for (entry, _), g in zip(targets, out):
+            t = entry.tensor
+            if entry.callbacks:  # (every gradient here is "raw": no op applied the callbacks)
+                g = _run_callbacks(t, g, entry.callbacks)
+            self._deliver(t, g)
+            delivered[entry.vid] = g
+        return delivered
 
     def _rematerializer(self):
         """``value(data, vid)`` for the backward walk: a recorded value, or a _Remat result computed again (once

@@ -11,6 +11,7 @@ Core only defines the placeholder and the hook; the cluster logic lives in ``jit
 """
 from __future__ import annotations
 
+import math
 import threading
 import weakref
 
@@ -28,6 +29,9 @@ COLLECT: list = [None]
 FLUSH: list = [None]
 # ``step_end()``: the natural end of a training step (called by ``Optimizer.step``; set by jit with COLLECT).
 STEP_END: list = [None]
+# ``collecting() -> bool``: the calling thread's ops are collected into a cluster now (set by jit with COLLECT; a
+# GradManager's backward then collects its gradient ops as one ``sequence`` op)
+COLLECTING: list = [None]
 # ``made(tensor)``: a Tensor was made from host data (``Tensor(numpy_array)``: a step's batch); set by jit while
 # auto-jit is on (an early launch finds the step's inputs among the latest ones), None otherwise.
 MADE: list = [None]
@@ -113,7 +117,7 @@ class Lazy:
 
     @property
     def size(self):
-        return int(np.prod(self.shape, dtype=np.int64))
+        return math.prod(self.shape)  # (Python ints: exact, ~15x cheaper than np.prod)
 
     def hold(self, tensor, previous=None):
         """``tensor._data`` is now this placeholder: give it the value when the cluster runs. ``previous``:

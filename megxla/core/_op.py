@@ -364,3 +364,31 @@ def vjp_cotangents(op, out_avals, cts_in, given):
         else:  # integer outputs carry float0 cotangents in JAX
             cts.append(jnp.zeros(aval.shape, jax.dtypes.float0))
     return tuple(cts) if op.multiple_results else cts[0]
+
+
+# ---- a sequence of ops as one op -------------------------------------------------------------------------------
+def _sequence_impl(*arrays, steps, outs, kernels=False):
+    """Apply ``steps`` -- ``(op, positions)`` pairs -- in order to an environment that starts as ``arrays``: each
+    op reads the environment at ``positions`` and appends its results. Returns the environment at ``outs``.
+    ``kernels``: each op runs as its eager kernel (the op-by-op run), not as its function (inside a compilation)."""
+    env = list(arrays)
+    for op, positions in steps:
+        out = (op.kernel if kernels else op.fn)(*[env[i] for i in positions])
+        if op.multiple_results:
+            env.extend(out)
+        else:
+            env.append(out)
+    return tuple([env[i] for i in outs])
+
+
+def _sequence_eager_kernel(steps, outs):
+    # Eagerly, each op runs as its own kernel: no compilation of the whole sequence, kernels shared with the ops
+    # run on their own (a sequence changing shape with the data would otherwise compile once per shape)
+    return functools.partial(_sequence_impl, steps=steps, outs=outs, kernels=True)
+
+
+# ``sequence[steps, outs]``: a GradManager's backward pass under auto-jit (every ``vjp`` op and gradient sum of
+# the walk) as ONE op: collected once instead of once per forward op (autodiff/grad_manager.py). Its gradient is
+# jax.vjp of it, as for any op (higher-order gradients through it work; the manager groups only where no other
+# manager records).
+SEQUENCE = Primitive("sequence", _sequence_impl, multiple_results=True, eager_kernel=_sequence_eager_kernel)

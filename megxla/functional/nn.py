@@ -4,6 +4,8 @@ Each function validates its arguments (raising :class:`OpError` naming the funct
 computed or mutated), then applies one primitive of ``core/ops/nn.py``; composites (``pixel_shuffle``,
 ``multi_head_attention``, ``sync_batch_norm``) are plain Python over those primitives.
 """
+import math
+
 import numpy as np
 
 from ..core._tensor import Tensor
@@ -938,7 +940,7 @@ def _affine_args(op, affine, weight, bias, shape):
         raise OpError(f"{op}: affine=True needs both weight and bias")
     weight, bias = _t(weight), _t(bias)
     for name, t in (("weight", weight), ("bias", bias)):
-        if t.size != int(np.prod(shape)):
+        if t.size != math.prod(shape):  # (Python ints: ~15x cheaper than np.prod, on every layer_norm)
             raise OpError(f"{op}: {name} must have shape {tuple(shape)}, got {t.shape}")
     return (weight, bias)
 

@@ -55,7 +55,7 @@ from ..core import _dispatch, _interrupt, _lazy, _op, _spmd
 from ..core._elemwise_front import SCALAR_VIDS as _SCALAR_VIDS
 from ..core._lazy import Lazy
 from ..core._tensor import Tensor as _Tensor
-from ..core._op import VJP as _VJP, check_output_size
+from ..core._op import SEQUENCE as _SEQUENCE, VJP as _VJP, check_output_size
 from ..core._spmd import MeshRequired
 from . import _persist, _tiers
 from ._recording import _TRACER_ERRORS, describe_where, make_replay, usable_donations, user_where
@@ -251,6 +251,56 @@ def _infer(op, key, inputs):
         _SHAPES.clear()
     _SHAPES[key] = res
     return res
+
+
+def _sequence_plan(op, inputs):
+    """The output avals of each step of a ``sequence`` op on ``inputs`` (each step's inferred -- and cached -- as if
+    collected on its own: a gradient's from its forward, nothing traced), or None where a step cannot be part of a
+    cluster. Cached per op and input types."""
+    avals = []
+    for t in inputs:
+        d = t._data
+        if type(d) is Lazy and d.value is not None:
+            d = d.value
+        shape = d.shape
+        avals.append((shape if type(shape) is tuple else tuple(shape), d.dtype, bool(getattr(d, "weak_type", False))))
+    key = (op, tuple(avals))
+    plan = _PLANS.get(key, _MISSING)
+    if plan is not _MISSING:
+        return plan
+    plan = []
+    env = avals
+    for step, positions in dict(op.params)["steps"]:
+        k = (step, tuple([env[i] for i in positions]))
+        out = _SHAPES.get(k, _MISSING)
+        if out is _MISSING:
+            out = _infer(step, k, inputs)
+        if out is None:
+            plan = None
+            break
+        env.extend(out)
+        plan.append(out)
+    if len(_PLANS) > 1024:
+        _PLANS.clear()
+    _PLANS[key] = plan
+    return plan
+
+
+_PLANS: dict = {}
+
+
+def _expand(op, inputs):
+    """A ``sequence`` op that cannot be collected whole (a step's output shape depends on values, or it is a
+    collective): its steps applied one by one -- each collected or run eagerly on its own, as the ops it stands for
+    would be."""
+    env = list(inputs)
+    for step, positions in dict(op.params)["steps"]:
+        out = _dispatch.apply(step, *[env[i] for i in positions])
+        if step.multiple_results:
+            env.extend(out)
+        else:
+            env.append(out)
+    return tuple([env[i] for i in dict(op.params)["outs"]])
 
 
 # ---- clusters -------------------------------------------------------------------------------------------------
@@ -1480,6 +1530,10 @@ def _collect(op, inputs):
         if loc.paused:
             loc.issued = inputs  # (the inputs of this step's latest eager op: what its ModeTimer drains)
         return _arrays(inputs)  # (an interpreter on top -- an exclude_from_trace block --, auto-jit off or paused)
+    if op.prim is _SEQUENCE:  # (a GradManager's backward: its steps are collected, see _collect_steps)
+        plan = _sequence_plan(op, inputs)
+        if plan is None:
+            return _expand(op, inputs)
     cl = loc.cluster
     # No collection of garbage while the cluster changes: a ``__del__`` (or a weak reference's callback)
     # run by it could collect or read a pending value of this cluster from inside this function, or from
@@ -1536,6 +1590,8 @@ def _collect(op, inputs):
                     if cl.launched is not None and not cl.launched.same(len(cl.inputs) - 1, d, vid):
                         cl.unguess()
                 ids.append(i)
+            if op.prim is _SEQUENCE:
+                return _collect_steps(cl, op, ids, plan)
             key = (op, tuple([avals[i] for i in ids]))
             outs = _SHAPES.get(key, _MISSING)
             if outs is _MISSING:
@@ -1574,6 +1630,41 @@ def _collect(op, inputs):
     finally:
         if held:
             _interrupt.leave()
+
+
+def _collect_steps(cl, op, ids, plan):
+    """(``_collect``, lock held) Collect the steps of a ``sequence`` op on the cluster values ``ids``: the cluster
+    gets exactly the ops it would get had each step been applied on its own -- same key, same executable --, but
+    only the sequence's results get a Lazy and a Tensor (its gradient walk's intermediate sums and per-op gradients
+    are values of the cluster alone)."""
+    params = dict(op.params)
+    avals, ops = cl.avals, cl.ops
+    env = list(ids)
+    for (step, positions), outs in zip(params["steps"], plan):
+        base = len(avals)
+        avals.extend(outs)
+        made = tuple(range(base, len(avals)))
+        ops.append((step, tuple([env[i] for i in positions]), made))
+        env.extend(made)
+        if cl.guess is not None:
+            cl.follow()
+    lazies = cl.lazies
+    wanted = [env[o] for o in params["outs"]]
+    made = {}
+    for i in sorted(set(wanted)):  # (in the order of the values: the order applying the steps one by one made them)
+        aval = avals[i]
+        z = Lazy(aval[0], aval[1], aval[2], cl, i)
+        lazies.append(z)
+        t = _new(_Tensor)
+        t._data = z
+        t._vid = next(_vids)
+        t._grad = None
+        t._name = None
+        z.holders = [_ref(t)]
+        made[i] = t
+    if len(ops) >= MAX_OPS or cl.in_bytes > MAX_INPUT_BYTES or (cl.after_cap and len(ops) >= LOOP_MAX_OPS):
+        cl.capped = True
+    return tuple([made[i] for i in wanted])
 
 
 # Where an integer result's entries lie, noted at collection (``Lazy.bounds``, read by ``_lazy.known_range`` when
@@ -1771,6 +1862,22 @@ def _install():
     _lazy.COLLECT[0] = _collect
     _lazy.FLUSH[0] = flush
     _lazy.STEP_END[0] = step_boundary
+    _lazy.COLLECTING[0] = collecting
+
+
+def collecting() -> bool:
+    """Whether the calling thread's ops are collected into a cluster now (not run op by op: auto-jit on and this
+    step not paused, or a ``clustered()`` block; no interpreter -- a trace -- on top).
+
+    Example:
+        >>> from megxla.jit._autojit import clustered, collecting
+        >>> with clustered():
+        ...     collecting()
+        True
+    """
+    loc = _local
+    return bool((_ON[0] and not loc.paused) or loc.forced) \
+        and not (_dispatch._active and _dispatch._tls.s.interpreters[-1] is not None)
 
 
 def enabled() -> bool:
