@@ -1532,7 +1532,8 @@ def _collect(op, inputs):
         return _arrays(inputs)  # (an interpreter on top -- an exclude_from_trace block --, auto-jit off or paused)
     if op.prim is _SEQUENCE:  # (a GradManager's backward: its steps are collected, see _collect_steps)
         plan = _sequence_plan(op, inputs)
-        if plan is None:
+        # (steps that would take the cluster past its size cap: applied one by one, the cap cutting them as ever)
+        if plan is None or len(plan) + len(loc.cluster.ops) > MAX_OPS:
             return _expand(op, inputs)
     cl = loc.cluster
     # No collection of garbage while the cluster changes: a ``__del__`` (or a weak reference's callback)
