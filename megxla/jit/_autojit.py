@@ -84,6 +84,9 @@ CUT_AT_BACKWARD = os.environ.get("MEGXLA_AUTO_JIT_CUT_BACKWARD") == "1"
 # took and, for a site's later ones, what changed since its previous cluster (PyTorch/XLA's "compilation cause",
 # ``TORCH_LOGS=recompiles``): the user learns why a loop keeps compiling before it gives up
 LOG = os.environ.get("MEGXLA_AUTO_JIT_LOG") == "1"
+# A GradManager's backward collected as one ``sequence`` op (GradManager._grouped, _collect_steps); off: each
+# gradient op applied and collected on its own (the same cluster either way: a debugging and measuring switch)
+GROUP_BACKWARD = os.environ.get("MEGXLA_AUTO_JIT_GROUP_BACKWARD", "1") != "0"
 _CHECK_VJP = False  # (tests) check the untraced output types of gradient ops against their trace
 
 _ON = [False]
@@ -1863,7 +1866,7 @@ def _install():
     _lazy.COLLECT[0] = _collect
     _lazy.FLUSH[0] = flush
     _lazy.STEP_END[0] = step_boundary
-    _lazy.COLLECTING[0] = collecting
+    _lazy.COLLECTING[0] = collecting if GROUP_BACKWARD else None
 
 
 def collecting() -> bool:
