@@ -15,8 +15,10 @@ guard; under auto-jit the clusters before and after the read are compiled once e
 zoo's RetinaNet training step written eagerly (IoU anchor matching, labels through boolean masks, focal + L1 losses
 divided by the foreground count read on the host) on a small detector, ground-truth counts changing every batch.
 
-The last table is the host time of one op: eager dispatch (``apply`` -> jax) against collecting it into a cluster
-(shape inference cached), on a chain of small elementwise ops.
+The last tables are the host time of one op: eager dispatch (``apply`` -> jax) against collecting it into a cluster
+(shape inference cached), on a chain of small elementwise ops; and the host CPU time of a whole training step at
+tiny shapes (``host_per_step``: what its Python costs eagerly, under auto-jit -- with its backward collected as one
+op, and with each gradient op collected on its own -- and as an ``xla_trace`` call).
 """
 from __future__ import annotations
 
@@ -211,6 +213,54 @@ def per_op_us(n=200, reps=20):
     return res
 
 
+def host_per_step(blocks=12, steps=25, modes=("eager", "auto_jit", "auto_jit_op_by_op", "xla_trace")):
+    """Host CPU time per training step (ms; the calling thread's ``time.thread_time``, median over interleaved blocks,
+    the first 3 steps of each block left out) of the tiny-shape workloads of ``host_overhead.py`` -- the Python a step
+    costs when its compute is negligible: eager, auto-jit (its backward collected as one ``sequence`` op, and each
+    gradient op collected on its own), the ``xla_trace`` step. Early launch, small steps' mode timer and the garbage
+    collector are off: the numbers are the collection's cost, not what the timers choose."""
+    import gc
+    import host_overhead
+    from megxla.core import _lazy
+    from megxla.jit import _autojit
+    saved = (_autojit.STATIC_TIMER, _autojit.EARLY, gc.isenabled())
+    _autojit.STATIC_TIMER = _autojit.EARLY = False
+    gc.disable()
+    out = {}
+    try:
+        for name, wl in host_overhead.workloads().items():
+            rng = np.random.RandomState(0)
+            data = [wl.inputs(rng) for _ in range(4)]
+            setups = {m: _setup(wl) for m in modes}
+            gm = setups["xla_trace"][2] if "xla_trace" in setups else None
+            traced = xla_trace(lambda model, opt, x, y: loop_step(model, opt, gm, x, y))
+            times = {m: [] for m in modes}
+            for b in range(blocks):
+                for m in modes:
+                    mge.config.auto_jit = m.startswith("auto_jit")
+                    _lazy.COLLECTING[0] = _autojit.collecting if m == "auto_jit" else None
+                    for i in range(steps):
+                        x, y = data[i % 4]
+                        t0 = time.thread_time()
+                        xt, yt = mge.Tensor(x), mge.Tensor(y)
+                        if m == "xla_trace":
+                            loss = traced(setups[m][0], setups[m][1], xt, yt)
+                        else:
+                            loss = loop_step(*setups[m], xt, yt)
+                        loss.item()
+                        if b >= 2 and i >= 3:
+                            times[m].append(time.thread_time() - t0)
+                    mge.config.auto_jit = False
+            out[name] = {m: statistics.median(v) * 1e3 for m, v in times.items()}
+    finally:
+        mge.config.auto_jit = False
+        _autojit.STATIC_TIMER, _autojit.EARLY = saved[0], saved[1]
+        _lazy.COLLECTING[0] = _autojit.collecting if _autojit.GROUP_BACKWARD else None
+        if saved[2]:
+            gc.enable()
+    return out
+
+
 def _workload(name):
     if name == "detection":
         return DetectionWorkload, detection_step
@@ -279,6 +329,9 @@ def main():
               f"loss rel.diff eager vs auto {agree:.1e}", flush=True)
     us = per_op_us()
     print(f"host time per op: eager dispatch {us['eager']:.1f} us, auto-jit collection {us['auto_jit']:.1f} us")
+    print("\nhost CPU ms per step, tiny shapes (eager / auto-jit / auto-jit, gradient ops one by one / xla_trace):")
+    for name, h in host_per_step().items():
+        print(f"  {name:12s} " + " / ".join(f"{v:.2f}" for v in h.values()))
     print("\n| workload | eager ms | auto-jit ms | xla_trace ms | auto/xla | auto/eager | xla/eager | first step eager / auto / xla ms |")
     print("|---|---|---|---|---|---|---|---|")
     for name, med, firsts, agree in rows:

@@ -395,14 +395,16 @@ def test_a_backward_whose_gradient_ops_cannot_all_be_collected_applies_them_one_
     # (a step that cannot be part of a cluster -- a collective's gradient --: the sequence's steps are applied
     # one by one, each collected or run eagerly on its own)
     want = _grouped_training()
-    plan = _autojit._sequence_plan
-    monkeypatch.setattr(_autojit, "_sequence_plan", lambda op, inputs: None)
-    got = _grouped_training()
-    assert got[0] == want[0]
+    infer = _autojit._infer
+    monkeypatch.setattr(_autojit, "_SHAPES", {})
+    monkeypatch.setattr(_autojit, "_infer", lambda op, key, inputs: None if op.prim is _autojit._VJP else
+                        infer(op, key, inputs))
+    got = _grouped_training()  # (the gradient ops run eagerly: same values up to XLA's fusion reordering)
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-6)
     for a, b in zip(got[1], want[1]):
-        np.testing.assert_array_equal(a, b)
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
     assert got[2] > want[2]  # (the steps' results were Tensors: applied one by one)
-    monkeypatch.setattr(_autojit, "_sequence_plan", plan)
+    monkeypatch.setattr(_autojit, "_infer", infer)
     monkeypatch.setattr(_autojit, "MAX_OPS", 12)  # (a backward that would take its cluster past the size cap)
     capped = _grouped_training()
     np.testing.assert_allclose(capped[0], want[0], rtol=1e-5)

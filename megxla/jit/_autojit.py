@@ -256,40 +256,9 @@ def _infer(op, key, inputs):
     return res
 
 
-def _sequence_plan(op, inputs):
-    """The output avals of each step of a ``sequence`` op on ``inputs`` (each step's inferred -- and cached -- as if
-    collected on its own: a gradient's from its forward, nothing traced), or None where a step cannot be part of a
-    cluster. Cached per op and input types."""
-    avals = []
-    for t in inputs:
-        d = t._data
-        if type(d) is Lazy and d.value is not None:
-            d = d.value
-        shape = d.shape
-        avals.append((shape if type(shape) is tuple else tuple(shape), d.dtype, bool(getattr(d, "weak_type", False))))
-    key = (op, tuple(avals))
-    plan = _PLANS.get(key, _MISSING)
-    if plan is not _MISSING:
-        return plan
-    plan = []
-    env = avals
-    for step, positions in dict(op.params)["steps"]:
-        k = (step, tuple([env[i] for i in positions]))
-        out = _SHAPES.get(k, _MISSING)
-        if out is _MISSING:
-            out = _infer(step, k, inputs)
-        if out is None:
-            plan = None
-            break
-        env.extend(out)
-        plan.append(out)
-    if len(_PLANS) > 1024:
-        _PLANS.clear()
-    _PLANS[key] = plan
-    return plan
-
-
-_PLANS: dict = {}
+class _Uncollectable(Exception):
+    """(``_collect_steps``) a step of a ``sequence`` op cannot be part of a cluster: its steps are applied one by
+    one (``_expand``)."""
 
 
 def _expand(op, inputs):
@@ -1533,11 +1502,10 @@ def _collect(op, inputs):
         if loc.paused:
             loc.issued = inputs  # (the inputs of this step's latest eager op: what its ModeTimer drains)
         return _arrays(inputs)  # (an interpreter on top -- an exclude_from_trace block --, auto-jit off or paused)
-    if op.prim is _SEQUENCE:  # (a GradManager's backward: its steps are collected, see _collect_steps)
-        plan = _sequence_plan(op, inputs)
-        # (steps that would take the cluster past its size cap: applied one by one, the cap cutting them as ever)
-        if plan is None or len(plan) + len(loc.cluster.ops) > MAX_OPS:
-            return _expand(op, inputs)
+    if op.prim is _SEQUENCE and len(op.params[1][1]) + len(loc.cluster.ops) > MAX_OPS:
+        # (a GradManager's backward, see _collect_steps, that would take the cluster past its size cap: applied one
+        # by one, the cap cutting it as ever)
+        return _expand(op, inputs)
     cl = loc.cluster
     # No collection of garbage while the cluster changes: a ``__del__`` (or a weak reference's callback)
     # run by it could collect or read a pending value of this cluster from inside this function, or from
@@ -1595,7 +1563,7 @@ def _collect(op, inputs):
                         cl.unguess()
                 ids.append(i)
             if op.prim is _SEQUENCE:
-                return _collect_steps(cl, op, ids, plan)
+                return _collect_steps(cl, op, ids, inputs)
             key = (op, tuple([avals[i] for i in ids]))
             outs = _SHAPES.get(key, _MISSING)
             if outs is _MISSING:
@@ -1631,18 +1599,33 @@ def _collect(op, inputs):
         finally:
             lock.release()
             _gc_resume()
+    except _Uncollectable:
+        pass  # (the sequence's steps are applied one by one, below, outside the lock)
     finally:
         if held:
             _interrupt.leave()
+    return _expand(op, inputs)
 
 
-def _collect_steps(cl, op, ids, plan):
+def _collect_steps(cl, op, ids, inputs):
     """(``_collect``, lock held) Collect the steps of a ``sequence`` op on the cluster values ``ids``: the cluster
     gets exactly the ops it would get had each step been applied on its own -- same key, same executable --, but
     only the sequence's results get a Lazy and a Tensor (its gradient walk's intermediate sums and per-op gradients
-    are values of the cluster alone)."""
+    are values of the cluster alone). Raises _Uncollectable, the cluster unchanged but for inputs, where a step
+    cannot be part of a cluster."""
     params = dict(op.params)
     avals, ops = cl.avals, cl.ops
+    types = [avals[i] for i in ids]
+    plan = []  # each step's output types (first, all of them: a step that cannot be collected changes nothing)
+    for step, positions in params["steps"]:
+        key = (step, tuple([types[i] for i in positions]))
+        outs = _SHAPES.get(key, _MISSING)
+        if outs is _MISSING:
+            outs = _infer(step, key, inputs)
+        if outs is None:
+            raise _Uncollectable
+        types.extend(outs)
+        plan.append(outs)
     env = list(ids)
     for (step, positions), outs in zip(params["steps"], plan):
         base = len(avals)
