@@ -1502,7 +1502,7 @@ def _collect(op, inputs):
         if loc.paused:
             loc.issued = inputs  # (the inputs of this step's latest eager op: what its ModeTimer drains)
         return _arrays(inputs)  # (an interpreter on top -- an exclude_from_trace block --, auto-jit off or paused)
-    if op.prim is _SEQUENCE and len(op.params[1][1]) + len(loc.cluster.ops) > MAX_OPS:
+    if op.prim is _SEQUENCE and len(dict(op.params)["steps"]) + len(loc.cluster.ops) > MAX_OPS:
         # (a GradManager's backward, see _collect_steps, that would take the cluster past its size cap: applied one
         # by one, the cap cutting it as ever)
         return _expand(op, inputs)
