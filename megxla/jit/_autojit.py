@@ -1638,6 +1638,7 @@ def _collect_steps(cl, op, ids, inputs):
     lazies = cl.lazies
     wanted = [env[o] for o in params["outs"]]
     made = {}
+    # (the pending Tensor as _collect makes it -- written out there, its hot path calls no helper)
     for i in sorted(set(wanted)):  # (in the order of the values: the order applying the steps one by one made them)
         aval = avals[i]
         z = Lazy(aval[0], aval[1], aval[2], cl, i)
