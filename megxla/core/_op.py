@@ -367,13 +367,20 @@ def vjp_cotangents(op, out_avals, cts_in, given):
 
 
 # ---- a sequence of ops as one op -------------------------------------------------------------------------------
-def _sequence_impl(*arrays, steps, outs, kernels=False):
-    """Apply ``steps`` -- ``(op, positions)`` pairs -- in order to an environment that starts as ``arrays``: each
-    op reads the environment at ``positions`` and appends its results. Returns the environment at ``outs``.
-    ``kernels``: each op runs as its eager kernel (the op-by-op run), not as its function (inside a compilation)."""
-    env = list(arrays)
+def run_steps(steps, outs, values, run):
+    """Apply ``steps`` -- ``(op, positions)`` pairs -- in order to an environment that starts as ``values``: each
+    ``run(op, *args)`` reads the environment at ``positions`` and appends its results. Returns the environment at
+    ``outs``. (A ``sequence`` op's function, its eager kernel, and auto-jit applying its steps one by one.)
+
+    Example:
+        >>> import types
+        >>> neg = types.SimpleNamespace(multiple_results=False)  # (any op: ``run`` decides what it does)
+        >>> run_steps(((neg, (0,)), (neg, (1,))), (1, 2), [3], lambda op, x: -x)
+        (-3, 3)
+    """
+    env = list(values)
     for op, positions in steps:
-        out = (op.kernel if kernels else op.fn)(*[env[i] for i in positions])
+        out = run(op, *[env[i] for i in positions])
         if op.multiple_results:
             env.extend(out)
         else:
@@ -381,10 +388,22 @@ def _sequence_impl(*arrays, steps, outs, kernels=False):
     return tuple([env[i] for i in outs])
 
 
+def _by_fn(op, *args):
+    return op.fn(*args)
+
+
+def _by_kernel(op, *args):
+    return op.kernel(*args)
+
+
+def _sequence_impl(*arrays, steps, outs):
+    return run_steps(steps, outs, arrays, _by_fn)
+
+
 def _sequence_eager_kernel(steps, outs):
     # Eagerly, each op runs as its own kernel: no compilation of the whole sequence, kernels shared with the ops
     # run on their own (a sequence changing shape with the data would otherwise compile once per shape)
-    return functools.partial(_sequence_impl, steps=steps, outs=outs, kernels=True)
+    return lambda *arrays: run_steps(steps, outs, arrays, _by_kernel)
 
 
 # ``sequence[steps, outs]``: a GradManager's backward pass under auto-jit (every ``vjp`` op and gradient sum of

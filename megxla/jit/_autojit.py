@@ -265,14 +265,8 @@ def _expand(op, inputs):
     """A ``sequence`` op that cannot be collected whole (a step's output shape depends on values, or it is a
     collective): its steps applied one by one -- each collected or run eagerly on its own, as the ops it stands for
     would be."""
-    env = list(inputs)
-    for step, positions in dict(op.params)["steps"]:
-        out = _dispatch.apply(step, *[env[i] for i in positions])
-        if step.multiple_results:
-            env.extend(out)
-        else:
-            env.append(out)
-    return tuple([env[i] for i in dict(op.params)["outs"]])
+    params = dict(op.params)
+    return _op.run_steps(params["steps"], params["outs"], inputs, _dispatch.apply)
 
 
 # ---- clusters -------------------------------------------------------------------------------------------------
