@@ -163,3 +163,34 @@ def test_cross_entropy_int_scores_and_label_rank_as_megengine():
         F.nn.cross_entropy(x, mge.Tensor([[1], [2]]))
     with pytest.raises(ValueError, match="does not match"):
         F.nn.cross_entropy(x, mge.Tensor([1, 2, 3]))
+
+
+@pytest.mark.parametrize("hot", [False, True])
+def test_small_integer_tensors_from_host_data_are_range_checked_on_their_host_copy(monkeypatch, hot):
+    # an index check (cross_entropy's labels) reads the labels' host copy: read from the device they wait for
+    # their transfer, queued behind the work issued before it (an eager step: the previous step's backward)
+    import gc
+    from megxla.core import dtypes
+    from megxla.core._indexing import IndexOutOfRange
+
+    if hot:  # (a shape made again and again reaches the device through a jitted identity)
+        monkeypatch.setattr(dtypes, "_HOT_AFTER", 0)
+    labels = np.array([2, 0, 1], "int32")
+    t = mge.Tensor(labels)
+    labels[0] = 7  # the caller's array changes: the Tensor and its host copy do not
+    host = dtypes.host_copy(t._data)
+    assert host.tolist() == [2, 0, 1] and not host.flags.writeable
+    assert dtypes.host_copy(mge.Tensor(np.array([0.5], "float32"))._data) is None  # (integers only)
+    logits = mge.Tensor(np.zeros((3, 3), "float32"))
+    assert F.nn.cross_entropy(logits, t).item() == pytest.approx(np.log(3))
+    t[0] = 5  # written in place: a new device array, which has no host copy -- the check reads it
+    assert dtypes.host_copy(t._data) is None
+    with pytest.raises(IndexOutOfRange, match="label 5 is out of range"):
+        F.nn.cross_entropy(logits, t)
+    u = mge.Tensor(np.array([1, 9], "int32"))
+    with pytest.raises(IndexOutOfRange, match="label 9 is out of range"):
+        F.nn.cross_entropy(logits[:2], u)
+    key = id(u._data)
+    del u
+    gc.collect()
+    assert key not in dtypes._host_copies  # (the copy goes with its array)

@@ -17,6 +17,8 @@ import weakref
 
 import numpy as np
 
+from .dtypes import host_copy
+
 __all__ = ["Lazy", "COLLECT", "FLUSH", "resolve", "known_range"]
 
 _get_ident = threading.get_ident
@@ -74,7 +76,9 @@ def _range_of(b):
         b = b()
         if b is None:
             return None
-    a = np.asarray(b)
+    a = host_copy(b)  # (labels made from host data: their copy there, no wait for the device)
+    if a is None:
+        a = np.asarray(b)
     if a.dtype.kind not in "iu" or a.size == 0:
         return None
     return int(a.min()), int(a.max())
