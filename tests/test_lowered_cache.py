@@ -215,3 +215,30 @@ def test_a_directory_that_cannot_be_written_compiles_all_the_same(cache_dir):
     exe = _persist.compile_cached(lambda x: (x * 4,), [jax.ShapeDtypeStruct((2,), jnp.float32)], (), "t", "2" * 64)
     assert exe is not None and exe(jnp.ones(2))[0].tolist() == [4.0, 4.0]
     assert _persist.stats["failed"] == failed + 1
+
+
+def test_switching_auto_jit_on_loads_what_a_kept_program_needs_in_the_background(tmp_path):
+    # jax.export registers XLA:CPU's LAPACK handlers (importing SciPy, ~0.25 s) before it lowers the first kept
+    # program: auto-jit switched on, or a trace made, starts that on a thread, off the first step's path
+    program = textwrap.dedent("""
+        import sys, threading, time
+        import megxla as mge
+        from megxla.jit import _persist
+        assert "scipy.linalg" not in sys.modules
+        mge.config.auto_jit = True
+        if _persist._prewarm_started[0]:
+            deadline = time.time() + 120
+            while "scipy.linalg" not in sys.modules and time.time() < deadline:
+                time.sleep(0.01)
+            for t in threading.enumerate():
+                if t.name == "megxla-prewarm":
+                    t.join()
+            print("PREWARMED", "scipy.linalg" in sys.modules)
+        mge.config.auto_jit = False
+    """)
+    for cache, expected in ((True, "PREWARMED True"), (False, "")):
+        env = dict(os.environ, PYTHONPATH=ROOT, MEGXLA_AUTO_JIT="0", MEGXLA_COMPILATION_CACHE_DIR=str(tmp_path),
+                   MEGXLA_COMPILATION_CACHE="1" if cache else "0")
+        out = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr[-3000:]
+        assert out.stdout.strip() == expected  # (no kept programs without JAX's cache: no thread)

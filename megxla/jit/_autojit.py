@@ -1849,6 +1849,7 @@ def enable(on=True):
     _lazy.MADE[0] = _note_made if on and EARLY else None
     if on:
         _install()
+        _persist.prewarm()
 
 
 def _install():

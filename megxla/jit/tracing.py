@@ -261,6 +261,7 @@ class trace:
                  **unused):
         functools.update_wrapper(self, function)
         self.__wrapped__ = function
+        _persist.prewarm()  # (its first compiled program: see there)
         if not hasattr(self, "__name__"):  # a Module or callable object: name the executable after its class
             self.__name__ = self.__qualname__ = type(function).__name__
         self.symbolic = symbolic
