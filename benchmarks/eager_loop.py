@@ -15,7 +15,9 @@ guard; under auto-jit the clusters before and after the read are compiled once e
 zoo's RetinaNet training step written eagerly (IoU anchor matching, labels through boolean masks, focal + L1 losses
 divided by the foreground count read on the host) on a small detector, ground-truth counts changing every batch.
 
-The last tables are the host time of one op: eager dispatch (``apply`` -> jax) against collecting it into a cluster
+Then the same ratios with the three modes taking turns in one process (``--interleaved``, default MLP and the
+ConvNets: a noisy machine's drift between processes is larger than the gaps measured). The last tables are the
+host time of one op: eager dispatch (``apply`` -> jax) against collecting it into a cluster
 (shape inference cached), on a chain of small elementwise ops; and the host CPU time of a whole training step at
 tiny shapes (``host_per_step``: what its Python costs eagerly, under auto-jit -- with its backward collected as one
 op, and with each gradient op collected on its own -- and as an ``xla_trace`` call).
@@ -193,6 +195,39 @@ def run_mode(mode, wl, step_fn, batches, warmup):
     return statistics.median(timed) * 1e3, times[0] * 1e3, losses
 
 
+def interleaved(name, blocks=10, steps=20):
+    """ms/step of each mode measured in ONE process, the modes taking turns in blocks of ``steps`` steps (their order
+    rotating from block to block; the first 3 steps of each block and the first 2 blocks left out), each mode on its
+    own model instance. On a machine whose speed drifts between processes (the 2-core VM of 2026-11-29: the same
+    ``xla_trace`` step 10-40% apart in two processes) these ratios compare the same minutes; the fresh-process table
+    compares runs minutes apart. Auto-jit is switched on for its blocks only, as a program switching it would."""
+    wl, step_fn = _workload(name)
+    batches = _batches(wl, 8)
+    setups = {m: _setup(wl) for m in MODES}
+    gm_x = setups["xla_trace"][2]
+    traced = xla_trace(lambda model, opt, x, y: step_fn(model, opt, gm_x, x, y))
+    times = {m: [] for m in MODES}
+    for b in range(blocks):
+        for m in MODES[b % 3:] + MODES[:b % 3]:
+            model, opt, gm = setups[m]
+            mge.config.auto_jit = m == "auto_jit"
+            try:
+                for i in range(steps):
+                    xs, ys = batches[i % len(batches)]
+                    t0 = time.perf_counter()
+                    ys = [mge.Tensor(g) for g in ys] if isinstance(ys, list) else mge.Tensor(ys)
+                    if m == "xla_trace":
+                        loss = traced(model, opt, mge.Tensor(xs), ys)
+                    else:
+                        loss = step_fn(model, opt, gm, mge.Tensor(xs), ys)
+                    loss.item()
+                    if b >= 2 and i >= 3:
+                        times[m].append(time.perf_counter() - t0)
+            finally:
+                mge.config.auto_jit = False
+    return {m: statistics.median(v) * 1e3 for m, v in times.items()}
+
+
 def per_op_us(n=200, reps=20):
     """Host µs per op: eager dispatch vs auto-jit collection (a chain of ``n`` small elementwise ops)."""
     x = mge.Tensor(np.ones((8, 8), "float32"))
@@ -302,6 +337,9 @@ def main():
                     help="auto-jit launches no cluster early (MEGXLA_AUTO_JIT_EARLY=0: each cluster runs once "
                          "collected in full; by default a recurring small one may start while its step's end is "
                          "collected, where its timer finds that faster)")
+    ap.add_argument("--interleaved", default="mlp,convnet_b8,convnet_b64", metavar="WORKLOADS",
+                    help="also measure these workloads with the three modes taking turns in one process (see "
+                         "interleaved(); '' for none)")
     ap.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.cut_backward:
@@ -329,6 +367,13 @@ def main():
               f"loss rel.diff eager vs auto {agree:.1e}", flush=True)
     us = per_op_us()
     print(f"host time per op: eager dispatch {us['eager']:.1f} us, auto-jit collection {us['auto_jit']:.1f} us")
+    inter = [(name, interleaved(name)) for name in args.interleaved.split(",") if name]
+    if inter:
+        print("\ninterleaved in one process (10 blocks of 20 steps, modes taking turns), ms/step eager / auto-jit / "
+              "xla_trace | auto/xla | auto/eager:")
+        for name, r in inter:
+            print(f"  {name:12s} {r['eager']:.2f} / {r['auto_jit']:.2f} / {r['xla_trace']:.2f} | "
+                  f"{r['auto_jit'] / r['xla_trace']:.2f} | {r['auto_jit'] / r['eager']:.2f}", flush=True)
     print("\nhost CPU ms per step, tiny shapes (eager / auto-jit / auto-jit, gradient ops one by one / xla_trace):")
     for name, h in host_per_step().items():
         print(f"  {name:12s} " + " / ".join(f"{v:.2f}" for v in h.values()))
