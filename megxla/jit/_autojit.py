@@ -1328,10 +1328,10 @@ class ModeTimer:
     """Chooses, step by step, how a step runs: as clusters or eagerly, whichever has taken less time from one step's
     start to the next (the wait for its results and the program around it included). Clusters first while their
     compilations settle (``warmup`` steps), then ``PROBE`` eager steps, then the faster mode, trying the other again
-    for ``PROBE`` steps -- ``FIRST_EVERY`` steps after a new choice, then twice as long each time the choice stands,
-    up to every ``EVERY`` steps: such a step is never slower than eager for long, and a choice that one noisy probe
-    got wrong is undone within ``FIRST_EVERY`` steps (the MLP b128 step, one process in ~13: eager chosen at 7 ms
-    against 4.9 ms as clusters, and kept for the next 1000 steps). Used by a churning
+    for ``PROBE`` steps every ``EVERY`` steps -- where eager was chosen, ``FIRST_EVERY`` steps after the choice, then
+    twice as long each time it stands, up to ``EVERY``: such a step is never slower than eager for long, and an eager
+    choice that one noisy probe got wrong is undone within ``FIRST_EVERY`` steps (the MLP b128 step, one process in
+    ~13: eager chosen at 7 ms against 4.9 ms as clusters, and kept for the next 1000 steps). Used by a churning
     ``xla_trace`` step (per call) and by auto-jit (per ``opt.step()``, once its clusters keep running op by op).
 
     Example:
@@ -1340,7 +1340,7 @@ class ModeTimer:
     """
 
     PROBE, EVERY = 5, 200
-    FIRST_EVERY = 50  # (steps from a new choice to its first re-probe; doubled while the choice stands)
+    FIRST_EVERY = 50  # (steps from an eager choice to its first re-probe; doubled while the choice stands)
     clock = staticmethod(time.perf_counter)
     # Seconds JAX has spent tracing, lowering and compiling (or loading from its cache) so far: an eager step's
     # time is counted without them -- they are one-time costs of its kernels (one per op and shape), and a step
@@ -1397,8 +1397,10 @@ class ModeTimer:
             if k >= w + p and k == start + p:  # a probe just ended: compare the latest steps of each mode
                 if self.times[True] and self.times[False]:
                     best = statistics.median(self.times[True]) <= self._eager_time() * (1.0 + self.margin)
-                    self.interval = min(2 * self.interval, self.EVERY) if self.interval and best == self.best \
-                        else min(self.FIRST_EVERY, self.EVERY)
+                    # (eager chosen -- against the clusters expected to be faster -- is checked again soon; clusters
+                    # chosen, eager is probed every EVERY steps: each probe costs eager steps)
+                    self.interval = self.EVERY if best else min(2 * self.interval, self.EVERY) \
+                        if self.interval and not self.best else min(self.FIRST_EVERY, self.EVERY)
                     self.best = best
                 self.next_probe = start + (self.interval or self.EVERY)
             mode = self._mode(k, w, p)
@@ -1762,8 +1764,8 @@ def step_boundary(reason="opt.step", now=False):
 TROUBLED_STEPS = 4
 WARMUP_STEPS = 4
 # Steps of at most STATIC_MAX_OPS ops whose clusters run compiled are timed too (see _choose_mode): eager is chosen
-# only if faster by STATIC_MARGIN, and the other mode probed again 50, 100, 200... steps after a choice, at most
-# every STATIC_EVERY steps (ModeTimer.FIRST_EVERY)
+# only if faster by STATIC_MARGIN, and probed again every STATIC_EVERY steps (clusters, where eager was chosen: 50,
+# 100, 200... steps after the choice, ModeTimer.FIRST_EVERY)
 STATIC_TIMER = os.environ.get("MEGXLA_AUTO_JIT_STATIC_TIMER", "1") != "0"
 STATIC_MAX_OPS = 256
 STATIC_MARGIN = 0.2
