@@ -487,6 +487,8 @@ class GradManager:
     def _rematerializer(self):
         """``value(data, vid)`` for the backward walk: a recorded value, or a _Remat result computed again (once
         while records still read it: each recomputation of a collective is a collective)."""
+        if not self._remat:  # (no op recorded a _Remat: every record holds its values -- no pass over the tape)
+            return _value
         uses, again = {}, {}
         for _, ins, _ in self._tape:
             for d, v in ins:
