@@ -1397,10 +1397,12 @@ class ModeTimer:
             if k >= w + p and k == start + p:  # a probe just ended: compare the latest steps of each mode
                 if self.times[True] and self.times[False]:
                     best = statistics.median(self.times[True]) <= self._eager_time() * (1.0 + self.margin)
-                    # (eager chosen -- against the clusters expected to be faster -- is checked again soon; clusters
-                    # chosen, eager is probed every EVERY steps: each probe costs eager steps)
-                    self.interval = self.EVERY if best else min(2 * self.interval, self.EVERY) \
-                        if self.interval and not self.best else min(self.FIRST_EVERY, self.EVERY)
+                    if best:  # clusters: eager is probed every EVERY steps (each probe costs eager steps)
+                        self.interval = self.EVERY
+                    elif self.interval and not self.best:  # eager again: checked again twice as late
+                        self.interval = min(2 * self.interval, self.EVERY)
+                    else:  # eager, against the clusters expected to be faster: checked again soon
+                        self.interval = min(self.FIRST_EVERY, self.EVERY)
                     self.best = best
                 self.next_probe = start + (self.interval or self.EVERY)
             mode = self._mode(k, w, p)
