@@ -174,20 +174,29 @@ def detection_step(model, opt, gm, x, gts):
     return total
 
 
-def run_mode(mode, wl, step_fn, batches, warmup):
-    model, opt, gm = _setup(wl)
-    mge.config.auto_jit = mode == "auto_jit"
+def _stepper(mode, step_fn, gm):
+    """``run(model, opt, gm, xs, ys) -> loss`` for ``mode``: the step on Tensors made from the host batch (labels, or
+    a list of per-image arrays), under ``xla_trace`` (with ``gm``) or as written."""
     fn = step_fn
     if mode == "xla_trace":
         traced = xla_trace(lambda model, opt, x, y: step_fn(model, opt, gm, x, y))
         fn = lambda model, opt, gm, x, y: traced(model, opt, x, y)  # noqa: E731
+
+    def run(model, opt, gm, xs, ys):
+        ys = [mge.Tensor(g) for g in ys] if isinstance(ys, list) else mge.Tensor(ys)
+        return fn(model, opt, gm, mge.Tensor(xs), ys)
+    return run
+
+
+def run_mode(mode, wl, step_fn, batches, warmup):
+    model, opt, gm = _setup(wl)
+    mge.config.auto_jit = mode == "auto_jit"
+    run = _stepper(mode, step_fn, gm)
     times, losses = [], []
     try:
-        for i, (xs, ys) in enumerate(batches):
+        for xs, ys in batches:
             t0 = time.perf_counter()
-            ys = [mge.Tensor(g) for g in ys] if isinstance(ys, list) else mge.Tensor(ys)
-            loss = fn(model, opt, gm, mge.Tensor(xs), ys)
-            losses.append(loss.item())
+            losses.append(run(model, opt, gm, xs, ys).item())
             times.append(time.perf_counter() - t0)
     finally:
         mge.config.auto_jit = False
@@ -204,23 +213,16 @@ def interleaved(name, blocks=10, steps=20):
     wl, step_fn = _workload(name)
     batches = _batches(wl, 8)
     setups = {m: _setup(wl) for m in MODES}
-    gm_x = setups["xla_trace"][2]
-    traced = xla_trace(lambda model, opt, x, y: step_fn(model, opt, gm_x, x, y))
+    runs = {m: _stepper(m, step_fn, setups[m][2]) for m in MODES}
     times = {m: [] for m in MODES}
     for b in range(blocks):
         for m in MODES[b % 3:] + MODES[:b % 3]:
-            model, opt, gm = setups[m]
             mge.config.auto_jit = m == "auto_jit"
             try:
                 for i in range(steps):
                     xs, ys = batches[i % len(batches)]
                     t0 = time.perf_counter()
-                    ys = [mge.Tensor(g) for g in ys] if isinstance(ys, list) else mge.Tensor(ys)
-                    if m == "xla_trace":
-                        loss = traced(model, opt, mge.Tensor(xs), ys)
-                    else:
-                        loss = step_fn(model, opt, gm, mge.Tensor(xs), ys)
-                    loss.item()
+                    runs[m](*setups[m], xs, ys).item()
                     if b >= 2 and i >= 3:
                         times[m].append(time.perf_counter() - t0)
             finally:

@@ -25,7 +25,7 @@ import os
 import numpy as np
 
 from ._lazy import Lazy, known_range
-from .dtypes import host_copy
+from .dtypes import host_value
 from ._tensor import Tensor
 from ._dispatch import apply, OpError, current_interpreter
 from .ops import indexing as P
@@ -78,9 +78,7 @@ def check_index_tensor(op, idx, dim, axis, allow_negative=True, what="index"):
         r = known_range(d)
         if r is not None and r[0] >= lo and r[1] < dim:
             return
-    v = host_copy(d)
-    if v is None:
-        v = np.asarray(d)
+    v = host_value(d)
     bad = (v < lo) | (v >= dim)
     if bad.any():
         raise IndexOutOfRange(f"{op}: {what} {int(v[bad].reshape(-1)[0])} is out of range for axis {axis} of "

@@ -17,7 +17,7 @@ import weakref
 
 import numpy as np
 
-from .dtypes import host_copy
+from .dtypes import host_value
 
 __all__ = ["Lazy", "COLLECT", "FLUSH", "resolve", "known_range"]
 
@@ -76,9 +76,7 @@ def _range_of(b):
         b = b()
         if b is None:
             return None
-    a = host_copy(b)  # (labels made from host data: their copy there, no wait for the device)
-    if a is None:
-        a = np.asarray(b)
+    a = host_value(b)  # (labels made from host data: their copy there, no wait for the device)
     if a.dtype.kind not in "iu" or a.size == 0:
         return None
     return int(a.min()), int(a.max())

@@ -116,6 +116,17 @@ def host_copy(arr):
     return None
 
 
+def host_value(arr):
+    """``arr`` on the host: its host copy where it has one (no wait for the device), else ``np.asarray(arr)``.
+
+    Example:
+        >>> host_value(jnp.arange(3)).tolist()
+        [0, 1, 2]
+    """
+    v = host_copy(arr)
+    return np.asarray(arr) if v is None else v
+
+
 def _to_array(data, dtype, device):
     from ._tensor import Tensor
     if isinstance(data, Tensor):
