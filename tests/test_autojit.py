@@ -397,6 +397,7 @@ def test_a_backward_whose_gradient_ops_cannot_all_be_collected_applies_them_one_
     want = _grouped_training()
     infer = _autojit._infer
     monkeypatch.setattr(_autojit, "_SHAPES", {})
+    monkeypatch.setattr(_autojit, "_SEQUENCE_TYPES", {})
     monkeypatch.setattr(_autojit, "_infer", lambda op, key, inputs: None if op.prim is _autojit._VJP else
                         infer(op, key, inputs))
     got = _grouped_training()  # (the gradient ops run eagerly: same values up to XLA's fusion reordering)
@@ -409,6 +410,53 @@ def test_a_backward_whose_gradient_ops_cannot_all_be_collected_applies_them_one_
     capped = _grouped_training()
     np.testing.assert_allclose(capped[0], want[0], rtol=1e-5)
     assert capped[2] > want[2]
+
+
+def _walked_training(extra_every=0, batches=(5,), attach_x=False):
+    """Six SGD steps of a small net (an extra op in the forward every ``extra_every`` steps, batch sizes cycling
+    through ``batches``, the input attached too where ``attach_x``): losses, parameters, the input's last gradient."""
+    mge.random.seed(0)
+    net = M.Sequential(M.Linear(6, 8), M.ReLU(), M.Linear(8, 3))
+    opt = optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
+    gm = GradManager().attach(net.parameters())
+    rng = np.random.RandomState(0)
+    losses, xgrad = [], None
+    for i in range(6):
+        n = batches[i % len(batches)]
+        x = mge.Tensor(rng.standard_normal((n, 6)).astype("float32"))
+        y = mge.Tensor(rng.randint(0, 3, n).astype("int32"))
+        with gm:
+            if attach_x:
+                gm.attach([x])
+            h = net(x)
+            if extra_every and i % extra_every == 0:
+                h = h * 2 + x[:, :3]
+            loss = F.nn.cross_entropy(h, y)
+            gm.backward(loss)
+        xgrad = x.grad.numpy() if attach_x else None
+        opt.step().clear_grad()
+        losses.append(loss.item())
+    return losses, [p.numpy() for p in net.parameters()], xgrad
+
+
+@pytest.mark.parametrize("case", [{}, {"extra_every": 2}, {"batches": (5, 7, 2)}, {"attach_x": True}])
+def test_a_backward_walk_is_planned_once_per_tape_and_gives_eagers_gradients(auto_jit, monkeypatch, case):
+    # Under auto-jit the grouped walk is kept under the tape's signature (ops, which values they read and make,
+    # float inputs, where the walk starts and delivers): a step with the same tape reuses it -- whatever the shapes
+    # --, a different tape (an extra op every other step, a tensor attached inside the recording) plans its own
+    from megxla.autodiff.grad_manager import GradManager as GM
+    planned = []
+    grouped = GM._grouped
+    monkeypatch.setattr(GM, "_grouped", lambda self, *a: planned.append(1) or grouped(self, *a))
+    got = _walked_training(**case)
+    assert len(planned) == (2 if case.get("extra_every") else 1), len(planned)
+    mge.config.auto_jit = False
+    want = _walked_training(**case)
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-5)
+    for a, b in zip(got[1], want[1]):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    if case.get("attach_x"):
+        np.testing.assert_allclose(got[2], want[2], rtol=1e-5, atol=1e-7)
 
 
 def test_stats_report_cuts_by_line(auto_jit):

@@ -83,6 +83,7 @@ class GradManager:
         self._tape: list = []
         self._tracked: set = set()
         self._late: dict = {}  # value id -> tape position of a tensor attached while recording
+        self._walks: dict = {}  # backward walk signature -> its _Walk (or None: not collected as one sequence)
         self._functions: dict = {}  # first output id of an autodiff.Function node -> the Function
         # Bumped when the attached set changes from outside a traced call: a compiled step recorded with this
         # manager computes the gradients of what was attached then, so it records again (megxla.jit reads it).
@@ -358,6 +359,19 @@ class GradManager:
             starts.setdefault(pos, []).append(v)
         keep = {a.vid for a in attached}
         value_of = self._rematerializer()
+        collecting = _lazy.COLLECTING[0]
+        grouping = collecting is not None and value_of is _value and not self._received \
+            and not _dispatch.recorders and collecting()
+        sig = None
+        if grouping:
+            # The same program gives the same tape every step: its walk, planned once, is looked up by the tape's
+            # signature (the walk was 40% of a small Transformer step's Python under auto-jit)
+            sig = _walk_signature(self._tape, ys, dys, attached, late)
+            walk = self._walks.get(sig, _MISSING) if sig is not None else _MISSING
+            if walk is not _MISSING:
+                if walk is not None:
+                    return walk.run(self, self._tape, dys, attached)
+                grouping = False
         live = []  # per record: which inputs depended on attached tensors when it ran
         for k, (op, ins, outs) in enumerate(self._tape):  # forward pass: which values depend on attached ones
             tracked.update(starts.get(k, ()))
@@ -366,10 +380,8 @@ class GradManager:
             if any(flags):
                 cut = _NONDIFF_OUT.get(op.name, ())
                 tracked.update(v for i, v in enumerate(outs) if i not in cut)
-        collecting = _lazy.COLLECTING[0]
-        if collecting is not None and value_of is _value and not self._received and not _dispatch.recorders \
-                and collecting():
-            done = self._grouped(ys, dys, attached, live, keep)
+        if grouping:
+            done = self._grouped(ys, dys, attached, live, keep, sig)
             if done is not None:
                 return done
         for k in reversed(range(len(self._tape))):
@@ -413,18 +425,21 @@ class GradManager:
             self._deliver(t, g)
         return grads
 
-    def _grouped(self, ys, dys, attached, live, keep):
+    def _grouped(self, ys, dys, attached, live, keep, sig=None):
         """The backward walk of :meth:`_backward_tape` with its gradient ops collected as ONE ``sequence`` op (under
         auto-jit: one collection instead of one per forward op and per gradient sum; the cluster compiles the same
         computation). Returns the gradients by value id, or None -- nothing done -- where the tape holds an op whose
-        gradient runs Python (``autodiff.Function``), compiled graphs (transient ops) or callbacks compiled in."""
+        gradient runs Python (``autodiff.Function``), compiled graphs (transient ops) or callbacks compiled in.
+        The walk is kept as a :class:`_Walk` under the tape's signature ``sig`` (see :func:`_walk_signature`)."""
         inputs, at = [], {}  # the sequence's input Tensors, each value once: value id -> position
+        sources = []  # where each input was read: (tape position, input index), or (-1, k) for the k-th dy
 
-        def take(data, vid):
+        def take(data, vid, src):
             pos = at.get(vid)
             if pos is None:
                 pos = at[vid] = len(inputs)
                 inputs.append(_value(data, vid))
+                sources.append(src)
             return pos
 
         steps, results = [], [0]  # results: how many values the steps made so far (coded -1, -2, ...)
@@ -439,15 +454,20 @@ class GradManager:
                 results[0] += 1
                 grads[vid] = -results[0]
 
-        for t, d in zip(ys, dys):
-            accumulate(t._vid, take(d._data, d._vid))
+        for j, (t, d) in enumerate(zip(ys, dys)):
+            accumulate(t._vid, take(d._data, d._vid, (-1, j)))
         tape = self._tape
+        walks = self._walks
+        if sig is not None and len(walks) >= _WALKS_KEPT:  # (a program whose tapes keep changing: start over)
+            walks.clear()
         for k in reversed(range(len(tape))):
             op, ins, outs = tape[k]
             given = tuple(v in grads for v in outs)
             if not any(given):
                 continue
             if op.prim is _FUNCTION or op.transient or op.prim.callbacks_applied is not None:
+                if sig is not None:
+                    walks[sig] = None
                 return None
             nondiff = _NONDIFF.get(op.name) or ()
             flags = live[k]
@@ -456,16 +476,16 @@ class GradManager:
                 continue
             cts = [grads[v] if v in keep else grads.pop(v) for v in outs if v in grads]
             steps.append((VJP.bind(op=op, nin=len(ins), wrt=wrt, given=given),
-                          tuple([take(data, v) for data, v in ins]) + tuple(cts)))
+                          tuple([take(data, v, (k, i)) for i, (data, v) in enumerate(ins)]) + tuple(cts)))
             first = results[0]
             results[0] += len(wrt)
             for j, i in enumerate(wrt):
                 accumulate(ins[i][1], -(first + j + 1))
-        targets = [(entry, grads[entry.vid]) for entry in attached
+        targets = [(j, grads[entry.vid]) for j, entry in enumerate(attached)
                    if entry.tensor is not None and entry.vid in grads]
-        if not targets:
-            return {}
         if any(ref >= 0 for _, ref in targets):  # (a gradient that is a dy itself: y attached, the walk as usual)
+            if sig is not None:
+                walks[sig] = None
             return None
         n = len(inputs)
 
@@ -473,16 +493,11 @@ class GradManager:
             return ref if ref >= 0 else n - ref - 1
 
         steps = tuple([(op, tuple([place(r) for r in refs])) for op, refs in steps])
-        seq = SEQUENCE.bind(steps=steps, outs=tuple([place(ref) for _, ref in targets]))
-        out = apply(seq, *inputs)
-        delivered = {}
-        for (entry, _), g in zip(targets, out):
-            t = entry.tensor
-            if entry.callbacks:  # (every gradient here is "raw": no op applied the callbacks)
-                g = _run_callbacks(t, g, entry.callbacks)
-            self._deliver(t, g)
-            delivered[entry.vid] = g
-        return delivered
+        seq = SEQUENCE.bind(steps=steps, outs=tuple([place(ref) for _, ref in targets])) if targets else None
+        walk = _Walk(seq, tuple(sources), tuple([j for j, _ in targets]))
+        if sig is not None:
+            walks[sig] = walk
+        return walk.deliver(self, inputs, attached)
 
     def _rematerializer(self):
         """``value(data, vid)`` for the backward walk: a recorded value, or a _Remat result computed again (once
@@ -604,6 +619,72 @@ def _match_dy(y, dy):
 
 def _is_float(data):
     return np.dtype(data.dtype).kind in "fc"
+
+
+_MISSING = object()
+_WALKS_KEPT = 32  # walk signatures a GradManager keeps (a program cycling through more plans its walks anew)
+_FLOAT_DTYPES: dict = {}  # dtype -> whether it has gradients (_is_float), for the signatures
+
+
+def _walk_signature(tape, ys, dys, attached, late):
+    """What the grouped backward walk over ``tape`` depends on, as one hashable value: each record's op, which
+    values it reads and makes (value ids numbered in order of first sight: the same program's tape has the same
+    numbers every step, whatever its ids) and whether each input is a float; where the walk starts (``ys``,
+    ``dys``) and what it delivers to (the attached tensors, those attached late and where). Shapes do not enter:
+    the walk's ops are the same for every shape. None where the tape holds an op whose walk is not kept (a
+    compiled graph's transient op, which a kept walk would keep alive; Python gradients; callbacks compiled in)."""
+    number = {}
+    head = [number.setdefault(t._vid, len(number)) for t in ys]
+    head.append(-1)
+    head += [number.setdefault(d._vid, len(number)) for d in dys]
+    head.append(-1)
+    head += [number.setdefault(a.vid, len(number)) if a.tensor is not None else -2 for a in attached]
+    head.append(-1)
+    head += [(number.setdefault(v, len(number)), pos) for v, pos in late.items()]
+    body = [tuple(head)]
+    floats = _FLOAT_DTYPES
+    for op, ins, outs in tape:
+        if op.transient or op.prim is _FUNCTION or op.prim.callbacks_applied is not None:
+            return None
+        codes = []
+        for d, v in ins:
+            c = number.setdefault(v, len(number))
+            f = floats.get(d.dtype)
+            if f is None:
+                f = floats[d.dtype] = _is_float(d)
+            codes.append(c if f else -c - 1)
+        body.append((op, tuple(codes), tuple([number.setdefault(v, len(number)) for v in outs])))
+    return tuple(body)
+
+
+class _Walk:
+    """A planned grouped backward walk (:meth:`GradManager._grouped`): the ``sequence`` op of its gradient steps,
+    where each of its inputs is read (``sources``: (tape position, input index), or (-1, k) for the k-th dy) and
+    the attached tensors its results go to (``targets``: positions in the attached list)."""
+
+    __slots__ = ("seq", "sources", "targets")
+
+    def __init__(self, seq, sources, targets):
+        self.seq, self.sources, self.targets = seq, sources, targets
+
+    def run(self, gm, tape, dys, attached):
+        """The walk on this step's tape (the same signature): its values read from the same places."""
+        inputs = [_value(dys[i]._data, dys[i]._vid) if k < 0 else _value(*tape[k][1][i]) for k, i in self.sources]
+        return self.deliver(gm, inputs, attached)
+
+    def deliver(self, gm, inputs, attached):
+        if self.seq is None:
+            return {}
+        out = apply(self.seq, *inputs)
+        delivered = {}
+        for j, g in zip(self.targets, out):
+            entry = attached[j]
+            t = entry.tensor
+            if entry.callbacks:  # (every gradient here is "raw": no op applied the callbacks)
+                g = _run_callbacks(t, g, entry.callbacks)
+            gm._deliver(t, g)
+            delivered[entry.vid] = g
+        return delivered
 
 
 class _Remat:

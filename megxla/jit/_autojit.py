@@ -1615,6 +1615,9 @@ def _collect(op, inputs):
     return _expand(op, inputs)
 
 
+_SEQUENCE_TYPES: dict = {}  # (sequence op, input types) -> its steps' output types (see _collect_steps)
+
+
 def _collect_steps(cl, op, ids, inputs):
     """(``_collect``, lock held) Collect the steps of a ``sequence`` op on the cluster values ``ids``: the cluster
     gets exactly the ops it would get had each step been applied on its own -- same key, same executable --, but
@@ -1624,16 +1627,24 @@ def _collect_steps(cl, op, ids, inputs):
     params = dict(op.params)
     avals, ops = cl.avals, cl.ops
     types = [avals[i] for i in ids]
-    plan = []  # each step's output types (first, all of them: a step that cannot be collected changes nothing)
-    for step, positions in params["steps"]:
-        key = (step, tuple([types[i] for i in positions]))
-        outs = _SHAPES.get(key, _MISSING)
-        if outs is _MISSING:
-            outs = _infer(step, key, inputs)
-        if outs is None:
-            raise _Uncollectable
-        types.extend(outs)
-        plan.append(outs)
+    # each step's output types (first, all of them: a step that cannot be collected changes nothing), the same
+    # for the same sequence on the same input types (a GradManager's walk every step: one lookup, not one a step)
+    seq_key = (op, tuple(types))
+    plan = _SEQUENCE_TYPES.get(seq_key)
+    if plan is None:
+        plan = []
+        for step, positions in params["steps"]:
+            key = (step, tuple([types[i] for i in positions]))
+            outs = _SHAPES.get(key, _MISSING)
+            if outs is _MISSING:
+                outs = _infer(step, key, inputs)
+            if outs is None:
+                raise _Uncollectable
+            types.extend(outs)
+            plan.append(outs)
+        if len(_SEQUENCE_TYPES) >= 256:
+            _SEQUENCE_TYPES.clear()
+        _SEQUENCE_TYPES[seq_key] = plan
     env = list(ids)
     for (step, positions), outs in zip(params["steps"], plan):
         base = len(avals)
