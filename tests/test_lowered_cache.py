@@ -217,6 +217,20 @@ def test_a_directory_that_cannot_be_written_compiles_all_the_same(cache_dir):
     assert _persist.stats["failed"] == failed + 1
 
 
+@pytest.mark.parametrize("ending", ["raise ValueError('step 0')", "sys.exit(3)", "pass"])
+def test_a_program_ending_right_after_switching_auto_jit_on_exits_as_itself(tmp_path, ending):
+    # (the background load still running as the program ends: the interpreter waits for it. As a daemon thread it
+    # aborted the process at finalization -- SIGABRT, "Fatal Python error" -- instead of the traceback and status)
+    program = f"import sys\nimport megxla as mge\nmge.config.auto_jit = True\n{ending}\n"
+    env = dict(os.environ, PYTHONPATH=ROOT, MEGXLA_AUTO_JIT="0", MEGXLA_COMPILATION_CACHE_DIR=str(tmp_path),
+               MEGXLA_COMPILATION_CACHE="1")
+    out = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == {"pass": 0, "sys.exit(3)": 3}.get(ending, 1), out.stderr[-3000:]
+    assert "Fatal Python error" not in out.stderr
+    if ending.startswith("raise"):
+        assert out.stderr.rstrip().endswith("ValueError: step 0"), out.stderr[-3000:]
+
+
 def test_switching_auto_jit_on_loads_what_a_kept_program_needs_in_the_background(tmp_path):
     # jax.export registers XLA:CPU's LAPACK handlers (importing SciPy, ~0.25 s) before it lowers the first kept
     # program: auto-jit switched on, or a trace made, starts that on a thread, off the first step's path

@@ -280,7 +280,10 @@ def prewarm():
             linalg.initialize_lapack()
         except Exception:  # (another JAX: its first exported program loads them itself, as before)
             pass
-    threading.Thread(target=load, name="megxla-prewarm", daemon=True).start()
+    # Not a daemon: the interpreter waits for it at exit. A daemon thread still importing SciPy when a short program
+    # ended (an error at its first step, a sys.exit) aborted the process as it finalized ("Fatal Python error:
+    # PyGILState_Release", SIGABRT) instead of printing the traceback and exiting with the program's status
+    threading.Thread(target=load, name="megxla-prewarm", daemon=False).start()
 
 
 def _directory():
