@@ -213,6 +213,9 @@ def test_changing_shapes_compile_a_bounded_number_and_warn_once(auto_jit):
     assert stats["compiled"] <= 1, stats  # (new keys never recur: none compiled but a site's first)
     storm = [w for w in caught if "auto-jit" in str(w.message)]
     assert len(storm) == 1 and "test_autojit.py" in str(storm[0].message), [str(w.message) for w in caught]
+    # (and raised at that line: warning filters by module or line match it)
+    import linecache
+    assert storm[0].filename == __file__ and linecache.getline(__file__, storm[0].lineno).strip() == "y.numpy()"
     assert stats["megamorphic"], stats
     # the warning says what changed, as PyTorch's TORCH_LOGS=recompiles names the failed guard
     assert "(`exp`): input 1 is float32[" in str(storm[0].message), str(storm[0].message)

@@ -291,8 +291,12 @@ def _megamorphic(st, site, reason, what=None):
     _warned_lines.add(site[:2])
     change = _site_change(st)
     change = f" (the last two: {change})" if change else " (shapes or Python numbers that change every step?)"
-    warnings.warn(f"auto-jit: the clusters cut at {describe_where(site)} ({reason}) keep changing{change}; {what}. "
-                  f"Pad to fixed shapes, or pass changing numbers as tensors, to have them compiled", stacklevel=4)
+    # (at the user's line, as its text says: called at several depths, under a cut made at any depth, a stack
+    # level named a line of this file -- filters by module or line did not match)
+    warnings.warn_explicit(
+        f"auto-jit: the clusters cut at {describe_where(site)} ({reason}) keep changing{change}; {what}. "
+        f"Pad to fixed shapes, or pass changing numbers as tensors, to have them compiled", UserWarning,
+        site[0], site[1])
 
 
 def _signature(ops, avals):
