@@ -421,11 +421,15 @@ def make_replay(ops, in_vids, out_vids, remat=False, kernels=False, rounded=Fals
                 params = dict(op.params)
                 cts = [env[v] for v in ins[params["nin"]:]]
                 res = tuple(pull(vjp_cotangents(params["op"], fwd_res, cts, params["given"])))
-            if rounded and op.name == "sqrt":
-                # XLA rewrites ``a / sqrt(b)`` into ``a * rsqrt(b)``, a different rounding (a third of the values
-                # differ by an ulp; a QAT layer's BatchNorm folding, ``1 / sqrt(var + eps)``, then fake-quantizes
-                # its weights to other levels): eager divides by the stored square root, and so does this
-                res = jax.lax.optimization_barrier(res)
+            if rounded and op.name in _STORED:
+                # XLA's algebraic simplifier rewrites across these ops' results: ``a / sqrt(b)`` into
+                # ``a * rsqrt(b)`` (a different rounding: a QAT layer's BatchNorm folding, ``1 / sqrt(var + eps)``,
+                # then fake-quantized its weights to other levels), ``log(exp(a))`` into ``a``, ``exp(a) * exp(b)``
+                # into ``exp(a + b)``, ``log(a ** k)`` into ``k * log|a|``, ``(a / b) / c`` into ``a / (b * c)``
+                # (an overflow eager's stored result has, gone: inf became finite, and the other way). Eager's
+                # ops read each stored result; behind a barrier, so do these. (XLA expands barriers before it
+                # fuses: the ops still fuse.)
+                res = jax.tree.map(_stored, res)
             if rounded and not _exact(op):
                 if op.multiple_results:
                     env.update(zip(outs, [_round(r) for r in res]))
@@ -438,6 +442,23 @@ def make_replay(ops, in_vids, out_vids, remat=False, kernels=False, rounded=Fals
         return tuple(env[v] for v in out_vids)
 
     return replay
+
+
+# Ops whose results XLA's algebraic simplifier would rewrite their consumers through (see make_replay)
+_STORED = frozenset(("sqrt", "rsqrt", "exp", "expm1", "log", "log1p", "pow", "div"))
+# (exponent, mantissa) bits of float32 / float64: a reduce_precision to them changes no value
+_OWN_BITS = {np.dtype(np.float32): (8, 23), np.dtype(np.float64): (11, 52)}
+
+
+def _stored(x):
+    """``x`` as a stored result XLA does not rewrite its readers through: behind an optimization barrier, which the
+    optimizing pipeline keeps through its algebraic simplification, and -- for float32/float64 -- a rounding to its
+    own precision (no value changes), which the quick tier's pipeline keeps (with XLA's older loop emitters it
+    drops a barrier that has other readers first: ``log(exp(x))`` became ``x`` there). Float16/bfloat16 results
+    get their rounding from ``_round``."""
+    x = jax.lax.optimization_barrier(x)
+    bits = _OWN_BITS.get(getattr(x, "dtype", None))
+    return x if bits is None else jax.lax.reduce_precision(x, exponent_bits=bits[0], mantissa_bits=bits[1])
 
 
 # Ops whose results are entries of their inputs (selections, rearrangements, sign changes): of rounded inputs,
