@@ -430,7 +430,17 @@ class GradManager:
         auto-jit: one collection instead of one per forward op and per gradient sum; the cluster compiles the same
         computation). Returns the gradients by value id, or None -- nothing done -- where the tape holds an op whose
         gradient runs Python (``autodiff.Function``), compiled graphs (transient ops) or callbacks compiled in.
-        The walk is kept as a :class:`_Walk` under the tape's signature ``sig`` (see :func:`_walk_signature`)."""
+        The planned walk (or None) is kept under the tape's signature ``sig`` (see :func:`_walk_signature`)."""
+        planned = self._plan_walk(ys, dys, attached, live, keep)
+        if sig is not None:
+            if len(self._walks) >= _WALKS_KEPT:  # (a program whose tapes keep changing: start over)
+                self._walks.clear()
+            self._walks[sig] = None if planned is None else planned[0]
+        return None if planned is None else planned[0].deliver(self, planned[1], attached)
+
+    def _plan_walk(self, ys, dys, attached, live, keep):
+        """(:meth:`_grouped`) The walk planned as a :class:`_Walk`, and its input Tensors; None where it cannot be
+        one ``sequence`` op."""
         inputs, at = [], {}  # the sequence's input Tensors, each value once: value id -> position
         sources = []  # where each input was read: (tape position, input index), or (-1, k) for the k-th dy
 
@@ -457,17 +467,12 @@ class GradManager:
         for j, (t, d) in enumerate(zip(ys, dys)):
             accumulate(t._vid, take(d._data, d._vid, (-1, j)))
         tape = self._tape
-        walks = self._walks
-        if sig is not None and len(walks) >= _WALKS_KEPT:  # (a program whose tapes keep changing: start over)
-            walks.clear()
         for k in reversed(range(len(tape))):
             op, ins, outs = tape[k]
             given = tuple(v in grads for v in outs)
             if not any(given):
                 continue
             if op.prim is _FUNCTION or op.transient or op.prim.callbacks_applied is not None:
-                if sig is not None:
-                    walks[sig] = None
                 return None
             nondiff = _NONDIFF.get(op.name) or ()
             flags = live[k]
@@ -484,8 +489,6 @@ class GradManager:
         targets = [(j, grads[entry.vid]) for j, entry in enumerate(attached)
                    if entry.tensor is not None and entry.vid in grads]
         if any(ref >= 0 for _, ref in targets):  # (a gradient that is a dy itself: y attached, the walk as usual)
-            if sig is not None:
-                walks[sig] = None
             return None
         n = len(inputs)
 
@@ -494,10 +497,7 @@ class GradManager:
 
         steps = tuple([(op, tuple([place(r) for r in refs])) for op, refs in steps])
         seq = SEQUENCE.bind(steps=steps, outs=tuple([place(ref) for _, ref in targets])) if targets else None
-        walk = _Walk(seq, tuple(sources), tuple([j for j, _ in targets]))
-        if sig is not None:
-            walks[sig] = walk
-        return walk.deliver(self, inputs, attached)
+        return _Walk(seq, tuple(sources), tuple([j for j, _ in targets])), inputs
 
     def _rematerializer(self):
         """``value(data, vid)`` for the backward walk: a recorded value, or a _Remat result computed again (once
