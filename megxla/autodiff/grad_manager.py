@@ -472,7 +472,7 @@ class GradManager:
             given = tuple(v in grads for v in outs)
             if not any(given):
                 continue
-            if op.prim is _FUNCTION or op.transient or op.prim.callbacks_applied is not None:
+            if _not_groupable(op):
                 return None
             nondiff = _NONDIFF.get(op.name) or ()
             flags = live[k]
@@ -626,6 +626,12 @@ _WALKS_KEPT = 32  # walk signatures a GradManager keeps (a program cycling throu
 _FLOAT_DTYPES: dict = {}  # dtype -> whether it has gradients (_is_float), for the signatures
 
 
+def _not_groupable(op):
+    """Whether ``op``'s gradient cannot be a step of a grouped walk: it runs Python (``autodiff.Function``), is a
+    compiled graph's (a transient op: a kept walk would keep it alive) or applies the callbacks itself."""
+    return op.prim is _FUNCTION or op.transient or op.prim.callbacks_applied is not None
+
+
 def _walk_signature(tape, ys, dys, attached, late):
     """What the grouped backward walk over ``tape`` depends on, as one hashable value: each record's op, which
     values it reads and makes (value ids numbered in order of first sight: the same program's tape has the same
@@ -644,7 +650,7 @@ def _walk_signature(tape, ys, dys, attached, late):
     body = [tuple(head)]
     floats = _FLOAT_DTYPES
     for op, ins, outs in tape:
-        if op.transient or op.prim is _FUNCTION or op.prim.callbacks_applied is not None:
+        if _not_groupable(op):
             return None
         codes = []
         for d, v in ins:
