@@ -1285,6 +1285,43 @@ def test_steps_whose_clusters_keep_running_op_by_op_run_eagerly_when_that_is_fas
         np.testing.assert_allclose(p, q, rtol=1e-5, atol=1e-6)
 
 
+def test_steps_cut_small_by_host_reads_run_eagerly_with_no_warning_about_changing_clusters(auto_jit, monkeypatch):
+    # a fixed step whose gradient norms are logged per parameter on the host: the reads cut it into clusters too
+    # small to launch, so its ops run op by op and eager may be faster -- but nothing changes shape: the warning
+    # that tells the user to pad shapes is for steps whose clusters keep changing (probe D, r3_warn.py)
+    monkeypatch.setattr(auto_jit, "WARMUP_STEPS", 2)
+    monkeypatch.setattr(auto_jit, "TROUBLED_STEPS", 2)
+    clock = [0.0]
+
+    def fake_clock():  # a step as clusters takes 10, eagerly 1
+        clock[0] += 1.0 if auto_jit._local.paused else 10.0
+        return clock[0]
+
+    monkeypatch.setattr(auto_jit.ModeTimer, "clock", staticmethod(fake_clock))
+    monkeypatch.setattr(auto_jit.ModeTimer, "compile_clock", staticmethod(lambda: 0.0))
+
+    def run(n_steps):
+        mge.random.seed(0)
+        net = M.Sequential(M.Linear(4, 8), M.Linear(8, 8), M.Linear(8, 3))
+        opt, gm = optim.SGD(net.parameters(), lr=0.1), GradManager().attach(net.parameters())
+        x = mge.Tensor(np.random.RandomState(0).standard_normal((5, 4)).astype("float32"))
+        norms = []
+        for _ in range(n_steps):
+            with gm:
+                gm.backward((net(x) ** 2).mean())
+            norms.append([float(F.norm(p.grad)) for p in net.parameters()])
+            opt.step().clear_grad()
+        return norms
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = run(30)
+    assert auto_jit_stats()["eager_steps"] >= 5, auto_jit_stats()  # (the timer chose eager: it is faster here)
+    assert not [str(w.message) for w in caught if "auto-jit" in str(w.message)]
+    mge.config.auto_jit = False
+    np.testing.assert_allclose(got, run(30), rtol=1e-5)
+
+
 def test_gradient_ops_are_typed_without_tracing_them(auto_jit, monkeypatch):
     # a gradient op's outputs have its differentiated inputs' types: collecting it does not trace (linearize) the
     # forward a second time. Checked here against the trace on a step with convolutions, batch norm, weak-typed

@@ -137,6 +137,7 @@ class _Stats:
         self.hits = 0  # clusters run by a cached executable
         self.eager = 0  # clusters run op by op (small, not yet recurred, or at a megamorphic site)
         self.eager_cluster_ops = 0  # the ops of those
+        self.small_cluster_ops = 0  # of those, the ops of clusters under MIN_OPS (not worth a launch)
         self.eager_steps = 0  # steps run eagerly (no collection) because that has been faster (see ModeTimer)
         self.eager_ops = 0  # ops run outside clusters (data-dependent shapes, collectives, transfers, varying ops)
         self.split = 0  # clusters run in parts (their site's clusters keep changing in a few ops)
@@ -784,6 +785,7 @@ class _Cluster:
     def _run(self, ops, avals, inputs, in_ids, out_ids, reason, site):
         stats = _stats
         if len(ops) < MIN_OPS:
+            stats.small_cluster_ops += len(ops)
             return self._eager(ops, inputs, in_ids, out_ids)
         if site is None:
             site = user_where()
@@ -1815,23 +1817,26 @@ STATIC_MAX_OPS = 256
 STATIC_MARGIN = 0.2
 STATIC_EVERY = 1000
 _steps: dict = {}  # step site -> [ops collected, of them run op by op (at the last step end), troubled steps, timer,
-#                                  steps, warned that they run eagerly]
+#                                  steps, warned that they run eagerly, of the ops run op by op those of small
+#                                  clusters (at the last step end), troubled steps troubled by changing clusters]
 
 
 def _choose_mode(loc, site):
     st = _steps.get(site)
     s = _stats
     if st is None:
-        st = _steps[site] = [0, 0, 0, None, 0, False]
+        st = _steps[site] = [0, 0, 0, None, 0, False, 0, 0]
     timer = st[3]
     if timer is None:
         # (the ops of this step: those run, and those pending until the step's cut)
-        ops, fallback = s.ops + len(loc.cluster.ops), s.eager_cluster_ops
+        ops, fallback, small = s.ops + len(loc.cluster.ops), s.eager_cluster_ops, s.small_cluster_ops
         st[4] += 1
-        if st[4] > WARMUP_STEPS and 4 * (fallback - st[1]) >= ops - st[0] > 0:
-            st[2] += 1  # a quarter or more of this step's ops ran op by op
         n, by_op = ops - st[0], fallback - st[1]
-        st[0], st[1] = ops, fallback
+        if st[4] > WARMUP_STEPS and 4 * by_op >= n > 0:
+            st[2] += 1  # a quarter or more of this step's ops ran op by op
+            if 4 * (by_op - (small - st[6])) >= n:
+                st[7] += 1  # ... in clusters worth a launch: clusters that had not recurred (changing ones)
+        st[0], st[1], st[6] = ops, fallback, small
         if st[2] >= TROUBLED_STEPS:
             timer = st[3] = ModeTimer(warmup=ModeTimer.PROBE, drain=_drain_issued)  # (5 steps as clusters first)
         elif STATIC_TIMER and st[4] > WARMUP_STEPS and st[2] == 0 and by_op == 0 and 0 < n <= STATIC_MAX_OPS:
@@ -1853,7 +1858,10 @@ def _choose_mode(loc, site):
         s.eager_steps += 1
         if not timer.best and not st[5]:
             st[5] = True
-            _warn_eager_steps(site)
+            # (only where changing clusters made the steps run op by op: host reads that cut a fixed step into
+            # clusters too small to launch -- a grad norm logged per parameter -- are no shape to pad)
+            if 2 * st[7] >= st[2]:
+                _warn_eager_steps(site)
 
 
 def _warn_eager_steps(site):
