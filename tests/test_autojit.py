@@ -33,6 +33,7 @@ def auto_jit(monkeypatch):
     _autojit._warned_lines.clear()
     _autojit._steps.clear()
     _autojit._local.cluster.guesses.clear()
+    _autojit._early.clear()  # (early launches' executables: each test counts its own compiles)
     reset_auto_jit_stats()
     mge.config.auto_jit = True
     try:
@@ -1053,6 +1054,27 @@ def test_a_python_number_equal_to_another_constant_of_the_cluster_makes_no_new_k
     assert stats["compiled"] == 1 and stats["eager_clusters"] == 1, stats
 
 
+def test_a_cluster_repeating_a_few_ops_many_times_waits_for_its_key_to_recur(auto_jit):
+    # an unrolled recurrent cell: run op by op, its first sight compiles 3 eager kernels; compiled, 120 ops (a
+    # 60-step LSTMCell loop's 3,500: 8-10 s cold, against 1.8-7 s op by op)
+    w, b = mge.Tensor(np.full(4, 0.5, "float32")), mge.Tensor(np.full(4, 0.1, "float32"))
+
+    def run():
+        h = mge.Tensor(np.ones(4, "float32"))
+        for _ in range(40):
+            h = F.tanh(h * w + b)
+        return h.numpy()
+
+    first = run()
+    assert auto_jit_stats()["compiled"] == 0 and auto_jit_stats()["eager_clusters"] == 1, auto_jit_stats()
+    second = run()
+    assert auto_jit_stats()["compiled"] == 1, auto_jit_stats()  # (recurred)
+    mge.config.auto_jit = False
+    want = run()
+    np.testing.assert_allclose(first, want, rtol=1e-6)
+    np.testing.assert_allclose(second, want, rtol=1e-6)
+
+
 def test_a_second_cluster_with_an_input_shape_the_first_lacked_waits_for_its_key_to_recur(auto_jit):
     # a site's second large cluster compiles at first sight (a program's first step often differs: an EMA after
     # opt.step joins the next step's cluster) -- but not where it takes a new input shape: a sequence model's
@@ -1590,6 +1612,7 @@ def test_a_large_cluster_runs_quickly_compiled_then_optimized_at_a_fixed_run(aut
     # (16: the quick tier in 3 parts, the forward's residuals not shared with gradient ops in later parts)
     monkeypatch.setattr(_tiers, "PART_OPS", part_ops or 10**6)
     monkeypatch.setattr(_tiers, "MAX_PARTS", 3)
+    monkeypatch.setattr(_tiers, "SWITCH_WAIT", 600.0)  # (a loaded machine's compile still switches at that run)
     parts = _tiers.stats["parts"]
     # (not through the kept programs: an earlier run may have marked them optimized, which skips the quick tier)
     monkeypatch.setattr(_autojit._persist, "compile_cached", lambda *a, **k: None)
@@ -1604,6 +1627,27 @@ def test_a_large_cluster_runs_quickly_compiled_then_optimized_at_a_fixed_run(aut
     assert not _tiers._threads  # (every tier-up finished: none left running)
     assert any(t.optimize is None and t.runs == _tiers.SWITCH_RUN for t in tiered)  # (switched at that run)
     assert (_tiers.stats["parts"] - parts >= 2) == bool(part_ops)
+
+
+def test_the_switch_to_the_optimized_tier_waits_a_bounded_time_then_comes_when_it_is_ready(monkeypatch):
+    # an optimized compile that outlasts the switch run's wait (a 3,500-op unrolled LSTM step's: 47 s, its 8th
+    # step waited 46 s) leaves the quick executable running; the optimized one takes over once it exists
+    import threading
+    from megxla.jit import _tiers
+    monkeypatch.setattr(_tiers, "SWITCH_WAIT", 0.05)
+    monkeypatch.setattr(_tiers, "SWITCH_STEPS", 0)
+    release = threading.Event()
+
+    def optimize():  # (the background compile, held until released)
+        release.wait(60)
+        return lambda x: ("optimized", x)
+
+    exe = _tiers.tiered(optimize, lambda x: ("quick", x), 1000)
+    got = [exe(k)[0] for k in range(_tiers.SWITCH_RUN + 2)]
+    assert got == ["quick"] * (_tiers.SWITCH_RUN + 2) and exe.optimize is not None  # (no wait past the bound)
+    release.set()
+    exe.thread.join(60)
+    assert exe(0) == ("optimized", 0) and exe.optimize is None and exe.runs == _tiers.SWITCH_RUN + 3
 
 
 def _overflow_loop(steps):
@@ -1788,6 +1832,47 @@ def test_a_small_static_step_runs_eagerly_where_that_is_clearly_faster(auto_jit,
     mge.config.auto_jit = False
     want, _ = run(30, 1.0, 1.0)
     np.testing.assert_allclose(losses, want, rtol=1e-5)
+
+
+def test_early_launch_executables_are_kept_by_the_clusters_key(auto_jit):
+    # Two clusters with the same first op (a loop's body reading a value every iteration, and the cluster joining
+    # its last iteration to the next call's start) take each other's guess: each call made the body's guess again
+    # and compiled its executable again -- one compile per call without end, 5-8x slower than eager (probe G). And
+    # each new thread's cluster planned its own guess: one compile per thread.
+    import threading
+    rng = np.random.RandomState(0)
+    a = rng.standard_normal((8, 8)).astype("float32")
+    A = mge.Tensor(a @ a.T / 8 + np.eye(8, dtype="float32"))
+    b = mge.Tensor(rng.standard_normal((8, 1)).astype("float32"))
+
+    def solve(iters):
+        w = F.zeros((8, 1))
+        r = F.matmul(A, w) - b
+        for _ in range(iters):
+            if F.sum(r * r).item() < 0:
+                break
+            w = w - 0.2 * r
+            r = F.matmul(A, w) - b
+        return w.numpy()
+
+    got = [solve(12) for _ in range(30)]
+    stats = auto_jit_stats()
+    assert stats["early_launches"] > 0 and stats["early_compiled"] <= 2, stats
+
+    def work(out):
+        out.append([solve(12) for _ in range(4)])
+
+    for _ in range(4):  # (a new thread each time: its own cluster and guesses)
+        out = []
+        t = threading.Thread(target=work, args=(out,))
+        t.start()
+        t.join()
+        got += out[0]
+    assert auto_jit_stats()["early_compiled"] == stats["early_compiled"], auto_jit_stats()
+    mge.config.auto_jit = False
+    want = solve(12)
+    for g in got:
+        np.testing.assert_allclose(g, want, rtol=1e-5)
 
 
 def _guessed_loop(event, steps=16, at=9):

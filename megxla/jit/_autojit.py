@@ -410,10 +410,19 @@ class _Guess:
         nbytes = sum(_prod(avals[i][0]) * avals[i][1].itemsize for i in in_ids)
         if len(ops) - launch_at < EARLY_MIN_AHEAD or nbytes > EARLY_MAX_BYTES:
             return
-        try:
-            self.executable = _compile(ops, avals, in_ids, out_ids, (), None, "early launch")
-        except Exception:  # (no early launch: the cluster runs as before)
-            return
+        # (kept by the cluster's key, not by this guess: the guess of a thread started later, or one made again after
+        # another cluster with the same first op took its place -- a loop's body and the step around it -- finds it)
+        key = self.sig + (_config.jax_default_matmul_precision,)
+        exe = _early.get(key)
+        if exe is None:
+            try:
+                exe = _compile(ops, avals, in_ids, out_ids, (), None, "early launch")
+            except Exception:  # (no early launch: the cluster runs as before)
+                return
+            if len(_early) >= CACHE_SIZE:
+                del _early[next(iter(_early))]
+        _early[key] = _early.pop(key, exe)  # (most recently planned last)
+        self.executable = exe
         # (inputs are numbered in the order ops first read them: those read before the launch come first)
         self.ops, self.in_avals = self.sig[0], self.sig[1]
         self.out_pos = {lid: k for k, lid in enumerate(out_ids)}
@@ -560,6 +569,7 @@ def _input_type(data):
     return t, nbytes
 
 
+_early: dict = {}  # (ops, input types, results, matmul precision) -> the non-donating executable of early launches
 _warned_lines: set = set()  # (file, line) of the sites warned about
 _cache: "collections.OrderedDict" = collections.OrderedDict()
 # site -> [keys seen (-1: megamorphic, runs eagerly), hits, keys compiled, _Churn, the first key's input types,
@@ -908,10 +918,13 @@ def _run_keyed(ops, avals, inputs, in_ids, out_ids, donate, reason, site, whole,
     # kernels are all cold, cost more than compiling it (1.8 s against 0.7 s for a small ConvNet) -- unless it
     # takes an array of a shape the first did not: shapes that change (a sequence model's lengths) would make that
     # compilation one of many, each barely used (a varying-length LSTM's second step: an 8 s compilation). A new
-    # scalar is no such sign (a metric accumulated in a tensor from the second step on).
+    # scalar is no such sign (a metric accumulated in a tensor from the second step on). Nor does a cluster that
+    # repeats a few ops many times (an unrolled recurrent cell) compile at first sight: run op by op, its eager
+    # kernels are few (1.8 s for a 60-step LSTMCell loop's 3,500 ops, 105 of them different), while XLA's compile
+    # time follows the number of ops (6 s for the quick tier).
     if not (entry.seen >= 2 << (st[2] // 4)
             or ((st[0] == 1 or (st[0] == 2 and st[1] == 0 and st[4] is not None and _no_new_arrays(st[4], key[1])))
-                and len(ops) >= FIRST_SIGHT_OPS and reason != "size cap")):
+                and len(ops) >= FIRST_SIGHT_OPS and reason != "size cap" and not _repetitive(ops, avals))):
         return _Cluster._eager(ops, inputs, in_ids, out_ids)
     st[2] += 1
     t0 = time.perf_counter()
@@ -934,6 +947,25 @@ def _log_compile(st, site, reason, n, whole, secs):
 
 
 _families: dict = {}  # a compiled whole cluster's key without its results -> (results' ids, executable)
+
+
+REPEAT_SHARE = 16  # a cluster with fewer than 1/REPEAT_SHARE different op records is repetitive
+
+
+def _repetitive(ops, avals):
+    """Whether fewer than one op record in ``REPEAT_SHARE`` of the cluster is different (op and input types): its
+    op-by-op run compiles few eager kernels (zoo convolutional steps: 40-60% different; an unrolled LSTM cell: 3%).
+
+    Example:
+        >>> a = ((2,), np.dtype("float32"), False)  # (any hashable op will do here)
+        >>> _repetitive([("add", (0, 0), (1,))] * 32, [a, a])
+        True
+        >>> _repetitive([(name, (0, 0), (1,)) for name in "abcdefghijklmnopqrst"], [a, a])
+        False
+    """
+    if len(ops) < REPEAT_SHARE:
+        return False
+    return REPEAT_SHARE * len({(op, tuple([avals[i] for i in ids])) for op, ids, _ in ops}) < len(ops)
 
 
 def _no_new_arrays(first, types):

@@ -10,7 +10,11 @@ on a background thread, as the JVM's tiered compiler and V8 do, while the quick 
 When it takes over is fixed: at the quick executable's ``SWITCH_RUN``-th run, waiting for the background compile if
 it is not done. The two executables may round differently in the last bits (fusion and vectorization differ), so a
 switch "when ready" would make a run's numbers depend on the machine's load; at a fixed run, the same program gives
-the same numbers in every process in the same cache state. Once the optimized executable exists (in JAX's persistent
+the same numbers in every process in the same cache state. The wait is bounded, though: by ``SWITCH_WAIT`` seconds
+or ``SWITCH_STEPS`` intervals between the quick executable's runs, whichever is longer. A compile that takes longer
+-- a 3,500-op unrolled LSTM step's took 47 s cold on 2 cores, and its 8th step waited 46 s where eager steps take
+0.1 s -- leaves the quick executable running, and the optimized one takes over at the first run after it is ready:
+there only, the run it switches at depends on the load. Once the optimized executable exists (in JAX's persistent
 cache), ``on_optimized`` lets ``_persist`` mark the kept program: a warm start compiles -- loads -- the optimized
 executable at once, with no quick tier. The quick executable is kept in JAX's cache too (~0.4 s of a cold first
 step): a program that stops before its cluster's optimized compile -- a script under development failing after its
@@ -36,12 +40,13 @@ import time
 import jax
 
 __all__ = ["compile", "compile_parts", "tiered", "parts_for", "stats", "FAST_OPTIONS", "MIN_OPS", "START_RUN",
-           "SWITCH_RUN"]
+           "SWITCH_RUN", "SWITCH_WAIT", "SWITCH_STEPS"]
 
 FAST_OPTIONS = {"cpu": {"xla_cpu_use_fusion_emitters": False, "xla_backend_optimization_level": 0}}
 MIN_OPS = 256
 START_RUN = 2  # the optimized compile starts at the quick executable's second run (the cluster recurs)...
 SWITCH_RUN = 8  # ... and replaces it at its eighth
+SWITCH_WAIT, SWITCH_STEPS = 2.0, 10  # ... waiting at most that long, or 10 of its runs' intervals, for it
 # A cluster compiled cold runs its quick tier in parts of at least PART_OPS ops, at most MAX_PARTS: each part is
 # compiled on a thread of its own as soon as it is lowered (XLA:CPU's quick compile keeps one core busy; the next
 # part's lowering, Python, runs on another meanwhile). ``MEGXLA_TIER_PARTS=1``: one quick executable, as before.
@@ -154,12 +159,15 @@ def tiered(optimize, fast, n_ops):
 class _Tiered:
     """The quick executable, replaced by the optimized one at its ``SWITCH_RUN``-th run."""
 
-    __slots__ = ("exe", "optimize", "runs", "thread", "result", "on_optimized", "n_ops", "seconds")
+    __slots__ = ("exe", "optimize", "runs", "thread", "result", "on_optimized", "n_ops", "seconds", "started",
+                 "waited")
 
     def __init__(self, optimize, fast, n_ops):
         self.exe, self.optimize, self.runs, self.thread, self.result = fast, optimize, 0, None, None
         self.on_optimized = None  # called (on the compile thread) once the optimized executable exists
         self.n_ops, self.seconds = n_ops, None
+        self.started = None  # (perf_counter at the run that started the optimized compile)
+        self.waited = 0.0  # (seconds the switch run waited for it)
 
     def __call__(self, *args):
         if self.optimize is not None:
@@ -178,6 +186,7 @@ class _Tiered:
             # them: no compile outlives XLA's teardown)
             _registered.append(atexit.register(_wait_for_tier_ups))
         in_flight[0] += 1
+        self.started = time.perf_counter()
         t = self.thread = threading.Thread(target=self._compile, name="megxla-tier-up", daemon=True)
         _threads.add(t)
         t.start()
@@ -198,17 +207,22 @@ class _Tiered:
     def _switch(self):
         if self.thread is None:
             self._start()
-        t0 = time.perf_counter()
-        self.thread.join()
-        waited = time.perf_counter() - t0
+        if self.runs == SWITCH_RUN:
+            t0 = time.perf_counter()
+            interval = (t0 - self.started) / max(1, self.runs - START_RUN)
+            self.thread.join(max(SWITCH_WAIT, SWITCH_STEPS * interval))
+            self.waited = time.perf_counter() - t0
+        if self.thread.is_alive():  # (a long compile: the quick executable runs on until it is done)
+            return
+        waited = self.waited
         in_flight[0] -= 1
         if self.result is not None:
             self.exe = self.result
             stats["upgraded"] += 1
             if LOG:
                 print(f"megxla auto-jit: a cluster of {self.n_ops} ops runs its optimized executable from its "
-                      f"{self.runs}th run (compiled in {self.seconds:.2f} s beside the quick one; this run waited "
-                      f"{waited:.2f} s for it)", file=sys.stderr)
+                      f"{self.runs}th run (compiled in {self.seconds:.2f} s beside the quick one; its "
+                      f"{SWITCH_RUN}th run waited {waited:.2f} s for it)", file=sys.stderr)
         self.optimize = self.result = self.thread = None
 
     def memory_analysis(self):
