@@ -419,8 +419,8 @@ class _Guess:
                 exe = _compile(ops, avals, in_ids, out_ids, (), None, "early launch")
             except Exception:  # (no early launch: the cluster runs as before)
                 return
-            if len(_early) >= CACHE_SIZE:
-                del _early[next(iter(_early))]
+            if len(_early) >= CACHE_SIZE:  # (the oldest; pop: another thread's cluster may be planning too)
+                _early.pop(next(iter(_early), None), None)
         _early[key] = _early.pop(key, exe)  # (most recently planned last)
         self.executable = exe
         # (inputs are numbered in the order ops first read them: those read before the launch come first)
