@@ -1,5 +1,7 @@
 """Issue 31 (B2, B3): MegEngine's argument checks, raised before any state is touched, and IEEE signed zeros
 through Python scalar operands."""
+import math
+
 import numpy as np
 import pytest
 
@@ -37,6 +39,31 @@ def test_signed_zero_scalar_operands():
     y = mge.Tensor([3.0], dtype="float16")
     assert _sign(y * -0.0) == [True]
     assert _sign(y * 0.0) == [False]
+
+
+def test_ops_with_signed_zero_parameters_are_interned_apart_and_found_again():
+    # a float zero given as a parameter (F.zeros' value) takes bind's fast table with its sign in the key: +0.0 and
+    # -0.0 stay two ops, however often and in whichever order they are bound; a zero inside a value, and zeros
+    # given in another order than sorted, take the slow path, which tells them apart too
+    from megxla.core.ops.shape import full
+    from megxla.core._op import PRIMITIVES, Primitive
+
+    def prim(name):  # (registered once per process)
+        return PRIMITIVES.get(name) or Primitive(name, lambda **params: 0)
+
+    for first in (0.0, -0.0):
+        ops = {}
+        for v in (first, -first, first, -first):
+            op = full.bind(shape=(3,), value=v, dtype="float32")
+            assert ops.setdefault(math.copysign(1.0, v), op) is op
+        assert ops[1.0] is not ops[-1.0]
+    two = prim("test_two_zeros")
+    got = {(sa, sb): two.bind(b=sb * 0.0, a=sa * 0.0) for _ in range(2) for sa in (1, -1) for sb in (1, -1)}
+    assert len({id(op) for op in got.values()}) == 4
+    for (sa, sb), op in got.items():
+        assert [math.copysign(1.0, v) for _, v in op.params] == [sa, sb]
+    nested = [prim("test_nested_zero").bind(p=(1.0, z)) for z in (0.0, -0.0, 0.0, -0.0)]
+    assert nested[0] is nested[2] and nested[1] is nested[3] and nested[0] is not nested[1]
 
 
 def test_signed_zero_in_compiled_step():

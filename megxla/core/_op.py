@@ -107,6 +107,12 @@ class Primitive:
         # NOTE: the fast path looks the keyword items up as given (one tuple hash): sorting and freezing them
         # cost ~2 us per call, paid by every front end on every op. Unhashable values (lists) take the slow path.
         items = tuple(params.items())
+        given_signs = []  # the signs of the float zeros given as keyword values (F.zeros' value): in the fast key
+        for _, v in items:
+            if type(v) is float and v == 0.0:
+                given_signs.append(math.copysign(1.0, v))
+        if given_signs:
+            items = (items, tuple(given_signs))
         try:
             op = self._fast.get(items)
         except TypeError:
@@ -114,8 +120,9 @@ class Primitive:
         if op is None:
             key = tuple(sorted((k, freeze(v)) for k, v in params.items()))
             # NOTE: 0.0 == -0.0 and both hash alike, so params alone interned F.full(s, -0.0) as the op of +0.0
-            # (or the other way round, whichever came first). A float zero's sign joins the interning key, and
-            # such ops stay out of the fast table, whose keys cannot tell the two apart.
+            # (or the other way round, whichever came first). A float zero's sign joins the interning key, and the
+            # fast key too where the zero is a keyword's value itself (F.zeros: ~30 us a call on the slow path);
+            # ops with a zero inside a value stay out of the fast table, whose keys cannot tell the two apart.
             signs = _zero_signs(key, [])
             ikey = (key, tuple(signs)) if signs else key
             op = self._ops.get(ikey)
@@ -136,7 +143,8 @@ class Primitive:
                         op.transient = True
                     return op
                 op = self._ops[ikey] = Op(self, key)
-            if items is not None and not signs:
+            # (zeros' signs are in the fast key where each zero is a keyword's value itself, none inside one)
+            if items is not None and signs == given_signs:
                 if len(self._fast) > 4096:  # bounded: keyword orders x values seen
                     self._fast.clear()
                 self._fast[items] = op
