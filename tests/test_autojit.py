@@ -34,6 +34,7 @@ def auto_jit(monkeypatch):
     _autojit._steps.clear()
     _autojit._local.cluster.guesses.clear()
     _autojit._early.clear()  # (early launches' executables: each test counts its own compiles)
+    _autojit._reads.clear()
     reset_auto_jit_stats()
     mge.config.auto_jit = True
     try:
@@ -1342,6 +1343,77 @@ def test_steps_cut_small_by_host_reads_run_eagerly_with_no_warning_about_changin
     assert not [str(w.message) for w in caught if "auto-jit" in str(w.message)]
     mge.config.auto_jit = False
     np.testing.assert_allclose(got, run(30), rtol=1e-5)
+
+
+def _solver(A, b, iters):
+    """Gradient descent on ``A w = b``, reading the residual's norm on the host every iteration."""
+    w = F.zeros((8, 1))
+    r = F.matmul(A, w) - b
+    for _ in range(iters):
+        if F.sum(r * r).item() < 0:
+            break
+        w = w - 0.2 * r
+        r = F.matmul(A, w) - b
+    return w.numpy()
+
+
+@pytest.mark.parametrize("eager_faster", [True, False])
+def test_a_loop_reading_every_few_ops_runs_its_iterations_eagerly_where_that_is_faster(auto_jit, monkeypatch,
+                                                                                        eager_faster):
+    # no opt.step() in the loop: no step timer. Its read line gets a timer of its own (iterations read to read);
+    # eager iterations collect nothing, and the pause ends at the loop's end (no read there for a while)
+    monkeypatch.setattr(auto_jit, "STATIC_TIMER", True)
+    clock = [0.0]
+
+    def fake_clock():  # an iteration as a cluster takes 10, eagerly 1 (or the other way round)
+        clock[0] += (1.0 if eager_faster else 10.0) if auto_jit._local.paused else (10.0 if eager_faster else 1.0)
+        return clock[0]
+
+    monkeypatch.setattr(auto_jit.ModeTimer, "clock", staticmethod(fake_clock))
+    monkeypatch.setattr(auto_jit.ModeTimer, "compile_clock", staticmethod(lambda: 0.0))
+    rng = np.random.RandomState(0)
+    a = rng.standard_normal((8, 8)).astype("float32")
+    A = mge.Tensor(a @ a.T / 8 + np.eye(8, dtype="float32"))
+    b = mge.Tensor(rng.standard_normal((8, 1)).astype("float32"))
+    got = [_solver(A, b, 12) for _ in range(12)]
+    stats = auto_jit_stats()
+    if eager_faster:
+        assert stats["eager_reads"] > 60, stats
+    else:
+        assert stats["eager_reads"] <= 2 * auto_jit.READ_PROBE, stats  # (its probe only)
+    # after the loop, work with no read at that line is collected again
+    x = mge.Tensor(np.ones((4, 4), "float32"))
+    for _ in range(200):
+        x = x * 1.0001
+    assert not auto_jit._local.paused and auto_jit._local.cluster.ops
+    np.testing.assert_allclose(x.numpy(), np.full((4, 4), 1.0001 ** 200, "float32"), rtol=1e-5)
+    mge.config.auto_jit = False
+    want = _solver(A, b, 12)
+    for g in got:
+        np.testing.assert_allclose(g, want, rtol=1e-5)
+
+
+def test_a_loop_with_a_step_in_its_body_leaves_its_reads_to_the_step_timer(auto_jit, monkeypatch):
+    monkeypatch.setattr(auto_jit, "STATIC_TIMER", True)
+    monkeypatch.setattr(auto_jit, "_choose_mode", lambda loc, site: None)  # (the step timer apart: reads only)
+    clock = [0.0]
+
+    def fake_clock():  # eager would be faster
+        clock[0] += 1.0 if auto_jit._local.paused else 10.0
+        return clock[0]
+
+    monkeypatch.setattr(auto_jit.ModeTimer, "clock", staticmethod(fake_clock))
+    net = M.Sequential(M.Linear(4, 8), M.ReLU(), M.Linear(8, 3))
+    opt, gm = optim.SGD(net.parameters(), lr=0.1), GradManager().attach(net.parameters())
+    x = mge.Tensor(np.random.RandomState(0).standard_normal((5, 4)).astype("float32"))
+    for _ in range(40):
+        with gm:
+            loss = (net(x) ** 2).mean()
+            gm.backward(loss)
+        loss.item()
+        opt.step().clear_grad()
+    assert auto_jit_stats()["eager_reads"] == 0, auto_jit_stats()
+    assert auto_jit._reads and all(st[1] is None for st in auto_jit._reads.values())
 
 
 def test_gradient_ops_are_typed_without_tracing_them(auto_jit, monkeypatch):

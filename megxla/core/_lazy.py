@@ -37,6 +37,9 @@ COLLECTING: list = [None]
 # ``made(tensor)``: a Tensor was made from host data (``Tensor(numpy_array)``: a step's batch); set by jit while
 # auto-jit is on (an early launch finds the step's inputs among the latest ones), None otherwise.
 MADE: list = [None]
+# ``read()``: a host read of a concrete tensor (``Tensor._value``), set by jit only while a loop's iterations run
+# eagerly between the host reads at one line (see jit's read-site timers), None otherwise.
+READ: list = [None]
 # ``megxla.config.auto_jit``: WANTED[0] is the setting; SWITCH[0](on) applies it (registered by jit, which may be
 # imported after the setting is made: it reads WANTED then).
 WANTED: list = [False]

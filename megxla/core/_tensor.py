@@ -297,6 +297,8 @@ class Tensor:
         data = self._data
         if type(data) is Lazy:  # collected by auto-jit: run the pending cluster (a cut, as a host read is)
             data = _lazy_resolve(self)
+        elif _lazy.READ[0] is not None:  # (auto-jit runs a loop's iterations eagerly: it times them read to read)
+            _lazy.READ[0]()
         if not isinstance(data, _CONCRETE) and (isinstance(data, jax.core.Tracer) or not hasattr(data, "__array__")):
             raise UnreadableTensorError(
                 f"a {tuple(data.shape)} {np.dtype(data.dtype).name} tensor computed inside a traced function "

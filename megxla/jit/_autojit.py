@@ -58,7 +58,7 @@ from ..core._tensor import Tensor as _Tensor
 from ..core._op import SEQUENCE as _SEQUENCE, VJP as _VJP, check_output_size
 from ..core._spmd import MeshRequired
 from . import _persist, _tiers
-from ._recording import _TRACER_ERRORS, describe_where, make_replay, usable_donations, user_where
+from ._recording import _PKG_DIR, _TRACER_ERRORS, describe_where, make_replay, usable_donations, user_where
 
 __all__ = ["enable", "enabled", "clustered", "auto_jit_stats", "reset_auto_jit_stats", "MIN_OPS", "MAX_OPS", "KEY_LIMIT", "MAX_COMPILES"]
 
@@ -139,6 +139,7 @@ class _Stats:
         self.eager_cluster_ops = 0  # the ops of those
         self.small_cluster_ops = 0  # of those, the ops of clusters under MIN_OPS (not worth a launch)
         self.eager_steps = 0  # steps run eagerly (no collection) because that has been faster (see ModeTimer)
+        self.eager_reads = 0  # a loop's iterations run eagerly from one host read to the next (see _read_site)
         self.eager_ops = 0  # ops run outside clusters (data-dependent shapes, collectives, transfers, varying ops)
         self.split = 0  # clusters run in parts (their site's clusters keep changing in a few ops)
         self.launched = 0  # clusters launched early (before their last op was collected)
@@ -158,7 +159,9 @@ def auto_jit_stats() -> dict:
     Returns:
         a dict: ``clusters``, ``ops`` (collected), ``compiled``, ``compile_time`` (s), ``cache_hits``,
         ``eager_clusters`` (run op by op), ``eager_steps`` (training steps run eagerly, without collecting,
-        because their clusters kept running op by op and eager was faster), ``eager_ops`` (ops kept out of
+        because their clusters kept running op by op and eager was faster), ``eager_reads`` (iterations of a loop
+        with no training step run eagerly from one host read at a line to the next, where that was faster),
+        ``eager_ops`` (ops kept out of
         clusters, and small groups of changing ops), ``split_clusters`` (clusters run in parts: their site's
         clusters keep changing in some ops, which run apart from the others), ``early_launches`` (clusters run by
         an executable launched before their last op was collected: a recurring small step's compute overlaps its
@@ -180,6 +183,7 @@ def auto_jit_stats() -> dict:
     s = _stats
     return {"clusters": s.clusters, "ops": s.ops, "compiled": s.compiled, "compile_time": s.compile_time,
             "cache_hits": s.hits, "eager_clusters": s.eager, "eager_steps": s.eager_steps,
+            "eager_reads": s.eager_reads,
             "eager_ops": s.eager_ops, "split_clusters": s.split, "early_launches": s.early,
             "early_misses": s.early_missed, "early_compiled": s.early_compiled,
             "tiered": _tiers.stats["tiered"], "tier_ups": _tiers.stats["upgraded"],
@@ -720,6 +724,10 @@ class _Cluster:
         for z, v in zip(live, values):
             z.value = v
             z.previous = None  # (ran: nothing to restore; the old arrays may go)
+        if reason == "host read" and STATIC_TIMER and _ON[0] and threading.get_ident() == self.owner:
+            loc = _local
+            if not loc.forced:
+                _read_site(loc, len(ops))
         if threading.get_ident() == self.owner:
             _swap_in(live)
         else:
@@ -1511,6 +1519,8 @@ class _Local(threading.local):
         self.paused = False  # this step runs eagerly (``ModeTimer`` found eager faster for it)
         self.last_hit = None  # the site state of this thread's latest cluster run by a cached executable
         self.issued = None  # the input Tensors of the latest op run eagerly in a paused step
+        self.steps = 0  # step boundaries (``opt.step()``) this thread has passed
+        self.read_pause = None  # [site, its ModeTimer, ops left, ops per iteration]: iterations run eagerly
 
 
 def _drain_issued():
@@ -1574,6 +1584,11 @@ def _collect(op, inputs):
             or (_dispatch._active and _dispatch._tls.s.interpreters[-1] is not None):
         if loc.paused:
             loc.issued = inputs  # (the inputs of this step's latest eager op: what its ModeTimer drains)
+            rp = loc.read_pause
+            if rp is not None:
+                rp[2] -= 1
+                if rp[2] < 0:  # (no read at the site for 4 iterations' ops: the loop has ended)
+                    _end_read_pause(loc)
         return _arrays(inputs)  # (an interpreter on top -- an exclude_from_trace block --, auto-jit off or paused)
     if op.prim is _SEQUENCE and len(dict(op.params)["steps"]) + len(loc.cluster.ops) > MAX_OPS:
         # (a GradManager's backward, see _collect_steps, that would take the cluster past its size cap: applied one
@@ -1824,6 +1839,9 @@ def step_boundary(reason="opt.step", now=False):
         if CUT_AT_BACKWARD and ((_ON[0] and not loc.paused) or loc.forced) and loc.cluster.ops:
             loc.cluster.flush(reason, user_where())
         return
+    loc.steps += 1
+    if loc.read_pause is not None:
+        _end_read_pause(loc)
     if _ON[0] or loc.forced:
         cl = loc.cluster
         site = user_where()
@@ -1896,6 +1914,80 @@ def _choose_mode(loc, site):
                 _warn_eager_steps(site)
 
 
+# A loop that reads a value on the host every few ops (a solver checking its residual, a decoder reading its token)
+# and has no ``opt.step()`` in its body gets no step timer: each iteration is a cluster cut by the read, and a
+# cluster's fixed cost (its executable call, the cut, the read: ~60-80 us on the 2-core CPU) can outweigh what
+# collecting saves on a few cheap ops -- an 8x8 solver iteration of 6 ops took 168 us as a cluster, 109 eagerly. So
+# a host-read line whose clusters (of at most STATIC_MAX_OPS ops) ran READ_WARMUP times in a row with no step
+# boundary between them gets a ModeTimer of its own, timing its iterations (read to read) both ways, as a small
+# step's is. Eager iterations are not collected at all; the pause ends at a step boundary, when auto-jit is
+# switched off, or once 4 iterations' worth of ops ran with no read at that line (the loop has ended).
+READ_WARMUP, READ_PROBE = 8, 20
+_reads: dict = {}  # (file, line) of a host read -> [clusters cut there in a row, ModeTimer or None, steps then]
+_read_paused = [0]  # threads whose iterations run eagerly now (the read hook is set while there are any)
+
+
+def _read_line():
+    """``(file, line)`` of the user's line reading (cheaper than ``user_where``: no source text)."""
+    f = sys._getframe(2)
+    while f is not None and f.f_code.co_filename.startswith(_PKG_DIR):
+        f = f.f_back
+    return ("<unknown>", 0) if f is None else (f.f_code.co_filename, f.f_lineno)
+
+
+def _read_site(loc, n_ops):
+    """(The owner thread, after a cluster cut by a host read ran) time that line's iterations once they recur."""
+    if loc.paused:  # (a value pending from before a pause, read now: the pause's timer is the one timing)
+        return
+    site = _read_line()
+    st = _reads.get(site)
+    if st is None:
+        if len(_reads) >= CACHE_SIZE:
+            _reads.clear()
+        st = _reads[site] = [0, None, loc.steps]
+    if st[2] != loc.steps or n_ops > STATIC_MAX_OPS:  # (a step boundary between its reads: the step timer's)
+        st[0], st[1], st[2] = 0, None, loc.steps
+        return
+    st[0] += 1
+    if st[1] is None:
+        if st[0] < READ_WARMUP:
+            return
+        # (no drain: an iteration ends with a read, which waits for its work; READ_PROBE iterations a probe -- an
+        # iteration takes ~0.1 ms, and 5 of them were too few to tell 115 from 170 us)
+        st[1] = ModeTimer(warmup=READ_PROBE, margin=STATIC_MARGIN, every=STATIC_EVERY)
+        st[1].PROBE = READ_PROBE
+    if not st[1].next_mode():
+        budget = 4 * n_ops + 16
+        loc.paused = True
+        loc.read_pause = [site, st[1], budget, budget]
+        _read_paused[0] += 1
+        _lazy.READ[0] = _on_read
+        _stats.eager_reads += 1
+
+
+def _on_read():
+    """(core's ``_lazy.READ``) A host read of a concrete tensor while some thread runs a loop's iterations eagerly:
+    at that loop's read line, one iteration has ended -- its timer chooses how the next one runs."""
+    loc = _local
+    rp = loc.read_pause
+    if rp is None or _read_line() != rp[0]:
+        return
+    if rp[1].next_mode():
+        _end_read_pause(loc)  # (clusters again: the next iteration is collected, its read timed at the cut)
+    else:
+        rp[2] = rp[3]
+        _stats.eager_reads += 1
+
+
+def _end_read_pause(loc):
+    loc.read_pause = None
+    loc.paused = False
+    _read_paused[0] -= 1
+    if _read_paused[0] <= 0:
+        _read_paused[0] = 0
+        _lazy.READ[0] = None
+
+
 def _warn_eager_steps(site):
     """Once per step line: its steps now run eagerly, their clusters having kept changing (the give-up made
     visible, as for a megamorphic line: these steps never reach one's limit, being mostly eager)."""
@@ -1929,6 +2021,8 @@ def enable(on=True):
     on = bool(on)
     if not on and _ON[0]:
         flush("auto-jit switched off")
+    if _local.read_pause is not None:
+        _end_read_pause(_local)
     _local.paused = False  # (a step's eager mode ends with the setting that chose it)
     _ON[0] = on
     _lazy.WANTED[0] = on
