@@ -1268,19 +1268,24 @@ def test_mode_timer_waits_for_the_eager_work_an_eager_run_left_before_timing_it(
         assert drained == ([5, 4 + p] if with_drain else [])
 
 
+def _fake_clock(auto_jit, monkeypatch, clusters, eager):
+    """ModeTimers read a clock on which a step (or an iteration) takes ``clusters`` collected, ``eager`` paused."""
+    clock = [0.0]
+
+    def fake_clock():
+        clock[0] += eager if auto_jit._local.paused else clusters
+        return clock[0]
+
+    monkeypatch.setattr(auto_jit.ModeTimer, "clock", staticmethod(fake_clock))
+    monkeypatch.setattr(auto_jit.ModeTimer, "compile_clock", staticmethod(lambda: 0.0))
+
+
 def test_steps_whose_clusters_keep_running_op_by_op_run_eagerly_when_that_is_faster(auto_jit, monkeypatch):
     # shapes that change every step (clusters that never recur) pay collection on top of eager execution: once a
     # step site has had such steps, auto-jit times its steps both ways and runs the faster -- here eager
     monkeypatch.setattr(auto_jit, "WARMUP_STEPS", 2)
     monkeypatch.setattr(auto_jit, "TROUBLED_STEPS", 2)
-    clock = [0.0]
-
-    def fake_clock():  # a step as clusters takes 10, eagerly 1
-        clock[0] += 1.0 if auto_jit._local.paused else 10.0
-        return clock[0]
-
-    monkeypatch.setattr(auto_jit.ModeTimer, "clock", staticmethod(fake_clock))
-    monkeypatch.setattr(auto_jit.ModeTimer, "compile_clock", staticmethod(lambda: 0.0))
+    _fake_clock(auto_jit, monkeypatch, clusters=10.0, eager=1.0)  # (a step as clusters takes 10, eagerly 1)
 
     def run(n_steps):
         mge.random.seed(0)
@@ -1314,14 +1319,7 @@ def test_steps_cut_small_by_host_reads_run_eagerly_with_no_warning_about_changin
     # that tells the user to pad shapes is for steps whose clusters keep changing (probe D, r3_warn.py)
     monkeypatch.setattr(auto_jit, "WARMUP_STEPS", 2)
     monkeypatch.setattr(auto_jit, "TROUBLED_STEPS", 2)
-    clock = [0.0]
-
-    def fake_clock():  # a step as clusters takes 10, eagerly 1
-        clock[0] += 1.0 if auto_jit._local.paused else 10.0
-        return clock[0]
-
-    monkeypatch.setattr(auto_jit.ModeTimer, "clock", staticmethod(fake_clock))
-    monkeypatch.setattr(auto_jit.ModeTimer, "compile_clock", staticmethod(lambda: 0.0))
+    _fake_clock(auto_jit, monkeypatch, clusters=10.0, eager=1.0)  # (a step as clusters takes 10, eagerly 1)
 
     def run(n_steps):
         mge.random.seed(0)
@@ -1363,14 +1361,8 @@ def test_a_loop_reading_every_few_ops_runs_its_iterations_eagerly_where_that_is_
     # no opt.step() in the loop: no step timer. Its read line gets a timer of its own (iterations read to read);
     # eager iterations collect nothing, and the pause ends at the loop's end (no read there for a while)
     monkeypatch.setattr(auto_jit, "STATIC_TIMER", True)
-    clock = [0.0]
-
-    def fake_clock():  # an iteration as a cluster takes 10, eagerly 1 (or the other way round)
-        clock[0] += (1.0 if eager_faster else 10.0) if auto_jit._local.paused else (10.0 if eager_faster else 1.0)
-        return clock[0]
-
-    monkeypatch.setattr(auto_jit.ModeTimer, "clock", staticmethod(fake_clock))
-    monkeypatch.setattr(auto_jit.ModeTimer, "compile_clock", staticmethod(lambda: 0.0))
+    # (an iteration as a cluster takes 10, eagerly 1 -- or the other way round)
+    _fake_clock(auto_jit, monkeypatch, clusters=10.0 if eager_faster else 1.0, eager=1.0 if eager_faster else 10.0)
     rng = np.random.RandomState(0)
     a = rng.standard_normal((8, 8)).astype("float32")
     A = mge.Tensor(a @ a.T / 8 + np.eye(8, dtype="float32"))
@@ -1396,13 +1388,7 @@ def test_a_loop_reading_every_few_ops_runs_its_iterations_eagerly_where_that_is_
 def test_a_loop_with_a_step_in_its_body_leaves_its_reads_to_the_step_timer(auto_jit, monkeypatch):
     monkeypatch.setattr(auto_jit, "STATIC_TIMER", True)
     monkeypatch.setattr(auto_jit, "_choose_mode", lambda loc, site: None)  # (the step timer apart: reads only)
-    clock = [0.0]
-
-    def fake_clock():  # eager would be faster
-        clock[0] += 1.0 if auto_jit._local.paused else 10.0
-        return clock[0]
-
-    monkeypatch.setattr(auto_jit.ModeTimer, "clock", staticmethod(fake_clock))
+    _fake_clock(auto_jit, monkeypatch, clusters=10.0, eager=1.0)  # (eager would be faster)
     net = M.Sequential(M.Linear(4, 8), M.ReLU(), M.Linear(8, 3))
     opt, gm = optim.SGD(net.parameters(), lr=0.1), GradManager().attach(net.parameters())
     x = mge.Tensor(np.random.RandomState(0).standard_normal((5, 4)).astype("float32"))
