@@ -58,7 +58,7 @@ from ..core._tensor import Tensor as _Tensor
 from ..core._op import SEQUENCE as _SEQUENCE, VJP as _VJP, check_output_size
 from ..core._spmd import MeshRequired
 from . import _persist, _tiers
-from ._recording import _PKG_DIR, _TRACER_ERRORS, describe_where, make_replay, usable_donations, user_where
+from ._recording import _TRACER_ERRORS, describe_where, make_replay, usable_donations, user_line, user_where
 
 __all__ = ["enable", "enabled", "clustered", "auto_jit_stats", "reset_auto_jit_stats", "MIN_OPS", "MAX_OPS", "KEY_LIMIT", "MAX_COMPILES"]
 
@@ -1927,19 +1927,11 @@ _reads: dict = {}  # (file, line) of a host read -> [clusters cut there in a row
 _read_paused = [0]  # threads whose iterations run eagerly now (the read hook is set while there are any)
 
 
-def _read_line():
-    """``(file, line)`` of the user's line reading (cheaper than ``user_where``: no source text)."""
-    f = sys._getframe(2)
-    while f is not None and f.f_code.co_filename.startswith(_PKG_DIR):
-        f = f.f_back
-    return ("<unknown>", 0) if f is None else (f.f_code.co_filename, f.f_lineno)
-
-
 def _read_site(loc, n_ops):
     """(The owner thread, after a cluster cut by a host read ran) time that line's iterations once they recur."""
     if loc.paused:  # (a value pending from before a pause, read now: the pause's timer is the one timing)
         return
-    site = _read_line()
+    site = user_line()
     st = _reads.get(site)
     if st is None:
         if len(_reads) >= CACHE_SIZE:
@@ -1970,7 +1962,7 @@ def _on_read():
     at that loop's read line, one iteration has ended -- its timer chooses how the next one runs."""
     loc = _local
     rp = loc.read_pause
-    if rp is None or _read_line() != rp[0]:
+    if rp is None or user_line() != rp[0]:
         return
     if rp[1].next_mode():
         _end_read_pause(loc)  # (clusters again: the next iteration is collected, its read timed at the cut)

@@ -64,15 +64,18 @@ class Recording:
 _PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 
-def user_where():
-    """``(filename, lineno, source)`` of the innermost frame outside megxla: the user's line that read a value."""
+def user_line():
+    """``(filename, lineno)`` of the innermost frame outside megxla (:func:`user_where` without the source text)."""
     f = sys._getframe(1)
     while f is not None and f.f_code.co_filename.startswith(_PKG_DIR):
         f = f.f_back
-    if f is None:
-        return ("<unknown>", 0, "")
-    fn, ln = f.f_code.co_filename, f.f_lineno
-    return (fn, ln, linecache.getline(fn, ln).strip())
+    return ("<unknown>", 0) if f is None else (f.f_code.co_filename, f.f_lineno)
+
+
+def user_where():
+    """``(filename, lineno, source)`` of the innermost frame outside megxla: the user's line that read a value."""
+    fn, ln = user_line()
+    return (fn, ln, linecache.getline(fn, ln).strip() if ln else "")
 
 
 def _user_frame(tb):
