@@ -1925,6 +1925,8 @@ def _choose_mode(loc, site):
 READ_WARMUP, READ_PROBE = 8, 20
 _reads: dict = {}  # (file, line) of a host read -> [clusters cut there in a row, ModeTimer or None, steps then]
 _read_paused = [0]  # threads whose iterations run eagerly now (the read hook is set while there are any)
+# (counted without a lock: a miscount only leaves the hook set for nothing -- it returns at once in a thread not
+# paused -- or clears it early, and that thread's pause then ends by its op budget: back to clusters)
 
 
 def _read_site(loc, n_ops):
