@@ -192,16 +192,16 @@ def test_cross_entropy_int_scores_and_label_rank_as_megengine():
         F.nn.cross_entropy(x, mge.Tensor([1, 2, 3]))
 
 
-@pytest.mark.parametrize("hot", [False, True])
-def test_small_integer_tensors_from_host_data_are_range_checked_on_their_host_copy(monkeypatch, hot):
+@pytest.mark.parametrize("direct", [True, False])
+def test_small_integer_tensors_from_host_data_are_range_checked_on_their_host_copy(monkeypatch, direct):
     # an index check (cross_entropy's labels) reads the labels' host copy: read from the device they wait for
     # their transfer, queued behind the work issued before it (an eager step: the previous step's backward)
     import gc
     from megxla.core import dtypes
     from megxla.core._indexing import IndexOutOfRange
 
-    if hot:  # (a shape made again and again reaches the device through a jitted identity)
-        monkeypatch.setattr(dtypes, "_HOT_AFTER", 0)
+    if not direct:  # (a JAX without the direct transfer: jnp.asarray)
+        monkeypatch.setattr(dtypes, "_batched_put", None)
     labels = np.array([2, 0, 1], "int32")
     t = mge.Tensor(labels)
     labels[0] = 7  # the caller's array changes: the Tensor and its host copy do not
@@ -221,3 +221,27 @@ def test_small_integer_tensors_from_host_data_are_range_checked_on_their_host_co
     del u
     gc.collect()
     assert key not in dtypes._host_copies  # (the copy goes with its array)
+
+
+def test_a_tensor_copies_host_data_given_by_any_array_like():
+    # MegEngine's Tensor copies its data: an object handing out its own memory through ``__array__`` (a reused
+    # loader buffer, another framework's tensor) must not change the Tensor afterwards (it did until 2026-11-29:
+    # a float32 object's memory reached the device array uncopied)
+    class Buffer:
+        def __init__(self):
+            self.data = np.zeros(4, "float32")
+
+        def __array__(self, dtype=None, copy=None):
+            return self.data
+
+    buf = Buffer()
+    t = mge.Tensor(buf)
+    buf.data[0] = 5
+    assert t.numpy().tolist() == [0, 0, 0, 0]
+    assert mge.Tensor(0.5).dtype == np.float32 and mge.Tensor([1, 2]).dtype == np.int32
+    with pytest.warns(RuntimeWarning, match="narrowed"):
+        from megxla.core import dtypes
+        dtypes._NARROW_WARNED.clear()
+        assert mge.Tensor(1e39).item() == float("inf")  # (a Python number beyond float32's range)
+    with pytest.raises(TypeError, match="dtype"):
+        mge.Tensor(np.array(["x"]))

@@ -44,7 +44,14 @@ def _warn_if_lossy(np_arr, target):
     the documented behaviour and is not warned about."""
     if np_arr.size == 0:
         return
-    if target.kind in "iu":
+    if np_arr.ndim == 0:  # (a Python number: compared as one, ~1 us against a NumPy reduction's ~10)
+        v = np_arr.item()
+        if target.kind in "iu":
+            info = np.iinfo(target)
+            lossy = not info.min <= v <= info.max
+        else:
+            lossy = abs(v) > float(np.finfo(target).max) and abs(v) != float("inf")
+    elif target.kind in "iu":
         info = np.iinfo(target)
         lossy = np_arr.min() < info.min or np_arr.max() > info.max
     else:
@@ -72,24 +79,42 @@ def to_array(data, dtype=None, device=None):
     return _to_array(data, dtype, device)
 
 
-# A host array of a shape made again and again (a loader's batches and labels) reaches the device through a jitted
-# identity: JAX's C++ dispatch takes it in 10-20 us where jnp.asarray's Python path takes 80-250 (2-core CPU,
-# jax 0.10). Its result may alias the private host copy made above (JAX's CPU zero-copy), never the caller's array.
-# Each (shape, dtype) compiles the identity once (~25 ms), hence only a shape made _HOT_AFTER times already, and at
-# most _HOT_KEYS shapes are counted.
-_HOT_AFTER, _HOT_KEYS = 64, 256
-_host_made = {}
-_host_identity = jax.jit(lambda a: a)
+# A host array reaches the device through JAX's own transfer, the call ``jnp.asarray`` ends in (placed where
+# ``jnp.asarray`` places it: JAX's default device, not committed): 7-10 us, where ``jnp.asarray``'s Python path
+# takes 80-250 and a jitted identity (this path until 2026-11-29: compiled once per shape, ~25 ms) 20 alone and
+# 70-130 inside a training loop, its run queued behind the step's work (2-core CPU, jax 0.10: the MLP b128 step's
+# batch 130 -> 44 us). The result may alias the private host copy made above (JAX's CPU zero-copy), never the
+# caller's array. A JAX without these internals takes ``jnp.asarray``.
+try:
+    from jax._src.core import ShapedArray as _ShapedArray
+    from jax._src.interpreters.pxla import get_default_device as _jax_default_device
+    from jax._src.lib import xla_client as _xc
+    _batched_put = _xc.batched_device_put
+except (ImportError, AttributeError):
+    _batched_put = None
+_PUT_TYPES: dict = {}  # (shape, dtype, device) -> (aval, sharding)
 
 
-def _hot_host_shape(arr):
-    key = (arr.shape, arr.dtype)
-    n = _host_made.get(key, 0)
-    if n >= _HOT_AFTER:
-        return True
-    if n or len(_host_made) < _HOT_KEYS:
-        _host_made[key] = n + 1
-    return False
+def _host_put(arr):
+    """``arr`` (a host array of a canonical dtype, the caller's own copy) on JAX's default device, as ``jnp.asarray``
+    puts it there.
+
+    Example:
+        >>> _host_put(np.arange(3, dtype="int32")).tolist()
+        [0, 1, 2]
+    """
+    dt = arr.dtype
+    if _batched_put is None or dt.itemsize > 4 or dt.kind not in "biuf":
+        # (64-bit types: JAX's x64 setting decides what they become; others -- bfloat16, strings -- as JAX has them)
+        return jnp.asarray(arr, dtype=dt)  # (dtype given: no lax.stage kernel)
+    dev = _jax_default_device()
+    key = (arr.shape, arr.dtype, dev)
+    t = _PUT_TYPES.get(key)
+    if t is None:
+        if len(_PUT_TYPES) >= 1024:
+            _PUT_TYPES.clear()
+        t = _PUT_TYPES[key] = (_ShapedArray(arr.shape, arr.dtype), jax.sharding.SingleDeviceSharding(dev))
+    return _batched_put(t[0], t[1], [arr], [dev], False)
 
 
 # Small integer arrays made from host data (labels, indices) keep their host copy beside the device array, for the
@@ -158,13 +183,21 @@ def _to_array(data, dtype, device):
             # is made on the host (jnp.array(copy=True) runs a compiled copy kernel per shape: model builds
             # compiled one per parameter shape)
             host = arr = np.array(np_arr, copy=True)
-            if device is None and _default_device is None and _hot_host_shape(arr):
-                arr = _host_identity(arr)
+            if device is None and _default_device is None:
+                arr = _host_put(arr)
             else:
                 arr = jnp.asarray(arr, dtype=target)  # (dtype given: no lax.stage kernel)
             if host.dtype.kind in "iu" and host.size <= _HOST_COPY_MAX and isinstance(arr, jax.Array):
                 host.flags.writeable = False
                 _keep_host_copy(arr, host)
+        elif device is None and _default_device is None:
+            # (lists, Python numbers, other dtypes: converted into an array of our own -- an object with
+            # ``__array__`` may hand out its own memory)
+            if np_arr.dtype == target:
+                arr = _host_put(np.array(np_arr, copy=True))
+            else:
+                with np.errstate(over="ignore"):  # (narrowing beyond the range: warned above, once, as ours)
+                    arr = _host_put(np.array(np_arr, dtype=target, copy=True))
         else:
             arr = jnp.asarray(np_arr, dtype=target)
     dev = to_device(device) if device is not None else _default_device
