@@ -118,9 +118,9 @@ def _host_put(arr):
 
 
 # Small integer arrays made from host data (labels, indices) keep their host copy beside the device array, for the
-# index checks that read them (``cross_entropy``'s label range): read from the device, the labels wait for their
-# transfer -- on the CPU a jitted identity queued behind the work issued before it, in an eager loop the previous
-# step's backward and update (the MLP b128 step's label check: 6 ms median eagerly, ~40 us under auto-jit). JAX
+# index checks that read them (``cross_entropy``'s label range): read from the device, the labels waited for their
+# transfer -- while it was a jitted identity (until 2026-11-29), queued behind the work issued before it, in an eager
+# loop the previous step's backward and update (the MLP b128 step's label check: 6 ms median eagerly). JAX
 # arrays are immutable, so the copy stays the array's value; it goes with the array.
 _HOST_COPY_MAX = 1 << 16  # entries
 _host_copies: dict = {}  # id(device array) -> (weak reference to it, its host copy)
