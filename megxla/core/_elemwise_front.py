@@ -6,6 +6,7 @@ import math
 import weakref
 
 import numpy as np
+import ml_dtypes
 
 from . import _autocast
 from ._tensor import Tensor, QPARAMS_SEEN
@@ -59,8 +60,11 @@ def _scalar(value, dtype):
     return t
 
 
+_BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
+
+
 def _scalar_dtype(value, like):
-    kind = like.kind
+    kind = "f" if like == _BFLOAT16 else like.kind  # (ml_dtypes' bfloat16 is kind "V": a float here, as float16)
     if isinstance(value, bool):
         return like  # uint8 + True stays uint8 (MegEngine); bool + True stays bool
     if isinstance(value, int):

@@ -154,6 +154,15 @@ class Lazy:
                                     f"failed when it ran (the error was raised there)")
         return v
 
+    def devices(self):
+        """The devices of the value: where its cluster can tell without running (see the collector's
+        ``devices``), else those of the computed value."""
+        if self.value is None:
+            devs = self.cluster.devices()
+            if devs is not None:
+                return set(devs)
+        return self.force().devices()
+
     def __getattr__(self, name):  # (slots are all set in __init__, so this runs for jax.Array's other attributes)
         return getattr(self.force(), name)
 

@@ -74,13 +74,17 @@ class Primitive:
         remat: optional ``remat(params) -> bool``: True where the op's results are cheaper to compute again
             than to keep (the parameter gather of sharded data parallel): a GradManager's tape does not hold
             them for the backward pass, which runs the op again on its (held) inputs where it needs them.
+        lowering_may_reject: True where a backend's lowering rejects inputs that tracing accepts (LAPACK's
+            routines on the CPU have no float16): auto-jit lowers such an op's eager kernel at a new input type's
+            first sight, so that the op runs eagerly -- and fails at its own line, as eagerly -- instead of
+            failing later inside its cluster's compilation.
     """
 
     __slots__ = ("name", "impl", "multiple_results", "grad", "transient", "callbacks_applied", "eager_kernel",
-                 "remat", "_ops", "_op0", "_fast", "_weak")
+                 "remat", "lowering_may_reject", "_ops", "_op0", "_fast", "_weak")
 
     def __init__(self, name, impl, multiple_results=False, grad=None, transient=False, callbacks_applied=None,
-                 eager_kernel=None, remat=None):
+                 eager_kernel=None, remat=None, lowering_may_reject=False):
         if name in PRIMITIVES:
             raise ValueError(f"primitive {name!r} is already registered")
         self.name = name
@@ -94,6 +98,7 @@ class Primitive:
         self.callbacks_applied = callbacks_applied
         self.eager_kernel = eager_kernel
         self.remat = remat
+        self.lowering_may_reject = lowering_may_reject
         self._weak = weakref.WeakValueDictionary()  # transient ops (see ``transient``)
         PRIMITIVES[name] = self
 

@@ -13,6 +13,7 @@ from ..core._tensor import Tensor, keep_qparams, QPARAMS_SEEN as _QPARAMS_SEEN
 from ..core._dispatch import apply as _apply, OpError, current_interpreter
 from ..core._indexing import check_index_tensor, mask_indices
 from ..core._elemwise_front import as_tensor as _t, BINARY as _B, UNARY as _U
+from ..core import dtypes as _dtypes
 from ..core.dtypes import canonical as _dtype
 from ..core.ops import shape as _S, elemwise as _E, indexing as _I, linalg as _L, reduction as _R
 
@@ -57,7 +58,21 @@ def _ints(op, what, values):
 
 
 def _place(x, device):
-    return x.to(device) if device is not None else x
+    """``x``, a new op result nothing else holds, on ``device``: moved where it is elsewhere; where it is there
+    already, only named as ``Tensor.to`` names it (no copy: under auto-jit a transfer runs eagerly and cuts the
+    cluster, and ``F.zeros(shape, device=x.device)`` is common in anchor and head code)."""
+    if device is None:
+        return x
+    try:
+        here = x._data.devices()
+    except Exception:  # (a traced value has no device: the transfer is recorded as ever)
+        here = None
+    if here is not None and len(here) == 1 and _dtypes.to_device(device) in here:
+        node = _dtypes.logical_node(device)
+        if node is not None or _dtypes.LOGICAL[0]:
+            x._lnode = node
+        return x
+    return x.to(device)
 
 
 # ---- casting and shapes ----------------------------------------------------------------------------------------

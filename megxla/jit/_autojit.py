@@ -242,6 +242,11 @@ def _infer(op, key, inputs):
             out = k.eval_shape(*structs) if hasattr(k, "eval_shape") and hasattr(k, "lower") else \
                 jax.eval_shape(op.fn, *structs)
             check_output_size(op, out)
+            if op.prim.lowering_may_reject and hasattr(k, "lower"):
+                try:
+                    k.lower(*structs)
+                except Exception:  # (the op runs eagerly: its own error, at its own line)
+                    out = None
         except _TRACER_ERRORS:
             out = None  # its output shape depends on values: run it eagerly
         except MeshRequired:
@@ -337,7 +342,9 @@ def _change(before, after):
     n = len(diff) + abs(len(a) - len(b))
     if not diff:
         if len(a) == len(b):
-            return "the same ops on inputs of the same types"
+            # (what else keys a cluster: which of its values are read after it, and which inputs are one Tensor)
+            return ("the same ops on inputs of the same types, with other values kept for later (read after the "
+                    "cluster) or one input Tensor given in other places")
         k = min(len(a), len(b))
         if len(b) > len(a):
             return f"{len(b)} ops where the previous cluster had {len(a)}, from op {k + 1} (`{_short(b[k][0])}`) on"
@@ -612,6 +619,31 @@ class _Cluster:
         self.made = None  # weak references to the latest Tensors made from host data when the cluster started
         self.made_at = None  # id of such a Tensor -> its place among them (-1: the latest)
         self.in_made = []  # each input's place among them (None: not one of them)
+        self.placed = [0, 0, None]  # (devices) ops and inputs looked at so far, their one device set (False: not one)
+
+    def devices(self):
+        """The set of the one device every value of the cluster will be on, known before it runs -- its inputs are
+        all on that device and no op places a value (``device_put``, a ``device=`` parameter) -- else None (the run
+        decides). ``Tensor.device`` reads it: ``F.zeros(shape, device=x.device)``, common in anchor and head code,
+        cut the cluster at every step when it ran the cluster to ask its result's device."""
+        with self.lock:
+            seen = self.placed
+            ops, inputs = self.ops, self.inputs
+            for k in range(seen[0], len(ops)):
+                if any(name == "device" for name, _ in ops[k][0].params):
+                    seen[2] = False
+            seen[0] = len(ops)
+            for k in range(seen[1], len(inputs)):
+                if seen[2] is False:
+                    break
+                devs = getattr(inputs[k], "devices", None)
+                devs = devs() if devs is not None else None
+                if not devs or len(devs) != 1 or (seen[2] is not None and devs != seen[2]):
+                    seen[2] = False
+                elif seen[2] is None:
+                    seen[2] = devs
+            seen[1] = len(inputs)
+            return seen[2] or None
 
     def follow(self):
         """(After each op while a guess is followed) the op just collected is the guess's next one, and where the
