@@ -2176,3 +2176,31 @@ def test_an_op_whose_lowering_rejects_its_input_fails_at_its_own_line_as_eagerly
     expected = run()
     mge.config.auto_jit = True
     assert run() == expected
+
+
+def test_auto_jit_raises_the_collectors_first_threshold_while_on_and_gives_the_programs_back():
+    # (a step's placeholders passed the default 700 every step: a young-generation pass a step, a full one every
+    # 100 -- 6-7% of the Transformer's host time)
+    import gc
+    saved = gc.get_threshold()
+    was = mge.config.auto_jit
+    try:
+        mge.config.auto_jit = False
+        gc.set_threshold(700, *saved[1:])
+        mge.config.auto_jit = True
+        assert gc.get_threshold()[0] == _autojit.GC_YOUNG
+        mge.config.auto_jit = False
+        assert gc.get_threshold()[0] == 700
+        gc.set_threshold(50000, *saved[1:])  # a program's own higher threshold stays
+        mge.config.auto_jit = True
+        assert gc.get_threshold()[0] == 50000
+        mge.config.auto_jit = False
+        assert gc.get_threshold()[0] == 50000
+        gc.set_threshold(700, *saved[1:])
+        mge.config.auto_jit = True
+        gc.set_threshold(3000, *saved[1:])  # changed by the program meanwhile: not undone
+        mge.config.auto_jit = False
+        assert gc.get_threshold()[0] == 3000
+    finally:
+        mge.config.auto_jit = was
+        gc.set_threshold(*saved)
