@@ -990,11 +990,3 @@ def test_split_and_expand_dims_read_a_tensor_argument():
     # MegEngine gives shape (1, 2, 3)
     assert F.expand_dims(x, Tensor(0)).shape == (1, 2, 3)
 
-
-def test_a_python_number_beside_a_bfloat16_tensor_keeps_bfloat16_as_beside_float16():
-    # (ml_dtypes' bfloat16 is NumPy kind "V": it was promoted to float32 by x * 2.0, float16 was not)
-    import ml_dtypes
-    for dt in (np.float16, ml_dtypes.bfloat16):
-        x = mge.Tensor(np.ones(3, dt))
-        for y in (x * 2, x * 2.0, x + 0.5, x / 3, x ** 2, F.maximum(x, 0.0), F.where(x > 0, x, 0.0)):
-            assert y.dtype == np.dtype(dt), (dt, y.dtype)
