@@ -989,4 +989,3 @@ def test_split_and_expand_dims_read_a_tensor_argument():
     assert [p.numpy().tolist() for p in parts] == [[[0.0], [3.0]], [[1.0], [4.0]], [[2.0], [5.0]]]
     # MegEngine gives shape (1, 2, 3)
     assert F.expand_dims(x, Tensor(0)).shape == (1, 2, 3)
-
