@@ -1904,14 +1904,7 @@ def test_early_launch_executables_are_kept_by_the_clusters_key(auto_jit):
     b = mge.Tensor(rng.standard_normal((8, 1)).astype("float32"))
 
     def solve(iters):
-        w = F.zeros((8, 1))
-        r = F.matmul(A, w) - b
-        for _ in range(iters):
-            if F.sum(r * r).item() < 0:
-                break
-            w = w - 0.2 * r
-            r = F.matmul(A, w) - b
-        return w.numpy()
+        return _solver(A, b, iters)
 
     got = [solve(12) for _ in range(30)]
     stats = auto_jit_stats()
