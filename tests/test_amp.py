@@ -413,3 +413,83 @@ def test_amp_module_properties_switch_autocast_globally():
         mge.amp.low_prec_dtype = "float16"
     assert F.linear(x, w).dtype == np.float32
     assert all(f(x, w).dtype == np.float32 for _ in range(3))
+
+
+# ---- bfloat16 ----------------------------------------------------------------------------------------------------
+class _Bf16Net(M.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv, self.bn, self.fc = M.Conv2d(1, 2, 3), M.BatchNorm2d(2), M.Linear(2 * 4 * 4, 3)
+
+    def forward(self, x):
+        return self.fc(F.flatten(F.relu(self.bn(self.conv(x))), 1))
+
+
+def _bf16_net():
+    mge.random.seed(3)
+    return _Bf16Net()
+
+
+@pytest.mark.parametrize("auto_jit", [False, True])
+def test_autocast_bfloat16_gives_every_parameter_its_gradient_close_to_float32s(auto_jit):
+    # bfloat16 is NumPy kind "V": the gradient tape took its values for non-floats and gave no parameter a
+    # gradient under autocast(low_prec_dtype="bfloat16") -- training silently did nothing
+    x = mge.Tensor(np.random.RandomState(1).randn(4, 1, 6, 6).astype("float32"))
+    y = mge.Tensor(np.array([0, 2, 1, 2], "int32"))
+    grads = {}
+    for low in ("bfloat16", None):
+        net = _bf16_net()
+        gm = GradManager().attach(net.parameters())
+        mge.config.auto_jit = auto_jit
+        try:
+            with gm:
+                with autocast(enabled=low is not None, low_prec_dtype=low or "float16"):
+                    out = net(x)
+                gm.backward(F.nn.cross_entropy(out.astype("float32"), y))
+            grads[low] = [p.grad.numpy().astype("float32") for p in net.parameters()]
+        finally:
+            mge.config.auto_jit = False
+        if low:
+            assert out.dtype.name == "bfloat16"
+    scale = max(np.abs(g).max() for g in grads[None])  # (the conv's bias before BatchNorm: a gradient of ~0)
+    for g16, g32 in zip(grads["bfloat16"], grads[None]):
+        np.testing.assert_allclose(g16, g32, rtol=0.1, atol=0.02 * scale)
+
+
+def test_a_bfloat16_model_trains_as_floats_do():
+    # the float-only front ends (conv, pooling, norms, losses) and the optimizer's gradient check took bfloat16
+    # for a non-float ("conv2d: input must be a float tensor, got bfloat16")
+    net = _bf16_net()
+    for t in list(net.parameters()) + list(net.buffers()):
+        t._reset(t.astype("bfloat16"))
+    gm = GradManager().attach(net.parameters())
+    opt = optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
+    x = mge.Tensor(np.random.RandomState(2).randn(4, 1, 6, 6), dtype="bfloat16")
+    y = mge.Tensor(np.array([0, 2, 1, 2], "int32"))
+    losses = []
+    for _ in range(5):
+        with gm:
+            loss = F.nn.cross_entropy(F.max_pool2d(net(x).reshape(4, 3, 1, 1), 1).reshape(4, 3), y)
+            gm.backward(loss)
+        assert all(p.grad is not None and p.grad.dtype.name == "bfloat16" for p in net.parameters())
+        opt.step().clear_grad()
+        losses.append(loss.item())
+    assert all(p.dtype.name == "bfloat16" for p in net.parameters())
+    assert losses[-1] < losses[0]
+    with pytest.raises(mge.core._dispatch.OpError, match="matinv: input must be a float16, float32 or float64"):
+        F.matinv(mge.Tensor(np.eye(2), dtype="bfloat16"))
+
+
+def test_bfloat16_values_are_not_taken_for_integers():
+    # bfloat16 (NumPy kind "V") was not a float to clip's bounds, full's fill value and load_state_dict:
+    # clip(x, 0.5, 1.5) clipped to [0, 1], full(..., 0.5) filled 0, a bfloat16 checkpoint was refused
+    x = mge.Tensor(np.array([0.2, 1.0, 2.0]), dtype="bfloat16")
+    f32 = lambda t: t.numpy().astype("float32").tolist()
+    assert f32(F.clip(x, 0.5, 1.5)) == [0.5, 1.0, 1.5]
+    assert f32(F.full((2,), 0.5, dtype="bfloat16")) == [0.5, 0.5]
+    assert f32(F.full_like(x, 0.25)) == [0.25] * 3
+    m = M.Linear(2, 2)
+    sd = {k: v.astype("bfloat16") for k, v in m.state_dict().items()}
+    m.load_state_dict(sd)
+    assert m.weight.dtype.name == "bfloat16"
+    np.testing.assert_array_equal(m.weight.numpy(), sd["weight"])

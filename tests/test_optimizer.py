@@ -332,6 +332,12 @@ def test_bad_step_leaves_everything_unchanged(cls):
     with pytest.raises(ValueError, match="lr"):
         opt.step()
     _assert_unchanged(opt, snap)
+    # (a value valid once is not checked again: each new value still is)
+    for bad in (float("nan"), float("inf"), True, "0.1", (0.1,)):
+        opt.param_groups[1]["lr"] = bad
+        with pytest.raises(ValueError, match="lr"):
+            opt.step()
+        _assert_unchanged(opt, snap)
     opt.param_groups[1]["lr"] = 0.1
     b.grad = mge.Tensor(np.ones(3, "int32"))
     with pytest.raises(TypeError, match="float"):

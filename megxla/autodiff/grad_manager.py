@@ -13,6 +13,7 @@ from ..core import _dispatch, _interrupt, _lazy, _registry
 from ..core._dispatch import apply, wrap
 from ..core._op import SEQUENCE, VJP
 from ..core._tensor import Tensor
+from ..core.dtypes import is_float
 from ..core.ops.shape import detach as _DETACH, autodiff_function as _FUNCTION
 from ..core.ops.elemwise import BINARY as _BINARY, NON_DIFFERENTIABLE as _NONDIFF, NON_DIFFERENTIABLE_OUTPUTS as _NONDIFF_OUT
 
@@ -618,7 +619,7 @@ def _match_dy(y, dy):
 
 
 def _is_float(data):
-    return np.dtype(data.dtype).kind in "fc"
+    return is_float(data.dtype) or np.dtype(data.dtype).kind == "c"
 
 
 _MISSING = object()

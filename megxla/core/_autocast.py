@@ -10,6 +10,7 @@ import numpy as np
 
 from . import _registry
 from ._tensor import Tensor
+from .dtypes import is_float
 
 enabled = False
 low_prec_dtype = "float16"
@@ -23,7 +24,7 @@ def _cast(dtype, ts):
             if not isinstance(t, Tensor):
                 t = Tensor(t)
             # Only floating tensors change precision: integer inputs (indices, masks) keep their dtype.
-            if t.dtype.kind == "f" and t.dtype != dtype:
+            if is_float(t.dtype) and t.dtype != dtype:
                 t = t.astype(dtype)
         out.append(t)
     return tuple(out)

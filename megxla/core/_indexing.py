@@ -25,7 +25,7 @@ import os
 import numpy as np
 
 from ._lazy import Lazy, known_range
-from .dtypes import host_value
+from .dtypes import host_range, host_value
 from ._tensor import Tensor
 from ._dispatch import apply, OpError, current_interpreter
 from .ops import indexing as P
@@ -74,10 +74,11 @@ def check_index_tensor(op, idx, dim, axis, allow_negative=True, what="index"):
         return
     lo = -dim if allow_negative else 0
     d = idx._data
-    if type(d) is Lazy:  # pending (auto-jit): a known range spares the read, which would cut the cluster
-        r = known_range(d)
-        if r is not None and r[0] >= lo and r[1] < dim:
-            return
+    # a known range spares the read: pending (auto-jit), the read would cut the cluster; labels made from host
+    # data keep theirs
+    r = known_range(d) if type(d) is Lazy else host_range(d)
+    if r is not None and r[0] >= lo and r[1] < dim:
+        return
     v = host_value(d)
     bad = (v < lo) | (v >= dim)
     if bad.any():

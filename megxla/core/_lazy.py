@@ -17,7 +17,7 @@ import weakref
 
 import numpy as np
 
-from .dtypes import host_value
+from .dtypes import host_range, host_value
 
 __all__ = ["Lazy", "COLLECT", "FLUSH", "resolve", "known_range"]
 
@@ -79,7 +79,10 @@ def _range_of(b):
         b = b()
         if b is None:
             return None
-    a = host_value(b)  # (labels made from host data: their copy there, no wait for the device)
+    r = host_range(b)  # (labels made from host data: their copy's bounds, no wait for the device)
+    if r is not None:
+        return r
+    a = host_value(b)
     if a.dtype.kind not in "iu" or a.size == 0:
         return None
     return int(a.min()), int(a.max())

@@ -35,6 +35,28 @@ def default_dtype(arr: np.ndarray):
     return arr.dtype
 
 
+_BFLOAT16 = np.dtype(jnp.bfloat16)
+_BFLOAT16_TYPE = type(_BFLOAT16)
+
+
+def is_float(dtype):
+    """Whether ``dtype`` is a real floating-point type: float16/32/64 or bfloat16 (NumPy files bfloat16, an
+    extension type, under kind ``"V"``, so ``dtype.kind == "f"`` alone calls it a non-float).
+
+    Example:
+        >>> is_float(np.float16), is_float(jnp.bfloat16), is_float(np.int32)
+        (True, True, False)
+    """
+    if type(dtype) is not _BFLOAT16_TYPE:
+        kind = getattr(dtype, "kind", None)  # (a NumPy dtype: no conversion, on hot paths)
+        if kind is None:
+            dtype = np.dtype(dtype)
+            kind = dtype.kind
+        if kind != "V":
+            return kind == "f"
+    return dtype == _BFLOAT16
+
+
 _NARROW_WARNED: list = []  # non-empty once the lossy-narrowing warning was given (given once per process)
 
 
@@ -123,12 +145,12 @@ def _host_put(arr):
 # loop the previous step's backward and update (the MLP b128 step's label check: 6 ms median eagerly). JAX
 # arrays are immutable, so the copy stays the array's value; it goes with the array.
 _HOST_COPY_MAX = 1 << 16  # entries
-_host_copies: dict = {}  # id(device array) -> (weak reference to it, its host copy)
+_host_copies: dict = {}  # id(device array) -> [weak reference to it, its host copy, its (min, max) or None]
 
 
 def _keep_host_copy(arr, host):
     key = id(arr)
-    _host_copies[key] = (weakref.ref(arr, lambda _, k=key: _host_copies.pop(k, None)), host)
+    _host_copies[key] = [weakref.ref(arr, lambda _, k=key: _host_copies.pop(k, None)), host, None]
 
 
 def host_copy(arr):
@@ -145,6 +167,27 @@ def host_copy(arr):
     if entry is not None and entry[0]() is arr:
         return entry[1]
     return None
+
+
+def host_range(arr):
+    """``(min, max)`` of a non-empty small integer device array made from host data (from its host copy, computed
+    once and kept with it), or None.
+
+    A label tensor is range-checked by every loss that takes it (``cross_entropy``), each step: the kept bounds
+    make that check two comparisons instead of four NumPy passes over the labels.
+
+    Example:
+        >>> from megxla import Tensor
+        >>> host_range(Tensor(np.array([3, 1, 7], "int32"))._data)
+        (1, 7)
+    """
+    entry = _host_copies.get(id(arr))
+    if entry is None or entry[0]() is not arr or entry[1].size == 0:
+        return None
+    r = entry[2]
+    if r is None:
+        r = entry[2] = (int(entry[1].min()), int(entry[1].max()))
+    return r
 
 
 def host_value(arr):

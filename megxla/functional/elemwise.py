@@ -3,6 +3,7 @@ from ..core._elemwise_front import BINARY as _B, UNARY as _U, as_tensor as _as_t
 from ..core._elemwise_front import quantized_params as _quantized_params
 from ..core._dispatch import apply as _apply
 from ..core._tensor import Tensor
+from ..core.dtypes import is_float
 from ..core.ops import elemwise as _P
 from ..core.ops.builtin import Elemwise  # noqa: F401  (MegEngine's functional.elemwise exposes the op descriptor)
 import numpy as np
@@ -175,7 +176,7 @@ def clip(x, lower=None, upper=None):
         # MegEngine: a float bound promotes an integer tensor to float32 (clip(int, 0.5, 2.5) is float), and a
         # bool tensor is float32 with any bound (bool and int are different categories).
         x = _apply(_P.astype.bind(dtype="float32"), x)
-    cast = float if x.dtype.kind == "f" else int
+    cast = float if is_float(x.dtype) else int
     lower = None if lower is None else cast(lower)
     upper = None if upper is None else cast(upper)
     return _apply(_P.clip.bind(lower=lower, upper=upper), x)

@@ -2,6 +2,7 @@
 import numpy as np
 
 from ..core._dispatch import apply as _apply, OpError
+from ..core.dtypes import is_float
 from ..core._indexing import check_index_tensor
 from ..core._elemwise_front import as_tensor as _t
 from ..core.ops import nn as _N
@@ -35,7 +36,7 @@ def _pair(pred, label, op, keep_int=False):
         pass  # MegEngine's l1_loss of ints is |pred - label| in integers (its mean is float32, as any mean)
     elif pred.dtype.kind in "iub":  # other integer losses compute in float32 (square_loss uses float ``**``)
         pred = pred.astype("float32")
-    elif pred.dtype.kind != "f":
+    elif not is_float(pred.dtype):
         raise OpError(f"{op}: pred must be a float tensor, got {pred.dtype}")
     return pred, label
 
@@ -117,7 +118,7 @@ def cross_entropy(pred, label, axis=1, with_logits=True, label_smooth=0, reducti
         # MegEngine computes integer scores in float32 (its logsumexp's exp casts integers to float32, and
         # the picked score is promoted to the result's dtype); so do we
         pred = pred.astype("float32")
-    if pred.ndim < 1 or pred.dtype.kind != "f":
+    if pred.ndim < 1 or not is_float(pred.dtype):
         raise OpError(f"{op}: pred must be a float tensor with a class axis, got {pred.shape}:{pred.dtype}")
     if label.ndim != pred.ndim - 1:
         # MegEngine asserts this ("target ndim must be one less than input ndim")
@@ -126,7 +127,7 @@ def cross_entropy(pred, label, axis=1, with_logits=True, label_smooth=0, reducti
     if not -pred.ndim <= axis < pred.ndim:
         raise OpError(f"{op}: axis {axis} is out of range for pred of shape {pred.shape}")
     axis = axis % pred.ndim
-    if label.dtype.kind == "f":  # MegEngine takes class indices stored as floats (converted to int32)
+    if is_float(label.dtype):  # MegEngine takes class indices stored as floats (converted to int32)
         label = label.astype("int32")
     elif label.dtype.kind not in "iu":
         raise OpError(f"{op}: label must be class indices (integers), got {label.dtype}")
@@ -238,7 +239,7 @@ def ctc_loss(pred, pred_lengths, label, label_lengths, blank=0, reduction="mean"
     op = "ctc_loss"
     _check_reduction(reduction, op)
     pred, pred_lengths, label, label_lengths = _t(pred), _t(pred_lengths), _t(label), _t(label_lengths)
-    if pred.ndim != 3 or pred.dtype.kind != "f":
+    if pred.ndim != 3 or not is_float(pred.dtype):
         raise OpError(f"{op}: pred must be a float (T, N, C) tensor, got {pred.shape}:{pred.dtype}")
     t, n, c = pred.shape
     for x, what in ((pred_lengths, "pred_lengths"), (label_lengths, "label_lengths"), (label, "label")):

@@ -3,6 +3,7 @@ import builtins
 import numpy as np
 
 from ..core._dispatch import apply as _apply, OpError
+from ..core.dtypes import is_float
 from ..core._elemwise_front import as_tensor as _t, BINARY as _B, UNARY as _U
 from ..core.ops import reduction as _R, linalg as _L, sort as _S
 from ..core import _autocast as _amp  # autocast state: the hook below costs one attribute read
@@ -147,7 +148,7 @@ def norm(inp, ord=None, axis=None, keepdims=False):
     elif inp.dtype.kind in "iub":  # MegEngine converts integer inputs: the norm of Tensor([3, 4]) is 5.0
         from .tensor import astype
         inp = astype(inp, "float32")
-    if inp.dtype.kind not in "fciu":
+    if not (is_float(inp.dtype) or inp.dtype.kind in "ciu"):
         raise OpError(f"norm: input must be a float tensor, got {inp.dtype}")
     if _amp.enabled and ord not in (0, float("inf"), float("-inf")):
         # autocast: float32, as MegEngine's ``sum(abs(x) ** ord) ** (1 / ord)`` (its pow computes in float32);
@@ -307,8 +308,8 @@ def matinv(inp):
     inp = _t(inp)
     if inp.ndim < 2 or inp.shape[-1] != inp.shape[-2]:
         raise OpError(f"matinv: input must be (a batch of) square matrices, got shape {inp.shape}")
-    if inp.dtype.kind != "f":
-        raise OpError(f"matinv: input must be a float tensor, got {inp.dtype}")
+    if inp.dtype.kind != "f":  # (bfloat16 too: no LU of it in XLA's linear algebra)
+        raise OpError(f"matinv: input must be a float16, float32 or float64 tensor, got {inp.dtype}")
     return _apply(_L.matinv.bind(), inp)
 
 
@@ -332,8 +333,8 @@ def svd(inp, full_matrices=False, compute_uv=True):
     inp = _t(inp)
     if inp.ndim < 2:
         raise OpError(f"svd: input must be at least 2-D, got shape {inp.shape}")
-    if inp.dtype.kind != "f":
-        raise OpError(f"svd: input must be a float tensor, got {inp.dtype}")
+    if inp.dtype.kind != "f":  # (bfloat16 too: no SVD of it in XLA's linear algebra)
+        raise OpError(f"svd: input must be a float16, float32 or float64 tensor, got {inp.dtype}")
     return _apply(_L.svd.bind(full_matrices=bool(full_matrices)), inp)
 
 

@@ -9,6 +9,7 @@ import math
 import numpy as np
 
 from ..core._tensor import Tensor
+from ..core.dtypes import is_float
 from ..core._dispatch import apply as _apply, OpError
 from ..core._elemwise_front import as_tensor as _t, quantized_params
 from ..core._tensor import QPARAMS_SEEN
@@ -58,7 +59,7 @@ def _positive(t, name, op, allow_zero=False):
 
 
 def _float(x, op, what="input"):
-    if x.dtype.kind != "f":
+    if not is_float(x.dtype):
         raise OpError(f"{op}: {what} must be a float tensor, got {x.dtype}")
 
 
@@ -810,7 +811,7 @@ def _stat_shape(inp, op):
 
 def _bn(op, inp, running_mean, running_var, weight, bias, training, momentum, eps, eps_mode, inplace):
     inp = _t(inp)
-    if _amp.enabled and inp.dtype.kind == "f":
+    if _amp.enabled and is_float(inp.dtype):
         # autocast (MegEngine's rule): the input in low precision, the statistics and affine parameters in
         # high precision; the primitive computes in float32 and returns the input's dtype (conv -> BN -> ReLU
         # stays float16)
@@ -1429,7 +1430,7 @@ def deformable_psroi_pooling(inp, rois, trans, no_trans, part_size, pooled_h, po
     from ..core.ops import psroi as _P
     op = "deformable_psroi_pooling"
     inp, rois, trans = _t(inp), _t(rois), _t(trans)
-    if inp.ndim != 4 or np.dtype(inp.dtype).kind != "f":
+    if inp.ndim != 4 or not is_float(inp.dtype):
         raise OpError(f"{op}: expected float (N, C, H, W) features, got {inp.shape} {inp.dtype}")
     if rois.ndim != 2 or rois.shape[1] != 5:
         raise OpError(f"{op}: rois must be (R, 5) (batch index, x0, y0, x1, y1), got {rois.shape}")

@@ -14,6 +14,7 @@ from ..core._dispatch import apply as _apply, OpError, current_interpreter
 from ..core._indexing import check_index_tensor, mask_indices
 from ..core._elemwise_front import as_tensor as _t, BINARY as _B, UNARY as _U
 from ..core import dtypes as _dtypes
+from ..core.dtypes import is_float
 from ..core.dtypes import canonical as _dtype
 from ..core.ops import shape as _S, elemwise as _E, indexing as _I, linalg as _L, reduction as _R
 
@@ -605,7 +606,7 @@ def _shape(op, shape):
 
 def _fill_value(value, dtype):
     kind = dtype.kind
-    if kind == "f":
+    if is_float(dtype):
         value = float(value)
         return _math.nan if value != value else value  # one NaN object: ops are interned by their params
     if kind == "c":

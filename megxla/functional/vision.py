@@ -7,6 +7,7 @@ import numpy as np
 
 from ..core import _autocast as _amp  # autocast state (one attribute read when off)
 from ..core._tensor import Tensor
+from ..core.dtypes import is_float
 from ..core._dispatch import apply as _apply, OpError, current_interpreter
 from ..core._elemwise_front import as_tensor as _t, UNARY as _U
 from ..core.ops import vision as _V
@@ -42,7 +43,7 @@ def _interp(mode, op):
 
 
 def _float(x, op, what="input"):
-    if x.dtype.kind != "f":
+    if not is_float(x.dtype):
         raise OpError(f"{op}: {what} must be a float tensor, got {x.dtype}")
 
 

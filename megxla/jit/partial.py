@@ -14,6 +14,7 @@ from ..core._dispatch import push_interpreter, pop_interpreter, current_interpre
 from ..core._elemwise_front import SCALAR_VIDS
 from ..core._op import Primitive
 from ..core._tensor import Tensor
+from ..core.dtypes import is_float
 from . import _state
 from ._recording import Recorder, make_replay
 from .tracing import trace, _Graph
@@ -165,7 +166,7 @@ class _PartialTrace(trace):
         entry.gm_callback_fns = {}
         ref = weakref.ref(entry)
         for i, t in enumerate(tensors):
-            if np.dtype(t.dtype).kind == "f":
+            if is_float(t.dtype):
                 _WAITING.setdefault(id(t), []).append((weakref.ref(t), ref, i))
 
     def _compile(self, entry):

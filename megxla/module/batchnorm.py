@@ -6,6 +6,7 @@ import numpy as np
 from ..core import _autocast as _amp  # autocast state (one attribute read when off)
 from ..core._dispatch import apply
 from ..core._tensor import Parameter, Tensor
+from ..core.dtypes import is_float
 from ..core.ops import nn as _N
 from ..functional.nn import batch_norm
 from . import init
@@ -90,7 +91,7 @@ class _BatchNorm(Module):
             return batch_norm(inp, self.running_mean, self.running_var, weight, bias, training=False,
                               eps=self.eps)
         track = self.track_running_stats
-        if _amp.enabled and isinstance(inp, Tensor) and inp.dtype.kind == "f":
+        if _amp.enabled and isinstance(inp, Tensor) and is_float(inp.dtype):
             inp, = _amp.low(inp)  # autocast: MegEngine's BatchNorm takes the input in low precision
         if self.training and track and self._fusable(inp):
             # NOTE: one op for the normalisation and the running-statistics update (was ~9 op calls per layer
@@ -111,14 +112,14 @@ class _BatchNorm(Module):
     def _fusable(self, inp):
         """Whether the one-op training path applies: Tensors everywhere, float input, C channels everywhere."""
         rm, rv, w, b = self.running_mean, self.running_var, self.weight, self.bias
-        if not (isinstance(inp, Tensor) and inp.ndim >= 2 and inp.dtype.kind == "f"
+        if not (isinstance(inp, Tensor) and inp.ndim >= 2 and is_float(inp.dtype)
                 and isinstance(rm, Tensor) and isinstance(rv, Tensor)):
             return False
         c = inp.shape[1]
         if (w is None) != (b is None) or rm.size != c or rv.size != c:
             return False
         if w is not None and not (isinstance(w, Tensor) and isinstance(b, Tensor) and w.size == c and b.size == c
-                                  and w.dtype.kind == "f" and b.dtype == w.dtype):
+                                  and is_float(w.dtype) and b.dtype == w.dtype):
             return False
         return isinstance(self.momentum, (int, float)) and isinstance(self.eps, (int, float))
 

@@ -15,6 +15,7 @@ from typing import Any, Callable, Iterable, Optional, Set, Tuple
 import numpy as np
 
 from ..core._tensor import Tensor, Parameter
+from ..core.dtypes import is_float
 from ..core import _naming, _dispatch
 from ..logger import get_logger
 
@@ -659,11 +660,12 @@ class Module(metaclass=ABCMeta):
                                      f"got {new_shape}")
             # NOTE: converted here, before any assignment: a value that cannot become this dtype raises
             # while every tensor still holds its old value.
-            if value.dtype == object or value.dtype.kind not in "biufc":
+            if value.dtype == object or not (value.dtype.kind in "biufc" or is_float(value.dtype)):
                 raise TypeError(f"load_state_dict: param `{k}` has values of dtype {value.dtype}, expected "
                                 f"numbers for {np.dtype(var.dtype).name}")
             dtype = var.dtype
-            if value.dtype.kind in "biuf" and value.dtype.itemsize <= 4 and np.dtype(var.dtype).kind in "biuf":
+            if (value.dtype.kind in "biuf" or is_float(value.dtype)) and value.dtype.itemsize <= 4 \
+                    and (np.dtype(var.dtype).kind in "biuf" or is_float(var.dtype)):
                 # MegEngine replaces the tensor by the loaded array, dtype included: a float16 (int32, uint8,
                 # bool) checkpoint gives float16 (...) parameters. (64-bit arrays, which MegEngine rejects, are
                 # converted to the tensor's dtype.)

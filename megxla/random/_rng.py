@@ -19,7 +19,7 @@ import jax
 from ..core import _registry
 from ..core._tensor import Tensor
 from ..core._dispatch import apply, OpError, current_interpreter
-from ..core.dtypes import canonical
+from ..core.dtypes import canonical, is_float
 from ..core.ops import random as P
 
 __all__ = ["RNG", "seed", "normal", "uniform", "gamma", "beta", "poisson", "permutation", "shuffle",
@@ -58,7 +58,7 @@ def _param(v, name, op):
     checked on the host when running eagerly (one device->host read; MegEngine's kernels gave NaN, 0 or
     negative samples), not inside a trace, where they are graph values."""
     if isinstance(v, Tensor):
-        if v.dtype.kind != "f":
+        if not is_float(v.dtype):
             raise OpError(f"{op}: {name} must be a float tensor, got {v.dtype}")
         if v.size and current_interpreter() is None:
             bad = ~(np.asarray(v._data) > 0)
@@ -284,7 +284,7 @@ class RNG:
             array([1, 1], dtype=int32)
         """
         probs = probs if isinstance(probs, Tensor) else Tensor(probs, dtype="float32")
-        if probs.dtype.kind != "f" or probs.ndim not in (1, 2):
+        if not is_float(probs.dtype) or probs.ndim not in (1, 2):
             raise OpError(f"multinomial: probs must be a 1-D or 2-D float tensor, got {probs.shape}:{probs.dtype}")
         num_samples = int(num_samples)
         if num_samples < 1 or (not replacement and num_samples > probs.shape[-1]):

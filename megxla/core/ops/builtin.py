@@ -25,6 +25,7 @@ import numpy as np
 
 from .._tensor import Tensor
 from .._dispatch import apply as _apply, OpError
+from ..dtypes import is_float
 from .._op import PRIMITIVES
 from . import elemwise as _E, reduction as _R, shape as _S
 
@@ -441,7 +442,7 @@ class CheckNonFinite(OpDef):
         self._check(inputs)
         outs, flag = [], None
         for x in inputs:
-            if x.dtype.kind != "f":
+            if not is_float(x.dtype):
                 raise OpError(f"{self!r}: inputs must be floating point, got {x.dtype}")
             outs.append(_apply(_E.BINARY["mul"].bind(), x, _apply(_S.full_like.bind(value=self.scale), x)))
             bad = _apply(_E.BINARY["logical_or"].bind(), _u("isnan", x), _u("isinf", x))
