@@ -809,6 +809,13 @@ def _stat_shape(inp, op):
     return (1, inp.shape[1]) + (1,) * (inp.ndim - 2)
 
 
+def _shaped(t, shape):
+    # (a module's statistics and affine parameters are stored (1, C, 1, 1) already: no reshape op for them --
+    # four per layer and call, most of an evaluation BatchNorm's host time)
+    t = _t(t)
+    return t if t.shape == shape else _T.reshape(t, shape)
+
+
 def _bn(op, inp, running_mean, running_var, weight, bias, training, momentum, eps, eps_mode, inplace):
     inp = _t(inp)
     if _amp.enabled and is_float(inp.dtype):
@@ -834,12 +841,12 @@ def _bn(op, inp, running_mean, running_var, weight, bias, training, momentum, ep
                 raise OpError(f"{op}: {name} must be a Tensor to be updated in place")
     affine = ()
     if weight is not None or bias is not None:
-        w = _T.ones(shape, dtype=inp.dtype) if weight is None else _T.reshape(_t(weight), shape)
-        b = _T.zeros(shape, dtype=inp.dtype) if bias is None else _T.reshape(_t(bias), shape)
+        w = _T.ones(shape, dtype=inp.dtype) if weight is None else _shaped(weight, shape)
+        b = _T.zeros(shape, dtype=inp.dtype) if bias is None else _shaped(bias, shape)
         affine = (w, b)
     if not training:
         return _apply(_N.batch_norm_infer.bind(eps=float(eps), eps_mode=eps_mode), inp,
-                      _T.reshape(_t(running_mean), shape), _T.reshape(_t(running_var), shape), *affine)
+                      _shaped(running_mean, shape), _shaped(running_var, shape), *affine)
     axes = (0,) + tuple(range(2, inp.ndim))
     out, mean, var = _apply(_N.batch_norm_train.bind(axes=axes, eps=float(eps), eps_mode=eps_mode), inp, *affine)
     if running_mean is None and running_var is None:

@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 
 from .._op import Primitive, check_output_size
+from ..dtypes import host_put_like
 
 CHUNK = 1 << 16
 # On accelerators host assembly costs two transfers per call: after this many eager draws of one op (shape),
@@ -33,18 +34,27 @@ def _k(key):
 _ROT = ((13, 15, 26, 6), (17, 29, 16, 24))
 
 
+_M32 = 0xFFFFFFFF
+
+
 def _threefry2x32(k0, k1, x0, x1):
-    """NumPy threefry-2x32 (20 rounds), as ``jax.random``'s default implementation; uint32 arrays."""
-    k0, k1 = np.uint32(k0), np.uint32(k1)
-    ks = (k0, k1, k0 ^ k1 ^ np.uint32(0x1BD11BDA))
-    x0, x1 = x0 + ks[0], x1 + ks[1]
+    """Threefry-2x32 (20 rounds) of one counter pair ``(x0, x1)`` under key ``(k0, k1)``, as ``jax.random``'s
+    default implementation computes it; Python ints (a split is two pairs: ~15 us, where NumPy's 2-lane arrays
+    took ~150 -- each of its ~130 steps a NumPy call).
+
+    Example:
+        >>> _threefry2x32(0, 42, 0, 0) == tuple(int(v) for v in split_on_host(np.array([0, 42], np.uint32))[0])
+        True
+    """
+    ks = (k0, k1, k0 ^ k1 ^ 0x1BD11BDA)
+    x0, x1 = (x0 + k0) & _M32, (x1 + k1) & _M32
     for i in range(5):
         for r in _ROT[i % 2]:
-            x0 = x0 + x1
-            x1 = (x1 << np.uint32(r)) | (x1 >> np.uint32(32 - r))
-            x1 = x0 ^ x1
-        x0 = x0 + ks[(i + 1) % 3]
-        x1 = x1 + ks[(i + 2) % 3] + np.uint32(i + 1)
+            x0 = (x0 + x1) & _M32
+            x1 = ((x1 << r) | (x1 >> (32 - r))) & _M32
+            x1 ^= x0
+        x0 = (x0 + ks[(i + 1) % 3]) & _M32
+        x1 = (x1 + ks[(i + 2) % 3] + i + 1) & _M32
     return x0, x1
 
 
@@ -55,9 +65,9 @@ def key_data_from_seed(seed: int) -> np.ndarray:
 
 def split_on_host(key: np.ndarray):
     """``jax.random.split(key)`` of a raw uint32[2] key, in NumPy: (new state, subkey)."""
-    with np.errstate(over="ignore"):
-        b0, b1 = _threefry2x32(key[0], key[1], np.zeros(2, np.uint32), np.arange(2, dtype=np.uint32))
-    return np.array([b0[0], b1[0]], np.uint32), np.array([b0[1], b1[1]], np.uint32)
+    k0, k1 = int(key[0]), int(key[1])
+    return (np.array(_threefry2x32(k0, k1, 0, 0), np.uint32),  # (counters 0 and 1: jax.random.split's two keys)
+            np.array(_threefry2x32(k0, k1, 0, 1), np.uint32))
 
 
 def _split(key):
@@ -73,7 +83,7 @@ def to_device_like(values: np.ndarray, like):
     for committed and uncommitted arguments, so a committed parameter or key would recompile every kernel it
     meets once it is replaced by a kernel's (uncommitted) output.
     """
-    return jax.device_put(values, like.sharding if getattr(like, "committed", True) else None, may_alias=True)
+    return host_put_like(values, like)
 
 
 def _host_array(a):
@@ -170,36 +180,69 @@ def _perm(key, n):
 
 
 _CHUNK_KERNELS: dict = {}
+# A draw of fewer values gets an executable of the smallest of these sizes that holds it, once a distribution has
+# made SMALL_AFTER draws of that size -- the same values, a prefix of the same counters: each computed a whole chunk
+# (a 128-value normal draw, a GAN's latent batch: 1.2-1.6 ms of a 2-core CPU). A model's build, which draws each
+# parameter once, compiles no second executable.
+SMALL_SIZES, SMALL_AFTER = (1 << 10, 1 << 12, 1 << 14), 16
 
 
-def _chunk_kernel(name, draw, **static):
-    """One compiled executable per distribution and static parameters: ``f(key, j, *scalars_or_chunks)``.
+class _Chunks:
+    """The compiled chunk executables of one distribution and static parameters: ``f(key, j, *extra)``, chunk
+    ``j`` of a draw (its first ``size`` values), for ``size`` CHUNK or one of SMALL_SIZES.
 
     Runtime values (means, bounds, per-element parameters) are arguments, so they do not multiply compiles.
     """
+
+    def __init__(self, name, draw, static):
+        self.name, self.draw, self.static = name, draw, static
+        self.kernels = {}
+        self.draws = {}  # size -> eager draws that fit it (and no smaller one) so far
+
+    def kernel(self, size):
+        f = self.kernels.get(size)
+        if f is None:
+            draw, static = self.draw, self.static
+
+            def chunk(key, j, *args):
+                return draw(_chunk_key(key, j), size, *args, **static)
+            chunk.__name__ = f"rng_{self.name}_chunk" + ("" if size == CHUNK else f"_{size}")
+            f = self.kernels[size] = jax.jit(chunk)
+        return f
+
+    def for_draw(self, n):
+        """``(executable, size)`` for an eager draw of ``n`` values."""
+        for size in SMALL_SIZES:
+            if n <= size:
+                seen = self.draws[size] = self.draws.get(size, 0) + 1
+                if seen > SMALL_AFTER:
+                    return self.kernel(size), size
+                break
+        return self.kernel(CHUNK), CHUNK
+
+
+def _chunk_kernel(name, draw, **static):
+    """The :class:`_Chunks` of one distribution and static parameters (made once)."""
     cache_key = (name, tuple(sorted(static.items())))
     f = _CHUNK_KERNELS.get(cache_key)
     if f is None:
-        def chunk(key, j, *args):
-            return draw(_chunk_key(key, j), CHUNK, *args, **static)
-        chunk.__name__ = f"rng_{name}_chunk"
-        f = _CHUNK_KERNELS[cache_key] = jax.jit(chunk)
+        f = _CHUNK_KERNELS[cache_key] = _Chunks(name, draw, static)
     return f
 
 
 class _ChunkedKernel:
     """Eager kernel of one random op: its chunks from a shared executable, assembled on the host.
 
-    ``chunk(key, j, *extra)`` computes chunk ``j`` (CHUNK values); ``runtime(host_inputs, start, count)`` gives
-    the extra arguments of the chunk holding values ``[start, start + count)``; ``post(flat)`` finishes the flat
-    values on the host (the sort of a permutation). On accelerators, after ``_EXACT_AFTER`` calls the op's own
-    jitted implementation takes over (same values, no transfers).
+    ``chunks`` (:class:`_Chunks`) computes chunk ``j``; ``runtime(host_inputs, start, count, size)`` gives the
+    extra arguments of the chunk holding values ``[start, start + count)`` for an executable of ``size`` values;
+    ``post(flat)`` finishes the flat values on the host (the sort of a permutation). On accelerators, after
+    ``_EXACT_AFTER`` calls the op's own jitted implementation takes over (same values, no transfers).
     """
 
-    def __init__(self, op, n, out_shape, out_dtype, chunk, runtime=None, post=None):
+    def __init__(self, op, n, out_shape, out_dtype, chunks, runtime=None, post=None):
         self.op, self.n, self.shape, self.dtype = op, n, tuple(out_shape), np.dtype(out_dtype)
         check_output_size(op, jax.ShapeDtypeStruct(self.shape, self.dtype))  # before any host allocation
-        self.chunk, self.runtime, self.post = chunk, runtime, post
+        self.chunks, self.runtime, self.post = chunks, runtime, post
         self._calls = 0
         self._exact = None
 
@@ -217,27 +260,29 @@ class _ChunkedKernel:
                 return self._exact(key, *arrays)
         host = [np.asarray(a) for a in arrays]
         flat = np.empty(self.n, self.dtype if self.post is None else np.uint32)
-        for j, start in enumerate(range(0, self.n, CHUNK)):
+        f, size = self.chunks.for_draw(self.n)
+        for j, start in enumerate(range(0, self.n, CHUNK)):  # (values are defined by CHUNK-sized chunks)
             c = min(CHUNK, self.n - start)
-            extra = self.runtime(host, start, c) if self.runtime is not None else ()
-            flat[start:start + c] = np.asarray(self.chunk(key, np.uint32(j), *extra))[:c]
+            extra = self.runtime(host, start, c, size) if self.runtime is not None else ()
+            flat[start:start + c] = np.asarray(f(key, np.uint32(j), *extra))[:c]
         out = flat if self.post is None else self.post(flat)
         return to_device_like(out.reshape(self.shape), key)
 
 
 def _scalars(*values, dtype):
     scalars = tuple(np.asarray(v, dtype) for v in values)
-    return lambda host, start, c: scalars
+    return lambda host, start, c, size: scalars
 
 
 def _per_element(out_shape):
-    """Runtime arguments of chunk ``[start, start+c)``: each parameter broadcast to the output, padded with 1s."""
-    def runtime(host, start, c):
+    """Runtime arguments of chunk ``[start, start+c)`` for an executable of ``size`` values: each parameter
+    broadcast to the output, padded with 1s."""
+    def runtime(host, start, c, size):
         out = []
         for p in host:
             flat = np.broadcast_to(p, out_shape).reshape(-1)[start:start + c]
-            if c < CHUNK:
-                flat = np.concatenate([flat, np.ones(CHUNK - c, flat.dtype)])
+            if c < size:
+                flat = np.concatenate([flat, np.ones(size - c, flat.dtype)])
             out.append(flat)
         return tuple(out)
     return runtime
