@@ -1191,7 +1191,9 @@ def test_mode_timer_runs_whichever_of_clusters_and_eager_is_faster(monkeypatch):
     # where eager is chosen, clusters are tried again FIRST_EVERY steps later, then twice as long while the choice
     # stands, at most EVERY: at w + f, w + 3f (still slower), w + 3f + min(4f, e) (now faster)
     probes = [w + f, w + 3 * f, w + 3 * f + min(4 * f, e)]
-    for k in range(probes[2] + e + 2 * p):
+    # and where clusters are chosen (here: a change of choice), eager is tried again as soon and as rarely
+    back = [probes[2] + f, probes[2] + 3 * f, probes[2] + 3 * f + min(4 * f, e)]
+    for k in range(back[2] + 2 * p):
         if k == probes[2]:
             cost[True] = 0.5  # (the clusters' compilations have settled: now they are faster)
         mode = timer.next_mode()
@@ -1201,9 +1203,11 @@ def test_mode_timer_runs_whichever_of_clusters_and_eager_is_faster(monkeypatch):
     ran = [k for k in range(w + p, len(modes)) if modes[k]]
     # eager was faster: eager from then on, but for the probes of the clusters, PROBE steps each ...
     assert ran[:2 * p] == list(range(probes[0], probes[0] + p)) + list(range(probes[1], probes[1] + p))
-    # ... until they are faster: kept from the third probe on, eager tried again EVERY steps later
-    assert all(modes[probes[2]:probes[2] + e]) and not any(modes[probes[2] + e:probes[2] + e + p])
-    assert all(modes[probes[2] + e + p:])
+    # ... until they are faster: kept from the third probe on, eager tried again FIRST_EVERY steps later, then
+    # twice as late each time
+    assert all(modes[probes[2]:back[0]])
+    for a, b in zip(back, back[1:] + [len(modes)]):
+        assert not any(modes[a:a + p]) and all(modes[a + p:b]), (a, b)
 
 
 def test_mode_timer_does_not_count_an_eager_steps_one_time_compilations(monkeypatch):

@@ -1463,10 +1463,11 @@ class ModeTimer:
     """Chooses, step by step, how a step runs: as clusters or eagerly, whichever has taken less time from one step's
     start to the next (the wait for its results and the program around it included). Clusters first while their
     compilations settle (``warmup`` steps), then ``PROBE`` eager steps, then the faster mode, trying the other again
-    for ``PROBE`` steps every ``EVERY`` steps -- where eager was chosen, ``FIRST_EVERY`` steps after the choice, then
-    twice as long each time it stands, up to ``EVERY``: such a step is never slower than eager for long, and an eager
+    for ``PROBE`` steps ``FIRST_EVERY`` steps after the first choice (or after a change of choice), then twice as
+    long each time it stands, up to every ``EVERY`` steps: such a step is never slower than eager for long, and a
     choice that one noisy probe got wrong is undone within ``FIRST_EVERY`` steps (the MLP b128 step, one process in
-    ~13: eager chosen at 7 ms against 4.9 ms as clusters, and kept for the next 1000 steps). Used by a churning
+    ~13: eager chosen at 7 ms against 4.9 ms as clusters, and kept for the next 1000 steps; a loop reading every
+    ~0.2 ms, 4 cold runs in 5: clusters kept at 1.3-1.6x eager's time). Used by a churning
     ``xla_trace`` step (per call) and by auto-jit (per ``opt.step()``, once its clusters keep running op by op).
 
     Example:
@@ -1532,8 +1533,12 @@ class ModeTimer:
             if k >= w + p and k == start + p:  # a probe just ended: compare the latest steps of each mode
                 if self.times[True] and self.times[False]:
                     best = statistics.median(self.times[True]) <= self._eager_time() * (1.0 + self.margin)
-                    if best:  # clusters: eager is probed every EVERY steps (each probe costs eager steps)
-                        self.interval = self.EVERY
+                    if best:  # clusters: eager is probed again twice as late each time, up to every EVERY steps
+                        # (each probe costs eager steps); the first choice is checked again soon -- its eager probe
+                        # may have met one-time costs (a loop reading every ~0.2 ms: 4 cold runs in 5 kept clusters
+                        # at 1.3-1.6x eager's time for 1000 iterations)
+                        self.interval = min(2 * self.interval if self.interval and self.best else self.FIRST_EVERY,
+                                            self.EVERY)
                     elif self.interval and not self.best:  # eager again: checked again twice as late
                         self.interval = min(2 * self.interval, self.EVERY)
                     else:  # eager, against the clusters expected to be faster: checked again soon
@@ -1922,8 +1927,8 @@ def step_boundary(reason="opt.step", now=False):
 TROUBLED_STEPS = 4
 WARMUP_STEPS = 4
 # Steps of at most STATIC_MAX_OPS ops whose clusters run compiled are timed too (see _choose_mode): eager is chosen
-# only if faster by STATIC_MARGIN, and probed again every STATIC_EVERY steps (clusters, where eager was chosen: 50,
-# 100, 200... steps after the choice, ModeTimer.FIRST_EVERY)
+# only if faster by STATIC_MARGIN, and the other mode probed again 50, 100, 200... steps after a choice
+# (ModeTimer.FIRST_EVERY), up to every STATIC_EVERY steps
 STATIC_TIMER = os.environ.get("MEGXLA_AUTO_JIT_STATIC_TIMER", "1") != "0"
 STATIC_MAX_OPS = 256
 STATIC_MARGIN = 0.2
