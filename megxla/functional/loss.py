@@ -6,6 +6,9 @@ from ..core.dtypes import is_float
 from ..core._indexing import check_index_tensor
 from ..core._elemwise_front import as_tensor as _t
 from ..core.ops import nn as _N
+from .elemwise import log, logsigmoid, maximum, relu
+from .nn import logsumexp
+from .tensor import _pick
 
 __all__ = ["cross_entropy", "binary_cross_entropy", "l1_loss", "square_loss", "hinge_loss", "ctc_loss"]
 
@@ -108,9 +111,6 @@ def cross_entropy(pred, label, axis=1, with_logits=True, label_smooth=0, reducti
         >>> F.nn.cross_entropy(Tensor([[0., 1.]]), Tensor([1])).item()  # log(1 + e^-1)
         0.3132617
     """
-    from .nn import logsumexp
-    from .tensor import _pick
-    from .elemwise import log
     op = "cross_entropy"
     _check_reduction(reduction, op)
     pred, label = _t(pred), _t(label)
@@ -172,7 +172,6 @@ def binary_cross_entropy(pred, label, with_logits=True, reduction="mean"):
         >>> F.nn.binary_cross_entropy(Tensor([0.]), Tensor([1.])).item()  # log(2)
         0.6931472
     """
-    from .elemwise import logsigmoid, log
     op = "binary_cross_entropy"
     _check_reduction(reduction, op)
     pred, label = _pair(pred, label, op)
@@ -201,7 +200,6 @@ def hinge_loss(pred, label, norm="L1", reduction="mean"):
         >>> F.nn.hinge_loss(Tensor([[0.5, -2.]]), Tensor([[1., -1.]])).item()
         0.5
     """
-    from .elemwise import relu
     op = "hinge_loss"
     _check_reduction(reduction, op)
     norm = str(norm).upper()
@@ -254,6 +252,5 @@ def ctc_loss(pred, pred_lengths, label, label_lengths, blank=0, reduction="mean"
         raise OpError(f"{op}: blank {blank} is not a class index in [0, {c})")
     loss = _apply(_N.ctc_loss.bind(blank=int(blank)), pred, pred_lengths, label, label_lengths)
     if reduction == "mean":
-        from .elemwise import maximum
         return (loss / maximum(label_lengths, 1).astype(loss.dtype)).mean()
     return _reduce(loss, reduction, op)
