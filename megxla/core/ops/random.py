@@ -64,7 +64,7 @@ def key_data_from_seed(seed: int) -> np.ndarray:
 
 
 def split_on_host(key: np.ndarray):
-    """``jax.random.split(key)`` of a raw uint32[2] key, in NumPy: (new state, subkey)."""
+    """``jax.random.split(key)`` of a raw uint32[2] key, on the host: (new state, subkey)."""
     k0, k1 = int(key[0]), int(key[1])
     return (np.array(_threefry2x32(k0, k1, 0, 0), np.uint32),  # (counters 0 and 1: jax.random.split's two keys)
             np.array(_threefry2x32(k0, k1, 0, 1), np.uint32))
