@@ -7,8 +7,11 @@ from .._op import Primitive
 
 
 def _round_half_away(x):
-    # NOTE: MegEngine rounds half away from zero (std::round); jnp.round rounds half to even.
-    return jnp.sign(x) * jnp.floor(jnp.abs(x) + 0.5) if jnp.issubdtype(x.dtype, jnp.inexact) else x
+    # NOTE: MegEngine rounds half away from zero (std::round); jnp.round rounds half to even. (Not
+    # floor(|x| + 0.5): that sum rounds up -- 0.49999997 gave 1, float32 8388609 gave 8388610.)
+    if jnp.issubdtype(x.dtype, jnp.floating):
+        return jax.lax.round(x, jax.lax.RoundingMethod.AWAY_FROM_ZERO)
+    return x
 
 
 def _floor_div(x, y):
@@ -122,12 +125,15 @@ def _inexact(x):
 
 
 def _hsigmoid(x):
-    # MegEngine: hsigmoid(nan) is nan and the gradient is 0 at -3 and 3.
+    # MegEngine: hsigmoid(nan) is nan and the gradient is 0 at -3 and 3. (An integer input in float32 first:
+    # uint8's -3 is 253.)
+    x = _inexact(x)
     return jnp.where(x <= -3, 0.0, jnp.where(x >= 3, 1.0, (x + 3) / 6)).astype(jnp.result_type(x, 1.0))
 
 
 def _hswish(x):
     # MegEngine's HSWISH gradient is (2x + 3) / 6 on the closed interval [-3, 3] (hsigmoid's is 0 at its ends).
+    x = _inexact(x)
     inner = x * (x + 3) / 6
     return jnp.where(x < -3, x * jnp.zeros((), inner.dtype), jnp.where(x > 3, x.astype(inner.dtype), inner))
 
@@ -142,7 +148,7 @@ UNARY_IMPLS = {
     "logical_not": jnp.logical_not, "invert": jnp.invert, "isnan": jnp.isnan, "isinf": jnp.isinf,
     # (sigmoid / silu of an integer tensor: the float32 result, as gelu's; JAX's logistic takes floats only)
     "relu": _relu, "sigmoid": lambda x: jax.nn.sigmoid(_inexact(x)),
-    "gelu": lambda x: jax.nn.gelu(x, approximate=False), "silu": lambda x: jax.nn.silu(_inexact(x)), "softplus": jax.nn.softplus, "logsigmoid": jax.nn.log_sigmoid,
+    "gelu": lambda x: jax.nn.gelu(x, approximate=False), "silu": lambda x: jax.nn.silu(_inexact(x)), "softplus": jax.nn.softplus, "logsigmoid": lambda x: jax.nn.log_sigmoid(_inexact(x)),
     "relu6": _relu6, "hsigmoid": _hsigmoid, "hswish": _hswish,
     "real": jnp.real, "imag": jnp.imag, "conj": jnp.conj,
 }
@@ -221,7 +227,10 @@ def _clip(x, *, lower, upper):
 
 
 def _where(mask, x, y):
-    return jnp.where(mask, x, y)
+    # MegEngine's where promotes x and y as its elementwise ops do (float16 with int32 is float32: JAX's float16
+    # made 70000 inf)
+    dt = promote_dtype(x.dtype, y.dtype)
+    return jnp.where(mask, x.astype(dt), y.astype(dt))
 
 
 def cast(x, dtype):

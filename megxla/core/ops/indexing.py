@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 
 from .._op import Primitive
+from .elemwise import cast
 
 
 def build_index(spec, tensors):
@@ -111,7 +112,8 @@ def _scatter_index(axis, tensors):
 def _scatter(x, index, source, *, axis):
     # NOTE: MegEngine's scatter writes source into x along axis at index (last write wins); every source value
     # gets the gradient at its position, an overwritten one too (_set_at).
-    return _set_at(x, source.astype(x.dtype), (index,), _Index(axis, _scatter_index))
+    # (C's conversion, as setitem's and astype's: -1.5 into uint8 is 255, not XLA's saturated 0)
+    return _set_at(x, cast(source, x.dtype), (index,), _Index(axis, _scatter_index))
 
 
 def _indexing_one_hot(x, index, *, axis, keepdims):

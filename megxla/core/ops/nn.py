@@ -85,6 +85,10 @@ def _max_pool(x, *, kernel, stride, padding):
 
 
 def _avg_pool(x, *, kernel, stride, padding, mode):
+    if _low_precision(x):  # float16 / bfloat16: summed in float32 (a bfloat16 64x64 window of ones averaged to
+        # 0.0625, its count and sum rounded), the result in the input's type
+        return _avg_pool(x.astype(jnp.float32), kernel=kernel, stride=stride, padding=padding,
+                         mode=mode).astype(x.dtype)
     window, strides = (1, 1) + kernel, (1, 1) + stride
     pads = [(0, 0), (0, 0)] + [(p, p) for p in padding]
     total = lax.reduce_window(x, np.zeros((), x.dtype), lax.add, window, strides, pads)
@@ -141,14 +145,18 @@ def _bn_infer(x, mean, var, *affine, eps, eps_mode="additive"):
 
 
 def _general_norm(x, *affine, axes, eps):
-    # Statistics over ``axes``; weight/bias have the shape of ``x`` at ``axes`` (broadcast over the rest).
-    mean = jnp.mean(x, axis=axes, keepdims=True)
-    var = jnp.mean(jnp.square(x - mean), axis=axes, keepdims=True)
-    y = (x - mean) * lax.rsqrt(var + eps)
+    # Statistics over ``axes``; weight/bias have the shape of ``x`` at ``axes`` (broadcast over the rest). A
+    # float16 / bfloat16 input is normalised in float32 and returned in its type, as batch and group norm do
+    # (bfloat16 [100, 100.5, 101, 101.5] normalised to [-1.63, -0.82, 0, 0.82] in bfloat16).
+    low = _low_precision(x)
+    xc = x.astype(jnp.float32) if low else x
+    mean = jnp.mean(xc, axis=axes, keepdims=True)
+    var = jnp.mean(jnp.square(xc - mean), axis=axes, keepdims=True)
+    y = (xc - mean) * lax.rsqrt(var + eps)
     if affine:
         shape = tuple(x.shape[i] if i in axes else 1 for i in range(x.ndim))
         y = y * affine[0].reshape(shape) + affine[1].reshape(shape)
-    return y
+    return y.astype(x.dtype) if low else y
 
 
 def _layer_norm(x, *affine, ndim, eps):
@@ -190,8 +198,9 @@ def _lrn(x, *, kernel_size, k, alpha, beta):
     half = kernel_size // 2
     window = (1, kernel_size) + (1,) * (x.ndim - 2)
     pads = [(0, 0), (half, kernel_size - 1 - half)] + [(0, 0)] * (x.ndim - 2)
-    s = lax.reduce_window(jnp.square(x), np.zeros((), x.dtype), lax.add, window, (1,) * x.ndim, pads)
-    return x * jnp.power(k + alpha * s, -beta)
+    xs = x.astype(jnp.float32) if _low_precision(x) else x  # (the window's sum in float32, as _avg_pool's)
+    s = lax.reduce_window(jnp.square(xs), np.zeros((), xs.dtype), lax.add, window, (1,) * x.ndim, pads)
+    return (xs * jnp.power(k + alpha * s, -beta)).astype(x.dtype)
 
 
 def _sliding_window(x, *, kernel, padding, stride, dilation):

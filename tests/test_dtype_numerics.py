@@ -1,0 +1,81 @@
+"""Results in narrow dtypes -- float16, bfloat16, uint8 -- against NumPy in float64: no silently wrong values
+(an adversarial sweep over ~200 functions in 8 dtypes, 2026-11-30, found each case below), eagerly and in clusters."""
+import numpy as np
+import pytest
+
+import megxla as mge
+import megxla.functional as F
+from megxla import Tensor
+
+
+@pytest.fixture(params=[False, True], ids=["eager", "auto_jit"])
+def mode(request):
+    mge.config.auto_jit = request.param
+    yield request.param
+    mge.config.auto_jit = False
+
+
+def _f32(t):
+    return t.numpy().astype("float32")
+
+
+def test_round_is_half_away_from_zero_without_rounding_the_half_up(mode):
+    # floor(|x| + 0.5) rounded its sum: round(0.49999997) was 1, float32 round(8388609) 8388610
+    assert F.round(Tensor(np.array([0.49999997, 8388609.0, -8388609.0, 2.5, -2.5], "float32"))).numpy().tolist() \
+        == [0.0, 8388609.0, -8388609.0, 3.0, -3.0]
+    assert F.round(Tensor(np.array([0.49976, 1025.0, 2047.0], "float16"))).numpy().tolist() == [0.0, 1025.0, 2047.0]
+    assert _f32(F.round(Tensor(np.array([0.498046875, 129.0, 255.0]), dtype="bfloat16"))).tolist() == [0, 129, 255]
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_low_precision_sums_and_averages_accumulate_in_float32(mode, dtype):
+    ones = Tensor(np.ones((1, 1, 64, 64)), dtype=dtype)
+    assert _f32(F.avg_pool2d(ones, 64)).ravel().tolist() == [1.0]  # (was 2 in float16, 0.0625 in bfloat16)
+    assert _f32(F.adaptive_avg_pool2d(ones, 1)).ravel().tolist() == [1.0]
+    tenth = Tensor(np.full((1, 1, 16, 16), 0.1), dtype=dtype)
+    want = float(tenth.numpy().astype("float64").mean())
+    np.testing.assert_allclose(_f32(F.avg_pool2d(tenth, 16)).ravel(), [want], rtol=1e-2)  # (bfloat16: 0.115)
+    x = Tensor(np.full(3000, 0.1), dtype=dtype)
+    exact = x.numpy().astype("float64")
+    np.testing.assert_allclose(float(_f32(F.sum(x))), exact.sum(), rtol=1e-2)  # (bfloat16 100000 x 0.1: 9600)
+    np.testing.assert_allclose(_f32(F.cumsum(x, 0)), np.cumsum(exact), rtol=1e-2)
+    assert F.sum(x).dtype == x.dtype and F.cumsum(x, 0).dtype == x.dtype
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_layer_norm_of_low_precision_input_normalises_in_float32(mode, dtype):
+    base = {"float16": 1000.0, "bfloat16": 100.0}[dtype]
+    v = base + np.array([[0.0, 0.5, 1.0, 1.5]])  # (exact in the dtype)
+    want = (v - v.mean()) / np.sqrt(v.var() + 1e-5)  # [-1.34, -0.45, 0.45, 1.34]
+    for out in (F.layer_norm(Tensor(v, dtype=dtype), (4,), False),
+                F.nn.general_norm(Tensor(v, dtype=dtype), (1,), False)):
+        assert out.dtype == np.dtype(Tensor(v, dtype=dtype).dtype)
+        np.testing.assert_allclose(_f32(out), want, rtol=1e-2, atol=1e-2)  # (was [-1.63, -0.82, 0, 0.82])
+
+
+def test_where_promotes_as_the_elementwise_ops(mode):
+    # MegEngine's where promotes x and y (dtype_promotion): float16 with int32 is float32, as a + b
+    m = Tensor(np.array([False, False, True]))
+    a, b = Tensor(np.array([1.5, 1.5, 1.5], "float16")), Tensor(np.array([70000, 2049, 0], "int32"))
+    out = F.where(m, a, b)
+    assert out.dtype == (a + b).dtype == np.float32
+    assert out.numpy().tolist() == [70000.0, 2049.0, 1.5]  # (was float16 [inf, 2048, 1.5])
+
+
+def test_hard_and_log_sigmoids_of_uint8_compute_as_of_int32(mode):
+    # -3 and the negation wrapped in uint8: hswish([0, 3, 200]) was [0, 0, 0]
+    u, i = Tensor(np.array([0, 3, 200], "uint8")), Tensor(np.array([0, 3, 200], "int32"))
+    for f in (F.hswish, F.hsigmoid, F.logsigmoid):
+        np.testing.assert_allclose(f(u).numpy(), f(i).numpy(), rtol=1e-6, err_msg=f.__name__)
+    np.testing.assert_allclose(F.hsigmoid(u).numpy(), [0.5, 1.0, 1.0])
+    np.testing.assert_allclose(F.logsigmoid(u).numpy(), -np.log1p(np.exp(-np.array([0.0, 3.0, 200.0]))), rtol=1e-6,
+                               atol=1e-30)
+
+
+def test_scatter_converts_its_source_as_setitem_does(mode):
+    # C's conversion (MegEngine's): -1.5 into uint8 is 255, where XLA's saturating convert gave 0
+    x = Tensor(np.zeros((1, 2), "uint8"))
+    out = F.scatter(x, 1, Tensor(np.array([[0]], "int32")), Tensor(np.array([[-1.5]], "float32")))
+    y = Tensor(np.zeros((1, 2), "uint8"))
+    y[0, 0] = Tensor(np.array(-1.5, "float32"))
+    assert out.numpy().tolist() == y.numpy().tolist() == [[255, 0]]
