@@ -79,3 +79,12 @@ def test_scatter_converts_its_source_as_setitem_does(mode):
     y = Tensor(np.zeros((1, 2), "uint8"))
     y[0, 0] = Tensor(np.array(-1.5, "float32"))
     assert out.numpy().tolist() == y.numpy().tolist() == [[255, 0]]
+
+
+def test_clip_bounds_past_an_integer_dtypes_range_clip_at_its_ends(mode):
+    # (the kernel converted -1 into uint8 and raised NumPy's OverflowError)
+    u = Tensor(np.array([0, 3, 200], "uint8"))
+    assert F.clip(u, -1, 2).numpy().tolist() == [0, 2, 2]
+    assert F.clip(u, 1, 300).numpy().tolist() == [1, 3, 200]
+    assert F.clip(Tensor(np.array([-100, 5, 100], "int8")), -1000, 50).numpy().tolist() == [-100, 5, 50]
+    assert F.clip(u, -1, 2).dtype == np.uint8

@@ -179,4 +179,9 @@ def clip(x, lower=None, upper=None):
     cast = float if is_float(x.dtype) else int
     lower = None if lower is None else cast(lower)
     upper = None if upper is None else cast(upper)
+    if x.dtype.kind in "iu":  # a bound past the dtype's range clips as the range's end (clip(uint8, -1, 2) is
+        # clip(uint8, 0, 2)), where the kernel's conversion of -1 into uint8 raised NumPy's OverflowError
+        info = np.iinfo(x.dtype)
+        lower = None if lower is None else min(max(lower, int(info.min)), int(info.max))
+        upper = None if upper is None else min(max(upper, int(info.min)), int(info.max))
     return _apply(_P.clip.bind(lower=lower, upper=upper), x)
