@@ -699,3 +699,25 @@ def test_numerical_gradient_linear_and_conv2d():
     conv = M.Conv2d(2, 2, 2, stride=1, padding=1)
     conv.bias._reset(T(randn(1, 2, 1, 1)))
     _numeric_grad_check(conv, T(randn(1, 2, 3, 3)))
+
+
+def test_setting_an_attribute_to_the_object_it_holds_changes_nothing_a_compiled_step_checks():
+    # ``model.train()`` every step set ``training`` on every module to what it was, and each set moved the
+    # structure epoch: the next xla_trace call took its slow path (5-7x the prepared call)
+    from megxla.core import _registry
+    m = M.Sequential(M.Linear(2, 2), M.BatchNorm1d(2))
+    m.train()
+    e = _registry.epoch()
+    m.train()
+    m[0].weight = m[0].weight
+    assert _registry.epoch() == e
+    m.eval()
+    assert _registry.epoch() != e and not m[1].training
+    # a list set again may have changed in place: it is taken again (its new module named)
+    holder = M.Sequential()
+    holder.blocks = [M.Linear(2, 2)]
+    holder.blocks.append(M.Linear(2, 2))
+    e = _registry.epoch()
+    holder.blocks = holder.blocks
+    assert _registry.epoch() != e
+    assert [n for n, _ in holder.named_modules()] == ["", "blocks.0", "blocks.1"]

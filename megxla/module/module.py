@@ -148,6 +148,9 @@ def _readonly(a):
     return a
 
 
+_UNSET = object()  # (an attribute not set yet)
+
+
 class Module(metaclass=ABCMeta):
     """Base class for all neural-network layers and models.
 
@@ -699,6 +702,12 @@ class Module(metaclass=ABCMeta):
 
     # ---- attribute bookkeeping --------------------------------------------------------------------------
     def __setattr__(self, name: str, value):
+        if value is self.__dict__.get(name, _UNSET) and not isinstance(value, (list, tuple, dict)):
+            # the same object again (``model.train()`` every step sets ``training`` on every module to what it
+            # was): nothing to rename, and nothing a compiled step read changed -- the epoch bump below sent the
+            # next xla_trace call down its slow path, 5-7x the prepared call. (A list or dict -- or a tuple of
+            # them -- may have been changed in place before it is set again.)
+            return
         # `_modules` keeps the insertion order of module-like attributes, which `__repr__` shows.
         is_module_like = _is_module(value) or isinstance(value, (list, tuple, dict))
         if name != "_modules":

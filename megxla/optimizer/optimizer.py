@@ -425,7 +425,9 @@ class Optimizer(metaclass=ABCMeta):
         for p in params:
             if not isinstance(p, Parameter):
                 raise TypeError(f"optimizer can only optimize Parameters, but one of the params is {type(p)}")
-        seen = {id(p) for g in self.param_groups for p in g["params"]}
+        # (read past ParamGroup.__getitem__'s bookkeeping: adding N groups one by one scanned ~N^2 / 2 entries
+        # through it, 0.7 ms a group at N = 5120)
+        seen = {id(p) for g in self.param_groups for p in dict.__getitem__(g, "params")}
         if len({id(p) for p in params}) != len(params) or seen.intersection(map(id, params)):
             raise ValueError("some parameters appear more than once in the optimizer's parameter groups")
         for name, value in param_group.items():
