@@ -129,14 +129,18 @@ def _host_put(arr):
     if _batched_put is None or dt.itemsize > 4 or dt.kind not in "biuf":
         # (64-bit types: JAX's x64 setting decides what they become; others -- bfloat16, strings -- as JAX has them)
         return jnp.asarray(arr, dtype=dt)  # (dtype given: no lax.stage kernel)
-    dev = _jax_default_device()
+    return _put(arr, _jax_default_device(), False)
+
+
+def _put(arr, dev, committed):
+    # JAX's transfer of one host array onto ``dev``, its type and placement objects kept per shape and dtype
     key = (arr.shape, arr.dtype, dev)
     t = _PUT_TYPES.get(key)
     if t is None:
         if len(_PUT_TYPES) >= 1024:
             _PUT_TYPES.clear()
         t = _PUT_TYPES[key] = (_ShapedArray(arr.shape, arr.dtype), jax.sharding.SingleDeviceSharding(dev))
-    return _batched_put(t[0], t[1], [arr], [dev], False)
+    return _batched_put(t[0], t[1], [arr], [dev], committed)
 
 
 def host_put_like(arr, like):
@@ -155,13 +159,7 @@ def host_put_like(arr, like):
     if _batched_put is None or dt.itemsize > 4 or dt.kind not in "biuf" or dev is None \
             or (not committed and dev != _jax_default_device()):
         return jax.device_put(arr, sharding if committed else None, may_alias=True)
-    key = (arr.shape, arr.dtype, dev)
-    t = _PUT_TYPES.get(key)
-    if t is None:
-        if len(_PUT_TYPES) >= 1024:
-            _PUT_TYPES.clear()
-        t = _PUT_TYPES[key] = (_ShapedArray(arr.shape, arr.dtype), jax.sharding.SingleDeviceSharding(dev))
-    return _batched_put(t[0], t[1], [arr], [dev], bool(committed))
+    return _put(arr, dev, bool(committed))
 
 
 # Small integer arrays made from host data (labels, indices) keep their host copy beside the device array, for the
