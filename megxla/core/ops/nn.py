@@ -7,6 +7,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from .._op import Primitive
+from .reduction import low_precision as _low_precision
 
 
 def _spatial_dims(nd):
@@ -115,10 +116,6 @@ def _adaptive_pool(x, *, oshp, op):
 
 def _rsqrt_eps(var, eps, eps_mode="additive"):
     return lax.rsqrt(jnp.maximum(var, eps) if eps_mode == "max" else var + eps)
-
-
-def _low_precision(x):
-    return jnp.issubdtype(x.dtype, jnp.floating) and jnp.dtype(x.dtype).itemsize < 4
 
 
 def _bn_train(x, *affine, axes, eps, eps_mode="additive"):

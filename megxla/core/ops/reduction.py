@@ -5,14 +5,15 @@ import jax.numpy as jnp
 from .._op import Primitive
 
 
-def _low_float(x):
+def low_precision(x):
+    """Whether ``x`` is float16 or bfloat16 (accumulated and normalised in float32 by the ops that sum it)."""
     return jnp.issubdtype(x.dtype, jnp.floating) and jnp.dtype(x.dtype).itemsize < 4
 
 
 def _sum(x, *, axis, keepdims):
     if x.dtype == jnp.bool_:
         x = x.astype(jnp.int32)
-    if _low_float(x):  # float16 / bfloat16: accumulated in float32, the result in the input's type (a bfloat16
+    if low_precision(x):  # float16 / bfloat16: accumulated in float32, the result in the input's type (a bfloat16
         # sum of 100000 x 0.1 accumulated in bfloat16 was 9600, against 10009.8)
         return jnp.sum(x.astype(jnp.float32), axis=axis, keepdims=keepdims).astype(x.dtype)
     # dtype=x.dtype: MegEngine's integer sums keep the input's type (uint8 wraps); jnp widens to (u)int32.
@@ -39,7 +40,7 @@ def _argreduce(fn):
 
 
 def _cumsum(x, *, axis):
-    if _low_float(x):  # (accumulated in float32, as _sum)
+    if low_precision(x):  # (accumulated in float32, as _sum)
         return jnp.cumsum(x.astype(jnp.float32), axis=axis).astype(x.dtype)
     return jnp.cumsum(x, axis=axis)
 
