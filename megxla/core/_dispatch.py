@@ -20,6 +20,7 @@ import threading
 import jax as _jax
 import numpy as np
 
+from . import _tensor as _tensor_module
 from ._tensor import Tensor
 from ._spmd import MeshRequired, SpmdFunction
 from .dtypes import LOGICAL as _LOGICAL, logical_node as _logical_node
@@ -245,3 +246,6 @@ def pop_interpreter():
 def current_interpreter():
     """The calling thread's innermost interpreter, or None when it runs eagerly."""
     return _tls.s.interpreters[-1] if _active else None
+
+
+_tensor_module._current_interpreter = current_interpreter  # (Tensor._value's, see there)

@@ -17,6 +17,13 @@ from . import dtypes as _dt
 from . import _lazy
 from ._lazy import Lazy, resolve as _lazy_resolve
 
+
+def _current_interpreter():
+    """(Replaced by ``_dispatch.current_interpreter`` when ``_dispatch``, which imports this module, loads: a host
+    read asks it without an import statement's ~2 us.)"""
+    from ._dispatch import current_interpreter
+    return current_interpreter()
+
 __all__ = ["Tensor", "Parameter"]
 
 
@@ -290,8 +297,7 @@ class Tensor:
     # ---- host access ---------------------------------------------------------------------------------------
     def _value(self):
         """The concrete jax array (an interpreter may need to materialise it first)."""
-        from ._dispatch import current_interpreter
-        interp = current_interpreter()
+        interp = _current_interpreter()
         if interp is not None:
             return interp.read(self)
         data = self._data
