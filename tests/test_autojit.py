@@ -2201,3 +2201,28 @@ def test_auto_jit_raises_the_collectors_first_threshold_while_on_and_gives_the_p
     finally:
         mge.config.auto_jit = was
         gc.set_threshold(*saved)
+
+
+def test_gradients_keep_the_logical_device_as_eager(auto_jit):
+    # (probe O) the grouped backward re-wraps each dy: without the dy's logical device, w.grad of a "cpu0"
+    # parameter printed device=xpux:0 under auto-jit (cpu0:0 eagerly), the default dy, a reused walk and a given dy
+    def run():
+        out = []
+        w = mge.Parameter([1.0, 2.0], device="cpu0")
+        gm = GradManager().attach([w])
+        for _ in range(2):
+            with gm:
+                gm.backward((w * w).sum())
+            out.append((repr(w.grad), w.grad.device))
+            w.grad = None
+        with gm:
+            y = w * 3
+            gm.backward(y, F.ones_like(y))
+        out.append((repr(w.grad), w.grad.device))
+        return out
+
+    mge.config.auto_jit = False
+    eager = run()
+    mge.config.auto_jit = True
+    assert run() == eager
+    assert "cpu0" in eager[0][0]

@@ -466,7 +466,9 @@ class GradManager:
                 grads[vid] = -results[0]
 
         for j, (t, d) in enumerate(zip(ys, dys)):
-            accumulate(t._vid, take(d._data, d._vid, (-1, j)))
+            pos = take(d._data, d._vid, (-1, j))
+            _keep_node(inputs[pos], d)
+            accumulate(t._vid, pos)
         tape = self._tape
         for k in reversed(range(len(tape))):
             op, ins, outs = tape[k]
@@ -676,7 +678,8 @@ class _Walk:
 
     def run(self, gm, tape, dys, attached):
         """The walk on this step's tape (the same signature): its values read from the same places."""
-        inputs = [_value(dys[i]._data, dys[i]._vid) if k < 0 else _value(*tape[k][1][i]) for k, i in self.sources]
+        inputs = [_keep_node(_value(dys[i]._data, dys[i]._vid), dys[i]) if k < 0 else _value(*tape[k][1][i])
+                  for k, i in self.sources]
         return self.deliver(gm, inputs, attached)
 
     def deliver(self, gm, inputs, attached):
@@ -706,6 +709,15 @@ def _value(data, vid):
     # Re-wrap a recorded input value under its original id so a tracer recognises it.
     t = wrap(data)
     t._vid = vid
+    return t
+
+
+def _keep_node(t, like):
+    """``t`` (a dy re-wrapped) with the logical device of the dy ``like``: the gradients the grouped walk computes
+    from it show the device the op-by-op walk's do (their first input with one is a dy, as there)."""
+    node = getattr(like, "_lnode", None)
+    if node is not None:
+        t._lnode = node
     return t
 
 
