@@ -193,7 +193,7 @@ def test_bool_scalar_indices():
 def test_bad_index_expressions_raise_index_error():
     x = _x()
     for bad in (1.5, "a", {}, (0, 0, 0, 0), (..., ...), [0.5], slice(1.0, 2), slice(None, None, 0),
-                np.array([True, False]), Tensor([1.0, 0.0])):
+                np.array([False, False, False, True]), Tensor([1.0, 0.0])):
         with pytest.raises(IndexError):
             x[bad]
         with pytest.raises(RuntimeError):  # (MegEngine raises RuntimeError for most of them)
@@ -314,3 +314,21 @@ def test_save_load_keeps_quantization_parameters():
     assert isinstance(r["a"].qparams.scale, Tensor) and float(r["a"].qparams.scale) == 1.0
     assert repr(r["q"]) == "Tensor([10 25], dtype=int8, device=xpux:0)"
     assert abs(D.get_scale(r["q"].dtype) - 0.1) < 1e-7
+
+
+def test_a_1d_bool_index_of_another_length_is_its_true_positions():
+    # MegEngine 1.13 checks only masks of 2+ dimensions against the shape; a 1-d mask is its true positions (CondTake
+    # indices), so a shorter mask indexes the first entries -- computed with MegEngine 1.13.0: x[[True, False]] has
+    # shape (1, 4, 5), and the ASR Transformer's ``kl[..., ignore] = 0`` (kl (6, 10), a mask of 6) zeroes columns
+    # 1, 4, 5. A true position past the axis is an IndexError (MegEngine aborts the process there).
+    x = _x()
+    for mask in (np.array([True, False]), Tensor([True, False])):
+        assert x[mask].numpy().tolist() == x[[0]].numpy().tolist()
+    assert x[:, Tensor([False, True, True])].numpy().tolist() == x[:, [1, 2]].numpy().tolist()
+    kl = Tensor(np.arange(60, dtype="float32").reshape(6, 10))
+    kl[..., Tensor(np.array([0, 1, 0, 0, 1, 1], bool))] = 0
+    want = np.arange(60, dtype="float32").reshape(6, 10)
+    want[:, [1, 4, 5]] = 0
+    assert kl.numpy().tolist() == want.tolist()
+    with pytest.raises(IndexError):
+        x[np.array([False, False, False, True])]

@@ -202,6 +202,22 @@ def parse(x, index, op="getitem"):
         else:  # boolean mask: host array ("m") or, inside a trace, a graph value ("M")
             if payload.ndim == 0:
                 raise BadIndex(f"{op}: 0-d boolean indices are not supported")
+            dim = x.shape[axis] if axis < x.ndim else 0
+            if payload.ndim == 1 and payload.shape[0] != dim and (kind == "m" or payload.shape[0] < dim):
+                # MegEngine checks only masks of 2+ dimensions against the shape (its _expand_bool_dim): a 1-d
+                # mask is the integer index of its true positions, so a shorter one indexes the axis's first
+                # entries (the ASR Transformer's label smoothing writes ``kl[..., ignore] = 0`` with a mask over
+                # kl's rows); a true position past the axis is an index out of range
+                if kind == "m":
+                    idx = np.flatnonzero(payload)
+                    if idx.size and idx[-1] >= dim:
+                        raise _range_error(op, int(idx[idx >= dim][0]), dim, axis)
+                    tensors.append(Tensor(idx.astype(np.int32)))
+                else:  # (a graph value shorter than the axis: every position it can hold is in range)
+                    tensors.extend(mask_indices(payload))
+                spec.append(("t",))
+                axis += 1
+                continue
             if tuple(payload.shape) != x.shape[axis:axis + payload.ndim]:
                 raise BadIndex(f"{op}: boolean mask of shape {tuple(payload.shape)} does not match tensor "
                               f"dimensions {x.shape[axis:axis + payload.ndim]} at axis {axis}")
