@@ -332,3 +332,13 @@ def test_a_1d_bool_index_of_another_length_is_its_true_positions():
     assert kl.numpy().tolist() == want.tolist()
     with pytest.raises(IndexError):
         x[np.array([False, False, False, True])]
+
+
+def test_a_tensor_takes_python_attributes_as_megengines():
+    # (probe M) MegEngine's Tensor has no __slots__: ppgan's gradient tests set ``ws.stop_gradient = False`` on
+    # an input, other code tags activations
+    for t in (Tensor([1.0, 2.0]), Tensor([1.0]) * 2, mge.Parameter([1.0])):
+        t.stop_gradient = False
+        t.tag = "x"
+        assert t.stop_gradient is False and t.tag == "x"
+    assert not hasattr(Tensor([1.0]), "tag")

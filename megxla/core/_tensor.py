@@ -157,7 +157,9 @@ class Tensor:
 
     # ``_lnode``: the logical device (a CompNode) the tensor was made on or moved to, when not ``xpux`` (unset
     # otherwise; op results take their inputs', see ``_dispatch.pass_node``)
-    __slots__ = ("_data", "_vid", "_grad", "_name", "_qparams", "_lnode", "__weakref__")
+    # ``__dict__``: MegEngine's Tensor takes any attribute (real code sets ``x.stop_gradient = False``, tags
+    # activations); created only when one is set, so a tensor without one costs a pointer
+    __slots__ = ("_data", "_vid", "_grad", "_name", "_qparams", "_lnode", "__weakref__", "__dict__")
     __array_priority__ = 1000  # numpy defers `ndarray op Tensor` to our reflected operators
 
     def __init__(self, data=None, dtype=None, device=None, is_const=False, no_cache=False, name=None,
@@ -607,7 +609,7 @@ def _rebuild(cls, array, name, device=None):
 class Parameter(Tensor):
     """A Tensor that is a trainable parameter of a Module (found by ``Module.parameters()``)."""
 
-    __slots__ = ("__dict__",)
+    __slots__ = ()
 
 
 # ---- operators: every one goes through the op registry via the elementwise front-end -----------------------
