@@ -252,6 +252,36 @@ def mask_indices(mask):
     return list(out)
 
 
+def _mask_axis(x, index):
+    """The axis where a bool mask Tensor of ``index`` starts, where ``index`` is that mask among full slices
+    (``:``) and at most one ``...``, and the mask's shape is that of the axes it covers; else None.
+
+    Example:
+        >>> _mask_axis(Tensor(np.zeros((2, 3, 4))), (Ellipsis, Tensor(np.ones((3, 4), bool))))
+        1
+    """
+    items = index if isinstance(index, tuple) else (index,)
+    at = ellipsis = None
+    full = 0
+    for j, i in enumerate(items):
+        if at is None and isinstance(i, Tensor) and i.dtype == np.bool_ and i.ndim > 0:
+            at = j
+        elif i is Ellipsis and ellipsis is None:
+            ellipsis = j
+        elif type(i) is slice and i.start is None and i.stop is None and i.step is None:
+            full += 1
+        else:
+            return None
+    if at is None:
+        return None
+    mask = items[at]
+    rest = x.ndim - full - mask.ndim  # the axes the ellipsis stands for (without one: trailing full slices)
+    if rest < 0:
+        return None
+    start = at - 1 + rest if ellipsis is not None and ellipsis < at else at  # (the items before it are 1 axis each)
+    return start if mask.shape == x.shape[start:start + mask.ndim] else None
+
+
 def getitem(x, index):
     """``x[index]`` as one ``getitem`` op."""
     spec, tensors = parse(x, index, "getitem")
@@ -262,17 +292,18 @@ def setitem(x, index, value):
     """The value of ``x`` after ``x[index] = value`` (``value`` broadcast to the indexed shape, cast to
     ``x``'s dtype), as one ``setitem`` op; ``Tensor.__setitem__`` rebinds ``x`` to it."""
     from ._elemwise_front import as_tensor
-    mask = index[0] if isinstance(index, tuple) and len(index) == 1 else index
-    if (isinstance(mask, Tensor) and mask.dtype == np.bool_ and 0 < mask.ndim <= x.ndim
-            and mask.shape == x.shape[:mask.ndim]):
+    start = _mask_axis(x, index)
+    if start is not None:
         v = as_tensor(value, x)
         if v.ndim == 0:
-            # one value written under a leading mask keeps every shape: a select, with no host read of the mask,
-            # so a traced step stays one executable whatever the mask holds (detectors' `labels[mask] = -1`)
+            # one value written under a mask among full slices keeps every shape: a select, with no host read of
+            # the mask, so a traced step (and an auto-jit cluster) stays one executable whatever the mask holds
+            # (detectors' ``labels[mask] = -1``; attention's ``scores[..., mask] = min_value`` over (batch, time))
             from .ops import elemwise as E, shape as S
+            mask = next(i for i in (index if isinstance(index, tuple) else (index,)) if isinstance(i, Tensor))
             if v.dtype != x.dtype:
                 v = apply(E.astype.bind(dtype=x.dtype), v)
-            m = apply(S.reshape.bind(shape=mask.shape + (1,) * (x.ndim - mask.ndim)), mask)
+            m = apply(S.reshape.bind(shape=(1,) * start + mask.shape + (1,) * (x.ndim - start - mask.ndim)), mask)
             return apply(E.where.bind(), apply(S.broadcast_to.bind(shape=x.shape), m), v, x)
     spec, tensors = parse(x, index, "setitem")
     return apply(P.setitem.bind(spec=spec), x, as_tensor(value, x), *tensors)
