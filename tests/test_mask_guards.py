@@ -154,3 +154,24 @@ def test_one_value_under_a_mask_among_full_slices_is_a_select(index):
     e[idx(masks[0])] = 0.5
     np.testing.assert_allclose(w.grad.numpy(), np.where(e == 0.5, 0, 2 * x), rtol=1e-6)
     np.testing.assert_allclose(v.grad.numpy(), 2 * 0.5 * masks[0].sum() * (2 * 3 * 4 // masks[0].size), rtol=1e-6)
+
+
+def test_one_value_under_a_shorter_1d_mask_is_a_select_of_its_positions():
+    # ``kl[..., ignore] = 0`` (the ASR Transformer's label smoothing: kl (rows, vocab), a mask over the rows): MegEngine
+    # writes the mask's true positions, the first entries of the axis; as a select over the mask padded with False,
+    # a traced step keeps one recording whatever the mask holds (its count read on the host made a new one per count)
+    x = np.arange(24, dtype="float32").reshape(2, 12)
+
+    def body(x, m):
+        y = x * 1
+        y[..., m] = 0
+        return y
+
+    f = xla_trace(body)
+    for m in ([1, 0, 1, 0, 0], [0, 1, 1, 1, 0], [1, 1, 1, 1, 1]):
+        e = x.copy()
+        e[:, np.flatnonzero(m)] = 0
+        m = mge.Tensor(np.array(m, bool))
+        np.testing.assert_array_equal(body(mge.Tensor(x), m).numpy(), e)
+        np.testing.assert_array_equal(f(mge.Tensor(x), m).numpy(), e)
+    assert f.num_rerecords == 0

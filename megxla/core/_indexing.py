@@ -279,7 +279,11 @@ def _mask_axis(x, index):
     if rest < 0:
         return None
     start = at - 1 + rest if ellipsis is not None and ellipsis < at else at  # (the items before it are 1 axis each)
-    return start if mask.shape == x.shape[start:start + mask.ndim] else None
+    if mask.shape == x.shape[start:start + mask.ndim]:
+        return start
+    if mask.ndim == 1 and start < x.ndim and mask.shape[0] < x.shape[start]:
+        return start  # (a shorter 1-d mask: its true positions, the first entries of the axis -- see parse)
+    return None
 
 
 def getitem(x, index):
@@ -301,6 +305,9 @@ def setitem(x, index, value):
             # (detectors' ``labels[mask] = -1``; attention's ``scores[..., mask] = min_value`` over (batch, time))
             from .ops import elemwise as E, shape as S
             mask = next(i for i in (index if isinstance(index, tuple) else (index,)) if isinstance(i, Tensor))
+            if mask.ndim == 1 and mask.shape[0] < x.shape[start]:  # (the same positions as a mask of the axis)
+                pad = apply(S.full.bind(shape=(x.shape[start] - mask.shape[0],), value=False, dtype="bool"))
+                mask = apply(S.concat.bind(axis=0), mask, pad)
             if v.dtype != x.dtype:
                 v = apply(E.astype.bind(dtype=x.dtype), v)
             m = apply(S.reshape.bind(shape=(1,) * start + mask.shape + (1,) * (x.ndim - start - mask.ndim)), mask)
