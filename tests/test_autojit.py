@@ -2226,3 +2226,17 @@ def test_gradients_keep_the_logical_device_as_eager(auto_jit):
     mge.config.auto_jit = True
     assert run() == eager
     assert "cpu0" in eager[0][0]
+
+
+@pytest.mark.parametrize("env", ["0", "1"])
+def test_importing_megxla_starts_no_jax_backend(env):
+    # ``dist.launcher`` sets the devices up in each rank before JAX's backend starts: an array made at import (the
+    # collector's ``type(jnp.zeros(()))``) started it first, and rank 1's default device was named cpu1, not xpu1
+    code = ("import megxla, megxla.jit, megxla.distributed, megxla.functional, megxla.module, megxla.optimizer\n"
+            "from jax._src import xla_bridge\n"
+            "print('started', xla_bridge.backends_are_initialized())\n")
+    env_vars = dict(os.environ, MEGXLA_AUTO_JIT=env)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env_vars,
+                       cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.strip().splitlines()[-1] == "started False"

@@ -153,7 +153,9 @@ _prod = math.prod
 _MISSING = object()
 _new = object.__new__
 _ref = weakref.ref
-_ArrayImpl = type(jax.numpy.zeros(()))  # (``type(x) is`` it: ~0.3 us less than ``isinstance(x, jax.Array)``)
+# The concrete types found to be jax Arrays (a set lookup: ~0.3 us less than ``isinstance(x, jax.Array)``). Not
+# ``type(jnp.zeros(()))`` at import: that starts JAX's backend, before ``dist.launcher`` has set the devices up
+_ARRAY_TYPES: set = set()
 _interrupt_enter = _interrupt.enter
 _can_cast = np.can_cast
 _vids = _dispatch._vids
@@ -621,6 +623,17 @@ _sites: dict = {}
 _last_changed = [None]  # the latest site whose new cluster differed from one before
 
 
+def _is_array(x):
+    """Whether ``x`` is a jax Array (its type remembered once it was)."""
+    t = type(x)
+    if t in _ARRAY_TYPES:
+        return True
+    if isinstance(x, jax.Array):
+        _ARRAY_TYPES.add(t)
+        return True
+    return False
+
+
 class _Cluster:
     """The calling thread's pending ops. Local ids number every value of the cluster: its inputs (concrete arrays
     of values made before it) and the outputs of its ops, in order."""
@@ -893,7 +906,7 @@ class _Cluster:
                 # (shape and the dtype's identity: a NumPy dtype hashes slowly, and one of the same type is one
                 # object -- where it is not, the input is merely not donated)
                 out_avals = {(a[0], id(a[1])) for a in [avals[i] for i in out_ids]}
-                donate = tuple([k for k in held if (type(inputs[k]) is _ArrayImpl or isinstance(inputs[k], jax.Array))
+                donate = tuple([k for k in held if _is_array(inputs[k])
                                 and (avals[in_ids[k]][0], id(avals[in_ids[k]][1])) in out_avals])
         return _run_keyed(ops, avals, inputs, in_ids, out_ids, donate, reason, site, True)
 
