@@ -253,11 +253,11 @@ def mask_indices(mask):
 
 
 def _mask_axis(x, index):
-    """The axis where a bool mask Tensor of ``index`` starts, where ``index`` is that mask among full slices
-    (``:``) and at most one ``...``, and the mask's shape is that of the axes it covers; else None.
+    """``(the axis where it starts, the mask)`` where ``index`` is one bool mask Tensor among full slices (``:``)
+    and at most one ``...``, the mask's shape that of the axes it covers (or, 1-d, shorter); else None.
 
     Example:
-        >>> _mask_axis(Tensor(np.zeros((2, 3, 4))), (Ellipsis, Tensor(np.ones((3, 4), bool))))
+        >>> _mask_axis(Tensor(np.zeros((2, 3, 4))), (Ellipsis, Tensor(np.ones((3, 4), bool))))[0]
         1
     """
     items = index if isinstance(index, tuple) else (index,)
@@ -280,9 +280,9 @@ def _mask_axis(x, index):
         return None
     start = at - 1 + rest if ellipsis is not None and ellipsis < at else at  # (the items before it are 1 axis each)
     if mask.shape == x.shape[start:start + mask.ndim]:
-        return start
+        return start, mask
     if mask.ndim == 1 and start < x.ndim and mask.shape[0] < x.shape[start]:
-        return start  # (a shorter 1-d mask: its true positions, the first entries of the axis -- see parse)
+        return start, mask  # (a shorter 1-d mask: its true positions, the first entries of the axis -- see parse)
     return None
 
 
@@ -296,15 +296,15 @@ def setitem(x, index, value):
     """The value of ``x`` after ``x[index] = value`` (``value`` broadcast to the indexed shape, cast to
     ``x``'s dtype), as one ``setitem`` op; ``Tensor.__setitem__`` rebinds ``x`` to it."""
     from ._elemwise_front import as_tensor
-    start = _mask_axis(x, index)
-    if start is not None:
+    found = _mask_axis(x, index)
+    if found is not None:
+        start, mask = found
         v = as_tensor(value, x)
         if v.ndim == 0:
             # one value written under a mask among full slices keeps every shape: a select, with no host read of
             # the mask, so a traced step (and an auto-jit cluster) stays one executable whatever the mask holds
             # (detectors' ``labels[mask] = -1``; attention's ``scores[..., mask] = min_value`` over (batch, time))
             from .ops import elemwise as E, shape as S
-            mask = next(i for i in (index if isinstance(index, tuple) else (index,)) if isinstance(i, Tensor))
             if mask.ndim == 1 and mask.shape[0] < x.shape[start]:  # (the same positions as a mask of the axis)
                 pad = apply(S.full.bind(shape=(x.shape[start] - mask.shape[0],), value=False, dtype="bool"))
                 mask = apply(S.concat.bind(axis=0), mask, pad)
