@@ -74,7 +74,9 @@ def _register_loaded(exclude=None):
     ``megxla.distributed`` by the module of the same name (``megengine.amp.autocast``,
     ``megengine.quantization.quantize`` alike). A name already in ``sys.modules`` is not imported again, so
     modules megxla has loaded are entered directly, as they are in MegEngine itself after its package ran."""
-    for name, module in list(sys.modules.items()):
+    # (a copy taken in one piece: another thread importing, or a finalizer run by a collection while a list of
+    # the items is built, changed the dict during the iteration -- "dictionary changed size during iteration")
+    for name, module in sys.modules.copy().items():
         if module is not None and (name == _DST or name.startswith(_DST + ".")):
             alias = _SRC + name[len(_DST):]
             if alias != exclude and alias not in sys.modules:

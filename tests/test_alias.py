@@ -318,3 +318,22 @@ def test_importing_a_submodule_by_its_megengine_name_keeps_the_packages_names(tm
     """))
     r = _run([sys.executable, "-m", "megxla.run", str(script)], str(tmp_path))
     assert r.stdout.split() == ["type", "type", "function"]
+
+
+def test_entering_the_aliases_survives_an_import_meanwhile(monkeypatch):
+    # a module imported while the aliases are entered (another thread's import, a finalizer run by a garbage
+    # collection): iterating over the live dict raised "dictionary changed size during iteration" in a zoo script
+    class ImportingMeanwhile(dict):
+        def items(self):
+            live = super().items()
+
+            def walk():
+                for item in live:
+                    self.setdefault("_megxla_imported_meanwhile", None)
+                    yield item
+            return walk()
+
+    modules = ImportingMeanwhile(sys.modules)
+    monkeypatch.setattr(sys, "modules", modules)
+    alias._register_loaded()
+    assert modules["megengine.functional"] is megxla.functional

@@ -1502,6 +1502,44 @@ def test_a_count_read_on_the_host_runs_the_rest_of_the_step_compiled(auto_jit):
         np.testing.assert_allclose(p, q, rtol=1e-5, atol=1e-6)
 
 
+def test_a_cluster_of_another_length_now_and_then_leaves_the_sites_parts_as_they_were(auto_jit):
+    # every 6th step takes a branch of two more ops (the zoo's segmentation: a batch without ignored pixels): its
+    # cluster has another length. The site's usual clusters go on running in parts -- the changes seen so far are
+    # kept per length -- instead of starting over, whole and op by op, until their positions changed twice again
+    def run(steps, at=12):
+        mge.random.seed(0)
+        net = M.Sequential(M.Linear(6, 16), M.ReLU(), M.Linear(16, 5))
+        opt = optim.SGD(net.parameters(), lr=0.05, momentum=0.9)
+        gm = GradManager().attach(net.parameters())
+        rng = np.random.RandomState(0)
+        losses, before = [], None
+        for i in range(steps):
+            if i == at:
+                before = auto_jit_stats()
+            x = mge.Tensor(rng.standard_normal((8, 6)).astype("float32"))
+            y = mge.Tensor(rng.randint(0, 5, 8).astype("int32"))
+            with gm:
+                logits = net(x)
+                n = int((logits > 0).sum())
+                pos, _ = F.cond_take(logits > 0, logits)
+                loss = F.nn.cross_entropy(logits, y) + 0.1 * (pos * pos).sum() / max(n, 1)
+                if i % 6 == 5:
+                    loss = loss + 0.01 * F.abs(pos).mean()
+                gm.backward(loss)
+            opt.step().clear_grad()
+            losses.append(loss.item())
+        return losses, before, [p.numpy() for p in net.parameters()]
+
+    got, before, params = run(36)
+    after = auto_jit_stats()
+    assert after["split_clusters"] - before["split_clusters"] == 24, (before, after)  # every step from the 12th
+    mge.config.auto_jit = False
+    want, _, want_params = run(36)
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+    for p, q in zip(params, want_params):
+        np.testing.assert_allclose(p, q, rtol=1e-5, atol=1e-6)
+
+
 def test_changing_ops_whose_shapes_recur_are_compiled_per_shape(auto_jit):
     # a count taking four values: the changing part (16 ops and more: a smaller one runs op by op) recurs, and is
     # compiled for each (no op-by-op steps left; the first two counts' whole clusters were compiled at first sight)

@@ -617,8 +617,8 @@ def _input_type(data):
 _early: dict = {}  # (ops, input types, results, matmul precision) -> the non-donating executable of early launches
 _warned_lines: set = set()  # (file, line) of the sites warned about
 _cache: "collections.OrderedDict" = collections.OrderedDict()
-# site -> [keys seen (-1: megamorphic, runs eagerly), hits, keys compiled, _Churn, the first key's input types,
-# (ops, avals) of the site's new cluster before the latest, and of the latest: what changed, for the user]
+# site -> [keys seen (-1: megamorphic, runs eagerly), hits, keys compiled, {cluster length: _Churn}, the first
+# key's input types, (ops, avals) of the site's new cluster before the latest, and of the latest: what changed, for the user]
 _sites: dict = {}
 _last_changed = [None]  # the latest site whose new cluster differed from one before
 
@@ -952,7 +952,7 @@ def _run_keyed(ops, avals, inputs, in_ids, out_ids, donate, reason, site, whole,
         return entry.executable(*inputs)
     st = _sites.get(site)
     if st is None:
-        # keys seen, hits (cache hits and recurrences), keys compiled, how its clusters' ops change (_Churn),
+        # keys seen, hits (cache hits and recurrences), keys compiled, how its clusters' ops change ({length: _Churn}),
         # the input types of its first key
         st = _sites[site] = [0, 0, 0, None, None, None, None]
     if whole and st[0] >= 0:
@@ -1277,6 +1277,7 @@ def _compile(ops, avals, in_ids, out_ids, donate, out_avals, reason=None):
 # A cluster most of whose ops change is split only if its site's clusters do not recur (the megamorphic rule:
 # ``KEY_LIMIT`` clusters without an executable, fewer than 1 in 8 seen before)
 SPLIT_MAX_FRACTION = 0.5
+CHURN_LENGTHS = 8  # cluster lengths a site keeps a history of changes for
 
 
 class _Churn:
@@ -1301,15 +1302,25 @@ def _churning(st, ops, avals, key, site, reason):
     program with a few recurring shapes throughout -- multi-scale training -- compiles one executable per shape).
     Split because most of it changes, the site warns once (as a megamorphic one): most of its ops now run op by
     op."""
-    ch = st[3]
+    # One history per cluster length: a count that takes a special value now and then (no ignored pixel at all:
+    # two more ops) made a cluster of another length, and a single history started again from it -- the zoo's
+    # segmentation step then ran three whole backwards op by op (~300 ms each) until its positions changed twice
+    # again. The lengths are few (a program's own branches); a site making many is reset.
+    churns = st[3]
+    if churns is None:
+        churns = st[3] = {}
+    n = len(ops)
+    ch = churns.get(n)
     h = hash(key)
     if ch is not None and h in ch.keys:
         ch.misses += 1
         ch.repeats += 1
         return ch.varying
     sig = _signature(ops, avals)
-    if ch is None or len(ch.sig) != len(sig):
-        ch = st[3] = _Churn(sig)  # (another program at this line: start again)
+    if ch is None:
+        if len(churns) >= CHURN_LENGTHS:
+            churns.clear()
+        ch = churns[n] = _Churn(sig)
     else:
         changes = ch.changes
         for k, (a, b) in enumerate(zip(sig, ch.sig)):

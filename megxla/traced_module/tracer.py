@@ -62,7 +62,7 @@ def _functional_sites():
         import megxla.functional as F
         F.distributed  # noqa: B018  (loaded so its functions are traced too)
         sites = []
-        mods = [m for name, m in sorted(sys.modules.items())
+        mods = [m for name, m in sorted(sys.modules.copy().items())
                 if name.startswith("megxla.functional") and "._" not in name and m is not None]
         for mod in mods:
             for attr, v in list(vars(mod).items()):
@@ -77,7 +77,7 @@ def _functional_sites():
         # a builtin layer is traced into a graph, where those calls must be CallFunctions as well
         import megxla.module  # noqa: F401
         import megxla.quantization  # noqa: F401
-        for name, mod in sorted(sys.modules.items()):
+        for name, mod in sorted(sys.modules.copy().items()):
             if mod is None or not name.startswith(("megxla.module", "megxla.quantization")):
                 continue
             for attr, v in list(vars(mod).items()):
