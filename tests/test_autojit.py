@@ -1239,6 +1239,48 @@ def test_mode_timer_does_not_count_an_eager_steps_one_time_compilations(monkeypa
     assert _autojit._COMPILE_SECS[0] > before
 
 
+def test_mode_timer_does_not_count_the_eager_kernels_a_cluster_step_compiled_either(monkeypatch):
+    # A cluster step that ran new keys op by op (a detector's counts, new every step early on) compiled their eager
+    # kernels: the same one-time costs an eager step meets, and does not count. Counted for the clusters only, they
+    # chose eager at 66 ms against 464 -- of which 385 were kernels. Their own compilations do count.
+    from megxla.jit import _autojit
+
+    clock, compiled, kernels = [0.0], [0.0], [0.0]
+    monkeypatch.setattr(_autojit.ModeTimer, "clock", staticmethod(lambda: clock[0]))
+    monkeypatch.setattr(_autojit.ModeTimer, "compile_clock", staticmethod(lambda: compiled[0]))
+    monkeypatch.setattr(_autojit.ModeTimer, "kernel_clock", staticmethod(lambda: kernels[0]))
+
+    def choice(cluster_compile):
+        timer = _autojit.ModeTimer()
+        modes = []
+        for k in range(timer.warmup + 3 * timer.PROBE):
+            mode = timer.next_mode()
+            modes.append(mode)
+            if mode:  # clusters: 1 s of work, 6 s compiling eager kernels, and their own compilations
+                clock[0] += 7.0 + cluster_compile
+                compiled[0] += 6.0 + cluster_compile
+                kernels[0] += 6.0
+            else:  # eager: 2 s of work and 6 s compiling its kernels
+                clock[0] += 8.0
+                compiled[0] += 6.0
+        w, p = timer.warmup, timer.PROBE
+        assert not any(modes[w:w + p])  # (the probe)
+        return all(modes[w + p:])
+
+    assert choice(0.0)  # 1 s against 2 s: clusters
+    assert not choice(2.0)  # 3 s against 2 s: eager
+    # the kernel clock counts the compilations of eager kernels met running a cluster op by op (a cluster too
+    # small to launch, here, on a shape no other test uses)
+    monkeypatch.undo()
+    before, compiled_before = _autojit._KERNEL_SECS[0], _autojit._COMPILE_SECS[0]
+    x = mge.Tensor(np.full((3, 37), 0.5, "float32"))
+    with _autojit.clustered():
+        y = F.exp(x) * 3
+    np.testing.assert_allclose(y.numpy(), np.exp(0.5) * 3, rtol=1e-6)
+    assert _autojit._KERNEL_SECS[0] > before
+    assert _autojit._KERNEL_SECS[0] - before <= _autojit._COMPILE_SECS[0] - compiled_before
+
+
 def test_mode_timer_waits_for_the_eager_work_an_eager_run_left_before_timing_it(monkeypatch):
     # An eager step ends when its ops are issued: their compute runs on into the next step, so its interval is short
     # and the next one long. Timed by their median, eager steps issued in 4 s looked faster than clusters of 6 s;

@@ -1381,6 +1381,14 @@ def _run_ops(ops, env, keep=None, lost=None):
     holds (an evaluation loop's 4096-op cluster run op by op held every activation of its ~24 forwards: 3.4 GB).
     ``lost``: ids whose values are gone (inputs a failed executable consumed): the ops reading one are skipped,
     their outputs added to it."""
+    compiled = _COMPILE_SECS[0]
+    try:
+        _run_ops_timed(ops, env, keep, lost)
+    finally:
+        _KERNEL_SECS[0] += _COMPILE_SECS[0] - compiled
+
+
+def _run_ops_timed(ops, env, keep, lost):
     run_kernel, wrap = _dispatch.run_kernel, _dispatch.wrap
     last = None
     if keep is not None:
@@ -1490,6 +1498,7 @@ def _plan_parts(ops, in_ids, out_ids, donate, varying, site):
 
 
 _COMPILE_SECS = [0.0]  # seconds JAX spent tracing, lowering and compiling, process-wide (ModeTimer)
+_KERNEL_SECS = [0.0]  # of them, those of eager kernels met running clusters op by op (_run_ops)
 _COMPILE_EVENTS = ("/jax/core/compile/jaxpr_trace_duration", "/jax/core/compile/jaxpr_to_mlir_module_duration",
                    "/jax/core/compile/backend_compile_duration")
 
@@ -1525,8 +1534,12 @@ class ModeTimer:
     # time is counted without them -- they are one-time costs of its kernels (one per op and shape), and a step
     # whose clusters came warm from the kept programs (``_persist``) meets them first in its eager probe, which
     # then looked slower than it runs (detection: 150 ms probe steps against 6.3 ms eager, clusters chosen at
-    # 9-10 ms). A cluster's compilations stay counted: its keys keep changing where shapes follow the data.
+    # 9-10 ms). A cluster's compilations stay counted: its keys keep changing where shapes follow the data. What
+    # a step as clusters compiled for the eager kernels of the ops it ran op by op is not (``kernel_clock``): the
+    # same one-time costs eager would meet (the zoo detector's cluster steps while its counts were new: 370-710 ms
+    # of 460-890 in kernels, which eager's probe steps had subtracted -- eager chosen at 66 against 464 ms).
     compile_clock = staticmethod(lambda: _COMPILE_SECS[0])
+    kernel_clock = staticmethod(lambda: _KERNEL_SECS[0])
 
     MAX_DELAY = 16  # steps the warmup may be extended while tiered clusters run their quick executables
 
@@ -1541,7 +1554,7 @@ class ModeTimer:
         self.settled = warmup  # calls in a row with no tiered cluster waiting for its optimized executable
         self.calls = 0
         self.times = {True: [], False: []}  # mode (clusters?) -> seconds of its latest steps
-        self.last = None  # (mode, start, compile seconds at its start) of the previous step
+        self.last = None  # (mode, start, compile and kernel seconds at its start) of the previous step
         self.best = True
         self.streak = 0  # steps in a row run in the latest mode
         self.next_probe = None  # the call that starts the next probe of the other mode (None: the end of the warmup)
@@ -1557,11 +1570,11 @@ class ModeTimer:
             # an eager run's first step (not timed: one-time costs) and at the switch back to clusters, the eager
             # ops issued are waited for: the steps timed in between start and end with nothing pending.
             self.drain()
-        now, compiled = self.clock(), self.compile_clock()
+        now, compiled, kernels = self.clock(), self.compile_clock(), self.kernel_clock()
         if self.last is not None:
-            mode, start, compiled_before = self.last
+            mode, start, compiled_before, kernels_before = self.last
             t = self.times[mode]
-            t.append(now - start - (0.0 if mode else compiled - compiled_before))
+            t.append(now - start - (kernels - kernels_before if mode else compiled - compiled_before))
             del t[:-self.PROBE]
         self.calls += 1
         self.settled = 0 if _tiers.in_flight[0] else self.settled + 1
@@ -1590,7 +1603,7 @@ class ModeTimer:
                 self.next_probe = start + (self.interval or self.EVERY)
             mode = self._mode(k, w, p)
         self.streak = self.streak + 1 if self.last is not None and self.last[0] == mode else 1
-        self.last = (mode, now, compiled)
+        self.last = (mode, now, compiled, kernels)
         return mode
 
     def _mode(self, k, w, p):
