@@ -411,6 +411,36 @@ def test_killed_worker_is_reported(hang_guard):
     assert time.monotonic() - start < 5
 
 
+def test_an_alarm_going_off_as_its_block_ends_is_a_dataloader_timeout():
+    # the loader's alarm fired as the block's exit began, before it was disarmed: the private _Timeout escaped the
+    # loader instead of MegEngine's "dataloader timeout" RuntimeError
+    from megxla.data import dataloader as dl
+
+    alarm = dl._Alarm(30.0, "loading a batch")
+    exit_code = dl._Alarm.__exit__.__code__
+
+    def tracer(frame, event, arg):
+        if frame.f_code is exit_code:
+            frame.f_trace_lines = True
+
+            def at_line(frame, event, arg):
+                if event == "line" and alarm.armed:
+                    signal.raise_signal(signal.SIGALRM)  # (its handler runs at the next bytecode)
+                return at_line
+            return at_line
+        return None
+
+    before = signal.getsignal(signal.SIGALRM)
+    with pytest.raises(RuntimeError, match="dataloader timeout: timed out after 30.0 seconds while loading"):
+        with alarm:
+            sys.settrace(tracer)
+        sys.settrace(None)
+    sys.settrace(None)
+    # disarmed all the same: its handler gone, no alarm left to go off 30 s later
+    assert not alarm.armed and signal.getsignal(signal.SIGALRM) == before
+    assert signal.getitimer(signal.ITIMER_REAL)[0] == 0
+
+
 @pytest.mark.parametrize("num_workers", [0, 2])
 def test_timeout(hang_guard, num_workers):
     ds = FailingDataset("sleep", at=5)

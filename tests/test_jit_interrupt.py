@@ -402,3 +402,63 @@ def test_a_ctrl_c_arriving_in_a_gc_callback_is_sent_again():
         assert got == [signal.SIGINT]  # ... but a moment later, out of it
     finally:
         signal.signal(signal.SIGINT, old)
+
+
+@pytest.mark.parametrize("where", ["run", "compile"])
+@pytest.mark.parametrize("signum,error", [(signal.SIGTERM, SystemExit), (signal.SIGALRM, TimeoutError)],
+                         ids=["sigterm_exit", "sigalrm_timeout"])
+def test_another_signals_handler_raising_in_an_auto_jit_cluster_loses_nothing(monkeypatch, where, signum, error):
+    """A program's own handler raising -- SystemExit on SIGTERM (save and quit), a watchdog's TimeoutError on
+    SIGALRM, ``DataLoader(timeout=...)``'s alarm -- right after a cluster's executable took its donated inputs left
+    every parameter and Adam slot on values never computed (eager kept them); raised while the cluster compiled, the
+    error was taken for XLA's and lost. Held as Ctrl-C is: the step completes, then the handler raises."""
+    from megxla.jit import _autojit
+
+    def handler(s, frame):
+        raise error("preempted")
+
+    # (clusters, not a step timer's eager steps, nor an early launch learnt by the other cases)
+    monkeypatch.setattr(_autojit, "STATIC_TIMER", False)
+    monkeypatch.setattr(_autojit, "EARLY", False)
+    _autojit._steps.clear()
+    _autojit._local.cluster.guesses.clear()
+    old = signal.signal(signum, handler)
+    mge.config.auto_jit = True
+    try:
+        model, opt, body, x, y = _trained_twice()
+        if where == "compile":  # (nothing compiled: the pending cluster compiles when it runs, at first sight)
+            for kept in (_autojit._sites, _autojit._cache, _autojit._families):
+                kept.clear()
+        target = "_run_keyed" if where == "run" else "_compile"
+        real, armed = getattr(_autojit, target), [True]
+
+        def raising(*args, **kwargs):  # (the signal lands right after the run, or in the middle of compiling)
+            if where == "compile" and armed[0]:
+                armed[0] = False
+                signal.raise_signal(signum)
+            out = real(*args, **kwargs)
+            if where == "run" and armed[0]:
+                armed[0] = False
+                signal.raise_signal(signum)
+            return out
+
+        monkeypatch.setattr(_autojit, target, raising)
+        with pytest.raises(error):
+            body(model, opt, x, y)
+            float(next(iter(model.parameters())).sum())
+        assert not armed[0]
+        monkeypatch.setattr(_autojit, target, real)
+        got = _state(model, opt)  # (raises on a value never computed)
+        body(model, opt, x, y)  # training goes on
+        _state(model, opt)
+    finally:
+        mge.config.auto_jit = False
+        signal.signal(signum, old)
+    model, opt, body = _build()
+    for _ in range(2):
+        body(model, opt, x, y)
+    want = _state(model, opt)
+    # (the signal lands in the flush of the second step's cluster -- in its run or its compilation --, at the
+    # third step's first op: two steps taken in full; a flush that lost the cluster left values never computed)
+    assert set(got) == set(want) and all(np.allclose(got[k], want[k], rtol=1e-5, atol=1e-7) for k in got)
+    assert not _interrupt._deferring and _interrupt._pending is None

@@ -170,8 +170,10 @@ def _make_stream_batch(transform, collator, samples, first_pos):
     return _collate(collator, samples, positions, "stream position")
 
 
-class _Timeout(Exception):
-    pass
+class _Timeout(RuntimeError):
+    """The loader's timeout: MegEngine's RuntimeError ("dataloader timeout" is its text, which MegEngine code
+    matches), raised by the alarm's handler itself -- converted on the way out of the block, it escaped as this
+    private class when the alarm went off as the block ended, before ``__exit__`` had disarmed it."""
 
 
 class _Alarm:
@@ -195,7 +197,8 @@ class _Alarm:
 
     def _handler(self, signum, frame):
         if self.armed:
-            raise _Timeout()
+            self._disarm()  # (here: raised as the block ends, the exception skips ``__exit__``'s own disarming)
+            raise _Timeout(f"dataloader timeout: timed out after {self.timeout} seconds while {self.what}")
 
     def __enter__(self):
         if not self._usable():
@@ -207,8 +210,12 @@ class _Alarm:
         return self
 
     def __exit__(self, exc_type, exc, tb):
-        if not self.armed:
-            return False
+        if self.armed:
+            self._disarm()
+        return False
+
+    def _disarm(self):
+        """Stop the alarm, put the previous handler back and re-arm an outer timer with what it has left."""
         self.armed = False
         signal.setitimer(signal.ITIMER_REAL, 0)
         old = self.old_handler
@@ -217,14 +224,6 @@ class _Alarm:
         if delay > 0:
             left = delay - (time.monotonic() - self.start)
             signal.setitimer(signal.ITIMER_REAL, max(left, 1e-3), interval)
-        if exc_type is _Timeout:
-            raise RuntimeError(
-                # "dataloader timeout" is MegEngine's text, which MegEngine code matches
-                "dataloader timeout: timed out after {} seconds while {}".format(
-                    self.timeout, self.what
-                )
-            ) from None
-        return False
 
 
 def _to_tensors(batch):

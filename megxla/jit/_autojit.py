@@ -1724,7 +1724,7 @@ def _collect(op, inputs):
     # inside a flush, and find its lists half-built or emptied.
     # Ctrl-C waits until the op is in the cluster (one between two of its lists' appends misaligned them; one
     # while the collector's lock below was held left it held: the next op hung)
-    held = _interrupt_enter()
+    held = _interrupt_enter(False)  # (the signals wrapped by now: a scan per op would cost ~0.7 us)
     try:
         _gc_pause()
         lock = cl.lock
