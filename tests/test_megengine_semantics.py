@@ -989,3 +989,46 @@ def test_split_and_expand_dims_read_a_tensor_argument():
     assert [p.numpy().tolist() for p in parts] == [[[0.0], [3.0]], [[1.0], [4.0]], [[2.0], [5.0]]]
     # MegEngine gives shape (1, 2, 3)
     assert F.expand_dims(x, Tensor(0)).shape == (1, 2, 3)
+
+
+def test_an_int_interpolate_size_is_the_height_with_width_one():
+    # MegEngine 1.13's interpolate: ``if isinstance(size, int): size = (size, 1)`` (as a 3-D one's (size, 1, 1))
+    x = Tensor(np.arange(8, dtype="float32").reshape(1, 1, 2, 4))
+    y = F.nn.interpolate(x, size=3)
+    assert y.shape == (1, 1, 3, 1)
+    np.testing.assert_allclose(y.numpy().ravel(), [1.5, 3.5, 5.5])  # MegEngine's numbers
+    for mode in ("nearest", "bicubic"):
+        assert F.nn.interpolate(x, size=3, mode=mode).shape == (1, 1, 3, 1)
+
+
+def test_8_bit_images_are_resampled_keeping_their_dtype():
+    # MegEngine resizes, remaps and warps uint8 images (in float32, rounded back); megxla refused them
+    u8 = Tensor((np.arange(24) * 10 + 3).reshape(1, 1, 4, 6).astype("uint8"))
+    y = F.nn.interpolate(u8, size=(3, 4), mode="nearest")
+    assert y.dtype == np.uint8 and y.numpy()[0, 0].tolist() == [[3, 13, 33, 43], [63, 73, 93, 103],
+                                                                [123, 133, 153, 163]]
+    y = F.nn.interpolate(u8, size=(3, 4))
+    # MegEngine: [[16 31 46 61] [96 111 126 141] [175 191 205 221]] -- its float32 sums fall on the other side of
+    # x.5 in the last row's halves (175.49998 where megxla's is 175.5)
+    assert y.dtype == np.uint8
+    np.testing.assert_allclose(y.numpy()[0, 0], [[16, 31, 46, 61], [96, 111, 126, 141], [175, 191, 205, 221]],
+                               atol=1)
+    m = Tensor(np.array([[[[0.5, 0.25], [2.3, 1.7]], [[4.9, 2.5], [1.2, 0.6]]]], "float32"))
+    y = F.vision.remap(u8, m)
+    assert y.dtype == np.uint8 and y.numpy()[0, 0].tolist() == [[23, 128], [202, 51]]
+    a = Tensor(np.array([[[0.9, 0.13, 0.5], [-0.11, 1.05, 0.25]]], "float32"))
+    y = F.vision.warp_affine(u8, a, (3, 4), format="NCHW")
+    assert y.dtype == np.uint8 and y.numpy()[0, 0].tolist() == [[23, 25, 28, 35], [87, 90, 92, 95],
+                                                                [152, 154, 156, 159]]
+    # saturated, not wrapped: an int8 image upsampled stays in range
+    i8 = Tensor(np.array([[[[-128, 127], [127, -128]]]], "int8"))
+    y = F.nn.interpolate(i8, size=(3, 3), mode="bicubic")
+    assert y.dtype == np.int8 and y.numpy().min() >= -128 and y.numpy().max() <= 127
+
+
+def test_round_takes_no_ndigits():
+    # MegEngine's Tensor.__round__ takes none: round(x, 2) is a TypeError, not a silent round(x)
+    x = Tensor([1.234, 5.678])
+    with pytest.raises(TypeError):
+        round(x, 2)
+    assert round(x).numpy().tolist() == [1.0, 6.0] and round(x, None).numpy().tolist() == [1.0, 6.0]

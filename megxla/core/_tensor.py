@@ -638,6 +638,14 @@ def _install_operators():
     for name in ("lt", "le", "gt", "ge", "eq", "ne"):
         fn = E.BINARY[name]
         setattr(Tensor, f"__{name}__", (lambda f: lambda self, other: f(self, other))(fn))
-    for name in ("neg", "pos", "abs", "invert", "round", "floor", "ceil", "trunc"):
+    def unary(name):
         fn = E.UNARY[name]
-        setattr(Tensor, f"__{name}__", (lambda f: lambda self, *_: f(self))(fn))
+
+        def method(self):  # (no ``ndigits``: MegEngine's ``round(x, 2)`` is a TypeError, not a silent ``round(x)``)
+            return fn(self)
+
+        method.__name__, method.__qualname__ = f"__{name}__", f"Tensor.__{name}__"
+        setattr(Tensor, method.__name__, method)
+
+    for name in ("neg", "pos", "abs", "invert", "round", "floor", "ceil", "trunc"):
+        unary(name)

@@ -42,6 +42,13 @@ def _interp(mode, op):
     return m
 
 
+def _eight_bit(inp, fn):
+    """``fn`` of an 8-bit image as MegEngine resamples one: in float32, rounded and saturated back to its dtype."""
+    from .elemwise import clip
+    info = np.iinfo(inp.dtype)
+    return clip(_U["round"](fn(inp.astype("float32"))), info.min, info.max).astype(inp.dtype)
+
+
 def _float(x, op, what="input"):
     if not is_float(x.dtype):
         raise OpError(f"{op}: {what} must be a float tensor, got {x.dtype}")
@@ -56,7 +63,8 @@ def interpolate(inp, size=None, scale_factor=None, mode="bilinear", align_corner
 
     Args:
         inp: ``(N, C, H, W)``; ``(N, C, W)`` for ``mode="linear"``.
-        size: output size: int or ``(OH, OW)``; exclusive with ``scale_factor``.
+        size: output size ``(OH, OW)``, or an int ``OH`` (MegEngine's rule: the output is then ``(OH, 1)``);
+            exclusive with ``scale_factor``.
         scale_factor: float or pair; the output size is ``floor(in * scale_factor)``.
         mode: ``"bilinear"``, ``"linear"``, ``"bicubic"``, ``"nearest"`` or ``"trilinear"`` (5-D input
             ``(N, C, D, H, W)``, size a 3-tuple, megdnn Resize3D's rule).
@@ -67,7 +75,7 @@ def interpolate(inp, size=None, scale_factor=None, mode="bilinear", align_corner
 
     Example:
         >>> x = Tensor(np.arange(4, dtype="float32").reshape(1, 1, 2, 2))
-        >>> F.vision.interpolate(x, 4, align_corners=True).numpy()[0, 0, 0]
+        >>> F.vision.interpolate(x, (4, 4), align_corners=True).numpy()[0, 0, 0]
         array([0.        , 0.33333334, 0.6666667 , 1.        ], dtype=float32)
     """
     op = "interpolate"
@@ -90,6 +98,8 @@ def interpolate(inp, size=None, scale_factor=None, mode="bilinear", align_corner
     want = 3 if mode == "linear" else 4
     if inp.ndim != want:
         raise OpError(f"{op}: mode {mode!r} needs a {want}-D input, got shape {inp.shape}")
+    if inp.dtype in (np.int8, np.uint8):  # an 8-bit image: resized in float32, its dtype kept (MegEngine)
+        return _eight_bit(inp, lambda x: interpolate(x, size, scale_factor, mode, align_corners))
     _float(inp, op)
     if inp.dtype == np.float16:  # as MegEngine: Resize (and warp_perspective) compute float16 in float32 and
         inp = inp.astype("float32")  # return float32
@@ -113,6 +123,8 @@ def interpolate(inp, size=None, scale_factor=None, mode="bilinear", align_corner
             if not isinstance(size, (int, np.integer)):
                 raise OpError(f"{op}: under linear mode, size can only be a single value")
             out = (int(size), 1)
+        elif isinstance(size, (int, np.integer)):
+            out = (int(size), 1)  # MegEngine: an int size means (size, 1), as a 3-D one's (size, 1, 1)
         else:
             out = _pair(size, "size", op)
     if min(out) < 1:
@@ -186,12 +198,8 @@ def warp_perspective(inp, mat, out_shape, mat_idx=None, border_mode="replicate",
     if inp.ndim != 4:
         raise OpError(f"{op}: input must be 4-D {fmt}, got shape {inp.shape}")
     if inp.dtype in (np.int8, np.uint8) and _interp(interp_mode, op) == "linear":
-        # MegEngine warps 8-bit images (linear mode): sampled in float32, rounded and saturated back
-        info = np.iinfo(inp.dtype)
-        out = warp_perspective(inp.astype("float32"), mat, out_shape, mat_idx, border_mode, border_val, format,
-                               interp_mode)
-        from .elemwise import clip
-        return clip(_U["round"](out), info.min, info.max).astype(inp.dtype)
+        return _eight_bit(inp, lambda x: warp_perspective(x, mat, out_shape, mat_idx, border_mode, border_val,
+                                                          format, interp_mode))
     if inp.dtype == np.float16:  # as MegEngine: a float16 image is warped in float32, the result is float32
         inp = inp.astype("float32")
     _float(inp, op)
@@ -241,6 +249,9 @@ def warp_affine(inp, mat, out_shape, border_mode="replicate", border_val=0.0, fo
         raise OpError(f"{op}: format must be 'NHWC' or 'NCHW', got {format!r}")
     if inp.ndim != 4:
         raise OpError(f"{op}: input must be 4-D {fmt}, got shape {inp.shape}")
+    if inp.dtype in (np.int8, np.uint8):  # an 8-bit image: warped in float32, its dtype kept (MegEngine)
+        return _eight_bit(inp, lambda x: warp_affine(x, mat, out_shape, border_mode, border_val, format,
+                                                     interp_mode))
     _float(inp, op)
     _float(mat, op, "mat")
     if mat.shape != (inp.shape[0], 2, 3):
@@ -274,6 +285,8 @@ def remap(inp, map_xy, border_mode="replicate", scalar=0.0, interp_mode="linear"
     inp, map_xy = _t(inp), _t(map_xy)
     if inp.ndim != 4:
         raise OpError(f"{op}: input must be 4-D NCHW, got shape {inp.shape}")
+    if inp.dtype in (np.int8, np.uint8):  # an 8-bit image: sampled in float32, its dtype kept (MegEngine)
+        return _eight_bit(inp, lambda x: remap(x, map_xy, border_mode, scalar, interp_mode))
     _float(inp, op)
     _float(map_xy, op, "map_xy")
     if map_xy.ndim != 4 or map_xy.shape[0] != inp.shape[0] or map_xy.shape[3] != 2:
