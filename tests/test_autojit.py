@@ -1497,16 +1497,19 @@ def test_the_backward_cut_switch_keeps_eager_results(auto_jit, monkeypatch):
         np.testing.assert_allclose(p, q, rtol=1e-5, atol=1e-6)
 
 
-def _count_read_training(steps, momentum=0.9):
+def _count_read_training(steps, momentum=0.9, longer_every=0, before_step=None):
     """A step that reads a count on the host and then works on that many elements (cond_take): its clusters
-    change every step in the few ops touching the count."""
+    change every step in the few ops touching the count. ``longer_every``: every so many steps, two ops more;
+    ``before_step(i)``: called at each step's start."""
     mge.random.seed(0)
     net = M.Sequential(M.Linear(6, 16), M.ReLU(), M.Linear(16, 5))
     opt = optim.SGD(net.parameters(), lr=0.05, momentum=momentum)
     gm = GradManager().attach(net.parameters())
     rng = np.random.RandomState(0)
     losses, counts = [], []
-    for _ in range(steps):
+    for i in range(steps):
+        if before_step is not None:
+            before_step(i)
         x = mge.Tensor(rng.standard_normal((8, 6)).astype("float32"))
         y = mge.Tensor(rng.randint(0, 5, 8).astype("int32"))
         with gm:
@@ -1514,6 +1517,8 @@ def _count_read_training(steps, momentum=0.9):
             n = int((logits > 0).sum())
             pos, _ = F.cond_take(logits > 0, logits)
             loss = F.nn.cross_entropy(logits, y) + 0.1 * (pos * pos).sum() / max(n, 1)
+            if longer_every and i % longer_every == longer_every - 1:
+                loss = loss + 0.01 * F.abs(pos).mean()
             gm.backward(loss)
         opt.step().clear_grad()
         losses.append(loss.item())
@@ -1548,35 +1553,17 @@ def test_a_cluster_of_another_length_now_and_then_leaves_the_sites_parts_as_they
     # every 6th step takes a branch of two more ops (the zoo's segmentation: a batch without ignored pixels): its
     # cluster has another length. The site's usual clusters go on running in parts -- the changes seen so far are
     # kept per length -- instead of starting over, whole and op by op, until their positions changed twice again
-    def run(steps, at=12):
-        mge.random.seed(0)
-        net = M.Sequential(M.Linear(6, 16), M.ReLU(), M.Linear(16, 5))
-        opt = optim.SGD(net.parameters(), lr=0.05, momentum=0.9)
-        gm = GradManager().attach(net.parameters())
-        rng = np.random.RandomState(0)
-        losses, before = [], None
-        for i in range(steps):
-            if i == at:
-                before = auto_jit_stats()
-            x = mge.Tensor(rng.standard_normal((8, 6)).astype("float32"))
-            y = mge.Tensor(rng.randint(0, 5, 8).astype("int32"))
-            with gm:
-                logits = net(x)
-                n = int((logits > 0).sum())
-                pos, _ = F.cond_take(logits > 0, logits)
-                loss = F.nn.cross_entropy(logits, y) + 0.1 * (pos * pos).sum() / max(n, 1)
-                if i % 6 == 5:
-                    loss = loss + 0.01 * F.abs(pos).mean()
-                gm.backward(loss)
-            opt.step().clear_grad()
-            losses.append(loss.item())
-        return losses, before, [p.numpy() for p in net.parameters()]
+    stats = {}
 
-    got, before, params = run(36)
-    after = auto_jit_stats()
+    def at_12th(i):
+        if i == 12:
+            stats.setdefault("before", auto_jit_stats())
+
+    got, _, params, _ = _count_read_training(36, longer_every=6, before_step=at_12th)
+    before, after = stats["before"], auto_jit_stats()
     assert after["split_clusters"] - before["split_clusters"] == 24, (before, after)  # every step from the 12th
     mge.config.auto_jit = False
-    want, _, want_params = run(36)
+    want, _, want_params, _ = _count_read_training(36, longer_every=6)
     np.testing.assert_allclose(got, want, rtol=1e-5)
     for p, q in zip(params, want_params):
         np.testing.assert_allclose(p, q, rtol=1e-5, atol=1e-6)
