@@ -618,7 +618,8 @@ _early: dict = {}  # (ops, input types, results, matmul precision) -> the non-do
 _warned_lines: set = set()  # (file, line) of the sites warned about
 _cache: "collections.OrderedDict" = collections.OrderedDict()
 # site -> [keys seen (-1: megamorphic, runs eagerly), hits, keys compiled, {cluster length: _Churn}, the first
-# key's input types, (ops, avals) of the site's new cluster before the latest, and of the latest: what changed, for the user]
+# key's input types, (ops, avals) of the site's new cluster before the latest, and of the latest: what changed,
+# for the user]
 _sites: dict = {}
 _last_changed = [None]  # the latest site whose new cluster differed from one before
 
@@ -952,7 +953,7 @@ def _run_keyed(ops, avals, inputs, in_ids, out_ids, donate, reason, site, whole,
         return entry.executable(*inputs)
     st = _sites.get(site)
     if st is None:
-        # keys seen, hits (cache hits and recurrences), keys compiled, how its clusters' ops change ({length: _Churn}),
+        # keys seen, hits (cache hits and recurrences), keys compiled, how its clusters' ops change (per length),
         # the input types of its first key
         st = _sites[site] = [0, 0, 0, None, None, None, None]
     if whole and st[0] >= 0:
