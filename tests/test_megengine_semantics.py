@@ -1032,3 +1032,14 @@ def test_round_takes_no_ndigits():
     with pytest.raises(TypeError):
         round(x, 2)
     assert round(x).numpy().tolist() == [1.0, 6.0] and round(x, None).numpy().tolist() == [1.0, 6.0]
+
+
+def test_an_l1_norms_gradient_at_zero_is_abss():
+    # MegEngine's norm is sum(abs(x) ** ord) ** (1 / ord) of its own ops: at an element of exactly 0 the gradient of
+    # norm(x, ord=1) is its abs's, -1 (MegEngine 1.13: [-1, -1, 1]); jnp.abs's +1 moved a zero bias the other way
+    x = Parameter(np.array([0.0, -1.0, 2.0], "float32"))
+    gm = GradManager().attach([x])
+    with gm:
+        gm.backward(F.norm(x, ord=1))
+    assert x.grad.numpy().tolist() == [-1.0, -1.0, 1.0]
+    assert F.abs(Tensor([0.0])).numpy().tolist() == [0.0]

@@ -3,6 +3,7 @@ import jax
 import jax.numpy as jnp
 
 from .._op import Primitive
+from .elemwise import _abs  # (MegEngine's abs: its gradient at 0 is -1)
 
 
 def low_precision(x):
@@ -52,15 +53,17 @@ def _logsumexp(x, *, axis, keepdims):
 def _norm(x, *, ord, axis, keepdims):
     if ord == 0:  # MegEngine: the count of non-zeros, as int32
         return jnp.sum(x != 0, axis=axis, keepdims=keepdims, dtype=jnp.int32)
+    # (MegEngine's norm is ``sum(abs(x) ** ord) ** (1 / ord)`` of its own ops: an L1 penalty's gradient at a weight
+    # of exactly 0 is -1, as its abs's, where jnp.abs gives +1 -- a zero-initialised bias moved the other way)
     if ord == float("inf"):
-        return jnp.max(jnp.abs(x), axis=axis, keepdims=keepdims)
+        return jnp.max(_abs(x), axis=axis, keepdims=keepdims)
     if ord == float("-inf"):
-        return jnp.min(jnp.abs(x), axis=axis, keepdims=keepdims)
+        return jnp.min(_abs(x), axis=axis, keepdims=keepdims)
     if ord == 2:
         return jnp.sqrt(jnp.sum(x * x, axis=axis, keepdims=keepdims))
     if ord == 1:
-        return jnp.sum(jnp.abs(x), axis=axis, keepdims=keepdims)
-    return jnp.sum(jnp.abs(x) ** ord, axis=axis, keepdims=keepdims) ** (1.0 / ord)
+        return jnp.sum(_abs(x), axis=axis, keepdims=keepdims)
+    return jnp.sum(_abs(x) ** ord, axis=axis, keepdims=keepdims) ** (1.0 / ord)
 
 
 def _mean(x, *, axis, keepdims):
