@@ -336,6 +336,43 @@ def test_failing_rank_is_named_quickly(kind, monkeypatch):
     assert "rank 0: megxla.distributed._runtime.PeerFailure" in msg and ("rank 1 failed" in msg or "rank 1 died" in msg)
 
 
+def _worker_dies_in_a_gradient_callback(auto):
+    """Data parallel with an all-reduce callback; rank 1 is killed inside its backward at step 3, rank 0 reads its
+    loss only at the end (under auto-jit the failed all-reduce's result flows on into the next clusters)."""
+    mge.config.auto_jit = auto
+    net = M.Sequential(M.Linear(8, 8), M.ReLU(), M.Linear(8, 3))
+    opt = optim.SGD(net.parameters(), lr=0.05)
+    step = [0]
+
+    def dies(p, g):
+        if dist.get_rank() == 1 and step[0] == 3:
+            os.kill(os.getpid(), 9)
+        return g
+
+    gm = GradManager().attach(net.parameters(), callbacks=[dies, dist.make_allreduce_cb("mean")])
+    for i in range(8):
+        step[0] = i
+        with gm:
+            loss = (net(mge.Tensor(np.full((5, 8), i, "float32"))) ** 2).mean()
+            gm.backward(loss)
+        opt.step().clear_grad()
+    return float(loss.item())
+
+
+@pytest.mark.parametrize("auto", [False, True], ids=["eager", "auto_jit"])
+def test_a_rank_dying_mid_backward_is_named_by_the_others(auto, monkeypatch):
+    # Under auto-jit the survivor met the failed all-reduce's result at its next read, as a bare "Error
+    # dispatching computation: Gloo all-reduce failed" (probe T); it names the rank that died, as eager does
+    monkeypatch.setenv("MEGXLA_DIST_HEARTBEAT", "5")
+    t0 = time.monotonic()
+    with pytest.raises(RuntimeError) as info:
+        dist.launcher(_worker_dies_in_a_gradient_callback, n_gpus=2, device_type="cpu")(auto)
+    assert time.monotonic() - t0 < 30
+    msg = str(info.value)
+    assert "rank 1 was killed by signal 9" in msg, msg
+    assert "rank 0: megxla.distributed._runtime.PeerFailure" in msg and "rank 1 died" in msg, msg
+
+
 def test_port_in_use_is_a_clear_error():
     with socket.socket() as s:
         s.bind(("", 0))

@@ -205,6 +205,26 @@ class SpmdLowered:
         return SpmdExecutable(self.fn, self.lowered.compile(), self.scalars, self.out_scalars, self.multi)
 
 
+# What a computation's error says when one of its inputs is the result of a cross-process collective that failed
+# (the runtime's text, gloo's on CPUs, NCCL's on GPUs): every computation reading that result fails with it
+_COLLECTIVE_FAILED = ("Gloo", "gloo", "NCCL", "nccl", "collective", "Connection closed by peer")
+
+
+def peer_failure(exc):
+    """The error ``exc`` stands for: where it is a collective's failure reaching a later computation or a host read
+    (a peer process died during an all-reduce whose result the step went on with, asynchronously: auto-jit's next
+    cluster, then ``loss.item()``, met it as "Error dispatching computation: Gloo all-reduce failed"), the error
+    naming the rank that failed -- what the collective itself raises when its failure is seen at its own call
+    (``failure_hook``); else ``exc`` itself."""
+    hook = failure_hook[0]
+    if hook is None or not isinstance(exc, RuntimeError) or type(exc).__module__.startswith("megxla"):
+        return exc
+    text = str(exc)
+    if not any(marker in text for marker in _COLLECTIVE_FAILED):
+        return exc
+    return hook(exc, "a computation reading the result of a collective")
+
+
 class SpmdExecutable:
     """A compiled SPMD program called with this process's local arrays; returns its local outputs."""
 

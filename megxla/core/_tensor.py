@@ -15,6 +15,7 @@ import jax.numpy as jnp
 
 from . import dtypes as _dt
 from . import _lazy
+from . import _spmd
 from ._lazy import Lazy, resolve as _lazy_resolve
 
 
@@ -317,7 +318,13 @@ class Tensor:
 
     def numpy(self) -> np.ndarray:
         """Copy the value to a NumPy array."""
-        return np.asarray(self._value())
+        try:
+            return np.asarray(self._value())
+        except RuntimeError as exc:  # (a failed collective's result: its error names the rank that failed)
+            error = _spmd.peer_failure(exc)
+            if error is exc:
+                raise
+            raise error from exc
 
     def item(self, *args):
         """The value of a one-element tensor as a Python scalar; ``item(*index)`` is ``self[index].item()``, as

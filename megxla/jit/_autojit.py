@@ -798,7 +798,9 @@ class _Cluster:
                 values = [env[i] for i in out_ids]
             else:
                 self._fail(live, env)
-                raise error from (None if error is exc else exc)
+                # (one reading a failed collective's result: the error names the rank that failed, as eager's)
+                named = _spmd.peer_failure(error)
+                raise named from (None if error is exc and named is error else exc)
         owner = threading.get_ident() == self.owner
         for z, v in zip(live, values):
             z.value = v
