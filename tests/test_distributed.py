@@ -319,14 +319,19 @@ def _worker_faulty(kind):
     return "finished"
 
 
-@pytest.mark.parametrize("kind", ["raise", "kill"])
-def test_failing_rank_is_named_quickly(kind, monkeypatch):
+def _failure_text(worker, arg, monkeypatch):
+    """What ``dist.launcher`` raises for a 2-rank run of ``worker(arg)`` that fails (within 30 s)."""
     monkeypatch.setenv("MEGXLA_DIST_HEARTBEAT", "5")
     t0 = time.monotonic()
     with pytest.raises(RuntimeError) as info:
-        dist.launcher(_worker_faulty, n_gpus=2, device_type="cpu")(kind)
+        dist.launcher(worker, n_gpus=2, device_type="cpu")(arg)
     assert time.monotonic() - t0 < 30
-    msg = str(info.value)
+    return str(info.value)
+
+
+@pytest.mark.parametrize("kind", ["raise", "kill"])
+def test_failing_rank_is_named_quickly(kind, monkeypatch):
+    msg = _failure_text(_worker_faulty, kind, monkeypatch)
     assert "rank 1" in msg
     if kind == "raise":
         assert "rank one gives up" in msg and "Traceback" in msg
@@ -363,12 +368,7 @@ def _worker_dies_in_a_gradient_callback(auto):
 def test_a_rank_dying_mid_backward_is_named_by_the_others(auto, monkeypatch):
     # Under auto-jit the survivor met the failed all-reduce's result at its next read, as a bare "Error
     # dispatching computation: Gloo all-reduce failed" (probe T); it names the rank that died, as eager does
-    monkeypatch.setenv("MEGXLA_DIST_HEARTBEAT", "5")
-    t0 = time.monotonic()
-    with pytest.raises(RuntimeError) as info:
-        dist.launcher(_worker_dies_in_a_gradient_callback, n_gpus=2, device_type="cpu")(auto)
-    assert time.monotonic() - t0 < 30
-    msg = str(info.value)
+    msg = _failure_text(_worker_dies_in_a_gradient_callback, auto, monkeypatch)
     assert "rank 1 was killed by signal 9" in msg, msg
     assert "rank 0: megxla.distributed._runtime.PeerFailure" in msg and "rank 1 died" in msg, msg
 
