@@ -128,7 +128,7 @@ def _wrap(signals):
 def enter(scan=True):
     """Start holding SIGINT and every other signal with a Python handler (``scan=False``: only those signals a scan
     has found a handler for before -- a handler installed there again since, as ``DataLoader(timeout=...)``
-    installs its alarm's on every batch, is wrapped --, a few ``getsignal`` calls, not 29); returns whether this
+    installs its alarm's on every batch, is wrapped --, one or two ``getsignal`` calls, not ten); returns whether this
     call must :func:`leave` (False: not the main thread, or already inside a deferred call).
 
     Call it inside the ``try`` whose ``finally`` calls :func:`leave` when it returned True: once it has set the
