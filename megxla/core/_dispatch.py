@@ -22,7 +22,7 @@ import numpy as np
 
 from . import _tensor as _tensor_module
 from ._tensor import Tensor
-from ._spmd import MeshRequired, SpmdFunction, peer_failure as _spmd_peer_failure
+from ._spmd import MeshRequired, SpmdFunction, raise_peer_failure as _raise_peer_failure
 from .dtypes import LOGICAL as _LOGICAL, logical_node as _logical_node
 from ._lazy import COLLECT as _COLLECT, FLUSH as _FLUSH
 
@@ -162,10 +162,8 @@ def run_kernel(op, inputs, arrays=None):
         out = op._kernel(*([t._data for t in inputs] if arrays is None else arrays))
     except RuntimeError as exc:  # XLA's allocator: an output that passed the size check but not the free memory
         if "RESOURCE_EXHAUSTED" not in str(exc):
-            named = _spmd_peer_failure(exc)  # (or an input a failed collective computed: name the rank that failed)
-            if named is exc:
-                raise
-            raise named from exc
+            _raise_peer_failure(exc)  # (or an input a failed collective computed: name the rank that failed)
+            raise
         raise OutOfMemoryError(f"{op!r}: out of device memory for inputs ({_describe(inputs)}): "
                                f"{str(exc).strip().splitlines()[0]}") from None
     if isinstance((out[0] if out else None) if op.multiple_results else out, _Tracer):

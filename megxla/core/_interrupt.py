@@ -98,14 +98,6 @@ def _swallowed_at(frame, depth=8):
     return False
 
 
-def _install():
-    prev = _getsignal(_SIGINT)
-    if not callable(prev):  # SIG_DFL / SIG_IGN / not installed from Python: nothing runs between bytecodes
-        return False
-    _signal.signal(_SIGINT, _Holder(prev))
-    return True
-
-
 _watched = (_SIGINT,)  # the signals a scan has found a Python handler for, at some time
 
 
@@ -123,6 +115,12 @@ def _wrap(signals):
             _signal.signal(signum, _Holder(handler))
             if signum not in _watched:
                 _watched += (signum,)
+
+
+def _install():
+    """Wrap SIGINT's Python handler; whether it has one (SIG_DFL / SIG_IGN: nothing runs between bytecodes)."""
+    _wrap((_SIGINT,))
+    return type(_getsignal(_SIGINT)) is _Holder
 
 
 def enter(scan=True):

@@ -225,6 +225,13 @@ def peer_failure(exc):
     return hook(exc, "a computation reading the result of a collective")
 
 
+def raise_peer_failure(exc):
+    """(In an ``except`` block) raise :func:`peer_failure`'s error where ``exc`` stands for one; else return."""
+    named = peer_failure(exc)
+    if named is not exc:
+        raise named from exc
+
+
 class SpmdExecutable:
     """A compiled SPMD program called with this process's local arrays; returns its local outputs."""
 

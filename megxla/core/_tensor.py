@@ -321,10 +321,8 @@ class Tensor:
         try:
             return np.asarray(self._value())
         except RuntimeError as exc:  # (a failed collective's result: its error names the rank that failed)
-            error = _spmd.peer_failure(exc)
-            if error is exc:
-                raise
-            raise error from exc
+            _spmd.raise_peer_failure(exc)
+            raise
 
     def item(self, *args):
         """The value of a one-element tensor as a Python scalar; ``item(*index)`` is ``self[index].item()``, as
