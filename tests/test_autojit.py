@@ -276,9 +276,15 @@ def test_steps_that_turn_eager_warn_once_naming_the_change(auto_jit):
             loss.item()
     stats = auto_jit_stats()
     mine = [str(w.message) for w in caught if "auto-jit" in str(w.message)]
-    if stats["eager_steps"]:  # (its ModeTimer chose eager: timing-dependent, almost always so here)
-        assert len(mine) == 1 and "run eagerly" in mine[0] and "input 1 is float32[" in mine[0], mine
-        assert caught[[str(w.message) for w in caught].index(mine[0])].filename == __file__
+    # One warning at the user's line naming the change. What it says happens depends on timing: its ModeTimer
+    # may find whole eager steps faster, or the site split its clusters first (the changing ops run op by op,
+    # the others compiled) and a split step then held its own against eager.
+    assert len(mine) == 1 and "input 1 is float32[" in mine[0], mine
+    if stats["eager_steps"] and "op by op" not in mine[0]:
+        assert "eager steps took less time" in mine[0], mine
+    else:
+        assert "15 of their 17 ops run op by op, the others compiled" in mine[0], mine
+    assert caught[[str(w.message) for w in caught].index(mine[0])].filename == __file__
 
 
 def test_small_clusters_run_op_by_op(auto_jit):
