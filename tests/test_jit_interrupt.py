@@ -462,3 +462,98 @@ def test_another_signals_handler_raising_in_an_auto_jit_cluster_loses_nothing(mo
     # third step's first op: two steps taken in full; a flush that lost the cluster left values never computed)
     assert set(got) == set(want) and all(np.allclose(got[k], want[k], rtol=1e-5, atol=1e-7) for k in got)
     assert not _interrupt._deferring and _interrupt._pending is None
+
+
+def _interrupting_primitive(name, calls):
+    """A primitive whose implementation -- run while JAX traces its eager kernel, once per input shape -- gets a
+    Ctrl-C (Python's handler runs at once, inside JAX's trace) the first time."""
+    import jax.numpy as jnp
+    from megxla.core._op import PRIMITIVES, Primitive
+
+    def impl(x):
+        calls.append(x.shape)
+        if len(calls) == 1:
+            signal.raise_signal(signal.SIGINT)
+        return jnp.exp(x) * 2 + x
+
+    return PRIMITIVES.get(name) or Primitive(name, impl)
+
+
+def test_ctrl_c_while_an_eager_kernel_compiles_is_raised_after_it(monkeypatch):
+    """JAX's caches mark a key as being computed while they call into Python: an exception raised there by a
+    signal handler left one marked for good (every later call of that op at that shape raised ``RecursionError:
+    Recursively calling <weakref ...>``: a notebook interrupted once could not train any more). The first call's
+    trace holds the signal until the kernel is compiled; the interrupt is raised then, and the op works on."""
+    from megxla.core._dispatch import apply
+    calls = []
+    prim = _interrupting_primitive("test_interrupted_while_compiling", calls)
+    op = prim.bind()
+    x = mge.Tensor(np.arange(5, dtype="float32"))
+    with pytest.raises(KeyboardInterrupt):
+        apply(op, x)
+    assert len(calls) == 1  # (the signal waited for the trace: JAX's caches hold the kernel whole)
+    assert not _interrupt._deferring and _interrupt._pending is None and not getattr(_interrupt, "KERNEL_HELD", [False])[0]
+    want = np.exp(np.arange(5, dtype="float32")) * 2 + np.arange(5, dtype="float32")
+    np.testing.assert_allclose(apply(op, x).numpy(), want, rtol=1e-6)
+    assert len(calls) == 1  # (compiled by the interrupted call)
+
+
+def test_a_jax_cache_an_interrupt_broke_is_cleared_and_the_op_runs(monkeypatch):
+    """Where an interrupt broke a JAX cache anyway (outside a hold: the user's own JAX code), the op that meets it
+    clears JAX's caches and runs: eagerly, in a compiled step's first (abstract) recording, and collected by
+    auto-jit."""
+    import jax
+    import jax.numpy as jnp
+    from megxla.core._dispatch import apply
+    from megxla.core._op import PRIMITIVES, Primitive
+    from megxla.jit import trace
+    cleared = []
+    real_clear = jax.clear_caches
+    monkeypatch.setattr(jax, "clear_caches", lambda: (cleared.append(1), real_clear())[1])
+    prim = PRIMITIVES.get("test_broken_jax_cache") or Primitive("test_broken_jax_cache", lambda x, tag: jnp.exp(x) + x)
+    x = mge.Tensor(np.arange(4, dtype="float32") / 7)
+    want = np.exp(np.arange(4, dtype="float32") / 7) + np.arange(4, dtype="float32") / 7
+
+    class Broken:
+        """The op's jitted kernel, whose first use raises what a key left marked in a JAX cache raises."""
+
+        def __init__(self, jitted):
+            self.jitted, self.raised = jitted, 0
+
+        def _once(self):
+            if not self.raised:
+                self.raised = 1
+                raise RecursionError("Recursively calling <weakref at 0x1; to 'function' at 0x2 (exp)>")
+
+        def __call__(self, *args):
+            self._once()
+            return self.jitted(*args)
+
+        def eval_shape(self, *args):
+            self._once()
+            return self.jitted.eval_shape(*args)
+
+        def __getattr__(self, name):
+            return getattr(self.jitted, name)
+
+    def eager(t):
+        return apply(op, t)
+
+    def auto(t):
+        mge.config.auto_jit = True
+        try:
+            out = apply(op, t) * 1
+            return mge.Tensor(out.numpy())
+        finally:
+            mge.config.auto_jit = False
+
+    for run in (eager, trace(eager, symbolic=True), auto):
+        op = prim.bind(tag=run.__name__ if hasattr(run, "__name__") else "traced")
+        broken = op._kernel = Broken(jax.jit(op.fn))
+        cleared.clear()
+        np.testing.assert_allclose(run(x).numpy(), want, rtol=1e-6)
+        assert cleared == [1] and broken.raised == 1, run
+    with pytest.raises(RecursionError, match="maximum recursion"):  # (any other RecursionError is the program's)
+        op._kernel = Broken(jax.jit(op.fn))
+        op._kernel._once = lambda: (_ for _ in ()).throw(RecursionError("maximum recursion depth exceeded"))
+        apply(op, x)

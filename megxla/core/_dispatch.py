@@ -25,6 +25,9 @@ from ._tensor import Tensor
 from ._spmd import MeshRequired, SpmdFunction, raise_peer_failure as _raise_peer_failure
 from .dtypes import LOGICAL as _LOGICAL, logical_node as _logical_node
 from ._lazy import COLLECT as _COLLECT, FLUSH as _FLUSH
+from . import _interrupt
+from ._interrupt import KERNEL_CALL as _KERNEL_CALL, KERNEL_HELD as _KERNEL_HELD, unstick as _unstick
+from _thread import get_ident as _get_ident
 
 _Tracer = _jax.core.Tracer
 
@@ -153,8 +156,13 @@ def _compute(op, inputs):
 def run_kernel(op, inputs, arrays=None):
     """``op``'s eager kernel on Tensors ``inputs`` (their ``arrays``, where given): a tuple of new Tensors; bad
     input raises an OpError naming the op, an allocation XLA refuses an OutOfMemoryError."""
+    _KERNEL_CALL[0] = _get_ident()  # (a first call's trace holds signals until it returns: core/_interrupt.py)
     try:
         out = op.kernel(*([t._data for t in inputs] if arrays is None else arrays))
+    except RecursionError as exc:
+        if not _unstick(exc):
+            raise
+        out = op.kernel(*([t._data for t in inputs] if arrays is None else arrays))  # (JAX's caches cleared)
     except (TypeError, ValueError, IndexError) as exc:
         raise op_error(op, inputs, exc) from None
     except MeshRequired as exc:  # a cross-process collective (or its gradient): compile the SPMD form once
@@ -166,6 +174,10 @@ def run_kernel(op, inputs, arrays=None):
             raise
         raise OutOfMemoryError(f"{op!r}: out of device memory for inputs ({_describe(inputs)}): "
                                f"{str(exc).strip().splitlines()[0]}") from None
+    finally:
+        _KERNEL_CALL[0] = None
+        if _KERNEL_HELD[0] and _get_ident() == _interrupt._MAIN:
+            _interrupt.release_kernel_trace()  # (raises KeyboardInterrupt for a Ctrl-C that arrived meanwhile)
     if isinstance((out[0] if out else None) if op.multiple_results else out, _Tracer):
         out = _outside_foreign_trace(op, inputs, arrays, out)
     if op.multiple_results:

@@ -160,3 +160,43 @@ def leave():
             handler = handler.wrapped
         if callable(handler):
             handler(signum, frame)
+
+
+# ---- an eager kernel's compilation ------------------------------------------------------------------------------
+# JAX traces, lowers and compiles an eager kernel the first time it meets its input shapes, through caches keyed by
+# weak references (jaxlib's ``weakref_lru_cache``) that mark a key as being computed while they call into Python.
+# An exception raised there by a signal handler (Ctrl-C caught by a notebook or by ``except KeyboardInterrupt:``,
+# a watchdog's alarm) left a key marked for good: every later call of that op at those shapes raised
+# ``RecursionError: Recursively calling <weakref ...>`` (a probe: 1-3 ops of ~390 interrupted first calls) -- the
+# model could be saved, but not trained on. So the trace of an eager kernel, once begun in the main thread,
+# holds signals until the kernel's call returns: the compile finishes, then the signal is delivered. Only a
+# first call per shape pays for it; a cached call pays a thread id and two list writes.
+KERNEL_CALL = [None]  # the id of the thread inside ``_dispatch.run_kernel`` (the latest to enter; any thread)
+KERNEL_HELD = [False]  # the main thread's kernel call holds signals since its trace began
+
+
+def hold_kernel_trace():
+    """(an eager kernel's trace begins) Hold signals until the kernel call returns, where that call is the main
+    thread's :func:`~megxla.core._dispatch.run_kernel`: a trace begun anywhere else (a compiled step recording
+    abstractly, a cluster compiling) is not followed by that call's :func:`release_kernel_trace`."""
+    if KERNEL_CALL[0] == _get_ident() and not KERNEL_HELD[0] and enter():
+        KERNEL_HELD[0] = True
+
+
+def release_kernel_trace():
+    """(the main thread's kernel call returned or failed, its trace held signals) Deliver what was held."""
+    KERNEL_HELD[0] = False
+    leave()
+
+
+def unstick(exc):
+    """Whether ``exc`` is a JAX cache entry left marked as being computed (see above: its call was interrupted
+    outside such a hold -- a compiled step's first trace, a user's own JAX code); JAX's caches are then cleared,
+    so that the call can be made again. (Compiled executables held elsewhere stay; JAX's persistent compilation
+    cache makes the eager kernels' recompilation cheap.)"""
+    if type(exc) is RecursionError and str(exc).startswith("Recursively calling"):
+        import jax
+        jax.clear_caches()
+        return True
+    return False
+

@@ -17,6 +17,8 @@ import weakref
 import jax
 import jax.numpy as jnp
 
+from ._interrupt import hold_kernel_trace as _hold_kernel_trace
+
 __all__ = ["Primitive", "Op", "primitive", "PRIMITIVES", "freeze"]
 
 PRIMITIVES: dict[str, "Primitive"] = {}
@@ -200,6 +202,7 @@ class Op:
             ref = weakref.ref(self)  # no op <-> kernel cycle: a transient op is freed when its owner drops it
 
             def checked(*arrays):
+                _hold_kernel_trace()  # (JAX's caches stay whole if Ctrl-C arrives now: core/_interrupt.py)
                 out = fn(*arrays)
                 check_output_size(ref(), out)
                 return out

@@ -284,6 +284,10 @@ def _infer(op, key, inputs):
             out = None  # its output shape depends on values: run it eagerly
         except MeshRequired:
             out, mesh = None, True  # a cross-process collective: run it eagerly
+        except RecursionError as exc:
+            if not _interrupt.unstick(exc):
+                raise
+            return _infer(op, key, inputs)  # (a JAX cache an interrupt broke earlier, cleared: core/_interrupt.py)
         except (TypeError, ValueError, IndexError) as exc:
             raise _dispatch.op_error(op, inputs, exc) from None
         if out is not None:
@@ -1340,7 +1344,8 @@ def _churning(st, ops, avals, key, site, reason):
     ch.varying = varying if varying and (few or rare) else None
     if ch.varying and not few and not ch.warned:
         ch.warned = True
-        _megamorphic(st, site, reason, f"{len(varying)} of their {len(sig)} ops run op by op, the others compiled")
+        _megamorphic(st, site, reason, f"all {len(sig)} of their ops run op by op" if len(varying) == len(sig) else
+                     f"{len(varying)} of their {len(sig)} ops run op by op, the others compiled")
     return ch.varying
 
 

@@ -13,7 +13,10 @@ import weakref
 import numpy as np
 import jax
 
-from ..core import _dispatch, _naming
+from _thread import get_ident as _get_ident
+
+from ..core import _dispatch, _interrupt, _naming
+from ..core._interrupt import KERNEL_CALL as _KERNEL_CALL, KERNEL_HELD as _KERNEL_HELD
 from ..core._dispatch import eager_apply
 from ..core._spmd import MeshRequired
 from ..core._elemwise_front import SCALAR_VIDS
@@ -254,6 +257,7 @@ def abstract_apply(op, inputs):
     """Evaluate ``op`` on Tensors whose data are tracers of an enclosing ``jax.eval_shape``: no kernel runs,
     the outputs carry shapes and dtypes. The calling thread's GradManagers tape the op as ``eager_apply``
     does."""
+    _KERNEL_CALL[0] = _get_ident()  # (the kernel's first trace holds signals until it returns: core/_interrupt.py)
     try:
         out = _abstract_kernel(op)(*[t._data for t in inputs])
     except _TRACER_ERRORS:
@@ -264,6 +268,10 @@ def abstract_apply(op, inputs):
         raise NeedsHost(user_where(), f"runs the cross-process collective {op!r}", warn=False) from None
     except (TypeError, ValueError, IndexError) as exc:
         raise _dispatch.op_error(op, inputs, exc) from None
+    finally:
+        _KERNEL_CALL[0] = None
+        if _KERNEL_HELD[0] and _get_ident() == _interrupt._MAIN:
+            _interrupt.release_kernel_trace()
     outputs = tuple(_dispatch.wrap(o) for o in out) if op.multiple_results else (_dispatch.wrap(out),)
     recs = _dispatch.recorders
     if recs:

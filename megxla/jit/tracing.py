@@ -372,7 +372,13 @@ class trace:
                 self._cache.move_to_end(plan.sig)  # (the prepared calls were its most recent uses)
             self._plan = self._ran = None
             epoch = _registry.epoch()
-            out = self._call(*args, **kwargs)
+            try:
+                out = self._call(*args, **kwargs)
+            except RecursionError as exc:
+                if not _interrupt.unstick(exc):
+                    raise
+                # a JAX cache an interrupt broke earlier (core/_interrupt.py), now cleared: the call again
+                out = self._call(*args, **kwargs)
             if self._ran is not None:
                 entry, state = self._ran
                 self._ran = None
@@ -895,6 +901,17 @@ class trace:
         return list(zip(bounds[:-1], bounds[1:]))
 
     def _compile(self, entry):
+        # No user code runs here (the recorded ops are lowered and compiled): signals wait until it is done, as
+        # JAX's caches keep a key half-computed when an exception leaves them (core/_interrupt.py)
+        held = False
+        try:
+            held = _interrupt.enter()
+            self._compile_held(entry)
+        finally:
+            if held:
+                _interrupt.leave()
+
+    def _compile_held(self, entry):
         rec = entry.rec
         t0 = time.perf_counter()
         outside = list(rec.input_vids) + [v for _, v in rec.grad_inputs] + [v for v in rec.consts if v not in rec.hyper] + list(rec.hyper)
