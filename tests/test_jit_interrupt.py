@@ -557,3 +557,57 @@ def test_a_jax_cache_an_interrupt_broke_is_cleared_and_the_op_runs(monkeypatch):
         op._kernel = Broken(jax.jit(op.fn))
         op._kernel._once = lambda: (_ for _ in ()).throw(RecursionError("maximum recursion depth exceeded"))
         apply(op, x)
+
+
+def test_a_signal_during_a_python_numbers_first_conversion_waits_for_it():
+    """``x * 3`` converts the 3 once (JAX may compile, read its persistent cache); a watchdog's alarm raised inside
+    that was swallowed by JAX's cache read (its ``except Exception``) or left the conversion half done. It is
+    raised once the conversion is done, and the number is converted for good."""
+    from megxla.core import _elemwise_front
+
+    class Watchdog(TimeoutError):
+        pass
+
+    def on_alarm(signum, frame):
+        raise Watchdog("step took too long")
+
+    fired = []
+
+    def inside_conversion(frame):
+        while frame is not None:
+            if frame.f_code.co_name == "_scalar":
+                return True
+            frame = frame.f_back
+        return False
+
+    def prof(frame, event, arg):  # the alarm arrives at the first Python call inside JAX during the conversion
+        if event == "call" and "/jax/_src/" in frame.f_code.co_filename.replace("\\", "/") and \
+                inside_conversion(frame):
+            sys.setprofile(None)
+            fired.append(1)
+            signal.raise_signal(signal.SIGALRM)
+
+    old = signal.signal(signal.SIGALRM, on_alarm)
+    x = mge.Tensor(np.ones(3, "float32"))
+    value = 3.0625  # (a number no other test converts)
+    key = _elemwise_front._scalar_key(value, np.dtype("float32"))
+    _elemwise_front._SCALARS.pop(key, None)
+    try:
+        sys.setprofile(prof)
+        with pytest.raises(Watchdog):
+            x * value
+    finally:
+        sys.setprofile(None)
+        signal.signal(signal.SIGALRM, old)
+    assert fired and key in _elemwise_front._SCALARS  # (converted in full before the alarm was raised)
+    np.testing.assert_array_equal((x * value).numpy(), np.full(3, value, "float32"))
+    assert not _interrupt._deferring and _interrupt._pending is None
+
+
+def test_the_dialects_jax_registers_at_its_first_lowering_are_imported_with_megxla():
+    """Their import registers them with MLIR before the module is complete: a Ctrl-C there (a process's first
+    compilation) made every later import fail ("Dialect namespace 'mhlo' is already registered")."""
+    import subprocess
+    code = "import sys, megxla; print('jaxlib.mlir.dialects.mhlo' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "True", out.stderr[-2000:]

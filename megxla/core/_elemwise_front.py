@@ -7,7 +7,7 @@ import weakref
 
 import numpy as np
 
-from . import _autocast
+from . import _autocast, _interrupt
 from ._tensor import Tensor, QPARAMS_SEEN
 from ._dispatch import apply, wrap
 from .ops import elemwise as P
@@ -53,8 +53,16 @@ def _scalar(value, dtype):
             if dtype.kind == "i" and value >= 1 << (bits - 1):
                 value -= 1 << bits
         # (np.errstate: a float beyond float16's range becomes inf silently, as in MegEngine: float16 + 1e5)
-        with jax.ensure_compile_time_eval(), np.errstate(over="ignore"):  # concrete even while tracing
-            t = _SCALARS[key] = wrap(jnp.asarray(value, dtype))
+        held = False
+        try:
+            # (JAX may compile the conversion: signals wait for it, as for an eager kernel -- core/_interrupt.py;
+            # a watchdog's TimeoutError raised while JAX read its persistent cache was swallowed there)
+            held = _interrupt.enter()
+            with jax.ensure_compile_time_eval(), np.errstate(over="ignore"):  # concrete even while tracing
+                t = _SCALARS[key] = wrap(jnp.asarray(value, dtype))
+        finally:
+            if held:
+                _interrupt.leave()
         SCALAR_VIDS[t._vid] = weakref.ref(t, _forget_vid(t._vid))
     return t
 

@@ -189,6 +189,19 @@ def release_kernel_trace():
     leave()
 
 
+def _import_dialects():
+    """Import the MLIR dialects JAX loads lazily at its first lowering. Their import registers them with MLIR (in
+    C++) before the Python module is complete: a Ctrl-C landing there (~0.1 s of a process's first compilation,
+    wherever it happens -- a Python number's first conversion, the user's own JAX code) made Python drop the module,
+    and every later import of it failed with "Dialect namespace 'mhlo' is already registered": nothing new could
+    be compiled in that process again (probe U). Imported with megxla instead, before any signal handler of ours."""
+    import jaxlib.mlir.dialects.builtin  # noqa: F401
+    import jaxlib.mlir.dialects.mhlo  # noqa: F401
+
+
+_import_dialects()
+
+
 def unstick(exc):
     """Whether ``exc`` is a JAX cache entry left marked as being computed (see above: its call was interrupted
     outside such a hold -- a compiled step's first trace, a user's own JAX code); JAX's caches are then cleared,
