@@ -34,6 +34,7 @@ import io
 import os
 import pickle
 import sys
+import tempfile
 import types
 
 import numpy as np
@@ -183,8 +184,7 @@ def save(obj, f, pickle_module=pickle, pickle_protocol=4):
         ['bias', 'weight']
     """
     if isinstance(f, (str, bytes)) or hasattr(f, "__fspath__"):
-        with open(f, "wb") as fh:
-            return save(obj, fh, pickle_module=pickle_module, pickle_protocol=pickle_protocol)
+        return _save_to_path(obj, os.fsdecode(os.fspath(f)), pickle_module, pickle_protocol)
     if not hasattr(f, "write"):
         raise TypeError(f"save: f must be a path or a binary file object with write(), got {type(f).__name__}")
     if pickle_module is not pickle:
@@ -195,6 +195,42 @@ def save(obj, f, pickle_module=pickle, pickle_protocol=4):
     buf = io.BytesIO()
     _Pickler(buf, protocol=pickle_protocol).dump(obj)
     f.write(buf.getbuffer())
+    return None
+
+
+def _save_to_path(obj, path, pickle_module, pickle_protocol):
+    """Write a new file beside ``path`` and move it there: a save that fails -- an unpicklable object, Ctrl-C, a
+    full disk -- leaves the checkpoint that was there whole (``open(path, "wb")`` truncated it first: a 42 MB
+    checkpoint became 0 bytes, probe U). Where no file can be made beside it (a device like ``/dev/null``, a
+    directory not writable), the path is written in place."""
+    target = os.path.realpath(path)  # (a link keeps pointing at the checkpoint, which is replaced)
+    if os.path.exists(target) and not os.path.isfile(target):
+        with open(path, "wb") as fh:
+            return save(obj, fh, pickle_module=pickle_module, pickle_protocol=pickle_protocol)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(target) + ".", suffix=".tmp",
+                                   dir=os.path.dirname(target))
+    except OSError:
+        with open(path, "wb") as fh:
+            return save(obj, fh, pickle_module=pickle_module, pickle_protocol=pickle_protocol)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            save(obj, fh, pickle_module=pickle_module, pickle_protocol=pickle_protocol)
+        # the mode ``open(path, "wb")`` gives: the old file's, else the umask's (mkstemp makes it private)
+        try:
+            mode = os.stat(target).st_mode & 0o7777
+        except FileNotFoundError:
+            umask = os.umask(0)
+            os.umask(umask)
+            mode = 0o666 & ~umask
+        os.chmod(tmp, mode)
+        os.replace(tmp, target)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
     return None
 
 

@@ -223,7 +223,7 @@ def test_map_location_and_save_errors(tmp_path):
     path = tmp_path / "bad.pkl"
     with pytest.raises(Exception):
         mge.save({"ok": 1, "bad": lambda: 0}, path)  # unpicklable
-    assert path.read_bytes() == b""  # nothing half-written
+    assert not path.exists()  # nothing half-written (the file is made only once pickled in full)
 
 
 def test_deepcopy_and_save_keep_64_bit_dtypes():
@@ -260,3 +260,29 @@ def test_docstring_examples():
     import megxla._serialization as ser
     res = doctest.testmod(ser, extraglobs={"mge": mge}, optionflags=doctest.ELLIPSIS)
     assert res.failed == 0 and res.attempted >= 5
+
+
+def test_a_save_that_fails_leaves_the_checkpoint_there_whole(tmp_path, monkeypatch):
+    """``open(path, "wb")`` truncated the last good checkpoint before pickling: an unpicklable object (or Ctrl-C,
+    or a full disk) left 0 bytes where it was. The new file is written beside it and moved there."""
+    path = tmp_path / "ckpt.pkl"
+    model = M.Linear(4, 3)
+    mge.save(model.state_dict(), path)
+    os.chmod(path, 0o640)
+    good = path.read_bytes()
+    link = tmp_path / "latest.pkl"
+    os.symlink(path, link)
+    with pytest.raises(Exception):
+        mge.save({"w": model.weight, "bad": lambda: None}, str(link))  # (a lambda does not pickle)
+    assert path.read_bytes() == good and os.path.islink(link)
+    assert sorted(os.listdir(tmp_path)) == ["ckpt.pkl", "latest.pkl"]  # (no temporary file left)
+    model.weight._reset(mge.Tensor(np.ones((3, 4), "float32")))
+    mge.save(model.state_dict(), link)  # (through the link: the checkpoint is replaced, the link kept)
+    assert os.path.islink(link) and oct(os.stat(path).st_mode & 0o777) == oct(0o640)
+    np.testing.assert_array_equal(mge.load(str(path))["weight"], np.ones((3, 4), "float32"))
+    mge.save(model.state_dict(), os.devnull)  # (not a regular file: written in place)
+    new = tmp_path / "new.pkl"
+    mge.save(model.state_dict(), os.fsencode(new))  # (a bytes path; the umask's mode, as open() gives)
+    umask = os.umask(0)
+    os.umask(umask)
+    assert os.stat(new).st_mode & 0o777 == 0o666 & ~umask

@@ -200,6 +200,11 @@ def _import_dialects():
 
 
 _import_dialects()
+if _get_ident() == _MAIN:
+    # SIGINT's handler is wrapped from the start: Python's own raised a Ctrl-C arriving during a process's first op
+    # inside JAX's garbage-collection callback, which Python ignores (10 of 14 Ctrl-Cs 20-110 ms into a first
+    # ``x * 2`` were lost, probe U); the wrapper sends such a one again (``_swallowed_at``)
+    _install()
 
 
 def unstick(exc):

@@ -657,19 +657,30 @@ class _ParallelIter:
                 # it), so the warning is noise here, once per worker per epoch. Filtered only then: changing
                 # the filters makes Python show again every warning it had shown once.
                 quiet = forked and _jax_initialized()
-                with (warnings.catch_warnings() if quiet else contextlib.nullcontext()), (
-                    contextlib.nullcontext() if forked else _main_module_hidden()
-                ):
-                    if quiet:
-                        warnings.filterwarnings(
-                            "ignore", message=r"os\.fork\(\) was called", category=RuntimeWarning
-                        )
-                    worker.start()
-                self.last_heard[wid] = time.monotonic()
-                writer.close()
-                self.workers.append(worker)
-                self.index_queues.append(index_queue)
-                self.readers.append(reader)
+                held = False
+                try:
+                    # Signals wait until the worker is started and listed (for _shutdown): a Ctrl-C between the
+                    # forkserver's connect and its sendfds killed the server, and every later DataLoader with
+                    # workers failed ("Connection refused"); one in a fork's at-fork callbacks was lost (probe U)
+                    # (megxla.data imports without JAX: megxla's signal holder only where megxla is loaded)
+                    interrupt = sys.modules.get(__name__.rsplit(".", 2)[0] + ".core._interrupt")
+                    held = interrupt is not None and interrupt.enter()
+                    with (warnings.catch_warnings() if quiet else contextlib.nullcontext()), (
+                        contextlib.nullcontext() if forked else _main_module_hidden()
+                    ):
+                        if quiet:
+                            warnings.filterwarnings(
+                                "ignore", message=r"os\.fork\(\) was called", category=RuntimeWarning
+                            )
+                        worker.start()
+                    self.last_heard[wid] = time.monotonic()
+                    writer.close()
+                    self.workers.append(worker)
+                    self.index_queues.append(index_queue)
+                    self.readers.append(reader)
+                finally:
+                    if held:
+                        interrupt.leave()
             for _ in range(_PREFETCH_PER_WORKER * self.num_workers):
                 self._dispatch()
         except BaseException:
