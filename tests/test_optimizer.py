@@ -576,3 +576,23 @@ def test_adam_step_count_is_shared_until_a_parameter_skips_a_step(cls):
     ps = same.param_groups[0]["params"]
     assert same._state[ps[0]]["step"] is same._state[ps[1]]["step"] is same._state[ps[2]]["step"]
     assert float(same._state[ps[1]]["step"].numpy()) == 5.0
+
+
+def test_load_state_dict_with_a_slot_missing_raises_and_changes_nothing():
+    """Accepted, a checkpoint missing one of Adam's slots made every later step raise KeyError."""
+    w = mge.Parameter(np.ones(3, "float32"))
+    opt = optim.Adam([w], lr=0.1)
+    w.grad = mge.Tensor(np.ones(3, "float32"))
+    opt.step()
+    sd = opt.state_dict()
+    before = {k: np.array(v) for k, v in opt._state[w].items()}
+    del sd["state"][0]["exp_avg"]
+    with pytest.raises(ValueError, match=r"missing \['exp_avg'\]"):
+        opt.load_state_dict(sd)
+    sd["state"][0]["exp_avg"], sd["state"][0]["bogus"] = np.zeros(3, "float32"), np.zeros(3, "float32")
+    with pytest.raises(ValueError, match=r"unknown \['bogus'\]"):
+        opt.load_state_dict(sd)
+    assert {k: np.array(v) for k, v in opt._state[w].items()}.keys() == before.keys()
+    for k, v in opt._state[w].items():
+        np.testing.assert_array_equal(np.array(v), before[k])
+    opt.step()  # (training goes on)

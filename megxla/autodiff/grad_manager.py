@@ -328,21 +328,40 @@ class GradManager:
         # beside us in a group (``gm | gm2``: siblings), nor into those entered after us (MegEngine's visibility
         # by order: only a manager entered before this one, an outer one, sees its backward and can take
         # higher-order gradients through it)
-        self._recording = False
-        recorders = _dispatch.recorders
-        active = list(recorders)  # (this thread's, in the order they started recording)
-        later = active[next(i for i, g in enumerate(active) if g is self) + 1:]
-        recorders.remove(self)
-        paused = [g for g in recorders if any(g is h for h in later) or (g in self._group and g is not self)]
-        for g in paused:
-            recorders.remove(g)
+        # (a Ctrl-C waits until the recorders are rearranged, and put back: one in between left this manager
+        # among the thread's recorders for good -- every later op of the process went through the recording
+        # path, an auto-jit step 18x slower -- or its siblings paused)
+        paused = ()
+        held = False
+        try:
+            held = _interrupt.enter()
+            self._recording = False
+            recorders = _dispatch.recorders
+            active = list(recorders)  # (this thread's, in the order they started recording)
+            mine = 0
+            while active[mine] is not self:  # (a loop, no generator: one closed by an interrupt swallows it)
+                mine += 1
+            later = active[mine + 1:]
+            recorders.remove(self)
+            paused = [g for g in recorders if any(g is h for h in later) or (g in self._group and g is not self)]
+            for g in paused:
+                recorders.remove(g)
+        finally:
+            if held:
+                _interrupt.leave()
         try:
             grads = self._backward_tape(ys, dys)
             for v, send_grad in self._received:  # pipeline: what this stage received sends its gradient back
                 send_grad(grads.get(v))
         finally:
-            for g in paused:
-                _dispatch.recorders.append(g)
+            held = False
+            try:
+                held = _interrupt.enter()
+                for g in paused:
+                    _dispatch.recorders.append(g)
+            finally:
+                if held:
+                    _interrupt.leave()
 
     def _backward_tape(self, ys, dys):
         grads: dict[int, Tensor] = {}
@@ -414,6 +433,7 @@ class GradManager:
             for i, g in zip(wrt, in_grads):
                 _accumulate(grads, ins[i][1], g)
                 (cooked if i in done else raw).add(ins[i][1])
+        given = []
         for entry in attached:
             t = entry.tensor
             if t is None:
@@ -423,7 +443,8 @@ class GradManager:
                 continue
             if entry.callbacks and (t._vid in raw or t._vid not in cooked):
                 g = _run_callbacks(t, g, entry.callbacks)
-            self._deliver(t, g)
+            given.append((t, g))
+        _deliver_all(given)
         return grads
 
     def _grouped(self, ys, dys, attached, live, keep, sig=None):
@@ -528,12 +549,6 @@ class GradManager:
 
         return value
 
-    def _deliver(self, t, g):
-        """Hand the gradient ``g`` of attached ``t`` over: accumulated into ``t.grad``."""
-        if t._grad is None:
-            t._grad = g
-        else:  # MegEngine's ``x.grad += grad``: in place, so references to ``x.grad`` see the sum
-            t._grad._reset(t._grad + g)
 
 
 class GradManagerGroup:
@@ -589,6 +604,25 @@ class GradManagerGroup:
     def __exit__(self, *exc):
         for gm in reversed(self._gms):
             gm.release()
+
+
+def _deliver_all(given):
+    """Hand each gradient ``g`` of attached ``t`` over (``given``: ``[(t, g)]``), accumulated into ``t.grad``: every
+    one or none. The sums and the callbacks are computed first; the ``.grad`` of each tensor is then set with
+    signals held (a Ctrl-C, or a callback raising, between two tensors left some layers with this step's
+    gradients and the others without: the next backward added onto stale ones for part of the model)."""
+    sums = [(t, g if t._grad is None else t._grad + g) for t, g in given]
+    held = False
+    try:
+        held = _interrupt.enter()
+        for t, g in sums:
+            if t._grad is None:
+                t._grad = g
+            else:  # MegEngine's ``x.grad += grad``: in place, so references to ``x.grad`` see the sum
+                t._grad._reset(g)
+    finally:
+        if held:
+            _interrupt.leave()
 
 
 def _run_callbacks(t, g, callbacks):
@@ -686,14 +720,15 @@ class _Walk:
         if self.seq is None:
             return {}
         out = apply(self.seq, *inputs)
-        delivered = {}
+        delivered, given = {}, []
         for j, g in zip(self.targets, out):
             entry = attached[j]
             t = entry.tensor
             if entry.callbacks:  # (every gradient here is "raw": no op applied the callbacks)
                 g = _run_callbacks(t, g, entry.callbacks)
-            gm._deliver(t, g)
+            given.append((t, g))
             delivered[entry.vid] = g
+        _deliver_all(given)
         return delivered
 
 

@@ -32,7 +32,7 @@ from typing import Dict, Iterable, Union
 
 import numpy as np
 
-from ..core import _lazy, _registry
+from ..core import _interrupt, _lazy, _registry
 from ..core._dispatch import current_interpreter
 from ..core._tensor import Parameter, Tensor
 from ..core.dtypes import is_float
@@ -585,9 +585,16 @@ class Optimizer(metaclass=ABCMeta):
             >>> optim.SGD([w], lr=0.1).clear_grad(); w.grad is None
             True
         """
-        for group in self.param_groups:
-            for p in group["params"]:
-                p.grad = None
+        # (every gradient or none: a Ctrl-C between two parameters left some layers' gradients to be added onto)
+        held = False
+        try:
+            held = _interrupt.enter()
+            for group in self.param_groups:
+                for p in group["params"]:
+                    p.grad = None
+        finally:
+            if held:
+                _interrupt.leave()
 
     def zero_grad(self):
         """Deprecated (as in MegEngine): fill existing gradients with zeros in place; use :meth:`clear_grad`.
@@ -670,6 +677,12 @@ class Optimizer(metaclass=ABCMeta):
                 slots = saved_state.get(i)
                 if slots is not None:
                     current = self._state.get(p, {})
+                    if current and set(slots) != set(current):
+                        # (accepted, a slot missing made every later step raise KeyError: training could not go on)
+                        missing, extra = sorted(set(current) - set(slots)), sorted(set(slots) - set(current))
+                        raise ValueError(f"loaded state of parameter {i} has slots {sorted(slots)}, {owner} keeps "
+                                         f"{sorted(current)}" + (f" (missing {missing})" if missing else "")
+                                         + (f" (unknown {extra})" if extra else ""))
                     converted = {}
                     for k, v in slots.items():
                         if k in current and tuple(np.shape(v)) != current[k].shape:
