@@ -444,7 +444,7 @@ class GradManager:
             if entry.callbacks and (t._vid in raw or t._vid not in cooked):
                 g = _run_callbacks(t, g, entry.callbacks)
             given.append((t, g))
-        _deliver_all(given)
+        self._deliver_all(given)
         return grads
 
     def _grouped(self, ys, dys, attached, live, keep, sig=None):
@@ -549,6 +549,23 @@ class GradManager:
 
         return value
 
+    def _deliver_all(self, given):
+        """Hand each gradient ``g`` of attached ``t`` over (``given``: ``[(t, g)]``, callbacks applied),
+        accumulated into ``t.grad``: every one or none. The sums are computed first, then each ``.grad`` is set with
+        signals held (a Ctrl-C, or a callback raising, between two tensors left some layers with this step's
+        gradients and the others without: the next backward added onto stale ones for part of the model)."""
+        sums = [(t, g if t._grad is None else t._grad + g) for t, g in given]
+        held = False
+        try:
+            held = _interrupt.enter()
+            for t, g in sums:
+                if t._grad is None:
+                    t._grad = g
+                else:  # MegEngine's ``x.grad += grad``: in place, so references to ``x.grad`` see the sum
+                    t._grad._reset(g)
+        finally:
+            if held:
+                _interrupt.leave()
 
 
 class GradManagerGroup:
@@ -604,25 +621,6 @@ class GradManagerGroup:
     def __exit__(self, *exc):
         for gm in reversed(self._gms):
             gm.release()
-
-
-def _deliver_all(given):
-    """Hand each gradient ``g`` of attached ``t`` over (``given``: ``[(t, g)]``), accumulated into ``t.grad``: every
-    one or none. The sums and the callbacks are computed first; the ``.grad`` of each tensor is then set with
-    signals held (a Ctrl-C, or a callback raising, between two tensors left some layers with this step's
-    gradients and the others without: the next backward added onto stale ones for part of the model)."""
-    sums = [(t, g if t._grad is None else t._grad + g) for t, g in given]
-    held = False
-    try:
-        held = _interrupt.enter()
-        for t, g in sums:
-            if t._grad is None:
-                t._grad = g
-            else:  # MegEngine's ``x.grad += grad``: in place, so references to ``x.grad`` see the sum
-                t._grad._reset(g)
-    finally:
-        if held:
-            _interrupt.leave()
 
 
 def _run_callbacks(t, g, callbacks):
@@ -728,7 +726,7 @@ class _Walk:
                 g = _run_callbacks(t, g, entry.callbacks)
             given.append((t, g))
             delivered[entry.vid] = g
-        _deliver_all(given)
+        gm._deliver_all(given)
         return delivered
 
 

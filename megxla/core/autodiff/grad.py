@@ -30,9 +30,10 @@ class _CallbackTape(GradManager):
         super().__init__()
         self._callbacks: dict = {}  # id(tensor) -> [callback(grad)]
 
-    def _deliver(self, t, g):
-        for cb in self._callbacks.get(id(t), ()):
-            cb(g)
+    def _deliver_all(self, given):
+        for t, g in given:
+            for cb in self._callbacks.get(id(t), ()):
+                cb(g)
 
 
 class Grad:
