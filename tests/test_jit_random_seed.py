@@ -83,3 +83,18 @@ def test_seed_after_decoration_and_reseeding_between_calls(deco):
     again = [steps[1](x).numpy() for _ in range(3)]  # the same step, compiled by now, re-seeded
     for a, b in zip(again, first[1]):  # (the first run's first call ran eagerly: float rounding may differ)
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
+
+
+def test_seed_refuses_what_megengine_refuses_and_keeps_the_stream():
+    """Accepted, ``seed(1.5)`` was ``seed(1)`` and ``seed(-1)`` was ``seed(2**32 - 1)``; MegEngine raises (its
+    MT19937 and its uint64 C++ seed take neither)."""
+    import pytest
+    mge.random.seed(7)
+    want = mge.random.uniform(size=3).numpy()
+    mge.random.seed(7)
+    for bad, error in ((1.5, TypeError), ("3", TypeError), (None, TypeError), (-1, ValueError),
+                       (2 ** 64, ValueError)):
+        with pytest.raises(error, match="seed"):
+            mge.random.seed(bad)
+    np.testing.assert_array_equal(mge.random.uniform(size=3).numpy(), want)  # (the stream went on untouched)
+    mge.random.seed(np.int64(2 ** 40))  # (NumPy integers are integers)

@@ -376,6 +376,12 @@ def seed(seed: int):
     Example:
         >>> seed(3); a = uniform(size=2); seed(3); b = uniform(size=2)  # a == b
     """
+    # (MegEngine seeds NumPy's MT19937 and its C++ uint64 generator with it: a float, a negative number or one
+    # of 2**64 or more raise there; accepted, seed(1.5) was seed(1) and seed(-1) seed(2**32 - 1))
+    if not isinstance(seed, (int, np.integer)):
+        raise TypeError(f"seed: expected an int, got {type(seed).__name__} {seed!r}")
+    if not 0 <= int(seed) < 2 ** 64:
+        raise ValueError(f"seed: expected 0 <= seed < 2**64, got {seed}")
     _global._state._reset(_key_tensor(seed))
     # traced steps derive their own keys from the global one: a new seed re-derives them at their next call
     # (jit reads the count; the epoch makes a prepared compiled call take the full path once)
