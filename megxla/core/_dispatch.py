@@ -26,7 +26,7 @@ from ._spmd import MeshRequired, SpmdFunction, raise_peer_failure as _raise_peer
 from .dtypes import LOGICAL as _LOGICAL, logical_node as _logical_node
 from ._lazy import COLLECT as _COLLECT, FLUSH as _FLUSH
 from . import _interrupt
-from ._interrupt import KERNEL_CALL as _KERNEL_CALL, KERNEL_HELD as _KERNEL_HELD, unstick as _unstick
+from ._interrupt import KERNEL_HELD as _KERNEL_HELD, unstick as _unstick
 from _thread import get_ident as _get_ident
 
 _Tracer = _jax.core.Tracer
@@ -156,8 +156,7 @@ def _compute(op, inputs):
 def run_kernel(op, inputs, arrays=None):
     """``op``'s eager kernel on Tensors ``inputs`` (their ``arrays``, where given): a tuple of new Tensors; bad
     input raises an OpError naming the op, an allocation XLA refuses an OutOfMemoryError."""
-    _KERNEL_CALL[0] = _get_ident()  # (a first call's trace holds signals until it returns: core/_interrupt.py)
-    try:
+    try:  # (a first call's trace holds signals until it returns, the finally below: core/_interrupt.py)
         out = op.kernel(*([t._data for t in inputs] if arrays is None else arrays))
     except RecursionError as exc:
         if not _unstick(exc):
@@ -175,7 +174,6 @@ def run_kernel(op, inputs, arrays=None):
         raise OutOfMemoryError(f"{op!r}: out of device memory for inputs ({_describe(inputs)}): "
                                f"{str(exc).strip().splitlines()[0]}") from None
     finally:
-        _KERNEL_CALL[0] = None
         if _KERNEL_HELD[0] and _get_ident() == _interrupt._MAIN:
             _interrupt.release_kernel_trace()  # (raises KeyboardInterrupt for a Ctrl-C that arrived meanwhile)
     if isinstance((out[0] if out else None) if op.multiple_results else out, _Tracer):
@@ -183,6 +181,9 @@ def run_kernel(op, inputs, arrays=None):
     if op.multiple_results:
         return tuple(wrap(o) for o in out)
     return (wrap(out),)
+
+
+_interrupt.KERNEL_CALLERS.add(run_kernel.__code__)
 
 
 def _outside_foreign_trace(op, inputs, arrays, out):

@@ -35,12 +35,14 @@ from __future__ import annotations
 import _signal
 import _thread
 import os
+import sys
 import threading
 
 _SIGINT = _signal.SIGINT
 _MAIN = threading.main_thread().ident
 _get_ident = _thread.get_ident
 _getsignal = _signal.getsignal
+_getframe = sys._getframe
 # the signals whose Python handlers stop a program by raising (save and quit on SIGTERM, a watchdog's alarm...):
 # looked at on each scan. (SIGCHLD, SIGWINCH, SIGPROF handlers note and go on; all 29 standard ones cost 1.7 us)
 _SIGNALS = tuple(getattr(_signal, name) for name in ("SIGINT", "SIGTERM", "SIGALRM", "SIGVTALRM", "SIGHUP",
@@ -170,16 +172,22 @@ def leave():
 # ``RecursionError: Recursively calling <weakref ...>`` (a probe: 1-3 ops of ~390 interrupted first calls) -- the
 # model could be saved, but not trained on. So the trace of an eager kernel, once begun in the main thread,
 # holds signals until the kernel's call returns: the compile finishes, then the signal is delivered. Only a
-# first call per shape pays for it; a cached call pays a thread id and two list writes.
-KERNEL_CALL = [None]  # the id of the thread inside ``_dispatch.run_kernel`` (the latest to enter; any thread)
+# first call per shape pays for it (a walk up its stack); a cached call pays one list read.
+KERNEL_CALLERS = set()  # code of the functions calling eager kernels that release a hold when the call returns
 KERNEL_HELD = [False]  # the main thread's kernel call holds signals since its trace began
 
 
 def hold_kernel_trace():
-    """(an eager kernel's trace begins) Hold signals until the kernel call returns, where that call is the main
-    thread's :func:`~megxla.core._dispatch.run_kernel`: a trace begun anywhere else (a compiled step recording
-    abstractly, a cluster compiling) is not followed by that call's :func:`release_kernel_trace`."""
-    if KERNEL_CALL[0] == _get_ident() and not KERNEL_HELD[0] and enter():
+    """(an eager kernel's trace begins) Hold signals until the kernel call returns, where that call is made by one
+    of ``KERNEL_CALLERS`` (:func:`~megxla.core._dispatch.run_kernel`, a recording's ``abstract_apply``) in the main
+    thread: a trace begun anywhere else (a compiled step's lowering, a cluster compiling) is not followed by that
+    caller's :func:`release_kernel_trace`."""
+    if KERNEL_HELD[0] or _get_ident() != _MAIN:
+        return
+    frame = _getframe(2)
+    while frame is not None and frame.f_code not in KERNEL_CALLERS:
+        frame = frame.f_back
+    if frame is not None and enter():
         KERNEL_HELD[0] = True
 
 

@@ -16,7 +16,7 @@ import jax
 from _thread import get_ident as _get_ident
 
 from ..core import _dispatch, _interrupt, _naming
-from ..core._interrupt import KERNEL_CALL as _KERNEL_CALL, KERNEL_HELD as _KERNEL_HELD
+from ..core._interrupt import KERNEL_HELD as _KERNEL_HELD
 from ..core._dispatch import eager_apply
 from ..core._spmd import MeshRequired
 from ..core._elemwise_front import SCALAR_VIDS
@@ -257,8 +257,7 @@ def abstract_apply(op, inputs):
     """Evaluate ``op`` on Tensors whose data are tracers of an enclosing ``jax.eval_shape``: no kernel runs,
     the outputs carry shapes and dtypes. The calling thread's GradManagers tape the op as ``eager_apply``
     does."""
-    _KERNEL_CALL[0] = _get_ident()  # (the kernel's first trace holds signals until it returns: core/_interrupt.py)
-    try:
+    try:  # (the kernel's first trace holds signals until it returns, the finally below: core/_interrupt.py)
         out = _abstract_kernel(op)(*[t._data for t in inputs])
     except _TRACER_ERRORS:
         raise NeedsHost(user_where(), f"computes {op!r} on the host") from None  # its kernel needs a value
@@ -269,7 +268,6 @@ def abstract_apply(op, inputs):
     except (TypeError, ValueError, IndexError) as exc:
         raise _dispatch.op_error(op, inputs, exc) from None
     finally:
-        _KERNEL_CALL[0] = None
         if _KERNEL_HELD[0] and _get_ident() == _interrupt._MAIN:
             _interrupt.release_kernel_trace()
     outputs = tuple(_dispatch.wrap(o) for o in out) if op.multiple_results else (_dispatch.wrap(out),)
@@ -278,6 +276,9 @@ def abstract_apply(op, inputs):
         for r in tuple(recs):
             r._record(op, inputs, outputs)
     return outputs
+
+
+_interrupt.KERNEL_CALLERS.add(abstract_apply.__code__)
 
 
 class AbstractRecorder(Recorder):
