@@ -45,6 +45,7 @@ class _Attached:
         return self.ref()
 
 
+@_interrupt.ignores_exceptions
 def _forget(owner, key, ref):
     # (a module-level function: a closure over the entry would make entry -> weakref -> callback -> entry a
     # reference cycle, garbage left for the cyclic collector on every attach: MegEngine's test_release)

@@ -2,6 +2,7 @@
 promotion rule (a Python scalar takes the tensor's dtype when it fits), then one ``apply``."""
 from __future__ import annotations
 
+import functools
 import math
 import weakref
 
@@ -20,8 +21,9 @@ _SCALARS: dict = {}
 SCALAR_VIDS: dict = {}  # vid -> weak reference to the scalar tensor
 
 
-def _forget_vid(vid):
-    return lambda _ref: SCALAR_VIDS.pop(vid, None)
+@_interrupt.ignores_exceptions
+def _forget_vid(vid, _ref):
+    SCALAR_VIDS.pop(vid, None)
 
 
 def _scalar_key(value, dtype):
@@ -63,7 +65,7 @@ def _scalar(value, dtype):
         finally:
             if held:
                 _interrupt.leave()
-        SCALAR_VIDS[t._vid] = weakref.ref(t, _forget_vid(t._vid))
+        SCALAR_VIDS[t._vid] = weakref.ref(t, functools.partial(_forget_vid, t._vid))
     return t
 
 

@@ -5,7 +5,10 @@ Keyed by ``id`` with a weak reference (Tensor's ``__eq__`` is elementwise, so it
 the value id recorded at marking time makes a later in-place rebinding count as internal again.
 """
 import bisect
+import functools
 import weakref
+
+from . import _interrupt
 
 _external: dict = {}
 
@@ -14,9 +17,14 @@ def mark_external(t):
     key = id(t)
     entry = _external.get(key)
     if entry is None or entry[0]() is not t:
-        _external[key] = (weakref.ref(t, lambda _, k=key: _external.pop(k, None)), t._vid)
+        _external[key] = (weakref.ref(t, functools.partial(_unmark, key)), t._vid)
     else:
         _external[key] = (entry[0], t._vid)
+
+
+@_interrupt.ignores_exceptions
+def _unmark(key, _ref):
+    _external.pop(key, None)
 
 
 def unmark_external(t):

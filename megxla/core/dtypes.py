@@ -5,6 +5,7 @@ int64 arrays become int32 (unless a dtype is given explicitly and JAX's x64 mode
 """
 from __future__ import annotations
 
+import functools
 import os
 import re
 import weakref
@@ -12,6 +13,8 @@ import weakref
 import numpy as np
 import jax
 import jax.numpy as jnp
+
+from . import _interrupt
 
 try:  # whether the calling thread is in no JAX trace: 0.4 us, where entering ensure_compile_time_eval takes 10-15
     from jax._src.core import trace_state_clean as _no_jax_trace
@@ -173,7 +176,12 @@ _host_copies: dict = {}  # id(device array) -> [weak reference to it, its host c
 
 def _keep_host_copy(arr, host):
     key = id(arr)
-    _host_copies[key] = [weakref.ref(arr, lambda _, k=key: _host_copies.pop(k, None)), host, None]
+    _host_copies[key] = [weakref.ref(arr, functools.partial(_drop_host_copy, key)), host, None]
+
+
+@_interrupt.ignores_exceptions
+def _drop_host_copy(key, _ref):
+    _host_copies.pop(key, None)
 
 
 def host_copy(arr):
