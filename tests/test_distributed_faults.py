@@ -114,3 +114,46 @@ def test_a_failing_rank_leaves_its_peer_a_python_error_and_intact_state(kind, co
     assert waited < 10, waited  # raised at once, not after a transport timeout
     assert intact, "the survivor's parameters or slots changed in the failed step"
     assert saved
+
+
+def _worker_peer_fails_first(kind, out_dir):
+    r = dist.get_rank()
+    if r == 1:  # before its first collective: the survivor waits for its program (same_program), not in a collective
+        if kind == "raise":
+            raise ValueError("rank one gives up at once")
+        os.kill(os.getpid(), 9)
+    mge.random.seed(0)
+    model = M.Linear(4, 2)
+    opt = optim.SGD(model.parameters(), lr=0.01)
+    gm = GradManager().attach(model.parameters(), callbacks=[dist.make_allreduce_cb("mean")])
+    before = _flat(model, opt)
+    t0 = time.monotonic()
+    try:
+        with gm:
+            gm.backward(model(mge.Tensor(np.ones((3, 4), "float32"))).sum())
+        opt.step().clear_grad()
+        error = None
+    except RuntimeError as exc:
+        error = (type(exc).__name__, str(exc))
+    waited = time.monotonic() - t0
+    intact = all(np.array_equal(v, before[k]) for k, v in _flat(model, opt).items())
+    with open(os.path.join(out_dir, "survivor.pkl"), "wb") as f:
+        pickle.dump((error, waited, intact), f)
+
+
+@pytest.mark.parametrize("kind", ["raise", "kill"])
+def test_a_rank_failing_before_its_first_collective_is_named_at_once(kind, tmp_path, monkeypatch):
+    """The survivor's first collective waits for its peer's program digest (``same_program``): a peer that had died
+    or failed before it got there left it waiting the whole timeout with no error (41 s under the launcher, which
+    then killed it; MEGXLA_DIST_TIMEOUT, 600 s, without it -- probe X). It looks at the peers while it waits."""
+    monkeypatch.setenv("MEGXLA_DIST_HEARTBEAT", str(HEARTBEAT))
+    with pytest.raises(RuntimeError, match="rank 1"):
+        with _deadline(60):
+            dist.launcher(_worker_peer_fails_first, n_gpus=2, device_type="cpu")(kind, str(tmp_path))
+    error, waited, intact = pickle.loads((tmp_path / "survivor.pkl").read_bytes())
+    assert error is not None and error[0] == "PeerFailure", error
+    assert {"raise": "rank 1 failed", "kill": "rank 1 died"}[kind] in error[1], error[1]
+    if kind == "raise":
+        assert "rank one gives up at once" in error[1]
+    assert waited < 10, waited
+    assert intact

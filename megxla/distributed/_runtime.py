@@ -277,14 +277,26 @@ def same_program(ranks, key, digest):
     base = f"megxla/program/{'-'.join(map(str, ranks))}/{key}/{n}/"
     cl = client()
     cl.key_value_set(base + str(_st.rank), digest, allow_overwrite=True)
+    deadline = time.monotonic() + timeout()
     for r in ranks:
         if r == _st.rank:
             continue
-        try:
-            theirs = cl.blocking_key_value_get(base + str(r), int(timeout() * 1000))
-        except Exception as exc:
-            raise RuntimeError(f"SPMD program {key} (number {n}) over ranks {list(ranks)}: rank {r} did not compile "
-                               f"it within {timeout():g} s (MEGXLA_DIST_TIMEOUT): {str(exc).splitlines()[0]}") from None
+        # Waited for in slices, the peers looked at between them: a rank that died or failed before it got here
+        # (its first collective) left this one waiting the whole timeout with no error (41 s under the launcher,
+        # which then killed it; 600 s without), where a dead peer in a collective is named in 2-3 s (probe X)
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                theirs = cl.blocking_key_value_get(base + str(r), max(1, int(min(left, _PROGRAM_WAIT_SLICE) * 1000)))
+                break
+            except Exception as exc:
+                what = f"SPMD program {key} (number {n}) over ranks {list(ranks)}"
+                gone = _gone(r, what)
+                if gone is not None:
+                    raise gone from None
+                if time.monotonic() >= deadline:
+                    raise RuntimeError(f"{what}: rank {r} did not compile it within {timeout():g} s "
+                                       f"(MEGXLA_DIST_TIMEOUT): {str(exc).splitlines()[0]}") from None
         if theirs != digest:
             raise RuntimeError(f"SPMD program {key} (number {n}) over ranks {list(ranks)}: rank {_st.rank} and rank "
                                f"{r} compiled different programs; their collectives could pair up wrongly. Every "
@@ -346,6 +358,22 @@ def _dead_peers():
         except OSError:
             pass
     return sorted(dead)
+
+
+_PROGRAM_WAIT_SLICE = 1.0  # seconds between two looks at the peers while waiting for their program (same_program)
+
+
+def _gone(rank, what):
+    """A :class:`PeerFailure` where ``rank`` reported a failure, left the group or died; else None."""
+    got = failed_ranks()
+    if rank in got:
+        return PeerFailure(f"{what}: rank {rank} failed:\n{got[rank]}")
+    if rank in _left_ranks():
+        return PeerFailure(f"{what}: rank {rank} left the group (its function returned, or it shut the group down) "
+                           f"while this rank waited for it")
+    if rank in _dead_peers():
+        return PeerFailure(f"{what}: rank {rank} died (its process is gone) while this rank waited for it")
+    return None
 
 
 def describe_failure(exc, what):
