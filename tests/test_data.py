@@ -411,6 +411,24 @@ def test_killed_worker_is_reported(hang_guard):
     assert time.monotonic() - start < 5
 
 
+class _SlowOddBatchKillsAt(FailingDataset):
+    """Batch 1 (worker 1's) is slow; worker 0 dies loading index ``at``."""
+
+    def __getitem__(self, i):
+        if i in (2, 3):
+            time.sleep(1.0)
+        return super().__getitem__(i)
+
+
+def test_a_killed_worker_is_reported_with_the_batch_it_was_loading(hang_guard):
+    # the message named the batch this process was waiting for -- another worker's (batch 1) -- instead of the
+    # batch worker 0 died on (batch 4: indices 8, 9), probe X
+    ds = _SlowOddBatchKillsAt("kill", at=9)
+    loader = DataLoader(ds, SequentialSampler(ds, batch_size=2), num_workers=2)
+    with pytest.raises(RuntimeError, match=r"worker 0 .*killed by SIGKILL\) while loading batch 4$"):
+        list(loader)
+
+
 def test_an_alarm_going_off_as_its_block_ends_is_a_dataloader_timeout():
     # the loader's alarm fired as the block's exit began, before it was disarmed: the private _Timeout escaped the
     # loader instead of MegEngine's "dataloader timeout" RuntimeError
@@ -451,6 +469,11 @@ def test_timeout(hang_guard, num_workers):
     assert time.monotonic() - start < 3
     with pytest.raises(ValueError, match="timeout"):
         DataLoader(ds, timeout=-1)
+    # (a string or None reached a comparison: "'<' not supported between instances of 'str' and 'int'", probe X)
+    for bad in ("a", None, True):
+        with pytest.raises(TypeError, match=r"timeout should be a number of seconds .*got " + repr(bad)):
+            DataLoader(ds, timeout=bad)
+    assert DataLoader(ds, timeout=np.float32(0.5)).timeout == 0.5
 
 
 def test_early_break_cleans_up_workers(hang_guard):

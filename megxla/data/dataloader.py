@@ -768,8 +768,11 @@ class _ParallelIter:
     def _raise_dead(self, wid):
         worker = self.workers[wid]
         worker.join(timeout=0.1)
+        # the batch it was loading: the first of its own not delivered (not the one this process waits for, which
+        # may be another worker's -- probe X); a worker takes its batches in order
+        own = [b for b, w in self.task_worker.items() if w == wid and b not in self.results]
         msg = "DataLoader worker {} (pid {}) {} while loading batch {}".format(
-            wid, worker.pid, _describe_exit(worker), self.rcvd_idx
+            wid, worker.pid, _describe_exit(worker), min(own) if own else self.rcvd_idx
         )
         self._shutdown(force=True)
         raise RuntimeError(msg)
@@ -959,7 +962,10 @@ class DataLoader:
                     num_workers
                 )
             )
-        if timeout < 0:
+        # (a string or None reached the comparison below: "'<' not supported between 'str' and 'int'", probe X)
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float, np.integer, np.floating)):
+            raise TypeError("timeout should be a number of seconds (0: no timeout), but got {!r}".format(timeout))
+        if not timeout >= 0:  # (NaN too)
             raise ValueError("timeout should not be negative, but got {}".format(timeout))
 
         self.dataset = dataset
