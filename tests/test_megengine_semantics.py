@@ -920,9 +920,14 @@ def test_load_state_dict_takes_the_loaded_dtype():
     assert m.weight.dtype == np.float16 and m.bias.dtype == np.float16 and isinstance(m.weight, Parameter)
     assert m(Tensor(np.ones((1, 2), "float32"))).dtype == np.float32
     bn = M.BatchNorm2d(2)
-    bn.load_state_dict({k: v.astype("int32") for k, v in bn.state_dict().items()})
+    with pytest.warns(UserWarning) as caught:
+        bn.load_state_dict({k: v.astype("int32") for k, v in bn.state_dict().items()})
     # MegEngine gives int32 for bias, running_mean, running_var, weight
     assert {str(v.dtype) for v in bn.state_dict().values()} == {"int32"}
+    # ... and such a parameter gets no gradient: each float parameter turned integer is named (a training loop went on
+    # with its weights frozen, no error -- probe X); the buffers (running statistics) are not
+    assert sorted(str(w.message).split("`")[1] for w in caught) == ["bias", "weight"]
+    assert all("gets no gradient" in str(w.message) and w.filename == __file__ for w in caught)
     # MegEngine prints the unused / missing keys as a set: unused={'extra'}
     with pytest.raises(KeyError, match=r"unused=\{'extra'\}"):
         M.Linear(2, 2).load_state_dict(dict(M.Linear(2, 2).state_dict(), extra=np.zeros(1)))

@@ -7,6 +7,7 @@ name order (MegEngine's order, which optimizers and checkpoints rely on).
 from __future__ import annotations
 
 import itertools
+import warnings
 import weakref
 from abc import ABCMeta, abstractmethod
 from collections import OrderedDict
@@ -673,6 +674,14 @@ class Module(metaclass=ABCMeta):
                 # bool) checkpoint gives float16 (...) parameters. (64-bit arrays, which MegEngine rejects, are
                 # converted to the tensor's dtype.)
                 dtype = value.dtype.name
+                if isinstance(var, Parameter) and is_float(var.dtype) and value.dtype.kind in "biu" \
+                        and not value.dtype.metadata:
+                    # (MegEngine's behaviour, kept; but such a parameter gets no gradient: a training loop went on
+                    # with its weights frozen at the loaded integers and no error -- probe X)
+                    warnings.warn(f"load_state_dict: parameter `{k}` is {np.dtype(var.dtype).name} and the value "
+                                  f"loaded is {value.dtype.name}: it becomes {value.dtype.name}, as MegEngine loads "
+                                  f"it, and gets no gradient (convert the value, `.astype('float32')`, to train it)",
+                                  stacklevel=2)
             try:
                 new = Tensor(value, dtype=dtype, device=var.device)
             except (TypeError, ValueError, OverflowError) as exc:
