@@ -5,6 +5,7 @@ auto-jit (``megxla.config.auto_jit = True``, no decorator) vs the same step unde
     python benchmarks/eager_loop.py --only mlp --steps 30
     python benchmarks/eager_loop.py --cut-backward      # auto-jit cutting at gm.backward too (the GPU experiment)
     python benchmarks/eager_loop.py --no-early          # auto-jit running each cluster only once collected in full
+    python benchmarks/eager_loop.py --hostread-bounds   # the host-read step as written, padded, with no host read
 
 Columns are ms/step (median of the timed steps after ``--warmup`` steps, each step ending in ``loss.item()``) and
 the ratios. Every (workload, mode) runs in a fresh process, in interleaved rounds (the fastest reported), so no
@@ -21,6 +22,11 @@ host time of one op: eager dispatch (``apply`` -> jax) against collecting it int
 (shape inference cached), on a chain of small elementwise ops; and the host CPU time of a whole training step at
 tiny shapes (``host_per_step``: what its Python costs eagerly, under auto-jit -- with its backward collected as one
 op, and with each gradient op collected on its own -- and as an ``xla_trace`` call).
+
+``--hostread-bounds`` asks what would make the host-read step's goal (auto-jit at half its eager time) reachable:
+the step as written against the same step with its selection padded to a bucket (what compiling counts as
+symbolic, padded sizes would give) and with no host read at all (the loss as a mask on the device: no cut in the
+middle of the step), each eager and under auto-jit, and the latter as an ``xla_trace`` step.
 """
 from __future__ import annotations
 
@@ -250,6 +256,70 @@ def per_op_us(n=200, reps=20):
     return res
 
 
+def padded_hostread_step(model, opt, gm, x, y):
+    """The host-read step as a padded-count compiler would run it: ``cond_take``'s selection computed from the mask
+    read on the host and padded to a power-of-two bucket (a zero weight on the padding), so the ops after the read
+    have one shape per bucket instead of one per count."""
+    with gm:
+        logits = model(x)
+        m = logits > 0
+        n = int(m.sum())
+        idx = np.flatnonzero(m.numpy()).astype(np.int32)
+        bucket = max(8, 1 << max(n - 1, 0).bit_length())
+        padded, weight = np.zeros(bucket, np.int32), np.zeros(bucket, np.float32)
+        padded[:n], weight[:n] = idx, 1
+        pos = F.reshape(logits, (-1,))[mge.Tensor(padded)] * mge.Tensor(weight)
+        loss = F.nn.cross_entropy(logits, y) + 0.01 * pos.sum() / max(n, 1)
+        gm.backward(loss)
+    opt.step().clear_grad()
+    return loss
+
+
+def on_device_step(model, opt, gm, x, y):
+    """The host-read step's loss with no host read at all (the count and the selection as a mask on the device):
+    what no cut in the middle of the step would give."""
+    with gm:
+        logits = model(x)
+        m = (logits > 0).astype("float32")
+        loss = F.nn.cross_entropy(logits, y) + 0.01 * (logits * m).sum() / F.maximum(m.sum(), 1)
+        gm.backward(loss)
+    opt.step().clear_grad()
+    return loss
+
+
+def hostread_bounds(rounds=14, skip=5, batches=12):
+    """What would bring the host-read step (``hostread``) under auto-jit to half its eager time: ms/step (medians;
+    one process, every variant on its own model, taking turns over the same ``batches`` batches so that their counts
+    recur -- the steady state) of the step as written (eager, auto-jit), with the selection padded to a bucket
+    (``padded_hostread_step``: the most padded counts could give), and with no host read at all
+    (``on_device_step``: eager, auto-jit, ``xla_trace``), against the eager step as written."""
+    wl = models.WORKLOADS["convnet_b8"]
+    data = _batches(wl, batches)
+    variants = [("as written, eager", hostread_step, "eager"), ("as written, auto-jit", hostread_step, "auto_jit"),
+                ("padded, eager", padded_hostread_step, "eager"), ("padded, auto-jit", padded_hostread_step, "auto_jit"),
+                ("no host read, eager", on_device_step, "eager"),
+                ("no host read, auto-jit", on_device_step, "auto_jit"),
+                ("no host read, xla_trace", on_device_step, "xla_trace")]
+    runs = []
+    for name, fn, mode in variants:
+        model, opt, gm = _setup(wl)
+        runs.append((name, mode, model, opt, gm, _stepper(mode, fn, gm)))
+    times = {name: [] for name, *_ in variants}
+    try:
+        for r in range(rounds):
+            for name, mode, model, opt, gm, run in runs:
+                mge.config.auto_jit = mode == "auto_jit"
+                for xs, ys in data:
+                    t0 = time.perf_counter()
+                    run(model, opt, gm, xs, ys).item()
+                    if r >= skip:
+                        times[name].append(time.perf_counter() - t0)
+                mge.config.auto_jit = False
+    finally:
+        mge.config.auto_jit = False
+    return {name: statistics.median(v) * 1e3 for name, v in times.items()}
+
+
 def host_per_step(blocks=12, steps=25, modes=("eager", "auto_jit", "auto_jit_op_by_op", "xla_trace")):
     """Host CPU time per training step (ms; the calling thread's ``time.thread_time``, median over interleaved blocks,
     the first 3 steps of each block left out) of the tiny-shape workloads of ``host_overhead.py`` -- the Python a step
@@ -342,6 +412,8 @@ def main():
     ap.add_argument("--interleaved", default="mlp,convnet_b8,convnet_b64", metavar="WORKLOADS",
                     help="also measure these workloads with the three modes taking turns in one process (see "
                          "interleaved(); '' for none)")
+    ap.add_argument("--hostread-bounds", action="store_true",
+                    help="only the host-read step's bounds (hostread_bounds): as written, padded, with no host read")
     ap.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.cut_backward:
@@ -351,6 +423,13 @@ def main():
     if args.child:
         name, mode, steps, warmup = args.child
         return _child(name, mode, int(steps), int(warmup))
+    if args.hostread_bounds:
+        b = hostread_bounds()
+        eager = b["as written, eager"]
+        print("host-read step, steady state, one process (ms/step, / the eager step as written):")
+        for name, ms in b.items():
+            print(f"  {name:26s} {ms:6.2f}  {ms / eager:.2f}")
+        return
     rows = []
     for name in args.only.split(","):
         best = {m: [] for m in MODES}
