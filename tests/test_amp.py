@@ -493,3 +493,66 @@ def test_bfloat16_values_are_not_taken_for_integers():
     m.load_state_dict(sd)
     assert m.weight.dtype.name == "bfloat16"
     np.testing.assert_array_equal(m.weight.numpy(), sd["weight"])
+
+
+def test_grad_scaler_flags_gradients_that_overflow_when_unscaled():
+    # At a scale below 1 the scaled gradient can be finite where the true one is not (float32 max 3.4e38): the check
+    # was on the scaled values, so `w.grad` came back inf and the SGD step made `w` NaN (probe Y)
+    from megxla.amp import GradScaler
+    w = mge.Parameter(np.ones(3, "float32"))
+    gm, scaler = GradManager().attach([w]), GradScaler(init_scale=1.0)
+    scaler.update(0.25)
+    with gm:
+        scaler.backward(gm, (w * 2e38).sum() * 2)  # true gradient 4e38: 1e38 scaled
+    assert w.grad is None and scaler.scale_factor == 0.125
+    optim.SGD([w], lr=0.1).step()
+    assert np.array_equal(w.numpy(), np.ones(3, "float32"))
+
+
+def test_grad_scaler_scale_backs_off_to_the_smallest_normal_float_not_zero():
+    # ~150 overflowing steps took the float32 scale to 0, after which every step divided by it: NaN weights
+    from megxla.amp import GradScaler
+    w = mge.Parameter(np.ones(3, "float32"))
+    gm, scaler = GradManager().attach([w]), GradScaler(init_scale=2.0 ** 16)
+    for _ in range(200):
+        with gm:
+            scaler.backward(gm, (w * np.inf).sum())
+    assert scaler.scale_factor == np.finfo(np.float32).tiny
+    with gm:
+        scaler.backward(gm, (w * 2).sum())
+    assert w.grad is None or np.isfinite(w.grad.numpy()).all()
+    optim.SGD([w], lr=0.1).step()
+    assert np.isfinite(w.numpy()).all()
+
+
+def test_grad_scaler_rejects_bad_settings_and_loads_a_state_all_or_nothing():
+    from megxla.amp import GradScaler
+    for kwargs, error in [(dict(init_scale="x"), TypeError), (dict(init_scale=float("inf")), ValueError),
+                          (dict(init_scale=0), ValueError), (dict(growth_interval=2.5), ValueError),
+                          (dict(backoff_factor=5), ValueError), (dict(growth_factor="2"), TypeError)]:
+        with pytest.raises(error, match="GradScaler: " + next(iter(kwargs))):
+            GradScaler(**kwargs)
+    s = GradScaler()
+    for bad in (0, -1, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="positive and finite"):
+            s.update(bad)
+    assert s.scale_factor == 16.0
+    before = s.state_dict()
+    with pytest.raises(KeyError, match="growth_factor"):
+        s.load_state_dict({"scale_factor": 1024.0})  # (it set the scale, then raised)
+    for bad in ({**before, "scale_factor": -8.0}, {**before, "backoff_factor": 5.0}, {**before, "_growth_tracker": -1}):
+        with pytest.raises(ValueError):
+            s.load_state_dict(bad)
+    assert s.state_dict() == before
+
+
+def test_grad_scaler_unscales_a_single_tensor_given_alone():
+    # `unscale(w)` iterated the tensor's rows (no gradient): nothing unscaled, the next step scale times too large
+    from megxla.amp import GradScaler
+    w = mge.Parameter(np.ones(3, "float32"))
+    gm, scaler = GradManager().attach([w]), GradScaler()
+    with gm:
+        scaler.backward(gm, (w * 2).sum(), unscale_grad=False)
+    assert w.grad.numpy().tolist() == [32.0] * 3
+    scaler.unscale(w)
+    assert w.grad.numpy().tolist() == [2.0] * 3

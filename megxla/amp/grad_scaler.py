@@ -1,6 +1,8 @@
 """``GradScaler``: dynamic loss scaling for mixed precision training (MegEngine semantics)."""
 from __future__ import annotations
 
+import math
+import numbers
 from typing import Iterable
 
 import jax.numpy as jnp
@@ -18,12 +20,15 @@ def _check_non_finite_impl(*args):
     # One fused op for all gradients: a single dispatch and a single host read of the flag per step, however
     # many parameters the model has (MegEngine's CheckNonFinite does the same). ``1 / scale`` is computed here,
     # in float32, so a compiled step divides by the scale it holds now.
+    # The unscaled values are checked, not the scaled ones: a scale backed off below 1 turned a finite scaled
+    # gradient into inf (4e38 at scale 0.25), which the optimizer then took -- NaN weights (probe Y)
     *grads, scale = args
     inv = 1.0 / scale
+    outs = tuple(g * inv.astype(g.dtype) for g in grads)
     bad = jnp.zeros((), jnp.bool_)
-    for g in grads:
+    for g in outs:
         bad = bad | ~jnp.all(jnp.isfinite(g))
-    return tuple(g * inv.astype(g.dtype) for g in grads) + (bad,)
+    return outs + (bad,)
 
 
 _check_non_finite = Primitive("amp_check_non_finite", _check_non_finite_impl, multiple_results=True)
@@ -35,6 +40,9 @@ def _update_scale_impl(scale, tracker, found, growth_factor, backoff_factor, gro
     grown = tracker + 1
     grow = grown >= growth_interval
     new_scale = jnp.where(found, scale * backoff_factor, jnp.where(grow, scale * growth_factor, scale))
+    # never 0 (~150 overflowing steps of a float32 scale): 0 stays 0 whatever grows it, and every step after it
+    # divided by 0 (probe Y); the smallest normal float32 keeps 1 / scale finite
+    new_scale = jnp.maximum(new_scale, jnp.finfo(jnp.float32).tiny)
     new_tracker = jnp.where(found | grow, jnp.zeros_like(tracker), grown)
     return new_scale.astype(scale.dtype), new_tracker.astype(tracker.dtype)
 
@@ -42,6 +50,36 @@ def _update_scale_impl(scale, tracker, found, growth_factor, backoff_factor, gro
 _update_scale = Primitive("amp_update_scale", _update_scale_impl, multiple_results=True)
 _fill_scale = Primitive("amp_fill_scale", lambda y, scale: jnp.full(y.shape, scale, y.dtype))
 _mul_scale = Primitive("amp_mul_scale", lambda dy, scale: dy * scale.astype(dy.dtype))
+
+
+def _number(name, value):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"GradScaler: {name} must be a number, got {value!r}")
+    return float(value)
+
+
+def _scale_value(value, name="the scale factor"):
+    """``value`` as a scale: a positive, finite number (an inf scale skipped every step silently, a 0 or negative
+    one divided the gradients by it)."""
+    if isinstance(value, Tensor):
+        value = value.item()
+    v = _number(name, value)
+    if not (v > 0 and math.isfinite(v)):
+        raise ValueError(f"GradScaler: {name} must be positive and finite, got {value!r}")
+    return v
+
+
+def _check_settings(init_scale, growth_factor, backoff_factor, growth_interval):
+    _scale_value(init_scale, "init_scale")
+    growth_factor = _number("growth_factor", growth_factor)
+    if not (growth_factor >= 1 or growth_factor == 0) or math.isinf(growth_factor):
+        raise ValueError(f"GradScaler: growth_factor must be >= 1 (or 0: never grow), got {growth_factor}")
+    if not 0 < _number("backoff_factor", backoff_factor) <= 1:
+        raise ValueError(f"GradScaler: backoff_factor must be in (0, 1], got {backoff_factor}")
+    interval = _number("growth_interval", growth_interval)
+    if interval < 0 or interval != int(interval):
+        raise ValueError(f"GradScaler: growth_interval must be an int >= 0 (0: static scale), "
+                         f"got {growth_interval!r}")
 
 
 class GradScaler:
@@ -77,15 +115,7 @@ class GradScaler:
 
     def __init__(self, init_scale: float = 2.0 ** 4, growth_factor: float = 2.0, backoff_factor: float = 0.5,
                  growth_interval: int = 2000):
-        if not init_scale > 0:
-            raise ValueError(f"GradScaler: init_scale must be positive, got {init_scale}")
-        if not (growth_factor >= 1 or growth_factor == 0):
-            raise ValueError(f"GradScaler: growth_factor must be >= 1 (or 0: never grow), got {growth_factor}")
-        if not 0 < backoff_factor <= 1:
-            raise ValueError(f"GradScaler: backoff_factor must be in (0, 1], got {backoff_factor}")
-        if int(growth_interval) < 0:
-            raise ValueError(f"GradScaler: growth_interval must be an int >= 0 (0: static scale), "
-                             f"got {growth_interval}")
+        _check_settings(init_scale, growth_factor, backoff_factor, growth_interval)
         # NOTE: the scale and the growth counter are Tensors (state): a compiled step that contains backward,
         # unscale and update reads and rebinds them like any other state, and never reads the overflow flag on
         # the host. ``scale_factor`` reads the value when asked.
@@ -105,7 +135,7 @@ class GradScaler:
 
     @scale_factor.setter
     def scale_factor(self, value):
-        self._scale._reset(Tensor(float(value), dtype="float32"))
+        self._scale._reset(Tensor(_scale_value(value), dtype="float32"))
 
     @property
     def _growth_tracker(self) -> int:
@@ -180,6 +210,10 @@ class GradScaler:
             >>> scaler.unscale([w]).update(); w.grad.numpy()
             array([3.], dtype=float32)
         """
+        if isinstance(grad_tensors, Tensor):
+            # (iterated, a Tensor gave its rows, none with a gradient: nothing was unscaled, and the next step
+            # took a gradient scale times too large -- probe Y)
+            grad_tensors = [grad_tensors]
         tensors = [t for t in grad_tensors if t is not None and getattr(t, "grad", None) is not None]
         if not tensors:
             return self
@@ -262,11 +296,21 @@ class GradScaler:
             >>> s = GradScaler(); s.load_state_dict({**s.state_dict(), "scale_factor": 4.0}); s.scale_factor
             4.0
         """
-        self.scale_factor = float(state["scale_factor"])
-        self.growth_factor = float(state["growth_factor"])
-        self.backoff_factor = float(state["backoff_factor"])
-        self.growth_interval = int(state["growth_interval"])
-        self._growth_tracker = int(state["_growth_tracker"])
+        # (all read and checked before any is set: a state missing a key set the scale, then raised -- probe Y)
+        missing = [k for k in ("scale_factor", "growth_factor", "backoff_factor", "growth_interval",
+                               "_growth_tracker") if k not in state]
+        if missing:
+            raise KeyError(f"GradScaler.load_state_dict: the state has no {missing}")
+        values = [state[k] for k in ("scale_factor", "growth_factor", "backoff_factor", "growth_interval")]
+        _check_settings(*values)
+        tracker = state["_growth_tracker"]
+        if isinstance(tracker, bool) or not isinstance(tracker, numbers.Integral) or tracker < 0:
+            raise ValueError(f"GradScaler.load_state_dict: _growth_tracker must be an int >= 0, got {tracker!r}")
+        self.scale_factor = values[0]
+        self.growth_factor = float(values[1])
+        self.backoff_factor = float(values[2])
+        self.growth_interval = int(values[3])
+        self._growth_tracker = int(tracker)
 
 
 # A compiled step that uses a GradScaler reads and rebinds its scale and growth counter: they are its state.
