@@ -596,3 +596,21 @@ def test_load_state_dict_with_a_slot_missing_raises_and_changes_nothing():
     for k, v in opt._state[w].items():
         np.testing.assert_array_equal(np.array(v), before[k])
     opt.step()  # (training goes on)
+
+
+def test_load_state_dict_into_a_parameter_with_no_slot_checks_the_slots_it_may_have():
+    """SGD without momentum keeps no slot: any loaded slot was accepted, and the step after momentum was turned on
+    failed deep in the update (``OpError: optimizer_update[...]: invalid inputs``), probe Y."""
+    w = mge.Parameter(np.ones(5, "float32"))
+    opt = optim.SGD([w], lr=0.1)
+    sd = opt.state_dict()
+    with pytest.raises(ValueError, match=r"unknown \['junk'\]"):
+        opt.load_state_dict({**sd, "state": {0: {"momentum_buffer": np.zeros(5), "junk": np.zeros(7)}}})
+    with pytest.raises(ValueError, match=r"'momentum_buffer' of parameter 0 has shape \(7,\), expected \(5,\)"):
+        opt.load_state_dict({**sd, "state": {0: {"momentum_buffer": np.zeros(7)}}})
+    assert opt._state.get(w, {}) == {}
+    opt.load_state_dict({**sd, "state": {0: {"momentum_buffer": np.full(5, 2.0, "float32")}}})
+    opt.param_groups[0]["momentum"] = 0.9
+    w.grad = mge.Tensor(np.ones(5, "float32"))
+    opt.step()  # v = 0.9 * 2 + 1
+    np.testing.assert_allclose(w.numpy(), 1 - 0.1 * 2.8, rtol=1e-6)

@@ -492,6 +492,10 @@ class Optimizer(metaclass=ABCMeta):
         """Called after ``param_group[key]`` was assigned; subclasses whose state layout depends on a value
         override it (SGD's momentum)."""
 
+    # Slots a parameter may have without having them now, shaped like it (SGD's momentum buffer, created when
+    # momentum is turned on): what load_state_dict accepts for a parameter with no slot
+    _OPTIONAL_SLOTS = ()
+
     # The per-parameter update, a pure function of JAX arrays: ``_rule(flags, hypers, param, grad, slots)``
     # returns ``(new_param, new_slots)``; see ._group_update. Subclasses set it (a module-level function).
     _rule = None
@@ -683,11 +687,18 @@ class Optimizer(metaclass=ABCMeta):
                         raise ValueError(f"loaded state of parameter {i} has slots {sorted(slots)}, {owner} keeps "
                                          f"{sorted(current)}" + (f" (missing {missing})" if missing else "")
                                          + (f" (unknown {extra})" if extra else ""))
+                    if not current and not set(slots) <= set(self._OPTIONAL_SLOTS):
+                        # (a parameter with no slot yet -- SGD without momentum -- took any: the step after
+                        # momentum was turned on failed deep in the update, probe Y)
+                        extra = sorted(set(slots) - set(self._OPTIONAL_SLOTS))
+                        raise ValueError(f"loaded state of parameter {i} has slots {sorted(slots)}, {owner} keeps "
+                                         f"{sorted(self._OPTIONAL_SLOTS) or 'none'} for it (unknown {extra})")
                     converted = {}
                     for k, v in slots.items():
-                        if k in current and tuple(np.shape(v)) != current[k].shape:
+                        want = current[k].shape if k in current else tuple(p.shape)
+                        if tuple(np.shape(v)) != want:
                             raise ValueError(f"loaded slot {k!r} of parameter {i} has shape {tuple(np.shape(v))}, "
-                                             f"expected {current[k].shape}")
+                                             f"expected {want}")
                         # converted now, before anything is assigned: a bad value leaves the optimizer unchanged
                         a = v.numpy() if isinstance(v, Tensor) else np.asarray(v)
                         if a.dtype == object or not (a.dtype.kind in "biufc" or is_float(a.dtype)):

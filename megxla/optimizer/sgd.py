@@ -48,6 +48,8 @@ class SGD(Optimizer):
         self.nesterov = nesterov
         super().__init__(params, dict(lr=lr, momentum=momentum, weight_decay=weight_decay))
 
+    _OPTIONAL_SLOTS = ("momentum_buffer",)
+
     def _create_state(self, param_group):
         if _nonzero(dict.__getitem__(param_group, "momentum")):
             for param in param_group["params"]:
