@@ -614,3 +614,33 @@ def test_load_state_dict_into_a_parameter_with_no_slot_checks_the_slots_it_may_h
     w.grad = mge.Tensor(np.ones(5, "float32"))
     opt.step()  # v = 0.9 * 2 + 1
     np.testing.assert_allclose(w.numpy(), 1 - 0.1 * 2.8, rtol=1e-6)
+
+
+def test_lr_scheduler_bad_arguments_raise_before_anything_changes():
+    """``step("3")`` kept the string as the epoch (every later step() failed); a string gamma raised after the
+    groups got ``initial_lr``; a negative gamma wrote a negative rate that only opt.step() rejected; a state with
+    unsorted milestones loaded; the state dict's milestones were the scheduler's own list (probe Y)."""
+    opt = optim.SGD([mge.Parameter([1.0])], lr=1.0)
+    with pytest.raises(TypeError, match="gamma must be a number"):
+        optim.MultiStepLR(opt, [1], gamma="x")
+    assert "initial_lr" not in opt.param_groups[0]
+    with pytest.raises(ValueError, match="gamma must be a finite number >= 0"):
+        optim.MultiStepLR(opt, [1], gamma=-0.5)
+    with pytest.raises(TypeError, match="Milestones should be a list of increasing integers"):
+        optim.MultiStepLR(opt, [1, "2"])
+    sched = optim.MultiStepLR(opt, [1, 3])
+    with pytest.raises(TypeError, match="MultiStepLR: epoch must be a number"):
+        sched.step("3")
+    with pytest.raises(ValueError, match="increasing"):
+        sched.load_state_dict({"milestones": [3, 1], "gamma": 0.1, "current_epoch": 2})
+    sched.gamma = -1.0  # (set by hand: the rate it gives is rejected at the scheduler's step, the epoch kept)
+    with pytest.raises(ValueError, match="MultiStepLR: invalid lr -1.0"):
+        sched.step()
+    sched.gamma = 0.1
+    assert sched.current_epoch == 0 and opt.param_groups[0]["lr"] == 1.0
+    sched.step()
+    assert sched.current_epoch == 1 and opt.param_groups[0]["lr"] == pytest.approx(0.1)
+    sched.state_dict()["milestones"].append(9)
+    assert sched.milestones == [1, 3]
+    sched.step(2.5)  # (an epoch counted in fractions still works)
+    assert opt.param_groups[0]["lr"] == pytest.approx(0.1)

@@ -5,11 +5,13 @@ traced step does not recompile when the schedule moves on).
 """
 from __future__ import annotations
 
+import math
+import numbers
 from abc import ABCMeta, abstractmethod
 from bisect import bisect_right
 from typing import Iterable
 
-from .optimizer import Optimizer
+from .optimizer import Optimizer, _check_hyper
 
 __all__ = ["LRScheduler", "MultiStepLR"]
 
@@ -42,6 +44,7 @@ class LRScheduler(metaclass=ABCMeta):
         if not isinstance(optimizer, Optimizer):
             raise TypeError(f"optimizer argument given to the lr_scheduler should be Optimizer, got "
                             f"{type(optimizer).__name__}")
+        _check_epoch(type(self).__name__, "current_epoch", current_epoch)
         self.optimizer = optimizer
         self.current_epoch = current_epoch
         if current_epoch == -1:
@@ -67,7 +70,8 @@ class LRScheduler(metaclass=ABCMeta):
             >>> sched.state_dict()
             {'milestones': [2], 'gamma': 0.1, 'current_epoch': 0}
         """
-        return {key: getattr(self, key) for key in self._state_keys}
+        # (copies: the scheduler's own milestones list, edited through the returned dict, changed the schedule)
+        return {key: list(v) if isinstance(v, list) else v for key, v in ((k, getattr(self, k)) for k in self._state_keys)}
 
     def load_state_dict(self, state_dict):
         """Restore a state saved by :meth:`state_dict`; missing keys raise KeyError before anything changes.
@@ -84,8 +88,16 @@ class LRScheduler(metaclass=ABCMeta):
         missing = [key for key in self._state_keys if key not in state_dict]
         if missing:
             raise KeyError(f"key(s) {missing} not specified in state_dict when loading state dict")
-        for key in self._state_keys:
-            setattr(self, key, state_dict[key])
+        # (checked before anything is set: unsorted milestones or a string gamma were taken, and the next step()
+        # raised after moving the epoch on -- probe Y)
+        values = {key: state_dict[key] for key in self._state_keys}
+        self._check_state(values)
+        for key, value in values.items():
+            setattr(self, key, list(value) if isinstance(value, (list, tuple)) else value)
+
+    def _check_state(self, values):
+        """Raise where a state's values are not what this scheduler keeps (subclasses add their own)."""
+        _check_epoch(type(self).__name__, "current_epoch", values["current_epoch"])
 
     @abstractmethod
     def get_lr(self):
@@ -103,8 +115,21 @@ class LRScheduler(metaclass=ABCMeta):
             >>> sched = optim.MultiStepLR(opt, milestones=[1]); sched.step(); opt.param_groups[0]["lr"]
             0.1
         """
-        self.current_epoch = self.current_epoch + 1 if epoch is None else epoch
-        for group, lr in zip(self.optimizer.param_groups, self.get_lr()):
+        name = type(self).__name__
+        if epoch is not None:
+            _check_epoch(name, "epoch", epoch)
+        previous = self.current_epoch
+        # The epoch moves on only with learning rates to write: ``step("3")`` kept the string and every later
+        # step() failed; a negative or NaN rate surfaced at opt.step(), far from the scheduler (probe Y)
+        self.current_epoch = previous + 1 if epoch is None else epoch
+        try:
+            lrs = list(self.get_lr())
+            for lr in lrs:
+                _check_hyper(name, "lr", lr)
+        except BaseException:
+            self.current_epoch = previous
+            raise
+        for group, lr in zip(self.optimizer.param_groups, lrs):
             group["lr"] = lr
 
 
@@ -137,11 +162,14 @@ class MultiStepLR(LRScheduler):
     def __init__(self, optimizer: Optimizer, milestones: Iterable[int], gamma: float = 0.1,
                  current_epoch: int = -1):
         milestones = list(milestones)
-        if milestones != sorted(milestones):
-            raise ValueError(f"Milestones should be a list of increasing integers. Got {milestones}")
+        _check_milestones_gamma(milestones, gamma)  # (before the optimizer's groups are touched)
         self.milestones = milestones
         self.gamma = gamma
         super().__init__(optimizer, current_epoch)
+
+    def _check_state(self, values):
+        super()._check_state(values)
+        _check_milestones_gamma(values["milestones"], values["gamma"])
 
     def get_lr(self):
         """``initial_lr * gamma ** bisect_right(milestones, current_epoch)`` for every group.
@@ -157,3 +185,23 @@ class MultiStepLR(LRScheduler):
         """
         return [base_lr * self.gamma ** bisect_right(self.milestones, self.current_epoch)
                 for base_lr in self.base_lrs]
+
+
+def _check_epoch(owner, name, value):
+    # (a number: an epoch counted in fractions -- stepped per iteration -- works with the milestones' bisection)
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{owner}: {name} must be a number (an int), got {value!r}")
+    if not math.isfinite(value):
+        raise ValueError(f"{owner}: {name} must be finite, got {value!r}")
+
+
+def _check_milestones_gamma(milestones, gamma):
+    if not isinstance(milestones, (list, tuple)) \
+            or not all(isinstance(m, numbers.Integral) and not isinstance(m, bool) for m in milestones):
+        raise TypeError(f"Milestones should be a list of increasing integers. Got {milestones!r}")
+    if list(milestones) != sorted(milestones):
+        raise ValueError(f"Milestones should be a list of increasing integers. Got {list(milestones)}")
+    if isinstance(gamma, bool) or not isinstance(gamma, numbers.Real):
+        raise TypeError(f"MultiStepLR: gamma must be a number, got {gamma!r}")
+    if not (math.isfinite(gamma) and gamma >= 0):
+        raise ValueError(f"MultiStepLR: gamma must be a finite number >= 0, got {gamma!r}")
