@@ -97,3 +97,25 @@ def test_attached_intermediate_value_gets_its_gradient():
         gm.backward((y * y).sum())
     np.testing.assert_allclose(x.grad.numpy(), [4, 32])
     np.testing.assert_allclose(y.grad.numpy(), [2, 8])
+
+
+def test_grad_manager_callbacks_are_checked_where_they_are_given_and_where_they_return():
+    """A non-callable callback was accepted (the backward then failed: "'int' object is not callable"), and what a
+    callback returned became ``.grad`` -- an ndarray, None, a tensor of another shape -- failing at ``opt.step()``
+    or in the next accumulation, far from the callback (probe Y). Nothing is delivered when one fails."""
+    import pytest
+    from megxla.autodiff import GradManager
+    w = mge.Parameter(np.ones((2, 3), "float32"))
+    with pytest.raises(TypeError, match="callbacks must be callables"):
+        GradManager().attach([w], callbacks=[3])
+    for cb, got in [(lambda t, g: g.numpy(), "ndarray"), (lambda t, g: g.reshape(6), r"a Tensor of shape \(6,\)"),
+                    (lambda t, g: None, "NoneType")]:
+        gm = GradManager().attach([w], callbacks=[cb])
+        with pytest.raises(TypeError, match=f"callback '.*lambda>' returned {got} for a gradient of shape"):
+            with gm:
+                gm.backward((w * 2).sum())
+        assert w.grad is None
+    gm = GradManager().attach([w], callbacks=[lambda t, g: g * 2])
+    with gm:
+        gm.backward((w * 2).sum())
+    assert w.grad.numpy().tolist() == [[4.0] * 3] * 2

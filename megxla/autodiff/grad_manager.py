@@ -116,6 +116,13 @@ class GradManager:
             callbacks = []
         elif callable(callbacks):
             callbacks = [callbacks]
+        else:
+            callbacks = list(callbacks)
+        for cb in callbacks:
+            # (accepted, a non-callable failed at the backward: "'int' object is not callable", probe Y)
+            if not callable(cb):
+                raise TypeError(f"GradManager.attach: callbacks must be callables cb(tensor, grad) -> grad, got "
+                                f"{cb!r}")
         tensors = list(tensors)
         for t in tensors:  # all checked before any is attached
             if not isinstance(t, Tensor):
@@ -632,7 +639,14 @@ def _run_callbacks(t, g, callbacks):
         if out is not None:
             return out
     for cb in callbacks:
-        g = cb(t, g)
+        out = cb(t, g)
+        # (what a callback returned became ``.grad``: an ndarray, a float, a tensor of another shape -- failing at
+        # opt.step() or in the accumulation, far from the callback, probe Y)
+        if not isinstance(out, Tensor) or out.shape != g.shape:
+            got = f"a Tensor of shape {out.shape}" if isinstance(out, Tensor) else type(out).__name__
+            raise TypeError(f"GradManager: callback {getattr(cb, '__qualname__', cb)!r} returned {got} for a "
+                            f"gradient of shape {g.shape}: it must return the gradient, a Tensor of that shape")
+        g = out
     return g
 
 
