@@ -386,21 +386,26 @@ def test_ctrl_c_while_auto_jit_collects_an_op_leaves_no_lock_held(monkeypatch):
 def test_a_ctrl_c_arriving_in_a_gc_callback_is_sent_again():
     # Python ignores an exception raised in a garbage-collection callback ("Exception ignored in
     # _xla_gc_callback"): a KeyboardInterrupt raised there was lost, and the training loop went on
+    def _xla_gc_callback(holder, got):  # (as JAX's, which runs at every collection)
+        holder(signal.SIGINT, sys._getframe())
+        return list(got)
+
+    _check_sent_again_after(_xla_gc_callback)
+
+
+def _check_sent_again_after(callback):
+    """``callback(holder, got)`` runs megxla's SIGINT handler inside itself (as a signal arriving there would) and
+    returns what the program's handler got by then: nothing -- the signal is not raised where Python would ignore
+    it -- and a moment later, out of it, the signal."""
     got = []
     old = signal.signal(signal.SIGINT, lambda signum, frame: got.append(signum))
     try:
         assert _interrupt._install()
-        holder = signal.getsignal(signal.SIGINT)
-
-        def _xla_gc_callback():  # (as JAX's, which runs at every collection)
-            holder(signal.SIGINT, sys._getframe())
-            return list(got)
-
-        assert _xla_gc_callback() == []  # not delivered where it would be swallowed...
+        assert callback(signal.getsignal(signal.SIGINT), got) == []
         deadline = time.perf_counter() + 5
         while not got and time.perf_counter() < deadline:
             time.sleep(1e-3)
-        assert got == [signal.SIGINT]  # ... but a moment later, out of it
+        assert got == [signal.SIGINT]
     finally:
         signal.signal(signal.SIGINT, old)
 
@@ -752,24 +757,12 @@ def test_a_ctrl_c_arriving_in_megxlas_weakref_callbacks_is_sent_again():
     from megxla.core import dtypes
     for fn in (dtypes._drop_host_copy, __import__("megxla.core._external", fromlist=["_"])._unmark):
         assert fn.__code__ in _interrupt._SWALLOWING_CODES
-    got = []
-    old = signal.signal(signal.SIGINT, lambda signum, frame: got.append(signum))
-    try:
-        assert _interrupt._install()
-        holder = signal.getsignal(signal.SIGINT)
+    @_interrupt.ignores_exceptions
+    def _callback(holder, got):  # (a weak reference's callback, registered; the signal handled while it runs)
+        holder(signal.SIGINT, sys._getframe())
+        return list(got)
 
-        @_interrupt.ignores_exceptions
-        def _callback(_ref):  # a weak reference's callback, the signal handled while it runs
-            holder(signal.SIGINT, sys._getframe())
-            return list(got)
-
-        assert _callback(None) == []  # not delivered where it would be swallowed...
-        deadline = time.perf_counter() + 5
-        while not got and time.perf_counter() < deadline:
-            time.sleep(1e-3)
-        assert got == [signal.SIGINT]  # ... but a moment later, out of it
-    finally:
-        signal.signal(signal.SIGINT, old)
+    _check_sent_again_after(_callback)
     # and end to end, Python's own handler: every random Ctrl-C in such a loop raises
     lost = 0
     labels = np.array([1, 2, 0, 1], "int32")
