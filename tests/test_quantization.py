@@ -414,3 +414,57 @@ def test_quantize_qat_with_a_qconfig_as_second_argument_converts_like_megengine(
     net = M.Sequential(M.QuantStub(), M.Linear(4, 2), M.DequantStub())
     out = Q.quantize_qat(net, Q.min_max_fakequant_qconfig)
     assert out is net and type(net[1]).__module__ == "megxla.module.qat.layers"
+
+
+class _HalfNet(M.Module):
+    def __init__(self):
+        super().__init__()
+        self.quant = M.QuantStub()
+        self.c1 = M.ConvBnRelu2d(1, 4, 3, padding=1)
+        self.fc = M.Linear(4 * 6 * 6, 10)
+        self.dequant = M.DequantStub()
+
+    def forward(self, x):
+        x = self.c1(self.quant(x))
+        return self.dequant(self.fc(F.flatten(x, 1)))
+
+
+def _kinds(net):
+    return {k: type(v).__module__.split(".")[-2] + "." + type(v).__name__ for k, v in net.named_children()}
+
+
+def test_a_conversion_failing_part_way_leaves_the_model_as_it_was():
+    """quantize / quantize_qat / reset_qconfig converted module after module and then raised: a model half
+    quantized (and in eval mode), half QAT; every layer QAT with no observers; an observer swapped, its fake-quant
+    gone (probe Z). A failing conversion is undone."""
+    from functools import partial
+    x = mge.Tensor(np.random.RandomState(0).randn(2, 1, 6, 6).astype("float32"))
+    net = _HalfNet()
+    Q.quantize_qat(net)
+    net(x)
+    Q.propagate_qconfig(net.fc, Q.passive_qconfig)  # fc's quantization parameters never set
+    before = _kinds(net)
+    with pytest.raises(ValueError, match="no weight quantization parameters"):
+        Q.quantize(net)
+    assert _kinds(net) == before and net.training and net.c1.training
+    net = _HalfNet()
+    observer = partial(Q.MinMaxObserver, dtype="qint7")  # fails when called, after conversion
+    with pytest.raises(ValueError, match="unknown quantized dtype 'qint7'"):
+        Q.quantize_qat(net, qconfig=Q.QConfig(observer, observer, None, None))
+    assert all(kind.startswith("module.") for kind in _kinds(net).values())
+    with pytest.raises(TypeError, match="QConfig: weight_observer must be None or a class"):
+        Q.QConfig("minmax", None, None, None)
+    with pytest.raises(TypeError, match="maps to <class 'int'>, which has no from_float_module"):
+        Q.quantize_qat(net, mapping={M.Linear: int})
+    with pytest.raises(TypeError, match="mapping must be a dict"):
+        Q.quantize(net, mapping=[M.Linear])
+    Q.quantize_qat(net)
+    net(x)
+    observers = (net.c1.weight_observer, net.c1.weight_fake_quant, net.c1.act_observer)
+    bad = Q.QConfig(partial(Q.PassiveObserver, dtype="qint8_narrow"), partial(Q.PassiveObserver, dtype="qint4"),
+                    None, None)  # the weight's parameters fit, the activation's dtype does not
+    with pytest.raises(ValueError, match="is not the observer's qint4"):
+        Q.reset_qconfig(net, bad)
+    assert (net.c1.weight_observer, net.c1.weight_fake_quant, net.c1.act_observer) == observers
+    with pytest.raises(TypeError, match="expected a Module, got NoneType"):
+        Q.quantize(None)

@@ -28,6 +28,12 @@ class QConfig(namedtuple("QConfig", ["weight_observer", "act_observer", "weight_
         if any(isinstance(f, Module) for f in (weight_observer, act_observer, weight_fake_quant, act_fake_quant)):
             raise ValueError("QConfig must not receive observer / fake-quant instances: pass a class or "
                              "partial(Observer, ...) so that every module gets its own")
+        for name, f in (("weight_observer", weight_observer), ("act_observer", act_observer),
+                        ("weight_fake_quant", weight_fake_quant), ("act_fake_quant", act_fake_quant)):
+            # (a string was accepted here and failed in quantize_qat, after every module was converted -- probe Z)
+            if f is not None and not callable(f):
+                raise TypeError(f"QConfig: {name} must be None or a class / partial(Observer, ...) making one, "
+                                f"got {f!r}")
         return super().__new__(cls, weight_observer, act_observer, weight_fake_quant, act_fake_quant)
 
 

@@ -2,6 +2,7 @@
 observers / fake quantization of a QAT model."""
 from __future__ import annotations
 
+import contextlib
 from copy import copy, deepcopy
 from functools import partial
 from typing import Callable
@@ -53,6 +54,40 @@ def _replace(root: Module, key: str, new: Module):
         setattr(obj, last, new)
 
 
+_QUANT_ATTRS = ("act_observer", "act_fake_quant", "weight_observer", "weight_fake_quant")
+
+
+@contextlib.contextmanager
+def _all_or_nothing(module: Module):
+    """A conversion of ``module`` that raises part-way is undone: the modules it replaced (``undo``, the list it
+    yields: ``(key, old module)`` in the order replaced), the observers and fake-quant modules of its QAT modules
+    and every module's training mode are put back. (A failing factory, mapping or container left models half
+    converted: some layers quantized, others QAT, observers gone -- probe Z.)"""
+    undo = []
+    modes = [(m, m.training) for m in module.modules()]
+    quant = [(m, {a: getattr(m, a) for a in _QUANT_ATTRS if hasattr(m, a)}) for m in _qat_modules(module)]
+    try:
+        yield undo
+    except BaseException:
+        for key, old in reversed(undo):
+            _replace(module, key, old)
+        for m, attrs in quant:
+            for a, v in attrs.items():
+                setattr(m, a, v)
+        for m, training in modes:
+            m.training = training
+        raise
+
+
+def _check_mapping(mapping, method):
+    if mapping is not None and not isinstance(mapping, dict):
+        raise TypeError(f"mapping must be a dict {{class: the module class converting it}}, got {mapping!r}")
+    for src, dst in (mapping or {}).items():
+        if not (isinstance(dst, type) and hasattr(dst, method)):
+            raise TypeError(f"mapping: {getattr(src, '__name__', src)!r} maps to {dst!r}, which has no {method}(): "
+                            f"map each class to the module class converting it")
+
+
 def quantize_qat(module: Module, inplace: bool = True, qconfig: QConfig = ema_fakequant_qconfig,
                  mapping: dict = None):
     r"""Replace the quantizable float modules of ``module`` by their QAT versions (sharing parameters) and
@@ -82,18 +117,23 @@ def quantize_qat(module: Module, inplace: bool = True, qconfig: QConfig = ema_fa
         inplace = True
     if not isinstance(inplace, bool) or not isinstance(qconfig, QConfig):
         raise TypeError("quantize_qat: inplace must be a bool and qconfig a QConfig")
+    if not isinstance(module, Module):
+        raise TypeError(f"quantize_qat: expected a Module, got {type(module).__name__}")
+    _check_mapping(mapping, "from_float_module")
     if not inplace:
         module = deepcopy(module)
     table = copy(_tables()[0])
     if mapping is not None:
         table.update(mapping)
-    # exact types only: a QAT module is a sub-class of its float module and must not be converted twice
-    for key, sub, parent in list(module._flatten(with_key=True, with_parent=True,
-                                                 predicate=lambda m: type(m) in table)):
-        if type(parent) in table or sub.quantize_disabled:
-            continue
-        _replace(module, key, table[type(sub)].from_float_module(sub))
-    propagate_qconfig(module, qconfig)
+    with _all_or_nothing(module) as undo:
+        # exact types only: a QAT module is a sub-class of its float module and must not be converted twice
+        for key, sub, parent in list(module._flatten(with_key=True, with_parent=True,
+                                                     predicate=lambda m: type(m) in table)):
+            if type(parent) in table or sub.quantize_disabled:
+                continue
+            _replace(module, key, table[type(sub)].from_float_module(sub))
+            undo.append((key, sub))
+        propagate_qconfig(module, qconfig)
     return module
 
 
@@ -108,16 +148,21 @@ def quantize(module: Module, inplace: bool = True, mapping: dict = None):
     Returns:
         the quantized model (in evaluation mode).
     """
+    if not isinstance(module, Module):
+        raise TypeError(f"quantize: expected a Module, got {type(module).__name__}")
+    _check_mapping(mapping, "from_qat_module")
     if not inplace:
         module = deepcopy(module)
     table = copy(_tables()[1])
     if mapping is not None:
         table.update(mapping)
-    module.eval()
-    for key, sub in list(module._flatten(with_key=True, predicate=lambda m: type(m) in table)):
-        new = table[type(sub)].from_qat_module(sub)
-        new.eval()
-        _replace(module, key, new)
+    with _all_or_nothing(module) as undo:
+        module.eval()
+        for key, sub in list(module._flatten(with_key=True, predicate=lambda m: type(m) in table)):
+            new = table[type(sub)].from_qat_module(sub)
+            new.eval()
+            _replace(module, key, new)
+            undo.append((key, sub))
     return module
 
 
@@ -128,8 +173,11 @@ def _qat_modules(module):
 
 def propagate_qconfig(module: Module, qconfig: QConfig):
     """Give every QAT module under ``module`` new observers / fake-quant modules from ``qconfig``."""
-    for m in _qat_modules(module):
-        m.set_qconfig(qconfig)
+    if not isinstance(qconfig, QConfig):
+        raise TypeError(f"propagate_qconfig: qconfig must be a QConfig, got {qconfig!r}")
+    with _all_or_nothing(module):
+        for m in _qat_modules(module):
+            m.set_qconfig(qconfig)
 
 
 def reset_qconfig(module: Module, qconfig: QConfig, inplace: bool = True):
@@ -148,15 +196,18 @@ def reset_qconfig(module: Module, qconfig: QConfig, inplace: bool = True):
             inst.set_qparams(qparams)
         return inst
 
-    for m in _qat_modules(module):
-        if m.with_weight:
-            wq = m.get_weight_qparams()
-            m.weight_observer = make(qconfig.weight_observer, wq)
-            m.weight_fake_quant = make(qconfig.weight_fake_quant, wq)
-        if m.with_act:
-            aq = m.get_activation_qparams()
-            m.act_observer = make(qconfig.act_observer, aq)
-            m.act_fake_quant = make(qconfig.act_fake_quant, aq)
+    if not isinstance(qconfig, QConfig):
+        raise TypeError(f"reset_qconfig: qconfig must be a QConfig, got {qconfig!r}")
+    with _all_or_nothing(module):
+        for m in _qat_modules(module):
+            if m.with_weight:
+                wq = m.get_weight_qparams()
+                m.weight_observer = make(qconfig.weight_observer, wq)
+                m.weight_fake_quant = make(qconfig.weight_fake_quant, wq)
+            if m.with_act:
+                aq = m.get_activation_qparams()
+                m.act_observer = make(qconfig.act_observer, aq)
+                m.act_fake_quant = make(qconfig.act_fake_quant, aq)
     return module
 
 
