@@ -291,7 +291,7 @@ def same_program(ranks, key, digest):
                 break
             except Exception as exc:
                 what = f"SPMD program {key} (number {n}) over ranks {list(ranks)}"
-                gone = _gone(r, what)
+                gone = _gone(what, (r,))
                 if gone is not None:
                     raise gone from None
                 if time.monotonic() >= deadline:
@@ -363,16 +363,23 @@ def _dead_peers():
 _PROGRAM_WAIT_SLICE = 1.0  # seconds between two looks at the peers while waiting for their program (same_program)
 
 
-def _gone(rank, what):
-    """A :class:`PeerFailure` where ``rank`` reported a failure, left the group or died; else None."""
+def _gone(what, ranks=None, dead=True, waiting="for it"):
+    """A :class:`PeerFailure` naming the first of ``ranks`` (default: every other rank) that reported a failure,
+    left the group or (``dead``) died; else None. ``waiting``: what this rank was waiting in."""
+    def mine(rs):
+        return sorted(r for r in rs if r != _st.rank and (ranks is None or r in ranks))
     got = failed_ranks()
-    if rank in got:
-        return PeerFailure(f"{what}: rank {rank} failed:\n{got[rank]}")
-    if rank in _left_ranks():
-        return PeerFailure(f"{what}: rank {rank} left the group (its function returned, or it shut the group down) "
-                           f"while this rank waited for it")
-    if rank in _dead_peers():
-        return PeerFailure(f"{what}: rank {rank} died (its process is gone) while this rank waited for it")
+    failed = mine(got)
+    if failed:
+        return PeerFailure(f"{what}: rank {failed[0]} failed:\n{got[failed[0]]}")
+    left = mine(_left_ranks())
+    if left:
+        return PeerFailure(f"{what}: rank {left[0]} left the group (its function returned, or it shut the group "
+                           f"down) while this rank waited {waiting}")
+    gone = mine(_dead_peers()) if dead else []
+    if gone:
+        more = "" if len(gone) == 1 else f"; dead ranks: {gone}"
+        return PeerFailure(f"{what}: rank {gone[0]} died (its process is gone) while this rank waited {waiting}{more}")
     return None
 
 
@@ -381,17 +388,10 @@ def describe_failure(exc, what):
     exception (through the key-value store), or one whose process is gone."""
     start = time.monotonic()
     while True:
-        got = {r: t for r, t in failed_ranks().items() if r != _st.rank}
-        if got:
-            r = sorted(got)[0]
-            return PeerFailure(f"{what}: rank {r} failed:\n{got[r]}")
-        left = _left_ranks()
-        if left:
-            return PeerFailure(f"{what}: rank {left[0]} left the group (its function returned, or it shut the "
-                               f"group down) while this rank waited in a collective with it")
-        dead = _dead_peers()
-        if dead and time.monotonic() - start > 0.5:  # give a failing rank a moment to report its traceback
-            return PeerFailure(f"{what}: rank {dead[0]} died (its process is gone){'' if len(dead) == 1 else f'; dead ranks: {dead}'}")
+        # (a dead rank is named after a moment: a failing rank gets it to report its traceback)
+        failure = _gone(what, dead=time.monotonic() - start > 0.5, waiting="in a collective with it")
+        if failure is not None:
+            return failure
         if time.monotonic() - start > 3.0:
             break
         time.sleep(0.05)
