@@ -451,6 +451,8 @@ class GradManager:
                 continue
             if entry.callbacks and (t._vid in raw or t._vid not in cooked):
                 g = _run_callbacks(t, g, entry.callbacks)
+                if g is None:  # (a callback's "no gradient")
+                    continue
             given.append((t, g))
         self._deliver_all(given)
         return grads
@@ -640,12 +642,15 @@ def _run_callbacks(t, g, callbacks):
             return out
     for cb in callbacks:
         out = cb(t, g)
-        # (what a callback returned became ``.grad``: an ndarray, a float, a tensor of another shape -- failing at
-        # opt.step() or in the accumulation, far from the callback, probe Y)
-        if not isinstance(out, Tensor) or out.shape != g.shape:
+        # None is MegEngine's "no gradient": the chain goes on with None and the tensor gets none this time (its
+        # own test_attach_temporary attaches a checking callback that returns nothing). Anything else that is not
+        # the gradient became ``.grad`` -- an ndarray, a float, a tensor of another shape -- failing at
+        # opt.step() or in the accumulation, far from the callback (probe Y)
+        if out is not None and (not isinstance(out, Tensor) or out.shape != t.shape):
             got = f"a Tensor of shape {out.shape}" if isinstance(out, Tensor) else type(out).__name__
             raise TypeError(f"GradManager: callback {getattr(cb, '__qualname__', cb)!r} returned {got} for a "
-                            f"gradient of shape {g.shape}: it must return the gradient, a Tensor of that shape")
+                            f"gradient of shape {t.shape}: it must return the gradient, a Tensor of that shape, "
+                            f"or None for no gradient")
         g = out
     return g
 
@@ -739,6 +744,8 @@ class _Walk:
             t = entry.tensor
             if entry.callbacks:  # (every gradient here is "raw": no op applied the callbacks)
                 g = _run_callbacks(t, g, entry.callbacks)
+                if g is None:  # (a callback's "no gradient")
+                    continue
             given.append((t, g))
             delivered[entry.vid] = g
         gm._deliver_all(given)
