@@ -391,3 +391,29 @@ def test_dump_names_of_a_quantized_module():
                                        "simple.user-linear.ADD", "simple.user-linear.TypeCvt",
                                        "simple.dequant.TypeCvt"]
     assert [v.name for v in ops[2].inputs] == ["simple.quant.TypeCvt", "simple.linear.user-weight"]
+
+
+# ---- MegEngine 1.13.4's test_math.py (found running it, session 23) ----------------------------------------------
+def test_sort_along_dim_with_arguments_given_as_tensors():
+    """``F.sort(inp, descending, dim)`` (MegEngine 1.13.2+): any axis of an N-d tensor; its upstream ``test_sort``
+    passes every argument as a Tensor (``opr_test``), so ``dim`` may be a 0-d integer Tensor."""
+    rng = np.random.RandomState(0)
+    data = rng.randint(-100, 101, size=(3, 4, 5)).astype("int32")
+    for dim in (0, 1, -1, -3):
+        v, i = F.sort(Tensor(data), Tensor(False), Tensor(dim))
+        np.testing.assert_array_equal(v.numpy(), np.sort(data, dim))
+        np.testing.assert_array_equal(i.numpy(), np.argsort(data, dim, kind="stable"))
+        assert i.dtype == np.int32
+    with pytest.raises(OpError, match="sort: dim 3 out of range"):
+        F.sort(Tensor(data), dim=3)
+
+
+def test_reduction_axis_errors_are_assertion_errors():
+    """MegEngine checks a reduction's axes with ``assert`` (its upstream ``test_sum_neg_axis`` expects an
+    AssertionError for ``axis=(-1, 1)`` of a 2-d tensor); megxla's OpError is one too."""
+    x = Tensor(np.ones((2, 3), "float32"))
+    for axis, msg in [((-1, 1), "repeated axis"), (2, "out of range")]:
+        with pytest.raises(AssertionError, match=msg):
+            F.sum(x, axis=axis)
+        with pytest.raises(OpError, match=msg):
+            F.mean(x, axis=axis)

@@ -112,6 +112,11 @@ class OpError(ValueError, RuntimeError):
     ``except RuntimeError`` in MegEngine code catches it)."""
 
 
+class AssertedOpError(OpError, AssertionError):
+    """A bad argument MegEngine's Python checks with ``assert`` (a reduction's axis out of range or repeated):
+    MegEngine code may catch the ``AssertionError``, megxla's code the ``OpError``."""
+
+
 class OutOfMemoryError(OpError, MemoryError):
     """An op's output would not fit in the device's memory (or its size overflows): raised before XLA runs."""
 

@@ -2,7 +2,7 @@
 import builtins
 import numpy as np
 
-from ..core._dispatch import apply as _apply, OpError
+from ..core._dispatch import apply as _apply, AssertedOpError, OpError
 from ..core.dtypes import is_float
 from ..core._elemwise_front import as_tensor as _t, BINARY as _B, UNARY as _U
 from ..core.ops import reduction as _R, linalg as _L, sort as _S
@@ -28,10 +28,10 @@ def _axis(op, x, axis):
         if isinstance(a, bool) or not isinstance(a, (int, np.integer)):
             raise OpError(f"{op}: axis must be an int or a sequence of ints, got {axis!r}")
         if not -builtins.max(nd, 1) <= a < builtins.max(nd, 1):
-            raise OpError(f"{op}: axis {a} is out of range for a tensor of shape {x.shape}")
+            raise AssertedOpError(f"{op}: axis {a} is out of range for a tensor of shape {x.shape}")
         out.append(int(a) % builtins.max(nd, 1))
-    if len(set(out)) != len(out):
-        raise OpError(f"{op}: repeated axis in {axis!r}")
+    if len(set(out)) != len(out):  # (MegEngine asserts both: its upstream test_sum_neg_axis expects AssertionError)
+        raise AssertedOpError(f"{op}: repeated axis in {axis!r}")
     if nd == 0:
         return None
     return tuple(sorted(out))
@@ -348,23 +348,44 @@ def _sortable(op, inp):
     return inp
 
 
-def sort(inp, descending=False):
-    """Sort a vector, or each row of a matrix; ties keep their order.
+def sort(inp, descending=False, dim=-1):
+    """Sort a tensor along ``dim`` (by default its last axis); ties keep their order.
 
     Args:
-        inp: 1-D or 2-D tensor.
+        inp: a tensor of at least one dimension.
         descending: largest first.
+        dim: the axis to sort along (MegEngine 1.13.2 and later; earlier 1.13 sorted 1-D or 2-D tensors by row).
 
     Returns:
-        ``(sorted values, int32 indices into inp)``.
+        ``(sorted values, int32 indices into inp along dim)``.
 
     Example:
         >>> v, i = F.sort(Tensor([3., 1., 2.]))
         >>> v.numpy(), i.numpy()
         (array([1., 2., 3.], dtype=float32), array([1, 2, 0], dtype=int32))
+        >>> F.sort(Tensor([[3., 1.], [2., 4.]]), dim=0)[1].numpy()
+        array([[1, 0],
+               [0, 1]], dtype=int32)
     """
-    inp = _sortable("sort", inp)
-    return _apply(_S.sort.bind(descending=bool(descending)), inp)
+    inp = _t(inp)
+    if inp.ndim == 0:
+        raise OpError(f"sort: input must have at least one dimension, got shape {inp.shape}")
+    if inp.dtype.kind == "c":
+        raise OpError("sort: cannot sort complex values")
+    if isinstance(dim, Tensor) and dim.ndim == 0 and dim.dtype.kind in "iu":
+        dim = int(dim)  # (MegEngine's swapaxes takes a 0-d integer Tensor: its upstream test_sort passes one)
+    if isinstance(dim, (bool, np.bool_)) or not isinstance(dim, (int, np.integer)) \
+            or not -inp.ndim <= dim < inp.ndim:
+        raise OpError(f"sort: dim {dim!r} out of range for an input of shape {inp.shape}")
+    dim = int(dim) % inp.ndim
+    op = _S.sort.bind(descending=bool(descending))
+    if dim == inp.ndim - 1:
+        return _apply(op, inp)
+    # (the primitive sorts the last axis: the axis is swapped there and back, as MegEngine's own sort does)
+    perm = list(range(inp.ndim))
+    perm[dim], perm[-1] = perm[-1], perm[dim]
+    values, idx = _apply(op, inp.transpose(perm))
+    return values.transpose(perm), idx.transpose(perm)
 
 
 def argsort(inp, descending=False):
