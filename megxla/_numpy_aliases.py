@@ -11,8 +11,8 @@ Example:
     True
     >>> with warnings.catch_warnings():
     ...     warnings.simplefilter("ignore")
-    ...     np.float is float, np.int is int, np.dtype(np.object).kind
-    (True, True, 'O')
+    ...     np.float is float, np.int is int, np.dtype(np.object).kind, np.AxisError is np.exceptions.AxisError
+    (True, True, 'O', True)
     >>> remove()
 """
 from __future__ import annotations
@@ -26,7 +26,8 @@ __all__ = ["restore", "remove", "is_restored", "ENV"]
 
 ENV = "MEGXLA_NUMPY_ALIASES"
 
-# name -> NumPy 1.23's value. First the builtin aliases NumPy 1.24 removed, then NumPy 2.0's removals.
+# name -> NumPy 1.23's value. First the builtin aliases NumPy 1.24 removed, then NumPy 2.0's removals (names of
+# NumPy 2.x still present -- ``in1d``, ``trapz`` before 2.4 -- are NumPy's own: only a missing name reaches here).
 _ALIASES = {
     "float": float, "int": int, "bool": bool, "object": object, "complex": complex, "str": str, "unicode": str,
     "float_": np.float64, "complex_": np.complex128, "cfloat": np.complex128, "singlecomplex": np.complex64,
@@ -34,7 +35,39 @@ _ALIASES = {
     "unicode_": np.str_, "string_": np.bytes_, "bool8": np.bool_, "int0": np.intp, "uint0": np.uintp,
     "Inf": np.inf, "Infinity": np.inf, "PINF": np.inf, "infty": np.inf, "NINF": -np.inf, "NaN": np.nan,
     "product": np.prod, "cumproduct": np.cumprod, "alltrue": np.all, "sometrue": np.any, "round_": np.round,
+    "NZERO": -0.0, "PZERO": 0.0, "mat": np.asmatrix, "trapz": getattr(np, "trapezoid", None),
+    # NumPy 2.0 moved its exceptions and warnings to ``np.exceptions`` (MegEngine's own tests catch np.AxisError)
+    **{name: getattr(np.exceptions, name) for name in ("AxisError", "ComplexWarning", "VisibleDeprecationWarning",
+                                                       "RankWarning", "TooHardError", "ModuleDeprecationWarning")},
 }
+
+
+def _asfarray(a, dtype=np.float64):
+    # NumPy 1.23's np.asfarray: the array as a floating type (an integer or bool dtype asked for becomes float64)
+    if not np.issubdtype(dtype, np.inexact):
+        dtype = np.float64
+    return np.asarray(a, dtype=dtype)
+
+
+def _in1d(ar1, ar2, assume_unique=False, invert=False):
+    # NumPy 1.23's np.in1d: np.isin of the flattened first array
+    return np.isin(np.ravel(ar1), ar2, assume_unique=assume_unique, invert=invert)
+
+
+def _msort(a):
+    # NumPy 1.23's np.msort: sorted along the first axis
+    return np.sort(a, axis=0)
+
+
+def _issubclass_(arg1, arg2):
+    # NumPy 1.23's np.issubclass_: issubclass that answers False where issubclass raises TypeError
+    try:
+        return issubclass(arg1, arg2)
+    except TypeError:
+        return False
+
+
+_ALIASES.update(asfarray=_asfarray, in1d=_in1d, msort=_msort, issubclass_=_issubclass_)
 _state = {"original": None, "warned": False}
 
 

@@ -376,6 +376,32 @@ def test_numpy_removed_aliases_with_as_megengine(tmp_path):
     assert not hasattr(np, "float")  # (this test process: nothing installed)
 
 
+
+def test_numpy_2_removals_answer_as_numpy_1_23():
+    """NumPy 2.0 moved its exceptions to ``np.exceptions`` and removed ``asfarray``, ``in1d``, ``msort``, ``NZERO``...:
+    MegEngine's own tests catch ``np.AxisError`` (1.13's test_expand_dims_for_scalar), which failed with an
+    AttributeError under the alias. Restored, each answers as NumPy 1.23's did; removed again, none is there."""
+    import warnings
+    import numpy as np
+    from megxla import _numpy_aliases
+    assert not _numpy_aliases.is_restored()
+    _numpy_aliases.restore()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with pytest.raises(np.AxisError):
+                np.expand_dims(np.zeros(()), 2)
+            assert np.VisibleDeprecationWarning is np.exceptions.VisibleDeprecationWarning
+            assert np.asfarray([1, 2]).dtype == np.float64 and np.asfarray([1], "float32").dtype == np.float32
+            assert np.asfarray([1], "int32").dtype == np.float64
+            assert np.in1d([[1, 2], [3, 4]], [2, 3]).tolist() == [False, True, True, False]
+            assert np.msort(np.array([[3, 1], [1, 2]])).tolist() == [[1, 1], [3, 2]]
+            assert str(np.NZERO) == "-0.0" and np.PZERO == 0.0 and np.trapz([1, 2, 3]) == 4.0
+            assert np.issubclass_(np.float32, np.floating) and not np.issubclass_(1, int)
+    finally:
+        _numpy_aliases.remove()
+    assert not hasattr(np, "AxisError") and not hasattr(np, "asfarray")
+
 # ---- 6. the recording call's results are not external values; later (compiled) calls' are ----------------------
 def test_recording_call_results_are_not_external():
     # MegEngine's contract (its test_xla_inp_shape_mismatch / test_xla_trace_shape_change): the first call of a
