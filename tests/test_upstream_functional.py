@@ -417,3 +417,28 @@ def test_reduction_axis_errors_are_assertion_errors():
             F.sum(x, axis=axis)
         with pytest.raises(OpError, match=msg):
             F.mean(x, axis=axis)
+
+
+def test_non_zero_eager_traced_and_auto_jit():
+    """``F.non_zero`` (MegEngine 1.13.2+; its upstream ``test_nonzero``): rows of indices, or a tuple per dimension
+    (``np.nonzero``), int32; the same under ``trace`` (a new count records again) and under auto-jit."""
+    from megxla.jit import trace
+    rng = np.random.RandomState(0)
+    conds = [rng.rand(3, 4) > 0.5 for _ in range(3)] + [np.zeros((2, 3), "float32"), np.array([0, 2, 0, -1.5])]
+    traced = trace(lambda c: F.non_zero(c), symbolic=True)
+    for c in conds:
+        want = np.transpose(np.nonzero(c))
+        for got in (F.non_zero(Tensor(c)), traced(Tensor(c))):
+            assert got.dtype == np.int32 and got.shape == want.shape
+            np.testing.assert_array_equal(got.numpy(), want)
+        for got, w in zip(F.non_zero(Tensor(c), as_tuple=True), np.nonzero(c)):
+            np.testing.assert_array_equal(got.numpy(), w)
+        mge.config.auto_jit = True
+        try:
+            np.testing.assert_array_equal(F.non_zero(Tensor(c) * 1).numpy(), want)
+        finally:
+            mge.config.auto_jit = False
+    with pytest.raises(TypeError, match="non_zero: input must be a tensor"):
+        F.non_zero(np.ones(3))
+    with pytest.raises(OpError, match="at least one dimension"):
+        F.non_zero(Tensor(1.0))

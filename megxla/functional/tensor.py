@@ -21,7 +21,7 @@ from ..core.ops import shape as _S, elemwise as _E, indexing as _I, linalg as _L
 __all__ = ["arange", "broadcast_to", "complex", "concat", "cond_take", "copy", "cumsum", "diag", "expand_dims",
            "eye", "flatten", "full", "full_like", "gather", "imag", "linspace", "meshgrid", "ones", "ones_like",
            "polar", "real", "repeat", "reshape", "roll", "scatter", "split", "squeeze", "stack", "swapaxes",
-           "tile", "transpose", "where", "zeros", "zeros_like", "astype", "flip", "indexing_one_hot"]
+           "tile", "transpose", "where", "zeros", "zeros_like", "astype", "flip", "indexing_one_hot", "non_zero"]
 
 
 # ---- argument helpers ------------------------------------------------------------------------------------------
@@ -1109,6 +1109,36 @@ def cond_take(mask, x):
         m = mask if mask.dtype == np.bool_ else _B["eq"](mask, 1)
         (idx,) = mask_indices(reshape(m, (-1,)))
     return reshape(x, (-1,))[idx], idx
+
+
+def non_zero(condition, as_tuple=False):
+    """The indices of the non-zero elements of ``condition`` (MegEngine 1.13.2 and later), in C order.
+
+    NOTE: the result's size depends on the number of non-zero elements, read on the host as for
+    :func:`cond_take` (inside a trace only that count is: a new count records again).
+
+    Args:
+        condition: a tensor of at least one dimension.
+        as_tuple: False (the default): one int32 tensor of shape ``(count, condition.ndim)``, a row per element;
+            True: a tuple of ``condition.ndim`` 1-D int32 tensors, one per dimension (``np.nonzero``).
+
+    Returns:
+        one tensor, or a tuple of tensors.
+
+    Example:
+        >>> F.non_zero(Tensor([1, 1, 0, 1]), as_tuple=True)[0].numpy()
+        array([0, 1, 3], dtype=int32)
+        >>> F.non_zero(Tensor([[0, 2], [3, 0]])).numpy()
+        array([[0, 1],
+               [1, 0]], dtype=int32)
+    """
+    if not isinstance(condition, Tensor):
+        raise TypeError(f"non_zero: input must be a tensor, got {type(condition).__name__}")
+    if condition.ndim == 0:
+        raise OpError(f"non_zero: input must have at least one dimension, got shape {condition.shape}")
+    mask = condition if condition.dtype == np.bool_ else _B["ne"](condition, 0)
+    idx = mask_indices(mask)
+    return tuple(idx) if as_tuple else stack(idx, axis=1)
 
 
 def where(mask, x, y):
