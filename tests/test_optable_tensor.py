@@ -190,7 +190,11 @@ add(OpCase("functional.matmul", F.matmul, np.matmul, [f32(2, 3), f32(3, 4)], lab
            lambda x: x, [f32(2, 3, 2)], rtol=1e-4, atol=1e-5, label="reconstruct"),
     OpCase("functional.diag", F.diag, np.diag, [f32(3)], label="vector"),
     OpCase("functional.diag", lambda x: F.diag(x, k=-1), lambda x: np.diag(x, -1), [f32(3)], label="vector-k"),
-    OpCase("functional.diag", lambda x: F.diag(x, 1), lambda x: np.diag(x, 1), [f32(3, 4)], label="matrix-k"))
+    OpCase("functional.diag", lambda x: F.diag(x, 1), lambda x: np.diag(x, 1), [f32(3, 4)], label="matrix-k"),
+    # (MegEngine 1.13's F.cross; its upstream test_cross: 3-vectors and a (4, 2, 3) batch)
+    OpCase("functional.cross", F.cross, np.cross, [f32(4, 2, 3), f32(4, 2, 3)], label="batch"),
+    OpCase("functional.cross", lambda a, b: F.cross(a, b, axisa=0, axisc=0),
+           lambda a, b: np.cross(a, b, axisa=0, axisc=0), [f32(3, 5), f32(5, 2)], label="axes-2d"))
 
 # ---- sorting -----------------------------------------------------------------------------------------------------
 

@@ -442,3 +442,13 @@ def test_non_zero_eager_traced_and_auto_jit():
         F.non_zero(np.ones(3))
     with pytest.raises(OpError, match="at least one dimension"):
         F.non_zero(Tensor(1.0))
+
+
+def test_interpolate_rank_errors_are_assertion_errors():
+    """MegEngine asserts interpolate's input rank per mode (its upstream ``test_interpolate``: a 4-D input in
+    ``linear`` mode raises AssertionError); megxla's OpError is one too."""
+    x4 = Tensor(np.arange(4, dtype="float32").reshape(1, 1, 2, 2))
+    with pytest.raises(AssertionError, match="needs a 3-D input"):
+        F.vision.interpolate(x4, scale_factor=2.0, mode="linear")
+    with pytest.raises(OpError, match="needs a 5-D"):
+        F.vision.interpolate(x4, scale_factor=2.0, mode="trilinear")

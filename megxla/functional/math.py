@@ -14,7 +14,7 @@ from ..core._elemwise_front import quantized_params as _quantized_params, reject
 from ..core.ops import elemwise as _E
 
 __all__ = ["sum", "mean", "prod", "max", "min", "var", "std", "norm", "argmax", "argmin", "logsumexp", "matmul",
-           "dot", "matinv", "svd", "normalize", "sort", "argsort", "topk", "topk_accuracy"]
+           "dot", "matinv", "svd", "normalize", "sort", "argsort", "topk", "topk_accuracy", "cross"]
 
 
 def _axis(op, x, axis):
@@ -346,6 +346,43 @@ def _sortable(op, inp):
     if inp.dtype.kind == "c":
         raise OpError(f"{op}: cannot sort complex values")
     return inp
+
+
+def cross(a, b, axisa=-1, axisb=-1, axisc=-1, axis=None):
+    """The cross product of two (arrays of) vectors, as ``np.cross``.
+
+    Args:
+        a: the first vector(s), along ``axisa`` (length 2 or 3; a third component of 0 where it is 2).
+        b: the second vector(s), along ``axisb``; the other axes broadcast against ``a``'s.
+        axisa: the axis of ``a`` holding the vectors (default: the last).
+        axisb: the axis of ``b`` holding the vectors (default: the last).
+        axisc: the axis of the result holding the products (default: the last).
+        axis: if given, the vector axis of ``a``, ``b`` and the result alike (overrides the three above).
+
+    Returns:
+        the cross product(s).
+
+    Example:
+        >>> F.cross(Tensor([1.0, 2.0, 3.0]), Tensor([4.0, 5.0, 6.0])).numpy()
+        array([-3.,  6., -3.], dtype=float32)
+    """
+    if axis is not None:
+        axisa = axisb = axisc = axis
+    a, b = _t(a), _t(b)
+    # (MegEngine gives a 1-d pair a third component of 0 first: the product is a 3-vector, not NumPy's z alone)
+    if a.ndim == 1 and a.shape[0] == 2:
+        a = _pad3(a)
+    if b.ndim == 1 and b.shape[0] == 2:
+        b = _pad3(b)
+    for name, t, ax in (("a", a, axisa), ("b", b, axisb)):
+        if t.ndim == 0 or not -t.ndim <= ax < t.ndim or t.shape[ax] not in (2, 3):
+            raise OpError(f"cross: {name} of shape {t.shape} has no vectors of length 2 or 3 along axis {ax}")
+    return _apply(_L.cross.bind(axisa=int(axisa), axisb=int(axisb), axisc=int(axisc)), a, b)
+
+
+def _pad3(v):
+    from .tensor import concat, zeros
+    return concat([v, zeros((1,), dtype=v.dtype)])
 
 
 def sort(inp, descending=False, dim=-1):

@@ -8,7 +8,7 @@ import numpy as np
 from ..core import _autocast as _amp  # autocast state (one attribute read when off)
 from ..core._tensor import Tensor
 from ..core.dtypes import is_float
-from ..core._dispatch import apply as _apply, OpError, current_interpreter
+from ..core._dispatch import apply as _apply, AssertedOpError, OpError, current_interpreter
 from ..core._elemwise_front import as_tensor as _t, UNARY as _U
 from ..core.ops import vision as _V
 
@@ -97,7 +97,8 @@ def interpolate(inp, size=None, scale_factor=None, mode="bilinear", align_corner
         raise OpError(f"{op}: align_corners can only be set in the bilinear/linear modes")
     want = 3 if mode == "linear" else 4
     if inp.ndim != want:
-        raise OpError(f"{op}: mode {mode!r} needs a {want}-D input, got shape {inp.shape}")
+        # (MegEngine asserts the rank: its upstream test_interpolate expects an AssertionError)
+        raise AssertedOpError(f"{op}: mode {mode!r} needs a {want}-D input, got shape {inp.shape}")
     if inp.dtype in (np.int8, np.uint8):  # an 8-bit image: resized in float32, its dtype kept (MegEngine)
         return _eight_bit(inp, lambda x: interpolate(x, size, scale_factor, mode, align_corners))
     _float(inp, op)
@@ -138,7 +139,7 @@ def interpolate(inp, size=None, scale_factor=None, mode="bilinear", align_corner
 def _trilinear(inp, size, scale_factor, align_corners, op):
     """``interpolate(mode="trilinear")`` of an ``(N, C, D, H, W)`` input (megdnn Resize3D)."""
     if inp.ndim != 5:
-        raise OpError(f"{op}: mode 'trilinear' needs a 5-D (N, C, D, H, W) input, got shape {inp.shape}")
+        raise AssertedOpError(f"{op}: mode 'trilinear' needs a 5-D (N, C, D, H, W) input, got shape {inp.shape}")
     _float(inp, op)
     if (size is None) == (scale_factor is None):
         raise OpError(f"{op}: exactly one of size and scale_factor must be given")

@@ -36,3 +36,5 @@ matinv = Primitive("matinv", jnp.linalg.inv, lowering_may_reject=True)
 svd = Primitive("svd", lambda x, *, full_matrices: tuple(jnp.linalg.svd(x, full_matrices=full_matrices)),
                 multiple_results=True, lowering_may_reject=True)
 diag = Primitive("diag", lambda x, *, k: jnp.diag(x, k))
+cross = Primitive("cross", lambda a, b, *, axisa, axisb, axisc:
+                  jnp.cross(*_promoted(a, b), axisa=axisa, axisb=axisb, axisc=axisc))
