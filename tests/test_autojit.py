@@ -2313,3 +2313,39 @@ def test_importing_megxla_starts_no_jax_backend(env):
                        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.strip().splitlines()[-1] == "started False"
+
+
+def test_a_cluster_of_many_scalar_inputs_compiles_quick_only(auto_jit, monkeypatch):
+    """Each Python number of a loop body is an input of its own; XLA:CPU's optimizing compile grows steeply with
+    them (a read-free `sin(x) * 1.01 + 0.001` loop cut at the size cap, 2,048 scalars: minutes -- probe AA -- against
+    0.9 s with the quick options). Such a cluster gets only its quick executable: no optimized compile in the
+    foreground nor on a tier-up thread; its results are eager's."""
+    import jax
+    from jax._src import stages
+    from megxla.jit import _tiers
+    monkeypatch.setattr(auto_jit, "QUICK_SCALARS", 64)
+    options = []
+    real_compile = stages.Lowered.compile
+
+    def spy(self, compiler_options=None, **kw):
+        options.append(compiler_options)
+        return real_compile(self, compiler_options=compiler_options, **kw)
+    monkeypatch.setattr(stages.Lowered, "compile", spy)
+
+    def loop():
+        x = mge.Tensor(np.linspace(0.1, 1, 5).astype("float32"))
+        acc = mge.Tensor(np.zeros(5, "float32"))
+        for _ in range(50):  # (200 ops, 100 scalar inputs)
+            x = F.sin(x) * 1.01 + 0.001
+            acc = acc + x
+        return acc.numpy()
+
+    got = [loop() for _ in range(4)]
+    mge.config.auto_jit = False
+    want = loop()
+    for g in got:
+        np.testing.assert_allclose(g, want, rtol=1e-5)
+    stats = auto_jit_stats()
+    assert stats["compiled"] >= 1 and stats["quick_only"] == stats["compiled"] and stats["tiered"] == 0
+    if jax.default_backend() in _tiers.FAST_OPTIONS:
+        assert options and all(o == _tiers.FAST_OPTIONS[jax.default_backend()] for o in options), options

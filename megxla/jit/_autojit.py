@@ -72,6 +72,9 @@ LOOP_MAX_OPS = 1024
 # ... and the input cap: the arrays a cluster takes in stay alive until it runs (an inference loop that appends
 # its outputs and never reads would otherwise keep every batch it was given)
 MAX_INPUT_BYTES = 1 << 30
+# A cluster with this many scalar (0-d) inputs -- a loop's Python numbers, one input per use -- is compiled with
+# XLA's quick options only (_compile): XLA:CPU's optimizing compile of such a program is superlinear in them
+QUICK_SCALARS = 512
 KEY_LIMIT = 16  # new keys a site may make without recurring before it runs eagerly for good (Dynamo's: 8)
 MAX_COMPILES = 64  # executables one site may compile (TF marks a cluster megamorphic past 10 rarely reused ones)
 CACHE_SIZE = 128  # executables kept (least recently used dropped)
@@ -179,6 +182,7 @@ class _Stats:
         self.early = 0  # of those, whose results were taken (the cluster was the guessed one)
         self.early_missed = 0  # launched early and dropped (the cluster was another)
         self.early_compiled = 0  # non-donating executables compiled for early launches
+        self.quick_only = 0  # clusters compiled with XLA's quick options only (QUICK_SCALARS)
         self.cuts = collections.Counter()  # (reason, site) -> count
         self.megamorphic = []  # sites that gave up compiling
 
@@ -202,7 +206,8 @@ def auto_jit_stats() -> dict:
         (their executables, not counted in ``compiled``), ``cuts`` (a list of ``(count,
         reason, "file:line (`source`)")``, most frequent first), ``tiered`` (large clusters compiled quickly
         first, while XLA's optimized executable compiles in the background) and ``tier_ups`` (of those, replaced by
-        their optimized executable), ``megamorphic`` (the lines that made too many
+        their optimized executable), ``quick_only`` (clusters of so many scalar inputs that only XLA's quick
+        compile is bounded, run from that executable), ``megamorphic`` (the lines that made too many
         different clusters and run eagerly, or mostly op by op) and ``changes`` (``("file:line (`source`)",
         what changed)`` for each line whose clusters changed: how its latest new cluster differs from the one
         before -- its first op that differs, in words --, the reason a cluster there compiled or ran op by op
@@ -219,7 +224,7 @@ def auto_jit_stats() -> dict:
             "eager_reads": s.eager_reads,
             "eager_ops": s.eager_ops, "split_clusters": s.split, "early_launches": s.early,
             "early_misses": s.early_missed, "early_compiled": s.early_compiled,
-            "tiered": _tiers.stats["tiered"], "tier_ups": _tiers.stats["upgraded"],
+            "tiered": _tiers.stats["tiered"], "tier_ups": _tiers.stats["upgraded"], "quick_only": s.quick_only,
             "cuts": [(n, reason, describe_where(site)) for (reason, site), n in s.cuts.most_common()],
             "megamorphic": [describe_where(site) for site in s.megamorphic],
             "changes": [(describe_where(site), change) for site, st in _sites.items()
@@ -1237,6 +1242,14 @@ def _compile(ops, avals, in_ids, out_ids, donate, out_avals, reason=None):
     # which the quick executables' runs would charge to the clusters
     n_tier = 0 if reason in ("size cap", "part", "early launch") else len(ops)
     tiered = functools.partial(_tiers.compile, n_ops=n_tier)
+    if sum(1 for i in in_ids if not avals[i][0]) >= QUICK_SCALARS:
+        # XLA:CPU's optimizing compile grows steeply with a fused chain's scalar operands -- each Python number
+        # of the loop body is an input of its own (see _collect) --: a read-free loop of `sin(x) * 1.01 + 0.001`
+        # cut at the size cap (4096 ops, 2048 scalars) compiled for minutes ("Very slow compile?"; 2,800 ops
+        # with 1,400 scalars: 77 s, 2,000 / 1,000: 8.7 s), where its quick options take 0.9 s. Such a program
+        # runs from its quick executable only: no optimized compile, in the foreground or on a tier-up thread.
+        n_tier, tiered = 0, _tiers.quick
+        _stats.quick_only += 1
     key = _persist.fingerprint(ops, in_ids, [avals[i] for i in in_ids], out_ids, donate, "auto_jit")
     executable, n_parts = None, _tiers.parts_for(n_tier)
     if n_parts > 1 and not _persist.kept_optimized(key):

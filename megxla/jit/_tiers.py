@@ -39,7 +39,7 @@ import time
 
 import jax
 
-__all__ = ["compile", "compile_parts", "tiered", "parts_for", "stats", "FAST_OPTIONS", "MIN_OPS", "START_RUN",
+__all__ = ["compile", "compile_parts", "quick", "tiered", "parts_for", "stats", "FAST_OPTIONS", "MIN_OPS", "START_RUN",
            "SWITCH_RUN", "SWITCH_WAIT", "SWITCH_STEPS"]
 
 FAST_OPTIONS = {"cpu": {"xla_cpu_use_fusion_emitters": False, "xla_backend_optimization_level": 0}}
@@ -55,7 +55,8 @@ MAX_PARTS = int(os.environ.get("MEGXLA_TIER_PARTS", "3"))
 ENABLED = os.environ.get("MEGXLA_TIERED", "1").strip().lower() not in ("0", "false", "no", "off", "")
 LOG = os.environ.get("MEGXLA_AUTO_JIT_LOG") == "1"  # (auto-jit's log: a line when an optimized executable takes over)
 
-stats = {"tiered": 0, "upgraded": 0, "failed": 0, "parts": 0}  # (parts: quick executables compiled as parts)
+stats = {"tiered": 0, "upgraded": 0, "failed": 0, "parts": 0, "quick_only": 0}  # (parts: quick executables
+# compiled as parts; quick_only: programs given only a quick executable, ``quick``)
 # [tiered executables whose optimized compile has started and that have not switched yet]: a step timer
 # (``_autojit.ModeTimer``) waits for none to be left before it times the clusters against eager
 in_flight = [0]
@@ -92,6 +93,26 @@ def compile(lowered, n_ops):  # noqa: A001  (the one thing this module does)
         stats["failed"] += 1
         return lowered.compile()
     return tiered(lowered.compile, fast, n_ops)
+
+
+def quick(lowered):
+    """The quick executable of ``lowered`` and no other: for a program whose optimized compile XLA cannot do in
+    bounded time (see ``_autojit.QUICK_SCALARS``). XLA's own compile where the backend has no quick options.
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> quick(jax.jit(lambda x: x * 2).lower(jnp.ones(2))).__call__(jnp.ones(2)).tolist()
+        [2.0, 2.0]
+    """
+    options = FAST_OPTIONS.get(jax.default_backend())
+    if options is None or not isinstance(lowered, jax.stages.Lowered):
+        return lowered.compile()
+    stats["quick_only"] += 1
+    try:
+        return lowered.compile(compiler_options=options)
+    except Exception:  # (an XLA that no longer knows an option)
+        stats["failed"] += 1
+        return lowered.compile()
 
 
 def parts_for(n_ops):
