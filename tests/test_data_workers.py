@@ -183,3 +183,32 @@ def test_killed_main_process_leaves_no_worker(tmp_path, method):
         proc.kill()
         proc.wait()
     assert _wait_gone(pids, 10) == []
+
+
+def test_cuda_transform_runs_on_each_batch_in_the_main_process_with_workers():
+    """``CudaTransform`` (MegEngine 1.13.2+; its upstream test_dataloader imports it): with workers, they skip it
+    and the main process applies it to each collated batch (where device ops run); without workers it is applied to
+    each sample, as MegEngine's loader does."""
+    from megxla.data.dataset import ArrayDataset
+    from megxla.data.transform import CudaTransform
+    seen = []
+
+    class Scale(CudaTransform):
+        def apply(self, input):
+            seen.append((os.getpid(), type(input).__name__))
+            if isinstance(input, tuple):  # (a sample)
+                return (input[0] * 10,) + tuple(input[1:])
+            return [mge.Tensor(input[0]) * 10] + list(input[1:])  # (a collated batch: converted here)
+
+    data = np.arange(12, dtype="float32").reshape(6, 2)
+    ds = ArrayDataset(data, np.arange(6, dtype="int32"))
+    want = data * 10
+    for workers in (2, 0):
+        seen.clear()
+        loader = DataLoader(ds, SequentialSampler(ds, batch_size=3), transform=Scale(), num_workers=workers)
+        got = np.concatenate([np.asarray(b[0].numpy() if isinstance(b[0], mge.Tensor) else b[0]) for b in loader])
+        np.testing.assert_array_equal(got, want)
+        if workers:  # once per batch, here
+            assert seen == [(os.getpid(), "list")] * 2 or seen == [(os.getpid(), "tuple")] * 2, seen
+        else:  # once per sample
+            assert len(seen) == 6 and all(pid == os.getpid() and kind == "tuple" for pid, kind in seen), seen

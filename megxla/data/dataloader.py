@@ -46,7 +46,7 @@ import numpy as np
 from .collator import CollateError, Collator
 from .dataset import Dataset, StreamDataset
 from .sampler import SequentialSampler, StreamSampler
-from .transform.meta_transform import PseudoTransform, Transform
+from .transform.meta_transform import CudaTransform, PseudoTransform, Transform
 
 __all__ = ["DataLoader", "get_worker_info"]
 
@@ -427,6 +427,8 @@ def _worker_loop(
     result_conn.send_bytes(pickle.dumps((_READY, None)))
     stream_iter = None
     position = 0
+    # (a CudaTransform is the main process's, on each collated batch: MegEngine's workers skip it)
+    per_sample = PseudoTransform() if isinstance(transform, CudaTransform) else transform
     while True:
         try:
             task = index_queue.get(timeout=_PARENT_CHECK_INTERVAL)
@@ -440,18 +442,18 @@ def _worker_loop(
         try:
             if kind == _MAP:
                 with _batch_rng(base_seed, send_idx):
-                    data = _fetch_map_batch(dataset, transform, collator, payload)
+                    data = _fetch_map_batch(dataset, per_sample, collator, payload)
             elif kind == _STREAM:
                 first_pos, samples = payload
                 with _batch_rng(base_seed, send_idx):
-                    data = _make_stream_batch(transform, collator, samples, first_pos)
+                    data = _make_stream_batch(per_sample, collator, samples, first_pos)
             else:
                 if stream_iter is None:
                     stream_iter = iter(dataset)
                 samples = list(itertools.islice(stream_iter, batch_size))
                 if samples:
                     with _batch_rng(base_seed, send_idx):
-                        data = _make_stream_batch(transform, collator, samples, position)
+                        data = _make_stream_batch(per_sample, collator, samples, position)
                     position += len(samples)
                 else:
                     data = _EXHAUSTED
@@ -848,6 +850,8 @@ class _ParallelIter:
                     self._dispatch()
                     continue
                 self._dispatch()
+                if isinstance(self.loader.transform, CudaTransform):  # (its workers skipped it: MegEngine's)
+                    data = self.loader.transform.apply(data)
                 return _to_tensors(data) if self.loader.preload else data
         except StopIteration:
             raise

@@ -2,7 +2,7 @@
 
 Pure NumPy; ``TorchTransformCompose`` (transforms of PIL images, e.g. torchvision's) needs Pillow.
 """
-from .meta_transform import PseudoTransform, Transform
+from .meta_transform import CudaTransform, PseudoTransform, Transform
 from .vision import (
     BrightnessTransform,
     CenterCrop,
@@ -31,6 +31,7 @@ __all__ = [
     "TorchTransformCompose",
     "Transform",
     "PseudoTransform",
+    "CudaTransform",
     "VisionTransform",
     "Compose",
     "ToMode",

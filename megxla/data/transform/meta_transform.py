@@ -2,7 +2,7 @@
 from abc import ABC, abstractmethod
 from typing import Sequence, Tuple
 
-__all__ = ["Transform", "PseudoTransform"]
+__all__ = ["Transform", "PseudoTransform", "CudaTransform"]
 
 
 class Transform(ABC):
@@ -62,5 +62,28 @@ class PseudoTransform(Transform):
 
         Returns:
             ``input`` itself.
+        """
+        return input
+
+
+class CudaTransform(Transform):
+    r"""A transform of whole batches on the device (MegEngine 1.13.2+): a ``DataLoader`` with workers skips it in
+    the workers and applies ``apply`` to each collated batch in the main process, where device ops run (so
+    ``apply`` converts its input to Tensors itself). Without workers it is applied to each sample, as any
+    transform -- MegEngine's loader does the same. This class is the identity; subclasses override ``apply``.
+
+    Examples:
+        >>> CudaTransform().apply((1, "a"))
+        (1, 'a')
+    """
+
+    def apply(self, input: Tuple):
+        r"""Return the input unchanged.
+
+        Args:
+            input: a collated batch (with workers) or a sample (without).
+
+        Returns:
+            the input.
         """
         return input
