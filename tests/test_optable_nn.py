@@ -925,6 +925,35 @@ add(
 )
 
 
+
+# ---- F.vision.flip / rot90 / rotate (MegEngine 1.13.4's NHWC Flip and Rotate ops, and its rotate) ---------------
+def np_rotate(x, angle):
+    """MegEngine's rotate of an NCHW image: its float32 matrix, warp_affine with a zero constant border."""
+    a = np.float32(angle / 180.0 * np.pi)
+    c, s = np.cos(a), np.sin(a)
+    cx, cy = np.float32((x.shape[3] - 1) / 2), np.float32((x.shape[2] - 1) / 2)
+    m = np.array([[[c, -s, (1 - c) * cx + s * cy], [s, c, -s * cx + (1 - c) * cy]]], np.float32)
+    return np_warp_affine(x, m, x.shape[2:], "constant", fmt="NCHW")
+
+
+add(
+    OpCase("functional.vision.flip", lambda x: F.vision.flip(x), lambda x: np.flip(x, (1, 2)), [f32(2, 3, 4, 1)],
+           exact=True, label="both"),
+    OpCase("functional.vision.flip", lambda x: F.vision.flip(x, True, False), lambda x: np.flip(x, 1),
+           [f32(1, 3, 4, 3)], exact=True, label="vertical"),
+    OpCase("functional.vision.flip", lambda x: F.vision.flip(x, vertical=False), lambda x: np.flip(x, 2),
+           [f32(2, 2, 5, 3)], exact=True, label="horizontal"),
+    OpCase("functional.vision.rot90", lambda x: F.vision.rot90(x), lambda x: np.rot90(x, 3, (1, 2)),
+           [f32(2, 3, 4, 3)], exact=True, label="clockwise"),
+    OpCase("functional.vision.rot90", lambda x: F.vision.rot90(x, clockwise=False), lambda x: np.rot90(x, 1, (1, 2)),
+           [f32(1, 4, 2, 1)], exact=True, label="counterclockwise"),
+    OpCase("functional.vision.rotate", lambda x: F.vision.rotate(x, 30.0), lambda x: np_rotate(x, 30.0),
+           [f32(1, 2, 4, 5)], rtol=1e-4, atol=1e-5, grad_rtol=1e-3, label="30deg"),
+    OpCase("functional.vision.rotate", lambda x: F.vision.rotate(x, -117.5, "NCHW", "bilinear"),
+           lambda x: np_rotate(x, -117.5), [f32(1, 1, 5, 3)], rtol=1e-4, atol=1e-5, grad_rtol=1e-3,
+           label="-117.5deg"),
+)
+
 # ---- the table's tests ------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("case", params(CASES))
 def test_forward(case):
@@ -1134,6 +1163,10 @@ BAD = [
     ("correlation", lambda: F.vision.correlation(F.ones((1, 1, 5, 5)), F.ones((1, 1, 5, 5)), kernel_size=2)),
     ("cvt_color", lambda: F.vision.cvt_color(F.ones((1, 2, 2, 3)), "RGB2HSV")),
     ("cvt_color", lambda: F.vision.cvt_color(F.ones((1, 2, 2, 1)), "RGB2GRAY")),
+    ("flip", lambda: F.vision.flip(F.ones((1, 2, 2, 2)))),
+    ("rot90", lambda: F.vision.rot90(F.ones((2, 2, 3)))),
+    ("rotate", lambda: F.vision.rotate(F.ones((2, 1, 3, 3)), 10.0)),
+    ("rotate", lambda: F.vision.rotate(F.ones((1, 1, 3, 3)), 10.0, format="NDHW")),
 ]
 
 

@@ -508,35 +508,43 @@ def cvt_color(inp, mode=""):
     return _apply(_V.cvt_color.bind(mode=m), inp)
 
 
-def resize(inp, target_shape, format="NCHW", imode="linear"):
-    """Resize a batch of images to ``target_shape`` (MegEngine's ``Resize`` op, as ``F.vision.resize``).
+def resize(inp, size, format="NCHW", imode="bilinear", max_size=None):
+    """Resize a batch of images to ``size`` (MegEngine 1.13's ``F.vision.resize``, its ``Resize`` op).
 
     Args:
         inp: ``(N, C, H, W)`` (``format="NCHW"``) or ``(N, H, W, C)`` (``format="NHWC"``) images.
-        target_shape: ``(OH, OW)``, or an int for a square output.
+        size: ``(OH, OW)`` (a sequence or a 2-element Tensor), or an int for a square output.
         format: ``"NCHW"`` or ``"NHWC"``.
-        imode: ``"linear"`` (bilinear, half-pixel centres), ``"nearest"`` or ``"cubic"``.
+        imode: ``"bilinear"`` (or ``"linear"``: half-pixel centres), ``"nearest"`` or ``"bicubic"`` (``"cubic"``).
+        max_size: if given, each output side larger than it becomes ``max_size`` (as MegEngine clamps them).
 
     Returns:
         the resized images, in ``format``.
 
     Example:
-        >>> x = Tensor(np.arange(4, dtype=np.float32).reshape(1, 1, 2, 2))
-        >>> F.vision.resize(x, (4, 4)).shape
-        (1, 1, 4, 4)
+        >>> x = Tensor(np.arange(0, 16, dtype=np.float32).reshape(1, 1, 4, 4))
+        >>> F.vision.resize(x, Tensor([2, 2])).numpy()
+        array([[[[ 2.5,  4.5],
+                 [10.5, 12.5]]]], dtype=float32)
+        >>> F.vision.resize(x, (6, 8), max_size=5).shape
+        (1, 1, 5, 5)
     """
     op = "resize"
     modes = {"linear": "bilinear", "nearest": "nearest", "cubic": "bicubic"}
     mode = str(imode).lower()
+    if mode in ("bilinear", "bicubic"):  # (MegEngine's names; its Resize op's are "linear" and "cubic")
+        mode = mode[2:]
     if mode not in modes:
-        raise OpError(f"{op}: unsupported imode {imode!r} (linear, nearest or cubic)")
+        raise OpError(f"{op}: unsupported imode {imode!r} (bilinear, nearest or bicubic)")
     fmt = str(format).upper()
     if fmt not in ("NCHW", "NHWC"):
         raise OpError(f"{op}: unsupported format {format!r} (NCHW or NHWC)")
     inp = _t(inp)
     if inp.ndim != 4:
         raise OpError(f"{op}: expected a 4-D {fmt} input, got shape {inp.shape}")
-    size = _pair(target_shape, "target_shape", op)
+    size = _pair(size, "size", op)  # (a Tensor is read on the host, as MegEngine's op reads it)
+    if max_size is not None:
+        size = tuple(int(max_size) if v > max_size else v for v in size)
     if fmt == "NHWC":
         inp = inp.transpose(0, 3, 1, 2)
     out = interpolate(inp, size=size, mode=modes[mode], align_corners=False if mode == "linear" else None)
@@ -544,3 +552,128 @@ def resize(inp, target_shape, format="NCHW", imode="linear"):
 
 
 __all__ += ["resize"]
+
+
+def _nhwc_image(inp, op):
+    """``inp`` as a Tensor, checked as megdnn's Flip/Rotate check it: 4-D NHWC with 1 or 3 channels."""
+    inp = _t(inp)
+    if inp.ndim != 4 or inp.shape[3] not in (1, 3):
+        raise OpError(f"{op}: input must be NHWC images (N, H, W, C) with C = 1 or 3 (megdnn's {op} rule), got "
+                      f"shape {inp.shape} ({inp.dtype})")
+    if inp.dtype == np.bool_:  # megdnn's kernels cover its computing (numeric) dtypes only
+        raise OpError(f"{op}: input must be a numeric tensor, got shape {inp.shape} ({inp.dtype})")
+    return inp
+
+
+def flip(inp, vertical=True, horizontal=True):
+    """Flips NHWC images vertically (along H) and/or horizontally (along W) (MegEngine's ``Flip`` op).
+
+    With both flags False the result is an unflipped copy.
+
+    Args:
+        inp: images ``(N, H, W, C)`` with C = 1 or 3 (megdnn's rule).
+        vertical: flip along H (default True).
+        horizontal: flip along W (default True).
+
+    Returns:
+        the flipped images, shape and dtype of ``inp``.
+
+    Example:
+        >>> x = Tensor(np.arange(0, 4, dtype=np.float32).reshape(1, 2, 2, 1))
+        >>> F.vision.flip(x).numpy()[0, :, :, 0]
+        array([[3., 2.],
+               [1., 0.]], dtype=float32)
+        >>> F.vision.flip(x, vertical=False).numpy()[0, :, :, 0]
+        array([[1., 0.],
+               [3., 2.]], dtype=float32)
+    """
+    from .tensor import flip as _flip
+    inp = _nhwc_image(inp, "flip")
+    # (an empty axis tuple still applies the primitive: a new tensor, as MegEngine's op returns)
+    return _flip(inp, ((1,) if vertical else ()) + ((2,) if horizontal else ()))
+
+
+def rot90(inp, clockwise=True):
+    """Rotates NHWC images by 90 degrees (MegEngine's ``Rotate`` op): ``(N, H, W, C)`` becomes ``(N, W, H, C)``.
+
+    Clockwise is ``np.rot90(x, 3, (1, 2))``, counterclockwise ``np.rot90(x, 1, (1, 2))``.
+
+    Args:
+        inp: images ``(N, H, W, C)`` with C = 1 or 3 (megdnn's rule).
+        clockwise: rotate clockwise (default) or counterclockwise.
+
+    Returns:
+        the rotated images ``(N, W, H, C)``, dtype of ``inp``.
+
+    Example:
+        >>> x = Tensor(np.arange(0, 4, dtype=np.float32).reshape(1, 2, 2, 1))
+        >>> F.vision.rot90(x).numpy()[0, :, :, 0]
+        array([[2., 0.],
+               [3., 1.]], dtype=float32)
+        >>> F.vision.rot90(x, clockwise=False).numpy()[0, :, :, 0]
+        array([[1., 3.],
+               [0., 2.]], dtype=float32)
+    """
+    from .tensor import flip as _flip, transpose
+    inp = _nhwc_image(inp, "rot90")
+    # megdnn: clockwise, dst[n, w, H - 1 - h] = src[n, h, w]; counterclockwise, dst[n, W - 1 - w, h] = src[n, h, w]:
+    # the H/W transpose, then the new W (clockwise) or new H (counterclockwise) axis reversed
+    return _flip(transpose(inp, (0, 2, 1, 3)), (2,) if clockwise else (1,))
+
+
+def rotate(inp, angle=0.0, format="NCHW", interp_mode="bilinear"):
+    """Rotates images by ``angle`` degrees about their centre (counterclockwise on screen for a positive angle),
+    keeping their size: MegEngine's ``warp_affine`` with a constant (zero) border.
+
+    The output pixel ``(x, y)`` samples the input at ``(cos a (x - cx) - sin a (y - cy) + cx,
+    sin a (x - cx) + cos a (y - cy) + cy)``, ``(cx, cy) = ((W - 1) / 2, (H - 1) / 2)``; the matrix is computed in
+    float32, as MegEngine's. As in MegEngine, the matrix has batch 1, so ``N`` must be 1.
+
+    Args:
+        inp: one image ``(1, C, H, W)`` (or ``(1, H, W, C)`` with ``format="NHWC"``): float, int8 or uint8.
+        angle: the rotation angle in degrees (a number or a scalar Tensor).
+        format: ``"NCHW"`` or ``"NHWC"``.
+        interp_mode: must be ``"bilinear"`` for NCHW; NHWC requires ``"area"``, which MegEngine 1.13's
+            ``warp_affine`` rejects for NHWC, so an NHWC rotation raises an error there as here.
+
+    Returns:
+        the rotated image, shape and dtype of ``inp``.
+
+    Example:
+        >>> x = Tensor(np.arange(9, dtype=np.float32).reshape(1, 1, 3, 3))
+        >>> F.vision.rotate(x, 90.0).numpy()[0, 0].round(4)
+        array([[2., 5., 8.],
+               [1., 4., 7.],
+               [0., 3., 6.]], dtype=float32)
+    """
+    from .elemwise import cos, sin
+    from .tensor import stack
+    op = "rotate"
+    inp = _t(inp)
+    fmt = str(format)
+    if fmt == "NCHW":
+        if interp_mode != "bilinear":  # (MegEngine asserts it)
+            raise AssertedOpError(f"{op}: the NCHW format only supports interp_mode 'bilinear', got {interp_mode!r}")
+    elif fmt == "NHWC":
+        if interp_mode != "area":  # (MegEngine asserts it)
+            raise AssertedOpError(f"{op}: the NHWC format only supports interp_mode 'area', got {interp_mode!r}")
+        # MegEngine 1.13 passes imode AREA to WarpAffine, whose layout check rejects AREA for NHWC
+        raise OpError(f"{op}: MegEngine's warp_affine does not support interp_mode 'area' in NHWC format (input "
+                      f"shape {inp.shape}, {inp.dtype}); rotate NCHW images with interp_mode 'bilinear'")
+    else:
+        raise OpError(f"{op}: format must be 'NCHW' or 'NHWC', got {format!r}")
+    if inp.ndim != 4 or inp.shape[0] != 1:
+        # megdnn's WarpAffine: one matrix per image, and MegEngine builds one matrix
+        raise OpError(f"{op}: input must be one NCHW image (1, C, H, W), got shape {inp.shape} ({inp.dtype})")
+    if not (is_float(inp.dtype) or inp.dtype in (np.int8, np.uint8)):
+        raise OpError(f"{op}: input must be float, int8 or uint8 (megdnn's WarpAffine NCHW rule), got shape "
+                      f"{inp.shape} ({inp.dtype})")
+    height, width = inp.shape[2:]
+    angle = angle / 180.0 * np.pi
+    c, s = cos(angle), sin(angle)  # float32 tensors, as MegEngine's F.cos/F.sin of a Python float
+    cx, cy = (width - 1) / 2, (height - 1) / 2
+    mat = stack([c, -s, (1 - c) * cx + s * cy, s, c, -s * cx + (1 - c) * cy]).reshape(1, 2, 3)
+    return warp_affine(inp, mat, (height, width), border_mode="constant", format="NCHW", interp_mode="linear")
+
+
+__all__ += ["flip", "rot90", "rotate"]

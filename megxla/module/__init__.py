@@ -34,6 +34,8 @@ from .rnn import LSTM, RNN, LSTMCell, RNNCell
 from .rrconv import RegionRestrictedConv
 from .sequential import Sequential
 from .sliding_window import SlidingWindow, SlidingWindowTranspose
+from .vision import (ActiveBlur, AdditiveElemwise, AdditiveGaussianNoise, AdditiveLaplaceNoise, AdditivePoissonNoise,
+                     Emboss, Flip, LinearContrast, Resize, Rot90, Rotate, Sharpen)
 
 __all__ = [
     "Module", "init",
@@ -50,6 +52,9 @@ __all__ = [
     "RNNCell", "LSTMCell", "RNN", "LSTM", "MultiHeadAttention", "RegionRestrictedConv", "BatchMatMulActivation",
 ]
 __all__ += ["DeformablePSROIPooling"]
+# (as MegEngine's package: RandomHorizontalFlip / RandomVerticalFlip only from megengine.module.vision)
+__all__ += ["Flip", "Resize", "Rot90", "Rotate", "ActiveBlur", "AdditiveElemwise", "AdditiveGaussianNoise",
+            "AdditiveLaplaceNoise", "AdditivePoissonNoise", "Emboss", "LinearContrast", "Sharpen"]
 
 
 def __getattr__(name):
