@@ -423,13 +423,15 @@ class Tensor:
         return (_rebuild, args if node is None else args + (node.logical_name,), self.__getstate__())
 
     def __getnewargs__(self):
-        """MegEngine's constructor arguments of a pickled tensor: ``(numpy value, dtype, logical device name)``.
+        """MegEngine 1.13.4's constructor arguments of a pickled tensor: ``(numpy value, dtype, logical device name,
+        is_const, no_cache, name, format)`` (1.13.0 gave the first three; megxla pickles through ``__reduce__``
+        and reads both forms).
 
         Example:
             >>> mge.Tensor([1], device="cpu0").__getnewargs__()
-            (array([1], dtype=int32), dtype('int32'), 'cpu0:0')
+            (array([1], dtype=int32), dtype('int32'), 'cpu0:0', False, False, None, 'default')
         """
-        return (self.numpy(), self.dtype, self.device.logical_name)
+        return (self.numpy(), self.dtype, self.device.logical_name, False, False, None, self.format)
 
     def __getstate__(self):
         """MegEngine's pickled state: ``{"qparams": ...}`` once the tensor has quantization parameters, else
