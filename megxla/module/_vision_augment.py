@@ -135,7 +135,28 @@ class AdditiveElemwise(Module):
         self._per_channel = per_channel
 
 
-class AdditiveLaplaceNoise(AdditiveElemwise):
+class _SeededNoise(AdditiveElemwise):
+    """The noise layers' generator: their own ``RNG(seed)`` (None: the global one), drawn with ``_DRAW``; a new
+    ``seed`` restarts it (MegEngine's setter asserts an int)."""
+
+    _DRAW = "uniform"
+
+    def _seed_generator(self, seed):
+        self._seed = seed
+        self.rng_func = getattr(RNG(seed), self._DRAW)
+
+    @property
+    def seed(self):
+        return self._seed
+
+    @seed.setter
+    def seed(self, seed):
+        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+            raise AssertedOpError(f"{type(self).__name__}: seed must be an int, got {seed!r}")
+        self._seed_generator(int(seed))
+
+
+class AdditiveLaplaceNoise(_SeededNoise):
     r"""Add random Laplace noise to the input data.
 
     The noise is ``mean - std * sign(u) * log(1 - |u|)`` with ``u`` uniform on ``[eps - 1, 1)`` (float32
@@ -159,13 +180,11 @@ class AdditiveLaplaceNoise(AdditiveElemwise):
     """
 
     def __init__(self, mean=0.0, std=1.0, per_channel=False, seed=None):
-        seed = _check_seed(seed, "AdditiveLaplaceNoise")
         super().__init__(per_channel)
+        self._seed_generator(_check_seed(seed, "AdditiveLaplaceNoise"))
         self.mean = Tensor(mean, dtype=np.float32)
         self.std = Tensor(std, dtype=np.float32)
-        self.rng_func = RNG(seed).uniform
         self.finfo = np.finfo(np.dtype(self.mean.dtype))
-        self._seed = seed
 
     def sample(self, size):
         """Laplace noise of shape ``size`` (float32)."""
@@ -173,20 +192,8 @@ class AdditiveLaplaceNoise(AdditiveElemwise):
         u = self.rng_func((self.finfo.eps - 1).item(), 1, size)
         return self.mean - self.std * sign(u) * log(1 - abs(u))
 
-    @property
-    def seed(self):
-        return self._seed
 
-    @seed.setter
-    def seed(self, seed):
-        # (MegEngine's setter asserts an int: a new seed restarts the layer's own generator)
-        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
-            raise AssertedOpError(f"{type(self).__name__}: seed must be an int, got {seed!r}")
-        self._seed = int(seed)
-        self.rng_func = RNG(self._seed).uniform
-
-
-class AdditivePoissonNoise(AdditiveElemwise):
+class AdditivePoissonNoise(_SeededNoise):
     r"""Add random Poisson noise to the input data: samples of the Poisson distribution with rate ``lam``
     (non-negative integers, as float32).
 
@@ -203,30 +210,19 @@ class AdditivePoissonNoise(AdditiveElemwise):
         True
     """
 
+    _DRAW = "poisson"
+
     def __init__(self, lam=1.0, per_channel=False, seed=None):
-        seed = _check_seed(seed, "AdditivePoissonNoise")
         super().__init__(per_channel)
+        self._seed_generator(_check_seed(seed, "AdditivePoissonNoise"))
         self.lam = Tensor(lam, dtype=np.float32)
-        self.rng_func = RNG(seed).poisson
-        self._seed = seed
 
     def sample(self, size):
         """Poisson noise of shape ``size`` (float32)."""
         return self.rng_func(self.lam, size)
 
-    @property
-    def seed(self):
-        return self._seed
 
-    @seed.setter
-    def seed(self, seed):
-        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
-            raise AssertedOpError(f"{type(self).__name__}: seed must be an int, got {seed!r}")
-        self._seed = int(seed)
-        self.rng_func = RNG(self._seed).poisson
-
-
-class AdditiveGaussianNoise(AdditiveElemwise):
+class AdditiveGaussianNoise(_SeededNoise):
     r"""Add random Gaussian noise, drawn from N(mean, std ** 2), to the input data.
 
     Args:
@@ -246,29 +242,18 @@ class AdditiveGaussianNoise(AdditiveElemwise):
         True
     """
 
+    _DRAW = "normal"
+
     def __init__(self, mean=0.0, std=1.0, per_channel=False, seed=None):
-        seed = _check_seed(seed, "AdditiveGaussianNoise")
         super().__init__(per_channel)
+        self._seed_generator(_check_seed(seed, "AdditiveGaussianNoise"))
         self.mean = Tensor(mean, dtype=np.float32)
         self.std = Tensor(std, dtype=np.float32)
-        self.rng_func = RNG(seed).normal
-        self._seed = seed
 
     def sample(self, size):
         """Gaussian noise of shape ``size`` (float32)."""
         # (MegEngine's Gaussian op takes mean and std as numbers: the tensors are read as floats)
         return self.rng_func(float(self.mean), float(self.std), size)
-
-    @property
-    def seed(self):
-        return self._seed
-
-    @seed.setter
-    def seed(self, seed):
-        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
-            raise AssertedOpError(f"{type(self).__name__}: seed must be an int, got {seed!r}")
-        self._seed = int(seed)
-        self.rng_func = RNG(self._seed).normal
 
 
 def _get_value_range_of_dtype(dtype):
