@@ -182,7 +182,6 @@ class _Stats:
         self.early = 0  # of those, whose results were taken (the cluster was the guessed one)
         self.early_missed = 0  # launched early and dropped (the cluster was another)
         self.early_compiled = 0  # non-donating executables compiled for early launches
-        self.quick_only = 0  # clusters compiled with XLA's quick options only (QUICK_SCALARS)
         self.cuts = collections.Counter()  # (reason, site) -> count
         self.megamorphic = []  # sites that gave up compiling
 
@@ -224,7 +223,8 @@ def auto_jit_stats() -> dict:
             "eager_reads": s.eager_reads,
             "eager_ops": s.eager_ops, "split_clusters": s.split, "early_launches": s.early,
             "early_misses": s.early_missed, "early_compiled": s.early_compiled,
-            "tiered": _tiers.stats["tiered"], "tier_ups": _tiers.stats["upgraded"], "quick_only": s.quick_only,
+            "tiered": _tiers.stats["tiered"], "tier_ups": _tiers.stats["upgraded"],
+            "quick_only": _tiers.stats["quick_only"],
             "cuts": [(n, reason, describe_where(site)) for (reason, site), n in s.cuts.most_common()],
             "megamorphic": [describe_where(site) for site in s.megamorphic],
             "changes": [(describe_where(site), change) for site, st in _sites.items()
@@ -1249,7 +1249,6 @@ def _compile(ops, avals, in_ids, out_ids, donate, out_avals, reason=None):
         # with 1,400 scalars: 77 s, 2,000 / 1,000: 8.7 s), where its quick options take 0.9 s. Such a program
         # runs from its quick executable only: no optimized compile, in the foreground or on a tier-up thread.
         n_tier, tiered = 0, _tiers.quick
-        _stats.quick_only += 1
     key = _persist.fingerprint(ops, in_ids, [avals[i] for i in in_ids], out_ids, donate, "auto_jit")
     executable, n_parts = None, _tiers.parts_for(n_tier)
     if n_parts > 1 and not _persist.kept_optimized(key):

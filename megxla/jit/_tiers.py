@@ -39,8 +39,8 @@ import time
 
 import jax
 
-__all__ = ["compile", "compile_parts", "quick", "tiered", "parts_for", "stats", "FAST_OPTIONS", "MIN_OPS", "START_RUN",
-           "SWITCH_RUN", "SWITCH_WAIT", "SWITCH_STEPS"]
+__all__ = ["compile", "compile_parts", "quick", "tiered", "parts_for", "stats", "FAST_OPTIONS", "MIN_OPS",
+           "START_RUN", "SWITCH_RUN", "SWITCH_WAIT", "SWITCH_STEPS"]
 
 FAST_OPTIONS = {"cpu": {"xla_cpu_use_fusion_emitters": False, "xla_backend_optimization_level": 0}}
 MIN_OPS = 256
