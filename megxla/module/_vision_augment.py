@@ -314,6 +314,29 @@ class ActiveBlur(Module):
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
 
+    def _setup(self, alpha, name, value, seed, effect):
+        """(Emboss, Sharpen) Check and keep ``alpha`` and the second parameter ``name`` = ``value``, the layer's
+        generator and its 3x3 ``effect`` matrix beside the identity one."""
+        layer = type(self).__name__
+        seed = _check_seed(seed, layer)
+        _check_parameter(alpha, layer, "alpha")
+        _check_parameter(value, layer, name)
+        self.alpha = alpha
+        setattr(self, name, value)
+        self.rng_func = RNG(seed).uniform
+        self.seed = seed
+        self.matrix_nochange = Tensor(np.array([[0, 0, 0], [0, 1, 0], [0, 0, 0]], dtype=np.float32))
+        self.matrix_effect = Tensor(np.array(effect, dtype=np.float32))
+
+    def _kernel(self, c, name, kernel_op):
+        """(Emboss, Sharpen) The kernel for ``c`` channels, ``(c, 1, 1, 3, 3)``, from ``kernel_op(alpha, <name>)``
+        (parameters drawn now where they are ranges)."""
+        alpha = self._get_parameter(self.alpha, "alpha")
+        value = self._get_parameter(getattr(self, name), name)
+        get_kernel_fn = kernel_op(alpha, value, dtype=self.matrix_effect.dtype, device=self.matrix_effect.device)
+        kernel, *_ = get_kernel_fn(self.matrix_effect, self.matrix_nochange)
+        return broadcast_to(kernel, (c, 1, 1, kernel.shape[0], kernel.shape[1]))
+
     def forward(self, inp):
         """The effect applied to every channel of ``inp`` (``(N, C, H, W)``, H and W >= 2)."""
         layer = type(self).__name__
@@ -392,25 +415,12 @@ class Emboss(ActiveBlur):
     """
 
     def __init__(self, alpha, strength, seed=None):
-        seed = _check_seed(seed, "Emboss")
-        _check_parameter(alpha, "Emboss", "alpha")
-        _check_parameter(strength, "Emboss", "strength")
         super().__init__()
-        self.alpha = alpha
-        self.strength = strength
-        self.rng_func = RNG(seed).uniform
-        self.seed = seed
-        self.matrix_nochange = Tensor(np.array([[0, 0, 0], [0, 1, 0], [0, 0, 0]], dtype=np.float32))
-        self.matrix_effect = Tensor(np.array([[-1, 0, 0], [0, 1, 0], [0, 0, 1]], dtype=np.float32))
+        self._setup(alpha, "strength", strength, seed, [[-1, 0, 0], [0, 1, 0], [0, 0, 1]])
 
     def get_kernel(self, inp, c):
         """The emboss kernel for ``c`` channels, ``(c, 1, 1, 3, 3)`` (parameters drawn now when ranges)."""
-        alpha = self._get_parameter(self.alpha, "alpha")
-        strength = self._get_parameter(self.strength, "strength")
-        get_kernel_fn = _get_EmbossKernel_op(alpha, strength, dtype=self.matrix_effect.dtype,
-                                             device=self.matrix_effect.device)
-        kernel, *_ = get_kernel_fn(self.matrix_effect, self.matrix_nochange)
-        return broadcast_to(kernel, (c, 1, 1, kernel.shape[0], kernel.shape[1]))
+        return self._kernel(c, "strength", _get_EmbossKernel_op)
 
 
 @lru_cache(maxsize=256)  # (bounded: see _get_EmbossKernel_op)
@@ -451,25 +461,12 @@ class Sharpen(ActiveBlur):
     """
 
     def __init__(self, alpha, lightness, seed=None):
-        seed = _check_seed(seed, "Sharpen")
-        _check_parameter(alpha, "Sharpen", "alpha")
-        _check_parameter(lightness, "Sharpen", "lightness")
         super().__init__()
-        self.alpha = alpha
-        self.lightness = lightness
-        self.rng_func = RNG(seed).uniform
-        self.seed = seed
-        self.matrix_nochange = Tensor(np.array([[0, 0, 0], [0, 1, 0], [0, 0, 0]], dtype=np.float32))
-        self.matrix_effect = Tensor(np.array([[-1, -1, -1], [-1, 8, -1], [-1, -1, -1]], dtype=np.float32))
+        self._setup(alpha, "lightness", lightness, seed, [[-1, -1, -1], [-1, 8, -1], [-1, -1, -1]])
 
     def get_kernel(self, inp, c):
         """The sharpen kernel for ``c`` channels, ``(c, 1, 1, 3, 3)`` (parameters drawn now when ranges)."""
-        alpha = self._get_parameter(self.alpha, "alpha")
-        lightness = self._get_parameter(self.lightness, "lightness")
-        get_kernel_fn = _get_SharpenKernel_op(alpha, lightness, dtype=self.matrix_effect.dtype,
-                                              device=self.matrix_effect.device)
-        kernel, *_ = get_kernel_fn(self.matrix_effect, self.matrix_nochange)
-        return broadcast_to(kernel, (c, 1, 1, kernel.shape[0], kernel.shape[1]))
+        return self._kernel(c, "lightness", _get_SharpenKernel_op)
 
 
 class LinearContrast(Module):

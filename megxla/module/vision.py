@@ -44,7 +44,24 @@ class Flip(Module):
         return flip(inp, self.vertical, self.horizontal)
 
 
-class RandomHorizontalFlip(Module):
+class _RandomFlip(Module):
+    """The random flips' one draw: ``flip(inp, **_FLIP)`` with probability ``prob`` (NumPy's global generator,
+    ``np.random.rand(1)``, as MegEngine's)."""
+
+    _FLIP: dict = {}
+
+    def __init__(self, prob=0.5):
+        super().__init__()
+        self.prob = prob
+
+    def forward(self, inp):
+        """``inp`` flipped with probability ``prob``, else ``inp`` itself."""
+        if np.random.rand(1) < self.prob:
+            return flip(inp, **self._FLIP)
+        return inp
+
+
+class RandomHorizontalFlip(_RandomFlip):
     r"""Flips NHWC images with probability ``prob``, drawn from NumPy's global generator (``np.random.rand(1)``,
     one draw per call, as MegEngine's).
 
@@ -61,18 +78,10 @@ class RandomHorizontalFlip(Module):
                [1., 0.]], dtype=float32)
     """
 
-    def __init__(self, prob=0.5):
-        super().__init__()
-        self.prob = prob
-
-    def forward(self, inp):
-        """``inp`` flipped with probability ``prob``, else ``inp`` itself."""
-        if np.random.rand(1) < self.prob:
-            return flip(inp, horizontal=True)
-        return inp
+    _FLIP = {"horizontal": True}
 
 
-class RandomVerticalFlip(Module):
+class RandomVerticalFlip(_RandomFlip):
     r"""Flips NHWC images with probability ``prob``, drawn from NumPy's global generator (``np.random.rand(1)``,
     one draw per call, as MegEngine's).
 
@@ -88,15 +97,7 @@ class RandomVerticalFlip(Module):
         True
     """
 
-    def __init__(self, prob=0.5):
-        super().__init__()
-        self.prob = prob
-
-    def forward(self, inp):
-        """``inp`` flipped with probability ``prob``, else ``inp`` itself."""
-        if np.random.rand(1) < self.prob:
-            return flip(inp, vertical=True)
-        return inp
+    _FLIP = {"vertical": True}
 
 
 class Resize(Module):
