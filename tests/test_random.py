@@ -26,7 +26,7 @@ def _moments(x, mean, var, tol=0.05):
     (lambda r: r.gamma(2.0, 1.5, size=N), 3.0, 4.5),
     (lambda r: r.beta(2.0, 5.0, size=N), 2 / 7, 10 / (49 * 8)),
     (lambda r: r.poisson(4.0, size=N), 4.0, 4.0),
-    (lambda r: r.exponential(2.0, size=N), 2.0, 4.0),
+    (lambda r: r.exponential(0.5, size=N), 2.0, 4.0),  # (rate 0.5: mean 2)
 ], ids=["uniform", "normal", "gamma", "beta", "poisson", "exponential"])
 def test_moments(draw, mean, var):
     x = draw(R.RNG(seed=11)).numpy()
@@ -40,7 +40,7 @@ def test_distributions_ks():
     for x, cdf in [(r.uniform(0, 2, size=N), st.uniform(0, 2).cdf), (r.normal(1, 2, size=N), st.norm(1, 2).cdf),
                    (r.gamma(0.7, 2.0, size=N), st.gamma(0.7, scale=2.0).cdf),
                    (r.beta(0.5, 0.5, size=N), st.beta(0.5, 0.5).cdf),
-                   (r.exponential(3.0, size=N), st.expon(scale=3.0).cdf)]:
+                   (r.exponential(1 / 3, size=N), st.expon(scale=3.0).cdf)]:
         assert st.kstest(x.numpy(), cdf).pvalue > 1e-3
     assert x.numpy().min() >= 0
 
@@ -185,6 +185,9 @@ def test_random_draws_inside_a_compiled_step():
     (lambda: R.shuffle(T(3.0)), "shuffle"),
     (lambda: R.shuffle([1, 2]), "shuffle"),
     (lambda: R.exponential(0), "exponential"),
+    (lambda: R.exponential(T([1.0, -1.0])), "exponential"),
+    (lambda: R.multinomial(T([[1.0, 2.0]]), 0, replacement=True), "num_samples"),
+    (lambda: R.multinomial(T(np.zeros((2, 0), "float32")), 1, replacement=True), "num of input"),
     (lambda: R.multinomial(T([0.5, 0.5]), 3), "multinomial"),
     (lambda: R.multinomial(T([[[1.0]]]), 1), "multinomial"),
     (lambda: F.dropout(F.ones((2,)), 1.0), "dropout"),
@@ -211,7 +214,7 @@ BIG = 2 * P.CHUNK + 123  # three chunks
     (lambda r: r.gamma(2.0, 1.5, size=BIG), 3.0, 4.5),
     (lambda r: r.beta(2.0, 5.0, size=BIG), 2 / 7, 10 / (49 * 8)),
     (lambda r: r.poisson(4.0, size=BIG), 4.0, 4.0),
-    (lambda r: r.exponential(2.0, size=BIG), 2.0, 4.0),
+    (lambda r: r.exponential(0.5, size=BIG), 2.0, 4.0),
 ], ids=["uniform", "normal", "gamma", "beta", "poisson", "exponential"])
 def test_moments_of_large_draws_across_chunks(draw, mean, var):
     x = draw(R.RNG(3)).numpy().ravel()
@@ -236,7 +239,7 @@ _OPS = [
     (P.normal.bind(shape=(2, P.CHUNK + 9), mean=0.0, std=1.0, dtype="float32"), ()),
     (P.normal.bind(shape=(40,), mean=0.1, std=0.3, dtype="float16"), ()),
     (P.uniform.bind(shape=(P.CHUNK,), low=-1.0, high=3.0, dtype="float32"), ()),
-    (P.exponential.bind(shape=(3, 3), scale=1.5, dtype="float32"), ()),
+    (P.exponential.bind(size=(3, 2)), (np.array([1.5, 0.2], "float32"),)),
     (P.gamma.bind(size=(5, 2)), (np.array([0.5, 3.0], "float32"), np.float32(2.0))),
     (P.beta.bind(size=(6, 2)), (np.array([0.5, 3.0], "float32"), np.array([[1.0], [2.0]] * 3, "float32"))),
     (P.poisson.bind(size=(3, 2)), (np.array([2.0, 30.0], "float32"),)),
@@ -298,3 +301,22 @@ def test_global_generator_starts_from_the_time_as_megengine():
     import time
     from megxla.random._rng import _GlobalRNG
     assert abs(_GlobalRNG()._seed - time.time()) < 60
+
+
+def test_exponential_and_multinomial_as_megengine_1_13_4():
+    """1.13.4's ``exponential(rate, size)`` (a rate, float or Tensor, not a scale: mean ``1 / rate``; output
+    ``size + rate.shape``) and ``multinomial(input, num_samples, replacement)``, keyword names included."""
+    r = R.RNG(seed=7)
+    x = r.exponential(rate=4.0, size=(N,)).numpy()
+    _moments(x, 0.25, 0.0625)
+    rate = T([[1.0, 1.0], [0.1, 0.1]])
+    assert r.exponential(rate=rate).shape == (2, 2)
+    big = r.exponential(rate=rate, size=(2000,)).numpy()
+    assert big.shape == (2000, 2, 2)
+    np.testing.assert_allclose(big.mean(0), [[1, 1], [10, 10]], rtol=0.1)
+    assert R.exponential(1.5, (3,)).shape == (3,)
+    out = R.multinomial(input=T([[1.0, 2.0, 3.0, 4.0], [0.0, 7.0, 2.0, 1.0]]), num_samples=2, replacement=False)
+    assert out.shape == (2, 2) and out.dtype == np.int32
+    assert 0 not in out.numpy()[1]  # a zero weight is never drawn
+    # an empty batch of rows (MegEngine's test_rng_empty_tensor)
+    assert R.multinomial(input=R.normal(0, 1, (0, 10)), num_samples=2, replacement=True).shape == (0, 2)

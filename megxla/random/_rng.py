@@ -2,8 +2,8 @@
 splits it with the ``rng_split`` op and rebinds it in place (``_reset``), so jit sees it as ordinary state.
 
 As in MegEngine: ``RNG(seed)`` has a state of its own, independent of the global one; ``RNG()`` (no seed)
-draws from the global state, which ``seed`` resets. Default ``size`` is ``(1,)`` for uniform/normal (and
-exponential); for gamma/beta/poisson the output shape is ``size + broadcast(parameter shapes)`` (``(1,)`` when
+draws from the global state, which ``seed`` resets. Default ``size`` is ``(1,)`` for uniform/normal; for
+gamma/beta/poisson/exponential the output shape is ``size + broadcast(parameter shapes)`` (``(1,)`` when
 that is empty, as MegEngine's kernels).
 """
 from __future__ import annotations
@@ -206,24 +206,24 @@ class RNG:
         lam = _param(lam, "lam", "poisson")
         return apply(P.poisson.bind(size=_param_shape("poisson", size, lam)), self._next_key(), lam)
 
-    def exponential(self, scale=1, size=None):
-        """Samples from the exponential distribution with mean ``scale`` (megxla extension).
+    def exponential(self, rate=1.0, size=None):
+        """Samples from the exponential distribution with rate ``lambda`` (mean ``1 / rate``), as MegEngine 1.13.4.
 
         Args:
-            scale: the mean (> 0).
-            size: output shape; default ``(1,)``.
+            rate: positive number or float Tensor, ``1 / scale``.
+            size: prepended to the shape of ``rate``; default ``()`` (a 0-d result is ``(1,)``).
 
         Returns:
-            float32 samples.
+            float32 samples of shape ``size + rate.shape``.
 
         Example:
-            >>> RNG(0).exponential(2.0, size=(3,)).shape
-            (3,)
+            >>> RNG(0).exponential(rate=0.5, size=(1, 3)).shape
+            (1, 3)
+            >>> RNG(0).exponential(Tensor([[1., 1.], [0.1, 0.1]]), size=(1, 3)).shape
+            (1, 3, 2, 2)
         """
-        if not scale > 0:
-            raise DistributionError(f"exponential: scale must be positive, got {scale}")
-        return apply(P.exponential.bind(shape=_size(size, "exponential", (1,)), scale=float(scale), dtype="float32"),
-                     self._next_key())
+        rate = _param(rate, "rate", "exponential")
+        return apply(P.exponential.bind(size=_param_shape("exponential", size, rate)), self._next_key(), rate)
 
     def permutation(self, n, *, dtype: str = "int32"):
         """A random permutation of ``range(n)``, or a copy of a Tensor shuffled along its first axis.
@@ -268,12 +268,12 @@ class RNG:
             raise OpError(f"shuffle: expects a Tensor with a non-empty first axis, got {inp!r}")
         inp._reset(apply(P.shuffle.bind(), self._next_key(), inp))
 
-    def multinomial(self, probs, num_samples, replacement=False):
-        """Draws class indices with probabilities proportional to ``probs`` (megxla extension).
+    def multinomial(self, input, num_samples, replacement=False):
+        """Draws class indices with probabilities proportional to the rows of ``input`` (MegEngine 1.13.4).
 
         Args:
-            probs: non-negative weights ``(C,)`` or ``(B, C)``.
-            num_samples: draws per row (at most C without replacement).
+            input: non-negative weights ``(C,)`` or ``(B, C)``, each row with a non-zero sum.
+            num_samples: draws per row, positive (at most C without replacement).
             replacement: draw with replacement.
 
         Returns:
@@ -283,15 +283,22 @@ class RNG:
             >>> RNG(0).multinomial(Tensor([0., 1., 0.]), 2, replacement=True).numpy()
             array([1, 1], dtype=int32)
         """
-        probs = probs if isinstance(probs, Tensor) else Tensor(probs, dtype="float32")
-        if not is_float(probs.dtype) or probs.ndim not in (1, 2):
-            raise OpError(f"multinomial: probs must be a 1-D or 2-D float tensor, got {probs.shape}:{probs.dtype}")
+        input = input if isinstance(input, Tensor) else Tensor(input, dtype="float32")
+        if not is_float(input.dtype) or input.ndim not in (1, 2):
+            raise DistributionError(f"multinomial: Multinomial is not defined when input is not a 1-D or 2-D float "
+                                    f"tensor, got {input.shape}:{input.dtype}")
+        if input.shape[-1] == 0:
+            raise DistributionError(f"multinomial: Multinomial is not defined when num of input == 0 (shape "
+                                    f"{input.shape})")
+        if isinstance(num_samples, bool) or not isinstance(num_samples, (int, np.integer)) or num_samples < 1:
+            raise DistributionError(f"multinomial: Multinomial is not defined when num_samples <= 0, got "
+                                    f"{num_samples!r}")
         num_samples = int(num_samples)
-        if num_samples < 1 or (not replacement and num_samples > probs.shape[-1]):
-            raise OpError(f"multinomial: cannot draw {num_samples} samples from {probs.shape[-1]} classes "
-                          f"(replacement={replacement})")
+        if not replacement and num_samples > input.shape[-1]:
+            raise DistributionError(f"multinomial: Multinomial is not defined when num_samples > input.shape[-1] "
+                                    f"in case of no replacement ({num_samples} > {input.shape[-1]})")
         return apply(P.multinomial.bind(num_samples=num_samples, replacement=bool(replacement)),
-                     self._next_key(), probs)
+                     self._next_key(), input)
 
 
 class _GlobalRNG(RNG):

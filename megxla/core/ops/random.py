@@ -149,8 +149,8 @@ def _d_normal(k, c, *, mean, std, dtype):
     return mean + std * jax.random.normal(_k(k), (c,), dtype)
 
 
-def _d_exponential(k, c, *, scale, dtype):
-    return jax.random.exponential(_k(k), (c,), dtype) * scale
+def _d_exponential(k, c, rate):
+    return jax.random.exponential(_k(k), (c,), jnp.float32) / rate
 
 
 def _d_gamma(k, c, a, theta):
@@ -320,14 +320,6 @@ def _eager_normal(op):
     return _ChunkedKernel(op, math.prod(p["shape"]), p["shape"], dt, f, _scalars(p["mean"], p["std"], dtype=dt))
 
 
-def _eager_exponential(op):
-    p = dict(op.params)
-    dt = np.dtype(p["dtype"])
-    f = _chunk_kernel("exponential", lambda k, c, scale, *, dtype: _d_exponential(k, c, scale=scale, dtype=dtype),
-                      dtype=dt.name)
-    return _ChunkedKernel(op, math.prod(p["shape"]), p["shape"], dt, f, _scalars(p["scale"], dtype=dt))
-
-
 def _eager_param(name, draw):
     def eager(op):
         size = dict(op.params)["size"]
@@ -371,14 +363,16 @@ uniform = _RandomPrimitive("rng_uniform", lambda key, *, shape, low, high, dtype
     lambda k, c: _d_uniform(k, c, low=low, high=high, dtype=dtype), key, shape), _eager_uniform)
 normal = _RandomPrimitive("rng_normal", lambda key, *, shape, mean, std, dtype: _shaped(
     lambda k, c: _d_normal(k, c, mean=mean, std=std, dtype=dtype), key, shape), _eager_normal)
-exponential = _RandomPrimitive("rng_exponential", lambda key, *, shape, scale, dtype: _shaped(
-    lambda k, c: _d_exponential(k, c, scale=scale, dtype=dtype), key, shape), _eager_exponential)
 gamma = _RandomPrimitive("rng_gamma", lambda key, k, theta, *, size: _shaped(_d_gamma, key, size, (k, theta)),
                          _eager_param("gamma", _d_gamma))
 beta = _RandomPrimitive("rng_beta", lambda key, a, b, *, size: _shaped(_d_beta, key, size, (a, b)),
                         _eager_param("beta", _d_beta))
 poisson = _RandomPrimitive("rng_poisson", lambda key, lam, *, size: _shaped(_d_poisson, key, size, (lam,)),
                            _eager_param("poisson", _d_poisson))
+# (MegEngine 1.13.4's ExponentialRNG: a rate per element, as PoissonRNG's lam)
+exponential = _RandomPrimitive("rng_exponential", lambda key, rate, *, size: _shaped(_d_exponential, key, size,
+                                                                                     (rate,)),
+                               _eager_param("exponential", _d_exponential))
 permutation = _RandomPrimitive("rng_permutation", lambda key, *, n, dtype: _perm(key, n).astype(dtype),
                                _eager_permutation)
 shuffle = _RandomPrimitive("rng_shuffle", lambda key, x: jnp.take(x, _perm(key, x.shape[0]), axis=0),
