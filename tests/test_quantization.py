@@ -368,6 +368,18 @@ def test_shape_and_pooling_ops_keep_quantized_parameters():
         QM.layers._input_scale_zp(mge.Tensor(np.zeros((2, 3), np.int8)), "Linear")
 
 
+def test_a_copy_of_a_quantized_tensor_keeps_its_quantized_dtype():
+    """``Parameter(qweight)`` / ``Tensor(q)`` keep the quantized dtype (MegEngine's lives in the dtype: its own
+    test_conv_transpose2d sets ``module.weight = Parameter(weight_int8)``); a quantized dtype given is taken."""
+    from megxla.core.tensor import dtype as qd
+    q = mge.Parameter(qd.convert_to_qint8(np.array([0.1, -0.2], "float32"), qd.qint8(0.05)), dtype=qd.qint8(0.05))
+    for copy in (mge.Parameter(q), mge.Tensor(q), q.detach()):
+        assert copy.dtype == np.int8 and qd.get_scale(copy.dtype) == pytest.approx(0.05)
+    t = mge.Tensor(mge.Tensor([1, 2], dtype="int32"), dtype=qd.qint32(0.5))
+    assert qd.get_scale(t.dtype) == 0.5
+    assert mge.Tensor(mge.Tensor([1.0])).qparams.scale is None  # a float tensor's copy has none
+
+
 def test_qparams_passed_to_a_compiled_step_are_state_not_constants():
     f = xla_trace(lambda x, q: Q.fake_quant_tensor(x, q))
     x = mge.Tensor(X)

@@ -179,6 +179,13 @@ class Tensor:
             self._data, self._vid = src._data, src._vid
             if type(self._data) is Lazy:  # (an auto-jit cluster's pending value: this tensor gets it too)
                 self._data.hold(self)
+            # a quantized tensor's copy keeps its quantized dtype (MegEngine's is in the dtype), as
+            # ``Parameter(qweight)`` does there; a quantized dtype given is taken as for host data
+            md = getattr(dtype, "metadata", None)
+            if md:
+                _take_dtype_qparams(self, md)
+            elif dtype is None:
+                keep_qparams(self, data)
             if device is not None or _dt.LOGICAL[0]:  # the copy stays on data's logical device unless one is given
                 node = _dt.logical_node(device) if device is not None else getattr(src, "_lnode", None)
                 if node is not None:
