@@ -480,3 +480,55 @@ def test_a_conversion_failing_part_way_leaves_the_model_as_it_was():
     assert (net.c1.weight_observer, net.c1.weight_fake_quant, net.c1.act_observer) == observers
     with pytest.raises(TypeError, match="expected a Module, got NoneType"):
         Q.quantize(None)
+
+
+def test_quantized_modules_built_by_hand_as_megengine():
+    """MegEngine's quantized modules take the float layers' arguments and ``dtype`` (the output's quantized dtype);
+    the weight is then set as a quantized Parameter (its scale in the dtype). From MegEngine's own
+    test_conv_transpose2d: the result equals the float computation on the dequantized values, to one step."""
+    from megxla.core.tensor import dtype as qd
+    rng = np.random.RandomState(2021)
+    s_in, s_w, s_out = np.float32(0.05), np.float32(0.04), np.float32(0.06)
+    x = mge.Tensor(qd.convert_to_qint8(rng.uniform(-1, 1, (2, 4, 5, 5)).astype("float32"), qd.qint8(s_in)),
+                   dtype=qd.qint8(s_in))
+    for cls, wshape, ref in [(QM.ConvTranspose2d, (4, 8, 3, 3), F.conv_transpose2d), (QM.Conv2d, (8, 4, 3, 3), F.conv2d)]:
+        w = mge.Parameter(qd.convert_to_qint8(rng.uniform(-1, 1, wshape).astype("float32"), qd.qint8(s_w)),
+                          dtype=qd.qint8(s_w))
+        b = mge.Parameter(qd.convert_to_qint32(rng.uniform(-1, 1, (1, 8, 1, 1)).astype("float32"),
+                                               qd.qint32(s_in * s_w)), dtype=qd.qint32(s_in * s_w))
+        m = cls(4, 8, 3, stride=2, padding=1, dtype=qd.qint8(s_out))
+        m.eval()
+        with pytest.raises(ValueError, match="weight is not quantized"):
+            m(x)  # (still its float weight, as MegEngine's before a quantized one is set)
+        m.weight, m.bias = mge.Parameter(w), mge.Parameter(b)
+        out = m(x).numpy()
+        assert out.dtype == np.int8 and qd.get_scale(out.dtype) == pytest.approx(s_out)  # MegEngine's quantized dtype
+        expected = ref(x.astype("float32"), w.astype("float32"), b.astype("float32"), stride=2, padding=1).numpy()
+        expected = qd.convert_from_qint8(qd.convert_to_qint8(expected, qd.qint8(s_out)))
+        np.testing.assert_allclose(qd.convert_from_qint8(out), expected, atol=s_out * 1.01)
+    lin = QM.Linear(dtype=qd.qint8(s_out))
+    assert lin.weight is None and lin.bias is None
+    lin.weight = mge.Parameter(qd.convert_to_qint8(rng.uniform(-1, 1, (3, 4)).astype("float32"), qd.qint8(s_w)),
+                               dtype=qd.qint8(s_w))
+    lin.eval()
+    xl = mge.Tensor(qd.convert_to_qint8(rng.uniform(-1, 1, (2, 4)).astype("float32"), qd.qint8(s_in)),
+                    dtype=qd.qint8(s_in))
+    exp = qd.convert_from_qint8(qd.convert_to_qint8(F.linear(xl.astype("float32"), lin.weight.astype("float32"))
+                                                    .numpy(), qd.qint8(s_out)))
+    np.testing.assert_allclose(qd.convert_from_qint8(lin(xl).numpy()), exp, atol=s_out * 1.01)
+    stub = QM.QuantStub(dtype=qd.qint8(0.1))
+    stub.eval()
+    assert qd.get_scale(stub(mge.Tensor([0.3])).dtype) == pytest.approx(0.1)
+    add = QM.Elemwise("add", dtype=qd.qint8(0.1))
+    add.eval()
+    np.testing.assert_allclose(qd.convert_from_qint8(add(xl, xl).numpy()),
+                               np.round(xl.astype("float32").numpy() * 2 / 0.1) * 0.1, atol=1e-6)
+    cat = QM.Concat(dtype=qd.qint8(0.1))
+    cat.eval()
+    assert cat([xl, xl], 1).shape == (2, 8)
+    nodt = QM.QuantStub()
+    nodt.eval()
+    with pytest.raises(ValueError, match="no output dtype"):
+        nodt(mge.Tensor([0.3]))
+    with pytest.raises(TypeError, match="quantized dtype"):
+        QM.Concat(dtype="float32")

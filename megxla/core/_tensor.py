@@ -324,12 +324,18 @@ class Tensor:
         return data
 
     def numpy(self) -> np.ndarray:
-        """Copy the value to a NumPy array."""
+        """Copy the value to a NumPy array. A quantized tensor's array has MegEngine's quantized dtype (its integer
+        storage type with the scale and zero point in the dtype's metadata: ``dtype.convert_from_qint8(q.numpy())``)."""
         try:
-            return np.asarray(self._value())
+            a = np.asarray(self._value())
         except RuntimeError as exc:  # (a failed collective's result: its error names the rank that failed)
             _spmd.raise_peer_failure(exc)
             raise
+        if QPARAMS_SEEN[0] and a.dtype.kind in "iu":  # (until a tensor is quantized: no slot read)
+            dt = self.dtype
+            if dt.metadata:
+                a = a.view(dt)
+        return a
 
     def item(self, *args):
         """The value of a one-element tensor as a Python scalar; ``item(*index)`` is ``self[index].item()``, as

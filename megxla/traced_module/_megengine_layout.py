@@ -250,8 +250,9 @@ def _quantized_fields(obj, state):
         obj.weight = weight
         b = state.get("bias")
         obj.bias = None if b is None else Tensor(b.numpy().astype(np.float32).reshape(obj._bias_shape))
-        if isinstance(obj, QL.Conv2d):
-            from ..module.conv import Conv2d as _FloatConv
+        if isinstance(obj, (QL.Conv2d, QL.ConvTranspose2d)):
+            from ..module.conv import Conv2d, ConvTranspose2d
+            _FloatConv = Conv2d if isinstance(obj, QL.Conv2d) else ConvTranspose2d
             shown = _FloatConv.__new__(_FloatConv)  # MegEngine's repr shows the float convolution's settings
             shown.__dict__.update(state)
             try:
@@ -269,7 +270,7 @@ def _quantized_fields(obj, state):
         obj._float_forward = _MODES[method]
     elif isinstance(obj, QL.Concat):
         obj._float_forward = lambda inps, axis=0: F.concat(inps, axis)
-    elif isinstance(obj, (QL.ConvTranspose2d, QL.ConvTransposeBn2d, QL.BatchMatMulActivation)):
+    elif isinstance(obj, QL.BatchMatMulActivation):
         obj._float_forward = _float_layer_forward(obj, state, what)
     elif isinstance(obj, QL._FloatCompute):
         raise pickle.UnpicklingError(f"load: MegEngine's quantized {type(obj).__name__} cannot be read into megxla's "
@@ -278,34 +279,23 @@ def _quantized_fields(obj, state):
 
 
 def _float_layer_forward(obj, state, what):
-    """megxla's quantized transposed convolutions and batched matmuls compute in float between dequantize and
-    quantize: the float layer with MegEngine's (BN-folded) int8 weight dequantized."""
-    from .. import functional as F
+    """megxla's quantized batched matmuls compute in float between dequantize and quantize: the float layer with
+    MegEngine's int8 weight dequantized."""
     from ..core._tensor import Tensor
     from ..module.batch_matmul_activation import BatchMatMulActivation as _FloatBmm
-    from ..module.conv import ConvTranspose2d as _FloatConvT
-    from ..module.quantized import layers as QL
     from ..module.quantized.module import dequantize_tensor
     w = state.get("weight")
     qp = getattr(w, "qparams", None)
     if qp is None or qp.scale is None:
         raise pickle.UnpicklingError(f"load: quantized {what}: its weight carries no quantization scale")
-    bmm = isinstance(obj, QL.BatchMatMulActivation)
-    cls = _FloatBmm if bmm else _FloatConvT
-    layer = cls.__new__(cls)
+    layer = _FloatBmm.__new__(_FloatBmm)
     layer.__setstate__({k: v for k, v in state.items() if k not in ("weight", "bias", "output_dtype")})
     weight = dequantize_tensor(w).detach()
     b = state.get("bias")
-    bias = None if b is None else Tensor(b.numpy().astype(np.float32).reshape(-1 if bmm else (1, -1, 1, 1)))
-    if bmm:  # (MegEngine's quantized weight is 5-D; its nonlinear_mode applies the ReLU)
-        weight = weight.reshape(int(layer.batch), int(layer.out_features), int(layer.in_features))
-        return lambda x: layer._calc_linear(x, weight, bias)
-    relu = obj._relu
-
-    def fwd(x):
-        y = layer.calc_conv_transpose2d(x, weight, bias)
-        return F.relu(y) if relu else y
-    return fwd
+    bias = None if b is None else Tensor(b.numpy().astype(np.float32).reshape(-1))
+    # (MegEngine's quantized weight is 5-D; its nonlinear_mode applies the ReLU)
+    weight = weight.reshape(int(layer.batch), int(layer.out_features), int(layer.in_features))
+    return lambda x: layer._calc_linear(x, weight, bias)
 
 
 def traced_module_state(state: dict) -> dict:

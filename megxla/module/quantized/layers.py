@@ -46,26 +46,79 @@ class _WeightLayer(QuantizedModule, _OutputQuant):
             self.bias.name = bias.name
         self._set_output(qat)
 
-    def _int_bias(self, in_scale, n):
+    def _w_scale(self):
+        """The weight's scale: its quantized dtype's (MegEngine keeps it there: ``module.weight =
+        Parameter(w_int8, dtype=dtype.qint8(s))`` on a module built by hand), else the one taken at conversion."""
+        w = self.weight
+        qp = getattr(w, "qparams", None) if isinstance(w, Tensor) else None
+        if qp is not None and qp.scale is not None and w._data.dtype.kind in "iu":
+            return qp.scale
+        ws = getattr(self, "weight_scale", None)
+        if ws is None or not isinstance(w, Tensor) or w._data.dtype.kind not in "iu":
+            raise ValueError(f"{type(self).__name__}: the weight is not quantized (dtype "
+                             f"{getattr(w, 'dtype', None)}): set it to a Parameter of a quantized dtype, e.g. "
+                             f"Parameter(w, dtype=dtype.qint8(scale)), or convert a QAT module with quantize()")
+        return ws
+
+    def _int_bias(self, in_scale, n, w_scale):
         if self.bias is None:
             return Tensor(np.zeros((n,), np.int32))
-        return quantize_tensor(self.bias.reshape(-1), "qint32", in_scale * self.weight_scale)
+        bias = self.bias
+        qp = getattr(bias, "qparams", None)
+        if qp is not None and qp.scale is not None and bias._data.dtype.kind in "iu":
+            bias = dequantize_tensor(bias)  # (a qint32 bias: MegEngine's astype to qint32(s_in * s_w) requantizes)
+        return quantize_tensor(bias.reshape(-1), "qint32", in_scale * w_scale)
+
+    _CONV_ATTRS = ("in_channels", "out_channels", "kernel_size", "stride", "padding", "dilation", "groups",
+                   "conv_mode", "compute_mode", "padding_mode", "output_padding")
+
+    def _adopt(self, layer, bias=True):
+        """Take the configuration and (float, freshly initialized) parameters of the float ``layer`` -- MegEngine's
+        quantized convolutions are its float ones (``class Conv2d(Float.Conv2d, QuantizedModule)``): a module built
+        by hand holds float parameters until quantized ones are set."""
+        for k in self._CONV_ATTRS:
+            if hasattr(layer, k):
+                setattr(self, k, getattr(layer, k))
+        self.weight = layer.weight
+        self.bias = layer.bias if bias else None
+        self._conv_info = layer._module_info_string()
 
 
 class Conv2d(_WeightLayer):
-    r"""Quantized 2-D convolution: ``requantize(conv(x - zp_x, w_q) + b_q)`` in int32."""
+    r"""Quantized 2-D convolution: ``requantize(conv(x - zp_x, w_q) + b_q)`` in int32.
+
+    Built by :func:`~megxla.quantization.quantize` from a QAT module, or by hand as MegEngine's: the arguments of
+    :class:`~megxla.module.Conv2d` (always with a bias) and ``dtype``, the output's quantized dtype; then set
+    ``weight`` to a Parameter of a quantized dtype (its scale is in the dtype) and ``bias`` to a float or qint32 one.
+
+    Example:
+        >>> from megxla.core.tensor import dtype
+        >>> conv = Conv2d(2, 3, 1, dtype=dtype.qint8(0.1)); conv.eval()
+        >>> conv.weight = mge.Parameter(np.ones((3, 2, 1, 1), "int8"), dtype=dtype.qint8(0.5))
+        >>> x = mge.Tensor(np.full((1, 2, 2, 2), 4, "int8"), dtype=dtype.qint8(0.05))
+        >>> dtype.convert_from_qint8(conv(x).numpy())[0, :, 0, 0]
+        array([0.2, 0.2, 0.2], dtype=float32)
+    """
 
     _bias_shape = (1, -1, 1, 1)
 
-    def __init__(self, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1, **kwargs):
+    def __init__(self, in_channels: int, out_channels: int, kernel_size, stride=1, padding=0, dilation=1,
+                 groups: int = 1, conv_mode: str = "cross_correlation", compute_mode: str = "default", dtype=None,
+                 padding_mode: str = "zeros", **kwargs):
         super().__init__(**kwargs)
-        self.stride, self.padding, self.dilation, self.groups = tuple(stride), tuple(padding), tuple(dilation), groups
+        from ..conv import Conv2d as FloatConv2d
+        self._adopt(FloatConv2d(in_channels, out_channels, kernel_size, stride, padding, dilation, groups, True,
+                                conv_mode, compute_mode, padding_mode))
+        self._conv_info = self._conv_info.replace(", bias=False", "")
+        self._set_output_dtype(dtype)
 
     @classmethod
     def from_qat_module(cls, qat, weight=None, bias=None):
         conv = getattr(qat, "conv", qat)
-        q = cls(conv.stride, conv.padding, conv.dilation, conv.groups, name=qat.name)
-        q.padding_mode = getattr(conv, "padding_mode", "zeros")
+        q = cls(conv.in_channels, conv.out_channels, conv.kernel_size, conv.stride, conv.padding, conv.dilation,
+                conv.groups, getattr(conv, "conv_mode", "cross_correlation"),
+                getattr(conv, "compute_mode", "default"), padding_mode=getattr(conv, "padding_mode", "zeros"),
+                name=qat.name)
         # MegEngine's repr: "Quantized.Conv2d(3, 3, kernel_size=...)", never "bias=False" (its quantized
         # convolution always holds a bias, zeros when the QAT one has none)
         q._conv_info = conv._module_info_string().replace(", bias=False", "")
@@ -80,15 +133,17 @@ class Conv2d(_WeightLayer):
 
     def forward(self, inp):
         in_scale, zp = _input_scale_zp(inp, type(self).__name__)
+        w_scale = self._w_scale()
         n = self.weight.shape[0] * (self.weight.shape[1] if self.weight.ndim == 5 else 1)
-        padding = self.padding
+        padding = tuple(self.padding)
         if self.padding_mode != "zeros":  # reflected / replicated quantized values stay on the input's grid
             ph, pw = padding
             inp = F.nn.pad(inp, ((0, 0), (0, 0), (ph, ph), (pw, pw)), mode=self.padding_mode)
             padding = (0, 0)
-        op = _q.qconv2d.bind(stride=self.stride, padding=padding, dilation=self.dilation, groups=self.groups)
-        acc = apply(op, inp, self.weight, self._int_bias(in_scale, n), zp)
-        return self._requantize(acc, in_scale * self.weight_scale, relu=self._relu)
+        op = _q.qconv2d.bind(stride=tuple(self.stride), padding=padding, dilation=tuple(self.dilation),
+                             groups=self.groups)
+        acc = apply(op, inp, self.weight, self._int_bias(in_scale, n, w_scale), zp)
+        return self._requantize(acc, in_scale * w_scale, relu=self._relu)
 
 
 class ConvRelu2d(Conv2d):
@@ -134,6 +189,13 @@ class ConvBnRelu2d(ConvBn2d):
 class Linear(_WeightLayer):
     r"""Quantized linear layer in int32 arithmetic."""
 
+    def __init__(self, dtype=None, **kwargs):
+        # (MegEngine's: no parameters until quantize() or the user sets them)
+        super().__init__(**kwargs)
+        self.weight = None
+        self.bias = None
+        self._set_output_dtype(dtype)
+
     @classmethod
     def from_qat_module(cls, qat, weight=None, bias=None):
         q = cls(name=qat.name)
@@ -142,8 +204,9 @@ class Linear(_WeightLayer):
 
     def forward(self, inp):
         in_scale, zp = _input_scale_zp(inp, type(self).__name__)
-        acc = apply(_q.qlinear.bind(), inp, self.weight, self._int_bias(in_scale, self.weight.shape[0]), zp)
-        return self._requantize(acc, in_scale * self.weight_scale, relu=self._relu)
+        w_scale = self._w_scale()
+        acc = apply(_q.qlinear.bind(), inp, self.weight, self._int_bias(in_scale, self.weight.shape[0], w_scale), zp)
+        return self._requantize(acc, in_scale * w_scale, relu=self._relu)
 
 
 class LinearRelu(Linear):
@@ -165,9 +228,10 @@ class LinearBnRelu1d(LinearBn1d):
 class _FloatCompute(QuantizedModule, _OutputQuant):
     """Layers without integer kernels here: dequantize the inputs, run the float layer, quantize the output."""
 
-    def __init__(self, float_forward, **kwargs):
+    def __init__(self, float_forward, dtype=None, **kwargs):
         super().__init__(**kwargs)
         self._float_forward = float_forward
+        self._set_output_dtype(dtype)
 
     _info = ""
 
@@ -192,37 +256,70 @@ class _FloatCompute(QuantizedModule, _OutputQuant):
         return q
 
 
-def _weight_forward(qat, method, fold=False, relu=False):
-    """A float forward with the fake-quantized (final) weight of ``qat`` frozen in."""
-    if fold:
-        w, b = _folded(qat)
-        layer = qat._layer()
-    else:
-        w, b, layer = qat.weight.detach(), (None if qat.bias is None else qat.bias.detach()), qat
-    # (a folded weight is fake-quantized already, by _folded)
-    wq = qat.apply_quant_weight(w).detach() if qat.weight_fake_quant is not None and not fold else w
-    if fold and b is not None:
-        b = b.reshape(1, -1, 1, 1)
-    run = getattr(layer, method)
+class ConvTranspose2d(_WeightLayer):
+    r"""Quantized 2-D transposed convolution: the quantized weight and input dequantized, the bias on the int32 grid
+    of ``s_in * s_w`` (MegEngine's ``bias.astype(qint32(...))``), the float result quantized to the output dtype.
 
-    def fwd(x):
-        y = run(x, wq, b)
-        return F.relu(y) if relu else y
-    return fwd
+    Built by :func:`~megxla.quantization.quantize` from a QAT module, or by hand as MegEngine's: the arguments of
+    :class:`~megxla.module.ConvTranspose2d` and ``dtype``, the output's quantized dtype; then set ``weight`` to a
+    Parameter of a quantized dtype and ``bias`` to a float or qint32 one.
 
+    Example:
+        >>> from megxla.core.tensor import dtype
+        >>> m = ConvTranspose2d(2, 3, 2, stride=2, bias=False, dtype=dtype.qint8(0.1)); m.eval()
+        >>> m.weight = mge.Parameter(np.ones((2, 3, 2, 2), "int8"), dtype=dtype.qint8(0.5))
+        >>> x = mge.Tensor(np.full((1, 2, 1, 1), 4, "int8"), dtype=dtype.qint8(0.05))
+        >>> y = m(x); y.shape, dtype.convert_from_qint8(y.numpy())[0, 0, 0, 0]
+        ((1, 3, 2, 2), np.float32(0.2))
+    """
 
-class ConvTranspose2d(_FloatCompute):
-    """Quantized ConvTranspose2d (float compute between dequantize and quantize)."""
-
+    _bias_shape = (1, -1, 1, 1)
     _relu = False
 
+    def __init__(self, in_channels: int, out_channels: int, kernel_size, stride=1, padding=0, output_padding=0,
+                 dilation=1, groups: int = 1, bias: bool = True, conv_mode: str = "cross_correlation",
+                 compute_mode: str = "default", dtype=None, **kwargs):
+        super().__init__(**kwargs)
+        from ..conv import ConvTranspose2d as FloatConvTranspose2d
+        self._adopt(FloatConvTranspose2d(in_channels, out_channels, kernel_size, stride, padding, output_padding,
+                                         dilation, groups, bias, conv_mode, compute_mode), bias)
+        self._set_output_dtype(dtype)
+
     @classmethod
-    def _float_of(cls, qat):
-        return _weight_forward(qat, "calc_conv_transpose2d", relu=cls._relu)
+    def from_qat_module(cls, qat, weight=None, bias=None):
+        conv = getattr(qat, "conv_transpose2d", qat)
+        w, b = (qat.weight, qat.bias) if weight is None else (weight, bias)
+        q = cls(conv.in_channels, conv.out_channels, conv.kernel_size, conv.stride, conv.padding,
+                conv.output_padding, conv.dilation, conv.groups, b is not None, conv.conv_mode, conv.compute_mode,
+                name=qat.name)
+        q._conv_info = cls._info_of(qat)
+        q._take(qat, w, b)
+        return q
 
     @classmethod
     def _info_of(cls, qat):  # MegEngine: "Quantized.ConvTranspose2d(3, 4, kernel_size=(3, 3))"
         return getattr(qat, "conv_transpose2d", qat)._module_info_string()
+
+    _conv_info = ""
+
+    def _module_info_string(self):
+        return self._conv_info
+
+    def forward(self, inp):
+        in_scale, _ = _input_scale_zp(inp, type(self).__name__)
+        w_scale = self._w_scale()
+        w = self.weight
+        # (a quantized tensor's astype("float32") dequantizes already, as MegEngine's; a bare integer one, a
+        # weight loaded without its dtype, is scaled here)
+        qp = w.qparams
+        w = dequantize_tensor(w) if qp is not None and qp.scale is not None else w.astype("float32") * w_scale
+        b = None
+        if self.bias is not None:
+            b = dequantize_tensor(self._int_bias(in_scale, self.out_channels, w_scale)).reshape(1, -1, 1, 1)
+        y = F.conv_transpose2d(dequantize_tensor(inp), w, b, stride=self.stride, padding=self.padding,
+                               output_padding=self.output_padding, dilation=self.dilation, groups=self.groups,
+                               conv_mode=self.conv_mode, compute_mode=self.compute_mode)
+        return self._quantize_output(F.relu(y) if self._relu else y)
 
 
 class ConvTransposeRelu2d(ConvTranspose2d):
@@ -231,14 +328,8 @@ class ConvTransposeRelu2d(ConvTranspose2d):
     _relu = True
 
 
-class ConvTransposeBn2d(_FloatCompute):
-    """Quantized ConvTransposeBn2d."""
-
-    _relu = False
-
-    @classmethod
-    def _float_of(cls, qat):
-        return _weight_forward(qat, "calc_conv_transpose2d", fold=True, relu=cls._relu)
+class ConvTransposeBn2d(_FoldsBn, ConvTranspose2d):
+    """Quantized ConvTransposeBn2d: the BatchNorm folded into the transposed convolution."""
 
     @classmethod
     def _info_of(cls, qat):  # the folded BatchNorm gives MegEngine's quantized layer a bias: no "bias=False"
@@ -267,24 +358,45 @@ class BatchMatMulActivation(_FloatCompute):
 
 
 class Elemwise(_FloatCompute):
-    """Quantized Elemwise."""
+    """Quantized Elemwise: ``Elemwise(method, dtype)`` as MegEngine's (``dtype``: the output's quantized dtype)."""
+
+    def __init__(self, method, dtype=None, **kwargs):
+        from ..elemwise import _MODES
+        mode = str(method).upper()
+        if mode not in _MODES:
+            raise ValueError(f"Elemwise: unknown mode {method!r}; known modes: {sorted(_MODES)}")
+        super().__init__(_MODES[mode], dtype, **kwargs)
+        self.method = "q" + str(method)  # (MegEngine's attribute: the quantized mode's name)
 
     @classmethod
-    def _float_of(cls, qat):
-        from ..elemwise import _MODES
-        return _MODES[str(qat.method).upper()]
+    def from_qat_module(cls, qat):
+        q = cls(qat.method, name=qat.name)
+        q._info = cls._info_of(qat)
+        q._set_output(qat)
+        return q
 
 
 class Concat(_FloatCompute):
-    """Quantized Concat (inputs may have different scales)."""
+    """Quantized Concat (inputs may have different scales): ``Concat(dtype)`` as MegEngine's."""
+
+    def __init__(self, dtype=None, **kwargs):
+        super().__init__(lambda inps, axis=0: F.concat(inps, axis), dtype, **kwargs)
 
     @classmethod
-    def _float_of(cls, qat):
-        return lambda inps, axis=0: F.concat(inps, axis)
+    def from_qat_module(cls, qat):
+        q = cls(name=qat.name)
+        q._info = cls._info_of(qat)
+        q._set_output(qat)
+        return q
 
 
 class QuantStub(QuantizedModule, _OutputQuant):
-    """Quantizes a float input with the parameters its QAT module learned."""
+    """Quantizes a float input with the parameters its QAT module learned, or to ``dtype`` (MegEngine's
+    ``QuantStub(dtype)``)."""
+
+    def __init__(self, dtype=None, **kwargs):
+        super().__init__(**kwargs)
+        self._set_output_dtype(dtype)
 
     def forward(self, inp):
         return self._quantize_output(inp)

@@ -128,10 +128,34 @@ class _OutputQuant:
             self.output_meta, float(self.output_scale.numpy()),
             None if zp is None else int(self.output_zero_point.numpy()))
 
+    def _set_output_dtype(self, dt):
+        """The output's quantized dtype given directly -- MegEngine's ``dtype=`` argument of a quantized module built
+        by hand (``Conv2d(..., dtype=dtype.qint8(0.05))``): its scale and zero point. None: none yet."""
+        from ...core.tensor.dtype import get_quant_meta, get_scale, get_zero_point, is_quantize
+        if dt is None:
+            self.output_dtype = None
+            return
+        if not is_quantize(dt):
+            raise TypeError(f"{type(self).__name__}: dtype must be a quantized dtype (dtype.qint8(scale), "
+                            f"dtype.quint8(scale, zero_point)...), got {dt!r}")
+        meta = get_quant_meta(dt)
+        self.output_meta = meta
+        self.output_scale = Tensor(np.float32(get_scale(dt)))
+        zp = get_zero_point(dt) if meta.is_unsigned else None
+        self.output_zero_point = None if zp is None else Tensor(np.float32(zp))
+        self.output_dtype = dt
+
+    def _output_check(self):
+        if getattr(self, "output_meta", None) is None:
+            raise ValueError(f"{type(self).__name__}: no output dtype -- build it with dtype=dtype.qint8(scale) "
+                             f"(or from a QAT module with quantize())")
+
     def _quantize_output(self, x):
+        self._output_check()
         return quantize_tensor(x, self.output_meta, self.output_scale, self.output_zero_point)
 
     def _requantize(self, acc, in_scale, relu=False):
+        self._output_check()
         meta = self.output_meta
         zp = self.output_zero_point if self.output_zero_point is not None else Tensor(0.0)
         op = _q.requantize.bind(qmin=meta.qmin, qmax=meta.qmax, dtype=meta.np_dtype_str, relu=relu)
