@@ -1061,6 +1061,37 @@ def test_a_python_number_equal_to_another_constant_of_the_cluster_makes_no_new_k
     assert stats["compiled"] == 1 and stats["eager_clusters"] == 1, stats
 
 
+def test_an_epoch_long_repetitive_cluster_runs_in_chunks_of_its_body(auto_jit):
+    # an evaluation loop reading its metric once an epoch: one cluster of 400 batches x 9 ops. Compiled whole when
+    # it recurred, XLA:CPU took 20-30 s over its 400 convolutions (the epoch: 0.3 s eagerly); in chunks of whole
+    # bodies it compiles one 135-op chunk (and the shorter last one), ~0.6 s each
+    rng = np.random.RandomState(0)
+    conv, fc = M.Conv2d(1, 4, 3, padding=1), M.Linear(4, 3)
+    xs = [mge.Tensor(rng.randn(2, 1, 5, 5).astype("float32")) for _ in range(100)]
+    ys = [mge.Tensor(rng.randint(0, 3, (2,)).astype("int32")) for _ in range(100)]
+
+    def epoch():
+        correct = mge.Tensor(0)
+        for x, y in zip(xs, ys):
+            out = fc(F.flatten(F.adaptive_avg_pool2d(F.relu(conv(x)), 1), 1))
+            correct = correct + (F.argmax(out, 1) == y).sum()
+        return correct.item()
+
+    got = [epoch() for _ in range(4)]
+    s = auto_jit_stats()
+    assert s["chunked_clusters"] == 3 and s["compiled"] <= 2, s  # (epochs 2-4; one chunk key, then the last one's)
+    mge.config.auto_jit = False
+    assert got == [epoch()] * 4
+    assert _autojit._chunk_size(*_loop_records(100)) == 135 and _autojit._chunk_size(*_loop_records(30)) == 0
+
+
+def _loop_records(n):
+    """The op records of an ``n``-iteration loop of a 9-op body after a 3-op prelude."""
+    a = ((2,), np.dtype("float32"), False)
+    body = [(f"op{k}", (0,), (1,)) for k in range(9)]
+    return [("pre", (0,), (1,))] * 3 + body * n, [a, a]
+
+
 def test_a_cluster_repeating_a_few_ops_many_times_waits_for_its_key_to_recur(auto_jit):
     # an unrolled recurrent cell: run op by op, its first sight compiles 3 eager kernels; compiled, 120 ops (a
     # 60-step LSTMCell loop's 3,500: 8-10 s cold, against 1.8-7 s op by op)

@@ -491,7 +491,8 @@ def test_quantized_modules_built_by_hand_as_megengine():
     s_in, s_w, s_out = np.float32(0.05), np.float32(0.04), np.float32(0.06)
     x = mge.Tensor(qd.convert_to_qint8(rng.uniform(-1, 1, (2, 4, 5, 5)).astype("float32"), qd.qint8(s_in)),
                    dtype=qd.qint8(s_in))
-    for cls, wshape, ref in [(QM.ConvTranspose2d, (4, 8, 3, 3), F.conv_transpose2d), (QM.Conv2d, (8, 4, 3, 3), F.conv2d)]:
+    for cls, wshape, ref in [(QM.ConvTranspose2d, (4, 8, 3, 3), F.conv_transpose2d),
+                             (QM.Conv2d, (8, 4, 3, 3), F.conv2d)]:
         w = mge.Parameter(qd.convert_to_qint8(rng.uniform(-1, 1, wshape).astype("float32"), qd.qint8(s_w)),
                           dtype=qd.qint8(s_w))
         b = mge.Parameter(qd.convert_to_qint32(rng.uniform(-1, 1, (1, 8, 1, 1)).astype("float32"),

@@ -178,6 +178,7 @@ class _Stats:
         self.eager_reads = 0  # a loop's iterations run eagerly from one host read to the next (see _read_site)
         self.eager_ops = 0  # ops run outside clusters (data-dependent shapes, collectives, transfers, varying ops)
         self.split = 0  # clusters run in parts (their site's clusters keep changing in a few ops)
+        self.chunked = 0  # repetitive clusters run in chunks (see _chunk_size)
         self.launched = 0  # clusters launched early (before their last op was collected)
         self.early = 0  # of those, whose results were taken (the cluster was the guessed one)
         self.early_missed = 0  # launched early and dropped (the cluster was another)
@@ -199,7 +200,9 @@ def auto_jit_stats() -> dict:
         with no training step run eagerly from one host read at a line to the next, where that was faster),
         ``eager_ops`` (ops kept out of
         clusters, and small groups of changing ops), ``split_clusters`` (clusters run in parts: their site's
-        clusters keep changing in some ops, which run apart from the others), ``early_launches`` (clusters run by
+        clusters keep changing in some ops, which run apart from the others), ``chunked_clusters`` (long clusters
+        repeating a loop's body, run as chunks of whole bodies: one small executable), ``early_launches``
+        (clusters run by
         an executable launched before their last op was collected: a recurring small step's compute overlaps its
         Python), ``early_misses`` (launched early, then dropped: the cluster was another) and ``early_compiled``
         (their executables, not counted in ``compiled``), ``cuts`` (a list of ``(count,
@@ -215,13 +218,14 @@ def auto_jit_stats() -> dict:
     Example:
         >>> from megxla.jit import auto_jit_stats
         >>> sorted(auto_jit_stats())[:3]
-        ['cache_hits', 'changes', 'clusters']
+        ['cache_hits', 'changes', 'chunked_clusters']
     """
     s = _stats
     return {"clusters": s.clusters, "ops": s.ops, "compiled": s.compiled, "compile_time": s.compile_time,
             "cache_hits": s.hits, "eager_clusters": s.eager, "eager_steps": s.eager_steps,
             "eager_reads": s.eager_reads,
-            "eager_ops": s.eager_ops, "split_clusters": s.split, "early_launches": s.early,
+            "eager_ops": s.eager_ops, "split_clusters": s.split, "chunked_clusters": s.chunked,
+            "early_launches": s.early,
             "early_misses": s.early_missed, "early_compiled": s.early_compiled,
             "tiered": _tiers.stats["tiered"], "tier_ups": _tiers.stats["upgraded"],
             "quick_only": _tiers.stats["quick_only"],
@@ -1035,11 +1039,19 @@ def _run_keyed(ops, avals, inputs, in_ids, out_ids, donate, reason, site, whole,
     # scalar is no such sign (a metric accumulated in a tensor from the second step on). Nor does a cluster that
     # repeats a few ops many times (an unrolled recurrent cell) compile at first sight: run op by op, its eager
     # kernels are few (1.8 s for a 60-step LSTMCell loop's 3,500 ops, 105 of them different), while XLA's compile
-    # time follows the number of ops (6 s for the quick tier).
+    # time follows the number of ops (6 s for the quick tier). A part (of a churning site's or a repetitive
+    # cluster's) compiles when it recurs: its first sight is often its cluster's (and ``avals`` holds only its
+    # inputs' types: the check below read past them, and the cluster's remaining ops ran op by op).
     if not (entry.seen >= 2 << (st[2] // 4)
-            or ((st[0] == 1 or (st[0] == 2 and st[1] == 0 and st[4] is not None and _no_new_arrays(st[4], key[1])))
+            or (whole and (st[0] == 1 or (st[0] == 2 and st[1] == 0 and st[4] is not None
+                                          and _no_new_arrays(st[4], key[1])))
                 and len(ops) >= FIRST_SIGHT_OPS and reason != "size cap" and not _repetitive(ops, avals))):
         return _Cluster._eager(ops, inputs, in_ids, out_ids)
+    if whole:
+        plan = _chunk_plan(ops, avals, in_ids, out_ids, site)
+        if plan is not None:  # (a loop's body repeated: in chunks, one small executable -- see _chunk_size)
+            entry.executable = functools.partial(_run_chunked, plan, ops, avals, in_ids, out_ids)
+            return entry.executable(*inputs)
     st[2] += 1
     t0 = time.perf_counter()
     entry.executable = _compile(ops, avals, in_ids, out_ids, donate, out_avals, reason)
@@ -1361,16 +1373,20 @@ def _churning(st, ops, avals, key, site, reason):
     return ch.varying
 
 
-def _run_parts(ops, avals, inputs, in_ids, out_ids, donate, varying, site, ops_key):
-    """Run a cluster as alternating groups (``_plan_parts``): each through ``_run_keyed`` (its own key, cache and
-    compile policy), or op by op where it has fewer than ``MIN_OPS`` ops."""
-    pkey = (ops_key, tuple(in_ids), tuple(out_ids), donate, varying, site)
-    plan = _PLANS.get(pkey)
+def _run_parts(ops, avals, inputs, in_ids, out_ids, donate, varying, site, ops_key, plan=None):
+    """Run a cluster as alternating groups (``_plan_parts``), or as the groups of ``plan`` (a repetitive cluster's
+    chunks, ``_chunk_plan``): each through ``_run_keyed`` (its own key, cache and compile policy), or op by op where
+    it has fewer than ``MIN_OPS`` ops."""
     if plan is None:
-        if len(_PLANS) > CACHE_SIZE:
-            _PLANS.clear()
-        plan = _PLANS[pkey] = _plan_parts(ops, in_ids, out_ids, donate, varying, site)
-    _stats.split += 1
+        pkey = (ops_key, tuple(in_ids), tuple(out_ids), donate, varying, site)
+        plan = _PLANS.get(pkey)
+        if plan is None:
+            if len(_PLANS) > CACHE_SIZE:
+                _PLANS.clear()
+            plan = _PLANS[pkey] = _plan_parts(ops, in_ids, out_ids, donate, varying, site)
+        _stats.split += 1
+    else:
+        _stats.chunked += 1
     groups, members = plan
     env = dict(zip(in_ids, inputs))
     for g, group in enumerate(groups):
@@ -1393,6 +1409,11 @@ def _run_parts(ops, avals, inputs, in_ids, out_ids, donate, varying, site, ops_k
                 raise _PartsFailed(env, error) from exc
             break  # (an error of a part's executable alone -- none op by op -- is no error)
     return [env[i] for i in out_ids]
+
+
+def _run_chunked(plan, ops, avals, in_ids, out_ids, *inputs):
+    """A repetitive cluster's "executable": its chunks run one after another (``_run_parts``)."""
+    return _run_parts(ops, avals, inputs, in_ids, out_ids, (), (), None, None, plan)
 
 
 def _run_ops(ops, env, keep=None, lost=None):
@@ -1479,26 +1500,69 @@ def _plan_parts(ops, in_ids, out_ids, donate, varying, site):
         for o in outs:
             level[o] = m
         groups.setdefault(m, []).append(k)
-    last_use = {}  # local id -> the last level reading it
-    for k, (op, ins, outs) in enumerate(ops):
-        lv = level[outs[0]] if outs else 0
-        for i in ins:
-            if last_use.get(i, -1) < lv:
-                last_use[i] = lv
+    levels = sorted(groups)
+    return _parts_of(ops, [groups[lv] for lv in levels], in_ids, out_ids, donate,
+                     [FIRST_SIGHT_OPS if lv & 1 else MIN_OPS for lv in levels],
+                     [(site[0], site[1], f"{site[2]} [{'changing ' if lv & 1 else ''}part {lv + 1}]") for lv in levels])
+
+
+def _chunk_plan(ops, avals, in_ids, out_ids, site):
+    """The plan of a repetitive cluster run in chunks (``_plan_chunks``), or None where it had better compile whole:
+    not repetitive, or its chunks are not mostly the same part -- a recurrent network's training step repeats its
+    cell forward, then its gradient, then updates its parameters: 14 chunks of 9 kinds, which would compile 9
+    executables over its first steps (15 s, against 10 s for the whole step's)."""
+    size = _chunk_size(ops, avals)
+    if not size:
+        return None
+    plan, members = _plan_chunks(ops, in_ids, out_ids, (), size, site)
+    kinds = collections.Counter((tuple(g[0]), tuple([avals[i] for i in g[1]]), tuple(g[4])) for g in plan
+                                if type(g) is not list)
+    if not kinds or 3 * kinds.most_common(1)[0][1] < 2 * len(plan):
+        return None
+    return plan, members
+
+
+def _plan_chunks(ops, in_ids, out_ids, donate, size, site):
+    """``_plan_parts``'s plan for a repetitive cluster: consecutive chunks of ``size`` ops (a whole number of its
+    period, see ``_chunk_size``), sharing one site: chunks in the same phase of the loop are the same part -- one
+    key, one executable."""
+    n = len(ops)
+    chunks = [list(range(k, min(k + size, n))) for k in range(0, n, size)]
+    part_site = (site[0], site[1], f"{site[2]} [repeated part]")
+    # (nothing donated: the first chunk, donating the loop's initial accumulator, would be a key of its own -- a
+    # second compilation for one run; the inputs go when the cluster is done, as eager frees an updated value)
+    return _parts_of(ops, chunks, in_ids, out_ids, (), [MIN_OPS] * len(chunks), [part_site] * len(chunks))
+
+
+def _parts_of(ops, member_lists, in_ids, out_ids, donate, min_ops, sites):
+    """The plan of a cluster run as the groups ``member_lists`` (lists of op positions, in an order their inputs
+    allow): a group of fewer than its ``min_ops`` ops is run op by op (a list of op records), the others are parts
+    ``(ops renumbered, their inputs' ids in the cluster, their local ids, results' ids in the cluster, their local
+    ids, donated, site)`` -- numbered locally (inputs first, in the order read), so parts of the same ops on the
+    same kind of values share a key. An input is donated to the part that reads it last."""
+    group_of = {}  # local id -> the group computing it (inputs: none)
+    for g, members in enumerate(member_lists):
+        for k in members:
+            for o in ops[k][2]:
+                group_of[o] = g
+    last_use = {}  # local id -> the last group reading it
+    for g, members in enumerate(member_lists):
+        for k in members:
+            for i in ops[k][1]:
+                if last_use.get(i, -1) < g:
+                    last_use[i] = g
     wanted = set(out_ids)
     donated = {in_ids[k] for k in donate}
-    plan, plan_members = [], []
-    for lv in sorted(groups):
-        members = groups[lv]
-        plan_members.append(members)
-        if len(members) < (FIRST_SIGHT_OPS if lv & 1 else MIN_OPS):
+    plan = []
+    for g, members in enumerate(member_lists):
+        if len(members) < min_ops[g]:
             plan.append([ops[k] for k in members])
             continue
         # the part: its inputs (values from before it) numbered first, then its ops' outputs
         local, part_inputs = {}, []
         for k in members:
             for i in ops[k][1]:
-                if i not in local and level.get(i, -1) != lv:
+                if i not in local and group_of.get(i, -1) != g:
                     local[i] = len(part_inputs)
                     part_inputs.append(i)
         n = len(part_inputs)
@@ -1509,12 +1573,54 @@ def _plan_parts(ops, in_ids, out_ids, donate, varying, site):
                 local[o] = n
                 n += 1
             part_ops.append((op, tuple(local[i] for i in ins), tuple(local[o] for o in outs)))
-        results = [o for k in members for o in ops[k][2] if o in wanted or last_use.get(o, -1) > lv]
-        part_donate = tuple(j for j, i in enumerate(part_inputs) if i in donated and last_use[i] == lv)
-        part_site = (site[0], site[1], f"{site[2]} [{'changing ' if lv & 1 else ''}part {lv + 1}]")
+        results = [o for k in members for o in ops[k][2] if o in wanted or last_use.get(o, -1) > g]
+        part_donate = tuple(j for j, i in enumerate(part_inputs) if i in donated and last_use[i] == g)
         plan.append((part_ops, part_inputs, list(range(len(part_inputs))), results, [local[o] for o in results],
-                     part_donate, part_site))
-    return plan, plan_members
+                     part_donate, sites[g]))
+    return plan, member_lists
+
+
+# ---- repetitive clusters in chunks --------------------------------------------------------------------------
+# An evaluation loop that reads its metric once an epoch (``correct += (pred == y).sum()``, ``.item()`` at the end)
+# makes one cluster of the whole epoch: 400 batches of a 9-op forward, 3,600 ops. Compiled whole when it recurred
+# (its second epoch), XLA:CPU took 20-30 s over its 400 convolutions -- the epoch ran 0.3 s eagerly, and 0.3 s
+# compiled (its cost is collecting the ops, not running them). A 60-step LSTMCell loop's 3,500-op step: 8-10 s
+# quick, 47 s optimized. Such a cluster repeats a short body: it runs as consecutive chunks of a whole number of
+# bodies, which are the same part -- one small executable, run chunk after chunk.
+CHUNK_MIN_OPS = 512  # a repetitive cluster at least this long runs in chunks
+CHUNK_OPS = 128  # ... of about this many ops (whole periods)
+
+
+def _chunk_size(ops, avals):
+    """The chunk size for a cluster (0: run it whole): a multiple of the period of its op records (op and input
+    types), found from its middle (a prelude before the loop does not count), near ``CHUNK_OPS``; 0 where the
+    cluster is short, not repetitive, or has no period of at least 8 repetitions.
+
+    Example:
+        >>> a = ((2,), np.dtype("float32"), False)
+        >>> body = [("mul", (0, 0), (1,)), ("add", (1, 0), (2,)), ("tanh", (2,), (3,))]
+        >>> _chunk_size(body * 400, [a] * 4)
+        129
+        >>> _chunk_size(body * 100, [a] * 4)  # (short: whole)
+        0
+    """
+    n = len(ops)
+    if n < CHUNK_MIN_OPS or not _repetitive(ops, avals):
+        return 0
+    sigs = [(op, tuple([avals[i] for i in ins])) for op, ins, _ in ops]
+    mid = n // 2
+    first = sigs[mid]
+    tried = 0
+    for j in range(mid + 1, min(n, mid + n // 8 + 1)):
+        if sigs[j] != first:
+            continue
+        p = j - mid
+        if all(sigs[mid + t] == sigs[j + t] for t in range(min(2 * p, n - j))):
+            return p * max(1, -(-CHUNK_OPS // p))
+        tried += 1
+        if tried >= 64:
+            break
+    return 0
 
 
 _COMPILE_SECS = [0.0]  # seconds JAX spent tracing, lowering and compiling, process-wide (ModeTimer)
