@@ -69,6 +69,11 @@ class _WeightLayer(QuantizedModule, _OutputQuant):
             bias = dequantize_tensor(bias)  # (a qint32 bias: MegEngine's astype to qint32(s_in * s_w) requantizes)
         return quantize_tensor(bias.reshape(-1), "qint32", in_scale * w_scale)
 
+    _conv_info = ""  # (a convolution's repr: MegEngine's quantized convolutions show the float layer's settings)
+
+    def _module_info_string(self):
+        return self._conv_info if self._conv_info else super()._module_info_string()
+
     _CONV_ATTRS = ("in_channels", "out_channels", "kernel_size", "stride", "padding", "dilation", "groups",
                    "conv_mode", "compute_mode", "padding_mode", "output_padding")
 
@@ -126,10 +131,6 @@ class Conv2d(_WeightLayer):
         return q
 
     padding_mode = "zeros"
-    _conv_info = ""
-
-    def _module_info_string(self):
-        return self._conv_info
 
     def forward(self, inp):
         in_scale, zp = _input_scale_zp(inp, type(self).__name__)
@@ -299,11 +300,6 @@ class ConvTranspose2d(_WeightLayer):
     @classmethod
     def _info_of(cls, qat):  # MegEngine: "Quantized.ConvTranspose2d(3, 4, kernel_size=(3, 3))"
         return getattr(qat, "conv_transpose2d", qat)._module_info_string()
-
-    _conv_info = ""
-
-    def _module_info_string(self):
-        return self._conv_info
 
     def forward(self, inp):
         in_scale, _ = _input_scale_zp(inp, type(self).__name__)
