@@ -194,7 +194,14 @@ add(OpCase("functional.matmul", F.matmul, np.matmul, [f32(2, 3), f32(3, 4)], lab
     # (MegEngine 1.13's F.cross; its upstream test_cross: 3-vectors and a (4, 2, 3) batch)
     OpCase("functional.cross", F.cross, np.cross, [f32(4, 2, 3), f32(4, 2, 3)], label="batch"),
     OpCase("functional.cross", lambda a, b: F.cross(a, b, axisa=0, axisc=0),
-           lambda a, b: np.cross(a, b, axisa=0, axisc=0), [f32(3, 5), f32(5, 2)], label="axes-2d"))
+           lambda a, b: np.cross(a, b, axisa=0, axisc=0), [f32(3, 5), f32(5, 2)], label="axes-2d"),
+    # (MegEngine 1.13.4's F.einsum; its upstream test_einsum: contractions, ellipses, diagonals)
+    OpCase("functional.einsum", lambda a, b: F.einsum("ik, kj->ij", a, b),
+           lambda a, b: np.einsum("ik,kj->ij", a, b), [f32(2, 3), f32(3, 4)], rtol=1e-5, label="matmul"),
+    OpCase("functional.einsum", lambda a, b: F.einsum("...ij, ...jk", a, b),
+           lambda a, b: np.einsum("...ij,...jk", a, b), [f32(2, 3, 4), f32(2, 4, 2)], rtol=1e-5, label="ellipsis"),
+    OpCase("functional.einsum", lambda a: F.einsum("iijk->jik", a), lambda a: np.einsum("iijk->jik", a),
+           [f32(3, 3, 2, 2)], label="diagonal"))
 
 # ---- sorting -----------------------------------------------------------------------------------------------------
 

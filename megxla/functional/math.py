@@ -14,7 +14,7 @@ from ..core._elemwise_front import quantized_params as _quantized_params, reject
 from ..core.ops import elemwise as _E
 
 __all__ = ["sum", "mean", "prod", "max", "min", "var", "std", "norm", "argmax", "argmin", "logsumexp", "matmul",
-           "dot", "matinv", "svd", "normalize", "sort", "argsort", "topk", "topk_accuracy", "cross"]
+           "dot", "matinv", "svd", "normalize", "sort", "argsort", "topk", "topk_accuracy", "cross", "einsum"]
 
 
 def _axis(op, x, axis):
@@ -378,6 +378,43 @@ def cross(a, b, axisa=-1, axisb=-1, axisc=-1, axis=None):
         if t.ndim == 0 or not -t.ndim <= ax < t.ndim or t.shape[ax] not in (2, 3):
             raise OpError(f"cross: {name} of shape {t.shape} has no vectors of length 2 or 3 along axis {ax}")
     return _apply(_L.cross.bind(axisa=int(axisa), axisb=int(axisb), axisc=int(axisc)), a, b)
+
+
+def einsum(equation: str, *args) -> Tensor:
+    """Einstein summation over the operands, as ``np.einsum`` (MegEngine 1.13.4's ``F.einsum``): repeated indices
+    within an operand take its diagonal, ``...`` broadcasts, no ``->`` gives the indices seen once, sorted.
+
+    Args:
+        equation: the subscripts, e.g. ``"ik, kj->ij"`` (spaces ignored).
+        args: the operands, one per comma-separated term.
+
+    Returns:
+        the summed product.
+
+    Example:
+        >>> F.einsum("ik, kj->ij", Tensor([[1.0, 2.0]]), Tensor([[3.0], [4.0]])).numpy()
+        array([[11.]], dtype=float32)
+        >>> F.einsum("ii", Tensor([[1.0, 2.0], [3.0, 4.0]])).numpy()
+        array(5., dtype=float32)
+    """
+    if not isinstance(equation, str):
+        raise OpError(f"einsum: the equation must be a str, got {equation!r}")
+    xs = [_t(a) for a in args]
+    _einsum_check(equation, tuple((x.shape, str(x.dtype)) for x in xs))
+    return _apply(_L.einsum.bind(equation=equation), *xs)
+
+
+@__import__("functools").lru_cache(maxsize=256)
+def _einsum_check(equation, types):
+    """A clear error, with the shapes, where ``equation`` does not fit the operands (JAX's own text appended)."""
+    import jax
+    import jax.numpy as jnp
+    try:
+        jax.eval_shape(lambda *xs: jnp.einsum(equation, *xs),
+                       *[jax.ShapeDtypeStruct(tuple(s), np.dtype(d)) for s, d in types])
+    except Exception as exc:  # (JAX's ValueError / TypeError / IndexError for a bad equation)
+        raise OpError(f"einsum: {equation!r} does not fit operands of shapes {[tuple(s) for s, _ in types]} "
+                      f"({exc})") from None
 
 
 def _pad3(v):

@@ -38,3 +38,14 @@ svd = Primitive("svd", lambda x, *, full_matrices: tuple(jnp.linalg.svd(x, full_
 diag = Primitive("diag", lambda x, *, k: jnp.diag(x, k))
 cross = Primitive("cross", lambda a, b, *, axisa, axisb, axisc:
                   jnp.cross(*_promoted(a, b), axisa=axisa, axisb=axisb, axisc=axisc))
+
+
+def _einsum(*xs, equation):
+    # (mixed inputs promoted as MegEngine's elementwise ops do)
+    dt = xs[0].dtype
+    for x in xs[1:]:
+        dt = promote_dtype(dt, x.dtype)
+    return jnp.einsum(equation, *[x.astype(dt) for x in xs])
+
+
+einsum = Primitive("einsum", _einsum)
