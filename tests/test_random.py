@@ -320,3 +320,21 @@ def test_exponential_and_multinomial_as_megengine_1_13_4():
     assert 0 not in out.numpy()[1]  # a zero weight is never drawn
     # an empty batch of rows (MegEngine's test_rng_empty_tensor)
     assert R.multinomial(input=R.normal(0, 1, (0, 10)), num_samples=2, replacement=True).shape == (0, 2)
+
+
+def test_exponential_distribution_as_megengine_1_13_4():
+    """``megengine.distributions.Exponential`` (1.13.4): sample shapes, moments, density and its inverse."""
+    from megxla.distributions import Distribution, Exponential
+    rate = np.abs(np.random.RandomState(0).randn(5, 5)) + 0.1
+    assert Exponential(rate).sample().shape == (5, 5) and Exponential(rate).sample((7,)).shape == (7, 5, 5)
+    assert Exponential(np.array([0.5])).sample().shape == (1,) and Exponential(0.2).sample((1,)).shape == (1,)
+    R.seed(3)
+    m = Exponential(2.0)
+    x = m.sample((N,)).numpy()
+    _moments(x, float(m.mean), float(m.variance))
+    v = T([0.1, 1.0, 3.0])
+    np.testing.assert_allclose(m.log_prob(v).numpy(), st.expon(scale=0.5).logpdf(v.numpy()), rtol=1e-5)
+    np.testing.assert_allclose(m.icdf(m.cdf(v)).numpy(), v.numpy(), rtol=1e-5)
+    assert float(m.stddev) == 0.5
+    with pytest.raises(NotImplementedError, match="sample"):
+        Distribution().sample()
