@@ -212,3 +212,36 @@ def test_cuda_transform_runs_on_each_batch_in_the_main_process_with_workers():
             assert seen == [(os.getpid(), "list")] * 2 or seen == [(os.getpid(), "tuple")] * 2, seen
         else:  # once per sample
             assert len(seen) == 6 and all(pid == os.getpid() and kind == "tuple" for pid, kind in seen), seen
+
+
+def test_loaders_with_workers_in_forked_children_of_a_process_whose_loaders_had_workers(tmp_path):
+    # MegEngine's test_dataloader_parallel_multi_instances_multiprocessing: the children inherited the parent's
+    # forkserver state and their loaders failed at start ("ChildProcessError: No child processes")
+    script = tmp_path / "multi.py"
+    script.write_text(textwrap.dedent("""
+        import multiprocessing as mp
+        import numpy as np
+        from megxla.data import DataLoader, SequentialSampler
+        from megxla.data.dataset import ArrayDataset
+
+        def load():
+            ds = ArrayDataset(np.arange(12, dtype="float32"))
+            return sum(float(b[0].sum()) for b in DataLoader(ds, SequentialSampler(ds, batch_size=4), num_workers=2))
+
+        if __name__ == "__main__":
+            import megxla
+            megxla.Tensor([1.0]).numpy()  # (JAX's runtime running: workers start from a forkserver)
+            print("parent", load(), flush=True)  # (the forkserver starts)
+            procs = [mp.get_context("fork").Process(target=load) for _ in range(2)]
+            for p in procs:
+                p.start()
+            for p in procs:
+                p.join()
+            print("children", [p.exitcode for p in procs], flush=True)
+            print("parent again", load(), flush=True)
+    """))
+    proc = subprocess.run([sys.executable, str(script)], cwd=str(tmp_path), capture_output=True, text=True,
+                          timeout=180, env=dict(os.environ, PYTHONPATH=REPO))
+    assert proc.returncode == 0, proc.stderr
+    assert "parent 66.0" in proc.stdout and "children [0, 0]" in proc.stdout, proc.stdout + proc.stderr
+    assert "parent again 66.0" in proc.stdout

@@ -381,6 +381,26 @@ def _release_forkserver():
         server._forkserver_alive_fd = None
 
 
+def _forget_forkserver():
+    """(In the child of an ``os.fork``.) Forget the parent's forkserver: its state is inherited, and the child's
+    first loader with workers asked ``waitpid`` about a server that is not its child -- ``ChildProcessError: No
+    child processes`` (MegEngine's ``test_dataloader_parallel_multi_instances_multiprocessing``: loaders in
+    ``multiprocessing.Process`` children of a process whose loaders had workers). The child starts its own server
+    when it needs one; the parent's socket stays the parent's, and the child's copy of its "alive" pipe is closed (it
+    would keep the parent's server running after the parent died)."""
+    server = getattr(sys.modules.get("multiprocessing.forkserver"), "_forkserver", None)
+    if server is None or getattr(server, "_forkserver_pid", None) is None:
+        return
+    _release_forkserver()
+    server._forkserver_pid = None
+    server._forkserver_address = None
+    server._lock = threading.Lock()  # (a thread of the parent may have held it at the fork)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_forkserver)
+
+
 def _pid_alive(pid):
     try:
         os.kill(pid, 0)
