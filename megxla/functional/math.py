@@ -1,5 +1,6 @@
 """Reductions, sorting and linear algebra (``megengine.functional.math``)."""
 import builtins
+import functools
 import numpy as np
 
 from ..core._dispatch import apply as _apply, AssertedOpError, OpError
@@ -404,7 +405,7 @@ def einsum(equation: str, *args) -> Tensor:
     return _apply(_L.einsum.bind(equation=equation), *xs)
 
 
-@__import__("functools").lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=256)
 def _einsum_check(equation, types):
     """A clear error, with the shapes, where ``equation`` does not fit the operands (JAX's own text appended)."""
     import jax

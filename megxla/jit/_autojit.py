@@ -1514,7 +1514,7 @@ def _chunk_plan(ops, avals, in_ids, out_ids, site):
     size = _chunk_size(ops, avals)
     if not size:
         return None
-    plan, members = _plan_chunks(ops, in_ids, out_ids, (), size, site)
+    plan, members = _plan_chunks(ops, in_ids, out_ids, size, site)
     kinds = collections.Counter((tuple(g[0]), tuple([avals[i] for i in g[1]]), tuple(g[4])) for g in plan
                                 if type(g) is not list)
     if not kinds or 3 * kinds.most_common(1)[0][1] < 2 * len(plan):
@@ -1522,7 +1522,7 @@ def _chunk_plan(ops, avals, in_ids, out_ids, site):
     return plan, members
 
 
-def _plan_chunks(ops, in_ids, out_ids, donate, size, site):
+def _plan_chunks(ops, in_ids, out_ids, size, site):
     """``_plan_parts``'s plan for a repetitive cluster: consecutive chunks of ``size`` ops (a whole number of its
     period, see ``_chunk_size``), sharing one site: chunks in the same phase of the loop are the same part -- one
     key, one executable."""
