@@ -2380,3 +2380,27 @@ def test_a_cluster_of_many_scalar_inputs_compiles_quick_only(auto_jit, monkeypat
     assert stats["compiled"] >= 1 and stats["quick_only"] == stats["compiled"] and stats["tiered"] == 0
     if jax.default_backend() in _tiers.FAST_OPTIONS:
         assert options and all(o == _tiers.FAST_OPTIONS[jax.default_backend()] for o in options), options
+
+
+def test_a_threads_state_is_readable_while_its_first_init_runs(auto_jit, monkeypatch):
+    # A finalizer run by a garbage collection inside a fresh thread's first ``_Local.__init__`` (while it builds
+    # the thread's cluster) reads the thread's state: it must be there (it raised AttributeError 'paused',
+    # printed as an ignored exception).
+    import threading
+    seen, errors = [], []
+    real = _autojit._Cluster
+
+    def cluster_reading_state():
+        try:
+            seen.append((_autojit._local.paused, _autojit._local.forced, _autojit._local.read_pause))
+        except AttributeError as exc:
+            errors.append(exc)
+        return real()
+
+    monkeypatch.setattr(_autojit, "_Cluster", cluster_reading_state)
+    out = []
+    th = threading.Thread(target=lambda: out.append((mge.Tensor([1.0, 2.0]) * 3).numpy().tolist()))
+    th.start()
+    th.join()
+    assert not errors and seen == [(False, 0, None)]
+    assert out == [[3.0, 6.0]]

@@ -1762,15 +1762,20 @@ _FAILED = _Failed()
 
 
 class _Local(threading.local):
+    # Class-level defaults: a finalizer (a weakref callback, ``__del__``) run by a garbage collection inside this
+    # thread's first ``__init__`` -- while ``_Cluster()`` allocates -- reads a fresh thread's state before __init__
+    # has set it ("'_Local' object has no attribute 'paused'", printed as an ignored exception, seen once in the
+    # suite); the defaults make every field readable from the first access on.
+    forced = 0  # > 0 inside ``clustered()``: this thread collects while auto-jit is off
+    paused = False  # this step runs eagerly (``ModeTimer`` found eager faster for it)
+    last_hit = None  # the site state of this thread's latest cluster run by a cached executable
+    last_sig = None  # and its key's (ops, input types, results) (_Entry.sig)
+    issued = None  # the input Tensors of the latest op run eagerly in a paused step
+    steps = 0  # step boundaries (``opt.step()``) this thread has passed
+    read_pause = None  # [site, its ModeTimer, ops left, ops per iteration]: iterations run eagerly
+
     def __init__(self):
         self.cluster = _Cluster()
-        self.forced = 0  # > 0 inside ``clustered()``: this thread collects while auto-jit is off
-        self.paused = False  # this step runs eagerly (``ModeTimer`` found eager faster for it)
-        self.last_hit = None  # the site state of this thread's latest cluster run by a cached executable
-        self.last_sig = None  # and its key's (ops, input types, results) (_Entry.sig)
-        self.issued = None  # the input Tensors of the latest op run eagerly in a paused step
-        self.steps = 0  # step boundaries (``opt.step()``) this thread has passed
-        self.read_pause = None  # [site, its ModeTimer, ops left, ops per iteration]: iterations run eagerly
 
 
 def _drain_issued():
