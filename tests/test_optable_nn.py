@@ -655,6 +655,38 @@ def np_warp_affine(x, m, out, border="replicate", val=0.0, fmt="NHWC", interp="l
     return np_warp_perspective(x, m3, out, None, border, val, fmt, interp)
 
 
+def np_warp_affine_cv(x, m, out, border="replicate", val=0.0, interp="linear"):
+    """megdnn's WarpAffine of an NHWC image of 1-3 channels (float32, linear or nearest): OpenCV's warpAffine, the
+    source coordinates in fixed point (each term rounded to 1/1024, the sum to 1/32 of a pixel, whole pixels for
+    nearest), in double as megdnn computes them."""
+    x = x.transpose(0, 3, 1, 2)
+    oh, ow = out
+    y = np.zeros((m.shape[0], x.shape[1], oh, ow))
+    nearest = interp == "nearest"
+    shift, delta = (10, 512) if nearest else (5, 16)
+    for b, i, j in np.ndindex(m.shape[0], oh, ow):
+        mm = m[b].astype(np.float64)
+        cx = int(np.rint((mm[0, 1] * i + mm[0, 2]) * 1024)) + delta + int(np.rint(mm[0, 0] * j * 1024))
+        cy = int(np.rint((mm[1, 1] * i + mm[1, 2]) * 1024)) + delta + int(np.rint(mm[1, 0] * j * 1024))
+        unit = 1 if nearest else 32
+        y[b, :, i, j] = _sample_px(x[b], (cy >> shift) / unit, (cx >> shift) / unit, border, val, interp)
+    return y.astype(x.dtype).transpose(0, 2, 3, 1)
+
+
+def np_warp_perspective_cv(x, m, out, border="replicate", val=0.0, interp="linear"):
+    """megdnn's WarpPerspective of an NHWC image of 1 or 3 channels (float32, no mat_idx): OpenCV's warpPerspective,
+    each source coordinate rounded to 1/32 of a pixel (whole pixels for nearest)."""
+    x = x.transpose(0, 3, 1, 2)
+    oh, ow = out
+    y = np.zeros((m.shape[0], x.shape[1], oh, ow))
+    unit = 1.0 if interp == "nearest" else 32.0
+    for b, i, j in np.ndindex(m.shape[0], oh, ow):
+        X, Y, Z = m[b].astype(np.float64) @ np.array([j, i, 1.0])
+        qx, qy = (0.0, 0.0) if Z == 0 else (np.rint(X / Z * unit) / unit, np.rint(Y / Z * unit) / unit)
+        y[b, :, i, j] = _sample_px(x[b], qy, qx, border, val, interp)
+    return y.astype(x.dtype).transpose(0, 2, 3, 1)
+
+
 def np_remap(x, mxy, border="replicate", val=0.0, interp="linear"):
     n, oh, ow, _ = mxy.shape
     y = np.zeros((n, x.shape[1], oh, ow))
@@ -867,13 +899,30 @@ add(
                                                                           border_mode="reflect", format="NHWC"),
            lambda x, m: np_warp_perspective(x, m, (3, 3), [1, 0, 1], "reflect", fmt="NHWC"),
            [f32(2, 3, 3, 2), persp(3, 0.3)], grad_rtol=1e-3, label="mat_idx+reflect+nhwc"),
+    # (1 or 3 channels, NHWC, no mat_idx: megdnn's OpenCV kernel, coordinates rounded; no numerical gradient)
+    OpCase("functional.warp_perspective", lambda x, m: F.warp_perspective(x, m, (4, 3), border_mode="reflect",
+                                                                          format="NHWC"),
+           lambda x, m: np_warp_perspective_cv(x, m, (4, 3), "reflect"), [f32(2, 3, 4, 3), persp(2, 0.3)],
+           grad=False, label="nhwc-opencv"),
+    OpCase("functional.warp_perspective", lambda x, m: F.warp_perspective(x, m, (4, 3), format="NHWC",
+                                                                          interp_mode="nearest"),
+           lambda x, m: np_warp_perspective_cv(x, m, (4, 3), interp="nearest"), [f32(2, 3, 4, 1), persp(2, 0.3)],
+           grad=False, label="nhwc-opencv-nearest"),
     OpCase("functional.warp_perspective", lambda x, m: F.warp_perspective(x, m, (3, 3), border_mode="wrap",
                                                                           interp_mode="nearest"),
            lambda x, m: np_warp_perspective(x, m, (3, 3), border="wrap", interp="nearest"),
            [f32(1, 2, 3, 4), const([[[1.0, 0.0, 2.6], [0.0, 1.0, -1.7], [0.0, 0.0, 1.0]]], np.float32)],
            label="wrap+nearest"),
+    # (4 channels: megdnn's float kernel, exact coordinates; 1-3 channels go through its OpenCV kernel, below)
     OpCase("functional.warp_affine", lambda x, m: F.warp_affine(x, m, (3, 4)),
-           lambda x, m: np_warp_affine(x, m, (3, 4)), [f32(2, 4, 4, 3), affine(2)], grad_rtol=1e-3, label="nhwc"),
+           lambda x, m: np_warp_affine(x, m, (3, 4)), [f32(2, 4, 4, 4), affine(2)], grad_rtol=1e-3, label="nhwc"),
+    # (rounded coordinates: piecewise constant in the matrix, no numerical gradient; see test_vision_113)
+    OpCase("functional.warp_affine", lambda x, m: F.warp_affine(x, m, (3, 4), border_mode="wrap"),
+           lambda x, m: np_warp_affine_cv(x, m, (3, 4), border="wrap"), [f32(2, 4, 4, 3), affine(2, 3.7)],
+           grad=False, label="nhwc-opencv"),
+    OpCase("functional.warp_affine", lambda x, m: F.warp_affine(x, m, (3, 4), interp_mode="nearest"),
+           lambda x, m: np_warp_affine_cv(x, m, (3, 4), interp="nearest"), [f32(2, 5, 4, 1), affine(2, 1.9)],
+           grad=False, label="nhwc-opencv-nearest"),
     OpCase("functional.warp_affine", lambda x, m: F.warp_affine(x, m, (3, 3), border_mode="reflect_101",
                                                                 format="NCHW"),
            lambda x, m: np_warp_affine(x, m, (3, 3), "reflect_101", fmt="NCHW"), [f32(1, 2, 3, 4), affine(1, 2.5)],

@@ -280,3 +280,31 @@ def test_resize_takes_megengine_1_13_4s_arguments():
                                F.vision.resize(x, (3, 5), imode="cubic").numpy())
     assert F.vision.resize(x, (6, 3), max_size=5).shape == (1, 1, 5, 3)
     assert F.vision.resize(x.transpose(0, 2, 3, 1), 3, format="NHWC").shape == (1, 3, 3, 1)
+
+
+def test_warp_affine_of_a_1_to_3_channel_nhwc_image_rounds_its_coordinates_as_megdnns_opencv_kernel():
+    # MegEngine's own test_warp_affine (its CPU numbers): the source coordinates rounded to 1/32 of a pixel
+    x = mge.Tensor(np.arange(27, dtype=np.float32).reshape(1, 3, 3, 3))
+    weightv = [[[1.26666667, 0.6, -83.33333333], [-0.33333333, 1, 66.66666667]]]
+    out = F.vision.warp_affine(x, mge.Tensor(weightv), (2, 2), border_mode="wrap")
+    want = np.array([[[[7.875, 8.875, 9.875], [8.90625, 9.90625, 10.90625]],
+                      [[18.75, 19.75, 20.75], [14.90625, 15.90625, 16.90625]]]], np.float32)
+    np.testing.assert_allclose(out.numpy(), want, rtol=0, atol=1e-5)
+    # four channels go through megdnn's float kernel: exact coordinates (8.0 where three channels give 7.875)
+    x4 = mge.Tensor(np.arange(36, dtype=np.float32).reshape(1, 3, 3, 4) / 4 * 3)
+    assert abs(float(F.vision.warp_affine(x4, mge.Tensor(weightv), (2, 2), border_mode="wrap")[0, 0, 0, 0]) - 8.0) < 1e-4
+    # the gradient wrt the image is that of the rounded sampling (the op is linear in it)
+    img = mge.Parameter(np.random.RandomState(0).rand(1, 4, 5, 3).astype("float32"))
+    mat = mge.Parameter(np.array([[[0.83, 0.31, 0.4], [-0.27, 1.13, 0.2]]], np.float32))
+    dy = np.random.RandomState(1).rand(1, 3, 3, 3).astype("float32")
+    gm = GradManager().attach([img, mat])
+    with gm:
+        gm.backward(F.vision.warp_affine(img, mat, (3, 3)), mge.Tensor(dy))
+    base = img.numpy()
+    numeric = np.zeros_like(base)
+    for idx in np.ndindex(base.shape):
+        e = np.zeros_like(base)
+        e[idx] = 1.0
+        numeric[idx] = (F.vision.warp_affine(mge.Tensor(e), mat, (3, 3)).numpy() * dy).sum()
+    np.testing.assert_allclose(img.grad.numpy(), numeric, rtol=1e-5, atol=1e-6)
+    assert np.isfinite(mat.grad.numpy()).all() and np.abs(mat.grad.numpy()).sum() > 0

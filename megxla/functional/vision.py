@@ -168,7 +168,9 @@ def warp_perspective(inp, mat, out_shape, mat_idx=None, border_mode="replicate",
                      interp_mode="linear"):
     """Applies perspective transformations: ``dst(y, x) = src(Y / Z, X / Z)`` with ``(X, Y, Z) = mat @ (x, y, 1)``.
 
-    ``mat`` maps output coordinates to input coordinates (as MegEngine / OpenCV's inverse map).
+    ``mat`` maps output coordinates to input coordinates (as MegEngine / OpenCV's inverse map). An NHWC image of 1
+    or 3 channels (float32 or uint8, no ``mat_idx``) is sampled as MegEngine's CPU kernel samples it (OpenCV's
+    ``warpPerspective``): each source coordinate rounded to 1/32 of a pixel (whole pixels for ``"nearest"``).
 
     Args:
         inp: images ``(N, C, H, W)`` (or NHWC with ``format="NHWC"``): float, or int8/uint8 with
@@ -223,7 +225,10 @@ def warp_perspective(inp, mat, out_shape, mat_idx=None, border_mode="replicate",
 def warp_affine(inp, mat, out_shape, border_mode="replicate", border_val=0.0, format="NHWC", interp_mode="linear"):
     """Applies affine transformations: ``dst(y, x) = src(m10 x + m11 y + m12, m00 x + m01 y + m02)``.
 
-    ``mat`` maps output coordinates ``(x, y, 1)`` to input coordinates (OpenCV's inverse map).
+    ``mat`` maps output coordinates ``(x, y, 1)`` to input coordinates (OpenCV's inverse map). An NHWC image of
+    1-3 channels (float32 or uint8) is sampled as MegEngine's CPU kernel samples it (OpenCV's ``warpAffine``): the
+    source coordinates in fixed point, rounded to 1/32 of a pixel (whole pixels for ``"nearest"``); other layouts
+    at the exact coordinates.
 
     Args:
         inp: images ``(N, H, W, C)`` (MegEngine's default ``format="NHWC"``) or ``(N, C, H, W)``.

@@ -84,13 +84,48 @@ def _warp(x, mat, idx, out_hw, border_mode, border_val, interp, nhwc, affine):
     m = mat.astype(dtype)[:, :, :, None]
     sx = m[:, 0, 0] * gx + m[:, 0, 1] * gy + m[:, 0, 2]
     sy = m[:, 1, 0] * gx + m[:, 1, 1] * gy + m[:, 1, 2]
+    if affine and nhwc and x.shape[1] in (1, 2, 3) and x.dtype == jnp.float32 and interp in ("linear", "nearest"):
+        sx, sy = _cv_affine_coords(m, gx, gy, sx, sy, interp == "nearest")
     if not affine:
         z = m[:, 2, 0] * gx + m[:, 2, 1] * gy + m[:, 2, 2]
         sx, sy = sx / z, sy / z
+        if nhwc and x.shape[1] in (1, 3) and not idx and x.dtype == jnp.float32 and interp in ("linear", "nearest"):
+            unit = 1.0 if interp == "nearest" else float(1 << _INTER_BITS)
+            sx, sy = (_straight_through(s, jnp.where(z == 0, 0.0, jnp.rint(jnp.clip(s * unit, -2.0 ** 31, 2.0 ** 31))
+                                                     / unit)) for s in (sx, sy))
     bidx = idx[0].astype(jnp.int32) if idx else None
     out = sample(x.astype(dtype), sy, sx, interp=interp, border_mode=border_mode, border_val=border_val, bidx=bidx)
     out = out.reshape(out.shape[:2] + (oh, ow)).astype(x.dtype)
     return jnp.transpose(out, (0, 2, 3, 1)) if nhwc else out
+
+
+# megdnn's WarpAffine on NHWC images of 1-3 channels (float32 or uint8, nearest or linear) is OpenCV's warpAffine: the
+# source coordinates in fixed point, to 1/1024 per term, then rounded to 1/32 of a pixel (INTER_BITS = 5) for the
+# bilinear weights, or to whole pixels for nearest -- MegEngine's documented results differ from exact coordinates
+# by up to 1/64 of a pixel (its test_warp_affine). Its WarpPerspective on NHWC images of 1 or 3 channels (no
+# mat_idx) is OpenCV's warpPerspective: each source coordinate rounded to 1/32 (whole pixels for nearest), 0 where
+# the projective divisor is 0. Other layouts and dtypes go through megdnn's float kernels (exact coordinates), as
+# MegEngine on CUDA does. Here the arithmetic is float32, not double: a coordinate within ~1e-7 relative of a
+# rounding tie may land on the other step.
+_AB_BITS, _INTER_BITS = 10, 5
+
+
+def _cv_affine_coords(m, gx, gy, sx, sy, nearest):
+    ab = float(1 << _AB_BITS)
+    half = (1 << _AB_BITS) // 2 if nearest else (1 << (_AB_BITS - _INTER_BITS)) // 2  # OpenCV's round_delta
+    fixed = lambda v: jnp.rint(jnp.clip(v * ab, -2.0 ** 31, 2.0 ** 31 - 128)).astype(jnp.int32)  # noqa: E731
+    cx = fixed(m[:, 0, 1] * gy + m[:, 0, 2]) + half + fixed(m[:, 0, 0] * gx)
+    cy = fixed(m[:, 1, 1] * gy + m[:, 1, 2]) + half + fixed(m[:, 1, 0] * gx)
+    shift = _AB_BITS if nearest else _AB_BITS - _INTER_BITS
+    unit = 1.0 if nearest else float(1 << _INTER_BITS)
+    qx = (cx >> shift).astype(sx.dtype) / unit
+    qy = (cy >> shift).astype(sy.dtype) / unit
+    return _straight_through(sx, qx), _straight_through(sy, qy)
+
+
+def _straight_through(exact, rounded):
+    # the rounded coordinate's value, the exact one's gradient (the rounding is piecewise constant in the matrix)
+    return exact + lax.stop_gradient(rounded - exact)
 
 
 def _warp_perspective(x, mat, *idx, out_hw, border_mode, border_val, interp, nhwc):
