@@ -27,7 +27,10 @@ TOP = 9  # the package root and modules outside the layers (serialization, quant
 MODULE_LAYER = {"functional.distributed": 4,
                 # megengine.core.autodiff.grad.Grad: MegEngine's path, built on megxla.autodiff's tape; core
                 # never imports it
-                "core.autodiff": 3}
+                "core.autodiff": 3,
+                # megengine.core._imperative_rt.ops: MegEngine's path for its op descriptors and the global RNG seed
+                # functions (megxla.random's); core never imports it
+                "core._imperative_rt.ops": 2}
 
 # jit should import only core (it reaches Module/Optimizer state and the RNG key through core._registry); these
 # are its imports that predate the registries. NOTE: the jit owner removes entries as jit adopts the registries;

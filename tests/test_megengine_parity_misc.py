@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import megxla as mge
+import megxla.functional as F
 from megxla import amp
 from megxla.autodiff import GradManager
 
@@ -131,3 +132,42 @@ def test_config_override_is_public_config_helper():
         return C.deterministic_kernel
 
     assert inside() is (not before) and C.deterministic_kernel is before
+
+
+def test_split_raises_megengines_messages():
+    # MegEngine 1.13's test_split_basic compares the text
+    x = mge.Tensor(np.zeros((2, 3, 4, 5), "float32"))
+    with pytest.raises(ValueError) as e:
+        F.split(x, [3, 2, 5], axis=3)
+    assert str(e.value) == "Invalid nsplits_or_secions: [3, 2, 5]"
+    with pytest.raises(ValueError, match=r"^The size 5 at dim 3 cannot be split into 6 sections$"):
+        F.split(x, 6, axis=3)
+    with pytest.raises(ValueError, match=r"^Number sections must be larger than 0$"):
+        F.split(x, 0, axis=3)
+    # equal points are empty parts, as MegEngine's (non-decreasing within [0, size])
+    assert [t.shape[3] for t in F.split(x, [3, 3, 5], axis=3)] == [3, 0, 2, 0]
+
+
+def test_concat_and_stack_of_tensors_on_two_devices_need_a_device():
+    a = mge.Tensor(np.ones((2, 2), "float32"), device="cpu0")
+    b = mge.Tensor(np.ones((2, 2), "float32"), device="cpu1")
+    c = mge.Tensor(np.ones((2, 2), "float32"), device="cpu0")
+    for fn in (F.concat, F.stack):
+        assert str(fn([a, b], device="cpu1").device).split(":")[0] == "cpu1"
+        assert str(fn([a, c]).device).split(":")[0] == "cpu0"
+        with pytest.raises(ValueError, match="different devices"):
+            fn([a, b])
+    # a tensor on the default device joins one on a named device
+    assert F.concat([a, mge.Tensor(np.ones((2, 2), "float32"))]).shape == (4, 2)
+
+
+def test_global_rng_seed_at_megengines_internal_path():
+    from megxla.core._imperative_rt.ops import get_global_rng_seed, set_global_rng_seed
+    data = mge.Tensor(np.random.RandomState(0).randn(16, 32).astype("float32"))
+    set_global_rng_seed(111)
+    assert get_global_rng_seed() == 111
+    out1 = F.nn.dropout(data, 0.2, training=True).numpy()
+    out2 = F.nn.dropout(data, 0.2, training=True).numpy()
+    set_global_rng_seed(111)
+    out3 = F.nn.dropout(data, 0.2, training=True).numpy()
+    assert (out1 == out3).all() and not (out1 == out2).all()

@@ -60,6 +60,20 @@ def _ints(op, what, values):
     return out
 
 
+def _one_device(op, inps, device):
+    """MegEngine's rule for joining tensors (``concat``, ``stack``) with no ``device`` given: they must be on one
+    device (logical devices: ``Tensor(x, device="cpu1")``); ``device=`` names where the result goes."""
+    if device is not None or not _dtypes.LOGICAL[0]:  # (no tensor has a logical device of its own: all alike)
+        return
+    # (a tensor on the default device, ``xpux``, joins any: only two devices named apart conflict)
+    named = [str(t.device) for t in inps]
+    named = [d for d in named if not d.startswith("xpu")]
+    for d in named[1:]:
+        if d != named[0]:
+            raise OpError(f"{op}: inputs on different devices ({named[0]} and {d}); give device= to say "
+                          f"where the result goes")
+
+
 def _place(x, device):
     """``x``, a new op result nothing else holds, on ``device``: moved where it is elsewhere; where it is there
     already, only named as ``Tensor.to`` names it (no copy: under auto-jit a transfer runs eagerly and cuts the
@@ -387,6 +401,7 @@ def concat(inps, axis=0, device=None):
             raise OpError(f"concat: shapes {[t.shape for t in inps]} differ outside axis {axis}")
     if len(inps) == 1:  # a copy, not the input itself (see reshape)
         return copy(inps[0], device)
+    _one_device("concat", inps, device)
     inps, q = _same_quantized("concat", inps)
     return _with_qparams(_place(_apply(_S.concat.bind(axis=axis), *inps), device), q)
 
@@ -430,6 +445,7 @@ def stack(inps, axis=0, device=None):
     if len(shapes) != 1:
         raise OpError(f"stack: all inputs must have the same shape, got {[x.shape for x in inps]}")
     axis = _axis("stack", inps[0].ndim, axis, extra=1)
+    _one_device("stack", inps, device)
     inps, q = _same_quantized("stack", inps)
     return _with_qparams(_place(_apply(_S.stack.bind(axis=axis), *inps), device), q)
 
@@ -457,16 +473,19 @@ def split(inp, nsplits_or_sections, axis=0):
         nsplits_or_sections = nsplits_or_sections.numpy().tolist()
     if isinstance(nsplits_or_sections, (int, np.integer)):
         n = int(nsplits_or_sections)
+        # (MegEngine's messages, word for word)
         if n <= 0:
-            raise OpError(f"split: number of sections must be positive, got {n}")
+            raise OpError("Number sections must be larger than 0")
         if n > size:
-            raise OpError(f"split: axis {axis} of size {size} cannot be split into {n} sections")
+            raise OpError(f"The size {size} at dim {axis} cannot be split into {n} sections")
         sizes = [(size + n - i - 1) // n for i in range(n)]
         indices = tuple(int(v) for v in np.cumsum(sizes)[:-1])
     else:
+        given = nsplits_or_sections
         indices = _ints("split", "sections", nsplits_or_sections)
-        if any(b < a for a, b in zip(indices, indices[1:])) or any(not 0 <= i <= size for i in indices):
-            raise OpError(f"split: sections {indices} must be increasing within [0, {size}]")
+        bounds = (0,) + indices + (size,)
+        if any(b < a for a, b in zip(bounds, bounds[1:])):  # (non-decreasing within [0, size]: empty parts allowed)
+            raise OpError(f"Invalid nsplits_or_secions: {given!r}")
     return tuple(keep_qparams(t, inp) for t in _apply(_S.split.bind(indices=indices, axis=axis), inp))  # a tuple
 
 

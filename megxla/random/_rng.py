@@ -390,6 +390,7 @@ def seed(seed: int):
     if not 0 <= int(seed) < 2 ** 64:
         raise ValueError(f"seed: expected 0 <= seed < 2**64, got {seed}")
     _global._state._reset(_key_tensor(seed))
+    _global._seed = int(seed)  # (what ``get_global_rng_seed()`` reports)
     # traced steps derive their own keys from the global one: a new seed re-derives them at their next call
     # (jit reads the count; the epoch makes a prepared compiled call take the full path once)
     SEED_COUNT[0] += 1
