@@ -497,3 +497,35 @@ def _saved(obj):
     f = io.BytesIO()
     mge.save(obj, f)
     return f.getvalue()
+
+
+def test_symbolic_shapes_with_a_traced_submodule_and_uint8_input():
+    # MegEngine's test_preprocess: with symbolic shapes on, tracing a module that reads ``data.shape`` and calls an
+    # unpickled TracedModule recursed without end (a shape Tensor's own ``len`` / ``bool`` read its shape, a Tensor)
+    import pickle
+    from megxla.core._trace_option import set_symbolic_shape
+
+    class Main(M.Module):
+        def forward(self, x):
+            return x
+
+    class Net(M.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, data):
+            n, h, w, c = data.shape
+            return self.inner(data).astype("float32") * (h * w)
+
+    saved = set_symbolic_shape(True)
+    try:
+        data = F.ones((1, 14, 8, 8), dtype=np.uint8)
+        inner = pickle.loads(pickle.dumps(tm.trace_module(Main(), data)))
+        net = Net(inner)
+        want = net(data)
+        traced = tm.trace_module(net, data)
+        np.testing.assert_array_equal(traced(data).numpy(), want.numpy())
+        assert want.numpy()[0, 0, 0, 0] == 14 * 8
+    finally:
+        set_symbolic_shape(saved)

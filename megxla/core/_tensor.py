@@ -346,10 +346,13 @@ class Tensor:
         return self.numpy().item()
 
     def _check_one_element(self, what):
-        n = math.prod(self.shape)  # (every .item(): Python ints, ~15x cheaper than np.prod)
+        # (the concrete shape: while trace_module records symbolic shapes, ``self.shape`` is a Tensor whose own
+        # length and truth value came back here -- endlessly)
+        shape = self._data.shape
+        n = math.prod(shape)  # (every .item(): Python ints, ~15x cheaper than np.prod)
         if n != 1:
             raise ScalarConversionError(f"{what} needs a tensor of exactly one element to give a Python scalar, "
-                                        f"got shape {tuple(self.shape)} ({n} elements); use .numpy() or "
+                                        f"got shape {tuple(shape)} ({n} elements); use .numpy() or "
                                         f".tolist() for its values, or .any() / .all() for a truth value")
 
     def tolist(self):
@@ -395,9 +398,10 @@ class Tensor:
         return complex(self.item())
 
     def __len__(self):
-        if not self.shape:
+        shape = self._data.shape  # (concrete, see _check_one_element)
+        if not shape:
             raise TypeError("len() of a 0-d tensor")
-        return self.shape[0]
+        return shape[0]
 
     def __iter__(self):
         for i in range(len(self)):
