@@ -481,11 +481,10 @@ def split(inp, nsplits_or_sections, axis=0):
         sizes = [(size + n - i - 1) // n for i in range(n)]
         indices = tuple(int(v) for v in np.cumsum(sizes)[:-1])
     else:
-        given = nsplits_or_sections
         indices = _ints("split", "sections", nsplits_or_sections)
         bounds = (0,) + indices + (size,)
         if any(b < a for a, b in zip(bounds, bounds[1:])):  # (non-decreasing within [0, size]: empty parts allowed)
-            raise OpError(f"Invalid nsplits_or_secions: {given!r}")
+            raise OpError(f"Invalid nsplits_or_secions: {nsplits_or_sections!r}")
     return tuple(keep_qparams(t, inp) for t in _apply(_S.split.bind(indices=indices, axis=axis), inp))  # a tuple
 
 

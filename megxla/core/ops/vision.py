@@ -90,9 +90,7 @@ def _warp(x, mat, idx, out_hw, border_mode, border_val, interp, nhwc, affine):
         z = m[:, 2, 0] * gx + m[:, 2, 1] * gy + m[:, 2, 2]
         sx, sy = sx / z, sy / z
         if nhwc and x.shape[1] in (1, 3) and not idx and x.dtype == jnp.float32 and interp in ("linear", "nearest"):
-            unit = 1.0 if interp == "nearest" else float(1 << _INTER_BITS)
-            sx, sy = (_straight_through(s, jnp.where(z == 0, 0.0, jnp.rint(jnp.clip(s * unit, -2.0 ** 31, 2.0 ** 31))
-                                                     / unit)) for s in (sx, sy))
+            sx, sy = (_cv_perspective_coord(s, z, interp == "nearest") for s in (sx, sy))
     bidx = idx[0].astype(jnp.int32) if idx else None
     out = sample(x.astype(dtype), sy, sx, interp=interp, border_mode=border_mode, border_val=border_val, bidx=bidx)
     out = out.reshape(out.shape[:2] + (oh, ow)).astype(x.dtype)
@@ -121,6 +119,12 @@ def _cv_affine_coords(m, gx, gy, sx, sy, nearest):
     qx = (cx >> shift).astype(sx.dtype) / unit
     qy = (cy >> shift).astype(sy.dtype) / unit
     return _straight_through(sx, qx), _straight_through(sy, qy)
+
+
+def _cv_perspective_coord(s, z, nearest):
+    unit = 1.0 if nearest else float(1 << _INTER_BITS)
+    rounded = jnp.rint(jnp.clip(s * unit, -2.0 ** 31, 2.0 ** 31)) / unit
+    return _straight_through(s, jnp.where(z == 0, 0.0, rounded))
 
 
 def _straight_through(exact, rounded):
