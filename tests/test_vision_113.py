@@ -308,3 +308,18 @@ def test_warp_affine_of_a_1_to_3_channel_nhwc_image_rounds_its_coordinates_as_me
         numeric[idx] = (F.vision.warp_affine(mge.Tensor(e), mat, (3, 3)).numpy() * dy).sum()
     np.testing.assert_allclose(img.grad.numpy(), numeric, rtol=1e-5, atol=1e-6)
     assert np.isfinite(mat.grad.numpy()).all() and np.abs(mat.grad.numpy()).sum() > 0
+
+
+def test_an_int8_nhwc_image_warps_at_exact_coordinates_as_megdnns_float_kernel():
+    # megdnn's OpenCV kernel takes float32 and uint8 images only: an int8 one is sampled at exact coordinates
+    weightv = mge.Tensor([[[1.26666667, 0.6, -83.33333333], [-0.33333333, 1, 66.66666667]]])
+    img = np.arange(27).reshape(1, 3, 3, 3) * 4
+    i8 = F.vision.warp_affine(mge.Tensor(img.astype("int8")), weightv, (2, 2), border_mode="wrap")
+    u8 = F.vision.warp_affine(mge.Tensor(img.astype("uint8")), weightv, (2, 2), border_mode="wrap")
+    assert i8.dtype == np.int8 and u8.dtype == np.uint8
+    # at output (0, 1): 35.2 at the exact coordinates, 35.625 at the rounded ones
+    assert i8.numpy()[0, 0, 1, 0] == 35 and u8.numpy()[0, 0, 1, 0] == 36
+    f32 = F.vision.warp_affine(mge.Tensor((img // 4).astype("float32")), weightv, (2, 2), border_mode="wrap").numpy()
+    f16 = F.vision.warp_perspective(mge.Tensor((img // 4).astype("float16")), F.concat(
+        [weightv, mge.Tensor([[[0.0, 0.0, 1.0]]])], 1), (2, 2), border_mode="wrap", format="NHWC").numpy()
+    assert f32[0, 0, 0, 0] == 7.875 and abs(float(f16[0, 0, 0, 0]) - 7.875) < 1e-3

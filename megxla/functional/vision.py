@@ -200,9 +200,16 @@ def warp_perspective(inp, mat, out_shape, mat_idx=None, border_mode="replicate",
         raise OpError(f"{op}: format must be 'NCHW' or 'NHWC', got {format!r}")
     if inp.ndim != 4:
         raise OpError(f"{op}: input must be 4-D {fmt}, got shape {inp.shape}")
+    # (megdnn's OpenCV kernel takes float32 and uint8 images; an int8 one goes through its float kernel)
+    opencv = inp.dtype in (np.float32, np.float16, np.uint8)
     if inp.dtype in (np.int8, np.uint8) and _interp(interp_mode, op) == "linear":
-        return _eight_bit(inp, lambda x: warp_perspective(x, mat, out_shape, mat_idx, border_mode, border_val,
-                                                          format, interp_mode))
+        return _eight_bit(inp, lambda x: _warp_perspective(x, mat, out_shape, mat_idx, border_mode, border_val, fmt,
+                                                           interp_mode, opencv))
+    return _warp_perspective(inp, mat, out_shape, mat_idx, border_mode, border_val, fmt, interp_mode, opencv)
+
+
+def _warp_perspective(inp, mat, out_shape, mat_idx, border_mode, border_val, fmt, interp_mode, opencv):
+    op = "warp_perspective"
     if inp.dtype == np.float16:  # as MegEngine: a float16 image is warped in float32, the result is float32
         inp = inp.astype("float32")
     _float(inp, op)
@@ -217,9 +224,11 @@ def warp_perspective(inp, mat, out_shape, mat_idx=None, border_mode="replicate",
         idx = (mi,)
     elif mat.shape[0] != inp.shape[0]:
         raise OpError(f"{op}: {mat.shape[0]} matrices for {inp.shape[0]} images (give mat_idx)")
+    interp = _interp(interp_mode, op)
+    cv = opencv and fmt == "NHWC" and inp.shape[3] in (1, 3) and not idx and interp in ("linear", "nearest")
     return _apply(_V.warp_perspective.bind(out_hw=_out_shape(out_shape, op), border_mode=_border(border_mode, op),
-                                           border_val=float(border_val), interp=_interp(interp_mode, op),
-                                           nhwc=fmt == "NHWC"), inp, mat, *idx)
+                                           border_val=float(border_val), interp=interp, nhwc=fmt == "NHWC", cv=cv),
+                  inp, mat, *idx)
 
 
 def warp_affine(inp, mat, out_shape, border_mode="replicate", border_val=0.0, format="NHWC", interp_mode="linear"):
@@ -255,16 +264,24 @@ def warp_affine(inp, mat, out_shape, border_mode="replicate", border_val=0.0, fo
         raise OpError(f"{op}: format must be 'NHWC' or 'NCHW', got {format!r}")
     if inp.ndim != 4:
         raise OpError(f"{op}: input must be 4-D {fmt}, got shape {inp.shape}")
+    opencv = inp.dtype in (np.float32, np.uint8)  # (megdnn's OpenCV kernel's dtypes, see warp_perspective)
     if inp.dtype in (np.int8, np.uint8):  # an 8-bit image: warped in float32, its dtype kept (MegEngine)
-        return _eight_bit(inp, lambda x: warp_affine(x, mat, out_shape, border_mode, border_val, format,
-                                                     interp_mode))
+        return _eight_bit(inp, lambda x: _warp_affine(x, mat, out_shape, border_mode, border_val, fmt, interp_mode,
+                                                      opencv))
+    return _warp_affine(inp, mat, out_shape, border_mode, border_val, fmt, interp_mode, opencv)
+
+
+def _warp_affine(inp, mat, out_shape, border_mode, border_val, fmt, interp_mode, opencv):
+    op = "warp_affine"
     _float(inp, op)
     _float(mat, op, "mat")
     if mat.shape != (inp.shape[0], 2, 3):
         raise OpError(f"{op}: mat must be (N, 2, 3) = ({inp.shape[0]}, 2, 3), got shape {mat.shape}")
+    interp = _interp(interp_mode, op)
+    cv = opencv and fmt == "NHWC" and inp.shape[3] in (1, 2, 3) and interp in ("linear", "nearest")
     return _apply(_V.warp_affine.bind(out_hw=_out_shape(out_shape, op), border_mode=_border(border_mode, op),
-                                      border_val=float(border_val), interp=_interp(interp_mode, op),
-                                      nhwc=fmt == "NHWC"), inp, mat)
+                                      border_val=float(border_val), interp=interp, nhwc=fmt == "NHWC", cv=cv),
+                  inp, mat)
 
 
 def remap(inp, map_xy, border_mode="replicate", scalar=0.0, interp_mode="linear"):

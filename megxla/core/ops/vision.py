@@ -75,7 +75,7 @@ def _grid(oh, ow, dtype):
     return gy.reshape(1, -1), gx.reshape(1, -1)
 
 
-def _warp(x, mat, idx, out_hw, border_mode, border_val, interp, nhwc, affine):
+def _warp(x, mat, idx, out_hw, border_mode, border_val, interp, nhwc, affine, cv):
     if nhwc:
         x = jnp.transpose(x, (0, 3, 1, 2))
     oh, ow = out_hw
@@ -84,12 +84,12 @@ def _warp(x, mat, idx, out_hw, border_mode, border_val, interp, nhwc, affine):
     m = mat.astype(dtype)[:, :, :, None]
     sx = m[:, 0, 0] * gx + m[:, 0, 1] * gy + m[:, 0, 2]
     sy = m[:, 1, 0] * gx + m[:, 1, 1] * gy + m[:, 1, 2]
-    if affine and nhwc and x.shape[1] in (1, 2, 3) and x.dtype == jnp.float32 and interp in ("linear", "nearest"):
+    if affine and cv:
         sx, sy = _cv_affine_coords(m, gx, gy, sx, sy, interp == "nearest")
     if not affine:
         z = m[:, 2, 0] * gx + m[:, 2, 1] * gy + m[:, 2, 2]
         sx, sy = sx / z, sy / z
-        if nhwc and x.shape[1] in (1, 3) and not idx and x.dtype == jnp.float32 and interp in ("linear", "nearest"):
+        if cv:
             sx, sy = (_cv_perspective_coord(s, z, interp == "nearest") for s in (sx, sy))
     bidx = idx[0].astype(jnp.int32) if idx else None
     out = sample(x.astype(dtype), sy, sx, interp=interp, border_mode=border_mode, border_val=border_val, bidx=bidx)
@@ -132,13 +132,14 @@ def _straight_through(exact, rounded):
     return exact + lax.stop_gradient(rounded - exact)
 
 
-def _warp_perspective(x, mat, *idx, out_hw, border_mode, border_val, interp, nhwc):
-    # dst(y, x) = src((m00 x + m01 y + m02) / (m20 x + m21 y + m22), ...): ``mat`` maps dst to src.
-    return _warp(x, mat, idx, out_hw, border_mode, border_val, interp, nhwc, affine=False)
+def _warp_perspective(x, mat, *idx, out_hw, border_mode, border_val, interp, nhwc, cv=False):
+    # dst(y, x) = src((m00 x + m01 y + m02) / (m20 x + m21 y + m22), ...): ``mat`` maps dst to src. ``cv``: sample as
+    # megdnn's OpenCV kernel (the functional layer decides where MegEngine's CPU does: see the note above)
+    return _warp(x, mat, idx, out_hw, border_mode, border_val, interp, nhwc, affine=False, cv=cv)
 
 
-def _warp_affine(x, mat, *, out_hw, border_mode, border_val, interp, nhwc):
-    return _warp(x, mat, (), out_hw, border_mode, border_val, interp, nhwc, affine=True)
+def _warp_affine(x, mat, *, out_hw, border_mode, border_val, interp, nhwc, cv=False):
+    return _warp(x, mat, (), out_hw, border_mode, border_val, interp, nhwc, affine=True, cv=cv)
 
 
 def _remap(x, map_xy, *, border_mode, border_val, interp):
