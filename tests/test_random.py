@@ -136,6 +136,28 @@ def test_rng_objects_are_independent_of_global_state():
     assert not np.array_equal(R.RNG(seed=10).uniform(size=5).numpy(), R.RNG(seed=11).uniform(size=5).numpy())
 
 
+def test_seeded_rng_draws_on_its_device():
+    # MegEngine's test_UniformRNG / test_PoissonRNG / test_PermutationRNG: RNG(seed, device) makes its samples on
+    # that device (the device was ignored: every sample showed xpux), the same numbers on any device
+    m0, m1 = R.RNG(seed=111, device="cpu0"), R.RNG(seed=111, device="cpu1")
+    a, b = m0.uniform(size=(100,)), m1.uniform(size=(100,))
+    assert a.device == "cpu0" and b.device == "cpu1"
+    np.testing.assert_array_equal(a.numpy(), b.numpy())
+    lam = T([[2.0, 3.0], [9.0, 10.0]])
+    p0, p1 = m0.poisson(lam.to("cpu0"), size=(10,)), m1.poisson(lam.to("cpu1"), size=(10,))
+    assert p0.device == "cpu0" and p1.device == "cpu1"
+    np.testing.assert_array_equal(p0.numpy(), p1.numpy())
+    assert m1.permutation(10).device == "cpu1"
+    # without a seed MegEngine ignores the device: the global state's
+    assert R.RNG(device="cpu1").uniform(size=(2,)).device != "cpu1"
+
+
+def test_permutation_of_a_scalar_tensor_is_a_one_element_shuffle():
+    # MegEngine's kernels see a 0-d tensor as shape (1,) (test_PermutationRNG: permutation(Tensor(7)) -> [7])
+    out = R.RNG(seed=1).permutation(T(7))
+    assert out.shape == (1,) and out.numpy().tolist() == [7]
+
+
 def test_dropout_statistics_and_modes():
     R.seed(5)
     x = F.ones((N,))

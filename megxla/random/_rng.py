@@ -26,9 +26,9 @@ __all__ = ["RNG", "seed", "normal", "uniform", "gamma", "beta", "poisson", "perm
            "exponential", "multinomial"]
 
 
-def _key_tensor(seed_value):
+def _key_tensor(seed_value, device=None):
     # the raw key of jax.random.key(seed), made on the host: seeding compiles nothing
-    return Tensor(P.key_data_from_seed(seed_value), dtype="uint32")
+    return Tensor(P.key_data_from_seed(seed_value), dtype="uint32", device=device)
 
 
 def _size(size, op, default=None):
@@ -90,17 +90,22 @@ class RNG:
 
     Args:
         seed: the seed of this generator's own state; None to use the global state.
-        device: accepted for MegEngine compatibility.
+        device: where a seeded generator's state lives and its samples are made (``"xpu1"``); default: the
+            default device. Two generators with the same seed draw the same numbers on any devices. Without a seed
+            the global state's device is used, as MegEngine ignores ``device`` then.
 
     Example:
         >>> rng = RNG(seed=1)
         >>> rng.uniform(size=(2, 2)).shape
         (2, 2)
+        >>> RNG(seed=1, device="cpu0").uniform(size=(2,)).device
+        CompNode("cpu0:0" from "cpu0:0")
     """
 
     def __init__(self, seed: int = None, device: str = None):
         self._seed = seed
-        self._state = None if seed is None else _key_tensor(seed)
+        # (MegEngine's RNG keeps its device only with a seed: the global state's handle has its own)
+        self._state = None if seed is None else _key_tensor(seed, device)
 
     def _next_key(self):
         rng = self if self._state is not None else _global
@@ -229,7 +234,7 @@ class RNG:
         """A random permutation of ``range(n)``, or a copy of a Tensor shuffled along its first axis.
 
         Args:
-            n: a non-negative int, or a Tensor (left unchanged).
+            n: a non-negative int, or a Tensor (left unchanged; a 0-d one is taken as shape ``(1,)``).
             dtype: dtype of the permutation of ``range(n)``.
 
         Returns:
@@ -240,7 +245,9 @@ class RNG:
             [0, 1, 2, 3, 4]
         """
         if isinstance(n, Tensor):
-            if n.ndim == 0 or n.size == 0:
+            if n.ndim == 0:  # (MegEngine's kernels see a scalar as shape (1,): ``permutation(Tensor(7))`` is [7])
+                n = n.reshape(1)
+            if n.size == 0:
                 raise OpError(f"permutation: the tensor must have a non-empty first axis, got shape {n.shape}")
             return apply(P.shuffle.bind(), self._next_key(), n)
         if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
