@@ -15,7 +15,7 @@ from .._tensor import Tensor
 from .._dispatch import OpError
 from ..ops.builtin import OpDef
 
-__all__ = ["apply", "Tensor", "full_sync", "push_scope", "pop_scope"]
+__all__ = ["apply", "Tensor", "TensorWeakRef", "full_sync", "push_scope", "pop_scope"]
 
 
 def apply(op: OpDef, *args):
@@ -32,6 +32,31 @@ def apply(op: OpDef, *args):
         raise TypeError(f"apply: expected a builtin op descriptor (megxla.core.ops.builtin), got {op!r}")
     inputs = tuple(a if isinstance(a, Tensor) else Tensor(a) for a in args)
     return tuple(op._apply(inputs))
+
+
+class TensorWeakRef:
+    """A weak reference to a Tensor (MegEngine's ``core2.TensorWeakRef``): calling it gives the Tensor, or None
+    once nothing else holds it -- how MegEngine's tests check that autodiff frees what a backward does not need.
+
+    Example:
+        >>> import megxla as mge
+        >>> x = mge.Tensor([1.0]); r = TensorWeakRef(x)
+        >>> r() is x
+        True
+        >>> del x; r() is None
+        True
+    """
+
+    __slots__ = ("_ref",)
+
+    def __init__(self, tensor: Tensor):
+        if not isinstance(tensor, Tensor):
+            raise TypeError(f"TensorWeakRef: expected a Tensor, got {type(tensor).__name__}")
+        import weakref
+        self._ref = weakref.ref(tensor)
+
+    def __call__(self):
+        return self._ref()
 
 
 def full_sync():
