@@ -261,3 +261,31 @@ def test_device_and_serialization_modules(tmp_path):
     assert _np(ser.load(str(p))["w"]).tolist() == [1.0, 2.0]
     with ser.max_recursion_limit():
         pass
+
+
+@pytest.mark.parametrize("kind", ["abs", "sin", "sub", "mul", "fuse_add_tanh", "fuse_add_relu"])
+def test_elemwise_multi_type_quantized_modes_as_megengine(kind):
+    # MegEngine's quantization/test_op.py::test_elemwise: a "q" mode on int8 inputs is the float mode on their real
+    # values, quantized to the output dtype
+    from megxla.functional.elemwise import _elemwise_multi_type, _elwise
+    rng = np.random.RandomState(3)
+
+    def fake_quant(x, s):
+        return F.clip(F.round(x / s), -128, 127) * s
+
+    s1, s2, so = np.float32(1.3), np.float32(1.7), np.float32(1.1)
+    x1 = fake_quant(mge.Tensor(rng.normal(size=(3, 3)).astype("float32")), s1)
+    x2 = fake_quant(mge.Tensor(rng.normal(size=(3, 3)).astype("float32")), s2)
+    q1, q2 = x1.astype(D.qint8(s1)), x2.astype(D.qint8(s2))
+    args, qargs = ((x1,), (q1,)) if kind in ("abs", "sin") else ((x1, x2), (q1, q2))
+    want = fake_quant(_elwise(*args, mode=kind), so).numpy()
+    got = _elemwise_multi_type(*qargs, mode="q" + kind, dtype=D.qint8(so))
+    assert got.dtype == np.int8
+    np.testing.assert_allclose(got.numpy() * so, want)
+    # a plain mode converts its result (MegEngine's comparisons: dtype bool); a float input to a q mode raises
+    np.testing.assert_array_equal(_elemwise_multi_type(x1, x2, mode="lt", dtype="bool").numpy(),
+                                  x1.numpy() < x2.numpy())
+    with pytest.raises(OpError, match="must be quantized"):
+        _elemwise_multi_type(x1, x2, mode="qadd", dtype=D.qint8(so))
+    with pytest.raises(ValueError, match="unknown mode"):
+        builtin.ElemwiseMultiType(mode="qnope", dtype="bool")

@@ -185,3 +185,30 @@ def clip(x, lower=None, upper=None):
         lower = None if lower is None else min(max(lower, int(info.min)), int(info.max))
         upper = None if upper is None else min(max(upper, int(info.min)), int(info.max))
     return _apply(_P.clip.bind(lower=lower, upper=upper), x)
+
+
+def _elwise(*args, mode):
+    """The elementwise op ``mode`` (an ``Elemwise.Mode`` name) on ``args`` -- MegEngine's internal helper, which
+    code beside its functional API imports (its quantization tests do).
+
+    Example:
+        >>> _elwise(Tensor([-1.0, 2.0]), Tensor([1.0, 1.0]), mode="fuse_add_relu").numpy()
+        array([0., 3.], dtype=float32)
+    """
+    (out,) = Elemwise(mode=mode)._apply(tuple(_as_tensor(a) for a in args))
+    return out
+
+
+def _elemwise_multi_type(*args, mode, **kwargs):
+    """The elementwise op ``mode`` with its output's ``dtype`` given -- MegEngine's internal helper: a quantized
+    mode (``"qadd"``, ``"qabs"``...) computes on the real values of quantized inputs and quantizes to ``dtype``.
+
+    Example:
+        >>> from megxla.core.tensor import dtype
+        >>> q = Tensor([1.0, -2.0]).astype(dtype.qint8(0.5))
+        >>> _elemwise_multi_type(q, q, mode="qadd", dtype=dtype.qint8(1.0)).astype("float32").numpy()
+        array([ 2., -4.], dtype=float32)
+    """
+    from ..core.ops.builtin import ElemwiseMultiType
+    (out,) = ElemwiseMultiType(mode=mode, **kwargs)._apply(tuple(_as_tensor(a) for a in args))
+    return out

@@ -29,7 +29,7 @@ from ..dtypes import is_float
 from .._op import PRIMITIVES
 from . import elemwise as _E, reduction as _R, shape as _S
 
-__all__ = ["OpDef", "Elemwise", "Reduce", "TypeCvt", "GetVarShape", "Broadcast", "Reshape", "Concat",
+__all__ = ["OpDef", "Elemwise", "ElemwiseMultiType", "Reduce", "TypeCvt", "GetVarShape", "Broadcast", "Reshape", "Concat",
            "Dimshuffle", "AddAxis", "RemoveAxis", "Identity", "CheckNonFinite", "FakeQuant", "TQT", "LSQ",
            "ParamPackConcat", "ParamPackSplit", "CollectiveComm"]
 
@@ -187,6 +187,44 @@ class Elemwise(OpDef):
         if len(inputs) != n:
             raise OpError(f"Elemwise(mode={m}): expected {n} input tensor(s), got {len(inputs)}")
         return (fn(*inputs),)
+
+
+class ElemwiseMultiType(OpDef):
+    """An elementwise op whose output dtype is given (MegEngine's ``ElemwiseMultiType``): a quantized mode
+    (``QADD``, ``QFUSE_ADD_RELU``, ``QABS``...: an :class:`Elemwise` mode behind a ``Q``) computes on the inputs'
+    real values (their quantized dtypes' scales) and quantizes the result to ``dtype``; another mode
+    (``EQ``, ``LT``, ``ISNAN``..., MegEngine's comparisons with ``dtype="bool"``) converts its result to ``dtype``.
+
+    Example:
+        >>> (y,) = ElemwiseMultiType(mode="lt", dtype="bool")._apply((Tensor([1.0, 3.0]), Tensor([2.0, 2.0])))
+        >>> y.numpy()
+        array([ True, False])
+    """
+
+    _params = ("mode", "dtype")
+
+    def __init__(self, mode="QADD", dtype=None, **params):
+        name = str(getattr(mode, "name", mode)).upper()
+        base = name[1:] if name.startswith("Q") and name[1:] in Elemwise.Mode._names else name
+        if base not in Elemwise.Mode._names:
+            raise ValueError(f"ElemwiseMultiType: unknown mode {mode!r}; supported: an Elemwise mode, or one "
+                             f"behind a Q for quantized inputs (QADD, QFUSE_ADD_RELU...)")
+        if dtype is None:
+            raise ValueError(f"ElemwiseMultiType(mode={name}): dtype (the output's) is required")
+        super().__init__(mode=name, dtype=dtype, **params)
+        self._base = base
+
+    def _apply(self, inputs):
+        if self._base != self.mode:  # a quantized mode: on the real values the int inputs stand for
+            reals = []
+            for t in inputs:
+                if getattr(t, "_qparams", None) is None or is_float(t.dtype):
+                    raise OpError(f"{self!r}: the inputs of a quantized mode must be quantized tensors, got "
+                                  f"{t.dtype} of shape {t.shape}")
+                reals.append(t.astype("float32"))
+            inputs = reals
+        (out,) = Elemwise(mode=self._base)._apply(tuple(inputs))
+        return (out.astype(self.dtype),)
 
 
 # ---- Reduce / TypeCvt ---------------------------------------------------------------------------------------
