@@ -232,6 +232,26 @@ def test_profiler_writes_chrome_trace(tmp_path):
         Profiler(format="memory_flow.svg")
 
 
+def test_profiler_scope_is_a_slice_without_with_scopes(tmp_path):
+    # MegEngine's test_profiler: ``with scope("my_scope")`` inside a recording (no with_scopes), eagerly and traced
+    from megxla.jit import trace
+    from megxla.utils.profiler import Profiler, scope
+
+    def infer():
+        with scope("my_scope"):
+            return mge.Tensor([1.23]) * 2
+
+    for fn in (infer, trace(symbolic=True)(infer)):
+        d = tmp_path / fn.__class__.__name__
+        with Profiler(path=str(d)) as prof:
+            fn()
+        with open(prof.path) as f:
+            assert "my_scope" in {e.get("name") for e in json.load(f)["traceEvents"]}
+    with scope("outside"):  # (no recording: nothing to annotate) and as a decorator
+        pass
+    assert scope("f")(lambda: 3)() == 3
+
+
 def test_logger_formatting_and_levels():
     from megxla import logger as L
     stream = io.StringIO()

@@ -28,6 +28,9 @@ __all__ = ["AutoNaming", "push_scope", "pop_scope", "record_scope", "set_module_
 # Trace annotations opened by push_scope while a profiler runs (closed by the matching pop_scope).
 _annotations: list = []
 _profiling = [False]
+# Whether a Profiler records: the scopes code opens itself (core2.push_scope, utils.profiler.scope) are annotated
+# then, with or without ``with_scopes`` (which adds naming and module scopes).
+_recording = [False]
 # Whether Module.__call__ opens a scope per module (read on the eager hot path: one list index).
 module_scopes = [False]
 

@@ -29,7 +29,7 @@ from typing import List
 from ..logger import get_logger
 from ..core import _naming
 
-__all__ = ["Profiler", "profile"]
+__all__ = ["Profiler", "profile", "scope"]
 
 _active: list = []  # JAX records one trace per process at a time
 
@@ -97,7 +97,8 @@ class Profiler(ContextDecorator):
         self._logdir = tempfile.mkdtemp(prefix="megxla_profile_")
         jax.profiler.start_trace(self._logdir, create_perfetto_trace=True)
         _active.append(self)
-        self._scopes_before = (_naming._profiling[0], _naming.module_scopes[0])
+        self._scopes_before = (_naming._profiling[0], _naming.module_scopes[0], _naming._recording[0])
+        _naming._recording[0] = True
         if self._with_scopes:
             _naming._profiling[0] = True
             _naming.set_module_scopes(True)
@@ -123,7 +124,7 @@ class Profiler(ContextDecorator):
         if self._step_ann is not None:
             self._step_ann.__exit__(None, None, None)
             self._step_ann = None
-        _naming._profiling[0], _naming.module_scopes[0] = self._scopes_before
+        _naming._profiling[0], _naming.module_scopes[0], _naming._recording[0] = self._scopes_before
         try:
             jax.profiler.stop_trace()
         finally:
@@ -152,6 +153,32 @@ class Profiler(ContextDecorator):
     def __exit__(self, *exc):
         self.stop()
         self.dump()
+        return False
+
+
+class scope(ContextDecorator):
+    """Mark a region of code as one named slice of a :class:`Profiler`'s timeline (MegEngine's
+    ``utils.profiler.scope``; also a decorator). Outside a recording it costs a list append.
+
+    Args:
+        name: the slice's name.
+
+    Example:
+        >>> with scope("my_scope"):
+        ...     y = mge.Tensor([1.0]) * 2
+    """
+
+    def __init__(self, name: str):
+        self.name = str(name)
+
+    def __enter__(self):
+        from ..core._imperative_rt.core2 import push_scope
+        push_scope(self.name)
+        return self
+
+    def __exit__(self, *exc):
+        from ..core._imperative_rt.core2 import pop_scope
+        pop_scope(self.name)
         return False
 
 

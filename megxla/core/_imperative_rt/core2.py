@@ -261,7 +261,7 @@ def push_scope(name: str) -> None:
     """
     from .. import _naming
     ann = None
-    if _naming._profiling[0]:
+    if _naming._profiling[0] or _naming._recording[0]:
         import jax
         ann = jax.profiler.TraceAnnotation(str(name))
         ann.__enter__()
