@@ -1,5 +1,7 @@
 """Issue 9, robustness outside the jit cache: per-thread interpreters, errors instead of aborts or clamps,
 transactional load_state_dict, DataLoader errors, copies that survive buffer donation, 64-bit narrowing."""
+import os
+import sys
 import threading
 
 import numpy as np
@@ -449,3 +451,35 @@ def test_gather_and_scatter_index_out_of_range_raise_eagerly():
     with pytest.raises(IndexOutOfRange, match="scatter: index 2 is out of range for axis 0 of size 2"):
         F.scatter(x, 0, mge.Tensor([[2, 0, 0]]), mge.Tensor([[1.0, 1.0, 1.0]]))
     np.testing.assert_array_equal(F.gather(x, 1, mge.Tensor([[2], [0]])).numpy(), [[2], [3]])
+
+
+_ENDS_WITH_A_KERNEL_RUNNING = """
+import sys
+sys.path.insert(0, {root!r})
+import numpy as np
+import megxla as mge
+x = mge.tensor(np.random.randn(32, 32, 224, 224).astype(np.float32))
+w = mge.tensor(np.random.randn(32, 32, 3, 3).astype(np.float32))
+y = mge.functional.conv2d(x, w)  # (still computing when the interpreter ends)
+"""
+
+
+def test_a_script_ending_while_a_kernel_runs_exits_cleanly(tmp_path):
+    # MegEngine's test_imperative_exit: megxla's cache of transfer placements kept XLA's client past JAX's clean-up,
+    # so C++'s static destructors ran under XLA's worker threads: a segfault in 8-9 of 10 such exits under load.
+    # Two busy processes are the load.
+    import subprocess
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    script = tmp_path / "ends.py"
+    script.write_text(_ENDS_WITH_A_KERNEL_RUNNING.format(root=root))
+    env = dict(os.environ, MEGXLA_COMPILATION_CACHE="0")
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+    try:
+        codes = []
+        for _ in range(3):  # (the old code crashed in 8-9 of 10)
+            p = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, timeout=300)
+            codes.append((p.returncode, p.stderr.decode()[-300:]))
+    finally:
+        for h in hogs:
+            h.kill()
+    assert all(rc == 0 for rc, _ in codes), codes
