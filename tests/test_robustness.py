@@ -483,3 +483,12 @@ def test_a_script_ending_while_a_kernel_runs_exits_cleanly(tmp_path):
         for h in hogs:
             h.kill()
     assert all(rc == 0 for rc, _ in codes), codes
+
+
+def test_the_exit_wait_starts_no_backend():
+    # ``import megxla`` alone must not start XLA at exit (on a GPU machine that would take its memory)
+    import subprocess
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    code = ("import sys; sys.path.insert(0, %r); import megxla; from megxla.core import dtypes; "
+            "dtypes._quiesce_at_exit(); from jax._src import xla_bridge; assert not xla_bridge._backends" % root)
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=300).returncode == 0

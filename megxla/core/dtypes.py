@@ -133,6 +133,9 @@ def _quiesce_at_exit(timeout=None):
     whose peer died may never complete): past it the process ends as it would have."""
     _PUT_TYPES.clear()
     try:
+        from jax._src import xla_bridge
+        if not xla_bridge._backends:  # (none started: nothing ran, and asking for live arrays would start one)
+            return
         arrays = jax.live_arrays()
         if timeout is None:
             timeout = 3.0 if jax.process_count() > 1 else 30.0
