@@ -73,7 +73,8 @@ FORWARD = [
     "F.nn.interpolate(T(IMG), scale_factor=2, mode='bilinear', align_corners=False)",
     "F.nn.interpolate(T(IMG), size=(5, 7), mode='bilinear', align_corners=True)",
     "F.nn.interpolate(T(IMG), size=(5, 7), mode='nearest')", "F.nn.interpolate(T(IMG), size=(13, 11), mode='bicubic')",
-    "F.nn.pad(T(IMG), ((0,0),(0,0),(1,2),(2,1)), mode='reflect')", "F.nn.pad(T(IMG), ((0,0),(0,0),(1,2),(2,1)), mode='edge')",
+    "F.nn.pad(T(IMG), ((0,0),(0,0),(1,2),(2,1)), mode='reflect')",
+    "F.nn.pad(T(IMG), ((0,0),(0,0),(1,2),(2,1)), mode='edge')",
     "F.vision.roi_align(T(IMG), %s, (2, 3), spatial_scale=1.0, sample_points=2, aligned=True)" % ROIS,
     "F.vision.roi_pooling(T(IMG), %s, (2, 3), mode='max', scale=1.0)" % ROIS,
     "F.vision.nms(T(np.array([[0,0,10,10],[1,1,11,11],[20,20,30,30],[0,0,9,9]],'float32')), "

@@ -9,6 +9,8 @@ Example:
 """
 from __future__ import annotations
 
+import weakref as _weakref
+
 import numpy as np
 
 from .._tensor import Tensor
@@ -52,8 +54,7 @@ class TensorWeakRef:
     def __init__(self, tensor: Tensor):
         if not isinstance(tensor, Tensor):
             raise TypeError(f"TensorWeakRef: expected a Tensor, got {type(tensor).__name__}")
-        import weakref
-        self._ref = weakref.ref(tensor)
+        self._ref = _weakref.ref(tensor)
 
     def __call__(self):
         return self._ref()

@@ -29,8 +29,8 @@ from ..dtypes import is_float
 from .._op import PRIMITIVES
 from . import elemwise as _E, reduction as _R, shape as _S
 
-__all__ = ["OpDef", "Elemwise", "ElemwiseMultiType", "Reduce", "TypeCvt", "GetVarShape", "Broadcast", "Reshape", "Concat",
-           "Dimshuffle", "AddAxis", "RemoveAxis", "Identity", "CheckNonFinite", "FakeQuant", "TQT", "LSQ",
+__all__ = ["OpDef", "Elemwise", "ElemwiseMultiType", "Reduce", "TypeCvt", "GetVarShape", "Broadcast", "Reshape",
+           "Concat", "Dimshuffle", "AddAxis", "RemoveAxis", "Identity", "CheckNonFinite", "FakeQuant", "TQT", "LSQ",
            "ParamPackConcat", "ParamPackSplit", "CollectiveComm"]
 
 
