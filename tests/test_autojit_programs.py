@@ -234,7 +234,8 @@ class Program:
                     try:
                         self._exec(st, env, W, log, params)
                     except Exception as exc:  # noqa: BLE001  (compared between the modes)
-                        log.append(("error", it, k, type(exc).__name__, str(exc).split("\n")[0][:200]))
+                        log.append(("error", it, k, type(exc).__name__, str(exc).split("\n")[0][:200],
+                                    _user_line(exc)))
                 # (a term a failed statement never made is left out: both modes logged the failure)
                 loss = sum(F.mean(env[v].astype("float32")) for v in self.loss_terms if v in env)
                 for v in self.dyn_terms:
@@ -510,6 +511,16 @@ def check_loop(seed):
     """Runs loop program ``seed`` eagerly and under auto-jit; raises AssertionError naming what differs."""
     prog = LoopProgram(seed)
     _same(prog.run(False), prog.run(True), f"loop program {seed}")
+
+
+def _user_line(exc):
+    """The line of this file an error was raised at (the user's line: auto-jit raises there, as eager does)."""
+    line, tb = None, exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == __file__:
+            line = tb.tb_lineno
+        tb = tb.tb_next
+    return line
 
 
 def _same(x, y, where):
