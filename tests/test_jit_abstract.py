@@ -83,6 +83,35 @@ def test_host_read_falls_back_to_eager_recording_and_warns_once_naming_the_line(
     assert g.num_compiled == 1
 
 
+@pytest.mark.parametrize("make", [xla_trace, lambda f: trace(f, symbolic=True)], ids=["xla_trace", "symbolic"])
+def test_a_host_read_the_body_catches_still_records_eagerly(make):
+    # A body that catches every error around a read (a fallback value, a logging call guarded against anything)
+    # caught the abstract recording's NeedsHost: the recording went on with the except branch and the compiled
+    # step computed ``x * 2 + 0`` on every call, the first included, where eager reads the count
+    from megxla.jit import exclude_from_trace
+    seen = []
+
+    def f(x):
+        y = x * 2
+        try:
+            n = int((x > 0).sum())
+        except Exception:  # noqa: BLE001
+            n = 0
+        try:
+            with exclude_from_trace():
+                seen.append(1)
+        except Exception:  # noqa: BLE001
+            pass
+        return y + n
+
+    g = make(f)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for k in (1, 1, 1, -1):
+            x = np.array([1.0, -1.0, 2.0], "float32") * k
+            np.testing.assert_array_equal(g(mge.Tensor(x)).numpy(), x * 2 + (x > 0).sum())
+
+
 def test_state_created_by_the_abstract_call_gets_its_value_from_the_executable():
     class Acc(M.Module):
         def forward(self, x):

@@ -235,6 +235,20 @@ class NeedsHost(Exception):
         self.where, self.reason, self.warn = where, reason, warn
 
 
+def _needs_host(where, reason="reads a value on the host", warn=True):
+    """A :class:`NeedsHost` to raise, noted on the abstract recording it interrupts (``AbstractRecorder.needed``):
+    a body that catches it (``try: n = int(mask.sum()) except Exception: n = 0`` -- a fallback, a logging call
+    guarded against any error) would otherwise finish its recording without the read, and the compiled step would
+    compute the except branch on every call, the first included: eager computes the read."""
+    exc = NeedsHost(where, reason, warn)
+    for interp in reversed(_dispatch._tls.s.interpreters):
+        if isinstance(interp, AbstractRecorder):
+            if interp.needed is None:
+                interp.needed = exc
+            break
+    return exc
+
+
 _TRACER_ERRORS = (jax.errors.ConcretizationTypeError, jax.errors.TracerArrayConversionError,
                   jax.errors.TracerIntegerConversionError, jax.errors.TracerBoolConversionError)
 _abstract_kernels = weakref.WeakKeyDictionary()
@@ -260,11 +274,11 @@ def abstract_apply(op, inputs):
     try:  # (the kernel's first trace holds signals until it returns, the finally below: core/_interrupt.py)
         out = _abstract_kernel(op)(*[t._data for t in inputs])
     except _TRACER_ERRORS:
-        raise NeedsHost(user_where(), f"computes {op!r} on the host") from None  # its kernel needs a value
+        raise _needs_host(user_where(), f"computes {op!r} on the host") from None  # its kernel needs a value
     except MeshRequired:
         # a cross-process collective's eager kernel is an SPMD program (core._spmd): record this step eagerly,
         # silently (nothing for the user to change)
-        raise NeedsHost(user_where(), f"runs the cross-process collective {op!r}", warn=False) from None
+        raise _needs_host(user_where(), f"runs the cross-process collective {op!r}", warn=False) from None
     except (TypeError, ValueError, IndexError) as exc:
         raise _dispatch.op_error(op, inputs, exc) from None
     finally:
@@ -289,11 +303,12 @@ class AbstractRecorder(Recorder):
 
     _evaluate = staticmethod(abstract_apply)
     _folded = None  # {vid: concrete value} of the constant values read so far
+    needed = None  # the first NeedsHost raised in this recording (see _needs_host), caught by the body or not
 
     def read(self, t, guard=True):
         value = self._constant_value(t)
         if value is None:
-            raise NeedsHost(user_where())
+            raise _needs_host(user_where())
         if value is not t._data:  # an op output (a literal Tensor is read as itself on every call)
             self.rec.folded[t._vid] = value
         if guard:  # in the read log (a value computed from constants is no guard: _guard_reads finds it static)

@@ -53,6 +53,7 @@ from . import _fastpath, _persist, _state, _verbose
 from ._external import mark_external
 from . import _external
 from ._recording import (Recorder, AbstractRecorder, NeedsHost, Excluded, TraceError, make_replay, usable_donations,
+                         _needs_host,
                          describe_where, user_where, _TRACER_ERRORS, _user_frame)
 from ._simplify import simplify
 from ._replay import (_Replayer, _GuardMismatch, _StaleExternals, _same, _flatten, _grad_env, _overflowed,
@@ -853,6 +854,8 @@ class trace:
                 _restore([(t, d, v, g, None if g is None else g._data, None if g is None else g._vid)
                           for t, d, v, g in holder["recorder"].external_snapshots + holder["recorder"].captured])
             del state[nstate:]  # externals are appended again by the eager recording, if any
+        if needs is None and "recorder" in holder and holder["recorder"].needed is not None:
+            needs = holder["recorder"].needed  # (the body caught it and went on: its recording lacks that read)
         entry = holder.get("entry")
         if entry is not None and entry.rec.externals:
             # the tensors the recording read from the enclosing scope, held for the first run: one the body
@@ -1479,7 +1482,7 @@ def exclude_from_trace():
     if isinstance(interp, AbstractRecorder):
         # the block is host code that runs on every call, so the step is cut there and runs with the host:
         # recorded eagerly (nothing for the user to change, hence no warning)
-        raise NeedsHost(user_where(), "runs an exclude_from_trace block", warn=False)
+        raise _needs_host(user_where(), "runs an exclude_from_trace block", warn=False)
     lo = next(_dispatch._vids)
     if isinstance(interp, Recorder):
         interp.rec.exclude_at.append(len(interp.rec.ops))
