@@ -11,11 +11,15 @@ programs (``LoopProgram``) do the same at the level of a training loop's events:
 mid-run, eval forwards, a layer replaced, learning rates changed, gradients accumulated. And two programs run in
 two threads under auto-jit (each thread collects its own clusters) must agree with each run alone, eagerly.
 
-``python tests/test_autojit_programs.py 0:200 [--loops | --threads]`` runs seeds 0-199 and prints the programs that
-disagree (2026-12-01: 0 of 520 programs, 100 loop programs, 80 programs in pairs of threads).
+The same statements also run as the step function of ``xla_trace``, ``trace`` and ``trace(symbolic=True)``
+(``traced_run``), against the step called as written.
+
+``python tests/test_autojit_programs.py 0:200 [--loops | --threads | --xla_trace | --trace | --symbolic]`` runs
+seeds 0-199 and prints the programs that disagree.
 """
 from __future__ import annotations
 
+import functools
 import random
 import sys
 
@@ -584,6 +588,68 @@ def check_threads(seed):
         _same(list(eager[k]), list(results[k]), f"program {seed + k} in a thread")
 
 
+def traced_run(prog, kind):
+    """Program ``prog`` with each iteration's step (its statements, ``backward``, ``opt.step()``) a function of
+    the batch called as written (``kind="eager"``) or through ``xla_trace`` / ``trace`` / ``trace(symbolic=True)``:
+    the step's results, the parameters and BatchNorm's statistics after each call. Statements a compiled call
+    cannot repeat by design are left out (host reads logged in the body, Python numbers that change from call to
+    call, tensors kept in a Python list, bad calls); the body still catches every error around each statement, as
+    code guarding a fallback does -- a host read it catches must not change what the step computes."""
+    from megxla.jit import trace, xla_trace
+    prog.statements = [("un", st[1], "relu", st[2]) if st[0] == "iter_scalar" else
+                       ("make", st[1], "arange") if st[0] == "make" else st
+                       for st in prog.statements if st[0] not in ("keep", "error", "inplace_error", "read")]
+    mge.random.seed(prog.seed)
+    rng = np.random.RandomState(prog.seed)
+    params = [mge.Parameter(rng.uniform(-1, 1, shape).astype("float32")) for shape in ((4, 4), (4,), (3, 1))]
+    gm = GradManager().attach(params)
+    opt = optim.SGD(params, lr=0.05, momentum=0.9) if prog.optimizer == "sgd" else optim.Adam(params, lr=0.01)
+    prog.kept, prog.bn = [], M.BatchNorm1d(4)
+
+    def step(params, opt, bn, x, z):
+        W, b, s = params
+        prog.z = z
+        with gm:
+            env = {"x": x, "h0": F.matmul(x, W) + b, "h1": x * s, "bvec": b * 1.0}
+            for st in prog.statements:
+                try:
+                    prog._exec(st, env, W, [], params)  # noqa: SLF001
+                except Exception:  # noqa: BLE001,S110  (a guarded statement: see the docstring)
+                    pass
+            loss = sum(F.mean(env[v].astype("float32")) for v in prog.loss_terms if v in env)
+            for v in prog.dyn_terms:
+                if v in env:
+                    loss = loss + F.sum(env[v]) * 0.01
+            gm.backward(loss)
+        if prog.grad_edit == "scale":
+            for p in params:
+                p.grad *= 0.5
+        elif prog.grad_edit == "clip":
+            optim.clip_grad_norm(params, 1.0)
+        opt.step()
+        opt.clear_grad()
+        return [loss] + [env[v] for v in sorted(env)]
+
+    fn = {"eager": step, "xla_trace": xla_trace(step), "trace": trace(step),
+          "symbolic": trace(step, symbolic=True)}[kind]
+    log = []
+    for it in range(prog.iters):
+        x = mge.Tensor(rng.uniform(-2, 2, (3, 4)).astype("float32"))
+        z = mge.Tensor(rng.uniform(-1, 1, (rng.randint(1, 5), 4)).astype("float32"))
+        prog.it = it
+        log.append(("step", it, [o.numpy() for o in fn(params, opt, prog.bn, x, z)],
+                    [p.numpy() for p in params], prog.bn.running_mean.numpy(), prog.bn.running_var.numpy()))
+    return log
+
+
+def check_traced(seed, kind):
+    """Program ``seed``'s steps called eagerly and through ``kind`` (``traced_run``) must agree."""
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (host reads in a traced step warn once each: that is their design)
+        _same(traced_run(Program(seed), "eager"), traced_run(Program(seed), kind), f"program {seed} ({kind})")
+
+
 @pytest.fixture
 def fresh_auto_jit(monkeypatch):
     monkeypatch.setattr(_autojit, "STATIC_TIMER", False)  # (the programs' clusters, not a timer's choice of eager)
@@ -610,11 +676,20 @@ def test_random_programs_in_two_threads_agree_with_eager(fresh_auto_jit, seed):
     check_threads(seed)
 
 
+@pytest.mark.parametrize("kind", ["xla_trace", "trace", "symbolic"])
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_random_program_steps_traced_agree_with_eager(seed, kind):
+    check_traced(seed, kind)
+
+
 if __name__ == "__main__":
     lo, hi = (int(v) for v in (sys.argv[1] if len(sys.argv) > 1 else "0:50").split(":"))
     _autojit.STATIC_TIMER = False
     bad = 0
     which = check_loop if "--loops" in sys.argv else check_threads if "--threads" in sys.argv else check
+    for kind in ("xla_trace", "trace", "symbolic"):
+        if f"--{kind}" in sys.argv:
+            which = functools.partial(check_traced, kind=kind)
     for seed in range(lo, hi):
         try:
             which(seed)
