@@ -12,10 +12,12 @@ mid-run, eval forwards, a layer replaced, learning rates changed, gradients accu
 two threads under auto-jit (each thread collects its own clusters) must agree with each run alone, eagerly.
 
 The same statements also run as the step function of ``xla_trace``, ``trace`` and ``trace(symbolic=True)``
-(``traced_run``), against the step called as written.
+(``traced_run``) and as a ``partial_trace`` op (``partial_run``), and the loops' steps through the three traces
+(their Dropout left out: a traced function draws from a key of its own, as MegEngine's does), against the same
+code called as written.
 
-``python tests/test_autojit_programs.py 0:200 [--loops | --threads | --xla_trace | --trace | --symbolic]`` runs
-seeds 0-199 and prints the programs that disagree.
+``python tests/test_autojit_programs.py 0:200 [--loops] [--threads | --xla_trace | --trace | --symbolic |
+--partial]`` runs seeds 0-199 and prints the programs that disagree.
 """
 from __future__ import annotations
 
@@ -419,15 +421,14 @@ class _Net(M.Module):
         return self.fc(F.flatten(x, 1))
 
 
-LOOP_EVENTS = ["eval_forward", "load_checkpoint", "save_checkpoint", "set_lr", "replace_fc", "detach_param",
-               "attach_param", "zero_param", "read_grads", "accumulate", "clear_without_step", "batch_size",
+LOOP_EVENTS = ["eval_forward", "load_checkpoint", "save_checkpoint", "set_lr", "replace_fc", "attach_param", "zero_param", "read_grads", "accumulate", "clear_without_step", "batch_size",
                "opt_load", "keep_output", "module_hook", "no_read"]
 
 
 class LoopProgram:
     """A training loop (conv, BatchNorm, Dropout, linear; SGD or Adam) with seeded events at random steps: eval
     forwards, checkpoints saved and loaded mid-run (model and optimizer), learning-rate changes, a layer replaced,
-    parameters detached from and attached to the GradManager, written in place, gradients read, accumulated over two
+    a parameter attached again to the GradManager, written in place, gradients read, accumulated over two
     backward passes or cleared without a step, the batch size changed, outputs kept across steps, a forward hook."""
 
     def __init__(self, seed, steps=10):
@@ -436,22 +437,45 @@ class LoopProgram:
         self.optimizer = r.choice(["sgd", "adam"])
         self.events = {k: r.sample(LOOP_EVENTS, r.randint(0, 3)) for k in range(steps)}
 
-    def run(self, auto_jit):
+    def run(self, auto_jit, trace_kind=None, dropout=True):
+        """The loop's log (losses, gradients read, eval outputs, kept outputs, final state), eagerly, under auto-jit,
+        or with each training step a function called through ``trace_kind`` (``"xla_trace"``, ``"trace"``,
+        ``"symbolic"``; the events happen between its calls). ``dropout=False``: no Dropout layer (a traced function
+        draws from a key of its own, as MegEngine's does, not from the global stream eager code uses)."""
         mge.config.auto_jit = auto_jit
         try:
-            return self._run()
+            return self._run(trace_kind, dropout)
         finally:
             mge.config.auto_jit = False
 
-    def _run(self):
+    def _run(self, trace_kind, dropout):
         import io
+        from megxla.jit import trace, xla_trace
         mge.random.seed(self.seed)
         rng = np.random.RandomState(self.seed)
         net = _Net()
-        gm = GradManager().attach(net.parameters())
+        if not dropout:
+            net.drop = M.Identity()
+        gms = [GradManager().attach(net.parameters())]  # (replaced with the layer: the step reads gms[0])
         make = (lambda ps: optim.SGD(ps, lr=0.05, momentum=0.9)) if self.optimizer == "sgd" else \
             (lambda ps: optim.Adam(ps, lr=0.01))
         opt = make(net.parameters())
+
+        def train_step(net, opt, x, y, passes, read, do_step):
+            for _ in range(passes):
+                with gms[0]:
+                    out = net(x)
+                    loss = F.nn.cross_entropy(out, y)
+                    gms[0].backward(loss)
+            grads = [p.grad * 1 for p in net.parameters() if p.grad is not None] if read else []
+            if do_step:
+                opt.step()
+            opt.clear_grad()
+            return loss, out, grads
+
+        step_fn = train_step if trace_kind is None else {
+            "xla_trace": xla_trace(train_step), "trace": trace(train_step),
+            "symbolic": trace(train_step, symbolic=True)}[trace_kind]
         log, saved, kept, batch = [], None, [], 4
         for step in range(self.steps):
             events = self.events[step]
@@ -462,22 +486,14 @@ class LoopProgram:
             handle = None
             if "module_hook" in events:
                 handle = net.fc.register_forward_hook(lambda m, inputs, out: out * 0.5)
-            passes = 2 if "accumulate" in events else 1
-            for _ in range(passes):
-                with gm:
-                    out = net(x)
-                    loss = F.nn.cross_entropy(out, y)
-                    gm.backward(loss)
+            loss, out, grads = step_fn(net, opt, x, y, 2 if "accumulate" in events else 1, "read_grads" in events,
+                                       "clear_without_step" not in events)
             if handle is not None:
                 handle.remove()
             if "keep_output" in events:
                 kept.append(out)
-            if "read_grads" in events:
-                log.append(("grads", step, [None if p.grad is None else p.grad.numpy() for p in net.parameters()]))
-            if "clear_without_step" in events:
-                opt.clear_grad()
-            else:
-                opt.step().clear_grad()
+            if grads:
+                log.append(("grads", step, [g.numpy() for g in grads]))
             if "no_read" not in events:
                 log.append(("loss", step, loss.item()))
             if "eval_forward" in events:
@@ -498,12 +514,10 @@ class LoopProgram:
                     group["lr"] *= 0.5
             if "replace_fc" in events:
                 net.fc = M.Linear(4 * 4 * 4, 3)
-                gm = GradManager().attach(net.parameters())
+                gms[0] = GradManager().attach(net.parameters())
                 opt = make(net.parameters())
-            if "detach_param" in events:
-                gm.detach([net.fc.bias]) if hasattr(gm, "detach") else None
             if "attach_param" in events:
-                gm.attach([net.fc.bias])
+                gms[0].attach([net.fc.bias])
             if "zero_param" in events:
                 net.fc.weight[0] = 0.0
         log.append(("kept", [t.numpy() for t in kept]))
@@ -511,10 +525,15 @@ class LoopProgram:
         return log
 
 
-def check_loop(seed):
-    """Runs loop program ``seed`` eagerly and under auto-jit; raises AssertionError naming what differs."""
+def check_loop(seed, trace_kind=None):
+    """Runs loop program ``seed`` eagerly and under auto-jit (or with its steps through ``trace_kind``); raises
+    AssertionError naming what differs."""
+    import warnings
     prog = LoopProgram(seed)
-    _same(prog.run(False), prog.run(True), f"loop program {seed}")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (a traced step warns where it records again: that is its design)
+        other = prog.run(trace_kind is None, trace_kind, dropout=trace_kind is None)
+    _same(prog.run(False, dropout=trace_kind is None), other, f"loop program {seed}" + (f" ({trace_kind})" if trace_kind else ""))
 
 
 def _user_line(exc):
@@ -642,12 +661,68 @@ def traced_run(prog, kind):
     return log
 
 
+def partial_run(prog, kind):
+    """Program ``prog``'s statements as a function of the parameters, BatchNorm and the batch, called as written
+    (``kind="eager"``) or as one compiled op through ``partial_trace(backend="xla")``; the loss, ``backward``
+    and ``opt.step()`` eager around it. Statements that read the host (a compiled op runs no Python) become
+    elementwise ones on the same values."""
+    from megxla.jit import partial_trace
+
+    def without_host(st):
+        k = st[0]
+        if k in ("mask", "cond_take"):
+            return ("un", st[1], "relu", st[2])
+        if k == "dyn_op":
+            return ("un", st[1], st[2], st[3])
+        if k in ("branch", "iter_scalar", "dropout"):
+            return ("un", st[1], "abs", st[2])
+        if k in ("rng", "make"):
+            return ("make", st[1], "arange")
+        return st
+
+    prog.statements = [without_host(st) for st in prog.statements
+                       if st[0] not in ("keep", "error", "inplace_error", "read")]
+    names = sorted({"x", "h0", "h1", "bvec"} | {st[1] for st in prog.statements
+                                                 if isinstance(st[1], str) and st[1].startswith("v")})
+    terms = [v for v in prog.loss_terms if v in names]
+    mge.random.seed(prog.seed)
+    rng = np.random.RandomState(prog.seed)
+    params = [mge.Parameter(rng.uniform(-1, 1, shape).astype("float32")) for shape in ((4, 4), (4,), (3, 1))]
+    gm = GradManager().attach(params)
+    opt = optim.SGD(params, lr=0.05, momentum=0.9) if prog.optimizer == "sgd" else optim.Adam(params, lr=0.01)
+    prog.kept, prog.bn = [], M.BatchNorm1d(4)
+
+    def piece(W, b, s, bn, x, z):
+        prog.z = z
+        env = {"x": x, "h0": F.matmul(x, W) + b, "h1": x * s, "bvec": b * 1.0}
+        for st in prog.statements:
+            prog._exec(st, env, W, [], [W, b, s])  # noqa: SLF001
+        return [env[v] for v in names]
+
+    fn = piece if kind == "eager" else partial_trace(piece, backend="xla")
+    log = []
+    for it in range(prog.iters):
+        x = mge.Tensor(rng.uniform(-2, 2, (3, 4)).astype("float32"))
+        z = mge.Tensor(rng.uniform(-1, 1, (rng.randint(1, 3), 4)).astype("float32"))
+        with gm:
+            outs = fn(*params, prog.bn, x, z)
+            env = dict(zip(names, outs))
+            gm.backward(sum(F.mean(env[v].astype("float32")) for v in terms))
+        opt.step()
+        opt.clear_grad()
+        log.append(("step", it, [o.numpy() for o in outs], [p.numpy() for p in params],
+                    prog.bn.running_mean.numpy(), prog.bn.running_var.numpy()))
+    return log
+
+
 def check_traced(seed, kind):
-    """Program ``seed``'s steps called eagerly and through ``kind`` (``traced_run``) must agree."""
+    """Program ``seed``'s steps called eagerly and through ``kind`` (``traced_run``; ``"partial"``:
+    ``partial_run``) must agree."""
     import warnings
+    run = partial_run if kind == "partial" else traced_run
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # (host reads in a traced step warn once each: that is their design)
-        _same(traced_run(Program(seed), "eager"), traced_run(Program(seed), kind), f"program {seed} ({kind})")
+        _same(run(Program(seed), "eager"), run(Program(seed), kind), f"program {seed} ({kind})")
 
 
 @pytest.fixture
@@ -676,10 +751,16 @@ def test_random_programs_in_two_threads_agree_with_eager(fresh_auto_jit, seed):
     check_threads(seed)
 
 
-@pytest.mark.parametrize("kind", ["xla_trace", "trace", "symbolic"])
+@pytest.mark.parametrize("kind", ["xla_trace", "trace", "symbolic", "partial"])
 @pytest.mark.parametrize("seed", [0, 1, 2, 3])
 def test_random_program_steps_traced_agree_with_eager(seed, kind):
     check_traced(seed, kind)
+
+
+@pytest.mark.parametrize("kind", ["xla_trace", "trace", "symbolic"])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_random_training_loop_traced_agrees_with_eager(seed, kind):
+    check_loop(seed, kind)
 
 
 if __name__ == "__main__":
@@ -687,9 +768,10 @@ if __name__ == "__main__":
     _autojit.STATIC_TIMER = False
     bad = 0
     which = check_loop if "--loops" in sys.argv else check_threads if "--threads" in sys.argv else check
-    for kind in ("xla_trace", "trace", "symbolic"):
+    for kind in ("xla_trace", "trace", "symbolic", "partial"):
         if f"--{kind}" in sys.argv:
-            which = functools.partial(check_traced, kind=kind)
+            which = functools.partial(check_loop, trace_kind=kind) if "--loops" in sys.argv else \
+                functools.partial(check_traced, kind=kind)
     for seed in range(lo, hi):
         try:
             which(seed)
