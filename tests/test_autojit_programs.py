@@ -47,6 +47,40 @@ BINARY = {
     "max": F.maximum, "min": F.minimum, "div": lambda a, b: a / (F.abs(b) + 1),
 }
 REDUCE = {"sum": F.sum, "mean": F.mean, "max": F.max, "min": F.min}
+# functional ops of (3, 4) values, each giving a value that broadcasts to (3, 4)
+FUNCS = {
+    "cumsum": lambda x, y: F.cumsum(x, axis=1),
+    "logsumexp": lambda x, y: F.logsumexp(x, axis=1, keepdims=True),
+    "softplus": lambda x, y: F.softplus(x), "gelu": lambda x, y: F.gelu(x), "silu": lambda x, y: F.silu(x),
+    "leaky_relu": lambda x, y: F.leaky_relu(x, 0.1), "hswish": lambda x, y: F.hswish(x),
+    "relu6": lambda x, y: F.relu6(x), "hsigmoid": lambda x, y: F.hsigmoid(x),
+    "softmax": lambda x, y: F.softmax(x, axis=1), "erf": lambda x, y: F.erf(x),
+    "argsort": lambda x, y: F.argsort(x, descending=True).astype("float32") * 0.1 + x,
+    "repeat": lambda x, y: F.repeat(x[:, :2], 2, axis=1), "tile": lambda x, y: F.tile(x[:, :2], (1, 2)),
+    "flip": lambda x, y: F.flip(x, 1), "roll": lambda x, y: F.roll(x, 1, 1),
+    "sign_floor_ceil": lambda x, y: F.sign(x) + F.floor(x) * 0.5 - F.ceil(y) * 0.25,
+    "pow": lambda x, y: F.pow(F.abs(x) + 0.1, 1.5),
+    "layer_norm": lambda x, y: F.layer_norm(x, (4,), affine=False),
+    "normalize": lambda x, y: F.normalize(x, axis=1), "norm": lambda x, y: F.norm(x, axis=1, keepdims=True),
+    "var_std": lambda x, y: F.var(x, axis=0, keepdims=True) + F.std(y, axis=1, keepdims=True),
+    "prod": lambda x, y: F.prod(F.clip(x, -1.2, 1.2), axis=1, keepdims=True),
+    "logaddexp": lambda x, y: F.logaddexp(x, y), "atan2": lambda x, y: F.atan2(x, y + 0.1),
+    "round_trunc": lambda x, y: F.round(x * 3) + F.trunc(y * 2),
+    "scatter": lambda x, y: F.scatter(x, 1, F.argsort(y, descending=False), y),
+    "indexing_one_hot": lambda x, y: F.indexing_one_hot(x, F.argmax(y, axis=1), 1, keepdims=True),
+    "isnan_where": lambda x, y: F.where(F.isnan(F.log(x)), y, x),
+    "logical": lambda x, y: F.logical_and(x > 0, y < 0).astype("float32") * x,
+    "square_loss": lambda x, y: F.nn.square_loss(x, y) + F.nn.l1_loss(y, x),
+    "bce": lambda x, y: F.nn.binary_cross_entropy(x, (y > 0).astype("float32")),
+    "hinge": lambda x, y: F.nn.hinge_loss(x, F.sign(y)),
+    "matinv": lambda x, y: F.matinv(F.matmul(x, x, transpose_b=True) + F.eye(3) * 2.0).sum(axis=0, keepdims=True).T,
+    "avg_pool": lambda x, y: F.avg_pool2d(x.reshape(1, 1, 3, 4), 2, stride=1, padding=1)[0, 0, :3, :4],
+    "max_pool": lambda x, y: F.max_pool2d(y.reshape(1, 1, 3, 4), 2, stride=1, padding=1)[0, 0, 1:, 1:],
+    "conv1d": lambda x, y: F.conv1d(x.reshape(1, 3, 4), y[:, :3].reshape(3, 3, 1) * 0.5, padding=0)[0],
+    "interpolate": lambda x, y: F.nn.interpolate(x.reshape(1, 1, 3, 4), size=(6, 8), mode="bilinear",
+                                                 align_corners=False)[0, 0, ::2, ::2],
+    "pad": lambda x, y: F.pad(x, ((1, 0), (0, 1)))[:3, 1:],
+}
 
 
 def _broadcast(a, b):
@@ -86,8 +120,8 @@ class Program:
         kind = r.choices(
             ["un", "bin", "red", "mm", "index", "mask", "cond_take", "setitem", "iadd", "read", "branch", "rng",
              "dropout", "int", "shape", "detach", "dyn_op", "error", "argmax_index", "keep", "iter_scalar", "zred",
-             "bn", "make", "param_write", "inplace_error", "select", "softmax_ce", "amp"],
-            [6, 8, 3, 2, 3, 2, 1, 2, 2, 2, 1, 1, 1, 1, 2, 1, 2, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 1, 1])[0]
+             "bn", "make", "param_write", "inplace_error", "select", "softmax_ce", "amp", "fn"],
+            [6, 8, 3, 2, 3, 2, 1, 2, 2, 2, 1, 1, 1, 1, 2, 1, 2, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 1, 1, 4])[0]
         if kind in ("dyn_op", "cond_take") and not self.dyn and kind == "dyn_op":
             kind = "mask"
         if kind == "un":
@@ -206,6 +240,10 @@ class Program:
             a = self._pick([(3, 4)])
             self.shapes[out] = (3, 4)
             return ("amp", out, a)
+        if kind == "fn":
+            a, b = self._pick([(3, 4)]), self._pick([(3, 4)])
+            self.shapes[out] = (3, 4)
+            return ("fn", out, r.choice(sorted(FUNCS)), a, b)
         a = self._pick([(3, 4)])
         return ("error", a, r.choice(["add", "matmul", "index", "reshape"]))
 
@@ -218,18 +256,21 @@ class Program:
         finally:
             mge.config.auto_jit = False
 
-    def _run(self):
+    def setup(self):
+        """Seeds the generators; ``(rng, params, gm, opt)``: the batches' NumPy generator, the parameters ``W``
+        (4, 4), ``b`` (4,), ``s`` (3, 1), their GradManager and optimizer. A fresh BatchNorm and kept list too."""
         mge.random.seed(self.seed)
         rng = np.random.RandomState(self.seed)
-        W = mge.Parameter(rng.uniform(-1, 1, (4, 4)).astype("float32"))
-        b = mge.Parameter(rng.uniform(-1, 1, (4,)).astype("float32"))
-        s = mge.Parameter(rng.uniform(-1, 1, (3, 1)).astype("float32"))
-        params = [W, b, s]
+        params = [mge.Parameter(rng.uniform(-1, 1, shape).astype("float32")) for shape in ((4, 4), (4,), (3, 1))]
         gm = GradManager().attach(params)
         opt = optim.SGD(params, lr=0.05, momentum=0.9) if self.optimizer == "sgd" else optim.Adam(params, lr=0.01)
+        self.kept, self.bn = [], M.BatchNorm1d(4)
+        return rng, params, gm, opt
+
+    def _run(self):
+        rng, params, gm, opt = self.setup()
+        W, b, s = params
         log = []
-        self.kept = []
-        self.bn = M.BatchNorm1d(4)
         for it in range(self.iters):
             x = mge.Tensor(rng.uniform(-2, 2, (3, 4)).astype("float32"))
             self.z = mge.Tensor(rng.uniform(-1, 1, (rng.randint(1, 5), 4)).astype("float32"))  # (a changing length)
@@ -390,6 +431,8 @@ class Program:
         elif kind == "softmax_ce":
             label = F.argmax(env["x"], axis=1)
             env[st[1]] = F.nn.cross_entropy(env[st[2]], label) + F.softmax(env[st[2]], axis=1).max()
+        elif kind == "fn":
+            env[st[1]] = F.broadcast_to(FUNCS[st[2]](env[st[3]], env[st[4]]), (3, 4))
         elif kind == "amp":
             with mge.amp.autocast():
                 env[st[1]] = F.matmul(env[st[2]], W).astype("float32")
@@ -618,12 +661,7 @@ def traced_run(prog, kind):
     prog.statements = [("un", st[1], "relu", st[2]) if st[0] == "iter_scalar" else
                        ("make", st[1], "arange") if st[0] == "make" else st
                        for st in prog.statements if st[0] not in ("keep", "error", "inplace_error", "read")]
-    mge.random.seed(prog.seed)
-    rng = np.random.RandomState(prog.seed)
-    params = [mge.Parameter(rng.uniform(-1, 1, shape).astype("float32")) for shape in ((4, 4), (4,), (3, 1))]
-    gm = GradManager().attach(params)
-    opt = optim.SGD(params, lr=0.05, momentum=0.9) if prog.optimizer == "sgd" else optim.Adam(params, lr=0.01)
-    prog.kept, prog.bn = [], M.BatchNorm1d(4)
+    rng, params, gm, opt = prog.setup()
 
     def step(params, opt, bn, x, z):
         W, b, s = params
@@ -685,12 +723,7 @@ def partial_run(prog, kind):
     names = sorted({"x", "h0", "h1", "bvec"} | {st[1] for st in prog.statements
                                                  if isinstance(st[1], str) and st[1].startswith("v")})
     terms = [v for v in prog.loss_terms if v in names]
-    mge.random.seed(prog.seed)
-    rng = np.random.RandomState(prog.seed)
-    params = [mge.Parameter(rng.uniform(-1, 1, shape).astype("float32")) for shape in ((4, 4), (4,), (3, 1))]
-    gm = GradManager().attach(params)
-    opt = optim.SGD(params, lr=0.05, momentum=0.9) if prog.optimizer == "sgd" else optim.Adam(params, lr=0.01)
-    prog.kept, prog.bn = [], M.BatchNorm1d(4)
+    rng, params, gm, opt = prog.setup()
 
     def piece(W, b, s, bn, x, z):
         prog.z = z
