@@ -112,6 +112,22 @@ def test_a_host_read_the_body_catches_still_records_eagerly(make):
             np.testing.assert_array_equal(g(mge.Tensor(x)).numpy(), x * 2 + (x > 0).sum())
 
 
+def test_printing_a_tensor_in_the_step_still_compiles_from_the_abstract_recording(capsys):
+    # (Tensor.__repr__ catches the read it cannot do there and shows <abstract>, on purpose: no eager recording)
+    def f(x):
+        y = (x * 2).sum()
+        print("y is", y, f"{y}")
+        return y
+
+    g = xla_trace(f)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for k in range(3):
+            assert g(mge.Tensor(np.full(3, k, "float32"))).item() == 6.0 * k
+    assert g.num_compiled == 1
+    assert capsys.readouterr().out.count("<abstract>") == 2  # printed once, while recording
+
+
 def test_state_created_by_the_abstract_call_gets_its_value_from_the_executable():
     class Acc(M.Module):
         def forward(self, x):

@@ -416,7 +416,11 @@ class Tensor:
             else:
                 with np.printoptions(precision=4, suppress=False):
                     body = str(a)
-        except Exception:  # abstract values during symbolic tracing have no numbers
+        except Exception as exc:  # abstract values during symbolic tracing have no numbers
+            try:
+                exc.handled = True  # (the abstract recording of a traced step goes on: see jit's unhandled_need)
+            except AttributeError:
+                pass
             body = "<abstract>"
         dtype = "" if self.dtype == np.float32 else f", dtype={self.dtype.name}"
         return f"{type(self).__name__}({body}{dtype}, device={self.device})"

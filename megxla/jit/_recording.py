@@ -243,10 +243,19 @@ def _needs_host(where, reason="reads a value on the host", warn=True):
     exc = NeedsHost(where, reason, warn)
     for interp in reversed(_dispatch._tls.s.interpreters):
         if isinstance(interp, AbstractRecorder):
-            if interp.needed is None:
-                interp.needed = exc
+            interp.needed = (*interp.needed, exc)
             break
     return exc
+
+
+def unhandled_need(recorder):
+    """The first :class:`NeedsHost` an abstract recording raised that no code of megxla's caught on purpose, or
+    None. (``Tensor.__repr__`` shows ``<abstract>`` for a value it cannot read, and marks what it caught
+    ``handled``: a ``print(loss)`` in a step compiles from the abstract recording as ever.)"""
+    for exc in recorder.needed:
+        if not getattr(exc, "handled", False):
+            return exc
+    return None
 
 
 _TRACER_ERRORS = (jax.errors.ConcretizationTypeError, jax.errors.TracerArrayConversionError,
@@ -303,7 +312,7 @@ class AbstractRecorder(Recorder):
 
     _evaluate = staticmethod(abstract_apply)
     _folded = None  # {vid: concrete value} of the constant values read so far
-    needed = None  # the first NeedsHost raised in this recording (see _needs_host), caught by the body or not
+    needed = ()  # the NeedsHost raised in this recording (see _needs_host), caught by the body or not
 
     def read(self, t, guard=True):
         value = self._constant_value(t)

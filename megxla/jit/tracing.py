@@ -53,7 +53,7 @@ from . import _fastpath, _persist, _state, _verbose
 from ._external import mark_external
 from . import _external
 from ._recording import (Recorder, AbstractRecorder, NeedsHost, Excluded, TraceError, make_replay, usable_donations,
-                         _needs_host,
+                         _needs_host, unhandled_need,
                          describe_where, user_where, _TRACER_ERRORS, _user_frame)
 from ._simplify import simplify
 from ._replay import (_Replayer, _GuardMismatch, _StaleExternals, _same, _flatten, _grad_env, _overflowed,
@@ -854,8 +854,8 @@ class trace:
                 _restore([(t, d, v, g, None if g is None else g._data, None if g is None else g._vid)
                           for t, d, v, g in holder["recorder"].external_snapshots + holder["recorder"].captured])
             del state[nstate:]  # externals are appended again by the eager recording, if any
-        if needs is None and "recorder" in holder and holder["recorder"].needed is not None:
-            needs = holder["recorder"].needed  # (the body caught it and went on: its recording lacks that read)
+        if needs is None and "recorder" in holder:
+            needs = unhandled_need(holder["recorder"])  # (the body caught it and went on: its recording lacks that read)
         entry = holder.get("entry")
         if entry is not None and entry.rec.externals:
             # the tensors the recording read from the enclosing scope, held for the first run: one the body
