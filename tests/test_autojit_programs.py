@@ -464,7 +464,8 @@ class _Net(M.Module):
         return self.fc(F.flatten(x, 1))
 
 
-LOOP_EVENTS = ["eval_forward", "load_checkpoint", "save_checkpoint", "set_lr", "replace_fc", "attach_param", "zero_param", "read_grads", "accumulate", "clear_without_step", "batch_size",
+LOOP_EVENTS = ["eval_forward", "load_checkpoint", "save_checkpoint", "set_lr", "replace_fc", "attach_param",
+               "zero_param", "read_grads", "accumulate", "clear_without_step", "batch_size",
                "opt_load", "keep_output", "module_hook", "no_read"]
 
 
@@ -576,7 +577,8 @@ def check_loop(seed, trace_kind=None):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # (a traced step warns where it records again: that is its design)
         other = prog.run(trace_kind is None, trace_kind, dropout=trace_kind is None)
-    _same(prog.run(False, dropout=trace_kind is None), other, f"loop program {seed}" + (f" ({trace_kind})" if trace_kind else ""))
+    where = f"loop program {seed}" + (f" ({trace_kind})" if trace_kind else "")
+    _same(prog.run(False, dropout=trace_kind is None), other, where)
 
 
 def _user_line(exc):

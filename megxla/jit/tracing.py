@@ -855,7 +855,8 @@ class trace:
                           for t, d, v, g in holder["recorder"].external_snapshots + holder["recorder"].captured])
             del state[nstate:]  # externals are appended again by the eager recording, if any
         if needs is None and "recorder" in holder:
-            needs = unhandled_need(holder["recorder"])  # (the body caught it and went on: its recording lacks that read)
+            # (the body caught a NeedsHost and went on: its recording lacks that read)
+            needs = unhandled_need(holder["recorder"])
         entry = holder.get("entry")
         if entry is not None and entry.rec.externals:
             # the tensors the recording read from the enclosing scope, held for the first run: one the body
