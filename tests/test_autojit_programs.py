@@ -1,7 +1,8 @@
 """Random programs, eager against auto-jit: the same values, gradients, parameters, optimizer slots, host reads and
 errors (issue 30's "exactly eager's meaning", checked on code nobody wrote by hand).
 
-Each program is a seeded list of statements over a pool of tensors -- elementwise ops, reductions, matmuls,
+Each program is a seeded list of statements over a pool of tensors -- elementwise ops, reductions, matmuls, ~35
+functional ops (``FUNCS``: losses, norms, pooling, a convolution, interpolation, scatter, ``matinv``...),
 indexing (integer, slice, boolean mask, ``cond_take``), in-place writes (``+=``, ``__setitem__``), host reads and
 branches on them, random draws, dtype casts, shape ops, ``detach`` and the occasional bad call -- run as the body of
 a training step (``GradManager`` recording, ``backward``, ``opt.step()``) for several iterations, so that auto-jit
