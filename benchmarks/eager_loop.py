@@ -180,6 +180,52 @@ def detection_step(model, opt, gm, x, gts):
     return total
 
 
+def _match(gt, anchors):
+    """(``detection_step``'s IoU matching as written) per anchor: matched box index, fg mask, valid mask, labels."""
+    b1, b2 = F.expand_dims(gt[:, :4], 1), F.expand_dims(anchors, 0)
+    wh = F.maximum(F.minimum(b1[..., 2:], b2[..., 2:]) - F.maximum(b1[..., :2], b2[..., :2]), 0)
+    inter = wh[..., 0] * wh[..., 1]
+    area = lambda b: (b[..., 2] - b[..., 0]) * (b[..., 3] - b[..., 1])  # noqa: E731
+    iou = inter / (area(b1) + area(b2) - inter)
+    match, best = F.argmax(iou, axis=0), F.max(iou, axis=0)
+    fg = best >= 0.5
+    ignore = (best >= 0.4) & (best < 0.5)
+    labels = F.where(fg, gt[match][:, 4].astype("int32"), F.where(ignore, F.full_like(match, -1), F.zeros_like(match)))
+    return match, labels
+
+
+def masked_detection_step(model, opt, gm, x, gts, host_count=True):
+    """``detection_step``'s losses with masks in place of its boolean selections (every shape fixed: what counts
+    padded inside the compiled program would give at best), the foreground count still read on the host
+    (``host_count``) or kept on the device (no cut at all)."""
+    anchors = mge.Tensor(_ANCHORS)
+    with gm:
+        cls, box = model(x)
+        total = 0
+        for i, gt in enumerate(gts):
+            match, labels = _match(gt, anchors)
+            valid, fgm = (labels >= 0).astype("float32"), (labels > 0).astype("float32")
+            nfg = max(int(fgm.sum()), 1) if host_count else F.maximum(fgm.sum(), 1)
+            # (a comparison, not one_hot: one_hot checks its indices' range on the host, as MegEngine raises for one
+            # out of range -- a read that would cut the step)
+            tgt = (F.expand_dims(labels, 1) - 1 == F.arange(cls.shape[-1], dtype="int32")).astype("float32")
+            lg = cls[i]
+            p = F.sigmoid(lg)
+            ce = F.log(1 + F.exp(-F.abs(lg))) + F.relu(lg) - lg * tgt
+            pt = p * tgt + (1 - p) * (1 - tgt)
+            focal = (ce * (1 - pt) ** 2 * (0.25 * tgt + 0.75 * (1 - tgt)) * F.expand_dims(valid, 1)).sum() / nfg
+            l1 = (F.abs(box[i] - (gt[match][:, :4] - anchors) / 8) * F.expand_dims(fgm, 1)).sum() / nfg
+            total = total + focal + l1
+        gm.backward(total)
+    opt.step().clear_grad()
+    return total
+
+
+def on_device_detection_step(model, opt, gm, x, gts):
+    """``masked_detection_step`` with the foreground count kept on the device: no host read in the step."""
+    return masked_detection_step(model, opt, gm, x, gts, host_count=False)
+
+
 def _stepper(mode, step_fn, gm):
     """``run(model, opt, gm, xs, ys) -> loss`` for ``mode``: the step on Tensors made from the host batch (labels, or
     a list of per-image arrays), under ``xla_trace`` (with ``gm``) or as written."""
@@ -287,19 +333,10 @@ def on_device_step(model, opt, gm, x, y):
     return loss
 
 
-def hostread_bounds(rounds=14, skip=5, batches=12):
-    """What would bring the host-read step (``hostread``) under auto-jit to half its eager time: ms/step (medians;
-    one process, every variant on its own model, taking turns over the same ``batches`` batches so that their counts
-    recur -- the steady state) of the step as written (eager, auto-jit), with the selection padded to a bucket
-    (``padded_hostread_step``: the most padded counts could give), and with no host read at all
-    (``on_device_step``: eager, auto-jit, ``xla_trace``), against the eager step as written."""
-    wl = models.WORKLOADS["convnet_b8"]
+def _bounds(wl, variants, rounds, skip, batches):
+    """ms/step medians of ``variants`` ``[(name, step_fn, mode)]`` in ONE process, each on its own model, taking turns
+    over the same ``batches`` batches (their counts recur: the steady state); the first ``skip`` rounds left out."""
     data = _batches(wl, batches)
-    variants = [("as written, eager", hostread_step, "eager"), ("as written, auto-jit", hostread_step, "auto_jit"),
-                ("padded, eager", padded_hostread_step, "eager"), ("padded, auto-jit", padded_hostread_step, "auto_jit"),
-                ("no host read, eager", on_device_step, "eager"),
-                ("no host read, auto-jit", on_device_step, "auto_jit"),
-                ("no host read, xla_trace", on_device_step, "xla_trace")]
     runs = []
     for name, fn, mode in variants:
         model, opt, gm = _setup(wl)
@@ -318,6 +355,30 @@ def hostread_bounds(rounds=14, skip=5, batches=12):
     finally:
         mge.config.auto_jit = False
     return {name: statistics.median(v) * 1e3 for name, v in times.items()}
+
+
+def hostread_bounds(rounds=14, skip=5, batches=12):
+    """What would bring the host-read step (``hostread``) under auto-jit to half its eager time: ms/step (see
+    ``_bounds``) of the step as written (eager, auto-jit), with the selection padded to a bucket
+    (``padded_hostread_step``: the most padded counts could give), and with no host read at all
+    (``on_device_step``: eager, auto-jit, ``xla_trace``), against the eager step as written."""
+    return _bounds(models.WORKLOADS["convnet_b8"], [
+        ("as written, eager", hostread_step, "eager"), ("as written, auto-jit", hostread_step, "auto_jit"),
+        ("padded, eager", padded_hostread_step, "eager"), ("padded, auto-jit", padded_hostread_step, "auto_jit"),
+        ("no host read, eager", on_device_step, "eager"), ("no host read, auto-jit", on_device_step, "auto_jit"),
+        ("no host read, xla_trace", on_device_step, "xla_trace")], rounds, skip, batches)
+
+
+def detection_bounds(rounds=14, skip=5, batches=12):
+    """What would make the detection step faster under auto-jit than eagerly: ms/step (see ``_bounds``) of the step
+    as written (eager, auto-jit, ``xla_trace``), with masks in place of its boolean selections and the foreground
+    count still read on the host (``masked_detection_step``: fixed shapes, what counts padded inside the compiled
+    program would give at best), and with the count kept on the device too (``on_device_detection_step``)."""
+    variants = [(f"{what}, {mode.replace('_', '-') if mode != 'xla_trace' else mode}", fn, mode)
+                for what, fn in (("as written", detection_step), ("masks", masked_detection_step),
+                                 ("masks, no host read", on_device_detection_step))
+                for mode in MODES]
+    return _bounds(DetectionWorkload, variants, rounds, skip, batches)
 
 
 def host_per_step(blocks=12, steps=25, modes=("eager", "auto_jit", "auto_jit_op_by_op", "xla_trace")):
@@ -414,6 +475,9 @@ def main():
                          "interleaved(); '' for none)")
     ap.add_argument("--hostread-bounds", action="store_true",
                     help="only the host-read step's bounds (hostread_bounds): as written, padded, with no host read")
+    ap.add_argument("--detection-bounds", action="store_true",
+                    help="only the detection step's bounds (detection_bounds): as written, with masks in place of its "
+                         "selections, and with no host read")
     ap.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.cut_backward:
@@ -423,10 +487,11 @@ def main():
     if args.child:
         name, mode, steps, warmup = args.child
         return _child(name, mode, int(steps), int(warmup))
-    if args.hostread_bounds:
-        b = hostread_bounds()
+    if args.hostread_bounds or args.detection_bounds:
+        b = hostread_bounds() if args.hostread_bounds else detection_bounds()
         eager = b["as written, eager"]
-        print("host-read step, steady state, one process (ms/step, / the eager step as written):")
+        print(f"{'host-read' if args.hostread_bounds else 'detection'} step, steady state, one process (ms/step, / "
+              f"the eager step as written):")
         for name, ms in b.items():
             print(f"  {name:26s} {ms:6.2f}  {ms / eager:.2f}")
         return
