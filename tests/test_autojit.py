@@ -153,7 +153,12 @@ def test_a_zoo_style_loop_with_schedules_amp_clipping_and_ema_equals_eager(auto_
     want = _messy_loop()
     mge.config.auto_jit = True
     got = _messy_loop()
-    np.testing.assert_allclose(got[0], want[0], rtol=1e-4, atol=1e-6)
+    # (an autocast step rounds its activations to float16: a float32 difference of fusion's size, 1e-7, in the
+    # weights can move one of them across a float16 rounding boundary -- one float16 ulp, 5e-4 of it -- and the loss
+    # by ~5e-5 (seen on an AMD EPYC VM: step 12's loss 4.9e-5 apart, the weights 1e-7 apart before it, the float32
+    # steps agreeing to 3e-6 with autocast off); the evaluation means near zero compare absolutely, at the scale of
+    # the O(1) logits they average)
+    np.testing.assert_allclose(got[0], want[0], rtol=2e-4, atol=1e-5)
     np.testing.assert_array_equal(got[1], want[1])  # Dropout drew the same numbers
     stats = auto_jit_stats()
     assert stats["compiled"] >= 1 and stats["cache_hits"] >= 8 and not stats["megamorphic"], stats
