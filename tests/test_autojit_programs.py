@@ -35,6 +35,7 @@ import megxla.module as M
 import megxla.optimizer as optim
 from megxla.autodiff import GradManager
 from megxla.jit import _autojit
+from megxla.quantization import utils as _Q
 
 # The values of a program have the shapes (3, 4), (4,), (1, 4), (3, 1) or (), which all broadcast to (3, 4), and
 # selections of a data-dependent length
@@ -105,6 +106,12 @@ FUNCS = {
     "floor_div": lambda x, y: F.floor_div(x, 0.7) * 0.1 + x * (1 + F.isinf(F.exp(y * 60)).astype("float32")),
     "split_concat": lambda x, y: F.concat(F.split(x, 2, axis=1)[::-1], axis=1) + F.dot(x[0], y[0]),
     "ce_smooth": lambda x, y: F.nn.cross_entropy(x, F.argmax(y, axis=1), label_smooth=0.1),
+    # quantization-aware training's fake quantization (a scale computed from the data; LSQ's and TQT's learnable
+    # scales, their gradients through the rounding)
+    "fake_quant": lambda x, y: _Q.fake_quant_tensor(x, _Q.create_qparams(_Q.QuantMode.SYMMERTIC, "qint8",
+                                                                         scale=F.abs(y).max() / 127 + 0.01)),
+    "lsq": lambda x, y: _Q.lsq_forward(-128, 127, x, F.abs(y).mean() * 0.05 + 0.01),
+    "tqt": lambda x, y: _Q.tqt_forward(-128, 127, x * 0.5, y.mean() * 0.1 - 5.0),
 }
 
 

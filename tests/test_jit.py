@@ -620,3 +620,36 @@ def test_dump_refuses_a_training_mode_batchnorm():
     g = trace(lambda x: bn(x).sum(), symbolic=True, capture_as_const=True)
     g(x)
     assert g.dump(io.BytesIO()).outputs
+
+
+@pytest.mark.parametrize("body", ["fake_quant", "lsq", "tqt", "max_ties"])
+def test_partial_trace_gradient_keeps_ops_gradient_rules(body):
+    # A compiled piece's backward is jax.vjp of its whole replay: an op whose gradient is a rule of its own (fake
+    # quantization's straight-through estimator, where round's derivative is zero; max's gradient to every tied
+    # maximum) must keep that rule there -- its compiled calls (the second on) gave QAT the zero gradient of round.
+    from megxla.jit import partial_trace
+    from megxla.quantization import utils as Q
+    fns = {
+        "fake_quant": lambda x, y: Q.fake_quant_tensor(
+            x, Q.create_qparams(Q.QuantMode.SYMMERTIC, "qint8", scale=F.abs(y).max() / 127 + 0.01)) * y,
+        "lsq": lambda x, y: Q.lsq_forward(-128, 127, x, F.abs(y).mean() * 0.05 + 0.01) * y,
+        "tqt": lambda x, y: Q.tqt_forward(-128, 127, x, y.mean() * 0.1 - 5.0) * y,
+        "max_ties": lambda x, y: F.max(x, axis=1) * y[:, 0],
+    }
+    fn = fns[body]
+    rng = np.random.RandomState(0)
+    xv, yv = (rng.standard_normal((3, 4)).astype("float32") for _ in range(2))
+    xv[:, :2], xv[:, 2:] = 2.0, np.minimum(xv[:, 2:], 1.5)  # (two tied maxima per row)
+    compiled = partial_trace(fn, backend="xla")
+    results = []
+    for f in (fn, compiled, compiled, compiled):
+        x, y = mge.Parameter(xv), mge.Parameter(yv)
+        gm = GradManager().attach([x, y])
+        with gm:
+            out = f(x, y)
+            gm.backward((out * out).sum())
+        results.append([out.numpy(), x.grad.numpy(), y.grad.numpy()])
+    assert np.abs(results[0][1]).sum() > 0
+    for got in results[1:]:
+        for a, b in zip(results[0], got):
+            np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-5)

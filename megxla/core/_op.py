@@ -16,6 +16,7 @@ import weakref
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from ._interrupt import hold_kernel_trace as _hold_kernel_trace
 
@@ -182,7 +183,10 @@ class Op:
         """The op as a plain JAX function of arrays (used when replaying a trace inside one ``jax.jit``)."""
         fn = self._fn
         if fn is None:
-            fn = self._fn = functools.partial(self.prim.impl, **dict(self.params)) if self.params else self.prim.impl
+            fn = functools.partial(self.prim.impl, **dict(self.params)) if self.params else self.prim.impl
+            if self.prim.grad is not None:
+                fn = _with_grad_rule(self.prim, dict(self.params), fn)
+            self._fn = fn
         return fn
 
     @property
@@ -327,6 +331,44 @@ def primitive(name, multiple_results=False, grad=None):
         return Primitive(name, impl, multiple_results, grad)
 
     return deco
+
+
+def _with_grad_rule(prim, params, fn):
+    """``fn`` whose ``jax.vjp`` is ``prim.grad`` (a ``jax.custom_vjp``): the rule then holds wherever JAX
+    differentiates a composition of ops -- a ``partial_trace`` piece's compiled backward is ``jax.vjp`` of its
+    whole replay -- not only where megxla's own ``vjp`` op applies it. (The rule can differ from the derivative
+    of ``impl``: fake quantization's straight-through gradient where ``round``'s derivative is zero, the
+    gradient of ``max`` given to every tied maximum.) The forward is ``fn`` itself: the same lowering.
+
+    Example:
+        >>> from megxla.core.ops import quant
+        >>> op = quant.fake_quant.bind(qmin=-128, qmax=127)
+        >>> jax.grad(lambda x: op.fn(x, jnp.float32(0.5), jnp.float32(0.0)).sum())(jnp.array([0.3, 100.0]))
+        Array([1., 0.], dtype=float32)
+    """
+    @jax.custom_vjp
+    def with_rule(*primals):
+        return fn(*primals)
+
+    def forward(*primals):
+        return fn(*primals), primals
+
+    def backward(primals, ct):
+        grads = prim.grad(params, primals, ct)
+        out = []
+        for p, g in zip(primals, grads):
+            p = jnp.asarray(p)
+            if not jnp.issubdtype(p.dtype, jnp.inexact):  # (an integer input's cotangent is JAX's float0)
+                out.append(np.zeros(p.shape, jax.dtypes.float0))
+            elif g is None:
+                out.append(jnp.zeros(p.shape, p.dtype))
+            else:
+                out.append(jnp.broadcast_to(jnp.asarray(g).astype(p.dtype), p.shape))
+        return tuple(out)
+
+    with_rule.defvjp(forward, backward)
+    functools.update_wrapper(with_rule, fn if hasattr(fn, "__name__") else prim.impl)
+    return with_rule
 
 
 # ---- the gradient of every op, as an op ------------------------------------------------------------------------
