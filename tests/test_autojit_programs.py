@@ -112,6 +112,10 @@ FUNCS = {
                                                                          scale=F.abs(y).max() / 127 + 0.01)),
     "lsq": lambda x, y: _Q.lsq_forward(-128, 127, x, F.abs(y).mean() * 0.05 + 0.01),
     "tqt": lambda x, y: _Q.tqt_forward(-128, 127, x * 0.5, y.mean() * 0.1 - 5.0),
+    # (tied extrema: MegEngine's gradient goes to every tied element, a rule of the op's own)
+    "max_ties": lambda x, y: F.max(F.maximum(x, 0.5), axis=1, keepdims=True) * y,
+    "min_ties": lambda x, y: F.min(F.minimum(x, -0.5), axis=0, keepdims=True) + y,
+    "copy": lambda x, y: F.copy(x) * y,
 }
 
 
