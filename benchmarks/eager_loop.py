@@ -153,12 +153,7 @@ def detection_step(model, opt, gm, x, gts):
         cls, box = model(x)
         total = 0
         for i, gt in enumerate(gts):
-            b1, b2 = F.expand_dims(gt[:, :4], 1), F.expand_dims(anchors, 0)
-            wh = F.maximum(F.minimum(b1[..., 2:], b2[..., 2:]) - F.maximum(b1[..., :2], b2[..., :2]), 0)
-            inter = wh[..., 0] * wh[..., 1]
-            area = lambda b: (b[..., 2] - b[..., 0]) * (b[..., 3] - b[..., 1])  # noqa: E731
-            iou = inter / (area(b1) + area(b2) - inter)
-            match, best = F.argmax(iou, axis=0), F.max(iou, axis=0)
+            match, best = _best_iou(gt, anchors)
             labels = F.zeros(best.shape[0], dtype="int32")
             labels[best >= 0.5] = 1
             labels[(best >= 0.4) & (best < 0.5)] = -1
@@ -180,14 +175,20 @@ def detection_step(model, opt, gm, x, gts):
     return total
 
 
-def _match(gt, anchors):
-    """(``detection_step``'s IoU matching as written) per anchor: matched box index, fg mask, valid mask, labels."""
+def _best_iou(gt, anchors):
+    """Per anchor: the index of the ground-truth box it overlaps most, and that IoU."""
     b1, b2 = F.expand_dims(gt[:, :4], 1), F.expand_dims(anchors, 0)
     wh = F.maximum(F.minimum(b1[..., 2:], b2[..., 2:]) - F.maximum(b1[..., :2], b2[..., :2]), 0)
     inter = wh[..., 0] * wh[..., 1]
     area = lambda b: (b[..., 2] - b[..., 0]) * (b[..., 3] - b[..., 1])  # noqa: E731
     iou = inter / (area(b1) + area(b2) - inter)
-    match, best = F.argmax(iou, axis=0), F.max(iou, axis=0)
+    return F.argmax(iou, axis=0), F.max(iou, axis=0)
+
+
+def _match(gt, anchors):
+    """``detection_step``'s matching without boolean selections: per anchor, the matched box index and the label
+    (its class for a foreground anchor, -1 ignored, 0 background)."""
+    match, best = _best_iou(gt, anchors)
     fg = best >= 0.5
     ignore = (best >= 0.4) & (best < 0.5)
     labels = F.where(fg, gt[match][:, 4].astype("int32"), F.where(ignore, F.full_like(match, -1), F.zeros_like(match)))
