@@ -367,7 +367,7 @@ def _with_grad_rule(prim, params, fn):
         return tuple(out)
 
     with_rule.defvjp(forward, backward)
-    functools.update_wrapper(with_rule, fn if hasattr(fn, "__name__") else prim.impl)
+    functools.update_wrapper(with_rule, prim.impl)  # (the op's name in lowered modules)
     return with_rule
 
 
