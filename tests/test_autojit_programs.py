@@ -49,6 +49,12 @@ BINARY = {
     "max": F.maximum, "min": F.minimum, "div": lambda a, b: a / (F.abs(b) + 1),
 }
 REDUCE = {"sum": F.sum, "mean": F.mean, "max": F.max, "min": F.min}
+def _untied(v):
+    """``v`` with its columns 1e-3 apart: an argsort's order must not hang on rounding noise (a BatchNorm of a
+    constant column gives values equal up to it, which eager and a fused program round differently)."""
+    return v + F.arange(4, dtype="float32") * 1e-3
+
+
 # functional ops of (3, 4) values, each giving a value that broadcasts to (3, 4)
 FUNCS = {
     "cumsum": lambda x, y: F.cumsum(x, axis=1),
@@ -57,7 +63,7 @@ FUNCS = {
     "leaky_relu": lambda x, y: F.leaky_relu(x, 0.1), "hswish": lambda x, y: F.hswish(x),
     "relu6": lambda x, y: F.relu6(x), "hsigmoid": lambda x, y: F.hsigmoid(x),
     "softmax": lambda x, y: F.softmax(x, axis=1), "erf": lambda x, y: F.erf(x),
-    "argsort": lambda x, y: F.argsort(x, descending=True).astype("float32") * 0.1 + x,
+    "argsort": lambda x, y: F.argsort(_untied(x), descending=True).astype("float32") * 0.1 + x,
     "repeat": lambda x, y: F.repeat(x[:, :2], 2, axis=1), "tile": lambda x, y: F.tile(x[:, :2], (1, 2)),
     "flip": lambda x, y: F.flip(x, 1), "roll": lambda x, y: F.roll(x, 1, 1),
     "sign_floor_ceil": lambda x, y: F.sign(x) + F.floor(x) * 0.5 - F.ceil(y) * 0.25,
@@ -68,7 +74,7 @@ FUNCS = {
     "prod": lambda x, y: F.prod(F.clip(x, -1.2, 1.2), axis=1, keepdims=True),
     "logaddexp": lambda x, y: F.logaddexp(x, y), "atan2": lambda x, y: F.atan2(x, y + 0.1),
     "round_trunc": lambda x, y: F.round(x * 3) + F.trunc(y * 2),
-    "scatter": lambda x, y: F.scatter(x, 1, F.argsort(y, descending=False), y),
+    "scatter": lambda x, y: F.scatter(x, 1, F.argsort(_untied(y), descending=False), y),
     "indexing_one_hot": lambda x, y: F.indexing_one_hot(x, F.argmax(y, axis=1), 1, keepdims=True),
     "isnan_where": lambda x, y: F.where(F.isnan(F.log(x)), y, x),
     "logical": lambda x, y: F.logical_and(x > 0, y < 0).astype("float32") * x,
@@ -88,7 +94,7 @@ FUNCS = {
     "one_hot_data": lambda x, y: F.one_hot(F.clip((y * 2).astype("int32"), 0, 3), 4).astype("float32").mean(2) + x,
     "topk": lambda x, y: F.tile(F.topk(x + y * 0.5, 2, descending=True)[0], (1, 2)),
     "sort": lambda x, y: F.sort(x, descending=True)[0] * y,
-    "gather": lambda x, y: F.gather(x, 1, F.argsort(y)),
+    "gather": lambda x, y: F.gather(x, 1, F.argsort(_untied(y))),
     "embedding": lambda x, y: F.nn.embedding(F.argmax(y, axis=0), x)[:3],
     "conv_transpose": lambda x, y: F.conv_transpose2d(x.reshape(1, 1, 3, 4), y[:2, :2].reshape(1, 1, 2, 2))[0, 0, :3, 1:],
     "adaptive_pool": lambda x, y: F.tile(F.adaptive_avg_pool2d(x.reshape(1, 1, 3, 4), (3, 2))[0, 0], (1, 2))
