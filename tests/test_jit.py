@@ -653,3 +653,32 @@ def test_partial_trace_gradient_keeps_ops_gradient_rules(body):
     for got in results[1:]:
         for a, b in zip(results[0], got):
             np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["trace", "symbolic", "xla_trace"])
+def test_trace_replays_state_tensors_a_rebinding_made_share_one_value(kind):
+    # ``a[...] = b`` makes a share b's value (MegEngine's rebinding), so from the second call on two state tensors
+    # hold one value that the recording saw as two -- a QAT observer's ``runtime_momentum[...] = momentum`` after
+    # its first batch, in a step running two forward passes: trace's replay rejected it ("input id mismatch")
+    import megxla.module as M
+
+    class Ema(M.Module):
+        def __init__(self):
+            super().__init__()
+            self.avg, self.m, self.momentum = mge.Tensor(0.0), mge.Tensor(0.0), mge.Tensor(0.5)
+
+        def forward(self, x):
+            for _ in range(2):
+                self.avg[...] = self.avg * self.m + (1 - self.m) * x.mean()
+                self.m[...] = self.momentum
+            return self.avg * 1
+
+    def step(ema, x):
+        return ema(x)
+
+    fn = {"trace": trace(step), "symbolic": trace(step, symbolic=True), "xla_trace": xla_trace(step)}[kind]
+    eager, traced = Ema(), Ema()
+    for k in range(4):
+        x = mge.Tensor(np.arange(3, dtype="float32") + k)
+        np.testing.assert_allclose(fn(traced, x).numpy(), step(eager, x).numpy(), rtol=1e-6)
+    np.testing.assert_allclose(traced.avg.numpy(), eager.avg.numpy(), rtol=1e-6)

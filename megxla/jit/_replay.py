@@ -88,9 +88,16 @@ class _Replayer:
         self.env = dict(rec.consts)
         self.vmap = {}
         self.start_vids = [t._vid for t in state]
+        # State tensors holding one value in this call, recorded as several (``x[...] = y`` makes x share y's value,
+        # as MegEngine's rebinding does: an EMA observer's ``runtime_momentum[...] = momentum`` after its first
+        # batch): vid -> the recorded inputs it stands for. Each is fed the same array (equal values); a call
+        # through the replayer donates nothing, and the prepared one checks for shared buffers (tracing._shared).
+        self.aliases = {}
         for t, v in zip(state, rec.input_vids):
             self.env[v] = t._data
-            self.vmap[t._vid] = v
+            was = self.vmap.setdefault(t._vid, v)
+            if was != v:
+                self.aliases.setdefault(t._vid, {was}).add(v)
         _grad_env(self.env, entry, state)
         for i, v in rec.grad_inputs:
             if state[i]._grad is not None:
@@ -140,6 +147,8 @@ class _Replayer:
             mv = self.vmap.get(t._vid)
             if mv == rv:
                 continue
+            if mv is not None and rv in self.aliases.get(t._vid, ()):
+                continue  # (another recorded input this call's state tensor also stands for, see __init__)
             if mv is not None:
                 self._fail(f"op #{i} {op!r} input {j} is a different traced value than in the recording",
                            self._id_mismatch(mv, rv))
