@@ -245,3 +245,53 @@ def test_loaders_with_workers_in_forked_children_of_a_process_whose_loaders_had_
     assert proc.returncode == 0, proc.stderr
     assert "parent 66.0" in proc.stdout and "children [0, 0]" in proc.stdout, proc.stdout + proc.stderr
     assert "parent again 66.0" in proc.stdout
+
+
+def test_loaders_with_workers_in_a_child_forked_while_another_thread_held_the_resource_tracker_lock(tmp_path):
+    # The flake of the test above (1 run in ~20 under CPU load): the parent's first loader's index queues are freed
+    # by their QueueFeederThreads as these exit, and each freed semaphore unregisters itself from multiprocessing's
+    # resource tracker under the tracker's lock (SemLock._cleanup in that thread). A fork meanwhile copied the lock
+    # held, with no thread left to release it: the child's first loader waited forever for it (creating its first
+    # queue's semaphore, ResourceTracker.ensure_running). Here another thread holds the lock across the fork.
+    script = tmp_path / "held.py"
+    script.write_text(textwrap.dedent("""
+        import multiprocessing as mp
+        import threading
+        from multiprocessing import resource_tracker
+        import numpy as np
+        from megxla.data import DataLoader, SequentialSampler
+        from megxla.data.dataset import ArrayDataset
+
+        def load():
+            ds = ArrayDataset(np.arange(12, dtype="float32"))
+            return sum(float(b[0].sum()) for b in DataLoader(ds, SequentialSampler(ds, batch_size=4), num_workers=2))
+
+        if __name__ == "__main__":
+            held, done = threading.Event(), threading.Event()
+
+            def hold():
+                with resource_tracker._resource_tracker._lock:
+                    held.set()
+                    done.wait()
+
+            holder = threading.Thread(target=hold)
+            holder.start()
+            held.wait()
+            child = mp.get_context("fork").Process(target=load)
+            child.start()
+            done.set()
+            holder.join()
+            child.join(60)
+            hung = child.is_alive()
+            if hung:
+                child.kill()
+                child.join()
+            print("child", "hung" if hung else child.exitcode, flush=True)
+            print("parent", load(), flush=True)
+    """))
+    # (the workers start from a forkserver, as once JAX runs: their queues' semaphores are the tracker's)
+    env = dict(os.environ, PYTHONPATH=REPO, MEGXLA_DATALOADER_START_METHOD="forkserver")
+    proc = subprocess.run([sys.executable, str(script)], cwd=str(tmp_path), capture_output=True, text=True,
+                          timeout=180, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert "child 0" in proc.stdout and "parent 66.0" in proc.stdout, proc.stdout + proc.stderr

@@ -397,8 +397,35 @@ def _forget_forkserver():
     server._lock = threading.Lock()  # (a thread of the parent may have held it at the fork)
 
 
+def _unlock_resource_tracker():
+    """(In the child of an ``os.fork``.) Give the child a free copy of multiprocessing's resource tracker lock.
+
+    NOTE: another thread of the parent may have held it at the fork, and no thread is left in the child to release
+    it: every semaphore of a forkserver/spawn queue registers with the tracker under that lock, so the child's
+    first loader with workers waited forever (``ResourceTracker.ensure_running`` in ``ctx.Queue()``). It happened:
+    a loader's index queues are freed by their ``QueueFeederThread`` as it exits, which unregisters the semaphores
+    (``SemLock._cleanup``, under the lock) just after the loop that used them has ended -- 1 run in ~20 of
+    ``test_loaders_with_workers_in_forked_children_of_a_process_whose_loaders_had_workers`` under CPU load forked
+    then (CPython's gh-96971). The tracker's state is a pipe descriptor written with atomic ``os.write`` calls,
+    left usable by whatever the other thread was doing (at worst the child starts a tracker of its own)."""
+    tracker = getattr(sys.modules.get("multiprocessing.resource_tracker"), "_resource_tracker", None)
+    lock = getattr(tracker, "_lock", None)
+    if lock is None:
+        return
+    is_owned = getattr(lock, "_is_owned", None)
+    if is_owned is not None and is_owned():
+        return  # (held by the thread that forked, which goes on to release it)
+    # (an RLock where CPython calls its _recursion_count (gh-109629), a Lock before)
+    tracker._lock = threading.RLock() if hasattr(lock, "_recursion_count") else threading.Lock()
+
+
+def _after_fork_in_child():
+    _forget_forkserver()
+    _unlock_resource_tracker()
+
+
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forget_forkserver)
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _pid_alive(pid):
