@@ -899,22 +899,28 @@ def test_random_training_loop_traced_agrees_with_eager(seed, kind):
     check_loop(seed, kind)
 
 
-if __name__ == "__main__":
+def sweep(check_one, what="programs"):
+    """The command line's sweep: ``check_one(seed)`` for the seeds ``lo:hi`` of ``sys.argv[1]`` (default 0:50), with
+    no timer choosing eager over the clusters; prints each seed that disagrees and the count."""
     lo, hi = (int(v) for v in (sys.argv[1] if len(sys.argv) > 1 else "0:50").split(":"))
     _autojit.STATIC_TIMER = False
     bad = 0
+    for seed in range(lo, hi):
+        try:
+            check_one(seed)
+        except AssertionError as exc:
+            bad += 1
+            print(f"--- seed {seed}: {str(exc)[:800]}")
+        except Exception as exc:  # noqa: BLE001
+            bad += 1
+            print(f"--- seed {seed} raised {type(exc).__name__}: {str(exc)[:800]}")
+    print(f"{bad} of {hi - lo} {what} disagree")
+
+
+if __name__ == "__main__":
     which = check_loop if "--loops" in sys.argv else check_threads if "--threads" in sys.argv else check
     for kind in ("xla_trace", "trace", "symbolic", "partial"):
         if f"--{kind}" in sys.argv:
             which = functools.partial(check_loop, trace_kind=kind) if "--loops" in sys.argv else \
                 functools.partial(check_traced, kind=kind)
-    for seed in range(lo, hi):
-        try:
-            which(seed)
-        except AssertionError as exc:
-            bad += 1
-            print(f"--- seed {seed}: {str(exc)[:600]}")
-        except Exception as exc:  # noqa: BLE001
-            bad += 1
-            print(f"--- seed {seed} raised {type(exc).__name__}: {str(exc)[:600]}")
-    print(f"{bad} of {hi - lo} programs disagree")
+    sweep(which)
