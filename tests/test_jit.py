@@ -682,3 +682,41 @@ def test_trace_replays_state_tensors_a_rebinding_made_share_one_value(kind):
         x = mge.Tensor(np.arange(3, dtype="float32") + k)
         np.testing.assert_allclose(fn(traced, x).numpy(), step(eager, x).numpy(), rtol=1e-6)
     np.testing.assert_allclose(traced.avg.numpy(), eager.avg.numpy(), rtol=1e-6)
+
+
+@pytest.mark.parametrize("kind", ["partial_trace", "xla_trace", "symbolic"])
+def test_compiled_graph_gives_no_gradient_where_its_ops_give_none(kind):
+    # A compiled piece is one op of the surrounding autodiff, and jax.vjp of it gives every float input a gradient --
+    # zeros where none flows. Taped op by op, a parameter reached only through detach() or only by a side output (a
+    # statistic written back) gets none: .grad stays None, and an optimizer leaves it and its slots alone (Adagrad's
+    # step counter counted on under partial_trace, found by tests/test_autojit_networks.py)
+    import functools
+    import megxla.module as M
+
+    class Net(M.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b, self.c = M.Linear(3, 3), M.Linear(3, 3), M.Linear(3, 3)
+            self.stat = mge.Tensor(np.zeros(3, "float32"))
+
+        def forward(self, x):
+            gate = F.sigmoid(self.b(x)).detach()  # b: detached
+            self.stat[...] = self.stat * 0.9 + self.c(x).mean(0) * 0.1  # c: only in a side output
+            return self.a(x) * gate
+
+    net = Net()
+    fwd = type(net).forward
+    if kind == "partial_trace":
+        net.forward = functools.partial(partial_trace(fwd, backend="xla"), net)
+        run = net
+    else:
+        traced = xla_trace(fwd) if kind == "xla_trace" else trace(fwd, symbolic=True)
+        run = functools.partial(traced, net)
+    gm = GradManager().attach(net.parameters())
+    x = mge.Tensor(np.ones((2, 3), "float32"))
+    for _ in range(3):  # (recording, compiling, running the executable)
+        with gm:
+            gm.backward(run(x).sum())
+        assert [n for n, p in net.named_parameters() if p.grad is not None] == ["a.bias", "a.weight"]
+        for p in net.parameters():
+            p.grad = None

@@ -428,6 +428,9 @@ class GradManager:
                         raw.add(v)
                 continue
             nondiff = _NONDIFF.get(op.name) or ()
+            cut = op.prim.nondiff_inputs
+            if cut is not None:  # (a compiled graph: the inputs its recorded ops give no gradient)
+                nondiff = cut(dict(op.params), given)
             wrt = tuple(i for i, (data, v) in enumerate(ins) if live[k][i] and _is_float(data) and i not in nondiff)
             if not wrt:
                 continue

@@ -71,6 +71,11 @@ class Primitive:
             ``grad`` computes them, already went through the GradManager's callbacks of those inputs (a
             ``partial_trace`` with ``trace_gmcallback``: the callbacks were recorded into its compiled backward),
             so ``GradManager.backward`` does not run them again in Python.
+        nondiff_inputs: optional ``nondiff_inputs(params, given) -> set of input indices`` that no gradient reaches
+            from the outputs with a cotangent (``given``, a bool per output): a compiled graph's inputs that its
+            recorded ops detached, used only in integer values or only for outputs without a gradient. A
+            GradManager gives them no gradient (``.grad`` stays None), as the recorded ops taped one by one
+            would, where ``jax.vjp`` of the graph would give zeros.
         eager_kernel: optional ``eager_kernel(**params) -> callable or None``: the op's eager kernel where
             ``jax.jit`` of ``impl`` cannot be it (a transfer to another device: inside a jit, ``device_put`` to a
             device other than the computation's is not a transfer); None: the jitted ``impl``.
@@ -83,11 +88,11 @@ class Primitive:
             failing later inside its cluster's compilation.
     """
 
-    __slots__ = ("name", "impl", "multiple_results", "grad", "transient", "callbacks_applied", "eager_kernel",
-                 "remat", "lowering_may_reject", "_ops", "_op0", "_fast", "_weak")
+    __slots__ = ("name", "impl", "multiple_results", "grad", "transient", "callbacks_applied", "nondiff_inputs",
+                 "eager_kernel", "remat", "lowering_may_reject", "_ops", "_op0", "_fast", "_weak")
 
     def __init__(self, name, impl, multiple_results=False, grad=None, transient=False, callbacks_applied=None,
-                 eager_kernel=None, remat=None, lowering_may_reject=False):
+                 eager_kernel=None, remat=None, lowering_may_reject=False, nondiff_inputs=None):
         if name in PRIMITIVES:
             raise ValueError(f"primitive {name!r} is already registered")
         self.name = name
@@ -99,6 +104,7 @@ class Primitive:
         self._op0 = None
         self.transient = transient
         self.callbacks_applied = callbacks_applied
+        self.nondiff_inputs = nondiff_inputs
         self.eager_kernel = eager_kernel
         self.remat = remat
         self.lowering_may_reject = lowering_may_reject

@@ -17,7 +17,7 @@ from ..core._tensor import Tensor
 from ..core.dtypes import is_float
 from . import _state
 from ._recording import Recorder, make_replay
-from .tracing import trace, _Graph
+from .tracing import trace, _Graph, _recorded
 
 __all__ = ["partial_trace"]
 
@@ -26,8 +26,8 @@ class _CallbackGraph(_Graph):
     """A compiled forward whose backward also runs the GradManager callbacks recorded for some inputs
     (``callbacks``: ``{input index: chain(param, grad) -> grad}``, pure JAX functions)."""
 
-    def __init__(self, replay, name, callbacks):
-        super().__init__(replay, name)
+    def __init__(self, replay, name, callbacks, recorded=None):
+        super().__init__(replay, name, recorded)
         self.callbacks = callbacks
 
 
@@ -44,7 +44,8 @@ def _graph_grad(params, primals, cts):
 
 XLA_GRAPH_GMCALLBACK = Primitive("xla_graph_gmcallback", lambda *arrays, graph: graph.replay(*arrays),
                                  multiple_results=True, grad=_graph_grad, transient=True,
-                                 callbacks_applied=lambda params: frozenset(params["graph"].callbacks))
+                                 callbacks_applied=lambda params: frozenset(params["graph"].callbacks),
+                                 nondiff_inputs=lambda params, given: params["graph"].nondiff(given))
 
 # id(tensor) -> [(weakref to the tensor, weakref to the recording _Entry, state index)]: inputs of recorded
 # partial traces (trace_gmcallback=True) whose GradManager callbacks have not been recorded yet.
@@ -189,7 +190,8 @@ class _PartialTrace(trace):
             return
         kernel = entry.graph_op._kernel
         entry.plain_graph_op = entry.graph_op
-        entry.graph_op = XLA_GRAPH_GMCALLBACK.bind(graph=_CallbackGraph(seg.run, self.__name__, callbacks))
+        entry.graph_op = XLA_GRAPH_GMCALLBACK.bind(graph=_CallbackGraph(seg.run, self.__name__, callbacks,
+                                                                        _recorded(entry)))
         entry.graph_op._kernel = kernel
         entry.callback_graph_op = entry.graph_op
         entry.callback_fns = {i: entry.gm_callback_fns[i] for i, chain in chains.items()

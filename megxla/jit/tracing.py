@@ -43,7 +43,9 @@ from ..core import _dispatch, _interrupt, _lazy
 from . import _autojit
 from ..core._dispatch import wrap, push_interpreter, pop_interpreter, current_interpreter
 from ..core._op import Primitive, VJP
-from ..core.ops.shape import full_like as _FULL_LIKE
+from ..core.ops.elemwise import NON_DIFFERENTIABLE as _NONDIFF, NON_DIFFERENTIABLE_OUTPUTS as _NONDIFF_OUT
+from ..core.ops.shape import detach as _DETACH, full_like as _FULL_LIKE
+from ..core.dtypes import is_float
 from ..core._tensor import Tensor
 from ..core import _spmd
 from .. import dtr as _dtr
@@ -63,19 +65,67 @@ __all__ = ["trace", "xla_trace", "exclude_from_trace", "TraceError", "load"]
 
 
 class _Graph:
-    """A compiled subgraph as an op parameter: hashable by identity, its replay a pure JAX function."""
+    """A compiled subgraph as an op parameter: hashable by identity, its replay a pure JAX function.
 
-    def __init__(self, replay, name):
+    ``recorded``: ``(ops, in_vids, out_vids, avals)`` -- the recorded ops the graph computes (as recorded, before
+    simplification), its inputs and outputs -- from which :meth:`nondiff` tells a GradManager which inputs get no
+    gradient."""
+
+    def __init__(self, replay, name, recorded=None):
         self.replay = replay
         self.name = name
+        self._recorded = recorded
+        self._nondiff = {}
 
     def __repr__(self):
         return self.name
 
+    def nondiff(self, given):
+        """The input positions no gradient reaches from the outputs ``given`` marks (a bool per output).
+
+        ``jax.vjp`` of the replay gives every float input a gradient, zeros where none flows; the ops taped one by
+        one give such an input none (``.grad`` stays None, an optimizer leaves the parameter and its slots as they
+        are). So the graph applies the tape's rules to its recording: ``detach`` cuts, an op without a gradient
+        (``NON_DIFFERENTIABLE``: ``floor``, comparisons' inputs...) cuts those inputs, outputs in
+        ``NON_DIFFERENTIABLE_OUTPUTS`` carry none, nor do integer values -- and only the outputs with a cotangent
+        (not a BatchNorm statistic written back) count.
+
+        Example:
+            >>> _Graph(None, "g").nondiff((True,))  # (no recording: every input may get a gradient)
+            frozenset()
+        """
+        cut = self._nondiff.get(given)
+        if cut is None:
+            cut = self._nondiff[given] = frozenset() if self._recorded is None else _unreached(*self._recorded, given)
+        return cut
+
+
+def _unreached(ops, in_vids, out_vids, avals, given):
+    need = {v for v, g in zip(out_vids, given) if g}
+    for op, ins, outs in reversed(ops):
+        cut_out = _NONDIFF_OUT.get(op.name, ())
+        if op.prim is _DETACH or not any(v in need for i, v in enumerate(outs) if i not in cut_out):
+            continue
+        cut_in = _NONDIFF.get(op.name, ())
+        if cut_in is None:  # (no gradient at all)
+            continue
+        need.update(v for i, v in enumerate(ins) if i not in cut_in and v in avals and _has_gradient(avals[v].dtype))
+    return frozenset(k for k, v in enumerate(in_vids) if v not in need)
+
+
+def _has_gradient(dtype):
+    return is_float(dtype) or np.dtype(dtype).kind == "c"
+
+
+def _recorded(entry):
+    """What :class:`_Graph` needs of a compiled entry (one segment) to tell which inputs get a gradient."""
+    seg = entry.segments[0]
+    return entry.rec.ops[seg.start:seg.end], seg.in_vids, seg.out_vids, entry.avals
+
 
 # transient: the op (and its executable) lives as long as the cache entry that owns it, not forever
 XLA_GRAPH = Primitive("xla_graph", lambda *arrays, graph: graph.replay(*arrays), multiple_results=True,
-                      transient=True)
+                      transient=True, nondiff_inputs=lambda params, given: params["graph"].nondiff(given))
 
 
 class _LoweredOnDemand:
@@ -1007,7 +1057,7 @@ class trace:
             seg = segments[0]
             entry.guard_src = [(True, seg.out_vids.index(v)) if v in seg.out_vids else (False, seg.in_vids.index(v))
                                for v, _, _ in entry.guards]
-        entry.graph_op = XLA_GRAPH.bind(graph=_Graph(segments[0].run, f"{self.__name__}"))
+        entry.graph_op = XLA_GRAPH.bind(graph=_Graph(segments[0].run, f"{self.__name__}", _recorded(entry)))
         if not entry.donate:
             entry.graph_op._kernel = segments[0].executable  # the op's eager kernel IS the compiled graph
         self.compile_time += time.perf_counter() - t0
