@@ -114,6 +114,7 @@ def _unreached(ops, in_vids, out_vids, avals, given):
 
 
 def _has_gradient(dtype):
+    # (the GradManager's _is_float on a dtype: jit imports only core, tests/test_layers.py)
     return is_float(dtype) or np.dtype(dtype).kind == "c"
 
 
