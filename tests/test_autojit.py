@@ -1356,6 +1356,39 @@ def test_mode_timer_waits_for_the_eager_work_an_eager_run_left_before_timing_it(
         assert drained == ([5, 4 + p] if with_drain else [])
 
 
+def test_mode_timer_is_not_swung_by_one_slow_eager_step_in_its_probe(monkeypatch):
+    # A drained eager run is timed by the mean of its steps (alternating short and long steps, the last one carrying
+    # the work left). One slow step in the middle -- a new shape's kernels, 20-30 ms outside JAX's compile events
+    # among the detector's 5 ms steps -- swung that mean past its 9 ms clusters, which then ran 50 steps. Steps
+    # between the first and the last are capped at twice the median; alternation and the drained work still count.
+    from megxla.jit import _autojit
+
+    clock = [0.0]
+    monkeypatch.setattr(_autojit.ModeTimer, "clock", staticmethod(lambda: clock[0]))
+    monkeypatch.setattr(_autojit.ModeTimer, "compile_clock", staticmethod(lambda: 0.0))
+
+    def drain():
+        clock[0] += left[0]
+
+    def choice(eager_steps, clusters, work_left):
+        timer = _autojit.ModeTimer(warmup=4, drain=drain)
+        left[0], modes, probe = work_left, [], list(eager_steps)
+        for k in range(4 + 3 * timer.PROBE):
+            mode = timer.next_mode()
+            modes.append(mode)
+            clock[0] += clusters if mode else (probe.pop(0) if probe else eager_steps[-1])
+        p = timer.PROBE
+        assert all(modes[:4]) and not any(modes[4:4 + p])
+        return "clusters" if all(modes[4 + p:]) else "eager" if not any(modes[4 + p:]) else modes
+
+    left = [0.0]
+    # a slow middle step: eager (4 s steps, 1 s left) beats 6 s clusters; the mean (10.75 s) chose the clusters
+    assert choice([30.0, 4.0, 30.0, 4.0, 4.0], 6.0, 1.0) == "eager"
+    # alternating steps: their mean (8 s), not their median's low side, against 7 s clusters
+    assert choice([30.0, 3.0, 13.0, 3.0, 13.0], 7.0, 0.0) == "clusters"
+    # the work left at the end counts in full: 4 s steps and 12 s left (7 s a step) against 6 s clusters
+    assert choice([30.0, 4.0, 4.0, 4.0, 4.0], 6.0, 12.0) == "clusters"
+
 def _fake_clock(auto_jit, monkeypatch, clusters, eager):
     """ModeTimers read a clock on which a step (or an iteration) takes ``clusters`` collected, ``eager`` paused."""
     clock = [0.0]
