@@ -1670,7 +1670,9 @@ class ModeTimer:
     MAX_DELAY = 16  # steps the warmup may be extended while tiered clusters run their quick executables
 
     def __init__(self, warmup=8, margin=0.0, every=None, drain=None):
-        self.margin = margin  # eager is chosen only if faster by this fraction (0: whichever is faster)
+        # eager is chosen only if faster by this fraction (0: whichever is faster; negative: clusters only if faster by
+        # -margin)
+        self.margin = margin
         # Waits for the eager ops issued so far (see next_mode), or None: eager steps are timed by their median.
         self.drain = drain
         if every is not None:
@@ -1744,13 +1746,13 @@ class ModeTimer:
             return statistics.median(t)  # (each mode's first step after a switch carries the other's pending work)
         # Drained: the eager run's steps pass work on to the next one, the last one waited for -- their mean, less
         # the first (it carries the switch's one-time costs besides compilation, 40-60 ms on the MLP's step:
-        # kernels loaded from the persistent cache). Steps between the first and the last are capped at twice the
-        # median: a spike there is a one-time cost -- a new shape's kernels, outside JAX's compile events (20-30 ms
-        # of the detector's 5 ms steps) -- and one in four steps swung the mean to 13 ms, choosing its 9 ms clusters
-        # for 50 steps; alternating steps (a, b) stay below the cap (a + b), and the last step, carrying the drained
-        # work, is never capped
-        cap = 2.0 * statistics.median(t[1:])
-        return statistics.fmean([min(s, cap) for s in t[1:-1]] + [t[-1]])
+        # kernels loaded from the persistent cache). Steps between the first and the last that took over twice the
+        # median are left out: such a spike is a one-time cost -- a new shape's kernels, outside JAX's compile
+        # events (20-40 ms among the detector's 5 ms steps) --, and one in four steps swung the mean to 13 ms,
+        # choosing its 9 ms clusters for 50 steps (capped at twice the median, it still swung it past them).
+        # Alternating steps (a, b) stay within it (a + b), and the last step, carrying the drained work, counts.
+        limit = 2.0 * statistics.median(t[1:])
+        return statistics.fmean([s for s in t[1:-1] if s <= limit] + [t[-1]])
 
 
 class _Failed:
@@ -2125,6 +2127,7 @@ WARMUP_STEPS = 4
 STATIC_TIMER = os.environ.get("MEGXLA_AUTO_JIT_STATIC_TIMER", "1") != "0"
 STATIC_MAX_OPS = 256
 STATIC_MARGIN = 0.2
+TROUBLED_MARGIN = 0.1  # (a troubled step runs as clusters only where they take at most 0.9x eager's time)
 STATIC_EVERY = 1000
 _steps: dict = {}  # step site -> [ops collected, of them run op by op (at the last step end), troubled steps, timer,
 #                                  steps, warned that they run eagerly, of the ops run op by op those of small
@@ -2148,7 +2151,11 @@ def _choose_mode(loc, site):
                 st[7] += 1  # ... in clusters worth a launch: clusters that had not recurred (changing ones)
         st[0], st[1], st[6] = ops, fallback, small
         if st[2] >= TROUBLED_STEPS:
-            timer = st[3] = ModeTimer(warmup=ModeTimer.PROBE, drain=_drain_issued)  # (5 steps as clusters first)
+            # (5 steps as clusters first; then clusters only where 10% faster: such steps' keys keep changing, so
+            # their times are noisy -- compilations, new kernels -- and eager is the mode never slower than eager.
+            # The detector's step, at margin 0: clusters chosen at 9.1 ms against 9.4 for eager in one process,
+            # then run 50 steps at 8-13 ms where eager ran 6.5)
+            timer = st[3] = ModeTimer(warmup=ModeTimer.PROBE, margin=-TROUBLED_MARGIN, drain=_drain_issued)
         elif STATIC_TIMER and st[4] > WARMUP_STEPS and st[2] == 0 and by_op == 0 and 0 < n <= STATIC_MAX_OPS:
             # A small step whose clusters are compiled: it may still run faster eagerly, where its compute takes
             # about as long as its Python -- eager computes each op while Python issues the next, a cluster runs
