@@ -525,7 +525,9 @@ class trace:
         before and after its reads, instead of a stale executable run plus an eager recording -- or eagerly, where
         that has been faster (clusters whose shapes follow the reads may keep missing too)."""
         if self._churn is None:
-            self._churn = _autojit.ModeTimer(warmup=_autojit.ModeTimer.PROBE)
+            # (clusters only where they take at most 0.9x eager's time, as for auto-jit's troubled steps: both
+            # modes' times are noisy where keys keep changing, and eager is the mode never slower than eager)
+            self._churn = _autojit.ModeTimer(warmup=_autojit.ModeTimer.PROBE, margin=-_autojit.TROUBLED_MARGIN)
         if self._churn.next_mode():
             self.num_clustered_calls += 1
             with _autojit.clustered():
