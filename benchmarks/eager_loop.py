@@ -17,8 +17,9 @@ zoo's RetinaNet training step written eagerly (IoU anchor matching, labels throu
 divided by the foreground count read on the host) on a small detector, ground-truth counts changing every batch.
 
 Then the same ratios with the three modes taking turns in one process (``--interleaved``, default MLP and the
-ConvNets: a noisy machine's drift between processes is larger than the gaps measured). The last tables are the
-host time of one op: eager dispatch (``apply`` -> jax) against collecting it into a cluster
+ConvNets: a noisy machine's drift between processes is larger than the gaps measured), with the CPU time of the same
+steps (the process's and the calling thread's: on a CPU the compute and the Python issuing it share the cores).
+The last tables are the host time of one op: eager dispatch (``apply`` -> jax) against collecting it into a cluster
 (shape inference cached), on a chain of small elementwise ops; and the host CPU time of a whole training step at
 tiny shapes (``host_per_step``: what its Python costs eagerly, under auto-jit -- with its backward collected as one
 op, and with each gradient op collected on its own -- and as an ``xla_trace`` call).
@@ -268,19 +269,24 @@ def interleaved(name, blocks=10, steps=20):
     setups = {m: _setup(wl) for m in MODES}
     runs = {m: _stepper(m, step_fn, setups[m][2]) for m in MODES}
     times = {m: [] for m in MODES}
+    cpu = {m: ([], []) for m in MODES}
     for b in range(blocks):
         for m in MODES[b % 3:] + MODES[:b % 3]:
             mge.config.auto_jit = m == "auto_jit"
             try:
                 for i in range(steps):
                     xs, ys = batches[i % len(batches)]
-                    t0 = time.perf_counter()
+                    t0, c0, h0 = time.perf_counter(), time.process_time(), time.thread_time()
                     runs[m](*setups[m], xs, ys).item()
                     if b >= 2 and i >= 3:
                         times[m].append(time.perf_counter() - t0)
+                        cpu[m][0].append(time.process_time() - c0)
+                        cpu[m][1].append(time.thread_time() - h0)
             finally:
                 mge.config.auto_jit = False
-    return {m: statistics.median(v) * 1e3 for m, v in times.items()}
+    out = {m: statistics.median(v) * 1e3 for m, v in times.items()}
+    out["cpu"] = {m: (statistics.median(c) * 1e3, statistics.median(h) * 1e3) for m, (c, h) in cpu.items()}
+    return out
 
 
 def per_op_us(n=200, reps=20):
@@ -521,6 +527,13 @@ def main():
         for name, r in inter:
             print(f"  {name:12s} {r['eager']:.2f} / {r['auto_jit']:.2f} / {r['xla_trace']:.2f} | "
                   f"{r['auto_jit'] / r['xla_trace']:.2f} | {r['auto_jit'] / r['eager']:.2f}", flush=True)
+        # Where the time goes on a CPU: the step's compute and the Python issuing it share the cores, so what auto-jit's
+        # Python adds to the process's CPU time (the host read, collection, launch, write-back) cannot all hide
+        # behind the executable's compute where that keeps the cores busy (wall / process CPU / calling thread's CPU)
+        print(f"\nCPU ms per step, the same steps ({os.cpu_count()} cores; wall / process CPU / calling thread CPU):")
+        for name, r in inter:
+            print(f"  {name:12s} " + "  ".join(f"{m} {r[m]:.2f} / {r['cpu'][m][0]:.2f} / {r['cpu'][m][1]:.2f}"
+                                               for m in MODES), flush=True)
     print("\nhost CPU ms per step, tiny shapes (eager / auto-jit / auto-jit, gradient ops one by one / xla_trace):")
     for name, h in host_per_step().items():
         print(f"  {name:12s} " + " / ".join(f"{v:.2f}" for v in h.values()))
