@@ -1,6 +1,7 @@
 """Reductions: ``axis`` (tuple or None) and ``keepdims`` are static parameters."""
 import jax
 import jax.numpy as jnp
+from jax import lax
 
 from .._op import Primitive
 from .elemwise import _abs  # (MegEngine's abs: its gradient at 0 is -1)
@@ -72,9 +73,45 @@ def _mean(x, *, axis, keepdims):
     return jnp.mean(x, axis=axis, keepdims=keepdims)
 
 
-def _chooser_grad(reduce):
+def _chosen(x, out, axes, arg):
+    """Boolean mask of ``x``'s shape: the elements equal to ``out`` (``x``'s max / min over ``axes``, kept dims), and
+    in every slice reduced over ``axes`` at least one of its maxima / minima.
+
+    NOTE: compared by value alone, a compiled step lost gradients: there x is often an expression XLA fuses into
+    each consumer and rounds differently in each (a convolution's output less its spatial mean: the reduction's
+    fusion and the compare's disagreed in the last bit), so ``x == max(x)`` failed in whole slices -- max over
+    channels after a centring trained wrongly under ``xla_trace``, ``trace``, auto-jit and plain
+    ``jax.jit(jax.grad(...))`` alike (max pooling had the same flaw: ops/nn.py). So each slice's gradient also goes
+    to one position: the last one a reduction of the compare found -- computed once, so every reader of the mask
+    agrees --, or where that compare too found none, ``argmax``'s (a variadic reduction, 15-20x slower than a max on
+    XLA CPU: only run, behind a ``cond``, when a slice needs it). Eagerly the compare is exact and the position one of
+    the ties: the same mask as the compare's. A rounding difference can only miss an exact tie."""
+    nd = x.ndim
+    sizes = [x.shape[a] for a in axes]
+    flat = None  # each element's position within its slice, the reduced axes flattened in order
+    stride = 1
+    for a, n in zip(reversed(axes), reversed(sizes)):
+        term = lax.broadcasted_iota(jnp.int32, tuple(x.shape[d] if d == a else 1 for d in range(nd)), a) * stride
+        flat = term if flat is None else flat + term
+        stride *= n
+    if flat is None:  # (a 0-d x: its one element)
+        return jnp.ones(x.shape, bool)
+    equal = x == out
+    pos = jnp.max(jnp.where(equal, flat, -1), axis=axes, keepdims=True)
+
+    def by_arg(pos):
+        kept = [d for d in range(nd) if d not in axes]
+        xt = jnp.transpose(x, kept + list(axes)).reshape(tuple(x.shape[d] for d in kept) + (-1,))
+        found = arg(xt, axis=-1).astype(jnp.int32).reshape(pos.shape)
+        return jnp.where(pos < 0, found, pos)
+
+    pos = lax.cond(jnp.any(pos < 0), by_arg, lambda pos: pos, pos)
+    return equal | (flat == pos)
+
+
+def _chooser_grad(reduce, arg):
     """Gradient of max/min as MegEngine's: the full cotangent to *every* element equal to the result (JAX
-    splits it among ties)."""
+    splits it among ties) -- and, however a compiled step rounds, to a maximum of each slice (``_chosen``)."""
 
     def grad(params, primals, ct):
         (x,) = primals
@@ -82,7 +119,9 @@ def _chooser_grad(reduce):
         out = reduce(x, axis=axis, keepdims=True)
         if not keepdims:
             ct = jnp.reshape(ct, out.shape)
-        return (jnp.where(x == out, ct, jnp.zeros((), ct.dtype)).astype(x.dtype),)
+        axes = tuple(range(x.ndim)) if axis is None else (axis,) if isinstance(axis, int) else tuple(axis)
+        hit = _chosen(x, out, tuple(sorted(a % x.ndim for a in axes)) if x.ndim else (), arg)
+        return (jnp.where(hit, ct, jnp.zeros((), ct.dtype)).astype(x.dtype),)
 
     return grad
 
@@ -91,9 +130,9 @@ sum = Primitive("reduce_sum", _sum)
 mean = Primitive("reduce_mean", _mean)
 prod = Primitive("reduce_prod", _prod)
 max = Primitive("reduce_max", lambda x, *, axis, keepdims: jnp.max(x, axis=axis, keepdims=keepdims),
-                grad=_chooser_grad(jnp.max))
+                grad=_chooser_grad(jnp.max, jnp.argmax))
 min = Primitive("reduce_min", lambda x, *, axis, keepdims: jnp.min(x, axis=axis, keepdims=keepdims),
-                grad=_chooser_grad(jnp.min))
+                grad=_chooser_grad(jnp.min, jnp.argmin))
 var = Primitive("reduce_var", _var)
 argmax = Primitive("argmax", _argreduce(jnp.argmax))
 argmin = Primitive("argmin", _argreduce(jnp.argmin))
