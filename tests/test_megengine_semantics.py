@@ -578,6 +578,17 @@ def test_function_under_trace():
         np.testing.assert_allclose(x.grad.numpy(), s * (1 - s), rtol=1e-6)
 
 
+def test_inf_norm_gradient_goes_to_every_tied_maximum_of_abs():
+    # MegEngine's inf / -inf norms are max / min of abs(x), and its max / min give every tie the full gradient
+    # (jnp.max's gradient splits it: 0.5 each)
+    for ord, want in [(float("inf"), [1.0, -1.0, 0.0, 0.0]), (float("-inf"), [0.0, 0.0, 1.0, -1.0])]:
+        x = Parameter([3.0, -3.0, 1.0, -1.0])
+        gm = GradManager().attach([x])
+        with gm:
+            gm.backward(F.norm(x, ord=ord))
+        assert x.grad.numpy().tolist() == want
+
+
 # ---- documented differences (docs/differences.md) -------------------------------------------------------------
 def test_where_megengine_is_wrong_megxla_keeps_the_correct_result():
     # MegEngine gives (2, 1); megxla (2,) as NumPy

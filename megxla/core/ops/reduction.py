@@ -56,10 +56,12 @@ def _norm(x, *, ord, axis, keepdims):
         return jnp.sum(x != 0, axis=axis, keepdims=keepdims, dtype=jnp.int32)
     # (MegEngine's norm is ``sum(abs(x) ** ord) ** (1 / ord)`` of its own ops: an L1 penalty's gradient at a weight
     # of exactly 0 is -1, as its abs's, where jnp.abs gives +1 -- a zero-initialised bias moved the other way)
+    # (inf / -inf: MegEngine's max / min of abs, with their gradient -- the full cotangent to every tie, and to a
+    # maximum of each slice however a compiled step rounds; jnp.max's splits it among ties)
     if ord == float("inf"):
-        return jnp.max(_abs(x), axis=axis, keepdims=keepdims)
+        return max.bind(axis=axis, keepdims=keepdims).fn(_abs(x))
     if ord == float("-inf"):
-        return jnp.min(_abs(x), axis=axis, keepdims=keepdims)
+        return min.bind(axis=axis, keepdims=keepdims).fn(_abs(x))
     if ord == 2:
         return jnp.sqrt(jnp.sum(x * x, axis=axis, keepdims=keepdims))
     if ord == 1:
