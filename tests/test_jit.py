@@ -779,6 +779,53 @@ def test_max_and_min_gradients_compiled_equal_eager_after_a_fused_expression(red
         np.testing.assert_allclose(compiled(conv, x, r).numpy(), eager, rtol=1e-5, atol=1e-5)
 
 
+_ROUTED_BY_COMPARE = {  # gradients that choose their elements by a comparison (of x with its result, or a threshold)
+    "max": lambda y: F.max(y, axis=1),
+    "min": lambda y: F.min(y, axis=1),
+    "max_hw": lambda y: F.max(y, axis=(2, 3)),
+    "norm_inf": lambda y: F.norm(y, ord=float("inf"), axis=1),
+    "maximum": lambda y: F.maximum(y, y[:, :1] * 0.5),
+    "minimum": lambda y: F.minimum(y, y[:, 1:2]),
+    "clip": lambda y: F.clip(y, -0.1, 0.1),
+    "relu": F.relu,
+    "abs": F.abs,
+    "where": lambda y: F.where(y > 0, y, y * y),
+    "topk": lambda y: F.topk(F.reshape(y, (2, -1)), 3)[0],
+    "max_pool": lambda y: F.max_pool2d(y, 2),
+    "adaptive_max_pool": lambda y: F.adaptive_max_pool2d(y, (2, 2)),
+}
+
+
+@pytest.mark.parametrize("op", sorted(_ROUTED_BY_COMPARE))
+def test_gradients_routed_by_a_compare_compiled_equal_eager_after_a_normalisation(op):
+    # A normalisation before the op is an elementwise expression XLA recomputes in each fusion that reads it, and
+    # may round differently in each: a gradient that compares x with the op's result must still route as eagerly
+    # (max / min / max pooling lost whole slices' gradients before their position routing)
+    import megxla.module as M
+    mge.random.seed(0)
+    conv = M.Conv2d(4, 8, 3, padding=1)
+    rng = np.random.RandomState(0)
+    x = mge.Tensor(rng.standard_normal((2, 4, 6, 6)).astype("float32"))
+    gm = GradManager().attach(conv.parameters())
+    fn = _ROUTED_BY_COMPARE[op]
+
+    def grad(conv, x):
+        with gm:
+            y = conv(x)
+            c = y - F.mean(y, axis=(2, 3), keepdims=True)
+            out = fn(c / F.sqrt(F.mean(c * c, axis=(2, 3), keepdims=True) + 1e-5))
+            r = mge.Tensor(np.random.RandomState(7).standard_normal(out.shape).astype("float32"))
+            gm.backward((out * r).sum())
+        g = conv.weight.grad * 1
+        conv.weight.grad = conv.bias.grad = None
+        return g
+
+    eager = grad(conv, x).numpy()
+    compiled = xla_trace(grad)
+    for _ in range(2):
+        np.testing.assert_allclose(compiled(conv, x).numpy(), eager, rtol=1e-4, atol=1e-4 * np.abs(eager).max())
+
+
 def test_max_gradient_goes_to_every_tie_and_to_a_maximum_in_each_slice():
     # MegEngine's gradient of max/min: the full cotangent to each element equal to the result, over any axes
     x = mge.Tensor(np.array([[[1., 3., 3.], [2., 0., 2.]], [[5., 5., 5.], [-1., 4., 0.]]], "float32"))
