@@ -841,3 +841,9 @@ def test_max_gradient_goes_to_every_tie_and_to_a_maximum_in_each_slice():
     with gm:
         gm.backward(F.min(x, axis=2, keepdims=True).sum())
     np.testing.assert_array_equal(x.grad.numpy(), [[[1, 0, 0], [0, 1, 0]], [[1, 1, 1], [1, 0, 0]]])
+    # a slice whose maximum is NaN: no element equals it, none gets a gradient (MegEngine's x == max compare)
+    y = mge.Tensor(np.array([[1.0, np.nan, 3.0], [1.0, 5.0, 2.0]], "float32"))
+    gm = GradManager().attach([y])
+    with gm:
+        gm.backward(F.max(y, axis=1).sum())
+    np.testing.assert_array_equal(y.grad.numpy(), [[0, 0, 0], [0, 1, 0]])

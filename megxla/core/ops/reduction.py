@@ -100,14 +100,16 @@ def _chosen(x, out, axes, arg):
         return jnp.ones(x.shape, bool)
     equal = x == out
     pos = jnp.max(jnp.where(equal, flat, -1), axis=axes, keepdims=True)
+    # (a slice whose result is NaN has no maximum to route to: as MegEngine's x == max compare, it gets no gradient)
+    missed = (pos < 0) & ~jnp.isnan(out)
 
     def by_arg(pos):
         kept = [d for d in range(nd) if d not in axes]
         xt = jnp.transpose(x, kept + list(axes)).reshape(tuple(x.shape[d] for d in kept) + (-1,))
         found = arg(xt, axis=-1).astype(jnp.int32).reshape(pos.shape)
-        return jnp.where(pos < 0, found, pos)
+        return jnp.where(missed, found, pos)
 
-    pos = lax.cond(jnp.any(pos < 0), by_arg, lambda pos: pos, pos)
+    pos = lax.cond(jnp.any(missed), by_arg, lambda pos: pos, pos)
     return equal | (flat == pos)
 
 
