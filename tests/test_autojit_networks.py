@@ -100,6 +100,20 @@ class Untied(M.Module):
         return self.pool(x + self.ramp)
 
 
+class ChannelMax(M.Module):
+    """``x`` plus its max (or min) over the channels, untied by a fixed ramp 1e-3 apart per channel. After a norm x
+    is an expression a compiled step recomputes in each fusion that reads it: the max's gradient must still reach
+    each pixel's maximum (it did not before its position routing: ops/reduction.py)."""
+
+    def __init__(self, c, pick):
+        super().__init__()
+        self.pick = pick
+        self.ramp = mge.Tensor(np.arange(c, dtype="float32").reshape(1, c, 1, 1) * 1e-3)
+
+    def forward(self, x):
+        return x + self.pick(x + self.ramp, axis=1, keepdims=True) * 0.5
+
+
 class Deformable(M.Module):
     """A deformable convolution whose offsets and mask are convolutions of its input. The offsets are detached:
     their gradient jumps where a sampling point crosses a pixel (the bilinear weights' derivative), so a trained
@@ -179,6 +193,8 @@ def image_network(r, dropout):
     """A seeded stack of image blocks over ``(N, 3, 8, 8)``: ``(net, input shape)``."""
     c, h = 3, 8
     blocks = []
+    # (a second stream for the blocks added since: the seeds' networks stay those the sweeps ran, with those added)
+    extra = random.Random(repr(r.getstate()[1][:8]))
     for _ in range(r.randint(2, 6)):
         kind = r.choice(["conv", "conv", "conv_s2", "convbn", "convt", "bn", "gn", "in", "lrn", "act", "act",
                          "drop", "pool", "adaptive", "shuffle", "residual", "branches", "nested", "local",
@@ -204,6 +220,8 @@ def image_network(r, dropout):
             blocks.append(M.GroupNorm(2, c))
         elif kind == "in":
             blocks.append(M.InstanceNorm(c))
+        if kind in ("bn", "gn", "in", "lrn") and blocks and extra.random() < 0.5:
+            blocks.append(ChannelMax(c, extra.choice([F.max, F.min])))
         elif kind == "lrn":
             blocks.append(M.LocalResponseNorm(3))
         elif kind == "act":
