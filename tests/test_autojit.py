@@ -1434,6 +1434,42 @@ def test_steps_whose_clusters_keep_running_op_by_op_run_eagerly_when_that_is_fas
         np.testing.assert_allclose(p, q, rtol=1e-5, atol=1e-6)
 
 
+def test_the_warning_that_steps_run_eagerly_names_their_own_changing_clusters(auto_jit, monkeypatch):
+    # two loops whose shapes change every step, taking turns (a detector's training step and a second model's):
+    # the warning for one must name the clusters of its own step, not the other loop's latest change (it named
+    # the other step's `opt.step()` line when the latest change seen anywhere was the other loop's)
+    monkeypatch.setattr(auto_jit, "WARMUP_STEPS", 2)
+    monkeypatch.setattr(auto_jit, "TROUBLED_STEPS", 2)
+    _fake_clock(auto_jit, monkeypatch, clusters=10.0, eager=1.0)
+    rng = np.random.RandomState(0)
+    nets = [M.Sequential(M.Linear(4, 8), M.ReLU(), M.Linear(8, 3)) for _ in range(2)]
+    runs = [(net, optim.SGD(net.parameters(), lr=0.1), GradManager().attach(net.parameters())) for net in nets]
+
+    def step_a(net, opt, gm, x):
+        with gm:
+            gm.backward((net(x) ** 2).mean())
+        opt.step().clear_grad()  # step A's end
+
+    def step_b(net, opt, gm, x):
+        with gm:
+            gm.backward(F.relu(net(x)).sum() * 0.1)
+        opt.step().clear_grad()  # step B's end
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for k in range(30):
+            for step, (net, opt, gm) in zip((step_a, step_b), runs):
+                x = mge.Tensor(rng.standard_normal((k + 1, 4)).astype("float32"))
+                step(net, opt, gm, x)
+                net[0].weight.numpy()
+    told = [str(w.message) for w in caught if "run eagerly" in str(w.message)]
+    assert len(told) == 2, told
+    for message in told:
+        ending = message.split("the steps ending at ")[1].split(" run eagerly")[0]
+        cut = message.split("the clusters cut at ")[1].split(" keep changing")[0]
+        assert ending == cut and "step " in ending, message
+
+
 @pytest.mark.parametrize("clusters, eager_kept", [(0.95, True), (0.8, False)])
 def test_steps_whose_clusters_keep_changing_run_as_clusters_only_where_clearly_faster(auto_jit, monkeypatch,
                                                                                         clusters, eager_kept):

@@ -634,7 +634,6 @@ _cache: "collections.OrderedDict" = collections.OrderedDict()
 # key's input types, (ops, avals) of the site's new cluster before the latest, and of the latest: what changed,
 # for the user]
 _sites: dict = {}
-_last_changed = [None]  # the latest site whose new cluster differed from one before
 
 
 def _is_array(x):
@@ -997,7 +996,7 @@ def _run_keyed(ops, avals, inputs, in_ids, out_ids, donate, reason, site, whole,
     if whole and entry is None:
         st[5], st[6] = st[6], (ops, avals)  # (references: a cut gives the cluster new lists)
         if st[5] is not None:
-            _last_changed[0] = site
+            _local.changed = site
     if whole:
         # A site whose clusters keep changing in a few ops (those touching a count read on the host) runs its
         # clusters in parts: the ops that change run eagerly, the others as parts compiled once for all steps
@@ -1780,6 +1779,7 @@ class _Local(threading.local):
     issued = None  # the input Tensors of the latest op run eagerly in a paused step
     steps = 0  # step boundaries (``opt.step()``) this thread has passed
     read_pause = None  # [site, its ModeTimer, ops left, ops per iteration]: iterations run eagerly
+    changed = None  # the latest site whose new cluster differed from one before, since this thread's last step end
 
     def __init__(self):
         self.cluster = _Cluster()
@@ -2131,14 +2131,18 @@ TROUBLED_MARGIN = 0.1  # (a troubled step runs as clusters only where they take 
 STATIC_EVERY = 1000
 _steps: dict = {}  # step site -> [ops collected, of them run op by op (at the last step end), troubled steps, timer,
 #                                  steps, warned that they run eagerly, of the ops run op by op those of small
-#                                  clusters (at the last step end), troubled steps troubled by changing clusters]
+#                                  clusters (at the last step end), troubled steps troubled by changing clusters,
+#                                  the site of the latest changing cluster in those]
 
 
 def _choose_mode(loc, site):
     st = _steps.get(site)
     s = _stats
     if st is None:
-        st = _steps[site] = [0, 0, 0, None, 0, False, 0, 0]
+        st = _steps[site] = [0, 0, 0, None, 0, False, 0, 0, None]
+    # (the changes seen since this thread's last step end: this step's clusters and its predecessor's last one --
+    # named in the warning, not another loop's: a detector's training and a validation loop taking turns)
+    changed, loc.changed = loc.changed, None
     timer = st[3]
     if timer is None:
         # (the ops of this step: those run, and those pending until the step's cut)
@@ -2149,6 +2153,7 @@ def _choose_mode(loc, site):
             st[2] += 1  # a quarter or more of this step's ops ran op by op
             if 4 * (by_op - (small - st[6])) >= n:
                 st[7] += 1  # ... in clusters worth a launch: clusters that had not recurred (changing ones)
+                st[8] = changed or st[8]
         st[0], st[1], st[6] = ops, fallback, small
         if st[2] >= TROUBLED_STEPS:
             # (5 steps as clusters first; then clusters only where 10% faster: such steps' keys keep changing, so
@@ -2178,7 +2183,7 @@ def _choose_mode(loc, site):
             # (only where changing clusters made the steps run op by op: host reads that cut a fixed step into
             # clusters too small to launch -- a grad norm logged per parameter -- are no shape to pad)
             if 2 * st[7] >= st[2]:
-                _warn_eager_steps(site)
+                _warn_eager_steps(site, st[8])
 
 
 # A loop that reads a value on the host every few ops (a solver checking its residual, a decoder reading its token)
@@ -2249,10 +2254,13 @@ def _end_read_pause(loc):
         _lazy.READ[0] = None
 
 
-def _warn_eager_steps(site):
+def _warn_eager_steps(site, changed):
     """Once per step line: its steps now run eagerly, their clusters having kept changing (the give-up made
-    visible, as for a megamorphic line: these steps never reach one's limit, being mostly eager)."""
-    changed = _last_changed[0]
+    visible, as for a megamorphic line: these steps never reach one's limit, being mostly eager); ``changed``: the
+    site of the latest such cluster seen in those steps -- or the step's own line, where the clusters it cuts
+    changed (another loop's cluster, cut after this step's end, may be the latest seen)."""
+    if site in _sites and _sites[site][5] is not None:
+        changed = site
     change = _site_change(_sites[changed]) if changed in _sites else None
     why = (f"the clusters cut at {describe_where(changed)} keep changing (the last two: {change})" if change
            else "their clusters keep changing")
