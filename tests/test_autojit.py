@@ -2198,6 +2198,42 @@ def test_training_with_early_launches_equals_eager(auto_jit, monkeypatch):
     assert max(st[1] for st in auto_jit._sites.values()) >= stats["cache_hits"] - 1, (auto_jit._sites, stats)
 
 
+def test_a_new_key_at_a_site_that_launches_early_compiles_one_executable_for_both_runs(auto_jit, monkeypatch):
+    # a bucketed length (here a batch size) at a step launched early: the new key's cluster launches early too, and
+    # one executable, not donating, serves its launches and its own runs (a second one doubled what a cold start
+    # compiles: 8 lengths of a small language model, 8 x 0.8 s)
+    monkeypatch.setattr(_autojit._Guess, "early", lambda self: True)
+
+    def run(batches):
+        mge.random.seed(0)
+        net = M.Sequential(M.Linear(4, 16), M.ReLU(), M.Linear(16, 3))
+        opt = optim.Adam(net.parameters(), lr=0.01)
+        gm = GradManager().attach(net.parameters())
+        rng = np.random.RandomState(0)
+        losses = []
+        for n in batches:
+            x = mge.Tensor(rng.standard_normal((n, 4)).astype("float32"))
+            y = mge.Tensor(rng.randint(0, 3, n).astype("int32"))
+            with gm:
+                loss = F.nn.cross_entropy(net(x), y)
+                gm.backward(loss)
+            opt.step().clear_grad()
+            losses.append(loss.item())
+        return losses, [p.numpy() for p in net.parameters()]
+
+    batches = [8] * 8 + [5] * 8 + [8, 5] * 3
+    got = run(batches)
+    stats = auto_jit_stats()
+    # (the first size: compiled, then its early executable; the second: one executable)
+    assert stats["compiled"] == 2 and stats["early_compiled"] == 1, stats
+    assert stats["early_launches"] >= 8 and stats["early_misses"] == 0, stats
+    mge.config.auto_jit = False
+    want = run(batches)
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-5)
+    for a, b in zip(got[1], want[1]):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("early_ms, late_ms, launched", [(2.0, 1.0, False), (1.0, 2.0, True)])
 def test_early_launches_are_timed_against_collecting_the_whole_cluster(auto_jit, monkeypatch, early_ms, late_ms,
                                                                         launched):

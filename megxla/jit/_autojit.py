@@ -497,6 +497,8 @@ class _Guess:
         # probe between them --, and a comparison with them chose late launches where early ones were faster)
         self.timer, self.eager_steps = ModeTimer(warmup=2 * ModeTimer.PROBE), None
         self.off = False
+        if self.site is not None:
+            self.site[7] = True  # (its next keys compile once for both kinds of runs: _shared_early_key)
 
     def early(self):
         """Whether the cluster starting now (its first op the guess's) is followed and launched early. On a CPU
@@ -628,6 +630,21 @@ def _input_type(data):
 
 
 _early: dict = {}  # (ops, input types, results, matmul precision) -> the non-donating executable of early launches
+EARLY_SHARED_BYTES = 1 << 26  # a key compiled once for its runs and its early launches: inputs up to 64 MB
+
+
+def _shared_early_key(st, key, ops, avals, in_ids, donate, whole, reason):
+    """The ``_early`` key under which the cluster compiled now (``key``: its ``_run_keyed`` key) is compiled once,
+    not donating, for its own runs and its early launches -- where its site launches clusters early already and
+    it may launch early too (small enough) -- or None: compiled as it asks, donating. Its runs then keep the old
+    values of its inputs until their Tensors let go of them (no in-place update): a bound on the inputs' size
+    keeps that cheap."""
+    if not (EARLY and whole and donate and st[7] and len(ops) < _tiers.MIN_OPS and reason != "size cap"):
+        return None
+    if len(_early) >= CACHE_SIZE or \
+            sum(_prod(avals[i][0]) * avals[i][1].itemsize for i in in_ids) > EARLY_SHARED_BYTES:
+        return None
+    return key[:3] + (key[4],)
 _warned_lines: set = set()  # (file, line) of the sites warned about
 _cache: "collections.OrderedDict" = collections.OrderedDict()
 # site -> [keys seen (-1: megamorphic, runs eagerly), hits, keys compiled, {cluster length: _Churn}, the first
@@ -968,8 +985,8 @@ def _run_keyed(ops, avals, inputs, in_ids, out_ids, donate, reason, site, whole,
     st = _sites.get(site)
     if st is None:
         # keys seen, hits (cache hits and recurrences), keys compiled, how its clusters' ops change (per length),
-        # the input types of its first key
-        st = _sites[site] = [0, 0, 0, None, None, None, None]
+        # the input types of its first key, its last two new clusters, whether one of its clusters launches early
+        st = _sites[site] = [0, 0, 0, None, None, None, None, False]
     if whole and st[0] >= 0:
         # The same ops as a compiled cluster, other results (a step function that reads its loss every 10th step:
         # the loss is a result only then): that executable serves it, or one of both results compiles now -- the
@@ -1053,7 +1070,14 @@ def _run_keyed(ops, avals, inputs, in_ids, out_ids, donate, reason, site, whole,
             return entry.executable(*inputs)
     st[2] += 1
     t0 = time.perf_counter()
-    entry.executable = _compile(ops, avals, in_ids, out_ids, donate, out_avals, reason)
+    early_key = _shared_early_key(st, key, ops, avals, in_ids, donate, whole, reason)
+    if early_key is not None:
+        # A site whose clusters launch early gets a new key -- a bucketed sequence length, another image size --
+        # whose cluster will launch early too: one executable, not donating, serves both its runs (a second,
+        # donating one doubled what such a program compiles: 8 lengths of a small language model, 8 x 0.8 s cold)
+        entry.executable = _early[early_key] = _compile(ops, avals, in_ids, out_ids, (), out_avals, reason)
+    else:
+        entry.executable = _compile(ops, avals, in_ids, out_ids, donate, out_avals, reason)
     if LOG:
         _log_compile(st, site, reason, len(ops), whole, time.perf_counter() - t0)
     if whole:
