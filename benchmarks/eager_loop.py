@@ -196,36 +196,48 @@ def _match(gt, anchors):
     return match, labels
 
 
-def masked_detection_step(model, opt, gm, x, gts, host_count=True):
+def _masked_losses(model, x, gts, host_count):
     """``detection_step``'s losses with masks in place of its boolean selections (every shape fixed: what counts
     padded inside the compiled program would give at best), the foreground count still read on the host
     (``host_count``) or kept on the device (no cut at all)."""
     anchors = mge.Tensor(_ANCHORS)
+    cls, box = model(x)
+    total = 0
+    for i, gt in enumerate(gts):
+        match, labels = _match(gt, anchors)
+        valid, fgm = (labels >= 0).astype("float32"), (labels > 0).astype("float32")
+        nfg = max(int(fgm.sum()), 1) if host_count else F.maximum(fgm.sum(), 1)
+        # (a comparison, not one_hot: one_hot checks its indices' range on the host, as MegEngine raises for one
+        # out of range -- a read that would cut the step)
+        tgt = (F.expand_dims(labels, 1) - 1 == F.arange(cls.shape[-1], dtype="int32")).astype("float32")
+        lg = cls[i]
+        p = F.sigmoid(lg)
+        ce = F.log(1 + F.exp(-F.abs(lg))) + F.relu(lg) - lg * tgt
+        pt = p * tgt + (1 - p) * (1 - tgt)
+        focal = (ce * (1 - pt) ** 2 * (0.25 * tgt + 0.75 * (1 - tgt)) * F.expand_dims(valid, 1)).sum() / nfg
+        l1 = (F.abs(box[i] - (gt[match][:, :4] - anchors) / 8) * F.expand_dims(fgm, 1)).sum() / nfg
+        total = total + focal + l1
+    return total
+
+
+def masked_detection_step(model, opt, gm, x, gts):
+    """``detection_step`` with masks in place of its selections, the foreground count read on the host."""
     with gm:
-        cls, box = model(x)
-        total = 0
-        for i, gt in enumerate(gts):
-            match, labels = _match(gt, anchors)
-            valid, fgm = (labels >= 0).astype("float32"), (labels > 0).astype("float32")
-            nfg = max(int(fgm.sum()), 1) if host_count else F.maximum(fgm.sum(), 1)
-            # (a comparison, not one_hot: one_hot checks its indices' range on the host, as MegEngine raises for one
-            # out of range -- a read that would cut the step)
-            tgt = (F.expand_dims(labels, 1) - 1 == F.arange(cls.shape[-1], dtype="int32")).astype("float32")
-            lg = cls[i]
-            p = F.sigmoid(lg)
-            ce = F.log(1 + F.exp(-F.abs(lg))) + F.relu(lg) - lg * tgt
-            pt = p * tgt + (1 - p) * (1 - tgt)
-            focal = (ce * (1 - pt) ** 2 * (0.25 * tgt + 0.75 * (1 - tgt)) * F.expand_dims(valid, 1)).sum() / nfg
-            l1 = (F.abs(box[i] - (gt[match][:, :4] - anchors) / 8) * F.expand_dims(fgm, 1)).sum() / nfg
-            total = total + focal + l1
+        total = _masked_losses(model, x, gts, host_count=True)
         gm.backward(total)
     opt.step().clear_grad()
     return total
 
 
 def on_device_detection_step(model, opt, gm, x, gts):
-    """``masked_detection_step`` with the foreground count kept on the device: no host read in the step."""
-    return masked_detection_step(model, opt, gm, x, gts, host_count=False)
+    """``masked_detection_step`` with the foreground count kept on the device: no host read in the step. (A step
+    function of its own: run beside ``masked_detection_step`` in one process, a shared ``opt.step()`` line would
+    be one auto-jit site for both, its clusters alternating between the two steps' -- "keep changing".)"""
+    with gm:
+        total = _masked_losses(model, x, gts, host_count=False)
+        gm.backward(total)
+    opt.step().clear_grad()
+    return total
 
 
 def _stepper(mode, step_fn, gm):
