@@ -299,6 +299,28 @@ def test_vision_functions_under_f_nn():
     assert F.nn.interpolate is F.vision.interpolate
 
 
+def test_a_static_index_means_one_op_per_shape_and_a_bad_one_raises_every_time():
+    # getitem / setitem keep the parsed op of an index of ints, slices, None and ... by (index, shape): the same
+    # index on another shape is another op, and an index out of range is parsed -- and raises -- every time
+    for n in (3, 5, 3):
+        x = Tensor(np.arange(n, dtype="float32"))
+        assert x[-1].item() == n - 1 and x[1:].shape == (n - 1,) and x[None, ..., ::2].shape == (1, (n + 1) // 2)
+        y = Tensor(np.zeros((n, 2), "float32"))
+        y[-1, :] = 1.0
+        y[0] = Tensor([2.0, 3.0])
+        assert y.numpy().tolist() == [[2.0, 3.0]] + [[0.0, 0.0]] * (n - 2) + [[1.0, 1.0]]
+    for _ in range(2):
+        with pytest.raises(ValueError, match="getitem: index 3 is out of range for axis 0 of size 3"):
+            Tensor(np.zeros(3, "float32"))[3]
+        t = Tensor(np.zeros(3, "float32"))
+        with pytest.raises(ValueError, match="setitem: index -4 is out of range for axis 0 of size 3"):
+            t[-4] = 1.0
+        assert t.numpy().tolist() == [0.0, 0.0, 0.0]
+    # a bool is an index of its own (a new axis), not the int it equals
+    assert Tensor(np.zeros(3, "float32"))[True].shape == (1, 3)
+    assert Tensor(np.zeros(3, "float32"))[1].shape == ()
+
+
 def test_gather_with_smaller_index():
     x = Tensor([[1, 2, 3], [4, 5, 6], [7, 8, 9]])
     # MegEngine gives [[1 2] [6 6]]: the index's shape, leading part of the other dimensions
