@@ -98,6 +98,26 @@ def canonical(dtype):
     return np.dtype(dtype)
 
 
+_NAMES: dict = {}  # id(dtype) -> (dtype, its name)
+
+
+def name_of(dtype: np.dtype) -> str:
+    """``dtype.name`` of a NumPy dtype, kept per dtype object: NumPy computes it in Python on every read (~1.5 us,
+    a quarter of an eager ``astype``), and a dtype hashes slowly, so it is looked up by identity.
+
+    Example:
+        >>> name_of(np.dtype("int32"))
+        'int32'
+    """
+    entry = _NAMES.get(id(dtype))
+    if entry is not None and entry[0] is dtype:
+        return entry[1]
+    name = dtype.name
+    if len(_NAMES) < 1024:
+        _NAMES[id(dtype)] = (dtype, name)
+    return name
+
+
 def to_array(data, dtype=None, device=None):
     """Convert user data to a jax array following MegEngine's dtype rules."""
     if isinstance(data, (np.ndarray, list, tuple, int, float, bool, np.generic)) and not _no_jax_trace():

@@ -118,7 +118,7 @@ def astype(x, dtype):
         raise OpError(f"astype: unknown dtype {dtype!r}") from None
     if x.dtype == dtype:
         return x
-    return _apply(_E.astype.bind(dtype=dtype.name), x)
+    return _apply(_E.astype.bind(dtype=_dtypes.name_of(dtype)), x)
 
 
 def _is_quantized_dtype(dtype):
@@ -672,7 +672,8 @@ def _full(op, shape, value, dtype, device):
             dtype = _dtype(dtype)
         except TypeError:
             raise OpError(f"{op}: unknown dtype {dtype!r}") from None
-    out = _apply(_S.full.bind(shape=_shape(op, shape), value=_fill_value(value, dtype), dtype=dtype.name))
+    out = _apply(_S.full.bind(shape=_shape(op, shape), value=_fill_value(value, dtype),
+                              dtype=_dtypes.name_of(dtype)))
     return _place(out, device)
 
 
