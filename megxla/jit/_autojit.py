@@ -636,8 +636,6 @@ def _input_type(data):
 
 _early: dict = {}  # (ops, input types, results, matmul precision) -> the non-donating executable of early launches
 EARLY_SHARED_BYTES = 1 << 26  # a key compiled once for its runs and its early launches: inputs up to 64 MB
-
-
 _shared: dict = {}  # _early key -> (its cache entry, what compiles it donating) where one executable serves both
 
 
@@ -667,11 +665,13 @@ def _shared_early_key(st, key, ops, avals, in_ids, donate, whole, reason):
             sum(_prod(avals[i][0]) * avals[i][1].itemsize for i in in_ids) > EARLY_SHARED_BYTES:
         return None
     return key[:3] + (key[4],)
+
+
 _warned_lines: set = set()  # (file, line) of the sites warned about
 _cache: "collections.OrderedDict" = collections.OrderedDict()
 # site -> [keys seen (-1: megamorphic, runs eagerly), hits, keys compiled, {cluster length: _Churn}, the first
 # key's input types, (ops, avals) of the site's new cluster before the latest, and of the latest: what changed,
-# for the user]
+# for the user; whether one of its clusters launches early (_shared_early_key)]
 _sites: dict = {}
 
 
