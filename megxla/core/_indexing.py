@@ -287,7 +287,7 @@ def _mask_axis(x, index):
 
 
 # A static index -- ints, slices of ints, None, ... -- means the same op on every tensor of a shape: its parsed and
-# bound ``getitem`` is kept by (index, shape). Parsing it again cost ~3 of an indexing op's ~11 us eagerly (a
+# bound ``getitem`` / ``setitem`` is kept by (index, shape). Parsing it again cost ~3 of an indexing op's ~11 us eagerly (a
 # detector's step writes dozens: ``gt[:, :4]``, ``box[i]``, ``x[..., 2:]``).
 _STATIC_OPS: dict = {}
 _STATIC_OPS_KEPT = 4096
@@ -313,18 +313,28 @@ def _static_key(index):
     return type(index) is tuple, tuple(key)
 
 
+def _static_op(x, index, op, prim):
+    """``prim`` (``getitem`` / ``setitem``, named ``op``) bound to the parsed static ``index`` on ``x``'s shape,
+    kept; None where ``index`` is not static. A bad index raises as ``parse`` raises it, every time: it is not
+    kept."""
+    key = _static_key(index)
+    if key is None:
+        return None
+    key = (key, x.shape, op)
+    bound = _STATIC_OPS.get(key)
+    if bound is None:
+        spec, _ = parse(x, index, op)
+        if len(_STATIC_OPS) >= _STATIC_OPS_KEPT:
+            _STATIC_OPS.clear()
+        bound = _STATIC_OPS[key] = prim.bind(spec=spec)
+    return bound
+
+
 def getitem(x, index):
     """``x[index]`` as one ``getitem`` op."""
-    key = _static_key(index)
-    if key is not None:
-        key = (key, x.shape)
-        op = _STATIC_OPS.get(key)
-        if op is None:
-            spec, _ = parse(x, index, "getitem")  # (a bad index raises here, every time: it is not kept)
-            if len(_STATIC_OPS) >= _STATIC_OPS_KEPT:
-                _STATIC_OPS.clear()
-            op = _STATIC_OPS[key] = P.getitem.bind(spec=spec)
-        return apply(op, x)
+    bound = _static_op(x, index, "getitem", P.getitem)
+    if bound is not None:
+        return apply(bound, x)
     spec, tensors = parse(x, index, "getitem")
     return apply(P.getitem.bind(spec=spec), x, *tensors)
 
@@ -349,15 +359,8 @@ def setitem(x, index, value):
                 v = apply(E.astype.bind(dtype=x.dtype), v)
             m = apply(S.reshape.bind(shape=(1,) * start + mask.shape + (1,) * (x.ndim - start - mask.ndim)), mask)
             return apply(E.where.bind(), apply(S.broadcast_to.bind(shape=x.shape), m), v, x)
-    key = _static_key(index)
-    if key is not None:  # (as getitem's: the bound op of a static index, kept by index and shape)
-        key = (key, x.shape, "setitem")
-        op = _STATIC_OPS.get(key)
-        if op is None:
-            spec, _ = parse(x, index, "setitem")
-            if len(_STATIC_OPS) >= _STATIC_OPS_KEPT:
-                _STATIC_OPS.clear()
-            op = _STATIC_OPS[key] = P.setitem.bind(spec=spec)
-        return apply(op, x, as_tensor(value, x))
+    bound = _static_op(x, index, "setitem", P.setitem)
+    if bound is not None:
+        return apply(bound, x, as_tensor(value, x))
     spec, tensors = parse(x, index, "setitem")
     return apply(P.setitem.bind(spec=spec), x, as_tensor(value, x), *tensors)
