@@ -701,7 +701,8 @@ def _same(x, y, where, rtol=1e-4, atol=1e-5):
             np.testing.assert_array_equal(y, x, err_msg=where)
         return
     if isinstance(x, float) and isinstance(y, float):
-        assert abs(x - y) <= atol + rtol * abs(x) or (x != x and y != y), f"{where}: {x} vs {y}"  # (NaN: both)
+        # (equal infinities: their difference is NaN; NaN: both)
+        assert x == y or abs(x - y) <= atol + rtol * abs(x) or (x != x and y != y), f"{where}: {x} vs {y}"
         return
     assert x == y, f"{where}: {x!r} vs {y!r}"
 
