@@ -477,7 +477,8 @@ def test_tensor_of_a_traced_tensor_stays_connected():
         np.testing.assert_allclose(f(mge.Tensor([v])).numpy(), [2 * v])
 
 
-@pytest.mark.parametrize("module", ["megxla.jit.tracing", "megxla.jit.partial", "megxla.jit.config"])
+@pytest.mark.parametrize("module", ["megxla.jit.tracing", "megxla.jit.partial", "megxla.jit.config", "megxla.jit._autojit",
+                                    "megxla.jit._mode_timer"])
 def test_docstring_examples_run(module):
     import doctest
     import importlib

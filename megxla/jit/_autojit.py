@@ -41,7 +41,6 @@ import functools
 import gc
 import math
 import os
-import statistics
 import sys
 import threading
 import time
@@ -58,6 +57,10 @@ from ..core._tensor import Tensor as _Tensor
 from ..core._op import SEQUENCE as _SEQUENCE, VJP as _VJP, check_output_size
 from ..core._spmd import MeshRequired
 from . import _persist, _tiers
+# (_change: read here by the tests)
+from ._cluster_change import _change, _signature, _site_change  # noqa: F401
+from ._mode_timer import _COMPILE_SECS, _KERNEL_SECS, ModeTimer
+from ._value_ranges import _RANGE_RULES
 from ._recording import _TRACER_ERRORS, describe_where, make_replay, usable_donations, user_line, user_where
 
 __all__ = ["enable", "enabled", "clustered", "auto_jit_stats", "reset_auto_jit_stats", "MIN_OPS", "MAX_OPS", "KEY_LIMIT", "MAX_COMPILES"]
@@ -160,7 +163,6 @@ _ref = weakref.ref
 # ``type(jnp.zeros(()))`` at import: that starts JAX's backend, before ``dist.launcher`` has set the devices up
 _ARRAY_TYPES: set = set()
 _interrupt_enter = _interrupt.enter
-_can_cast = np.can_cast
 _vids = _dispatch._vids
 
 
@@ -354,66 +356,6 @@ def _megamorphic(st, site, reason, what=None):
         f"auto-jit: the clusters cut at {describe_where(site)} ({reason}) keep changing{change}; {what}. "
         f"Pad to fixed shapes, or pass changing numbers as tensors, to have them compiled", UserWarning,
         site[0], site[1])
-
-
-def _signature(ops, avals):
-    """Each op with where its inputs come from -- (producer's position, output index, type), or the type of a
-    cluster input --, not local ids: those shift with every input added before it."""
-    made = {}
-    sig = []
-    for k, (op, ins, outs) in enumerate(ops):
-        sig.append((op, tuple([made.get(i) or avals[i] for i in ins])))
-        for j, o in enumerate(outs):
-            made[o] = (k, j, avals[o])
-    return sig
-
-
-def _type_text(src):
-    """A signature's input source in words: ``float32[8, 37]``, ``... (result 1 of op 12)``."""
-    if type(src[0]) is int:  # (position, output index, type): made by an op of the cluster
-        k, j, src = src
-        return f"{np.dtype(src[1]).name}{list(src[0])} (result {j + 1} of op {k + 1})"
-    return f"{np.dtype(src[1]).name}{list(src[0])}" + (" (a Python number)" if src[2] else "")
-
-
-def _short(op):
-    text = repr(op)
-    return text if len(text) <= 160 else text[:157] + "..."
-
-
-def _change(before, after):
-    """In words, how the cluster ``after`` (``(ops, avals)``) differs from ``before``: its first op that differs
-    (another op, other parameters -- a Python number baked in --, inputs of other types) and how many do."""
-    a, b = _signature(*before), _signature(*after)
-    diff = [k for k, (x, y) in enumerate(zip(a, b)) if x != y]
-    n = len(diff) + abs(len(a) - len(b))
-    if not diff:
-        if len(a) == len(b):
-            # (what else keys a cluster: which of its values are read after it, and which inputs are one Tensor)
-            return ("the same ops on inputs of the same types, with other values kept for later (read after the "
-                    "cluster) or one input Tensor given in other places")
-        k = min(len(a), len(b))
-        if len(b) > len(a):
-            return f"{len(b)} ops where the previous cluster had {len(a)}, from op {k + 1} (`{_short(b[k][0])}`) on"
-        return f"{len(b)} ops where the previous cluster had {len(a)}, which went on with `{_short(a[k][0])}`"
-    k = diff[0]
-    (op_a, in_a), (op_b, in_b) = a[k], b[k]
-    if op_a != op_b:
-        text = f"op {k + 1} of {len(b)} is `{_short(op_b)}` where the previous cluster had `{_short(op_a)}`"
-    else:
-        inputs = [f"input {j + 1} is {_type_text(y)}, was {_type_text(x)}"
-                  for j, (x, y) in enumerate(zip(in_a, in_b)) if x != y]
-        if len(in_a) != len(in_b):
-            inputs.append(f"{len(in_b)} inputs, was {len(in_a)}")
-        text = f"op {k + 1} of {len(b)} (`{_short(op_b)}`): " + "; ".join(inputs)
-    return text + (f" -- {n} ops differ" if n > 1 else "")
-
-
-def _site_change(st):
-    """How a site's latest new cluster differs from the one before it, or None (fewer than two seen)."""
-    if st[5] is None or st[6] is None:
-        return None
-    return _change(st[5], st[6])
 
 
 # ---- early launch ---------------------------------------------------------------------------------------------
@@ -1671,138 +1613,6 @@ def _chunk_size(ops, avals):
     return 0
 
 
-_COMPILE_SECS = [0.0]  # seconds JAX spent tracing, lowering and compiling, process-wide (ModeTimer)
-_KERNEL_SECS = [0.0]  # of them, those of eager kernels met running clusters op by op (_run_ops)
-_COMPILE_EVENTS = ("/jax/core/compile/jaxpr_trace_duration", "/jax/core/compile/jaxpr_to_mlir_module_duration",
-                   "/jax/core/compile/backend_compile_duration")
-
-
-def _count_compile(event, duration, **_):
-    if event in _COMPILE_EVENTS and not _tiers.background():  # (a tier-up's compile is no step's)
-        _COMPILE_SECS[0] += duration
-
-
-jax.monitoring.register_event_duration_secs_listener(_count_compile)
-
-
-class ModeTimer:
-    """Chooses, step by step, how a step runs: as clusters or eagerly, whichever has taken less time from one step's
-    start to the next (the wait for its results and the program around it included). Clusters first while their
-    compilations settle (``warmup`` steps), then ``PROBE`` eager steps, then the faster mode, trying the other again
-    for ``PROBE`` steps ``FIRST_EVERY`` steps after the first choice (or after a change of choice), then twice as
-    long each time it stands, up to every ``EVERY`` steps: such a step is never slower than eager for long, and a
-    choice that one noisy probe got wrong is undone within ``FIRST_EVERY`` steps (the MLP b128 step, one process in
-    ~13: eager chosen at 7 ms against 4.9 ms as clusters, and kept for the next 1000 steps; a loop reading every
-    ~0.2 ms, 4 cold runs in 5: clusters kept at 1.3-1.6x eager's time). Used by a churning
-    ``xla_trace`` step (per call) and by auto-jit (per ``opt.step()``, once its clusters keep running op by op).
-
-    Example:
-        >>> t = ModeTimer(); t.next_mode()      # True: run as clusters
-        True
-    """
-
-    PROBE, EVERY = 5, 200
-    FIRST_EVERY = 50  # (steps from an eager choice to its first re-probe; doubled while the choice stands)
-    clock = staticmethod(time.perf_counter)
-    # Seconds JAX has spent tracing, lowering and compiling (or loading from its cache) so far: an eager step's
-    # time is counted without them -- they are one-time costs of its kernels (one per op and shape), and a step
-    # whose clusters came warm from the kept programs (``_persist``) meets them first in its eager probe, which
-    # then looked slower than it runs (detection: 150 ms probe steps against 6.3 ms eager, clusters chosen at
-    # 9-10 ms). A cluster's compilations stay counted: its keys keep changing where shapes follow the data. What
-    # a step as clusters compiled for the eager kernels of the ops it ran op by op is not (``kernel_clock``): the
-    # same one-time costs eager would meet (the zoo detector's cluster steps while its counts were new: 370-710 ms
-    # of 460-890 in kernels, which eager's probe steps had subtracted -- eager chosen at 66 against 464 ms).
-    compile_clock = staticmethod(lambda: _COMPILE_SECS[0])
-    kernel_clock = staticmethod(lambda: _KERNEL_SECS[0])
-
-    MAX_DELAY = 16  # steps the warmup may be extended while tiered clusters run their quick executables
-
-    def __init__(self, warmup=8, margin=0.0, every=None, drain=None):
-        # eager is chosen only if faster by this fraction (0: whichever is faster; negative: clusters only if faster by
-        # -margin)
-        self.margin = margin
-        # Waits for the eager ops issued so far (see next_mode), or None: eager steps are timed by their median.
-        self.drain = drain
-        if every is not None:
-            self.EVERY = every
-        self.warmup = warmup
-        self.delayed = 0  # steps added to the warmup (tiered clusters: see next_mode)
-        self.settled = warmup  # calls in a row with no tiered cluster waiting for its optimized executable
-        self.calls = 0
-        self.times = {True: [], False: []}  # mode (clusters?) -> seconds of its latest steps
-        self.last = None  # (mode, start, compile and kernel seconds at its start) of the previous step
-        self.best = True
-        self.streak = 0  # steps in a row run in the latest mode
-        self.next_probe = None  # the call that starts the next probe of the other mode (None: the end of the warmup)
-        self.interval = 0  # steps from the latest probe's start to the next one's (0: no choice made yet)
-
-    def next_mode(self):
-        """Whether the step starting now runs as clusters (True) or eagerly (False)."""
-        k, w, p = self.calls, self.warmup, self.PROBE
-        if self.drain is not None and self.last is not None and not self.last[0] \
-                and (self.streak == 1 or self._mode(k, w, p)):
-            # An eager step ends when its ops are issued; their compute goes on into the next step (the MLP's eager
-            # steps on 2 cores: intervals of 3 and 13 ms alternating, the first cluster step after them 20 ms). After
-            # an eager run's first step (not timed: one-time costs) and at the switch back to clusters, the eager
-            # ops issued are waited for: the steps timed in between start and end with nothing pending.
-            self.drain()
-        now, compiled, kernels = self.clock(), self.compile_clock(), self.kernel_clock()
-        if self.last is not None:
-            mode, start, compiled_before, kernels_before = self.last
-            t = self.times[mode]
-            t.append(now - start - (kernels - kernels_before if mode else compiled - compiled_before))
-            del t[:-self.PROBE]
-        self.calls += 1
-        self.settled = 0 if _tiers.in_flight[0] else self.settled + 1
-        if k == w and self.settled <= p and self.delayed < self.MAX_DELAY:
-            # (tiered clusters running their quick executables lately: the clusters' latest steps would time them,
-            # not what the clusters run from now on -- the warmup goes on until PROBE steps ran without any)
-            self.warmup += 1
-            self.delayed += 1
-            mode = True
-        else:
-            start = w if self.next_probe is None else self.next_probe
-            if k >= w + p and k == start + p:  # a probe just ended: compare the latest steps of each mode
-                if self.times[True] and self.times[False]:
-                    best = statistics.median(self.times[True]) <= self._eager_time() * (1.0 + self.margin)
-                    if best:  # clusters: eager is probed again twice as late each time, up to every EVERY steps
-                        # (each probe costs eager steps); the first choice is checked again soon -- its eager probe
-                        # may have met one-time costs (a loop reading every ~0.2 ms: 4 cold runs in 5 kept clusters
-                        # at 1.3-1.6x eager's time for 1000 iterations)
-                        self.interval = min(2 * self.interval if self.interval and self.best else self.FIRST_EVERY,
-                                            self.EVERY)
-                    elif self.interval and not self.best:  # eager again: checked again twice as late
-                        self.interval = min(2 * self.interval, self.EVERY)
-                    else:  # eager, against the clusters expected to be faster: checked again soon
-                        self.interval = min(self.FIRST_EVERY, self.EVERY)
-                    self.best = best
-                self.next_probe = start + (self.interval or self.EVERY)
-            mode = self._mode(k, w, p)
-        self.streak = self.streak + 1 if self.last is not None and self.last[0] == mode else 1
-        self.last = (mode, now, compiled, kernels)
-        return mode
-
-    def _mode(self, k, w, p):
-        if k < w:
-            return True
-        start = w if self.next_probe is None else self.next_probe
-        return not self.best if start <= k < start + p else self.best
-
-    def _eager_time(self):
-        t = self.times[False]
-        if self.drain is None or len(t) < 3:
-            return statistics.median(t)  # (each mode's first step after a switch carries the other's pending work)
-        # Drained: the eager run's steps pass work on to the next one, the last one waited for -- their mean, less
-        # the first (it carries the switch's one-time costs besides compilation, 40-60 ms on the MLP's step:
-        # kernels loaded from the persistent cache). Steps between the first and the last that took over twice the
-        # median are left out: such a spike is a one-time cost -- a new shape's kernels, outside JAX's compile
-        # events (20-40 ms among the detector's 5 ms steps) --, and one in four steps swung the mean to 13 ms,
-        # choosing its 9 ms clusters for 50 steps (capped at twice the median, it still swung it past them).
-        # Alternating steps (a, b) stay within it (a + b), and the last step, carrying the drained work, counts.
-        limit = 2.0 * statistics.median(t[1:])
-        return statistics.fmean([s for s in t[1:-1] if s <= limit] + [t[-1]])
-
-
 class _Failed:
     """The cluster of the Lazy values whose cluster raised: reading one says so."""
 
@@ -2070,63 +1880,6 @@ def _collect_steps(cl, op, ids, inputs):
 # ``(lo, hi)``, a weak reference to a concrete array (its min and max computed only if a check asks; a strong one
 # would keep an input from being donated), or a list of entries; never a Lazy (a reference to it would make it a
 # result of the cluster).
-def _entry(t):
-    d = t._data
-    if type(d) is Lazy:
-        if d.value is None:
-            return d.bounds
-        d = d.value
-    if d.dtype.kind not in "iu":
-        return None
-    try:
-        return _ref(d)
-    except TypeError:  # (an array type without weak references: unknown)
-        return None
-
-
-def _same_values(op, inputs, result):  # a selection or rearrangement of its first input's entries
-    b = _entry(inputs[0])
-    if b is not None:
-        result[0]._data.bounds = b
-
-
-def _union(op, inputs, result):  # concat / stack
-    bs = [_entry(t) for t in inputs]
-    if bs and all(b is not None for b in bs):
-        result[0]._data.bounds = bs
-
-
-def _int_cast(op, inputs, result):  # astype to an integer type holding every value of the input's: entries stay
-    src, dst = inputs[0]._data.dtype, result[0]._data.dtype
-    if src.kind in "iu" and dst.kind in "iu" and _can_cast(src, dst, "safe"):
-        b = _entry(inputs[0])
-        if b is not None:
-            result[0]._data.bounds = b
-
-
-def _positions(op, inputs, result):  # argmax / argmin: positions along an axis (of the flattened input)
-    params = dict(op.params)
-    shape = inputs[0]._data.shape
-    n = _prod(shape) if params.get("axis") is None else shape[params["axis"]]
-    if n:
-        result[0]._data.bounds = (0, n - 1)
-
-
-def _sorted_positions(op, inputs, result):  # sort / topk: the values (a selection), the positions on the last axis
-    n = inputs[0]._data.shape[-1] if inputs[0]._data.ndim else 1
-    b = _entry(inputs[0])
-    if b is not None:
-        result[0]._data.bounds = b
-    if n:
-        result[1]._data.bounds = (0, n - 1)
-
-
-_RANGE_RULES = dict.fromkeys(("getitem", "reshape", "transpose", "broadcast_to", "expand_dims", "squeeze", "flip",
-                              "roll", "tile", "repeat", "copy", "detach", "gather"), _same_values)
-_RANGE_RULES.update({"concat": _union, "stack": _union, "astype": _int_cast, "argmax": _positions,
-                     "argmin": _positions, "sort": _sorted_positions, "topk": _sorted_positions})
-
-
 def _op_sig(op, inputs):
     """``op`` with the shapes and dtypes of its inputs: what a loop's body repeats at the same point."""
     return op, tuple([(t._data.shape, t._data.dtype) for t in inputs])

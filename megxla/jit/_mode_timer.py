@@ -1,0 +1,147 @@
+"""How a step runs, chosen by timing it both ways: as auto-jit clusters or eagerly (:class:`ModeTimer`).
+
+Auto-jit gives one to each training step whose clusters keep running op by op (per ``opt.step()``), to each loop
+whose host reads cut it (read to read), and ``xla_trace`` to a step whose guards keep missing (per call). The clock
+leaves out JAX's one-time compile costs, which it counts process-wide from JAX's monitoring events.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+
+import jax
+
+from . import _tiers
+
+__all__ = ["ModeTimer"]
+
+_COMPILE_SECS = [0.0]  # seconds JAX spent tracing, lowering and compiling, process-wide (ModeTimer)
+_KERNEL_SECS = [0.0]  # of them, those of eager kernels met running clusters op by op (_run_ops)
+_COMPILE_EVENTS = ("/jax/core/compile/jaxpr_trace_duration", "/jax/core/compile/jaxpr_to_mlir_module_duration",
+                   "/jax/core/compile/backend_compile_duration")
+
+
+def _count_compile(event, duration, **_):
+    if event in _COMPILE_EVENTS and not _tiers.background():  # (a tier-up's compile is no step's)
+        _COMPILE_SECS[0] += duration
+
+
+jax.monitoring.register_event_duration_secs_listener(_count_compile)
+
+
+class ModeTimer:
+    """Chooses, step by step, how a step runs: as clusters or eagerly, whichever has taken less time from one step's
+    start to the next (the wait for its results and the program around it included). Clusters first while their
+    compilations settle (``warmup`` steps), then ``PROBE`` eager steps, then the faster mode, trying the other again
+    for ``PROBE`` steps ``FIRST_EVERY`` steps after the first choice (or after a change of choice), then twice as
+    long each time it stands, up to every ``EVERY`` steps: such a step is never slower than eager for long, and a
+    choice that one noisy probe got wrong is undone within ``FIRST_EVERY`` steps (the MLP b128 step, one process in
+    ~13: eager chosen at 7 ms against 4.9 ms as clusters, and kept for the next 1000 steps; a loop reading every
+    ~0.2 ms, 4 cold runs in 5: clusters kept at 1.3-1.6x eager's time). Used by a churning
+    ``xla_trace`` step (per call) and by auto-jit (per ``opt.step()``, once its clusters keep running op by op).
+
+    Example:
+        >>> t = ModeTimer(); t.next_mode()      # True: run as clusters
+        True
+    """
+
+    PROBE, EVERY = 5, 200
+    FIRST_EVERY = 50  # (steps from an eager choice to its first re-probe; doubled while the choice stands)
+    clock = staticmethod(time.perf_counter)
+    # Seconds JAX has spent tracing, lowering and compiling (or loading from its cache) so far: an eager step's
+    # time is counted without them -- they are one-time costs of its kernels (one per op and shape), and a step
+    # whose clusters came warm from the kept programs (``_persist``) meets them first in its eager probe, which
+    # then looked slower than it runs (detection: 150 ms probe steps against 6.3 ms eager, clusters chosen at
+    # 9-10 ms). A cluster's compilations stay counted: its keys keep changing where shapes follow the data. What
+    # a step as clusters compiled for the eager kernels of the ops it ran op by op is not (``kernel_clock``): the
+    # same one-time costs eager would meet (the zoo detector's cluster steps while its counts were new: 370-710 ms
+    # of 460-890 in kernels, which eager's probe steps had subtracted -- eager chosen at 66 against 464 ms).
+    compile_clock = staticmethod(lambda: _COMPILE_SECS[0])
+    kernel_clock = staticmethod(lambda: _KERNEL_SECS[0])
+
+    MAX_DELAY = 16  # steps the warmup may be extended while tiered clusters run their quick executables
+
+    def __init__(self, warmup=8, margin=0.0, every=None, drain=None):
+        # eager is chosen only if faster by this fraction (0: whichever is faster; negative: clusters only if faster by
+        # -margin)
+        self.margin = margin
+        # Waits for the eager ops issued so far (see next_mode), or None: eager steps are timed by their median.
+        self.drain = drain
+        if every is not None:
+            self.EVERY = every
+        self.warmup = warmup
+        self.delayed = 0  # steps added to the warmup (tiered clusters: see next_mode)
+        self.settled = warmup  # calls in a row with no tiered cluster waiting for its optimized executable
+        self.calls = 0
+        self.times = {True: [], False: []}  # mode (clusters?) -> seconds of its latest steps
+        self.last = None  # (mode, start, compile and kernel seconds at its start) of the previous step
+        self.best = True
+        self.streak = 0  # steps in a row run in the latest mode
+        self.next_probe = None  # the call that starts the next probe of the other mode (None: the end of the warmup)
+        self.interval = 0  # steps from the latest probe's start to the next one's (0: no choice made yet)
+
+    def next_mode(self):
+        """Whether the step starting now runs as clusters (True) or eagerly (False)."""
+        k, w, p = self.calls, self.warmup, self.PROBE
+        if self.drain is not None and self.last is not None and not self.last[0] \
+                and (self.streak == 1 or self._mode(k, w, p)):
+            # An eager step ends when its ops are issued; their compute goes on into the next step (the MLP's eager
+            # steps on 2 cores: intervals of 3 and 13 ms alternating, the first cluster step after them 20 ms). After
+            # an eager run's first step (not timed: one-time costs) and at the switch back to clusters, the eager
+            # ops issued are waited for: the steps timed in between start and end with nothing pending.
+            self.drain()
+        now, compiled, kernels = self.clock(), self.compile_clock(), self.kernel_clock()
+        if self.last is not None:
+            mode, start, compiled_before, kernels_before = self.last
+            t = self.times[mode]
+            t.append(now - start - (kernels - kernels_before if mode else compiled - compiled_before))
+            del t[:-self.PROBE]
+        self.calls += 1
+        self.settled = 0 if _tiers.in_flight[0] else self.settled + 1
+        if k == w and self.settled <= p and self.delayed < self.MAX_DELAY:
+            # (tiered clusters running their quick executables lately: the clusters' latest steps would time them,
+            # not what the clusters run from now on -- the warmup goes on until PROBE steps ran without any)
+            self.warmup += 1
+            self.delayed += 1
+            mode = True
+        else:
+            start = w if self.next_probe is None else self.next_probe
+            if k >= w + p and k == start + p:  # a probe just ended: compare the latest steps of each mode
+                if self.times[True] and self.times[False]:
+                    best = statistics.median(self.times[True]) <= self._eager_time() * (1.0 + self.margin)
+                    if best:  # clusters: eager is probed again twice as late each time, up to every EVERY steps
+                        # (each probe costs eager steps); the first choice is checked again soon -- its eager probe
+                        # may have met one-time costs (a loop reading every ~0.2 ms: 4 cold runs in 5 kept clusters
+                        # at 1.3-1.6x eager's time for 1000 iterations)
+                        self.interval = min(2 * self.interval if self.interval and self.best else self.FIRST_EVERY,
+                                            self.EVERY)
+                    elif self.interval and not self.best:  # eager again: checked again twice as late
+                        self.interval = min(2 * self.interval, self.EVERY)
+                    else:  # eager, against the clusters expected to be faster: checked again soon
+                        self.interval = min(self.FIRST_EVERY, self.EVERY)
+                    self.best = best
+                self.next_probe = start + (self.interval or self.EVERY)
+            mode = self._mode(k, w, p)
+        self.streak = self.streak + 1 if self.last is not None and self.last[0] == mode else 1
+        self.last = (mode, now, compiled, kernels)
+        return mode
+
+    def _mode(self, k, w, p):
+        if k < w:
+            return True
+        start = w if self.next_probe is None else self.next_probe
+        return not self.best if start <= k < start + p else self.best
+
+    def _eager_time(self):
+        t = self.times[False]
+        if self.drain is None or len(t) < 3:
+            return statistics.median(t)  # (each mode's first step after a switch carries the other's pending work)
+        # Drained: the eager run's steps pass work on to the next one, the last one waited for -- their mean, less
+        # the first (it carries the switch's one-time costs besides compilation, 40-60 ms on the MLP's step:
+        # kernels loaded from the persistent cache). Steps between the first and the last that took over twice the
+        # median are left out: such a spike is a one-time cost -- a new shape's kernels, outside JAX's compile
+        # events (20-40 ms among the detector's 5 ms steps) --, and one in four steps swung the mean to 13 ms,
+        # choosing its 9 ms clusters for 50 steps (capped at twice the median, it still swung it past them).
+        # Alternating steps (a, b) stay within it (a + b), and the last step, carrying the drained work, counts.
+        limit = 2.0 * statistics.median(t[1:])
+        return statistics.fmean([s for s in t[1:-1] if s <= limit] + [t[-1]])

@@ -1,0 +1,77 @@
+"""Known ranges of a cluster's pending integer values (``Lazy.bounds``), set as the ops are collected.
+
+An index check (``x[idx]`` must raise eagerly for an index out of range) reads where the index's entries lie; for a
+result not computed yet that would mean running its cluster. The rules below carry what is known without
+computing: a selection or rearrangement of a value keeps its entries (a weak reference to the concrete array,
+or that value's own bounds), ``argmax`` / ``sort``'s positions lie in ``[0, n - 1]``. ``_RANGE_RULES`` maps an
+op's name to its rule ``rule(op, inputs, result)``; see ``core._lazy.known_range``.
+"""
+from __future__ import annotations
+
+import math
+import weakref
+
+import numpy as np
+
+from ..core._lazy import Lazy
+
+_prod = math.prod
+_ref = weakref.ref
+_can_cast = np.can_cast
+
+
+def _entry(t):
+    d = t._data
+    if type(d) is Lazy:
+        if d.value is None:
+            return d.bounds
+        d = d.value
+    if d.dtype.kind not in "iu":
+        return None
+    try:
+        return _ref(d)
+    except TypeError:  # (an array type without weak references: unknown)
+        return None
+
+
+def _same_values(op, inputs, result):  # a selection or rearrangement of its first input's entries
+    b = _entry(inputs[0])
+    if b is not None:
+        result[0]._data.bounds = b
+
+
+def _union(op, inputs, result):  # concat / stack
+    bs = [_entry(t) for t in inputs]
+    if bs and all(b is not None for b in bs):
+        result[0]._data.bounds = bs
+
+
+def _int_cast(op, inputs, result):  # astype to an integer type holding every value of the input's: entries stay
+    src, dst = inputs[0]._data.dtype, result[0]._data.dtype
+    if src.kind in "iu" and dst.kind in "iu" and _can_cast(src, dst, "safe"):
+        b = _entry(inputs[0])
+        if b is not None:
+            result[0]._data.bounds = b
+
+
+def _positions(op, inputs, result):  # argmax / argmin: positions along an axis (of the flattened input)
+    params = dict(op.params)
+    shape = inputs[0]._data.shape
+    n = _prod(shape) if params.get("axis") is None else shape[params["axis"]]
+    if n:
+        result[0]._data.bounds = (0, n - 1)
+
+
+def _sorted_positions(op, inputs, result):  # sort / topk: the values (a selection), the positions on the last axis
+    n = inputs[0]._data.shape[-1] if inputs[0]._data.ndim else 1
+    b = _entry(inputs[0])
+    if b is not None:
+        result[0]._data.bounds = b
+    if n:
+        result[1]._data.bounds = (0, n - 1)
+
+
+_RANGE_RULES = dict.fromkeys(("getitem", "reshape", "transpose", "broadcast_to", "expand_dims", "squeeze", "flip",
+                              "roll", "tile", "repeat", "copy", "detach", "gather"), _same_values)
+_RANGE_RULES.update({"concat": _union, "stack": _union, "astype": _int_cast, "argmax": _positions,
+                     "argmin": _positions, "sort": _sorted_positions, "topk": _sorted_positions})
