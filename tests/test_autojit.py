@@ -900,6 +900,40 @@ def test_a_cluster_run_op_by_op_frees_what_it_no_longer_reads(auto_jit, monkeypa
         np.testing.assert_allclose(g, np.maximum(np.exp(i * 0.64 * 0.001) - 1, 0) * 64 * 64, rtol=1e-4)
 
 
+def test_a_cluster_run_op_by_op_compiles_its_new_kernels_ahead_on_worker_threads(auto_jit, monkeypatch):
+    # A new key runs op by op with eager's kernels; on new shapes each kernel compiled as its op came, one after
+    # another (a 24-op focal loss on a new count: ~570 ms). Its kernels not met before now compile on worker threads
+    # ahead of the ops (~330 ms on 2 cores), each op waiting for its own: the same kernels, eager's numbers.
+    import threading
+    from megxla.jit import _kernels_ahead
+    monkeypatch.setattr(_kernels_ahead, "THREADS", 2)
+    real, compiled = _kernels_ahead._compile, []
+
+    def recording(op, types):
+        compiled.append((op.name, {t[0] for t in types}, threading.current_thread().name))
+        return real(op, types)
+
+    monkeypatch.setattr(_kernels_ahead, "_compile", recording)
+
+    def loss(lg, tg):  # (8 ops: a cluster worth a launch, below FIRST_SIGHT_OPS: its first sight runs op by op)
+        p = F.sigmoid(lg)
+        return ((F.log(1 + F.exp(-F.abs(lg))) - lg * tg) * (1 - p)).sum()
+
+    rng = np.random.RandomState(0)
+    for n in (29, 31, 37):  # (a new count each time: a new key, run op by op)
+        lg, tg = (mge.Tensor(rng.standard_normal((n, 4)).astype("float32")) for _ in range(2))
+        before = len(compiled)
+        got = loss(lg, tg).numpy()
+        mge.config.auto_jit = False
+        want = loss(lg, tg).numpy()
+        mge.config.auto_jit = True
+        assert got == want  # (eager's kernels: to the bit)
+        new = compiled[before:]
+        assert len(new) >= 6 and all((n, 4) in shapes for _, shapes, _ in new), new
+        assert all(name.startswith("megxla-kernels") for _, _, name in new), new
+    assert auto_jit_stats()["eager_clusters"] >= 3, auto_jit_stats()
+
+
 def test_float16_results_are_rounded_in_clusters_as_eagerly(auto_jit):
     # XLA fuses a cluster's ops and keeps their float32 intermediates: exp's result, rounded to float16 eagerly,
     # was not in the compiled cluster (446.5 against eager's 446.25)

@@ -48,7 +48,7 @@ import warnings
 import weakref
 
 import jax
-import numpy as np
+import numpy as np  # noqa: F401  (the docstring examples use it)
 
 from ..core import _dispatch, _interrupt, _lazy, _op, _spmd
 from ..core._elemwise_front import SCALAR_VIDS as _SCALAR_VIDS
@@ -56,7 +56,7 @@ from ..core._lazy import Lazy
 from ..core._tensor import Tensor as _Tensor
 from ..core._op import SEQUENCE as _SEQUENCE, VJP as _VJP, check_output_size
 from ..core._spmd import MeshRequired
-from . import _persist, _tiers
+from . import _kernels_ahead, _persist, _tiers
 # (_change: read here by the tests)
 from ._cluster_change import _change, _signature, _site_change  # noqa: F401
 from ._mode_timer import _COMPILE_SECS, _KERNEL_SECS, ModeTimer
@@ -1382,7 +1382,7 @@ def _run_parts(ops, avals, inputs, in_ids, out_ids, donate, varying, site, ops_k
     for g, group in enumerate(groups):
         try:
             if type(group) is list:  # op by op
-                _run_ops(group, env)
+                _run_ops(group, env, ahead_min=2)  # (a changing group: new shapes, cold kernels)
                 _stats.eager_ops += len(group)
                 continue
             part_ops, part_inputs, part_in, results, part_out, part_donate, part_site = group
@@ -1406,20 +1406,26 @@ def _run_chunked(plan, ops, avals, in_ids, out_ids, *inputs):
     return _run_parts(ops, avals, inputs, in_ids, out_ids, (), (), None, None, plan)
 
 
-def _run_ops(ops, env, keep=None, lost=None):
+def _run_ops(ops, env, keep=None, lost=None, ahead_min=None):
     """Each op by its eager kernel, as eager execution runs it, reading and writing ``env`` (local id -> array).
     ``keep``: the ids to keep in ``env``; the others go once the ops have read them, as eager frees a value nothing
     holds (an evaluation loop's 4096-op cluster run op by op held every activation of its ~24 forwards: 3.4 GB).
     ``lost``: ids whose values are gone (inputs a failed executable consumed): the ops reading one are skipped,
-    their outputs added to it."""
+    their outputs added to it. ``ahead_min``: the fewest ops whose kernels not met before compile ahead, on worker
+    threads (:mod:`._kernels_ahead`); by default ``MIN_OPS``: a smaller cluster runs op by op every time, its kernels
+    warm after the first."""
     compiled = _COMPILE_SECS[0]
+    n_min = MIN_OPS if ahead_min is None else ahead_min
+    ahead = _kernels_ahead.compile_ahead(ops, env, _SHAPES, _input_type) if len(ops) >= n_min and not lost else None
     try:
-        _run_ops_timed(ops, env, keep, lost)
+        _run_ops_timed(ops, env, keep, lost, ahead)
     finally:
+        if ahead is not None:
+            _kernels_ahead.cancel(ahead)
         _KERNEL_SECS[0] += _COMPILE_SECS[0] - compiled
 
 
-def _run_ops_timed(ops, env, keep, lost):
+def _run_ops_timed(ops, env, keep, lost, ahead=None):
     run_kernel, wrap = _dispatch.run_kernel, _dispatch.wrap
     last = None
     if keep is not None:
@@ -1434,6 +1440,8 @@ def _run_ops_timed(ops, env, keep, lost):
             lost.update(outs)
             continue
         args = [env[i] for i in ins]
+        if ahead is not None and ahead[k] is not None:
+            _COMPILE_SECS[0] += _kernels_ahead.wait(ahead[k])  # (a worker's compile: this thread's wait counts)
         try:
             res = run_kernel(op, [wrap(a) for a in args], args)
         except BaseException:
