@@ -478,7 +478,7 @@ def test_tensor_of_a_traced_tensor_stays_connected():
 
 
 @pytest.mark.parametrize("module", ["megxla.jit.tracing", "megxla.jit.partial", "megxla.jit.config", "megxla.jit._autojit",
-                                    "megxla.jit._mode_timer"])
+                                    "megxla.jit._mode_timer", "megxla.jit._tiers", "megxla.jit._kernels_ahead"])
 def test_docstring_examples_run(module):
     import doctest
     import importlib

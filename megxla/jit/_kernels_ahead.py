@@ -41,8 +41,6 @@ _pool = [None]
 os.register_at_fork(after_in_child=lambda: _pool.__setitem__(0, None))
 
 
-def _worker_start():
-    _tiers._local.background = True  # (its compilations belong to no step: the waiting thread counts its wait)
 
 
 def _compile(op, types):
@@ -98,7 +96,8 @@ def _start(ops, jobs):
         return None
     pool = _pool[0]
     if pool is None:
-        pool = _pool[0] = concurrent.futures.ThreadPoolExecutor(THREADS, "megxla-kernels", _worker_start)
+        # (a worker's compile time is no step's: the thread waiting for it counts its wait)
+        pool = _pool[0] = concurrent.futures.ThreadPoolExecutor(THREADS, "megxla-kernels", _tiers.mark_background)
     ahead = [None] * len(ops)
     for k, (op, tin) in jobs:
         ahead[k] = pool.submit(_compile, op, tin)

@@ -66,13 +66,27 @@ _lock = threading.Lock()
 
 
 def background() -> bool:
-    """Whether the calling thread is compiling an optimized tier (its compilations belong to no step).
+    """Whether the calling thread compiles for no step: an optimized tier's thread, or a worker compiling eager
+    kernels ahead (``_kernels_ahead``).
 
     Example:
         >>> background()
         False
     """
     return getattr(_local, "background", False)
+
+
+def mark_background():
+    """The calling thread's compilations belong to no step from now on (:func:`background`); for its own threads.
+
+    Example:
+        >>> import threading
+        >>> seen = []
+        >>> t = threading.Thread(target=lambda: (mark_background(), seen.append(background()))); t.start(); t.join()
+        >>> seen, background()
+        ([True], False)
+    """
+    _local.background = True
 
 
 def compile(lowered, n_ops):  # noqa: A001  (the one thing this module does)
@@ -213,7 +227,7 @@ class _Tiered:
         t.start()
 
     def _compile(self):
-        _local.background = True
+        mark_background()
         t0 = time.perf_counter()
         try:
             self.result = self.optimize()  # (None: none; the quick executable stays)
