@@ -6,7 +6,7 @@ is compiled as its op comes, one after another, on one core: XLA:CPU takes ~35 m
 focal loss on a new count took ~570 ms, eager's cost too. The cluster's ops and their input types are all known
 before the first runs, so the kernels not met before are lowered and compiled by ``THREADS`` workers meanwhile
 (XLA's compile releases the GIL), in program order, and each op runs once its own kernel is ready (JAX's jit cache
-holds what a worker compiled): 570 -> 320-360 ms on 2 cores. The kernels are the ones eager runs, so the numbers are
+holds what a worker compiled): 535-650 -> 314-475 ms on 2 cores. The kernels are the ones eager runs, so the numbers are
 eager's: only *when* they compile changes.
 
 A worker's compile time is none of a step's (``_tiers.background``); the caller counts the time it waited instead.
@@ -41,9 +41,8 @@ _pool = [None]
 os.register_at_fork(after_in_child=lambda: _pool.__setitem__(0, None))
 
 
-
-
 def _compile(op, types):
+    """(a worker) ``op``'s eager kernel for inputs of ``types``, compiled into JAX's jit cache."""
     try:
         op.kernel.lower(*[jax.ShapeDtypeStruct(s, d, weak_type=w) for s, d, w in types]).compile()
     except Exception:  # (the op's own run raises, at its turn, as eagerly)
@@ -105,7 +104,13 @@ def _start(ops, jobs):
 
 
 def wait(future):
-    """Wait for ``future`` (its kernel compiled); returns the seconds waited."""
+    """Wait for ``future`` (its kernel compiled); returns the seconds waited.
+
+    Example:
+        >>> done = concurrent.futures.Future(); done.set_result(None)
+        >>> wait(done)
+        0.0
+    """
     if future.done():
         return 0.0
     t0 = time.perf_counter()
@@ -114,7 +119,12 @@ def wait(future):
 
 
 def cancel(ahead):
-    """Drop the compiles of ``ahead`` not started (the run stopped early: an op raised, or Ctrl-C)."""
+    """Drop the compiles of ``ahead`` not started (the run stopped early: an op raised, or Ctrl-C).
+
+    Example:
+        >>> pending = concurrent.futures.Future(); cancel([None, pending]); pending.cancelled()
+        True
+    """
     for f in ahead:
         if f is not None:
             f.cancel()
