@@ -3,6 +3,11 @@ executable, on 1 process (batch B) vs 2 processes (batch B each, i.e. the same p
 global batch), plus the eager all_reduce_sum latency and bandwidth.
 
     .venv/bin/python benchmarks/distributed.py [--device gpu] [--batch 32] [--steps 30] [--mib 64]
+    .venv/bin/python benchmarks/distributed.py --eager-loop convnet_b8,convnet_b64 [--steps 60]
+
+``--eager-loop``: the data-parallel training loop as MegEngine's zoo writes it (``make_allreduce_cb("mean")``, no
+decorator, ``loss.item()`` every step) on 2 processes, eagerly, under auto-jit and under ``xla_trace``: median ms
+per step over the second half of ``--steps``, each mode run twice in turns (the workloads of ``models.py``).
 
 On a CPU machine the 2 processes share the machine's cores, so their step time measures the collective's
 overhead plus the contention, not a speed-up. With ``--device gpu`` each process drives one GPU (NCCL) and the
@@ -83,13 +88,65 @@ def bench(batch, steps, mib):
     return out
 
 
+def eager_loop(names, steps):
+    """{workload: {mode: [median ms/step of each of its 2 runs]}} of this process (see the module doc)."""
+    import os
+    import statistics
+    import sys
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # (a rank process: models.py beside this file)
+    import models
+    from megxla.jit import auto_jit_stats, reset_auto_jit_stats
+    out = {}
+    for name in names:
+        wl = models.WORKLOADS[name]
+        rng = np.random.RandomState(dist.get_rank())
+        data = [wl.inputs(rng) for _ in range(4)]
+        res = out[name] = {}
+        for mode in ("eager", "auto_jit", "xla_trace") * 2:
+            mge.random.seed(0)
+            model = wl.build()
+            opt = wl.make_optimizer(model.parameters())
+            gm = ad.GradManager().attach(model.parameters(), callbacks=[dist.make_allreduce_cb("mean")])
+
+            def step(model, opt, x, y):
+                with gm:
+                    loss = F.nn.cross_entropy(model(x), y)
+                    gm.backward(loss)
+                opt.step().clear_grad()
+                return loss
+
+            run = xla_trace(step) if mode == "xla_trace" else step
+            mge.config.auto_jit = mode == "auto_jit"
+            reset_auto_jit_stats()
+            times = []
+            try:
+                for i in range(steps):
+                    x, y = data[i % len(data)]
+                    t0 = time.perf_counter()
+                    run(model, opt, mge.Tensor(x), mge.Tensor(y)).item()
+                    times.append(time.perf_counter() - t0)
+            finally:
+                mge.config.auto_jit = False
+            res.setdefault(mode, []).append(round(statistics.median(times[steps // 2:]) * 1e3, 2))
+            if mode == "auto_jit":
+                s = auto_jit_stats()
+                res.setdefault("auto_jit_eager_steps", []).append(s["eager_steps"])
+    return out
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--device", default="cpu", choices=["cpu", "gpu"])
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--mib", type=int, default=64)
+    p.add_argument("--eager-loop", default=None, help="workloads of models.py (comma-separated): the data-"
+                   "parallel loop eagerly, under auto-jit and under xla_trace, instead of the default benchmark")
     a = p.parse_args()
+    if a.eager_loop:
+        res = dist.launcher(eager_loop, n_gpus=2, device_type=a.device)(a.eager_loop.split(","), a.steps)
+        print(json.dumps(res[0], indent=1))
+        return
     one = dist.launcher(bench, n_gpus=1, device_type=a.device)(a.batch, a.steps, a.mib)[0]
     two = dist.launcher(bench, n_gpus=2, device_type=a.device)(a.batch, a.steps, a.mib)
     res = {"device": a.device, "batch_per_process": a.batch, "one_process_step_ms": one["step_ms"],

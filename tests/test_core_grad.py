@@ -163,3 +163,74 @@ def test_the_recorder_frees_what_the_backward_does_not_need():
     np.testing.assert_array_equal(x.grad.numpy(), expected)
     with pytest.raises(TypeError, match="expected a Tensor"):
         TensorWeakRef(np.ones(2))
+
+
+def test_grad_manager_callback_may_return_a_future_set_after_the_backward():
+    """MegEngine's protocol for deferred gradients (its ``AllreduceCallback`` packs gradients into buckets): a
+    callback returns a ``Future`` and registers ``gm._register_after_backward_callback``; that runs once per
+    backward, after every callback, and sets the Futures; then the gradients are delivered. Under auto-jit and
+    eagerly, the first backward and the planned walk of the next ones. The callbacks after it in the chain get
+    the value it is set to. A Future nobody set, or one set to a tensor of another shape, is a clear error and
+    delivers nothing."""
+    import pytest
+    from megxla.autodiff import GradManager
+    from megxla.autodiff.grad_manager import get_backwarding_grad_manager
+    from megxla.utils.future import Future
+
+    class Doubler:  # (defers every gradient to the end of the backward, as a packed all-reduce does)
+        def __init__(self, value=lambda g: g * 2):
+            self.pending, self.flushes, self.marked, self.value = [], 0, set(), value
+
+        def __call__(self, t, g):
+            gm = get_backwarding_grad_manager()
+            if id(gm) not in self.marked:
+                gm._register_after_backward_callback(self.flush)
+                self.marked.add(id(gm))
+            f = Future(ack=False)
+            self.pending.append((f, g))
+            return f
+
+        def flush(self):
+            self.flushes += 1
+            for f, g in self.pending:
+                f.set(self.value(g))
+            self.pending = []
+
+    assert get_backwarding_grad_manager() is None
+    for auto in (False, True):
+        mge.config.auto_jit = auto
+        try:
+            w, b = mge.Parameter(np.ones((2, 3), "float32")), mge.Parameter(np.zeros(3, "float32"))
+            cb = Doubler()
+            gm = GradManager().attach([w, b], callbacks=[cb])
+            for step in range(3):
+                with gm:
+                    gm.backward(((mge.Tensor(np.ones((4, 2), "float32")) @ w + b) * (step + 1)).sum())
+                assert cb.flushes == step + 1 and cb.pending == []
+            np.testing.assert_array_equal(w.grad.numpy(), np.full((2, 3), 2 * 4 * 6.0))
+            np.testing.assert_array_equal(b.grad.numpy(), np.full(3, 2 * 4 * 6.0))
+            # the callbacks after a deferring one get the gradient its Future holds (MegEngine's got the Future)
+            w.grad = None
+            gm = GradManager().attach([w], callbacks=[Doubler(), lambda t, g: g + 1])
+            with gm:
+                gm.backward((w * 3).sum())
+            np.testing.assert_array_equal(w.grad.numpy(), np.full((2, 3), 7.0))
+            for bad, err, match in [(Doubler(lambda g: None), None, None),
+                                    (Doubler(lambda g: g.reshape(-1)), TypeError, r"a callback's Future returned a "
+                                     r"Tensor of shape \(6,\) for a gradient of shape \(2, 3\)"),
+                                    (None, RuntimeError, "returned a Future .* that no after-backward callback set")]:
+                w.grad = None
+                if bad is None:  # (a Future returned, no flush registered)
+                    gm = GradManager().attach([w], callbacks=[lambda t, g: Future(ack=False)])
+                else:
+                    gm = GradManager().attach([w], callbacks=[bad])
+                if err is None:  # (a Future set to None: no gradient, as a callback returning None)
+                    with gm:
+                        gm.backward((w * 2).sum())
+                else:
+                    with pytest.raises(err, match=match):
+                        with gm:
+                            gm.backward((w * 2).sum())
+                assert w.grad is None
+        finally:
+            mge.config.auto_jit = False

@@ -305,6 +305,94 @@ def test_data_parallel_equals_one_process_on_the_full_batch():
                 assert "callback" not in hlo
 
 
+class _TwoDtypes(M.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2 = M.Linear(8, 16), M.Linear(16, 4)
+        self.scale = mge.Parameter(np.ones(4, "float16"))
+
+    def forward(self, x):
+        return self.fc2(F.relu(self.fc1(x))) * self.scale.astype("float32")
+
+
+def _worker_packed_allreduce():
+    """Data parallel through make_allreduce_cb, eagerly and under auto-jit, with its buckets at MegEngine's 10 MB,
+    at 300 bytes, and at 0 (one collective per gradient); a backward failing between two callbacks at step 2."""
+    import megxla.functional.distributed as fd
+    from megxla.jit import auto_jit_stats, reset_auto_jit_stats
+    calls, plain = [0], fd.all_reduce_sum
+
+    def counted(*args, **kwargs):
+        calls[0] += 1
+        return plain(*args, **kwargs)
+
+    fd.all_reduce_sum = counted
+    rng = np.random.RandomState(dist.get_rank())
+    data = [rng.randn(6, 8).astype("float32") for _ in range(4)]
+    out = {}
+    for auto in (False, True):
+        for thd in (None, 300, 0):
+            mge.config.auto_jit = auto
+            reset_auto_jit_stats()
+            mge.random.seed(5)
+            model = _TwoDtypes()
+            cb = dist.make_allreduce_cb("mean")
+            if thd is not None:
+                cb._param_pack_thd = thd
+            fail = [False]
+
+            def failing(t, g):
+                if fail[0] and t is model.fc2.weight:
+                    raise RuntimeError("a callback fails")
+                return g
+
+            gm = GradManager().attach(model.parameters(), callbacks=[failing, cb])
+            opt = optim.SGD(model.parameters(), lr=0.1)
+            counts = []
+            for i, x in enumerate(data):
+                if i == 2:  # (some gradients were handed to the all-reduce callback before the failing one)
+                    fail[0] = True
+                    try:
+                        with gm:
+                            gm.backward((model(mge.Tensor(x)) ** 2).mean())
+                    except RuntimeError:
+                        pass
+                    fail[0] = False
+                calls[0] = 0
+                with gm:
+                    gm.backward((model(mge.Tensor(x)) ** 2).mean())
+                opt.step().clear_grad()
+                counts.append(calls[0])
+            mge.config.auto_jit = False
+            stats = auto_jit_stats()
+            cuts = sum(c for c, why, _ in stats["cuts"] if why.startswith("dist_collective"))
+            out[(auto, thd)] = ({k: np.asarray(v) for k, v in model.state_dict().items()}, counts, cuts,
+                                stats["compiled"])
+    fd.all_reduce_sum = plain
+    return out
+
+
+def test_allreduce_callback_packs_gradients_into_buckets():
+    """``make_allreduce_cb`` reduced each gradient as one collective: eagerly one SPMD program per gradient, and
+    under auto-jit each one cut the step's clusters (a DP ConvNet b8 on 2 processes ran at eager's 33-37 ms a
+    step, its timer choosing eager, against 16 ms for its xla_trace). As MegEngine's, it packs them per dtype into
+    buckets of ~10 MB: one collective per bucket, the same numbers."""
+    results = dist.launcher(_worker_packed_allreduce, n_gpus=2, device_type="cpu")()
+    ref = results[0][(False, 0)][0]
+    for r in range(2):
+        for (auto, thd), (state, counts, cuts, compiled) in results[r].items():
+            for k, v in ref.items():
+                np.testing.assert_allclose(state[k], v, rtol=1e-6, atol=1e-7, err_msg=f"{k} rank {r} {auto} {thd}")
+            # per step: a bucket per dtype (float32, float16); 5 gradients; the float32 ones in 2 or 3 buckets
+            want = {None: [2] * 4, 0: [5] * 4}.get(thd)
+            if want is not None:
+                assert counts == want, (auto, thd, counts)
+            else:
+                assert all(3 <= c <= 4 for c in counts), counts
+            if auto and thd is None:  # (a cut per bucket at most: the step's clusters between them compile)
+                assert 1 <= cuts <= 2 * len(counts) and compiled >= 1, (cuts, compiled)
+
+
 # ---- faults --------------------------------------------------------------------------------------------------------
 def _worker_faulty(kind):
     x = mge.Tensor([1.0, 2.0])

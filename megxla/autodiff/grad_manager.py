@@ -4,6 +4,7 @@ forward ops, so they are traced and compiled like them."""
 from __future__ import annotations
 
 import functools
+import threading
 import weakref
 
 import numpy as np
@@ -11,19 +12,33 @@ import jax.numpy as jnp
 
 from ..core import _dispatch, _interrupt, _lazy, _registry
 from ..core._dispatch import apply, wrap
+from ..core._future import Future
 from ..core._op import SEQUENCE, VJP
 from ..core._tensor import Tensor
 from ..core.dtypes import is_float
 from ..core.ops.shape import detach as _DETACH, autodiff_function as _FUNCTION
 from ..core.ops.elemwise import BINARY as _BINARY, NON_DIFFERENTIABLE as _NONDIFF, NON_DIFFERENTIABLE_OUTPUTS as _NONDIFF_OUT
 
-__all__ = ["GradManager"]
+__all__ = ["GradManager", "get_backwarding_grad_manager"]
 
 # While > 0 (an autodiff.Function's forward is running), GradManagers tape nothing.
 _SUSPENDED = [0]
 _ADD = _BINARY["add"].bind()  # (the op of ``a + b`` on two Tensors: a gradient sum)
 # The autodiff.Function whose node is being applied (read by _record to link the tape record to it).
 _PENDING = [None]
+_BACKWARDING = threading.local()  # .gm: the GradManager whose backward runs on this thread (its callbacks read it)
+
+
+def get_backwarding_grad_manager():
+    """The GradManager whose ``backward`` is running on this thread, or None (MegEngine's
+    ``megengine.autodiff.grad_manager.get_backwarding_grad_manager``): a gradient callback that defers its work
+    registers with it (``gm._register_after_backward_callback``), as ``distributed.make_allreduce_cb`` does.
+
+    Example:
+        >>> get_backwarding_grad_manager() is None
+        True
+    """
+    return getattr(_BACKWARDING, "gm", None)
 
 
 class _Attached:
@@ -98,6 +113,24 @@ class GradManager:
         self._received: list = []  # (value id, send_grad(Tensor or None))
         self._transient: list = []  # attached until this recording ends (see _attach_transient)
         self._remat: dict = {}  # value id -> _Remat: a result the tape does not hold (Primitive.remat)
+        # Called once per backward, after the gradient callbacks and before the gradients are delivered: what a
+        # callback that returned a Future (a packed all-reduce) registered to set them (MegEngine's private API)
+        self._after_backward_callback: list = []
+        self._after_done = True  # (whether this backward ran them already)
+        self._backwards = 0  # backward passes started (a deferring callback drops what a failed one left pending)
+
+    def _register_after_backward_callback(self, callback):
+        """Run ``callback()`` after every backward pass's gradient callbacks, before the gradients are added to
+        ``.grad`` (MegEngine's hook for callbacks that return a :class:`~megxla.core._future.Future`)."""
+        self._after_backward_callback.append(callback)
+        return self
+
+    def _after_backward(self):
+        if self._after_done:
+            return
+        self._after_done = True
+        for callback in list(self._after_backward_callback):
+            callback()
 
     # ---- attach ------------------------------------------------------------------------------------------
     def attach(self, tensors, callbacks=None):
@@ -316,10 +349,21 @@ class GradManager:
             self.release()
 
     def _backward(self, y, dy):
-        from ..functional import ones_like
         end = _lazy.STEP_END[0]
         if end is not None:  # auto-jit: the start of the backward (a cut there is a switch: see _autojit)
             end("gm.backward", now=True)
+        self._backwards += 1
+        self._after_done = False
+        outer = getattr(_BACKWARDING, "gm", None)
+        _BACKWARDING.gm = self
+        try:
+            self._backward_walk(y, dy)
+            self._after_backward()  # (once even where no gradient was delivered)
+        finally:
+            _BACKWARDING.gm = outer
+
+    def _backward_walk(self, y, dy):
+        from ..functional import ones_like
         ys = list(y) if isinstance(y, (list, tuple)) else [y]
         if dy is None:
             dys = [ones_like(t) for t in ys]
@@ -566,7 +610,12 @@ class GradManager:
         """Hand each gradient ``g`` of attached ``t`` over (``given``: ``[(t, g)]``, callbacks applied),
         accumulated into ``t.grad``: every one or none. The sums are computed first, then each ``.grad`` is set with
         signals held (a Ctrl-C, or a callback raising, between two tensors left some layers with this step's
-        gradients and the others without: the next backward added onto stale ones for part of the model)."""
+        gradients and the others without: the next backward added onto stale ones for part of the model).
+        A callback's :class:`Future` is taken here, once the after-backward callbacks have set it."""
+        self._after_backward()
+        if any(type(g) in _FUTURES for _, g in given):
+            given = [(t, _resolve(t, g)) for t, g in given]
+            given = [(t, g) for t, g in given if g is not None]
         sums = [(t, g if t._grad is None else t._grad + g) for t, g in given]
         held = False
         try:
@@ -639,23 +688,67 @@ class GradManagerGroup:
 def _run_callbacks(t, g, callbacks):
     # (jit.partial_trace(trace_gmcallback=True) registers one: it records the callbacks while its recording
     # call's backward runs them, to compile them into its backward; core._registry)
-    for runner in _registry.callback_runners():
-        out = runner(t, g, callbacks)
-        if out is not None:
-            return out
-    for cb in callbacks:
+    runners = _registry.callback_runners()
+    if runners:
+        # (no deferring inside a runner: what it records becomes a compiled backward's callbacks, a gradient)
+        gm, _BACKWARDING.gm = getattr(_BACKWARDING, "gm", None), None
+        try:
+            for runner in runners:
+                out = runner(t, g, callbacks)
+                if out is not None:
+                    return out
+        finally:
+            _BACKWARDING.gm = gm
+    for k, cb in enumerate(callbacks):
         out = cb(t, g)
         # None is MegEngine's "no gradient": the chain goes on with None and the tensor gets none this time (its
         # own test_attach_temporary attaches a checking callback that returns nothing). Anything else that is not
         # the gradient became ``.grad`` -- an ndarray, a float, a tensor of another shape -- failing at
         # opt.step() or in the accumulation, far from the callback (probe Y)
-        if out is not None and (not isinstance(out, Tensor) or out.shape != t.shape):
-            got = f"a Tensor of shape {out.shape}" if isinstance(out, Tensor) else type(out).__name__
-            raise TypeError(f"GradManager: callback {getattr(cb, '__qualname__', cb)!r} returned {got} for a "
-                            f"gradient of shape {t.shape}: it must return the gradient, a Tensor of that shape, "
-                            f"or None for no gradient")
+        # A Future (MegEngine's TensorFuture) is the gradient to come: set by an after-backward callback
+        if type(out) is Future and k + 1 < len(callbacks):
+            return _Then(out, callbacks[k + 1:])  # (the callbacks after it get the gradient it will hold)
+        if out is not None and type(out) is not Future and (not isinstance(out, Tensor) or out.shape != t.shape):
+            _bad_gradient(t, out, f"callback {getattr(cb, '__qualname__', cb)!r}")
         g = out
     return g
+
+
+class _Then(Future):
+    """A callback's Future with the callbacks after it in the chain, applied once it is set (in MegEngine they got
+    the Future itself: ``[make_allreduce_cb("mean"), clip]`` failed there)."""
+
+    def __init__(self, first, rest):
+        super().__init__(ack=False)
+        self.first, self.rest = first, rest
+
+
+def _bad_gradient(t, out, what):
+    got = f"a Tensor of shape {out.shape}" if isinstance(out, Tensor) else type(out).__name__
+    raise TypeError(f"GradManager: {what} returned {got} for a gradient of shape {t.shape}: it must return the "
+                    f"gradient, a Tensor of that shape, or None for no gradient")
+
+
+def _resolve(t, future):
+    """The gradient a callback's Future holds, once the after-backward callbacks ran (None: no gradient)."""
+    if type(future) is not _Then and not future.ready.is_set():  # (its get() would wait for ever)
+        raise RuntimeError(f"GradManager: a gradient callback returned a Future for a tensor of shape {t.shape} "
+                           "that no after-backward callback set (register one with "
+                           "gm._register_after_backward_callback)")
+    if type(future) is _Then:
+        g = _resolve(t, future.first)
+        out = None if g is None else _run_callbacks(t, g, future.rest)
+        if type(out) in _FUTURES:
+            raise RuntimeError(f"GradManager: a gradient callback returned a Future for a tensor of shape {t.shape} "
+                               "after the after-backward callbacks ran")
+        return out
+    out = future.get()
+    if out is not None and (not isinstance(out, Tensor) or out.shape != t.shape):
+        _bad_gradient(t, out, "a callback's Future")
+    return out
+
+
+_FUTURES = (Future, _Then)
 
 
 def _match_dy(y, dy):

@@ -1,11 +1,15 @@
 """Helpers for data-parallel training: gradient all-reduce callbacks, parameter broadcast, barriers."""
 from __future__ import annotations
 
+import collections
 import functools
+import weakref
 from typing import Callable
 
 import numpy as np
 
+from ..autodiff.grad_manager import get_backwarding_grad_manager
+from ..core._future import Future
 from ..core._tensor import Tensor
 from ..core.ops.builtin import ParamPackConcat, ParamPackSplit
 from .group import WORLD, Group, group_barrier, is_distributed
@@ -25,8 +29,14 @@ class AllreduceCallback:
     ``gm.backward`` every process holds the same gradient, the sum or the mean of the processes'
     gradients. Every process must run ``backward`` with the same attached tensors.
 
-    MegEngine packs gradients into 10 MB buckets before reducing; megxla's GradManager calls callbacks one
-    tensor at a time and expects the gradient back, so here each gradient is one collective.
+    As MegEngine's, it packs the gradients of each dtype into buckets of about 10 MB (``_param_pack_thd`` bytes,
+    in the order the callbacks come) and all-reduces each bucket as ONE collective (:func:`pack_allreduce_split`):
+    it returns a :class:`~megxla.utils.future.Future` per gradient, which the GradManager takes after the backward
+    pass, once the last, partly filled buckets are reduced. One collective per bucket instead of one per
+    gradient: eagerly each is an SPMD program of its own, under auto-jit each one cuts the step's clusters, and
+    in an ``xla_trace`` step XLA:CPU runs each all-reduce of the program on its own. Called outside a
+    GradManager's backward (or recorded into a ``partial_trace``'s compiled backward), it reduces the gradient at
+    once.
 
     Args:
         reduce_method: ``"sum"`` or ``"mean"``.
@@ -34,12 +44,13 @@ class AllreduceCallback:
         backend: accepted for MegEngine compatibility (XLA picks the transport: gloo on CPU, NCCL on GPU).
 
     Returns:
-        the callable ``cb(param, grad) -> reduced grad``.
+        the callable ``cb(param, grad) -> reduced grad`` (or a Future of it).
 
     Example:
-        >>> import megxla.distributed as dist  # doctest: +SKIP
-        >>> from megxla.autodiff import GradManager  # doctest: +SKIP
-        >>> gm = GradManager().attach(model.parameters(), callbacks=[dist.make_allreduce_cb("mean")])  # doctest: +SKIP
+        >>> import megxla as mge
+        >>> cb = AllreduceCallback("mean")
+        >>> g = mge.Tensor([1.0, 2.0]); cb(g, g) is g  # (a single process: nothing to reduce)
+        True
     """
 
     def __init__(self, reduce_method: str, group: Group = WORLD, backend: str = None):
@@ -51,6 +62,15 @@ class AllreduceCallback:
         self._reduce_method = method
         self._group = group
         self._backend = backend
+        self._param_pack_thd = 10 * 1024 * 1024
+        self._marked_gm = weakref.WeakSet()  # the GradManagers it registered its flush with
+        self._backward = None  # (weak reference to the GradManager, its backward count) of the pending gradients
+        self._reset()
+
+    def _reset(self):
+        self._futures = []  # (Future, gradient) in the order the callbacks came
+        self._packing_list = collections.defaultdict(list)  # dtype -> indices into _futures of the open bucket
+        self._packing_size = collections.defaultdict(int)  # dtype -> its bytes
 
     def __call__(self, param, grad):
         from ._sharding import param_splits
@@ -61,11 +81,56 @@ class AllreduceCallback:
                              "callback; its gradient is reduce-scattered (averaged) already: attach it without one")
         if _trivial(self._group):
             return grad
-        from ..functional.distributed import all_reduce_sum
-        g = all_reduce_sum(grad, self._group)
-        if self._reduce_method == "mean":
-            g = g / self._group.size
-        return g.astype(grad.dtype) if g.dtype != grad.dtype else g
+        gm = get_backwarding_grad_manager()
+        if gm is None:  # (called outside a backward, or by partial_trace recording callbacks to compile them)
+            return self._reduced([grad])[0]
+        if gm not in self._marked_gm:
+            gm._register_after_backward_callback(self._flush)
+            self._marked_gm.add(gm)
+        now = (weakref.ref(gm), gm._backwards)
+        if self._backward != now:  # (what an earlier backward left pending had failed before its flush)
+            self._reset()
+            self._backward = now
+        future = Future(ack=False)
+        dtype = np.dtype(grad.dtype)
+        self._packing_list[dtype.str].append(len(self._futures))
+        self._futures.append((future, grad))
+        self._packing_size[dtype.str] += int(np.prod(grad.shape, dtype=np.int64)) * dtype.itemsize
+        if self._packing_size[dtype.str] > self._param_pack_thd:
+            self._pack(dtype.str)
+        return future
+
+    def _reduced(self, grads):
+        """``grads`` (one dtype) all-reduced as one collective, each in its own dtype."""
+        if len(grads) == 1:
+            from ..functional.distributed import all_reduce_sum
+            out = [all_reduce_sum(grads[0], self._group)]
+            if self._reduce_method == "mean":
+                out = [out[0] / self._group.size]
+        else:
+            out = pack_allreduce_split(grads, [g.shape for g in grads], self._group, self._reduce_method)
+        return [o.astype(g.dtype) if o.dtype != g.dtype else o for o, g in zip(out, grads)]
+
+    def _pack(self, dtype):
+        bucket = self._packing_list.pop(dtype, [])
+        self._packing_size.pop(dtype, None)
+        if bucket:
+            for i, g in zip(bucket, self._reduced([self._futures[i][1] for i in bucket])):
+                self._futures[i] = (self._futures[i][0], g)
+
+    def _flush(self):
+        """After the backward pass: reduce the open buckets, then hand every gradient to its Future."""
+        gm = get_backwarding_grad_manager()
+        if self._backward is None or gm is None or self._backward != (weakref.ref(gm), gm._backwards):
+            return  # (nothing pending from this manager's backward: another manager's, or none)
+        try:
+            for dtype in sorted(self._packing_list):
+                self._pack(dtype)
+            for future, g in self._futures:
+                future.set(g)
+        finally:
+            self._backward = None
+            self._reset()
 
 
 make_allreduce_cb = AllreduceCallback

@@ -1,5 +1,8 @@
 """``megengine.utils.future`` (thin: MegEngine's module path): a one-shot value handed between threads.
 
+The class lives in core (:mod:`megxla.core._future`): a GradManager callback may return one (the gradient all-reduce
+of ``make_allreduce_cb`` packs gradients and sets them after the backward pass), and autodiff resolves it.
+
 Example:
     >>> import threading
     >>> f = Future(ack=False)
@@ -7,37 +10,6 @@ Example:
     >>> f.get()
     42
 """
-import threading
+from ..core._future import Future
 
 __all__ = ["Future"]
-
-
-class Future:
-    """A value one thread sets and another gets (``get`` blocks until ``set``); with ``ack``, ``set`` also blocks
-    until the value was taken.
-
-    Args:
-        ack: whether ``set`` waits for ``get``.
-
-    Example:
-        >>> f = Future(ack=False); f.set("x"); f.get()
-        'x'
-    """
-
-    def __init__(self, ack=True):
-        self.ready = threading.Event()
-        self.ack = threading.Event() if ack else None
-
-    def set(self, value):
-        """Store ``value`` and wake the getter (then wait for it to take the value, with ``ack``)."""
-        self.value = value
-        self.ready.set()
-        if self.ack is not None:
-            self.ack.wait()
-
-    def get(self):
-        """Wait for the value and return it."""
-        self.ready.wait()
-        if self.ack is not None:
-            self.ack.set()
-        return self.value
