@@ -393,6 +393,15 @@ def test_allreduce_callback_packs_gradients_into_buckets():
                 assert 1 <= cuts <= 2 * len(counts) and compiled >= 1, (cuts, compiled)
 
 
+def test_allreduce_callback_pickles_without_its_pending_state():
+    # (a worker function sent to the ranks by value may hold one made at module level)
+    import pickle
+    cb = dist.make_allreduce_cb("sum")
+    cb._param_pack_thd = 64
+    back = pickle.loads(pickle.dumps(cb))
+    assert (back._reduce_method, back._param_pack_thd, back._futures) == ("sum", 64, [])
+
+
 # ---- faults --------------------------------------------------------------------------------------------------------
 def _worker_faulty(kind):
     x = mge.Tensor([1.0, 2.0])

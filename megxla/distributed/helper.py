@@ -67,6 +67,17 @@ class AllreduceCallback:
         self._backward = None  # (weak reference to the GradManager, its backward count) of the pending gradients
         self._reset()
 
+    def __getstate__(self):  # (a worker sent to the ranks by value may hold one: the pending state stays here)
+        state = dict(self.__dict__)
+        for key in ("_marked_gm", "_backward", "_futures", "_packing_list", "_packing_size"):
+            state.pop(key)
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._marked_gm, self._backward = weakref.WeakSet(), None
+        self._reset()
+
     def _reset(self):
         self._futures = []  # (Future, gradient) in the order the callbacks came
         self._packing_list = collections.defaultdict(list)  # dtype -> indices into _futures of the open bucket
