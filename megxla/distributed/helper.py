@@ -34,7 +34,7 @@ class AllreduceCallback:
     it returns a :class:`~megxla.utils.future.Future` per gradient, which the GradManager takes after the backward
     pass, once the last, partly filled buckets are reduced. One collective per bucket instead of one per
     gradient: eagerly each is an SPMD program of its own, under auto-jit each one cuts the step's clusters, and
-    in an ``xla_trace`` step XLA:CPU runs each all-reduce of the program on its own. Called outside a
+    an ``xla_trace`` step's one all-reduce holds one flat buffer (not XLA's tuple of the gradients). Called outside a
     GradManager's backward (or recorded into a ``partial_trace``'s compiled backward), it reduces the gradient at
     once.
 
