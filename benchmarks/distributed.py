@@ -41,6 +41,17 @@ class ConvNet(M.Module):
         return self.fc(F.flatten(x, 1))
 
 
+def _train_step(gm):
+    """The training step as MegEngine's zoo writes it, its gradients through ``gm``."""
+    def step(model, opt, x, y):
+        with gm:
+            loss = F.nn.cross_entropy(model(x), y)
+            gm.backward(loss)
+        opt.step().clear_grad()
+        return loss
+    return step
+
+
 def bench(batch, steps, mib):
     model = ConvNet()
     if dist.is_distributed():
@@ -49,14 +60,7 @@ def bench(batch, steps, mib):
     gm = ad.GradManager().attach(model.parameters(), callbacks=cbs)
     opt = optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
 
-    @xla_trace
-    def step(model, opt, x, y):
-        with gm:
-            loss = F.nn.cross_entropy(model(x), y)
-            gm.backward(loss)
-        opt.step().clear_grad()
-        return loss
-
+    step = xla_trace(_train_step(gm))
     rng = np.random.RandomState(dist.get_rank())
     x = mge.Tensor(rng.randn(batch, 1, 28, 28).astype("float32"))
     y = mge.Tensor(rng.randint(0, 10, batch).astype("int32"))
@@ -107,14 +111,7 @@ def eager_loop(names, steps):
             model = wl.build()
             opt = wl.make_optimizer(model.parameters())
             gm = ad.GradManager().attach(model.parameters(), callbacks=[dist.make_allreduce_cb("mean")])
-
-            def step(model, opt, x, y):
-                with gm:
-                    loss = F.nn.cross_entropy(model(x), y)
-                    gm.backward(loss)
-                opt.step().clear_grad()
-                return loss
-
+            step = _train_step(gm)
             run = xla_trace(step) if mode == "xla_trace" else step
             mge.config.auto_jit = mode == "auto_jit"
             reset_auto_jit_stats()

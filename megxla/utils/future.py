@@ -4,11 +4,9 @@ The class lives in core (:mod:`megxla.core._future`): a GradManager callback may
 of ``make_allreduce_cb`` packs gradients and sets them after the backward pass), and autodiff resolves it.
 
 Example:
-    >>> import threading
-    >>> f = Future(ack=False)
-    >>> threading.Thread(target=f.set, args=(42,)).start()
-    >>> f.get()
-    42
+    >>> from megxla.core._future import Future as CoreFuture
+    >>> Future is CoreFuture
+    True
 """
 from ..core._future import Future
 
