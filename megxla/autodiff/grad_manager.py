@@ -613,7 +613,7 @@ class GradManager:
         gradients and the others without: the next backward added onto stale ones for part of the model).
         A callback's :class:`Future` is taken here, once the after-backward callbacks have set it."""
         self._after_backward()
-        if any(type(g) in _FUTURES for _, g in given):
+        if any(isinstance(g, Future) for _, g in given):
             given = [(t, _resolve(t, g)) for t, g in given]
             given = [(t, g) for t, g in given if g is not None]
         sums = [(t, g if t._grad is None else t._grad + g) for t, g in given]
@@ -706,9 +706,10 @@ def _run_callbacks(t, g, callbacks):
         # the gradient became ``.grad`` -- an ndarray, a float, a tensor of another shape -- failing at
         # opt.step() or in the accumulation, far from the callback (probe Y)
         # A Future (MegEngine's TensorFuture) is the gradient to come: set by an after-backward callback
-        if type(out) is Future and k + 1 < len(callbacks):
-            return _Then(out, callbacks[k + 1:])  # (the callbacks after it get the gradient it will hold)
-        if out is not None and type(out) is not Future and (not isinstance(out, Tensor) or out.shape != t.shape):
+        if isinstance(out, Future):
+            if k + 1 < len(callbacks):
+                return _Then(out, callbacks[k + 1:])  # (the callbacks after it get the gradient it will hold)
+        elif out is not None and (not isinstance(out, Tensor) or out.shape != t.shape):
             _bad_gradient(t, out, f"callback {getattr(cb, '__qualname__', cb)!r}")
         g = out
     return g
@@ -738,7 +739,7 @@ def _resolve(t, future):
     if type(future) is _Then:
         g = _resolve(t, future.first)
         out = None if g is None else _run_callbacks(t, g, future.rest)
-        if type(out) in _FUTURES:
+        if isinstance(out, Future):
             raise RuntimeError(f"GradManager: a gradient callback returned a Future for a tensor of shape {t.shape} "
                                "after the after-backward callbacks ran")
         return out
@@ -747,8 +748,6 @@ def _resolve(t, future):
         _bad_gradient(t, out, "a callback's Future")
     return out
 
-
-_FUTURES = (Future, _Then)
 
 
 def _match_dy(y, dy):
