@@ -571,8 +571,13 @@ def _sync_batch_norm_train(inp, running_mean, running_var, weight, bias, momentu
     c = inp.shape[1]
     axes = (0,) + tuple(range(2, inp.ndim))
     shape = (1, c) + (1,) * (inp.ndim - 2)
-    count = all_reduce_sum(Tensor(np.full(shape, inp.size // c, dtype=inp.dtype)), group)
-    mean = all_reduce_sum(inp.sum(axis=axes, keepdims=True), group) / count
+    from .tensor import concat
+    # The element counts (the ranks' batches may differ) travel in the sums' all-reduce: one collective fewer per
+    # layer, each an SPMD program of its own eagerly and a cut of auto-jit's clusters
+    local = concat([inp.sum(axis=axes, keepdims=True), Tensor(np.full(shape, inp.size // c, dtype=inp.dtype))], 1)
+    both = all_reduce_sum(local, group)
+    count = both[:, c:]
+    mean = both[:, :c] / count
     d = inp - mean
     var = all_reduce_sum((d * d).sum(axis=axes, keepdims=True), group) / count  # two passes: exact as batch_norm
     if eps_mode == "additive":
