@@ -1953,8 +1953,8 @@ def test_the_switch_to_the_optimized_tier_waits_a_bounded_time_then_comes_when_i
 def _overflow_loop(steps):
     """Expressions XLA's algebraic simplifier rewrites across a result (``log(exp(a))`` to ``a``, ``exp(a) *
     exp(b)`` to ``exp(a + b)``, ``log(a ** k)`` to ``k * log|a|``, ``(a / b) / c`` to ``a / (b * c)``, a division by a
-    square root to a reciprocal square root), on values where eager's stored results overflow or round: each
-    step's values and gradient."""
+    square root to a reciprocal square root, ``sqrt(a * a)`` to ``|a|``, ``a * mask`` to a select), on values where
+    eager's stored results overflow or round, or are nan: each step's values and gradient."""
     x = mge.Parameter(np.array([100.0, -100.0, 0.5, 3.0], "float32"))
     q = mge.Tensor(np.array([1e30, 1e-30, 3.0, 0.7], "float32"))
     gm = GradManager().attach(x)
@@ -1968,8 +1968,10 @@ def _overflow_loop(steps):
             e = (q / q) / q
             f = q / (q / q)
             g = 1 / F.sqrt(q * 3 + x)
+            h = F.sqrt(q * q) + 1 / F.sqrt(q * q)  # (eager: the square of 1e30 is inf, its root inf, 1 / it 0)
+            m = F.exp(x) * (x < 50).astype("float32")  # (eager: inf * 0 is nan)
             gm.backward((F.where(F.isinf(a), 0, a) + F.where(F.isnan(b), 0, b) + g).sum())
-        out.append([t.numpy() for t in (a, b, c, d, e, f, g, x.grad)])
+        out.append([t.numpy() for t in (a, b, c, d, e, f, g, h, m, x.grad)])
         x.grad = None
     return out
 

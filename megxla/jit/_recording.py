@@ -440,18 +440,23 @@ def make_replay(ops, in_vids, out_vids, remat=False, kernels=False, rounded=Fals
         pulls = {}
         for i, (op, ins, outs) in enumerate(ops):
             pair = pairs.get(i)
+            args = [env[v] for v in ins]
+            if rounded and op.name in _STORED_OPERANDS:
+                # ``sqrt(a * a)`` would become ``|a|`` (eager's stored square overflows: inf; ``1 / sqrt(a * a)``
+                # 0): the root reads a stored operand, as eager's kernel does
+                args = [_stored(a) for a in args]
             if pair is None:
                 fn = op.fn
                 if kernels:
                     k = op.kernel
                     if hasattr(k, "lower") and hasattr(k, "trace"):
                         fn = k
-                res = fn(*[env[v] for v in ins])
+                res = fn(*args)
             elif pair[0] == "fwd":
                 # the forward of an op whose gradient op comes later: computed once, by jax.vjp, whose pullback
                 # the gradient op applies (rather than running the forward again inside vjp[op]: ~30% more
                 # lowered ops for XLA to deduplicate)
-                res, pulls[i] = _forward_with_pullback(op, [env[v] for v in ins], pair[1], kernels)
+                res, pulls[i] = _forward_with_pullback(op, args, pair[1], kernels)
             else:
                 fwd_res, pull = pulls[pair[1]]
                 params = dict(op.params)
@@ -465,6 +470,10 @@ def make_replay(ops, in_vids, out_vids, remat=False, kernels=False, rounded=Fals
                 # (an overflow eager's stored result has, gone: inf became finite, and the other way). Eager's
                 # ops read each stored result; behind a barrier, so do these. (XLA expands barriers before it
                 # fuses: the ops still fuse.)
+                res = jax.tree.map(_stored, res)
+            elif rounded and ins and _from_truth_values(res, args):
+                # a mask made a number (``(x > 0).astype("float32")``): XLA turns ``a * mask`` into a select, whose
+                # 0 where eager's ``inf * 0`` is nan would hide a nan eager shows
                 res = jax.tree.map(_stored, res)
             if rounded and not _exact(op):
                 if op.multiple_results:
@@ -482,6 +491,16 @@ def make_replay(ops, in_vids, out_vids, remat=False, kernels=False, rounded=Fals
 
 # Ops whose results XLA's algebraic simplifier would rewrite their consumers through (see make_replay)
 _STORED = frozenset(("sqrt", "rsqrt", "exp", "expm1", "log", "log1p", "pow", "div"))
+# ... and ops whose operands it would rewrite them through (``sqrt(a * a)`` -> ``|a|``)
+_STORED_OPERANDS = frozenset(("sqrt", "rsqrt"))
+
+
+def _from_truth_values(res, args):
+    """Whether ``res`` is a non-boolean result of boolean operands only (a mask converted to numbers)."""
+    return (getattr(res, "dtype", None) not in (None, np.bool_)
+            and all(getattr(a, "dtype", None) == np.bool_ for a in args))
+
+
 # (exponent, mantissa) bits of float32 / float64: a reduce_precision to them changes no value
 _OWN_BITS = {np.dtype(np.float32): (8, 23), np.dtype(np.float64): (11, 52)}
 
