@@ -1953,10 +1953,12 @@ def test_the_switch_to_the_optimized_tier_waits_a_bounded_time_then_comes_when_i
 def _overflow_loop(steps):
     """Expressions XLA's algebraic simplifier rewrites across a result (``log(exp(a))`` to ``a``, ``exp(a) *
     exp(b)`` to ``exp(a + b)``, ``log(a ** k)`` to ``k * log|a|``, ``(a / b) / c`` to ``a / (b * c)``, a division by a
-    square root to a reciprocal square root, ``sqrt(a * a)`` to ``|a|``, ``a * mask`` to a select), on values where
+    square root to a reciprocal square root, ``sqrt(a * a)`` to ``|a|``, ``a * mask`` to a select, a division by a
+    broadcast value to a product with its reciprocal), on values where
     eager's stored results overflow or round, or are nan: each step's values and gradient."""
     x = mge.Parameter(np.array([100.0, -100.0, 0.5, 3.0], "float32"))
     q = mge.Tensor(np.array([1e30, 1e-30, 3.0, 0.7], "float32"))
+    v = mge.Tensor(np.linspace(0.1, 3.0, 64, dtype="float32"))
     gm = GradManager().attach(x)
     out = []
     for _ in range(steps):
@@ -1970,8 +1972,9 @@ def _overflow_loop(steps):
             g = 1 / F.sqrt(q * 3 + x)
             h = F.sqrt(q * q) + 1 / F.sqrt(q * q)  # (eager: the square of 1e30 is inf, its root inf, 1 / it 0)
             m = F.exp(x) * (x < 50).astype("float32")  # (eager: inf * 0 is nan)
+            n = v / F.broadcast_to(x[3], v.shape)  # (eager divides by the whole array, not by a reciprocal)
             gm.backward((F.where(F.isinf(a), 0, a) + F.where(F.isnan(b), 0, b) + g).sum())
-        out.append([t.numpy() for t in (a, b, c, d, e, f, g, h, m, x.grad)])
+        out.append([t.numpy() for t in (a, b, c, d, e, f, g, h, m, n, x.grad)])
         x.grad = None
     return out
 

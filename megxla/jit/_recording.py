@@ -443,8 +443,9 @@ def make_replay(ops, in_vids, out_vids, remat=False, kernels=False, rounded=Fals
             args = [env[v] for v in ins]
             if rounded and op.name in _STORED_OPERANDS:
                 # ``sqrt(a * a)`` would become ``|a|`` (eager's stored square overflows: inf; ``1 / sqrt(a * a)``
-                # 0): the root reads a stored operand, as eager's kernel does
-                args = [_stored(a) for a in args]
+                # 0), ``a / broadcast_to(b)`` ``a * broadcast_to(1 / b)`` (an ulp from eager's quotient in a quarter
+                # of the values): the op reads a stored operand, as eager's kernel does
+                args = [_stored(a) if k in _STORED_OPERANDS[op.name] else a for k, a in enumerate(args)]
             if pair is None:
                 fn = op.fn
                 if kernels:
@@ -491,8 +492,9 @@ def make_replay(ops, in_vids, out_vids, remat=False, kernels=False, rounded=Fals
 
 # Ops whose results XLA's algebraic simplifier would rewrite their consumers through (see make_replay)
 _STORED = frozenset(("sqrt", "rsqrt", "exp", "expm1", "log", "log1p", "pow", "div"))
-# ... and ops whose operands it would rewrite them through (``sqrt(a * a)`` -> ``|a|``)
-_STORED_OPERANDS = frozenset(("sqrt", "rsqrt"))
+# ... and ops whose operands (by position) it would rewrite them through: ``sqrt(a * a)`` -> ``|a|``, a division by
+# a broadcast value (``broadcast_to``, ``tile``, ``repeat``, ``concat`` of copies) -> a product with its reciprocal
+_STORED_OPERANDS = {"sqrt": (0,), "rsqrt": (0,), "div": (1,)}
 
 
 def _from_truth_values(res, args):
