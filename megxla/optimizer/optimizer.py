@@ -75,7 +75,7 @@ def hyper_tensor(param_group: dict, key: str, index: int = None, dtype="float32"
 
     def getter():
         value = dict.__getitem__(param_group, key)
-        _check_hyper(owner, key, value)
+        _check_hyper_once(owner, key, value)  # (each step, eagerly: a value found valid before is not checked again)
         return value if index is None else value[index]
     # a compiled step's prepared call reads param_group[key] itself and calls the getter (validation, a new device
     # value) only when the Python value changed (jit/_fastpath.py)
@@ -239,6 +239,21 @@ def _fact(value):
 # (name, type, value) of plain hyper-parameter values that passed _check_hyper: the check runs once per value, not
 # once per step (its ~2.5% of a tiny MLP step's host time). Only valid values are kept, so a NaN is checked each time.
 _HYPERS_VALID: set = set()
+
+
+def _check_hyper_once(owner, name, value):
+    """:func:`_check_hyper`, skipped for a plain number (or tuple of them) found valid before."""
+    t = type(value)
+    if t is float or t is int or t is tuple and all(type(v) in (float, int) for v in value):
+        key = (name, t, value)  # (a value found valid before is valid: checked once)
+        if key in _HYPERS_VALID:
+            return
+        _check_hyper(owner, name, value)
+        if len(_HYPERS_VALID) >= 4096:  # (a schedule setting a new lr each step)
+            _HYPERS_VALID.clear()
+        _HYPERS_VALID.add(key)
+    else:
+        _check_hyper(owner, name, value)
 
 
 def _holds_tensor(value):
@@ -522,19 +537,8 @@ class Optimizer(metaclass=ABCMeta):
         """Validate hyper-parameters and gradients of a group; raises before anything is modified."""
         owner = type(self).__name__
         for name, value in param_group.items():
-            if name == "params":
-                continue
-            t = type(value)
-            if t is float or t is int or t is tuple and all(type(v) in (float, int) for v in value):
-                key = (name, t, value)  # (a value found valid before is valid: checked once)
-                if key in _HYPERS_VALID:
-                    continue
-                _check_hyper(owner, name, value)
-                if len(_HYPERS_VALID) >= 4096:  # (a schedule setting a new lr each step)
-                    _HYPERS_VALID.clear()
-                _HYPERS_VALID.add(key)
-            else:
-                _check_hyper(owner, name, value)
+            if name != "params":
+                _check_hyper_once(owner, name, value)
         for i, p in enumerate(param_group["params"]):
             g = p.grad
             if g is None:
