@@ -33,7 +33,10 @@ _PROGRAM = textwrap.dedent("""
             self.fc = M.Linear(4 * 8 * 8, 10)
 
         def forward(self, x):
-            return self.fc(F.flatten(self.body(x), 1))
+            # (``-x`` and ``detach``: primitives whose implementation is JAX's own function -- jnp.negative,
+            # lax.stop_gradient -- are kept too)
+            h = self.body(-x)
+            return self.fc(F.flatten(-h + h.detach() * 0.5, 1))
 
     def train(auto):
         mge.config.auto_jit = auto
@@ -76,6 +79,7 @@ def test_warm_start_uses_kept_programs_and_computes_the_same(tmp_path):
     warm = _run(str(tmp_path))
     assert cold["stats"]["stored"] >= 1 and cold["stats"]["hits"] == 0
     assert warm["stats"]["hits"] >= 1 and warm["stats"]["stored"] == 0 and warm["stats"]["failed"] == 0
+    assert cold["stats"]["skipped"] == warm["stats"]["skipped"] == 0  # every cluster has a key
     assert warm["stats"]["shapes_known"] > 0  # the ops were not traced for their types
     # same numbers as the cold start (the same executable) and as eager, and the same dtypes
     assert warm["auto"] == cold["auto"]
@@ -161,6 +165,23 @@ def test_programs_with_a_users_primitive_or_function_parameter_have_no_key():
     assert k == _persist.fingerprint([(add, (0, 1), (2,))], [0, 1], f32, (2,), ())
     mine = PRIMITIVES.get("test_lowered_cache_triple") or Primitive("test_lowered_cache_triple", _user_impl)
     assert _persist.fingerprint([(mine.bind(), (0,), (1,))], [0], f32[:1], (1,), ()) is None
+    # every primitive of megxla's registry has a key, those whose implementation is JAX's own function too
+    # (``neg`` is jnp.negative); such a function is named in the key: a user's primitive of jnp.sin in one process
+    # is not the same program as one of jnp.cos under that name in another
+    import megxla.functional  # noqa: F401  (registers every primitive)
+    unkeyed = []
+    for name, prim in PRIMITIVES.items():
+        try:
+            _persist._prim(prim, [])
+        except _persist._Unstable:
+            unkeyed.append(name)
+    assert unkeyed == ["test_lowered_cache_triple"]
+    text = []
+    _persist._prim(PRIMITIVES["neg"], text)
+    assert text == ["impl:jax.numpy.negative;"]
+    sin = PRIMITIVES.get("test_lowered_cache_sin") or Primitive("test_lowered_cache_sin", jnp.sin)
+    assert "impl:jax.numpy.sin;" in _persist._text(sin.bind())
+    assert _persist.fingerprint([(sin.bind(), (0,), (1,))], [0], f32[:1], (1,), ()) is not None
     # an op parameter that is a user's function (or a closure) means nothing in another process
     k2 = lambda x: x  # noqa: E731
     assert _persist._op_text(PRIMITIVES["add"].bind()) is not None

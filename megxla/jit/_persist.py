@@ -61,7 +61,7 @@ def _stable(v, out):
     elif t is Op:
         if v.transient:
             raise _Unstable(v.name)
-        _prim(v.prim)
+        _prim(v.prim, out)
         out.append(v.name)
         out.append("[")
         for k, x in v.params:
@@ -99,12 +99,23 @@ def _function_name(fn):
     return f"{mod}.{qual}"
 
 
-def _prim(prim):
+def _prim(prim, out):
     """A primitive is its (unique) name where megxla's source registered it (its implementation may be a closure a
-    factory of megxla made at import: that source is in the key); a user's primitive has no key."""
+    factory of megxla made at import: that source is in the key). An implementation that is JAX's or NumPy's own
+    function (``neg`` is ``jnp.negative``, ``detach`` is ``lax.stop_gradient``) is named in the key: their versions
+    are in the key too. (Rejected as a user's primitive, they kept every cluster holding one of 22 such ops --
+    ``-x``, ``square``, ``detach``, ``isnan``, logical and bitwise ops -- out of the kept programs: a warm start
+    traced and lowered the detection loop's clusters again, ~140 ms each.) Any other primitive has no key."""
     for fn in (prim.impl, prim.grad):
-        if fn is not None and not (getattr(fn, "__module__", None) or "").startswith("megxla."):
+        if fn is None:
+            continue
+        mod = getattr(fn, "__module__", None) or ""
+        if mod.startswith("megxla."):
+            continue
+        name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None)
+        if not name or "<" in name or not (mod == "numpy" or mod.startswith(("numpy.", "jax.", "jax._src"))):
             raise _Unstable(prim.name)
+        out.append(f"impl:{mod}.{name};")
 
 
 def _source_salt():
