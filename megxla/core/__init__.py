@@ -7,3 +7,7 @@ from ._op import PRIMITIVES, Primitive, Op, primitive
 from ._imperative_rt.core2 import get_option, set_option  # MegEngine: megengine.core.set_option
 
 _install_operators()
+
+from . import _mlir_context  # noqa: E402
+
+_mlir_context.install()  # (JAX lowers small programs -- op kernels, small clusters -- in a reused MLIR context)
