@@ -16,10 +16,9 @@ cluster's optimized tier, its quick parts): it is large, so its context is its o
 
 Example:
     >>> import jax, jax.numpy as jnp
-    >>> from jax._src.interpreters import mlir
-    >>> jax.jit(lambda x: x * 3).lower(jnp.ones(2)).compile()(jnp.ones(2)).tolist()
-    [3.0, 3.0]
-    >>> installed() == (os.environ.get("MEGXLA_MLIR_CONTEXT_REUSE", "1") != "0")
+    >>> def context(f):
+    ...     return jax.jit(f).lower(jnp.ones(2)).compiler_ir("stablehlo").context
+    >>> (context(lambda x: x * 3) is context(lambda x: x + 1)) == installed()  # two small programs, one context
     True
 """
 from __future__ import annotations
