@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 import weakref
 
 import jax
@@ -23,6 +24,15 @@ from ._interrupt import hold_kernel_trace as _hold_kernel_trace
 __all__ = ["Primitive", "Op", "primitive", "PRIMITIVES", "freeze"]
 
 PRIMITIVES: dict[str, "Primitive"] = {}
+
+# XLA's older loop emitters compile the code around a convolution -- padding, layouts, the bias -- 2-7x sooner than
+# its fusion emitters (a 3x3 convolution's eager kernel 33-53 against 86-320 ms with its gradient; the eager
+# kernels of MobileNetV2's 60 convolutions and their gradients 2.7 against 8.6 s), and its time is the library's
+# call either way (the same kernels' runs: 408 against 399 ms, EfficientNet-B0's 845 against 856). Used for the
+# eager kernels of primitives marked ``library_kernel``; ``MEGXLA_LIBRARY_KERNEL_OPTIONS=0``: XLA's defaults.
+LIBRARY_KERNEL_OPTIONS = None if os.environ.get("MEGXLA_LIBRARY_KERNEL_OPTIONS", "1").strip().lower() in (
+    "0", "false", "no", "off", "") else {"xla_cpu_use_fusion_emitters": False}
+_UNKNOWN = object()
 
 
 def freeze(value):
@@ -86,13 +96,16 @@ class Primitive:
             routines on the CPU have no float16): auto-jit lowers such an op's eager kernel at a new input type's
             first sight, so that the op runs eagerly -- and fails at its own line, as eagerly -- instead of
             failing later inside its cluster's compilation.
+        library_kernel: True where the op's time is a library call (a convolution): on the CPU its eager kernel,
+            and its gradient's, compile with XLA's older loop emitters (:data:`LIBRARY_KERNEL_OPTIONS`), 2-7x
+            sooner at the same speed.
     """
 
     __slots__ = ("name", "impl", "multiple_results", "grad", "transient", "callbacks_applied", "nondiff_inputs",
-                 "eager_kernel", "remat", "lowering_may_reject", "_ops", "_op0", "_fast", "_weak")
+                 "eager_kernel", "remat", "lowering_may_reject", "library_kernel", "_ops", "_op0", "_fast", "_weak")
 
     def __init__(self, name, impl, multiple_results=False, grad=None, transient=False, callbacks_applied=None,
-                 eager_kernel=None, remat=None, lowering_may_reject=False, nondiff_inputs=None):
+                 eager_kernel=None, remat=None, lowering_may_reject=False, nondiff_inputs=None, library_kernel=False):
         if name in PRIMITIVES:
             raise ValueError(f"primitive {name!r} is already registered")
         self.name = name
@@ -108,6 +121,7 @@ class Primitive:
         self.eager_kernel = eager_kernel
         self.remat = remat
         self.lowering_may_reject = lowering_may_reject
+        self.library_kernel = library_kernel
         self._weak = weakref.WeakValueDictionary()  # transient ops (see ``transient``)
         PRIMITIVES[name] = self
 
@@ -172,7 +186,7 @@ class Op:
     """A primitive bound to static parameters: hashable, compared by identity (ops are interned)."""
 
     __slots__ = ("prim", "params", "name", "multiple_results", "transient", "_kernel", "_fn", "_derived",
-                 "__weakref__")
+                 "_options", "_nested", "__weakref__")
 
     def __init__(self, prim, params):
         self.prim = prim
@@ -183,6 +197,8 @@ class Op:
         self._kernel = None
         self._fn = None
         self._derived = {}  # ops of other primitives parameterised by this transient op (its vjp)
+        self._options = _UNKNOWN  # the eager kernel's compiler options (see kernel_options)
+        self._nested = None  # the kernel without them, where it has some (see nested_kernel)
 
     @property
     def fn(self):
@@ -218,8 +234,43 @@ class Op:
                 return out
 
             checked.__name__ = self.name  # names the XLA module as the op
-            k = self._kernel = jax.jit(checked)
+            options = self.kernel_options
+            k = self._kernel = jax.jit(checked, compiler_options=options) if options else jax.jit(checked)
+            if options:
+                self._nested = jax.jit(checked)
         return k
+
+    @property
+    def nested_kernel(self):
+        """The eager kernel to call inside another trace (a cluster's, a recorded step's): :attr:`kernel` itself,
+        or where that has compiler options, the same function jitted without them (JAX refuses options on a
+        nested ``jax.jit``). Its traces are cached by JAX per input types, so a program holding the op reuses the
+        trace its shape was inferred from."""
+        k = self.kernel
+        return k if self._nested is None else self._nested
+
+    @property
+    def kernel_options(self):
+        """The XLA compiler options the eager kernel compiles with, or None (XLA's defaults). Where they are set,
+        the kernel is only ever called as a program of its own: JAX refuses a nested ``jax.jit`` with options, so
+        a compiled program holding this op calls :attr:`nested_kernel` instead.
+
+        Example:
+            >>> from megxla.core.ops import nn  # noqa: F401  (registers "conv")
+            >>> conv = PRIMITIVES["conv"].bind(stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1, nd=2)
+            >>> conv.kernel_options == (LIBRARY_KERNEL_OPTIONS if jax.default_backend() == "cpu" else None)
+            True
+        """
+        options = self._options
+        if options is _UNKNOWN:
+            base = self
+            while base.prim is VJP:  # (a gradient's time is its forward's library calls, transposed)
+                base = dict(base.params)["op"]
+            options = None
+            if base.prim.library_kernel and LIBRARY_KERNEL_OPTIONS and jax.default_backend() == "cpu":
+                options = LIBRARY_KERNEL_OPTIONS
+            self._options = options
+        return options
 
     def abstract_eval(self, *avals):
         """Output shapes/dtypes for inputs of these shapes/dtypes (the op's shape rule, derived from ``impl``)."""

@@ -268,7 +268,7 @@ def _infer(op, key, inputs):
         res = tuple(key[1][i] for i in params["wrt"])
         if _CHECK_VJP:
             structs = [jax.ShapeDtypeStruct(s, d, weak_type=w) for s, d, w in key[1]]
-            out = op.kernel.eval_shape(*structs)
+            out = op.nested_kernel.eval_shape(*structs)
             want = tuple((tuple(o.shape), o.dtype, bool(getattr(o, "weak_type", False))) for o in out)
             assert want == res, (op, want, res)
     # Transfers stay out, and so do compiled graphs (``trace``/``partial_trace`` steps and their gradients: they
@@ -281,7 +281,7 @@ def _infer(op, key, inputs):
         mesh = False
         try:
             structs = [jax.ShapeDtypeStruct(s, d, weak_type=w) for s, d, w in key[1]]
-            k = op.kernel
+            k = op.nested_kernel
             # (the jitted eager kernel's own trace: kept by JAX, the cluster's compilation reuses it)
             out = k.eval_shape(*structs) if hasattr(k, "eval_shape") and hasattr(k, "lower") else \
                 jax.eval_shape(op.fn, *structs)

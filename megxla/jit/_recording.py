@@ -267,7 +267,7 @@ def _abstract_kernel(op):
     """A ``jax.jit`` of the op's function to call on tracers: the eager kernel itself where it is one (its
     traced forms are cached by JAX per input shapes), else (host-assembled random draws, compiled graphs)
     a plain jit of :attr:`Op.fn`, which computes the same values inside a compiled step."""
-    k = op.kernel
+    k = op.nested_kernel
     if hasattr(k, "lower") and hasattr(k, "trace"):
         return k
     k = _abstract_kernels.get(op)
@@ -449,7 +449,7 @@ def make_replay(ops, in_vids, out_vids, remat=False, kernels=False, rounded=Fals
             if pair is None:
                 fn = op.fn
                 if kernels:
-                    k = op.kernel
+                    k = op.nested_kernel
                     if hasattr(k, "lower") and hasattr(k, "trace"):
                         fn = k
                 res = fn(*args)
@@ -580,7 +580,7 @@ def _forward_with_pullback(op, primals, wrt, kernels=False):
     import jax
     fn = op.fn
     if kernels:
-        k = op.kernel
+        k = op.nested_kernel
         if hasattr(k, "lower") and hasattr(k, "trace"):
             fn = k
 

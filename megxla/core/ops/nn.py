@@ -193,8 +193,8 @@ def _group_norm(x, *affine, groups, eps):
     return y.astype(x.dtype) if low else y
 
 
-conv = Primitive("conv", _conv)
-conv_transpose = Primitive("conv_transpose", _conv_transpose)
+conv = Primitive("conv", _conv, library_kernel=True)
+conv_transpose = Primitive("conv_transpose", _conv_transpose, library_kernel=True)
 max_pool = Primitive("max_pool", _max_pool)
 avg_pool = Primitive("avg_pool", _avg_pool)
 adaptive_pool = Primitive("adaptive_pool", _adaptive_pool)
