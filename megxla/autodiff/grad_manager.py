@@ -7,6 +7,7 @@ import functools
 import threading
 import weakref
 
+import jax
 import numpy as np
 import jax.numpy as jnp
 
@@ -101,6 +102,7 @@ class GradManager:
         self._tracked: set = set()
         self._late: dict = {}  # value id -> tape position of a tensor attached while recording
         self._walks: dict = {}  # backward walk signature -> its _Walk (or None: not collected as one sequence)
+        self._ahead_walks = 0  # walks in a row that found no kernel to compile ahead (see _compile_ahead)
         self._functions: dict = {}  # first output id of an autodiff.Function node -> the Function
         # Bumped when the attached set changes from outside a traced call: a compiled step recorded with this
         # manager computes the gradients of what was attached then, so it records again (megxla.jit reads it).
@@ -456,6 +458,85 @@ class GradManager:
             done = self._grouped(ys, dys, attached, live, keep, sig)
             if done is not None:
                 return done
+        ahead = self._compile_ahead(ys, dys, live) if self._ahead_walks < _AHEAD_QUIET else None
+        try:
+            self._walk(grads, live, keep, value_of, ahead, cooked, raw)
+        finally:
+            if ahead is not None:
+                for f in ahead.values():
+                    f.cancel()  # (the walk stopped early -- an op raised, Ctrl-C --: compiles not started are dropped)
+        given = []
+        for entry in attached:
+            t = entry.tensor
+            if t is None:
+                continue
+            g = grads.get(entry.vid)
+            if g is None:
+                continue
+            if entry.callbacks and (t._vid in raw or t._vid not in cooked):
+                g = _run_callbacks(t, g, entry.callbacks)
+                if g is None:  # (a callback's "no gradient")
+                    continue
+            given.append((t, g))
+        self._deliver_all(given)
+        return grads
+
+    def _compile_ahead(self, ys, dys, live):
+        """Start compiling the eager kernels of the walk's gradient ops on worker threads (``jit._kernels_ahead``,
+        through ``core._registry``): ``{tape position: future}`` of the ones not compiled before, or None.
+
+        The walk is predicted from the tape as :meth:`_walk` makes it (which outputs will have a gradient, so each
+        gradient op and its input types); a wrong guess only compiles a kernel the walk does not use. A manager
+        whose walks found nothing new to compile ``_AHEAD_QUIET`` times in a row stops predicting (a training
+        loop's steady state: the prediction is Python over the whole tape)."""
+        compile_kernels = _registry.kernel_compiler()
+        if compile_kernels is None or self._remat:
+            self._ahead_walks = _AHEAD_QUIET
+            return None
+        grad_type = {}  # value id -> its gradient's type (its value's, or dy's)
+        value_type = {}
+        for t, d in zip(ys, dys):
+            grad_type[t._vid] = _array_type(d._data)
+        tape = self._tape
+        for _, ins, _ in tape:
+            for data, v in ins:
+                if v not in value_type:
+                    value_type[v] = _array_type(data)
+        has = set(grad_type)
+        jobs, positions = [], []
+        for k in reversed(range(len(tape))):
+            op, ins, outs = tape[k]
+            given = tuple(v in has for v in outs)
+            if not any(given):
+                continue
+            if op.prim is _FUNCTION:
+                n_in = dict(op.params)["n_in"]
+                has.update(v for (data, v), on in zip(ins[:n_in], live[k]) if on and _is_float(data))
+                continue
+            nondiff = _NONDIFF.get(op.name) or ()
+            cut = op.prim.nondiff_inputs
+            if cut is not None:
+                nondiff = cut(dict(op.params), given)
+            wrt = tuple(i for i, (data, v) in enumerate(ins) if live[k][i] and _is_float(data) and i not in nondiff)
+            if not wrt:
+                continue
+            types = [value_type[v] for _, v in ins]
+            types += [grad_type.get(v) or value_type.get(v) for v in outs if v in has]
+            has.update(ins[i][1] for i in wrt)
+            if op.transient or None in types:
+                continue
+            jobs.append((VJP.bind(op=op, nin=len(ins), wrt=wrt, given=given), types))
+            positions.append(k)
+        futures = compile_kernels(jobs)
+        if futures is None:
+            self._ahead_walks += 1
+            return None
+        self._ahead_walks = 0
+        return {k: f for k, f in zip(positions, futures) if f is not None}
+
+    def _walk(self, grads, live, keep, value_of, ahead, cooked, raw):
+        """The backward walk of :meth:`_backward_tape`: each taped op's gradient op, eagerly, into ``grads``
+        (``ahead``: the futures of kernels compiled ahead, by tape position)."""
         for k in reversed(range(len(self._tape))):
             op, ins, outs = self._tape[k]
             given = tuple(v in grads for v in outs)
@@ -482,27 +563,16 @@ class GradManager:
             cts = [grads[v] if v in keep else grads.pop(v) for v in outs if v in grads]
             primals = [value_of(data, v) for data, v in ins]
             vjp_op = VJP.bind(op=op, nin=len(ins), wrt=wrt, given=given)
+            if ahead:
+                f = ahead.pop(k, None)
+                if f is not None:
+                    f.result()  # (its kernel, compiled by a worker: the call below finds it in JAX's cache)
             in_grads = apply(vjp_op, *primals, *cts)
             applied = op.prim.callbacks_applied
             done = applied(dict(op.params)) if applied is not None else ()
             for i, g in zip(wrt, in_grads):
                 _accumulate(grads, ins[i][1], g)
                 (cooked if i in done else raw).add(ins[i][1])
-        given = []
-        for entry in attached:
-            t = entry.tensor
-            if t is None:
-                continue
-            g = grads.get(entry.vid)
-            if g is None:
-                continue
-            if entry.callbacks and (t._vid in raw or t._vid not in cooked):
-                g = _run_callbacks(t, g, entry.callbacks)
-                if g is None:  # (a callback's "no gradient")
-                    continue
-            given.append((t, g))
-        self._deliver_all(given)
-        return grads
 
     def _grouped(self, ys, dys, attached, live, keep, sig=None):
         """The backward walk of :meth:`_backward_tape` with its gradient ops collected as ONE ``sequence`` op (under
@@ -773,6 +843,7 @@ def _is_float(data):
 
 _MISSING = object()
 _WALKS_KEPT = 32  # walk signatures a GradManager keeps (a program cycling through more plans its walks anew)
+_AHEAD_QUIET = 2  # walks in a row with nothing new to compile ahead, after which a manager stops predicting them
 _FLOAT_DTYPES: dict = {}  # dtype -> whether it has gradients (_is_float), for the signatures
 
 
@@ -869,6 +940,14 @@ def _keep_node(t, like):
     if node is not None:
         t._lnode = node
     return t
+
+
+def _array_type(data):
+    """``(shape, dtype, weak_type)`` of a concrete array, as JAX keys a kernel by it; None for anything else (a
+    pending or rematerialized value)."""
+    if not isinstance(data, jax.Array) or isinstance(data, jax.core.Tracer):
+        return None
+    return data.shape, data.dtype, data.weak_type
 
 
 def _accumulate(grads, vid, g):

@@ -19,6 +19,9 @@ import time:
 * **context** (:func:`register_context` / :func:`context_key`): global switches the ops a body records depend on
   without their being arguments (``amp.autocast``, the float32 matmul precision); a traced function keys its
   recordings by them, so a call under another context records again instead of running the old executable.
+* **kernel compiler** (:func:`register_kernel_compiler` / :func:`kernel_compiler`): compiles eager kernels ahead on
+  worker threads (``jit._kernels_ahead``), for a GradManager's eager backward walk, whose gradient ops are known
+  before it runs them.
 
 Example:
     >>> from megxla.core import _registry
@@ -29,7 +32,7 @@ from __future__ import annotations
 
 __all__ = ["register_implicit_state", "implicit_state", "register_state_walker", "state_walker",
            "bump_epoch", "epoch", "set_grad_gate", "grad_gate", "register_callback_runner", "callback_runners",
-           "register_context", "context_key"]
+           "register_context", "context_key", "register_kernel_compiler", "kernel_compiler"]
 
 # ---- implicit state ---------------------------------------------------------------------------------------
 _IMPLICIT: dict = {}
@@ -200,3 +203,30 @@ def context_key() -> tuple:
         True
     """
     return tuple(get() for _, get in _CONTEXT)
+
+
+# ---- eager kernels compiled ahead ------------------------------------------------------------------------------
+_KERNEL_COMPILER: list = [None]
+
+
+def register_kernel_compiler(compile_kernels):
+    """Register ``compile_kernels(jobs) -> list of futures (or None) | None``: start compiling the eager kernels
+    ``jobs`` ``[(op, input types ((shape, dtype, weak_type), ...))]`` on worker threads.
+
+    Example:
+        >>> saved = kernel_compiler(); register_kernel_compiler(None); kernel_compiler() is None
+        True
+        >>> register_kernel_compiler(saved)
+    """
+    _KERNEL_COMPILER[0] = compile_kernels
+
+
+def kernel_compiler():
+    """The registered eager-kernel compiler, or None.
+
+    Example:
+        >>> import megxla.jit  # noqa: F401  (registers it)
+        >>> kernel_compiler() is not None
+        True
+    """
+    return _KERNEL_COMPILER[0]

@@ -20,9 +20,10 @@ import time
 
 import jax
 
+from ..core import _registry
 from . import _tiers
 
-__all__ = ["compile_ahead", "wait", "cancel", "THREADS"]
+__all__ = ["compile_ahead", "compile_kernels", "wait", "cancel", "THREADS"]
 
 
 def _cores():
@@ -101,6 +102,42 @@ def _start(ops, jobs):
     for k, (op, tin) in jobs:
         ahead[k] = pool.submit(_compile, op, tin)
     return ahead
+
+
+_met_grads: dict = {}  # (op, input types) of gradient kernels submitted here (compile_kernels) -> True
+
+
+def compile_kernels(jobs):
+    """Start compiling the eager kernels ``jobs`` ``[(op, input types)]`` (a GradManager's eager backward walk, in
+    the order it will run them) that were not submitted here before; returns each job's future (None where nothing
+    is compiled for it), or None where fewer than two are.
+
+    Why: a backward walk is known before it runs -- its gradient ops and their input types follow from the tape --
+    so with a cold cache the workers compile its kernels while the walk runs the first ones (a MobileNetV3 step's
+    backward compiled ~280 kernels one after another: 8.6 s of its 16.7 s first step).
+
+    Example:
+        >>> compile_kernels([]) is None
+        True
+    """
+    if THREADS < 2 or len(jobs) < 2:
+        return None
+    met = _met_grads
+    if len(met) > MET_KEPT:
+        met.clear()
+    todo = []
+    for k, (op, tin) in enumerate(jobs):
+        key = (op, tuple(tin))
+        if key in met or op.transient or op.prim.eager_kernel is not None:
+            continue
+        met[key] = True
+        todo.append((k, key))
+    if len(todo) < 2:
+        return None
+    return _start(jobs, todo)
+
+
+_registry.register_kernel_compiler(compile_kernels)
 
 
 def wait(future):

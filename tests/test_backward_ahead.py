@@ -1,0 +1,121 @@
+"""A GradManager's eager backward walk compiles its gradient ops' kernels ahead on worker threads
+(``GradManager._compile_ahead`` through ``core._registry`` to ``jit._kernels_ahead.compile_kernels``): the walk is
+predicted from the tape, and the prediction must be the walk that runs."""
+import numpy as np
+import pytest
+
+import megxla as mge
+import megxla.functional as F
+import megxla.module as M
+from megxla.autodiff import GradManager, grad_manager as gmod
+from megxla.core._op import VJP
+from megxla.jit import _kernels_ahead
+
+pytestmark = pytest.mark.skipif(_kernels_ahead.THREADS < 2, reason="needs two worker threads")
+
+
+class _Net(M.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = M.Conv2d(3, 5, 3, padding=1)
+        self.bn = M.BatchNorm2d(5)
+        self.fc = M.Linear(5 * 7 * 9, 4)
+
+    def forward(self, x):
+        y = F.relu(self.bn(self.conv(x)))
+        z = y + y * 0.5  # (a value read twice: its gradients are summed)
+        return self.fc(F.flatten(z, 1)), y.detach().sum()
+
+
+def _types(arrays):
+    return tuple((tuple(a.shape), np.dtype(a.dtype), bool(a.weak_type)) for a in arrays)
+
+
+def test_the_predicted_walk_is_the_walk_that_runs_and_its_kernels_compile_ahead(monkeypatch):
+    mge.random.seed(0)
+    net = _Net()
+    gm = GradManager().attach(net.parameters())
+    x = mge.tensor(np.random.RandomState(0).standard_normal((3, 3, 7, 9)).astype("float32"))
+    y = mge.tensor(np.array([0, 3, 1], "int32"))
+    ran, predicted = [], []
+    real_apply = gmod.apply
+
+    def apply(op, *inputs):
+        if op.prim is VJP:
+            ran.append((op, _types([t._data for t in inputs])))
+        return real_apply(op, *inputs)
+    monkeypatch.setattr(gmod, "apply", apply)
+    real_compile = _kernels_ahead.compile_kernels
+
+    def compile_kernels(jobs):
+        predicted.extend((op, tuple((tuple(s), np.dtype(d), bool(w)) for s, d, w in types)) for op, types in jobs)
+        return real_compile(jobs)
+    monkeypatch.setattr(gmod._registry, "_KERNEL_COMPILER", [compile_kernels])
+    started = len(_kernels_ahead._met_grads)
+    with gm:
+        logits, _ = net(x)
+        loss = F.nn.cross_entropy(logits, y)
+        gm.backward(loss)
+    assert len(ran) >= 6 and predicted == ran  # (the same gradient ops, in the walk's order, on the same types)
+    assert len(_kernels_ahead._met_grads) > started  # (new shapes: their kernels were submitted to the workers)
+    grads = [p.grad.numpy() for p in net.parameters()]
+
+    # the same step with nothing compiled ahead gives the same gradients
+    monkeypatch.setattr(gmod._registry, "_KERNEL_COMPILER", [None])
+    for p in net.parameters():
+        p.grad = None
+    with gm:
+        logits, _ = net(x)
+        gm.backward(F.nn.cross_entropy(logits, y))
+    for g, p in zip(grads, net.parameters()):
+        np.testing.assert_array_equal(g, p.grad.numpy())
+
+
+def test_a_steady_loop_stops_predicting_its_walks():
+    mge.random.seed(1)
+    net = _Net()
+    gm = GradManager().attach(net.parameters())
+    x = mge.tensor(np.random.RandomState(1).standard_normal((2, 3, 7, 9)).astype("float32"))
+    calls = []
+    real = gm._compile_ahead
+    gm._compile_ahead = lambda *a: calls.append(1) or real(*a)
+    for _ in range(6):
+        with gm:
+            logits, _ = net(x)
+            gm.backward(logits.sum())
+    # the first walk submits its kernels; the next two find nothing new; after them no walk is predicted
+    assert len(calls) == 1 + gmod._AHEAD_QUIET and gm._ahead_walks == gmod._AHEAD_QUIET
+
+
+def test_a_walk_that_raises_leaves_no_compile_waiting(monkeypatch):
+    mge.random.seed(2)
+    net = _Net()
+    gm = GradManager().attach(net.parameters())
+    x = mge.tensor(np.random.RandomState(2).standard_normal((4, 3, 7, 9)).astype("float32"))
+    futures = []
+    real_compile = _kernels_ahead.compile_kernels
+
+    def compile_kernels(jobs):
+        out = real_compile(jobs)
+        futures.extend(f for f in out or () if f is not None)
+        return out
+    monkeypatch.setattr(gmod._registry, "_KERNEL_COMPILER", [compile_kernels])
+    real_apply = gmod.apply
+    seen = []
+
+    def apply(op, *inputs):
+        if op.prim is VJP:
+            seen.append(op)
+            if len(seen) == 2:
+                raise KeyboardInterrupt
+        return real_apply(op, *inputs)
+    monkeypatch.setattr(gmod, "apply", apply)
+    with pytest.raises(KeyboardInterrupt):
+        with gm:
+            logits, _ = net(x)
+            gm.backward(logits.sum())
+    # the compiles not started were dropped (a worker may still finish the ones it runs)
+    assert futures and any(f.cancelled() for f in futures)
+    assert all(f.cancelled() or f.running() or f.done() for f in futures)
+    for f in futures:
+        assert f.cancelled() or f.result(timeout=120) is None
