@@ -3,6 +3,7 @@ replays it backwards with one ``vjp[op]`` op per record -- gradients go through 
 forward ops, so they are traced and compiled like them."""
 from __future__ import annotations
 
+import concurrent.futures
 import functools
 import threading
 import weakref
@@ -103,6 +104,8 @@ class GradManager:
         self._late: dict = {}  # value id -> tape position of a tensor attached while recording
         self._walks: dict = {}  # backward walk signature -> its _Walk (or None: not collected as one sequence)
         self._ahead_walks = 0  # walks in a row that found no kernel to compile ahead (see _compile_ahead)
+        self._guess = None  # while recording cold: gradient kernels guessed, not yet handed to the workers
+        self._guessed = False
         self._functions: dict = {}  # first output id of an autodiff.Function node -> the Function
         # Bumped when the attached set changes from outside a traced call: a compiled step recorded with this
         # manager computes the gradients of what was attached then, so it records again (megxla.jit reads it).
@@ -217,6 +220,10 @@ class GradManager:
             self._sent, self._received = [], []
             self._transient = []
             self._remat = {}
+            # (cold, eager: the taped ops' gradient kernels are guessed and compiled while the forward runs)
+            self._guess = [] if self._ahead_walks < _AHEAD_QUIET and not _lazy.WANTED[0] \
+                and _registry.kernel_compiler() is not None else None
+            self._guessed = False  # (whether a guess found a kernel not compiled before)
             _dispatch.recorders.append(self)
             self._recording = True
         finally:
@@ -242,6 +249,7 @@ class GradManager:
         self._late = {}
         self._functions = {}
         self._remat = {}
+        self._guess = None
         self._group = ()
         self._sent, self._received = [], []
         for t in self._transient:
@@ -318,10 +326,47 @@ class GradManager:
             # gathered by fully_shard: the backward gathers them again instead of keeping them all alive)
             out = outputs[0]
             remat[out._vid] = _Remat(op, ins, out.dtype)
+        if self._guess is not None and not op.multiple_results:
+            self._guess_gradient(op, inputs, outputs[0], tracked)
         cut = _NONDIFF_OUT.get(op.name, ())
         for i, t in enumerate(outputs):
             if i not in cut:
                 tracked.add(t._vid)
+
+    def _guess_gradient(self, op, inputs, out, tracked):
+        """(Recording, cold, eager) Guess the gradient op of the op just taped -- its one output will get a
+        gradient, as nearly every taped op's does -- and hand its kernel to the kernel workers, ``_GUESS_BATCH`` at a
+        time: compiled while the forward runs, on the core the forward's own compiles leave idle. The walk's
+        prediction (:meth:`_compile_ahead`) then finds them compiled or compiling; a wrong guess only compiles a
+        kernel nobody calls."""
+        if op.transient or op.prim is _FUNCTION or self._remat:
+            return
+        out_type = _array_type(out._data)
+        if out_type is None or not _is_float(out._data):
+            return
+        nondiff = _NONDIFF.get(op.name) or ()
+        cut = op.prim.nondiff_inputs
+        if cut is not None:
+            nondiff = cut(dict(op.params), (True,))
+        types, wrt = [], []
+        for i, t in enumerate(inputs):
+            data = t._data
+            ty = _array_type(data)
+            if ty is None:
+                return
+            types.append(ty)
+            if t._vid in tracked and i not in nondiff and _is_float(data):
+                wrt.append(i)
+        if not wrt:
+            return
+        types.append(out_type)
+        guess = self._guess
+        guess.append((VJP.bind(op=op, nin=len(inputs), wrt=tuple(wrt), given=(True,)), types))
+        if len(guess) >= _GUESS_BATCH:
+            self._guess = []
+            compile_kernels = _registry.kernel_compiler()
+            if compile_kernels is not None and compile_kernels(guess, guessed=True) is not None:
+                self._guessed = True
 
     # ---- backward ----------------------------------------------------------------------------------------
     def backward(self, y=None, dy=None):
@@ -487,8 +532,9 @@ class GradManager:
 
         The walk is predicted from the tape as :meth:`_walk` makes it (which outputs will have a gradient, so each
         gradient op and its input types); a wrong guess only compiles a kernel the walk does not use. A manager
-        whose walks found nothing new to compile ``_AHEAD_QUIET`` times in a row stops predicting (a training
-        loop's steady state: the prediction is Python over the whole tape)."""
+        whose steps found nothing new to compile (guessed while recording, or predicted here) ``_AHEAD_QUIET``
+        times in a row stops guessing and predicting (a training loop's steady state: both are Python over the
+        whole tape)."""
         compile_kernels = _registry.kernel_compiler()
         if compile_kernels is None or self._remat:
             self._ahead_walks = _AHEAD_QUIET
@@ -528,10 +574,10 @@ class GradManager:
             jobs.append((VJP.bind(op=op, nin=len(ins), wrt=wrt, given=given), types))
             positions.append(k)
         futures = compile_kernels(jobs)
+        # (quiet: nothing new to compile for this step, neither guessed while recording nor found now)
+        self._ahead_walks = 0 if futures is not None or self._guessed else self._ahead_walks + 1
         if futures is None:
-            self._ahead_walks += 1
             return None
-        self._ahead_walks = 0
         return {k: f for k, f in zip(positions, futures) if f is not None}
 
     def _walk(self, grads, live, keep, value_of, ahead, cooked, raw):
@@ -566,7 +612,10 @@ class GradManager:
             if ahead:
                 f = ahead.pop(k, None)
                 if f is not None:
-                    f.result()  # (its kernel, compiled by a worker: the call below finds it in JAX's cache)
+                    try:
+                        f.result()  # (its kernel, compiled by a worker: the call below finds it in JAX's cache)
+                    except concurrent.futures.CancelledError:
+                        pass  # (dropped by a walk that raised: compiled at the call, as without)
             in_grads = apply(vjp_op, *primals, *cts)
             applied = op.prim.callbacks_applied
             done = applied(dict(op.params)) if applied is not None else ()
@@ -844,6 +893,7 @@ def _is_float(data):
 _MISSING = object()
 _WALKS_KEPT = 32  # walk signatures a GradManager keeps (a program cycling through more plans its walks anew)
 _AHEAD_QUIET = 2  # walks in a row with nothing new to compile ahead, after which a manager stops predicting them
+_GUESS_BATCH = 4  # gradient kernels guessed while recording, handed to the workers together
 _FLOAT_DTYPES: dict = {}  # dtype -> whether it has gradients (_is_float), for the signatures
 
 

@@ -210,8 +210,9 @@ _KERNEL_COMPILER: list = [None]
 
 
 def register_kernel_compiler(compile_kernels):
-    """Register ``compile_kernels(jobs) -> list of futures (or None) | None``: start compiling the eager kernels
-    ``jobs`` ``[(op, input types ((shape, dtype, weak_type), ...))]`` on worker threads.
+    """Register ``compile_kernels(jobs, guessed=False) -> list of futures (or None) | None``: start compiling the
+    eager kernels ``jobs`` ``[(op, input types ((shape, dtype, weak_type), ...))]`` on worker threads
+    (``guessed``: while the calling thread compiles kernels of its own).
 
     Example:
         >>> saved = kernel_compiler(); register_kernel_compiler(None); kernel_compiler() is None

@@ -37,9 +37,10 @@ THREADS = 0 if os.environ.get("MEGXLA_KERNELS_AHEAD", "1") == "0" else min(_core
 MET_KEPT = 1 << 16
 _met: dict = {}  # (op, input types) whose kernel a cluster run op by op has met here -> its output types
 _pool = [None]
+_spare_pool = [None]  # (compile_kernels' guesses, made while the calling thread compiles the forward's kernels)
 # (a forked child -- a DataLoader worker -- has none of the parent's worker threads: a pool it inherited would take
 # its compiles and never run them, and the op waiting for one would wait for ever)
-os.register_at_fork(after_in_child=lambda: _pool.__setitem__(0, None))
+os.register_at_fork(after_in_child=lambda: (_pool.__setitem__(0, None), _spare_pool.__setitem__(0, None)))
 
 
 def _compile(op, types):
@@ -90,27 +91,31 @@ def compile_ahead(ops, env, shapes, input_type):
     return _start(ops, jobs)
 
 
-def _start(ops, jobs):
-    """The futures of ``jobs`` ((position, (op, input types))) submitted to the workers, or None: fewer than two."""
+def _start(ops, jobs, spare=False):
+    """The futures of ``jobs`` ((position, (op, input types))) submitted to the workers, or None: fewer than two.
+    ``spare``: to the workers of the cores the calling thread leaves (one fewer: it goes on compiling its own)."""
     if len(jobs) < 2:
         return None
-    pool = _pool[0]
+    slot = _spare_pool if spare else _pool
+    pool = slot[0]
     if pool is None:
         # (a worker's compile time is no step's: the thread waiting for it counts its wait)
-        pool = _pool[0] = concurrent.futures.ThreadPoolExecutor(THREADS, "megxla-kernels", _tiers.mark_background)
+        pool = slot[0] = concurrent.futures.ThreadPoolExecutor(THREADS - 1 if spare else THREADS,
+                                                               "megxla-kernels", _tiers.mark_background)
     ahead = [None] * len(ops)
     for k, (op, tin) in jobs:
         ahead[k] = pool.submit(_compile, op, tin)
     return ahead
 
 
-_met_grads: dict = {}  # (op, input types) of gradient kernels submitted here (compile_kernels) -> True
+_met_grads: dict = {}  # (op, input types) of gradient kernels submitted here (compile_kernels) -> its future
 
 
-def compile_kernels(jobs):
-    """Start compiling the eager kernels ``jobs`` ``[(op, input types)]`` (a GradManager's eager backward walk, in
-    the order it will run them) that were not submitted here before; returns each job's future (None where nothing
-    is compiled for it), or None where fewer than two are.
+def compile_kernels(jobs, guessed=False):
+    """Start compiling the eager kernels ``jobs`` ``[(op, input types)]`` (a GradManager's gradient kernels, in the
+    order its walk will run them) that were not submitted here before; returns each job's future where its
+    compile is under way (started now or before), else None there -- or None where no job has one. ``guessed``:
+    guessed while the forward runs, compiled by one worker fewer (the forward's thread compiles on a core too).
 
     Why: a backward walk is known before it runs -- its gradient ops and their input types follow from the tape --
     so with a cold cache the workers compile its kernels while the walk runs the first ones (a MobileNetV3 step's
@@ -120,21 +125,34 @@ def compile_kernels(jobs):
         >>> compile_kernels([]) is None
         True
     """
-    if THREADS < 2 or len(jobs) < 2:
+    if THREADS < 2 or not jobs:
         return None
     met = _met_grads
     if len(met) > MET_KEPT:
         met.clear()
+    out = [None] * len(jobs)
     todo = []
     for k, (op, tin) in enumerate(jobs):
         key = (op, tuple(tin))
-        if key in met or op.transient or op.prim.eager_kernel is not None:
+        f = met.get(key, _NO_FUTURE)
+        if f is not _NO_FUTURE:
+            if f is not None and not f.done():
+                out[k] = f  # (submitted by an earlier call, still compiling: the walk waits for it)
             continue
-        met[key] = True
+        if op.transient or op.prim.eager_kernel is not None:
+            continue
         todo.append((k, key))
-    if len(todo) < 2:
-        return None
-    return _start(jobs, todo)
+    started = _start(jobs, todo, spare=guessed)
+    if started is not None:
+        for k, key in todo:
+            out[k] = met[key] = started[k]
+    return out if any(f is not None for f in out) else None
+
+
+_NO_FUTURE = object()
+# (a forked child inherits the futures of compiles its parent had under way, which no thread of its own will
+# finish: a walk waiting for one would wait for ever)
+os.register_at_fork(after_in_child=_met_grads.clear)
 
 
 _registry.register_kernel_compiler(compile_kernels)
