@@ -27,15 +27,20 @@ class _Net(M.Module):
         return self.fc(F.flatten(z, 1)), y.detach().sum()
 
 
+def _setup(seed, batch):
+    """A fresh network (of its own input shapes: its kernels are new to this process), its manager and a batch."""
+    mge.random.seed(seed)
+    net = _Net()
+    x = mge.tensor(np.random.RandomState(seed).standard_normal((batch, 3, 7, 9)).astype("float32"))
+    return net, GradManager().attach(net.parameters()), x
+
+
 def _types(arrays):
     return tuple((tuple(a.shape), np.dtype(a.dtype), bool(a.weak_type)) for a in arrays)
 
 
 def test_the_predicted_walk_is_the_walk_that_runs_and_its_kernels_compile_ahead(monkeypatch):
-    mge.random.seed(0)
-    net = _Net()
-    gm = GradManager().attach(net.parameters())
-    x = mge.tensor(np.random.RandomState(0).standard_normal((3, 3, 7, 9)).astype("float32"))
+    net, gm, x = _setup(0, 3)
     y = mge.tensor(np.array([0, 3, 1], "int32"))
     ran, predicted = [], []
     real_apply = gmod.apply
@@ -76,26 +81,22 @@ def test_the_predicted_walk_is_the_walk_that_runs_and_its_kernels_compile_ahead(
 
 
 def test_a_steady_loop_stops_predicting_its_walks():
-    mge.random.seed(1)
-    net = _Net()
-    gm = GradManager().attach(net.parameters())
-    x = mge.tensor(np.random.RandomState(1).standard_normal((2, 3, 7, 9)).astype("float32"))
-    calls = []
+    net, gm, x = _setup(1, 2)
+    calls, guessing = [], []
     real = gm._compile_ahead
     gm._compile_ahead = lambda *a: calls.append(1) or real(*a)
     for _ in range(6):
         with gm:
+            guessing.append(gm._guess is not None)
             logits, _ = net(x)
             gm.backward(logits.sum())
-    # the first walk submits its kernels; the next two find nothing new; after them no walk is predicted
+    # the first step compiles its kernels; the next two find nothing new; after them no step guesses or predicts
     assert len(calls) == 1 + gmod._AHEAD_QUIET and gm._ahead_walks == gmod._AHEAD_QUIET
+    assert guessing == [True] * (1 + gmod._AHEAD_QUIET) + [False] * (5 - gmod._AHEAD_QUIET)
 
 
 def test_a_walk_that_raises_leaves_no_compile_waiting(monkeypatch):
-    mge.random.seed(2)
-    net = _Net()
-    gm = GradManager().attach(net.parameters())
-    x = mge.tensor(np.random.RandomState(2).standard_normal((4, 3, 7, 9)).astype("float32"))
+    net, gm, x = _setup(2, 4)
     futures = []
     real_compile = _kernels_ahead.compile_kernels
 
