@@ -223,11 +223,11 @@ def register_kernel_compiler(compile_kernels):
 
 
 def kernel_compiler():
-    """The registered eager-kernel compiler, or None.
+    """The registered eager-kernel compiler (``jit`` registers one at import), or None.
 
     Example:
-        >>> import megxla.jit  # noqa: F401  (registers it)
-        >>> kernel_compiler() is not None
+        >>> compile_kernels = kernel_compiler()
+        >>> compile_kernels is None or compile_kernels([]) is None  # (no kernels: nothing started)
         True
     """
     return _KERNEL_COMPILER[0]
