@@ -34,7 +34,8 @@ def test_convolutions_and_their_gradients_have_the_options_other_ops_none():
     assert PRIMITIVES["add"].bind().kernel_options is None
     # inside another trace, a kernel without options (JAX refuses a nested jit with them); the eager kernel's own
     # elsewhere
-    assert conv.nested_kernel is not conv.kernel and PRIMITIVES["add"].bind().nested_kernel is PRIMITIVES["add"].bind().kernel
+    add = PRIMITIVES["add"].bind()
+    assert conv.nested_kernel is not conv.kernel and add.nested_kernel is add.kernel
     x, w = jax.numpy.ones((1, 2, 4, 4)), jax.numpy.ones((3, 2, 3, 3))
     np.testing.assert_array_equal(jax.jit(lambda a, b: conv.nested_kernel(a, b) * 2)(x, w), conv.kernel(x, w) * 2)
     assert VJP.bind(op=PRIMITIVES["add"].bind(), nin=2, wrt=(0,), given=(True,)).kernel_options is None

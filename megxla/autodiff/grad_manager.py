@@ -344,24 +344,15 @@ class GradManager:
         out_type = _array_type(out._data)
         if out_type is None or not _is_float(out._data):
             return
-        nondiff = _NONDIFF.get(op.name) or ()
-        cut = op.prim.nondiff_inputs
-        if cut is not None:
-            nondiff = cut(dict(op.params), (True,))
-        types, wrt = [], []
-        for i, t in enumerate(inputs):
-            data = t._data
-            ty = _array_type(data)
-            if ty is None:
-                return
-            types.append(ty)
-            if t._vid in tracked and i not in nondiff and _is_float(data):
-                wrt.append(i)
+        types = [_array_type(t._data) for t in inputs]
+        if None in types:
+            return
+        wrt = _gradient_inputs(op, [(t._data, t._vid) for t in inputs], [t._vid in tracked for t in inputs], (True,))
         if not wrt:
             return
         types.append(out_type)
         guess = self._guess
-        guess.append((VJP.bind(op=op, nin=len(inputs), wrt=tuple(wrt), given=(True,)), types))
+        guess.append((VJP.bind(op=op, nin=len(inputs), wrt=wrt, given=(True,)), types))
         if len(guess) >= _GUESS_BATCH:
             self._guess = []
             compile_kernels = _registry.kernel_compiler()
@@ -559,11 +550,7 @@ class GradManager:
                 n_in = dict(op.params)["n_in"]
                 has.update(v for (data, v), on in zip(ins[:n_in], live[k]) if on and _is_float(data))
                 continue
-            nondiff = _NONDIFF.get(op.name) or ()
-            cut = op.prim.nondiff_inputs
-            if cut is not None:
-                nondiff = cut(dict(op.params), given)
-            wrt = tuple(i for i, (data, v) in enumerate(ins) if live[k][i] and _is_float(data) and i not in nondiff)
+            wrt = _gradient_inputs(op, ins, live[k], given)
             if not wrt:
                 continue
             types = [value_type[v] for _, v in ins]
@@ -598,11 +585,7 @@ class GradManager:
                         _accumulate(grads, v, g)
                         raw.add(v)
                 continue
-            nondiff = _NONDIFF.get(op.name) or ()
-            cut = op.prim.nondiff_inputs
-            if cut is not None:  # (a compiled graph: the inputs its recorded ops give no gradient)
-                nondiff = cut(dict(op.params), given)
-            wrt = tuple(i for i, (data, v) in enumerate(ins) if live[k][i] and _is_float(data) and i not in nondiff)
+            wrt = _gradient_inputs(op, ins, live[k], given)
             if not wrt:
                 continue
             # (an attached intermediate value keeps its gradient for delivery after the walk)
@@ -674,9 +657,7 @@ class GradManager:
                 continue
             if _not_groupable(op):
                 return None
-            nondiff = _NONDIFF.get(op.name) or ()
-            flags = live[k]
-            wrt = tuple(i for i, (data, v) in enumerate(ins) if flags[i] and _is_float(data) and i not in nondiff)
+            wrt = _gradient_inputs(op, ins, live[k], given)
             if not wrt:
                 continue
             cts = [grads[v] if v in keep else grads.pop(v) for v in outs if v in grads]
@@ -990,6 +971,18 @@ def _keep_node(t, like):
     if node is not None:
         t._lnode = node
     return t
+
+
+def _gradient_inputs(op, ins, flags, given):
+    """The positions of the inputs ``ins`` (``(data, value id)``) of a taped ``op`` that get a gradient, given which
+    depend on attached tensors (``flags``) and which outputs have one (``given``): float inputs the op does not
+    cut (the divisor of ``%``; a compiled graph's inputs its recorded ops give no gradient). One rule for the walk,
+    its prediction, the guesses made while recording and the grouped walk's plan."""
+    nondiff = _NONDIFF.get(op.name) or ()
+    cut = op.prim.nondiff_inputs
+    if cut is not None:
+        nondiff = cut(dict(op.params), given)
+    return tuple(i for i, (data, _) in enumerate(ins) if flags[i] and i not in nondiff and _is_float(data))
 
 
 def _array_type(data):
