@@ -2546,7 +2546,11 @@ def test_a_cluster_of_many_scalar_inputs_compiles_quick_only(auto_jit, monkeypat
     real_compile = stages.Lowered.compile
 
     def spy(self, compiler_options=None, **kw):
-        options.append(compiler_options)
+        import threading
+        if not threading.current_thread().name.startswith("megxla-kernels"):
+            # (the workers compiling the eager kernels of a cluster run op by op -- a new key before it recurs --
+            # compile those with the kernels' own options: only when the process has not met the ops before)
+            options.append(compiler_options)
         return real_compile(self, compiler_options=compiler_options, **kw)
     monkeypatch.setattr(stages.Lowered, "compile", spy)
 

@@ -12,8 +12,8 @@ it is not done. The two executables may round differently in the last bits (fusi
 switch "when ready" would make a run's numbers depend on the machine's load; at a fixed run, the same program gives
 the same numbers in every process in the same cache state. The wait is bounded, though: by ``SWITCH_WAIT`` seconds
 or ``SWITCH_STEPS`` intervals between the quick executable's runs, whichever is longer. A compile that takes longer
--- a 3,500-op unrolled LSTM step's took 47 s cold on 2 cores, and its 8th step waited 46 s where eager steps take
-0.1 s -- leaves the quick executable running, and the optimized one takes over at the first run after it is ready:
+-- a 3,500-op unrolled LSTM step's took 47 s cold on 2 cores, and its switch step waited 46 s where eager steps
+take 0.1 s -- leaves the quick executable running, and the optimized one takes over at the first run after it is ready:
 there only, the run it switches at depends on the load. Once the optimized executable exists (in JAX's persistent
 cache), ``on_optimized`` lets ``_persist`` mark the kept program: a warm start compiles -- loads -- the optimized
 executable at once, with no quick tier. The quick executable is kept in JAX's cache too (~0.4 s of a cold first
@@ -45,7 +45,11 @@ __all__ = ["compile", "compile_parts", "quick", "tiered", "parts_for", "stats", 
 FAST_OPTIONS = {"cpu": {"xla_cpu_use_fusion_emitters": False, "xla_backend_optimization_level": 0}}
 MIN_OPS = 256
 START_RUN = 2  # the optimized compile starts at the quick executable's second run (the cluster recurs)...
-SWITCH_RUN = 8  # ... and replaces it at its eighth
+# ... and replaces it at its third, waiting for it there. On 2 cores the quick executable's runs beside the
+# background compile took 4x an optimized run's time (MobileNetV3 2.3-2.7 s against 0.62), so an 8th-run switch cost
+# more than the wait: the first 12 steps of a cold process took 22.7 against 25.7 s (MobileNetV3), 21.1 against 24.2
+# (MobileNetV2), 30.9 against 38.0 (EfficientNet-B0), the first step the same
+SWITCH_RUN = 3
 SWITCH_WAIT, SWITCH_STEPS = 2.0, 10  # ... waiting at most that long, or 10 of its runs' intervals, for it
 # A cluster compiled cold runs its quick tier in parts of at least PART_OPS ops, at most MAX_PARTS: each part is
 # compiled on a thread of its own as soon as it is lowered (XLA:CPU's quick compile keeps one core busy; the next
