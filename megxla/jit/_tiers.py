@@ -13,8 +13,8 @@ switch "when ready" would make a run's numbers depend on the machine's load; at 
 the same numbers in every process in the same cache state. The wait is bounded, though: by ``SWITCH_WAIT`` seconds
 or ``SWITCH_STEPS`` intervals between the quick executable's runs, whichever is longer. A compile that takes longer
 -- a 3,500-op unrolled LSTM step's took 47 s cold on 2 cores, and its switch step waited 46 s where eager steps
-take 0.1 s -- leaves the quick executable running, and the optimized one takes over at the first run after it is ready:
-there only, the run it switches at depends on the load. Once the optimized executable exists (in JAX's persistent
+take 0.1 s -- leaves the quick executable running, and the optimized one takes over at the first run after it is
+ready: there only, the run it switches at depends on the load. Once the optimized executable exists (in JAX's persistent
 cache), ``on_optimized`` lets ``_persist`` mark the kept program: a warm start compiles -- loads -- the optimized
 executable at once, with no quick tier. The quick executable is kept in JAX's cache too (~0.4 s of a cold first
 step): a program that stops before its cluster's optimized compile -- a script under development failing after its
