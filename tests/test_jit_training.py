@@ -97,7 +97,10 @@ def test_xla_trace_training_matches_eager(opt_name):
     model2, opt2, gm2 = _setup(OPTIMIZERS[opt_name])
     step = xla_trace(_make_step(gm2))
     compiled = (model2, opt2, _run(model2, opt2, step, data))
-    _assert_same(eager, compiled)
+    # Adagrad divides by the root of its summed squares (eps 1e-10): an entry whose gradients stay near zero
+    # moves by ~lr * g / |g|, which turns the last bits of g (a fused conv's summation order, an FMA) into 1e-5s
+    # of the weight (3.3e-5 on one of conv2's 288 weights, on a Sapphire Rapids CPU)
+    _assert_same(eager, compiled, atol=1e-4 if opt_name == "Adagrad" else 1e-5)
     assert eager[2][-1] < eager[2][0] * 1.5
     assert step.num_compiled <= 2  # slots created at the first call: one re-record, then one executable
     assert model2.conv1.weight._is_external_value()

@@ -339,19 +339,24 @@ def test_qat_resnet18_step_eager_equals_xla_trace_over_five_steps():
     # symbolic=False: the first call records eagerly. On every observer's first batch the largest activation
     # sits exactly on a rounding tie (x / scale = 127.5 with scale = max / 127.5): whether its straight-through
     # gradient passes depends on the last bit of that maximum, which a fused conv computes otherwise than the
-    # eager kernels. Over 40 observers a compiled first step resolves some ties differently; later steps have
-    # no ties and agree to float32 (the small models above agree from the first compiled step).
+    # eager kernels (and another CPU's eager kernels otherwise than this one's).
     eager, compiled = _qat_step_fn(ge), xla_trace(_qat_step_fn(gc), symbolic=False)
     rng = np.random.RandomState(0)
     for i in range(5):
         x = mge.Tensor(rng.randn(4, 3, 8, 8).astype(np.float32))
         y = mge.Tensor(rng.randint(0, 10, 4).astype(np.int32))
         np.testing.assert_allclose(compiled(nc, oc, x, y).numpy(), eager(ne, oe, x, y).numpy(), rtol=1e-4)
-    se, sc = _state(ne), _state(nc)
-    observers = [k for k in se if "observer" in k]
-    assert len(observers) > 40
-    for k in se:
-        np.testing.assert_allclose(sc[k], se[k], rtol=1e-3, atol=1e-4, err_msg=k)
+        se, sc = _state(ne), _state(nc)
+        for k in se:
+            np.testing.assert_allclose(sc[k], se[k], rtol=1e-3, atol=1e-4, err_msg=f"step {i}: {k}")
+        # Each step starts from eager's state: fake quantization makes a free run chaotic. An observer's new
+        # maximum sits on a rounding tie (x / scale = 127.5), and its last bit -- a fused conv's, or another CPU's
+        # eager kernels' (Sapphire Rapids) -- decides the tie; the step after, the quantized levels differ and the
+        # loss with them (0.3% at step 3, 18% by step 7, measured with symbolic=True here). From one state the
+        # compiled step and eager's agree to float32 (within 5e-7 here).
+        nc.load_state_dict(ne.state_dict())
+        oc.load_state_dict(oe.state_dict())
+    assert len([k for k in se if "observer" in k]) > 40
 
 
 def test_shape_and_pooling_ops_keep_quantized_parameters():
