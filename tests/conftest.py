@@ -23,10 +23,10 @@ def pytest_sessionfinish(session, exitstatus):
 
 
 def pytest_terminal_summary(terminalreporter):
-    terminalreporter.write_line(f"machine: {machine()}")
+    terminalreporter.write_line(f"machine: {_machine()}")
 
 
-def machine():
+def _machine():
     """The CPU's model, its core count and the features that change floating-point results (Linux; elsewhere the
     platform's processor string)."""
     import platform

@@ -99,7 +99,7 @@ def test_xla_trace_training_matches_eager(opt_name):
     compiled = (model2, opt2, _run(model2, opt2, step, data))
     # Adagrad divides by the root of its summed squares (eps 1e-10): an entry whose gradients stay near zero
     # moves by ~lr * g / |g|, which turns the last bits of g (a fused conv's summation order, an FMA) into 1e-5s
-    # of the weight (3.3e-5 on one of conv2's 288 weights, on a Sapphire Rapids CPU)
+    # of the weight (3.3e-5 on one of conv2's 288 weights, on CI's AVX512-FP16 CPU)
     _assert_same(eager, compiled, atol=1e-4 if opt_name == "Adagrad" else 1e-5)
     assert eager[2][-1] < eager[2][0] * 1.5
     assert step.num_compiled <= 2  # slots created at the first call: one re-record, then one executable
