@@ -17,8 +17,8 @@ MegEngine 1.13's names, mapped onto JAX/XLA's own engines:
   step (``mallopt``: buffers up to 32 MB from its heap, up to 64 MB of freed memory kept), where glibc's defaults
   gave it back to the kernel at every free and each step's new buffers cost a page fault per page: an eager MLP step
   8.4-9.2 -> 6.3-7.1 ms on the 2-core CPU measured. The process's resident size then stays at its peak, as with a
-  caching allocator. ``MEGXLA_RETAIN_HOST_MEMORY=0``, a ``MALLOC_*`` / ``GLIBC_TUNABLES`` malloc setting or a
-  preloaded allocator leaves glibc as configured.
+  caching allocator. ``MEGXLA_RETAIN_HOST_MEMORY=0``, the environment's own setting of those thresholds
+  (``MALLOC_TRIM_THRESHOLD_``... or ``GLIBC_TUNABLES``) or a preloaded allocator leaves glibc as configured.
 - ``_compute_mode`` ("default" or "float32"): as in MegEngine, float32 matmul/conv compute in full float32 either
   way ("float32" also names float32 accumulation for float16 inputs, which XLA does by default). megxla sets JAX's
   ``jax_default_matmul_precision`` to "highest" at import, so float32 means float32 on every backend (JAX alone
@@ -143,6 +143,10 @@ HOST_MMAP_THRESHOLD = 32 << 20
 HOST_TRIM_THRESHOLD = 64 << 20
 
 
+# glibc's names of the knobs set here and of those that change what they do (environment: MALLOC_<NAME>_)
+_MALLOC_KNOBS = ("trim_threshold", "mmap_threshold", "top_pad", "mmap_max")
+
+
 def _retain_freed_host_memory() -> bool:
     """Tell glibc's malloc to keep the memory a step frees for the next step (``mallopt``): whether it was set.
 
@@ -155,9 +159,10 @@ def _retain_freed_host_memory() -> bool:
     did not change beyond the noise. The cost is a caching allocator's: memory freed stays with the process, up to
     HOST_TRIM_THRESHOLD per malloc arena (the 2-layer Transformer's resident size 440-520 -> 550-650 MB in two runs,
     its step unchanged). PyTorch's and JAX's CPU users get the same by preloading jemalloc or tcmalloc; this tunes
-    the allocator the process already has. Not done where the environment configures glibc's malloc itself
-    (``MALLOC_*``, a malloc entry in ``GLIBC_TUNABLES``), where another allocator is preloaded, or with
-    ``MEGXLA_RETAIN_HOST_MEMORY=0``; only on Linux with glibc.
+    the allocator the process already has. Not done where the environment sets these knobs of glibc's malloc itself
+    (``MALLOC_TRIM_THRESHOLD_``, ``MALLOC_MMAP_THRESHOLD_``, ``MALLOC_TOP_PAD_``, ``MALLOC_MMAP_MAX_`` or their
+    ``GLIBC_TUNABLES`` names; ``MALLOC_ARENA_MAX``, common in containers, is another knob), where another allocator
+    is preloaded, or with ``MEGXLA_RETAIN_HOST_MEMORY=0``; only on Linux with glibc.
 
     Example:
         >>> isinstance(_retain_freed_host_memory(), bool)
@@ -165,9 +170,10 @@ def _retain_freed_host_memory() -> bool:
     """
     if not _env_flag("MEGXLA_RETAIN_HOST_MEMORY", True) or not sys.platform.startswith("linux"):
         return False
-    if any(k.startswith("MALLOC_") for k in os.environ) or "malloc" in os.environ.get("GLIBC_TUNABLES", "") \
+    tunables = os.environ.get("GLIBC_TUNABLES", "")
+    if any(f"MALLOC_{k.upper()}_" in os.environ or f"malloc.{k}" in tunables for k in _MALLOC_KNOBS) \
             or "malloc" in os.environ.get("LD_PRELOAD", ""):
-        return False
+        return False  # (the user's own setting of these knobs, or another allocator, stays as it is)
     try:
         if not os.confstr("CS_GNU_LIBC_VERSION").startswith("glibc"):
             return False
