@@ -24,6 +24,7 @@ import os
 
 import numpy as np
 
+from . import _lazy
 from ._lazy import Lazy, known_range
 from .dtypes import host_range, host_value
 from ._tensor import Tensor
@@ -330,8 +331,71 @@ def _static_op(x, index, op, prim):
     return bound
 
 
+def _leading_mask(x, index):
+    """``(mask, the other items)`` where ``index`` starts with a 1-d bool mask Tensor over ``x``'s first axis and
+    holds no other bool index; else None."""
+    items = index if type(index) is tuple else (index,)
+    if not items:
+        return None
+    m = items[0]
+    if not isinstance(m, Tensor) or m.dtype != np.bool_ or m.ndim != 1 or not x.ndim or m.shape[0] != x.shape[0]:
+        return None
+    for i in items[1:]:
+        if type(i) is bool or i is Ellipsis or (isinstance(i, Tensor) and i.dtype == np.bool_):
+            return None
+    return m, items[1:]
+
+
+def _selected_rest(shape, items, op="setitem"):
+    """``(spec, index tensors)`` of the items after a leading mask (ints, slices; for ``setitem`` selections of
+    integers too), checked as ``parse`` checks them; None where another item (or too many) is there: index as
+    ever."""
+    if len(items) >= len(shape):
+        return None
+    spec, tensors = [], []
+    for axis, i in enumerate(items, 1):
+        dim = shape[axis]
+        if type(i) is int:
+            if not -dim <= i < dim:
+                raise _range_error(op, i, dim, axis)
+            spec.append(("i", i))
+        elif type(i) is slice:
+            step = _int(op, i.step)
+            if step == 0:
+                raise BadIndex(f"{op}: slice step cannot be zero")
+            spec.append(("s", _int(op, i.start), _int(op, i.stop), step))
+        elif op == "setitem" and _padded(i) and i.dtype.kind in "iu" and i.ndim == 1:
+            check_index_tensor(op, i, dim, axis)
+            spec.append(("t",))
+            tensors.append(i)
+        else:
+            return None
+    return tuple(spec), tuple(tensors)
+
+
+def _padded(t):
+    return isinstance(t, Tensor) and type(t._data) is Lazy and t._data.pad is not None
+
+
 def getitem(x, index):
     """``x[index]`` as one ``getitem`` op."""
+    if _lazy.SELECT[0] is not None and not _padded(x):
+        # auto-jit: ``x[mask]`` (then ints and slices of the other axes) computed at a fixed size, so that the
+        # clusters using it keep their shapes whatever the count (``ops/padded.py``)
+        found = _leading_mask(x, index)
+        rest = None if found is None else _selected_rest(x.shape, found[1], "getitem")
+        if rest is not None:
+            y = _lazy.SELECT[0](x, found[0], (("s", None, None, None),) + rest[0])
+            if y is not None:
+                return y
+    elif _lazy.SELECT[0] is not None:
+        # a padded selection's ``y[:, k]``, ``y[:, :4]``: its other axes indexed, its rows as they are (their count
+        # not read: ``parse`` reads the shape)
+        items = index if type(index) is tuple else (index,)
+        if items and type(items[0]) is slice and items[0] == slice(None):
+            rest = _selected_rest(x._data.raw_shape, items[1:], "getitem")
+            if rest is not None:
+                return apply(P.getitem.bind(spec=(("s", None, None, None),) + rest[0]), x)
     bound = _static_op(x, index, "getitem", P.getitem)
     if bound is not None:
         return apply(bound, x)
@@ -343,6 +407,16 @@ def setitem(x, index, value):
     """The value of ``x`` after ``x[index] = value`` (``value`` broadcast to the indexed shape, cast to
     ``x``'s dtype), as one ``setitem`` op; ``Tensor.__setitem__`` rebinds ``x`` to it."""
     from ._elemwise_front import as_tensor
+    if _lazy.SET_SELECTED[0] is not None and not _padded(x):
+        lead = _leading_mask(x, index)
+        if lead is not None and (_padded(value) or any(_padded(i) for i in lead[1])):
+            # auto-jit: a selection written back through its mask (``labels[fg] = y[fg]``, ``t[fg, k[fg]] = 1``),
+            # each row past the count dropped (``ops/padded.py``)
+            rest = _selected_rest(x.shape, lead[1])
+            if rest is not None:
+                y = _lazy.SET_SELECTED[0](x, lead[0], (("t",),) + rest[0], rest[1], as_tensor(value, x))
+                if y is not None:
+                    return y
     found = _mask_axis(x, index)
     if found is not None:
         start, mask = found

@@ -40,6 +40,12 @@ MADE: list = [None]
 # ``read()``: a host read of a concrete tensor (``Tensor._value``), set by jit only while a loop's iterations run
 # eagerly between the host reads at one line (see jit's read-site timers), None otherwise.
 READ: list = [None]
+# ``select(x, mask) -> Tensor or None``: ``x[mask]`` (a 1-d bool mask over x's first axis) computed at a fixed size
+# (``ops/padded.py``), or None: index as ever. ``set_selected(x, mask, rest, value) -> Tensor or None``: the value of
+# ``x`` after ``x[(mask,) + rest] = value`` where ``value`` or an index of ``rest`` is such a selection. Set by jit
+# while auto-jit collects the calling thread's ops.
+SELECT: list = [None]
+SET_SELECTED: list = [None]
 # ``megxla.config.auto_jit``: WANTED[0] is the setting; SWITCH[0](on) applies it (registered by jit, which may be
 # imported after the setting is made: it reads WANTED then).
 WANTED: list = [False]
@@ -107,11 +113,15 @@ class Lazy:
 
     # ``bounds`` (set by the collector for some integer results): where the value's entries are known
     # to lie without computing it -- see :func:`known_range`
-    __slots__ = ("shape", "dtype", "ndim", "weak_type", "cluster", "index", "value", "holders", "previous",
-                 "pins", "bounds", "__weakref__")
+    # ``pad`` (a boolean selection auto-jit computes at a fixed size, see ``ops/padded.py``): the selection's
+    # count (jit's ``Pad``: a count Tensor, its value read on the host only when asked) -- ``shape`` is the
+    # selection's, ``count`` rows, read when asked; the cluster computes ``raw_shape``: ``len(mask)`` rows, kept in
+    # ``phys`` once it ran (a later cluster takes them as they are; a read takes the first ``count``)
+    __slots__ = ("raw_shape", "dtype", "ndim", "weak_type", "cluster", "index", "value", "holders", "previous",
+                 "pins", "bounds", "pad", "phys", "__weakref__")
 
     def __init__(self, shape, dtype, weak_type, cluster, index):
-        self.shape = shape
+        self.raw_shape = shape
         self.dtype = dtype
         self.ndim = len(shape)
         self.weak_type = weak_type
@@ -122,6 +132,15 @@ class Lazy:
         self.previous = None  # [(weak ref, data, value id)] of Tensors rebound to it in place, before that
         self.pins = 0  # how many ``previous`` lists hold this placeholder (references that do not make it a result)
         self.bounds = None
+        self.pad = None
+        self.phys = None
+
+    @property
+    def shape(self):
+        p = self.pad
+        if p is None:
+            return self.raw_shape
+        return (p.count(),) + self.raw_shape[1:]  # (a padded selection: its count read on the host once)
 
     @property
     def size(self):
@@ -149,9 +168,13 @@ class Lazy:
     def force(self):
         """The concrete jax array (runs the pending cluster first where needed)."""
         v = self.value
+        if v is None and self.phys is not None:  # (a padded selection, computed: its first ``count`` rows)
+            v = self.value = self.phys[:self.pad.count()]
         if v is None:
             self.cluster.flush()
             v = self.value
+            if v is None and self.phys is not None:
+                v = self.value = self.phys[:self.pad.count()]
             if v is None:
                 raise ClusterFailed(f"a {self.shape} {np.dtype(self.dtype).name} value of an auto-jit cluster that "
                                     f"failed when it ran (the error was raised there)")

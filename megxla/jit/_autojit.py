@@ -56,7 +56,7 @@ from ..core._lazy import Lazy
 from ..core._tensor import Tensor as _Tensor
 from ..core._op import SEQUENCE as _SEQUENCE, VJP as _VJP, check_output_size
 from ..core._spmd import MeshRequired
-from . import _kernels_ahead, _persist, _tiers
+from . import _kernels_ahead, _padded, _persist, _tiers
 # (_change: read here by the tests)
 from ._cluster_change import _change, _signature, _site_change  # noqa: F401
 from ._mode_timer import _COMPILE_SECS, _KERNEL_SECS, ModeTimer
@@ -93,6 +93,7 @@ LOG = os.environ.get("MEGXLA_AUTO_JIT_LOG") == "1"
 # A GradManager's backward collected as one ``sequence`` op (GradManager._grouped, _collect_steps); off: each
 # gradient op applied and collected on its own (the same cluster either way: a debugging and measuring switch)
 GROUP_BACKWARD = os.environ.get("MEGXLA_AUTO_JIT_GROUP_BACKWARD", "1") != "0"
+_PAD_SELECT = _padded.P.pad_select
 _CHECK_VJP = False  # (tests) check the untraced output types of gradient ops against their trace
 
 _ON = [False]
@@ -659,6 +660,7 @@ class _Cluster:
         self.made_at = None  # id of such a Tensor -> its place among them (-1: the latest)
         self.in_made = []  # each input's place among them (None: not one of them)
         self.placed = [0, 0, None]  # (devices) ops and inputs looked at so far, their one device set (False: not one)
+        self.unpadded = {}  # local id of a padded selection -> (its first ``count`` rows' id, the slice op)
 
     def devices(self):
         """The set of the one device every value of the cluster will be on, known before it runs -- its inputs are
@@ -796,6 +798,9 @@ class _Cluster:
                 raise named from (None if error is exc and named is error else exc)
         owner = threading.get_ident() == self.owner
         for z, v in zip(live, values):
+            if z.pad is not None:  # (a padded selection: its Tensors keep the Lazy, see _padded)
+                _padded.give(z, v)
+                continue
             z.value = v
             z.previous = None  # (ran: nothing to restore; the old arrays may go)
             if owner:  # (_swap_in, written out: one pass over the values)
@@ -851,6 +856,8 @@ class _Cluster:
             if v is None:
                 z.cluster = _FAILED
                 failed.append(z)
+            elif z.pad is not None:
+                _padded.give(z, v)
             else:
                 z.value = v
         _swap_in([z for z in live if z.value is not None])
@@ -1688,6 +1695,8 @@ def _swap_in(lazies):
     """Give the Tensors holding these (computed) Lazy values the arrays themselves (the owner thread only)."""
     for z in lazies:
         v = z.value
+        if v is None:  # (a padded selection: its Tensors keep the Lazy)
+            continue
         for ref in z.holders:
             t = ref()
             if t is not None and t._data is z:
@@ -1760,13 +1769,20 @@ def _collect(op, inputs):
             avals = cl.avals
             vmap = cl.vmap
             ids = []
+            padded = op.prim is _PAD_SELECT
             for t in inputs:
                 d = t._data
                 if type(d) is Lazy:
                     if d.cluster is cl and d.value is None:
                         ids.append(d.index)
+                        if d.pad is not None:
+                            padded = True
                         continue
-                    d = _lazy.resolve(t)
+                    if d.phys is not None:  # (a padded selection an earlier cluster computed: its padded rows)
+                        d = d.phys
+                        padded = True
+                    else:
+                        d = _lazy.resolve(t)
                 vid = t._vid
                 i = vmap.get(vid)
                 # A Python number's cached tensor (``x * 0.5``) is one input per use: shared, the key would change with
@@ -1779,6 +1795,17 @@ def _collect(op, inputs):
                     if cl.launched is not None and not cl.launched.same(len(cl.inputs) - 1, d, vid):
                         cl.unguess()
                 ids.append(i)
+            if padded:  # (boolean selections at a fixed size: _padded)
+                if op.prim is _SEQUENCE:
+                    raise _Uncollectable  # (its steps applied one by one: each is collected as _padded says)
+                out = _padded.collect(cl, op, inputs, ids)
+                if out is not None:
+                    if len(cl.ops) >= MAX_OPS or cl.in_bytes > MAX_INPUT_BYTES:
+                        cl.capped = True
+                    return out
+                cl.flush(f"{op.name} runs eagerly", user_where())
+                _stats.eager_ops += 1
+                return [_lazy.resolve(t) for t in inputs]
             if op.prim is _SEQUENCE:
                 return _collect_steps(cl, op, ids, inputs)
             key = (op, tuple([avals[i] for i in ids]))
@@ -1818,6 +1845,15 @@ def _collect(op, inputs):
             _gc_resume()
     except _Uncollectable:
         pass  # (the sequence's steps are applied one by one, below, outside the lock)
+    except _padded.NeedCount as need:
+        # (the op runs on the first rows of a padded selection: their count is read -- a cut, outside the lock --
+        # and the op collected again; or it is not collected on the rows: it runs eagerly)
+        if need.pad is not None:
+            need.pad.count()
+            return _collect(op, inputs)
+        cl.flush(f"{op.name} runs eagerly", user_where())
+        _stats.eager_ops += 1
+        return [_lazy.resolve(t) for t in inputs]
     finally:
         if held:
             _interrupt.leave()
@@ -1890,7 +1926,8 @@ def _collect_steps(cl, op, ids, inputs):
 # result of the cluster).
 def _op_sig(op, inputs):
     """``op`` with the shapes and dtypes of its inputs: what a loop's body repeats at the same point."""
-    return op, tuple([(t._data.shape, t._data.dtype) for t in inputs])
+    # (a Lazy's ``raw_shape``: a padded selection's count is not read for it)
+    return op, tuple([(d.raw_shape if type(d) is Lazy else d.shape, d.dtype) for d in [t._data for t in inputs]])
 
 
 def flush(reason="trace starts"):
@@ -2104,6 +2141,7 @@ def enable(on=True):
         _end_read_pause(_local)
     _local.paused = False  # (a step's eager mode ends with the setting that chose it)
     _ON[0] = on
+    _padded.install(on)
     _lazy.WANTED[0] = on
     _lazy.MADE[0] = _note_made if on and EARLY else None
     _gc_young(on)
@@ -2113,6 +2151,7 @@ def enable(on=True):
 
 
 def _install():
+    _padded.install(True)
     _lazy.COLLECT[0] = _collect
     _lazy.FLUSH[0] = flush
     _lazy.STEP_END[0] = step_boundary

@@ -1,0 +1,136 @@
+"""Boolean selections under auto-jit, collected at a fixed size (``jit/_padded.py``, ``core/ops/padded.py``):
+``x[m]``, ``x[m, k]``, ``x[m, :4]``, ``y[m] = v[m]``, ``t[m, k[m]] = 1`` give eager's values, gradients, shapes and
+errors for every count (0 and all rows included), and the clusters holding them do not change with the count."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import megxla as mge
+import megxla.functional as F
+from megxla.autodiff import GradManager
+from megxla.core._indexing import IndexOutOfRange
+from megxla.jit import _autojit, _padded, auto_jit_stats
+
+from test_autojit_programs import _same, fresh_auto_jit  # noqa: F401
+
+
+def _detector_like(xa, ma, wa):
+    """A detector loss's selections: every padded form, an op that needs the rows themselves (``sort``), and a
+    gradient through each to a parameter and to a weight broadcast along the rows."""
+    x, w = mge.Parameter(xa), mge.Parameter(wa)
+    m = mge.Tensor(ma)
+    gm = GradManager().attach([x, w])
+    with gm:
+        y = x[m]
+        fg = y[:, 0] > 0
+        lab = F.zeros(x.shape[0], dtype="int32")
+        lab[m] = (y[:, 1] > 0).astype("int32") + 1
+        t = F.zeros_like(x)
+        t[m, lab[m] - 1] = 1
+        focal = (F.log(1 + F.exp(-F.abs(y))) * w).sum() / max(int(fg.sum()), 1)
+        l1 = F.abs(x[m, :2] - t[m][:, 1:]).mean() + (x[m, 2] * 2).sum()
+        ranked = F.sort(y[:, 2])[0].sum()  # (not row by row: on the first count rows)
+        loss = focal + l1 + ranked + (t * x).sum()
+        gm.backward(loss)
+    return [loss.numpy(), x.grad.numpy(), w.grad.numpy(), y.numpy(), tuple(y.shape), lab.numpy(), t.numpy(),
+            x[m, 1].numpy()]
+
+
+def _inputs(seed, count):
+    r = np.random.RandomState(seed)
+    xa = r.standard_normal((10, 3)).astype("float32")
+    ma = np.zeros(10, bool)
+    ma[r.permutation(10)[:count]] = True
+    return xa, ma, np.array([0.5, 1.0, 2.0], "float32")
+
+
+@pytest.mark.parametrize("counts", [(3, 5, 0, 10, 1, 3, 0, 7)])
+def test_selections_agree_with_eager_for_every_count(fresh_auto_jit, counts):
+    for step, count in enumerate(counts):
+        args = _inputs(step, count)
+        mge.config.auto_jit = False
+        want = _detector_like(*args)
+        mge.config.auto_jit = True
+        got = _detector_like(*args)
+        mge.config.auto_jit = False
+        _same(want, got, f"step {step} (count {count})")
+
+
+def test_an_empty_selection_gives_a_broadcast_weight_eagers_zero_gradient(fresh_auto_jit):
+    # the padded rows copy an unselected row (there is no selected one) where log is -inf: eager's gradient of w is
+    # a sum over no row, 0 -- not 0 * inf
+    x = np.array([[0.0, 1.0], [2.0, 3.0]], "float32")
+    for auto in (False, True):
+        mge.config.auto_jit = auto
+        xt, w = mge.Parameter(x), mge.Parameter(np.ones(2, "float32"))
+        gm = GradManager().attach([xt, w])
+        with gm:
+            loss = (F.log(xt[mge.Tensor(np.zeros(2, bool))]) * w).sum()
+            gm.backward(loss)
+        assert float(loss.numpy()) == 0.0
+        np.testing.assert_array_equal(w.grad.numpy(), [0.0, 0.0])
+        np.testing.assert_array_equal(xt.grad.numpy(), np.zeros((2, 2)))
+    mge.config.auto_jit = False
+
+
+def test_a_selection_keeps_its_cluster_whatever_the_count(fresh_auto_jit):
+    # the count is an input of the cluster: new counts reuse the executables (before: a new key per count)
+    mge.config.auto_jit = True
+    w = mge.Parameter(np.ones(3, "float32"))
+    gm = GradManager().attach([w])
+    opt = mge.optimizer.SGD([w], lr=0.1)
+
+    def step(xa):
+        x = mge.Tensor(xa)
+        with gm:
+            y = x[x[:, 0] > 0]
+            loss = (F.exp(y * w) * 0.5 + y).sum() + (y * w).mean()
+            gm.backward(loss)
+        opt.step().clear_grad()
+        return float(loss.item())
+
+    r = np.random.RandomState(0)
+    batches = [r.standard_normal((32, 3)).astype("float32") for _ in range(24)]
+    for xa in batches[:6]:
+        step(xa)
+    before = auto_jit_stats()["compiled"]
+    counts = set()
+    for xa in batches[6:]:
+        step(xa)
+        counts.add(int((xa[:, 0] > 0).sum()))
+    mge.config.auto_jit = False
+    assert len(counts) > 4
+    assert auto_jit_stats()["compiled"] == before
+
+
+def test_a_selections_shape_and_errors_are_eagers(fresh_auto_jit):
+    xa = np.arange(12, dtype="float32").reshape(4, 3)
+    ma = np.array([True, False, True, True])
+    for auto in (False, True):
+        mge.config.auto_jit = auto
+        x, m = mge.Tensor(xa), mge.Tensor(ma)
+        y = x[m]
+        assert tuple(y.shape) == (3, 3) and y.ndim == 2
+        np.testing.assert_array_equal(y.numpy(), xa[ma])
+        with pytest.raises(ValueError) as bad:
+            x[m] + mge.Tensor(np.ones((4, 3), "float32"))
+        t = F.zeros_like(x)
+        with pytest.raises(IndexOutOfRange) as out:
+            t[m, (x[m][:, 0] * 0 + 5).astype("int32")] = 1
+        with pytest.raises(IndexError):
+            x[m, 3]
+        if not auto:
+            eager = (str(bad.value), str(out.value))
+    mge.config.auto_jit = False
+    assert (str(bad.value), str(out.value)) == eager
+
+
+def test_selections_are_indexed_as_ever_without_padding(fresh_auto_jit, monkeypatch):
+    monkeypatch.setattr(_padded, "ON", False)
+    mge.config.auto_jit = True
+    x = mge.Tensor(np.arange(6, dtype="float32"))
+    y = x[x > 2]
+    assert type(y._data) is not _autojit.Lazy or y._data.pad is None
+    np.testing.assert_array_equal(y.numpy(), [3.0, 4.0, 5.0])
+    mge.config.auto_jit = False
