@@ -134,3 +134,16 @@ def test_selections_are_indexed_as_ever_without_padding(fresh_auto_jit, monkeypa
     assert type(y._data) is not _autojit.Lazy or y._data.pad is None
     np.testing.assert_array_equal(y.numpy(), [3.0, 4.0, 5.0])
     mge.config.auto_jit = False
+
+
+def test_a_mask_written_after_its_selection_leaves_the_selection_as_it_was(fresh_auto_jit):
+    xa = np.arange(8, dtype="float32").reshape(4, 2)
+    for auto in (False, True):
+        mge.config.auto_jit = auto
+        x, m = mge.Tensor(xa), mge.Tensor(np.array([True, False, True, False]))
+        y = x[m] * 2
+        m[1] = True
+        z = x[m].sum()
+        np.testing.assert_array_equal(y.numpy(), [[0.0, 2.0], [8.0, 10.0]])
+        assert float(z.numpy()) == 0 + 1 + 2 + 3 + 4 + 5
+    mge.config.auto_jit = False

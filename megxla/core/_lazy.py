@@ -169,12 +169,12 @@ class Lazy:
         """The concrete jax array (runs the pending cluster first where needed)."""
         v = self.value
         if v is None and self.phys is not None:  # (a padded selection, computed: its first ``count`` rows)
-            v = self.value = self.phys[:self.pad.count()]
+            v = self.value = self.pad.selected(self.phys)
         if v is None:
             self.cluster.flush()
             v = self.value
             if v is None and self.phys is not None:
-                v = self.value = self.phys[:self.pad.count()]
+                v = self.value = self.pad.selected(self.phys)
             if v is None:
                 raise ClusterFailed(f"a {self.shape} {np.dtype(self.dtype).name} value of an auto-jit cluster that "
                                     f"failed when it ran (the error was raised there)")

@@ -1796,9 +1796,8 @@ def _collect(op, inputs):
                         cl.unguess()
                 ids.append(i)
             if padded:  # (boolean selections at a fixed size: _padded)
-                if op.prim is _SEQUENCE:
-                    raise _Uncollectable  # (its steps applied one by one: each is collected as _padded says)
-                out = _padded.collect(cl, op, inputs, ids)
+                out = _padded.collect_steps(cl, op, ids, inputs) if op.prim is _SEQUENCE else \
+                    _padded.collect(cl, op, inputs, ids)
                 if out is not None:
                     if len(cl.ops) >= MAX_OPS or cl.in_bytes > MAX_INPUT_BYTES:
                         cl.capped = True

@@ -34,27 +34,29 @@ from ..core._dispatch import apply
 from ..core._op import VJP
 from ..core._tensor import Tensor
 from ..core.ops import elemwise as E, indexing as I, padded as P, reduction as R
+from . import _autojit as _A  # (a module importing this one: read at call time)
 
 __all__ = ["ON", "Pad", "NeedCount", "select", "set_selected", "collect", "give", "PAD_PRIMS"]
 
 # MEGXLA_AUTO_JIT_PAD_SELECTIONS=0: selections are indexed as ever (their count read, their clusters changing with it)
 ON = os.environ.get("MEGXLA_AUTO_JIT_PAD_SELECTIONS", "1") != "0"
 
-PAD_PRIMS = frozenset([P.pad_select, P.pad_setitem, P.pad_reduce, P.pad_leak])
+_MISSING = object()
+PAD_PRIMS = frozenset([P.pad_select, P.pad_setitem, P.pad_reduce, P.pad_leak, P.pad_rows])
 _ROWS = frozenset(list(E.UNARY.values()) + list(E.BINARY.values()) + [E.leaky_relu, E.clip, E.where, E.astype])
 _MEAN_OF = {R.sum: False, R.mean: True}  # reductions over the rows that drop the padded ones
 _KEPT_COUNTS = 64
 
 
 class Pad:
-    """The count of a padded selection's rows: ``tensor``, the mask's count (pending in a cluster until read) and
-    ``rows``, the padded length (``len(mask)``). Padded values of one ``Pad`` (one identity: selections by one mask
-    value) have the same rows."""
+    """What a padded selection's rows are: ``mask`` (row ``i`` is selected where it is true), ``tensor`` its count
+    (collected: read on the host only when asked) and ``rows`` (``len(mask)``). The padded values of one ``Pad`` (one
+    identity: the selections by one mask value) have the same rows."""
 
-    __slots__ = ("tensor", "rows", "_count")
+    __slots__ = ("mask", "tensor", "rows", "_count")
 
-    def __init__(self, tensor, rows):
-        self.tensor, self.rows, self._count = tensor, rows, None
+    def __init__(self, mask, tensor, rows):
+        self.mask, self.tensor, self.rows, self._count = mask, tensor, rows, None
 
     def count(self):
         """The count, read on the host once (a cut where it is pending: ``x[mask].shape`` needs it)."""
@@ -70,10 +72,14 @@ class Pad:
         d = self.tensor._data
         return type(d) is not Lazy or d.value is not None
 
+    def selected(self, phys):
+        """The selection itself from its padded value ``phys`` (a read of it: the mask read on the host)."""
+        import jax.numpy as jnp
+        return jnp.take(phys, np.flatnonzero(np.asarray(self.mask._value())).astype(np.int32), axis=0)
+
 
 # mask value id -> its Pad: a mask selecting several values counts once, and its selections share their rows
 _PADS: collections.OrderedDict = collections.OrderedDict()
-_BY_COUNT: dict = {}  # its count Tensor's value id -> the Pad
 
 
 class NeedCount(Exception):
@@ -117,14 +123,22 @@ def _raw_shape(t):
     return d.raw_shape if type(d) is Lazy else d.shape
 
 
+def _value_of(t):
+    """A Tensor of ``t``'s value now, which an in-place update of ``t`` later (``m[0] = True``) does not change."""
+    v = _A._new(_A._Tensor)
+    v._data, v._vid, v._grad, v._name = t._data, t._vid, None, None
+    if type(t._data) is Lazy:
+        t._data.hold(v)
+    return v
+
+
 def _pad(mask):
     """``mask``'s Pad: its count collected (not read), once per mask value."""
     pad = _PADS.get(mask._vid)
     if pad is None:
-        pad = _PADS[mask._vid] = Pad(apply(I.mask_count.bind(), mask), mask.shape[0])
-        _BY_COUNT[pad.tensor._vid] = pad
+        pad = _PADS[mask._vid] = Pad(_value_of(mask), apply(I.mask_count.bind(), mask), mask.shape[0])
         while len(_PADS) > _KEPT_COUNTS:
-            _BY_COUNT.pop(_PADS.popitem(last=False)[1].tensor._vid, None)
+            _PADS.popitem(last=False)
     return pad
 
 
@@ -132,11 +146,10 @@ def select(x, mask, spec):
     """(core's ``_lazy.SELECT``) ``x[mask]`` as a padded selection (then ``spec``: the other axes' ints and slices,
     checked), or None: index as ever (not collecting now, ``x`` or ``mask`` itself a padded selection, an empty
     axis)."""
-    from ._autojit import collecting
-    if not collecting() or _pad_of(mask) is not None or not mask.shape[0]:
+    if not _A.collecting() or _pad_of(mask) is not None or not mask.shape[0]:
         return None
     pad = _pad(mask)
-    y = apply(P.pad_select.bind(), x, mask, pad.tensor)
+    y = apply(P.pad_select.bind(), x, mask)
     if len(spec) > 1:
         y = apply(I.getitem.bind(spec=spec), y)
     return y
@@ -145,8 +158,7 @@ def select(x, mask, spec):
 def set_selected(x, mask, spec, tensors, value):
     """(core's ``_lazy.SET_SELECTED``) the value of ``x`` after ``x[mask, ...] = value``, the rows past the count
     dropped, or None: index as ever. ``spec``/``tensors``: the mask (``("t",)``) and the other items, checked."""
-    from ._autojit import collecting
-    if not collecting() or _pad_of(mask) is not None or not mask.shape[0]:
+    if not _A.collecting() or _pad_of(mask) is not None or not mask.shape[0]:
         return None
     pad = _pad(mask)
     for t in tensors:
@@ -166,7 +178,7 @@ def set_selected(x, mask, spec, tensors, value):
         return None
     if vp is None and len(vshape) == len(block) and vshape[0] != 1:
         return None
-    return apply(P.pad_setitem.bind(spec=spec), x, value, mask, pad.tensor, *tensors)
+    return apply(P.pad_setitem.bind(spec=spec), x, value, mask, *tensors)
 
 
 def give(z, v):
@@ -176,10 +188,10 @@ def give(z, v):
 
 
 # ---- collecting ops on padded values ----------------------------------------------------------------------------
-def _classify(op, inputs, pads):
-    """How ``op`` treats the rows of its padded inputs (all of one pad): ``("rows", pad)`` (row by row: its result
-    padded too), ``("reduce", pad, params of pad_reduce)`` (sums them), or None (anything else). From the inputs'
-    ranks and their other axes only: a padded input's count is not read for it."""
+def _classify(op, shapes, pads):
+    """How ``op`` treats the rows of its padded inputs (all of one pad), from the inputs' cluster shapes (a padded
+    one's: every row): ``("rows", pad)`` (row by row: its result padded too), ``("reduce", pad, params of
+    pad_reduce)`` (sums them), or None (anything else). A padded input's count is not read for it."""
     pad = None
     for p in pads:
         if p is not None:
@@ -189,25 +201,25 @@ def _classify(op, inputs, pads):
                 return None
     prim = op.prim
     if prim in _ROWS:
-        nd = max(t.ndim for t in inputs)
-        for t, p in zip(inputs, pads):
+        nd = max(len(s) for s in shapes)
+        for shape, p in zip(shapes, pads):
             if p is not None:
-                if t.ndim != nd:
+                if len(shape) != nd:
                     return None  # (broadcast to more axes: the rows would not be the first)
-            elif t.ndim == nd and t.shape[0] != 1:
+            elif nd and len(shape) == nd and shape[0] != 1:
                 return None  # (a value of its own along the rows)
         return "rows", pad
     params = dict(op.params)
     if prim is I.getitem:
         spec = params["spec"]
-        if len(inputs) == 1 and spec and spec[0][0] == "s" and spec[0][1:3] == (None, None) \
+        if len(shapes) == 1 and spec and spec[0][0] == "s" and spec[0][1:3] == (None, None) \
                 and spec[0][3] in (None, 1) and all(s[0] not in "tnb" for s in spec):
             return "rows", pad
         return None
     if prim in _MEAN_OF or prim in (R.prod, R.max, R.min):
-        if len(inputs) != 1 or not inputs[0].ndim:
+        if len(shapes) != 1 or not shapes[0]:
             return None
-        axis, n = params["axis"], inputs[0].ndim
+        axis, n = params["axis"], len(shapes[0])
         axes = None if axis is None else tuple(sorted(a % n for a in (axis if type(axis) is tuple else (axis,))))
         if axes is not None and 0 not in axes:
             return "rows", pad
@@ -218,7 +230,6 @@ def _classify(op, inputs, pads):
 
 def _id(cl, t):
     """The cluster's local id of Tensor ``t`` (a pending value of it, or an input)."""
-    from ._autojit import _ref
     d = t._data
     if type(d) is Lazy:
         if d.cluster is cl and d.value is None:
@@ -227,7 +238,7 @@ def _id(cl, t):
     i = cl.vmap.get(t._vid)
     if i is None:
         i = cl.add_input(d, t._vid)
-        cl.in_refs.append(_ref(t))
+        cl.in_refs.append(_A._ref(t))
         cl.in_made.append(None)
         if cl.launched is not None:
             cl.unguess()
@@ -237,12 +248,11 @@ def _id(cl, t):
 def _record(cl, op, ids, inputs=()):
     """Append ``op`` on the cluster's values ``ids``: its output ids (their types inferred on the cluster's; an error
     names ``inputs``)."""
-    from ._autojit import _infer, _SHAPES, _MISSING
     avals = cl.avals
     key = (op, tuple([avals[i] for i in ids]))
-    outs = _SHAPES.get(key, _MISSING)
+    outs = _A._SHAPES.get(key, _MISSING)
     if outs is _MISSING:
-        outs = _infer(op, key, inputs)
+        outs = _A._infer(op, key, inputs)
     if outs is None:
         raise NeedCount(None)  # (not collected on the padded rows: never for the ops here)
     base = len(avals)
@@ -257,32 +267,21 @@ def _record(cl, op, ids, inputs=()):
 def _tensors(cl, out_ids, pads):
     """The pending Tensors of the cluster's values ``out_ids`` (their ``pads``: a padded one's shape has ``count``
     rows, read when asked)."""
-    from ._autojit import _new, _vids, _ref, _Tensor
+    new, vids, ref, cls, lazies, avals = _A._new, _A._vids, _A._ref, _A._Tensor, cl.lazies, cl.avals
     result = []
     for i, pad in zip(out_ids, pads):
-        aval = cl.avals[i]
+        aval = avals[i]
         z = Lazy(aval[0], aval[1], aval[2], cl, i)
         z.pad = pad
-        cl.lazies.append(z)
-        t = _new(_Tensor)
+        lazies.append(z)
+        t = new(cls)
         t._data = z
-        t._vid = next(_vids)
+        t._vid = next(vids)
         t._grad = None
         t._name = None
-        z.holders = [_ref(t)]
+        z.holders = [ref(t)]
         result.append(t)
     return tuple(result)
-
-
-def _logical(op, inputs):
-    """``op``'s output types on the inputs as the program sees them (a padded one with ``count`` rows: known by
-    now): eager's shape checks and errors, at the user's line."""
-    from ._autojit import _infer, _SHAPES, _MISSING
-    key = (op, tuple([(t._data.shape, t._data.dtype, bool(getattr(t._data, "weak_type", False))) for t in inputs]))
-    outs = _SHAPES.get(key, _MISSING)
-    if outs is _MISSING:
-        outs = _infer(op, key, inputs)
-    return outs
 
 
 def _counts_known(pads):
@@ -291,74 +290,125 @@ def _counts_known(pads):
             raise NeedCount(p)
 
 
+def _logical(cl, op, ids, pads, inputs):
+    """``op``'s output types on its inputs as the program sees them (a padded one with ``count`` rows, known by
+    now): eager's checks and errors, at the user's line. None: the op is not collected."""
+    avals = cl.avals
+    key = (op, tuple([avals[i] if p is None else ((p.count(),) + avals[i][0][1:],) + avals[i][1:]
+                      for i, p in zip(ids, pads)]))
+    outs = _A._SHAPES.get(key, _MISSING)
+    if outs is _MISSING:
+        outs = _A._infer(op, key, inputs)
+    return outs
+
+
 def _unpadded(cl, i, pad):
-    """The cluster's value of the first ``count`` rows of its padded value ``i``, and the slice op (once each)."""
+    """The cluster's value of the selection itself from its padded value ``i`` (``pad_rows``), and that op (once
+    each)."""
     memo = cl.unpadded
     got = memo.get(i)
     if got is None:
-        op = I.getitem.bind(spec=(("s", None, pad.count(), None),))
-        got = memo[i] = (_record(cl, op, (i,))[0], op)
+        op = P.pad_rows.bind(count=pad.count())
+        got = memo[i] = (_record(cl, op, (i, _id(cl, pad.mask)))[0], op)
     return got
 
 
-def collect(cl, op, inputs, ids):
-    """(``_collect``, lock held) Collect ``op`` whose inputs include padded values, or a padded op: its output
-    Tensors, or None where it is not collected (it then runs eagerly, as any such op). Raises NeedCount where the op
-    runs on the first ``count`` rows and that count is not on the host yet."""
-    pads = [_pad_of(t) for t in inputs]
+def _emit(cl, op, ids, pads, inputs=()):
+    """Collect ``op`` on the cluster's values ``ids`` (their ``pads``): ``(output ids, their pads)``, or None where the
+    op is not collected. Raises NeedCount where it runs on the selection itself and its count is not on the host yet.
+    ``inputs``: the op's Tensors, which an error names."""
     prim = op.prim
     if prim is P.pad_select:
-        return _tensors(cl, _record(cl, op, ids), [_BY_COUNT[inputs[2]._vid]])
-    if prim in PAD_PRIMS:  # (pad_setitem, pad_reduce, pad_leak: on the padded rows, no padded result)
-        out = _record(cl, op, ids)
-        return _tensors(cl, out, [None] * len(out))
+        return _record(cl, op, ids, inputs), (_PADS[inputs[1]._vid],)
+    if not any(pads):  # (a step of a backward with no padded input: as _collect_steps collects it)
+        out = _record(cl, op, ids, inputs)
+        return out, (None,) * len(out)
+    if prim in PAD_PRIMS:  # (on the padded rows, no padded result)
+        out = _record(cl, op, ids, inputs)
+        return out, (None,) * len(out)
     if prim is VJP:
-        return _collect_vjp(cl, op, inputs, ids, pads)
-    how = _classify(op, inputs, pads)
+        return _emit_vjp(cl, op, ids, pads)
+    avals = cl.avals
+    how = _classify(op, [avals[i][0] for i in ids], pads)
     if how is not None and how[0] == "rows":  # (inferred on the padded rows: the program's checks but for the rows)
-        return _tensors(cl, _record(cl, op, ids, inputs), [how[1]])
+        out = _record(cl, op, ids, inputs)
+        return out, (how[1],) * len(out)
     if how is not None:  # (a sum over the rows)
         red = P.pad_reduce.bind(**dict(how[2]))
-        return _tensors(cl, _record(cl, red, (ids[0], _id(cl, how[1].tensor)), inputs), [None])
-    # anything else: on the first ``count`` rows, as eagerly
+        return _record(cl, red, (ids[0], _id(cl, how[1].mask)), inputs), (None,)
+    # anything else: on the selection itself, as eagerly
     _counts_known(pads)
-    if _logical(op, inputs) is None:
+    if _logical(cl, op, ids, pads, inputs) is None:
         return None
-    ids = [i if p is None else _unpadded(cl, i, p)[0] for i, p in zip(ids, pads)]
-    out = _record(cl, op, ids)
-    return _tensors(cl, out, [None] * len(out))
+    out = _record(cl, op, [i if p is None else _unpadded(cl, i, p)[0] for i, p in zip(ids, pads)], inputs)
+    return out, (None,) * len(out)
 
 
-def _collect_vjp(cl, op, inputs, ids, pads):
+def _emit_vjp(cl, op, ids, pads):
     """The gradient op ``vjp[fwd]`` on padded values, as ``fwd`` was collected: row by row as it is (a gradient
     summed over the rows for an operand broadcast along them through ``pad_leak``), a sum over the rows as
-    ``vjp[pad_reduce]``, anything else on the first ``count`` rows, its gradient padded back with zeros."""
+    ``vjp[pad_reduce]``, anything else on the selection itself, its gradient padded back with zeros."""
     params = dict(op.params)
     fwd, nin, wrt = params["op"], params["nin"], params["wrt"]
-    primals = inputs[:nin]
-    out_pads = [pads[k] for k in wrt]
+    out_pads = tuple([pads[k] for k in wrt])
     if fwd.prim in PAD_PRIMS:
-        return _tensors(cl, _record(cl, op, ids), out_pads)
-    how = _classify(fwd, primals, pads[:nin])
+        return _record(cl, op, ids), out_pads
+    avals = cl.avals
+    how = _classify(fwd, [avals[i][0] for i in ids[:nin]], pads[:nin])
     if how is not None and how[0] == "rows":
         outs = list(_record(cl, op, ids))
         for j, p in enumerate(out_pads):
             if p is None and how[1] is not None:
-                outs[j] = _record(cl, P.pad_leak.bind(), (outs[j], _id(cl, how[1].tensor)))[0]
-        return _tensors(cl, outs, out_pads)
+                outs[j] = _record(cl, P.pad_leak.bind(), (outs[j], _id(cl, how[1].mask)))[0]
+        return outs, out_pads
     if how is not None:
         red = P.pad_reduce.bind(**dict(how[2]))
         g = VJP.bind(op=red, nin=2, wrt=(0,), given=params["given"])
-        return _tensors(cl, _record(cl, g, (ids[0], _id(cl, how[1].tensor)) + tuple(ids[nin:])), out_pads)
+        return _record(cl, g, (ids[0], _id(cl, how[1].mask)) + tuple(ids[nin:])), out_pads
     _counts_known(pads[:nin])
     slices = [None if p is None else _unpadded(cl, i, p) for i, p in zip(ids[:nin], pads[:nin])]
     inner = [i if sl is None else sl[0] for i, sl in zip(ids[:nin], slices)]
     outs = list(_record(cl, op, inner + list(ids[nin:])))
     for j, k in enumerate(wrt):
-        if slices[k] is not None:  # (the slice's gradient: the rows past the count get zeros)
-            back = VJP.bind(op=slices[k][1], nin=1, wrt=(0,), given=(True,))
-            outs[j] = _record(cl, back, (ids[k], outs[j]))[0]
-    return _tensors(cl, outs, out_pads)
+        if slices[k] is not None:  # (the selection's gradient: the unselected rows get zeros)
+            back = VJP.bind(op=slices[k][1], nin=2, wrt=(0,), given=(True,))
+            outs[j] = _record(cl, back, (ids[k], _id(cl, pads[k].mask), outs[j]))[0]
+    return outs, out_pads
+
+
+def collect(cl, op, inputs, ids):
+    """(``_collect``, lock held) Collect ``op`` whose inputs include padded values, or a padded op: its output
+    Tensors, or None where it is not collected (it then runs eagerly, as any such op). Raises NeedCount where the op
+    runs on the selection itself and that count is not on the host yet."""
+    got = _emit(cl, op, ids, [_pad_of(t) for t in inputs], inputs)
+    return None if got is None else _tensors(cl, *got)
+
+
+def collect_steps(cl, op, ids, inputs):
+    """(``_collect``, lock held) A ``sequence`` op (a GradManager's backward) with padded inputs: its steps collected
+    as ``collect`` collects each, only the sequence's results made Tensors (as ``_collect_steps``). Raises NeedCount
+    where a step needs a count not on the host yet (it is read, and the sequence collected again) and _Uncollectable
+    where a step is not collected (the steps are then applied one by one)."""
+    params = dict(op.params)
+    env = list(ids)
+    env_pads = [_pad_of(t) for t in inputs]
+    n_ops, n_vals = len(cl.ops), len(cl.avals)
+    try:
+        for step, positions in params["steps"]:
+            got = _emit(cl, step, [env[k] for k in positions], [env_pads[k] for k in positions])
+            if got is None:
+                raise _A._Uncollectable
+            env.extend(got[0])
+            env_pads.extend(got[1])
+    except (NeedCount, _A._Uncollectable) as exc:
+        # (as if no step was collected: the values made stay unused -- the inputs taken too, as _collect_steps's)
+        del cl.ops[n_ops:]
+        cl.unpadded = {i: got for i, got in cl.unpadded.items() if got[0] < n_vals}
+        if type(exc) is NeedCount and exc.pad is None:
+            raise _A._Uncollectable from None
+        raise
+    wanted = params["outs"]
+    return _tensors(cl, [env[k] for k in wanted], [env_pads[k] for k in wanted])
 
 
 def install(on):
