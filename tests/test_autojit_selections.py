@@ -147,3 +147,62 @@ def test_a_mask_written_after_its_selection_leaves_the_selection_as_it_was(fresh
         np.testing.assert_array_equal(y.numpy(), [[0.0, 2.0], [8.0, 10.0]])
         assert float(z.numpy()) == 0 + 1 + 2 + 3 + 4 + 5
     mge.config.auto_jit = False
+
+
+def _labels_then_targets(gt, best, classes=4):
+    """A detector's labels (written through masks, classes from a float column), then one-hot targets indexed by
+    them: the index check passes on the labels' known range, without reading them."""
+    labels = F.zeros(best.shape[0], dtype="int32")
+    labels[best >= 0.5] = 1
+    labels[(best >= 0.4) & (best < 0.5)] = -1
+    fg = labels == 1
+    labels[fg] = gt[fg, 0].astype("int32")
+    fgm = labels > 0
+    t = F.zeros((best.shape[0], classes))
+    t[fgm, labels[fgm] - 1] = 1
+    return t.sum(axis=0).numpy(), labels.numpy()
+
+
+def test_an_index_whose_range_is_known_is_checked_without_a_cut(fresh_auto_jit):
+    r = np.random.RandomState(0)
+    gt = mge.Tensor(r.randint(1, 5, (16, 1)).astype("float32"))
+    best = mge.Tensor(r.uniform(0, 1, 16).astype("float32"))
+    mge.config.auto_jit = False
+    want = _labels_then_targets(gt, best)
+    mge.config.auto_jit = True
+    _autojit.reset_auto_jit_stats()
+    got = _labels_then_targets(gt, best)
+    cuts = auto_jit_stats()["cuts"]
+    mge.config.auto_jit = False
+    _same(want, got, "labels and targets")
+    assert [c for c in cuts if "t[fgm" in c[2]] == [], cuts  # (only the reads of the results cut)
+
+
+def test_an_index_out_of_the_known_range_still_raises_eagers_error(fresh_auto_jit):
+    r = np.random.RandomState(0)
+    gt = mge.Tensor(np.full((16, 1), 7, "float32"))  # (class 7 of 4)
+    best = mge.Tensor(r.uniform(0, 1, 16).astype("float32"))
+    errors = []
+    for auto in (False, True):
+        mge.config.auto_jit = auto
+        with pytest.raises(IndexOutOfRange) as e:
+            _labels_then_targets(gt, best)
+        errors.append(str(e.value))
+    mge.config.auto_jit = False
+    assert errors[0] == errors[1]
+
+
+def test_a_nan_among_float_classes_reads_the_index_as_eager_does(fresh_auto_jit):
+    r = np.random.RandomState(1)
+    g = r.randint(1, 5, (16, 1)).astype("float32")
+    g[3] = np.nan
+    gt, best = mge.Tensor(g), mge.Tensor(r.uniform(0, 1, 16).astype("float32"))
+    got = []
+    for auto in (False, True):
+        mge.config.auto_jit = auto
+        try:
+            got.append(_labels_then_targets(gt, best))
+        except IndexError as e:
+            got.append(type(e).__name__ + str(e))
+    mge.config.auto_jit = False
+    _same(got[0], got[1], "with a nan class")

@@ -67,6 +67,13 @@ def check_index_tensor(op, idx, dim, axis, allow_negative=True, what="index"):
     Example:
         >>> check_index_tensor("getitem", Tensor([0, 2]), 3, 0)
     """
+    d = idx._data
+    if type(d) is Lazy and current_interpreter() is None:
+        # a known range spares the read: pending (auto-jit), the read would cut the cluster (and, for a padded
+        # selection, even its size asks for its count)
+        r = known_range(d)
+        if r is not None and r[0] >= (-dim if allow_negative else 0) and r[1] < dim:
+            return
     if idx.size == 0:
         return
     if current_interpreter() is not None:

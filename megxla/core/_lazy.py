@@ -19,7 +19,7 @@ import numpy as np
 
 from .dtypes import host_range, host_value
 
-__all__ = ["Lazy", "COLLECT", "FLUSH", "resolve", "known_range"]
+__all__ = ["Lazy", "COLLECT", "FLUSH", "resolve", "known_range", "Shifted"]
 
 _get_ident = threading.get_ident
 
@@ -73,9 +73,25 @@ def known_range(data):
     return _range_of(data.bounds)
 
 
+class Shifted:
+    """A bounds entry (see :func:`known_range`): another entry's range moved by ``(lo, hi)`` (``labels[fg] - 1``), or
+    -- ``cast`` -- truncated to integers (a float value cast to an integer type: kept only within int32's range)."""
+
+    __slots__ = ("entry", "by", "cast")
+
+    def __init__(self, entry, by=(0, 0), cast=False):
+        self.entry, self.by, self.cast = entry, by, cast
+
+
 def _range_of(b):
     if b is None or type(b) is tuple:
         return b
+    if type(b) is Shifted:
+        r = _range_of(b.entry)
+        if r is None or (b.cast and not (-2 ** 31 <= r[0] and r[1] < 2 ** 31)):
+            return None
+        r = r[0] + b.by[0], r[1] + b.by[1]
+        return r if -2 ** 31 <= r[0] and r[1] < 2 ** 31 else None  # (past int32: it may have wrapped)
     if type(b) is list:
         parts = [_range_of(x) for x in b]
         if any(x is None for x in parts):
@@ -85,11 +101,17 @@ def _range_of(b):
         b = b()
         if b is None:
             return None
-    r = host_range(b)  # (labels made from host data: their copy's bounds, no wait for the device)
-    if r is not None:
-        return r
+    if b.dtype.kind in "iu":
+        r = host_range(b)  # (labels made from host data: their copy's bounds, no wait for the device)
+        if r is not None:
+            return r
     a = host_value(b)
-    if a.dtype.kind not in "iu" or a.size == 0:
+    if a.size == 0:
+        return None
+    if a.dtype.kind == "f":  # (a float's range is asked for its cast to integers only: truncated, as the cast)
+        lo, hi = float(a.min()), float(a.max())
+        return (int(lo), int(hi)) if math.isfinite(lo) and math.isfinite(hi) else None
+    if a.dtype.kind not in "iu":
         return None
     return int(a.min()), int(a.max())
 

@@ -1795,7 +1795,11 @@ def _collect(op, inputs):
                     if cl.launched is not None and not cl.launched.same(len(cl.inputs) - 1, d, vid):
                         cl.unguess()
                 ids.append(i)
+            pad = None
             if padded:  # (boolean selections at a fixed size: _padded)
+                # (an op row by row -- most ops on a selection -- is collected below, its results padded too)
+                pad = None if op.prim is _SEQUENCE else _padded.rows(op, inputs)
+            if padded and pad is None:
                 out = _padded.collect_steps(cl, op, ids, inputs) if op.prim is _SEQUENCE else \
                     _padded.collect(cl, op, inputs, ids)
                 if out is not None:
@@ -1829,6 +1833,8 @@ def _collect(op, inputs):
                 t._name = None
                 z.holders = [_ref(t)]
                 result.append(t)
+                if pad is not None:
+                    z.pad = pad
             rule = _RANGE_RULES.get(op.name)
             if rule is not None:
                 rule(op, inputs, result)

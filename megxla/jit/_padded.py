@@ -45,6 +45,7 @@ _MISSING = object()
 PAD_PRIMS = frozenset([P.pad_select, P.pad_setitem, P.pad_reduce, P.pad_leak, P.pad_rows])
 _ROWS = frozenset(list(E.UNARY.values()) + list(E.BINARY.values()) + [E.leaky_relu, E.clip, E.where, E.astype])
 _MEAN_OF = {R.sum: False, R.mean: True}  # reductions over the rows that drop the padded ones
+_REDUCTIONS = frozenset([R.sum, R.mean, R.prod, R.max, R.min])
 _KEPT_COUNTS = 64
 
 
@@ -216,7 +217,7 @@ def _classify(op, shapes, pads):
                 and spec[0][3] in (None, 1) and all(s[0] not in "tnb" for s in spec):
             return "rows", pad
         return None
-    if prim in _MEAN_OF or prim in (R.prod, R.max, R.min):
+    if prim in _REDUCTIONS:
         if len(shapes) != 1 or not shapes[0]:
             return None
         axis, n = params["axis"], len(shapes[0])
@@ -226,6 +227,35 @@ def _classify(op, shapes, pads):
         if prim in _MEAN_OF:
             return "reduce", pad, (("axis", axes), ("keepdims", params["keepdims"]), ("mean", _MEAN_OF[prim]))
     return None
+
+
+def rows(op, inputs):
+    """(``_collect``) The pad of ``op``'s padded inputs where it runs row by row on them (its results padded too:
+    collected as any op), else None."""
+    prim = op.prim
+    if prim in _ROWS:  # (the common case, written out: see _classify)
+        nd = 0
+        for t in inputs:
+            n = t._data.ndim
+            if n > nd:
+                nd = n
+        pad = None
+        for t in inputs:
+            d = t._data
+            p = d.pad if type(d) is Lazy else None
+            if p is None:
+                if nd and d.ndim == nd and (d.raw_shape if type(d) is Lazy else d.shape)[0] != 1:
+                    return None
+            elif d.ndim != nd or (pad is not None and p is not pad):
+                return None
+            else:
+                pad = p
+        return pad
+    if prim is not I.getitem and prim not in _REDUCTIONS:
+        return None
+    pads = [_pad_of(t) for t in inputs]
+    how = _classify(op, [_raw_shape(t) for t in inputs], pads)
+    return how[1] if how is not None and how[0] == "rows" else None
 
 
 def _id(cl, t):
@@ -381,7 +411,13 @@ def collect(cl, op, inputs, ids):
     Tensors, or None where it is not collected (it then runs eagerly, as any such op). Raises NeedCount where the op
     runs on the selection itself and that count is not on the host yet."""
     got = _emit(cl, op, ids, [_pad_of(t) for t in inputs], inputs)
-    return None if got is None else _tensors(cl, *got)
+    if got is None:
+        return None
+    result = _tensors(cl, *got)
+    rule = _A._RANGE_RULES.get(op.name)
+    if rule is not None:
+        rule(op, inputs, result)
+    return result
 
 
 def collect_steps(cl, op, ids, inputs):

@@ -13,7 +13,7 @@ import weakref
 
 import numpy as np
 
-from ..core._lazy import Lazy
+from ..core._lazy import Lazy, Shifted, _range_of
 
 _prod = math.prod
 _ref = weakref.ref
@@ -21,12 +21,14 @@ _can_cast = np.can_cast
 
 
 def _entry(t):
+    # (a float value's entries too: its range, truncated, is an integer cast's -- the only way the rules below
+    # give a float's entries to an integer value, see _int_cast and _written)
     d = t._data
     if type(d) is Lazy:
         if d.value is None:
             return d.bounds
         d = d.value
-    if d.dtype.kind not in "iu":
+    if d.dtype.kind not in "iuf":
         return None
     try:
         return _ref(d)
@@ -52,6 +54,56 @@ def _int_cast(op, inputs, result):  # astype to an integer type holding every va
         b = _entry(inputs[0])
         if b is not None:
             result[0]._data.bounds = b
+    elif src.kind == "b" and dst.kind in "iu":
+        result[0]._data.bounds = (0, 1)
+    elif src.kind == "f" and dst in (np.int32, np.int64):  # (truncated: C's conversion, MegEngine's)
+        b = _entry(inputs[0])
+        if b is not None:
+            result[0]._data.bounds = Shifted(b, cast=True)
+
+
+def _either(op, inputs, result):  # where(c, a, b): a's entries or b's
+    if result[0]._data.dtype.kind in "iu":
+        a, b = _entry(inputs[1]), _entry(inputs[2])
+        if a is not None and b is not None:
+            result[0]._data.bounds = [a, b]
+
+
+def _written(op, inputs, result):  # setitem / pad_setitem: the value's entries written among x's
+    dst, src = result[0]._data.dtype, inputs[1]._data.dtype
+    if dst.kind not in "iu":
+        return
+    if src.kind == "f":  # (truncated, as astype: only where int32 holds them)
+        b = _entry(inputs[1]) if dst in (np.int32, np.int64) else None
+        b = None if b is None else Shifted(b, cast=True)
+    else:
+        b = _entry(inputs[1]) if _can_cast(src, dst, "safe") else None
+    a = _entry(inputs[0])
+    if a is not None and b is not None:
+        result[0]._data.bounds = [a, b]
+
+
+def _filled(op, inputs, result):  # full / full_like: one value
+    v = dict(op.params)["value"]
+    if result[0]._data.dtype.kind in "iu" and isinstance(v, (int, float, np.integer, np.floating)) \
+            and -2 ** 31 <= v < 2 ** 31:
+        result[0]._data.bounds = (int(v), int(v))
+
+
+def _moved(op, inputs, result):  # add / sub of a scalar: the entries moved by its value
+    if result[0]._data.dtype.kind not in "iu" or len(inputs) != 2:
+        return
+    a, b = inputs
+    if b._data.ndim:
+        if op.name == "sub":
+            return
+        a, b = b, a
+    if b._data.ndim or b._data.dtype.kind not in "iu":
+        return
+    ea, r = _entry(a), _range_of(_entry(b))
+    if ea is None or r is None:
+        return
+    result[0]._data.bounds = Shifted(ea, (-r[1], -r[0]) if op.name == "sub" else r)
 
 
 def _positions(op, inputs, result):  # argmax / argmin: positions along an axis (of the flattened input)
@@ -73,5 +125,7 @@ def _sorted_positions(op, inputs, result):  # sort / topk: the values (a selecti
 
 _RANGE_RULES = dict.fromkeys(("getitem", "reshape", "transpose", "broadcast_to", "expand_dims", "squeeze", "flip",
                               "roll", "tile", "repeat", "copy", "detach", "gather"), _same_values)
+_RANGE_RULES.update({"where": _either, "setitem": _written, "pad_setitem": _written, "pad_select": _same_values,
+                     "full": _filled, "full_like": _filled, "add": _moved, "sub": _moved})
 _RANGE_RULES.update({"concat": _union, "stack": _union, "astype": _int_cast, "argmax": _positions,
                      "argmin": _positions, "sort": _sorted_positions, "topk": _sorted_positions})
