@@ -420,15 +420,40 @@ def collect(cl, op, inputs, ids):
     return result
 
 
+# (sequence op, its inputs' types, which inputs share a pad) -> how its steps were collected: a backward over the same
+# tape collects the same records every step (see collect_steps)
+_STEP_PLANS: dict = {}
+
+
 def collect_steps(cl, op, ids, inputs):
     """(``_collect``, lock held) A ``sequence`` op (a GradManager's backward) with padded inputs: its steps collected
-    as ``collect`` collects each, only the sequence's results made Tensors (as ``_collect_steps``). Raises NeedCount
-    where a step needs a count not on the host yet (it is read, and the sequence collected again) and _Uncollectable
-    where a step is not collected (the steps are then applied one by one)."""
+    as ``collect`` collects each, only the sequence's results made Tensors (as ``_collect_steps``). The records it
+    made are kept (by the sequence, its inputs' types and which of them share a pad): the next step's backward
+    appends them again, as ``_collect_steps`` reuses its plan. Raises NeedCount where a step needs a count not on
+    the host yet (it is read, and the sequence collected again) and _Uncollectable where a step is not collected (the
+    steps are then applied one by one)."""
+    env_pads = [_pad_of(t) for t in inputs]
+    groups, pattern = [], []
+    for p in env_pads:
+        if p is None:
+            pattern.append(-1)
+            continue
+        for g, q in enumerate(groups):
+            if q is p:
+                break
+        else:
+            g = len(groups)
+            groups.append(p)
+        pattern.append(g)
+    avals = cl.avals
+    key = (op, tuple([avals[i] for i in ids]), tuple(pattern))
+    masks = [_id(cl, p.mask) for p in groups]  # (first: no input is taken while the steps are collected)
+    plan = _STEP_PLANS.get(key)
+    if plan is not None:
+        return _replay(cl, plan, ids, masks, groups)
     params = dict(op.params)
     env = list(ids)
-    env_pads = [_pad_of(t) for t in inputs]
-    n_ops, n_vals = len(cl.ops), len(cl.avals)
+    n_ops, n_vals, n_in = len(cl.ops), len(avals), len(cl.inputs)
     try:
         for step, positions in params["steps"]:
             got = _emit(cl, step, [env[k] for k in positions], [env_pads[k] for k in positions])
@@ -444,7 +469,56 @@ def collect_steps(cl, op, ids, inputs):
             raise _A._Uncollectable from None
         raise
     wanted = params["outs"]
+    if len(cl.inputs) == n_in:
+        plan = _plan(cl.ops[n_ops:], avals[n_vals:], n_vals, ids, masks, [env[k] for k in wanted],
+                     [env_pads[k] for k in wanted], groups)
+        if plan is not None:
+            if len(_STEP_PLANS) >= 256:
+                _STEP_PLANS.clear()
+            _STEP_PLANS[key] = plan
     return _tensors(cl, [env[k] for k in wanted], [env_pads[k] for k in wanted])
+
+
+def _plan(records, made, n_vals, ids, masks, out_ids, out_pads, groups):
+    """The records a sequence's steps made, with their values numbered as ``_replay`` finds them: ``("i", k)`` the
+    sequence's k-th input, ``("m", g)`` the mask of its g-th pad, ``("n", j)`` the j-th value made; None where
+    another value was read or an op depends on a count (``pad_rows``)."""
+    where = {}
+    for g, i in enumerate(masks):
+        where.setdefault(i, ("m", g))
+    for k, i in enumerate(ids):
+        where.setdefault(i, ("i", k))
+
+    def ref(i):
+        return ("n", i - n_vals) if i >= n_vals else where.get(i)
+
+    steps = []
+    for op, ins, outs in records:
+        if op.prim is P.pad_rows:
+            return None
+        refs = tuple([ref(i) for i in ins])
+        if None in refs:
+            return None
+        steps.append((op, refs, len(outs)))
+    pads = tuple([None if p is None else next(g for g, q in enumerate(groups) if q is p) for p in out_pads])
+    return tuple(steps), tuple(made), tuple([ref(i) for i in out_ids]), pads
+
+
+def _replay(cl, plan, ids, masks, groups):
+    """Append a sequence's kept records (``_plan``) on the cluster's values: its result Tensors."""
+    steps, made, outs, pads = plan
+    avals, ops = cl.avals, cl.ops
+    base = len(avals)
+    avals.extend(made)
+    n = base
+    for op, refs, k in steps:
+        ins = tuple([ids[j] if w == "i" else base + j if w == "n" else masks[j] for w, j in refs])
+        ops.append((op, ins, tuple(range(n, n + k))))
+        n += k
+        if cl.guess is not None:
+            cl.follow()
+    return _tensors(cl, [ids[j] if w == "i" else base + j if w == "n" else masks[j] for w, j in outs],
+                    [None if g is None else groups[g] for g in pads])
 
 
 def install(on):
