@@ -206,3 +206,19 @@ def test_a_nan_among_float_classes_reads_the_index_as_eager_does(fresh_auto_jit)
             got.append(type(e).__name__ + str(e))
     mge.config.auto_jit = False
     _same(got[0], got[1], "with a nan class")
+
+
+def test_a_backward_after_auto_jit_is_switched_off_still_agrees(fresh_auto_jit):
+    xa, ma, wa = _inputs(3, 4)
+    got = []
+    for auto in (False, True):
+        mge.config.auto_jit = auto
+        x, w = mge.Parameter(xa), mge.Parameter(wa)
+        gm = GradManager().attach([x, w])
+        with gm:
+            y = x[mge.Tensor(ma)]
+            loss = (F.exp(y) * w).sum() + y.mean()
+            mge.config.auto_jit = False
+            gm.backward(loss)
+        got.append([loss.numpy(), x.grad.numpy(), w.grad.numpy(), y.numpy()])
+    _same(got[0], got[1], "backward with auto-jit off")

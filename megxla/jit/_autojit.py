@@ -1727,7 +1727,11 @@ def _collect(op, inputs):
                 rp[2] -= 1
                 if rp[2] < 0:  # (no read at the site for 4 iterations' ops: the loop has ended)
                     _end_read_pause(loc)
-        return _arrays(inputs)  # (an interpreter on top -- an exclude_from_trace block --, auto-jit off or paused)
+        # (an interpreter on top -- an exclude_from_trace block --, auto-jit off or paused) -- but an op on a
+        # selection's full rows is collected still: a gradient op of one collected on them, or the sum of two such
+        # gradients, is defined on the full rows (_padded)
+        if (_dispatch._active and _dispatch._tls.s.interpreters[-1] is not None) or not _padded.on_rows(inputs):
+            return _arrays(inputs)
     if op.prim is _SEQUENCE and len(dict(op.params)["steps"]) + len(loc.cluster.ops) > MAX_OPS:
         # (a GradManager's backward, see _collect_steps, that would take the cluster past its size cap: applied one
         # by one, the cap cutting it as ever)

@@ -258,6 +258,16 @@ def rows(op, inputs):
     return how[1] if how is not None and how[0] == "rows" else None
 
 
+def on_rows(inputs):
+    """Whether some of ``inputs`` is a selection's full rows (a gradient op on them is collected even while auto-jit
+    is paused or off: only collected are they taken as such)."""
+    for t in inputs:
+        d = t._data
+        if type(d) is Lazy and d.pad is not None:
+            return True
+    return False
+
+
 def _id(cl, t):
     """The cluster's local id of Tensor ``t`` (a pending value of it, or an input)."""
     d = t._data
