@@ -222,3 +222,82 @@ def test_a_backward_after_auto_jit_is_switched_off_still_agrees(fresh_auto_jit):
             gm.backward(loss)
         got.append([loss.numpy(), x.grad.numpy(), w.grad.numpy(), y.numpy()])
     _same(got[0], got[1], "backward with auto-jit off")
+
+
+_UNARY = ["exp", "log", "sqrt", "abs", "relu", "sigmoid", "tanh", "neg"]
+
+
+def _random_selection_program(seed, auto):
+    """A random chain of ops on selections of a parameter (row by row, reductions over any axis, broadcast weights,
+    ops that need the selection itself, reads, writes back through the mask), its loss differentiated: the values
+    and gradients a program gets, for comparison between eager and auto-jit."""
+    r = np.random.RandomState(seed)
+    rows, cols = r.randint(1, 9), r.randint(1, 5)
+    xa = r.standard_normal((rows, cols)).astype("float32")
+    xa[r.rand(rows, cols) < 0.2] = 0.0  # (log and sqrt of 0 on the rows not selected)
+    count = r.choice([0, rows, r.randint(0, rows + 1)])
+    ma = np.zeros(rows, bool)
+    ma[r.permutation(rows)[:count]] = True
+    mge.config.auto_jit = auto
+    x, w = mge.Parameter(xa), mge.Parameter(r.uniform(0.5, 1.5, cols).astype("float32"))
+    m = mge.Tensor(ma)
+    gm = GradManager().attach([x, w])
+    log = []
+    with gm:
+        y = x[m]
+        loss = 0.0
+        try:
+            _random_steps(r, x, w, m, y, log, rows, cols, count)
+        except Exception as e:  # (the program's own error: eager's, at the same op)
+            log.append(f"{type(e).__name__}: {e}")
+            loss = x.sum() * 0
+        else:
+            loss = log.pop()
+        gm.backward(loss)
+    log += [loss.numpy(), x.grad.numpy(), w.grad.numpy() if w.grad is not None else None]
+    mge.config.auto_jit = False
+    return [v for v in log if v is not None]
+
+
+def _random_steps(r, x, w, m, y, log, rows, cols, count):
+    if True:
+        loss = 0.0
+        for _ in range(r.randint(3, 9)):
+            k = r.randint(10)
+            if k < 3:
+                name = _UNARY[r.randint(len(_UNARY))]
+                v = getattr(F, name)(F.abs(y) + 0.5 if name in ("log", "sqrt") else y) if name != "neg" else -y
+                y = v if r.rand() < 0.7 else y
+                loss = loss + (v * w).sum() if v.ndim == 2 else loss + v.sum()
+            elif k == 3:
+                axis = [None, 0, 1][r.randint(3)] if y.ndim == 2 else None
+                red = [F.sum, F.mean, F.max, F.min][r.randint(4)]
+                if axis is not None or red in (F.sum, F.mean) or count:
+                    loss = loss + red(y, axis=axis).sum()
+            elif k == 4 and y.ndim == 2:
+                y = y[:, r.randint(y.shape[1])] if r.rand() < 0.5 else y[:, :max(1, cols - 1)]
+            elif k == 5:
+                loss = loss + F.sort(y.reshape(-1))[0].sum() * 0.1  # (not row by row: on the selection itself)
+            elif k == 6:
+                log.append(tuple(y.shape))
+                log.append(y.numpy())
+            elif k == 7 and y.ndim == 2 and y.shape[1] == cols:
+                z = F.zeros_like(x)
+                z[m] = y * 2
+                loss = loss + (z * x).sum()
+            elif k == 8 and y.ndim == 2:
+                t = F.zeros((rows, y.shape[1]))
+                t[m, (F.abs(y[:, 0]) * 0).astype("int32")] = 1
+                loss = loss + (t * F.expand_dims(x[:, 0], 1)).sum()
+            else:
+                loss = loss + (y * 0.5 + 1).mean() if count else loss
+        if isinstance(loss, float):
+            loss = x.sum() * 0
+        log.append(loss)
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_random_selection_programs_agree_with_eager(fresh_auto_jit, seed):
+    eager = _random_selection_program(seed, False)
+    auto = _random_selection_program(seed, True)
+    _same(eager, auto, f"selection program {seed}")

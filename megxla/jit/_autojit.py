@@ -1818,7 +1818,10 @@ def _collect(op, inputs):
             key = (op, tuple([avals[i] for i in ids]))
             outs = _SHAPES.get(key, _MISSING)
             if outs is _MISSING:
-                outs = _infer(op, key, inputs)
+                if pad is not None:  # (on a selection's full rows: an error says what eager says, on its rows)
+                    outs = _padded.infer(cl, op, key, ids, inputs)
+                else:
+                    outs = _infer(op, key, inputs)
             if outs is None:  # not collected: the cluster runs first, then this op, eagerly
                 cl.flush(f"{op.name} runs eagerly", user_where())
                 _stats.eager_ops += 1

@@ -30,7 +30,7 @@ import numpy as np
 
 from ..core import _lazy
 from ..core._lazy import Lazy
-from ..core._dispatch import apply
+from ..core._dispatch import apply, OpError as _OpError
 from ..core._op import VJP
 from ..core._tensor import Tensor
 from ..core.ops import elemwise as E, indexing as I, padded as P, reduction as R
@@ -285,14 +285,27 @@ def _id(cl, t):
     return i
 
 
+def infer(cl, op, key, ids, inputs):
+    """``_infer`` of ``op`` on the cluster's values ``ids`` (``key``: their types), some of them a selection's full
+    rows. An op the program got wrong raises eager's error: the one inferred on the inputs as the program sees them
+    (their counts read first: NeedCount)."""
+    try:
+        return _A._infer(op, key, ())  # (not naming the inputs: their shapes would read a count, mid-collection)
+    except _OpError:
+        pads = [_pad_of(t) for t in inputs]
+        _counts_known(pads)
+        _logical(cl, op, ids, pads, inputs)  # (raises eager's error)
+        raise
+
+
 def _record(cl, op, ids, inputs=()):
     """Append ``op`` on the cluster's values ``ids``: its output ids (their types inferred on the cluster's; an error
-    names ``inputs``)."""
+    is eager's, naming ``inputs``)."""
     avals = cl.avals
     key = (op, tuple([avals[i] for i in ids]))
     outs = _A._SHAPES.get(key, _MISSING)
     if outs is _MISSING:
-        outs = _A._infer(op, key, inputs)
+        outs = infer(cl, op, key, ids, inputs) if inputs else _A._infer(op, key, inputs)
     if outs is None:
         raise NeedCount(None)  # (not collected on the padded rows: never for the ops here)
     base = len(avals)

@@ -98,6 +98,8 @@ def _chosen(x, out, axes, arg):
         stride *= x.shape[a]
     if flat is None:  # (a 0-d x: its one element)
         return jnp.ones(x.shape, bool)
+    if not x.size:  # (no element: nothing to route a gradient to -- an empty selection's max over its rows' axis)
+        return jnp.zeros(x.shape, bool)
     equal = x == out
     pos = jnp.max(jnp.where(equal, flat, -1), axis=axes, keepdims=True)
     # (a slice whose result is NaN has no maximum to route to: as MegEngine's x == max compare, it gets no gradient)
