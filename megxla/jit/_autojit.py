@@ -1872,6 +1872,22 @@ def _collect(op, inputs):
     return _expand(op, inputs)
 
 
+def _pending(cl, i, pad=None):
+    """A Tensor of the cluster's value ``i``, pending (its Lazy's ``pad``: a selection's, see _padded). (The same
+    as _collect makes its results -- written out there: its hot path calls no helper.)"""
+    aval = cl.avals[i]
+    z = Lazy(aval[0], aval[1], aval[2], cl, i)
+    z.pad = pad
+    cl.lazies.append(z)
+    t = _new(_Tensor)
+    t._data = z
+    t._vid = next(_vids)
+    t._grad = None
+    t._name = None
+    z.holders = [_ref(t)]
+    return t
+
+
 _SEQUENCE_TYPES: dict = {}  # (sequence op, input types) -> its steps' output types (see _collect_steps)
 
 
@@ -1911,21 +1927,9 @@ def _collect_steps(cl, op, ids, inputs):
         env.extend(made)
         if cl.guess is not None:
             cl.follow()
-    lazies = cl.lazies
     wanted = [env[o] for o in params["outs"]]
-    made = {}
-    # (the pending Tensor as _collect makes it -- written out there, its hot path calls no helper)
-    for i in sorted(set(wanted)):  # (in the order of the values: the order applying the steps one by one made them)
-        aval = avals[i]
-        z = Lazy(aval[0], aval[1], aval[2], cl, i)
-        lazies.append(z)
-        t = _new(_Tensor)
-        t._data = z
-        t._vid = next(_vids)
-        t._grad = None
-        t._name = None
-        z.holders = [_ref(t)]
-        made[i] = t
+    # (in the order of the values: the order applying the steps one by one made them)
+    made = {i: _pending(cl, i) for i in sorted(set(wanted))}
     if len(ops) >= MAX_OPS or cl.in_bytes > MAX_INPUT_BYTES or (cl.after_cap and len(ops) >= LOOP_MAX_OPS):
         cl.capped = True
     return tuple([made[i] for i in wanted])

@@ -320,21 +320,8 @@ def _record(cl, op, ids, inputs=()):
 def _tensors(cl, out_ids, pads):
     """The pending Tensors of the cluster's values ``out_ids`` (their ``pads``: a padded one's shape has ``count``
     rows, read when asked)."""
-    new, vids, ref, cls, lazies, avals = _A._new, _A._vids, _A._ref, _A._Tensor, cl.lazies, cl.avals
-    result = []
-    for i, pad in zip(out_ids, pads):
-        aval = avals[i]
-        z = Lazy(aval[0], aval[1], aval[2], cl, i)
-        z.pad = pad
-        lazies.append(z)
-        t = new(cls)
-        t._data = z
-        t._vid = next(vids)
-        t._grad = None
-        t._name = None
-        z.holders = [ref(t)]
-        result.append(t)
-    return tuple(result)
+    pending = _A._pending
+    return tuple([pending(cl, i, pad) for i, pad in zip(out_ids, pads)])
 
 
 def _counts_known(pads):
