@@ -301,3 +301,19 @@ def test_random_selection_programs_agree_with_eager(fresh_auto_jit, seed):
     eager = _random_selection_program(seed, False)
     auto = _random_selection_program(seed, True)
     _same(eager, auto, f"selection program {seed}")
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "int32", "bool"])
+def test_a_selections_sum_and_mean_keep_eagers_types(fresh_auto_jit, dtype):
+    r = np.random.RandomState(0)
+    xa = (r.standard_normal((6, 2)) * 3).astype("float32")
+    ma = np.array([True, False, True, True, False, True])
+    got = []
+    for auto in (False, True):
+        mge.config.auto_jit = auto
+        x = mge.Tensor(xa).astype(dtype) if dtype != "bool" else mge.Tensor(xa > 0)
+        y = x[mge.Tensor(ma)]
+        outs = [y.sum(), y.mean(), y.sum(axis=0), y.mean(axis=0, keepdims=True)]
+        got.append([(o.numpy().astype("float64"), str(o.dtype)) for o in outs])
+    mge.config.auto_jit = False
+    _same(got[0], got[1], dtype, rtol=1e-2 if "16" in dtype else 1e-5)

@@ -387,8 +387,8 @@ def _padded(t):
 def getitem(x, index):
     """``x[index]`` as one ``getitem`` op."""
     if _lazy.SELECT[0] is not None and not _padded(x):
-        # auto-jit: ``x[mask]`` (then ints and slices of the other axes) computed at a fixed size, so that the
-        # clusters using it keep their shapes whatever the count (``ops/padded.py``)
+        # auto-jit: ``x[mask]`` (then ints and slices of the other axes) kept in place, the mask's rows, so that
+        # the clusters using it keep their shapes whatever the count (``ops/padded.py``)
         found = _leading_mask(x, index)
         rest = None if found is None else _selected_rest(x.shape, found[1], "getitem")
         if rest is not None:
@@ -396,8 +396,8 @@ def getitem(x, index):
             if y is not None:
                 return y
     elif _lazy.SELECT[0] is not None:
-        # a padded selection's ``y[:, k]``, ``y[:, :4]``: its other axes indexed, its rows as they are (their count
-        # not read: ``parse`` reads the shape)
+        # a selection's ``y[:, k]``, ``y[:, :4]``: its other axes indexed, its rows as they are (their count not
+        # read: ``parse`` reads the shape)
         items = index if type(index) is tuple else (index,)
         if items and type(items[0]) is slice and items[0] == slice(None):
             rest = _selected_rest(x._data.raw_shape, items[1:], "getitem")
@@ -418,7 +418,7 @@ def setitem(x, index, value):
         lead = _leading_mask(x, index)
         if lead is not None and (_padded(value) or any(_padded(i) for i in lead[1])):
             # auto-jit: a selection written back through its mask (``labels[fg] = y[fg]``, ``t[fg, k[fg]] = 1``),
-            # each row past the count dropped (``ops/padded.py``)
+            # the unselected rows dropped (``ops/padded.py``)
             rest = _selected_rest(x.shape, lead[1])
             if rest is not None:
                 y = _lazy.SET_SELECTED[0](x, lead[0], (("t",),) + rest[0], rest[1], as_tensor(value, x))

@@ -1,25 +1,27 @@
-"""Auto-jit's boolean selections at a fixed size: ``x[mask]`` collected as ``len(mask)`` rows and a count.
+"""Auto-jit's boolean selections in place: ``x[mask]`` collected as all ``len(mask)`` rows of ``x``, its count read
+only when the program asks for a shape.
 
 A detector's step selects its foreground anchors (``box[fg]``, ``labels[fg] = y[fg]``, ``t[fg, k[fg]] = 1``), whose
 number changes with every batch. Collected as they are, the selected values take a new shape each step, so does
 every cluster holding them -- the losses, the whole backward --, and a detector's step never compiled: its site
-kept changing and ran eagerly. Here a selection is collected as ``pad_select`` (``core/ops/padded.py``): all
-``len(mask)`` rows, the count an input of the cluster. The Tensor keeps the selection's shape (``count`` rows: shape
-checks, errors and reads are eager's); the cluster's value of it (``Lazy.pad``) has the padded rows. The count is
-still read on the host (the shape needs it) -- once per mask value, not once per selection --, but the clusters no
-longer change with it: one executable serves every count.
+kept changing and ran eagerly. Here a selection is collected as ``pad_select`` (``core/ops/padded.py``): every row
+of ``x``, the selected ones where they are. The Tensor keeps the selection's shape (``count`` rows: shape checks,
+errors and reads are eager's), but its count -- ``mask_count``, collected -- is read on the host only when that
+shape is asked for (``Lazy.shape``, :meth:`Pad.count`); the cluster's value (``Lazy.raw_shape``, ``Lazy.phys`` once
+computed) has every row. So the clusters neither cut at a selection nor change with its count: one executable
+serves every count.
 
-Ops on padded values (:func:`collect`):
+Ops on a selection's rows (:func:`rows`, :func:`collect`):
 
 * row by row (elementwise, casts, slices and reductions of the other axes, and their gradients): collected as
-  they are, on the padded rows -- the result padded too;
-* ``sum``/``mean`` over the rows: ``pad_reduce``, which drops the rows past the count (and their gradients);
+  they are, on every row -- the result a selection of the same rows;
+* ``sum``/``mean`` over the rows: ``pad_reduce``, which drops the unselected rows (and their gradients);
 * written back through the mask: ``pad_setitem`` (from ``Tensor.__setitem__``);
-* anything else: the first ``count`` rows are sliced out first (a slice whose size is the count: that cluster
-  changes with it again, as before) and the op runs on them, as eagerly; its gradient is padded back with zeros.
+* anything else: on the selection itself (``pad_rows``: its count read, that cluster keyed by it, as before), as
+  eagerly; its gradient goes back to the rows with zeros for the unselected ones.
 
-Why the padded rows cannot reach a result: see ``core/ops/padded.py``. A count of 0 is not padded (there is no
-selected row to copy): that selection is indexed as ever.
+Why the unselected rows cannot reach a result: see ``core/ops/padded.py``. ``MEGXLA_AUTO_JIT_PAD_SELECTIONS=0``:
+selections are indexed as ever.
 """
 from __future__ import annotations
 
@@ -44,7 +46,7 @@ ON = os.environ.get("MEGXLA_AUTO_JIT_PAD_SELECTIONS", "1") != "0"
 _MISSING = object()
 PAD_PRIMS = frozenset([P.pad_select, P.pad_setitem, P.pad_reduce, P.pad_leak, P.pad_rows])
 _ROWS = frozenset(list(E.UNARY.values()) + list(E.BINARY.values()) + [E.leaky_relu, E.clip, E.where, E.astype])
-_MEAN_OF = {R.sum: False, R.mean: True}  # reductions over the rows that drop the padded ones
+_MEAN_OF = {R.sum: False, R.mean: True}  # reductions over the rows: dropping the unselected ones
 _REDUCTIONS = frozenset([R.sum, R.mean, R.prod, R.max, R.min])
 _KEPT_COUNTS = 64
 
@@ -84,8 +86,9 @@ _PADS: collections.OrderedDict = collections.OrderedDict()
 
 
 class NeedCount(Exception):
-    """(``collect``) the op needs a padded input's count on the host (it runs on the first ``count`` rows): read it
-    -- outside the collector: the read runs the pending cluster -- then collect the op again."""
+    """(``collect``) the op needs a selection's count on the host (it runs on the selection itself, or raises an
+    error naming its shape): read it -- outside the collector: the read runs the pending cluster -- then collect the
+    op again. ``pad`` None: the op is not collected (it runs eagerly)."""
 
     def __init__(self, pad):
         super().__init__("count")
@@ -144,12 +147,11 @@ def _pad(mask):
 
 
 def select(x, mask, spec):
-    """(core's ``_lazy.SELECT``) ``x[mask]`` as a padded selection (then ``spec``: the other axes' ints and slices,
-    checked), or None: index as ever (not collecting now, ``x`` or ``mask`` itself a padded selection, an empty
-    axis)."""
+    """(core's ``_lazy.SELECT``) ``x[mask]`` kept in place (then ``spec``: the other axes' ints and slices,
+    checked), or None: index as ever (not collecting now, ``mask`` itself a selection, an empty axis)."""
     if not _A.collecting() or _pad_of(mask) is not None or not mask.shape[0]:
         return None
-    pad = _pad(mask)
+    _pad(mask)  # (the mask's count, collected: read where a shape asks for it)
     y = apply(P.pad_select.bind(), x, mask)
     if len(spec) > 1:
         y = apply(I.getitem.bind(spec=spec), y)
@@ -157,7 +159,7 @@ def select(x, mask, spec):
 
 
 def set_selected(x, mask, spec, tensors, value):
-    """(core's ``_lazy.SET_SELECTED``) the value of ``x`` after ``x[mask, ...] = value``, the rows past the count
+    """(core's ``_lazy.SET_SELECTED``) the value of ``x`` after ``x[mask, ...] = value``, the unselected rows
     dropped, or None: index as ever. ``spec``/``tensors``: the mask (``("t",)``) and the other items, checked."""
     if not _A.collecting() or _pad_of(mask) is not None or not mask.shape[0]:
         return None
@@ -170,7 +172,8 @@ def set_selected(x, mask, spec, tensors, value):
         return None
     # the written block's shape, padded: the value must broadcast to it, row for row if padded (else indexed as ever,
     # which raises eager's error where it does not fit)
-    block = np.empty(x.shape, bool)[I.build_index(spec, [np.zeros(pad.rows, np.int32)] * (1 + len(tensors)))].shape
+    rows = [np.zeros(pad.rows, np.int32)] * (1 + len(tensors))
+    block = np.broadcast_to(np.False_, x.shape)[I.build_index(spec, rows)].shape
     vshape = _raw_shape(value)
     try:
         if np.broadcast_shapes(vshape, block) != block:

@@ -26,7 +26,7 @@ from jax import lax
 
 from .._op import Primitive
 from .indexing import _set_at, _Index, build_index
-from .reduction import _sum
+from .reduction import _mean, _sum
 
 
 def _rows(mask, ndim):
@@ -50,15 +50,18 @@ def _pad_rows(x, mask, *, count):
 
 
 def _pad_reduce(x, mask, *, mean, axis, keepdims):
-    # the unselected rows count as zeros; a mean divides by the number of selected entries
-    s = _sum(jnp.where(_rows(mask, x.ndim), x, jnp.zeros((), x.dtype)), axis=axis, keepdims=keepdims)
+    # the unselected rows count as zeros; a mean divides by the number of selected entries, in ``reduce_mean``'s
+    # types (float32 for integers and float16 -- MegEngine's --, accumulated in float32 for bfloat16 as jnp.mean)
     if not mean:
-        return s
-    n = jnp.count_nonzero(mask).astype(jnp.float32)
+        return _sum(jnp.where(_rows(mask, x.ndim), x, jnp.zeros((), x.dtype)), axis=axis, keepdims=keepdims)
+    out = jax.eval_shape(lambda a: _mean(a, axis=None, keepdims=False), jax.ShapeDtypeStruct((1,), x.dtype)).dtype
+    acc = x.dtype if jnp.issubdtype(x.dtype, jnp.floating) and jnp.dtype(x.dtype).itemsize >= 4 else jnp.float32
+    z = jnp.where(_rows(mask, x.ndim), x.astype(acc), jnp.zeros((), acc))
+    n = jnp.count_nonzero(mask).astype(acc)
     for a in range(x.ndim) if axis is None else axis:
         if a != 0:
             n = n * x.shape[a]
-    return (s / n.astype(s.dtype)).astype(s.dtype)
+    return (jnp.sum(z, axis=axis, keepdims=keepdims) / n).astype(out)
 
 
 def _pad_setitem(x, value, mask, *index_tensors, spec):
