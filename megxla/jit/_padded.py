@@ -34,7 +34,6 @@ from ..core import _lazy
 from ..core._lazy import Lazy
 from ..core._dispatch import apply, OpError as _OpError
 from ..core._op import VJP
-from ..core._tensor import Tensor
 from ..core.ops import elemwise as E, indexing as I, padded as P, reduction as R
 from . import _autojit as _A  # (a module importing this one: read at call time)
 
