@@ -660,7 +660,7 @@ class _Cluster:
         self.made_at = None  # id of such a Tensor -> its place among them (-1: the latest)
         self.in_made = []  # each input's place among them (None: not one of them)
         self.placed = [0, 0, None]  # (devices) ops and inputs looked at so far, their one device set (False: not one)
-        self.unpadded = {}  # local id of a padded selection -> (its first ``count`` rows' id, the slice op)
+        self.unpadded = {}  # local id of a selection's rows -> (the selection itself: its id, the pad_rows op)
 
     def devices(self):
         """The set of the one device every value of the cluster will be on, known before it runs -- its inputs are
@@ -1782,7 +1782,7 @@ def _collect(op, inputs):
                         if d.pad is not None:
                             padded = True
                         continue
-                    if d.phys is not None:  # (a padded selection an earlier cluster computed: its padded rows)
+                    if d.phys is not None:  # (a selection an earlier cluster computed: all its rows)
                         d = d.phys
                         padded = True
                     else:
@@ -1800,7 +1800,7 @@ def _collect(op, inputs):
                         cl.unguess()
                 ids.append(i)
             pad = None
-            if padded:  # (boolean selections at a fixed size: _padded)
+            if padded:  # (boolean selections kept in place: _padded)
                 # (an op row by row -- most ops on a selection -- is collected below, its results padded too)
                 pad = None if op.prim is _SEQUENCE else _padded.rows(op, inputs)
             if padded and pad is None:
@@ -1858,8 +1858,8 @@ def _collect(op, inputs):
     except _Uncollectable:
         pass  # (the sequence's steps are applied one by one, below, outside the lock)
     except _padded.NeedCount as need:
-        # (the op runs on the first rows of a padded selection: their count is read -- a cut, outside the lock --
-        # and the op collected again; or it is not collected on the rows: it runs eagerly)
+        # (the op runs on a selection itself, or raises an error naming its shape: its count is read -- a cut,
+        # outside the lock -- and the op collected again; or it is not collected on the rows: it runs eagerly)
         if need.pad is not None:
             need.pad.count()
             return _collect(op, inputs)
