@@ -317,3 +317,40 @@ def test_a_selections_sum_and_mean_keep_eagers_types(fresh_auto_jit, dtype):
         got.append([(o.numpy().astype("float64"), str(o.dtype)) for o in outs])
     mge.config.auto_jit = False
     _same(got[0], got[1], dtype, rtol=1e-2 if "16" in dtype else 1e-5)
+
+
+def _cond_take_and_non_zero(xa, wa):
+    """``cond_take`` (values and indices) and ``non_zero`` (both layouts) of a 2-d mask, a gradient through the taken
+    values."""
+    x, w = mge.Tensor(xa), mge.Parameter(wa)
+    gm = GradManager().attach([w])
+    with gm:
+        y = x * w
+        v, i = F.cond_take(y > 0, y)
+        loss = (F.exp(v) * 0.5).sum() + v.mean() + (i.astype("float32") * v).sum()
+        gm.backward(loss)
+    nz, (r, c) = F.non_zero(y > 0.5), F.non_zero(y > 0.5, as_tuple=True)
+    return [loss.numpy(), w.grad.numpy(), v.numpy(), i.numpy(), tuple(v.shape), str(i.dtype), nz.numpy(),
+            tuple(nz.shape), r.numpy(), c.numpy(), str(nz.dtype), (nz + 1).numpy()]
+
+
+def test_cond_take_and_non_zero_agree_with_eager_and_keep_their_clusters(fresh_auto_jit):
+    # the issue's host-read step takes ``cond_take`` of the positive logits: kept in place, the step's cluster does not
+    # change (or cut) with their number -- zero and every element included
+    r = np.random.RandomState(3)
+    wa = np.ones((4, 5), "float32")
+    batches = [r.standard_normal((4, 5)).astype("float32") for _ in range(10)]
+    batches += [-np.abs(batches[0]), np.abs(batches[1]) + 1]  # (none selected; all)
+    compiled = None
+    for step, xa in enumerate(batches):
+        mge.config.auto_jit = False
+        want = _cond_take_and_non_zero(xa, wa)
+        mge.config.auto_jit = True
+        got = _cond_take_and_non_zero(xa, wa)
+        mge.config.auto_jit = False
+        _same(want, got, f"step {step}")
+        if step == 3:
+            compiled = auto_jit_stats()["compiled"]
+    assert auto_jit_stats()["compiled"] == compiled
+    cuts = [c for c in auto_jit_stats()["cuts"] if "cond_take" in c[2] or "non_zero" in c[2]]
+    assert not cuts, cuts

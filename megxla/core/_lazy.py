@@ -240,6 +240,16 @@ for _name in ("__len__", "__iter__", "__getitem__", "__bool__", "__float__", "__
 Lazy.__hash__ = object.__hash__
 
 
+def shape_key(t):
+    """What ``t``'s shape is known to equal without reading a selection's count: for auto-jit's selection in place
+    (``pad``), its rows' identity and cluster shape -- two such Tensors of the same rows have one count --, else its
+    shape."""
+    d = t._data
+    if type(d) is Lazy and d.pad is not None:
+        return d.pad, d.raw_shape
+    return t.shape
+
+
 def resolve(t):
     """The concrete array of Tensor ``t`` (forcing a pending value), written back into ``t`` by the thread whose
     cluster made it. Another thread only reads it: the owner may be rebinding ``t`` at this moment (``x._reset``),

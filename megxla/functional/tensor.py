@@ -11,6 +11,7 @@ import numpy as np
 
 from ..core._tensor import Tensor, keep_qparams, QPARAMS_SEEN as _QPARAMS_SEEN
 from ..core._dispatch import apply as _apply, OpError, current_interpreter
+from ..core import _lazy
 from ..core._indexing import check_index_tensor, mask_indices
 from ..core._elemwise_front import as_tensor as _t, BINARY as _B, UNARY as _U
 from ..core import dtypes as _dtypes
@@ -441,8 +442,8 @@ def stack(inps, axis=0, device=None):
     inps = [_t(x) for x in inps]
     if not inps:
         raise OpError("stack: needs at least one tensor")
-    shapes = {x.shape for x in inps}
-    if len(shapes) != 1:
+    # (the shapes compared as known: stacking a selection's indices reads no count)
+    if len({_lazy.shape_key(x) for x in inps}) != 1 and len({x.shape for x in inps}) != 1:
         raise OpError(f"stack: all inputs must have the same shape, got {[x.shape for x in inps]}")
     axis = _axis("stack", inps[0].ndim, axis, extra=1)
     _one_device("stack", inps, device)
@@ -1120,6 +1121,12 @@ def cond_take(mask, x):
     mask, x = _t(mask), _t(x)
     if mask.shape != x.shape:
         raise OpError(f"cond_take: mask shape {mask.shape} must equal x shape {x.shape}")
+    if current_interpreter() is None and _lazy.SELECT[0] is not None:
+        # auto-jit: the elements kept in place (``jit/_padded.py``), their count read only where a shape asks for it,
+        # so that the clusters around a cond_take keep their shapes whatever the mask holds; not collecting now,
+        # the indexing below reads the mask, as eagerly
+        m = reshape(mask if mask.dtype == np.bool_ else _B["eq"](mask, 1), (-1,))
+        return reshape(x, (-1,))[m], _iota(m.shape[0])[m]
     if current_interpreter() is None:
         m = mask.numpy()
         m = m if m.dtype == np.bool_ else m == 1
@@ -1128,6 +1135,24 @@ def cond_take(mask, x):
         m = mask if mask.dtype == np.bool_ else _B["eq"](mask, 1)
         (idx,) = mask_indices(reshape(m, (-1,)))
     return reshape(x, (-1,))[idx], idx
+
+
+def _iota(n):
+    return _apply(_S.arange.bind(start=0, step=1, num=n, dtype="int32"))
+
+
+def _selected_indices(mask):
+    """auto-jit: ``mask``'s indices (as ``mask_indices``) kept in place -- the flat index selected by the flattened
+    mask (not collecting now: selected as ever), unravelled row by row --, or None for an empty mask."""
+    if not mask.size:
+        return None
+    flat = _iota(mask.size)[reshape(mask, (-1,))]
+    out, stride = [], mask.size
+    for dim in mask.shape:
+        stride //= dim
+        i = flat if stride == 1 else _B["floordiv"](flat, stride)
+        out.append(i if len(out) == 0 else _B["mod"](i, dim))
+    return out
 
 
 def non_zero(condition, as_tuple=False):
@@ -1156,7 +1181,9 @@ def non_zero(condition, as_tuple=False):
     if condition.ndim == 0:
         raise OpError(f"non_zero: input must have at least one dimension, got shape {condition.shape}")
     mask = condition if condition.dtype == np.bool_ else _B["ne"](condition, 0)
-    idx = mask_indices(mask)
+    idx = _selected_indices(mask) if current_interpreter() is None and _lazy.SELECT[0] is not None else None
+    if idx is None:
+        idx = mask_indices(mask)
     return tuple(idx) if as_tuple else stack(idx, axis=1)
 
 

@@ -34,7 +34,7 @@ from ..core import _lazy
 from ..core._lazy import Lazy
 from ..core._dispatch import apply, OpError as _OpError
 from ..core._op import VJP
-from ..core.ops import elemwise as E, indexing as I, padded as P, reduction as R
+from ..core.ops import elemwise as E, indexing as I, padded as P, reduction as R, shape as S
 from . import _autojit as _A  # (a module importing this one: read at call time)
 
 __all__ = ["ON", "Pad", "NeedCount", "select", "set_selected", "collect", "give", "PAD_PRIMS"]
@@ -47,6 +47,8 @@ PAD_PRIMS = frozenset([P.pad_select, P.pad_setitem, P.pad_reduce, P.pad_leak, P.
 _ROWS = frozenset(list(E.UNARY.values()) + list(E.BINARY.values()) + [E.leaky_relu, E.clip, E.where, E.astype])
 _MEAN_OF = {R.sum: False, R.mean: True}  # reductions over the rows: dropping the unselected ones
 _REDUCTIONS = frozenset([R.sum, R.mean, R.prod, R.max, R.min])
+# reshapes that keep the rows as the first axis (of every input: all of them rows of one selection), in ``_kept_rows``
+_ROW_SHAPES = frozenset([S.expand_dims, S.squeeze, S.transpose, S.stack, S.concat])
 _KEPT_COUNTS = 64
 
 
@@ -219,6 +221,8 @@ def _classify(op, shapes, pads):
                 and spec[0][3] in (None, 1) and all(s[0] not in "tnb" for s in spec):
             return "rows", pad
         return None
+    if prim in _ROW_SHAPES:
+        return ("rows", pad) if _kept_rows(prim, params, shapes, pads) else None
     if prim in _REDUCTIONS:
         if len(shapes) != 1 or not shapes[0]:
             return None
@@ -229,6 +233,26 @@ def _classify(op, shapes, pads):
         if prim in _MEAN_OF:
             return "reduce", pad, (("axis", axes), ("keepdims", params["keepdims"]), ("mean", _MEAN_OF[prim]))
     return None
+
+
+def _kept_rows(prim, params, shapes, pads):
+    """Whether a reshape (``_ROW_SHAPES``) keeps its inputs' rows as its result's first axis: every input a selection
+    of the same rows (``stack([i, j], 1)`` of ``non_zero``'s indices), the first axis neither moved nor made."""
+    if None in pads or not shapes[0]:
+        return False
+    n = len(shapes[0])
+    if prim is S.transpose:
+        return params["perm"][0] == 0
+    if prim is S.stack:
+        return params["axis"] % (n + 1) != 0
+    if prim is S.concat:
+        return params["axis"] % n != 0
+    axes = params["axis"]
+    if axes is None:
+        return False  # (squeeze(): a selection of one row would lose its axis, a padded one not)
+    axes = axes if type(axes) is tuple else (axes,)
+    out = n + len(axes) if prim is S.expand_dims else n
+    return all(a % out != 0 for a in axes)
 
 
 def rows(op, inputs):
@@ -253,7 +277,7 @@ def rows(op, inputs):
             else:
                 pad = p
         return pad
-    if prim is not I.getitem and prim not in _REDUCTIONS:
+    if prim is not I.getitem and prim not in _REDUCTIONS and prim not in _ROW_SHAPES:
         return None
     pads = [_pad_of(t) for t in inputs]
     how = _classify(op, [_raw_shape(t) for t in inputs], pads)
