@@ -154,26 +154,64 @@ def detection_step(model, opt, gm, x, gts):
         cls, box = model(x)
         total = 0
         for i, gt in enumerate(gts):
-            match, best = _best_iou(gt, anchors)
-            labels = F.zeros(best.shape[0], dtype="int32")
-            labels[best >= 0.5] = 1
-            labels[(best >= 0.4) & (best < 0.5)] = -1
-            fg = labels == 1
-            labels[fg] = gt[match][fg, 4].astype("int32")
-            valid, fgm = labels >= 0, labels > 0
-            nfg = max(int(fgm.sum()), 1)  # the foreground count, read on the host (changes every batch)
-            tgt = F.zeros_like(cls[i])
-            tgt[fgm, labels[fgm] - 1] = 1
-            lg, tg = cls[i][valid], tgt[valid]
-            p = F.sigmoid(lg)
-            ce = F.log(1 + F.exp(-F.abs(lg))) + F.relu(lg) - lg * tg
-            pt = p * tg + (1 - p) * (1 - tg)
-            focal = (ce * (1 - pt) ** 2 * (0.25 * tg + 0.75 * (1 - tg))).sum() / nfg
-            l1 = F.abs(box[i][fgm] - (gt[match][fgm, :4] - anchors[fgm]) / 8).sum() / nfg
-            total = total + focal + l1
+            total = total + _image_loss(cls[i], box[i], gt, anchors)
         gm.backward(total)
     opt.step().clear_grad()
     return total
+
+
+class ZooDetectionWorkload(DetectionWorkload):
+    """The zoo's data layout (its detection ``train.py``): each image's boxes padded to a fixed number (8), their
+    count (1 to 8, changing every batch) in the image info's last column."""
+    name = "detection_zoo"
+
+    @staticmethod
+    def inputs(rng):
+        x = rng.standard_normal((2, 3, 32, 32)).astype("float32")
+        gt, info = np.zeros((2, 8, 5), "float32"), np.zeros((2, 5), "float32")
+        for b in range(2):
+            k = rng.randint(1, 9)
+            xy = rng.uniform(0, 24, (k, 2))
+            gt[b, :k] = np.concatenate([xy, xy + rng.uniform(4, 12, (k, 2)), rng.randint(1, 5, (k, 1))], 1)
+            info[b] = [32, 32, 32, 32, k]
+        return x, [info, gt]
+
+
+def zoo_detection_step(model, opt, gm, x, ys):
+    """``detection_step`` on the zoo's layout: each image's boxes cut to their count, ``gt_boxes[i, :info[i, 4]]``
+    (a host read of the count, as the zoo's RetinaNet reads it)."""
+    info, gt_boxes = ys
+    anchors = mge.Tensor(_ANCHORS)
+    with gm:
+        cls, box = model(x)
+        total = 0
+        for i in range(x.shape[0]):
+            gt = gt_boxes[i, :info[i, 4].astype("int32")]
+            total = total + _image_loss(cls[i], box[i], gt, anchors)
+        gm.backward(total)
+    opt.step().clear_grad()
+    return total
+
+
+def _image_loss(cls, box, gt, anchors):
+    """One image's focal and L1 losses (``detection_step``'s)."""
+    match, best = _best_iou(gt, anchors)
+    labels = F.zeros(best.shape[0], dtype="int32")
+    labels[best >= 0.5] = 1
+    labels[(best >= 0.4) & (best < 0.5)] = -1
+    fg = labels == 1
+    labels[fg] = gt[match][fg, 4].astype("int32")
+    valid, fgm = labels >= 0, labels > 0
+    nfg = max(int(fgm.sum()), 1)  # the foreground count, read on the host (changes every batch)
+    tgt = F.zeros_like(cls)
+    tgt[fgm, labels[fgm] - 1] = 1
+    lg, tg = cls[valid], tgt[valid]
+    p = F.sigmoid(lg)
+    ce = F.log(1 + F.exp(-F.abs(lg))) + F.relu(lg) - lg * tg
+    pt = p * tg + (1 - p) * (1 - tg)
+    focal = (ce * (1 - pt) ** 2 * (0.25 * tg + 0.75 * (1 - tg))).sum() / nfg
+    l1 = F.abs(box[fgm] - (gt[match][fgm, :4] - anchors[fgm]) / 8).sum() / nfg
+    return focal + l1
 
 
 def _best_iou(gt, anchors):
@@ -451,6 +489,8 @@ def host_per_step(blocks=12, steps=25, modes=("eager", "auto_jit", "auto_jit_op_
 def _workload(name):
     if name == "detection":
         return DetectionWorkload, detection_step
+    if name == "detection_zoo":
+        return ZooDetectionWorkload, zoo_detection_step
     wl = models.WORKLOADS["convnet_b8" if name == "hostread" else name]
     return wl, hostread_step if name == "hostread" else loop_step
 
@@ -476,7 +516,7 @@ def _measure(name, mode, steps, warmup):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--only", default="mlp,convnet_b8,convnet_b64,transformer,hostread,detection")
+    ap.add_argument("--only", default="mlp,convnet_b8,convnet_b64,transformer,hostread,detection,detection_zoo")
     ap.add_argument("--steps", type=int, default=20, help="timed steps (after the warm-up ones)")
     # (30: after the timers' first probes -- a small step's eager probe at steps 15-19, an early launch's late one
     # at ~20-24 --, which steps 16-30, the window until 2026-11-29, half included)

@@ -1704,7 +1704,35 @@ def _count_read_training(steps, momentum=0.9, longer_every=0, before_step=None):
     return losses, counts, [p.numpy() for p in net.parameters()], slots
 
 
-def test_a_count_read_on_the_host_runs_the_rest_of_the_step_compiled(auto_jit):
+@pytest.fixture
+def unpadded(monkeypatch):
+    """cond_take's elements indexed as they are (their clusters changing with the count), as without
+    ``MEGXLA_AUTO_JIT_PAD_SELECTIONS``: the clusters of a site that change in some ops, run in parts."""
+    from megxla.jit import _padded
+    monkeypatch.setattr(_padded, "ON", False)
+    _padded.install(True)
+    yield
+    monkeypatch.undo()
+    _padded.install(mge.config.auto_jit)
+
+
+def test_a_count_read_on_the_host_keeps_the_rest_of_the_step_one_executable(auto_jit):
+    # cond_take's elements kept in place: the clusters do not change with their count -- none runs in parts
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got, counts, params, slots = _count_read_training(24)
+    stats = auto_jit_stats()
+    assert len(set(counts)) >= 10, counts
+    assert stats["split_clusters"] == 0 and stats["compiled"] <= 4, stats
+    mge.config.auto_jit = False
+    want, want_counts, want_params, want_slots = _count_read_training(24)
+    assert counts == want_counts
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+    for p, q in zip(params + slots, want_params + want_slots):
+        np.testing.assert_allclose(p, q, rtol=1e-5, atol=1e-6)
+
+
+def test_a_count_read_on_the_host_runs_the_rest_of_the_step_compiled(auto_jit, unpadded):
     # the clusters after the read change every step only in the ops on the `n` selected elements: they run in
     # parts, and the backward of the network with the optimizer compiles once for all counts
     with warnings.catch_warnings():
@@ -1726,7 +1754,7 @@ def test_a_count_read_on_the_host_runs_the_rest_of_the_step_compiled(auto_jit):
         np.testing.assert_allclose(p, q, rtol=1e-5, atol=1e-6)
 
 
-def test_a_cluster_of_another_length_now_and_then_leaves_the_sites_parts_as_they_were(auto_jit):
+def test_a_cluster_of_another_length_now_and_then_leaves_the_sites_parts_as_they_were(auto_jit, unpadded):
     # every 6th step takes a branch of two more ops (the zoo's segmentation: a batch without ignored pixels): its
     # cluster has another length. The site's usual clusters go on running in parts -- the changes seen so far are
     # kept per length -- instead of starting over, whole and op by op, until their positions changed twice again
@@ -1746,7 +1774,7 @@ def test_a_cluster_of_another_length_now_and_then_leaves_the_sites_parts_as_they
         np.testing.assert_allclose(p, q, rtol=1e-5, atol=1e-6)
 
 
-def test_changing_ops_whose_shapes_recur_are_compiled_per_shape(auto_jit):
+def test_changing_ops_whose_shapes_recur_are_compiled_per_shape(auto_jit, unpadded):
     # a count taking four values: the changing part (16 ops and more: a smaller one runs op by op) recurs, and is
     # compiled for each (no op-by-op steps left; the first two counts' whole clusters were compiled at first sight)
     w = mge.Tensor(np.ones(3, "float32"))
@@ -1785,7 +1813,7 @@ def test_a_program_alternating_between_two_shapes_compiles_each_whole(auto_jit):
     assert stats["cache_hits"] == 8, stats  # (each compiled at its second sighting)
 
 
-def test_a_part_that_fails_continues_op_by_op_from_where_it_failed(auto_jit, monkeypatch):
+def test_a_part_that_fails_continues_op_by_op_from_where_it_failed(auto_jit, unpadded, monkeypatch):
     # a part's executable fails (after the parts before it took effect and consumed their donated inputs): the ops
     # not run yet run op by op from there, and the step computes what eager computes
     real = auto_jit._run_keyed

@@ -238,13 +238,18 @@ def _random_selection_program(seed, auto):
     count = r.choice([0, rows, r.randint(0, rows + 1)])
     ma = np.zeros(rows, bool)
     ma[r.permutation(rows)[:count]] = True
+    # (or the first rows, ``x[:n]`` with ``n`` a Tensor -- a data set's boxes cut to their count --, Python's slice)
+    stop = r.choice([-rows - 1, -1, 0, rows + 2, r.randint(0, rows + 1)]) if r.rand() < 0.4 else None
+    if stop is not None:
+        ma = np.arange(rows) < len(range(rows)[:stop])
+        count = int(ma.sum())
     mge.config.auto_jit = auto
     x, w = mge.Parameter(xa), mge.Parameter(r.uniform(0.5, 1.5, cols).astype("float32"))
     m = mge.Tensor(ma)
     gm = GradManager().attach([x, w])
     log = []
     with gm:
-        y = x[m]
+        y = x[m] if stop is None else x[:mge.Tensor(stop, dtype=["int32", "int16"][r.randint(2)])]
         loss = 0.0
         try:
             _random_steps(r, x, w, m, y, log, rows, cols, count)
@@ -263,7 +268,7 @@ def _random_steps(r, x, w, m, y, log, rows, cols, count):
     if True:
         loss = 0.0
         for _ in range(r.randint(3, 9)):
-            k = r.randint(10)
+            k = r.randint(11)
             if k < 3:
                 name = _UNARY[r.randint(len(_UNARY))]
                 v = getattr(F, name)(F.abs(y) + 0.5 if name in ("log", "sqrt") else y) if name != "neg" else -y
@@ -285,12 +290,18 @@ def _random_steps(r, x, w, m, y, log, rows, cols, count):
                 z = F.zeros_like(x)
                 z[m] = y * 2
                 loss = loss + (z * x).sum()
+            elif k == 9 and y.ndim == 2 and count:
+                a = (F.argmax if r.rand() < 0.5 else F.argmin)(y, axis=0)
+                log.append(a.numpy())
+                g = y[a - count if r.rand() < 0.5 else a]  # (rows gathered by position: negative ones too)
+                loss = loss + (g * 2).sum()
             elif k == 8 and y.ndim == 2:
                 t = F.zeros((rows, y.shape[1]))
                 t[m, (F.abs(y[:, 0]) * 0).astype("int32")] = 1
                 loss = loss + (t * F.expand_dims(x[:, 0], 1)).sum()
             else:
                 loss = loss + (y * 0.5 + 1).mean() if count else loss
+                loss = loss + F.max(y, axis=0).sum() if count and y.ndim == 2 and k == 10 else loss
         if isinstance(loss, float):
             loss = x.sum() * 0
         log.append(loss)
@@ -354,3 +365,106 @@ def test_cond_take_and_non_zero_agree_with_eager_and_keep_their_clusters(fresh_a
     assert auto_jit_stats()["compiled"] == compiled
     cuts = [c for c in auto_jit_stats()["cuts"] if "cond_take" in c[2] or "non_zero" in c[2]]
     assert not cuts, cuts
+
+
+def _zoo_detector_losses(batches, auto):
+    """The zoo's detector step (``test_megengine_parity_zoo2``: boxes padded per image, cut to ``info[i, 4]``)."""
+    import test_megengine_parity_zoo2 as zoo
+    mge.config.auto_jit = auto
+    net = zoo._init(zoo._Det(), 1)
+    opt = mge.optimizer.SGD(net.parameters(), lr=0.05, momentum=0.9, weight_decay=1e-4)
+    gm = GradManager().attach(net.parameters())
+    losses = []
+    for b in batches:
+        with gm:
+            loss = net(*[mge.tensor(a) for a in b])
+            gm.backward(loss)
+        opt.step().clear_grad()
+        losses.append(loss.item())
+    mge.config.auto_jit = False
+    return losses, [p.numpy() for p in net.parameters()]
+
+
+def _padded_boxes(r, steps, most=6):
+    batches = []
+    for _ in range(steps):
+        gt, info = np.zeros((2, most, 5), "float32"), np.zeros((2, 5), "float32")
+        for b, c in enumerate(r.randint(1, most + 1, 2)):
+            xy = r.uniform(0, 9, size=(c, 2))
+            gt[b, :c, :2], gt[b, :c, 2:4] = xy, xy + r.uniform(4, 8, size=(c, 2))
+            gt[b, :c, 4] = r.randint(1, 4, size=c)
+            info[b] = [16, 16, 16, 16, c]
+        batches.append((r.rand(2, 3, 16, 16).astype("float32"), info, gt))
+    return batches
+
+
+def test_a_data_sets_boxes_cut_to_their_count_keep_the_detectors_clusters(fresh_auto_jit):
+    # ``gt_boxes[i, :info[i, 4]]``: the count is read without cutting the cluster (a few exact ops from an input), the
+    # boxes kept in place -- IoU, max/argmax over them, a gather by the matched positions --, so that one set of
+    # executables serves every count (before: a cut at each image, and clusters changing with each image's count)
+    batches = _padded_boxes(np.random.RandomState(5), 24)
+    want, want_params = _zoo_detector_losses(batches, False)
+    got, got_params = _zoo_detector_losses(batches[:8], True)
+    compiled = auto_jit_stats()["compiled"]
+    _autojit.reset_auto_jit_stats()
+    more, got_params = _zoo_detector_losses(batches, True)
+    _same(want, more, "losses", rtol=1e-5)
+    _same(want_params, got_params, "parameters", rtol=1e-4)
+    stats = auto_jit_stats()
+    assert stats["compiled"] == 0 and compiled > 0
+    assert stats["peeks"] >= 2 * len(batches)
+    assert not [c for c in stats["cuts"] if "gt_boxes[bid" in c[2] or "argmax" in c[2]], stats["cuts"]
+
+
+def test_an_empty_prefixs_maximum_raises_eagers_error(fresh_auto_jit):
+    errors = []
+    for auto in (False, True):
+        mge.config.auto_jit = auto
+        x, n = mge.Tensor(np.ones((4, 3), "float32")), mge.Tensor(np.array([0, 2], "int32"))
+        y = (x * 2)[:n[0]]
+        with pytest.raises(Exception) as info:
+            F.argmax(y, axis=0)
+        errors.append((type(info.value), str(info.value)))
+        assert y.shape == (0, 3)
+    mge.config.auto_jit = False
+    assert errors[0] == errors[1]
+
+
+@pytest.mark.parametrize("case", ["ties", "nan", "-inf", "int"])
+def test_extremes_over_a_selections_rows_are_eagers(fresh_auto_jit, case):
+    # max/min over the rows run on every row, the unselected ones filled so they never win; argmax/argmin number the
+    # selected rows -- ties (the first), a NaN (NumPy's: the first NaN), every selected value -inf
+    xa = {"ties": [[1, 5], [3, 5], [3, 2], [9, 9], [3, 0]], "nan": [[1, np.nan], [np.nan, 2], [3, 2], [9, 9], [0, 1]],
+          "-inf": [[-np.inf, 1], [9, 9], [-np.inf, -np.inf], [9, 9], [-np.inf, 0]],
+          "int": [[1, -7], [3, 5], [3, -7], [9, 9], [-2, 0]]}[case]
+    ma = np.array([True, True, True, False, True])
+    got = []
+    for auto in (False, True):
+        mge.config.auto_jit = auto
+        x = mge.Parameter(np.array(xa, "float32"))
+        gm = GradManager().attach([x])
+        with gm:
+            y = x[mge.Tensor(ma)] if case != "int" else x.astype("int32")[mge.Tensor(ma)]
+            outs = [F.max(y, axis=0), F.min(y, axis=0, keepdims=True), F.max(y), F.argmax(y, axis=0),
+                    F.argmin(y, axis=0, keepdims=True)]
+            if case != "int":
+                gm.backward((outs[0] * 2).sum() + outs[1].sum() + outs[2])
+        got.append([o.numpy() for o in outs] + [str(o.dtype) for o in outs]
+                   + ([x.grad.numpy()] if case != "int" else []))
+    mge.config.auto_jit = False
+    _same(got[0], got[1], case)
+
+
+def test_a_read_a_few_exact_ops_compute_from_inputs_does_not_cut(fresh_auto_jit):
+    mge.config.auto_jit = True
+    info = mge.Tensor(np.array([[16, 16, 3]], "float32"))
+    x = mge.Tensor(np.arange(12, dtype="float32").reshape(4, 3))
+    y = F.exp(x) * 2
+    before = auto_jit_stats()["peeks"]
+    n = int(info[0, 2].astype("int32"))  # (getitem, astype: computed by themselves)
+    assert n == 3 and auto_jit_stats()["peeks"] == before + 1
+    assert y._data.value is None  # (the cluster still pending)
+    s = float((info[0, 0] * 0.5 + x[0, 0]).item())  # (float arithmetic: the cluster runs, as it rounds)
+    assert s == 8.0 and auto_jit_stats()["peeks"] == before + 1
+    mge.config.auto_jit = False
+    np.testing.assert_allclose(y.numpy(), np.exp(np.arange(12).reshape(4, 3)) * 2, rtol=1e-6)

@@ -353,14 +353,14 @@ def _leading_mask(x, index):
     return m, items[1:]
 
 
-def _selected_rest(shape, items, op="setitem"):
+def _selected_rest(shape, items, op="setitem", first=1):
     """``(spec, index tensors)`` of the items after a leading mask (ints, slices; for ``setitem`` selections of
-    integers too), checked as ``parse`` checks them; None where another item (or too many) is there: index as
-    ever."""
-    if len(items) >= len(shape):
+    integers too) -- from axis ``first`` of ``shape`` on --, checked as ``parse`` checks them; None where another
+    item (or too many) is there: index as ever."""
+    if first + len(items) > len(shape):
         return None
     spec, tensors = [], []
-    for axis, i in enumerate(items, 1):
+    for axis, i in enumerate(items, first):
         dim = shape[axis]
         if type(i) is int:
             if not -dim <= i < dim:
@@ -380,6 +380,25 @@ def _selected_rest(shape, items, op="setitem"):
     return tuple(spec), tuple(tensors)
 
 
+def _prefix_slice(x, index):
+    """``(ints, stop, the items after)`` where ``index`` is ints (in range), then ``:stop`` -- ``stop`` a 0-d integer
+    Tensor, no start but 0, no step but 1 -- over an axis of ``x`` that is not empty; else None."""
+    items = index if type(index) is tuple else (index,)
+    k = 0
+    while k < len(items) and type(items[k]) is int:
+        if not -x.shape[k] <= items[k] < x.shape[k]:
+            return None
+        k += 1
+    if k >= len(items) or k >= x.ndim or type(items[k]) is not slice or not x.shape[k]:
+        return None
+    s = items[k]
+    stop = s.stop
+    if not isinstance(stop, Tensor) or stop.ndim or stop.dtype.kind not in "iu" or s.start not in (None, 0) \
+            or s.step not in (None, 1) or type(s.start) is bool or type(s.step) is bool:
+        return None
+    return items[:k], stop, items[k + 1:]
+
+
 def _padded(t):
     return isinstance(t, Tensor) and type(t._data) is Lazy and t._data.pad is not None
 
@@ -393,6 +412,14 @@ def getitem(x, index):
         rest = None if found is None else _selected_rest(x.shape, found[1], "getitem")
         if rest is not None:
             y = _lazy.SELECT[0](x, found[0], (("s", None, None, None),) + rest[0])
+            if y is not None:
+                return y
+        found = _prefix_slice(x, index) if _lazy.SELECT_PREFIX[0] is not None else None
+        rest = None if found is None else _selected_rest(x.shape, found[2], "getitem", len(found[0]) + 1)
+        if rest is not None:
+            # ``gt_boxes[i, :count]`` (a count read from a Tensor): the first rows kept in place, so that the
+            # clusters using them keep their shapes whatever the count
+            y = _lazy.SELECT_PREFIX[0](x, found[0], found[1], (("s", None, None, None),) + rest[0])
             if y is not None:
                 return y
     elif _lazy.SELECT[0] is not None:

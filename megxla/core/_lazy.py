@@ -46,6 +46,9 @@ READ: list = [None]
 # while auto-jit collects the calling thread's ops.
 SELECT: list = [None]
 SET_SELECTED: list = [None]
+# ``select_prefix(x, ints, stop, spec) -> Tensor or None``: ``x[ints..., :stop]`` (``stop`` a 0-d integer Tensor: a
+# data set's padded boxes cut to their count) kept in place as a selection of the first rows, or None: index as ever
+SELECT_PREFIX: list = [None]
 # ``megxla.config.auto_jit``: WANTED[0] is the setting; SWITCH[0](on) applies it (registered by jit, which may be
 # imported after the setting is made: it reads WANTED then).
 WANTED: list = [False]
@@ -193,6 +196,13 @@ class Lazy:
         if v is None and self.phys is not None:  # (a padded selection, computed: its first ``count`` rows)
             v = self.value = self.pad.selected(self.phys)
         if v is None:
+            # (a small value a few exact ops compute from values already there -- a count in a data set's image
+            # info -- is computed by itself: the pending cluster is not cut for it, see jit's ``_Cluster.peek``)
+            peek = getattr(self.cluster, "peek", None)
+            if peek is not None and self.pad is None:
+                v = peek(self)
+                if v is not None:
+                    return v
             self.cluster.flush()
             v = self.value
             if v is None and self.phys is not None:

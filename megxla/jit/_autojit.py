@@ -51,6 +51,7 @@ import jax
 import numpy as np  # noqa: F401  (the docstring examples use it)
 
 from ..core import _dispatch, _interrupt, _lazy, _op, _spmd
+from ..core.ops import elemwise as _E, indexing as _I, shape as _S
 from ..core._elemwise_front import SCALAR_VIDS as _SCALAR_VIDS
 from ..core._lazy import Lazy
 from ..core._tensor import Tensor as _Tensor
@@ -178,6 +179,7 @@ class _Stats:
         self.eager_cluster_ops = 0  # the ops of those
         self.small_cluster_ops = 0  # of those, the ops of clusters under MIN_OPS (not worth a launch)
         self.eager_steps = 0  # steps run eagerly (no collection) because that has been faster (see ModeTimer)
+        self.peeks = 0  # host reads of a pending value computed by itself, the cluster not cut (_Cluster.peek)
         self.eager_reads = 0  # a loop's iterations run eagerly from one host read to the next (see _read_site)
         self.eager_ops = 0  # ops run outside clusters (data-dependent shapes, collectives, transfers, varying ops)
         self.split = 0  # clusters run in parts (their site's clusters keep changing in a few ops)
@@ -201,7 +203,8 @@ def auto_jit_stats() -> dict:
         ``eager_clusters`` (run op by op), ``eager_steps`` (training steps run eagerly, without collecting,
         because their clusters kept running op by op and eager was faster), ``eager_reads`` (iterations of a loop
         with no training step run eagerly from one host read at a line to the next, where that was faster),
-        ``eager_ops`` (ops kept out of
+        ``peeks`` (host reads of a small value a few exact ops compute from the cluster's inputs -- a count in an
+        image's info --, computed by themselves: no cut), ``eager_ops`` (ops kept out of
         clusters, and small groups of changing ops), ``split_clusters`` (clusters run in parts: their site's
         clusters keep changing in some ops, which run apart from the others), ``chunked_clusters`` (long clusters
         repeating a loop's body, run as chunks of whole bodies: one small executable), ``early_launches``
@@ -226,7 +229,7 @@ def auto_jit_stats() -> dict:
     s = _stats
     return {"clusters": s.clusters, "ops": s.ops, "compiled": s.compiled, "compile_time": s.compile_time,
             "cache_hits": s.hits, "eager_clusters": s.eager, "eager_steps": s.eager_steps,
-            "eager_reads": s.eager_reads,
+            "eager_reads": s.eager_reads, "peeks": s.peeks,
             "eager_ops": s.eager_ops, "split_clusters": s.split, "chunked_clusters": s.chunked,
             "early_launches": s.early,
             "early_misses": s.early_missed, "early_compiled": s.early_compiled,
@@ -629,6 +632,23 @@ def _is_array(x):
     return False
 
 
+PEEK_SIZE, PEEK_OPS, PEEK_WINDOW = 256, 16, 256  # (see _Cluster.peek)
+_PEEK_EXACT = frozenset([_I.getitem, _I.mask_count, _E.astype, _E.where, _S.reshape, _S.expand_dims, _S.squeeze,
+                         _S.broadcast_to, _S.transpose, _S.arange, _S.full, _S.full_like, _S.concat, _S.stack,
+                         _S.copy, _S.detach] + [_E.BINARY[k] for k in ("lt", "le", "gt", "ge", "eq", "ne",
+                                                                        "logical_and", "logical_or", "logical_xor")]
+                        + [_E.UNARY[k] for k in ("logical_not",) if k in _E.UNARY])
+_PEEK_INTEGER = frozenset([_E.BINARY[k] for k in ("add", "sub", "mul", "floordiv", "mod", "maximum", "minimum")]
+                          + [_E.UNARY[k] for k in ("neg", "abs") if k in _E.UNARY])
+
+
+def _peekable(op, out_avals):
+    prim = op.prim
+    if prim in _PEEK_EXACT:
+        return True
+    return prim in _PEEK_INTEGER and all(np.dtype(a[1]).kind in "iub" for a in out_avals)
+
+
 class _Cluster:
     """The calling thread's pending ops. Local ids number every value of the cluster: its inputs (concrete arrays
     of values made before it) and the outputs of its ops, in order."""
@@ -726,6 +746,43 @@ class _Cluster:
         self.in_ids.append(i)
         self.vmap[vid] = i
         return i
+
+    def peek(self, z):
+        """(``Lazy.force``) The value of pending ``z`` computed by itself, without running the cluster, where a few
+        exact ops (``_PEEK_EXACT``: no rounding for XLA's fusion to change) compute it from the cluster's inputs --
+        a box count in a data set's image info, a flag, a shape -- and it is small; else None (a cut). Reading such
+        a value cut the cluster there: a detector's step was cut at each image's ``gt[:info[i, 4]]``."""
+        with self.lock:
+            if z.cluster is not self or z.value is not None or math.prod(z.raw_shape) > PEEK_SIZE:
+                return None
+            ops, avals = self.ops, self.avals
+            need, cone = {z.index}, []
+            k = len(ops)
+            stop = k - PEEK_WINDOW
+            while need and k > stop and k > 0:
+                k -= 1
+                op, ins, outs = ops[k]
+                if need.isdisjoint(outs):
+                    continue
+                if len(cone) >= PEEK_OPS or not _peekable(op, [avals[i] for i in outs]):
+                    return None
+                cone.append(ops[k])
+                need.difference_update(outs)
+                need.update(ins)
+            env = {}
+            try:
+                for i in need:
+                    env[i] = self.inputs[self.in_ids.index(i)]
+            except ValueError:  # (a value made before the ops looked at)
+                return None
+            cone.reverse()
+            try:
+                _run_ops_timed(cone, env, (z.index,), None)
+            except Exception:  # (its error, if any, is the cluster's, raised where it runs)
+                return None
+            v = z.value = env[z.index]
+            _stats.peeks += 1
+            return v
 
     def flush(self, reason="host read", site=None):
         """Run the pending ops now (compiled or op by op) and give every Lazy still referenced its value."""

@@ -30,7 +30,7 @@ import os
 
 import numpy as np
 
-from ..core import _lazy
+from ..core import _elemwise_front as _front, _indexing, _lazy
 from ..core._lazy import Lazy
 from ..core._dispatch import apply, OpError as _OpError
 from ..core._op import VJP
@@ -43,7 +43,8 @@ __all__ = ["ON", "Pad", "NeedCount", "select", "set_selected", "collect", "give"
 ON = os.environ.get("MEGXLA_AUTO_JIT_PAD_SELECTIONS", "1") != "0"
 
 _MISSING = object()
-PAD_PRIMS = frozenset([P.pad_select, P.pad_setitem, P.pad_reduce, P.pad_leak, P.pad_rows])
+PAD_PRIMS = frozenset([P.pad_select, P.pad_setitem, P.pad_reduce, P.pad_leak, P.pad_rows, P.pad_fill, P.pad_arg,
+                       P.pad_position])
 _ROWS = frozenset(list(E.UNARY.values()) + list(E.BINARY.values()) + [E.leaky_relu, E.clip, E.where, E.astype])
 _MEAN_OF = {R.sum: False, R.mean: True}  # reductions over the rows: dropping the unselected ones
 _REDUCTIONS = frozenset([R.sum, R.mean, R.prod, R.max, R.min])
@@ -54,26 +55,33 @@ _KEPT_COUNTS = 64
 
 class Pad:
     """What a padded selection's rows are: ``mask`` (row ``i`` is selected where it is true), ``tensor`` its count
-    (collected: read on the host only when asked) and ``rows`` (``len(mask)``). The padded values of one ``Pad`` (one
-    identity: the selections by one mask value) have the same rows."""
+    (collected: read on the host only when asked) and ``rows`` (``len(mask)``); ``prefix``: the mask selects the
+    first rows (``x[:n]``), each where it is, and ``n`` (a 0-d Tensor) gives the count on the host (a read of fewer
+    ops than the mask's). The padded values of one ``Pad`` (one identity: the selections by one mask value) have the
+    same rows."""
 
-    __slots__ = ("mask", "tensor", "rows", "_count")
+    __slots__ = ("mask", "tensor", "rows", "prefix", "_count")
 
-    def __init__(self, mask, tensor, rows):
-        self.mask, self.tensor, self.rows, self._count = mask, tensor, rows, None
+    def __init__(self, mask, tensor, rows, prefix=None):
+        self.mask, self.tensor, self.rows, self.prefix, self._count = mask, tensor, rows, prefix, None
 
     def count(self):
         """The count, read on the host once (a cut where it is pending: ``x[mask].shape`` needs it)."""
         c = self._count
         if c is None:
-            c = self._count = int(self.tensor.item())
+            if self.prefix is None:
+                c = int(self.tensor.item())
+            else:  # (Python's slice ``:n``)
+                n = int(self.prefix.item())
+                c = min(max(n + self.rows if n < 0 else n, 0), self.rows)
+            self._count = c
         return c
 
     def known(self):
         """Whether the count is on the host already (or can be read without running a cluster)."""
         if self._count is not None:
             return True
-        d = self.tensor._data
+        d = (self.tensor if self.prefix is None else self.prefix)._data
         return type(d) is not Lazy or d.value is not None
 
     def selected(self, phys):
@@ -137,26 +145,43 @@ def _value_of(t):
     return v
 
 
-def _pad(mask):
+def _pad(mask, prefix=None):
     """``mask``'s Pad: its count collected (not read), once per mask value."""
     pad = _PADS.get(mask._vid)
     if pad is None:
-        pad = _PADS[mask._vid] = Pad(_value_of(mask), apply(I.mask_count.bind(), mask), mask.shape[0])
+        pad = _PADS[mask._vid] = Pad(_value_of(mask), apply(I.mask_count.bind(), mask), mask.shape[0], prefix)
         while len(_PADS) > _KEPT_COUNTS:
             _PADS.popitem(last=False)
     return pad
 
 
-def select(x, mask, spec):
+def select(x, mask, spec, prefix=None):
     """(core's ``_lazy.SELECT``) ``x[mask]`` kept in place (then ``spec``: the other axes' ints and slices,
-    checked), or None: index as ever (not collecting now, ``mask`` itself a selection, an empty axis)."""
+    checked), or None: index as ever (not collecting now, ``mask`` itself a selection, an empty axis). ``prefix``:
+    ``mask`` selects the first rows, ``x[:prefix]``."""
     if not _A.collecting() or _pad_of(mask) is not None or not mask.shape[0]:
         return None
-    _pad(mask)  # (the mask's count, collected: read where a shape asks for it)
+    _pad(mask, prefix)  # (the mask's count, collected: read where a shape asks for it)
     y = apply(P.pad_select.bind(), x, mask)
     if len(spec) > 1:
         y = apply(I.getitem.bind(spec=spec), y)
     return y
+
+
+def select_prefix(x, ints, stop, spec):
+    """(core's ``_lazy.SELECT_PREFIX``) ``x[ints..., :stop]`` (``stop`` a 0-d integer Tensor, ``ints`` and ``spec``
+    checked) kept in place: the first rows of ``x[ints]`` as a selection by ``arange(rows) < stop`` (Python's
+    slice: a negative stop counts from the end), or None: index as ever."""
+    if not _A.collecting() or _pad_of(stop) is not None:
+        return None
+    y = _indexing.getitem(x, ints) if ints else x
+    n = y.shape[0]
+    iota = apply(S.arange.bind(start=0, step=1, num=n, dtype="int32"))
+    if stop.dtype != np.int32:
+        stop = apply(E.astype.bind(dtype="int32"), stop)  # (a count in int64/uint8 compares as its value)
+    lt, add, mul = _front.BINARY["lt"], _front.BINARY["add"], _front.BINARY["mul"]
+    wrapped = add(stop, mul(apply(E.astype.bind(dtype="int32"), lt(stop, 0)), n))
+    return select(y, lt(iota, wrapped), spec, prefix=stop)
 
 
 def set_selected(x, mask, spec, tensors, value):
@@ -402,12 +427,61 @@ def _emit(cl, op, ids, pads, inputs=()):
     if how is not None:  # (a sum over the rows)
         red = P.pad_reduce.bind(**dict(how[2]))
         return _record(cl, red, (ids[0], _id(cl, how[1].mask)), inputs), (None,)
-    # anything else: on the selection itself, as eagerly
+    # anything else: on the selection itself, as eagerly -- but for what runs on every row once the count is known
     _counts_known(pads)
+    over = _over_rows(op, [avals[i][0] for i in ids], pads)
+    if over is not None:
+        return _record_over_rows(cl, op, ids, pads, over, inputs), (None,)
     if _logical(cl, op, ids, pads, inputs) is None:
         return None
     out = _record(cl, op, [i if p is None else _unpadded(cl, i, p)[0] for i, p in zip(ids, pads)], inputs)
     return out, (None,) * len(out)
+
+
+def _over_rows(op, shapes, pads):
+    """How ``op`` -- on a selection itself, its count known -- runs on every row instead: ``("max", low)`` for
+    ``max``/``min`` (``low``: max) over axes holding the rows, ``("arg", low)`` for ``argmax``/``argmin`` along them
+    (the selection not empty: else eager's error), ``("gather",)`` for the rows of a prefix (``x[:n]``, each row where it
+    is) gathered by positions (``x[:n][i]``); None: on the selection itself."""
+    pad = pads[0]
+    if pad is None or any(p is not None for p in pads[1:]):
+        return None
+    prim = op.prim
+    if prim is R.max or prim is R.min:
+        axis, n = dict(op.params)["axis"], len(shapes[0])
+        if n and pad.count() and (axis is None or 0 in [a % n for a in (axis if type(axis) is tuple else (axis,))]):
+            return "max", prim is R.max
+        return None
+    if prim is R.argmax or prim is R.argmin:
+        axis = dict(op.params)["axis"]
+        if axis is not None and len(shapes[0]) and axis % len(shapes[0]) == 0 and pad.count():
+            return "arg", prim is R.argmax
+        return None
+    if prim is I.getitem and pad.prefix is not None and len(shapes) > 1:
+        spec = dict(op.params)["spec"]
+        if spec and spec[0] == ("t",):
+            return ("gather",)
+    return None
+
+
+def _record_over_rows(cl, op, ids, pads, over, inputs=(), vjp=None):
+    """Collect ``op`` (``over``: see _over_rows) on every row: its output ids. ``vjp``: ``op`` is the gradient
+    ``vjp[fwd]`` (``(fwd, its number of inputs)``), its inputs ``ids``: ``fwd``'s, then the cotangents."""
+    pad = pads[0]
+    mask = _id(cl, pad.mask)
+    if over[0] == "arg":
+        keep = dict(op.params)["keepdims"]
+        return _record(cl, P.pad_arg.bind(low=over[1], keepdims=keep), (ids[0], mask), inputs)
+    if over[0] == "max":
+        fill = P.pad_fill.bind(low=over[1])
+        filled = _record(cl, fill, (ids[0], mask))[0]
+        if vjp is None:
+            return _record(cl, op, (filled,), inputs)
+        g = _record(cl, op, (filled,) + tuple(ids[vjp[1]:]))[0]
+        return _record(cl, VJP.bind(op=fill, nin=2, wrt=(0,), given=(True,)), (ids[0], mask, g))
+    # a gather of a prefix's rows: its positions are the rows' (negative ones made so)
+    at = _record(cl, P.pad_position.bind(), (ids[1], _id(cl, pad.tensor)))[0]
+    return _record(cl, op, (ids[0], at) + tuple(ids[2:]), inputs)
 
 
 def _emit_vjp(cl, op, ids, pads):
@@ -432,6 +506,9 @@ def _emit_vjp(cl, op, ids, pads):
         g = VJP.bind(op=red, nin=2, wrt=(0,), given=params["given"])
         return _record(cl, g, (ids[0], _id(cl, how[1].mask)) + tuple(ids[nin:])), out_pads
     _counts_known(pads[:nin])
+    over = _over_rows(fwd, [avals[i][0] for i in ids[:nin]], pads[:nin])
+    if over is not None and over[0] != "arg":  # (argmax has no gradient to take)
+        return _record_over_rows(cl, op, ids, pads, over, vjp=(fwd, nin)), out_pads
     slices = [None if p is None else _unpadded(cl, i, p) for i, p in zip(ids[:nin], pads[:nin])]
     inner = [i if sl is None else sl[0] for i, sl in zip(ids[:nin], slices)]
     outs = list(_record(cl, op, inner + list(ids[nin:])))
@@ -482,7 +559,8 @@ def collect_steps(cl, op, ids, inputs):
             groups.append(p)
         pattern.append(g)
     avals = cl.avals
-    key = (op, tuple([avals[i] for i in ids]), tuple(pattern))
+    # (and which pads are prefixes: a prefix's gathers run on every row, another's on the selection)
+    key = (op, tuple([avals[i] for i in ids]), tuple(pattern), tuple([p.prefix is not None for p in groups]))
     masks = [_id(cl, p.mask) for p in groups]  # (first: no input is taken while the steps are collected)
     plan = _STEP_PLANS.get(key)
     if plan is not None:
@@ -560,5 +638,6 @@ def _replay(cl, plan, ids, masks, groups):
 def install(on):
     """Register the hooks in core while auto-jit is on (and selections are padded)."""
     _lazy.SELECT[0] = select if on and ON else None
+    _lazy.SELECT_PREFIX[0] = select_prefix if on and ON else None
     _lazy.SET_SELECTED[0] = set_selected if on and ON else None
 

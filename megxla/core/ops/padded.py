@@ -10,7 +10,11 @@ not select leave only through the ops here, each of which drops them:
 
 * ``pad_reduce`` sums (or averages) the selected rows;
 * ``pad_setitem`` writes the selected rows (``y[mask] = v``: a ``where``; ``t[mask, k] = 1``: a scatter);
-* ``pad_rows`` gathers the selected rows, in order (``x[mask]`` itself: for an op that needs the rows as such).
+* ``pad_rows`` gathers the selected rows, in order (``x[mask]`` itself: for an op that needs the rows as such);
+* ``pad_fill`` puts the lowest (or highest) value in the unselected rows: ``max`` (``min``) over them follows;
+* ``pad_arg`` finds ``argmax``/``argmin`` over the selected rows, numbered among them;
+* ``pad_position`` makes a position among a prefix's rows (``x[:n]``: the first ``n`` rows) non-negative, so that
+  ``x[:n][i]`` gathers from every row.
 
 Why copies of a selected row: an elementwise op on such a row computes what it computes on that selected row, so
 it is finite wherever the selection's is, and its gradient there -- zero, since every way out drops the row -- times
@@ -85,8 +89,44 @@ def _pad_leak(g, mask):
     return jnp.where(jnp.any(mask), g, jnp.zeros((), g.dtype))
 
 
+def _fill_of(dtype, low):
+    """What the unselected rows hold for a maximum (``low``) or a minimum: a value no selected one exceeds."""
+    if jnp.issubdtype(dtype, jnp.floating):
+        return -jnp.inf if low else jnp.inf
+    if dtype == jnp.bool_:
+        return not low
+    info = jnp.iinfo(dtype)
+    return info.min if low else info.max
+
+
+def _pad_fill(x, mask, *, low):
+    # the rows for ``max``/``min`` over them (``reduce_max`` then runs on this, its gradient MegEngine's): the
+    # unselected ones lowest (``low``) or highest, their cotangents dropped by the ``where``
+    return jnp.where(_rows(mask, x.ndim), x, jnp.asarray(_fill_of(x.dtype, low), x.dtype))
+
+
+def _pad_arg(x, mask, *, low, keepdims):
+    # ``argmax``/``argmin`` over the rows (``low``: argmax): the first selected row holding the maximum (a NaN first,
+    # as NumPy's), numbered among the selected rows
+    filled = _pad_fill(x, mask, low=low)
+    best = (jnp.max if low else jnp.min)(filled, axis=0, keepdims=True)
+    hit = _rows(mask, x.ndim) & ((x == best) | (jnp.isnan(x) & jnp.isnan(best)) if jnp.issubdtype(
+        x.dtype, jnp.inexact) else x == best)
+    row = jnp.argmax(hit, axis=0, keepdims=keepdims)
+    return jnp.take(jnp.cumsum(mask.astype(jnp.int32)) - 1, row).astype(jnp.int32)
+
+
+def _pad_position(i, count):
+    # positions among a prefix's rows (``x[:n][i]``: the first ``count`` rows, where they are) made non-negative: the
+    # row they name in every row
+    return jnp.where(i < 0, i + count.astype(i.dtype), i)
+
+
 pad_select = Primitive("pad_select", _pad_select)
 pad_rows = Primitive("pad_rows", _pad_rows)
 pad_reduce = Primitive("pad_reduce", _pad_reduce)
 pad_setitem = Primitive("pad_setitem", _pad_setitem)
 pad_leak = Primitive("pad_leak", _pad_leak)
+pad_fill = Primitive("pad_fill", _pad_fill)
+pad_arg = Primitive("pad_arg", _pad_arg)
+pad_position = Primitive("pad_position", _pad_position)
