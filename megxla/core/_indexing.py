@@ -393,7 +393,9 @@ def _prefix_slice(x, index):
         return None
     s = items[k]
     stop = s.stop
-    if not isinstance(stop, Tensor) or stop.ndim or stop.dtype.kind not in "iu" or s.start not in (None, 0) \
+    # (an unsigned count of 4 bytes or more could exceed int32, which the mask compares in)
+    if not isinstance(stop, Tensor) or stop.ndim or not (stop.dtype.kind == "i" or stop.dtype.kind == "u"
+                                                         and stop.dtype.itemsize < 4) or s.start not in (None, 0) \
             or s.step not in (None, 1) or type(s.start) is bool or type(s.step) is bool:
         return None
     return items[:k], stop, items[k + 1:]

@@ -634,11 +634,13 @@ def _is_array(x):
 
 PEEK_SIZE, PEEK_OPS, PEEK_WINDOW = 256, 16, 256  # (see _Cluster.peek)
 _PEEK_EXACT = frozenset([_I.getitem, _I.mask_count, _E.astype, _E.where, _S.reshape, _S.expand_dims, _S.squeeze,
-                         _S.broadcast_to, _S.transpose, _S.arange, _S.full, _S.full_like, _S.concat, _S.stack,
+                         _S.broadcast_to, _S.transpose, _S.full, _S.full_like, _S.concat, _S.stack,
                          _S.copy, _S.detach] + [_E.BINARY[k] for k in ("lt", "le", "gt", "ge", "eq", "ne",
                                                                         "logical_and", "logical_or", "logical_xor")]
                         + [_E.UNARY[k] for k in ("logical_not",) if k in _E.UNARY])
-_PEEK_INTEGER = frozenset([_E.BINARY[k] for k in ("add", "sub", "mul", "floordiv", "mod", "maximum", "minimum")]
+# (exact in integers only: a float arange is ``start + step * i``, which a fusion may contract)
+_PEEK_INTEGER = frozenset([_S.arange] + [_E.BINARY[k] for k in ("add", "sub", "mul", "floordiv", "mod", "maximum",
+                                                                 "minimum")]
                           + [_E.UNARY[k] for k in ("neg", "abs") if k in _E.UNARY])
 
 
