@@ -468,3 +468,65 @@ def test_a_read_a_few_exact_ops_compute_from_inputs_does_not_cut(fresh_auto_jit)
     assert s == 8.0 and auto_jit_stats()["peeks"] == before + 1
     mge.config.auto_jit = False
     np.testing.assert_allclose(y.numpy(), np.exp(np.arange(12).reshape(4, 3)) * 2, rtol=1e-6)
+
+
+def _retinanet_targets(anchors, batched_gt_boxes, batched_num_gts, thresholds=(0.4, 0.5), labels=(0, -1, 1)):
+    """The zoo's RetinaNet ``get_ground_truth`` with its ``Matcher`` (allow_low_quality_matches) and ``get_iou``, as
+    written there: each image's boxes cut to its count, IoU, max/argmax over the boxes, the matched boxes gathered."""
+    labels_list, offsets_list = [], []
+    ths = [-float("inf")] + list(thresholds) + [float("inf")]
+    for bid in range(batched_gt_boxes.shape[0]):
+        gt_boxes = batched_gt_boxes[bid, :batched_num_gts[bid]]
+        b1, b2 = F.expand_dims(gt_boxes[:, :4], axis=1), F.expand_dims(anchors, axis=0)
+        iw = F.minimum(b1[:, :, 2], b2[:, :, 2]) - F.maximum(b1[:, :, 0], b2[:, :, 0])
+        ih = F.minimum(b1[:, :, 3], b2[:, :, 3]) - F.maximum(b1[:, :, 1], b2[:, :, 1])
+        inter = F.maximum(iw, 0) * F.maximum(ih, 0)
+        area1 = (gt_boxes[:, 2] - gt_boxes[:, 0]) * (gt_boxes[:, 3] - gt_boxes[:, 1])
+        area2 = (anchors[:, 2] - anchors[:, 0]) * (anchors[:, 3] - anchors[:, 1])
+        matrix = F.maximum(inter / (F.expand_dims(area1, axis=1) + F.expand_dims(area2, axis=0) - inter), 0)
+        max_scores = matrix.max(axis=0)
+        match_indices = F.argmax(matrix, axis=0)
+        lab = F.full_like(match_indices, -1)
+        for label, low, high in zip(labels, ths[:-1], ths[1:]):
+            lab[(max_scores >= low) & (max_scores < high)] = label
+        lab[(matrix == F.max(matrix, axis=1, keepdims=True)).sum(axis=0) > 0] = 1
+        matched = gt_boxes[match_indices]
+        fg_mask = lab == 1
+        lab[fg_mask] = matched[fg_mask, 4].astype(np.int32)
+        wa, ha = anchors[:, 2] - anchors[:, 0], anchors[:, 3] - anchors[:, 1]
+        wg, hg = matched[:, 2] - matched[:, 0], matched[:, 3] - matched[:, 1]
+        offsets = F.stack([(matched[:, 0] - anchors[:, 0]) / wa, (matched[:, 1] - anchors[:, 1]) / ha,
+                           F.log(wg / wa), F.log(hg / ha)], axis=1)
+        labels_list.append(lab)
+        offsets_list.append(offsets)
+    return F.stack(labels_list, axis=0).detach(), F.stack(offsets_list, axis=0).detach()
+
+
+def test_the_zoos_retinanet_targets_run_in_one_cluster_for_every_count(fresh_auto_jit):
+    # as the zoo writes them (the count a Tensor: ``batched_num_gts[bid]``): no cut, the same executable every count
+    r = np.random.RandomState(7)
+    g = (np.arange(6, dtype="float32") + 0.5) * 4
+    cx, cy = np.meshgrid(g, g)
+    anchors = np.stack([cx - 3, cy - 3, cx + 3, cy + 3], -1).reshape(-1, 4)
+    batches = []
+    for _ in range(12):
+        gt, num = np.zeros((2, 7, 5), "float32"), r.randint(1, 8, 2).astype("int32")
+        for b, c in enumerate(num):
+            xy = r.uniform(0, 18, size=(c, 2))
+            gt[b, :c, :2], gt[b, :c, 2:4], gt[b, :c, 4] = xy, xy + r.uniform(3, 9, size=(c, 2)), r.randint(1, 5, c)
+        batches.append((gt, num))
+    want = []
+    for gt, num in batches:
+        want.append([v.numpy() for v in _retinanet_targets(mge.Tensor(anchors), mge.Tensor(gt), mge.Tensor(num))])
+    mge.config.auto_jit = True
+    got, compiled = [], None
+    for step, (gt, num) in enumerate(batches):
+        out = _retinanet_targets(mge.Tensor(anchors), mge.Tensor(gt), mge.Tensor(num))
+        got.append([v.numpy() for v in out])
+        if step == 3:
+            compiled, cuts = auto_jit_stats()["compiled"], sum(c[0] for c in auto_jit_stats()["cuts"])
+    stats = auto_jit_stats()
+    mge.config.auto_jit = False
+    _same(want, got, "targets", rtol=1e-5)
+    assert stats["compiled"] == compiled, stats
+    assert sum(c[0] for c in stats["cuts"]) - cuts == len(batches) - 4, stats["cuts"]  # (the read of the results)
