@@ -752,8 +752,9 @@ class _Cluster:
     def peek(self, z):
         """(``Lazy.force``) The value of pending ``z`` computed by itself, without running the cluster, where a few
         exact ops (``_PEEK_EXACT``: no rounding for XLA's fusion to change) compute it from the cluster's inputs --
-        a box count in a data set's image info, a flag, a shape -- and it is small; else None (a cut). Reading such
-        a value cut the cluster there: a detector's step was cut at each image's ``gt[:info[i, 4]]``."""
+        a box count in a data set's image info, a flag, a shape -- and it is small, and the cluster holds other ops;
+        else None (a cut). Reading such a value cut the cluster there: a detector's step was cut at each image's
+        ``gt[:info[i, 4]]``."""
         with self.lock:
             if z.cluster is not self or z.value is not None or math.prod(z.raw_shape) > PEEK_SIZE:
                 return None
@@ -771,6 +772,8 @@ class _Cluster:
                 cone.append(ops[k])
                 need.difference_update(outs)
                 need.update(ins)
+            if len(cone) == len(ops):
+                return None  # (the cluster is the value's ops: running it cuts nothing else)
             env = {}
             try:
                 for i in need:
