@@ -1716,6 +1716,16 @@ def unpadded(monkeypatch):
     _padded.install(mge.config.auto_jit)
 
 
+def _same_as_eager(steps, got, counts, params, slots):
+    """``_count_read_training(steps)``'s losses, counts, parameters and slots under auto-jit are eager's."""
+    mge.config.auto_jit = False
+    want, want_counts, want_params, want_slots = _count_read_training(steps)
+    assert counts == want_counts
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+    for p, q in zip(params + slots, want_params + want_slots):
+        np.testing.assert_allclose(p, q, rtol=1e-5, atol=1e-6)
+
+
 def test_a_count_read_on_the_host_keeps_the_rest_of_the_step_one_executable(auto_jit):
     # cond_take's elements kept in place: the clusters do not change with their count -- none runs in parts
     with warnings.catch_warnings():
@@ -1724,12 +1734,7 @@ def test_a_count_read_on_the_host_keeps_the_rest_of_the_step_one_executable(auto
     stats = auto_jit_stats()
     assert len(set(counts)) >= 10, counts
     assert stats["split_clusters"] == 0 and stats["compiled"] <= 4, stats
-    mge.config.auto_jit = False
-    want, want_counts, want_params, want_slots = _count_read_training(24)
-    assert counts == want_counts
-    np.testing.assert_allclose(got, want, rtol=1e-5)
-    for p, q in zip(params + slots, want_params + want_slots):
-        np.testing.assert_allclose(p, q, rtol=1e-5, atol=1e-6)
+    _same_as_eager(24, got, counts, params, slots)
 
 
 def test_a_count_read_on_the_host_runs_the_rest_of_the_step_compiled(auto_jit, unpadded):
@@ -1746,12 +1751,7 @@ def test_a_count_read_on_the_host_runs_the_rest_of_the_step_compiled(auto_jit, u
     # elements' gradient, the rest), and the changing part for the counts that recurred -- not one per count
     assert stats["compiled"] <= 12 < len(set(counts)) + 4, stats
     assert stats["cache_hits"] >= 2 * 18, stats  # the forward and the unchanging parts, every step
-    mge.config.auto_jit = False
-    want, want_counts, want_params, want_slots = _count_read_training(24)
-    assert counts == want_counts
-    np.testing.assert_allclose(got, want, rtol=1e-5)
-    for p, q in zip(params + slots, want_params + want_slots):
-        np.testing.assert_allclose(p, q, rtol=1e-5, atol=1e-6)
+    _same_as_eager(24, got, counts, params, slots)
 
 
 def test_a_cluster_of_another_length_now_and_then_leaves_the_sites_parts_as_they_were(auto_jit, unpadded):
