@@ -14,7 +14,9 @@ mode runs on kernels another one compiled: for the data-dependent workloads the 
 logits) and then uses ``cond_take`` (output shape depends on values): under ``xla_trace`` each new count misses the
 guard; under auto-jit the clusters before and after the read are compiled once each. ``detection`` is the model
 zoo's RetinaNet training step written eagerly (IoU anchor matching, labels through boolean masks, focal + L1 losses
-divided by the foreground count read on the host) on a small detector, ground-truth counts changing every batch.
+divided by the foreground count read on the host) on a small detector, ground-truth counts changing every batch;
+``detection_zoo`` the same on the zoo's data layout (boxes padded per image, cut to their count); ``fg_head`` a
+second stage's cross-entropy and softmax on the proposals a score selects (their number changing every batch).
 
 Then the same ratios with the three modes taking turns in one process (``--interleaved``, default MLP and the
 ConvNets: a noisy machine's drift between processes is larger than the gaps measured), with the CPU time of the same
@@ -191,6 +193,48 @@ def zoo_detection_step(model, opt, gm, x, ys):
         gm.backward(total)
     opt.step().clear_grad()
     return total
+
+
+class _Head(M.Module):
+    """A second stage's head, small: features of 256 proposals, a score, and class logits (5 classes)."""
+
+    def __init__(self):
+        super().__init__()
+        self.body = M.Sequential(M.Linear(16, 32), M.ReLU(), M.Linear(32, 8))
+        self.cls = M.Linear(8, 5)
+
+    def forward(self, x):
+        return self.body(x)
+
+
+class FgHeadWorkload:
+    """Proposals whose foreground (a score above 0) changes in number every batch."""
+    name = "fg_head"
+
+    @staticmethod
+    def build():
+        return _Head()
+
+    @staticmethod
+    def make_optimizer(params):
+        return optim.SGD(params, lr=0.01, momentum=0.9)
+
+    @staticmethod
+    def inputs(rng):
+        return rng.standard_normal((256, 16)).astype("float32"), rng.randint(0, 5, 256).astype("int32")
+
+
+def fg_head_step(model, opt, gm, x, labels):
+    """A second stage's losses on its foreground rows, as third-party MegEngine code writes them: class logits of the
+    selected proposals, softmax cross-entropy against their labels, and a penalty on their softmax."""
+    with gm:
+        f = model(x)
+        fg = f[:, 0] > 0
+        p = model.cls(f[fg])
+        loss = F.nn.cross_entropy(p, labels[fg]) + (F.softmax(p, axis=1)[:, 1:] ** 2).mean()
+        gm.backward(loss)
+    opt.step().clear_grad()
+    return loss
 
 
 def _image_loss(cls, box, gt, anchors):
@@ -491,6 +535,8 @@ def _workload(name):
         return DetectionWorkload, detection_step
     if name == "detection_zoo":
         return ZooDetectionWorkload, zoo_detection_step
+    if name == "fg_head":
+        return FgHeadWorkload, fg_head_step
     wl = models.WORKLOADS["convnet_b8" if name == "hostread" else name]
     return wl, hostread_step if name == "hostread" else loop_step
 
@@ -516,7 +562,8 @@ def _measure(name, mode, steps, warmup):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--only", default="mlp,convnet_b8,convnet_b64,transformer,hostread,detection,detection_zoo")
+    ap.add_argument("--only", default="mlp,convnet_b8,convnet_b64,transformer,hostread,detection,detection_zoo,"
+                                      "fg_head")
     ap.add_argument("--steps", type=int, default=20, help="timed steps (after the warm-up ones)")
     # (30: after the timers' first probes -- a small step's eager probe at steps 15-19, an early launch's late one
     # at ~20-24 --, which steps 16-30, the window until 2026-11-29, half included)

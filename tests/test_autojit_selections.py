@@ -248,8 +248,15 @@ def _random_selection_program(seed, auto):
     m = mge.Tensor(ma)
     gm = GradManager().attach([x, w])
     log = []
+    how = r.randint(8)
     with gm:
         y = x[m] if stop is None else x[:mge.Tensor(stop, dtype=["int32", "int16"][r.randint(2)])]
+        if stop is None and how == 0:
+            y = x[ma]  # (a host mask: its count known)
+        elif stop is None and how == 1:
+            y = y[y[:, 0] > 0]  # (a selection of a selection: the rows both select)
+        elif stop is None and how == 2:
+            y = F.expand_dims(x[F.stack([m] * cols, 1) & (x > 0)], 1)  # (a mask of two axes: its elements)
         loss = 0.0
         try:
             _random_steps(r, x, w, m, y, log, rows, cols, count)
@@ -268,7 +275,7 @@ def _random_steps(r, x, w, m, y, log, rows, cols, count):
     if True:
         loss = 0.0
         for _ in range(r.randint(3, 9)):
-            k = r.randint(11)
+            k = r.randint(16)
             if k < 3:
                 name = _UNARY[r.randint(len(_UNARY))]
                 v = getattr(F, name)(F.abs(y) + 0.5 if name in ("log", "sqrt") else y) if name != "neg" else -y
@@ -299,6 +306,22 @@ def _random_steps(r, x, w, m, y, log, rows, cols, count):
                 t = F.zeros((rows, y.shape[1]))
                 t[m, (F.abs(y[:, 0]) * 0).astype("int32")] = 1
                 loss = loss + (t * F.expand_dims(x[:, 0], 1)).sum()
+            elif k == 11 and y.ndim == 2:  # (along the other axis: row by row)
+                v = (F.softmax if r.rand() < 0.5 else F.logsumexp if r.rand() < 0.5 else F.logsoftmax)(y, 1)
+                loss = loss + (v * 0.5).sum()
+                y = v if v.ndim == 2 and r.rand() < 0.5 else y
+            elif k == 12 and y.ndim == 2 and y.shape[1] == cols:
+                y = F.matmul(y, F.stack([w, w * 2], 1))  # (a weight's gradient: a sum over the selected rows)
+                loss = loss + y.sum() * 0.3
+            elif k == 13 and y.ndim == 2:  # (labels of the same rows)
+                lab = (F.abs(y[:, 0]) * 10).astype("int32") % y.shape[1]
+                log.append(F.argmax(y, axis=1).numpy())
+                ce = F.nn.cross_entropy(y, lab) if r.rand() < 0.5 else F.nn.indexing_one_hot(y, lab, 1).sum()
+                loss = loss + ce
+            elif k == 14:
+                loss = loss + (F.ones_like(y) * y + F.zeros_like(y)).sum()
+            elif k == 15 and y.ndim == 2:
+                loss = loss + (F.cumsum(y, 1) * F.sort(y)[0]).sum() * 0.1 + F.topk(y, 1)[0].sum()
             else:
                 loss = loss + (y * 0.5 + 1).mean() if count else loss
                 loss = loss + F.max(y, axis=0).sum() if count and y.ndim == 2 and k == 10 else loss
@@ -530,3 +553,59 @@ def test_the_zoos_retinanet_targets_run_in_one_cluster_for_every_count(fresh_aut
     _same(want, got, "targets", rtol=1e-5)
     assert stats["compiled"] == compiled, stats
     assert sum(c[0] for c in stats["cuts"]) - cuts == len(batches) - 4, stats["cuts"]  # (the read of the results)
+
+
+def _head_losses(xa, la, ha, w, gm):
+    """A detection head's losses on its foreground rows, as third-party MegEngine code writes them: a projection,
+    softmax cross-entropy, argmax, softmax and logsumexp along the classes, ``zeros_like``, a selection of the
+    selection, a mask of two axes and a host mask."""
+    x, lab = mge.Tensor(xa), mge.Tensor(la)
+    with gm:
+        fg = x[:, 0] > 0
+        p = F.matmul(x[fg], w)
+        ce = F.nn.cross_entropy(p, lab[fg])
+        hits = (F.argmax(p, axis=1) == lab[fg]).astype("float32").sum()
+        soft = (F.softmax(p, axis=1) * (F.zeros_like(p) + 2) - F.logsumexp(p, axis=1, keepdims=True)).mean()
+        pos = p[p[:, 1] > 0]
+        both = x[(x > 0.5) & F.expand_dims(fg, 1)]
+        loss = ce + soft + (pos ** 2).sum() * 0.1 + both.sum() * 0.1 + F.matmul(x[ha], w).mean() + hits * 0
+        gm.backward(loss)
+    out = [float(loss.item()), w.grad.numpy(), tuple(pos.shape), both.numpy()]
+    w.grad = None
+    return out
+
+
+def test_a_heads_losses_on_selections_keep_their_clusters_whatever_the_count(fresh_auto_jit):
+    # ops along the classes (cross_entropy, softmax, argmax, logsumexp), x[fg] @ w, zeros_like, a selection of a
+    # selection, 2-d and host masks: row by row on the padded rows, one set of executables for every count (before:
+    # each on the selection itself, its cluster keyed by the count)
+    r = np.random.RandomState(4)
+    batches = [(r.standard_normal((32, 4)).astype("float32"), r.randint(0, 4, 32).astype("int32"),
+                r.rand(32) < r.rand()) for _ in range(20)]
+    results = {}
+    for auto in (False, True):
+        mge.config.auto_jit = auto
+        w = mge.Parameter(r.standard_normal((4, 4)).astype("float32") if not auto else results["w"])
+        results.setdefault("w", w.numpy())
+        gm = GradManager().attach([w])
+        results[auto] = [_head_losses(*b, w, gm) for b in batches[:6]]
+        before = auto_jit_stats()["compiled"]
+        results[auto] += [_head_losses(*b, w, gm) for b in batches[6:]]
+        if auto:
+            assert auto_jit_stats()["compiled"] == before
+    mge.config.auto_jit = False
+    _same(results[False], results[True], "head losses")
+    assert len({int((b[0][:, 0] > 0).sum()) for b in batches[6:]}) > 4
+
+
+def test_too_many_ints_raise_eagers_error_under_auto_jit(fresh_auto_jit):
+    # (the prefix finder looked at an axis past the last: a bare "tuple index out of range")
+    x = np.zeros((2, 3, 4), "float32")
+    errors = []
+    for auto in (False, True):
+        mge.config.auto_jit = auto
+        with pytest.raises(IndexError) as bad:
+            mge.Tensor(x)[0, 0, 0, 0]
+        errors.append((type(bad.value), str(bad.value)))
+    mge.config.auto_jit = False
+    assert errors[0] == errors[1]

@@ -338,14 +338,19 @@ def _static_op(x, index, op, prim):
     return bound
 
 
-def _leading_mask(x, index):
+def _leading_mask(x, index, any_rank=False):
     """``(mask, the other items)`` where ``index`` starts with a 1-d bool mask Tensor over ``x``'s first axis and
-    holds no other bool index; else None."""
+    holds no other bool index; else None. ``any_rank``: the mask may also cover ``x``'s first ``k`` axes (its shape
+    theirs) and be a host array (``np.ndarray``)."""
     items = index if type(index) is tuple else (index,)
     if not items:
         return None
     m = items[0]
-    if not isinstance(m, Tensor) or m.dtype != np.bool_ or m.ndim != 1 or not x.ndim or m.shape[0] != x.shape[0]:
+    if any_rank and type(m) is np.ndarray and m.dtype == np.bool_ and 1 <= m.ndim <= x.ndim \
+            and m.shape == x.shape[:m.ndim]:
+        pass
+    elif not isinstance(m, Tensor) or m.dtype != np.bool_ or not x.ndim or m.ndim > (x.ndim if any_rank else 1) \
+            or not m.ndim or tuple(m.shape) != x.shape[:m.ndim]:
         return None
     for i in items[1:]:
         if type(i) is bool or i is Ellipsis or (isinstance(i, Tensor) and i.dtype == np.bool_):
@@ -385,7 +390,7 @@ def _prefix_slice(x, index):
     Tensor, no start but 0, no step but 1 -- over an axis of ``x`` that is not empty; else None."""
     items = index if type(index) is tuple else (index,)
     k = 0
-    while k < len(items) and type(items[k]) is int:
+    while k < len(items) and k < x.ndim and type(items[k]) is int:  # (too many: parse's error)
         if not -x.shape[k] <= items[k] < x.shape[k]:
             return None
         k += 1
@@ -410,8 +415,10 @@ def getitem(x, index):
     if _lazy.SELECT[0] is not None and not _padded(x):
         # auto-jit: ``x[mask]`` (then ints and slices of the other axes) kept in place, the mask's rows, so that
         # the clusters using it keep their shapes whatever the count (``ops/padded.py``)
-        found = _leading_mask(x, index)
-        rest = None if found is None else _selected_rest(x.shape, found[1], "getitem")
+        # (a mask over the first k axes selects the rows of x's first k axes made one -- as NumPy orders them --;
+        # a host array's count is known)
+        found = _leading_mask(x, index, any_rank=True)
+        rest = None if found is None else _selected_rest(x.shape, found[1], "getitem", found[0].ndim)
         if rest is not None:
             y = _lazy.SELECT[0](x, found[0], (("s", None, None, None),) + rest[0])
             if y is not None:
@@ -432,6 +439,13 @@ def getitem(x, index):
             rest = _selected_rest(x._data.raw_shape, items[1:], "getitem")
             if rest is not None:
                 return apply(P.getitem.bind(spec=(("s", None, None, None),) + rest[0]), x)
+        elif items and _padded(items[0]) and items[0].dtype == np.bool_ and items[0].ndim == 1:
+            # a selection of a selection (``y[y[:, 0] > 0]``, the mask of its rows): the rows both select, in place
+            rest = _selected_rest(x._data.raw_shape, items[1:], "getitem")
+            if rest is not None:
+                y = _lazy.SELECT[0](x, items[0], (("s", None, None, None),) + rest[0])
+                if y is not None:
+                    return y
     bound = _static_op(x, index, "getitem", P.getitem)
     if bound is not None:
         return apply(bound, x)

@@ -13,8 +13,9 @@ serves every count.
 
 Ops on a selection's rows (:func:`rows`, :func:`collect`):
 
-* row by row (elementwise, casts, slices and reductions of the other axes, and their gradients): collected as
-  they are, on every row -- the result a selection of the same rows;
+* row by row (elementwise, casts, slices and reductions of the other axes, ops along the other axes -- softmax,
+  cross-entropy's parts, ``x[m] @ w`` -- in ``_ALONG``, and their gradients): collected as they are, on every row --
+  the result a selection of the same rows;
 * ``sum``/``mean`` over the rows: ``pad_reduce``, which drops the unselected rows (and their gradients);
 * written back through the mask: ``pad_setitem`` (from ``Tensor.__setitem__``);
 * anything else: on the selection itself (``pad_rows``: its count read, that cluster keyed by it, as before), as
@@ -34,7 +35,8 @@ from ..core import _elemwise_front as _front, _indexing, _lazy
 from ..core._lazy import Lazy
 from ..core._dispatch import apply, OpError as _OpError
 from ..core._op import VJP
-from ..core.ops import elemwise as E, indexing as I, padded as P, reduction as R, shape as S
+from ..core.ops import elemwise as E, indexing as I, linalg as L, nn as N, padded as P, reduction as R, shape as S, \
+    sort as SO
 from . import _autojit as _A  # (a module importing this one: read at call time)
 
 __all__ = ["ON", "Pad", "NeedCount", "select", "set_selected", "collect", "give", "PAD_PRIMS"]
@@ -44,13 +46,52 @@ ON = os.environ.get("MEGXLA_AUTO_JIT_PAD_SELECTIONS", "1") != "0"
 
 _MISSING = object()
 PAD_PRIMS = frozenset([P.pad_select, P.pad_setitem, P.pad_reduce, P.pad_leak, P.pad_rows, P.pad_fill, P.pad_arg,
-                       P.pad_position])
+                       P.pad_position, P.pad_and])
 _ROWS = frozenset(list(E.UNARY.values()) + list(E.BINARY.values()) + [E.leaky_relu, E.clip, E.where, E.astype])
 _MEAN_OF = {R.sum: False, R.mean: True}  # reductions over the rows: dropping the unselected ones
 _REDUCTIONS = frozenset([R.sum, R.mean, R.prod, R.max, R.min])
 # reshapes that keep the rows as the first axis (of every input: all of them rows of one selection), in ``_kept_rows``
 _ROW_SHAPES = frozenset([S.expand_dims, S.squeeze, S.transpose, S.stack, S.concat])
 _KEPT_COUNTS = 64
+
+
+def _spares_rows(axis, n):
+    """Whether ``axis`` (an int, a tuple, or None: every axis) leaves out the first of ``n`` axes."""
+    if axis is None or not n:
+        return False
+    return all(a % n != 0 for a in (axis if type(axis) is tuple else (axis,)))
+
+
+def _only_first(pads):
+    return pads[0] is not None and all(p is None for p in pads[1:])
+
+
+# ops along other axes than the rows, or on each row's own entries (their other inputs not rows, or the same rows):
+# row by row on a selection -- a detector's ``cross_entropy(pred[fg], label[fg])`` (logsumexp and indexing_one_hot
+# along the classes), ``softmax``, ``pred[fg].argmax(1)``, ``zeros_like(box[fg])``, ``x[fg] @ w``, ``norm(d, axis=1)``
+# -- so that its clusters keep their shapes whatever the count. Not ``dropout``: its draws would be another
+# number's than eager's. (prim -> whether, from its params, its inputs' cluster shapes and pads.)
+_ALONG = {
+    N.softmax: lambda p, s, pads: _only_first(pads) and _spares_rows(p["axis"], len(s[0])),
+    N.log_softmax: lambda p, s, pads: _only_first(pads) and _spares_rows(p["axis"], len(s[0])),
+    R.logsumexp: lambda p, s, pads: _only_first(pads) and _spares_rows(p["axis"], len(s[0])),
+    R.norm: lambda p, s, pads: _only_first(pads) and _spares_rows(p["axis"], len(s[0])),
+    R.argmax: lambda p, s, pads: _only_first(pads) and _spares_rows(p["axis"], len(s[0])),
+    R.argmin: lambda p, s, pads: _only_first(pads) and _spares_rows(p["axis"], len(s[0])),
+    R.cumsum: lambda p, s, pads: _only_first(pads) and _spares_rows(p["axis"], len(s[0])),
+    SO.sort: lambda p, s, pads: _only_first(pads) and len(s[0]) >= 2,  # (along the last axis)
+    SO.topk: lambda p, s, pads: _only_first(pads) and len(s[0]) >= 2,
+    # (the labels the same rows: ``label[fg]`` with ``pred[fg]``)
+    I.indexing_one_hot: lambda p, s, pads: pads[0] is not None and pads[1] is pads[0]
+    and _spares_rows(p["axis"], len(s[0])),
+    S.full_like: lambda p, s, pads: True,
+    S.one_hot: lambda p, s, pads: True,
+    N.embedding: lambda p, s, pads: _only_first(pads),
+    # (a right operand of more than 2 axes would have its own batch axis along the rows)
+    L.matmul: lambda p, s, pads: _only_first(pads) and len(s[0]) >= 2 and len(s[1]) <= 2 and not p["transpose_a"],
+    L.linear: lambda p, s, pads: _only_first(pads) and len(s[0]) >= 2,
+    N.layer_norm: lambda p, s, pads: _only_first(pads) and len(s[0]) > p["ndim"],
+}
 
 
 class Pad:
@@ -145,23 +186,51 @@ def _value_of(t):
     return v
 
 
-def _pad(mask, prefix=None):
-    """``mask``'s Pad: its count collected (not read), once per mask value."""
-    pad = _PADS.get(mask._vid)
+def _pad(mask, prefix=None, vid=None, count=None):
+    """``mask``'s Pad: its count collected (not read), once per mask value (``vid``: the value's, where ``mask`` is
+    made from it; ``count``: known on the host)."""
+    vid = mask._vid if vid is None else vid
+    pad = _PADS.get(vid)
     if pad is None:
-        pad = _PADS[mask._vid] = Pad(_value_of(mask), apply(I.mask_count.bind(), mask), mask.shape[0], prefix)
+        pad = _PADS[vid] = Pad(_value_of(mask), apply(I.mask_count.bind(), mask), mask.shape[0], prefix)
+        pad._count = count
         while len(_PADS) > _KEPT_COUNTS:
             _PADS.popitem(last=False)
+    if mask._vid != vid:
+        _PADS[mask._vid] = pad  # (the mask as made: pad_select finds its rows by it)
     return pad
 
 
 def select(x, mask, spec, prefix=None):
     """(core's ``_lazy.SELECT``) ``x[mask]`` kept in place (then ``spec``: the other axes' ints and slices,
-    checked), or None: index as ever (not collecting now, ``mask`` itself a selection, an empty axis). ``prefix``:
-    ``mask`` selects the first rows, ``x[:prefix]``."""
-    if not _A.collecting() or _pad_of(mask) is not None or not mask.shape[0]:
+    checked), or None: index as ever (not collecting now, an empty axis, ``mask`` a selection of other rows than
+    ``x``'s). ``prefix``: ``mask`` selects the first rows, ``x[:prefix]``. ``mask`` may cover ``x``'s first ``k``
+    axes (they are made one, as NumPy's ``x[mask]`` orders them) and be a host array (its count known). Where ``x``
+    is a selection and ``mask`` one of its rows (``y[y[:, 0] > 0]``), the rows both select are kept in place."""
+    if not _A.collecting():
         return None
-    _pad(mask, prefix)  # (the mask's count, collected: read where a shape asks for it)
+    k = mask.ndim
+    xp, mp = _pad_of(x), _pad_of(mask) if type(mask) is not np.ndarray else None
+    if xp is not None or mp is not None:
+        if xp is None or mp is not xp or k != 1:
+            return None
+        both = apply(P.pad_and.bind(), mask, xp.mask)  # (the rows: the unselected ones' copies dropped)
+        _pad(both)
+        y = apply(P.pad_select.bind(), x, both)
+        return apply(I.getitem.bind(spec=spec), y) if len(spec) > 1 else y
+    rows = int(np.prod(mask.shape))
+    if not rows:
+        return None
+    vid = count = None
+    if type(mask) is np.ndarray:
+        flat = np.ascontiguousarray(mask).reshape(-1)
+        mask, count = _A._Tensor(flat), int(np.count_nonzero(flat))
+    elif k > 1:
+        vid = mask._vid
+        mask = apply(S.reshape.bind(shape=(rows,)), mask)
+    if k > 1:
+        x = apply(S.reshape.bind(shape=(rows,) + tuple(x.shape[k:])), x)
+    _pad(mask, prefix, vid, count)  # (the mask's count, collected: read where a shape asks for it)
     y = apply(P.pad_select.bind(), x, mask)
     if len(spec) > 1:
         y = apply(I.getitem.bind(spec=spec), y)
@@ -248,6 +317,9 @@ def _classify(op, shapes, pads):
         return None
     if prim in _ROW_SHAPES:
         return ("rows", pad) if _kept_rows(prim, params, shapes, pads) else None
+    along = _ALONG.get(prim)
+    if along is not None:
+        return ("rows", pad) if along(params, shapes, pads) else None
     if prim in _REDUCTIONS:
         if len(shapes) != 1 or not shapes[0]:
             return None
@@ -302,7 +374,7 @@ def rows(op, inputs):
             else:
                 pad = p
         return pad
-    if prim is not I.getitem and prim not in _REDUCTIONS and prim not in _ROW_SHAPES:
+    if prim is not I.getitem and prim not in _REDUCTIONS and prim not in _ROW_SHAPES and prim not in _ALONG:
         return None
     pads = [_pad_of(t) for t in inputs]
     how = _classify(op, [_raw_shape(t) for t in inputs], pads)

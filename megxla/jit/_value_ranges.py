@@ -106,16 +106,24 @@ def _moved(op, inputs, result):  # add / sub of a scalar: the entries moved by i
     result[0]._data.bounds = Shifted(ea, (-r[1], -r[0]) if op.name == "sub" else r)
 
 
+def _shape(d):
+    """``d``'s shape -- a selection's rows as its cluster holds them while its count is not on the host (the rules
+    read only its other axes then: an op over the rows reads the count first) -- without a read."""
+    if type(d) is Lazy and d.pad is not None and not d.pad.known():
+        return d.raw_shape
+    return d.shape
+
+
 def _positions(op, inputs, result):  # argmax / argmin: positions along an axis (of the flattened input)
     params = dict(op.params)
-    shape = inputs[0]._data.shape
+    shape = _shape(inputs[0]._data)
     n = _prod(shape) if params.get("axis") is None else shape[params["axis"]]
     if n:
         result[0]._data.bounds = (0, n - 1)
 
 
 def _sorted_positions(op, inputs, result):  # sort / topk: the values (a selection), the positions on the last axis
-    n = inputs[0]._data.shape[-1] if inputs[0]._data.ndim else 1
+    n = _shape(inputs[0]._data)[-1] if inputs[0]._data.ndim else 1
     b = _entry(inputs[0])
     if b is not None:
         result[0]._data.bounds = b

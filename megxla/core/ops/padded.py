@@ -13,6 +13,8 @@ not select leave only through the ops here, each of which drops them:
 * ``pad_rows`` gathers the selected rows, in order (``x[mask]`` itself: for an op that needs the rows as such);
 * ``pad_fill`` puts the lowest (or highest) value in the unselected rows: ``max`` (``min``) over them follows;
 * ``pad_arg`` finds ``argmax``/``argmin`` over the selected rows, numbered among them;
+* ``pad_and`` gives the rows a mask of a selection's rows selects among the selection's (a selection of a
+  selection);
 * ``pad_position`` makes a position among a prefix's rows (``x[:n]``: the first ``n`` rows) non-negative, so that
   ``x[:n][i]`` gathers from every row.
 
@@ -130,3 +132,6 @@ pad_leak = Primitive("pad_leak", _pad_leak)
 pad_fill = Primitive("pad_fill", _pad_fill)
 pad_arg = Primitive("pad_arg", _pad_arg)
 pad_position = Primitive("pad_position", _pad_position)
+# a mask of a selection's rows (``y[:, 0] > 0``, ``y = x[m]``) and the selection's mask: the rows both select (the
+# unselected rows' copies dropped), for ``y[y[:, 0] > 0]`` in place
+pad_and = Primitive("pad_and", lambda m, mask: m & mask)
