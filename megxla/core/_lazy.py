@@ -260,6 +260,27 @@ def shape_key(t):
     return t.shape
 
 
+def dim(t, axis):
+    """``t.shape[axis]``, without reading a selection's count (auto-jit's selection in place, ``pad``) where ``axis``
+    is not its rows: a head's ``linear(f[fg], w)`` checks its last axis only."""
+    d = t._data
+    if type(d) is Lazy and d.pad is not None and axis % len(d.raw_shape) != 0:
+        return d.raw_shape[axis]
+    return t.shape[axis]
+
+
+def same_shape(a, b, drop=None):
+    """Whether ``a``'s shape is ``b``'s (without ``b``'s axis ``drop``, normalized) -- for two selections of the same
+    rows (``label[fg]``, ``pred[fg]``) without reading their count."""
+    da, db = a._data, b._data
+    pa = da.pad if type(da) is Lazy else None
+    if pa is not None and type(db) is Lazy and db.pad is pa and (drop is None or drop != 0):
+        rb = db.raw_shape
+        return da.raw_shape == (rb if drop is None else rb[:drop] + rb[drop + 1:])
+    sb = b.shape
+    return a.shape == (sb if drop is None else sb[:drop] + sb[drop + 1:])
+
+
 def resolve(t):
     """The concrete array of Tensor ``t`` (forcing a pending value), written back into ``t`` by the thread whose
     cluster made it. Another thread only reads it: the owner may be rebinding ``t`` at this moment (``x._reset``),

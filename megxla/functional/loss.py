@@ -1,6 +1,7 @@
 """Loss functions (``megengine.functional.loss``): plain Python over primitives (``ctc_loss`` is one fused op)."""
 import numpy as np
 
+from ..core import _lazy
 from ..core._dispatch import apply as _apply, OpError
 from ..core.dtypes import is_float
 from ..core._indexing import check_index_tensor
@@ -32,7 +33,8 @@ def _pair(pred, label, op, keep_int=False):
     pred = _t(pred)
     label = _t(label, pred)
     try:
-        np.broadcast_shapes(pred.shape, label.shape)
+        if not _lazy.same_shape(pred, label):  # (the same rows of one selection: no count read)
+            np.broadcast_shapes(pred.shape, label.shape)
     except ValueError:
         raise OpError(f"{op}: pred shape {pred.shape} and label shape {label.shape} do not broadcast") from None
     if keep_int and pred.dtype.kind in "iu" and label.dtype.kind in "iu":
@@ -131,15 +133,16 @@ def cross_entropy(pred, label, axis=1, with_logits=True, label_smooth=0, reducti
         label = label.astype("int32")
     elif label.dtype.kind not in "iu":
         raise OpError(f"{op}: label must be class indices (integers), got {label.dtype}")
-    expected = pred.shape[:axis] + pred.shape[axis + 1:]
-    if label.shape != expected:
-        raise OpError(f"{op}: label shape {label.shape} does not match pred {pred.shape} without class axis "
-                      f"{axis} (expected {expected})")
+    if not _lazy.same_shape(label, pred, drop=axis):  # (``label[fg]`` against ``pred[fg]``: no count read)
+        expected = pred.shape[:axis] + pred.shape[axis + 1:]
+        if label.shape != expected:
+            raise OpError(f"{op}: label shape {label.shape} does not match pred {pred.shape} without class axis "
+                          f"{axis} (expected {expected})")
     if not 0 <= label_smooth < 1:
         raise OpError(f"{op}: label_smooth must be in [0, 1), got {label_smooth}")
     # MegEngine raises for labels outside [0, C); JAX's gather would clamp them. Checked eagerly here; inside
     # a recording or compiled step labels are graph values and are clamped (see core/_indexing.py).
-    check_index_tensor(op, label, pred.shape[axis], axis, allow_negative=False, what="label")
+    check_index_tensor(op, label, _lazy.dim(pred, axis), axis, allow_negative=False, what="label")
     # MegEngine's formula term by term, so its float32 roundings (0.5797641, not 0.57976407) and signs (a certain
     # prediction gives 0 - log(1) = +0.0) are reproduced: logZ - pred[label] (logZ = 0 for probabilities)
     if with_logits:

@@ -8,6 +8,7 @@ from ..core.dtypes import is_float
 from ..core._elemwise_front import as_tensor as _t, BINARY as _B, UNARY as _U
 from ..core.ops import reduction as _R, linalg as _L, sort as _S
 from ..core import _autocast as _amp  # autocast state: the hook below costs one attribute read
+from ..core import _lazy
 from .elemwise import isnan, isinf, sign  # noqa: F401  (MegEngine exports these from .math too)
 from .tensor import cumsum, keep_qparams, _quantized_source, astype as _astype  # noqa: F401
 from ..core._tensor import QPARAMS_SEEN as _QPARAMS_SEEN, Tensor
@@ -246,8 +247,10 @@ def matmul(inp1, inp2, transpose_a=False, transpose_b=False, compute_mode="defau
         return _quantized_matmul(inp1, inp2, transpose_a, transpose_b)
     if inp1.ndim == 0 or inp2.ndim == 0:
         raise OpError(f"matmul: operands must be at least 1-D, got shapes {inp1.shape} and {inp2.shape}")
-    k1 = inp1.shape[-2] if transpose_a and inp1.ndim > 1 else inp1.shape[-1]
-    k2 = inp2.shape[-1] if transpose_b and inp2.ndim > 1 else inp2.shape[0] if inp2.ndim == 1 else inp2.shape[-2]
+    # (``dim``: a selection's ``x[fg] @ w`` checks its last axis, not its count)
+    k1 = _lazy.dim(inp1, -2) if transpose_a and inp1.ndim > 1 else _lazy.dim(inp1, -1)
+    k2 = _lazy.dim(inp2, -1) if transpose_b and inp2.ndim > 1 else _lazy.dim(inp2, 0) if inp2.ndim == 1 else \
+        _lazy.dim(inp2, -2)
     if k1 != k2:
         raise OpError(f"matmul: contracted dimensions differ ({k1} vs {k2}) for shapes {inp1.shape} and "
                       f"{inp2.shape} (transpose_a={transpose_a}, transpose_b={transpose_b})")

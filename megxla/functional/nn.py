@@ -16,6 +16,7 @@ from ..core._tensor import QPARAMS_SEEN
 from ..core._indexing import check_index_tensor
 from ..core.ops import nn as _N, linalg as _L, elemwise as _E, random as _RP, shape as _S
 from ..core import _autocast as _amp  # autocast state: the hook below costs one attribute read
+from ..core import _lazy
 from .elemwise import relu, sigmoid, gelu, silu, softplus, logsigmoid, relu6, hsigmoid, hswish  # noqa: F401
 from . import tensor as _T
 from .tensor import indexing_one_hot  # noqa: F401  (MegEngine exports it from .nn too)
@@ -516,7 +517,7 @@ def linear(inp, weight, bias=None, compute_mode="default"):
     inp, weight = _t(inp), _t(weight)
     if _amp.enabled:  # autocast: compute in low precision, as MegEngine's amp
         inp, weight, bias = _amp.low(inp, weight, bias)
-    if weight.ndim != 2 or inp.ndim < 1 or inp.shape[-1] != weight.shape[1]:
+    if weight.ndim != 2 or inp.ndim < 1 or _lazy.dim(inp, -1) != weight.shape[1]:  # (``f[fg]``: no count read)
         raise OpError(f"linear: input {inp.shape} does not match weight {weight.shape} (expects (out, in))")
     if QPARAMS_SEEN[0] and (quantized_params(inp) or quantized_params(weight)):
         # MegEngine's linear is matmul + bias: on quantized operands a qint32 product (see matmul)
