@@ -29,12 +29,16 @@ def auto_jit(monkeypatch):
     # (these tests check how clusters are made and run: a small step is not timed against eager here --
     # test_a_small_static_step_runs_eagerly_where_that_is_clearly_faster checks that)
     monkeypatch.setattr(_autojit, "STATIC_TIMER", False)
+    # (nor is a line's batch of a new size every step kept padded to a few sizes -- _padded.host_rows, tested in
+    # test_autojit_selections.py --: here such batches make steps whose clusters keep changing)
+    monkeypatch.setattr(_autojit._padded, "_VARYING", 10 ** 9)
     _autojit._sites.clear()
     _autojit._warned_lines.clear()
     _autojit._steps.clear()
     _autojit._local.cluster.guesses.clear()
     _autojit._early.clear()  # (early launches' executables: each test counts its own compiles)
     _autojit._reads.clear()
+    _autojit._padded._ROW_SITES.clear()  # (which lines' host arrays are kept padded)
     reset_auto_jit_stats()
     mge.config.auto_jit = True
     try:

@@ -868,6 +868,7 @@ def fresh_auto_jit(monkeypatch):
     _autojit._sites.clear()
     _autojit._steps.clear()
     _autojit._reads.clear()
+    _autojit._padded._ROW_SITES.clear()  # (which lines' host arrays are kept padded)
     saved = mge.config.auto_jit
     yield
     mge.config.auto_jit = saved

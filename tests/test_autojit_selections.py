@@ -614,3 +614,74 @@ def test_too_many_ints_raise_eagers_error_under_auto_jit(fresh_auto_jit):
         errors.append((type(bad.value), str(bad.value)))
     mge.config.auto_jit = False
     assert errors[0] == errors[1]
+
+
+def _per_image_boxes_step(boxes, anchors, w, gm, opt):
+    """A detector's targets from each image's boxes, given as an array of their own count (a data loader's list),
+    made Tensors every step at one line: IoU with the anchors, the best box per anchor and its class."""
+    a = mge.Tensor(anchors)
+    area_a = (a[:, 2] - a[:, 0]) * (a[:, 3] - a[:, 1])
+    with gm:
+        total = 0
+        for i, b in enumerate(boxes):
+            gt = mge.Tensor(b)
+            lo = F.maximum(F.expand_dims(gt[:, :2], 1), a[:, :2])
+            hi = F.minimum(F.expand_dims(gt[:, 2:4], 1), a[:, 2:])
+            inter = F.prod(F.maximum(hi - lo, 0), axis=2)
+            iou = inter / (F.prod(gt[:, 2:4] - gt[:, :2], axis=1, keepdims=True) + area_a - inter)
+            best, match = F.max(iou, axis=0), F.argmax(iou, axis=0)
+            cls = gt[match][:, 4]
+            total = total + ((best * w) ** 2).sum() + (cls * best * w).mean() + (gt[:, :4] * w[i]).sum()
+        gm.backward(total)
+    padded = type(gt._data) is _autojit.Lazy and gt._data.pad is not None and gt._data.raw_shape[0] == 8
+    out = [float(total.item()), w.grad.numpy(), tuple(gt.shape), gt.numpy(), match.numpy()]
+    opt.step().clear_grad()
+    return out, padded
+
+
+def _boxes(r, count):
+    xy = r.uniform(0, 12, (count, 2))
+    return np.concatenate([xy, xy + r.uniform(2, 8, (count, 2)), r.randint(1, 4, (count, 1))], 1).astype("float32")
+
+
+def test_per_image_box_arrays_of_changing_counts_are_kept_padded(fresh_auto_jit):
+    # ``Tensor(boxes_of_image_i)``, a new count each time: after its line has made 3 counts in 3 steps, its arrays
+    # are the first rows of 8 (16, ...) -- so the clusters keep their shapes (before: one per pair of counts)
+    r = np.random.RandomState(2)
+    anchors = _boxes(r, 20)[:, :4]
+    batches = [[_boxes(r, r.randint(1, 8)) for _ in range(2)] for _ in range(30)]
+    results = {}
+    for auto in (False, True):
+        mge.config.auto_jit = auto
+        w = mge.Parameter(np.linspace(0.5, 1.5, 20).astype("float32"))
+        gm, opt = GradManager().attach([w]), mge.optimizer.SGD([w], lr=1e-3)
+        results[auto] = [_per_image_boxes_step(b, anchors, w, gm, opt)[0] for b in batches[:14]]
+        _autojit.reset_auto_jit_stats()
+        for b in batches[14:]:
+            out, padded = _per_image_boxes_step(b, anchors, w, gm, opt)
+            results[auto].append(out)
+            assert padded == auto
+        if auto:
+            assert auto_jit_stats()["compiled"] <= 1, auto_jit_stats()["changes"]
+    mge.config.auto_jit = False
+    _same(results[False], results[True], "per-image boxes")
+    assert len({len(b[0]) for b in batches[14:]}) > 4
+
+
+def test_arrays_of_the_same_counts_each_step_are_not_padded(fresh_auto_jit):
+    # (an FPN level's anchors, made at one line every step, or a model's buffers: not a data set's changing counts)
+    mge.config.auto_jit = True
+    r = np.random.RandomState(0)
+    for step in range(6):
+        same = [mge.Tensor(np.ones((n, 2), "float32")) for n in (3, 5, 7, 9)]
+        counts = r.randint(1, 6, 3)
+        changing = [mge.Tensor(np.full((n, 2), n, "float32")) for n in counts]
+        assert all(type(t._data) is not _autojit.Lazy for t in same)
+        _autojit.step_boundary()
+    mge.config.auto_jit = False
+    # (the line whose counts change from step to step: padded by now, and read as eager's)
+    assert any(type(t._data) is _autojit.Lazy for t in changing)
+    for n, t in zip(counts, changing):
+        assert tuple(t.shape) == (n, 2) and t.numpy().tolist() == [[n, n]] * n
+        with pytest.raises(IndexError):
+            t[n]

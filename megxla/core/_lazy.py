@@ -49,6 +49,10 @@ SET_SELECTED: list = [None]
 # ``select_prefix(x, ints, stop, spec) -> Tensor or None``: ``x[ints..., :stop]`` (``stop`` a 0-d integer Tensor: a
 # data set's padded boxes cut to their count) kept in place as a selection of the first rows, or None: index as ever
 SELECT_PREFIX: list = [None]
+# ``host_rows(data, dtype, device) -> Lazy or None``: a host array made a Tensor at a line whose arrays change their
+# number of rows from step to step (a data set's boxes, one array per image), kept as the first rows of a padded
+# value (a selection of them, its count known), or None: made as ever. Set by jit while auto-jit is on.
+HOST_ROWS: list = [None]
 # ``megxla.config.auto_jit``: WANTED[0] is the setting; SWITCH[0](on) applies it (registered by jit, which may be
 # imported after the setting is made: it reads WANTED then).
 WANTED: list = [False]

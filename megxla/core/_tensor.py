@@ -192,10 +192,20 @@ class Tensor:
                     self._lnode = node
         else:
             from ._dispatch import _vids
-            self._data = _dt.to_array(data, dtype, device)
-            self._vid = next(_vids)
-            if _lazy.MADE[0] is not None:
-                _lazy.MADE[0](self)
+            rows = _lazy.HOST_ROWS[0]
+            # (auto-jit: a line's host arrays of changing row counts kept at a few padded sizes, so the clusters
+            # using them keep their shapes -- see jit's ``_padded.host_rows``)
+            z = rows(data, dtype, device) if rows is not None and type(data) is np.ndarray and data.ndim \
+                and type(self) is Tensor else None
+            if z is not None:
+                self._data = z
+                self._vid = next(_vids)
+                z.hold(self)
+            else:
+                self._data = _dt.to_array(data, dtype, device)
+                self._vid = next(_vids)
+                if _lazy.MADE[0] is not None:
+                    _lazy.MADE[0](self)
             # MegEngine's quantized dtype, given or the NumPy array's (read from the source: JAX's arrays may
             # drop a dtype's metadata)
             md = getattr(dtype if dtype is not None else getattr(data, "dtype", None), "metadata", None)

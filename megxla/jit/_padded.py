@@ -28,10 +28,11 @@ from __future__ import annotations
 
 import collections
 import os
+import sys
 
 import numpy as np
 
-from ..core import _elemwise_front as _front, _indexing, _lazy
+from ..core import _elemwise_front as _front, _indexing, _lazy, dtypes as _dt
 from ..core._lazy import Lazy
 from ..core._dispatch import apply, OpError as _OpError
 from ..core._op import VJP
@@ -707,9 +708,93 @@ def _replay(cl, plan, ids, masks, groups):
                     [None if g is None else groups[g] for g in pads])
 
 
+# ---- a line's host arrays of changing row counts -------------------------------------------------------------------
+# A detection data set gives each image's boxes as an array of their own count (``[Tensor(b) for b in boxes]``).
+# Each count is a new shape, so is every cluster holding them: a cluster per count (per pair of counts, for two
+# images in one cluster), compiled when it recurs, or, with COCO's 1-50 boxes an image, a megamorphic line run
+# eagerly. Such an array -- made at a line (outside megxla) whose arrays of one trailing shape and dtype have had
+# another count than the last step's in the same place in ``_VARYING`` steps out of ``_WITHIN`` (a model's buffers,
+# made once, an FPN level's anchors, made every step with the same counts, or an epoch's smaller last batch never
+# are) -- is made a selection of the
+# first ``count`` rows of a padded value: ``bucket`` rows (8, 16, 32, ...), the rows past the count copies of the
+# first (as ``pad_select``'s). Its count is known (no read), and the clusters using it take a few shapes, not one per
+# count. Arrays of one line and count share their pad: ``boxes + centers`` of one image stays row by row.
+# (code, line) -> [trailing type, step, last step's counts, this step's, changes] (True: padded)
+_ROW_SITES: collections.OrderedDict = collections.OrderedDict()
+_VARYING, _WITHIN = 3, 8
+_ROW_PADS: collections.OrderedDict = collections.OrderedDict()  # (bucket, count) -> Pad
+_MEGXLA_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def bucket(count):
+    """The padded number of rows of ``count`` rows: 8, or the power of two at least ``count``.
+
+    Example:
+        >>> [bucket(n) for n in (1, 8, 9, 50)]
+        [8, 8, 16, 64]
+    """
+    return max(8, 1 << (count - 1).bit_length())
+
+
+def _row_pad(rows, count):
+    pad = _ROW_PADS.get((rows, count))
+    if pad is None:
+        mask = _A._Tensor(np.arange(rows) < count)
+        n = _A._Tensor(np.int32(count))
+        pad = _ROW_PADS[(rows, count)] = Pad(mask, n, rows, n)
+        pad._count = count
+        while len(_ROW_PADS) > _KEPT_COUNTS:
+            _ROW_PADS.popitem(last=False)
+    return pad
+
+
+def host_rows(data, dtype, device):
+    """(core's ``_lazy.HOST_ROWS``) The Lazy of host array ``data`` (a NumPy array of at least one axis, made a
+    ``Tensor`` by the caller's caller) kept padded -- where its line's arrays change their count of rows --, or None:
+    made as ever."""
+    if device is not None or data.dtype.metadata or getattr(dtype, "metadata", None) or not _A.collecting():
+        return None
+    f = sys._getframe(2)
+    code = f.f_code
+    if code.co_filename.startswith(_MEGXLA_DIR):
+        return None
+    site, count, kind = (code, f.f_lineno), data.shape[0], (data.shape[1:], data.dtype)
+    seen = _ROW_SITES.get(site)
+    if seen is not True:
+        # (the counts the line made this step, in order, against the last step's: an FPN level's anchors, made at one
+        # line every step, repeat theirs)
+        step = _A._local.steps
+        if seen is None or seen[0] != kind:
+            seen = _ROW_SITES[site] = [kind, step, [], [], []]
+            while len(_ROW_SITES) > 256:
+                _ROW_SITES.popitem(last=False)
+        if seen[1] != step:
+            seen[1], seen[2], seen[3] = step, seen[3], []
+        at = len(seen[3])
+        if at < 64:
+            seen[3].append(count)
+            changed = seen[4]
+            if at < len(seen[2]) and seen[2][at] != count and (not changed or changed[-1] != step):
+                changed.append(step)
+                del changed[:-_VARYING]
+        # (changes in _VARYING steps out of _WITHIN: a data set's counts -- not the smaller last batch of an epoch)
+        if len(seen[4]) < _VARYING or seen[4][-1] - seen[4][0] >= _WITHIN:
+            return None
+        _ROW_SITES[site] = True
+    if not count:
+        return None
+    rows = bucket(count)
+    padded = np.concatenate([data, np.broadcast_to(data[:1], (rows - count,) + data.shape[1:])])
+    arr = _dt.to_array(padded, dtype, None)
+    z = Lazy(tuple(arr.shape), arr.dtype, False, DONE, 0)
+    z.pad, z.phys = _row_pad(rows, count), arr
+    return z
+
+
 def install(on):
     """Register the hooks in core while auto-jit is on (and selections are padded)."""
     _lazy.SELECT[0] = select if on and ON else None
+    _lazy.HOST_ROWS[0] = host_rows if on and ON else None
     _lazy.SELECT_PREFIX[0] = select_prefix if on and ON else None
     _lazy.SET_SELECTED[0] = set_selected if on and ON else None
 
