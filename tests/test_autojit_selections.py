@@ -287,7 +287,8 @@ def _random_steps(r, x, w, m, y, log, rows, cols, count):
                 if axis is not None or red in (F.sum, F.mean) or count:
                     loss = loss + red(y, axis=axis).sum()
             elif k == 4 and y.ndim == 2:
-                y = y[:, r.randint(y.shape[1])] if r.rand() < 0.5 else y[:, :max(1, cols - 1)]
+                j = r.randint(y.shape[1])
+                y = [y[:, j], y[:, :max(1, cols - 1)], y[..., j], y[..., 1:]][r.randint(4)]
             elif k == 5:
                 loss = loss + F.sort(y.reshape(-1))[0].sum() * 0.1  # (not row by row: on the selection itself)
             elif k == 6:

@@ -439,6 +439,11 @@ def getitem(x, index):
             rest = _selected_rest(x._data.raw_shape, items[1:], "getitem")
             if rest is not None:
                 return apply(P.getitem.bind(spec=(("s", None, None, None),) + rest[0]), x)
+        elif items and items[0] is Ellipsis and 1 < len(items) < x.ndim + 1 and Ellipsis not in items[1:]:
+            # ``b[..., 2:]`` of a selection's rows (an IoU's corners): the ellipsis holds the rows
+            rest = _selected_rest(x._data.raw_shape, items[1:], "getitem", x.ndim - len(items) + 1)
+            if rest is not None:
+                return apply(P.getitem.bind(spec=(("e",),) + rest[0]), x)
         elif items and _padded(items[0]) and items[0].dtype == np.bool_ and items[0].ndim == 1:
             # a selection of a selection (``y[y[:, 0] > 0]``, the mask of its rows): the rows both select, in place
             rest = _selected_rest(x._data.raw_shape, items[1:], "getitem")

@@ -315,6 +315,9 @@ def _classify(op, shapes, pads):
         if len(shapes) == 1 and spec and spec[0][0] == "s" and spec[0][1:3] == (None, None) \
                 and spec[0][3] in (None, 1) and all(s[0] not in "tnb" for s in spec):
             return "rows", pad
+        if len(shapes) == 1 and spec and spec[0] == ("e",) and len(spec) - 1 < len(shapes[0]) \
+                and all(s[0] in "si" for s in spec[1:]):
+            return "rows", pad  # (``b[..., 2:]``: the ellipsis holds the rows)
         return None
     if prim in _ROW_SHAPES:
         return ("rows", pad) if _kept_rows(prim, params, shapes, pads) else None
