@@ -275,7 +275,7 @@ def _random_steps(r, x, w, m, y, log, rows, cols, count):
     if True:
         loss = 0.0
         for _ in range(r.randint(3, 9)):
-            k = r.randint(16)
+            k = r.randint(17)
             if k < 3:
                 name = _UNARY[r.randint(len(_UNARY))]
                 v = getattr(F, name)(F.abs(y) + 0.5 if name in ("log", "sqrt") else y) if name != "neg" else -y
@@ -323,6 +323,11 @@ def _random_steps(r, x, w, m, y, log, rows, cols, count):
                 loss = loss + (F.ones_like(y) * y + F.zeros_like(y)).sum()
             elif k == 15 and y.ndim == 2:
                 loss = loss + (F.cumsum(y, 1) * F.sort(y)[0]).sum() * 0.1 + F.topk(y, 1)[0].sum()
+            elif k == 16 and y.ndim == 2:  # (along the other axis, their inputs' other axes read without a count)
+                idx = (F.abs(y[:, :1]) * 10).astype("int32") % cols
+                v = [F.var(y, axis=1), F.repeat(y, 2, axis=1), F.split(y, 2, axis=1)[-1], F.gather(y, 1, idx),
+                     F.concat([y, y * 2], axis=1), F.topk(y, 1)[0]][r.randint(6)]
+                loss = loss + (v * 0.5).sum()
             else:
                 loss = loss + (y * 0.5 + 1).mean() if count else loss
                 loss = loss + F.max(y, axis=0).sum() if count and y.ndim == 2 and k == 10 else loss

@@ -254,14 +254,23 @@ for _name in ("__len__", "__iter__", "__getitem__", "__bool__", "__float__", "__
 Lazy.__hash__ = object.__hash__
 
 
-def shape_key(t):
-    """What ``t``'s shape is known to equal without reading a selection's count: for auto-jit's selection in place
-    (``pad``), its rows' identity and cluster shape -- two such Tensors of the same rows have one count --, else its
-    shape."""
+def shape_key(t, drop=None):
+    """What ``t``'s shape (without axis ``drop``, normalized) is known to equal without reading a selection's count:
+    for auto-jit's selection in place (``pad``), its rows' identity and cluster shape -- two such Tensors of the same
+    rows have one count --, else its shape.
+
+    Example:
+        >>> shape_key(Tensor(np.zeros((2, 3))), drop=1)
+        (2,)
+    """
     d = t._data
     if type(d) is Lazy and d.pad is not None:
-        return d.pad, d.raw_shape
-    return t.shape
+        raw = d.raw_shape
+        if drop is None:
+            return d.pad, raw
+        return raw[1:] if drop == 0 else (d.pad, raw[:drop] + raw[drop + 1:])
+    s = t.shape
+    return s if drop is None else s[:drop] + s[drop + 1:]
 
 
 def dim(t, axis):
@@ -275,14 +284,22 @@ def dim(t, axis):
 
 def same_shape(a, b, drop=None):
     """Whether ``a``'s shape is ``b``'s (without ``b``'s axis ``drop``, normalized) -- for two selections of the same
-    rows (``label[fg]``, ``pred[fg]``) without reading their count."""
-    da, db = a._data, b._data
-    pa = da.pad if type(da) is Lazy else None
-    if pa is not None and type(db) is Lazy and db.pad is pa and (drop is None or drop != 0):
-        rb = db.raw_shape
-        return da.raw_shape == (rb if drop is None else rb[:drop] + rb[drop + 1:])
+    rows (``label[fg]``, ``pred[fg]``) without reading their count.
+
+    Example:
+        >>> same_shape(Tensor(np.zeros(2)), Tensor(np.zeros((2, 3))), drop=1)
+        True
+    """
+    if shape_key(a) == shape_key(b, drop):
+        return True
     sb = b.shape
     return a.shape == (sb if drop is None else sb[:drop] + sb[drop + 1:])
+
+
+def same_rows(a, b):
+    """Whether ``a`` and ``b`` are selections of the same rows (auto-jit's, in place): their counts are equal, unread."""
+    da, db = a._data, b._data
+    return type(da) is Lazy and da.pad is not None and type(db) is Lazy and db.pad is da.pad
 
 
 def resolve(t):

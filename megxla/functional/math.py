@@ -514,7 +514,7 @@ def topk(inp, k, descending=True, kth_only=False, no_sort=False):
         raise OpError(f"topk: k={k} must be at least 1, or negative for the opposite order "
                       f"(last axis of size {inp.shape[-1]})")
     # MegEngine clamps k to the axis length (detection heads ask for k=2000 of fewer anchors and rely on it).
-    k = builtins.min(int(k), inp.shape[-1])
+    k = builtins.min(int(k), _lazy.dim(inp, -1))  # (a selection's rows ranked along their last axis: no count read)
     return _apply(_S.topk.bind(k=int(k), descending=bool(descending), kth_only=bool(kth_only)), inp)
 
 

@@ -398,7 +398,9 @@ def concat(inps, axis=0, device=None):
     nd = inps[0].ndim
     axis = _axis("concat", nd, axis)
     for x in inps[1:]:
-        if x.ndim != nd or x.shape[:axis] + x.shape[axis + 1:] != inps[0].shape[:axis] + inps[0].shape[axis + 1:]:
+        # (``shape_key``: two selections of the same rows joined along another axis read no count)
+        if x.ndim != nd or _lazy.shape_key(x, axis) != _lazy.shape_key(inps[0], axis) \
+                and x.shape[:axis] + x.shape[axis + 1:] != inps[0].shape[:axis] + inps[0].shape[axis + 1:]:
             raise OpError(f"concat: shapes {[t.shape for t in inps]} differ outside axis {axis}")
     if len(inps) == 1:  # a copy, not the input itself (see reshape)
         return copy(inps[0], device)
@@ -469,7 +471,7 @@ def split(inp, nsplits_or_sections, axis=0):
     """
     inp = _t(inp)
     axis = _axis("split", inp.ndim, axis)
-    size = inp.shape[axis]
+    size = _lazy.dim(inp, axis)  # (a selection split along another axis: no count read)
     if isinstance(nsplits_or_sections, Tensor):  # MegEngine reads a tensor's value: a 0-d one is a count
         nsplits_or_sections = nsplits_or_sections.numpy().tolist()
     if isinstance(nsplits_or_sections, (int, np.integer)):
@@ -1026,10 +1028,11 @@ def gather(inp, axis, index):
         raise OpError(f"gather: index rank {index.ndim} must equal input rank {inp.ndim}")
     axis = _axis("gather", inp.ndim, axis)
     for d in range(inp.ndim):
-        if d != axis and index.shape[d] > inp.shape[d]:
+        # (the rows of one selection, ``gather(p[fg], 1, k[fg])``: the same count, not read)
+        if d != axis and not (d == 0 and _lazy.same_rows(index, inp)) and _lazy.dim(index, d) > _lazy.dim(inp, d):
             raise OpError(f"gather: index {index.shape} is larger than input {inp.shape} in dimension {d} "
                           f"(only axis {axis} may be larger)")
-    check_index_tensor("gather", index, inp.shape[axis], axis)  # eager: MegEngine raises, XLA would clamp
+    check_index_tensor("gather", index, _lazy.dim(inp, axis), axis)  # eager: MegEngine raises, XLA would clamp
     return keep_qparams(_apply(_I.gather.bind(axis=axis), inp, index), inp)
 
 

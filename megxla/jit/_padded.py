@@ -80,6 +80,10 @@ _ALONG = {
     R.argmax: lambda p, s, pads: _only_first(pads) and _spares_rows(p["axis"], len(s[0])),
     R.argmin: lambda p, s, pads: _only_first(pads) and _spares_rows(p["axis"], len(s[0])),
     R.cumsum: lambda p, s, pads: _only_first(pads) and _spares_rows(p["axis"], len(s[0])),
+    R.var: lambda p, s, pads: _only_first(pads) and _spares_rows(p["axis"], len(s[0])),
+    S.repeat: lambda p, s, pads: _only_first(pads) and _spares_rows(p["axis"], len(s[0])),
+    S.split: lambda p, s, pads: _only_first(pads) and _spares_rows(p["axis"], len(s[0])),
+    I.gather: lambda p, s, pads: pads[0] is not None and pads[1] is pads[0] and _spares_rows(p["axis"], len(s[0])),
     SO.sort: lambda p, s, pads: _only_first(pads) and len(s[0]) >= 2,  # (along the last axis)
     SO.topk: lambda p, s, pads: _only_first(pads) and len(s[0]) >= 2,
     # (the labels the same rows: ``label[fg]`` with ``pred[fg]``)
