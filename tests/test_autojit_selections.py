@@ -326,7 +326,8 @@ def _random_steps(r, x, w, m, y, log, rows, cols, count):
             elif k == 16 and y.ndim == 2:  # (along the other axis, their inputs' other axes read without a count)
                 idx = (F.abs(y[:, :1]) * 10).astype("int32") % cols
                 v = [F.var(y, axis=1), F.repeat(y, 2, axis=1), F.split(y, 2, axis=1)[-1], F.gather(y, 1, idx),
-                     F.concat([y, y * 2], axis=1), F.topk(y, 1)[0]][r.randint(6)]
+                     F.concat([y, y * 2], axis=1), F.topk(y, 1)[0], F.flatten(F.expand_dims(y, 1), 1),
+                     y.reshape(y.shape[0], 1, -1).sum(axis=1) * 2, F.reshape(y, (-1, 1, 1))[..., 0]][r.randint(9)]
                 loss = loss + (v * 0.5).sum()
             else:
                 loss = loss + (y * 0.5 + 1).mean() if count else loss

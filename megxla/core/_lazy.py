@@ -282,6 +282,31 @@ def dim(t, axis):
     return t.shape[axis]
 
 
+def kept_rows(t, target):
+    """The cluster shape of ``reshape(t, target)`` where ``t`` is a selection in place (auto-jit's, ``pad``) and the
+    reshape keeps its rows -- ``target`` a tuple of ints, its first ``-1`` or the count (known), the others those
+    of ``t``'s other axes --: ``(rows,) + the others`` (no count read, the cluster's key free of it); else None."""
+    d = t._data
+    if type(d) is not Lazy or d.pad is None or type(target) not in (tuple, list) or not target:
+        return None
+    raw = d.raw_shape
+    first, tail = target[0], tuple(target[1:])
+    if type(first) is not int or any(type(n) is not int or n < -1 for n in tail):
+        return None
+    # (a count of 0 given: eager's checks, which refuse a -1 among zeros)
+    if first != -1 and not (first > 0 and d.pad.known() and first == d.pad.count()):
+        return None
+    inner = math.prod(raw[1:])
+    if tail.count(-1) > (0 if first == -1 else 1) or not inner:
+        return None
+    if -1 in tail:
+        rest = -math.prod(tail)
+        if not rest or inner % rest:
+            return None
+        tail = tuple(inner // rest if n == -1 else n for n in tail)
+    return (raw[0],) + tail if math.prod(tail) == inner else None
+
+
 def same_shape(a, b, drop=None):
     """Whether ``a``'s shape is ``b``'s (without ``b``'s axis ``drop``, normalized) -- for two selections of the same
     rows (``label[fg]``, ``pred[fg]``) without reading their count.

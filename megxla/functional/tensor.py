@@ -219,6 +219,9 @@ def reshape(inp, target_shape):
         (3, 4)
     """
     inp = _t(inp)
+    kept = _lazy.kept_rows(inp, target_shape)
+    if kept is not None:  # (auto-jit's selection in place, its rows kept: ``y.reshape(n, -1)``, no count read)
+        return keep_qparams(_apply(_S.reshape.bind(shape=kept), inp), inp)
     shape = _infer_shape(_math.prod(inp.shape), target_shape)  # Tensor.size of 0-d is 1.0
     # NOTE: always a new tensor, never ``inp`` itself, even for an unchanged shape: an in-place update of the
     # result (``y += 1``, ``y[0] = 5``) must not rebind the input (MegEngine has no views).
@@ -246,6 +249,7 @@ def flatten(inp, start_axis=0, end_axis=-1):
     s, e = _axis("flatten", inp.ndim, start_axis), _axis("flatten", inp.ndim, end_axis)
     if s > e:
         raise OpError(f"flatten: start_axis {start_axis} comes after end_axis {end_axis} for shape {inp.shape}")
+    # (a selection in place: its count read -- eager's error for none: a -1 among zeros --, its rows kept by reshape)
     return reshape(inp, inp.shape[:s] + (-1,) + inp.shape[e + 1:])
 
 

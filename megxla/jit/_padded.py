@@ -27,6 +27,7 @@ selections are indexed as ever.
 from __future__ import annotations
 
 import collections
+import math
 import os
 import sys
 
@@ -83,6 +84,9 @@ _ALONG = {
     R.var: lambda p, s, pads: _only_first(pads) and _spares_rows(p["axis"], len(s[0])),
     S.repeat: lambda p, s, pads: _only_first(pads) and _spares_rows(p["axis"], len(s[0])),
     S.split: lambda p, s, pads: _only_first(pads) and _spares_rows(p["axis"], len(s[0])),
+    # (the first axis kept, the others reshaped: ``kept_rows`` binds it on the rows)
+    S.reshape: lambda p, s, pads: _only_first(pads) and len(s[0]) >= 1 and len(p["shape"]) >= 1
+    and p["shape"][0] == s[0][0] and math.prod(p["shape"][1:]) == math.prod(s[0][1:]) > 0,
     I.gather: lambda p, s, pads: pads[0] is not None and pads[1] is pads[0] and _spares_rows(p["axis"], len(s[0])),
     SO.sort: lambda p, s, pads: _only_first(pads) and len(s[0]) >= 2,  # (along the last axis)
     SO.topk: lambda p, s, pads: _only_first(pads) and len(s[0]) >= 2,
