@@ -275,7 +275,12 @@ def shape_key(t, drop=None):
 
 def dim(t, axis):
     """``t.shape[axis]``, without reading a selection's count (auto-jit's selection in place, ``pad``) where ``axis``
-    is not its rows: a head's ``linear(f[fg], w)`` checks its last axis only."""
+    is not its rows: a head's ``linear(f[fg], w)`` checks its last axis only.
+
+    Example:
+        >>> dim(Tensor(np.zeros((2, 3))), -1)
+        3
+    """
     d = t._data
     if type(d) is Lazy and d.pad is not None and axis % len(d.raw_shape) != 0:
         return d.raw_shape[axis]
@@ -285,7 +290,12 @@ def dim(t, axis):
 def kept_rows(t, target):
     """The cluster shape of ``reshape(t, target)`` where ``t`` is a selection in place (auto-jit's, ``pad``) and the
     reshape keeps its rows -- ``target`` a tuple of ints, its first ``-1`` or the count (known), the others those
-    of ``t``'s other axes --: ``(rows,) + the others`` (no count read, the cluster's key free of it); else None."""
+    of ``t``'s other axes --: ``(rows,) + the others`` (no count read, the cluster's key free of it); else None.
+
+    Example:
+        >>> kept_rows(Tensor(np.zeros((2, 3))), (-1, 3)) is None  # (not a selection in place)
+        True
+    """
     d = t._data
     if type(d) is not Lazy or d.pad is None or type(target) not in (tuple, list) or not target:
         return None
@@ -322,7 +332,12 @@ def same_shape(a, b, drop=None):
 
 
 def same_rows(a, b):
-    """Whether ``a`` and ``b`` are selections of the same rows (auto-jit's, in place): their counts are equal, unread."""
+    """Whether ``a`` and ``b`` are selections of the same rows (auto-jit's, in place): their counts are equal, unread.
+
+    Example:
+        >>> same_rows(Tensor(np.zeros(2)), Tensor(np.zeros(2)))  # (plain tensors: their shapes say)
+        False
+    """
     da, db = a._data, b._data
     return type(da) is Lazy and da.pad is not None and type(db) is Lazy and db.pad is da.pad
 

@@ -726,10 +726,10 @@ def _replay(cl, plan, ids, masks, groups):
 # eagerly. Such an array -- made at a line (outside megxla) whose arrays of one trailing shape and dtype have had
 # another count than the last step's in the same place in ``_VARYING`` steps out of ``_WITHIN`` (a model's buffers,
 # made once, an FPN level's anchors, made every step with the same counts, or an epoch's smaller last batch never
-# are) -- is made a selection of the
-# first ``count`` rows of a padded value: ``bucket`` rows (8, 16, 32, ...), the rows past the count copies of the
-# first (as ``pad_select``'s). Its count is known (no read), and the clusters using it take a few shapes, not one per
-# count. Arrays of one line and count share their pad: ``boxes + centers`` of one image stays row by row.
+# are) -- is made a selection of the first ``count`` rows of a padded value: ``bucket`` rows (8, 16, 32, ...), the
+# rows past the count copies of the first (as ``pad_select``'s). Its count is known (no read), and the clusters
+# using it take a few shapes, not one per count. Arrays of one count share their pad: an image's boxes and labels,
+# made at two lines, stay row by row together.
 # (code, line) -> [trailing type, step, last step's counts, this step's, changes] (True: padded)
 _ROW_SITES: collections.OrderedDict = collections.OrderedDict()
 _VARYING, _WITHIN = 3, 8
