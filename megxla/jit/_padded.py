@@ -68,22 +68,19 @@ def _only_first(pads):
     return pads[0] is not None and all(p is None for p in pads[1:])
 
 
+def _along_axis(p, s, pads):
+    """(``_ALONG``) an op along ``p["axis"]`` on a selection's rows alone: row by row where the axis is not the rows."""
+    return _only_first(pads) and _spares_rows(p["axis"], len(s[0]))
+
+
 # ops along other axes than the rows, or on each row's own entries (their other inputs not rows, or the same rows):
 # row by row on a selection -- a detector's ``cross_entropy(pred[fg], label[fg])`` (logsumexp and indexing_one_hot
 # along the classes), ``softmax``, ``pred[fg].argmax(1)``, ``zeros_like(box[fg])``, ``x[fg] @ w``, ``norm(d, axis=1)``
 # -- so that its clusters keep their shapes whatever the count. Not ``dropout``: its draws would be another
 # number's than eager's. (prim -> whether, from its params, its inputs' cluster shapes and pads.)
-_ALONG = {
-    N.softmax: lambda p, s, pads: _only_first(pads) and _spares_rows(p["axis"], len(s[0])),
-    N.log_softmax: lambda p, s, pads: _only_first(pads) and _spares_rows(p["axis"], len(s[0])),
-    R.logsumexp: lambda p, s, pads: _only_first(pads) and _spares_rows(p["axis"], len(s[0])),
-    R.norm: lambda p, s, pads: _only_first(pads) and _spares_rows(p["axis"], len(s[0])),
-    R.argmax: lambda p, s, pads: _only_first(pads) and _spares_rows(p["axis"], len(s[0])),
-    R.argmin: lambda p, s, pads: _only_first(pads) and _spares_rows(p["axis"], len(s[0])),
-    R.cumsum: lambda p, s, pads: _only_first(pads) and _spares_rows(p["axis"], len(s[0])),
-    R.var: lambda p, s, pads: _only_first(pads) and _spares_rows(p["axis"], len(s[0])),
-    S.repeat: lambda p, s, pads: _only_first(pads) and _spares_rows(p["axis"], len(s[0])),
-    S.split: lambda p, s, pads: _only_first(pads) and _spares_rows(p["axis"], len(s[0])),
+_ALONG = dict.fromkeys([N.softmax, N.log_softmax, R.logsumexp, R.norm, R.argmax, R.argmin, R.cumsum, R.var, S.repeat,
+                        S.split], _along_axis)
+_ALONG.update({
     # (the first axis kept, the others reshaped: ``kept_rows`` binds it on the rows)
     S.reshape: lambda p, s, pads: _only_first(pads) and len(s[0]) >= 1 and len(p["shape"]) >= 1
     and p["shape"][0] == s[0][0] and math.prod(p["shape"][1:]) == math.prod(s[0][1:]) > 0,
@@ -100,7 +97,7 @@ _ALONG = {
     L.matmul: lambda p, s, pads: _only_first(pads) and len(s[0]) >= 2 and len(s[1]) <= 2 and not p["transpose_a"],
     L.linear: lambda p, s, pads: _only_first(pads) and len(s[0]) >= 2,
     N.layer_norm: lambda p, s, pads: _only_first(pads) and len(s[0]) > p["ndim"],
-}
+})
 
 
 class Pad:
