@@ -208,16 +208,10 @@ class _Head(M.Module):
 
 
 class FgHeadWorkload:
-    """Proposals whose foreground (a score above 0) changes in number every batch."""
+    """Proposals whose foreground (a score above 0) changes in number every batch (the detectors' optimizer)."""
     name = "fg_head"
-
-    @staticmethod
-    def build():
-        return _Head()
-
-    @staticmethod
-    def make_optimizer(params):
-        return optim.SGD(params, lr=0.01, momentum=0.9)
+    build = staticmethod(_Head)
+    make_optimizer = staticmethod(lambda params: DetectionWorkload.make_optimizer(params))
 
     @staticmethod
     def inputs(rng):
