@@ -723,11 +723,11 @@ def _replay(cl, plan, ids, masks, groups):
 # eagerly. Such an array -- made at a line (outside megxla) whose arrays of one trailing shape and dtype have had
 # another count than the last step's in the same place in ``_VARYING`` steps out of ``_WITHIN`` (a model's buffers,
 # made once, an FPN level's anchors, made every step with the same counts, or an epoch's smaller last batch never
-# are) -- is made a selection of the first ``count`` rows of a padded value: ``bucket`` rows (8, 16, 32, ...), the
-# rows past the count copies of the first (as ``pad_select``'s). Its count is known (no read), and the clusters
-# using it take a few shapes, not one per count. Arrays of one count share their pad: an image's boxes and labels,
+# are) -- is made a selection of the first ``count`` rows of a padded value: the ``bucket`` (8, 16, 32, ...) of the
+# most rows the line has made since, the rows past the count copies of the first (as ``pad_select``'s). Its count is
+# known (no read), and the clusters using it settle on one shape (a few on the way), not one per count. Arrays of one count share their pad: an image's boxes and labels,
 # made at two lines, stay row by row together.
-# (code, line) -> [trailing type, step, last step's counts, this step's, changes] (True: padded)
+# (code, line) -> [trailing type, step, last step's counts, this step's, changes], or the rows its arrays are padded to
 _ROW_SITES: collections.OrderedDict = collections.OrderedDict()
 _VARYING, _WITHIN = 3, 8
 _ROW_PADS: collections.OrderedDict = collections.OrderedDict()  # (bucket, count) -> Pad
@@ -768,7 +768,7 @@ def host_rows(data, dtype, device):
         return None
     site, count, kind = (code, f.f_lineno), data.shape[0], (data.shape[1:], data.dtype)
     seen = _ROW_SITES.get(site)
-    if seen is not True:
+    if type(seen) is not int:
         # (the counts the line made this step, in order, against the last step's: an FPN level's anchors, made at one
         # line every step, repeat theirs)
         step = _A._local.steps
@@ -788,10 +788,11 @@ def host_rows(data, dtype, device):
         # (changes in _VARYING steps out of _WITHIN: a data set's counts -- not the smaller last batch of an epoch)
         if len(seen[4]) < _VARYING or seen[4][-1] - seen[4][0] >= _WITHIN:
             return None
-        _ROW_SITES[site] = True
+        seen = 0
     if not count:
         return None
-    rows = bucket(count)
+    # (the most rows the line has needed: its clusters settle on one shape, as a data loader's padding to a maximum)
+    rows = _ROW_SITES[site] = max(bucket(count), seen)
     padded = np.concatenate([data, np.broadcast_to(data[:1], (rows - count,) + data.shape[1:])])
     arr = _dt.to_array(padded, dtype, None)
     z = Lazy(tuple(arr.shape), arr.dtype, False, DONE, 0)
