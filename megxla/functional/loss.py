@@ -134,10 +134,8 @@ def cross_entropy(pred, label, axis=1, with_logits=True, label_smooth=0, reducti
     elif label.dtype.kind not in "iu":
         raise OpError(f"{op}: label must be class indices (integers), got {label.dtype}")
     if not _lazy.same_shape(label, pred, drop=axis):  # (``label[fg]`` against ``pred[fg]``: no count read)
-        expected = pred.shape[:axis] + pred.shape[axis + 1:]
-        if label.shape != expected:
-            raise OpError(f"{op}: label shape {label.shape} does not match pred {pred.shape} without class axis "
-                          f"{axis} (expected {expected})")
+        raise OpError(f"{op}: label shape {label.shape} does not match pred {pred.shape} without class axis "
+                      f"{axis} (expected {pred.shape[:axis] + pred.shape[axis + 1:]})")
     if not 0 <= label_smooth < 1:
         raise OpError(f"{op}: label_smooth must be in [0, 1), got {label_smooth}")
     # MegEngine raises for labels outside [0, C); JAX's gather would clamp them. Checked eagerly here; inside

@@ -1094,10 +1094,8 @@ def indexing_one_hot(src, index, axis=1, keepdims=False):
     src, index = _t(src), _index_tensor("indexing_one_hot", index)
     axis = _axis("indexing_one_hot", src.ndim, axis)
     if not _lazy.same_shape(index, src, drop=axis):  # (``label[fg]`` against ``pred[fg]``: no count read)
-        expected = src.shape[:axis] + src.shape[axis + 1:]
-        if index.shape != expected:
-            raise OpError(f"indexing_one_hot: index shape {index.shape} must be {expected} (src {src.shape} "
-                          f"without axis {axis})")
+        raise OpError(f"indexing_one_hot: index shape {index.shape} must be {src.shape[:axis] + src.shape[axis + 1:]} "
+                      f"(src {src.shape} without axis {axis})")
     # MegEngine's IndexingOneHot raises for an index outside [0, size); XLA's gather would give NaN (eager,
     # host-checked; inside a trace as config.checked_indexing says, see core/_indexing.py)
     check_index_tensor("indexing_one_hot", index, _lazy.dim(src, axis), axis, allow_negative=False)
