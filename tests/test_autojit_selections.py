@@ -275,7 +275,7 @@ def _random_steps(r, x, w, m, y, log, rows, cols, count):
     if True:
         loss = 0.0
         for _ in range(r.randint(3, 9)):
-            k = r.randint(17)
+            k = r.randint(18)
             if k < 3:
                 name = _UNARY[r.randint(len(_UNARY))]
                 v = getattr(F, name)(F.abs(y) + 0.5 if name in ("log", "sqrt") else y) if name != "neg" else -y
@@ -329,6 +329,15 @@ def _random_steps(r, x, w, m, y, log, rows, cols, count):
                      F.concat([y, y * 2], axis=1), F.topk(y, 1)[0], F.flatten(F.expand_dims(y, 1), 1),
                      y.reshape(y.shape[0], 1, -1).sum(axis=1) * 2, F.reshape(y, (-1, 1, 1))[..., 0]][r.randint(9)]
                 loss = loss + (v * 0.5).sum()
+            elif k == 17:  # (the rows reordered, sliced and concatenated: in place, their count not read)
+                key = y if y.ndim == 1 else y[:, 0]
+                g = y[F.argsort(key, descending=r.rand() < 0.5)]
+                a, b = [(None, -1), (1, None), (-2, None), (None, 2), (1, -1), (0, rows + 3)][r.randint(6)]
+                h = g[a:b]
+                c = F.concat([h, y]) if r.rand() < 0.5 else F.concat([y, g[:1], h])
+                log.append(tuple(c.shape))
+                loss = loss + (c * 0.5).sum() + (F.sort(key)[0] * 0.3).sum()
+                y = c if r.rand() < 0.3 else y
             else:
                 loss = loss + (y * 0.5 + 1).mean() if count else loss
                 loss = loss + F.max(y, axis=0).sum() if count and y.ndim == 2 and k == 10 else loss
@@ -608,6 +617,61 @@ def test_a_heads_losses_on_selections_keep_their_clusters_whatever_the_count(fre
     mge.config.auto_jit = False
     _same(results[False], results[True], "head losses")
     assert len({int((b[0][:, 0] > 0).sum()) for b in batches[6:]}) > 4
+
+
+def _reordered(xa, ma, descending):
+    """A selection's rows sorted, gathered by their order, sliced and concatenated along the rows (an FPN pooler's
+    ``concat(pooled)[argsort(concat(inds))][:-4]``, OHEM's ``sort(loss[m])[:k]``), with a gradient through each."""
+    x = mge.Parameter(xa)
+    gm = GradManager().attach([x])
+    with gm:
+        y = x[mge.Tensor(ma)] * 2
+        s, i = F.sort(y[:, 0], descending=descending)
+        g = y[F.argsort(y[:, 1])]
+        c = F.concat([g[:-1], y[1:], y[:2]])
+        loss = (s[:3] * s[:3]).sum() + (g[1:] * c[:1].sum()).sum() + (c * 0.5).sum() + (g[-2:] ** 2).sum()
+        gm.backward(loss)
+    return [loss.numpy(), x.grad.numpy(), s.numpy(), i.numpy(), g.numpy(), c.numpy(), tuple(c.shape)]
+
+
+@pytest.mark.parametrize("descending", [False, True])
+def test_a_selections_rows_sorted_gathered_sliced_and_concatenated_keep_their_clusters(fresh_auto_jit, descending):
+    # sorted, gathered by their order, sliced and concatenated in place (``_padded._in_place``): eager's values and
+    # gradients for every count (none, one, all, ties), and no read of the count -- one cluster a step, compiled once
+    counts = [3, 5, 0, 6, 1, 4, 2, 6, 3]
+    compiled = None
+    for step, count in enumerate(counts):
+        xa, ma, _ = _inputs(step, count)
+        xa[:, 0] = np.round(xa[:, 0])  # (ties among the sorted values)
+        mge.config.auto_jit = False
+        want = _reordered(xa, ma, descending)
+        mge.config.auto_jit = True
+        got = _reordered(xa, ma, descending)
+        _autojit.step_boundary()
+        mge.config.auto_jit = False
+        _same(want, got, f"step {step}, count {count}")
+        if step == 4:
+            compiled = auto_jit_stats()["compiled"]
+    assert auto_jit_stats()["compiled"] == compiled
+    assert not [c for c in auto_jit_stats()["cuts"] if "sort" in c[2] or "concat" in c[2]], auto_jit_stats()["cuts"]
+
+
+def test_a_concatenation_of_selections_raises_eagers_error(fresh_auto_jit):
+    xa, ma, _ = _inputs(0, 4)
+
+    def bad():
+        x = mge.Tensor(xa)
+        y = x[mge.Tensor(ma)]
+        return F.concat([y, y[:, :2]])
+
+    mge.config.auto_jit = False
+    with pytest.raises(Exception) as eager:
+        bad()
+    mge.config.auto_jit = True
+    with pytest.raises(Exception) as auto:
+        bad()
+    mge.config.auto_jit = False
+    assert type(auto.value) is type(eager.value) and str(auto.value) == str(eager.value)
 
 
 def test_too_many_ints_raise_eagers_error_under_auto_jit(fresh_auto_jit):

@@ -195,7 +195,10 @@ def parse(x, index, op="getitem"):
             spec.append(("i", payload))
             axis += 1
         elif kind == "t":
-            check_index_tensor(op, payload, x.shape[axis], axis)
+            # (positions among a selection's rows -- auto-jit's, in place: ``y[argsort(y)]`` -- are in range; its
+            # count, the axis's size, is not read)
+            if not (axis == 0 and not spec and _lazy.among(payload, x)):
+                check_index_tensor(op, payload, x.shape[axis], axis)
             spec.append(("t",))
             tensors.append(payload)
             axis += 1
@@ -435,6 +438,10 @@ def getitem(x, index):
         # a selection's ``y[:, k]``, ``y[:, :4]``: its other axes indexed, its rows as they are (their count not
         # read: ``parse`` reads the shape)
         items = index if type(index) is tuple else (index,)
+        if len(items) == 1 and type(items[0]) is slice and items[0] != slice(None) and items[0].step in (None, 1) \
+                and all(v is None or type(v) is int for v in (items[0].start, items[0].stop)):
+            # a slice of a selection's rows (``pooled[order][:-4]``): the rows it keeps, in place too
+            return apply(P.getitem.bind(spec=(("s", items[0].start, items[0].stop, None),)), x)
         if items and type(items[0]) is slice and items[0] == slice(None):
             rest = _selected_rest(x._data.raw_shape, items[1:], "getitem")
             if rest is not None:

@@ -80,6 +80,30 @@ def known_range(data):
     return _range_of(data.bounds)
 
 
+class Among:
+    """A bounds entry (see :func:`known_range`): positions among the rows of auto-jit's selection in place ``pad``
+    (``argsort`` of a selection), ``0 <= i < count``: a range once the count is on the host; ``x[i]`` on that
+    selection needs none (:func:`among`)."""
+
+    __slots__ = ("pad",)
+
+    def __init__(self, pad):
+        self.pad = pad
+
+
+def among(idx, x):
+    """Whether the entries of index ``idx`` are positions among the rows of ``x``, a selection in place (auto-jit's):
+    ``x[idx]`` is in range, its check reads no count.
+
+    Example:
+        >>> among(Tensor([0]), Tensor([1.0]))
+        False
+    """
+    d, e = idx._data, x._data
+    return type(d) is Lazy and type(e) is Lazy and e.pad is not None and d.value is None \
+        and type(d.bounds) is Among and d.bounds.pad is e.pad
+
+
 class Shifted:
     """A bounds entry (see :func:`known_range`): another entry's range moved by ``(lo, hi)`` (``labels[fg] - 1``), or
     -- ``cast`` -- truncated to integers (a float value cast to an integer type: kept only within int32's range)."""
@@ -93,6 +117,9 @@ class Shifted:
 def _range_of(b):
     if b is None or type(b) is tuple:
         return b
+    if type(b) is Among:  # (bounded by the selection's count, where it is on the host)
+        n = b.pad._count
+        return (0, n - 1) if n else None
     if type(b) is Shifted:
         r = _range_of(b.entry)
         if r is None or (b.cast and not (-2 ** 31 <= r[0] and r[1] < 2 ** 31)):

@@ -48,7 +48,7 @@ ON = os.environ.get("MEGXLA_AUTO_JIT_PAD_SELECTIONS", "1") != "0"
 
 _MISSING = object()
 PAD_PRIMS = frozenset([P.pad_select, P.pad_setitem, P.pad_reduce, P.pad_leak, P.pad_rows, P.pad_fill, P.pad_arg,
-                       P.pad_position, P.pad_and])
+                       P.pad_position, P.pad_and, P.pad_sort, P.pad_locate, P.pad_head])
 _ROWS = frozenset(list(E.UNARY.values()) + list(E.BINARY.values()) + [E.leaky_relu, E.clip, E.where, E.astype])
 _MEAN_OF = {R.sum: False, R.mean: True}  # reductions over the rows: dropping the unselected ones
 _REDUCTIONS = frozenset([R.sum, R.mean, R.prod, R.max, R.min])
@@ -323,6 +323,9 @@ def _classify(op, shapes, pads):
         if len(shapes) == 1 and spec and spec[0] == ("e",) and len(spec) - 1 < len(shapes[0]) \
                 and all(s[0] in "si" for s in spec[1:]):
             return "rows", pad  # (``b[..., 2:]``: the ellipsis holds the rows)
+        if len(shapes) == 2 and pads[0] is None and spec and spec[0] == ("t",) and shapes[0] and shapes[0][0] \
+                and all(s[0] == "s" for s in spec[1:]):
+            return "rows", pad  # (``x[i]``, ``i`` a selection -- ``cond_take``'s positions --: each row's own rows)
         return None
     if prim in _ROW_SHAPES:
         return ("rows", pad) if _kept_rows(prim, params, shapes, pads) else None
@@ -508,6 +511,9 @@ def _emit(cl, op, ids, pads, inputs=()):
     if how is not None:  # (a sum over the rows)
         red = P.pad_reduce.bind(**dict(how[2]))
         return _record(cl, red, (ids[0], _id(cl, how[1].mask)), inputs), (None,)
+    got = _in_place(cl, op, ids, pads, inputs)
+    if got is not None:
+        return got
     # anything else: on the selection itself, as eagerly -- but for what runs on every row once the count is known
     _counts_known(pads)
     over = _over_rows(op, [avals[i][0] for i in ids], pads)
@@ -565,6 +571,117 @@ def _record_over_rows(cl, op, ids, pads, over, inputs=(), vjp=None):
     return _record(cl, op, (ids[0], at) + tuple(ids[2:]), inputs)
 
 
+# ---- ops that make other rows of selections, in place: an FPN pooler's ``concat(pooled)[argsort(concat(inds))][:-4]``
+# (kind, the pads' identities, params) -> (the pads, the Pad of the rows made from them): the selections made from the
+# same rows share one (``concat(pooled)`` and ``concat(inds)``), and a gradient finds its forward's
+_DERIVED: collections.OrderedDict = collections.OrderedDict()
+
+
+def _derived(key, pads, make):
+    got = _DERIVED.get(key)
+    if got is not None and all(a is b for a, b in zip(got[0], pads)):
+        return got[1]
+    pad = make()
+    _DERIVED[key] = (pads, pad)
+    while len(_DERIVED) > _KEPT_COUNTS:
+        _DERIVED.popitem(last=False)
+    return pad
+
+
+def _pad_from_mask(cl, mask, rows, count=None):
+    """A Pad of the cluster's mask value ``mask``: its count collected too."""
+    n = _record(cl, I.mask_count.bind(), (mask,))[0]
+    pad = Pad(_A._pending(cl, mask), _A._pending(cl, n), rows)
+    pad._count = count
+    return pad
+
+
+def _concat_pad(cl, pads):
+    """The rows of a concatenation of selections along their rows: their masks concatenated (the count their sum)."""
+    mask = _record(cl, S.concat.bind(axis=0), [_id(cl, p.mask) for p in pads])[0]
+    known = all(p._count is not None for p in pads)
+    return _pad_from_mask(cl, mask, sum(p.rows for p in pads), sum(p._count for p in pads) if known else None)
+
+
+def _head_pad(cl, pad, start, stop):
+    """The rows of ``y[start:stop]``, ``y`` a selection of ``pad``'s rows."""
+    mask = _record(cl, P.pad_head.bind(start=start, stop=stop), (_id(cl, pad.mask),))[0]
+    count = None
+    if pad._count is not None:
+        count = len(range(pad._count)[start:stop])
+    return _pad_from_mask(cl, mask, pad.rows, count)
+
+
+def _head_slice(spec, shapes, pads):
+    """``(start, stop)`` where ``spec`` slices a selection's rows (alone, by a step of 1) other than all of them."""
+    if len(spec) == 1 and len(shapes) == 1 and pads[0] is not None and spec[0][0] == "s" and spec[0][3] in (None, 1) \
+            and spec[0][1:3] != (None, None) and all(type(v) is int or v is None for v in spec[0][1:3]):
+        return spec[0][1], spec[0][2]
+    return None
+
+
+def _gathers_among(spec, pads):
+    """Whether ``getitem`` ``spec`` on a selection and an index of the same rows (``y[argsort(y)]``: its entries
+    positions among them) gathers along the rows."""
+    return len(pads) == 2 and pads[0] is not None and pads[1] is pads[0] and spec and spec[0] == ("t",) \
+        and all(s[0] == "s" for s in spec[1:])
+
+
+def _concats_rows(op, shapes, pads):
+    """Whether ``op`` concatenates selections (every input one) along their rows."""
+    return op.prim is S.concat and len(pads) > 1 and None not in pads and len(shapes[0]) >= 1 \
+        and dict(op.params)["axis"] % len(shapes[0]) == 0
+
+
+def _in_place(cl, op, ids, pads, inputs):
+    """(``_emit``) ``op`` making other rows of its selections, collected in place -- a concatenation along the rows,
+    a 1-d sort, a gather by positions among the rows, a slice of them -- or None. Eager's errors: the concatenation's
+    are its shape checks, the others raise none."""
+    prim, avals = op.prim, cl.avals
+    shapes = [avals[i][0] for i in ids]
+    if _concats_rows(op, shapes, pads):
+        cat = _record(cl, op, ids, inputs)[0]  # (first: its shape checks)
+        pad = _derived(("concat",) + tuple(map(id, pads)), pads, lambda: _concat_pad(cl, pads))
+        return _record(cl, P.pad_select.bind(), (cat, _id(cl, pad.mask))), (pad,)
+    if prim is SO.sort and len(shapes[0]) == 1 and pads[0] is not None:
+        out = _record(cl, P.pad_sort.bind(**dict(op.params)), (ids[0], _id(cl, pads[0].mask)), inputs)
+        return out, (pads[0], pads[0])
+    if prim is I.getitem:
+        spec = dict(op.params)["spec"]
+        if _gathers_among(spec, pads):
+            at = _record(cl, P.pad_locate.bind(), (ids[1], _id(cl, pads[0].mask)))[0]
+            return _record(cl, op, (ids[0], at), inputs), (pads[0],)
+        head = _head_slice(spec, shapes, pads)
+        if head is not None:
+            pad = _derived(("head", id(pads[0])) + head, pads[:1], lambda: _head_pad(cl, pads[0], *head))
+            return _record(cl, P.pad_select.bind(), (ids[0], _id(cl, pad.mask))), (pad,)
+    return None
+
+
+def _in_place_vjp(cl, op, ids, pads, out_pads):
+    """(``_emit_vjp``) The gradient ``op`` of an op :func:`_in_place` collects, as it collected it, or None."""
+    params = dict(op.params)
+    fwd, nin = params["op"], params["nin"]
+    prim, avals = fwd.prim, cl.avals
+    shapes = [avals[i][0] for i in ids[:nin]]
+    if _concats_rows(fwd, shapes, pads[:nin]):  # (the cotangent split along the raw rows: each selection's own)
+        return _record(cl, op, ids), out_pads
+    if prim is SO.sort and len(shapes[0]) == 1 and pads[0] is not None:
+        g = VJP.bind(op=P.pad_sort.bind(**dict(fwd.params)), nin=2, wrt=(0,), given=params["given"])
+        return _record(cl, g, (ids[0], _id(cl, pads[0].mask)) + tuple(ids[nin:])), out_pads
+    if prim is I.getitem:
+        spec = dict(fwd.params)["spec"]
+        if _gathers_among(spec, pads[:nin]) and params["wrt"] == (0,):
+            at = _record(cl, P.pad_locate.bind(), (ids[1], _id(cl, pads[0].mask)))[0]
+            return _record(cl, op, (ids[0], at) + tuple(ids[nin:])), out_pads
+        head = _head_slice(spec, shapes, pads[:nin])
+        if head is not None:
+            pad = _derived(("head", id(pads[0])) + head, pads[:1], lambda: _head_pad(cl, pads[0], *head))
+            g = VJP.bind(op=P.pad_select.bind(), nin=2, wrt=(0,), given=params["given"])
+            return _record(cl, g, (ids[0], _id(cl, pad.mask)) + tuple(ids[nin:])), out_pads
+    return None
+
+
 def _emit_vjp(cl, op, ids, pads):
     """The gradient op ``vjp[fwd]`` on padded values, as ``fwd`` was collected: row by row as it is (a gradient
     summed over the rows for an operand broadcast along them through ``pad_leak``), a sum over the rows as
@@ -586,6 +703,9 @@ def _emit_vjp(cl, op, ids, pads):
         red = P.pad_reduce.bind(**dict(how[2]))
         g = VJP.bind(op=red, nin=2, wrt=(0,), given=params["given"])
         return _record(cl, g, (ids[0], _id(cl, how[1].mask)) + tuple(ids[nin:])), out_pads
+    got = _in_place_vjp(cl, op, ids, pads, out_pads)
+    if got is not None:
+        return got
     _counts_known(pads[:nin])
     over = _over_rows(fwd, [avals[i][0] for i in ids[:nin]], pads[:nin])
     if over is not None and over[0] != "arg":  # (argmax has no gradient to take)

@@ -13,7 +13,7 @@ import weakref
 
 import numpy as np
 
-from ..core._lazy import Lazy, Shifted, _range_of
+from ..core._lazy import Among, Lazy, Shifted, _range_of
 
 _prod = math.prod
 _ref = weakref.ref
@@ -127,13 +127,26 @@ def _sorted_positions(op, inputs, result):  # sort / topk: the values (a selecti
     b = _entry(inputs[0])
     if b is not None:
         result[0]._data.bounds = b
+    d = inputs[0]._data
+    if op.name == "sort" and d.ndim == 1 and type(d) is Lazy and d.pad is not None:
+        result[1]._data.bounds = Among(d.pad)  # (a selection's rows sorted among themselves: positions among them)
+        return
     if n:
         result[1]._data.bounds = (0, n - 1)
+
+
+def _counted(op, inputs, result):  # arange: integers from start by step (cond_take's positions)
+    p = dict(op.params)
+    start, step, num = p["start"], p["step"], p["num"]
+    if result[0]._data.dtype.kind in "iu" and num and all(isinstance(v, (int, np.integer)) for v in (start, step)):
+        last = start + step * (num - 1)
+        result[0]._data.bounds = (int(min(start, last)), int(max(start, last)))
 
 
 _RANGE_RULES = dict.fromkeys(("getitem", "reshape", "transpose", "broadcast_to", "expand_dims", "squeeze", "flip",
                               "roll", "tile", "repeat", "copy", "detach", "gather"), _same_values)
 _RANGE_RULES.update({"where": _either, "setitem": _written, "pad_setitem": _written, "pad_select": _same_values,
-                     "full": _filled, "full_like": _filled, "add": _moved, "sub": _moved})
+                     "full": _filled, "full_like": _filled, "add": _moved, "sub": _moved,
+                     "arange": _counted})
 _RANGE_RULES.update({"concat": _union, "stack": _union, "astype": _int_cast, "argmax": _positions,
                      "argmin": _positions, "sort": _sorted_positions, "topk": _sorted_positions})

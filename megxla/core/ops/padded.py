@@ -17,6 +17,11 @@ not select leave only through the ops here, each of which drops them:
   selection);
 * ``pad_position`` makes a position among a prefix's rows (``x[:n]``: the first ``n`` rows) non-negative, so that
   ``x[:n][i]`` gathers from every row.
+* ``pad_sort`` sorts a 1-d selection's rows among themselves (``argsort(y)``): the k-th selected row gets the k-th
+  value and its position among the selected rows;
+* ``pad_locate`` makes positions among a selection's rows (``pad_sort``'s) rows of its padded value, so that
+  ``y[argsort(y)]`` gathers from every row;
+* ``pad_head`` gives the rows of a slice of a selection's rows (``y[:-4]``, ``y[2:]``): a mask, kept in place too.
 
 Why copies of a selected row: an elementwise op on such a row computes what it computes on that selected row, so
 it is finite wherever the selection's is, and its gradient there -- zero, since every way out drops the row -- times
@@ -124,6 +129,46 @@ def _pad_position(i, count):
     return jnp.where(i < 0, i + count.astype(i.dtype), i)
 
 
+def _compacted(mask):
+    # each row's position among the selected rows (a selected row's own; 0 before the first selected one)
+    return jnp.maximum(jnp.cumsum(mask.astype(jnp.int32)) - 1, 0)
+
+
+def _pad_sort(x, mask, *, descending):
+    # the sort of the selected rows (``sort``'s: stable ascending, descending its reverse), the k-th of them put in
+    # the k-th selected row, the others given the first's; positions numbered among the selected rows
+    n = mask.shape[0]
+    iota = jnp.arange(n, dtype=jnp.int32)
+    order = lax.sort((~mask, x, iota), num_keys=2, is_stable=True)[2]  # (the selected rows first, ascending)
+    k = _compacted(mask)
+    if descending:
+        k = jnp.maximum(jnp.count_nonzero(mask).astype(jnp.int32) - 1 - k, 0)
+    k = jnp.where(mask, k, k[jnp.argmax(mask)])
+    row = order[k]
+    return x[row], _compacted(mask)[row]
+
+
+def _pad_locate(i, mask):
+    # positions among the selected rows (negative ones counted from their end) made rows of the padded value
+    n = mask.shape[0]
+    rows = jnp.nonzero(mask, size=n, fill_value=0)[0].astype(i.dtype)
+    i = jnp.where(i < 0, i + jnp.count_nonzero(mask).astype(i.dtype), i)
+    return rows[jnp.clip(i, 0, n - 1)]
+
+
+def _pad_head(mask, *, start, stop):
+    # the selected rows whose position among them is in ``start:stop`` (Python's slice of the selection itself)
+    c = jnp.cumsum(mask.astype(jnp.int32))  # (1 + a selected row's position)
+    n = c[-1]
+
+    def at(v, default):
+        if v is None:
+            return default
+        return jnp.clip(n + v if v < 0 else jnp.int32(v), 0, n)
+
+    return mask & (c > at(start, 0)) & (c <= at(stop, n))
+
+
 pad_select = Primitive("pad_select", _pad_select)
 pad_rows = Primitive("pad_rows", _pad_rows)
 pad_reduce = Primitive("pad_reduce", _pad_reduce)
@@ -135,3 +180,6 @@ pad_position = Primitive("pad_position", _pad_position)
 # a mask of a selection's rows (``y[:, 0] > 0``, ``y = x[m]``) and the selection's mask: the rows both select (the
 # unselected rows' copies dropped), for ``y[y[:, 0] > 0]`` in place
 pad_and = Primitive("pad_and", lambda m, mask: m & mask)
+pad_sort = Primitive("pad_sort", _pad_sort, multiple_results=True)
+pad_locate = Primitive("pad_locate", _pad_locate)
+pad_head = Primitive("pad_head", _pad_head)
