@@ -656,6 +656,62 @@ def test_a_selections_rows_sorted_gathered_sliced_and_concatenated_keep_their_cl
     assert not [c for c in auto_jit_stats()["cuts"] if "sort" in c[2] or "concat" in c[2]], auto_jit_stats()["cuts"]
 
 
+def _fpn_pooler(fms, rois, gm):
+    """Faster R-CNN's pooler as the zoo writes it (``test_megengine_parity_zoo``): each RoI pooled at the level its
+    size selects, the rows put back in RoI order, the placeholders' rows dropped; a loss on them, its gradient."""
+    with gm:
+        area = (rois[:, 3] - rois[:, 1]) * (rois[:, 4] - rois[:, 2])
+        level = F.floor(4 + F.log(F.sqrt(area) / 224) / np.log(2)).astype("int32")
+        level = F.maximum(F.minimum(level, 5), 2) - 2
+        level = F.concat([level, F.arange(4, dtype="int32")])
+        all_rois = F.concat([rois, F.zeros((4, 5))])
+        pooled, order = [], []
+        for i, s in enumerate([4, 8, 16, 32]):
+            _, inds = F.cond_take(level == i, level)
+            pooled.append(F.nn.roi_align(fms[i], all_rois[inds], (3, 3), mode="average", spatial_scale=1.0 / s,
+                                         sample_points=2, aligned=True))
+            order.append(inds)
+        out = F.concat(pooled)[F.argsort(F.concat(order))][:-4]
+        loss = (F.flatten(out, 1) * F.arange(out.shape[1] * 9, dtype="float32") / 100).sum()
+        gm.backward(loss)
+    out = [loss.numpy(), out.numpy()] + [f.grad.numpy() for f in fms]
+    for f in fms:
+        f.grad = None
+    return out
+
+
+def _levels(rois):
+    area = (rois[:, 3] - rois[:, 1]) * (rois[:, 4] - rois[:, 2])
+    return np.clip(np.floor(4 + np.log2(np.sqrt(area) / 224)), 2, 5).astype(int) - 2
+
+
+def test_an_fpn_poolers_rows_are_pooled_in_place_once_their_counts_are_read(fresh_auto_jit):
+    # each level's rois gathered into a bucket of their count (``pad_compact``: roi_align costs per row), the pooled
+    # rows concatenated, put back in order and sliced in place: eager's values and gradients, the level counts read
+    # once a step (a cut: the rest of the step one cluster), its executables one per combination of buckets
+    r = np.random.RandomState(0)
+    fms = [mge.Parameter(r.standard_normal((1, 2, 128 // s, 128 // s)).astype("float32")) for s in [4, 8, 16, 32]]
+    gm = GradManager().attach(fms)
+    steps = []
+    for _ in range(5):
+        xy, wh = r.uniform(0, 100, (24, 2)), np.exp(r.uniform(np.log(8), np.log(700), (24, 2)))
+        steps.append(np.concatenate([np.zeros((24, 1)), xy, xy + wh], 1).astype("float32"))
+    steps *= 3  # (a key compiles when it recurs: by the third pass, every one has)
+    want = [_fpn_pooler(fms, mge.tensor(rois), gm) for rois in steps]
+    mge.config.auto_jit = True
+    got = [_fpn_pooler(fms, mge.tensor(rois), gm) for rois in steps[:10]]
+    compiled, clusters = auto_jit_stats()["compiled"], auto_jit_stats()["clusters"]
+    got += [_fpn_pooler(fms, mge.tensor(rois), gm) for rois in steps[10:]]
+    stats = auto_jit_stats()
+    mge.config.auto_jit = False
+    _same(want, got, "pooler", rtol=1e-5)
+    assert len({tuple(np.bincount(_levels(rois), minlength=4)) for rois in steps}) > 3  # (the level counts change)
+    assert stats["compiled"] == compiled, stats
+    assert stats["clusters"] - clusters <= 2 * 5, stats  # (the counts' read, the loss's)
+    kinds = {o[0].name for key in _autojit._cache for o in key[0]}
+    assert {"pad_compact", "pad_sort", "pad_locate", "pad_head"} <= kinds, kinds
+
+
 def test_a_concatenation_of_selections_raises_eagers_error(fresh_auto_jit):
     xa, ma, _ = _inputs(0, 4)
 

@@ -38,7 +38,7 @@ from ..core._lazy import Lazy
 from ..core._dispatch import apply, OpError as _OpError
 from ..core._op import VJP
 from ..core.ops import elemwise as E, indexing as I, linalg as L, nn as N, padded as P, reduction as R, shape as S, \
-    sort as SO
+    sort as SO, vision as V
 from . import _autojit as _A  # (a module importing this one: read at call time)
 
 __all__ = ["ON", "Pad", "NeedCount", "select", "set_selected", "collect", "give", "PAD_PRIMS"]
@@ -48,7 +48,7 @@ ON = os.environ.get("MEGXLA_AUTO_JIT_PAD_SELECTIONS", "1") != "0"
 
 _MISSING = object()
 PAD_PRIMS = frozenset([P.pad_select, P.pad_setitem, P.pad_reduce, P.pad_leak, P.pad_rows, P.pad_fill, P.pad_arg,
-                       P.pad_position, P.pad_and, P.pad_sort, P.pad_locate, P.pad_head])
+                       P.pad_position, P.pad_and, P.pad_sort, P.pad_locate, P.pad_head, P.pad_compact])
 _ROWS = frozenset(list(E.UNARY.values()) + list(E.BINARY.values()) + [E.leaky_relu, E.clip, E.where, E.astype])
 _MEAN_OF = {R.sum: False, R.mean: True}  # reductions over the rows: dropping the unselected ones
 _REDUCTIONS = frozenset([R.sum, R.mean, R.prod, R.max, R.min])
@@ -621,10 +621,29 @@ def _head_slice(spec, shapes, pads):
 
 
 def _gathers_among(spec, pads):
-    """Whether ``getitem`` ``spec`` on a selection and an index of the same rows (``y[argsort(y)]``: its entries
-    positions among them) gathers along the rows."""
-    return len(pads) == 2 and pads[0] is not None and pads[1] is pads[0] and spec and spec[0] == ("t",) \
-        and all(s[0] == "s" for s in spec[1:])
+    """Whether ``getitem`` ``spec`` on a selection and an index of the same rows, or of as many (their counts on the
+    host) -- ``y[argsort(y)]``, ``concat(pooled)[argsort(concat(inds))]``: its entries positions among them -- gathers
+    along the rows."""
+    if len(pads) != 2 or pads[0] is None or pads[1] is None or not spec or spec[0] != ("t",) \
+            or not all(s[0] == "s" for s in spec[1:]):
+        return False
+    return pads[1] is pads[0] or (pads[0].known() and pads[1].known() and pads[0].count() == pads[1].count())
+
+
+# ops costly per row: on a selection whose count is on the host, run on its rows gathered first (``pad_compact``,
+# into ``bucket(count)`` rows), not on every row of its mask -- an FPN level's rois, a quarter of them
+_COSTLY = frozenset([V.roi_align, V.roi_pooling])
+
+
+def _compacted(cl, pad, i):
+    """The cluster's value ``i`` (a selection of ``pad``'s rows, its count known) as a selection of the first rows of
+    ``bucket(count)``: its value id and pad -- as it is where it is that already."""
+    count = pad.count()
+    rows = bucket(count)
+    if pad.prefix is not None and pad.rows == rows:
+        return i, pad
+    op = P.pad_compact.bind(rows=rows)
+    return _record(cl, op, (i, _id(cl, pad.mask)))[0], _row_pad(rows, count)
 
 
 def _concats_rows(op, shapes, pads):
@@ -646,11 +665,15 @@ def _in_place(cl, op, ids, pads, inputs):
     if prim is SO.sort and len(shapes[0]) == 1 and pads[0] is not None:
         out = _record(cl, P.pad_sort.bind(**dict(op.params)), (ids[0], _id(cl, pads[0].mask)), inputs)
         return out, (pads[0], pads[0])
+    if prim in _COSTLY and pads[0] is None and pads[1] is not None:
+        _counts_known(pads[1:])
+        rois, pad = _compacted(cl, pads[1], ids[1])
+        return _record(cl, op, (ids[0], rois), inputs), (pad,)
     if prim is I.getitem:
         spec = dict(op.params)["spec"]
         if _gathers_among(spec, pads):
             at = _record(cl, P.pad_locate.bind(), (ids[1], _id(cl, pads[0].mask)))[0]
-            return _record(cl, op, (ids[0], at), inputs), (pads[0],)
+            return _record(cl, op, (ids[0], at), inputs), (pads[1],)  # (the index's rows)
         head = _head_slice(spec, shapes, pads)
         if head is not None:
             pad = _derived(("head", id(pads[0])) + head, pads[:1], lambda: _head_pad(cl, pads[0], *head))
@@ -669,6 +692,17 @@ def _in_place_vjp(cl, op, ids, pads, out_pads):
     if prim is SO.sort and len(shapes[0]) == 1 and pads[0] is not None:
         g = VJP.bind(op=P.pad_sort.bind(**dict(fwd.params)), nin=2, wrt=(0,), given=params["given"])
         return _record(cl, g, (ids[0], _id(cl, pads[0].mask)) + tuple(ids[nin:])), out_pads
+    if prim in _COSTLY and pads[0] is None and pads[1] is not None:
+        _counts_known(pads[1:2])
+        rois, pad = _compacted(cl, pads[1], ids[1])
+        outs = list(_record(cl, op, (ids[0], rois) + tuple(ids[nin:])))
+        for j, k in enumerate(params["wrt"]):
+            if k == 0:  # (the feature map's: a sum over the rows -- none with no row selected)
+                outs[j] = _record(cl, P.pad_leak.bind(), (outs[j], _id(cl, pad.mask)))[0]
+            elif rois != ids[1]:  # (the rois' own, back where they were)
+                back = VJP.bind(op=P.pad_compact.bind(rows=pad.rows), nin=2, wrt=(0,), given=(True,))
+                outs[j] = _record(cl, back, (ids[1], _id(cl, pads[1].mask), outs[j]))[0]
+        return outs, out_pads
     if prim is I.getitem:
         spec = dict(fwd.params)["spec"]
         if _gathers_among(spec, pads[:nin]) and params["wrt"] == (0,):

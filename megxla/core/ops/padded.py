@@ -22,6 +22,8 @@ not select leave only through the ops here, each of which drops them:
 * ``pad_locate`` makes positions among a selection's rows (``pad_sort``'s) rows of its padded value, so that
   ``y[argsort(y)]`` gathers from every row;
 * ``pad_head`` gives the rows of a slice of a selection's rows (``y[:-4]``, ``y[2:]``): a mask, kept in place too.
+* ``pad_compact`` gathers a selection's rows into the first rows of a shorter padded value (its count known): an op
+  costly per row (``roi_align``) runs on those, not on every row of a mask that selects few.
 
 Why copies of a selected row: an elementwise op on such a row computes what it computes on that selected row, so
 it is finite wherever the selection's is, and its gradient there -- zero, since every way out drops the row -- times
@@ -169,6 +171,12 @@ def _pad_head(mask, *, start, stop):
     return mask & (c > at(start, 0)) & (c <= at(stop, n))
 
 
+def _pad_compact(x, mask, *, rows):
+    # the selected rows in order, then copies of the first (``rows``: at least their count)
+    first = jnp.argmax(mask)
+    return x[jnp.nonzero(mask, size=rows, fill_value=first)[0]]
+
+
 pad_select = Primitive("pad_select", _pad_select)
 pad_rows = Primitive("pad_rows", _pad_rows)
 pad_reduce = Primitive("pad_reduce", _pad_reduce)
@@ -183,3 +191,4 @@ pad_and = Primitive("pad_and", lambda m, mask: m & mask)
 pad_sort = Primitive("pad_sort", _pad_sort, multiple_results=True)
 pad_locate = Primitive("pad_locate", _pad_locate)
 pad_head = Primitive("pad_head", _pad_head)
+pad_compact = Primitive("pad_compact", _pad_compact)
