@@ -231,6 +231,60 @@ def fg_head_step(model, opt, gm, x, labels):
     return loss
 
 
+class _Pooler(M.Module):
+    """A two-stage detector's second stage, small: an FPN of 4 levels (a conv each), RoI Align at the level each RoI's
+    size selects, a linear classifier (5 classes)."""
+
+    def __init__(self):
+        super().__init__()
+        self.levels = [M.Conv2d(3, 4, 3, padding=1) for _ in range(4)]
+        self.cls = M.Linear(4 * 7 * 7, 5)
+
+    def forward(self, images):
+        return [conv(im) for conv, im in zip(self.levels, images)]
+
+
+class FpnPoolerWorkload:
+    """64 RoIs a batch, of sizes spanning the 4 levels: each level's count changes every batch."""
+    name = "fpn_pooler"
+    build = staticmethod(_Pooler)
+    make_optimizer = staticmethod(lambda params: DetectionWorkload.make_optimizer(params))
+
+    @staticmethod
+    def inputs(rng, n=64):
+        xy, wh = rng.uniform(0, 100, (n, 2)), np.exp(rng.uniform(np.log(8), np.log(700), (n, 2)))
+        rois = np.concatenate([np.zeros((n, 1)), xy, xy + wh], 1).astype("float32")
+        return rois, rng.randint(0, 5, n).astype("int32")
+
+
+_FPN_IMAGES = [np.random.RandomState(7).standard_normal((1, 3, 128 // s, 128 // s)).astype("float32")
+               for s in (4, 8, 16, 32)]
+
+
+def fpn_pooler_step(model, opt, gm, rois, labels):
+    """The zoo's Faster R-CNN pooler (``layers/det/pooler.py``), eager: each RoI's level from its size, one placeholder
+    RoI per level, ``cond_take`` of each level's RoIs, ``roi_align`` on that level, the pooled rows put back in RoI
+    order and the placeholders' dropped; cross-entropy of a linear head on them."""
+    with gm:
+        fms = model([mge.Tensor(im) for im in _FPN_IMAGES])
+        area = (rois[:, 3] - rois[:, 1]) * (rois[:, 4] - rois[:, 2])
+        level = F.floor(4 + F.log(F.sqrt(area) / 224) / np.log(2)).astype("int32")
+        level = F.maximum(F.minimum(level, 5), 2) - 2
+        level = F.concat([level, F.arange(4, dtype="int32")])
+        all_rois = F.concat([rois, F.zeros((4, 5))])
+        pooled, order = [], []
+        for i, s in enumerate((4, 8, 16, 32)):
+            _, inds = F.cond_take(level == i, level)
+            pooled.append(F.nn.roi_align(fms[i], all_rois[inds], (7, 7), mode="average", spatial_scale=1.0 / s,
+                                         sample_points=2, aligned=True))
+            order.append(inds)
+        feat = F.concat(pooled)[F.argsort(F.concat(order))][:-4]
+        loss = F.nn.cross_entropy(model.cls(F.flatten(feat, 1)), labels)
+        gm.backward(loss)
+    opt.step().clear_grad()
+    return loss
+
+
 def _image_loss(cls, box, gt, anchors):
     """One image's focal and L1 losses (``detection_step``'s)."""
     match, best = _best_iou(gt, anchors)
@@ -531,6 +585,8 @@ def _workload(name):
         return ZooDetectionWorkload, zoo_detection_step
     if name == "fg_head":
         return FgHeadWorkload, fg_head_step
+    if name == "fpn_pooler":
+        return FpnPoolerWorkload, fpn_pooler_step
     wl = models.WORKLOADS["convnet_b8" if name == "hostread" else name]
     return wl, hostread_step if name == "hostread" else loop_step
 
@@ -557,7 +613,7 @@ def _measure(name, mode, steps, warmup):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", default="mlp,convnet_b8,convnet_b64,transformer,hostread,detection,detection_zoo,"
-                                      "fg_head")
+                                      "fg_head,fpn_pooler")
     ap.add_argument("--steps", type=int, default=20, help="timed steps (after the warm-up ones)")
     # (30: after the timers' first probes -- a small step's eager probe at steps 15-19, an early launch's late one
     # at ~20-24 --, which steps 16-30, the window until 2026-11-29, half included)
