@@ -513,6 +513,11 @@ def topk(inp, k, descending=True, kth_only=False, no_sort=False):
     if k < 1:
         raise OpError(f"topk: k={k} must be at least 1, or negative for the opposite order "
                       f"(last axis of size {inp.shape[-1]})")
+    if inp.ndim == 1 and not kth_only and _lazy.same_rows(inp, inp):
+        # a selection in place (auto-jit's): its first k rows sorted, in place too -- no read of its count to clamp
+        # k, which the slice does (OHEM's ``topk(loss[neg], k)``); the same values and order as topk's
+        values, indices = _apply(_S.sort.bind(descending=bool(descending)), inp)
+        return values[:int(k)], indices[:int(k)]
     # MegEngine clamps k to the axis length (detection heads ask for k=2000 of fewer anchors and rely on it).
     k = builtins.min(int(k), _lazy.dim(inp, -1))  # (a selection's rows ranked along their last axis: no count read)
     return _apply(_S.topk.bind(k=int(k), descending=bool(descending), kth_only=bool(kth_only)), inp)
