@@ -18,6 +18,9 @@ Ops on a selection's rows (:func:`rows`, :func:`collect`):
   the result a selection of the same rows;
 * ``sum``/``mean`` over the rows: ``pad_reduce``, which drops the unselected rows (and their gradients);
 * written back through the mask: ``pad_setitem`` (from ``Tensor.__setitem__``);
+* reordered -- a 1-d sort, a gather by positions among the rows, a slice of them, a concatenation along them --:
+  in place too, their results selections of other rows (``_in_place``); an op costly per row (``roi_align``) on the
+  rows gathered into ``bucket(count)`` rows, its count read (``pad_compact``);
 * anything else: on the selection itself (``pad_rows``: its count read, that cluster keyed by it, as before), as
   eagerly; its gradient goes back to the rows with zeros for the unselected ones.
 
