@@ -664,19 +664,9 @@ def test_a_selections_rows_sorted_gathered_sliced_and_concatenated_keep_their_cl
 def _fpn_pooler(fms, rois, gm):
     """Faster R-CNN's pooler as the zoo writes it (``test_megengine_parity_zoo``): each RoI pooled at the level its
     size selects, the rows put back in RoI order, the placeholders' rows dropped; a loss on them, its gradient."""
+    from test_megengine_parity_zoo import fpn_pool
     with gm:
-        area = (rois[:, 3] - rois[:, 1]) * (rois[:, 4] - rois[:, 2])
-        level = F.floor(4 + F.log(F.sqrt(area) / 224) / np.log(2)).astype("int32")
-        level = F.maximum(F.minimum(level, 5), 2) - 2
-        level = F.concat([level, F.arange(4, dtype="int32")])
-        all_rois = F.concat([rois, F.zeros((4, 5))])
-        pooled, order = [], []
-        for i, s in enumerate([4, 8, 16, 32]):
-            _, inds = F.cond_take(level == i, level)
-            pooled.append(F.nn.roi_align(fms[i], all_rois[inds], (3, 3), mode="average", spatial_scale=1.0 / s,
-                                         sample_points=2, aligned=True))
-            order.append(inds)
-        out = F.concat(pooled)[F.argsort(F.concat(order))][:-4]
+        out = fpn_pool(fms, rois, [4, 8, 16, 32], (3, 3))
         loss = (F.flatten(out, 1) * F.arange(out.shape[1] * 9, dtype="float32") / 100).sum()
         gm.backward(loss)
     out = [loss.numpy(), out.numpy()] + [f.grad.numpy() for f in fms]

@@ -175,6 +175,23 @@ def test_concat_of_a_shape_tensor_with_python_ints():
     assert F.concat([shape[:-2], 64]).numpy().tolist() == [2, 64]
 
 
+def fpn_pool(fms, rois, strides, pool_shape):
+    """The zoo's Faster R-CNN pooler (``layers/det/pooler.py``): each RoI pooled at the FPN level its size selects,
+    one all-zero placeholder RoI per level, the pooled rows put back in RoI order and the placeholders' dropped."""
+    area = (rois[:, 3] - rois[:, 1]) * (rois[:, 4] - rois[:, 2])
+    level = F.floor(4 + F.log(F.sqrt(area) / 224) / np.log(2)).astype("int32")
+    level = F.maximum(F.minimum(level, 5), 2) - 2
+    level = F.concat([level, F.arange(4, dtype="int32")])
+    all_rois = F.concat([rois, F.zeros((4, 5))])
+    pooled, order = [], []
+    for i, s in enumerate(strides):
+        _, inds = F.cond_take(level == i, level)
+        pooled.append(F.nn.roi_align(fms[i], all_rois[inds], pool_shape, mode="average", spatial_scale=1.0 / s,
+                                     sample_points=2, aligned=True))
+        order.append(inds)
+    return F.concat(pooled)[F.argsort(F.concat(order))][:-4]
+
+
 def test_multi_level_roi_align_with_placeholder_rois():
     # Faster R-CNN's pooler: each RoI goes to the FPN level its size selects; one all-zero placeholder RoI per level
     # keeps every level non-empty; the pooled rows are put back in RoI order and the placeholders' rows dropped.
@@ -187,18 +204,7 @@ def test_multi_level_roi_align_with_placeholder_rois():
     rois = mge.tensor(np.concatenate([np.zeros((20, 1)), xy, np.minimum(xy + wh, 127)], 1).astype("float32"))
     gm = GradManager().attach(fms)
     with gm:
-        area = (rois[:, 3] - rois[:, 1]) * (rois[:, 4] - rois[:, 2])
-        level = F.floor(4 + F.log(F.sqrt(area) / 224) / np.log(2)).astype("int32")
-        level = F.maximum(F.minimum(level, 5), 2) - 2
-        level = F.concat([level, F.arange(4, dtype="int32")])
-        all_rois = F.concat([rois, F.zeros((4, 5))])
-        pooled, order = [], []
-        for i, s in enumerate(strides):
-            _, inds = F.cond_take(level == i, level)
-            pooled.append(F.nn.roi_align(fms[i], all_rois[inds], (7, 7), mode="average", spatial_scale=1.0 / s,
-                                         sample_points=2, aligned=True))
-            order.append(inds)
-        out = F.concat(pooled)[F.argsort(F.concat(order))][:-4]
+        out = fpn_pool(fms, rois, strides, (7, 7))
         gm.backward((out * mge.tensor(np.arange(out.size, dtype="float32").reshape(out.shape) / out.size)).sum())
     assert out.shape == (20, 4, 7, 7)
     np.testing.assert_allclose(out.sum().item(), -184.81399536132812, rtol=1e-5)
