@@ -2,8 +2,9 @@
 
 Usage::
 
-    python -m megxla.run [--shadow] [--auto-jit] [--no-numpy-aliases] train.py --its --own args
-    python -m megxla.run [--shadow] [--auto-jit] [--no-numpy-aliases] -m package.module --its --own args
+    python -m megxla.run [--shadow] [--auto-jit | --auto-jit-report] [--no-numpy-aliases] train.py --its --own args
+    python -m megxla.run [--shadow] [--auto-jit | --auto-jit-report] [--no-numpy-aliases] -m package.module --its
+        --own args
 
 Installs the ``megengine`` import alias (:mod:`megxla.as_megengine`), then runs the script or module as Python
 itself would: as ``__main__``, with ``sys.argv`` = ``[script, *args]`` (``[module file, *args]`` for ``-m``) and the
@@ -11,7 +12,9 @@ script's directory (the current directory for ``-m``) first on ``sys.path``. ``-
 imports with megxla even if a real MegEngine is installed (same as ``MEGXLA_SHADOW_MEGENGINE=1``). Child
 processes (DataLoader workers, ``dist.launcher`` ranks, ``subprocess`` Pythons) inherit the alias. ``--auto-jit``
 switches auto-jit on (``megxla.config.auto_jit``, ``MEGXLA_AUTO_JIT=1`` for child processes): the program's eager
-ops are compiled by XLA cluster by cluster, with no decorator. NumPy's names removed since MegEngine's NumPy
+ops are compiled by XLA cluster by cluster, with no decorator; ``--auto-jit-report`` does the same and prints
+``megxla.jit.auto_jit_report()`` to stderr when the program ends (``MEGXLA_AUTO_JIT_REPORT=1``): where clusters were
+cut and why, what kept changing, what would help. NumPy's names removed since MegEngine's NumPy
 1.23 (``np.float``, ``np.int``, ``np.object``, ``np.float_``, ``np.NaN``…) are answered again as 1.23 did, with one
 warning; ``--no-numpy-aliases`` (``MEGXLA_NUMPY_ALIASES=0``) turns that off.
 """
@@ -23,8 +26,8 @@ import sys
 
 from ._alias import install
 
-_USAGE = ("usage: python -m megxla.run [--shadow] [--auto-jit] [--no-numpy-aliases] (script.py | -m module) "
-          "[args ...]")
+_USAGE = ("usage: python -m megxla.run [--shadow] [--auto-jit | --auto-jit-report] [--no-numpy-aliases] "
+          "(script.py | -m module) [args ...]")
 
 
 def main(argv=None) -> None:
@@ -45,9 +48,11 @@ def main(argv=None) -> None:
         opt = argv.pop(0)
         if opt == "--shadow":
             force = True
-        elif opt == "--auto-jit":
+        elif opt in ("--auto-jit", "--auto-jit-report"):
             # (the environment too: DataLoader workers and dist.launcher ranks are Pythons of their own)
             os.environ["MEGXLA_AUTO_JIT"] = "1"
+            if opt == "--auto-jit-report":
+                os.environ["MEGXLA_AUTO_JIT_REPORT"] = "1"  # (read when auto-jit is switched on, below)
             from . import config
             config.auto_jit = True
         elif opt == "--no-numpy-aliases":

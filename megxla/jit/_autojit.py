@@ -2226,6 +2226,9 @@ def enable(on=True):
     if on:
         _install()
         _persist.prewarm()
+        if os.environ.get("MEGXLA_AUTO_JIT_REPORT", "0").strip() == "1":
+            from . import _report  # (imports this module: at call time)
+            _report.print_at_exit()
 
 
 def _install():

@@ -1,0 +1,108 @@
+"""``megxla.jit.auto_jit_report()``: what auto-jit did, in words (issue 30: "so a user can see why code is slow")."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+
+import megxla as mge
+import megxla.functional as F
+import megxla.module as M
+import megxla.optimizer as optim
+from megxla.autodiff import GradManager
+from megxla.jit import _autojit, auto_jit_report, reset_auto_jit_stats
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _train(steps, read_mid_step, widths=(6,)):
+    net = M.Linear(4, 3)
+    gm = GradManager().attach(net.parameters())
+    opt = optim.SGD(net.parameters(), lr=0.1)
+    rng = np.random.RandomState(0)
+    for i in range(steps):
+        x = mge.tensor(rng.rand(widths[i % len(widths)], 4).astype("float32"))
+        with gm:
+            h = F.relu(net(x)) * 2 + 1
+            if read_mid_step:
+                scale = float(h.mean())  # a host read in the middle of the step
+                h = h / scale
+            loss = (h ** 2).mean() - h.sum() * 0.01
+            gm.backward(loss)
+        opt.step().clear_grad()
+        loss.item()
+
+
+def test_the_report_names_the_lines_that_cut_clusters_and_what_would_help():
+    reset_auto_jit_stats()
+    _autojit._sites.clear()
+    mge.config.auto_jit = True
+    try:
+        _train(12, read_mid_step=True, widths=(6, 7, 8))
+    finally:
+        mge.config.auto_jit = False
+    report = auto_jit_report()
+    lines = report.splitlines()
+    assert lines[0].startswith("megxla auto-jit report")
+    at = lines.index("where clusters were cut (most often first):") + 1
+    cuts = lines[at:at + 2]
+    # the mid-step read and the step's end, each at its own line of this file, with its source
+    assert any("host read" in ln and "scale = float(h.mean())" in ln and "test_autojit_report.py" in ln
+               for ln in cuts), report
+    assert any("opt.step" in ln and "opt.step().clear_grad()" in ln for ln in cuts), report
+    counts = [int(ln.split()[0].replace(",", "")) for ln in cuts if "host read" in ln or "opt.step" in ln]
+    assert all(c >= 12 for c in counts), report
+    # the batches had 6, 7 and 8 rows: lines whose clusters changed, said in words
+    at = lines.index("lines whose clusters changed (each change a new key: compiled, or run op by op until it "
+                     "recurs):") + 1
+    assert "test_autojit_report.py" in lines[at] and " of " in lines[at], report
+    assert "  - a host read in the middle of a training step" in report, report
+
+
+def test_a_step_with_one_read_at_its_end_gets_no_hint_about_reads():
+    reset_auto_jit_stats()
+    _autojit._sites.clear()
+    mge.config.auto_jit = True
+    try:
+        _train(8, read_mid_step=False)
+    finally:
+        mge.config.auto_jit = False
+    report = auto_jit_report()
+    assert "  - a host read in the middle" not in report, report
+    compiled = next(ln for ln in report.splitlines() if ln.strip().startswith("compiled "))
+    assert "by a cached executable" in compiled, report
+
+
+def test_no_cluster_says_so():
+    reset_auto_jit_stats()
+    assert auto_jit_report() == "megxla auto-jit report: no cluster ran (is auto-jit on? megxla.config.auto_jit = True)"
+
+
+def test_megxla_run_auto_jit_report_prints_it_when_the_program_ends(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent("""
+        import numpy as np
+        import megengine as mge, megengine.functional as F, megengine.module as M, megengine.optimizer as optim
+        from megengine.autodiff import GradManager
+        net = M.Linear(4, 3)
+        gm = GradManager().attach(net.parameters())
+        opt = optim.SGD(net.parameters(), lr=0.1)
+        for i in range(6):
+            with gm:
+                loss = (net(mge.tensor(np.ones((5, 4), "float32"))) ** 2).mean()
+                gm.backward(loss)
+            opt.step().clear_grad()
+            print("loss", round(loss.item(), 4))
+    """))
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    env.pop("MEGXLA_AUTO_JIT", None)
+    proc = subprocess.run([sys.executable, "-m", "megxla.run", "--auto-jit-report", str(script)], env=env,
+                          capture_output=True, text=True, timeout=300, cwd=str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("loss ") == 6
+    assert "megxla auto-jit report" in proc.stderr, proc.stderr
+    # (the read after ``opt.step()`` is the step's cut, named at that line)
+    assert "opt.step       " + str(script) + ":12 (`opt.step().clear_grad()`)" in proc.stderr, proc.stderr
