@@ -5,6 +5,7 @@ whole programs: training loops, RNG identity, errors, compile bounds and composi
 """
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 import sys
@@ -1275,8 +1276,11 @@ def test_mode_timer_runs_whichever_of_clusters_and_eager_is_faster(monkeypatch):
     modes = []
     w, p, e, f = timer.warmup, timer.PROBE, timer.EVERY, timer.FIRST_EVERY
     # where eager is chosen, clusters are tried again FIRST_EVERY steps later, then twice as long while the choice
-    # stands, at most EVERY: at w + f, w + 3f (still slower), w + 3f + min(4f, e) (now faster)
-    probes = [w + f, w + 3 * f, w + 3 * f + min(4 * f, e)]
+    # stands, at most EVERY -- but a probe costing more than PROBE_BUDGET of the steps between comes later: these
+    # cost 5 x (10 - 1) eager steps, so every 900 (w + f, then 900 steps later twice: the third now faster)
+    late = math.ceil(p * (10.0 - 1.0) / (timer.PROBE_BUDGET * 1.0))
+    assert late > min(2 * f, e)
+    probes = [w + f, w + f + late, w + f + 2 * late]
     # and where clusters are chosen (here: a change of choice), eager is tried again as soon and as rarely
     back = [probes[2] + f, probes[2] + 3 * f, probes[2] + 3 * f + min(4 * f, e)]
     for k in range(back[2] + 2 * p):
@@ -1294,6 +1298,33 @@ def test_mode_timer_runs_whichever_of_clusters_and_eager_is_faster(monkeypatch):
     assert all(modes[probes[2]:back[0]])
     for a, b in zip(back, back[1:] + [len(modes)]):
         assert not any(modes[a:a + p]) and all(modes[a + p:b]), (a, b)
+
+
+def test_mode_timer_probes_that_compile_a_lot_come_late_enough_to_cost_a_twentieth(monkeypatch):
+    # The zoo detector's eager probes met new kernels for every new count: 200-600 ms steps against 5 ms clusters.
+    # Eager's time is judged without its compilations (clusters still chosen), but a probe's wall time is paid:
+    # probed every 50-200 steps, such probes cost more than the steps between. After the first re-check, the next
+    # probe comes when the last one's cost is PROBE_BUDGET of the steps since.
+    from megxla.jit import _autojit
+
+    clock, compiled = [0.0], [0.0]
+    monkeypatch.setattr(_autojit.ModeTimer, "clock", staticmethod(lambda: clock[0]))
+    monkeypatch.setattr(_autojit.ModeTimer, "compile_clock", staticmethod(lambda: compiled[0]))
+    timer = _autojit.ModeTimer()
+    w, p, f = timer.warmup, timer.PROBE, timer.FIRST_EVERY
+    modes = []
+    for k in range(w + f + 4500):
+        mode = timer.next_mode()
+        modes.append(mode)
+        clock[0] += 1.0 if mode else 40.0
+        if not mode:
+            compiled[0] += 38.0  # (an eager step: 2 units of work, 38 of compiling its new kernels)
+    eager = [k for k, m in enumerate(modes) if not m]
+    late = math.ceil(p * (40.0 - 1.0) / (timer.PROBE_BUDGET * 1.0))
+    assert late == 3900 <= timer.MAX_EVERY
+    # the first probe and the first choice's re-check as ever, then 3900 steps later (not 100)
+    starts = [w, w + f, w + f + late]
+    assert eager == [s + i for s in starts for i in range(p)], eager[:20]
 
 
 def test_mode_timer_does_not_count_an_eager_steps_one_time_compilations(monkeypatch):

@@ -6,6 +6,7 @@ leaves out JAX's one-time compile costs, which it counts process-wide from JAX's
 """
 from __future__ import annotations
 
+import math
 import statistics
 import time
 
@@ -34,7 +35,8 @@ class ModeTimer:
     start to the next (the wait for its results and the program around it included). Clusters first while their
     compilations settle (``warmup`` steps), then ``PROBE`` eager steps, then the faster mode, trying the other again
     for ``PROBE`` steps ``FIRST_EVERY`` steps after the first choice (or after a change of choice), then twice as
-    long each time it stands, up to every ``EVERY`` steps: such a step is never slower than eager for long, and a
+    long each time it stands, up to every ``EVERY`` steps (later where a probe cost more than ``PROBE_BUDGET`` of the
+    steps between: its new kernels or compilations): such a step is never slower than eager for long, and a
     choice that one noisy probe got wrong is undone within ``FIRST_EVERY`` steps (the MLP b128 step, one process in
     ~13: eager chosen at 7 ms against 4.9 ms as clusters, and kept for the next 1000 steps; a loop reading every
     ~0.2 ms, 4 cold runs in 5: clusters kept at 1.3-1.6x eager's time). Used by a churning
@@ -60,6 +62,11 @@ class ModeTimer:
     kernel_clock = staticmethod(lambda: _KERNEL_SECS[0])
 
     MAX_DELAY = 16  # steps the warmup may be extended while tiered clusters run their quick executables
+    # A probe's cost -- its steps' wall time, compilations included, beyond what the chosen mode would have taken --
+    # is held to PROBE_BUDGET of the steps between probes: past the first re-check, a probe that cost more comes
+    # later (up to MAX_EVERY steps). The zoo detector's eager probes met new kernels for every new count (200-600 ms
+    # steps against 5 ms clusters, ~1-2 s a probe): probed every 50-200 steps, they cost more than the steps did.
+    PROBE_BUDGET, MAX_EVERY = 0.05, 4000
 
     def __init__(self, warmup=8, margin=0.0, every=None, drain=None):
         # eager is chosen only if faster by this fraction (0: whichever is faster; negative: clusters only if faster by
@@ -74,6 +81,7 @@ class ModeTimer:
         self.settled = warmup  # calls in a row with no tiered cluster waiting for its optimized executable
         self.calls = 0
         self.times = {True: [], False: []}  # mode (clusters?) -> seconds of its latest steps
+        self.walls = {True: [], False: []}  # ... and their wall seconds, compilations included (a probe's cost)
         self.last = None  # (mode, start, compile and kernel seconds at its start) of the previous step
         self.best = True
         self.streak = 0  # steps in a row run in the latest mode
@@ -96,6 +104,9 @@ class ModeTimer:
             t = self.times[mode]
             t.append(now - start - (kernels - kernels_before if mode else compiled - compiled_before))
             del t[:-self.PROBE]
+            wall = self.walls[mode]
+            wall.append(now - start)
+            del wall[:-self.PROBE]
         self.calls += 1
         self.settled = 0 if _tiers.in_flight[0] else self.settled + 1
         if k == w and self.settled <= p and self.delayed < self.MAX_DELAY:
@@ -109,22 +120,35 @@ class ModeTimer:
             if k >= w + p and k == start + p:  # a probe just ended: compare the latest steps of each mode
                 if self.times[True] and self.times[False]:
                     best = statistics.median(self.times[True]) <= self._eager_time() * (1.0 + self.margin)
+                    soon = False
                     if best:  # clusters: eager is probed again twice as late each time, up to every EVERY steps
                         # (each probe costs eager steps); the first choice is checked again soon -- its eager probe
                         # may have met one-time costs (a loop reading every ~0.2 ms: 4 cold runs in 5 kept clusters
                         # at 1.3-1.6x eager's time for 1000 iterations)
-                        self.interval = min(2 * self.interval if self.interval and self.best else self.FIRST_EVERY,
-                                            self.EVERY)
+                        soon = not (self.interval and self.best)
+                        self.interval = min(self.FIRST_EVERY if soon else 2 * self.interval, self.EVERY)
                     elif self.interval and not self.best:  # eager again: checked again twice as late
                         self.interval = min(2 * self.interval, self.EVERY)
                     else:  # eager, against the clusters expected to be faster: checked again soon
+                        soon = True
                         self.interval = min(self.FIRST_EVERY, self.EVERY)
                     self.best = best
+                    if not soon:
+                        self.interval = max(self.interval, self._budgeted())
                 self.next_probe = start + (self.interval or self.EVERY)
             mode = self._mode(k, w, p)
         self.streak = self.streak + 1 if self.last is not None and self.last[0] == mode else 1
         self.last = (mode, now, compiled, kernels)
         return mode
+
+    def _budgeted(self):
+        """Steps until the next probe that keep the probe just ended within ``PROBE_BUDGET`` of the steps between
+        (0 where it cost nothing beyond the chosen mode's time), at most ``MAX_EVERY``."""
+        best = statistics.median(self.times[self.best])
+        extra = sum(self.walls[not self.best]) - len(self.walls[not self.best]) * best
+        if extra <= 0 or best <= 0:
+            return 0
+        return min(math.ceil(extra / (self.PROBE_BUDGET * best)), self.MAX_EVERY)
 
     def _mode(self, k, w, p):
         if k < w:
