@@ -19,9 +19,6 @@ from ._autojit import auto_jit_stats
 __all__ = ["auto_jit_report", "print_at_exit"]
 
 
-def _pct(n, total):
-    return f"{100.0 * n / total:.0f}%" if total else "-"
-
 
 def _hints(s, read_lines, eager_lines, steps):
     """What the program could change, from the stats: one line per kind of cost found."""
@@ -68,16 +65,17 @@ def auto_jit_report(top: int = 8) -> str:
     if not s["clusters"] and not s["eager_steps"] and not s["eager_ops"]:
         return "megxla auto-jit report: no cluster ran (is auto-jit on? megxla.config.auto_jit = True)"
     n = s["clusters"]
-    compiled_runs = n - s["eager_clusters"]
     lines = ["megxla auto-jit report" + (f" (process {os.getpid()})" if multiprocessing.parent_process() else "")]
     lines.append(f"  clusters run         {n:,} ({s['ops']:,} ops collected, {s['ops'] / n if n else 0:.1f} a "
                  f"cluster)")
-    lines.append(f"    compiled           {compiled_runs:,} ({_pct(compiled_runs, n)}): {s['cache_hits']:,} by a "
-                 f"cached executable, {s['early_launches']:,} of them launched early"
-                 + (f", {s['split_clusters']:,} in parts" if s["split_clusters"] else "")
-                 + (f", {s['chunked_clusters']:,} in chunks" if s["chunked_clusters"] else ""))
-    lines.append(f"    op by op           {s['eager_clusters']:,} ({_pct(s['eager_clusters'], n)}): new keys "
-                 f"before they recur, clusters too small to launch, lines that gave up")
+    # (counted per executable run and per op-by-op run: a cluster run in parts counts once per part)
+    lines.append(f"    from the cache     {s['cache_hits']:,} executable runs, {s['early_launches']:,} of them "
+                 f"launched early")
+    lines.append(f"    op by op           {s['eager_clusters']:,} runs: new keys before they recur, clusters too small "
+                 f"to launch, lines that gave up")
+    if s["split_clusters"] or s["chunked_clusters"]:
+        lines.append(f"    in parts           {s['split_clusters']:,} clusters (their changing ops run apart); in "
+                     f"chunks of a loop's body {s['chunked_clusters']:,}")
     lines.append(f"  compilations         {s['compiled']:,} in {s['compile_time']:.2f} s"
                  + (f" (and {s['early_compiled']:,} for early launches)" if s["early_compiled"] else "")
                  + (f"; {s['tiered']:,} large ones compiled quickly first, {s['tier_ups']:,} optimized since"
