@@ -358,8 +358,8 @@ def _megamorphic(st, site, reason, what=None):
     # level named a line of this file -- filters by module or line did not match)
     warnings.warn_explicit(
         f"auto-jit: the clusters cut at {describe_where(site)} ({reason}) keep changing{change}; {what}. "
-        f"Pad to fixed shapes, or pass changing numbers as tensors, to have them compiled", UserWarning,
-        site[0], site[1])
+        f"Pad to fixed shapes, or pass changing numbers as tensors, to have them compiled (megxla.jit."
+        f"auto_jit_report() lists every such line)", UserWarning, site[0], site[1])
 
 
 # ---- early launch ---------------------------------------------------------------------------------------------
@@ -2191,8 +2191,8 @@ def _warn_eager_steps(site, changed):
            else "their clusters keep changing")
     warnings.warn_explicit(
         f"auto-jit: the steps ending at {describe_where(site)} run eagerly: {why}, and eager steps took less "
-        f"time. Pad to fixed shapes, or pass changing numbers as tensors, to have them compiled",
-        UserWarning, site[0], site[1])
+        f"time. Pad to fixed shapes, or pass changing numbers as tensors, to have them compiled (megxla.jit."
+        f"auto_jit_report() says what else cut them)", UserWarning, site[0], site[1])
 
 
 _made = collections.deque(maxlen=8)  # weak references to the latest Tensors made from host data (any thread)
