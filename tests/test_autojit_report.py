@@ -1,6 +1,7 @@
 """``megxla.jit.auto_jit_report()``: what auto-jit did, in words (issue 30: "so a user can see why code is slow")."""
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -17,6 +18,17 @@ from megxla.autodiff import GradManager
 from megxla.jit import _autojit, auto_jit_report, reset_auto_jit_stats
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@contextlib.contextmanager
+def _auto_jit():
+    """Auto-jit on inside, as before after (the suite may run with ``MEGXLA_AUTO_JIT=1``)."""
+    was = mge.config.auto_jit
+    mge.config.auto_jit = True
+    try:
+        yield
+    finally:
+        mge.config.auto_jit = was
 
 
 def _train(steps, read_mid_step, widths=(6,)):
@@ -40,11 +52,8 @@ def _train(steps, read_mid_step, widths=(6,)):
 def test_the_report_names_the_lines_that_cut_clusters_and_what_would_help():
     reset_auto_jit_stats()
     _autojit._sites.clear()
-    mge.config.auto_jit = True
-    try:
+    with _auto_jit():
         _train(12, read_mid_step=True, widths=(6, 7, 8))
-    finally:
-        mge.config.auto_jit = False
     report = auto_jit_report()
     lines = report.splitlines()
     assert lines[0].startswith("megxla auto-jit report")
@@ -66,11 +75,8 @@ def test_the_report_names_the_lines_that_cut_clusters_and_what_would_help():
 def test_a_step_with_one_read_at_its_end_gets_no_hint_about_reads():
     reset_auto_jit_stats()
     _autojit._sites.clear()
-    mge.config.auto_jit = True
-    try:
+    with _auto_jit():
         _train(8, read_mid_step=False)
-    finally:
-        mge.config.auto_jit = False
     report = auto_jit_report()
     assert "  - a host read in the middle" not in report, report
     cached = next(ln for ln in report.splitlines() if ln.strip().startswith("from the cache "))
@@ -113,15 +119,12 @@ def test_a_line_that_gave_up_compiling_is_named_with_the_advice_to_pad():
     reset_auto_jit_stats()
     _autojit._sites.clear()
     w = mge.tensor(np.ones(4, "float32"))
-    mge.config.auto_jit = True
-    try:
+    with _auto_jit():
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # (the megamorphic warning: the report says the same)
             for n in range(1, 60):  # a new shape at every step
                 x = mge.tensor(np.ones((n, 4), "float32"))
                 ((F.exp(x) * 2 + 1).sum() * w + (x * x).sum()).numpy()  # the line
-    finally:
-        mge.config.auto_jit = False
     lines = auto_jit_report().splitlines()
     at = lines.index("lines that gave up compiling (too many different clusters; run eagerly):") + 1
     assert "# the line" in lines[at], lines

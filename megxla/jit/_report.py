@@ -19,7 +19,6 @@ from ._autojit import auto_jit_stats
 __all__ = ["auto_jit_report", "print_at_exit"]
 
 
-
 def _hints(s, read_lines, eager_lines, steps):
     """What the program could change, from the stats: one line per kind of cost found."""
     out = []
