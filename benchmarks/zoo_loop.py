@@ -54,6 +54,7 @@ from megxla.autodiff import GradManager  # noqa: E402
 from megxla.jit import xla_trace  # noqa: E402
 
 import models  # noqa: E402
+from eager_loop import loop_step as image_step  # noqa: E402  (the suite's eager classification step)
 
 MODES = ("eager", "auto_jit", "xla_trace")
 WORKLOADS = ("bert_tiny", "dcgan", "mobilenetv3", "efficientnet_b0", "regnetx_200mf")
@@ -216,14 +217,6 @@ class PooledClassifier(M.Module):
 
     def forward(self, x):
         return self.net.classifier(F.mean(self.net.features(x), axis=(2, 3)))
-
-
-def image_step(model, opt, gm, x, y):
-    with gm:
-        loss = F.nn.cross_entropy(model(x), y)
-        gm.backward(loss)
-    opt.step().clear_grad()
-    return loss
 
 
 # ---- workloads ----------------------------------------------------------------------------------------------------
