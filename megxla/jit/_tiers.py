@@ -38,10 +38,10 @@ program is the same, and each of its functions compiled alone agrees. These grad
 1e-6 in the RegNet's weights moves its next loss by 2.4%), and the quick executable's are nearer a float64 run of
 the same program than the optimized one's, so it is not simply wrong -- but eager's kernels round as the optimized
 executable does, and auto-jit promises eager's numbers (1e-5 a step). So the quick tier waits until it is found
-faithful (options that were -- ``xla_backend_optimization_level``
-1, ``xla_llvm_disable_expensive_passes`` -- compiled no faster than XLA's defaults: MobileNetV3's cold first step
-17.6-17.9 s against 18.1, where the quick options gave 6.7). ``quick`` (programs XLA cannot optimize in bounded
-time) still uses them: there the alternative is no compiled run at all.
+faithful (options that were -- ``xla_backend_optimization_level`` 1, ``xla_llvm_disable_expensive_passes`` --
+compiled no faster than XLA's defaults: MobileNetV3's cold first step 17.6-17.9 s against 18.1, where the quick
+options gave 6.7). ``quick`` (programs XLA cannot optimize in bounded time) still uses them: there the alternative
+is no compiled run at all.
 """
 from __future__ import annotations
 
