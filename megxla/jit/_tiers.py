@@ -34,11 +34,11 @@ gradients in the first training steps of the zoo's convolutional networks differ
 optimized executable's, which agree with eager's to 1e-5) by far more than that: up to 37% of a layer's largest
 gradient in RegNetX-200MF (64 px, batch 8), 3% in MobileNetV3-Large -- with either quick option alone
 (``xla_cpu_use_fusion_emitters`` off, or ``xla_backend_optimization_level`` 0), with none of them not; the lowered
-program is the same, and each of its functions compiled alone agrees. These gradients are sensitive (a change of
-1e-6 in the RegNet's weights moves its next loss by 2.4%), and the quick executable's are nearer a float64 run of
-the same program than the optimized one's, so it is not simply wrong -- but eager's kernels round as the optimized
-executable does, and auto-jit promises eager's numbers (1e-5 a step). So the quick tier waits until it is found
-faithful (options that were -- ``xla_backend_optimization_level`` 1, ``xla_llvm_disable_expensive_passes`` --
+program is the same, and each of its functions compiled alone agrees. Against a float64 build of the same lowered
+program on the step's own inputs, the optimized executable's outputs are 1.7e-5 off and the quick one's 14%: the
+quick tier computes these gradients wrongly (the RegNet's amplify rounding -- 1e-6 on its weights moves its next
+loss 2.4% -- but the optimized executable and eager's kernels keep to float64's). So the quick tier waits until it
+is found faithful (options that were -- ``xla_backend_optimization_level`` 1, ``xla_llvm_disable_expensive_passes`` --
 compiled no faster than XLA's defaults: MobileNetV3's cold first step 17.6-17.9 s against 18.1, where the quick
 options gave 6.7). ``quick`` (programs XLA cannot optimize in bounded time) still uses them: there the alternative
 is no compiled run at all.
