@@ -29,19 +29,16 @@ Only clusters of at least ``MIN_OPS`` ops are tiered: a small cluster compiles i
 small convolutional step 2-4x slower (ConvNet b64: 39 ms against 10.4). Only on the CPU for now: a GPU's fast tier
 (autotuning off) has not been measured.
 
-**Off unless asked for** (``MEGXLA_TIERED=1``; 2026-12-03): the quick executable's numbers are not eager's. Its
-gradients in the first training steps of the zoo's convolutional networks differ from eager's (and from the
-optimized executable's, which agree with eager's to 1e-5) by far more than that: up to 37% of a layer's largest
-gradient in RegNetX-200MF (64 px, batch 8), 3% in MobileNetV3-Large -- with either quick option alone
-(``xla_cpu_use_fusion_emitters`` off, or ``xla_backend_optimization_level`` 0), with none of them not; the lowered
-program is the same, and each of its functions compiled alone agrees. Against a float64 build of the same lowered
-program on the step's own inputs, the optimized executable's outputs are 1.7e-5 off and the quick one's 14%: the
-quick tier computes these gradients wrongly (the RegNet's amplify rounding -- 1e-6 on its weights moves its next
-loss 2.4% -- but the optimized executable and eager's kernels keep to float64's). So the quick tier waits until it
-is found faithful (options that were -- ``xla_backend_optimization_level`` 1, ``xla_llvm_disable_expensive_passes`` --
-compiled no faster than XLA's defaults: MobileNetV3's cold first step 17.6-17.9 s against 18.1, where the quick
-options gave 6.7). ``quick`` (programs XLA cannot optimize in bounded time) still uses them: there the alternative
-is no compiled run at all.
+**Off unless asked for** (``MEGXLA_TIERED=1``; 2026-12-03): the quick executable rounds further from eager than
+auto-jit promises (1e-5 a step). A RegNetX-200MF's first step (64 px, batch 8, GELU): its gradients 3.5e-5 of the
+largest from eager's, the optimized executable's 1.2e-5. With ReLUs, that is enough to flip activations whose
+pre-activation is near zero, so the first two steps' gradients moved by percents: 4% of the network's largest
+gradient, 37% of a layer's (RegNetX), 3% (MobileNetV3-Large). That happens with either quick option alone
+(``xla_cpu_use_fusion_emitters`` off, or ``xla_backend_optimization_level`` 0), not without them. Options that kept
+eager's numbers (``xla_backend_optimization_level`` 1, ``xla_llvm_disable_expensive_passes``) compiled no faster
+than XLA's defaults: MobileNetV3's cold first step took 17.6-17.9 s against 18.1, where the quick options took 6.7.
+So there is no quick tier by default. ``quick`` (programs XLA cannot optimize in bounded time) still uses the quick
+options: there the alternative is no compiled run at all.
 """
 from __future__ import annotations
 
