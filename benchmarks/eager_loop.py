@@ -599,15 +599,21 @@ def _child(name, mode, steps, warmup):
                                   "compiled": auto_jit_stats()["compiled"]}), flush=True)
 
 
+def child_record(script, args, tag):
+    """Run ``script`` with ``args`` in a fresh process and return the JSON it printed after ``tag`` (a line
+    ``TAG {...}``); its stderr's end in the error where it printed none."""
+    proc = subprocess.run([sys.executable, os.path.abspath(script), *map(str, args)],
+                          capture_output=True, text=True, timeout=3600)
+    for line in proc.stdout.splitlines():
+        if line.startswith(tag + " "):
+            return json.loads(line[len(tag) + 1:])
+    raise RuntimeError(f"{' '.join(map(str, args))}: {proc.stderr[-2000:]}")
+
+
 def _measure(name, mode, steps, warmup):
     """One (workload, mode) in a fresh process: nothing compiled in memory before it (the persistent
     compilation cache is what the environment says), so no mode runs on kernels another mode compiled."""
-    proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", name, mode, str(steps), str(warmup)],
-                          capture_output=True, text=True, timeout=3600)
-    for line in proc.stdout.splitlines():
-        if line.startswith("RESULT "):
-            return json.loads(line[7:])
-    raise RuntimeError(f"{name} {mode}: {proc.stderr[-2000:]}")
+    return child_record(__file__, ["--child", name, mode, steps, warmup], "RESULT")
 
 
 def main():

@@ -37,7 +37,6 @@ import json
 import math
 import os
 import statistics
-import subprocess
 import sys
 import time
 
@@ -54,7 +53,7 @@ from megxla.autodiff import GradManager  # noqa: E402
 from megxla.jit import xla_trace  # noqa: E402
 
 import models  # noqa: E402
-from eager_loop import loop_step as image_step  # noqa: E402  (the suite's eager classification step)
+from eager_loop import child_record, loop_step as image_step  # noqa: E402  (the suite's step and runner)
 
 MODES = ("eager", "auto_jit", "xla_trace")
 WORKLOADS = ("bert_tiny", "dcgan", "mobilenetv3", "efficientnet_b0", "regnetx_200mf")
@@ -294,12 +293,7 @@ def _losses(name, mode, steps):
 
 
 def losses(name, mode, steps):
-    proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--losses", name, mode, str(steps)],
-                          capture_output=True, text=True, timeout=3600)
-    for line in proc.stdout.splitlines():
-        if line.startswith("LOSSES "):
-            return json.loads(line[7:])
-    raise RuntimeError(f"{name} {mode}: {proc.stderr[-2000:]}")
+    return child_record(__file__, ["--losses", name, mode, steps], "LOSSES")
 
 
 def main():
