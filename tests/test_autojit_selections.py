@@ -807,3 +807,144 @@ def test_arrays_of_the_same_counts_each_step_are_not_padded(fresh_auto_jit):
         assert tuple(t.shape) == (n, 2) and t.numpy().tolist() == [[n, n]] * n
         with pytest.raises(IndexError):
             t[n]
+
+
+@pytest.mark.parametrize("case", ["uint8 - int", "full uint8 -1", "int8 + 1", "arange int8", "cross_entropy int8",
+                                  "int8 + 1 then int32", "uint32 - 1", "setitem full uint8 -1"])
+def test_an_index_that_wrapped_in_its_narrow_type_raises_eagers_error(fresh_auto_jit, case):
+    # A pending index's known range is Python arithmetic on its source's: where the index's type cannot hold that
+    # range its values wrapped (uint8 5 - 10 is 251), and the check must read them -- it once passed on the
+    # unwrapped range and gave a clamped row, a dropped write, a finite loss
+    make = {
+        "uint8 - int": lambda x: x[mge.Tensor([5], dtype="uint8") - 10],
+        "full uint8 -1": lambda x: x[F.full((1,), -1, dtype="uint8")],
+        "int8 + 1": lambda x: F.one_hot(mge.Tensor([127], dtype="int8") + 1, 200),
+        "arange int8": lambda x: F.one_hot(F.arange(126, 130, dtype="int8"), 200),
+        "cross_entropy int8": lambda x: F.nn.cross_entropy(F.zeros((2, 200)), mge.Tensor([127, 3], dtype="int8") + 1),
+        "int8 + 1 then int32": lambda x: F.one_hot((mge.Tensor([127], dtype="int8") + 1).astype("int32"), 200),
+        "uint32 - 1": lambda x: x[mge.Tensor([0, 3], dtype="uint32") - 1],
+        "setitem full uint8 -1": lambda x: x.__setitem__(F.full((1,), -1, dtype="uint8"), 5.0),
+    }[case]
+    errors, after = [], []
+    for auto in (False, True, True, True):  # (again and again: the compiled path too)
+        mge.config.auto_jit = auto
+        x = mge.Tensor(np.arange(10, dtype="float32")) * 1.0
+        with pytest.raises(IndexOutOfRange) as e:
+            make(x)
+        errors.append(str(e.value))
+        after.append(x.numpy())
+    mge.config.auto_jit = False
+    assert len(set(errors)) == 1, errors
+    for a in after:
+        np.testing.assert_array_equal(a, np.arange(10, dtype="float32"))
+
+
+def _zoo_labels(gt, score, column=4, classes=4):
+    """FCOS's and ATSS's targets: each point's matched box (``gt[match]``, a pending gather), its class from the
+    box's label column -- the other columns are coordinates, up to 63 --, one-hot targets indexed by it."""
+    match = F.argmax(score, axis=0)
+    labels = gt[match][:, column].astype("int32")
+    labels[F.max(score, axis=0) < 1] = 0
+    fg = labels > 0
+    t = F.zeros((score.shape[1], classes))
+    t[fg, labels[fg] - 1] = 1
+    return t.sum(axis=0).numpy(), labels.numpy()
+
+
+def _zoo_boxes(seed, label=None):
+    r = np.random.RandomState(seed)
+    gt = np.concatenate([r.uniform(0, 63, (3, 4)), r.randint(1, 5, (3, 1))], 1).astype("float32")
+    if label is not None:
+        gt[1, 4] = label
+    return mge.Tensor(gt), mge.Tensor(r.standard_normal((3, 40)).astype("float32")) * 2
+
+
+def test_a_label_column_of_matched_boxes_is_checked_by_its_own_range(fresh_auto_jit):
+    # ``gt[match][:, 4]``: rows of the boxes, then their label column -- its range, 1..4, not the coordinates' too
+    # (which cut the cluster at ``t[fg, labels[fg] - 1] = 1`` at every step of the zoo's FCOS and ATSS)
+    mge.config.auto_jit = True
+    for step in range(4):
+        gt, score = _zoo_boxes(step)
+        mge.config.auto_jit = False
+        want = _zoo_labels(gt, score)
+        mge.config.auto_jit = True
+        _autojit.reset_auto_jit_stats()
+        got = _zoo_labels(gt, score)
+        cuts = auto_jit_stats()["cuts"]
+        _same(want, got, f"step {step}")
+        assert [c for c in cuts if "t[fg" in c[2]] == [], cuts
+    mge.config.auto_jit = False
+
+
+@pytest.mark.parametrize("column, label", [(4, 7), (3, None), (2, None)])
+def test_a_label_column_out_of_range_still_raises_eagers_error(fresh_auto_jit, column, label):
+    # a label past the classes in the label column, or a coordinate column taken as labels: eager's error
+    errors = []
+    for auto in (False, True, True):
+        mge.config.auto_jit = auto
+        gt, score = _zoo_boxes(0, label)
+        with pytest.raises(IndexOutOfRange) as e:
+            _zoo_labels(gt, score * 9, column)  # (every point a foreground one)
+        errors.append(str(e.value))
+    mge.config.auto_jit = False
+    assert len(set(errors)) == 1, errors
+
+
+def _pairs(w, shift=0):
+    """FreeAnchor's (box, anchor) pairs: ``cond_take``'s positions in a (boxes, anchors) matrix split by ``//`` and
+    ``%``, then each pair's entry (and its gradient)."""
+    gm = GradManager().attach([w])
+    with gm:
+        p = F.relu(F.broadcast_to(w.reshape(1, 20), (3, 20)) * F.arange(1, 4).reshape(3, 1) - 0.5)
+        _, nz = F.cond_take(p != 0, p)
+        picked = p[nz // 20 + shift, nz % 20]
+        loss = (picked * picked).sum()
+        gm.backward(loss)
+    return loss.numpy(), w.grad.numpy(), picked.numpy()
+
+
+def test_positions_split_by_floor_div_and_mod_index_without_a_cut(fresh_auto_jit):
+    r = np.random.RandomState(0)
+    for step in range(4):
+        wa = r.standard_normal(20).astype("float32")
+        mge.config.auto_jit = False
+        want = _pairs(mge.Parameter(wa))
+        mge.config.auto_jit = True
+        _autojit.reset_auto_jit_stats()
+        got = _pairs(mge.Parameter(wa))
+        cuts = auto_jit_stats()["cuts"]
+        _same(want, got, f"step {step}")
+        assert [c for c in cuts if "picked = p[" in c[2]] == [], cuts
+    errors = []
+    for auto in (False, True):  # (rows 1..3 of 3: the known range says so, the values are read, eager's error)
+        mge.config.auto_jit = auto
+        with pytest.raises(IndexOutOfRange) as e:
+            _pairs(mge.Parameter(np.ones(20, "float32")), shift=1)
+        errors.append(str(e.value))
+    mge.config.auto_jit = False
+    assert errors[0] == errors[1]
+
+
+def test_a_count_made_many_ops_before_its_shape_is_asked_is_peeked(fresh_auto_jit):
+    # ATSS asks ``ious.shape`` of an image's boxes ``gt[b, :num[b]]`` after the head's levels: hundreds of ops after
+    # the count was made (past the 256 ops peek once looked back)
+    info = np.array([[64, 64, 3], [64, 64, 5]], "float32")
+    boxes = np.random.RandomState(0).uniform(0, 63, (2, 5, 4)).astype("float32")
+
+    def step():
+        nums = mge.Tensor(info)[:, 2].astype("int32")
+        x = mge.Tensor(np.linspace(0, 1, 8, dtype="float32"))
+        for _ in range(300):
+            x = x * 1.0001
+        gt = mge.Tensor(boxes)[1, :nums[1]]
+        ious = F.expand_dims(gt[:, 0], 1) * F.expand_dims(x, 0)
+        total = (F.zeros(ious.shape) + ious).sum()
+        return total.numpy()
+    mge.config.auto_jit = False
+    want = step()
+    mge.config.auto_jit = True
+    for _ in range(3):
+        _autojit.reset_auto_jit_stats()
+        _same(want, step(), "sum")
+        assert [c for c in auto_jit_stats()["cuts"] if "F.zeros(ious.shape)" in c[2]] == []
+    mge.config.auto_jit = False

@@ -19,7 +19,7 @@ import numpy as np
 
 from .dtypes import host_range, host_value
 
-__all__ = ["Lazy", "COLLECT", "FLUSH", "resolve", "known_range", "Shifted"]
+__all__ = ["Lazy", "COLLECT", "FLUSH", "resolve", "known_range", "Shifted", "Columns", "FloorDivided", "limits"]
 
 _get_ident = threading.get_ident
 
@@ -77,7 +77,24 @@ def known_range(data):
     """
     if data.value is not None:
         return None
-    return _range_of(data.bounds)
+    r = _range_of(data.bounds)
+    dtype = getattr(data, "dtype", None)
+    if r is not None and dtype is not None and np.dtype(dtype).kind in "iu":
+        lo, hi = limits(dtype)
+        if r[0] < lo or r[1] > hi:  # (a bound past what the type holds: its values may have wrapped)
+            return None
+    return r
+
+
+def limits(dtype):
+    """The integers integer ``dtype`` holds, within int32's (what a bound is kept in): ``(lo, hi)``.
+
+    Example:
+        >>> limits(np.uint8), limits(np.int64)
+        ((0, 255), (-2147483648, 2147483647))
+    """
+    info = np.iinfo(dtype)
+    return max(int(info.min), -2 ** 31), min(int(info.max), 2 ** 31 - 1)
 
 
 class Among:
@@ -106,17 +123,69 @@ def among(idx, x):
 
 class Shifted:
     """A bounds entry (see :func:`known_range`): another entry's range moved by ``(lo, hi)`` (``labels[fg] - 1``), or
-    -- ``cast`` -- truncated to integers (a float value cast to an integer type: kept only within int32's range)."""
+    -- ``cast`` -- truncated to integers (a float value cast to an integer type: kept only within int32's range).
+    ``within``: the integers the result's type holds (:func:`limits`); a range moved past them is no bound (the
+    values wrapped: ``uint8(5) - 10`` is 251)."""
 
-    __slots__ = ("entry", "by", "cast")
+    __slots__ = ("entry", "by", "cast", "within")
 
-    def __init__(self, entry, by=(0, 0), cast=False):
-        self.entry, self.by, self.cast = entry, by, cast
+    def __init__(self, entry, by=(0, 0), cast=False, within=(-2 ** 31, 2 ** 31 - 1)):
+        self.entry, self.by, self.cast, self.within = entry, by, cast, within
+
+
+class Columns:
+    """A bounds entry (see :func:`known_range`): the value's rows are rows of ``A[chain[0]][chain[1]]...`` -- ``A``
+    the concrete array ``ref()``, each ``chain`` item a static index -- and its other axes that array's: a detector's
+    ``gt[match]`` (rows of the boxes) and then ``gt[match][:, 4]`` (rows of the boxes' label column). An index check
+    of ``labels - 1`` then bounds it by the label column's range, not by the coordinates' too."""
+
+    __slots__ = ("ref", "chain", "range")
+
+    def __init__(self, ref, chain):
+        self.ref, self.chain, self.range = ref, chain, None
+
+
+class FloorDivided:
+    """A bounds entry (see :func:`known_range`): another entry's range floor-divided by integers in ``by`` (``lo, hi``,
+    both positive): ``positions // n``."""
+
+    __slots__ = ("entry", "by")
+
+    def __init__(self, entry, by):
+        self.entry, self.by = entry, by
+
+
+def _array_range(a):
+    """(lo, hi) of a host array's entries -- a float's truncated, as its cast to integers -- or None."""
+    if a.size == 0:
+        return None
+    if a.dtype.kind == "f":  # (a float's range is asked for its cast to integers only: truncated, as the cast)
+        lo, hi = float(a.min()), float(a.max())
+        return (int(lo), int(hi)) if math.isfinite(lo) and math.isfinite(hi) else None
+    if a.dtype.kind not in "iu":
+        return None
+    return int(a.min()), int(a.max())
 
 
 def _range_of(b):
     if b is None or type(b) is tuple:
         return b
+    if type(b) is Columns:
+        if b.range is None:
+            a = b.ref()
+            if a is None:
+                return None
+            a = host_value(a)
+            for index in b.chain:
+                a = a[index]
+            b.range = _array_range(np.asarray(a)) or ()
+        return b.range or None
+    if type(b) is FloorDivided:
+        r = _range_of(b.entry)
+        if r is None:
+            return None
+        lo, hi = b.by
+        return min(r[0] // lo, r[0] // hi), max(r[1] // lo, r[1] // hi)
     if type(b) is Among:  # (bounded by the selection's count, where it is on the host)
         n = b.pad._count
         return (0, n - 1) if n else None
@@ -125,7 +194,7 @@ def _range_of(b):
         if r is None or (b.cast and not (-2 ** 31 <= r[0] and r[1] < 2 ** 31)):
             return None
         r = r[0] + b.by[0], r[1] + b.by[1]
-        return r if -2 ** 31 <= r[0] and r[1] < 2 ** 31 else None  # (past int32: it may have wrapped)
+        return r if b.within[0] <= r[0] and r[1] <= b.within[1] else None  # (past its type: it may have wrapped)
     if type(b) is list:
         parts = [_range_of(x) for x in b]
         if any(x is None for x in parts):
@@ -139,15 +208,7 @@ def _range_of(b):
         r = host_range(b)  # (labels made from host data: their copy's bounds, no wait for the device)
         if r is not None:
             return r
-    a = host_value(b)
-    if a.size == 0:
-        return None
-    if a.dtype.kind == "f":  # (a float's range is asked for its cast to integers only: truncated, as the cast)
-        lo, hi = float(a.min()), float(a.max())
-        return (int(lo), int(hi)) if math.isfinite(lo) and math.isfinite(hi) else None
-    if a.dtype.kind not in "iu":
-        return None
-    return int(a.min()), int(a.max())
+    return _array_range(host_value(b))
 
 
 class ClusterFailed(RuntimeError):

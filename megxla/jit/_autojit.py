@@ -35,6 +35,7 @@ GradManager semantics are untouched (it tapes the collected ops as eager ones: `
 """
 from __future__ import annotations
 
+import bisect
 import collections
 import contextlib
 import functools
@@ -632,7 +633,13 @@ def _is_array(x):
     return False
 
 
-PEEK_SIZE, PEEK_OPS, PEEK_WINDOW = 256, 16, 256  # (see _Cluster.peek)
+PEEK_SIZE, PEEK_OPS = 256, 16  # (see _Cluster.peek)
+
+
+def _first_out(record):
+    """The first result id of an op record (the key ``peek`` finds a value's op by)."""
+    outs = record[2]
+    return outs[0] if outs else -1
 _PEEK_EXACT = frozenset([_I.getitem, _I.mask_count, _E.astype, _E.where, _S.reshape, _S.expand_dims, _S.squeeze,
                          _S.broadcast_to, _S.transpose, _S.full, _S.full_like, _S.concat, _S.stack,
                          _S.copy, _S.detach] + [_E.BINARY[k] for k in ("lt", "le", "gt", "ge", "eq", "ne",
@@ -759,28 +766,34 @@ class _Cluster:
             if z.cluster is not self or z.value is not None or math.prod(z.raw_shape) > PEEK_SIZE:
                 return None
             ops, avals = self.ops, self.avals
-            need, cone = {z.index}, []
-            k = len(ops)
-            stop = k - PEEK_WINDOW
-            while need and k > stop and k > 0:
-                k -= 1
-                op, ins, outs = ops[k]
-                if need.isdisjoint(outs):
+            # (each value's op found by its id -- ids grow with the ops, each op's results a run of them --, not by
+            # a walk back over the ops: an image's box count made 300 ops before its shape is asked for -- a head's
+            # levels in between -- is found as soon as one made 3 ops before)
+            need, seen, cone, leaves = [z.index], set(), {}, []
+            while need:
+                i = need.pop()
+                if i in seen:
                     continue
-                if len(cone) >= PEEK_OPS or not _peekable(op, [avals[i] for i in outs]):
+                seen.add(i)
+                k = bisect.bisect_right(ops, i, key=_first_out) - 1
+                if k < 0 or i not in ops[k][2]:
+                    leaves.append(i)  # (an input of the cluster)
+                    continue
+                op, ins, outs = ops[k]
+                if len(cone) >= PEEK_OPS or not _peekable(op, [avals[j] for j in outs]):
                     return None
-                cone.append(ops[k])
-                need.difference_update(outs)
-                need.update(ins)
+                cone[k] = ops[k]
+                seen.update(outs)
+                need.extend(ins)
             if len(cone) == len(ops):
                 return None  # (the cluster is the value's ops: running it cuts nothing else)
             env = {}
             try:
-                for i in need:
+                for i in leaves:
                     env[i] = self.inputs[self.in_ids.index(i)]
-            except ValueError:  # (a value made before the ops looked at)
+            except ValueError:  # (not an input either: no such value)
                 return None
-            cone.reverse()
+            cone = [cone[k] for k in sorted(cone)]
             try:
                 _run_ops_timed(cone, env, (z.index,), None)
             except Exception:  # (its error, if any, is the cluster's, raised where it runs)

@@ -326,9 +326,13 @@ def _classify(op, shapes, pads):
         if len(shapes) == 1 and spec and spec[0] == ("e",) and len(spec) - 1 < len(shapes[0]) \
                 and all(s[0] in "si" for s in spec[1:]):
             return "rows", pad  # (``b[..., 2:]``: the ellipsis holds the rows)
-        if len(shapes) == 2 and pads[0] is None and spec and spec[0] == ("t",) and shapes[0] and shapes[0][0] \
-                and all(s[0] == "s" for s in spec[1:]):
-            return "rows", pad  # (``x[i]``, ``i`` a selection -- ``cond_take``'s positions --: each row's own rows)
+        k = len(shapes) - 1  # (the index tensors: leading, each a selection of the same rows)
+        if k and pads[0] is None and len(spec) >= k and all(s == ("t",) for s in spec[:k]) \
+                and all(s[0] == "s" for s in spec[k:]) and len(shapes[0]) >= k and all(shapes[0][:k]) \
+                and all(p is not None for p in pads[1:]) and all(s == shapes[1] for s in shapes[2:]):
+            # (``x[i]``, ``i`` a selection -- ``cond_take``'s positions --: each row's own rows; ``x[i // n, i % n]``:
+            # each row's own entry)
+            return "rows", pad
         return None
     if prim in _ROW_SHAPES:
         return ("rows", pad) if _kept_rows(prim, params, shapes, pads) else None

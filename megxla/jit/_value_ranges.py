@@ -13,7 +13,7 @@ import weakref
 
 import numpy as np
 
-from ..core._lazy import Among, Lazy, Shifted, _range_of
+from ..core._lazy import Among, Columns, FloorDivided, Lazy, Shifted, _range_of, limits
 
 _prod = math.prod
 _ref = weakref.ref
@@ -38,8 +38,71 @@ def _entry(t):
 
 def _same_values(op, inputs, result):  # a selection or rearrangement of its first input's entries
     b = _entry(inputs[0])
+    if type(b) is Columns:
+        b = [b]  # (its entries, not its rows: a rearrangement is no longer rows of that array)
     if b is not None:
         result[0]._data.bounds = b
+
+
+def _columns(t):
+    """``(weak reference to A, chain)`` where ``t``'s rows are rows of ``A`` indexed by ``chain`` (see ``Columns``):
+    ``t`` itself concrete, or a pending value whose bounds say so; else None."""
+    d = t._data
+    if type(d) is Lazy:
+        if d.value is None:
+            b = d.bounds
+            return (b.ref, b.chain) if type(b) is Columns else None
+        d = d.value
+    if d.dtype.kind not in "iuf":
+        return None
+    try:
+        return _ref(d), ()
+    except TypeError:  # (an array type without weak references: unknown)
+        return None
+
+
+def _build(spec):
+    """The static index ``spec`` (``ops.indexing``'s items) stands for, or None where it holds anything else."""
+    out = []
+    for item in spec:
+        kind = item[0]
+        if kind == "i":
+            out.append(item[1])
+        elif kind == "s":
+            out.append(slice(*item[1:]))
+        else:
+            return None
+    return tuple(out)
+
+
+def _picked(op, inputs, result):
+    """getitem: rows of a concrete array stay rows of it (``Columns``) where the index picks rows along the first axis
+    -- a slice, an int, a 1-d index tensor -- and ints and slices along the others: ``gt[match][:, 4]``'s entries
+    are the label column's, not every column's."""
+    cols = _columns(inputs[0])
+    spec = dict(op.params)["spec"]
+    if cols is not None and spec:
+        first = spec[0]
+        rest = _build(spec[1:])
+        if rest is not None and (first[0] in "is" or (first[0] == "t" and inputs[1]._data.ndim == 1)):
+            ref, chain = cols
+            if first[0] == "i" and not chain:
+                # (a concrete array indexed statically: exactly that part of it, rows and all)
+                result[0]._data.bounds = Columns(ref, ((first[1],) + rest,))
+                return
+            b = Columns(ref, chain + ((slice(None),) + rest,))
+            # (an int picks one row: the rest are that row's axes -- its entries are the column's, its rows not)
+            result[0]._data.bounds = [b] if first[0] == "i" else b
+            return
+    _same_values(op, inputs, result)
+
+
+def _rows_kept(op, inputs, result):  # pad_select: every row one of x's (a selected one, or a copy of one)
+    cols = _columns(inputs[0])
+    if cols is not None:
+        result[0]._data.bounds = Columns(*cols)
+    else:
+        _same_values(op, inputs, result)
 
 
 def _union(op, inputs, result):  # concat / stack
@@ -85,9 +148,11 @@ def _written(op, inputs, result):  # setitem / pad_setitem: the value's entries 
 
 def _filled(op, inputs, result):  # full / full_like: one value
     v = dict(op.params)["value"]
-    if result[0]._data.dtype.kind in "iu" and isinstance(v, (int, float, np.integer, np.floating)) \
-            and -2 ** 31 <= v < 2 ** 31:
-        result[0]._data.bounds = (int(v), int(v))
+    dtype = result[0]._data.dtype
+    if dtype.kind in "iu" and isinstance(v, (int, float, np.integer, np.floating)) and math.isfinite(v):
+        lo, hi = limits(dtype)
+        if lo <= int(v) <= hi:  # (else it wrapped: ``full(-1, dtype=uint8)`` is 255)
+            result[0]._data.bounds = (int(v), int(v))
 
 
 def _moved(op, inputs, result):  # add / sub of a scalar: the entries moved by its value
@@ -103,7 +168,31 @@ def _moved(op, inputs, result):  # add / sub of a scalar: the entries moved by i
     ea, r = _entry(a), _range_of(_entry(b))
     if ea is None or r is None:
         return
-    result[0]._data.bounds = Shifted(ea, (-r[1], -r[0]) if op.name == "sub" else r)
+    result[0]._data.bounds = Shifted(ea, (-r[1], -r[0]) if op.name == "sub" else r,
+                                     within=limits(result[0]._data.dtype))
+
+
+def _scalar_range(t):
+    """(lo, hi) of a 0-d integer operand's value, known without computing it, or None."""
+    d = t._data
+    if d.ndim or d.dtype.kind not in "iu":
+        return None
+    return _range_of(_entry(t))
+
+
+def _divided(op, inputs, result):  # floordiv / mod of integers by a positive scalar
+    if result[0]._data.dtype.kind not in "iu" or len(inputs) != 2:
+        return
+    by = _scalar_range(inputs[1])
+    if by is None or by[0] <= 0:
+        return
+    if op.name == "mod":  # (an integer mod has the divisor's sign: Python's, MegEngine's)
+        if by[1] - 1 <= limits(result[0]._data.dtype)[1]:
+            result[0]._data.bounds = (0, by[1] - 1)
+        return
+    a = _entry(inputs[0])
+    if a is not None:
+        result[0]._data.bounds = FloorDivided(a, by)
 
 
 def _shape(d):
@@ -140,12 +229,15 @@ def _counted(op, inputs, result):  # arange: integers from start by step (cond_t
     start, step, num = p["start"], p["step"], p["num"]
     if result[0]._data.dtype.kind in "iu" and num and all(isinstance(v, (int, np.integer)) for v in (start, step)):
         last = start + step * (num - 1)
-        result[0]._data.bounds = (int(min(start, last)), int(max(start, last)))
+        lo, hi = limits(result[0]._data.dtype)
+        if lo <= min(start, last) and max(start, last) <= hi:  # (else it wrapped)
+            result[0]._data.bounds = (int(min(start, last)), int(max(start, last)))
 
 
 _RANGE_RULES = dict.fromkeys(("getitem", "reshape", "transpose", "broadcast_to", "expand_dims", "squeeze", "flip",
                               "roll", "tile", "repeat", "copy", "detach", "gather"), _same_values)
-_RANGE_RULES.update({"where": _either, "setitem": _written, "pad_setitem": _written, "pad_select": _same_values,
+_RANGE_RULES.update({"getitem": _picked, "floor_div": _divided, "mod": _divided})
+_RANGE_RULES.update({"where": _either, "setitem": _written, "pad_setitem": _written, "pad_select": _rows_kept,
                      "full": _filled, "full_like": _filled, "add": _moved, "sub": _moved,
                      "arange": _counted})
 _RANGE_RULES.update({"concat": _union, "stack": _union, "astype": _int_cast, "argmax": _positions,
