@@ -948,3 +948,51 @@ def test_a_count_made_many_ops_before_its_shape_is_asked_is_peeked(fresh_auto_ji
         _same(want, step(), "sum")
         assert [c for c in auto_jit_stats()["cuts"] if "F.zeros(ious.shape)" in c[2]] == []
     mge.config.auto_jit = False
+
+
+def _bag_scores(info, boxes, scores):
+    """FreeAnchor's bags: an image's boxes cut to its count (``gt[b, :info[b, 4]]``: the rows after it are a data
+    set's zero padding), their classes -- column 4, minus 1 -- picked from each box's scores."""
+    out = []
+    for b in range(2):
+        gt = boxes[b, :info[b, 4].astype("int32")]
+        labels = gt[:, 4].astype("int32") - 1
+        n = gt.shape[0]
+        idx = F.broadcast_to(labels.reshape(-1, 1), (n, 3))
+        src = F.broadcast_to(F.expand_dims(scores[b], 0), (n, 3, 4)) * F.expand_dims(gt[:, 0:1], 2)
+        out.append(F.indexing_one_hot(src, idx, axis=2).sum())
+    return F.stack(out).numpy()
+
+
+def _padded_boxes(seed, bad=None):
+    r = np.random.RandomState(seed)
+    counts = r.randint(1, 5, 2)
+    boxes = np.zeros((2, 5, 5), "float32")  # (zero rows after each image's count: label 0, index -1)
+    for b, n in enumerate(counts):
+        boxes[b, :n, :4] = r.uniform(0, 63, (n, 4))
+        boxes[b, :n, 4] = r.randint(1, 5, n)
+    if bad is not None:
+        boxes[0, bad, 4] = 0
+    info = np.concatenate([np.full((2, 4), 64.0), counts[:, None]], 1).astype("float32")
+    return mge.Tensor(info), mge.Tensor(boxes), mge.Tensor(r.standard_normal((2, 3, 4)).astype("float32"))
+
+
+def test_labels_of_boxes_cut_to_their_count_are_checked_by_the_counted_rows(fresh_auto_jit):
+    for step in range(4):
+        args = _padded_boxes(step)
+        mge.config.auto_jit = False
+        want = _bag_scores(*args)
+        mge.config.auto_jit = True
+        _autojit.reset_auto_jit_stats()
+        got = _bag_scores(*args)
+        cuts = auto_jit_stats()["cuts"]
+        _same(want, got, f"step {step}")
+        assert [c for c in cuts if "indexing_one_hot" in c[2]] == [], cuts
+    errors = []
+    for auto in (False, True, True):  # (a counted box labelled 0: eager's error)
+        mge.config.auto_jit = auto
+        with pytest.raises(IndexOutOfRange) as e:
+            _bag_scores(*_padded_boxes(0, bad=0))
+        errors.append(str(e.value))
+    mge.config.auto_jit = False
+    assert len(set(errors)) == 1, errors

@@ -137,12 +137,14 @@ class Columns:
     """A bounds entry (see :func:`known_range`): the value's rows are rows of ``A[chain[0]][chain[1]]...`` -- ``A``
     the concrete array ``ref()``, each ``chain`` item a static index -- and its other axes that array's: a detector's
     ``gt[match]`` (rows of the boxes) and then ``gt[match][:, 4]`` (rows of the boxes' label column). An index check
-    of ``labels - 1`` then bounds it by the label column's range, not by the coordinates' too."""
+    of ``labels - 1`` then bounds it by the label column's range, not by the coordinates' too. ``head``: the rows are
+    among the first ``head.count()`` -- a selection ``x[:n]``'s (jit's ``Pad``), once its count is on the host
+    (``head.known()``): a data set's boxes cut to their count, not the zero rows padding them."""
 
-    __slots__ = ("ref", "chain", "range")
+    __slots__ = ("ref", "chain", "head", "range")
 
-    def __init__(self, ref, chain):
-        self.ref, self.chain, self.range = ref, chain, None
+    def __init__(self, ref, chain, head=None):
+        self.ref, self.chain, self.head, self.range = ref, chain, head, None
 
 
 class FloorDivided:
@@ -177,8 +179,11 @@ def _range_of(b):
                 return None
             a = host_value(a)
             for index in b.chain:
-                a = a[index]
-            b.range = _array_range(np.asarray(a)) or ()
+                a = a[index]  # (every index after a head's keeps the rows: it applies to them last)
+            head = b.head
+            if head is not None and not head.known():
+                return _array_range(np.asarray(a))  # (kept once the head's count is known)
+            b.range = _array_range(np.asarray(a if head is None else a[:head.count()])) or ()
         return b.range or None
     if type(b) is FloorDivided:
         r = _range_of(b.entry)

@@ -81,6 +81,8 @@ def _picked(op, inputs, result):
     are the label column's, not every column's."""
     cols = _columns(inputs[0])
     spec = dict(op.params)["spec"]
+    d = inputs[0]._data
+    head = d.bounds.head if cols is not None and type(d) is Lazy and d.value is None else None
     if cols is not None and spec:
         first = spec[0]
         rest = _build(spec[1:])
@@ -90,7 +92,7 @@ def _picked(op, inputs, result):
                 # (a concrete array indexed statically: exactly that part of it, rows and all)
                 result[0]._data.bounds = Columns(ref, ((first[1],) + rest,))
                 return
-            b = Columns(ref, chain + ((slice(None),) + rest,))
+            b = Columns(ref, chain + ((slice(None),) + rest,), head if first == ("s", None, None, None) else None)
             # (an int picks one row: the rest are that row's axes -- its entries are the column's, its rows not)
             result[0]._data.bounds = [b] if first[0] == "i" else b
             return
@@ -99,10 +101,16 @@ def _picked(op, inputs, result):
 
 def _rows_kept(op, inputs, result):  # pad_select: every row one of x's (a selected one, or a copy of one)
     cols = _columns(inputs[0])
-    if cols is not None:
-        result[0]._data.bounds = Columns(*cols)
-    else:
+    if cols is None:
         _same_values(op, inputs, result)
+        return
+    d, head = inputs[0]._data, None
+    if type(d) is Lazy and d.value is None:
+        head = d.bounds.head  # (a selection of a selection: among the first rows still)
+    pad = result[0]._data.pad
+    if pad is not None and pad.prefix is not None:
+        head = pad  # (``x[:n]``: among its first n rows -- a copy of a selected one in place of each other)
+    result[0]._data.bounds = Columns(*cols, head)
 
 
 def _union(op, inputs, result):  # concat / stack
