@@ -964,7 +964,7 @@ def _bag_scores(info, boxes, scores):
     return F.stack(out).numpy()
 
 
-def _padded_boxes(seed, bad=None):
+def _bag_boxes(seed, bad=None):
     r = np.random.RandomState(seed)
     counts = r.randint(1, 5, 2)
     boxes = np.zeros((2, 5, 5), "float32")  # (zero rows after each image's count: label 0, index -1)
@@ -979,7 +979,7 @@ def _padded_boxes(seed, bad=None):
 
 def test_labels_of_boxes_cut_to_their_count_are_checked_by_the_counted_rows(fresh_auto_jit):
     for step in range(4):
-        args = _padded_boxes(step)
+        args = _bag_boxes(step)
         mge.config.auto_jit = False
         want = _bag_scores(*args)
         mge.config.auto_jit = True
@@ -992,7 +992,7 @@ def test_labels_of_boxes_cut_to_their_count_are_checked_by_the_counted_rows(fres
     for auto in (False, True, True):  # (a counted box labelled 0: eager's error)
         mge.config.auto_jit = auto
         with pytest.raises(IndexOutOfRange) as e:
-            _bag_scores(*_padded_boxes(0, bad=0))
+            _bag_scores(*_bag_boxes(0, bad=0))
         errors.append(str(e.value))
     mge.config.auto_jit = False
     assert len(set(errors)) == 1, errors
