@@ -996,3 +996,48 @@ def test_labels_of_boxes_cut_to_their_count_are_checked_by_the_counted_rows(fres
         errors.append(str(e.value))
     mge.config.auto_jit = False
     assert len(set(errors)) == 1, errors
+
+
+_T, _I32 = mge.Tensor, lambda v: mge.Tensor(np.int32(v))
+# each gives [99] (or a row holding 99) where its known range, read wrongly, would say otherwise
+_NOT_THE_FIRST_ROWS = {
+    "a[1:][:n]": lambda: _T(np.array([0, 99, 0], np.int32))[1:][:_I32(1)],
+    "a[::-1][:n]": lambda: _T(np.array([0, 0, 99], np.int32))[::-1][:_I32(1)],
+    "a[idx][:n]": lambda: _T(np.array([0, 99, 0], np.int32))[_T(np.array([1, 0], np.int32))][:_I32(1)],
+    "sort(a)[:n]": lambda: F.sort(_T(np.array([[0, 99]], np.int32))[0], descending=True)[0][:_I32(1)],
+    "a[mask][0]": lambda: _T(np.array([[0, 1], [99, 1], [0, 1]], np.int32))[_T(np.array([False, True, False]))][0][:1],
+    "a[:n][-1]": lambda: _T(np.array([[0, 1], [99, 1], [0, 1]], np.int32))[:_I32(2)][-1][:1],
+    "sort(a[idx])[:, 0]": lambda: F.sort(_T(np.array([[0, 99], [1, 2]], np.int32))[_T(np.array([0, 1], np.int32))],
+                                         descending=True)[0][:, 0],
+    "topk(a[idx])[:, 0]": lambda: F.topk(_T(np.array([[0, 99], [1, 2]], np.int32))[_T(np.array([0, 1], np.int32))],
+                                         1, descending=True)[0][:, 0],
+}
+
+
+@pytest.mark.parametrize("case", sorted(_NOT_THE_FIRST_ROWS))
+def test_rows_that_are_not_the_arrays_first_rows_are_not_bounded_as_if(fresh_auto_jit, case):
+    # ``Columns`` bounds a value by rows of an array; only a value whose row i is the array's row i may take a
+    # prefix's head, and a sort reorders each row's entries (found by an adversarial probe: auto-jit gave 0. or an
+    # all-zero one-hot where eager raised)
+    errors = []
+    for auto in (False, True, True, True):
+        mge.config.auto_jit = auto
+        with pytest.raises(IndexOutOfRange) as e:
+            _T(np.zeros(10, np.float32))[_NOT_THE_FIRST_ROWS[case]()].numpy()
+        errors.append(str(e.value))
+    mge.config.auto_jit = False
+    assert len(set(errors)) == 1, errors
+
+
+@pytest.mark.parametrize("case", ["a[t0:t2]", "a[:t2:t1]", "a[mask][:t2]", "a[:t3][:t2]"])
+def test_slices_with_tensor_bounds_index_under_auto_jit(fresh_auto_jit, case):
+    # (``slice == slice`` compares bounds with ``==``: a Tensor bound made an elementwise op, then a TypeError)
+    got = []
+    for auto in (False, True, True, True):
+        mge.config.auto_jit = auto
+        a = _T(np.arange(12, dtype=np.int32).reshape(6, 2))
+        got.append({"a[t0:t2]": lambda: a[_I32(0):_I32(2)], "a[:t2:t1]": lambda: a[:_I32(2):_I32(1)],
+                    "a[mask][:t2]": lambda: a[_T(np.arange(6) > 2)][:_I32(2)],
+                    "a[:t3][:t2]": lambda: a[:_I32(3)][:_I32(2)]}[case]().numpy().tolist())
+    mge.config.auto_jit = False
+    assert all(g == got[0] for g in got), got

@@ -85,7 +85,12 @@ def test_qat_step_then_quantize_matches_fake_quant_inference():
     net.eval()
     fake = net(x).numpy()
     quantize(net)
-    np.testing.assert_array_equal(net(x).numpy(), fake)
+    # (MegEngine's own tests allow one output step: the fake-quantized path sums dequantized floats, the quantized
+    # one integers rescaled, and a value within rounding of a step's half rounds either way -- 4 of 40 seeds here)
+    from megxla.core.tensor.dtype import get_scale
+    step = get_scale(net.fc(F.flatten(net.conv(net.q(x)), 1)).dtype)
+    got = net(x).numpy()
+    np.testing.assert_allclose(got, fake, rtol=0, atol=step * 1.001)
 
 
 def test_compiled_step_with_per_image_counts_follows_eager():

@@ -402,11 +402,18 @@ def _prefix_slice(x, index):
     s = items[k]
     stop = s.stop
     # (an unsigned count of 4 bytes or more could exceed int32, which the mask compares in)
+    # (``is`` and ``type`` tests only: ``==`` on a Tensor bound -- ``a[t0:t1]`` -- is an elementwise op, not a bool)
     if not isinstance(stop, Tensor) or stop.ndim or not (stop.dtype.kind == "i" or stop.dtype.kind == "u"
-                                                         and stop.dtype.itemsize < 4) or s.start not in (None, 0) \
-            or s.step not in (None, 1) or type(s.start) is bool or type(s.step) is bool:
+                                                         and stop.dtype.itemsize < 4) \
+            or not (s.start is None or type(s.start) is int and s.start == 0) \
+            or not (s.step is None or type(s.step) is int and s.step == 1):
         return None
     return items[:k], stop, items[k + 1:]
+
+
+def _full_slice(item):
+    """Whether ``item`` is ``:`` (no Tensor compared: ``slice == slice`` compares their bounds with ``==``)."""
+    return type(item) is slice and item.start is None and item.stop is None and item.step is None
 
 
 def _padded(t):
@@ -438,11 +445,12 @@ def getitem(x, index):
         # a selection's ``y[:, k]``, ``y[:, :4]``: its other axes indexed, its rows as they are (their count not
         # read: ``parse`` reads the shape)
         items = index if type(index) is tuple else (index,)
-        if len(items) == 1 and type(items[0]) is slice and items[0] != slice(None) and items[0].step in (None, 1) \
-                and all(v is None or type(v) is int for v in (items[0].start, items[0].stop)):
+        s0 = items[0] if items else None
+        if len(items) == 1 and type(s0) is slice and all(v is None or type(v) is int for v in (s0.start, s0.stop)) \
+                and (s0.step is None or type(s0.step) is int and s0.step == 1) and not _full_slice(s0):
             # a slice of a selection's rows (``pooled[order][:-4]``): the rows it keeps, in place too
             return apply(P.getitem.bind(spec=(("s", items[0].start, items[0].stop, None),)), x)
-        if items and type(items[0]) is slice and items[0] == slice(None):
+        if items and _full_slice(items[0]):
             rest = _selected_rest(x._data.raw_shape, items[1:], "getitem")
             if rest is not None:
                 return apply(P.getitem.bind(spec=(("s", None, None, None),) + rest[0]), x)

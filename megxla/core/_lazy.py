@@ -139,12 +139,13 @@ class Columns:
     ``gt[match]`` (rows of the boxes) and then ``gt[match][:, 4]`` (rows of the boxes' label column). An index check
     of ``labels - 1`` then bounds it by the label column's range, not by the coordinates' too. ``head``: the rows are
     among the first ``head.count()`` -- a selection ``x[:n]``'s (jit's ``Pad``), once its count is on the host
-    (``head.known()``): a data set's boxes cut to their count, not the zero rows padding them."""
+    (``head.known()``): a data set's boxes cut to their count, not the zero rows padding them. ``aligned``: row ``i``
+    is that array's row ``i`` (a selection of the first rows keeps them so: only then may a prefix add a head)."""
 
-    __slots__ = ("ref", "chain", "head", "range")
+    __slots__ = ("ref", "chain", "head", "aligned", "range")
 
-    def __init__(self, ref, chain, head=None):
-        self.ref, self.chain, self.head, self.range = ref, chain, head, None
+    def __init__(self, ref, chain, head=None, aligned=False):
+        self.ref, self.chain, self.head, self.aligned, self.range = ref, chain, head, aligned, None
 
 
 class FloorDivided:

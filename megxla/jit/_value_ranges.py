@@ -45,18 +45,19 @@ def _same_values(op, inputs, result):  # a selection or rearrangement of its fir
 
 
 def _columns(t):
-    """``(weak reference to A, chain)`` where ``t``'s rows are rows of ``A`` indexed by ``chain`` (see ``Columns``):
-    ``t`` itself concrete, or a pending value whose bounds say so; else None."""
+    """``(weak reference to A, chain, head, aligned, concrete)`` where ``t``'s rows are rows of ``A`` indexed by
+    ``chain`` (see ``Columns``): ``t`` itself concrete (``A``, row for row), or a pending value whose bounds say so;
+    else None."""
     d = t._data
     if type(d) is Lazy:
         if d.value is None:
             b = d.bounds
-            return (b.ref, b.chain) if type(b) is Columns else None
+            return (b.ref, b.chain, b.head, b.aligned, False) if type(b) is Columns else None
         d = d.value
     if d.dtype.kind not in "iuf":
         return None
     try:
-        return _ref(d), ()
+        return _ref(d), (), None, True, True
     except TypeError:  # (an array type without weak references: unknown)
         return None
 
@@ -75,42 +76,44 @@ def _build(spec):
     return tuple(out)
 
 
+_ALL = ("s", None, None, None)
+
+
 def _picked(op, inputs, result):
     """getitem: rows of a concrete array stay rows of it (``Columns``) where the index picks rows along the first axis
     -- a slice, an int, a 1-d index tensor -- and ints and slices along the others: ``gt[match][:, 4]``'s entries
     are the label column's, not every column's."""
-    cols = _columns(inputs[0])
+    src = _columns(inputs[0])
     spec = dict(op.params)["spec"]
-    d = inputs[0]._data
-    head = d.bounds.head if cols is not None and type(d) is Lazy and d.value is None else None
-    if cols is not None and spec:
-        first = spec[0]
-        rest = _build(spec[1:])
-        if rest is not None and (first[0] in "is" or (first[0] == "t" and inputs[1]._data.ndim == 1)):
-            ref, chain = cols
-            if first[0] == "i" and not chain:
-                # (a concrete array indexed statically: exactly that part of it, rows and all)
-                result[0]._data.bounds = Columns(ref, ((first[1],) + rest,))
-                return
-            b = Columns(ref, chain + ((slice(None),) + rest,), head if first == ("s", None, None, None) else None)
-            # (an int picks one row: the rest are that row's axes -- its entries are the column's, its rows not)
-            result[0]._data.bounds = [b] if first[0] == "i" else b
-            return
-    _same_values(op, inputs, result)
+    rest = _build(spec[1:]) if src is not None and spec else None
+    if rest is None:
+        _same_values(op, inputs, result)
+        return
+    ref, chain, head, aligned, concrete = src
+    first = spec[0]
+    if concrete and first[0] in "is":  # (a static part of a concrete array: exactly it, row for row)
+        result[0]._data.bounds = Columns(ref, (_build(spec),), None, True)
+    elif first[0] == "s" or (first[0] == "t" and inputs[1]._data.ndim == 1):
+        # (rows of the value: rows of the array, among its first ``head`` still; row for row only through ``:``)
+        result[0]._data.bounds = Columns(ref, chain + ((slice(None),) + rest,), head, aligned and first == _ALL)
+    elif first[0] == "i":  # (one row: its entries are the column's, its axes not rows)
+        result[0]._data.bounds = [Columns(ref, chain + ((slice(None),) + rest,), head)]
+    else:
+        _same_values(op, inputs, result)
 
 
 def _rows_kept(op, inputs, result):  # pad_select: every row one of x's (a selected one, or a copy of one)
-    cols = _columns(inputs[0])
-    if cols is None:
+    src = _columns(inputs[0])
+    if src is None:
         _same_values(op, inputs, result)
         return
-    d, head = inputs[0]._data, None
-    if type(d) is Lazy and d.value is None:
-        head = d.bounds.head  # (a selection of a selection: among the first rows still)
+    ref, chain, head, aligned, _ = src
     pad = result[0]._data.pad
-    if pad is not None and pad.prefix is not None:
-        head = pad  # (``x[:n]``: among its first n rows -- a copy of a selected one in place of each other)
-    result[0]._data.bounds = Columns(*cols, head)
+    if aligned and pad is not None and pad.prefix is not None:
+        # (``x[:n]`` of rows in order: among the first n -- a copy of a selected one in place of each other)
+        result[0]._data.bounds = Columns(ref, chain, pad, True)
+    else:  # (a mask's rows, in place: among x's rows, not row for row -- a prefix of them is not the first rows)
+        result[0]._data.bounds = Columns(ref, chain, head)
 
 
 def _union(op, inputs, result):  # concat / stack
@@ -222,6 +225,8 @@ def _positions(op, inputs, result):  # argmax / argmin: positions along an axis 
 def _sorted_positions(op, inputs, result):  # sort / topk: the values (a selection), the positions on the last axis
     n = _shape(inputs[0]._data)[-1] if inputs[0]._data.ndim else 1
     b = _entry(inputs[0])
+    if type(b) is Columns:
+        b = [b]  # (each row's entries reordered: no longer the array's rows)
     if b is not None:
         result[0]._data.bounds = b
     d = inputs[0]._data
