@@ -1041,3 +1041,16 @@ def test_slices_with_tensor_bounds_index_under_auto_jit(fresh_auto_jit, case):
                     "a[:t3][:t2]": lambda: a[:_I32(3)][:_I32(2)]}[case]().numpy().tolist())
     mge.config.auto_jit = False
     assert all(g == got[0] for g in got), got
+
+
+def test_a_selections_rows_sliced_past_int32_give_eagers_rows(fresh_auto_jit):
+    # (the slice's bounds reached the padded op as int32: ``y[:2**31]`` raised OverflowError under auto-jit)
+    got = []
+    for auto in (False, True, True):
+        mge.config.auto_jit = auto
+        x = _T(np.arange(10, dtype=np.float32).reshape(5, 2))
+        m = _T(np.array([True, False, True, True, False]))
+        got.append([x[m][:2 ** 31].numpy().tolist(), x[m][-2 ** 40:].numpy().tolist(),
+                    x[:_I32(4)][1:2 ** 32 + 1].numpy().tolist()])
+    mge.config.auto_jit = False
+    assert got[1] == got[0] and got[2] == got[0], got

@@ -623,7 +623,10 @@ def _head_slice(spec, shapes, pads):
     """``(start, stop)`` where ``spec`` slices a selection's rows (alone, by a step of 1) other than all of them."""
     if len(spec) == 1 and len(shapes) == 1 and pads[0] is not None and spec[0][0] == "s" and spec[0][3] in (None, 1) \
             and spec[0][1:3] != (None, None) and all(type(v) is int or v is None for v in spec[0][1:3]):
-        return spec[0][1], spec[0][2]
+        # (bounds past the rows clamped to them -- the same slice of at most that many rows -- so that int32 holds
+        # them: ``y[:2**31]`` overflowed)
+        rows = shapes[0][0]
+        return tuple(None if v is None else min(max(v, -rows), rows) for v in spec[0][1:3])
     return None
 
 
