@@ -13,6 +13,7 @@ import weakref
 
 import numpy as np
 
+from ..core.ops.indexing import build_index
 from ..core._lazy import Among, Columns, FloorDivided, Lazy, Shifted, _range_of, limits
 
 _prod = math.prod
@@ -64,16 +65,7 @@ def _columns(t):
 
 def _build(spec):
     """The static index ``spec`` (``ops.indexing``'s items) stands for, or None where it holds anything else."""
-    out = []
-    for item in spec:
-        kind = item[0]
-        if kind == "i":
-            out.append(item[1])
-        elif kind == "s":
-            out.append(slice(*item[1:]))
-        else:
-            return None
-    return tuple(out)
+    return build_index(spec, ()) if all(item[0] in "is" for item in spec) else None
 
 
 _ALL = ("s", None, None, None)
