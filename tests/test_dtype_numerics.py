@@ -88,3 +88,18 @@ def test_clip_bounds_past_an_integer_dtypes_range_clip_at_its_ends(mode):
     assert F.clip(u, 1, 300).numpy().tolist() == [1, 3, 200]
     assert F.clip(Tensor(np.array([-100, 5, 100], "int8")), -1000, 50).numpy().tolist() == [-100, 5, 50]
     assert F.clip(u, -1, 2).dtype == np.uint8
+
+
+@pytest.mark.parametrize("dtype", ["int8", "int16"])
+def test_a_narrow_index_into_an_axis_longer_than_its_type_holds(mode, dtype):
+    # JAX wraps a negative index by adding the axis's length in the index's type: 300 overflowed int8 (OverflowError)
+    x = Tensor(np.arange(600, dtype="float32").reshape(2, 300))
+    i = Tensor(np.array([1, -1, 5], dtype))
+    assert x[1, i].numpy().tolist() == [301.0, 599.0, 305.0]
+    assert F.gather(x, 1, F.broadcast_to(i, (2, 3))).numpy().tolist() == [[1, 299, 5], [301, 599, 305]]
+    assert F.indexing_one_hot(x, Tensor(np.array([7, 2], dtype)), 1).numpy().tolist() == [7.0, 302.0]
+    y = x + 0
+    y[1, i] = 0.0
+    assert np.count_nonzero(y.numpy() == 0) == 4 and y.numpy()[1, 299] == 0
+    z = F.scatter(x + 0, 1, F.broadcast_to(i, (2, 3)), F.zeros((2, 3)))
+    assert z.numpy()[:, [1, 299, 5]].tolist() == [[0, 0, 0], [0, 0, 0]]

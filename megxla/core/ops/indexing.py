@@ -16,6 +16,12 @@ from .._op import Primitive
 from .elemwise import cast
 
 
+def _wide(index):
+    """``index`` as int32 if its integer type is narrower: JAX wraps a negative index by adding the axis's length
+    in the index's own type, which overflows for an int8 index into an axis of 300 (MegEngine accepts it)."""
+    return index.astype(jnp.int32) if index.dtype.itemsize < 4 else index
+
+
 def build_index(spec, tensors):
     it = iter(tensors)
     out = []
@@ -32,7 +38,7 @@ def build_index(spec, tensors):
         elif kind == "b":
             out.append(item[1])
         else:
-            out.append(next(it))
+            out.append(_wide(next(it)))
     return tuple(out)
 
 
@@ -93,6 +99,7 @@ def _setitem(x, value, *index_tensors, spec):
 
 
 def _gather(x, index, *, axis):
+    index = _wide(index)
     # The index may be smaller than x in the other dimensions (MegEngine accepts it): out takes index's shape,
     # out[i][j] = x[index[i][j]][j] for axis 0.
     if index.shape == x.shape[:axis] + index.shape[axis:axis + 1] + x.shape[axis + 1:]:
@@ -103,7 +110,7 @@ def _gather(x, index, *, axis):
 
 
 def _scatter_index(axis, tensors):
-    index = tensors[0]
+    index = _wide(tensors[0])
     idx = list(jnp.indices(index.shape, sparse=True))
     idx[axis] = index
     return tuple(idx)
@@ -117,7 +124,7 @@ def _scatter(x, index, source, *, axis):
 
 
 def _indexing_one_hot(x, index, *, axis, keepdims):
-    out = jnp.take_along_axis(x, jnp.expand_dims(index, axis), axis=axis)
+    out = jnp.take_along_axis(x, jnp.expand_dims(_wide(index), axis), axis=axis)
     return out if keepdims else jnp.squeeze(out, axis)
 
 
