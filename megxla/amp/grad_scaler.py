@@ -7,7 +7,7 @@ from typing import Iterable
 
 import jax.numpy as jnp
 
-from ..core import _registry
+from ..core import _interrupt, _registry
 from ..core._dispatch import apply, current_interpreter
 from ..core._op import Primitive
 from ..core._tensor import Tensor
@@ -264,8 +264,8 @@ class GradScaler:
                        host_scalar(lambda: self.backoff_factor, "float32", (id(self), "backoff")),
                        host_scalar(lambda: self.growth_interval, "int32", (id(self), "interval")))
             scale, tracker = apply(_update_scale.bind(), self._scale, self._tracker, found, *factors)
-            self._scale._reset(scale)
-            self._tracker._reset(tracker)
+            _interrupt.rebind(((self._scale, scale), (self._tracker, tracker), (self._found, Tensor(False))))
+            return
         self._found._reset(Tensor(False))
 
     def state_dict(self):

@@ -213,6 +213,21 @@ def leave():
             handler(signum, frame)
 
 
+def rebind(pairs, scan=False):
+    """Rebind each tensor of ``pairs`` (``(tensor, new_value)``) with signals held: a state made of several tensors
+    (BatchNorm's running mean and variance, a loss scaler's scale and tracker, a loaded state dict) takes its new
+    values all together, or -- a Ctrl-C before the first -- none of them; a ``KeyboardInterrupt`` between two of
+    them left a layer with a new mean and an old variance. ``scan``: as :func:`enter`'s."""
+    held = False
+    try:
+        held = enter(scan)
+        for tensor, new in pairs:
+            tensor._reset(new)
+    finally:
+        if held:
+            leave()
+
+
 # ---- an eager kernel's compilation ------------------------------------------------------------------------------
 # JAX traces, lowers and compiles an eager kernel the first time it meets its input shapes, through caches keyed by
 # weak references (jaxlib's ``weakref_lru_cache``) that mark a key as being computed while they call into Python.

@@ -16,7 +16,7 @@ from ..core._tensor import QPARAMS_SEEN
 from ..core._indexing import check_index_tensor
 from ..core.ops import nn as _N, linalg as _L, elemwise as _E, random as _RP, shape as _S
 from ..core import _autocast as _amp  # autocast state: the hook below costs one attribute read
-from ..core import _lazy
+from ..core import _interrupt, _lazy
 from .elemwise import relu, sigmoid, gelu, silu, softplus, logsigmoid, relu6, hsigmoid, hswish  # noqa: F401
 from . import tensor as _T
 from .tensor import indexing_one_hot  # noqa: F401  (MegEngine exports it from .nn too)
@@ -866,10 +866,8 @@ def _bn(op, inp, running_mean, running_var, weight, bias, training, momentum, ep
         new_var = rv * momentum + _T.reshape(var, rv.shape).astype(rv.dtype) * _N.unbiased_factor(momentum, n)
     if not inplace:
         return out, new_mean, new_var
-    if new_mean is not None:
-        running_mean._reset(new_mean)
-    if new_var is not None:
-        running_var._reset(new_var)
+    _interrupt.rebind(((running_mean, new_mean),) * (new_mean is not None)
+                      + ((running_var, new_var),) * (new_var is not None))
     return out
 
 

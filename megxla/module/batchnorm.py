@@ -3,6 +3,7 @@ from typing import Optional
 
 import numpy as np
 
+from ..core import _interrupt
 from ..core import _autocast as _amp  # autocast state (one attribute read when off)
 from ..core._dispatch import apply
 from ..core._tensor import Parameter, Tensor
@@ -102,8 +103,7 @@ class _BatchNorm(Module):
             op = _N.batch_norm_train_update.bind(axes=axes, eps=float(self.eps), eps_mode="additive",
                                                  momentum=float(self.momentum))
             out, new_mean, new_var = apply(op, inp, rm, rv, *affine)
-            rm._reset(new_mean)
-            rv._reset(new_var)
+            _interrupt.rebind(((rm, new_mean), (rv, new_var)))
             return out
         return batch_norm(inp, self.running_mean if track else None, self.running_var if track else None,
                           weight, bias, training=self.training or not track,

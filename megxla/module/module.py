@@ -17,7 +17,7 @@ import numpy as np
 
 from ..core._tensor import Tensor, Parameter
 from ..core.dtypes import is_float
-from ..core import _naming, _dispatch
+from ..core import _dispatch, _interrupt, _naming
 from ..logger import get_logger
 
 __all__ = ["Module", "HookHandler"]
@@ -706,8 +706,7 @@ class Module(metaclass=ABCMeta):
                     raise KeyError(msg)
                 logger.warning(msg)
 
-        for var, new in plan:
-            var._reset(new)
+        _interrupt.rebind(plan, scan=True)
 
     # ---- attribute bookkeeping --------------------------------------------------------------------------
     def __setattr__(self, name: str, value):
