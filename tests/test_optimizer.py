@@ -644,3 +644,23 @@ def test_lr_scheduler_bad_arguments_raise_before_anything_changes():
     assert sched.milestones == [1, 3]
     sched.step(2.5)  # (an epoch counted in fractions still works)
     assert opt.param_groups[0]["lr"] == pytest.approx(0.1)
+
+
+@pytest.mark.parametrize("auto", [False, True], ids=["eager", "auto_jit"])
+def test_a_zero_dim_numpy_array_is_a_hyper_parameter_as_in_megengine(auto):
+    # a schedule computed with NumPy on arrays (``np.cos(np.array(t))``) gives 0-d arrays: MegEngine makes a Tensor
+    # of it; megxla raised "invalid lr array(0.05)"
+    mge.config.auto_jit = auto
+    try:
+        w = mge.Parameter([1.0, 2.0])
+        opt = optim.SGD([w], lr=np.array(0.5), momentum=np.float32(0.0), weight_decay=np.array(0, "int64"))
+        for lr in (np.array(0.5), np.array(0.25, "float32")):
+            opt.param_groups[0]["lr"] = lr
+            w.grad = mge.Tensor([2.0, 4.0])
+            opt.step()
+        np.testing.assert_allclose(w.numpy(), [1.0 - 1.0 - 0.5, 2.0 - 2.0 - 1.0])
+        with pytest.raises(ValueError, match="invalid lr"):
+            opt.param_groups[0]["lr"] = np.array([0.1])  # (not a scalar)
+            opt.step()
+    finally:
+        mge.config.auto_jit = False

@@ -197,7 +197,9 @@ def assign(dst: Tensor, value: Tensor) -> None:
 
 
 def _number(x):
-    return isinstance(x, numbers.Real) and not isinstance(x, bool) or (isinstance(x, Tensor) and x.ndim == 0)
+    # (a 0-d NumPy array too -- ``np.cos`` / ``np.interp`` of a schedule's arrays -- which MegEngine takes as a Tensor)
+    return isinstance(x, numbers.Real) and not isinstance(x, bool) or (isinstance(x, Tensor) and x.ndim == 0) \
+        or isinstance(x, np.ndarray) and x.ndim == 0 and x.dtype.kind in "fiu"
 
 
 def _check_hyper(owner, name, value):
