@@ -1054,3 +1054,31 @@ def test_a_selections_rows_sliced_past_int32_give_eagers_rows(fresh_auto_jit):
                     x[:_I32(4)][1:2 ** 32 + 1].numpy().tolist()])
     mge.config.auto_jit = False
     assert got[1] == got[0] and got[2] == got[0], got
+
+
+def test_a_batch_and_its_labels_made_on_one_line_are_kept_padded(fresh_auto_jit):
+    # ``x, y = Tensor(a), Tensor(b)``: the line's two arrays (float rows of 6, int labels) were one site, each resetting
+    # the other's counts, so neither was ever padded and every batch size was a new cluster (found by a probe)
+    r = np.random.RandomState(4)
+    batches = [(r.randn(n, 6).astype("float32"), r.randint(0, 3, n).astype("int32"))
+               for n in r.randint(3, 30, 24)]
+    results = {}
+    for auto in (False, True):
+        mge.config.auto_jit = auto
+        mge.random.seed(0)
+        model = mge.module.Linear(6, 3)
+        gm = GradManager().attach(model.parameters())
+        opt = mge.optimizer.SGD(model.parameters(), lr=0.1)
+        results[auto], padded = [], []
+        for a, b in batches:
+            x, y = mge.Tensor(a), mge.Tensor(b)
+            padded.append(all(type(t._data) is _autojit.Lazy and t._data.pad is not None for t in (x, y)))
+            with gm:
+                loss = F.nn.cross_entropy(model(x), y)
+                gm.backward(loss)
+            opt.step().clear_grad()
+            results[auto].append(float(loss.item()))
+        results[auto].append(model.weight.numpy())
+        assert all(padded[12:]) == auto
+    mge.config.auto_jit = False
+    _same(results[False], results[True], "one line's batch and labels")

@@ -891,7 +891,8 @@ def _replay(cl, plan, ids, masks, groups):
 # most rows the line has made since, the rows past the count copies of the first (as ``pad_select``'s). Its count is
 # known (no read), and the clusters using it settle on one shape (a few on the way), not one per count. Arrays of one count share their pad: an image's boxes and labels,
 # made at two lines, stay row by row together.
-# (code, line) -> [trailing type, step, last step's counts, this step's, changes], or the rows its arrays are padded to
+# (code, call's offset, trailing type) -> [trailing type, step, last step's counts, this step's, changes], or the rows
+# its arrays are padded to
 _ROW_SITES: collections.OrderedDict = collections.OrderedDict()
 _VARYING, _WITHIN = 3, 8
 _ROW_PADS: collections.OrderedDict = collections.OrderedDict()  # (bucket, count) -> Pad
@@ -930,13 +931,16 @@ def host_rows(data, dtype, device):
     code = f.f_code
     if code.co_filename.startswith(_MEGXLA_DIR):
         return None
-    site, count, kind = (code, f.f_lineno), data.shape[0], (data.shape[1:], data.dtype)
+    count, kind = data.shape[0], (data.shape[1:], data.dtype)
+    # (by the call's place in its line and by the arrays' trailing type: ``x, y = Tensor(a), Tensor(b)`` and a helper
+    # making every array of a batch are followed array by array, not one resetting the other's counts)
+    site = (code, f.f_lasti, kind)
     seen = _ROW_SITES.get(site)
     if type(seen) is not int:
         # (the counts the line made this step, in order, against the last step's: an FPN level's anchors, made at one
         # line every step, repeat theirs)
         step = _A._local.steps
-        if seen is None or seen[0] != kind:
+        if seen is None:
             seen = _ROW_SITES[site] = [kind, step, [], [], []]
             while len(_ROW_SITES) > 256:
                 _ROW_SITES.popitem(last=False)
