@@ -27,11 +27,17 @@ from contextlib import ContextDecorator
 from typing import List
 
 from ..logger import get_logger
-from ..core import _naming
+from ..core import _lazy, _naming
 
 __all__ = ["Profiler", "profile", "scope"]
 
 _active: list = []  # JAX records one trace per process at a time
+
+
+def _run_pending(reason):
+    """Run auto-jit's pending cluster of the calling thread now, if any: a profiled window shows its own work."""
+    if _lazy.FLUSH[0] is not None:
+        _lazy.FLUSH[0](reason)
 
 
 class Profiler(ContextDecorator):
@@ -94,6 +100,7 @@ class Profiler(ContextDecorator):
         if _active:
             raise RuntimeError("Profiler.start: another Profiler is already recording in this process")
         import jax
+        _run_pending("Profiler.start")  # (auto-jit: work issued before the window runs before it)
         self._logdir = tempfile.mkdtemp(prefix="megxla_profile_")
         jax.profiler.start_trace(self._logdir, create_perfetto_trace=True)
         _active.append(self)
@@ -111,6 +118,7 @@ class Profiler(ContextDecorator):
             raise RuntimeError("Profiler.step: this Profiler is not recording (call start() first)")
         import jax
         if self._step_ann is not None:
+            _run_pending("Profiler.step")  # (auto-jit: the step's work runs inside its annotation)
             self._step_ann.__exit__(None, None, None)
         self._step_ann = jax.profiler.TraceAnnotation(f"step {self._step}")
         self._step_ann.__enter__()
@@ -121,6 +129,7 @@ class Profiler(ContextDecorator):
         if not _active or _active[-1] is not self:
             raise RuntimeError("Profiler.stop: this Profiler is not recording")
         import jax
+        _run_pending("Profiler.stop")  # (auto-jit: the window's work runs inside it, as eagerly)
         if self._step_ann is not None:
             self._step_ann.__exit__(None, None, None)
             self._step_ann = None
