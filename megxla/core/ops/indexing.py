@@ -19,7 +19,7 @@ from .elemwise import cast
 def _wide(index):
     """``index`` as int32 if its integer type is narrower: JAX wraps a negative index by adding the axis's length
     in the index's own type, which overflows for an int8 index into an axis of 300 (MegEngine accepts it)."""
-    return index.astype(jnp.int32) if index.dtype.itemsize < 4 else index
+    return index.astype(jnp.int32) if index.dtype.itemsize < 4 and index.dtype.kind in "iu" else index
 
 
 def build_index(spec, tensors):
