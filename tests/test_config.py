@@ -246,17 +246,21 @@ def test_freed_host_memory_is_kept_for_the_next_step():
     (kept, faults), _ = _run(code, MEGXLA_COMPILATION_CACHE="0")
     if not kept:
         pytest.skip("not Linux with glibc's malloc")
-    (off, faults_off), _ = _run(code, MEGXLA_COMPILATION_CACHE="0", MEGXLA_RETAIN_HOST_MEMORY="0")
+    (off, _), _ = _run(code, MEGXLA_COMPILATION_CACHE="0", MEGXLA_RETAIN_HOST_MEMORY="0")
     assert off is False
     # the user's own setting of the thresholds wins; another knob of glibc's (containers limit its arenas) does not
     # stand in the way
     (mine, _), _ = _run(code, MEGXLA_COMPILATION_CACHE="0", MALLOC_TRIM_THRESHOLD_="131072")
     assert mine is False
-    (mine, _), _ = _run(code, MEGXLA_COMPILATION_CACHE="0", GLIBC_TUNABLES="glibc.malloc.mmap_threshold=131072")
+    (mine, faults_mmap), _ = _run(code, MEGXLA_COMPILATION_CACHE="0",
+                                  GLIBC_TUNABLES="glibc.malloc.mmap_threshold=131072")
     assert mine is False
     (arenas, _), _ = _run(code, MEGXLA_COMPILATION_CACHE="0", MALLOC_ARENA_MAX="2")
     assert arenas is True
     # (a step may still meet fresh pages where glibc opens another arena for a thread -- seen under load --: the
     # typical step is what is compared)
     assert statistics.median(faults) <= 8, faults
-    assert statistics.mean(faults_off) >= 100, faults_off
+    # (the control: a fixed small mmap threshold gives every 1 MB result fresh pages. glibc's default is adaptive --
+    # after the first free of a mapped buffer it may keep such buffers on its heap, or not: under load its run gave
+    # mostly 0 faults a step, at other times ~1000 --, so it is no control)
+    assert statistics.mean(faults_mmap) >= 100, faults_mmap
