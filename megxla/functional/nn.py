@@ -866,8 +866,7 @@ def _bn(op, inp, running_mean, running_var, weight, bias, training, momentum, ep
         new_var = rv * momentum + _T.reshape(var, rv.shape).astype(rv.dtype) * _N.unbiased_factor(momentum, n)
     if not inplace:
         return out, new_mean, new_var
-    _interrupt.rebind(((running_mean, new_mean),) * (new_mean is not None)
-                      + ((running_var, new_var),) * (new_var is not None))
+    _interrupt.rebind([(t, v) for t, v in ((running_mean, new_mean), (running_var, new_var)) if v is not None])
     return out
 
 
