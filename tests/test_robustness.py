@@ -492,3 +492,24 @@ def test_the_exit_wait_starts_no_backend():
     code = ("import sys; sys.path.insert(0, %r); import megxla; from megxla.core import dtypes; "
             "dtypes._quiesce_at_exit(); from jax._src import xla_bridge; assert not xla_bridge._backends" % root)
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=300).returncode == 0
+
+
+def test_the_exit_wait_needs_no_new_thread():
+    # Python 3.12 starts no thread once its exit has begun: the exit wait, started on a thread of its own, raised
+    # "can't create new thread at interpreter shutdown" there and waited for nothing (the crash it prevents came back)
+    import threading
+    import jax.numpy as jnp
+    from megxla.core import dtypes
+    pending = jnp.ones((256, 256))
+    for _ in range(20):
+        pending = (pending @ pending) * 1e-3
+
+    def refuse(self):
+        raise RuntimeError("can't create new thread at interpreter shutdown")
+    saved = threading.Thread.start
+    threading.Thread.start = refuse
+    try:
+        dtypes._quiesce_at_exit(timeout=60)
+    finally:
+        threading.Thread.start = saved
+    assert pending.is_ready()

@@ -9,7 +9,7 @@ import atexit
 import functools
 import os
 import re
-import threading
+import time
 import weakref
 
 import numpy as np
@@ -162,16 +162,18 @@ def _quiesce_at_exit(timeout=None):
     except Exception:  # (no backend was ever started, or it is gone)
         return
 
-    def wait():
-        for a in arrays:
-            try:
-                a.block_until_ready()
-            except Exception:  # (deleted or donated meanwhile; an error of the computation is the program's)
-                pass
-
-    waiter = threading.Thread(target=wait, name="megxla-exit-wait", daemon=True)
-    waiter.start()
-    waiter.join(timeout)
+    # Polled here, not waited for on a thread of its own: Python 3.12 starts no thread once its exit has begun
+    # ("can't create new thread at interpreter shutdown" from this handler, and no wait at all). ``is_ready`` of a
+    # deleted (donated) array crashes the process (jax 0.10): ``is_deleted`` is asked first.
+    deadline = time.monotonic() + timeout
+    for a in arrays:
+        try:
+            while not a.is_deleted() and not a.is_ready():
+                if time.monotonic() > deadline:
+                    return
+                time.sleep(0.0005)
+        except Exception:  # (an error of the computation is the program's)
+            pass
 
 
 atexit.register(_quiesce_at_exit)
