@@ -1972,8 +1972,8 @@ def _tier_loop(steps):
 def test_a_large_cluster_runs_quickly_compiled_then_optimized_at_a_fixed_run(auto_jit, monkeypatch, part_ops):
     from megxla.jit import _tiers
     import jax
-    if jax.default_backend() not in _tiers.FAST_OPTIONS:
-        pytest.skip("tiered compilation is the CPU's")
+    if _tiers.fast_options() is None:
+        pytest.skip("tiered compilation is the CPU's (where its XLA knows the quick options)")
     mge.config.auto_jit = False
     want = _tier_loop(12)
     mge.config.auto_jit = True
@@ -2084,8 +2084,8 @@ def test_a_quick_tier_in_parts_is_optimized_under_the_matmul_precision_of_its_ke
     # config.matmul_precision since must not get an optimized executable of the other precision.
     from megxla.jit import _tiers
     import jax
-    if jax.default_backend() not in _tiers.FAST_OPTIONS:
-        pytest.skip("tiered compilation is the CPU's")
+    if _tiers.fast_options() is None:
+        pytest.skip("tiered compilation is the CPU's (where its XLA knows the quick options)")
     for name, value in (("ENABLED", True), ("MIN_OPS", 8), ("PART_OPS", 16), ("MAX_PARTS", 3), ("START_RUN", 10**6)):
         monkeypatch.setattr(_tiers, name, value)
     monkeypatch.setattr(_autojit._persist, "compile_cached", lambda *a, **k: None)
@@ -2189,7 +2189,7 @@ for auto in (False, True):
     loss.item()
     grads.append([p.grad.numpy() for p in params])
 scale = max(np.abs(g).max() for g in grads[0])
-quick = _tiers.FAST_OPTIONS.get(jax.default_backend())
+quick = _tiers.fast_options()
 print("ERR", max(np.abs(a - b).max() for a, b in zip(*grads)) / scale)
 print("QUICK", sum(1 for o in options if quick and o == quick), auto_jit_stats()["tiered"], auto_jit_stats()["ops"])
 """
@@ -2227,7 +2227,7 @@ def test_an_xla_without_the_quick_options_compiles_optimized_at_once(auto_jit, m
     want = _tier_loop(3)
     mge.config.auto_jit = True
     np.testing.assert_allclose(_tier_loop(3), want, rtol=1e-5)
-    assert auto_jit_stats()["tiered"] == 0 and _tiers.stats["failed"] >= 1
+    assert auto_jit_stats()["tiered"] == 0 and _tiers.fast_options() is None
 
 
 def test_a_step_timer_waits_for_tiered_clusters_to_run_optimized():
@@ -2716,8 +2716,8 @@ def test_a_cluster_of_many_scalar_inputs_compiles_quick_only(auto_jit, monkeypat
         np.testing.assert_allclose(g, want, rtol=1e-5)
     stats = auto_jit_stats()
     assert stats["compiled"] >= 1 and stats["quick_only"] == stats["compiled"] and stats["tiered"] == 0
-    if jax.default_backend() in _tiers.FAST_OPTIONS:
-        assert options and all(o == _tiers.FAST_OPTIONS[jax.default_backend()] for o in options), options
+    if _tiers.fast_options() is not None:
+        assert options and all(o == _tiers.fast_options() for o in options), options
 
 
 def test_a_threads_state_is_readable_while_its_first_init_runs(auto_jit, monkeypatch):

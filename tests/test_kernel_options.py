@@ -15,7 +15,8 @@ import megxla.functional as F
 import megxla.module as M
 import megxla.optimizer as optim
 from megxla.autodiff import GradManager
-from megxla.core._op import LIBRARY_KERNEL_OPTIONS, PRIMITIVES, VJP
+from megxla.core import _op
+from megxla.core._op import LIBRARY_KERNEL_OPTIONS, PRIMITIVES, VJP, known_options
 from megxla.jit import partial_trace, trace, xla_trace
 
 pytestmark = pytest.mark.skipif(jax.default_backend() != "cpu", reason="the options are XLA:CPU's")
@@ -26,19 +27,33 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def test_convolutions_and_their_gradients_have_the_options_other_ops_none():
     conv = PRIMITIVES["conv"].bind(stride=(1, 1), padding=(1, 1), dilation=(1, 1), groups=1, nd=2)
     assert LIBRARY_KERNEL_OPTIONS == {"xla_cpu_use_fusion_emitters": False}
-    assert conv.kernel_options == LIBRARY_KERNEL_OPTIONS
+    used = known_options(LIBRARY_KERNEL_OPTIONS)  # (None with an XLA that has no older emitters: jax 0.11)
+    assert conv.kernel_options == used
     grad = VJP.bind(op=conv, nin=2, wrt=(0, 1), given=(True,))
-    assert grad.kernel_options == LIBRARY_KERNEL_OPTIONS
-    assert VJP.bind(op=grad, nin=3, wrt=(0,), given=(True, True)).kernel_options == LIBRARY_KERNEL_OPTIONS
+    assert grad.kernel_options == used
+    assert VJP.bind(op=grad, nin=3, wrt=(0,), given=(True, True)).kernel_options == used
     assert PRIMITIVES["conv_transpose"].library_kernel
     assert PRIMITIVES["add"].bind().kernel_options is None
     # inside another trace, a kernel without options (JAX refuses a nested jit with them); the eager kernel's own
     # elsewhere
     add = PRIMITIVES["add"].bind()
-    assert conv.nested_kernel is not conv.kernel and add.nested_kernel is add.kernel
+    assert (conv.nested_kernel is not conv.kernel) == (used is not None) and add.nested_kernel is add.kernel
     x, w = jax.numpy.ones((1, 2, 4, 4)), jax.numpy.ones((3, 2, 3, 3))
     np.testing.assert_array_equal(jax.jit(lambda a, b: conv.nested_kernel(a, b) * 2)(x, w), conv.kernel(x, w) * 2)
     assert VJP.bind(op=PRIMITIVES["add"].bind(), nin=2, wrt=(0,), given=(True,)).kernel_options is None
+
+
+def test_an_xla_that_does_not_know_the_options_compiles_with_its_defaults(monkeypatch):
+    # jax 0.11's XLA:CPU (what pip installs on Python 3.12+) has no older emitters and refuses to compile with
+    # their switch: every eager convolution raised "No such compile option: 'xla_cpu_use_fusion_emitters'"
+    monkeypatch.setattr(_op, "LIBRARY_KERNEL_OPTIONS", {"xla_cpu_no_such_emitters_megxla": False})
+    # (parameters no other test binds: the op, interned, keeps the options it was first asked for)
+    conv = PRIMITIVES["conv"].bind(stride=(1, 1), padding=(3, 2), dilation=(2, 1), groups=1, nd=2)
+    assert conv.kernel_options is None
+    x, w = jax.numpy.ones((1, 2, 5, 5)), jax.numpy.ones((3, 2, 3, 3))
+    want = lax.conv_general_dilated(x, w, (1, 1), [(3, 3), (2, 2)], rhs_dilation=(2, 1),
+                                    dimension_numbers=("NCHW", "OIHW", "NCHW"))
+    np.testing.assert_allclose(conv.kernel(x, w), want, rtol=1e-6)
 
 
 def test_switched_off_by_the_environment():

@@ -33,6 +33,38 @@ PRIMITIVES: dict[str, "Primitive"] = {}
 LIBRARY_KERNEL_OPTIONS = None if os.environ.get("MEGXLA_LIBRARY_KERNEL_OPTIONS", "1").strip().lower() in (
     "0", "false", "no", "off", "") else {"xla_cpu_use_fusion_emitters": False}
 _UNKNOWN = object()
+_KNOWN_OPTIONS: dict = {}  # (backend, option name, value) -> whether this XLA compiles with it
+
+
+def known_options(options):
+    """``options`` (XLA compiler options) less those the default backend's XLA does not know, or None where none is
+    left. A newer XLA drops an old code path's switch -- jax 0.11's XLA:CPU has no ``xla_cpu_use_fusion_emitters``
+    (its older emitters are gone) and refuses to compile with it: every convolution failed on Python 3.12+, where
+    pip installs jax 0.11 -- so each option is tried once, on a program of one addition, before it is used.
+
+    Example:
+        >>> known_options({"xla_no_such_option_anywhere": True}) is None
+        True
+        >>> known_options({"xla_backend_optimization_level": 1})
+        {'xla_backend_optimization_level': 1}
+    """
+    if not options:
+        return None
+    backend = jax.default_backend()
+    kept = {}
+    for name, value in options.items():
+        known = _KNOWN_OPTIONS.get((backend, name, value))
+        if known is None:
+            try:
+                jax.jit(lambda x: x + 1, compiler_options={name: value}).lower(
+                    jax.ShapeDtypeStruct((), np.float32)).compile()
+                known = True
+            except Exception:  # ("No such compile option", or a value it refuses: XLA's default instead)
+                known = False
+            _KNOWN_OPTIONS[(backend, name, value)] = known
+        if known:
+            kept[name] = value
+    return kept or None
 
 
 def freeze(value):
@@ -258,7 +290,7 @@ class Op:
         Example:
             >>> from megxla.core.ops import nn  # noqa: F401  (registers "conv")
             >>> conv = PRIMITIVES["conv"].bind(stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1, nd=2)
-            >>> conv.kernel_options == (LIBRARY_KERNEL_OPTIONS if jax.default_backend() == "cpu" else None)
+            >>> conv.kernel_options == (known_options(LIBRARY_KERNEL_OPTIONS) if jax.default_backend() == "cpu" else None)
             True
         """
         options = self._options
@@ -268,7 +300,7 @@ class Op:
                 base = dict(base.params)["op"]
             options = None
             if base.prim.library_kernel and LIBRARY_KERNEL_OPTIONS and jax.default_backend() == "cpu":
-                options = LIBRARY_KERNEL_OPTIONS
+                options = known_options(LIBRARY_KERNEL_OPTIONS)
             self._options = options
         return options
 

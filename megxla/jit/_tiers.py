@@ -50,6 +50,8 @@ import time
 
 import jax
 
+from ..core._op import known_options
+
 __all__ = ["compile", "compile_parts", "quick", "tiered", "parts_for", "stats", "FAST_OPTIONS", "MIN_OPS",
            "START_RUN", "SWITCH_RUN", "SWITCH_WAIT", "SWITCH_STEPS"]
 
@@ -105,6 +107,16 @@ def mark_background():
     _local.background = True
 
 
+def fast_options():
+    """The quick tier's options for the default backend that its XLA knows (:func:`known_options`), or None.
+
+    Example:
+        >>> fast_options() is None or "xla_backend_optimization_level" in fast_options()
+        True
+    """
+    return known_options(FAST_OPTIONS.get(jax.default_backend()))
+
+
 def compile(lowered, n_ops):  # noqa: A001  (the one thing this module does)
     """An executable for ``lowered`` (a ``jax.stages.Lowered`` of ``n_ops`` ops): quick first where that pays.
 
@@ -114,7 +126,7 @@ def compile(lowered, n_ops):  # noqa: A001  (the one thing this module does)
         >>> exe(jnp.zeros(2)).tolist()
         [1.0, 1.0]
     """
-    options = FAST_OPTIONS.get(jax.default_backend()) if ENABLED and n_ops >= MIN_OPS else None
+    options = fast_options() if ENABLED and n_ops >= MIN_OPS else None
     if options is None or not isinstance(lowered, jax.stages.Lowered):
         return lowered.compile()
     try:
@@ -134,7 +146,7 @@ def quick(lowered):
         >>> quick(jax.jit(lambda x: x * 2).lower(jnp.ones(2))).__call__(jnp.ones(2)).tolist()
         [2.0, 2.0]
     """
-    options = FAST_OPTIONS.get(jax.default_backend())
+    options = fast_options()
     if options is None or not isinstance(lowered, jax.stages.Lowered):
         return lowered.compile()
     stats["quick_only"] += 1
@@ -154,7 +166,7 @@ def parts_for(n_ops):
         >>> parts_for(10), parts_for(2000) == want
         (0, True)
     """
-    if not ENABLED or n_ops < MIN_OPS or jax.default_backend() not in FAST_OPTIONS:
+    if not ENABLED or n_ops < MIN_OPS or fast_options() is None:
         return 0
     return max(1, min(MAX_PARTS, n_ops // PART_OPS))
 
@@ -169,7 +181,7 @@ def compile_parts(lowerings):
         >>> [float(e(jnp.zeros(2))[0]) for e in exes]
         [0.0, 1.0]
     """
-    options = FAST_OPTIONS.get(jax.default_backend(), {})
+    options = fast_options() or {}
     results, threads = [], []
 
     def work(k, lowered):
