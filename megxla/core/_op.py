@@ -290,7 +290,8 @@ class Op:
         Example:
             >>> from megxla.core.ops import nn  # noqa: F401  (registers "conv")
             >>> conv = PRIMITIVES["conv"].bind(stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1, nd=2)
-            >>> conv.kernel_options == (known_options(LIBRARY_KERNEL_OPTIONS) if jax.default_backend() == "cpu" else None)
+            >>> cpu = jax.default_backend() == "cpu"
+            >>> conv.kernel_options == (known_options(LIBRARY_KERNEL_OPTIONS) if cpu else None)
             True
         """
         options = self._options
