@@ -12,13 +12,16 @@ thread's context is reused only for a lowering whose jaxpr is small (:data:`MAX_
 own, as JAX makes it. That covers a program compiled on another thread while this one lowers the next (a large
 cluster's optimized tier, its quick parts): it is large, so its context is its own.
 
-``MEGXLA_MLIR_CONTEXT_REUSE=0`` turns this off (read at import).
+``MEGXLA_MLIR_CONTEXT_REUSE=0`` turns this off (read at import). So does a JAX that reuses a thread's context itself
+(jax 0.11, what pip installs on Python 3.12+: ten lowerings per context, any size): there the patch stands aside --
+wrapped around JAX's reusing function it could not give a large program a context of its own, and a second reuse
+scheme is what JAX's own makes redundant.
 
 Example:
     >>> import jax, jax.numpy as jnp
     >>> def context(f):
     ...     return jax.jit(f).lower(jnp.ones(2)).compiler_ir("stablehlo").context
-    >>> (context(lambda x: x * 3) is context(lambda x: x + 1)) == installed()  # two small programs, one context
+    >>> (context(lambda x: x * 3) is context(lambda x: x + 1)) == (installed() or jax_reuses())  # one context
     True
 """
 from __future__ import annotations
@@ -50,6 +53,22 @@ def installed():
     return bool(_installed)
 
 
+def jax_reuses():
+    """Whether JAX's ``make_ir_context`` reuses a thread's MLIR context by itself (jax 0.11 on).
+
+    Example:
+        >>> isinstance(jax_reuses(), bool)
+        True
+    """
+    try:
+        from jax._src.interpreters import mlir
+    except ImportError:
+        return False
+    make = _installed[0][1] if _installed else mlir.make_ir_context
+    return hasattr(mlir, "_thread_local_context") and "_thread_local_context" in getattr(
+        getattr(make, "__code__", None), "co_names", ())
+
+
 def install():
     """Make JAX's lowering reuse a thread's MLIR context for small programs; a no-op where JAX's functions are not
     the ones this was written against (their names or arguments changed) or where it is switched off."""
@@ -59,6 +78,8 @@ def install():
         from jax._src.interpreters import mlir
         make, lower = mlir.make_ir_context, mlir.lower_jaxpr_to_module
     except (ImportError, AttributeError):
+        return
+    if jax_reuses():
         return
     if getattr(make, "__code__", None) is None or make.__code__.co_argcount != 0 or \
             getattr(lower, "__code__", None) is None or lower.__code__.co_varnames[:2] != ("module_name", "jaxpr"):

@@ -36,6 +36,10 @@ _UNKNOWN = object()
 _KNOWN_OPTIONS: dict = {}  # (backend, option name, value) -> whether this XLA compiles with it
 
 
+def _option_probe(x):
+    return x + 1
+
+
 def known_options(options):
     """``options`` (XLA compiler options) less those the default backend's XLA does not know, or None where none is
     left. A newer XLA drops an old code path's switch -- jax 0.11's XLA:CPU has no ``xla_cpu_use_fusion_emitters``
@@ -56,7 +60,7 @@ def known_options(options):
         known = _KNOWN_OPTIONS.get((backend, name, value))
         if known is None:
             try:
-                jax.jit(lambda x: x + 1, compiler_options={name: value}).lower(
+                jax.jit(_option_probe, compiler_options={name: value}).lower(
                     jax.ShapeDtypeStruct((), np.float32)).compile()
                 known = True
             except Exception:  # ("No such compile option", or a value it refuses: XLA's default instead)
