@@ -1,6 +1,8 @@
 """A GradManager's eager backward walk compiles its gradient ops' kernels ahead on worker threads
 (``GradManager._compile_ahead`` through ``core._registry`` to ``jit._kernels_ahead.compile_kernels``): the walk is
 predicted from the tape, and the prediction must be the walk that runs."""
+import time
+
 import numpy as np
 import pytest
 
@@ -106,6 +108,10 @@ def test_a_walk_that_raises_leaves_no_compile_waiting(monkeypatch):
         return out
     monkeypatch.setattr(gmod._registry, "_KERNEL_COMPILER", [compile_kernels])
     monkeypatch.setattr(gmod, "_GUESS_BATCH", 1 << 20)  # (nothing handed over while recording: the walk does it)
+    # Each compile takes 0.3 s at least: some are still queued when the walk raises. (On a warm compilation cache the
+    # workers had loaded every kernel before it did -- nothing left to drop: failed once on Python 3.13)
+    real_one = _kernels_ahead._compile
+    monkeypatch.setattr(_kernels_ahead, "_compile", lambda op, types: (time.sleep(0.3), real_one(op, types))[1])
     real_apply = gmod.apply
     seen = []
 
