@@ -8,9 +8,11 @@ import pytest
 
 import megxla as mge
 import megxla.functional as F
+import megxla.module as M
+import megxla.optimizer as optim
 from megxla.autodiff import GradManager
 from megxla.core._indexing import IndexOutOfRange
-from megxla.jit import _autojit, _padded, auto_jit_stats
+from megxla.jit import _autojit, _padded, auto_jit_stats, reset_auto_jit_stats
 
 from test_autojit_programs import _same, fresh_auto_jit  # noqa: F401
 
@@ -508,6 +510,44 @@ def test_a_read_a_few_exact_ops_compute_from_inputs_does_not_cut(fresh_auto_jit)
     assert s == 8.0 and auto_jit_stats()["peeks"] == before + 1
     mge.config.auto_jit = False
     np.testing.assert_allclose(y.numpy(), np.exp(np.arange(12).reshape(4, 3)) * 2, rtol=1e-6)
+
+
+def test_a_count_of_input_labels_read_mid_step_does_not_cut_the_step(fresh_auto_jit):
+    # ``int((y != 0).sum())`` -- the tokens or labels a loss is normalised by, read on the host between the forward
+    # and the loss -- is an integer reduction of an input: computed by itself, the step stays one cluster (before: the
+    # forward ran as a cluster of its own, its values the backward reads its outputs)
+    r = np.random.RandomState(3)
+    batches = [(r.standard_normal((8, 6)).astype("float32"), r.randint(0, 4, 8).astype("int32")) for _ in range(8)]
+    got = []
+    for auto in (False, True):
+        mge.config.auto_jit = auto
+        reset_auto_jit_stats()
+        mge.random.seed(0)
+        net = M.Sequential(M.Linear(6, 8), M.ReLU(), M.Linear(8, 4))
+        gm, opt = GradManager().attach(net.parameters()), optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
+        losses, counts = [], []
+        for xa, ya in batches:
+            x, y = mge.Tensor(xa), mge.Tensor(ya)
+            with gm:
+                logits = net(x)
+                valid = y != 0
+                n = int(valid.sum())
+                top = int(F.argmax(y, axis=0)) + int((y * 2).max()) + int(F.cumsum(y, axis=0)[-1])
+                loss = (F.nn.cross_entropy(logits, y, reduction="none") * valid.astype("float32")).sum() / max(n, 1)
+                gm.backward(loss)
+            opt.step().clear_grad()
+            counts.append((n, top))
+            losses.append(loss.item())
+        got.append((losses, counts, [p.numpy() for p in net.parameters()]))
+        if auto:
+            stats = auto_jit_stats()
+    mge.config.auto_jit = False
+    assert got[0][1] == got[1][1]
+    np.testing.assert_allclose(got[0][0], got[1][0], rtol=1e-5)
+    for a, b in zip(got[0][2], got[1][2]):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    assert stats["peeks"] >= 4 * len(batches), stats
+    assert not [c for c in stats["cuts"] if c[1] == "host read"], stats["cuts"]
 
 
 def _retinanet_targets(anchors, batched_gt_boxes, batched_num_gts, thresholds=(0.4, 0.5), labels=(0, -1, 1)):

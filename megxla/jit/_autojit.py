@@ -52,7 +52,7 @@ import jax
 import numpy as np  # noqa: F401  (the docstring examples use it)
 
 from ..core import _dispatch, _interrupt, _lazy, _op, _spmd
-from ..core.ops import elemwise as _E, indexing as _I, shape as _S
+from ..core.ops import elemwise as _E, indexing as _I, reduction as _R, shape as _S
 from ..core._elemwise_front import SCALAR_VIDS as _SCALAR_VIDS
 from ..core._lazy import Lazy
 from ..core._tensor import Tensor as _Tensor
@@ -645,9 +645,13 @@ _PEEK_EXACT = frozenset([_I.getitem, _I.mask_count, _E.astype, _E.where, _S.resh
                          _S.copy, _S.detach] + [_E.BINARY[k] for k in ("lt", "le", "gt", "ge", "eq", "ne",
                                                                         "logical_and", "logical_or", "logical_xor")]
                         + [_E.UNARY[k] for k in ("logical_not",) if k in _E.UNARY])
-# (exact in integers only: a float arange is ``start + step * i``, which a fusion may contract)
-_PEEK_INTEGER = frozenset([_S.arange] + [_E.BINARY[k] for k in ("add", "sub", "mul", "floordiv", "mod", "maximum",
-                                                                 "minimum")]
+# (exact in integers only: a float arange is ``start + step * i``, which a fusion may contract. Integer reductions
+# are exact in any order -- two's-complement addition and multiplication wrap the same whatever the grouping --, so
+# the count a step normalises its loss by, ``int((labels != ignore).sum())`` on its input labels, is computed by
+# itself: it cut the step between its forward and its loss, the forward's values the backward reads becoming
+# outputs of a cluster of their own)
+_PEEK_INTEGER = frozenset([_S.arange, _R.sum, _R.prod, _R.max, _R.min, _R.argmax, _R.argmin, _R.cumsum]
+                          + [_E.BINARY[k] for k in ("add", "sub", "mul", "floordiv", "mod", "maximum", "minimum")]
                           + [_E.UNARY[k] for k in ("neg", "abs") if k in _E.UNARY])
 
 
