@@ -10,11 +10,14 @@ auto-jit (``megxla.config.auto_jit = True``, no decorator) vs the same step unde
 Columns are ms/step (median of the timed steps after ``--warmup`` steps, each step ending in ``loss.item()``) and
 the ratios. Every (workload, mode) runs in a fresh process, in interleaved rounds (the fastest reported), so no
 mode runs on kernels another one compiled: for the data-dependent workloads the numbers are those of steps
-31-50 of a training run (by default). ``hostread`` is a ConvNet step that reads a data-dependent count on the host (the number of positive
-logits) and then uses ``cond_take`` (output shape depends on values): under ``xla_trace`` each new count misses the
-guard; under auto-jit the clusters before and after the read are compiled once each. ``detection`` is the model
-zoo's RetinaNet training step written eagerly (IoU anchor matching, labels through boolean masks, focal + L1 losses
-divided by the foreground count read on the host) on a small detector, ground-truth counts changing every batch;
+31-50 of a training run (by default). ``hostread`` is a ConvNet step that reads a data-dependent count on the
+host (the number of positive logits) and then uses ``cond_take`` (output shape depends on values): under
+``xla_trace`` each new count misses the guard; under auto-jit the clusters before and after the read are compiled
+once each. ``countread`` is the MLP step with its loss normalised by a count of its labels read on the host
+(``int((y != 0).sum())``, an ignore label's rows left out): under auto-jit that integer reduction of an input
+is computed by itself, no cut. ``detection`` is the model zoo's RetinaNet training step written eagerly (IoU
+anchor matching, labels through boolean masks, focal + L1 losses divided by the foreground count read on the host)
+on a small detector, ground-truth counts changing every batch;
 ``detection_zoo`` the same on the zoo's data layout (boxes padded per image, cut to their count); ``fg_head`` a
 second stage's cross-entropy and softmax on the proposals a score selects (their number changing every batch).
 
@@ -86,6 +89,20 @@ def hostread_step(model, opt, gm, x, y):
         n = int((logits > 0).sum())  # data-dependent host read
         pos, _ = F.cond_take(logits > 0, logits)
         loss = F.nn.cross_entropy(logits, y) + 0.01 * pos.sum() / max(n, 1)
+        gm.backward(loss)
+    opt.step().clear_grad()
+    return loss
+
+
+def countread_step(model, opt, gm, x, y):
+    """The MLP step with its loss normalised by the number of labels that are not class 0 (an ignore label, as a
+    segmentation or language model's loss leaves out its padding), read on the host: a count that changes every
+    batch but comes from the input alone."""
+    with gm:
+        logits = model(x)
+        valid = y != 0
+        n = max(int(valid.sum()), 1)  # a host read of the labels only
+        loss = (F.nn.cross_entropy(logits, y, reduction="none") * valid.astype("float32")).sum() / n
         gm.backward(loss)
     opt.step().clear_grad()
     return loss
@@ -587,6 +604,8 @@ def _workload(name):
         return FgHeadWorkload, fg_head_step
     if name == "fpn_pooler":
         return FpnPoolerWorkload, fpn_pooler_step
+    if name == "countread":
+        return models.WORKLOADS["mlp"], countread_step
     wl = models.WORKLOADS["convnet_b8" if name == "hostread" else name]
     return wl, hostread_step if name == "hostread" else loop_step
 
@@ -618,8 +637,8 @@ def _measure(name, mode, steps, warmup):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--only", default="mlp,convnet_b8,convnet_b64,transformer,hostread,detection,detection_zoo,"
-                                      "fg_head,fpn_pooler")
+    ap.add_argument("--only", default="mlp,convnet_b8,convnet_b64,transformer,hostread,countread,detection,"
+                                      "detection_zoo,fg_head,fpn_pooler")
     ap.add_argument("--steps", type=int, default=20, help="timed steps (after the warm-up ones)")
     # (30: after the timers' first probes -- a small step's eager probe at steps 15-19, an early launch's late one
     # at ~20-24 --, which steps 16-30, the window until 2026-11-29, half included)
