@@ -1592,21 +1592,19 @@ def _plan_parts(ops, in_ids, out_ids, donate, varying, site):
 
 def _chunk_plan(ops, avals, in_ids, out_ids, site):
     """The plan of a repetitive cluster run in chunks (``_plan_chunks``), or None where it had better compile whole:
-    not repetitive, or its chunks are not the same part often enough -- two thirds of them, or one third where it is
-    at least ``CHUNK_WHOLE_OPS`` long. A recurrent network's training step repeats its cell forward, then its
-    gradient, then updates its parameters: its chunks are of several kinds (the forward's each in another phase of
-    the cell). When the quick tier compiled the whole step (10 s) that cost more than the chunks' executables (9 of
-    14 chunks: 15 s); compiled optimized, whole, it costs more: a 40-step LSTM language model's 1,251-op step 13.8 s
-    against 4.0 s in chunks (7 kinds of 10), a 100-step one's 3,051 ops 136 s against 4.8 s, and its chunks run as
-    fast (0.08 against 0.16 s a step)."""
+    not repetitive, or fewer than a third of its chunks are one part (two thirds until 2026-12-04). A recurrent
+    network's training step repeats its cell forward, then its gradient, then updates its parameters: its chunks are
+    of several kinds (the forward's each in another phase of the cell). When the quick tier compiled the whole step
+    (10 s) that cost less than the chunks' executables (9 of 14 chunks: 15 s); compiled optimized, as now, whole it
+    costs more: a 40-step LSTM language model's 1,251-op step 13.8 s against 4.0 s in chunks (7 kinds of 10), a
+    100-step one's 3,051 ops 136 s against 4.8 s, and its chunks run as fast (0.08 against 0.16 s a step)."""
     size = _chunk_size(ops, avals)
     if not size:
         return None
     plan, members = _plan_chunks(ops, in_ids, out_ids, size, site)
     kinds = collections.Counter((tuple(g[0]), tuple([avals[i] for i in g[1]]), tuple(g[4])) for g in plan
                                 if type(g) is not list)
-    top = kinds.most_common(1)[0][1] if kinds else 0
-    if not kinds or (3 * top < 2 * len(plan) and not (len(ops) >= CHUNK_WHOLE_OPS and 3 * top >= len(plan))):
+    if not kinds or 3 * kinds.most_common(1)[0][1] < len(plan):
         return None
     return plan, members
 
@@ -1678,7 +1676,6 @@ def _parts_of(ops, member_lists, in_ids, out_ids, donate, min_ops, sites):
 # bodies, which are the same part -- one small executable, run chunk after chunk.
 CHUNK_MIN_OPS = 512  # a repetitive cluster at least this long runs in chunks
 CHUNK_OPS = 128  # ... of about this many ops (whole periods)
-CHUNK_WHOLE_OPS = 512  # ... and in chunks of several kinds where the most common is a third of them (_chunk_plan)
 
 
 def _chunk_size(ops, avals):
