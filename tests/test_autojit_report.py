@@ -129,3 +129,16 @@ def test_a_line_that_gave_up_compiling_is_named_with_the_advice_to_pad():
     at = lines.index("lines that gave up compiling (too many different clusters; run eagerly):") + 1
     assert "# the line" in lines[at], lines
     assert any(ln.startswith("  - shapes that change at every step") for ln in lines), lines
+
+
+def test_a_line_that_gives_up_twice_is_listed_once():
+    # a site whose changing clusters are split first, then give up compiling, was listed as megamorphic twice
+    reset_auto_jit_stats()
+    site = (__file__, 1, "a line")
+    st = [3, 0, 3, None, None, None, None, False]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        _autojit._megamorphic(st, site, "host read", "most of their ops run op by op")
+        _autojit._megamorphic(st, site, "host read")
+    assert len(_autojit.auto_jit_stats()["megamorphic"]) == 1
+    assert st[0] == -1

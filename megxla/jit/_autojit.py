@@ -349,7 +349,8 @@ def _megamorphic(st, site, reason, what=None):
     if what is None:
         st[0] = -1
         what = "new ones run eagerly from now on"
-    _stats.megamorphic.append(site)
+    if site not in _stats.megamorphic:  # (a site split first -- told once -- may give up compiling later)
+        _stats.megamorphic.append(site)
     if site[:2] in _warned_lines:
         return  # (once per line: a line run in parts may have a changing part give up after the split was told)
     _warned_lines.add(site[:2])
