@@ -1122,3 +1122,20 @@ def test_a_batch_and_its_labels_made_on_one_line_are_kept_padded(fresh_auto_jit)
         assert all(padded[12:]) == auto
     mge.config.auto_jit = False
     _same(results[False], results[True], "one line's batch and labels")
+
+
+@pytest.mark.parametrize("kind", ["xla_trace", "trace", "symbolic"])
+def test_a_selection_passed_to_a_trace_is_its_rows(fresh_auto_jit, kind):
+    # a boolean selection computed under auto-jit keeps its padded Lazy (a later cluster takes its rows): a trace
+    # given it failed with JAX's "Triggering __jax_array__() during abstractification" (also the random programs'
+    # traced steps under MEGXLA_AUTO_JIT=1)
+    from megxla.jit import trace, xla_trace
+    mge.config.auto_jit = True
+    x = mge.Tensor(np.arange(32, dtype="float32").reshape(8, 4)) * 1
+    sel = x[mge.Tensor(np.array([1, 0, 1, 1, 0, 0, 1, 0], bool))]
+    assert sel.numpy().shape == (4, 4)
+    deco = {"xla_trace": xla_trace, "trace": trace, "symbolic": lambda f: trace(f, symbolic=True)}[kind]
+    f = deco(lambda a: (a * 2).sum())
+    got = [float(f(sel)) for _ in range(3)]
+    mge.config.auto_jit = False
+    assert got == [400.0] * 3

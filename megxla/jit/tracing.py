@@ -100,6 +100,16 @@ class _Graph:
         return cut
 
 
+def _resolved(t):
+    """Make ``t`` hold a concrete array (auto-jit's pending value computed). A boolean selection kept padded
+    (``jit/_padded``) keeps its ``Lazy`` once computed -- a later cluster takes its padded rows --, which a trace
+    must not see: JAX refused it as a step's input (``__jax_array__`` during abstractification), every trace of a
+    step given ``x[mask]`` failed under auto-jit. It takes the selection's rows themselves."""
+    v = _lazy.resolve(t)
+    if type(t._data) is _lazy.Lazy and getattr(t._data.cluster, "owner", None) is None:
+        t._data = v
+
+
 def _unreached(ops, in_vids, out_vids, avals, given):
     need = {v for v, g in zip(out_vids, given) if g}
     for op, ins, outs in reversed(ops):
@@ -451,9 +461,9 @@ class trace:
         tensors, sig = _state.collect(args, kwargs)
         if _lazy.FLUSH[0] is not None:  # (a Tensor the cluster did not know held its value: the array itself)
             for t in tensors:
-                _lazy.resolve(t)
+                _resolved(t)
                 if t._grad is not None:
-                    _lazy.resolve(t._grad)
+                    _resolved(t._grad)
         closure = _state.closure_numbers(self.__wrapped__, self._closure_memo)
         if closure:  # (modules from the enclosing scope: their numbers and modes decide what the body records)
             sig = sig + (closure,)  # (sig[:2] stay the arguments' items: trace.dump reads them)
