@@ -103,3 +103,18 @@ def test_a_narrow_index_into_an_axis_longer_than_its_type_holds(mode, dtype):
     assert np.count_nonzero(y.numpy() == 0) == 4 and y.numpy()[1, 299] == 0
     z = F.scatter(x + 0, 1, F.broadcast_to(i, (2, 3)), F.zeros((2, 3)))
     assert z.numpy()[:, [1, 299, 5]].tolist() == [[0, 0, 0], [0, 0, 0]]
+
+
+def test_64_bit_dtypes_asked_for_are_their_32_bit_ones_without_jaxs_warning(mode):
+    # MegEngine has no 64-bit tensors; code written for it (or ported from PyTorch) asks for int64 labels and
+    # indices. Each such cast printed JAX's "will be truncated" warning, every time.
+    import warnings
+    x = Tensor([1.5, 2.5])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        made = [x.astype("int64"), F.astype(x, np.float64), Tensor(np.arange(2), dtype="int64"),
+                mge.tensor([1, 2], dtype=np.int64), F.zeros((2,), dtype="int64"), F.full((2,), 3, dtype="int64"),
+                F.arange(2, dtype="int64"), F.eye(2, dtype="int64"), F.linspace(0, 1, 2, dtype="float64")]
+        values = [t.numpy() for t in made]
+    assert [str(t.dtype) for t in made] == ["int32", "float32"] + ["int32"] * 6 + ["float32"]
+    assert values[0].tolist() == [1, 2] and x.astype("int32").astype("int64").dtype == np.int32

@@ -98,6 +98,21 @@ def canonical(dtype):
     return np.dtype(dtype)
 
 
+def held(dtype):
+    """The dtype a tensor asked to be ``dtype`` holds: :func:`canonical`, 64-bit types narrowed to 32 bits where
+    JAX's x64 mode is off, as JAX narrows them -- but without JAX's warning at every cast: MegEngine has no 64-bit
+    tensors, and ``x.astype("int64")`` in code written for it (or ported from PyTorch) asks for integers.
+
+    Example:
+        >>> held("int64"), held(np.float64), held("int8")
+        (dtype('int32'), dtype('float32'), dtype('int8'))
+    """
+    dt = np.dtype(dtype)
+    if dt.itemsize >= 8 and dt.kind in "iufc":
+        return np.dtype(jax.dtypes.canonicalize_dtype(dt))
+    return dt
+
+
 _NAMES: dict = {}  # id(dtype) -> (dtype, its name)
 
 
@@ -306,19 +321,19 @@ def _to_array(data, dtype, device):
     from ._tensor import Tensor
     if isinstance(data, Tensor):
         arr = data._value()
-        if dtype is not None and np.dtype(dtype) != arr.dtype:
-            arr = arr.astype(canonical(dtype))
+        if dtype is not None and held(dtype) != arr.dtype:
+            arr = arr.astype(held(dtype))
         elif isinstance(arr, jax.Array):
             # NOTE: a real copy, not a second handle on the same buffer: a compiled step donates (deletes) the
             # buffers of the state it rewrites, which must not take ``Tensor(w)`` / ``Parameter(w)`` with them.
             arr = jnp.array(arr, copy=True)
     elif isinstance(data, jax.Array):
-        arr = data if dtype is None else data.astype(canonical(dtype))
+        arr = data if dtype is None else data.astype(held(dtype))
     else:
         np_arr = np.asarray(data)
         if np_arr.dtype == object:
             np_arr = np.asarray([np.asarray(x) for x in data])
-        target = canonical(dtype) if dtype is not None else default_dtype(np_arr)
+        target = held(dtype) if dtype is not None else default_dtype(np_arr)
         if dtype is None and target != np_arr.dtype and not _NARROW_WARNED:
             _warn_if_lossy(np_arr, np.dtype(target))
         if isinstance(data, np.ndarray) and np_arr.dtype == target:

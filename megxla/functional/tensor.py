@@ -16,7 +16,7 @@ from ..core._indexing import check_index_tensor, mask_indices
 from ..core._elemwise_front import as_tensor as _t, BINARY as _B, UNARY as _U
 from ..core import dtypes as _dtypes
 from ..core.dtypes import is_float
-from ..core.dtypes import canonical as _dtype
+from ..core.dtypes import held as _dtype
 from ..core.ops import shape as _S, elemwise as _E, indexing as _I, linalg as _L, reduction as _R
 
 __all__ = ["arange", "broadcast_to", "complex", "concat", "cond_take", "copy", "cumsum", "diag", "expand_dims",
@@ -114,7 +114,7 @@ def astype(x, dtype):
     if quantized or source is not None:
         return _astype_quantized(x, dtype, quantized, source)
     try:
-        dtype = _dtype(dtype)
+        dtype = _dtypes.held(dtype)
     except TypeError:
         raise OpError(f"astype: unknown dtype {dtype!r}") from None
     if x.dtype == dtype:
@@ -804,10 +804,11 @@ def arange(start=0, stop=None, step=1, *, dtype="float32", device=None):
     start, stop, step = (_number("arange", n, v) for n, v in (("start", start), ("stop", stop), ("step", step)))
     if step == 0:
         raise OpError("arange: step must not be zero")
-    dt = _dtype(dtype)
+    dt = _dtypes.canonical(dtype)
     if dt == np.float64:
         # MegEngine has no float64 tensors: its arange (float32, then astype) raises for dtype="float"/float64.
         raise OpError("arange: dtype float64 is not supported (MegEngine computes in float32; use 'float32')")
+    dt = _dtype(dt)
     # MegEngine computes the length in float32: ceil(f32(stop - start) / f32(step)); F.arange(7.8, 8.4, 0.05)
     # has 12 elements there (13 in float64).
     f32 = np.float32
