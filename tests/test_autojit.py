@@ -1217,6 +1217,9 @@ def test_a_second_cluster_with_an_input_shape_the_first_lacked_waits_for_its_key
             h = h * 0.9 + 0.1
         return float(h.sum())
 
+    step(2, False)  # (``x[t]``'s ints change: index tensors from here on, core/_indexing._changing_ints)
+    reset_auto_jit_stats()
+    _autojit._sites.clear()
     step(6, False)
     assert auto_jit_stats()["compiled"] == 1  # (its first sight)
     step(7, False)

@@ -14,6 +14,7 @@ import jax.numpy as jnp
 
 from ..core import _dispatch, _interrupt, _lazy, _registry
 from ..core._dispatch import apply, wrap
+from ..core._elemwise_front import SCALAR_VIDS as _SCALAR_VIDS
 from ..core._future import Future
 from ..core._op import SEQUENCE, VJP
 from ..core._tensor import Tensor
@@ -627,7 +628,10 @@ class GradManager:
 
         def take(data, vid, src):
             pos = at.get(vid)
-            if pos is None:
+            # (a Python number's cached tensor -- ``lp * float(r)``'s r -- is an input per use, as in a cluster: taken
+            # once per value, the walk's inputs changed with which numbers of a step were equal, and its cluster's key
+            # with them -- a policy gradient's step ran eagerly, its returns repeating at random)
+            if pos is None or vid in _SCALAR_VIDS:
                 pos = at[vid] = len(inputs)
                 inputs.append(_value(data, vid))
                 sources.append(src)
@@ -906,10 +910,13 @@ def _walk_signature(tape, ys, dys, attached, late):
             return None
         codes = []
         for d, v in ins:
-            c = number.setdefault(v, len(number))
             f = floats.get(d.dtype)
             if f is None:
                 f = floats[d.dtype] = _is_float(d)
+            if v in _SCALAR_VIDS:  # (a Python number's cached tensor: one input per use, see _plan_walk)
+                codes.append("p" if f else "q")
+                continue
+            c = number.setdefault(v, len(number))
             codes.append(c if f else -c - 1)
         body.append((op, tuple(codes), tuple([number.setdefault(v, len(number)) for v in outs])))
     return tuple(body)

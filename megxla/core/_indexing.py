@@ -21,6 +21,7 @@ counts repeat reuses its executable (detectors' ``pred[mask]``), and a new count
 from __future__ import annotations
 
 import os
+import sys
 
 import numpy as np
 
@@ -466,11 +467,103 @@ def getitem(x, index):
                 y = _lazy.SELECT[0](x, items[0], (("s", None, None, None),) + rest[0])
                 if y is not None:
                     return y
+    if _lazy.WANTED[0] and not _padded(x) and current_interpreter() is None:
+        lifted = _changing_ints(x, index)
+        if lifted is not None:
+            return apply(lifted[0], x, *lifted[1])
     bound = _static_op(x, index, "getitem", P.getitem)
     if bound is not None:
         return apply(bound, x)
     spec, tensors = parse(x, index, "getitem")
     return apply(P.getitem.bind(spec=spec), x, *tensors)
+
+
+# Auto-jit: a line indexing with Python ints that change -- ``logp[0, action]`` with an action read on the host, an
+# RNN's ``x[t]`` over its time steps -- gave each value a getitem record of its own, the int a parameter: a new
+# cluster key every step (the policy-gradient step ran eagerly, its clusters never recurring), and a loop whose
+# iterations differ, which auto-jit does not take for a loop (no chunks). Once a line's ints have changed, they are
+# 0-d index tensors there: the cached tensor of a Python number, one cluster input per use, as ``x * 0.5``'s 0.5. A
+# 0-d integer array indexes as the int does (NumPy's rule: the advanced indices' broadcast shape is empty, so no
+# axis moves), and its gradient is the same scatter of the output's gradient into zeros.
+_INT_SITES: dict = {}  # (code, line) of a get/setitem of ints beside slices, None, ... -> its ints last, or None
+_NEW, _OWN = object(), object()
+_LIFTED_INTS: dict = {}  # value id of an index tensor made of a Python int by _changing_ints -> the int
+_LIFTED: dict = {}  # a static get/setitem -> (the one whose ints are index tensors, the ints)
+
+
+def _changing_ints(x, index, op="getitem", prim=P.getitem):
+    """``(op bound, index tensors)`` for ``x[index]`` (``op``: getitem or setitem, ``prim`` its primitive) at a line
+    whose ints changed before (see above), or None: index as ever."""
+    items = index if type(index) is tuple else (index,)
+    ints = []
+    for i in items:
+        t = type(i)
+        if t is int or isinstance(i, np.integer):
+            ints.append(int(i))
+        elif not (t is slice or i is None or i is Ellipsis):
+            return None
+    if not ints:
+        return None
+    try:
+        f = sys._getframe(3)  # (the caller of ``Tensor.__getitem__``)
+    except ValueError:  # (called from a shallower stack than a user's line: no site)
+        return None
+    site = (f.f_code, f.f_lineno)
+    ints = tuple(ints)
+    seen = _INT_SITES.get(site, _NEW)
+    if seen is not None:
+        if seen is _NEW:
+            if len(_INT_SITES) >= _STATIC_OPS_KEPT:
+                _INT_SITES.clear()
+            # (megxla's own lines index with the ints they mean: auto-jit's selections index an image's rows by
+            # its number, its rules reading the static spec)
+            _INT_SITES[site] = _OWN if f.f_globals.get("__name__", "").startswith("megxla.") else ints
+            return None
+        if seen is _OWN or seen == ints:
+            return None
+        _INT_SITES[site] = None  # (changed: from now on, tensors)
+    bound = _static_op(x, index, op, prim)  # (checks the index as eager does: its error, its text)
+    if bound is None:
+        return None
+    entry = _LIFTED.get(bound)
+    if entry is None:
+        if len(_LIFTED) >= _STATIC_OPS_KEPT:
+            _LIFTED.clear()
+        spec = dict(bound.params)["spec"]
+        entry = _LIFTED[bound] = (prim.bind(spec=tuple(("t",) if k[0] == "i" else k for k in spec)),
+                                  [k[1] for k in spec if k[0] == "i"])
+    tensors = [_scalar(k, _INT32) for k in entry[1]]
+    if len(_LIFTED_INTS) >= _STATIC_OPS_KEPT:
+        _LIFTED_INTS.clear()
+    for t, k in zip(tensors, entry[1]):
+        _LIFTED_INTS[t._vid] = k
+    return entry[0], tensors
+
+
+def static_spec(spec, index_tensors):
+    """The static ``spec`` of a getitem whose index tensors all stand for Python ints (:func:`_changing_ints`: their
+    ints back in place), or None where one is another tensor -- for the rules that read a getitem's ints (the rows
+    of a concrete array it picks: ``info[b, 4]``, an image's box count).
+
+    Example:
+        >>> static_spec((("t",), ("s", None, None, None)), [Tensor(1)]) is None   # (a tensor of the user's)
+        True
+    """
+    out, k = [], 0
+    for item in spec:
+        if item[0] == "t":
+            if k >= len(index_tensors):
+                return None
+            v = _LIFTED_INTS.get(index_tensors[k]._vid)
+            if v is None:
+                return None
+            item, k = ("i", v), k + 1
+        out.append(item)
+    return tuple(out) if k == len(index_tensors) else None
+
+
+_INT32 = np.dtype(np.int32)
+from ._elemwise_front import _scalar  # noqa: E402  (it imports this module's neighbours: after them)
 
 
 def setitem(x, index, value):
@@ -503,6 +596,10 @@ def setitem(x, index, value):
                 v = apply(E.astype.bind(dtype=x.dtype), v)
             m = apply(S.reshape.bind(shape=(1,) * start + mask.shape + (1,) * (x.ndim - start - mask.ndim)), mask)
             return apply(E.where.bind(), apply(S.broadcast_to.bind(shape=x.shape), m), v, x)
+    if _lazy.WANTED[0] and not _padded(x) and current_interpreter() is None:
+        lifted = _changing_ints(x, index, "setitem", P.setitem)
+        if lifted is not None:  # (``out[t] = h`` over a loop's steps: see _changing_ints)
+            return apply(lifted[0], x, as_tensor(value, x), *lifted[1])
     bound = _static_op(x, index, "setitem", P.setitem)
     if bound is not None:
         return apply(bound, x, as_tensor(value, x))

@@ -141,6 +141,18 @@ class ModeTimer:
         self.last = (mode, now, compiled, kernels)
         return mode
 
+    def restart(self):
+        """Take no time for the step under way: the next call starts a step (a loop's iterations timed from one
+        host read to the next, across a training step's end: that one holds the step's backward and update).
+
+        Example:
+            >>> t = ModeTimer(); t.next_mode(); t.restart(); t.next_mode(); t.times[True]
+            True
+            True
+            []
+        """
+        self.last = None
+
     def _budgeted(self):
         """Steps until the next probe that keep the probe just ended within ``PROBE_BUDGET`` of the steps between
         (0 where it cost nothing beyond the chosen mode's time), at most ``MAX_EVERY``."""

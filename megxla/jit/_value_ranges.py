@@ -13,6 +13,7 @@ import weakref
 
 import numpy as np
 
+from ..core import _indexing
 from ..core.ops.indexing import build_index
 from ..core._lazy import Among, Columns, FloorDivided, Lazy, Shifted, _range_of, limits
 
@@ -77,6 +78,10 @@ def _picked(op, inputs, result):
     are the label column's, not every column's."""
     src = _columns(inputs[0])
     spec = dict(op.params)["spec"]
+    if len(inputs) > 1 and src is not None:  # (ints that changed at their line, taken as index tensors there)
+        static = _indexing.static_spec(spec, inputs[1:])
+        if static is not None:
+            spec, inputs = static, inputs[:1]
     rest = _build(spec[1:]) if src is not None and spec else None
     if rest is None:
         _same_values(op, inputs, result)
