@@ -2634,6 +2634,19 @@ def test_reading_a_pending_tensors_device_does_not_cut_its_cluster(auto_jit):
     assert auto_jit_stats()["compiled"] > 0
 
 
+def test_a_tensor_copied_in_the_step_does_not_make_its_devices_unknown(auto_jit):
+    # ``Tensor(t)`` is a copy op with ``device=None``: it counted as placing a value, and RIFE's step (``imgs =
+    # mge.Tensor(imgs)``, then ``str(flow.device)`` in its warp) was cut there at every step
+    x = mge.Tensor(np.ones((2, 3), "float32"))
+    reset_auto_jit_stats()
+    for _ in range(3):
+        y = mge.Tensor(x * 2)
+        z = F.exp(y) + 1
+        assert str(z.device) == "xpux:0"
+        float(z.sum())
+    assert not any("z.device" in where for _, _, where in auto_jit_stats()["cuts"]), auto_jit_stats()["cuts"]
+
+
 def test_an_op_whose_lowering_rejects_its_input_fails_at_its_own_line_as_eagerly(auto_jit):
     # LAPACK on the CPU has no float16 LU: JAX says so when it lowers matinv, not when it traces it. Collected, the
     # error came at the next host read (probe H, 2026-11-29): past the user's ``try``, after side effects.

@@ -705,7 +705,9 @@ class _Cluster:
             seen = self.placed
             ops, inputs = self.ops, self.inputs
             for k in range(seen[0], len(ops)):
-                if any(name == "device" for name, _ in ops[k][0].params):
+                # (``device=None`` places nothing: ``Tensor(t)``'s copy -- RIFE's step starts with
+                # ``imgs = mge.Tensor(imgs)``, and its warp's ``str(flow.device)`` then cut the step every time)
+                if any(name == "device" and value is not None for name, value in ops[k][0].params):
                     seen[2] = False
             seen[0] = len(ops)
             for k in range(seen[1], len(inputs)):
