@@ -363,7 +363,8 @@ class Tensor:
         if n != 1:
             raise ScalarConversionError(f"{what} needs a tensor of exactly one element to give a Python scalar, "
                                         f"got shape {tuple(shape)} ({n} elements); use .numpy() or "
-                                        f".tolist() for its values, or reduce it first (.sum(), .max(), .min()) for one value")
+                                        f".tolist() for its values, or reduce it first (.sum(), .max(), .min()) "
+                                        f"for one value")
 
     def tolist(self):
         return self.numpy().tolist()
