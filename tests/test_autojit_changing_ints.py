@@ -1,7 +1,7 @@
 """Python ints that change at one indexing line under auto-jit (``logp[0, action]`` with an action read on the host,
 ``x[t]`` and ``outs[t] = h`` over an RNN's time steps) are index tensors there (``core/_indexing._changing_ints``),
-so the clusters holding them recur; Python numbers repeated in a step do not change the grouped backward's inputs; a loop's
-read-site timer lasts over the training steps between its reads. Values, gradients and errors are eager's."""
+so the clusters holding them recur; Python numbers repeated in a step do not change the grouped backward's inputs;
+a loop's read-site timer lasts over the training steps between its reads. Values, gradients and errors are eager's."""
 from __future__ import annotations
 
 import numpy as np
