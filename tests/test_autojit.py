@@ -1239,6 +1239,47 @@ def test_a_second_cluster_with_an_input_shape_the_first_lacked_waits_for_its_key
     assert auto_jit_stats()["compiled"] == 2 and auto_jit_stats()["eager_clusters"] == 0, auto_jit_stats()
 
 
+def _vit_like_steps(n):
+    """A model initialised on the device (a ViT project's ``trunc_normal_``: uniform, erfinv, clip), attached, then
+    trained: the losses."""
+    mge.random.seed(0)
+
+    def trunc_normal_(t, std=0.02):
+        M.init.uniform_(t, -1 + 1e-6, 1 - 1e-6)
+        t._reset(F.clip(F.erfinv(t) * std * np.sqrt(2.0), -2 * std, 2 * std))
+
+    a, b = M.Linear(16, 32), M.Linear(32, 4)
+    for m in (a, b):
+        trunc_normal_(m.weight)
+    params = list(a.parameters()) + list(b.parameters())
+    gm = GradManager().attach(params)
+    opt = optim.AdamW(params, lr=1e-2)
+    rs = np.random.RandomState(0)
+    losses = []
+    for _ in range(n):
+        x = mge.Tensor(rs.randn(8, 16).astype("float32"))
+        with gm:
+            loss = (b(F.gelu(a(x))) ** 2).mean()
+            gm.backward(loss)
+        opt.step().clear_grad()
+        losses.append(loss.item())
+    return losses
+
+
+def test_a_models_initialisation_on_the_device_is_not_part_of_its_first_step(auto_jit):
+    # Pending at the first step, the initialisation joined its cluster: a key that never recurs, and the second
+    # step compiled the step again (swin-transformer: 7 s). Attaching the parameters ends the setup.
+    mge.config.auto_jit = False
+    want = _vit_like_steps(5)
+    mge.config.auto_jit = True
+    reset_auto_jit_stats()
+    got = _vit_like_steps(5)
+    s = auto_jit_stats()
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+    assert s["compiled"] == 1, s
+    assert any(reason == "parameters attached" for _, reason, _ in s["cuts"]), s["cuts"]
+
+
 def _seq_ce_step(net, opt, gm, x, y):
     with gm:
         logits = net(x)

@@ -186,6 +186,12 @@ class GradManager:
                 # read ``t`` treats ``t`` as a constant (``_backward_tape`` starts tracking it from here)
                 self._tracked.add(t._vid)
                 self._late[t._vid] = len(self._tape)
+        if not self._recording and _lazy.FLUSH[0] is not None and any(type(t._data) is _lazy.Lazy for t in tensors):
+            # Auto-jit: parameters still pending are a model's initialisation on the device (a ViT's
+            # ``trunc_normal_``: erfinv, clip). Left pending, it joined the first step's cluster, a key that never
+            # recurs -- the second step compiled the step again (swin-transformer: 7 s on 2 cores). Attaching them
+            # ends the setup: it runs as a cluster of its own.
+            _lazy.FLUSH[0]("parameters attached")
         return self
 
     def _attach_transient(self, t):
