@@ -7,6 +7,7 @@ compile + one step). Run each in a fresh process, with the persistent compilatio
 
     MEGXLA_COMPILATION_CACHE=0 python benchmarks/first_call.py resnet18 xla_trace
     MEGXLA_COMPILATION_CACHE=0 python benchmarks/first_call.py resnet18 jax_jit
+    MEGXLA_COMPILATION_CACHE=0 python benchmarks/first_call.py resnet18 auto_jit  # per call: compiles, op-by-op runs
 """
 import os
 import sys
@@ -36,6 +37,19 @@ def main(argv=None):
               f"stablehlo lines {lowered.as_text().count(' = ')}")
         return
     step, _ = run.make_megxla(wl, column)
+    if column == "auto_jit":
+        # what each of the first calls compiled and ran op by op: a slow first call is compiles or cold eager kernels
+        from megxla.jit import auto_jit_stats
+        for i in range(4):
+            s0, t0 = auto_jit_stats(), time.perf_counter()
+            step()
+            dt, s1 = time.perf_counter() - t0, auto_jit_stats()
+            d = {k: s1[k] - s0[k] for k in ("clusters", "ops", "compiled", "early_compiled", "eager_clusters",
+                                             "split_clusters", "chunked_clusters", "tiered")}
+            print(f"{wl.name} auto_jit: call {i} {dt:.2f}s compile {s1['compile_time'] - s0['compile_time']:.2f}s "
+                  + " ".join(f"{k} {v}" for k, v in d.items() if v), flush=True)
+        print("cuts:", auto_jit_stats()["cuts"], "changes:", auto_jit_stats()["changes"])
+        return
     times = []
     for _ in range(3):
         t0 = time.perf_counter()

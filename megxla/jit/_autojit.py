@@ -69,6 +69,7 @@ __all__ = ["enable", "enabled", "clustered", "auto_jit_stats", "reset_auto_jit_s
 
 MIN_OPS = 4  # a smaller cluster is not worth a launch: it runs op by op (TF's --tf_xla_min_cluster_size)
 FIRST_SIGHT_OPS = 16  # a site's first cluster of at least this many ops compiles at once
+SETTLED_HITS = 8  # ... and so does a new one where its keys had recurred this often since the last new one
 MAX_OPS = 4096  # the size cap: a longer cluster is cut (a loop with no read and no optimizer step)
 # the size cap of the clusters after one the cap cut (a loop with no read, e.g. an evaluation keeping its outputs):
 # XLA CPU keeps per-op state for each op of an executable (a ResNet-18's 4096-op cluster, ~24 forwards unrolled,
@@ -1038,8 +1039,9 @@ def _run_keyed(ops, avals, inputs, in_ids, out_ids, donate, reason, site, whole,
     st = _sites.get(site)
     if st is None:
         # keys seen, hits (cache hits and recurrences), keys compiled, how its clusters' ops change (per length),
-        # the input types of its first key, its last two new clusters, whether one of its clusters launches early
-        st = _sites[site] = [0, 0, 0, None, None, None, None, False]
+        # the input types of its first key, its last two new clusters, whether one of its clusters launches early,
+        # its hits when its last new key came
+        st = _sites[site] = [0, 0, 0, None, None, None, None, False, 0]
     if whole and st[0] >= 0:
         # The same ops as a compiled cluster, other results (a step function that reads its loss every 10th step:
         # the loss is a result only then): that executable serves it, or one of both results compiles now -- the
@@ -1075,6 +1077,7 @@ def _run_keyed(ops, avals, inputs, in_ids, out_ids, donate, reason, site, whole,
             return _run_parts(ops, avals, inputs, in_ids, out_ids, donate, varying, site, key[0])
     if st[0] < 0:  # megamorphic: eager for good
         return _Cluster._eager(ops, inputs, in_ids, out_ids)
+    settled = False
     if entry is None:  # a new key at this site
         # A site keeps compiling new keys while they recur (one hit per 8 keys seen: a step whose shapes take a
         # dozen values compiles each once and reuses it) and while its executables pay for their compilation
@@ -1088,6 +1091,7 @@ def _run_keyed(ops, avals, inputs, in_ids, out_ids, donate, reason, site, whole,
         st[0] += 1
         if st[0] == 1:
             st[4] = set(key[1])
+        settled, st[8] = st[1] - st[8] >= SETTLED_HITS, st[1]
         entry = _Entry(st, key)
         _cache[key] = entry
         if len(_cache) > CACHE_SIZE:
@@ -1108,12 +1112,17 @@ def _run_keyed(ops, avals, inputs, in_ids, out_ids, donate, reason, site, whole,
     # scalar is no such sign (a metric accumulated in a tensor from the second step on). Nor does a cluster that
     # repeats a few ops many times (an unrolled recurrent cell) compile at first sight: run op by op, its eager
     # kernels are few (1.8 s for a 60-step LSTMCell loop's 3,500 ops, 105 of them different), while XLA's compile
-    # time follows the number of ops (6 s for the quick tier). A part (of a churning site's or a repetitive
-    # cluster's) compiles when it recurs: its first sight is often its cluster's (and ``avals`` holds only its
-    # inputs' types: the check below read past them, and the cluster's remaining ops ran op by op).
+    # time follows the number of ops (6 s for the quick tier). So does a new key where the site had settled: its
+    # keys had recurred ``SETTLED_HITS`` times since its last new one (a second model trained through the same step
+    # function, a new image size every few hundred steps). Its first step ran op by op on cold kernels, then compiled
+    # at the second: 3.0 + 2.9 s for a ConvNet b64 step on 2 cores, 20 ms + 7.4 s on an H200 where the kernels were
+    # warm. Keys that change every step never settle, so each regime costs at most one compilation more. A part
+    # (of a churning site's or a repetitive cluster's) compiles when it recurs: its first sight is often its
+    # cluster's (and ``avals`` holds only its inputs' types: the check below read past them, and the cluster's
+    # remaining ops ran op by op).
     if not (entry.seen >= 2 << (st[2] // 4)
-            or (whole and (st[0] == 1 or (st[0] == 2 and st[1] == 0 and st[4] is not None
-                                          and _no_new_arrays(st[4], key[1])))
+            or (whole and (st[0] == 1 or settled or (st[0] == 2 and st[1] == 0 and st[4] is not None
+                                                     and _no_new_arrays(st[4], key[1])))
                 and len(ops) >= FIRST_SIGHT_OPS and reason != "size cap" and not _repetitive(ops, avals))):
         return _Cluster._eager(ops, inputs, in_ids, out_ids)
     if whole:
