@@ -86,6 +86,9 @@ def set_threads(n, device="cpu"):
 
 
 DEVICE = {"name": "cpu"}  # --device: where JAX and PyTorch run
+# auto_jit_stats() counts reported for the auto-jit column (over all its calls)
+AUTO_JIT_COUNTS = ("clusters", "compiled", "early_compiled", "early_launches", "early_misses", "eager_clusters",
+                   "eager_steps", "split_clusters")
 
 
 def _torch_device():
@@ -259,6 +262,10 @@ def make_megxla(wl, column):
     elif column != "eager":
         raise ValueError(column)
 
+    if column == "auto_jit":
+        from megxla.jit import auto_jit_stats
+        aj_start = auto_jit_stats()
+
     written = []  # the Tensor objects a step rebinds (filled after the first call, once optimizer slots exist)
 
     def step():
@@ -273,6 +280,11 @@ def make_megxla(wl, column):
         return loss._data
 
     def info():
+        if column == "auto_jit":
+            # (what the column's steps did: a slow auto-jit cell is compiles, op-by-op clusters or no early launch)
+            from megxla.jit import auto_jit_stats
+            now = auto_jit_stats()
+            return {"auto_jit": {k: now[k] - aj_start[k] for k in AUTO_JIT_COUNTS}}
         if traced is None:
             return {}
         return {"compile_time_s": traced.compile_time, "num_compiled": traced.num_compiled}
@@ -790,7 +802,9 @@ def main(argv=None):
                (f"ERROR {res['error']}" if "error" in res else
                 f"median {res['median_ms']:9.2f} ms  min {res['min_ms']:9.2f}  max {res['max_ms']:9.2f}  "
                 f"(n={res['steps']})  first {res['first_call_ms']:8.0f} ms  second {res['second_call_ms']:8.0f} ms"
-                + (f"  compile {res['compile_time_s']:.2f}s" if "compile_time_s" in res else "")))
+                + (f"  compile {res['compile_time_s']:.2f}s" if "compile_time_s" in res else "")
+                + ("  auto-jit " + " ".join(f"{k} {v}" for k, v in res["auto_jit"].items() if v)
+                   if "auto_jit" in res else "")))
         tqdm.write(msg, file=sys.stdout)
         sys.stdout.flush()
 

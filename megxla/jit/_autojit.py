@@ -45,6 +45,7 @@ import os
 import sys
 import threading
 import time
+from time import perf_counter as _perf_counter
 import warnings
 import weakref
 
@@ -380,6 +381,7 @@ def _megamorphic(st, site, reason, what=None):
 EARLY = os.environ.get("MEGXLA_AUTO_JIT_EARLY", "1") != "0"
 EARLY_MAX_BYTES = 1 << 28  # nor where their inputs, kept alive through the run (no donation), are large
 EARLY_MIN_AHEAD = 2  # ops still to collect after the launch, at least
+EARLY_MIN_SHARE = 0.05  # nor where collecting the cluster takes less of its step (MLP 0.8, ConvNet b64 0.07 on 2 cores)
 
 
 class _Guess:
@@ -388,7 +390,8 @@ class _Guess:
     the inputs read by then (``bound``), the non-donating executable."""
 
     __slots__ = ("sig", "refs", "runs", "off", "executable", "ops", "in_avals", "out_pos", "launch_at", "bound",
-                 "hits", "misses", "timer", "eager_steps", "site", "same", "made", "predicted", "late", "precision")
+                 "hits", "misses", "timer", "eager_steps", "site", "same", "made", "predicted", "late", "precision",
+                 "cut_at", "wide")
 
     def __init__(self, sig, refs):
         self.sig, self.refs = sig, refs
@@ -400,6 +403,8 @@ class _Guess:
         self.off = not EARLY
         self.executable = None
         self.precision = None  # (the matmul precision its executable was planned under)
+        self.cut_at = _perf_counter()  # when its cluster was last cut (while its early launch is not planned)
+        self.wide = 0  # the cuts in a row since which collecting the cluster took EARLY_MIN_SHARE of the interval
 
     def plan(self, ops, avals, in_ids, out_ids, same, made):
         """Where to launch: after the op reading the last input that was not the same Tensor both times -- or after
@@ -686,6 +691,7 @@ class _Cluster:
         self.pins = {}  # id(array) -> how many ``Lazy.previous`` lists hold it (not a reason to keep it)
         self.cut = None  # (reason, site) of a cut requested at the end of opt.step (made at the next op)
         self.first = None  # the first op and its input types (_op_sig): where a capped cluster ends
+        self.started = 0.0  # when its first op was collected (perf_counter)
         self.capped = False  # past a size cap: cut before the next op like the first
         self.after_cap = False  # the cluster before was cut by a size cap: capped at LOOP_MAX_OPS
         self.in_refs = []  # weak references to the Tensors the inputs were read from (what an early launch guesses)
@@ -833,6 +839,7 @@ class _Cluster:
             reason, site = self.cut
         ops, lazies, avals, inputs, in_ids = self.ops, self.lazies, self.avals, self.inputs, self.in_ids
         first, in_refs, launched, in_made = self.first, self.in_refs, self.launched, self.in_made
+        started = self.started
         self._pins = self.pins
         self._clear()
         self.after_cap = reason == "size cap"
@@ -860,7 +867,7 @@ class _Cluster:
                 # (learnt from clusters run whole by a cached executable -- not from a churning site's parts --
                 # below the tiered size: larger ones are compute-bound, no second executable for them)
                 if _stats.hits > hits and _stats.split == split and len(ops) < _tiers.MIN_OPS and first is not None:
-                    self.learn(first, ops, avals, in_ids, out_ids, in_refs, in_made)
+                    self.learn(first, ops, avals, in_ids, out_ids, in_refs, in_made, started)
         except Exception as exc:
             # Run op by op, as eager did: what the ops before the failing one computed takes effect, the
             # values after it never exist, and the Tensors an in-place update bound to those go back to
@@ -901,9 +908,10 @@ class _Cluster:
             # in at its next op or cut, and until then reading one gives its value
             self.deferred.extend(live)
 
-    def learn(self, first, ops, avals, in_ids, out_ids, in_refs, in_made):
+    def learn(self, first, ops, avals, in_ids, out_ids, in_refs, in_made, started):
         """A cluster ran by a cached executable: the same cluster a third time in a row at the start of the same
-        first op, with the same Tensors read after some point, gets an early launch (:class:`_Guess`)."""
+        first op, with the same Tensors read after some point, gets an early launch (:class:`_Guess`) -- where
+        collecting it (from ``started``, its first op) took ``EARLY_MIN_SHARE`` of the time from its last cut."""
         # (the cached key's own tuple, where the cluster ran by one: a guess that holds compares it by identity)
         sig = _local.last_sig
         if sig is None or len(sig[0]) != len(ops) or sig[2] != tuple(out_ids):
@@ -918,6 +926,14 @@ class _Cluster:
         if g.off or g.executable is not None:
             g.refs = in_refs  # (the Tensors read this time: the next launch reads those not read yet)
             return
+        # An early launch overlaps the cluster's run with the collection of its ops after the launch: no more can it
+        # gain. A compute-bound step's collection is a sliver of it (a Transformer b64 step on 2 cores: 0.1% of
+        # 3 s), where the launch's executable, compiled again without donations, cost as much as the first
+        # (6.9 s; ~1.1 s for ConvNet b64 on an H200, a step 150 times longer than the others). Two intervals in a
+        # row decide: one alone can be a pause (a compute-bound MLP's 2% of its step became 13% once in 8 steps).
+        now = _perf_counter()
+        g.wide = g.wide + 1 if now - started >= EARLY_MIN_SHARE * (now - g.cut_at) else 0
+        g.cut_at = now
         same = [a() is not None and a() is b() for a, b in zip(g.refs, in_refs)]
         # where each input's Tensor was among the latest host-made ones when the cluster started (the same places
         # both times: an early launch at the first op takes them from there)
@@ -925,7 +941,7 @@ class _Cluster:
         before, g.made = g.made, places
         g.refs = in_refs
         g.runs += 1
-        if g.runs >= 2:
+        if g.runs >= 2 and g.wide >= 2:
             agreed = None if before is None or places is None else \
                 {s: k for s, k in places.items() if k is not None and before.get(s) == k}
             g.plan(ops, avals, in_ids, out_ids, same, agreed)
@@ -1856,7 +1872,7 @@ def _collect(op, inputs):
                                   or cl.in_bytes > MAX_INPUT_BYTES + MAX_INPUT_BYTES // 2):
                     cl.flush("size cap", user_where())
                 if not cl.ops:
-                    cl.first = sig
+                    cl.first, cl.started = sig, _perf_counter()
                     if _made:
                         made = cl.made = list(_made)
                         n = len(made)
