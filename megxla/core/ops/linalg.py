@@ -36,8 +36,21 @@ matinv = Primitive("matinv", jnp.linalg.inv, lowering_may_reject=True)
 svd = Primitive("svd", lambda x, *, full_matrices: tuple(jnp.linalg.svd(x, full_matrices=full_matrices)),
                 multiple_results=True, lowering_may_reject=True)
 diag = Primitive("diag", lambda x, *, k: jnp.diag(x, k))
-cross = Primitive("cross", lambda a, b, *, axisa, axisb, axisc:
-                  jnp.cross(*_promoted(a, b), axisa=axisa, axisb=axisb, axisc=axisc))
+
+
+def _cross(a, b, *, axisa, axisb, axisc):
+    a, b = _promoted(a, b)
+    a, b = jnp.moveaxis(a, axisa, -1), jnp.moveaxis(b, axisb, -1)
+    if a.shape[-1] == 2 and b.shape[-1] == 2:
+        # two 2-vectors: the z component alone (what jnp.cross and NumPy 1.x's np.cross give)
+        return a[..., 0] * b[..., 1] - a[..., 1] * b[..., 0]
+    # JAX 0.11 deprecates 2-vectors in jnp.cross (a DeprecationWarning at each trace; JAX 0.12 removes them), so a
+    # 2-vector gets its third component of 0 here, the zeros jnp.cross itself put there (the same products)
+    a, b = (jnp.concatenate([x, jnp.zeros_like(x[..., :1])], -1) if x.shape[-1] == 2 else x for x in (a, b))
+    return jnp.cross(a, b, axisc=axisc)
+
+
+cross = Primitive("cross", _cross)
 
 
 def _einsum(*xs, equation):
