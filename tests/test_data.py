@@ -449,6 +449,8 @@ def test_an_alarm_going_off_as_its_block_ends_is_a_dataloader_timeout():
         return None
 
     before = signal.getsignal(signal.SIGALRM)
+    # (an outer interval timer, as pytest-timeout's --timeout arms, is re-armed by the loader with what it had left)
+    outer = signal.getitimer(signal.ITIMER_REAL)[0]
     with pytest.raises(RuntimeError, match="dataloader timeout: timed out after 30.0 seconds while loading"):
         with alarm:
             sys.settrace(tracer)
@@ -456,7 +458,8 @@ def test_an_alarm_going_off_as_its_block_ends_is_a_dataloader_timeout():
     sys.settrace(None)
     # disarmed all the same: its handler gone, no alarm left to go off 30 s later
     assert not alarm.armed and signal.getsignal(signal.SIGALRM) == before
-    assert signal.getitimer(signal.ITIMER_REAL)[0] == 0
+    left = signal.getitimer(signal.ITIMER_REAL)[0]
+    assert (left == 0) if outer == 0 else (outer - 5 < left <= outer)
 
 
 @pytest.mark.parametrize("num_workers", [0, 2])
