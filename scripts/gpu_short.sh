@@ -13,9 +13,10 @@ export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 "$py" -c "import jax, numpy; print(jax.__version__, numpy.__version__, jax.devices())"
 # several test processes share the GPU: allocate on demand instead of JAX's 75% up front
 # -v: each result is logged as it ends (a summary cut by the lease lists nothing); SIGINT: pytest still prints its
-# summary; then no worker may outlive it into the benchmarks
+# summary; then no worker may outlive it into the benchmarks. (--timeout-method thread: its default, an interval
+# timer, is the SIGALRM that the DataLoader and interrupt tests arm and check themselves)
 XLA_PYTHON_CLIENT_PREALLOCATE=false timeout -s INT -k 20 ${TESTS_S:-230} "$py" -m pytest -n 14 -v -p no:cacheprovider \
-    -rfE --timeout 100 ${TESTS:-} > "$out/tests.log" 2>&1
+    -rfE --timeout 100 --timeout-method thread ${TESTS:-} > "$out/tests.log" 2>&1
 echo "tests: exit $?"; pkill -f "xdist|execnet" 2>/dev/null; sleep 2
 grep -E "[0-9]+ (passed|failed)" "$out/tests.log" | tail -1; grep -E " (FAILED|ERROR) " "$out/tests.log" | sort -u
 timeout 45 "$py" benchmarks/host_overhead.py --repeats 5 > "$out/host_overhead.txt" 2>&1; cat "$out/host_overhead.txt"
