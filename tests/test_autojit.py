@@ -2929,3 +2929,34 @@ def test_an_early_launch_is_compiled_only_where_collecting_a_cluster_is_a_share_
         before = auto_jit_stats()["early_compiled"]
         _fit(model, 8, xs, ys)
         assert auto_jit_stats()["early_compiled"] - before == want, (width, auto_jit_stats())
+
+
+def test_a_models_host_drawn_initialisation_does_not_run_on_into_its_first_step(auto_jit, monkeypatch):
+    # A conv's initialisation draws on the host, a read per parameter: a loop whose read-site timer chose to run
+    # its iterations eagerly. That pause ran on into a varying number of the first step's ops, so the first step's
+    # cluster started at another op than the next ones': a key that never recurs (PMRID: its step compiled twice,
+    # 10.1 + 9.0 s for the first two steps, now 9.9 + 0.5). A GradManager starting to record ends such a pause.
+    monkeypatch.setattr(_autojit, "STATIC_TIMER", True)  # (the read-site timers: off in the fixture)
+    rng = np.random.RandomState(0)
+    xs, ys = rng.standard_normal((2, 2, 6, 6)).astype("float32"), rng.randint(0, 3, 2).astype("int32")
+
+    class Deep(M.Module):
+        def __init__(self):
+            super().__init__()
+            self.convs = M.Sequential(*[M.Conv2d(2, 2, 1) for _ in range(40)])
+            self.fc = M.Linear(72, 3)
+
+        def forward(self, x):
+            return self.fc(F.flatten(self.convs(x), 1))
+
+    def build():
+        mge.random.seed(0)
+        return Deep()
+
+    mge.config.auto_jit = False
+    want, _ = _fit(build(), 4, xs, ys)
+    mge.config.auto_jit = True
+    got, counts = _fit(build(), 4, xs, ys)
+    assert auto_jit_stats()["eager_reads"] > 0  # (the initialisation's reads did run eagerly)
+    assert counts[-1][0] == 1, (counts, auto_jit_stats()["changes"])
+    np.testing.assert_allclose(got, want, rtol=1e-5)

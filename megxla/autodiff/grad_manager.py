@@ -233,6 +233,12 @@ class GradManager:
             self._guessed = False  # (whether a guess found a kernel not compiled before)
             _dispatch.recorders.append(self)
             self._recording = True
+            collecting = _lazy.COLLECTING[0]
+            if collecting is not None:
+                # (under auto-jit: a loop's iterations run eagerly between host reads end here -- a model's
+                # initialisation drawing on the host, parameter by parameter, ran on into a varying number of the
+                # first step's ops, whose cluster then never recurred: PMRID compiled its step twice, 9.8 s more)
+                collecting()
         finally:
             if held:
                 _interrupt.leave()

@@ -32,7 +32,8 @@ FLUSH: list = [None]
 # ``step_end()``: the natural end of a training step (called by ``Optimizer.step``; set by jit with COLLECT).
 STEP_END: list = [None]
 # ``collecting() -> bool``: the calling thread's ops are collected into a cluster now (set by jit with COLLECT; a
-# GradManager's backward then collects its gradient ops as one ``sequence`` op)
+# GradManager's backward then collects its gradient ops as one ``sequence`` op); asked as a manager starts recording
+# and as its backward starts, it ends a loop's eager iterations first
 COLLECTING: list = [None]
 # ``made(tensor)``: a Tensor was made from host data (``Tensor(numpy_array)``: a step's batch); set by jit while
 # auto-jit is on (an early launch finds the step's inputs among the latest ones), None otherwise.

@@ -2310,10 +2310,12 @@ def collecting() -> bool:
 
 
 def _collecting_at_backward():
-    """(core's ``_lazy.COLLECTING``, asked as ``gm.backward`` starts) :func:`collecting`. A loop's iterations run
-    eagerly between its host reads (a read-site timer's choice) end there: the loop is over, and the backward and
-    update are one cluster again -- run eagerly until the pause ran out of ops, a policy gradient's backward took
-    1.4 ms where its cluster takes 0.9."""
+    """(core's ``_lazy.COLLECTING``, asked as ``gm.backward`` starts and as a GradManager starts recording)
+    :func:`collecting`. A loop's iterations run eagerly between its host reads (a read-site timer's choice) end
+    there: the loop is over, and the step is one cluster again -- run eagerly until the pause ran out of ops, a
+    policy gradient's backward took 1.4 ms where its cluster takes 0.9, and a model's initialisation reading host
+    draws made its first step's cluster start at a varying op (a key that never recurs). A loop inside the
+    recording goes on as its timer chooses at its next read."""
     loc = _local
     if loc.read_pause is not None:
         _end_read_pause(loc)
