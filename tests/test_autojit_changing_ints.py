@@ -180,3 +180,35 @@ def test_a_trace_keeps_its_ints(fresh_auto_jit, index):
         np.testing.assert_array_equal(f(x).numpy(), np.arange(12, dtype="float32").reshape(3, 4)[index] * 2)
         x[index]
         x[i]  # (this line's ints change: index tensors here, outside the trace)
+
+
+def test_two_subscripts_with_their_own_constant_ints_on_one_line_stay_static(fresh_auto_jit):
+    # ``bounds[..., 0], bounds[..., 1]`` on one line: a site per line saw its ints change within the first step and
+    # lifted them from the second subscript on, so the first step's cluster never recurred (NeRF compiled its step
+    # twice). A site is the subscript itself: each keeps its int, and the step compiles once.
+    rng = np.random.RandomState(0)
+    xs = rng.standard_normal((8, 2)).astype("float32")
+
+    def run(steps):
+        mge.random.seed(0)
+        net = M.Linear(2, 2)
+        opt = optim.SGD(net.parameters(), lr=0.1)
+        gm = GradManager().attach(net.parameters())
+        losses = []
+        for _ in range(steps):
+            with gm:
+                y = net(mge.Tensor(xs))
+                near, far = y[:, 0], y[:, 1]
+                loss = ((far - near) ** 2).mean() + (y[..., 1] * y[..., 0]).mean()
+                gm.backward(loss)
+            opt.step().clear_grad()
+            losses.append(loss.item())
+        return losses
+
+    mge.config.auto_jit = False
+    want = run(4)
+    mge.config.auto_jit = True
+    reset_auto_jit_stats()
+    got = run(4)
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+    assert auto_jit_stats()["compiled"] == 1, auto_jit_stats()["changes"]
