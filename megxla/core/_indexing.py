@@ -20,6 +20,7 @@ counts repeat reuses its executable (detectors' ``pred[mask]``), and a new count
 """
 from __future__ import annotations
 
+import dis
 import os
 import sys
 
@@ -494,6 +495,26 @@ _LIFTED_INTS: dict = {}  # value id of an index tensor made of a Python int by _
 _LIFTED: dict = {}  # a static get/setitem -> (the one whose ints are index tensors, the ints)
 
 
+_CACHE_OP = dis.opmap.get("CACHE")  # (Python 3.11+: an instruction's inline cache entries follow it in the bytecode)
+_BYTECODE: dict = {}  # code object -> its bytecode (``co_code`` builds a new bytes object at every access)
+
+
+def _subscript_site(f):
+    """``(code, offset)`` of the instruction frame ``f`` runs: its subscript. A specialized ``BINARY_SUBSCR`` reports
+    the offset of its last inline cache entry rather than its own, so the offset is taken back over cache entries:
+    one site whether or not the interpreter specialized it."""
+    code, i = f.f_code, f.f_lasti
+    if _CACHE_OP is not None:
+        b = _BYTECODE.get(code)
+        if b is None:
+            if len(_BYTECODE) >= _STATIC_OPS_KEPT:
+                _BYTECODE.clear()
+            b = _BYTECODE[code] = code.co_code
+        while i > 0 and i < len(b) and b[i] == _CACHE_OP:
+            i -= 2
+    return code, i
+
+
 def _changing_ints(x, index, op="getitem", prim=P.getitem):
     """``(op bound, index tensors)`` for ``x[index]`` (``op``: getitem or setitem, ``prim`` its primitive) at a line
     whose ints changed before (see above), or None: index as ever."""
@@ -511,7 +532,7 @@ def _changing_ints(x, index, op="getitem", prim=P.getitem):
         f = sys._getframe(3)  # (the caller of ``Tensor.__getitem__``)
     except ValueError:  # (called from a shallower stack than a user's line: no site)
         return None
-    site = (f.f_code, f.f_lasti)
+    site = _subscript_site(f)
     ints = tuple(ints)
     seen = _INT_SITES.get(site, _NEW)
     if seen is not None:
