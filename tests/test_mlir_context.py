@@ -26,6 +26,9 @@ def _context(fn, *args):
 
 def test_small_programs_share_a_context_large_ones_and_big_constants_get_their_own():
     x = jnp.ones((3, 4))
+    # (a fresh context: the thread's may be one lowering short of MAX_USES after the tests before -- then the second
+    # lowering below got a new one, as it should; seen once in the auto-jit run of the suite)
+    _mlir_context._local.__dict__.pop("ctx", None)
     a = _context(lambda v: v * 2.0, x)
     b = _context(lambda v: jnp.exp(v) + 1.0, x)
     assert a is b  # (the same thread's context, ...)
