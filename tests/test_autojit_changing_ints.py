@@ -212,3 +212,71 @@ def test_two_subscripts_with_their_own_constant_ints_on_one_line_stay_static(fre
     got = run(4)
     np.testing.assert_allclose(got, want, rtol=1e-5)
     assert auto_jit_stats()["compiled"] == 1, auto_jit_stats()["changes"]
+
+
+def test_a_loop_over_ints_within_the_step_keeps_its_first_int_and_the_step_compiles_once(fresh_auto_jit):
+    # NeRF's cumprod (``for i in range(n): c *= x[i]; x[i] = c``) inside the step: its ints changed within the first
+    # step, which lifted them from the second use on -- that step's cluster, static ``x[0]``, never recurred, and the
+    # step compiled twice (first sight, then its second step's). The loop's first int stays static at every step.
+    rng = np.random.RandomState(0)
+    xs = rng.standard_normal((8, 4)).astype("float32")
+
+    def run(steps):
+        mge.random.seed(0)
+        net = M.Linear(4, 4)
+        opt = optim.SGD(net.parameters(), lr=0.1)
+        gm = GradManager().attach(net.parameters())
+        losses = []
+        for _ in range(steps):
+            with gm:
+                y = F.sigmoid(net(mge.Tensor(xs))).transpose(1, 0)
+                c = F.ones(y[0].shape)
+                for i in range(y.shape[0]):
+                    c = c * y[i]
+                    y[i] = c
+                loss = (y.transpose(1, 0) ** 2).mean()
+                gm.backward(loss)
+            opt.step().clear_grad()
+            losses.append(loss.item())
+        return losses
+
+    mge.config.auto_jit = False
+    want = run(4)
+    mge.config.auto_jit = True
+    reset_auto_jit_stats()
+    got = run(4)
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+    assert auto_jit_stats()["compiled"] == 1, auto_jit_stats()["changes"]
+    assert any(type(v) is _indexing._Loop for v in _indexing._INT_SITES.values())
+
+
+def test_ints_drawn_at_random_within_the_step_are_all_index_tensors(fresh_auto_jit):
+    # (a loop over ints drawn anew each step starts at another int: keeping its first one static would make which
+    # draw equals it part of the key -- a new key at most steps. It is no loop from its first ints: all lifted.)
+    rng = np.random.RandomState(0)
+    draws = [rng.randint(0, 6, 5).tolist() for _ in range(10)]
+    xs = rng.standard_normal((6, 3)).astype("float32")
+
+    def run():
+        mge.random.seed(0)
+        net = M.Linear(3, 3)
+        opt = optim.SGD(net.parameters(), lr=0.1)
+        gm = GradManager().attach(net.parameters())
+        losses = []
+        for picks in draws:
+            with gm:
+                y = net(mge.Tensor(xs))
+                loss = sum((y[k] ** 2).sum() for k in picks)
+                gm.backward(loss)
+            opt.step().clear_grad()
+            losses.append(loss.item())
+        return losses
+
+    mge.config.auto_jit = False
+    want = run()
+    mge.config.auto_jit = True
+    reset_auto_jit_stats()
+    got = run()
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+    s = auto_jit_stats()
+    assert s["compiled"] <= 2 and s["cache_hits"] >= 6, s

@@ -489,8 +489,28 @@ def getitem(x, index):
 # itself (its code and instruction), not its line: ``bounds[..., 0], bounds[..., 1]`` on one line are two sites whose
 # ints never change -- as one, they changed within the first step, whose cluster then never recurred (NeRF compiled
 # its step again at the second: 5.9 s).
-_INT_SITES: dict = {}  # (code, instruction) of a get/setitem of ints beside slices, None, ...: its last ints, or None
+# A site whose ints change within one cluster -- a loop in the step, ``for i in range(n): x[i]`` (NeRF's cumprod, a
+# time loop, a loop over a batch's images) -- keeps its first ints static and lifts the others: lifting from the
+# second use, the first step's cluster had a static ``x[0]`` that the next steps' did not, so it never recurred and
+# the step was compiled twice. The next steps' loops start at the same int, so their clusters are the first's. A
+# site whose ints change between clusters (an action read on the host each step) lifts them all: which value
+# equals the first one would decide the key.
+_INT_SITES: dict = {}  # (code, instruction) of a get/setitem of ints beside slices, None, ...: its last ints, None
+# (lifted) or a _Loop
+_FIRST_CLUSTER: dict = {}  # such a site seen once -> the cluster its first use joined (``_lazy.CLUSTER_NOW``)
 _NEW, _OWN = object(), object()
+
+
+class _Loop:
+    """A site whose ints changed within one cluster: its first ``ints`` stay static (see above) while each cluster's
+    first use has them and no later use does; ``token``: the cluster of its latest use."""
+
+    __slots__ = ("ints", "token")
+
+    def __init__(self, ints, token):
+        self.ints, self.token = ints, token
+
+
 _LIFTED_INTS: dict = {}  # value id of an index tensor made of a Python int by _changing_ints -> the int
 _LIFTED: dict = {}  # a static get/setitem -> (the one whose ints are index tensors, the ints)
 
@@ -541,11 +561,34 @@ def _changing_ints(x, index, op="getitem", prim=P.getitem):
                 _INT_SITES.clear()
             # (megxla's own lines index with the ints they mean: auto-jit's selections index an image's rows by
             # its number, its rules reading the static spec)
-            _INT_SITES[site] = _OWN if f.f_globals.get("__name__", "").startswith("megxla.") else ints
+            if f.f_globals.get("__name__", "").startswith("megxla."):
+                _INT_SITES[site] = _OWN
+            else:
+                _INT_SITES[site] = ints
+                now = _lazy.CLUSTER_NOW[0]
+                if now is not None:
+                    if len(_FIRST_CLUSTER) >= _STATIC_OPS_KEPT:
+                        _FIRST_CLUSTER.clear()
+                    _FIRST_CLUSTER[site] = now()
             return None
         if seen is _OWN or seen == ints:
             return None
-        _INT_SITES[site] = None  # (changed: from now on, tensors)
+        if type(seen) is _Loop:
+            now = _lazy.CLUSTER_NOW[0]()
+            if now is None:  # (not collected: as the loop's clusters have it -- its gradient may be collected)
+                if seen.ints == ints:
+                    return None
+            elif (now != seen.token) == (seen.ints == ints):  # (a cluster's first use, and only it, at the first ints)
+                seen.token = now
+                if seen.ints == ints:
+                    return None
+            else:  # (no loop from its first ints -- actions drawn at random, where which equals the first would
+                _INT_SITES[site] = None  # decide the key: tensors from now on)
+        else:  # (changed: from now on, tensors -- but a loop's first ints)
+            first = _FIRST_CLUSTER.pop(site, None)
+            now = _lazy.CLUSTER_NOW[0]
+            now = now() if first is not None and now is not None else None
+            _INT_SITES[site] = _Loop(seen, now) if now is not None and first == now else None
     bound = _static_op(x, index, op, prim)  # (checks the index as eager does: its error, its text)
     if bound is None:
         return None

@@ -54,6 +54,9 @@ SELECT_PREFIX: list = [None]
 # number of rows from step to step (a data set's boxes, one array per image), kept as the first rows of a padded
 # value (a selection of them, its count known), or None: made as ever. Set by jit while auto-jit is on.
 HOST_ROWS: list = [None]
+# ``cluster_now() -> token``: which cluster the calling thread's next op joins (equal tokens: the same cluster). Set
+# by jit with COLLECT; a subscript whose ints change asks it (``_indexing._changing_ints``).
+CLUSTER_NOW: list = [None]
 # ``megxla.config.auto_jit``: WANTED[0] is the setting; SWITCH[0](on) applies it (registered by jit, which may be
 # imported after the setting is made: it reads WANTED then).
 WANTED: list = [False]

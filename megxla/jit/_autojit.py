@@ -681,6 +681,7 @@ class _Cluster:
         self._clear()
 
     def _clear(self):
+        self.gen = getattr(self, "gen", -1) + 1  # how many times it was cut (``_cluster_now``)
         self.ops = []  # [(op, input ids, output ids)]
         self.avals = []  # local id -> (shape, dtype, weak_type)
         self.lazies = []  # the Lazy of every op output (a list: liveness is read from reference counts)
@@ -2292,6 +2293,7 @@ def _install():
     _lazy.FLUSH[0] = flush
     _lazy.STEP_END[0] = step_boundary
     _lazy.COLLECTING[0] = _collecting_at_backward if GROUP_BACKWARD else None
+    _lazy.CLUSTER_NOW[0] = _cluster_now
 
 
 def collecting() -> bool:
@@ -2320,6 +2322,14 @@ def _collecting_at_backward():
     if loc.read_pause is not None:
         _end_read_pause(loc)
     return collecting()
+
+
+def _cluster_now():
+    """(core's ``_lazy.CLUSTER_NOW``) The calling thread's cluster (its id) and the generation its next op joins (a
+    cut requested at the end of ``opt.step()`` is made at that op, so it joins the next one), or None where its ops
+    are not collected now (a paused stretch makes no cluster: no two ops in one)."""
+    cl = _local.cluster
+    return (id(cl), cl.gen + (cl.cut is not None)) if collecting() else None
 
 
 def enabled() -> bool:
