@@ -830,7 +830,9 @@ def test_an_executable_failing_after_consuming_its_donated_inputs_raises_eagers_
     w -= 1
     c = mge.Tensor(np.full(3, 5, "float32"))
     z = c * 3  # not computed from a donated input (c holds its array): computed op by op
-    big = F.zeros((2 ** 23, 2 ** 23)) + 1  # noqa: F841 (a result: computed)
+    # (a result: computed; from an array -- made from Python numbers alone, it would be a kept constant, computed
+    # op by op before the executable: jit/_kept_constants.py)
+    big = F.zeros((2 ** 23, 2 ** 23)) + c[:1]  # noqa: F841
     with pytest.raises(OutOfMemoryError):
         z.numpy()
     np.testing.assert_array_equal(z.numpy(), [15, 15, 15])
@@ -2963,3 +2965,99 @@ def test_a_models_host_drawn_initialisation_does_not_run_on_into_its_first_step(
     assert auto_jit_stats()["eager_reads"] > 0  # (the initialisation's reads did run eagerly)
     assert counts[-1][0] == 1, (counts, auto_jit_stats()["changes"])
     np.testing.assert_allclose(got, want, rtol=1e-5)
+
+
+def test_a_constant_made_at_the_first_step_and_kept_by_the_project_does_not_compile_the_step_twice(auto_jit):
+    # RIFE's warp keeps the grid it makes at the first step in a dict: the first step's cluster computes it, every
+    # later step's takes it as an input -- so the first never recurred, and the step (compiled at its first sight)
+    # was compiled again at the second (19 s each on 2 cores). The grid's ops are taken out of the first cluster and
+    # run op by op before it; the rest is the program every later step runs.
+    rng = np.random.RandomState(0)
+    xs, ys = rng.standard_normal((4, 2, 6, 6)).astype("float32"), rng.randint(0, 3, 4).astype("int32")
+    grids = {}
+
+    def grid(x):
+        key = tuple(x.shape)
+        if key not in grids:  # (made once, from Python numbers only, and kept)
+            h = F.broadcast_to(F.linspace(0, 1.0, x.shape[3]).reshape(1, 1, 1, x.shape[3]), x.shape) * 2.0
+            grids[key] = F.concat([h, h * 0.5], 1)
+        return grids[key]
+
+    def run(steps):
+        grids.clear()
+        mge.random.seed(0)
+        conv, fc = M.Conv2d(4, 4, 3, padding=1), M.Linear(144, 3)
+        params = list(conv.parameters()) + list(fc.parameters())
+        opt, gm = optim.SGD(params, lr=0.1, momentum=0.9), GradManager().attach(params)
+        losses, counts = [], []
+        for _ in range(steps):
+            x = mge.Tensor(xs)
+            with gm:
+                h = F.relu(conv(F.concat([x, x * 0.5], 1) + grid(x)))
+                loss = F.nn.cross_entropy(fc(F.flatten(h, 1)), mge.Tensor(ys))
+                gm.backward(loss)
+            opt.step().clear_grad()
+            losses.append(loss.item())
+            counts.append(auto_jit_stats()["compiled"])
+        return losses, [p.numpy() for p in params], counts
+
+    mge.config.auto_jit = False
+    want, want_params, _ = run(5)
+    mge.config.auto_jit = True
+    reset_auto_jit_stats()
+    got, got_params, counts = run(5)
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+    for a, b in zip(got_params, want_params):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    assert counts == [1] * 5, (counts, auto_jit_stats()["changes"])
+    assert auto_jit_stats()["cache_hits"] >= 4, auto_jit_stats()
+
+
+def test_a_models_device_made_constants_and_a_step_prepared_before_with_gm_compile_the_step_once(auto_jit, monkeypatch):
+    # RIFE: its loss modules make kernels on the device in ``__init__`` (``mge.tensor(k) / 256``, tiled), left
+    # pending; its loop prepares the batch before ``with gm:`` (``data / 255.``, slices) and reads three losses
+    # after each step. The kernels joined the first step's cluster, and from the second step on the read-site timer
+    # ran the preparation eagerly (the reads: a loop of them): the first step's cluster never recurred, and the
+    # step compiled twice (19 s on 2 cores). Attaching parameters ends the setup, and ``with gm:`` starts a step.
+    monkeypatch.setattr(_autojit, "STATIC_TIMER", True)  # (the read-site timers: off in the fixture)
+    rng = np.random.RandomState(0)
+    raws = rng.randint(0, 256, (6, 2, 3, 6, 6)).astype("float32")
+
+    class Net(M.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv, self.fc = M.Conv2d(2, 4, 3, padding=1), M.Linear(144, 3)
+            k = mge.tensor([[1.0, 2.0, 1.0], [2.0, 4.0, 2.0], [1.0, 2.0, 1.0]]) / 16.0
+            self.blur = F.tile(k.reshape(1, 1, 3, 3), (2, 2, 1, 1))  # (a constant made on the device)
+
+        def forward(self, x):
+            return self.fc(F.flatten(F.relu(self.conv(F.conv2d(x, self.blur, padding=1))), 1))
+
+    def run():
+        mge.random.seed(0)
+        net = Net()
+        opt = optim.Adam(net.parameters(), lr=1e-3)
+        gm = GradManager().attach(net.parameters())
+        losses = []
+        for raw in raws:
+            data = mge.Tensor(raw) / 255.0
+            x, y = data[:, :2], data[:, 2:].mean(axis=(1, 2, 3))
+            with gm:
+                out = net(x)
+                l1 = F.abs(out.mean(1) - y).mean()
+                l2 = (out ** 2).mean()
+                loss = l1 + 0.1 * l2
+                gm.backward(loss)
+            opt.step().clear_grad()
+            losses.append((float(loss), float(l1), float(l2)))
+        return losses
+
+    mge.config.auto_jit = False
+    want = run()
+    mge.config.auto_jit = True
+    reset_auto_jit_stats()
+    got = run()
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+    # (one executable for the step; the preparation's ops are a cluster of their own, compiled once too)
+    assert not auto_jit_stats()["changes"] and max(st[2] for st in _autojit._sites.values()) == 1, \
+        (auto_jit_stats()["changes"], list(_autojit._sites.values()))

@@ -186,11 +186,12 @@ class GradManager:
                 # read ``t`` treats ``t`` as a constant (``_backward_tape`` starts tracking it from here)
                 self._tracked.add(t._vid)
                 self._late[t._vid] = len(self._tape)
-        if not self._recording and _lazy.FLUSH[0] is not None and any(type(t._data) is _lazy.Lazy for t in tensors):
-            # Auto-jit: parameters still pending are a model's initialisation on the device (a ViT's
-            # ``trunc_normal_``: erfinv, clip). Left pending, it joined the first step's cluster, a key that never
-            # recurs -- the second step compiled the step again (swin-transformer: 7 s on 2 cores). Attaching them
-            # ends the setup: it runs as a cluster of its own.
+        if not self._recording and _lazy.FLUSH[0] is not None:
+            # Auto-jit: ops still pending when parameters are attached are a model's setup -- its initialisation on
+            # the device (a ViT's ``trunc_normal_``: erfinv, clip), constants its modules made (a loss's Sobel or
+            # Gaussian kernel, ``mge.tensor(k) / 256``, tiled). Left pending, they joined the first step's cluster, a
+            # key that never recurs -- the second step compiled the step again (swin-transformer: 7 s on 2 cores;
+            # RIFE: 19 s). Attaching ends the setup: it runs as a cluster of its own.
             _lazy.FLUSH[0]("parameters attached")
         return self
 
@@ -212,6 +213,12 @@ class GradManager:
         """Start recording ops (the ``with gm:`` block does this)."""
         if self._recording:
             raise RuntimeError("GradManager is already recording")
+        if _lazy.FLUSH[0] is not None and not _dispatch.recorders:
+            # Auto-jit: a step starts. The ops issued before it (a batch prepared, ``x / 255.``) run as a cluster
+            # of their own: at the first step they joined the step's cluster, and at the next ones a read-site
+            # timer may run them eagerly (the losses read at the end of each step: a loop of reads) -- the first
+            # step's cluster never recurred, and the step compiled twice (RIFE: 19 s on 2 cores).
+            _lazy.FLUSH[0]("with gm")
         # A Ctrl-C waits until the manager is fully recording (or fully released, below): one in between left it
         # marked recording but missing from the thread's recorders (every later ``with gm:`` raised "already
         # recording", its backward StopIteration)

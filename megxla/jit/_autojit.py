@@ -59,7 +59,7 @@ from ..core._lazy import Lazy
 from ..core._tensor import Tensor as _Tensor
 from ..core._op import SEQUENCE as _SEQUENCE, VJP as _VJP, check_output_size
 from ..core._spmd import MeshRequired
-from . import _kernels_ahead, _padded, _persist, _tiers
+from . import _kept_constants, _kernels_ahead, _padded, _persist, _tiers
 # (_change: read here by the tests)
 from ._cluster_change import _change, _signature, _site_change  # noqa: F401
 from ._mode_timer import _COMPILE_SECS, _KERNEL_SECS, ModeTimer
@@ -1056,9 +1056,9 @@ def _run_keyed(ops, avals, inputs, in_ids, out_ids, donate, reason, site, whole,
     st = _sites.get(site)
     if st is None:
         # keys seen, hits (cache hits and recurrences), keys compiled, how its clusters' ops change (per length),
-        # the input types of its first key, its last two new clusters, whether one of its clusters launches early,
-        # its hits when its last new key came
-        st = _sites[site] = [0, 0, 0, None, None, None, None, False, 0]
+        # the types of its first key's values, its last two new clusters, whether one of its clusters launches early,
+        # its hits when its last new key came, its first executable's program with constants kept taken out
+        st = _sites[site] = [0, 0, 0, None, None, None, None, False, 0, None]
     if whole and st[0] >= 0:
         # The same ops as a compiled cluster, other results (a step function that reads its loss every 10th step:
         # the loss is a result only then): that executable serves it, or one of both results compiles now -- the
@@ -1086,6 +1086,20 @@ def _run_keyed(ops, avals, inputs, in_ids, out_ids, donate, reason, site, whole,
         st[5], st[6] = st[6], (ops, avals)  # (references: a cut gives the cluster new lists)
         if st[5] is not None:
             _local.changed = site
+        if st[9] is not None:  # (the site's first executable had kept constants taken out: is this the same program?)
+            first, st[9] = st[9], None
+            canon = _kept_constants.Canonical(ops, avals, in_ids, out_ids, donate,
+                                              _kept_constants.constant_ops(ops, avals, in_ids, out_ids), key[4])
+            if canon.key == first[0]:
+                entry = _Entry(st, key)
+                entry.executable = canon.wrap(first[1], in_ids, out_ids, _run_ops)
+                _cache[key] = entry
+                if len(_cache) > CACHE_SIZE:
+                    _cache.popitem(last=False)
+                st[0] += 1
+                st[1] += 1
+                stats.hits += 1
+                return entry.executable(*inputs)
     if whole:
         # A site whose clusters keep changing in a few ops (those touching a count read on the host) runs its
         # clusters in parts: the ops that change run eagerly, the others as parts compiled once for all steps
@@ -1107,7 +1121,7 @@ def _run_keyed(ops, avals, inputs, in_ids, out_ids, donate, reason, site, whole,
             return _Cluster._eager(ops, inputs, in_ids, out_ids)
         st[0] += 1
         if st[0] == 1:
-            st[4] = set(key[1])
+            st[4] = set(avals)
         settled, st[8] = st[1] - st[8] >= SETTLED_HITS, st[1]
         entry = _Entry(st, key)
         _cache[key] = entry
@@ -1124,9 +1138,12 @@ def _run_keyed(ops, avals, inputs, in_ids, out_ids, donate, reason, site, whole,
     # recurred: a program's first step often differs from the others (an EMA of the weights after `opt.step()`
     # joins the next step's cluster; step 0 has none before it), and the op-by-op run of the second, whose eager
     # kernels are all cold, cost more than compiling it (1.8 s against 0.7 s for a small ConvNet) -- unless it
-    # takes an array of a shape the first did not: shapes that change (a sequence model's lengths) would make that
-    # compilation one of many, each barely used (a varying-length LSTM's second step: an 8 s compilation). A new
-    # scalar is no such sign (a metric accumulated in a tensor from the second step on). Nor does a cluster that
+    # takes an array of a shape no value of the first had: shapes that change (a sequence model's lengths) would
+    # make that compilation one of many, each barely used (a varying-length LSTM's second step: an 8 s
+    # compilation). A value the first computed is no such sign: a grid or anchors made at the first step and kept in
+    # a dict by the project are the next steps' inputs (RIFE's warp: its second step, 1,725 ops, ran op by op on
+    # cold kernels in 16.7 s, then compiled at the third in 18.4 s). Nor is a new scalar (a metric accumulated in
+    # a tensor from the second step on). Nor does a cluster that
     # repeats a few ops many times (an unrolled recurrent cell) compile at first sight: run op by op, its eager
     # kernels are few (1.8 s for a 60-step LSTMCell loop's 3,500 ops, 105 of them different), while XLA's compile
     # time follows the number of ops (6 s for the quick tier). So does a new key where the site had settled: its
@@ -1158,6 +1175,13 @@ def _run_keyed(ops, avals, inputs, in_ids, out_ids, donate, reason, site, whole,
         if len(_shared) >= CACHE_SIZE:
             _shared.pop(next(iter(_shared), None), None)
         _shared[early_key] = (entry, ops, avals, in_ids, out_ids, donate, out_avals, reason)
+    elif whole and st[0] == 1 and entry.seen == 1 and reason != "size cap" \
+            and (hoisted := _kept_constants.constant_ops(ops, avals, in_ids, out_ids)):
+        # (a site's first cluster compiled at first sight, computing constants that outlive it: see _kept_constants)
+        canon = _kept_constants.Canonical(ops, avals, in_ids, out_ids, donate, hoisted, key[4])
+        executable = _compile(canon.ops, canon.avals, canon.in_ids, canon.out_ids, canon.donate, None, reason)
+        st[9] = (canon.key, executable)
+        entry.executable = canon.wrap(executable, in_ids, out_ids, _run_ops)
     else:
         entry.executable = _compile(ops, avals, in_ids, out_ids, donate, out_avals, reason)
     if LOG:
@@ -1200,7 +1224,8 @@ def _repetitive(ops, avals):
 
 
 def _no_new_arrays(first, types):
-    """Whether every input type in ``types`` that is not among ``first`` is a scalar's."""
+    """Whether every input type in ``types`` that is not among ``first`` (the types of a first cluster's values) is a
+    scalar's."""
     return all(t in first or not t[0] for t in types)
 
 
@@ -2060,8 +2085,8 @@ def _op_sig(op, inputs):
 def flush(reason="trace starts"):
     """Run the calling thread's pending cluster now (core's ``_lazy.FLUSH``: before an interpreter starts)."""
     cl = _local.cluster
-    if cl.ops:
-        cl.flush(reason, user_where())
+    if cl.ops:  # (a cut requested at the end of ``opt.step()`` keeps its reason and line)
+        cl.flush(reason, user_where() if cl.cut is None else None)
     if cl.deferred:
         cl.swap_deferred()
 
