@@ -182,6 +182,22 @@ def test_a_trace_keeps_its_ints(fresh_auto_jit, index):
         x[i]  # (this line's ints change: index tensors here, outside the trace)
 
 
+def _linear_sgd(width):
+    """A seeded ``Linear(width, width)``, its SGD and its GradManager."""
+    mge.random.seed(0)
+    net = M.Linear(width, width)
+    return net, optim.SGD(net.parameters(), lr=0.1), GradManager().attach(net.parameters())
+
+
+def _eager_then_auto_jit(run):
+    """``run()`` eagerly, then under auto-jit from fresh statistics: (eager's result, auto-jit's)."""
+    mge.config.auto_jit = False
+    want = run()
+    mge.config.auto_jit = True
+    reset_auto_jit_stats()
+    return want, run()
+
+
 def test_two_subscripts_with_their_own_constant_ints_on_one_line_stay_static(fresh_auto_jit):
     # ``bounds[..., 0], bounds[..., 1]`` on one line: a site per line saw its ints change within the first step and
     # lifted them from the second subscript on, so the first step's cluster never recurred (NeRF compiled its step
@@ -190,10 +206,7 @@ def test_two_subscripts_with_their_own_constant_ints_on_one_line_stay_static(fre
     xs = rng.standard_normal((8, 2)).astype("float32")
 
     def run(steps):
-        mge.random.seed(0)
-        net = M.Linear(2, 2)
-        opt = optim.SGD(net.parameters(), lr=0.1)
-        gm = GradManager().attach(net.parameters())
+        net, opt, gm = _linear_sgd(2)
         losses = []
         for _ in range(steps):
             with gm:
@@ -205,11 +218,7 @@ def test_two_subscripts_with_their_own_constant_ints_on_one_line_stay_static(fre
             losses.append(loss.item())
         return losses
 
-    mge.config.auto_jit = False
-    want = run(4)
-    mge.config.auto_jit = True
-    reset_auto_jit_stats()
-    got = run(4)
+    want, got = _eager_then_auto_jit(lambda: run(4))
     np.testing.assert_allclose(got, want, rtol=1e-5)
     assert auto_jit_stats()["compiled"] == 1, auto_jit_stats()["changes"]
 
@@ -222,10 +231,7 @@ def test_a_loop_over_ints_within_the_step_keeps_its_first_int_and_the_step_compi
     xs = rng.standard_normal((8, 4)).astype("float32")
 
     def run(steps):
-        mge.random.seed(0)
-        net = M.Linear(4, 4)
-        opt = optim.SGD(net.parameters(), lr=0.1)
-        gm = GradManager().attach(net.parameters())
+        net, opt, gm = _linear_sgd(4)
         losses = []
         for _ in range(steps):
             with gm:
@@ -240,11 +246,7 @@ def test_a_loop_over_ints_within_the_step_keeps_its_first_int_and_the_step_compi
             losses.append(loss.item())
         return losses
 
-    mge.config.auto_jit = False
-    want = run(4)
-    mge.config.auto_jit = True
-    reset_auto_jit_stats()
-    got = run(4)
+    want, got = _eager_then_auto_jit(lambda: run(4))
     np.testing.assert_allclose(got, want, rtol=1e-5)
     assert auto_jit_stats()["compiled"] == 1, auto_jit_stats()["changes"]
     assert any(type(v) is _indexing._Loop for v in _indexing._INT_SITES.values())
@@ -258,10 +260,7 @@ def test_ints_drawn_at_random_within_the_step_are_all_index_tensors(fresh_auto_j
     xs = rng.standard_normal((6, 3)).astype("float32")
 
     def run():
-        mge.random.seed(0)
-        net = M.Linear(3, 3)
-        opt = optim.SGD(net.parameters(), lr=0.1)
-        gm = GradManager().attach(net.parameters())
+        net, opt, gm = _linear_sgd(3)
         losses = []
         for picks in draws:
             with gm:
@@ -272,11 +271,7 @@ def test_ints_drawn_at_random_within_the_step_are_all_index_tensors(fresh_auto_j
             losses.append(loss.item())
         return losses
 
-    mge.config.auto_jit = False
-    want = run()
-    mge.config.auto_jit = True
-    reset_auto_jit_stats()
-    got = run()
+    want, got = _eager_then_auto_jit(run)
     np.testing.assert_allclose(got, want, rtol=1e-5)
     s = auto_jit_stats()
     assert s["compiled"] <= 2 and s["cache_hits"] >= 6, s
