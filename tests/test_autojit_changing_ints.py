@@ -182,15 +182,24 @@ def test_a_trace_keeps_its_ints(fresh_auto_jit, index):
         x[i]  # (this line's ints change: index tensors here, outside the trace)
 
 
-def _linear_sgd(width):
-    """A seeded ``Linear(width, width)``, its SGD and its GradManager."""
-    mge.random.seed(0)
-    net = M.Linear(width, width)
-    return net, optim.SGD(net.parameters(), lr=0.1), GradManager().attach(net.parameters())
+def _train_linear(xs, step_losses):
+    """A seeded ``Linear`` on the batch ``xs`` (its width: the batch's), SGD, one step per function of
+    ``step_losses`` (the model's output -> the loss), eagerly and then under auto-jit from fresh statistics: (eager's
+    losses, auto-jit's)."""
 
+    def run():
+        mge.random.seed(0)
+        net = M.Linear(xs.shape[1], xs.shape[1])
+        opt, gm = optim.SGD(net.parameters(), lr=0.1), GradManager().attach(net.parameters())
+        losses = []
+        for loss_of in step_losses:
+            with gm:
+                loss = loss_of(net(mge.Tensor(xs)))
+                gm.backward(loss)
+            opt.step().clear_grad()
+            losses.append(loss.item())
+        return losses
 
-def _eager_then_auto_jit(run):
-    """``run()`` eagerly, then under auto-jit from fresh statistics: (eager's result, auto-jit's)."""
     mge.config.auto_jit = False
     want = run()
     mge.config.auto_jit = True
@@ -202,23 +211,13 @@ def test_two_subscripts_with_their_own_constant_ints_on_one_line_stay_static(fre
     # ``bounds[..., 0], bounds[..., 1]`` on one line: a site per line saw its ints change within the first step and
     # lifted them from the second subscript on, so the first step's cluster never recurred (NeRF compiled its step
     # twice). A site is the subscript itself: each keeps its int, and the step compiles once.
-    rng = np.random.RandomState(0)
-    xs = rng.standard_normal((8, 2)).astype("float32")
+    xs = np.random.RandomState(0).standard_normal((8, 2)).astype("float32")
 
-    def run(steps):
-        net, opt, gm = _linear_sgd(2)
-        losses = []
-        for _ in range(steps):
-            with gm:
-                y = net(mge.Tensor(xs))
-                near, far = y[:, 0], y[:, 1]
-                loss = ((far - near) ** 2).mean() + (y[..., 1] * y[..., 0]).mean()
-                gm.backward(loss)
-            opt.step().clear_grad()
-            losses.append(loss.item())
-        return losses
+    def loss_of(y):
+        near, far = y[:, 0], y[:, 1]
+        return ((far - near) ** 2).mean() + (y[..., 1] * y[..., 0]).mean()
 
-    want, got = _eager_then_auto_jit(lambda: run(4))
+    want, got = _train_linear(xs, [loss_of] * 4)
     np.testing.assert_allclose(got, want, rtol=1e-5)
     assert auto_jit_stats()["compiled"] == 1, auto_jit_stats()["changes"]
 
@@ -227,26 +226,17 @@ def test_a_loop_over_ints_within_the_step_keeps_its_first_int_and_the_step_compi
     # NeRF's cumprod (``for i in range(n): c *= x[i]; x[i] = c``) inside the step: its ints changed within the first
     # step, which lifted them from the second use on -- that step's cluster, static ``x[0]``, never recurred, and the
     # step compiled twice (first sight, then its second step's). The loop's first int stays static at every step.
-    rng = np.random.RandomState(0)
-    xs = rng.standard_normal((8, 4)).astype("float32")
+    xs = np.random.RandomState(0).standard_normal((8, 4)).astype("float32")
 
-    def run(steps):
-        net, opt, gm = _linear_sgd(4)
-        losses = []
-        for _ in range(steps):
-            with gm:
-                y = F.sigmoid(net(mge.Tensor(xs))).transpose(1, 0)
-                c = F.ones(y[0].shape)
-                for i in range(y.shape[0]):
-                    c = c * y[i]
-                    y[i] = c
-                loss = (y.transpose(1, 0) ** 2).mean()
-                gm.backward(loss)
-            opt.step().clear_grad()
-            losses.append(loss.item())
-        return losses
+    def loss_of(y):
+        y = F.sigmoid(y).transpose(1, 0)
+        c = F.ones(y[0].shape)
+        for i in range(y.shape[0]):
+            c = c * y[i]
+            y[i] = c
+        return (y.transpose(1, 0) ** 2).mean()
 
-    want, got = _eager_then_auto_jit(lambda: run(4))
+    want, got = _train_linear(xs, [loss_of] * 4)
     np.testing.assert_allclose(got, want, rtol=1e-5)
     assert auto_jit_stats()["compiled"] == 1, auto_jit_stats()["changes"]
     assert any(type(v) is _indexing._Loop for v in _indexing._INT_SITES.values())
@@ -258,20 +248,7 @@ def test_ints_drawn_at_random_within_the_step_are_all_index_tensors(fresh_auto_j
     rng = np.random.RandomState(0)
     draws = [rng.randint(0, 6, 5).tolist() for _ in range(10)]
     xs = rng.standard_normal((6, 3)).astype("float32")
-
-    def run():
-        net, opt, gm = _linear_sgd(3)
-        losses = []
-        for picks in draws:
-            with gm:
-                y = net(mge.Tensor(xs))
-                loss = sum((y[k] ** 2).sum() for k in picks)
-                gm.backward(loss)
-            opt.step().clear_grad()
-            losses.append(loss.item())
-        return losses
-
-    want, got = _eager_then_auto_jit(run)
+    want, got = _train_linear(xs, [lambda y, picks=picks: sum((y[k] ** 2).sum() for k in picks) for picks in draws])
     np.testing.assert_allclose(got, want, rtol=1e-5)
     s = auto_jit_stats()
     assert s["compiled"] <= 2 and s["cache_hits"] >= 6, s
