@@ -678,10 +678,11 @@ class _Cluster:
         self.owner = threading.get_ident()  # the thread collecting into it (each thread has its own cluster)
         self.deferred = []  # Lazy values another thread's read computed: the owner swaps them in
         self.guesses = {}  # first op signature -> _Guess: the cluster that started that way the last times
+        self.gen = -1  # how many times it was cut (``_cluster_now``): 0 once _clear has run
         self._clear()
 
     def _clear(self):
-        self.gen = getattr(self, "gen", -1) + 1  # how many times it was cut (``_cluster_now``)
+        self.gen += 1
         self.ops = []  # [(op, input ids, output ids)]
         self.avals = []  # local id -> (shape, dtype, weak_type)
         self.lazies = []  # the Lazy of every op output (a list: liveness is read from reference counts)
