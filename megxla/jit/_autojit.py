@@ -56,7 +56,7 @@ from ..core import _dispatch, _interrupt, _lazy, _op, _spmd
 from ..core.ops import elemwise as _E, indexing as _I, reduction as _R, shape as _S
 from ..core._elemwise_front import SCALAR_VIDS as _SCALAR_VIDS
 from ..core._lazy import Lazy
-from ..core._tensor import Tensor as _Tensor
+from ..core._tensor import Parameter, Tensor as _Tensor
 from ..core._op import SEQUENCE as _SEQUENCE, VJP as _VJP, check_output_size
 from ..core._spmd import MeshRequired
 from . import _kept_constants, _kernels_ahead, _padded, _persist, _tiers
@@ -865,7 +865,7 @@ class _Cluster:
         try:
             if values is None:
                 hits, split = _stats.hits, _stats.split
-                values = self._run(ops, avals, inputs, in_ids, out_ids, reason, site)
+                values = self._run(ops, avals, inputs, in_ids, out_ids, reason, site, in_refs)
                 # (learnt from clusters run whole by a cached executable -- not from a churning site's parts --
                 # below the tiered size: larger ones are compute-bound, no second executable for them)
                 if _stats.hits > hits and _stats.split == split and len(ops) < _tiers.MIN_OPS and first is not None:
@@ -988,7 +988,7 @@ class _Cluster:
                     continue  # (donated to the executable that failed: nothing to go back to)
                 t._data, t._vid = old_data, old_vid
 
-    def _run(self, ops, avals, inputs, in_ids, out_ids, reason, site):
+    def _run(self, ops, avals, inputs, in_ids, out_ids, reason, site, in_refs=None):
         stats = _stats
         if len(ops) < MIN_OPS:
             stats.small_cluster_ops += len(ops)
@@ -1012,7 +1012,7 @@ class _Cluster:
                 out_avals = {(a[0], id(a[1])) for a in [avals[i] for i in out_ids]}
                 donate = tuple([k for k in held if _is_array(inputs[k])
                                 and (avals[in_ids[k]][0], id(avals[in_ids[k]][1])) in out_avals])
-        return _run_keyed(ops, avals, inputs, in_ids, out_ids, donate, reason, site, True)
+        return _run_keyed(ops, avals, inputs, in_ids, out_ids, donate, reason, site, True, in_refs=in_refs)
 
     @staticmethod
     def _eager_until_error(ops, inputs, in_ids, out_ids, failed_run=None):
@@ -1039,10 +1039,11 @@ class _Cluster:
         return [env[i] for i in out_ids]
 
 
-def _run_keyed(ops, avals, inputs, in_ids, out_ids, donate, reason, site, whole, out_avals=None):
+def _run_keyed(ops, avals, inputs, in_ids, out_ids, donate, reason, site, whole, out_avals=None, in_refs=None):
     """Run a cluster by its cached executable, compile it (the policy above) or run it op by op. ``whole``: a
     cluster as cut, which may be run in parts (not one of its parts); ``out_avals``: where ``avals`` holds only
-    the inputs' (a part), a function giving the outputs'."""
+    the inputs' (a part), a function giving the outputs'; ``in_refs``: weak references to the Tensors the
+    inputs were read from (a cluster's: see _setup_inputs)."""
     stats = _stats
     # (JAX's float32 matmul precision, ``megxla.config.matmul_precision``, is read when a cluster is lowered)
     key = (tuple(ops), tuple([avals[i] for i in in_ids]), tuple(out_ids), donate, _config.jax_default_matmul_precision)
@@ -1090,7 +1091,9 @@ def _run_keyed(ops, avals, inputs, in_ids, out_ids, donate, reason, site, whole,
         if st[9] is not None:  # (the site's first executable had kept constants taken out: is this the same program?)
             first, st[9] = st[9], None
             canon = _kept_constants.Canonical(ops, avals, in_ids, out_ids, donate,
-                                              _kept_constants.constant_ops(ops, avals, in_ids, out_ids), key[4])
+                                              _kept_constants.constant_ops(ops, avals, in_ids, out_ids,
+                                                                                        _setup_inputs(in_ids, in_refs)),
+                                              key[4])
             if canon.key == first[0]:
                 entry = _Entry(st, key)
                 entry.executable = canon.wrap(first[1], in_ids, out_ids, _run_ops)
@@ -1177,7 +1180,7 @@ def _run_keyed(ops, avals, inputs, in_ids, out_ids, donate, reason, site, whole,
             _shared.pop(next(iter(_shared), None), None)
         _shared[early_key] = (entry, ops, avals, in_ids, out_ids, donate, out_avals, reason)
     elif whole and st[0] == 1 and entry.seen == 1 and reason != "size cap" \
-            and (hoisted := _kept_constants.constant_ops(ops, avals, in_ids, out_ids)):
+            and (hoisted := _kept_constants.constant_ops(ops, avals, in_ids, out_ids, _setup_inputs(in_ids, in_refs))):
         # (a site's first cluster compiled at first sight, computing constants that outlive it: see _kept_constants)
         canon = _kept_constants.Canonical(ops, avals, in_ids, out_ids, donate, hoisted, key[4])
         executable = _compile(canon.ops, canon.avals, canon.in_ids, canon.out_ids, canon.donate, None, reason)
@@ -1192,6 +1195,21 @@ def _run_keyed(ops, avals, inputs, in_ids, out_ids, donate, reason, site, whole,
         if len(_families) > CACHE_SIZE:
             del _families[next(iter(_families))]
     return entry.executable(*inputs)
+
+
+def _setup_inputs(in_ids, in_refs):
+    """The inputs (local ids) read from a Tensor made in the setup and not changed since (see ``_Local.setup_vid``):
+    a module's buffers, its device-made constants -- what a constant kept from the first step may be made from
+    (RoPE's table from the module's ``inv_freq``). Not parameters: what is made from them changes with them."""
+    mark = _local.setup_vid
+    if not mark or in_refs is None:
+        return ()
+    found = []
+    for i, ref in zip(in_ids, in_refs):
+        t = ref()
+        if t is not None and t._vid < mark and not isinstance(t, Parameter):
+            found.append(i)
+    return found
 
 
 def _log_compile(st, site, reason, n, whole, secs):
@@ -1789,6 +1807,10 @@ class _Local(threading.local):
     last_sig = None  # and its key's (ops, input types, results) (_Entry.sig)
     issued = None  # the input Tensors of the latest op run eagerly in a paused step
     steps = 0  # step boundaries (``opt.step()``) this thread has passed
+    # Values older than this (value ids below it) were made in the setup: the first ``GradManager.attach`` with no
+    # step since the last one ends it (a module's buffers, its device-made constants). See _kept_constants.
+    setup_vid = 0
+    setup_steps = -1  # ``steps`` at that attach
     read_pause = None  # [site, its ModeTimer, ops left, ops per iteration]: iterations run eagerly
     changed = None  # the latest site whose new cluster differed from one before, since this thread's last step end
 
@@ -2085,11 +2107,16 @@ def _op_sig(op, inputs):
 
 def flush(reason="trace starts"):
     """Run the calling thread's pending cluster now (core's ``_lazy.FLUSH``: before an interpreter starts)."""
-    cl = _local.cluster
+    loc = _local
+    cl = loc.cluster
     if cl.ops:  # (a cut requested at the end of ``opt.step()`` keeps its reason and line)
         cl.flush(reason, user_where() if cl.cut is None else None)
     if cl.deferred:
         cl.swap_deferred()
+    if reason == "parameters attached" and loc.setup_steps in (-1, loc.steps):
+        # (the setup ends: a later attach with no step since -- a second model's, a discriminator's -- moves the
+        # mark on; one attached again at every step does not)
+        loc.setup_vid, loc.setup_steps = next(_vids), loc.steps
 
 
 def step_boundary(reason="opt.step", now=False):

@@ -4,7 +4,8 @@ by feature size, a positional table made on first use).
 Such a project's first cluster computes the constant, where every later step's cluster takes it as an input: the
 first cluster never recurs, and a large one compiled at its first sight was compiled again at the second (RIFE, a
 1,725-op step: 19 s twice on 2 cores). So at a site's first compiled cluster, the ops computing a result that
-outlives it from no array input (Python numbers' 0-d tensors, or nothing: ``linspace``, ``full``) are taken out and
+outlives it from no array input (Python numbers' 0-d tensors, or nothing: ``linspace``, ``full``) -- or only from
+arrays the setup made and nothing changed since (a module's buffers: RoPE's ``inv_freq``) -- are taken out and
 run op by op before the rest -- eager's own kernels, so the values are eager's -- and the rest is compiled in a
 canonical numbering: inputs numbered at their first use in op order, then each op's results. The site's second
 cluster, taken apart and numbered the same way, is the same program when the constant was kept: the first
@@ -15,9 +16,10 @@ from __future__ import annotations
 __all__ = ["constant_ops", "Canonical"]
 
 
-def constant_ops(ops, avals, in_ids, out_ids):
+def constant_ops(ops, avals, in_ids, out_ids, setup_ids=()):
     """Positions of the ops computing a result in ``out_ids`` (an array: not 0-d) from no array input -- inputs of
-    the cluster that are 0-d, or none -- with the ops of the same kind it needs; empty where there is none.
+    the cluster that are 0-d, or none -- but those in ``setup_ids`` (made in the setup and unchanged since: a
+    module's buffers), with the ops of the same kind it needs; empty where there is none.
 
     Example:
         >>> a, s = ((2, 3), "float32", False), ((), "float32", True)
@@ -26,8 +28,11 @@ def constant_ops(ops, avals, in_ids, out_ids):
         [0, 1]
         >>> constant_ops(ops, [s, a, a, a, a], [0, 3], [4])      # (the constant does not outlive the cluster)
         []
+        >>> constant_ops(ops, [s, a, a, a, a], [0, 3], [2, 4], [3])  # (input 3 a module's buffer)
+        [0, 1, 2]
     """
     const = {i for i in in_ids if not avals[i][0]}
+    const.update(setup_ids)
     made_by = {}
     for k, (_, ins, outs) in enumerate(ops):
         if all(i in const for i in ins):
