@@ -105,6 +105,19 @@ def test_a_narrow_index_into_an_axis_longer_than_its_type_holds(mode, dtype):
     assert z.numpy()[:, [1, 299, 5]].tolist() == [[0, 0, 0], [0, 0, 0]]
 
 
+def test_indexing_one_hot_takes_class_ids_kept_as_floats_or_bools_as_megengine_does(mode):
+    # MegEngine converts the index with ``convert_single_value(index, dtype="int32")``: OMNet's loss picks with
+    # labels made as ``F.ones(shape) * mask`` (float32). megxla raised "index must be an integer tensor".
+    x = Tensor(np.arange(12, dtype="float32").reshape(2, 3, 2))
+    labels = F.ones((2, 2)) * (Tensor(np.array([[0.2, 0.9], [0.7, 0.1]], "float32")) > 0.5)
+    assert labels.dtype == np.float32
+    assert F.nn.indexing_one_hot(x, labels, 1).numpy().tolist() == [[0.0, 3.0], [8.0, 7.0]]
+    assert F.indexing_one_hot(x, Tensor(np.array([[2.0, 1.0], [0.0, 2.0]], "float32")), 1).numpy().tolist() == \
+        [[4.0, 3.0], [6.0, 11.0]]
+    assert F.indexing_one_hot(x, Tensor(np.array([[True, False], [False, True]])), 1).numpy().tolist() == \
+        [[2.0, 1.0], [6.0, 9.0]]
+
+
 def test_64_bit_dtypes_asked_for_are_their_32_bit_ones_without_jaxs_warning(mode):
     # MegEngine has no 64-bit tensors; code written for it (or ported from PyTorch) asks for int64 labels and
     # indices. Each such cast printed JAX's "will be truncated" warning, every time.

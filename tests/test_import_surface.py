@@ -112,6 +112,29 @@ def test_known_missing_is_current():
         pytest.skip(f"now present, remove from KNOWN_MISSING: {stale}")
 
 
+def test_private_loss_helpers_third_party_projects_import():
+    # OMNet's README has users write their loss with ``_reduce_output`` (megengine.functional.loss) and
+    # ``_reduce`` (megengine.core.tensor.array_method), as MegEngine's own losses are written
+    from megxla.core.tensor.array_method import _reduce
+    from megxla.functional.loss import _reduce_output
+    import megxla as mge
+
+    @_reduce_output
+    def weighted(pred, label, weight=None):
+        loss = abs(pred - label)
+        return loss * weight if weight is not None else loss
+
+    x, y = mge.Tensor([[1.0, -2.0], [3.0, 0.5]]), mge.Tensor([[0.0, 0.0], [1.0, 0.5]])
+    assert weighted(x, y).item() == 1.25 and weighted(x, y, reduction="sum").item() == 5.0
+    assert weighted(x, y, weight=mge.Tensor([2.0, 1.0]), reduction="none").numpy().tolist() == [[2, 2], [4, 0]]
+    with pytest.raises(ValueError, match="is not a valid value for reduction"):
+        weighted(x, y, reduction="max")
+    assert _reduce("mean")(x).item() == 0.625 and _reduce("product")(x, axis=1).numpy().tolist() == [-2.0, 1.5]
+    assert _reduce("max")(x, axis=0, keepdims=True).shape == (1, 2) and _reduce("min")(x).item() == -2.0
+    with pytest.raises(AssertionError):
+        _reduce("sum")(x, keepdims=True)
+
+
 def test_megengine_submodule_paths_used_by_its_tests():
     # paths MegEngine's own jit/xla tests import
     from megxla.core.tensor.utils import astensor1d, isscalar, make_shape_tuple, convert_single_value
@@ -169,7 +192,6 @@ ABSENT_MODULES = {
     "megengine.conftest": "MegEngine's own pytest configuration",
     "megengine.core._wrap": "wrapper of MegEngine's C++ CompNode; megxla's devices are megxla.device / CompNode",
     "megengine.core.ops.custom": "loads C++/CUDA custom operators built against MegEngine's ABI",
-    "megengine.core.tensor.array_method": "the base class MegEngine's C++ Tensor type mixes its methods in from",
     "megengine.data.signal_handling": "DataLoader worker internals (megxla's workers report their own failures)",
     "megengine.data.tools": "DataLoader internals: a shared-memory queue on Apache Arrow's Plasma store",
     "megengine.experimental": "weight_scaler patches MegEngine's private calc_conv / _calc_linear methods",

@@ -343,3 +343,21 @@ def test_a_tensor_takes_python_attributes_as_megengines():
         t.tag = "x"
         assert t.stop_gradient is False and t.tag == "x"
     assert not hasattr(Tensor([1.0]), "tag")
+
+
+def test_requires_grad_is_reserved_as_in_megengine():
+    # MegEngine 1.13's Tensor.requires_grad raises "requires_grad is reserved for future use" on reading, setting
+    # and deleting. megxla answered whether a recording GradManager tracked the tensor: MAML code filtering its
+    # parameters on ``requires_grad == True`` got an empty list outside ``with gm:`` (an optimizer's error later).
+    from megxla.autodiff import GradManager
+    w = Parameter(np.ones(3, "float32"))
+    gm = GradManager().attach([w])
+    for t in (Tensor([1.0]), w):
+        with gm:
+            with pytest.raises(AttributeError, match="reserved for future use"):
+                t.requires_grad
+        with pytest.raises(AttributeError, match="reserved for future use"):
+            t.requires_grad = True
+        with pytest.raises(AttributeError, match="reserved for future use"):
+            del t.requires_grad
+        assert not hasattr(t, "requires_grad") and getattr(t, "requires_grad", None) is None

@@ -310,6 +310,25 @@ class Tensor:
 
     @property
     def requires_grad(self):
+        """Reserved, as in MegEngine 1.13: reading, setting or deleting it raises ``AttributeError``. What is
+        differentiated is what a :class:`~.GradManager` has attached. (Code written for MegEngine 0.x or PyTorch
+        that filters parameters on it fails at once, as on MegEngine, rather than get an empty list.)
+
+        Example:
+            >>> hasattr(Tensor([1.0]), "requires_grad")
+            False
+        """
+        raise AttributeError("requires_grad is reserved for future use")
+
+    @requires_grad.setter
+    def requires_grad(self, value):
+        raise AttributeError("requires_grad is reserved for future use")
+
+    @requires_grad.deleter
+    def requires_grad(self):
+        raise AttributeError("requires_grad is reserved for future use")
+
+    def _recorded(self):
         """Whether a recording GradManager tracks this tensor."""
         from ._dispatch import recorders
         return any(r._tracks(self) for r in recorders)

@@ -92,7 +92,7 @@ def _root_input(op, inp, group, axis=None):
         if inp is None:
             raise ValueError(f"{op}: the root (group rank 0) must pass a tensor")
         inp = _t(inp)
-        val = (tuple(inp.shape), inp.dtype.name, inp.requires_grad)
+        val = (tuple(inp.shape), inp.dtype.name, inp._recorded())
     else:
         val = None
     n = _collective.next_meta(("meta", group.key))
@@ -110,7 +110,7 @@ def _root_input(op, inp, group, axis=None):
     if mine is None or mine.shape != shape or mine.dtype != dtype:
         from .tensor import zeros
         mine = zeros(shape, dtype=dtype)
-    if root_grad and not mine.requires_grad:
+    if root_grad and not mine._recorded():
         # MegEngine: the root's gradient needs this rank's part of the backward collective, so this rank's
         # input is attached to the GradManagers recording here (until their backward), as MegEngine's
         # collectives do with their dummy input

@@ -1081,7 +1081,8 @@ def indexing_one_hot(src, index, axis=1, keepdims=False):
 
     Args:
         src: input tensor.
-        index: integer tensor of ``src``'s shape without ``axis``.
+        index: tensor of ``src``'s shape without ``axis``; as MegEngine, a float or bool one is converted to
+            int32 (class ids kept as floats: ``F.ones(shape) * mask``).
         axis: the axis to pick along.
         keepdims: keep ``axis`` (with size 1) in the result.
 
@@ -1091,8 +1092,12 @@ def indexing_one_hot(src, index, axis=1, keepdims=False):
     Example:
         >>> F.indexing_one_hot(Tensor([[1., 2.], [3., 4.]]), Tensor([1, 0])).numpy()
         array([2., 3.], dtype=float32)
+        >>> F.indexing_one_hot(Tensor([[1., 2.], [3., 4.]]), Tensor([1., 0.])).numpy()
+        array([2., 3.], dtype=float32)
     """
-    src, index = _t(src), _index_tensor("indexing_one_hot", index)
+    src, index = _t(src), _t(index)
+    if index.dtype.kind not in "iu":  # (MegEngine: ``convert_single_value(index, dtype="int32")``)
+        index = index.astype("int32")
     axis = _axis("indexing_one_hot", src.ndim, axis)
     if not _lazy.same_shape(index, src, drop=axis):  # (``label[fg]`` against ``pred[fg]``: no count read)
         raise OpError(f"indexing_one_hot: index shape {index.shape} must be {src.shape[:axis] + src.shape[axis + 1:]} "
