@@ -616,8 +616,16 @@ class Tensor:
             array([1.], dtype=float32)
         """
         from ._dispatch import apply
-        from .ops.shape import device_put
-        out = apply(device_put.bind(device=_dt.to_device(device)), self)
+        from .ops.shape import copy, device_put
+        target = _dt.to_device(device)
+        try:
+            here = self._data.devices()
+        except Exception:  # (a traced value has no device: the transfer is recorded as ever)
+            here = None
+        # (where the value is there already, the copy is a plain one: under auto-jit a transfer runs eagerly and
+        # cuts the cluster, and OMNet's ``F.copy(x, device=x.device)`` cut its step twice per refinement)
+        op = copy.bind() if here is not None and len(here) == 1 and target in here else device_put.bind(device=target)
+        out = apply(op, self)
         if type(out) is not type(self):  # Parameter.to gives a Parameter, holding the same value
             t = type(self).__new__(type(self))
             t._data, t._vid, t._grad, t._name = out._data, out._vid, None, None
