@@ -194,6 +194,38 @@ def test_an_index_out_of_the_known_range_still_raises_eagers_error(fresh_auto_ji
     assert errors[0] == errors[1]
 
 
+def _masked_labels(x, weight, scale):
+    ids = F.ones(x.shape) if scale == 1.0 else F.full(x.shape, scale)
+    label = ids * (x > 0.5)  # (class ids made as floats on the device: OMNet's labels)
+    picked = weight[label.flatten().astype("int32")].reshape(label.shape)
+    return float((F.exp(x) * picked).sum())
+
+
+@pytest.mark.parametrize("scale", [1.0, 2.0])
+def test_class_ids_made_as_ones_times_a_mask_are_checked_without_a_cut(fresh_auto_jit, scale):
+    # ``weight[(F.ones(shape) * mask).astype("int32")]`` (OMNet's class weights): the index check read the ids,
+    # a cut in the middle of the loss at every step. Their range is known: the ones' value, or 0. With 2 for the
+    # value the ids run past the weights' 2 entries, and the check raises eager's error.
+    r = np.random.RandomState(0)
+    xs = [mge.Tensor(r.rand(4, 16).astype("float32")) for _ in range(3)]
+    weight = mge.Tensor([0.7, 0.3])
+    results = []
+    for auto in (False, True):
+        mge.config.auto_jit = auto
+        _autojit.reset_auto_jit_stats()
+        try:
+            results.append([_masked_labels(x, weight, scale) for x in xs])
+        except IndexOutOfRange as e:
+            results.append(str(e))
+    cuts = auto_jit_stats()["cuts"]
+    mge.config.auto_jit = False
+    assert results[0] == pytest.approx(results[1], rel=1e-5) if scale == 1.0 else results[0] == results[1], results
+    if scale == 1.0:
+        assert [c for c in cuts if "picked = " in c[2]] == [], cuts  # (only the loss's read cuts)
+    else:
+        assert "out of range" in results[0]
+
+
 def test_a_nan_among_float_classes_reads_the_index_as_eager_does(fresh_auto_jit):
     r = np.random.RandomState(1)
     g = r.randint(1, 5, (16, 1)).astype("float32")

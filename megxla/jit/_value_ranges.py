@@ -20,6 +20,7 @@ from ..core._lazy import Among, Columns, FloorDivided, Lazy, Shifted, _range_of,
 _prod = math.prod
 _ref = weakref.ref
 _can_cast = np.can_cast
+_BOOL = np.dtype(bool)
 
 
 def _entry(t):
@@ -157,10 +158,32 @@ def _written(op, inputs, result):  # setitem / pad_setitem: the value's entries 
 def _filled(op, inputs, result):  # full / full_like: one value
     v = dict(op.params)["value"]
     dtype = result[0]._data.dtype
-    if dtype.kind in "iu" and isinstance(v, (int, float, np.integer, np.floating)) and math.isfinite(v):
-        lo, hi = limits(dtype)
+    if dtype.kind in "iuf" and isinstance(v, (int, float, np.integer, np.floating)) and math.isfinite(v):
+        # (a float's: the value truncated, as its cast to integers -- see _entry)
+        lo, hi = limits(dtype) if dtype.kind in "iu" else (-2 ** 31, 2 ** 31 - 1)
         if lo <= int(v) <= hi:  # (else it wrapped: ``full(-1, dtype=uint8)`` is 255)
             result[0]._data.bounds = (int(v), int(v))
+
+
+def _masked(op, inputs, result):  # mul by a bool mask: the other operand's entries, or 0
+    # (class ids made as ``F.ones(shape) * mask``, OMNet's labels, then cast and indexed with: no count read. A
+    # float operand's entries have a range only where they are finite, so ``x * False`` is 0, not NaN.)
+    # (every collected product comes here: the mask is looked for among pending values only -- a concrete array's
+    # dtype costs ~0.2 us to ask, a pending one's is a field)
+    if len(inputs) != 2:
+        return
+    a, m = inputs
+    d = m._data
+    if type(d) is not Lazy or d.dtype is not _BOOL:
+        d = a._data
+        if type(d) is not Lazy or d.dtype is not _BOOL:
+            return
+        a, m = m, a
+    if a._data.dtype is _BOOL or result[0]._data.dtype.kind not in "iuf":
+        return
+    e = _entry(a)
+    if e is not None:
+        result[0]._data.bounds = [e, (0, 0)]
 
 
 def _moved(op, inputs, result):  # add / sub of a scalar: the entries moved by its value
@@ -248,7 +271,7 @@ _RANGE_RULES = dict.fromkeys(("getitem", "reshape", "transpose", "broadcast_to",
                               "roll", "tile", "repeat", "copy", "detach", "gather"), _same_values)
 _RANGE_RULES.update({"getitem": _picked, "floor_div": _divided, "mod": _divided})
 _RANGE_RULES.update({"where": _either, "setitem": _written, "pad_setitem": _written, "pad_select": _rows_kept,
-                     "full": _filled, "full_like": _filled, "add": _moved, "sub": _moved,
+                     "full": _filled, "full_like": _filled, "add": _moved, "sub": _moved, "mul": _masked,
                      "arange": _counted})
 _RANGE_RULES.update({"concat": _union, "stack": _union, "astype": _int_cast, "argmax": _positions,
                      "argmin": _positions, "sort": _sorted_positions, "topk": _sorted_positions})
