@@ -3114,3 +3114,46 @@ def test_a_table_made_at_the_first_step_from_a_modules_buffer_does_not_compile_t
     for a, b in zip(got_params, want_params):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
     assert counts == [1] * 5, (counts, auto_jit_stats()["changes"])
+
+
+def test_a_table_made_at_every_step_and_held_by_the_tape_is_not_taken_out_of_the_step(auto_jit, monkeypatch):
+    # The same table made at every forward (not kept), the loss read inside ``with gm:``: the tape holds the table
+    # for the backward, so it outlives the forward's cluster -- but is no kept constant. Taken out of the first
+    # executable, its ops would run op by op at every step; they stay compiled in it.
+    rng = np.random.RandomState(0)
+    xs = rng.standard_normal((4, 2, 8, 16)).astype("float32")
+    inv_freq = mge.tensor(1.0 / 10000 ** (np.arange(0, 16, 2, dtype="float32") / 16))
+    taken_out = []
+    real = _autojit._kept_constants.constant_ops
+
+    def spied(*args):
+        found = real(*args)
+        taken_out.extend(found)
+        return found
+
+    def run():
+        mge.random.seed(0)
+        fc = M.Linear(16, 1)
+        opt, gm = optim.SGD(fc.parameters(), lr=0.01), GradManager().attach(fc.parameters())
+        losses = []
+        for x in xs:
+            with gm:
+                f = F.arange(8, dtype="float32").reshape(-1, 1) * inv_freq.reshape(1, -1)
+                f = F.concat([f, f], axis=-1)
+                h = mge.Tensor(x) * F.cos(f) + mge.Tensor(x)[..., ::-1] * F.sin(f)
+                loss = (fc(h) ** 2).mean()
+                losses.append(loss.item())  # (a read inside ``with gm:``)
+                gm.backward(loss)
+            opt.step().clear_grad()
+        return losses
+
+    mge.config.auto_jit = False
+    want = run()
+    mge.config.auto_jit = True
+    reset_auto_jit_stats()
+    monkeypatch.setattr(_autojit._local, "setup_steps", -1, raising=False)
+    monkeypatch.setattr(_autojit._kept_constants, "constant_ops", spied)
+    monkeypatch.setattr(_autojit, "FIRST_SIGHT_OPS", 8)  # (the forward's cluster compiles at its first sight)
+    got = run()
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+    assert taken_out == [] and auto_jit_stats()["cache_hits"] >= 3, (taken_out, auto_jit_stats())

@@ -1200,9 +1200,11 @@ def _run_keyed(ops, avals, inputs, in_ids, out_ids, donate, reason, site, whole,
 def _setup_inputs(in_ids, in_refs):
     """The inputs (local ids) read from a Tensor made in the setup and not changed since (see ``_Local.setup_vid``):
     a module's buffers, its device-made constants -- what a constant kept from the first step may be made from
-    (RoPE's table from the module's ``inv_freq``). Not parameters: what is made from them changes with them."""
+    (RoPE's table from the module's ``inv_freq``). Not parameters: what is made from them changes with them. None
+    while a GradManager records: its tape holds what the backward needs (a table made at every step, then a loss
+    read inside ``with gm:``), and such results, taken out, would run op by op at every step."""
     mark = _local.setup_vid
-    if not mark or in_refs is None:
+    if not mark or in_refs is None or _dispatch.recorders:
         return ()
     found = []
     for i, ref in zip(in_ids, in_refs):
