@@ -1090,10 +1090,8 @@ def _run_keyed(ops, avals, inputs, in_ids, out_ids, donate, reason, site, whole,
             _local.changed = site
         if st[9] is not None:  # (the site's first executable had kept constants taken out: is this the same program?)
             first, st[9] = st[9], None
-            canon = _kept_constants.Canonical(ops, avals, in_ids, out_ids, donate,
-                                              _kept_constants.constant_ops(ops, avals, in_ids, out_ids,
-                                                                                        _setup_inputs(in_ids, in_refs)),
-                                              key[4])
+            hoisted = _kept_constants.constant_ops(ops, avals, in_ids, out_ids, _setup_inputs(in_ids, in_refs))
+            canon = _kept_constants.Canonical(ops, avals, in_ids, out_ids, donate, hoisted, key[4])
             if canon.key == first[0]:
                 entry = _Entry(st, key)
                 entry.executable = canon.wrap(first[1], in_ids, out_ids, _run_ops)
