@@ -2968,6 +2968,38 @@ def test_a_models_host_drawn_initialisation_does_not_run_on_into_its_first_step(
     np.testing.assert_allclose(got, want, rtol=1e-5)
 
 
+def _compilations_after_each_step(build, batches, lr, fresh_setup=None):
+    """Trains ``build()``'s parameters on the loss it gives for each batch (SGD with momentum), eagerly and then
+    under auto-jit; checks that both give the same losses and parameters, and returns the compilations counted after
+    each auto-jit step. ``fresh_setup``: a monkeypatch, to make the attach end the setup as in a fresh process (here
+    earlier tests' steps came before it)."""
+    def run():
+        mge.random.seed(0)
+        params, loss_of = build()
+        opt, gm = optim.SGD(params, lr=lr, momentum=0.9), GradManager().attach(params)
+        losses, counts = [], []
+        for batch in batches:
+            with gm:
+                loss = loss_of(batch)
+                gm.backward(loss)
+            opt.step().clear_grad()
+            losses.append(loss.item())
+            counts.append(auto_jit_stats()["compiled"])
+        return losses, [p.numpy() for p in params], counts
+
+    mge.config.auto_jit = False
+    want, want_params, _ = run()
+    mge.config.auto_jit = True
+    reset_auto_jit_stats()
+    if fresh_setup is not None:
+        fresh_setup.setattr(_autojit._local, "setup_steps", -1, raising=False)
+    got, got_params, counts = run()
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+    for a, b in zip(got_params, want_params):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    return counts
+
+
 def test_a_constant_made_at_the_first_step_and_kept_by_the_project_does_not_compile_the_step_twice(auto_jit):
     # RIFE's warp keeps the grid it makes at the first step in a dict: the first step's cluster computes it, every
     # later step's takes it as an input -- so the first never recurred, and the step (compiled at its first sight)
@@ -2984,32 +3016,18 @@ def test_a_constant_made_at_the_first_step_and_kept_by_the_project_does_not_comp
             grids[key] = F.concat([h, h * 0.5], 1)
         return grids[key]
 
-    def run(steps):
+    def build():
         grids.clear()
-        mge.random.seed(0)
         conv, fc = M.Conv2d(4, 4, 3, padding=1), M.Linear(144, 3)
-        params = list(conv.parameters()) + list(fc.parameters())
-        opt, gm = optim.SGD(params, lr=0.1, momentum=0.9), GradManager().attach(params)
-        losses, counts = [], []
-        for _ in range(steps):
-            x = mge.Tensor(xs)
-            with gm:
-                h = F.relu(conv(F.concat([x, x * 0.5], 1) + grid(x)))
-                loss = F.nn.cross_entropy(fc(F.flatten(h, 1)), mge.Tensor(ys))
-                gm.backward(loss)
-            opt.step().clear_grad()
-            losses.append(loss.item())
-            counts.append(auto_jit_stats()["compiled"])
-        return losses, [p.numpy() for p in params], counts
 
-    mge.config.auto_jit = False
-    want, want_params, _ = run(5)
-    mge.config.auto_jit = True
-    reset_auto_jit_stats()
-    got, got_params, counts = run(5)
-    np.testing.assert_allclose(got, want, rtol=1e-5)
-    for a, b in zip(got_params, want_params):
-        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+        def loss_of(_):
+            x = mge.Tensor(xs)
+            h = F.relu(conv(F.concat([x, x * 0.5], 1) + grid(x)))
+            return F.nn.cross_entropy(fc(F.flatten(h, 1)), mge.Tensor(ys))
+
+        return list(conv.parameters()) + list(fc.parameters()), loss_of
+
+    counts = _compilations_after_each_step(build, range(5), lr=0.1)
     assert counts == [1] * 5, (counts, auto_jit_stats()["changes"])
     assert auto_jit_stats()["cache_hits"] >= 4, auto_jit_stats()
 
@@ -3088,31 +3106,12 @@ def test_a_table_made_at_the_first_step_from_a_modules_buffer_does_not_compile_t
             h = x.shape[-1] // 2
             return x * cos + F.concat([-x[..., h:], x[..., :h]], axis=-1) * sin
 
-    def run():
-        mge.random.seed(0)
+    def build():
         rope, fc1, fc2 = Rope(16), M.Linear(16, 16), M.Linear(16, 1)
-        params = list(fc1.parameters()) + list(fc2.parameters())
-        opt, gm = optim.SGD(params, lr=0.01, momentum=0.9), GradManager().attach(params)
-        losses, counts = [], []
-        for x in xs:
-            with gm:
-                loss = (fc2(F.relu(rope(fc1(mge.Tensor(x))))) ** 2).mean()
-                gm.backward(loss)
-            opt.step().clear_grad()
-            losses.append(loss.item())
-            counts.append(auto_jit_stats()["compiled"])
-        return losses, [p.numpy() for p in params], counts
+        return list(fc1.parameters()) + list(fc2.parameters()), \
+            lambda x: (fc2(F.relu(rope(fc1(mge.Tensor(x))))) ** 2).mean()
 
-    mge.config.auto_jit = False
-    want, want_params, _ = run()
-    mge.config.auto_jit = True
-    reset_auto_jit_stats()
-    # (as in a fresh process: the attach below ends the setup -- here earlier tests' steps came before it)
-    monkeypatch.setattr(_autojit._local, "setup_steps", -1, raising=False)
-    got, got_params, counts = run()
-    np.testing.assert_allclose(got, want, rtol=1e-5)
-    for a, b in zip(got_params, want_params):
-        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    counts = _compilations_after_each_step(build, xs, lr=0.01, fresh_setup=monkeypatch)
     assert counts == [1] * 5, (counts, auto_jit_stats()["changes"])
 
 
