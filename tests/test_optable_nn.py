@@ -157,6 +157,13 @@ add(
     OpCase("functional.conv1d", lambda x, w: F.conv1d(x, w), np_conv, [f32(2, 3, 7), W(4, 3, 3)], label="basic"),
     OpCase("functional.conv1d", lambda x, w, b: F.conv1d(x, w, b, stride=2, padding=1, dilation=2),
            lambda x, w, b: np_conv(x, w, b, 2, 1, 2), [f32(1, 2, 9), W(3, 2, 3), W(1, 3, 1)], label="s2p1d2+bias"),
+    # (1x1, stride 1, no padding: a matmul over the channels on the CPU -- ops/nn._pointwise)
+    OpCase("functional.conv1d", lambda x, w, b: F.conv1d(x, w, b), lambda x, w, b: np_conv(x, w, b),
+           [f32(2, 5, 7), W(3, 5, 1), W(1, 3, 1)], label="1x1+bias"),
+    OpCase("functional.conv2d", lambda x, w: F.conv2d(x, w, dilation=2), lambda x, w: np_conv(x, w),
+           [f32(2, 4, 3, 5), W(6, 4, 1, 1)], label="1x1"),
+    OpCase("functional.conv3d", lambda x, w: F.conv3d(x, w), np_conv, [f32(1, 3, 2, 3, 2), W(2, 3, 1, 1, 1)],
+           label="1x1x1"),
     OpCase("functional.conv2d", lambda x, w: F.conv2d(x, w, padding=1), lambda x, w: np_conv(x, w, padding=1),
            [f32(2, 3, 5, 5), W(4, 3, 3, 3)], label="pad1"),
     OpCase("functional.conv2d", lambda x, w, b: F.conv2d(x, w, b, stride=(2, 1), padding=(1, 0), dilation=(1, 2)),

@@ -15,11 +15,28 @@ def _spatial_dims(nd):
     return ("NC" + s, "OI" + s, "NC" + s)
 
 
+def _pointwise(x, w):
+    """A 1x1 convolution (stride 1, no padding, one group) as the matmul it is: ``w (O, C) @ x (N, C, spatial)``.
+
+    XLA:CPU computes such a convolution as a dot of transposed copies (NC... layouts put the channels in the
+    middle) and transposes the result back; a whole step fuses those transposes into the producers and consumers
+    around it, strided loops slower than the convolution (OMNet's Conv1d + BatchNorm stack: 20% slower compiled than
+    eager). The matmul over the channels needs none: 1x1 convolutions' forward and gradient 1.4-3.1x faster on 2
+    cores (MobileNet-, ResNet-shaped; 2112 -> 1024 channels over 192 points: 5%)."""
+    n, c = x.shape[:2]
+    y = jnp.matmul(w.reshape(w.shape[0], c), x.reshape(n, c, -1))
+    return y.reshape((n, w.shape[0]) + x.shape[2:])
+
+
 def _conv(x, w, *bias, stride, padding, dilation, groups, nd):
     if w.ndim == nd + 3:  # MegEngine's grouped layout (G, O/G, I/G, *k)
         w = w.reshape((w.shape[0] * w.shape[1],) + w.shape[2:])
-    y = lax.conv_general_dilated(x, w, stride, [(p, p) for p in padding], rhs_dilation=dilation,
-                                 dimension_numbers=_spatial_dims(nd), feature_group_count=groups)
+    if groups == 1 and x.dtype == jnp.float32 and w.dtype == jnp.float32 and not any(k != 1 for k in w.shape[2:]) \
+            and not any(s != 1 for s in stride) and not any(padding) and jax.default_backend() == "cpu":
+        y = _pointwise(x, w)  # (on the CPU only: GPUs' convolution libraries take NCHW 1x1 as it is)
+    else:
+        y = lax.conv_general_dilated(x, w, stride, [(p, p) for p in padding], rhs_dilation=dilation,
+                                     dimension_numbers=_spatial_dims(nd), feature_group_count=groups)
     if bias:
         y = y + bias[0].reshape((1, -1) + (1,) * nd)
     return y
