@@ -606,9 +606,10 @@ class Tensor:
     def to(self, device, *, _borrow=False):
         """A copy of this tensor on ``device``.
 
-        It is an op (``device_put``) so that a trace sees the dependency on ``self`` (a compiled step moves
-        the value it gets at each call, instead of baking in the one it saw while recording), and a real copy
-        even on the same device (a compiled step may donate ``self``'s buffer).
+        It is an op (``device_put``; ``copy`` where the value is on ``device`` already) so that a trace sees the
+        dependency on ``self`` (a compiled step moves the value it gets at each call, instead of baking in the one
+        it saw while recording), and a real copy even on the same device (a compiled step may donate ``self``'s
+        buffer).
 
         Example:
             >>> import megxla as mge
