@@ -2968,11 +2968,10 @@ def test_a_models_host_drawn_initialisation_does_not_run_on_into_its_first_step(
     np.testing.assert_allclose(got, want, rtol=1e-5)
 
 
-def _compilations_after_each_step(build, batches, lr, fresh_setup=None):
+def _compilations_after_each_step(build, batches, lr):
     """Trains ``build()``'s parameters on the loss it gives for each batch (SGD with momentum), eagerly and then
     under auto-jit; checks that both give the same losses and parameters, and returns the compilations counted after
-    each auto-jit step. ``fresh_setup``: a monkeypatch, to make the attach end the setup as in a fresh process (here
-    earlier tests' steps came before it)."""
+    each auto-jit step."""
     def run():
         mge.random.seed(0)
         params, loss_of = build()
@@ -2991,8 +2990,6 @@ def _compilations_after_each_step(build, batches, lr, fresh_setup=None):
     want, want_params, _ = run()
     mge.config.auto_jit = True
     reset_auto_jit_stats()
-    if fresh_setup is not None:
-        fresh_setup.setattr(_autojit._local, "setup_steps", -1, raising=False)
     got, got_params, counts = run()
     np.testing.assert_allclose(got, want, rtol=1e-5)
     for a, b in zip(got_params, want_params):
@@ -3082,7 +3079,7 @@ def test_a_models_device_made_constants_and_a_step_prepared_before_with_gm_compi
         (auto_jit_stats()["changes"], list(_autojit._sites.values()))
 
 
-def test_a_table_made_at_the_first_step_from_a_modules_buffer_does_not_compile_the_step_twice(auto_jit, monkeypatch):
+def test_a_table_made_at_the_first_step_from_a_modules_buffer_does_not_compile_the_step_twice(auto_jit):
     # Rotary position embeddings: the module keeps ``inv_freq`` (a buffer made in ``__init__``) and, at the first
     # forward of each length, a cos/sin table made from it and kept. The first step's cluster made the table, every
     # later one takes it as an input, so the step compiled twice. Ops made from Python numbers and the setup's
@@ -3111,7 +3108,8 @@ def test_a_table_made_at_the_first_step_from_a_modules_buffer_does_not_compile_t
         return list(fc1.parameters()) + list(fc2.parameters()), \
             lambda x: (fc2(F.relu(rope(fc1(mge.Tensor(x))))) ** 2).mean()
 
-    counts = _compilations_after_each_step(build, xs, lr=0.01, fresh_setup=monkeypatch)
+    # (a model built after earlier tests' training, as in a notebook: its parameters' first attach ends its setup)
+    counts = _compilations_after_each_step(build, xs, lr=0.01)
     assert counts == [1] * 5, (counts, auto_jit_stats()["changes"])
 
 
@@ -3150,7 +3148,6 @@ def test_a_table_made_at_every_step_and_held_by_the_tape_is_not_taken_out_of_the
     want = run()
     mge.config.auto_jit = True
     reset_auto_jit_stats()
-    monkeypatch.setattr(_autojit._local, "setup_steps", -1, raising=False)
     monkeypatch.setattr(_autojit._kept_constants, "constant_ops", spied)
     monkeypatch.setattr(_autojit, "FIRST_SIGHT_OPS", 8)  # (the forward's cluster compiles at its first sight)
     got = run()

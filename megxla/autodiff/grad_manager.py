@@ -192,7 +192,7 @@ class GradManager:
             # Gaussian kernel, ``mge.tensor(k) / 256``, tiled). Left pending, they joined the first step's cluster, a
             # key that never recurs -- the second step compiled the step again (swin-transformer: 7 s on 2 cores;
             # RIFE: 19 s). Attaching ends the setup: it runs as a cluster of its own.
-            _lazy.FLUSH[0]("parameters attached")
+            _lazy.FLUSH[0]("parameters attached", tensors)
         return self
 
     def _attach_transient(self, t):

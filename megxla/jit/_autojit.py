@@ -1807,10 +1807,9 @@ class _Local(threading.local):
     last_sig = None  # and its key's (ops, input types, results) (_Entry.sig)
     issued = None  # the input Tensors of the latest op run eagerly in a paused step
     steps = 0  # step boundaries (``opt.step()``) this thread has passed
-    # Values older than this (value ids below it) were made in the setup: the first ``GradManager.attach`` with no
-    # step since the last one ends it (a module's buffers, its device-made constants). See _kept_constants.
+    # Values older than this (value ids below it) were made in the setup (a module's buffers, its device-made
+    # constants): a ``GradManager.attach`` of a Parameter never attached before ends it. See _kept_constants.
     setup_vid = 0
-    setup_steps = -1  # ``steps`` at that attach
     read_pause = None  # [site, its ModeTimer, ops left, ops per iteration]: iterations run eagerly
     changed = None  # the latest site whose new cluster differed from one before, since this thread's last step end
 
@@ -1848,6 +1847,8 @@ def clustered():
 
 
 _local = _Local()
+# Parameters a GradManager has attached, by id (see flush; a WeakSet would compare Tensors with ``==``, elementwise)
+_ATTACHED: dict = {}
 
 
 def _swap_in(lazies):
@@ -2105,18 +2106,29 @@ def _op_sig(op, inputs):
     return op, tuple([(d.raw_shape if type(d) is Lazy else d.shape, d.dtype) for d in [t._data for t in inputs]])
 
 
-def flush(reason="trace starts"):
-    """Run the calling thread's pending cluster now (core's ``_lazy.FLUSH``: before an interpreter starts)."""
+def flush(reason="trace starts", attached=()):
+    """Run the calling thread's pending cluster now (core's ``_lazy.FLUSH``: before an interpreter starts).
+    ``attached``: the tensors a ``GradManager.attach`` (the reason "parameters attached") attaches."""
     loc = _local
     cl = loc.cluster
     if cl.ops:  # (a cut requested at the end of ``opt.step()`` keeps its reason and line)
         cl.flush(reason, user_where() if cl.cut is None else None)
     if cl.deferred:
         cl.swap_deferred()
-    if reason == "parameters attached" and loc.setup_steps in (-1, loc.steps):
-        # (the setup ends: a later attach with no step since -- a second model's, a discriminator's -- moves the
-        # mark on; one attached again at every step does not)
-        loc.setup_vid, loc.setup_steps = next(_vids), loc.steps
+    if attached:
+        # (the setup ends where a model's parameters are first attached -- a second model's, a discriminator's, a
+        # model built later in a notebook; parameters attached again at every step are no new setup, nor is an
+        # input attached for its gradient)
+        new = False
+        for t in attached:
+            if isinstance(t, Parameter):
+                k = id(t)
+                r = _ATTACHED.get(k)
+                if r is None or r() is not t:
+                    _ATTACHED[k] = weakref.ref(t, lambda _, k=k: _ATTACHED.pop(k, None))
+                    new = True
+        if new:
+            loc.setup_vid = next(_vids)
 
 
 def step_boundary(reason="opt.step", now=False):
