@@ -21,8 +21,8 @@ def _pointwise(x, w):
     XLA:CPU computes such a convolution as a dot of transposed copies (NC... layouts put the channels in the
     middle) and transposes the result back; a whole step fuses those transposes into the producers and consumers
     around it, strided loops slower than the convolution (OMNet's Conv1d + BatchNorm stack: 20% slower compiled than
-    eager). The matmul over the channels needs none: 1x1 convolutions' forward and gradient 1.4-3.1x faster on 2
-    cores (MobileNet-, ResNet-shaped; 2112 -> 1024 channels over 192 points: 5%)."""
+    eager). The matmul over the channels needs none: a 1x1 convolution's forward and gradient in plain JAX on 2
+    cores, MobileNet- and ResNet-shaped, 1.5-3.1x faster (2112 -> 1024 channels over 192 points: 1.05x)."""
     n, c = x.shape[:2]
     y = jnp.matmul(w.reshape(w.shape[0], c), x.reshape(n, c, -1))
     return y.reshape((n, w.shape[0]) + x.shape[2:])
