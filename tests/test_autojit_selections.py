@@ -1156,6 +1156,43 @@ def test_a_batch_and_its_labels_made_on_one_line_are_kept_padded(fresh_auto_jit)
     _same(results[False], results[True], "one line's batch and labels")
 
 
+def test_a_line_making_training_and_evaluation_batches_keeps_the_training_batch_as_it_is(fresh_auto_jit):
+    # basecls' Preprocess makes the training batches (8 rows) and, between epochs, the evaluation's (25, 25, 5) at one
+    # line: with short epochs the line counted as a data set's changing counts, and its training batch became the
+    # first 8 rows of 32 -- a new first op in the training step's cluster, compiled again (found by a probe)
+    def tensors(n):
+        return [mge.Tensor(a) for a in (r.randn(n, 6).astype("float32"), r.randint(0, 3, n).astype("int32"))]
+
+    results = {}
+    for auto in (False, True):
+        mge.config.auto_jit = auto
+        mge.random.seed(0)
+        r = np.random.RandomState(5)
+        model = mge.module.Linear(6, 3)
+        gm = GradManager().attach(model.parameters())
+        opt = mge.optimizer.SGD(model.parameters(), lr=0.1)
+        results[auto], padded, compiled = [], [], []
+        for epoch in range(6):
+            for _ in range(3):
+                x, y = tensors(8)
+                padded.append(type(x._data) is _autojit.Lazy and x._data.pad is not None)
+                with gm:
+                    loss = F.nn.cross_entropy(model(x), y)
+                    gm.backward(loss)
+                opt.step().clear_grad()
+                results[auto].append(float(loss.item()))
+            for n in (25, 25, 5):
+                x, y = tensors(n)
+                results[auto].append(float((F.argmax(model(x), axis=1) == y).astype("float32").mean().item()))
+            compiled.append(auto_jit_stats()["compiled"])
+        results[auto].append(model.weight.numpy())
+        assert not any(padded)
+        if auto:
+            assert compiled[-1] == compiled[2], compiled
+    mge.config.auto_jit = False
+    _same(results[False], results[True], "training and evaluation batches made at one line")
+
+
 @pytest.mark.parametrize("kind", ["xla_trace", "trace", "symbolic"])
 def test_a_selection_passed_to_a_trace_is_its_rows(fresh_auto_jit, kind):
     # a boolean selection computed under auto-jit keeps its padded Lazy (a later cluster takes its rows): a trace

@@ -944,12 +944,17 @@ def host_rows(data, dtype, device):
             seen = _ROW_SITES[site] = [kind, step, [], [], []]
             while len(_ROW_SITES) > 256:
                 _ROW_SITES.popitem(last=False)
+        changed = seen[4]
         if seen[1] != step:
+            # (a change counts where the two steps made as many arrays at the line: an evaluation between steps
+            # through the same line -- 25, 25, 5 rows before the next training batch's 8 -- makes a list of another
+            # length, a phase of the program and not a data set's counts; its change is taken back once it is whole)
+            if len(seen[3]) != len(seen[2]) and changed and changed[-1] == seen[1]:
+                changed.pop()
             seen[1], seen[2], seen[3] = step, seen[3], []
         at = len(seen[3])
         if at < 64:
             seen[3].append(count)
-            changed = seen[4]
             if at < len(seen[2]) and seen[2][at] != count and (not changed or changed[-1] != step):
                 changed.append(step)
                 del changed[:-_VARYING]
