@@ -1204,6 +1204,45 @@ def test_a_cluster_repeating_a_few_ops_many_times_waits_for_its_key_to_recur(aut
     np.testing.assert_allclose(second, want, rtol=1e-6)
 
 
+def test_the_rest_of_a_step_after_a_read_inside_the_gradient_manager_waits_for_its_key_to_recur(auto_jit):
+    # YOLOX's SimOTA reads its number of matched anchors in the middle of the step and shapes its losses' rows by
+    # it: the backward and update after the read compiled at first sight (22 s), a key that never recurred
+    w = mge.Parameter(np.linspace(0.5, 1.5, 16).astype("float32"))
+    gm = GradManager().attach([w])
+    opt = mge.optimizer.SGD([w], lr=0.01)
+
+    def chain(v):
+        for _ in range(6):
+            v = F.tanh(v * 1.01 + 0.1)
+        return v
+
+    def step(x, shift):
+        with gm:
+            h = chain(mge.Tensor(x) * w)
+            n = int((h > shift).sum())  # (a count read mid-step)
+            loss = (chain(F.zeros((n, 2)) + h.mean()) ** 2).sum() + (h ** 2).sum()
+            gm.backward(loss)
+        opt.step().clear_grad()
+        return n, float(loss.item())
+
+    x = np.linspace(-1, 1, 16).astype("float32")
+    shifts = [0.3, 0.1, 0.1, 0.1]
+    got, compiled = [], []
+    for s in shifts:
+        got.append(step(x, s))
+        compiled.append(auto_jit_stats()["compiled"])
+    assert len({n for n, _ in got[:2]}) == 2, got
+    # the forward compiles at first sight; the rest after the read when its key recurs (the third step)
+    assert compiled == [1, 1, 2, 2], (compiled, auto_jit_stats())
+    mge.config.auto_jit = False
+    w2 = mge.Parameter(np.linspace(0.5, 1.5, 16).astype("float32"))
+    w._reset(w2)
+    gm, opt = GradManager().attach([w]), mge.optimizer.SGD([w], lr=0.01)
+    want = [step(x, s) for s in shifts]
+    np.testing.assert_allclose([v for _, v in got], [v for _, v in want], rtol=1e-5)
+    assert [n for n, _ in got] == [n for n, _ in want]
+
+
 def test_a_second_cluster_with_an_input_shape_the_first_lacked_waits_for_its_key_to_recur(auto_jit):
     # a site's second large cluster compiles at first sight (a program's first step often differs: an EMA after
     # opt.step joins the next step's cluster) -- but not where it takes a new input shape: a sequence model's

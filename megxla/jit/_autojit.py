@@ -862,6 +862,8 @@ class _Cluster:
             else:
                 _stats.cuts[(reason, site if site is not None else user_where())] += 1
             launched = None  # (its references to the inputs would keep them from being donated)
+        loc = _local
+        loc.after_mid_read, loc.mid_read = loc.mid_read, reason == "host read" and bool(_dispatch.recorders)
         try:
             if values is None:
                 hits, split = _stats.hits, _stats.split
@@ -1152,14 +1154,19 @@ def _run_keyed(ops, avals, inputs, in_ids, out_ids, donate, reason, site, whole,
     # keys had recurred ``SETTLED_HITS`` times since its last new one (a second model trained through the same step
     # function, a new image size every few hundred steps). Its first step ran op by op on cold kernels, then compiled
     # at the second: 3.0 + 2.9 s for a ConvNet b64 step on 2 cores, 20 ms + 7.4 s on an H200 where the kernels were
-    # warm. Keys that change every step never settle, so each regime costs at most one compilation more. A part
+    # warm. Keys that change every step never settle, so each regime costs at most one compilation more. Nor does a
+    # cluster that follows a host read made while a GradManager recorded (``_local.after_mid_read``): the rest of a
+    # step whose middle read a count may be shaped by it -- YOLOX's SimOTA reads its number of matched anchors and
+    # reshapes its losses' rows by it, and its backward and update (2,781 ops) compiled at first sight in 22 s for a
+    # key that never recurred; it waits for its key to recur, at the cost of one run op by op where it does. A part
     # (of a churning site's or a repetitive cluster's) compiles when it recurs: its first sight is often its
     # cluster's (and ``avals`` holds only its inputs' types: the check below read past them, and the cluster's
     # remaining ops ran op by op).
     if not (entry.seen >= 2 << (st[2] // 4)
             or (whole and (st[0] == 1 or settled or (st[0] == 2 and st[1] == 0 and st[4] is not None
                                                      and _no_new_arrays(st[4], key[1])))
-                and len(ops) >= FIRST_SIGHT_OPS and reason != "size cap" and not _repetitive(ops, avals))):
+                and len(ops) >= FIRST_SIGHT_OPS and reason != "size cap" and not _local.after_mid_read
+                and not _repetitive(ops, avals))):
         return _Cluster._eager(ops, inputs, in_ids, out_ids)
     if whole:
         plan = _chunk_plan(ops, avals, in_ids, out_ids, site)
@@ -1812,6 +1819,11 @@ class _Local(threading.local):
     setup_vid = 0
     read_pause = None  # [site, its ModeTimer, ops left, ops per iteration]: iterations run eagerly
     changed = None  # the latest site whose new cluster differed from one before, since this thread's last step end
+    # The latest cut was a host read while a GradManager recorded (a step's middle: a detector's count of matched
+    # anchors), and whether the cluster running now came after such a read: it may hold shapes made from the value
+    # read, so it does not compile at first sight (see _run_keyed)
+    mid_read = False
+    after_mid_read = False
 
     def __init__(self):
         self.cluster = _Cluster()
