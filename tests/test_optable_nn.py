@@ -186,6 +186,13 @@ add(
     OpCase("functional.conv2d", lambda x, w: F.conv2d(x, w, padding=3, groups=2),
            lambda x, w: np_conv(x, w, padding=3, groups=2), [f32(1, 2, 7, 7), W(2, 1, 1, 7, 7)],
            label="depthwise 7x7"),
+    # (taps whose window is padding only add nothing: left out -- a 5x5 kernel on a 2x2 map)
+    OpCase("functional.conv2d", lambda x, w: F.conv2d(x, w, padding=2, groups=3),
+           lambda x, w: np_conv(x, w, padding=2, groups=3), [f32(2, 3, 2, 2), W(3, 1, 5, 5)],
+           label="depthwise 5x5 on 2x2"),
+    OpCase("functional.conv2d", lambda x, w: F.conv2d(x, w, stride=2, padding=3, dilation=3, groups=2),
+           lambda x, w: np_conv(x, w, stride=2, padding=3, dilation=3, groups=2), [f32(1, 4, 2, 3), W(4, 2, 3, 3)],
+           label="groups dil3 on 2x3"),
     OpCase("functional.conv1d", lambda x, w: F.conv1d(x, w, stride=2, padding=1, groups=4),
            lambda x, w: np_conv(x, w, stride=2, padding=1, groups=4), [f32(2, 4, 9), W(8, 1, 3)],
            label="depthwise x2"),

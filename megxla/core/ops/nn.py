@@ -1,5 +1,6 @@
 """Neural-network primitives (NCHW layouts, MegEngine's weight layouts)."""
 import functools
+import itertools
 
 import numpy as np
 import jax
@@ -32,10 +33,28 @@ def _pointwise(x, w):
 _MAX_TAPS = 25
 
 
-def _taps(x, w, stride, dilation, groups):
-    """(``_grouped_taps``) The correlation of ``x`` (padded already) with grouped weights ``w`` (O, I/G, *k), tap by
-    tap: the shifted window of ``x`` each tap reads, times that tap's weights -- a product where each group has one
-    input channel (depthwise), a dot over each group's channels otherwise."""
+def _live_taps(k, dilation, stride, out, real):
+    """The taps whose window reads a value of the input: ``real`` holds, per spatial axis, which of its rows are
+    the input's (not padding, not a stride's inserted zeros). A tap reading only zeros adds nothing (a 5x5 kernel
+    on a 2x2 map: 9 of its 25 taps read values)."""
+    live = [[t for t in range(kk) if any(r[t * d + j * st] for j in range(m))]
+            for kk, d, st, m, r in zip(k, dilation, stride, out, real)]
+    return list(itertools.product(*live))
+
+
+def _real_rows(size, lo, step, count):
+    """(``_live_taps``) Rows ``lo, lo + step, ...`` (``count`` of them) of an axis of ``size`` rows are values."""
+    rows = np.zeros(size, bool)
+    at = lo + step * np.arange(count)
+    rows[at[(at >= 0) & (at < size)]] = True
+    return rows
+
+
+def _taps(x, w, stride, dilation, groups, real):
+    """(``_grouped_taps``) The correlation of ``x`` (padded already; ``real``: which rows are values, per spatial
+    axis) with grouped weights ``w`` (O, I/G, *k), tap by tap: the shifted window of ``x`` each tap reads, times that
+    tap's weights -- a product where each group has one input channel (depthwise), a dot over each group's channels
+    otherwise."""
     n, c = x.shape[:2]
     o, k = w.shape[0], w.shape[2:]
     cg = c // groups
@@ -43,7 +62,7 @@ def _taps(x, w, stride, dilation, groups):
     xg = x.reshape((n, groups, cg) + x.shape[2:])
     wg = w.reshape((groups, o // groups, cg) + k)
     y = None
-    for tap in np.ndindex(*k):
+    for tap in _live_taps(k, dilation, stride, out, real):
         window = xg[(slice(None),) * 3 + tuple(slice(t * d, t * d + (m - 1) * st + 1, st)
                                                for t, d, st, m in zip(tap, dilation, stride, out))]
         wt = wg[(slice(None),) * 3 + tap]  # (G, O/G, I/G)
@@ -52,6 +71,8 @@ def _taps(x, w, stride, dilation, groups):
         else:
             term = jnp.einsum("ngi...,goi->ngo...", window, wt)
         y = term if y is None else y + term
+    if y is None:
+        return jnp.zeros((n, o) + out, jnp.result_type(x, w))
     return y.reshape((n, o) + out)
 
 
@@ -73,7 +94,8 @@ def _grouped_taps(x, w, stride, padding, dilation, groups):
     correlation of the stride-dilated output gradient with the flipped kernel (:func:`_taps` again), and per tap a
     product of the output gradient with the window summed over the batch and positions --, the backward reads
     windows as the forward does. It is differentiable JAX in turn (a second order's gradient)."""
-    return _taps(_padded(x, padding), w, stride, dilation, groups)
+    real = [_real_rows(size + 2 * p, p, 1, size) for size, p in zip(x.shape[2:], padding)]
+    return _taps(_padded(x, padding), w, stride, dilation, groups, real)
 
 
 def _padded(x, padding):
@@ -97,17 +119,24 @@ def _grouped_taps_bwd(stride, padding, dilation, groups, res, dy):
     dyd = lax.pad(dy, jnp.zeros((), dy.dtype), config)
     wt = jnp.flip(w.reshape((groups, og, cg) + k), axis=tuple(range(3, 3 + len(k))))
     wt = jnp.swapaxes(wt, 1, 2).reshape((c, og) + k)
-    dx = _taps(dyd, wt, (1,) * len(k), dilation, groups)
+    real = [_real_rows(size, lo, st, m) for size, (lo, _, _), st, m in
+            zip(dyd.shape[2:], config[2:], stride, dy.shape[2:])]
+    dx = _taps(dyd, wt, (1,) * len(k), dilation, groups, real)
     # dw: per tap, the output gradient times the window it read, summed over the batch and the positions
     xg = _padded(x, padding).reshape((n, groups, cg) + tuple(s + 2 * p for s, p in zip(x.shape[2:], padding)))
     dyg = dy.reshape((n, groups, og) + dy.shape[2:])
     axes = tuple(range(3, 3 + len(k)))
+    live = set(_live_taps(k, dilation, stride, dy.shape[2:],
+                          [_real_rows(size + 2 * p, p, 1, size) for size, p in zip(x.shape[2:], padding)]))
     dws = []
     for tap in np.ndindex(*k):
+        if tap not in live:  # (its window is padding: no gradient)
+            dws.append(jnp.zeros((groups, og, cg), dy.dtype))
+            continue
         window = xg[(slice(None),) * 3 + tuple(slice(t * d, t * d + (m - 1) * st + 1, st)
                                                for t, d, st, m in zip(tap, dilation, stride, dy.shape[2:]))]
         if cg == 1:
-            dws.append((dyg * window).sum(axis=(0,) + axes))  # (G, O/G)
+            dws.append((dyg * window).sum(axis=(0,) + axes)[..., None])  # (G, O/G, 1)
         else:
             dws.append(jnp.einsum("ngo...,ngi...->goi", dyg, window))
     dw = jnp.stack(dws, axis=-1).reshape((o, cg) + k)
