@@ -173,7 +173,7 @@ add(
            [f32(1, 4, 4, 4), W(2, 3, 2, 2, 2)], label="groups5d"),
     OpCase("functional.conv2d", lambda x, w: F.conv2d(x, w, groups=2), lambda x, w: np_conv(x, w, groups=2),
            [f32(1, 4, 4, 4), W(6, 2, 2, 2)], label="groups4d"),
-    # (grouped, at most 25 taps: tap by tap on the CPU -- ops/nn._grouped_taps; 7x7: one convolution)
+    # (grouped, at most 9 taps: tap by tap on the CPU -- ops/nn._grouped_taps; 5x5, 7x7: one convolution)
     OpCase("functional.conv2d", lambda x, w, b: F.conv2d(x, w, b, stride=2, padding=1, groups=3),
            lambda x, w, b: np_conv(x, w, b, 2, 1, groups=3), [f32(2, 3, 7, 6), W(3, 1, 1, 3, 3), W(1, 3, 1, 1)],
            label="depthwise s2p1+bias"),
@@ -186,10 +186,10 @@ add(
     OpCase("functional.conv2d", lambda x, w: F.conv2d(x, w, padding=3, groups=2),
            lambda x, w: np_conv(x, w, padding=3, groups=2), [f32(1, 2, 7, 7), W(2, 1, 1, 7, 7)],
            label="depthwise 7x7"),
-    # (taps whose window is padding only add nothing: left out -- a 5x5 kernel on a 2x2 map)
-    OpCase("functional.conv2d", lambda x, w: F.conv2d(x, w, padding=2, groups=3),
-           lambda x, w: np_conv(x, w, padding=2, groups=3), [f32(2, 3, 2, 2), W(3, 1, 5, 5)],
-           label="depthwise 5x5 on 2x2"),
+    # (taps whose window is padding only add nothing: left out -- here all but the middle one)
+    OpCase("functional.conv2d", lambda x, w: F.conv2d(x, w, padding=2, dilation=2, groups=3),
+           lambda x, w: np_conv(x, w, padding=2, dilation=2, groups=3), [f32(2, 3, 2, 2), W(3, 1, 3, 3)],
+           label="depthwise dil2 on 2x2"),
     OpCase("functional.conv2d", lambda x, w: F.conv2d(x, w, stride=2, padding=3, dilation=3, groups=2),
            lambda x, w: np_conv(x, w, stride=2, padding=3, dilation=3, groups=2), [f32(1, 4, 2, 3), W(4, 2, 3, 3)],
            label="groups dil3 on 2x3"),
