@@ -99,12 +99,16 @@ def _grouped_taps(x, w, stride, padding, dilation, groups):
     correlation of the stride-dilated output gradient with the flipped kernel (:func:`_taps` again), and per tap a
     product of the output gradient with the window summed over the batch and positions --, the backward reads
     windows as the forward does. It is differentiable JAX in turn (a second order's gradient)."""
-    real = [_real_rows(size + 2 * p, p, 1, size) for size, p in zip(x.shape[2:], padding)]
-    return _taps(_padded(x, padding), w, stride, dilation, groups, real)
+    return _taps(_padded(x, padding), w, stride, dilation, groups, _input_rows(x, padding))
 
 
 def _padded(x, padding):
     return jnp.pad(x, [(0, 0), (0, 0)] + [(p, p) for p in padding]) if any(padding) else x
+
+
+def _input_rows(x, padding):
+    """(``_live_taps``) Which rows of ``x`` padded by ``padding`` are ``x``'s, per spatial axis."""
+    return [_real_rows(size + 2 * p, p, 1, size) for size, p in zip(x.shape[2:], padding)]
 
 
 def _grouped_taps_fwd(x, w, stride, padding, dilation, groups):
@@ -128,11 +132,11 @@ def _grouped_taps_bwd(stride, padding, dilation, groups, res, dy):
             zip(dyd.shape[2:], config[2:], stride, dy.shape[2:])]
     dx = _taps(dyd, wt, (1,) * len(k), dilation, groups, real)
     # dw: per tap, the output gradient times the window it read, summed over the batch and the positions
-    xg = _padded(x, padding).reshape((n, groups, cg) + tuple(s + 2 * p for s, p in zip(x.shape[2:], padding)))
+    xp = _padded(x, padding)
+    xg = xp.reshape((n, groups, cg) + xp.shape[2:])
     dyg = dy.reshape((n, groups, og) + dy.shape[2:])
     axes = tuple(range(3, 3 + len(k)))
-    live = _live_taps(k, dilation, stride, dy.shape[2:],
-                      [_real_rows(size + 2 * p, p, 1, size) for size, p in zip(x.shape[2:], padding)])
+    live = _live_taps(k, dilation, stride, dy.shape[2:], _input_rows(x, padding))
     windows = [xg[(slice(None),) * 3 + tuple(slice(t * d, t * d + (m - 1) * st + 1, st)
                                              for t, d, st, m in zip(tap, dilation, stride, dy.shape[2:]))]
                for tap in live]
