@@ -40,6 +40,9 @@ def auto_jit(monkeypatch):
     _autojit._early.clear()  # (early launches' executables: each test counts its own compiles)
     _autojit._reads.clear()
     _autojit._padded._ROW_SITES.clear()  # (which lines' host arrays are kept padded)
+    # (a loop of reads run eagerly for its op budget, a read inside a GradManager: an earlier test's, not this one's)
+    _autojit._local.read_pause = None
+    _autojit._local.mid_read = _autojit._local.after_mid_read = False
     reset_auto_jit_stats()
     mge.config.auto_jit = True
     try:
@@ -256,6 +259,21 @@ def test_what_changed_between_clusters_in_words():
     assert _autojit._change(base, cluster(lambda: (y * y + 1).sum())) == (
         "op 1 of 3 (`mul`): input 1 is float32[5], was float32[3]; input 2 is float32[5], was float32[3] "
         "-- 3 ops differ")
+
+
+def test_a_cut_for_an_op_run_eagerly_is_reported_as_such_not_as_a_read(auto_jit, monkeypatch):
+    # A step or loop paused (run eagerly: faster so) takes a value still pending in the cluster collected before the
+    # pause: the cluster runs then, and the report named that cut a "host read" at a line that reads nothing
+    # (``- self._weight_ent * ent_loss``: MegRL's A2C, DeFCN's ``quality[:, st:ed]``, found by probes).
+    x = mge.Tensor(np.arange(6, dtype="float32"))
+    y = F.exp(x * 2 + 1) - x / 3 + 2  # (pending: a cluster of 5 ops)
+    monkeypatch.setattr(_autojit._local, "paused", True)
+    z = y * 0.5  # (run eagerly, its input computed first)
+    monkeypatch.setattr(_autojit._local, "paused", False)
+    np.testing.assert_allclose(z.numpy(), (np.exp(np.arange(6) * 2 + 1) - np.arange(6) / 3 + 2) * 0.5, rtol=1e-6)
+    cuts = auto_jit_stats()["cuts"]
+    assert [reason for _, reason, _ in cuts] == ["eager op's input"], cuts
+    assert "test_autojit.py" in cuts[0][2] and "z = y * 0.5" in cuts[0][2], cuts
 
 
 def test_log_names_each_compilation_and_what_changed(auto_jit, monkeypatch, capsys):
@@ -3192,3 +3210,38 @@ def test_a_table_made_at_every_step_and_held_by_the_tape_is_not_taken_out_of_the
     got = run()
     np.testing.assert_allclose(got, want, rtol=1e-5)
     assert taken_out == [] and auto_jit_stats()["cache_hits"] >= 3, (taken_out, auto_jit_stats())
+
+
+def test_values_derived_from_a_kept_constant_and_read_after_a_cut_do_not_compile_the_step_twice(auto_jit, monkeypatch):
+    # YOLOX's head keeps the grid it makes at the first step (``self.grids[k]``) and derives from it, at every
+    # step, the anchors' shifts its SimOTA assignment uses after a host read (the count of boxes): at the first
+    # step the grid and the shifts are taken out of the cluster cut at the read (kept constants), at the second
+    # the grid is an input and only the shifts were -- another program, and the forward (411 ops) compiled again.
+    # Ops made from the first step's kept constants are a kept constant's too.
+    monkeypatch.setattr(_autojit, "FIRST_SIGHT_OPS", 8)  # (the forward's cluster compiles at its first sight)
+    rng = np.random.RandomState(0)
+    xs = rng.standard_normal((5, 2, 4, 6, 6)).astype("float32")
+    grids = []
+
+    def build():
+        grids.clear()
+        conv, fc = M.Conv2d(4, 4, 3, padding=1), M.Linear(144, 3)
+
+        def loss_of(k):
+            x = mge.Tensor(xs[k])
+            if not grids:  # (made once, from Python numbers only, and kept)
+                xv = F.broadcast_to(F.arange(6.0), (6, 6))
+                yv = F.broadcast_to(F.arange(6.0).reshape(-1, 1), (6, 6))
+                grids.append(F.stack((xv, yv), 0).reshape(1, 2, 6, 6))
+            g = grids[0].reshape(1, 2, 36)
+            shift = g[:, 0] * 0.5 + g[:, 1]  # (derived from the grid at every step, used after the read)
+            h = F.relu(conv(x + grids[0].mean()))
+            n = int((F.abs(x) > 100).sum()) + 2  # (a count read inside ``with gm:``: the forward's cluster ends)
+            out = fc(F.flatten(h, 1))
+            return (out ** 2).mean() + (h.reshape(2, 4, 36)[:, :n] * shift).mean()
+
+        return list(conv.parameters()) + list(fc.parameters()), loss_of
+
+    counts = _compilations_after_each_step(build, range(5), lr=0.1)
+    # (the forward once -- at its first sight --, the rest of the step once, when its key recurs)
+    assert counts[-1] == 2, (counts, auto_jit_stats()["changes"])

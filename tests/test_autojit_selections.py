@@ -1208,3 +1208,36 @@ def test_a_selection_passed_to_a_trace_is_its_rows(fresh_auto_jit, kind):
     got = [float(f(sel)) for _ in range(3)]
     mge.config.auto_jit = False
     assert got == [400.0] * 3
+
+
+def test_an_index_made_from_a_padded_batch_is_checked_without_a_read(fresh_auto_jit):
+    # A policy gradient's actions, a batch whose rows change every step (an episode's transitions) kept padded:
+    # ``F.gather(logp, -1, actions)``'s index check found no range for the padded array's entries and read them on
+    # the host -- a cut of the step at every call (MegRL's A2C, found by a probe). The padded array's entries are the
+    # batch's, its extra rows repeating the first.
+    r = np.random.RandomState(4)
+    batches = [(r.randn(n, 4).astype("float32"), r.randint(0, 2, n).astype("int32"), r.randn(n).astype("float32"))
+               for n in r.randint(20, 40, 24)]
+    results = {}
+    for auto in (False, True):
+        mge.config.auto_jit = auto
+        reset_auto_jit_stats()
+        mge.random.seed(0)
+        model = mge.module.Linear(4, 2)
+        gm = GradManager().attach(model.parameters())
+        opt = mge.optimizer.Adam(model.parameters(), lr=0.01)
+        results[auto] = []
+        for obs, act, adv in batches:
+            with gm:
+                logp = F.logsoftmax(model(mge.Tensor(obs)), axis=1)
+                a = F.expand_dims(mge.Tensor(act), axis=-1)  # (as MegRL's Categorical.log_prob)
+                a = F.broadcast_to(a, (a.shape[0], logp.shape[1]))[..., :1]
+                loss = -(F.squeeze(F.gather(logp, -1, a), axis=-1) * mge.Tensor(adv)).mean()
+                gm.backward(loss)
+            opt.step().clear_grad()
+            results[auto].append(float(loss.item()))
+        results[auto].append(model.weight.numpy())
+    reads = [c for c in auto_jit_stats()["cuts"] if c[1] == "host read"]
+    mge.config.auto_jit = False
+    _same(results[False], results[True], "a gather by a padded batch's actions")
+    assert not reads, reads

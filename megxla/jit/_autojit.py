@@ -997,7 +997,9 @@ class _Cluster:
             return self._eager(ops, inputs, in_ids, out_ids)
         if site is None:
             site = user_where()
-        stats.cuts[(reason, site)] += 1
+        # (a pending value an op run eagerly takes -- the step or loop paused, an op auto-jit does not collect --
+        # runs its cluster as a read would: counted apart, its line read nothing)
+        stats.cuts[("eager op's input" if reason == "host read" and _local.eager_input else reason, site)] += 1
         # Inputs nobody else holds any more (a parameter's or slot's old value after its in-place update: only the
         # list holds it) are donated: XLA writes the new value into the old buffer, as in xla_trace. Referenced by
         # the list and getrefcount's argument: 2.
@@ -1092,7 +1094,8 @@ def _run_keyed(ops, avals, inputs, in_ids, out_ids, donate, reason, site, whole,
             _local.changed = site
         if st[9] is not None:  # (the site's first executable had kept constants taken out: is this the same program?)
             first, st[9] = st[9], None
-            hoisted = _kept_constants.constant_ops(ops, avals, in_ids, out_ids, _setup_inputs(in_ids, in_refs))
+            hoisted = _kept_constants.constant_ops(ops, avals, in_ids, out_ids, [
+                *_setup_inputs(in_ids, in_refs), *_kept_constants.kept_inputs(first[2], in_ids, inputs)])
             canon = _kept_constants.Canonical(ops, avals, in_ids, out_ids, donate, hoisted, key[4])
             if canon.key == first[0]:
                 entry = _Entry(st, key)
@@ -1189,8 +1192,8 @@ def _run_keyed(ops, avals, inputs, in_ids, out_ids, donate, reason, site, whole,
         # (a site's first cluster compiled at first sight, computing constants that outlive it: see _kept_constants)
         canon = _kept_constants.Canonical(ops, avals, in_ids, out_ids, donate, hoisted, key[4])
         executable = _compile(canon.ops, canon.avals, canon.in_ids, canon.out_ids, canon.donate, None, reason)
-        st[9] = (canon.key, executable)
-        entry.executable = canon.wrap(executable, in_ids, out_ids, _run_ops)
+        st[9] = (canon.key, executable, [])
+        entry.executable = canon.wrap(executable, in_ids, out_ids, _run_ops, st[9][2])
     else:
         entry.executable = _compile(ops, avals, in_ids, out_ids, donate, out_avals, reason)
     if LOG:
@@ -1824,6 +1827,7 @@ class _Local(threading.local):
     # read, so it does not compile at first sight (see _run_keyed)
     mid_read = False
     after_mid_read = False
+    eager_input = False  # a pending value is computed for an op run eagerly (_arrays)
 
     def __init__(self):
         self.cluster = _Cluster()
@@ -1880,7 +1884,12 @@ def _arrays(inputs):
     already are (the kernel reads ``_data`` itself)."""
     for t in inputs:
         if type(t._data) is Lazy:
-            return [_lazy.resolve(x) for x in inputs]
+            loc = _local
+            loc.eager_input = True  # (a cut this forces is no read of the user's: the report says so)
+            try:
+                return [_lazy.resolve(x) for x in inputs]
+            finally:
+                loc.eager_input = False
     return None
 
 

@@ -13,7 +13,9 @@ executable serves it, and every later step.
 """
 from __future__ import annotations
 
-__all__ = ["constant_ops", "Canonical"]
+import weakref
+
+__all__ = ["constant_ops", "Canonical", "kept_inputs"]
 
 
 def constant_ops(ops, avals, in_ids, out_ids, setup_ids=()):
@@ -86,9 +88,11 @@ class Canonical:
         self._src, self._made = src, made
         self._hoisted = [ops[k] for k in sorted(skip)]
 
-    def wrap(self, executable, in_ids, out_ids, run_ops):
+    def wrap(self, executable, in_ids, out_ids, run_ops, kept=None):
         """An executable of the raw cluster (inputs in ``in_ids`` order, results in ``out_ids`` order) that runs the
-        hoisted ops by ``run_ops(ops, env, keep)`` and then ``executable``, the canonical program's."""
+        hoisted ops by ``run_ops(ops, env, keep)`` and then ``executable``, the canonical program's. ``kept``: a list
+        that each run fills with weak references to the hoisted results it returns (the constants kept: see
+        :func:`kept_inputs`)."""
         hoisted, made = self._hoisted, self._made
         raw_pos = {i: p for p, i in enumerate(in_ids)}
         args = [raw_pos.get(i, -1) for i in self._src]  # (-1: a hoisted result)
@@ -103,6 +107,31 @@ class Canonical:
             if hoisted:
                 run_ops(hoisted, env, keep)
             res = executable(*[inputs[p] if p >= 0 else env[i] for p, i in zip(args, self._src)])
+            if kept is not None:
+                kept[:] = [_weak(env[o]) for c, o in zip(results, out_ids) if c < 0]
             return [res[c] if c >= 0 else env[o] for c, o in zip(results, out_ids)]
 
         return run
+
+
+def _weak(value):
+    try:
+        return weakref.ref(value)
+    except TypeError:  # (a NumPy scalar: no kept array)
+        return lambda: None
+
+
+def kept_inputs(kept, in_ids, inputs):
+    """The inputs (local ids) whose value is one of the results ``kept`` refers to (see :meth:`Canonical.wrap`):
+    constants the site's first executable took out and the project kept (YOLOX's grid in ``self.grids``). What the
+    second cluster makes from them at every step (the grid reshaped, its columns: the anchors' shifts) was taken out
+    of the first too, where it was made from Python numbers: taken out of the second, it is the same program.
+
+    Example:
+        >>> import numpy as np
+        >>> grid, x = np.zeros(3), np.ones(3)
+        >>> kept_inputs([weakref.ref(grid)], [4, 7], [x, grid])
+        [7]
+    """
+    ids = {id(v) for r in kept if (v := r()) is not None}
+    return [i for i, v in zip(in_ids, inputs) if id(v) in ids]

@@ -33,6 +33,7 @@ import collections
 import math
 import os
 import sys
+import weakref
 
 import numpy as np
 
@@ -970,6 +971,10 @@ def host_rows(data, dtype, device):
     arr = _dt.to_array(padded, dtype, None)
     z = Lazy(tuple(arr.shape), arr.dtype, False, DONE, 0)
     z.pad, z.phys = _row_pad(rows, count), arr
+    if arr.dtype.kind in "iuf":
+        # (where its entries lie: the padded array's, whose extra rows repeat its first -- an index check on it,
+        # ``F.gather(logits, -1, actions)``, then reads no value: as on the array made as ever, see _value_ranges)
+        z.bounds = weakref.ref(arr)
     return z
 
 
