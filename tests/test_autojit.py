@@ -279,14 +279,18 @@ def test_a_cut_for_an_op_run_eagerly_is_reported_as_such_not_as_a_read(auto_jit,
 def test_log_names_each_compilation_and_what_changed(auto_jit, monkeypatch, capsys):
     monkeypatch.setattr(_autojit, "LOG", True)
     w = mge.Tensor(np.ones(4, "float32"))
-    for n in (3, 3, 5, 5):  # a first cluster, then a new shape compiled when it recurs (ops no other test runs)
+    # a first cluster, then new shapes compiled when they recur (ops no other test runs): 7's first sight comes before
+    # 6's recurrence, and 6's compilation is told against 5's -- the site's latest compiled --, not as 7 against 6
+    # (the latest two new ones: what every later compilation was told, ASR's bucketed lengths)
+    for n in (3, 3, 5, 5, 6, 7, 6):
         x = mge.Tensor(np.ones(n, "float32"))
         ((F.exp(x) * 3 - 2).sum() * w - (x * x).sum()).numpy()
     lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("megxla auto-jit: compiled")]
-    assert len(lines) == 2, lines
+    assert len(lines) == 3, lines
     assert "a cluster of " in lines[0] and "test_autojit.py" in lines[0] and "changed" not in lines[0], lines[0]
-    assert "changed since the site's previous cluster: op 1 of " in lines[1], lines[1]
+    assert "changed since the site's cluster compiled before: op 1 of " in lines[1], lines[1]
     assert "(`exp`): input 1 is float32[5], was float32[3] -- " in lines[1], lines[1]
+    assert "(`exp`): input 1 is float32[6], was float32[5] -- " in lines[2], lines[2]
 
 
 def test_steps_that_turn_eager_warn_once_naming_the_change(auto_jit):
@@ -3245,3 +3249,49 @@ def test_values_derived_from_a_kept_constant_and_read_after_a_cut_do_not_compile
     counts = _compilations_after_each_step(build, range(5), lr=0.1)
     # (the forward once -- at its first sight --, the rest of the step once, when its key recurs)
     assert counts[-1] == 2, (counts, auto_jit_stats()["changes"])
+
+
+def test_an_unused_parameter_does_not_make_the_first_steps_cluster_another(auto_jit, monkeypatch):
+    # Adam's step counts are one Tensor shared by the parameters updated together; one without a gradient (a layer
+    # the forward never calls: the ASR Transformer's ``Conv2dSubsampling.linear``) gets its own count at the first
+    # update. That copy was an op only the first step's cluster had: its executable, compiled at first sight, never
+    # ran again, and the step compiled twice (the ASR step: 1,166 ops, 12-27 s on 2 cores; found by a probe).
+    monkeypatch.setattr(_autojit, "FIRST_SIGHT_OPS", 8)
+    rng = np.random.RandomState(0)
+    xs = rng.standard_normal((5, 4, 16)).astype("float32")
+
+    class Net(M.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b, self.unused = M.Linear(16, 16), M.Linear(16, 4), M.Linear(16, 16)
+
+        def forward(self, x):
+            return self.b(F.relu(self.a(x)))
+
+    def run():
+        mge.random.seed(0)
+        net = Net()
+        gm = GradManager().attach(net.parameters())
+        opt = optim.Adam(net.parameters(), lr=1e-2)
+        losses, counts = [], []
+        for x in xs:
+            with gm:
+                loss = (net(mge.Tensor(x)) ** 2).mean()
+                gm.backward(loss)
+            opt.step().clear_grad()
+            losses.append(loss.item())
+            counts.append(auto_jit_stats()["compiled"])
+        return losses, [p.numpy() for p in net.parameters()], counts, opt
+
+    mge.config.auto_jit = False
+    want, want_params, _, _ = run()
+    mge.config.auto_jit = True
+    reset_auto_jit_stats()
+    got, got_params, counts, opt = run()
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+    for a, b in zip(got_params, want_params):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
+    assert counts == [1] * 5, (counts, auto_jit_stats()["changes"])
+    # (the unused parameter's count stayed at 0, the others' moved on)
+    net_counts = {int(opt._state[p]["step"].numpy()) for g in opt.param_groups for p in g["params"]}
+    assert net_counts == {0, 5}, net_counts

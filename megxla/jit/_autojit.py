@@ -1063,8 +1063,9 @@ def _run_keyed(ops, avals, inputs, in_ids, out_ids, donate, reason, site, whole,
     if st is None:
         # keys seen, hits (cache hits and recurrences), keys compiled, how its clusters' ops change (per length),
         # the types of its first key's values, its last two new clusters, whether one of its clusters launches early,
-        # its hits when its last new key came, its first executable's program with constants kept taken out
-        st = _sites[site] = [0, 0, 0, None, None, None, None, False, 0, None]
+        # its hits when its last new key came, its first executable's program with constants kept taken out, the
+        # latest whole cluster it compiled (MEGXLA_AUTO_JIT_LOG: what it compares the next one with)
+        st = _sites[site] = [0, 0, 0, None, None, None, None, False, 0, None, None]
     if whole and st[0] >= 0:
         # The same ops as a compiled cluster, other results (a step function that reads its loss every 10th step:
         # the loss is a result only then): that executable serves it, or one of both results compiles now -- the
@@ -1197,7 +1198,7 @@ def _run_keyed(ops, avals, inputs, in_ids, out_ids, donate, reason, site, whole,
     else:
         entry.executable = _compile(ops, avals, in_ids, out_ids, donate, out_avals, reason)
     if LOG:
-        _log_compile(st, site, reason, len(ops), whole, time.perf_counter() - t0)
+        _log_compile(st, site, reason, len(ops), whole, time.perf_counter() - t0, ops, avals)
     if whole:
         _families[(key[0], key[1], donate, key[4])] = (tuple(out_ids), entry.executable)
         if len(_families) > CACHE_SIZE:
@@ -1222,12 +1223,18 @@ def _setup_inputs(in_ids, in_refs):
     return found
 
 
-def _log_compile(st, site, reason, n, whole, secs):
-    """``MEGXLA_AUTO_JIT_LOG=1``: one line on stderr per compilation."""
+def _log_compile(st, site, reason, n, whole, secs, ops=None, avals=None):
+    """``MEGXLA_AUTO_JIT_LOG=1``: one line on stderr per compilation (``ops``, ``avals``: the cluster compiled)."""
     what = f"a cluster of {n} ops" if whole else f"a part of {n} ops"
-    change = _site_change(st) if whole and st[2] > 1 else None
+    change = None
+    if whole and ops is not None:
+        # (against the site's cluster compiled before it: a key that recurred -- a bucketed length come back -- was
+        # described by the site's latest two new clusters, the same two for every later compilation)
+        before, st[10] = st[10], (ops, avals)
+        if before is not None:
+            change = _change(before, (ops, avals))
     print(f"megxla auto-jit: compiled {what} cut at {describe_where(site)} ({reason}) in {secs:.2f} s"
-          + (f"; changed since the site's previous cluster: {change}" if change else ""), file=sys.stderr)
+          + (f"; changed since the site's cluster compiled before: {change}" if change else ""), file=sys.stderr)
 
 
 _families: dict = {}  # a compiled whole cluster's key without its results -> (results' ids, executable)
