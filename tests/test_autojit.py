@@ -3295,3 +3295,61 @@ def test_an_unused_parameter_does_not_make_the_first_steps_cluster_another(auto_
     # (the unused parameter's count stayed at 0, the others' moved on)
     net_counts = {int(opt._state[p]["step"].numpy()) for g in opt.param_groups for p in g["params"]}
     assert net_counts == {0, 5}, net_counts
+
+
+def test_a_loops_full_of_its_counter_keeps_its_clusters_key(auto_jit):
+    # A diffusion model's sampling, ``x = p_sample(x, F.full((B,), t))`` for each timestep: ``full``'s value was a
+    # parameter of the op, so every cluster of the loop was a new key (MegDiffusion: 12 compiles, its first calls
+    # 3-15x slower than eager -- which compiled a kernel for every value). As MegEngine's ``full`` broadcasts a
+    # ``Const``, the value is an input: the cached 0-d tensor of that number, as ``x * 0.5``'s 0.5.
+    rng = np.random.RandomState(0)
+    table, w = mge.Tensor(rng.rand(12, 4).astype("float32")), mge.Tensor(rng.randn(4, 4).astype("float32") * 0.5)
+
+    def sample():
+        x = mge.Tensor(np.ones((2, 4), "float32"))
+        out = []
+        for i in reversed(range(12)):
+            t = F.full((2,), i)
+            x = F.tanh(F.matmul(x, w) + table[t]) * 0.9 + F.full((2, 4), i * 0.01)
+            out.append(float(x.sum()))  # (a read each iteration: a cluster each)
+        return out
+
+    mge.config.auto_jit = False
+    want = sample()
+    mge.config.auto_jit = True
+    reset_auto_jit_stats()
+    got = [sample() for _ in range(2)]
+    np.testing.assert_allclose(got, [want, want], rtol=1e-5, atol=1e-6)
+    s = auto_jit_stats()
+    # (one executable, the whole iteration: the clusters did not change -- they had, in ``full``'s value, and ran
+    # in parts, those ops apart)
+    assert s["compiled"] == 1 and s["cache_hits"] >= 20 and s["split_clusters"] == 0 and not s["changes"], s
+    assert F.full((2, 3), 7).numpy().dtype == np.int32 and F.full((), 2.5).shape == ()
+
+
+def test_a_loop_without_reads_called_again_starts_with_its_capped_clusters(auto_jit, monkeypatch):
+    # A loop with no read (a sampling over the timesteps), its result read after it: the size cap cuts the loop,
+    # and the clusters after a capped one are capped at LOOP_MAX_OPS -- but each call's first cluster started after
+    # a read and was capped at MAX_OPS: a cluster of its own, compiled again at the next call (MegDiffusion's:
+    # 4,325 ops, 22 s). A cluster that starts as one the cap cut is capped at LOOP_MAX_OPS from the start.
+    monkeypatch.setattr(_autojit, "MAX_OPS", 64)
+    monkeypatch.setattr(_autojit, "LOOP_MAX_OPS", 16)
+    w = mge.Tensor(np.eye(4, dtype="float32") * 0.5)
+
+    def sample():
+        x = mge.Tensor(np.ones((2, 4), "float32"))
+        for i in range(60):
+            x = F.tanh(F.matmul(x, w) + 0.1) * 0.9  # (4 ops an iteration)
+        return x.numpy()
+
+    mge.config.auto_jit = False
+    want = sample()
+    mge.config.auto_jit = True
+    reset_auto_jit_stats()
+    counts = []
+    for _ in range(4):
+        np.testing.assert_allclose(sample(), want, rtol=1e-6)
+        counts.append(auto_jit_stats()["compiled"])
+    # (the 16-op body compiled in the first call, then nothing more: the capped 64-op cluster each call started
+    # with compiled too, at the second)
+    assert counts == [1] * 4, (counts, auto_jit_stats()["changes"])

@@ -13,7 +13,7 @@ from ..core._tensor import Tensor, keep_qparams, QPARAMS_SEEN as _QPARAMS_SEEN
 from ..core._dispatch import apply as _apply, OpError, current_interpreter
 from ..core import _lazy
 from ..core._indexing import check_index_tensor, mask_indices
-from ..core._elemwise_front import as_tensor as _t, BINARY as _B, UNARY as _U
+from ..core._elemwise_front import as_tensor as _t, BINARY as _B, UNARY as _U, _scalar
 from ..core import dtypes as _dtypes
 from ..core.dtypes import is_float
 from ..core.dtypes import held as _dtype
@@ -665,10 +665,10 @@ def full(shape, value, *, dtype=None, device=None):
         array([[7, 7, 7],
                [7, 7, 7]], dtype=int32)
     """
-    return _full("full", shape, value, dtype, device)
+    return _full("full", shape, value, dtype, device, broadcast=True)
 
 
-def _full(op, shape, value, dtype, device):
+def _full(op, shape, value, dtype, device, broadcast=False):
     if isinstance(value, Tensor):
         value = value.item()
     if dtype is None:
@@ -679,8 +679,16 @@ def _full(op, shape, value, dtype, device):
             dtype = _dtype(dtype)
         except TypeError:
             raise OpError(f"{op}: unknown dtype {dtype!r}") from None
-    out = _apply(_S.full.bind(shape=_shape(op, shape), value=_fill_value(value, dtype),
-                              dtype=_dtypes.name_of(dtype)))
+    shape, value = _shape(op, shape), _fill_value(value, dtype)
+    if broadcast:
+        # The value broadcast from its 0-d tensor (the cached one of that Python number, as ``x * 0.5``'s 0.5), as
+        # MegEngine's ``full`` broadcasts a ``Const``: an input, not a parameter of the op. A loop's
+        # ``F.full((B,), t)`` (a diffusion model's sampling over its timesteps) compiled an eager kernel for every
+        # value, and under auto-jit made every cluster of the loop a new key (MegDiffusion's sampling: 12 compiles,
+        # 3-15x slower than eager in its first calls).
+        out = _apply(_S.broadcast_to.bind(shape=shape), _scalar(value, dtype))
+    else:  # (zeros, ones: one value a line)
+        out = _apply(_S.full.bind(shape=shape, value=value, dtype=_dtypes.name_of(dtype)))
     return _place(out, device)
 
 

@@ -693,6 +693,7 @@ class _Cluster:
         self.pins = {}  # id(array) -> how many ``Lazy.previous`` lists hold it (not a reason to keep it)
         self.cut = None  # (reason, site) of a cut requested at the end of opt.step (made at the next op)
         self.first = None  # the first op and its input types (_op_sig): where a capped cluster ends
+        self.start_key = None  # ... and whether a GradManager recorded then (_capped_starts)
         self.started = 0.0  # when its first op was collected (perf_counter)
         self.capped = False  # past a size cap: cut before the next op like the first
         self.after_cap = False  # the cluster before was cut by a size cap: capped at LOOP_MAX_OPS
@@ -843,8 +844,13 @@ class _Cluster:
         first, in_refs, launched, in_made = self.first, self.in_refs, self.launched, self.in_made
         started = self.started
         self._pins = self.pins
+        start_key = self.start_key
         self._clear()
         self.after_cap = reason == "size cap"
+        if self.after_cap and start_key is not None:
+            _capped_starts[start_key] = True
+            if len(_capped_starts) > CACHE_SIZE:
+                del _capped_starts[next(iter(_capped_starts))]
         if not ops:
             return
         # A Lazy is referenced by the list, the loop variable and getrefcount's argument: more means a Tensor
@@ -1951,6 +1957,9 @@ def _collect(op, inputs):
                     cl.flush("size cap", user_where())
                 if not cl.ops:
                     cl.first, cl.started = sig, _perf_counter()
+                    cl.start_key = (sig, bool(_dispatch.recorders))
+                    if cl.start_key in _capped_starts:  # (see _capped_starts)
+                        cl.after_cap = True
                     if _made:
                         made = cl.made = list(_made)
                         n = len(made)
@@ -2128,6 +2137,15 @@ def _collect_steps(cl, op, ids, inputs):
 # ``(lo, hi)``, a weak reference to a concrete array (its min and max computed only if a check asks; a strong one
 # would keep an input from being donated), or a list of entries; never a Lazy (a reference to it would make it a
 # result of the cluster).
+# The first ops (``_op_sig``, and whether a GradManager recorded) of clusters the size cap cut: a loop with no read
+# (a diffusion model's sampling over its timesteps, run after each read of its result) starts each call with a
+# cluster capped at MAX_OPS, then the ones after it at LOOP_MAX_OPS: the first, 4,325 ops, compiled for 22 s where
+# the others' 1,024-op executable would serve it (MegDiffusion's sampling loop). A cluster starting as such a one did
+# is capped at LOOP_MAX_OPS from the start. (A training step, begun while its GradManager records, is not taken for
+# an evaluation loop without one over the same model.)
+_capped_starts: dict = {}
+
+
 def _op_sig(op, inputs):
     """``op`` with the shapes and dtypes of its inputs: what a loop's body repeats at the same point."""
     # (a Lazy's ``raw_shape``: a padded selection's count is not read for it)
