@@ -3353,3 +3353,18 @@ def test_a_loop_without_reads_called_again_starts_with_its_capped_clusters(auto_
     # (the 16-op body compiled in the first call, then nothing more: the capped 64-op cluster each call started
     # with compiled too, at the second)
     assert counts == [1] * 4, (counts, auto_jit_stats()["changes"])
+
+
+def test_reset_stats_forgets_the_changes_seen_before(auto_jit):
+    # ``changes`` was read from the sites' state, which a reset keeps (their compiled keys): a change seen before
+    # the reset -- a calibration pass over other shapes -- was still reported after it (found by a probe)
+    def run(n):
+        x = mge.Tensor(np.ones(n, "float32"))
+        ((F.exp(x) * 3 - 2).sum() - (x * x).sum() + x.mean()).numpy()
+
+    run(3), run(5)
+    assert auto_jit_stats()["changes"], auto_jit_stats()
+    reset_auto_jit_stats()
+    assert auto_jit_stats()["changes"] == []
+    run(7)
+    assert len(auto_jit_stats()["changes"]) == 1, auto_jit_stats()["changes"]

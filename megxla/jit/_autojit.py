@@ -174,6 +174,7 @@ _vids = _dispatch._vids
 class _Stats:
     def __init__(self):
         self.clusters = 0  # clusters run
+        self.changed = set()  # sites whose clusters changed (what ``changes`` reports: since the last reset)
         self.ops = 0  # ops collected
         self.compiled = 0  # executables compiled
         self.compile_time = 0.0
@@ -220,9 +221,9 @@ def auto_jit_stats() -> dict:
         their optimized executable), ``quick_only`` (clusters of so many scalar inputs that only XLA's quick
         compile is bounded, run from that executable), ``megamorphic`` (the lines that made too many
         different clusters and run eagerly, or mostly op by op) and ``changes`` (``("file:line (`source`)",
-        what changed)`` for each line whose clusters changed: how its latest new cluster differs from the one
-        before -- its first op that differs, in words --, the reason a cluster there compiled or ran op by op
-        again). ``MEGXLA_AUTO_JIT_LOG=1`` prints a line for every compilation, with what changed.
+        what changed)`` for each line whose clusters changed since the last reset: how its latest new cluster
+        differs from the one before -- its first op that differs, in words --, the reason a cluster there compiled
+        or ran op by op again). ``MEGXLA_AUTO_JIT_LOG=1`` prints a line for every compilation, with what changed.
 
     Example:
         >>> from megxla.jit import auto_jit_stats
@@ -241,7 +242,7 @@ def auto_jit_stats() -> dict:
             "cuts": [(n, reason, describe_where(site)) for (reason, site), n in s.cuts.most_common()],
             "megamorphic": [describe_where(site) for site in s.megamorphic],
             "changes": [(describe_where(site), change) for site, st in _sites.items()
-                        if (change := _site_change(st)) is not None]}
+                        if site in s.changed and (change := _site_change(st)) is not None]}
 
 
 def reset_auto_jit_stats():
@@ -1099,6 +1100,7 @@ def _run_keyed(ops, avals, inputs, in_ids, out_ids, donate, reason, site, whole,
         st[5], st[6] = st[6], (ops, avals)  # (references: a cut gives the cluster new lists)
         if st[5] is not None:
             _local.changed = site
+            _stats.changed.add(site)
         if st[9] is not None:  # (the site's first executable had kept constants taken out: is this the same program?)
             first, st[9] = st[9], None
             hoisted = _kept_constants.constant_ops(ops, avals, in_ids, out_ids, [
