@@ -42,6 +42,7 @@ def auto_jit(monkeypatch):
     _autojit._padded._ROW_SITES.clear()  # (which lines' host arrays are kept padded)
     # (a loop of reads run eagerly for its op budget, a read inside a GradManager: an earlier test's, not this one's)
     _autojit._local.read_pause = None
+    _autojit._capped_starts.clear()  # (loops an earlier test's size cap cut)
     _autojit._local.mid_read = _autojit._local.after_mid_read = False
     reset_auto_jit_stats()
     mge.config.auto_jit = True

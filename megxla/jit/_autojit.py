@@ -79,6 +79,13 @@ LOOP_MAX_OPS = 1024
 # ... and the input cap: the arrays a cluster takes in stay alive until it runs (an inference loop that appends
 # its outputs and never reads would otherwise keep every batch it was given)
 MAX_INPUT_BYTES = 1 << 30
+# The first ops (``_op_sig``, and whether a GradManager recorded) of clusters the size cap cut: a loop with no read
+# (a diffusion model's sampling over its timesteps, run after each read of its result) starts each call with a
+# cluster capped at MAX_OPS, then the ones after it at LOOP_MAX_OPS: the first, 4,325 ops, compiled for 22 s where
+# the others' 1,024-op executable would serve it (MegDiffusion's sampling loop). A cluster starting as such a one did
+# is capped at LOOP_MAX_OPS from the start. (A training step, begun while its GradManager records, is not taken for
+# an evaluation loop without one over the same model.)
+_capped_starts: dict = {}
 # A cluster with this many scalar (0-d) inputs -- a loop's Python numbers, one input per use -- is compiled with
 # XLA's quick options only (_compile): XLA:CPU's optimizing compile of such a program is superlinear in them
 QUICK_SCALARS = 512
@@ -2139,15 +2146,6 @@ def _collect_steps(cl, op, ids, inputs):
 # ``(lo, hi)``, a weak reference to a concrete array (its min and max computed only if a check asks; a strong one
 # would keep an input from being donated), or a list of entries; never a Lazy (a reference to it would make it a
 # result of the cluster).
-# The first ops (``_op_sig``, and whether a GradManager recorded) of clusters the size cap cut: a loop with no read
-# (a diffusion model's sampling over its timesteps, run after each read of its result) starts each call with a
-# cluster capped at MAX_OPS, then the ones after it at LOOP_MAX_OPS: the first, 4,325 ops, compiled for 22 s where
-# the others' 1,024-op executable would serve it (MegDiffusion's sampling loop). A cluster starting as such a one did
-# is capped at LOOP_MAX_OPS from the start. (A training step, begun while its GradManager records, is not taken for
-# an evaluation loop without one over the same model.)
-_capped_starts: dict = {}
-
-
 def _op_sig(op, inputs):
     """``op`` with the shapes and dtypes of its inputs: what a loop's body repeats at the same point."""
     # (a Lazy's ``raw_shape``: a padded selection's count is not read for it)
