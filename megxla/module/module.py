@@ -287,8 +287,9 @@ class Module(metaclass=ABCMeta):
     def _drop_requires_grad(kwargs):
         if "requires_grad" in kwargs:
             del kwargs["requires_grad"]
-            logger.warning("Tensor currently has no requires_grad attribute, so requires_grad argument is "
-                           "ignored now")
+            # (MegEngine 1.13's words, as its ``Module.parameters`` logs them)
+            logger.warning("Tensor currently has no requires_grad attribute so requires_grad argument is ignored "
+                           "here")
 
     def parameters(self, recursive: bool = True, **kwargs) -> Iterable[Parameter]:
         """Iterate over the module's :class:`~megxla.Parameter` s.
