@@ -503,7 +503,7 @@ class Optimizer(metaclass=ABCMeta):
                     # array, no op. Under auto-jit an op here is one only the first step's cluster has, and that
                     # cluster, compiled at its first sight, never recurred: a Transformer with an unused Linear
                     # compiled its 1,166-op step for nothing, 12-27 s on 2 cores)
-                    own = Tensor(d.copy())
+                    own = Tensor(d.copy(), device=src.device)  # (on the count's logical device, as the op's copy)
                 else:
                     own = Tensor(src)  # a real copy (a trace follows it)
                 for p in outside:
