@@ -33,7 +33,8 @@ from ._tensor import Tensor
 from ._dispatch import apply, OpError, current_interpreter
 from .ops import indexing as P
 
-__all__ = ["IndexOutOfRange", "BadIndex", "check_index_tensor", "getitem", "mask_indices", "setitem", "parse"]
+__all__ = ["IndexOutOfRange", "BadIndex", "check_index_tensor", "check_on_host", "getitem", "mask_indices", "setitem",
+           "parse"]
 
 _INT = (int, np.integer)
 # checked mode for traced steps (see the module docstring); megxla.config.checked_indexing sets it
@@ -76,11 +77,29 @@ def check_index_tensor(op, idx, dim, axis, allow_negative=True, what="index"):
         r = known_range(d)
         if r is not None and r[0] >= (-dim if allow_negative else 0) and r[1] < dim:
             return
-    if idx.size == 0:
-        return
+        # pending and not proven in range: auto-jit reads it, or -- at a line where it always held -- checks it
+        # inside the cluster, as MegEngine checks on the device (jit's _device_checks)
+        defer = _lazy.DEFER_CHECK[0]
+        if defer is not None and d.value is None and defer(op, idx, dim, axis, allow_negative, what):
+            return
     if current_interpreter() is not None:
-        if CHECKED[0]:
+        if CHECKED[0] and idx.size:
             _check_traced(op, idx, dim, axis, allow_negative, what)
+        return
+    check_on_host(op, idx, dim, axis, allow_negative, what)
+
+
+def check_on_host(op, idx, dim, axis, allow_negative=True, what="index"):
+    """:func:`check_index_tensor`'s eager check: ``idx``'s values read on the host (where no range known for them
+    proves them valid).
+
+    Example:
+        >>> check_on_host("gather", Tensor([0, 3]), 3, 1, allow_negative=False)
+        Traceback (most recent call last):
+        ...
+        megxla.core._indexing.IndexOutOfRange: gather: index 3 is out of range for axis 1 of size 3 (valid: 0 to 2)
+    """
+    if idx.size == 0:
         return
     lo = -dim if allow_negative else 0
     d = idx._data

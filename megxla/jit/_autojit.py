@@ -59,7 +59,7 @@ from ..core._lazy import Lazy
 from ..core._tensor import Parameter, Tensor as _Tensor
 from ..core._op import SEQUENCE as _SEQUENCE, VJP as _VJP, check_output_size
 from ..core._spmd import MeshRequired
-from . import _kept_constants, _kernels_ahead, _padded, _persist, _tiers
+from . import _device_checks, _kept_constants, _kernels_ahead, _padded, _persist, _tiers
 # (_change: read here by the tests)
 from ._cluster_change import _change, _signature, _site_change  # noqa: F401
 from ._mode_timer import _COMPILE_SECS, _KERNEL_SECS, ModeTimer
@@ -199,6 +199,7 @@ class _Stats:
         self.early = 0  # of those, whose results were taken (the cluster was the guessed one)
         self.early_missed = 0  # launched early and dropped (the cluster was another)
         self.early_compiled = 0  # non-donating executables compiled for early launches
+        self.device_checks = 0  # index range checks computed in their clusters instead of read (_device_checks)
         self.cuts = collections.Counter()  # (reason, site) -> count
         self.megamorphic = []  # sites that gave up compiling
 
@@ -218,10 +219,10 @@ def auto_jit_stats() -> dict:
         image's info --, computed by themselves: no cut), ``eager_ops`` (ops kept out of
         clusters, and small groups of changing ops), ``split_clusters`` (clusters run in parts: their site's
         clusters keep changing in some ops, which run apart from the others), ``chunked_clusters`` (long clusters
-        repeating a loop's body, run as chunks of whole bodies: one small executable), ``early_launches``
-        (clusters run by
-        an executable launched before their last op was collected: a recurring small step's compute overlaps its
-        Python), ``early_misses`` (launched early, then dropped: the cluster was another) and ``early_compiled``
+        repeating a loop's body, run as chunks of whole bodies: one small executable), ``device_checks``
+        (index range checks computed inside their clusters rather than read on the host, see ``_device_checks``),
+        ``early_launches`` (clusters run by an executable launched before their last op was collected: a
+        recurring small step's compute overlaps its Python), ``early_misses`` (launched early, then dropped: the cluster was another) and ``early_compiled``
         (their executables, not counted in ``compiled``), ``cuts`` (a list of ``(count,
         reason, "file:line (`source`)")``, most frequent first), ``tiered`` (large clusters compiled quickly
         first, while XLA's optimized executable compiles in the background) and ``tier_ups`` (of those, replaced by
@@ -242,7 +243,7 @@ def auto_jit_stats() -> dict:
             "cache_hits": s.hits, "eager_clusters": s.eager, "eager_steps": s.eager_steps,
             "eager_reads": s.eager_reads, "peeks": s.peeks,
             "eager_ops": s.eager_ops, "split_clusters": s.split, "chunked_clusters": s.chunked,
-            "early_launches": s.early,
+            "early_launches": s.early, "device_checks": s.device_checks,
             "early_misses": s.early_missed, "early_compiled": s.early_compiled,
             "tiered": _tiers.stats["tiered"], "tier_ups": _tiers.stats["upgraded"],
             "quick_only": _tiers.stats["quick_only"],
@@ -687,6 +688,7 @@ class _Cluster:
         self.deferred = []  # Lazy values another thread's read computed: the owner swaps them in
         self.guesses = {}  # first op signature -> _Guess: the cluster that started that way the last times
         self.gen = -1  # how many times it was cut (``_cluster_now``): 0 once _clear has run
+        self._pins, self._checks = None, ()  # (of the cluster running now: _take_and_run)
         self._clear()
 
     def _clear(self):
@@ -713,6 +715,7 @@ class _Cluster:
         self.in_made = []  # each input's place among them (None: not one of them)
         self.placed = [0, 0, None]  # (devices) ops and inputs looked at so far, their one device set (False: not one)
         self.unpadded = {}  # local id of a selection's rows -> (the selection itself: its id, the pad_rows op)
+        self.checks = []  # index range checks computed in the cluster, read as it runs (_device_checks.Check)
 
     def devices(self):
         """The set of the one device every value of the cluster will be on, known before it runs -- its inputs are
@@ -791,6 +794,8 @@ class _Cluster:
             if z.cluster is not self or z.value is not None or math.prod(z.raw_shape) > PEEK_SIZE:
                 return None
             ops, avals = self.ops, self.avals
+            if self.checks and z.index >= ops[self.checks[0].at][2][0]:
+                return None  # (made after an index check: it reaches the host once the cluster ran its checks)
             # (each value's op found by its id -- ids grow with the ops, each op's results a run of them --, not by
             # a walk back over the ops: an image's box count made 300 ops before its shape is asked for -- a head's
             # levels in between -- is found as soon as one made 3 ops before)
@@ -838,7 +843,10 @@ class _Cluster:
             _gc_pause()  # (no garbage collection meanwhile: see _collect)
             try:
                 with self.lock:
-                    self._take_and_run(reason, site)
+                    try:
+                        self._take_and_run(reason, site)
+                    finally:
+                        self._checks = ()  # (its Tensors go with the run)
             finally:
                 _gc_resume()
         finally:
@@ -852,6 +860,7 @@ class _Cluster:
         first, in_refs, launched, in_made = self.first, self.in_refs, self.launched, self.in_made
         started = self.started
         self._pins = self.pins
+        self._checks = checks = self.checks
         start_key = self.start_key
         self._clear()
         self.after_cap = reason == "size cap"
@@ -900,10 +909,19 @@ class _Cluster:
             if error is None:
                 values = [env[i] for i in out_ids]
             else:
+                # (an index check before the failing op found an entry out of range: eagerly that raised first)
+                failed = _device_checks.first_failed(checks, lambda z: env.get(z.index)) if checks else None
+                if failed is not None:
+                    self._fail_at_check(failed, ops, inputs, in_ids, out_ids, live, lazies)
                 self._fail(live, env)
                 # (one reading a failed collective's result: the error names the rank that failed, as eager's)
                 named = _spmd.peer_failure(error)
                 raise named from (None if error is exc and named is error else exc)
+        if checks:
+            place = {id(z): k for k, z in enumerate(live)}
+            failed = _device_checks.first_failed(checks, lambda z: values[place[id(z)]])
+            if failed is not None:
+                self._fail_at_check(failed, ops, inputs, in_ids, out_ids, live, lazies)
         owner = threading.get_ident() == self.owner
         for z, v in zip(live, values):
             if z.pad is not None:  # (a padded selection: its Tensors keep the Lazy, see _padded)
@@ -1004,6 +1022,17 @@ class _Cluster:
                     continue  # (donated to the executable that failed: nothing to go back to)
                 t._data, t._vid = old_data, old_vid
 
+    def _fail_at_check(self, check, ops, inputs, in_ids, out_ids, live, lazies):
+        """An index check of the cluster found an entry out of range: fail as if its op had raised -- the ops
+        before it run op by op (their values given, the rest failed, see _fail) -- and raise eager's error."""
+        # (its inputs are whole: a cluster with checks donates none, see _run)
+        env, error = self._eager_until_error(ops[:check.at], inputs, in_ids, out_ids + [z.index for z in lazies
+                                                                                         if z.pins])
+        if error is None:
+            env[_FAILED_AT] = ops[check.at][2][0]
+        self._fail(live, env)
+        raise _device_checks.error_of(check) if error is None else error
+
     def _run(self, ops, avals, inputs, in_ids, out_ids, reason, site, in_refs=None):
         stats = _stats
         if len(ops) < MIN_OPS:
@@ -1020,7 +1049,7 @@ class _Cluster:
         # (the reference count first: most inputs are held elsewhere -- data, hyper-parameters --, and a step's
         # 50 inputs cost ~25 us less that way than with every test on each)
         donate = ()
-        if DONATE:
+        if DONATE and not self._checks:  # (a failed index check runs the cluster again op by op: see _device_checks)
             pins = self._pins
             held = [k for k in range(len(inputs))
                     if _getrefcount(inputs[k]) <= 2 + (pins.get(id(inputs[k]), 0) if pins else 0)]
@@ -2405,6 +2434,7 @@ def _install():
     _lazy.STEP_END[0] = step_boundary
     _lazy.COLLECTING[0] = _collecting_at_backward if GROUP_BACKWARD else None
     _lazy.CLUSTER_NOW[0] = _cluster_now
+    _lazy.DEFER_CHECK[0] = _defer_check
 
 
 def collecting() -> bool:
@@ -2433,6 +2463,20 @@ def _collecting_at_backward():
     if loc.read_pause is not None:
         _end_read_pause(loc)
     return collecting()
+
+
+def _defer_check(op, idx, dim, axis, allow_negative, what):
+    """(core's ``_lazy.DEFER_CHECK``) Range-check pending ``idx`` where its line's checks held so far inside the
+    calling thread's cluster, else on the host (see _device_checks): True, else False -- not collecting now, the
+    value another cluster's or the cluster about to be cut (the caller reads it)."""
+    cl, d = _local.cluster, idx._data
+    if d.cluster is not cl or d.phys is not None or cl.cut is not None or not collecting():
+        return False
+    n = len(cl.checks)
+    if not _device_checks.defer(cl, op, idx, dim, axis, allow_negative, what):
+        return False
+    _stats.device_checks += len(cl.checks) - n
+    return True
 
 
 def _cluster_now():
