@@ -1,5 +1,6 @@
 """megxla.hub: hubconf.py from a local directory and from a git host (a local bare repository), pretrained
 weights from file URLs, and network failures that end fast with the URL and cache path in the message."""
+import hashlib
 import os
 import shutil
 import socket
@@ -137,9 +138,14 @@ def test_git_host_clone_tag_and_cache(tmp_path, home):
     m = hub.load("owner/models:v1", "tiny", git_host=host, pretrained=True)
     assert m.weight.shape == (2, 3)
     assert "tiny" in hub.list("owner/models", git_host=host)
-    assert os.path.isdir(home / "hub" / "owner_models_v1")
+    # (MegEngine's directory: a SHA-1 of owner, name and tag, the files without .git)
+    clone = home / "hub" / hashlib.sha1(b"owner_models_v1").hexdigest()[:16]
+    assert (clone / "hubconf.py").is_file() and not (clone / ".git").exists()
     shutil.rmtree(hosts)  # cached clone is reused without the server
     assert "tiny" in hub.list("owner/models:v1", git_host=host, use_cache=True)
+    # a clone MegEngine made (no tag: its "master") is used as it is
+    shutil.copytree(clone, home / "hub" / hashlib.sha1(b"owner_other_master").hexdigest()[:16])
+    assert "tiny" in hub.list("owner/other", git_host=host)
     with pytest.raises(GitPullError, match="owner/models.git"):
         hub.list("owner/models:v1", git_host=host, use_cache=False)
     with pytest.raises(InvalidRepo):

@@ -5,12 +5,12 @@ Example:
     >>> HUBCONF, ENV_MGE_HOME
     ('hubconf.py', 'MGE_HOME')
 """
+from .fetcher import DEFAULT_BRANCH_NAME  # noqa: F401
 from .hub import DEFAULT_GIT_HOST, DEFAULT_PROTOCOL, HUBCONF  # noqa: F401
 
 __all__ = ["DEFAULT_BRANCH_NAME", "HUBCONF", "HUBDEPENDENCY", "DEFAULT_GIT_HOST", "ENV_MGE_HOME",
            "ENV_XDG_CACHE_HOME", "DEFAULT_CACHE_DIR", "DEFAULT_PROTOCOL", "HTTP_READ_TIMEOUT"]
 
-DEFAULT_BRANCH_NAME = "master"
 HUBDEPENDENCY = "dependencies"  # (the hubconf.py list of modules that must be importable)
 ENV_MGE_HOME = "MGE_HOME"
 ENV_XDG_CACHE_HOME = "XDG_CACHE_HOME"

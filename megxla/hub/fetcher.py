@@ -19,7 +19,9 @@ import urllib.request
 
 from .exceptions import DownloadError, GitCheckoutError, GitPullError, InvalidGitHost, InvalidProtocol, InvalidRepo
 
-__all__ = ["GitHTTPSFetcher", "GitSSHFetcher", "download_from_url", "get_timeout"]
+__all__ = ["GitHTTPSFetcher", "GitSSHFetcher", "download_from_url", "get_timeout", "repo_dir_name"]
+
+DEFAULT_BRANCH_NAME = "master"  # (MegEngine's, in the cache's names; a clone without a tag takes the default branch)
 
 _REPO_RE = re.compile(r"^([\w.-]+)/([\w.-]+)(?::([\w./-]+))?$")
 _HOST_RE = re.compile(r"^[\w.-]+(:\d+)?$")
@@ -54,6 +56,18 @@ def _git(args, cwd, what, err_cls):
     return proc.stdout
 
 
+def repo_dir_name(owner: str, name: str, tag: str = None, commit: str = None) -> str:
+    """The directory of a repository's clone in the hub cache: MegEngine's name for it (a SHA-1 of owner, name,
+    branch or tag -- ``master`` where none is given -- and commit), so a cache MegEngine filled is used as it is.
+
+    Example:
+        >>> repo_dir_name("megengine", "models"), repo_dir_name("megengine", "models", "master")
+        ('e093aa62cdf8f313', 'e093aa62cdf8f313')
+    """
+    raw = f"{owner}_{name}_{(tag or DEFAULT_BRANCH_NAME).replace('/', '_')}" + (f"_{commit}" if commit else "")
+    return hashlib.sha1(raw.encode()).hexdigest()[:16]
+
+
 class _GitFetcher:
     """Shared clone logic; subclasses give the repository ``url`` for their protocol."""
 
@@ -72,8 +86,8 @@ class _GitFetcher:
             raise InvalidGitHost(f"git host {git_host!r} is not a host name or URL prefix")
         url = cls.url(git_host, owner, name)
         ref = commit or tag
-        repo_dir = os.path.join(cache_dir, f"{owner}_{name}_{ref or 'default'}".replace("/", "_"))
-        if use_cache and os.path.isdir(os.path.join(repo_dir, ".git")):
+        repo_dir = os.path.join(cache_dir, repo_dir_name(owner, name, tag, commit))
+        if use_cache and os.path.isdir(repo_dir):  # (whole or absent: a clone is renamed into place once done)
             return repo_dir
         tmp = tempfile.mkdtemp(prefix=".fetch_", dir=cache_dir)
         try:
@@ -85,6 +99,7 @@ class _GitFetcher:
                 _git(["init", "-q"], tmp, what, GitPullError)
                 _git(["fetch", "-q", "--depth", "1", url, commit], tmp, what, GitPullError)
                 _git(["checkout", "-q", "FETCH_HEAD"], tmp, what, GitCheckoutError)
+            shutil.rmtree(os.path.join(tmp, ".git"))  # (MegEngine keeps the files alone, too)
             shutil.rmtree(repo_dir, ignore_errors=True)
             os.replace(tmp, repo_dir)
         finally:

@@ -3,8 +3,9 @@ directory or a git host, and load pretrained weights from URLs.
 
 A repository (or local directory) exposes its entry points as callables in ``hubconf.py``; an optional
 ``dependencies = ["numpy", ...]`` list names modules that must be importable. Repositories are cloned once
-into ``$MGE_HOME/hub`` (default ``$XDG_CACHE_HOME/megengine`` or ``~/.cache/megengine``, as in MegEngine), files
-downloaded by URL into ``$MGE_HOME/serialized``.
+into ``$MGE_HOME/hub`` (default ``$XDG_CACHE_HOME/megengine`` or ``~/.cache/megengine``, as in MegEngine; each in
+the directory MegEngine names it by, so a cache MegEngine filled serves offline), files downloaded by URL into
+``$MGE_HOME/serialized``.
 """
 from __future__ import annotations
 
