@@ -40,7 +40,9 @@ def _index_all(seq):
 def test_a_line_indexing_with_changing_ints_gives_eagers_values_and_gradients(fresh_auto_jit):
     mge.config.auto_jit = True
     got = _index_all(_INDEXES)
-    assert any(v is None for v in _indexing._INT_SITES.values())  # (the line's ints are index tensors)
+    # (the line's ints are index tensors: all of them, or -- one step, the ints changing between its clusters --
+    # all but the first)
+    assert any(v is None or type(v) is _indexing._Loop for v in _indexing._INT_SITES.values())
     mge.config.auto_jit = False
     want = _index_all(_INDEXES)
     base = np.arange(24, dtype="float32").reshape(2, 3, 4)
@@ -252,3 +254,44 @@ def test_ints_drawn_at_random_within_the_step_are_all_index_tensors(fresh_auto_j
     np.testing.assert_allclose(got, want, rtol=1e-5)
     s = auto_jit_stats()
     assert s["compiled"] <= 2 and s["cache_hits"] >= 6, s
+
+
+def _per_image_step(net, gm, opt, x, labels):
+    with gm:
+        pred = net(x)
+        nlabel = (F.sigmoid(labels * 10 - 5) > 0.5).sum(axis=1)  # (each image's box count, made on the device)
+        loss = 0
+        for b in range(labels.shape[0]):
+            n = int(nlabel[b])  # (read image by image: a read at a changing int, in a cluster of its own each)
+            loss = loss + ((pred[b, :n] - labels[b, :n]) ** 2).sum()
+        gm.backward(loss)
+    opt.step().clear_grad()
+    return loss.item()
+
+
+def test_ints_of_a_loop_over_images_with_a_read_each_keep_the_forwards_cluster(fresh_auto_jit):
+    # YOLOX's ``int(nlabel[batch_idx])``: the ints change between the clusters of one step (a read after each), so
+    # from the second use on they were index tensors -- but the first step's forward ended with a static
+    # ``nlabel[0]`` and the next steps' with a lifted one: the forward compiled at first sight, then again. Each
+    # step's first use keeps its first int.
+    r = np.random.RandomState(0)
+    x = mge.Tensor(r.standard_normal((3, 8)).astype("float32"))
+    labels = mge.Tensor(np.array([[1, 2, 0, 0, 0, 0, 0, 0], [3, 0, 0, 0, 0, 0, 0, 0], [1, 1, 1, 0, 0, 0, 0, 0]],
+                                 "float32"))
+
+    def run():
+        mge.random.seed(0)
+        net = M.Sequential(M.Linear(8, 16), M.ReLU(), M.Linear(16, 16), M.LayerNorm(16), M.ReLU(), M.Linear(16, 16),
+                           M.ReLU(), M.Linear(16, 16), M.ReLU(), M.Linear(16, 8))  # (a forward compiled at first sight)
+        opt, gm = optim.SGD(net.parameters(), lr=0.01), GradManager().attach(net.parameters())
+        return [_per_image_step(net, gm, opt, x, labels) for _ in range(5)]
+
+    mge.config.auto_jit = False
+    want = run()
+    mge.config.auto_jit = True
+    reset_auto_jit_stats()
+    got = run()
+    s = auto_jit_stats()
+    mge.config.auto_jit = False
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+    assert s["compiled"] == 2 and not s["changes"], (s["compiled"], s["changes"])  # (the forward, the backward)

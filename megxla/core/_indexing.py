@@ -512,22 +512,27 @@ def getitem(x, index):
 # time loop, a loop over a batch's images) -- keeps its first ints static and lifts the others: lifting from the
 # second use, the first step's cluster had a static ``x[0]`` that the next steps' did not, so it never recurred and
 # the step was compiled twice. The next steps' loops start at the same int, so their clusters are the first's. A
-# site whose ints change between clusters (an action read on the host each step) lifts them all: which value
-# equals the first one would decide the key.
+# site whose ints change between the clusters of one step -- a loop over a batch's images that reads each one's
+# count, ``int(nlabel[b])`` (YOLOX) -- keeps its first ints static at each step's first use alike: its first use ends
+# the forward's cluster, which was compiled with a static ``nlabel[0]`` at the first step and with an index tensor
+# at the second. A site whose ints change from step to step (an action read on the host each step) lifts them all:
+# which value equals the first one would decide the key.
 _INT_SITES: dict = {}  # (code, instruction) of a get/setitem of ints beside slices, None, ...: its last ints, None
 # (lifted) or a _Loop
-_FIRST_CLUSTER: dict = {}  # such a site seen once -> the cluster its first use joined (``_lazy.CLUSTER_NOW``)
+# such a site seen once -> the cluster its first use joined (``_lazy.CLUSTER_NOW``) and its step (``_lazy.STEP_NOW``)
+_FIRST_CLUSTER: dict = {}
 _NEW, _OWN = object(), object()
 
 
 class _Loop:
-    """A site whose ints changed within one cluster: its first ``ints`` stay static (see above) while each cluster's
-    first use has them and no later use does; ``token``: the cluster of its latest use."""
+    """A site whose ints changed within one cluster (``per_step``: within one step): its first ``ints`` stay static
+    (see above) while each cluster's (step's) first use has them and no later use does; ``token``: the cluster (the
+    step) of its latest use."""
 
-    __slots__ = ("ints", "token")
+    __slots__ = ("ints", "token", "per_step")
 
-    def __init__(self, ints, token):
-        self.ints, self.token = ints, token
+    def __init__(self, ints, token, per_step=False):
+        self.ints, self.token, self.per_step = ints, token, per_step
 
 
 _LIFTED_INTS: dict = {}  # value id of an index tensor made of a Python int by _changing_ints -> the int
@@ -588,12 +593,14 @@ def _changing_ints(x, index, op="getitem", prim=P.getitem):
                 if now is not None:
                     if len(_FIRST_CLUSTER) >= _STATIC_OPS_KEPT:
                         _FIRST_CLUSTER.clear()
-                    _FIRST_CLUSTER[site] = now()
+                    _FIRST_CLUSTER[site] = (now(), _lazy.STEP_NOW[0]())
             return None
         if seen is _OWN or seen == ints:
             return None
         if type(seen) is _Loop:
             now = _lazy.CLUSTER_NOW[0]()
+            if now is not None and seen.per_step:
+                now = _lazy.STEP_NOW[0]()
             if now is None:  # (not collected: as the loop's clusters have it -- its gradient may be collected)
                 if seen.ints == ints:
                     return None
@@ -607,7 +614,13 @@ def _changing_ints(x, index, op="getitem", prim=P.getitem):
             first = _FIRST_CLUSTER.pop(site, None)
             now = _lazy.CLUSTER_NOW[0]
             now = now() if first is not None and now is not None else None
-            _INT_SITES[site] = _Loop(seen, now) if now is not None and first == now else None
+            if now is None:
+                _INT_SITES[site] = None
+            elif first[0] == now:
+                _INT_SITES[site] = _Loop(seen, now)
+            else:
+                step = _lazy.STEP_NOW[0]()
+                _INT_SITES[site] = _Loop(seen, step, True) if first[1] == step else None
     bound = _static_op(x, index, op, prim)  # (checks the index as eager does: its error, its text)
     if bound is None:
         return None

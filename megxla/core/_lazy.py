@@ -57,6 +57,8 @@ HOST_ROWS: list = [None]
 # ``cluster_now() -> token``: which cluster the calling thread's next op joins (equal tokens: the same cluster). Set
 # by jit with COLLECT; a subscript whose ints change asks it (``_indexing._changing_ints``).
 CLUSTER_NOW: list = [None]
+# ``step_now() -> int``: the training steps (``opt.step()``) the calling thread has ended. Set by jit with COLLECT.
+STEP_NOW: list = [None]
 # ``defer_check(op, idx, dim, axis, allow_negative, what) -> bool``: ``idx`` (pending) range-checked inside its
 # cluster instead of read on the host (``_indexing.check_index_tensor``); False: read it. Set by jit with COLLECT.
 DEFER_CHECK: list = [None]

@@ -2434,6 +2434,7 @@ def _install():
     _lazy.STEP_END[0] = step_boundary
     _lazy.COLLECTING[0] = _collecting_at_backward if GROUP_BACKWARD else None
     _lazy.CLUSTER_NOW[0] = _cluster_now
+    _lazy.STEP_NOW[0] = _step_now
     _lazy.DEFER_CHECK[0] = _defer_check
 
 
@@ -2477,6 +2478,11 @@ def _defer_check(op, idx, dim, axis, allow_negative, what):
         return False
     _stats.device_checks += len(cl.checks) - n
     return True
+
+
+def _step_now():
+    """(core's ``_lazy.STEP_NOW``) The training steps the calling thread has ended."""
+    return _local.steps
 
 
 def _cluster_now():
