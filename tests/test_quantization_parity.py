@@ -43,6 +43,31 @@ def test_max_pool_gradient_without_ties_is_unchanged():
     assert g.sum() == 2 * 3 * 5 * 5 and set(np.unique(g)) <= {0.0, 1.0, 2.0, 3.0, 4.0}
 
 
+def _pool_grad_reference(x, g, k, s, p):
+    """MegEngine's rule written out: each window's gradient to every input equal to the window's maximum."""
+    xp = np.pad(x, [(0, 0), (0, 0), (p[0], p[0]), (p[1], p[1])], constant_values=-np.inf)
+    out = np.zeros_like(xp)
+    for n, c, i, j in np.ndindex(*g.shape):
+        w = xp[n, c, i * s[0]:i * s[0] + k[0], j * s[1]:j * s[1] + k[1]]
+        out[n, c, i * s[0]:i * s[0] + k[0], j * s[1]:j * s[1] + k[1]] += g[n, c, i, j] * (w == w.max())
+    return out[:, :, p[0]:p[0] + x.shape[2], p[1]:p[1] + x.shape[3]]
+
+
+@pytest.mark.parametrize("k, s, p", [((2, 2), (2, 2), (0, 0)), ((3, 3), (2, 2), (1, 1)), ((3, 2), (1, 3), (1, 0)),
+                                     ((5, 5), (1, 1), (2, 2)), ((13, 13), (1, 1), (6, 6)), ((4, 3), (3, 2), (2, 1))])
+def test_max_pool_gradient_with_ties_for_any_window(k, s, p):
+    # (computed one axis after the other -- YOLOX's SPP pools by 13 x 13 -- which must give the window's rule)
+    r = np.random.RandomState(sum(k) + sum(s))
+    x = r.randint(0, 3, (2, 2, 17, 15)).astype("float32")
+    t = mge.Tensor(x)
+    gm = GradManager().attach([t])
+    with gm:
+        y = F.max_pool2d(t, k, s, p)
+        g = r.randint(1, 5, y.shape).astype("float32")
+        gm.backward(y, mge.Tensor(g))
+    np.testing.assert_array_equal(t.grad.numpy(), _pool_grad_reference(x, g, k, s, p))
+
+
 class _Net(M.Module):
     def __init__(self):
         super().__init__()

@@ -222,9 +222,9 @@ def auto_jit_stats() -> dict:
         repeating a loop's body, run as chunks of whole bodies: one small executable), ``device_checks``
         (index range checks computed inside their clusters rather than read on the host, see ``_device_checks``),
         ``early_launches`` (clusters run by an executable launched before their last op was collected: a
-        recurring small step's compute overlaps its Python), ``early_misses`` (launched early, then dropped: the cluster was another) and ``early_compiled``
-        (their executables, not counted in ``compiled``), ``cuts`` (a list of ``(count,
-        reason, "file:line (`source`)")``, most frequent first), ``tiered`` (large clusters compiled quickly
+        recurring small step's compute overlaps its Python), ``early_misses`` (launched early, then dropped: the
+        cluster was another) and ``early_compiled`` (their executables, not counted in ``compiled``), ``cuts`` (a
+        list of ``(count, reason, "file:line (`source`)")``, most frequent first), ``tiered`` (large clusters compiled quickly
         first, while XLA's optimized executable compiles in the background) and ``tier_ups`` (of those, replaced by
         their optimized executable), ``quick_only`` (clusters of so many scalar inputs that only XLA's quick
         compile is bounded, run from that executable), ``megamorphic`` (the lines that made too many
@@ -2467,8 +2467,8 @@ def _collecting_at_backward():
 
 
 def _defer_check(op, idx, dim, axis, allow_negative, what):
-    """(core's ``_lazy.DEFER_CHECK``) Range-check pending ``idx`` where its line's checks held so far inside the
-    calling thread's cluster, else on the host (see _device_checks): True, else False -- not collecting now, the
+    """(core's ``_lazy.DEFER_CHECK``) Range-check pending ``idx`` (see _device_checks: on the host until its line's
+    checks have held there, then inside the calling thread's cluster): True, else False -- not collecting now, the
     value another cluster's or the cluster about to be cut (the caller reads it)."""
     cl, d = _local.cluster, idx._data
     if d.cluster is not cl or d.phys is not None or cl.cut is not None or not collecting():

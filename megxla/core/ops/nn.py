@@ -210,37 +210,59 @@ def _max_pool_ties_fwd(x, kernel, stride, padding):
 def _max_pool_ties_bwd(kernel, stride, padding, x, g):
     # MegEngine's pooling gradient: every input equal to its window's maximum receives the window's gradient
     # (XLA's select-and-scatter picks one). Ties are common where it matters: integer-valued activations of
-    # quantization-aware training, zeros after a ReLU. One compare, pad and add per kernel offset.
+    # quantization-aware training, zeros after a ReLU.
+    # A window is a product of one window per axis, so pooling is too: pool along the first axis, then the result
+    # along the second... Backward, each axis in turn hands a window's gradient to the inputs of that axis's window
+    # equal to its maximum. That is exactly the gradient above: an input of a window receives it through one path,
+    # the entry of its own row (column) that the next axis pools, and it equals the window's maximum exactly when it
+    # equals that entry and that entry equals the maximum. Per axis: k taps where the whole window takes k x k. YOLOX's
+    # SPP pools by 5, 9 and 13 at stride 1: 275 taps, each a compare, pad and add fused with the pooled input's
+    # producer, made a backward part compile for 40 s on 2 cores (16 s with 2 x 27 taps).
+    ys = [x]
+    for j in range(len(kernel) - 1):
+        window, strides, pads = [1] * x.ndim, [1] * x.ndim, [(0, 0)] * x.ndim
+        window[2 + j], strides[2 + j], pads[2 + j] = kernel[j], stride[j], (padding[j], padding[j])
+        ys.append(lax.reduce_window(ys[-1], np.asarray(-np.inf, x.dtype), lax.max, window, strides, pads))
+    for j in reversed(range(len(kernel))):
+        g = _max_pool_axis_bwd(ys[j], g, 2 + j, kernel[j], stride[j], padding[j])
+    return (g,)
+
+
+def _max_pool_axis_bwd(x, g, axis, k, s, p):
+    """Max pooling along ``axis`` alone (kernel ``k``, stride ``s``, padding ``p``), backward: ``g`` (pooled) to the
+    inputs equal to their window's maximum."""
     # NOTE: each window's first maximum is found by a running compare over the kernel's offsets (a strict >, so the
-    # first in row-major order wins) and gets the gradient by its offset's index; the equal values only add the
-    # ties. A compare of x with its window's maximum alone lost most gradients in a compiled step: there x is often
-    # an expression XLA fuses into each consumer and rounds differently in each (a mean's division by 100 became a
-    # multiplication by 0.01 in one fusion, not the other), so x == max(x) failed -- a norm followed by max pooling
-    # trained wrongly under xla_trace, trace and auto-jit (found by tests/test_autojit_networks.py). Routed by index,
-    # every window's gradient reaches one of its maxima however XLA rounds; a rounding difference can only miss an
-    # exact tie. (On XLA CPU, for an (8, 64, 56, 56) input, 3x3 windows, stride 2: this form 5.4-5.6 ms; a variadic
+    # first wins) and gets the gradient by its offset's index; the equal values only add the ties. A compare of x
+    # with its window's maximum alone lost most gradients in a compiled step: there x is often an expression XLA
+    # fuses into each consumer and rounds differently in each (a mean's division by 100 became a multiplication by
+    # 0.01 in one fusion, not the other), so x == max(x) failed -- a norm followed by max pooling trained wrongly
+    # under xla_trace, trace and auto-jit (found by tests/test_autojit_networks.py). Routed by index, every window's
+    # gradient reaches one of its maxima however XLA rounds; a rounding difference can only miss an exact tie. (On
+    # XLA CPU, for an (8, 64, 56, 56) input, 3x3 windows, stride 2, the whole window's taps: 5.4-5.6 ms; a variadic
     # reduce-window of (value, position) pairs, which did the same, 9.5; the value compare alone 3.3; XLA's own
-    # select-and-scatter 22.7.)
-    pads = [(0, 0), (0, 0)] + [(p, p) for p in padding]
+    # select-and-scatter 22.7. By axes, an (8, 64, 32, 32) input, stride 1: 3x3 2.0 ms against the window's 7.8,
+    # 9x9 12.2 against 20.5.)
+    nd, n = x.ndim, g.shape[axis]
+    pads = [(0, 0)] * nd
+    pads[axis] = (p, p)
     xp = jnp.pad(x, pads, constant_values=-jnp.inf)
-    oshape = g.shape
-    offsets = list(np.ndindex(*kernel))
-    windows = [(slice(None), slice(None)) + tuple(slice(o, o + (n - 1) * s + 1, s)
-                                                  for o, n, s in zip(offs, oshape[2:], stride)) for offs in offsets]
-    xs = [xp[w] for w in windows]
-    top, first = xs[0], jnp.zeros(oshape, jnp.int32)
-    for k in range(1, len(xs)):
-        larger = xs[k] > top
-        top, first = jnp.where(larger, xs[k], top), jnp.where(larger, jnp.int32(k), first)
+
+    def along(index):
+        return tuple(index if a == axis else slice(None) for a in range(nd))
+
+    xs = [xp[along(slice(o, o + (n - 1) * s + 1, s))] for o in range(k)]
+    top, first = xs[0], jnp.zeros(g.shape, jnp.int32)
+    for o in range(1, k):
+        larger = xs[o] > top
+        top, first = jnp.where(larger, xs[o], top), jnp.where(larger, jnp.int32(o), first)
     total = None
     zero = jnp.zeros((), g.dtype)
-    for k, offs in enumerate(offsets):
-        part = jnp.where((first == k) | (xs[k] == top), g, zero)
-        part = lax.pad(part, zero, [(0, 0, 0), (0, 0, 0)] + [
-            (o, size - o - (n - 1) * s - 1, s - 1) for o, n, s, size in zip(offs, oshape[2:], stride, xp.shape[2:])])
+    for o in range(k):
+        part = jnp.where((first == o) | (xs[o] == top), g, zero)
+        part = lax.pad(part, zero, [(o, xp.shape[a] - o - (n - 1) * s - 1, s - 1) if a == axis else (0, 0, 0)
+                                    for a in range(nd)])
         total = part if total is None else total + part
-    crop = tuple(slice(p, p + n) for p, n in zip(padding, x.shape[2:]))
-    return (total[(slice(None), slice(None)) + crop],)
+    return total[along(slice(p, p + x.shape[axis]))]
 
 
 _max_pool_ties.defvjp(_max_pool_ties_fwd, _max_pool_ties_bwd)
