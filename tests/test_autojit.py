@@ -1936,6 +1936,25 @@ def test_a_count_read_on_the_host_runs_the_rest_of_the_step_compiled(auto_jit, u
     _same_as_eager(24, got, counts, params, slots)
 
 
+def test_a_large_unchanging_part_compiles_beside_its_runs_op_by_op(auto_jit, unpadded, monkeypatch):
+    # (YOLOX's backward and update, 2,211 ops, compiled inside its third step: 17-45 s against eager's 7 s steps)
+    # the part runs op by op while its executable compiles on a background thread, and from its 3rd run on from it
+    monkeypatch.setattr(_autojit, "BACKGROUND_OPS", 10)  # (its parts: 5, 6 and 12 ops)
+    monkeypatch.setattr(_autojit._persist, "kept_optimized", lambda key: False)  # (as on a cold cache)
+    monkeypatch.setattr(_autojit, "_cache", type(_autojit._cache)())  # (not the executables the tests before made)
+    from megxla.jit import _tiers
+    waits = []
+    monkeypatch.setattr(_tiers._Tiered, "_switch", lambda self, orig=_tiers._Tiered._switch: (
+        waits.append(self.runs), orig(self))[1])
+    got, counts, params, slots = _count_read_training(24)
+    stats = auto_jit_stats()
+    assert stats["split_clusters"] >= 18 and stats["tiered"] >= 1 and stats["tier_ups"] == stats["tiered"], stats
+    assert waits and min(waits) == _tiers.SWITCH_RUN, waits  # (it takes over at a fixed run, not when ready)
+    _same_as_eager(24, got, counts, params, slots)
+    _tiers._wait_for_tier_ups()
+    assert _tiers.in_flight[0] == 0  # (no step timer is left waiting)
+
+
 def test_a_cluster_of_another_length_now_and_then_leaves_the_sites_parts_as_they_were(auto_jit, unpadded):
     # every 6th step takes a branch of two more ops (the zoo's segmentation: a batch without ignored pixels): its
     # cluster has another length. The site's usual clusters go on running in parts -- the changes seen so far are

@@ -1232,6 +1232,13 @@ def _run_keyed(ops, avals, inputs, in_ids, out_ids, donate, reason, site, whole,
         if len(_shared) >= CACHE_SIZE:
             _shared.pop(next(iter(_shared), None), None)
         _shared[early_key] = (entry, ops, avals, in_ids, out_ids, donate, out_avals, reason)
+    elif not whole and len(ops) >= BACKGROUND_OPS \
+            and (background := _in_background(ops, avals, in_ids, out_ids, donate, out_avals, reason)) is not None:
+        entry.executable = background
+        if LOG:
+            print(f"megxla auto-jit: compiling a part of {len(ops)} ops cut at {describe_where(site)} in the background "
+                  f"(run op by op meanwhile, by its executable from run {_tiers.SWITCH_RUN} on)", file=sys.stderr)
+        return entry.executable(*inputs)
     elif whole and st[0] == 1 and entry.seen == 1 and reason != "size cap" \
             and (hoisted := _kept_constants.constant_ops(ops, avals, in_ids, out_ids, _setup_inputs(in_ids, in_refs))):
         # (a site's first cluster compiled at first sight, computing constants that outlive it: see _kept_constants)
@@ -1248,6 +1255,34 @@ def _run_keyed(ops, avals, inputs, in_ids, out_ids, donate, reason, site, whole,
         if len(_families) > CACHE_SIZE:
             del _families[next(iter(_families))]
     return entry.executable(*inputs)
+
+
+# A churning site's part of at least this many ops compiles on a background thread while it runs op by op (its eager
+# kernels ran at its first sight: warm), from its third run on from its executable (_in_background)
+BACKGROUND_OPS = 512
+
+
+def _in_background(ops, avals, in_ids, out_ids, donate, out_avals, reason):
+    """A part's executable compiled on a background thread from now, run op by op until its ``SWITCH_RUN``-th run --
+    which waits for it (``_tiers.tiered``: a fixed run, so its numbers do not depend on the machine's load) -- or
+    None where its program is kept compiled (a warm start loads it at once). YOLOX's backward and update, the
+    unchanging part of its churning step (2,211 ops), compiled for 17-45 s inside its third step, 3-7x an eager
+    step."""
+    key = _persist.fingerprint(ops, in_ids, [avals[i] for i in in_ids], out_ids, donate, "auto_jit")
+    if _persist.kept_optimized(key):
+        return None
+    precision, settings = jax.config.jax_default_matmul_precision, _lowering_settings()
+
+    def optimize():
+        if _lowering_settings() != settings:
+            return None  # (x64 or the PRNG changed since: the program would lower differently; op by op it stays)
+        with jax.default_matmul_precision(precision):
+            return _compile(ops, avals, in_ids, out_ids, donate, out_avals, reason)
+
+    def by_ops(*inputs):
+        return _Cluster._eager(ops, inputs, in_ids, out_ids)
+
+    return _tiers.tiered(optimize, by_ops, len(ops), start_run=1)
 
 
 def _setup_inputs(in_ids, in_refs):

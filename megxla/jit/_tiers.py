@@ -75,12 +75,14 @@ LOG = os.environ.get("MEGXLA_AUTO_JIT_LOG") == "1"  # (auto-jit's log: a line wh
 
 stats = {"tiered": 0, "upgraded": 0, "failed": 0, "parts": 0, "quick_only": 0}  # (parts: quick executables
 # compiled as parts; quick_only: programs given only a quick executable, ``quick``)
-# [tiered executables whose optimized compile has started and that have not switched yet]: a step timer
-# (``_autojit.ModeTimer``) waits for none to be left before it times the clusters against eager
+# [tiered executables whose optimized compile has started and that have not switched yet -- one started at its first
+# run, only while it compiles]: a step timer (``_autojit.ModeTimer``) waits for none to be left before it times the
+# clusters against eager
 in_flight = [0]
 _local = threading.local()  # ``background``: True on a tier-up thread (its compile time is not the step's)
 _threads: set = set()
 _lock = threading.Lock()
+_count_lock = threading.Lock()  # (``in_flight``: taken by compile threads too, which ``_lock``'s holder may join)
 
 
 def background() -> bool:
@@ -207,9 +209,10 @@ def compile_parts(lowerings):
     return results
 
 
-def tiered(optimize, fast, n_ops):
+def tiered(optimize, fast, n_ops, start_run=None):
     """``fast`` (an executable, or a callable running several) until its ``SWITCH_RUN``-th run, then what
-    ``optimize()`` returns: called on a background thread from the ``START_RUN``-th run.
+    ``optimize()`` returns: called on a background thread from the ``start_run``-th run (``START_RUN``; 1 where
+    ``fast`` runs a churning site's part op by op, see ``_autojit._in_background``).
 
     Example:
         >>> exe = tiered(lambda: (lambda x: x + 1), lambda x: x + 1.0, 1000)
@@ -217,17 +220,19 @@ def tiered(optimize, fast, n_ops):
         [2.0, 2]
     """
     stats["tiered"] += 1
-    return _Tiered(optimize, fast, n_ops)
+    return _Tiered(optimize, fast, n_ops, start_run)
 
 
 class _Tiered:
     """The quick executable, replaced by the optimized one at its ``SWITCH_RUN``-th run."""
 
     __slots__ = ("exe", "optimize", "runs", "thread", "result", "on_optimized", "n_ops", "seconds", "started",
-                 "waited")
+                 "waited", "start_run", "counted")
 
-    def __init__(self, optimize, fast, n_ops):
+    def __init__(self, optimize, fast, n_ops, start_run=None):
         self.exe, self.optimize, self.runs, self.thread, self.result = fast, optimize, 0, None, None
+        self.start_run = START_RUN if start_run is None else start_run  # (read now: tests set START_RUN)
+        self.counted = False  # (counted in ``in_flight``)
         self.on_optimized = None  # called (on the compile thread) once the optimized executable exists
         self.n_ops, self.seconds = n_ops, None
         self.started = None  # (perf_counter at the run that started the optimized compile)
@@ -238,7 +243,7 @@ class _Tiered:
             with _lock:  # (threads share cached executables; only the first SWITCH_RUN runs take it)
                 if self.optimize is not None:
                     self.runs += 1
-                    if self.runs == START_RUN:
+                    if self.runs == self.start_run:
                         self._start()
                     elif self.runs >= SWITCH_RUN:
                         self._switch()
@@ -249,7 +254,9 @@ class _Tiered:
             # (registered now, after JAX's exit handlers -- its backends exist by now --, so it runs before
             # them: no compile outlives XLA's teardown)
             _registered.append(atexit.register(_wait_for_tier_ups))
-        in_flight[0] += 1
+        with _count_lock:
+            in_flight[0] += 1
+            self.counted = True
         self.started = time.perf_counter()
         t = self.thread = threading.Thread(target=self._compile, name="megxla-tier-up", daemon=True)
         _threads.add(t)
@@ -267,26 +274,36 @@ class _Tiered:
             stats["failed"] += 1
         finally:
             _threads.discard(threading.current_thread())
+            if self.start_run == 1:
+                # (started at its first run -- a part run op by op meanwhile --, it may never run a third time: its
+                # site's clusters changed. Counted until its switch, it would keep every step timer waiting.)
+                self._uncount()
+
+    def _uncount(self):
+        with _count_lock:
+            if self.counted:
+                self.counted = False
+                in_flight[0] -= 1
 
     def _switch(self):
         if self.thread is None:
             self._start()
         if self.runs == SWITCH_RUN:
             t0 = time.perf_counter()
-            interval = (t0 - self.started) / max(1, self.runs - START_RUN)
+            interval = (t0 - self.started) / max(1, self.runs - self.start_run)
             self.thread.join(max(SWITCH_WAIT, SWITCH_STEPS * interval))
             self.waited = time.perf_counter() - t0
         if self.thread.is_alive():  # (a long compile: the quick executable runs on until it is done)
             return
         waited = self.waited
-        in_flight[0] -= 1
+        self._uncount()
         if self.result is not None:
             self.exe = self.result
             stats["upgraded"] += 1
             if LOG:
-                print(f"megxla auto-jit: a cluster of {self.n_ops} ops runs its optimized executable from its "
-                      f"{self.runs}th run (compiled in {self.seconds:.2f} s beside the quick one; its "
-                      f"{SWITCH_RUN}th run waited {waited:.2f} s for it)", file=sys.stderr)
+                print(f"megxla auto-jit: a cluster of {self.n_ops} ops runs its optimized executable from run "
+                      f"{self.runs} on (compiled in {self.seconds:.2f} s beside its earlier runs; run {SWITCH_RUN} "
+                      f"waited {waited:.2f} s for it)", file=sys.stderr)
         self.optimize = self.result = self.thread = None
 
     def memory_analysis(self):
