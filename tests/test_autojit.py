@@ -43,6 +43,7 @@ def auto_jit(monkeypatch):
     # (a loop of reads run eagerly for its op budget, a read inside a GradManager: an earlier test's, not this one's)
     _autojit._local.read_pause = None
     _autojit._capped_starts.clear()  # (loops an earlier test's size cap cut)
+    _autojit._device_checks._held.clear()  # (lines whose index checks held: an earlier test's are made in clusters)
     _autojit._local.mid_read = _autojit._local.after_mid_read = False
     reset_auto_jit_stats()
     mge.config.auto_jit = True

@@ -19,7 +19,6 @@ C, N = 6, 40
 
 @pytest.fixture
 def checks(fresh_auto_jit):  # noqa: F811
-    _device_checks._held.clear()
     _autojit._local.read_pause = None
     reset_auto_jit_stats()
     yield

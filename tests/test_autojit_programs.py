@@ -869,6 +869,7 @@ def fresh_auto_jit(monkeypatch):
     _autojit._steps.clear()
     _autojit._reads.clear()
     _autojit._padded._ROW_SITES.clear()  # (which lines' host arrays are kept padded)
+    _autojit._device_checks._held.clear()  # (lines whose index checks held: an earlier test's are made in clusters)
     saved = mge.config.auto_jit
     yield
     mge.config.auto_jit = saved
