@@ -165,3 +165,37 @@ def test_a_value_made_after_a_check_is_not_peeked_past_it(checks):
         else:
             assert int(n) == 0 and y.numpy().shape == (2, 2)
     mge.config.auto_jit = False
+
+
+def test_the_clusters_a_held_check_cuts_are_not_compiled(checks):
+    # GFLv2's ATSS labels: the first step's check reads the index on the host and cuts the step in two; once the
+    # check is inside the cluster, the step is one cluster of another key -- so the first step's parts are not
+    # compiled at first sight (their keys end there), and the whole step compiles once
+    r = np.random.RandomState(0)
+    xs = [mge.Tensor(r.standard_normal((2, 3, 8, 8)).astype("float32")) for _ in range(6)]
+    gs = [mge.Tensor(r.uniform(0, 4, (2, 1, 8, 8)).astype("float32")) for _ in range(6)]
+    results = []
+    for auto in (False, True):
+        mge.config.auto_jit = auto
+        _autojit._sites.clear()
+        mge.random.seed(0)
+        net = M.Sequential(M.Conv2d(3, 8, 3, padding=1), M.BatchNorm2d(8), M.ReLU(), M.Conv2d(8, 5, 1))
+        gm = GradManager().attach(net.parameters())
+        opt = optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
+        losses = []
+        for x, g in zip(xs, gs):
+            with gm:
+                logits = F.transpose(net(x), (0, 2, 3, 1)).reshape(-1, 5)
+                label = F.floor(F.clip(g + F.tanh(logits[:, :1]).reshape(2, 1, 8, 8) * 0, 0, 3.9)).reshape(-1)
+                lse = F.logsumexp(logits, axis=1)
+                loss = (lse - F.nn.indexing_one_hot(logits, label.astype("int32").detach(), 1)).mean()  # (checked)
+                gm.backward(loss)
+            opt.step().clear_grad()
+            losses.append(float(loss))
+        results.append((losses, [p.numpy() for p in net.parameters()]))
+    mge.config.auto_jit = False
+    _same(results[0], results[1], "losses and parameters")
+    compiled_at = {site[1]: st[2] for site, st in _autojit._sites.items() if st[2]}
+    check_line = [s[1] for s in _autojit._sites if "indexing_one_hot" in s[2]]
+    assert check_line and not any(compiled_at.get(line) for line in check_line), (compiled_at, check_line)
+    assert sum(compiled_at.values()) == 1, compiled_at

@@ -886,7 +886,9 @@ class _Cluster:
                 _stats.cuts[(reason, site if site is not None else user_where())] += 1
             launched = None  # (its references to the inputs would keep them from being donated)
         loc = _local
-        loc.after_mid_read, loc.mid_read = loc.mid_read, reason == "host read" and bool(_dispatch.recorders)
+        # (a held index check's read, too: the rest of a step cut there changes once the line's checks move inside)
+        loc.after_mid_read, loc.mid_read = loc.mid_read, reason == "host read" and (
+            bool(_dispatch.recorders) or _device_checks.reading_held())
         try:
             if values is None:
                 hits, split = _stats.hits, _stats.split
@@ -1206,7 +1208,9 @@ def _run_keyed(ops, avals, inputs, in_ids, out_ids, donate, reason, site, whole,
     # cluster that follows a host read made while a GradManager recorded (``_local.after_mid_read``): the rest of a
     # step whose middle read a count may be shaped by it -- YOLOX's SimOTA reads its number of matched anchors and
     # reshapes its losses' rows by it, and its backward and update (2,781 ops) compiled at first sight in 22 s for a
-    # key that never recurred; it waits for its key to recur, at the cost of one run op by op where it does. A part
+    # key that never recurred; it waits for its key to recur, at the cost of one run op by op where it does. Nor does
+    # a cluster cut by the host read of an index check held at its line (``_device_checks``), or the rest of its step:
+    # once the line's checks are made inside the cluster, the step is one cluster of another key. A part
     # (of a churning site's or a repetitive cluster's) compiles when it recurs: its first sight is often its
     # cluster's (and ``avals`` holds only its inputs' types: the check below read past them, and the cluster's
     # remaining ops ran op by op).
@@ -1214,7 +1218,7 @@ def _run_keyed(ops, avals, inputs, in_ids, out_ids, donate, reason, site, whole,
             or (whole and (st[0] == 1 or settled or (st[0] == 2 and st[1] == 0 and st[4] is not None
                                                      and _no_new_arrays(st[4], key[1])))
                 and len(ops) >= FIRST_SIGHT_OPS and reason != "size cap" and not _local.after_mid_read
-                and not _repetitive(ops, avals))):
+                and not _device_checks.reading_held() and not _repetitive(ops, avals))):
         return _Cluster._eager(ops, inputs, in_ids, out_ids)
     if whole:
         plan = _chunk_plan(ops, avals, in_ids, out_ids, site)

@@ -18,12 +18,21 @@ def _signature(ops, avals):
     return sig
 
 
-def _type_text(src):
-    """A signature's input source in words: ``float32[8, 37]``, ``... (result 1 of op 12)``."""
+def _type_text(src, other=None):
+    """A signature's input source in words: ``float32[8, 37]``, ``... (result 1 of op 12)``; ``other``: the source it
+    is compared with -- where only that one is made in the cluster, this one is said to come from outside it (the same
+    type both ways read ``float32[2048], was float32[2048] (result 1 of op 3)``).
+
+    Example:
+        >>> t = ((4,), np.dtype("float32"), False)
+        >>> _type_text(t, (3, 0, t))
+        'float32[4] (an input of the cluster)'
+    """
     if type(src[0]) is int:  # (position, output index, type): made by an op of the cluster
         k, j, src = src
         return f"{np.dtype(src[1]).name}{list(src[0])} (result {j + 1} of op {k + 1})"
-    return f"{np.dtype(src[1]).name}{list(src[0])}" + (" (a Python number)" if src[2] else "")
+    text = f"{np.dtype(src[1]).name}{list(src[0])}" + (" (a Python number)" if src[2] else "")
+    return text + (" (an input of the cluster)" if other is not None and type(other[0]) is int else "")
 
 
 def _short(op):
@@ -51,7 +60,7 @@ def _change(before, after):
     if op_a != op_b:
         text = f"op {k + 1} of {len(b)} is `{_short(op_b)}` where the previous cluster had `{_short(op_a)}`"
     else:
-        inputs = [f"input {j + 1} is {_type_text(y)}, was {_type_text(x)}"
+        inputs = [f"input {j + 1} is {_type_text(y, x)}, was {_type_text(x, y)}"
                   for j, (x, y) in enumerate(zip(in_a, in_b)) if x != y]
         if len(in_a) != len(in_b):
             inputs.append(f"{len(in_b)} inputs, was {len(in_a)}")

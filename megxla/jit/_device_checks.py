@@ -6,8 +6,10 @@ foreground (``t[fg, labels[fg] - 1] = 1``, ``indexing_one_hot(logp, label)``), w
 cut every step there: the read ran the cluster before it. MegEngine does not read: its kernels check on the device,
 and its default asynchronous execution reports a failure at the next sync.
 
-The first ``HELD_BEFORE`` checks at a line are read on the host as eagerly: a program whose labels are wrong from
-the start (a wrong number of classes) raises at that line. Once they held there, the check becomes ops of the
+The first check at a line (``HELD_BEFORE``) is read on the host as eagerly: a program whose labels are wrong from
+the start (a wrong number of classes) raises at that line. The clusters that read cuts are the first step's only: they
+are not compiled at first sight (``reading_held``), as their keys never come again. Once it held there, the check
+becomes ops of the
 cluster -- the number of entries out of range, a 0-d integer --, read as the cluster runs, before any of its
 results reach a Tensor (guards, as a trace speculates on what it saw). A count that is not zero fails the cluster
 as a failing op would: the ops before the check take effect (run op by op, as eagerly), the values after it never
@@ -37,6 +39,7 @@ Example:
 from __future__ import annotations
 
 import linecache
+import threading
 
 import numpy as np
 
@@ -47,15 +50,30 @@ from ..core._lazy import Lazy
 from ..core.ops import reduction as _R
 from ._recording import describe_where, user_line
 
-__all__ = ["HELD_BEFORE", "Check", "defer", "first_failed", "error_of"]
+__all__ = ["HELD_BEFORE", "Check", "defer", "reading_held", "first_failed", "error_of"]
 
 _SUM = _R.sum.bind(axis=None, keepdims=False)
 
 
-# Checks a line makes on the host, held each time, before that line's are made in its clusters
-HELD_BEFORE = 4
+# Checks a line makes on the host, held each time, before that line's are made in its clusters. One: each such read
+# cuts the step, and the first steps' clusters it cut are compiled for nothing -- their keys end when the checks move
+# inside (GFLv2's ATSS labels, 4 held steps on a cold cache: 73 s compiling the split forward and backward, then the
+# whole step again)
+HELD_BEFORE = 1
+_reading = threading.local()  # .held: this thread reads a held check's index on the host now (reading_held)
 # (file, line) -> how many checks held there on the host (-1: one failed -- read on the host from then on)
 _held: dict = {}
+
+
+def reading_held():
+    """Whether the calling thread reads the index of a check still held at its line (the cut that read makes is
+    not compiled at first sight, nor is the cluster after it: see ``_autojit._run_keyed``).
+
+    Example:
+        >>> reading_held()
+        False
+    """
+    return getattr(_reading, "held", False)
 
 
 class Check:
@@ -76,11 +94,14 @@ def defer(cl, op, idx, dim, axis, allow_negative, what):
     site = user_line()
     held = _held.get(site, 0)
     if held < HELD_BEFORE:
+        _reading.held = held >= 0  # (a line that failed is read for good: its cuts are the program's)
         try:
             _indexing.check_on_host(op, idx, dim, axis, allow_negative, what)
         except _indexing.IndexOutOfRange:
             _held[site] = -1
             raise
+        finally:
+            _reading.held = False
         if held >= 0:
             if len(_held) >= 4096:
                 _held.clear()
