@@ -80,7 +80,8 @@ def get_logger(name=None, formatter=MegEngineLogFormatter):
     """A :mod:`logging` logger with MegEngine's stderr formatting (set up once per name).
 
     Args:
-        name: logger name; None gives the ``megxla`` logger.
+        name: logger name; None gives Python's root logger, as MegEngine's ``logging.getLogger(name)`` does (a
+            script's ``logging = get_logger()`` then prints every library's INFO lines in MegEngine's format).
         formatter: the :class:`logging.Formatter` subclass used for its handler.
 
     Returns:
@@ -90,7 +91,7 @@ def get_logger(name=None, formatter=MegEngineLogFormatter):
         >>> get_logger("megxla.doc").name
         'megxla.doc'
     """
-    logger = logging.getLogger("megxla" if name is None else name)
+    logger = logging.getLogger(name)
     if getattr(logger, "_megxla_init_done", False):
         return logger
     logger._megxla_init_done = True
@@ -111,16 +112,23 @@ def set_log_level(level, update_existing=True):
     Args:
         level: a :mod:`logging` level (``logging.INFO``) or its name (``"INFO"``).
         update_existing: also change the loggers already made.
+
+    Returns:
+        the default level before (as MegEngine's).
+
+    Example:
+        >>> old = set_log_level("ERROR"); _ = set_log_level(old)
     """
     global _default_level
     if isinstance(level, str):
         level = logging.getLevelName(level.upper())
     if not isinstance(level, int):
         raise ValueError(f"set_log_level: unknown level {level!r}")
-    _default_level = level
+    old, _default_level = _default_level, level
     if update_existing:
         for logger in _all_loggers:
             logger.setLevel(level)
+    return old
 
 
 def set_log_file(fout, mode="a"):
@@ -133,7 +141,7 @@ def set_log_file(fout, mode="a"):
     handler = logging.FileHandler(fout, mode) if isinstance(fout, (str, os.PathLike)) else logging.StreamHandler(fout)
     handler.setFormatter(MegEngineLogFormatter(color=False))
     MegEngineLogFormatter.log_fout = handler
-    for logger in set(_all_loggers) | {get_logger()}:
+    for logger in set(_all_loggers) | {get_logger("megxla")}:
         logger.addHandler(handler)
 
 

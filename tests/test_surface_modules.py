@@ -271,6 +271,32 @@ def test_logger_formatting_and_levels():
     L.set_mgb_log_level(old)
 
 
+def test_get_logger_without_a_name_is_the_root_logger_as_megengines():
+    # MegEngine's logger.py: ``logging.getLogger(name)`` -- None is the root logger, set up with MegEngine's handler
+    # and default level, so a script's ``logging = get_logger()`` prints other libraries' INFO lines (ConvNeXt's
+    # test.py)
+    from megxla import logger as L
+    root = logging.getLogger()
+    saved = (root.level, root.handlers[:], root.propagate, root.__dict__.pop("_megxla_init_done", None))
+    try:
+        log = L.get_logger()
+        assert log is root and log.level == L._default_level
+        stream = io.StringIO()
+        log.handlers[0].setStream(stream)
+        logging.getLogger("a_third_party_library").info("shown")
+        assert "shown" in stream.getvalue()
+        old = L.set_log_level("ERROR")
+        assert L.set_log_level(old) == logging.ERROR
+    finally:
+        L._all_loggers[:] = [lg for lg in L._all_loggers if lg is not root]
+        root.setLevel(saved[0])
+        root.handlers[:] = saved[1]
+        root.propagate = saved[2]
+        root.__dict__.pop("_megxla_init_done", None)
+        if saved[3] is not None:
+            root._megxla_init_done = saved[3]
+
+
 def test_device_and_serialization_modules(tmp_path):
     import megxla.device as device
     import megxla.serialization as ser
