@@ -1,4 +1,6 @@
 """Device queries (``megengine.is_cuda_available`` & co.) answered from JAX's view of the machine."""
+import os
+
 import jax
 
 
@@ -7,6 +9,29 @@ def _gpus():
         return jax.devices("gpu")
     except RuntimeError:
         return []
+
+
+def gpus_without_a_backend():
+    """0 where JAX can see no GPU, known without starting an XLA backend (``JAX_PLATFORMS`` names no GPU platform,
+    or no GPU plugin is installed); else None (counting them starts one). A started backend makes ``fork`` unsafe:
+    ``dist.launcher``'s default ``n_gpus``, counted at decoration, turned every later launch of the process into a
+    spawn, whose workers inherit nothing of the parent's state (MegEngine's launcher always forks).
+
+    Example:
+        >>> gpus_without_a_backend() in (0, None)
+        True
+    """
+    platforms = (os.environ.get("JAX_PLATFORMS") or jax.config.jax_platforms or "").lower()
+    if platforms and not any(p in platforms for p in ("cuda", "gpu", "rocm")):
+        return 0
+    import importlib.metadata
+    import importlib.util
+    try:
+        plugins = importlib.util.find_spec("jax_plugins") is not None \
+            or bool(list(importlib.metadata.entry_points(group="jax_plugins")))
+    except Exception:  # (a broken installation's metadata: count them the usual way)
+        return None
+    return None if plugins else 0
 
 
 def is_cuda_available() -> bool:

@@ -171,6 +171,26 @@ def _worker_collectives(with_subgroup):
     c = dist.get_client()
     c.user_set(f"k{r}", {"rank": r})
     res["kv"] = c.user_get(f"k{(r + 1) % n}")
+    # (MegEngineParallelTutorial) a Tensor's shape through the store comes back a list, as MegEngine's XML-RPC gives
+    c.user_set(f"shape{r}", mge.Tensor(_x(n, r)).shape)
+    res["kv_shape"] = c.user_get(f"shape{(r + 1) % n}")
+    # empty inputs: nothing to communicate, each rank's block of the result (XLA would not lower the gather)
+    res["empty"] = [tuple(F.distributed.all_gather(F.zeros(s)).shape) for s in ((0,), (0, 3), (2, 0))] + \
+        [tuple(F.distributed.all_reduce_sum(F.zeros((2, 0))).shape)]
+    try:
+        F.distributed.all_gather(None)  # (a parameter's .grad before any backward)
+        res["none"] = None
+    except AttributeError as e:
+        res["none"] = str(e)
+    # an all-reduce callback (a Future) on one parameter, one returning a Tensor on the other
+    a, b = mge.Parameter(np.ones(3, "float32")), mge.Parameter(np.ones(3, "float32"))
+    gm = GradManager()
+    gm.attach(a, dist.make_allreduce_cb("mean"))
+    gm.attach(b, lambda p, g: g / 2)
+    xt = mge.Tensor(np.arange(3, dtype="float32") + r)
+    with gm:
+        gm.backward((a * xt).sum() + (b * xt).sum())
+    res["mixed_callbacks"] = (a.grad.numpy(), b.grad.numpy())
     return res
 
 
@@ -199,6 +219,11 @@ def _check_collectives(results):
     np.testing.assert_array_equal(results[1]["p2p"], _x(n, 0))
     for r in range(n):
         assert results[r]["kv"] == {"rank": (r + 1) % n}
+        assert results[r]["kv_shape"] == [2 * n, 3], results[r]["kv_shape"]
+        assert results[r]["empty"] == [(0,), (0, 3), (2 * n, 0), (2, 0)], results[r]["empty"]
+        assert "all_gather: the input is None" in results[r]["none"], results[r]["none"]
+        np.testing.assert_allclose(results[r]["mixed_callbacks"][0], np.arange(3) + (n - 1) / 2)
+        np.testing.assert_allclose(results[r]["mixed_callbacks"][1], (np.arange(3) + r) / 2)
         for t in results[r]["trace"]:
             np.testing.assert_allclose(t, 2 * np.sum(xs, axis=0) + 1, rtol=1e-5, atol=1e-5)
         for a, b in results[r]["pack"]:
@@ -485,12 +510,35 @@ def test_single_process_semantics():
     x = mge.Tensor([[1.0, 2.0]])
     for mode in MODES:
         np.testing.assert_array_equal(_apply(mode, x).numpy(), x.numpy())
+    # with nobody to talk to, still a new Tensor, as MegEngine applies its op with one participant: a Parameter
+    # scattered (MegEngineParallelTutorial's ``self.weight = scatter(self.weight)``) is a plain Tensor
+    w = mge.Parameter([1.0, 2.0])
+    for f in (F.distributed.scatter, F.distributed.all_reduce_sum, F.distributed.broadcast):
+        y = f(w)
+        assert y is not w and type(y) is mge.Tensor and y.numpy().tolist() == [1.0, 2.0], f
+    with pytest.raises(AttributeError, match="all_reduce_sum: the input is None"):
+        F.distributed.all_reduce_sum(None)
     with pytest.raises(RuntimeError, match="init_process_group"):
         dist.get_client()
     with pytest.raises(ValueError, match="n_gpus"):
         dist.launcher(lambda: 0, n_gpus=0)
     with pytest.raises(ValueError, match="world_size"):
         dist.launcher(lambda: 0, n_gpus=2, world_size=1)
+
+
+def test_the_launchers_default_n_gpus_keeps_forking():
+    # ``@dist.launcher`` without n_gpus counted the GPUs at decoration, which started an XLA backend: every later
+    # launch of the process was a spawn, whose workers do not inherit the parent's state (MegEngine always forks;
+    # MegEngineParallelTutorial's ranks drew one unseeded batch each, and its asserts compared them)
+    code = ("import megxla.distributed as dist; from megxla.distributed.launcher import _fork_safe; "
+            "from megxla._device import gpus_without_a_backend as g; "
+            "f = dist.launcher(lambda: 0); print(f.n_gpus, _fork_safe(), g())")
+    env = dict(os.environ, JAX_PLATFORMS="")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    got = out.stdout.split()
+    if got[2:] == ["None"]:
+        pytest.skip("a GPU plugin is installed: counting the GPUs starts a backend")
+    assert got == ["1", "True", "0"], (out.stdout, out.stderr[-2000:])
 
 
 def test_world_of_one_and_port_in_use(monkeypatch):

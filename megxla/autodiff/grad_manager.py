@@ -737,7 +737,9 @@ class GradManager:
         A callback's :class:`Future` is taken here, once the after-backward callbacks have set it."""
         self._after_backward()
         if any(isinstance(g, Future) for _, g in given):
-            given = [(t, _resolve(t, g)) for t, g in given]
+            # (each a Future or a gradient: MegEngine gets a Future's value and takes a Tensor as it is -- an
+            # all-reduce callback on the biases, a Tensor-returning scale on the weights)
+            given = [(t, _resolve(t, g) if isinstance(g, Future) else g) for t, g in given]
             given = [(t, g) for t, g in given if g is not None]
         sums = [(t, g if t._grad is None else t._grad + g) for t, g in given]
         held = False

@@ -14,10 +14,12 @@ and compile the SPMD form instead; programs without collectives never see any of
 """
 from __future__ import annotations
 
+import math
 import threading
 import weakref
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 __all__ = ["AXIS", "DeviceGrid", "MeshRequired", "current_devices", "SpmdFunction", "jit", "ordered", "issued"]
@@ -155,8 +157,8 @@ class SpmdFunction:
         body.__name__ = body.__qualname__ = self.name
         return body
 
-    def lower(self, *avals):
-        """Lower for inputs of these (process-local) shapes/dtypes; returns a :class:`SpmdLowered`."""
+    def _program(self, avals):
+        """``(the shard_map of the body, its inputs' global types, its info, which inputs are 0-d)``."""
         scalars = tuple(len(a.shape) == 0 for a in avals)
         info = {}
         body = self._wrapped(scalars, info)
@@ -164,14 +166,36 @@ class SpmdFunction:
         smap.__name__ = smap.__qualname__ = self.name
         gavals = [jax.ShapeDtypeStruct(_global_shape(a.shape, self.n), a.dtype, sharding=self.sharding)
                   for a in avals]
+        return smap, gavals, info, scalars
+
+    def lower(self, *avals):
+        """Lower for inputs of these (process-local) shapes/dtypes; returns a :class:`SpmdLowered`."""
+        smap, gavals, info, scalars = self._program(avals)
         lowered = jax.jit(smap, donate_argnums=self.donate).lower(*gavals)
         return SpmdLowered(self, lowered, scalars, info["scalars"], info["multi"])
+
+    def _empty(self, avals):
+        """The local results where every one is empty (an input of no elements: nothing to communicate), else
+        None. XLA refuses to lower a gather of empty blocks, and the blocks of an empty global array are not
+        its shards (an all-reduce of a ``(2, 0)`` block gave ``(4, 0)``); every process takes the same path."""
+        smap, gavals, info, _ = self._program(avals)
+        outs = jax.eval_shape(smap, *gavals)
+        if not all(math.prod(o.shape) == 0 for o in outs):
+            return None
+        local = [jnp.zeros((o.shape[0] // self.n,) + tuple(o.shape[1:]), o.dtype, device=self.local_device)
+                 for o in outs]
+        return tuple(local) if info["multi"] else local[0]
 
     def __call__(self, *arrays):
         key = tuple((a.shape, a.dtype) for a in arrays)
         exe = self._cache.get(key)
         if exe is None:
-            exe = self._cache[key] = self.lower(*[jax.ShapeDtypeStruct(a.shape, a.dtype) for a in arrays]).compile()
+            avals = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in arrays]
+            if any(math.prod(a.shape) == 0 for a in avals):
+                empty = self._empty(avals)
+                if empty is not None:
+                    return empty
+            exe = self._cache[key] = self.lower(*avals).compile()
         return exe(*arrays)
 
 

@@ -210,9 +210,12 @@ class launcher:
         if device_type == "cpu":
             return 0
         if self._gpu_count is None:
-            # Counting GPUs starts an XLA backend; ask only when the answer matters.
-            from .._device import get_device_count
-            self._gpu_count = get_device_count("gpu")
+            # Counting GPUs starts an XLA backend (and forking is unsafe after that): ask only when the answer
+            # matters, and not at all where no GPU can be there
+            from jax._src import xla_bridge
+            from .._device import get_device_count, gpus_without_a_backend
+            n = None if xla_bridge._backends else gpus_without_a_backend()
+            self._gpu_count = get_device_count("gpu") if n is None else n
         return self._gpu_count
 
     def _device_type(self):

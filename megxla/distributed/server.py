@@ -33,8 +33,23 @@ class _SafeUnpickler(pickle.Unpickler):
         raise pickle.UnpicklingError(f"distributed store: refusing to load {module}.{name}")
 
 
+def _as_sent(obj):
+    """``obj`` as MegEngine's store gives it back: its XML-RPC transport makes tuples -- a Tensor's ``shape``
+    among them, here a tuple subclass the store would refuse to load -- lists, in lists and dicts alike.
+
+    Example:
+        >>> _as_sent({"shape": (2, 3), "rows": [(1,), 2]})
+        {'shape': [2, 3], 'rows': [[1], 2]}
+    """
+    if isinstance(obj, (tuple, list)):
+        return [_as_sent(v) for v in obj]
+    if isinstance(obj, dict):
+        return {k: _as_sent(v) for k, v in obj.items()}
+    return obj
+
+
 def _dumps(obj) -> str:
-    return base64.b64encode(pickle.dumps(obj, protocol=4)).decode("ascii")
+    return base64.b64encode(pickle.dumps(_as_sent(obj), protocol=4)).decode("ascii")
 
 
 def _loads(text):
@@ -83,7 +98,7 @@ class Client:
 
         Args:
             key: a str.
-            val: Python data or NumPy arrays.
+            val: Python data or NumPy arrays (tuples come back as lists, as from MegEngine's store).
         """
         _runtime.client().key_value_set(self._key(key), _dumps(val), allow_overwrite=True)
 

@@ -35,6 +35,7 @@ from ..core._tensor import Tensor
 from ..core._dispatch import OpError
 from ..core._elemwise_front import as_tensor as _t
 from ..core._dispatch import apply as _apply
+from ..core.ops import shape as _S
 from ..core import _dispatch
 from ..distributed import _collective
 from ..distributed.group import WORLD, Group, get_rank, is_distributed, _require
@@ -51,6 +52,25 @@ def _trivial(group, op):
     if not isinstance(group, Group):
         raise TypeError(f"{op}: group must be a megxla.distributed.Group, got {type(group).__name__}")
     return group.size == 1
+
+
+def _input(op, inp):
+    """``inp`` as a Tensor; None is an error, as MegEngine's ``collective_comm`` reads ``inp.dtype`` (an
+    AttributeError there): a parameter's ``.grad`` before any backward, passed on by mistake, became an empty
+    tensor and an XLA error with no text."""
+    if inp is None:
+        raise AttributeError(f"{op}: the input is None; a Tensor is required (a parameter's .grad is None until a "
+                             f"backward gives it a gradient)")
+    return _t(inp)
+
+
+_COPY = _S.copy.bind()
+
+
+def _alone(inp):
+    """The collective's result with nobody else to talk to: a new Tensor equal to ``inp``, as MegEngine applies its
+    op with one participant (``self.weight = scatter(self.weight)`` is a plain Tensor on one process as on two)."""
+    return _apply(_COPY, inp)
 
 
 def _axis(op, ndim, axis, name="axis"):
@@ -141,9 +161,9 @@ def all_reduce_sum(inp: Tensor, group: Optional[Group] = WORLD, device: Optional
         >>> F.distributed.all_reduce_sum(x)  # doctest: +SKIP
         Tensor([3. 5.], dtype=float32, device=cpu0)  # both ranks
     """
-    inp = _t(inp)
+    inp = _input("all_reduce_sum", inp)
     if _trivial(group, "all_reduce_sum"):
-        return inp
+        return _alone(inp)
     return _coll("all_reduce_sum", inp, group)
 
 
@@ -164,9 +184,9 @@ def all_reduce_max(inp: Tensor, group: Optional[Group] = WORLD, device: Optional
         >>> F.distributed.all_reduce_max(x)  # doctest: +SKIP
         Tensor([ 2. 10.], dtype=float32, device=cpu0)  # both ranks
     """
-    inp = _t(inp)
+    inp = _input("all_reduce_max", inp)
     if _trivial(group, "all_reduce_max"):
-        return inp
+        return _alone(inp)
     return _coll("all_reduce_max", inp, group)
 
 
@@ -186,9 +206,9 @@ def all_reduce_min(inp: Tensor, group: Optional[Group] = WORLD, device: Optional
         >>> F.distributed.all_reduce_min(x)  # doctest: +SKIP
         Tensor([1. 5.], dtype=float32, device=cpu0)  # both ranks
     """
-    inp = _t(inp)
+    inp = _input("all_reduce_min", inp)
     if _trivial(group, "all_reduce_min"):
-        return inp
+        return _alone(inp)
     return _coll("all_reduce_min", inp, group)
 
 
@@ -211,10 +231,10 @@ def all_gather(inp: Tensor, group: Optional[Group] = WORLD, device: Optional[str
         >>> F.distributed.all_gather(x)  # doctest: +SKIP
         Tensor([1. 2.], dtype=float32, device=cpu0)  # both ranks
     """
-    inp = _t(inp)
+    inp = _input("all_gather", inp)
     ax = _axis("all_gather", inp.ndim, axis)
     if _trivial(group, "all_gather"):
-        return inp
+        return _alone(inp)
     return _coll("all_gather", inp, group, axis=ax)
 
 
@@ -237,10 +257,10 @@ def reduce_scatter_sum(inp: Tensor, group: Optional[Group] = WORLD, device: Opti
         Tensor([3. 6.], dtype=float32, device=cpu0)  # rank 0
         Tensor([ 9. 12.], dtype=float32, device=cpu0)  # rank 1
     """
-    inp = _t(inp)
+    inp = _input("reduce_scatter_sum", inp)
     ax = _axis("reduce_scatter_sum", inp.ndim, axis)
     if _trivial(group, "reduce_scatter_sum"):
-        return inp
+        return _alone(inp)
     _divisible("reduce_scatter_sum", inp.shape, ax, group.size)
     return _coll("reduce_scatter_sum", inp, group, axis=ax)
 
@@ -267,7 +287,7 @@ def broadcast(inp: Tensor, group: Optional[Group] = WORLD, device: Optional[str]
     if _trivial(group, "broadcast"):
         if inp is None:
             raise ValueError("broadcast: the root (group rank 0) must pass a tensor")
-        return _t(inp)
+        return _alone(_t(inp))
     inp, _ = _root_input("broadcast", inp, group)
     return _coll("broadcast", inp, group)
 
@@ -290,9 +310,9 @@ def reduce_sum(inp: Tensor, group: Optional[Group] = WORLD, device: Optional[str
         Tensor([3.], dtype=float32, device=cpu0)  # rank 0
         None  # rank 1
     """
-    inp = _t(inp)
+    inp = _input("reduce_sum", inp)
     if _trivial(group, "reduce_sum"):
-        return inp
+        return _alone(inp)
     _not_compiled("reduce_sum", "all_reduce_sum")
     out = _coll("reduce_sum", inp.detach(), group)
     # Only the root holds the result; its own input receives the output gradient through a local op, so that
@@ -319,10 +339,10 @@ def gather(inp: Tensor, group: Optional[Group] = WORLD, device: Optional[str] = 
         Tensor([1. 2.], dtype=float32, device=cpu0)  # rank 0
         None  # rank 1
     """
-    inp = _t(inp)
+    inp = _input("gather", inp)
     ax = _axis("gather", inp.ndim, axis)
     if _trivial(group, "gather"):
-        return inp
+        return _alone(inp)
     _not_compiled("gather", "all_gather")
     out = _coll("gather", inp.detach(), group, axis=ax)
     return _apply(_collective.root_link.bind(axis=ax), out, inp) if group.rank == 0 else None
@@ -353,7 +373,7 @@ def scatter(inp: Tensor, group: Optional[Group] = WORLD, device: Optional[str] =
             raise ValueError("scatter: the root (group rank 0) must pass a tensor")
         inp = _t(inp)
         _axis("scatter", inp.ndim, axis)
-        return inp
+        return _alone(inp)
     inp, ax = _root_input("scatter", inp, group, axis)
     return _coll("scatter", inp, group, axis=ax)
 
@@ -379,11 +399,11 @@ def all_to_all(inp: Tensor, group: Optional[Group] = WORLD, device: Optional[str
         Tensor([1. 3.], dtype=float32, device=cpu0)  # rank 0
         Tensor([2. 4.], dtype=float32, device=cpu0)  # rank 1
     """
-    inp = _t(inp)
+    inp = _input("all_to_all", inp)
     sa = _axis("all_to_all", inp.ndim, split_axis, "split_axis")
     ca = _axis("all_to_all", inp.ndim, concat_axis, "concat_axis")
     if _trivial(group, "all_to_all"):
-        return inp
+        return _alone(inp)
     _divisible("all_to_all", inp.shape, sa, group.size, "split_axis")
     return _coll("all_to_all", inp, group, split_axis=sa, concat_axis=ca)
 
@@ -415,9 +435,9 @@ def collective_comm(inp, mode, group, device):
         raise ValueError(f"collective_comm: unknown mode {mode!r}; expected one of {sorted(_MODE_NAMES)}")
     m = _MODE_NAMES[name]
     if m == "all_reduce_prod":
-        inp = _t(inp)
+        inp = _input("collective_comm", inp)
         if _trivial(group, "collective_comm"):
-            return inp
+            return inp if group is None else _alone(inp)
         return _coll("all_reduce_prod", inp, group)
     return globals()[m](inp, group, device)
 
