@@ -831,7 +831,7 @@ def test_a_compiled_cluster_that_would_not_fit_runs_op_by_op_and_keeps_its_donat
     monkeypatch.setattr(_autojit, "MIN_OPS", 1)
     monkeypatch.setattr(_autojit, "FIRST_SIGHT_OPS", 1)  # compiled at first sight
     w = mge.Tensor(np.ones(3, "float32"))
-    y = w * 2
+    y = F.sqrt(w * 4)  # (not peeked: its read runs the cluster)
     w -= 1  # w's old array: held by the cluster alone, so donated to its executable
     big = F.zeros((2 ** 23, 2 ** 23)) + 1  # the executable would allocate 256 TiB
     with pytest.raises(OutOfMemoryError):
@@ -853,7 +853,7 @@ def test_an_executable_failing_after_consuming_its_donated_inputs_raises_eagers_
     y = w * 2
     w -= 1
     c = mge.Tensor(np.full(3, 5, "float32"))
-    z = c * 3  # not computed from a donated input (c holds its array): computed op by op
+    z = F.sqrt(c * c) * 3  # not computed from a donated input (c holds its array): computed op by op (not peeked)
     # (a result: computed; from an array -- made from Python numbers alone, it would be a kept constant, computed
     # op by op before the executable: jit/_kept_constants.py)
     big = F.zeros((2 ** 23, 2 ** 23)) + c[:1]  # noqa: F841
@@ -2758,6 +2758,27 @@ def test_reading_a_pending_tensors_device_does_not_cut_its_cluster(auto_jit):
     # (nor does a move to the device the value is on: OMNet's ``F.copy(x, device=x.device)`` cut its step there)
     assert not any("moved = " in where for _, _, where in cuts), cuts
     assert auto_jit_stats()["clusters"] == 1, auto_jit_stats()  # (the loop's 20 iterations: one cluster)
+
+
+def test_the_device_of_values_made_from_numbers_alone_is_known_before_they_run(auto_jit):
+    # a grid made from ``F.arange`` (a cluster with no input yet): ``F.stack``'s check of its inputs' devices, once
+    # a logical device name was in use, ran the cluster to ask (known where the process has one device)
+    if _autojit._default_devices() is None:
+        pytest.skip("several devices: a committed input joining the cluster could move it")
+    xv = F.broadcast_to(F.arange(6.0), (6, 6))
+    yv = F.broadcast_to(F.arange(6.0).reshape(-1, 1), (6, 6))
+    assert str(xv.device) == str(mge.Tensor([1.0]).device)
+    assert xv._data.value is None  # (still pending)
+    from megxla.core import dtypes
+    saved = dtypes.LOGICAL[0]
+    dtypes.LOGICAL[0] = True
+    try:
+        g = F.stack((xv, yv), 0)
+    finally:
+        dtypes.LOGICAL[0] = saved
+    assert xv._data.value is None and auto_jit_stats()["peeks"] == 0
+    mge.config.auto_jit = False
+    np.testing.assert_array_equal(g.numpy()[1], np.broadcast_to(np.arange(6.0).reshape(-1, 1), (6, 6)))
 
 
 def test_a_tensor_copied_in_the_step_does_not_make_its_devices_unknown(auto_jit):

@@ -146,7 +146,8 @@ def test_labels_made_on_the_device_are_checked_in_the_training_steps_cluster(che
         stats = auto_jit_stats()
     mge.config.auto_jit = False
     _same(results[0], results[1], "losses and parameters")
-    assert sum(c[0] for c in stats["cuts"] if c[1] == "host read") == _device_checks.HELD_BEFORE, stats["cuts"]
+    # (the first check's read computes the labels by themselves -- a few ops of the step's inputs, peeked --: no cut)
+    assert sum(c[0] for c in stats["cuts"] if c[1] == "host read") == 0, stats["cuts"]
     assert stats["device_checks"] == 10 - _device_checks.HELD_BEFORE
 
 

@@ -538,8 +538,9 @@ def test_a_read_a_few_exact_ops_compute_from_inputs_does_not_cut(fresh_auto_jit)
     n = int(info[0, 2].astype("int32"))  # (getitem, astype: computed by themselves)
     assert n == 3 and auto_jit_stats()["peeks"] == before + 1
     assert y._data.value is None  # (the cluster still pending)
-    s = float((info[0, 0] * 0.5 + x[0, 0]).item())  # (float arithmetic: the cluster runs, as it rounds)
-    assert s == 8.0 and auto_jit_stats()["peeks"] == before + 1
+    s = float((info[0, 0] * 0.5 + x[0, 0]).item())  # (float arithmetic: peeked too, its ops pinned to what was read)
+    assert s == 8.0 and auto_jit_stats()["peeks"] == before + 2
+    assert y._data.value is None
     mge.config.auto_jit = False
     np.testing.assert_allclose(y.numpy(), np.exp(np.arange(12).reshape(4, 3)) * 2, rtol=1e-6)
 
@@ -1241,3 +1242,43 @@ def test_an_index_made_from_a_padded_batch_is_checked_without_a_read(fresh_auto_
     mge.config.auto_jit = False
     _same(results[False], results[True], "a gather by a padded batch's actions")
     assert not reads, reads
+
+
+def _adaptive_pool(x, o):
+    """PSPNet's torch-style adaptive average pooling: window bounds from a float ``arange`` (pooling.py), read on
+    the host as slice bounds."""
+    n = x.shape[-1]
+    s = (F.arange(o, dtype="float32") * (n / o)).astype("int32")
+    e = F.ceil((F.arange(o, dtype="float32") + 1) * (n / o)).astype("int32")
+    return F.stack([F.mean(x[:, s[i]:e[i]], axis=1) for i in range(o)], -1)
+
+
+def test_float_arithmetic_read_on_the_host_is_peeked_and_pinned(fresh_auto_jit):
+    # a value of rounded float ops (a division XLA may make a multiplication by the reciprocal) read on the host is
+    # computed by its eager kernels without cutting the cluster, and the cluster then takes the value read: the
+    # host, the Tensor and the ops on it see one number, eager's
+    r = np.random.RandomState(0)
+    x = mge.Tensor(r.standard_normal((3, 14)).astype("float32"))
+
+    def step():
+        y = F.relu(x * 1.5 - 0.25)
+        q = (F.arange(7, dtype="float32") + 0.1) / 3.0
+        read = [float(q[k]) for k in range(7)]  # (each peeked: rounded float ops on constants)
+        # (the cluster's arange, add and division are now copies of the values read, inputs of the cluster)
+        pinned = sum(rec[0] is _autojit._PINNED for rec in _autojit._local.cluster.ops)
+        out = _adaptive_pool(y, 3) * q[:3]
+        return read, q.numpy(), out.numpy(), pinned
+    mge.config.auto_jit = False
+    want = step()
+    mge.config.auto_jit = True
+    for _ in range(3):
+        _autojit.reset_auto_jit_stats()
+        got = step()
+        # (eager's numbers to the bit: the division the host read is pinned, the same array in the cluster's ops)
+        assert got[0] == want[0] and np.array_equal(got[1], want[1]), (got[:2], want[:2])
+        _same(want[2], got[2], "pooled")
+        assert got[3] == 3, got[3]
+        stats = auto_jit_stats()
+        assert [c for c in stats["cuts"] if c[1] == "host read" and "q[k]" in c[2] or "s[i]" in c[2]] == [], stats
+        assert stats["peeks"] >= 7 + 6, stats
+    mge.config.auto_jit = False

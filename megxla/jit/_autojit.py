@@ -671,11 +671,44 @@ _PEEK_INTEGER = frozenset([_S.arange, _R.sum, _R.prod, _R.max, _R.min, _R.argmax
                           + [_E.UNARY[k] for k in ("neg", "abs") if k in _E.UNARY])
 
 
+# Rounded float arithmetic: a fused cluster may round it otherwise than its eager kernels (XLA makes ``a / b`` a
+# multiplication by ``1 / b``, contracts ``a * b + c``), so the values a peek computes through one of these are
+# *pinned*: each such op of the cluster becomes a copy of its peeked result, an input of the cluster -- the host,
+# the value's Tensors and the ops on it see one number, eager's. PSPNet's adaptive pooling slices its input at
+# ``ceil(arange(o, dtype="float32") * (n / o)).astype("int32")[i]``: constants, read on the host -- it cut the
+# forward four times a step.
+_PEEK_FLOAT = frozenset([_S.arange] + [_E.BINARY[k] for k in ("add", "sub", "mul", "truediv", "maximum", "minimum")]
+                        + [_E.UNARY[k] for k in ("neg", "abs", "floor", "ceil", "round", "trunc") if k in _E.UNARY])
+_PINNED = _S.copy.bind()  # (the record a pinned op becomes: its result, copied from the input holding it)
+_NO_TENSOR = type(None)  # (``in_refs`` entry of a pinned value's input: no Tensor -- calling it gives None)
+
+
 def _peekable(op, out_avals):
+    """True where ``op``'s results, computed by its eager kernel, are the cluster's to the bit; "pin" where they may
+    round otherwise (``_PEEK_FLOAT``); else False."""
     prim = op.prim
     if prim in _PEEK_EXACT:
         return True
-    return prim in _PEEK_INTEGER and all(np.dtype(a[1]).kind in "iub" for a in out_avals)
+    if prim in _PEEK_INTEGER and all(np.dtype(a[1]).kind in "iub" for a in out_avals):
+        return True
+    return "pin" if prim in _PEEK_FLOAT else False
+
+
+_ONE_DEVICE: list = []  # [the process's one device], or [None]: it has several (the answer is cached)
+
+
+def _default_devices():
+    """The devices of what a cluster without inputs computes, where the process has one device (a CPU's): no
+    committed input joining later can move the computation elsewhere (with a GPU, a CPU input would). Else None.
+
+    Example:
+        >>> _default_devices() is None or len(_default_devices()) == 1
+        True
+    """
+    if not _ONE_DEVICE:
+        local = jax.local_devices()
+        _ONE_DEVICE.append(local[0] if jax.default_backend() == "cpu" and len(local) == 1 else None)
+    return None if _ONE_DEVICE[0] is None else {_ONE_DEVICE[0]}
 
 
 class _Cluster:
@@ -741,6 +774,10 @@ class _Cluster:
                 elif seen[2] is None:
                     seen[2] = devs
             seen[1] = len(inputs)
+            if seen[2] is None and ops:
+                # (no input yet, nothing placed: values made from Python numbers alone -- ``F.arange``, a grid -- are
+                # on the process's one device, where it has one: asked, ``F.stack``'s device check ran the cluster)
+                return _default_devices()
             return seen[2] or None
 
     def follow(self):
@@ -799,7 +836,7 @@ class _Cluster:
             # (each value's op found by its id -- ids grow with the ops, each op's results a run of them --, not by
             # a walk back over the ops: an image's box count made 300 ops before its shape is asked for -- a head's
             # levels in between -- is found as soon as one made 3 ops before)
-            need, seen, cone, leaves = [z.index], set(), {}, []
+            need, seen, cone, leaves, pin = [z.index], set(), {}, [], []
             while need:
                 i = need.pop()
                 if i in seen:
@@ -810,8 +847,12 @@ class _Cluster:
                     leaves.append(i)  # (an input of the cluster)
                     continue
                 op, ins, outs = ops[k]
-                if len(cone) >= PEEK_OPS or not _peekable(op, [avals[j] for j in outs]):
+                exact = _peekable(op, [avals[j] for j in outs]) if len(cone) < PEEK_OPS else False
+                # (a pinned result is kept as an input: small ones only -- a large one is the cluster's to compute)
+                if not exact or (exact == "pin" and (len(outs) != 1 or math.prod(avals[outs[0]][0]) > PEEK_SIZE)):
                     return None
+                if exact == "pin":
+                    pin.append(k)
                 cone[k] = ops[k]
                 seen.update(outs)
                 need.extend(ins)
@@ -824,13 +865,38 @@ class _Cluster:
             except ValueError:  # (not an input either: no such value)
                 return None
             cone = [cone[k] for k in sorted(cone)]
+            gen = self.gen
             try:
-                _run_ops_timed(cone, env, (z.index,), None)
+                _run_ops_timed(cone, env, (z.index, *[ops[k][2][0] for k in pin]), None)
             except Exception:  # (its error, if any, is the cluster's, raised where it runs)
+                return None
+            if self.gen != gen:  # (a ``__del__`` the kernels' allocations ran read a value: the cluster ran meanwhile)
+                return None
+            if pin and not self._pin(pin, env):
                 return None
             v = z.value = env[z.index]
             _stats.peeks += 1
             return v
+
+    def _pin(self, positions, env):
+        """(``peek``, lock held) The ops at ``positions`` -- rounded float arithmetic, one result each, computed
+        by their eager kernels into ``env`` -- become copies of those results, inputs of the cluster (``_PEEK_FLOAT``).
+        False where a result's type is not the op's (nothing pinned: the peek gives up, a cut)."""
+        ops, avals = self.ops, self.avals
+        values = [env[ops[k][2][0]] for k in positions]
+        # (nor a weak type: a copy's result is not weak, and the ops collected on it were typed with one)
+        if any(_input_type(v)[0] != avals[ops[k][2][0]] or avals[ops[k][2][0]][2] for k, v in zip(positions, values)):
+            return False
+        for k, v in zip(positions, values):
+            out = ops[k][2]
+            j = self.add_input(v, next(_vids))
+            self.in_refs.append(_NO_TENSOR)
+            self.in_made.append(None)
+            ops[k] = (_PINNED, (j,), out)
+            _SHAPES.setdefault((_PINNED, (avals[j],)), (avals[j],))
+        if self.guess is not None:  # (inputs the guessed cluster did not read at this point)
+            self.unguess()
+        return True
 
     def flush(self, reason="host read", site=None):
         """Run the pending ops now (compiled or op by op) and give every Lazy still referenced its value."""
