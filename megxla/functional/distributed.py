@@ -31,7 +31,7 @@ from typing import Optional
 
 import numpy as np
 
-from ..core._tensor import Tensor
+from ..core._tensor import Tensor, keep_qparams
 from ..core._dispatch import OpError
 from ..core._elemwise_front import as_tensor as _t
 from ..core._dispatch import apply as _apply
@@ -70,7 +70,7 @@ _COPY = _S.copy.bind()
 def _alone(inp):
     """The collective's result with nobody else to talk to: a new Tensor equal to ``inp``, as MegEngine applies its
     op with one participant (``self.weight = scatter(self.weight)`` is a plain Tensor on one process as on two)."""
-    return _apply(_COPY, inp)
+    return keep_qparams(_apply(_COPY, inp), inp)
 
 
 def _axis(op, ndim, axis, name="axis"):
