@@ -175,27 +175,30 @@ class SpmdFunction:
         return SpmdLowered(self, lowered, scalars, info["scalars"], info["multi"])
 
     def _empty(self, avals):
-        """The local results where every one is empty (an input of no elements: nothing to communicate), else
-        None. XLA refuses to lower a gather of empty blocks, and the blocks of an empty global array are not
-        its shards (an all-reduce of a ``(2, 0)`` block gave ``(4, 0)``); every process takes the same path."""
+        """Where every result is empty (an input of no elements: nothing to communicate), a function of the inputs
+        giving this process's empty blocks; else None. XLA refuses to lower a gather of empty blocks, and the blocks
+        of an empty global array are not its shards (an all-reduce of a ``(2, 0)`` block gave ``(4, 0)``); every
+        process takes the same path."""
         smap, gavals, info, _ = self._program(avals)
         outs = jax.eval_shape(smap, *gavals)
         if not all(math.prod(o.shape) == 0 for o in outs):
             return None
-        local = [jnp.zeros((o.shape[0] // self.n,) + tuple(o.shape[1:]), o.dtype, device=self.local_device)
-                 for o in outs]
-        return tuple(local) if info["multi"] else local[0]
+        blocks = [((o.shape[0] // self.n,) + tuple(o.shape[1:]), o.dtype) for o in outs]
+
+        def empty(*arrays):
+            local = [jnp.zeros(shape, dtype, device=self.local_device) for shape, dtype in blocks]
+            return tuple(local) if info["multi"] else local[0]
+        return empty
 
     def __call__(self, *arrays):
         key = tuple((a.shape, a.dtype) for a in arrays)
         exe = self._cache.get(key)
         if exe is None:
             avals = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in arrays]
-            if any(math.prod(a.shape) == 0 for a in avals):
-                empty = self._empty(avals)
-                if empty is not None:
-                    return empty
-            exe = self._cache[key] = self.lower(*avals).compile()
+            exe = self._empty(avals) if any(math.prod(a.shape) == 0 for a in avals) else None
+            if exe is None:
+                exe = self.lower(*avals).compile()
+            self._cache[key] = exe
         return exe(*arrays)
 
 

@@ -7,12 +7,11 @@ cut every step there: the read ran the cluster before it. MegEngine does not rea
 and its default asynchronous execution reports a failure at the next sync.
 
 The first check at a line (``HELD_BEFORE``) is read on the host as eagerly: a program whose labels are wrong from
-the start (a wrong number of classes) raises at that line. The clusters that read cuts are the first step's only: they
-are not compiled at first sight (``reading_held``), as their keys never come again. Once it held there, the check
-becomes ops of the
-cluster -- the number of entries out of range, a 0-d integer --, read as the cluster runs, before any of its
-results reach a Tensor (guards, as a trace speculates on what it saw). A count that is not zero fails the cluster
-as a failing op would: the ops before the check take effect (run op by op, as eagerly), the values after it never
+the start (a wrong number of classes) raises at that line. The clusters that read cuts are the first step's only:
+they are not compiled at first sight (``reading_held``), as their keys never come again. Once it held there, the
+check becomes ops of the cluster -- the number of entries out of range, a 0-d integer --, read as the cluster runs,
+before any of its results reach a Tensor (guards, as a trace speculates on what it saw). A count that is not zero
+fails the cluster as a failing op would: the ops before the check take effect (run op by op, as eagerly), the values after it never
 exist, Tensors updated in place after it go back to their value before, and the index is checked on the host,
 which raises eager's :class:`~megxla.core._indexing.IndexOutOfRange` with eager's text. Its traceback ends where
 the cluster ran (the next read, as MegEngine's); a note names the line that issued the index, which is read on the
