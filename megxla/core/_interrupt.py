@@ -213,6 +213,18 @@ def leave():
             handler(signum, frame)
 
 
+def pending():
+    """Whether a signal arrived while signals were held (inside :func:`enter` ... :func:`leave`) and waits for
+    :func:`leave` to deliver it: a wait that can be given up -- a compilation nothing depends on yet -- asks, so
+    that a Ctrl-C is answered at once rather than when the wait ends.
+
+    Example:
+        >>> pending()
+        False
+    """
+    return _pending is not None
+
+
 def rebind(pairs, scan=False):
     """Rebind each tensor of ``pairs`` (``(tensor, new_value)``) with signals held: a state made of several tensors
     (BatchNorm's running mean and variance, a loss scaler's scale and tracker, a loaded state dict) takes its new

@@ -315,8 +315,9 @@ class Lazy:
             if v is None and self.phys is not None:
                 v = self.value = self.pad.selected(self.phys)
             if v is None:
+                why = getattr(self.cluster, "why", "failed when it ran (the error was raised there)")
                 raise ClusterFailed(f"a {self.shape} {np.dtype(self.dtype).name} value of an auto-jit cluster that "
-                                    f"failed when it ran (the error was raised there)")
+                                    f"{why}")
         return v
 
     def devices(self):

@@ -963,6 +963,11 @@ class _Cluster:
                 # below the tiered size: larger ones are compute-bound, no second executable for them)
                 if _stats.hits > hits and _stats.split == split and len(ops) < _tiers.MIN_OPS and first is not None:
                     self.learn(first, ops, avals, in_ids, out_ids, in_refs, in_made, started)
+        except _tiers.Interrupted:
+            # (a signal -- Ctrl-C -- arrived while the cluster compiled: nothing of it has run, so it is given up
+            # whole, and the flush's end delivers the signal -- at once, not when XLA's compile ends)
+            self._abandon(live, inputs, in_ids)
+            return
         except Exception as exc:
             # Run op by op, as eager did: what the ops before the failing one computed takes effect, the
             # values after it never exist, and the Tensors an in-place update bound to those go back to
@@ -1090,6 +1095,16 @@ class _Cluster:
                     continue  # (donated to the executable that failed: nothing to go back to)
                 t._data, t._vid = old_data, old_vid
 
+    def _abandon(self, live, inputs, in_ids):
+        """A cluster given up before anything of it ran (a signal while it compiled): the program's state is what it
+        was before the cluster's first op -- the Tensors it updated in place (parameters, optimizer slots, BatchNorm
+        statistics) hold their values from before it --, as if the signal had come there; its results are never
+        computed, and reading one says why."""
+        self._fail(live, dict(zip(in_ids, inputs)))
+        for z in live:
+            if z.cluster is _FAILED:
+                z.cluster = _INTERRUPTED
+
     def _fail_at_check(self, check, ops, inputs, in_ids, out_ids, live, lazies):
         """An index check of the cluster found an entry out of range: fail as if its op had raised -- the ops
         before it run op by op (their values given, the rest failed, see _fail) -- and raise eager's error."""
@@ -1160,6 +1175,9 @@ def _run_keyed(ops, avals, inputs, in_ids, out_ids, donate, reason, site, whole,
     the inputs' (a part), a function giving the outputs'; ``in_refs``: weak references to the Tensors the
     inputs were read from (a cluster's: see _setup_inputs)."""
     stats = _stats
+    # (a whole cluster: nothing of it has run yet -- so a signal while it compiles, or between two of its ops run op
+    # by op, gives it up: _Cluster._abandon; a part's compile or op comes after other parts ran, and waits)
+    whole_only = _tiers.interruptible if whole else contextlib.nullcontext
     # (JAX's float32 matmul precision, ``megxla.config.matmul_precision``, is read when a cluster is lowered)
     key = (tuple(ops), tuple([avals[i] for i in in_ids]), tuple(out_ids), donate, _config.jax_default_matmul_precision)
     entry = _cache.get(key)
@@ -1187,7 +1205,8 @@ def _run_keyed(ops, avals, inputs, in_ids, out_ids, donate, reason, site, whole,
             f_out, f_exe = fam
             if not set(out_ids) <= set(f_out):
                 f_out = tuple(sorted(set(f_out) | set(out_ids)))
-                f_exe = _compile(ops, avals, in_ids, f_out, donate, None, reason)
+                with _tiers.interruptible():  # (nothing of the cluster has run: see _Cluster._abandon)
+                    f_exe = _compile(ops, avals, in_ids, f_out, donate, None, reason)
                 st[2] += 1
                 _families[fkey] = (f_out, f_exe)
             entry = _Entry(st, key)
@@ -1227,7 +1246,8 @@ def _run_keyed(ops, avals, inputs, in_ids, out_ids, donate, reason, site, whole,
         if varying:
             return _run_parts(ops, avals, inputs, in_ids, out_ids, donate, varying, site, key[0])
     if st[0] < 0:  # megamorphic: eager for good
-        return _Cluster._eager(ops, inputs, in_ids, out_ids)
+        with whole_only():  # (op by op: given up between two ops, a signal pending -- see _abandon)
+            return _Cluster._eager(ops, inputs, in_ids, out_ids)
     settled = False
     if entry is None:  # a new key at this site
         # A site keeps compiling new keys while they recur (one hit per 8 keys seen: a step whose shapes take a
@@ -1238,7 +1258,8 @@ def _run_keyed(ops, avals, inputs, in_ids, out_ids, donate, reason, site, whole,
         if (st[0] >= KEY_LIMIT and 8 * st[1] < st[0]) or (st[2] >= 10 and st[1] < 50 * st[2]) \
                 or st[2] >= MAX_COMPILES:
             _megamorphic(st, site, reason)
-            return _Cluster._eager(ops, inputs, in_ids, out_ids)
+            with whole_only():  # (op by op: given up between two ops, a signal pending -- see _abandon)
+                return _Cluster._eager(ops, inputs, in_ids, out_ids)
         st[0] += 1
         if st[0] == 1:
             st[4] = set(avals)
@@ -1285,7 +1306,8 @@ def _run_keyed(ops, avals, inputs, in_ids, out_ids, donate, reason, site, whole,
                                                      and _no_new_arrays(st[4], key[1])))
                 and len(ops) >= FIRST_SIGHT_OPS and reason != "size cap" and not _local.after_mid_read
                 and not _device_checks.reading_held() and not _repetitive(ops, avals))):
-        return _Cluster._eager(ops, inputs, in_ids, out_ids)
+        with whole_only():  # (op by op: given up between two ops, a signal pending -- see _abandon)
+            return _Cluster._eager(ops, inputs, in_ids, out_ids)
     if whole:
         plan = _chunk_plan(ops, avals, in_ids, out_ids, site)
         if plan is not None:  # (a loop's body repeated: in chunks, one small executable -- see _chunk_size)
@@ -1298,7 +1320,8 @@ def _run_keyed(ops, avals, inputs, in_ids, out_ids, donate, reason, site, whole,
         # A site whose clusters launch early gets a new key -- a bucketed sequence length, another image size --
         # whose cluster will launch early too: one executable, not donating, serves both its runs (a second,
         # donating one doubled what such a program compiles: 8 lengths of a small language model, 8 x 0.8 s cold)
-        entry.executable = _early[early_key] = _compile(ops, avals, in_ids, out_ids, (), out_avals, reason)
+        with whole_only():
+            entry.executable = _early[early_key] = _compile(ops, avals, in_ids, out_ids, (), out_avals, reason)
         if len(_shared) >= CACHE_SIZE:
             _shared.pop(next(iter(_shared), None), None)
         _shared[early_key] = (entry, ops, avals, in_ids, out_ids, donate, out_avals, reason)
@@ -1313,11 +1336,13 @@ def _run_keyed(ops, avals, inputs, in_ids, out_ids, donate, reason, site, whole,
             and (hoisted := _kept_constants.constant_ops(ops, avals, in_ids, out_ids, _setup_inputs(in_ids, in_refs))):
         # (a site's first cluster compiled at first sight, computing constants that outlive it: see _kept_constants)
         canon = _kept_constants.Canonical(ops, avals, in_ids, out_ids, donate, hoisted, key[4])
-        executable = _compile(canon.ops, canon.avals, canon.in_ids, canon.out_ids, canon.donate, None, reason)
+        with whole_only():
+            executable = _compile(canon.ops, canon.avals, canon.in_ids, canon.out_ids, canon.donate, None, reason)
         st[9] = (canon.key, executable, [])
         entry.executable = canon.wrap(executable, in_ids, out_ids, _run_ops, st[9][2])
     else:
-        entry.executable = _compile(ops, avals, in_ids, out_ids, donate, out_avals, reason)
+        with whole_only():
+            entry.executable = _compile(ops, avals, in_ids, out_ids, donate, out_avals, reason)
     if LOG:
         _log_compile(st, site, reason, len(ops), whole, time.perf_counter() - t0, ops, avals)
     if whole:
@@ -1568,7 +1593,8 @@ def _compile(ops, avals, in_ids, out_ids, donate, out_avals, reason=None):
     # it is a part of a churning site's cluster: its step's ModeTimer compares the first steps' times of both modes,
     # which the quick executables' runs would charge to the clusters
     n_tier = 0 if reason in ("size cap", "part", "early launch") else len(ops)
-    tiered = functools.partial(_tiers.compile, n_ops=n_tier)
+    key = _persist.fingerprint(ops, in_ids, [avals[i] for i in in_ids], out_ids, donate, "auto_jit")
+    tiered = functools.partial(_tiers.compile, n_ops=n_tier, key=key)
     if sum(1 for i in in_ids if not avals[i][0]) >= QUICK_SCALARS:
         # XLA:CPU's optimizing compile grows steeply with a fused chain's scalar operands -- each Python number
         # of the loop body is an input of its own (see _collect) --: a read-free loop of `sin(x) * 1.01 + 0.001`
@@ -1752,6 +1778,7 @@ def _run_ops(ops, env, keep=None, lost=None, ahead_min=None):
 
 def _run_ops_timed(ops, env, keep, lost, ahead=None):
     run_kernel, wrap = _dispatch.run_kernel, _dispatch.wrap
+    stoppable = _tiers.interrupting()  # (a whole cluster's run: a held signal gives it up between two ops)
     last = None
     if keep is not None:
         last = {}
@@ -1764,6 +1791,8 @@ def _run_ops_timed(ops, env, keep, lost, ahead=None):
         if lost and not lost.isdisjoint(ins):
             lost.update(outs)
             continue
+        if stoppable and _interrupt.pending():
+            raise _tiers.Interrupted
         args = [env[i] for i in ins]
         if ahead is not None and ahead[k] is not None:
             _COMPILE_SECS[0] += _kernels_ahead.wait(ahead[k])  # (a worker's compile: this thread's wait counts)
@@ -1950,9 +1979,12 @@ def _chunk_size(ops, avals):
 
 
 class _Failed:
-    """The cluster of the Lazy values whose cluster raised: reading one says so."""
+    """The cluster of the Lazy values whose cluster raised (or was given up: ``why``): reading one says so."""
 
     owner = None
+
+    def __init__(self, why="failed when it ran (the error was raised there)"):
+        self.why = why
 
     @staticmethod
     def flush():
@@ -1960,6 +1992,8 @@ class _Failed:
 
 
 _FAILED = _Failed()
+_INTERRUPTED = _Failed("was given up before it ran: a signal (Ctrl-C) arrived while it compiled, and the tensors it "
+                       "updated in place kept their values from before it")
 
 
 class _Local(threading.local):

@@ -28,6 +28,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from . import _tiers
+
 __all__ = ["fingerprint", "compile_cached", "prewarm", "kept_optimized", "known_shapes", "keep_shapes", "stats"]
 
 MAX_FILES = 4096  # programs kept; the oldest tenth goes when there are more
@@ -320,7 +322,7 @@ def _wrap(exported, weak_out, donate, name):
     return jax.jit(run, donate_argnums=donate)
 
 
-def _compile(jitted, structs, compile=None):
+def _compile(jitted, structs, compile=None, key=None):
     """``jitted.lower(*structs).compile()``, its results not *committed* to the device.
 
     JAX marks the results of any program holding a ``call_exported`` committed (its check for memory-space
@@ -334,7 +336,9 @@ def _compile(jitted, structs, compile=None):
     args = getattr(getattr(lowered, "_lowering", None), "compile_args", None)
     if isinstance(args, dict) and args.get("committed") and args.get("num_devices", 1) == 1:
         args["committed"] = False
-    return lowered.compile() if compile is None else compile(lowered)
+    # (a compile a signal may stop waiting for, where the caller can give it up: _tiers.interruptible; ``key``: the
+    # program's fingerprint, so that its next try takes that compile)
+    return _tiers.foreground(lowered.compile, key) if compile is None else compile(lowered)
 
 
 def _read_head(fh):
@@ -389,7 +393,7 @@ def compile_cached(replay, structs, donate, name, key, compile=None):
                 if head.get("format") == 1:
                     # (an earlier process compiled its optimized executable: JAX's cache holds it, no quick tier)
                     compiled = _compile(_wrap(exported, head["weak_out"], donate, name), structs,
-                                        None if head.get("optimized") else compile)
+                                        None if head.get("optimized") else compile, key)
                     if compile is None and not head.get("optimized"):
                         # (compiled optimized now -- a tier-up of quick parts -- where an earlier process stopped
                         # before: the next start loads it at once)
@@ -410,7 +414,7 @@ def compile_cached(replay, structs, donate, name, key, compile=None):
         # The executable is compiled from the deserialized program, as a warm start will: the same lowered text,
         # so the warm start finds this executable in JAX's cache.
         exported = export.deserialize(blob)
-        compiled = _compile(_wrap(exported, weak_out, donate, name), structs, compile)
+        compiled = _compile(_wrap(exported, weak_out, donate, name), structs, compile, key)
     except Exception:
         stats["failed"] += 1
         return None

@@ -50,10 +50,12 @@ import time
 
 import jax
 
+from ..core import _interrupt
 from ..core._op import known_options
 
-__all__ = ["compile", "compile_parts", "quick", "tiered", "parts_for", "stats", "FAST_OPTIONS", "MIN_OPS",
-           "START_RUN", "SWITCH_RUN", "SWITCH_WAIT", "SWITCH_STEPS"]
+__all__ = ["compile", "compile_parts", "quick", "tiered", "parts_for", "stats", "interruptible", "interrupting",
+           "Interrupted", "foreground", "FAST_OPTIONS", "MIN_OPS", "START_RUN", "SWITCH_RUN", "SWITCH_WAIT",
+           "SWITCH_STEPS"]
 
 FAST_OPTIONS = {"cpu": {"xla_cpu_use_fusion_emitters": False, "xla_backend_optimization_level": 0}}
 MIN_OPS = 256
@@ -73,8 +75,9 @@ MAX_PARTS = int(os.environ.get("MEGXLA_TIER_PARTS", "3"))
 ENABLED = os.environ.get("MEGXLA_TIERED", "0").strip().lower() not in ("0", "false", "no", "off", "")
 LOG = os.environ.get("MEGXLA_AUTO_JIT_LOG") == "1"  # (auto-jit's log: a line when an optimized executable takes over)
 
-stats = {"tiered": 0, "upgraded": 0, "failed": 0, "parts": 0, "quick_only": 0}  # (parts: quick executables
-# compiled as parts; quick_only: programs given only a quick executable, ``quick``)
+stats = {"tiered": 0, "upgraded": 0, "failed": 0, "parts": 0, "quick_only": 0, "interrupted": 0}  # (parts: quick
+# executables compiled as parts; quick_only: programs given only a quick executable, ``quick``; interrupted:
+# foreground compilations a signal made the program stop waiting for, ``interruptible``)
 # [tiered executables whose optimized compile has started and that have not switched yet -- one started at its first
 # run, only while it compiles]: a step timer (``_autojit.ModeTimer``) waits for none to be left before it times the
 # clusters against eager
@@ -93,7 +96,8 @@ def background() -> bool:
         >>> background()
         False
     """
-    return getattr(_local, "background", False)
+    # (a compile given up by the program that waited for it -- ``foreground`` -- belongs to no step either, from then)
+    return getattr(_local, "background", False) or (bool(_abandoned) and threading.current_thread() in _abandoned)
 
 
 def mark_background():
@@ -119,8 +123,122 @@ def fast_options():
     return known_options(FAST_OPTIONS.get(jax.default_backend()))
 
 
-def compile(lowered, n_ops):  # noqa: A001  (the one thing this module does)
+# ---- a foreground compilation a signal can stop waiting for ---------------------------------------------------
+# A cluster's compilation runs inside its flush, where signals are held (``core._interrupt``: a cluster runs and
+# its values reach their Tensors, or neither). XLA's compile is one C++ call, and a Ctrl-C was answered only once
+# it returned: MobileNetV3's first step under auto-jit, cold, held one for its whole 14 s compilation (70 s on a
+# loaded machine), where eager answered within 0.5 s -- a user who pressed Ctrl-C again, or killed the process,
+# lost the model. Nothing of a cluster has run while it compiles, so that wait can be given up: where the caller
+# says so (:func:`interruptible`), the compile runs on a thread of its own and the caller's thread waits for it,
+# looking every ``POLL`` seconds for a held signal; one there raises :class:`Interrupted`, and the caller leaves
+# the cluster as it was before it (auto-jit: ``_Cluster._abandon``). The compile goes on to its end on its thread
+# (XLA cannot stop one), its executable kept in JAX's persistent cache for the next try; the process's exit waits
+# for it, as for a tier-up (``_wait_for_tier_ups``: none outlives XLA's teardown).
+POLL = 0.05
+
+
+class Interrupted(BaseException):
+    """A foreground compilation given up because a signal arrived while the program waited for it (a
+    ``BaseException``: no ``except Exception`` on the way takes it for a failed compile and compiles again)."""
+
+
+_interruptible = threading.local()  # ``on``: the calling thread may give its next compiles up
+
+
+class interruptible:
+    """Within this block, a compile of :func:`compile` / :func:`quick` in the main thread raises
+    :class:`Interrupted` where a held signal arrives while it runs -- for a caller that can leave everything as it
+    was, nothing having run yet.
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> with interruptible():
+        ...     compile(jax.jit(lambda x: x * 3).lower(jnp.ones(2)), 1)(jnp.ones(2)).tolist()
+        [3.0, 3.0]
+    """
+
+    __slots__ = ("before",)
+
+    def __enter__(self):
+        self.before = getattr(_interruptible, "on", False)
+        _interruptible.on = True
+        return self
+
+    def __exit__(self, *exc):
+        _interruptible.on = self.before
+
+
+def interrupting():
+    """Whether the calling thread is the main thread inside :class:`interruptible`: work it may give up.
+
+    Example:
+        >>> interrupting(), interrupting.__name__
+        (False, 'interrupting')
+    """
+    return getattr(_interruptible, "on", False) and threading.current_thread() is threading.main_thread()
+
+
+def foreground(compile_fn, key=None):
+    """``compile_fn()`` (a compilation); inside :class:`interruptible`, in the main thread, on a thread of its own,
+    waited for until it returns or a held signal arrives (:class:`Interrupted`). ``key``: what identifies the program
+    (``_persist.fingerprint``): a compile of the same program given up before, still running or done, is taken
+    instead of a second one (a notebook's cell interrupted, then run again).
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> foreground(jax.jit(jnp.sin).lower(jnp.zeros(1)).compile)(jnp.zeros(1)).tolist()
+        [0.0]
+    """
+    earlier = _given_up.pop(key, None) if key is not None and _given_up else None
+    if earlier is None and not interrupting():
+        return compile_fn()
+    if earlier is not None:
+        t, box = earlier
+    else:
+        if _interrupt.pending():  # (arrived while the program was lowered: nothing compiled yet)
+            stats["interrupted"] += 1
+            raise Interrupted
+        box = []
+
+        def work():
+            try:
+                box.append((True, compile_fn()))
+            except BaseException as exc:  # (re-raised on the caller's thread)
+                box.append((False, exc))
+            finally:
+                _threads.discard(threading.current_thread())
+                _abandoned.pop(threading.current_thread(), None)
+
+        if not _registered:
+            _registered.append(atexit.register(_wait_for_tier_ups))
+        t = threading.Thread(target=work, name="megxla-compile", daemon=True)
+        _threads.add(t)
+        t.start()
+    stoppable = interrupting()
+    while True:
+        t.join(POLL if stoppable else None)
+        if not t.is_alive():
+            break
+        if _interrupt.pending():
+            stats["interrupted"] += 1
+            _abandoned.setdefault(t, time.perf_counter())
+            if key is not None:
+                if len(_given_up) >= 8:
+                    _given_up.pop(next(iter(_given_up)))
+                _given_up[key] = (t, box)
+            raise Interrupted
+    ok, value = box[0]
+    if ok:
+        return value
+    raise value
+
+
+_given_up: dict = {}  # program key -> (thread, result box) of its compile given up, for its next try (foreground)
+
+
+def compile(lowered, n_ops, key=None):  # noqa: A001  (the one thing this module does)
     """An executable for ``lowered`` (a ``jax.stages.Lowered`` of ``n_ops`` ops): quick first where that pays.
+    ``key``: the program's, for :func:`foreground`.
 
     Example:
         >>> import jax, jax.numpy as jnp
@@ -130,12 +248,12 @@ def compile(lowered, n_ops):  # noqa: A001  (the one thing this module does)
     """
     options = fast_options() if ENABLED and n_ops >= MIN_OPS else None
     if options is None or not isinstance(lowered, jax.stages.Lowered):
-        return lowered.compile()
+        return foreground(lowered.compile, key)
     try:
-        fast = lowered.compile(compiler_options=options)
+        fast = foreground(lambda: lowered.compile(compiler_options=options))
     except Exception:  # (an XLA that no longer knows an option: one optimized compile, as before)
         stats["failed"] += 1
-        return lowered.compile()
+        return foreground(lowered.compile)
     return tiered(lowered.compile, fast, n_ops)
 
 
@@ -150,13 +268,13 @@ def quick(lowered):
     """
     options = fast_options()
     if options is None or not isinstance(lowered, jax.stages.Lowered):
-        return lowered.compile()
+        return foreground(lowered.compile)
     stats["quick_only"] += 1
     try:
-        return lowered.compile(compiler_options=options)
+        return foreground(lambda: lowered.compile(compiler_options=options))
     except Exception:  # (an XLA that no longer knows an option)
         stats["failed"] += 1
-        return lowered.compile()
+        return foreground(lowered.compile)
 
 
 def parts_for(n_ops):
@@ -313,6 +431,28 @@ class _Tiered:
 _registered: list = []
 
 
+_abandoned: dict = {}  # compile threads a signal made the program stop waiting for -> when that was
+
+
 def _wait_for_tier_ups():
-    for t in list(_threads):
-        t.join()
+    """(atexit, before JAX's teardown) Wait for the compiles still running on threads of ours. Where one was
+    interrupted (:func:`interruptible`), a line says why the process has not ended yet, and a second Ctrl-C ends it
+    at once (``os._exit``, standard streams flushed): the first one's ``except KeyboardInterrupt:`` has run."""
+    threads = [t for t in list(_threads) if t.is_alive()]
+    waiting = [t for t in threads if t in _abandoned]
+    if waiting:
+        since = time.perf_counter() - min(_abandoned[t] for t in waiting)
+        print(f"megxla: waiting for XLA to finish a compilation interrupted {since:.0f} s ago (XLA cannot stop "
+              f"one) before the process ends; Ctrl-C again ends it now.", file=sys.stderr, flush=True)
+    try:
+        for t in threads:
+            t.join()
+    except KeyboardInterrupt:
+        if not waiting:
+            raise
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:  # (a closed stream)
+                pass
+        os._exit(130)  # (128 + SIGINT: a shell's code for a process ended by Ctrl-C)

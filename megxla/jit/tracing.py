@@ -51,7 +51,7 @@ from ..core import _spmd
 from .. import dtr as _dtr
 from ..core import _registry
 from ..core._trace_option import set_symbolic_shape  # noqa: F401  (MegEngine's jit.tracing exports it)
-from . import _fastpath, _persist, _state, _verbose
+from . import _fastpath, _persist, _state, _tiers, _verbose
 from ._external import mark_external
 from . import _external
 from ._recording import (Recorder, AbstractRecorder, NeedsHost, Excluded, TraceError, make_replay, usable_donations,
@@ -970,11 +970,15 @@ class trace:
 
     def _compile(self, entry):
         # No user code runs here (the recorded ops are lowered and compiled): signals wait until it is done, as
-        # JAX's caches keep a key half-computed when an exception leaves them (core/_interrupt.py)
+        # JAX's caches keep a key half-computed when an exception leaves them (core/_interrupt.py) -- but for XLA's
+        # compile itself, which nothing depends on until the entry has its segments: a signal there stops the wait
+        # at once (``_tiers.interruptible``; the compile ends on its own thread), the entry stays uncompiled, and
+        # ``leave`` raises the signal's error (a Ctrl-C in a large step's first compile was answered only at its end)
         held = False
         try:
             held = _interrupt.enter()
-            self._compile_held(entry)
+            with _tiers.interruptible():
+                self._compile_held(entry)
         finally:
             if held:
                 _interrupt.leave()
@@ -1063,7 +1067,7 @@ class trace:
                     # state written by the step (MEGXLA_DIST_DONATE=1 donates, as a one-process step does).
                     donate = entry.donate = ()
                     seg.lowered = _spmd.jit(replay, name=replay.__name__).lower(*avals)
-                seg.executable = seg.lowered.compile()
+                seg.executable = _tiers.foreground(seg.lowered.compile)
             _verbose.report(self.__name__, seg, entry)  # MGE_VERBOSE_XLA_IR
             self.num_compiled += 1
         entry.segments = segments
