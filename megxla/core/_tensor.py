@@ -519,6 +519,20 @@ class Tensor:
         import jax
         data = self._data
         if type(data) is Lazy:
+            if data.value is None and data.pad is None:
+                # (an auto-jit cluster's pending value: the copy is an op of the cluster -- a forced read cut the step
+                # every time a project deep-copies a tensor it computed, OTA's shift generator)
+                from ._dispatch import apply
+                from .ops.shape import copy as copy_op
+                made = apply(copy_op.bind(), self.detach())
+                t = type(self).__new__(type(self))
+                t._data, t._vid, t._grad, t._name = made._data, made._vid, None, self._name
+                if type(t._data) is Lazy:
+                    t._data.hold(t)
+                node = getattr(self, "_lnode", None)
+                if node is not None:
+                    t._lnode = node
+                return t
             data = data.force()
         if isinstance(data, jax.core.Tracer):  # (detached: MegEngine's copy.copy / deepcopy cut the gradient)
             return type(self)(self.detach(), name=self._name)

@@ -1363,7 +1363,7 @@ def _in_background(ops, avals, in_ids, out_ids, donate, out_avals, reason):
     None where its program is kept compiled (a warm start loads it at once). YOLOX's backward and update, the
     unchanging part of its churning step (2,211 ops), compiled for 17-45 s inside its third step, 3-7x an eager
     step."""
-    key = _persist.fingerprint(ops, in_ids, [avals[i] for i in in_ids], out_ids, donate, "auto_jit")
+    key = _persist.fingerprint(ops, in_ids, [avals[i] for i in in_ids], out_ids, donate, "auto_jit apart")
     if _persist.kept_optimized(key):
         return None
     precision, settings = jax.config.jax_default_matmul_precision, _lowering_settings()
@@ -1580,9 +1580,11 @@ def _select(executable, positions):
 def _compile(ops, avals, in_ids, out_ids, donate, out_avals, reason=None):
     """The executable of a cluster (``out_avals``: as for :func:`_run_keyed`; ``reason``: what cut it)."""
     t0 = time.perf_counter()
-    replay = make_replay(ops, in_ids, out_ids, kernels=True, rounded=True)
+    # (``apart``: the program takes a zero last, which keeps each op's float results apart from its readers'
+    # arithmetic -- no FMA of two ops, eager's roundings: _recording._apart; _with_zero passes it)
+    replay = make_replay(ops, in_ids, out_ids, kernels=True, rounded=True, apart=True)
     replay.__name__ = replay.__qualname__ = "auto_jit_cluster"
-    structs = [jax.ShapeDtypeStruct(*avals[i][:2], weak_type=avals[i][2]) for i in in_ids]
+    structs = [jax.ShapeDtypeStruct(*avals[i][:2], weak_type=avals[i][2]) for i in in_ids] + [_ZERO_STRUCT]
     # (only buffers an output can take: JAX would warn about the others)
     donate = usable_donations(donate, [avals[i] for i in in_ids],
                               out_avals() if out_avals is not None else [avals[i] for i in out_ids])
@@ -1593,7 +1595,7 @@ def _compile(ops, avals, in_ids, out_ids, donate, out_avals, reason=None):
     # it is a part of a churning site's cluster: its step's ModeTimer compares the first steps' times of both modes,
     # which the quick executables' runs would charge to the clusters
     n_tier = 0 if reason in ("size cap", "part", "early launch") else len(ops)
-    key = _persist.fingerprint(ops, in_ids, [avals[i] for i in in_ids], out_ids, donate, "auto_jit")
+    key = _persist.fingerprint(ops, in_ids, [avals[i] for i in in_ids], out_ids, donate, "auto_jit apart")
     tiered = functools.partial(_tiers.compile, n_ops=n_tier, key=key)
     if sum(1 for i in in_ids if not avals[i][0]) >= QUICK_SCALARS:
         # XLA:CPU's optimizing compile grows steeply with a fused chain's scalar operands -- each Python number
@@ -1602,7 +1604,6 @@ def _compile(ops, avals, in_ids, out_ids, donate, out_avals, reason=None):
         # with 1,400 scalars: 77 s, 2,000 / 1,000: 8.7 s), where its quick options take 0.9 s. Such a program
         # runs from its quick executable only: no optimized compile, in the foreground or on a tier-up thread.
         n_tier, tiered = 0, _tiers.quick
-    key = _persist.fingerprint(ops, in_ids, [avals[i] for i in in_ids], out_ids, donate, "auto_jit")
     executable, n_parts = None, _tiers.parts_for(n_tier)
     if n_parts > 1 and not _persist.kept_optimized(key):
         # Compiled cold: the quick tier in parts, compiled in parallel; the whole program is lowered, kept and
@@ -1615,12 +1616,14 @@ def _compile(ops, avals, in_ids, out_ids, donate, out_avals, reason=None):
                 return None  # (x64 or the PRNG changed since: the program would lower differently; quick it stays)
             with jax.default_matmul_precision(precision):
                 exe = _persist.compile_cached(replay, structs, donate, "auto_jit_cluster", key)
-                return exe if exe is not None else \
-                    _spmd.jit(replay, donate_argnums=donate, name="auto_jit_cluster").lower(*structs).compile()
+                return _with_zero(exe if exe is not None else
+                                  _spmd.jit(replay, donate_argnums=donate, name="auto_jit_cluster").lower(*structs)
+                                  .compile())
         try:
             executable = _tiers.tiered(optimize, _quick_in_parts(ops, avals, in_ids, out_ids, n_parts), n_tier)
         except Exception:  # (a part XLA would not compile: the whole program, as before)
             executable = None
+    whole = executable is None
     if executable is None:
         executable = _persist.compile_cached(replay, structs, donate, "auto_jit_cluster", key, tiered)
     if executable is None:
@@ -1630,7 +1633,29 @@ def _compile(ops, avals, in_ids, out_ids, donate, out_avals, reason=None):
     else:
         _stats.compiled += 1
     _stats.compile_time += time.perf_counter() - t0
-    return _fit_checked(executable)
+    return _with_zero(_fit_checked(executable)) if whole else _fit_checked(executable)
+
+
+_ZERO_STRUCT = jax.ShapeDtypeStruct((), np.int32)
+_ZERO: list = []  # the zero every cluster's program takes last (made at the first one: the backend has started)
+
+
+class _with_zero:
+    """``executable`` (of a cluster's program, which takes a zero last: ``make_replay(apart=True)``) called with the
+    cluster's inputs alone; its other attributes (``memory_analysis``, ``as_text``) are the executable's."""
+
+    __slots__ = ("executable", "zero")
+
+    def __init__(self, executable):
+        if not _ZERO:
+            _ZERO.append(jax.numpy.zeros((), np.int32))
+        self.executable, self.zero = executable, _ZERO[0]
+
+    def __call__(self, *inputs):
+        return self.executable(*inputs, self.zero)
+
+    def __getattr__(self, name):
+        return getattr(self.executable, name)
 
 
 # ---- clusters in parts ----------------------------------------------------------------------------------------

@@ -421,21 +421,29 @@ def usable_donations(donate, in_avals, out_avals):
     return tuple(kept)
 
 
-def make_replay(ops, in_vids, out_vids, remat=False, kernels=False, rounded=False):
+def make_replay(ops, in_vids, out_vids, remat=False, kernels=False, rounded=False, apart=False):
     """A pure JAX function ``f(*input arrays) -> tuple of output arrays`` replaying ``ops``.
 
     ``kernels``: call each op's jitted eager kernel (where it is one) instead of its plain function: JAX reuses the
     kernel's trace for those input types (auto-jit traced it already to infer shapes) instead of tracing the op
     again, and XLA inlines the call. ``rounded``: every float16/bfloat16 result is rounded to its type, as eager's
     stored results are (XLA fuses ops and keeps their float32 intermediates otherwise; auto-jit promises eager's
-    numbers), and a square root is not fused into a division that would make it a reciprocal square root."""
+    numbers), and a square root is not fused into a division that would make it a reciprocal square root.
+    ``apart``: ``f`` takes one more argument, last, a 0-d int32 zero, and every float result an op computes is kept
+    apart from its readers' arithmetic by it (:func:`_apart`: no multiply and add of two ops fused into one FMA)."""
     from ..core._op import VJP, vjp_cotangents
     ops = prune(ops, out_vids)
     if remat:  # sublinear memory: every gradient op recomputes its forward instead of keeping residuals
         ops = [(VJP.bind(**dict(op.params), remat=True) if op.prim is VJP else op, ins, outs) for op, ins, outs in ops]
     pairs = {} if remat else _vjp_pairs(ops)
+    # (only values a later op reads are kept apart: a result nothing in the program reads -- an optimizer update's
+    # new parameters -- has no reader to fuse with, and the barrier changed how XLA fused the update's own ops, an
+    # ulp from its eager kernel's)
+    read = {v for _, ins, _ in ops for v in ins} if apart else ()
 
     def replay(*arrays):
+        if apart:
+            arrays, zero = arrays[:-1], arrays[-1]
         env = dict(zip(in_vids, arrays))
         pulls = {}
         for i, (op, ins, outs) in enumerate(ops):
@@ -477,10 +485,13 @@ def make_replay(ops, in_vids, out_vids, remat=False, kernels=False, rounded=Fals
                 # 0 where eager's ``inf * 0`` is nan would hide a nan eager shows
                 res = jax.tree.map(_stored, res)
             if rounded and not _exact(op):
+                part = apart and _keeps_apart(op)
                 if op.multiple_results:
-                    env.update(zip(outs, [_round(r) for r in res]))
+                    res = [_round(r) for r in res]
+                    env.update(zip(outs, [_apart(r, zero) if part and v in read else r for v, r in zip(outs, res)]))
                 else:
-                    env[outs[0]] = _round(res)
+                    res = _round(res)
+                    env[outs[0]] = _apart(res, zero) if part and outs[0] in read else res
             elif op.multiple_results:
                 env.update(zip(outs, res))
             else:
@@ -537,6 +548,44 @@ def _exact(op):
 
 
 _LOW_FLOATS = {np.dtype(jax.numpy.float16): (5, 10), np.dtype(jax.numpy.bfloat16): (8, 7)}
+# a float type -> the integer type of its width (``_apart``)
+_BITS_OF = {np.dtype(np.float64): np.int64, np.dtype(np.float32): np.int32, np.dtype(jax.numpy.float16): np.int16,
+            np.dtype(jax.numpy.bfloat16): np.int16}
+
+
+# Ops whose results need no keeping apart (``_apart``): a sum or a difference (and their gradients, the incoming
+# gradient summed) ends in no multiply a reader could contract with. And a residual ``x + f(x)`` kept apart from the
+# LayerNorm reading it cost a Transformer step 30% (XLA:CPU fused them worse), where every other op's results cost
+# 1-2% (benchmarks/results/eager_loop.md, sixty-first session).
+_NOT_APART = frozenset(("add", "sub"))
+
+
+def _keeps_apart(op):
+    base = op
+    while base.prim.name == "vjp":
+        base = dict(base.params)["op"]
+    return base.name not in _NOT_APART
+
+
+def _apart(x, zero):
+    """``x`` (a float array an op computed) unchanged, its bits ``xor``-ed with ``zero`` -- an argument of the
+    program, 0 at every run, which XLA and LLVM cannot fold: no reader's float instruction fuses with the one that
+    made ``x``. Inside a fused loop LLVM contracts a product and the sum reading it into one FMA (one rounding where
+    eager's two kernels round twice: 23% of ``a * b + c``'s float32 values an ulp off); an IoU's ``a1 + a2 - inter``
+    then broke ties eager keeps, and a detector's matcher (``iou == iou.max(1)``) chose other anchors (ICD's RetinaNet:
+    its box loss 3.5% off eager's in half its steps). An optimization barrier does not stop it (XLA expands barriers
+    before it fuses); an integer ``xor`` in the loop costs one instruction an element, no memory pass.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> _apart(jnp.array([1.5, -0.0]), jnp.int32(0)).tolist()
+        [1.5, -0.0]
+    """
+    t = _BITS_OF.get(getattr(x, "dtype", None))
+    if t is None:
+        return x
+    lax = jax.lax
+    return lax.bitcast_convert_type(lax.bitcast_convert_type(x, t) ^ zero.astype(t), x.dtype)
 
 
 def _round(x):
