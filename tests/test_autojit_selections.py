@@ -1282,3 +1282,45 @@ def test_float_arithmetic_read_on_the_host_is_peeked_and_pinned(fresh_auto_jit):
         assert [c for c in stats["cuts"] if c[1] == "host read" and "q[k]" in c[2] or "s[i]" in c[2]] == [], stats
         assert stats["peeks"] >= 7 + 6, stats
     mge.config.auto_jit = False
+
+
+@pytest.mark.parametrize("negative", [False, True])
+def test_a_padded_batchs_rows_gathered_by_a_selection_are_collected_without_a_count(fresh_auto_jit, negative):
+    # OTA's per-image assignment (CV51GO/OTA_Megengine with the official OTA loss, found by a probe): each image's
+    # 1-6 boxes' classes, a host array kept padded to a few sizes, gathered by the matched box of each foreground
+    # anchor -- ``gt_cls[matched[fg]]`` -- read the foreground count at every step: a cut, and a cluster whose key held
+    # the count. Now gathered on the padded rows, negative positions counted from the batch's own rows, as eagerly.
+    r = np.random.RandomState(5)
+    batches = []
+    for n in r.randint(1, 7, 24):
+        cls, boxes = r.randint(0, 80, n).astype("int32"), r.rand(n, 8, 4).astype("float32")
+        batches.append((cls, boxes, r.randint(0, n + 1, 8).astype("int32")))
+    results = {}
+    for auto in (False, True):
+        mge.config.auto_jit = auto
+        reset_auto_jit_stats()
+        w = mge.Parameter(np.linspace(-1, 1, 32).reshape(8, 4).astype("float32"))
+        gm = GradManager().attach([w])
+        opt = optim.SGD([w], lr=0.01)
+        results[auto] = []
+        for cls, boxes, match in batches:
+            n = len(cls)
+            with gm:
+                gt_cls, gt_box = mge.Tensor(cls), mge.Tensor(boxes)
+                matched = mge.Tensor(match) + (w.sum(1) * 0).astype("int32")  # (made on the device)
+                fg = matched != n
+                at = matched[fg] - n if negative else matched[fg]  # (n - 1 .. 0, or -1 .. -n)
+                labels = F.ones(8, dtype="int32") * 80
+                labels[fg] = gt_cls[at]
+                target = F.zeros((8, 4))
+                target[fg] = gt_box[at, F.arange(8, dtype="int32")[fg]]
+                m = labels != 80
+                loss = ((w[m] - target[m]) ** 2).sum() + labels.astype("float32").sum() * 1e-3
+                gm.backward(loss)
+            opt.step().clear_grad()
+            results[auto].append(float(loss.item()))
+        results[auto].append(w.numpy())
+    reads = [c for c in auto_jit_stats()["cuts"] if c[1] == "host read" and "gt_cls[at]" in c[2]]
+    mge.config.auto_jit = False
+    _same(results[False], results[True], "a padded batch's rows gathered by a selection")
+    assert sum(n for n, _, _ in reads) <= 1, reads  # (the line's first index check, read on the host as eagerly)

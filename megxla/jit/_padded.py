@@ -39,6 +39,7 @@ import numpy as np
 
 from ..core import _elemwise_front as _front, _indexing, _lazy, dtypes as _dt
 from ..core._lazy import Lazy
+from ..core import _dispatch
 from ..core._dispatch import apply, OpError as _OpError
 from ..core._op import VJP
 from ..core.ops import elemwise as E, indexing as I, linalg as L, nn as N, padded as P, reduction as R, shape as S, \
@@ -519,7 +520,7 @@ def _emit(cl, op, ids, pads, inputs=()):
     if how is not None:  # (a sum over the rows)
         red = P.pad_reduce.bind(**dict(how[2]))
         return _record(cl, red, (ids[0], _id(cl, how[1].mask)), inputs), (None,)
-    got = _in_place(cl, op, ids, pads, inputs)
+    got = _in_place(cl, op, ids, pads, inputs) or _gather_from_prefix(cl, op, ids, pads, inputs)
     if got is not None:
         return got
     # anything else: on the selection itself, as eagerly -- but for what runs on every row once the count is known
@@ -531,6 +532,33 @@ def _emit(cl, op, ids, pads, inputs=()):
         return None
     out = _record(cl, op, [i if p is None else _unpadded(cl, i, p)[0] for i, p in zip(ids, pads)], inputs)
     return out, (None,) * len(out)
+
+
+def _gather_from_prefix(cl, op, ids, pads, inputs):
+    """``x[i]`` (``x[i, j]``, ...) where ``x`` holds a prefix's rows -- a host array kept padded (its line's arrays
+    change their count of rows: a data set's boxes), ``x[:n]`` -- and the index tensors are a selection's: each
+    selected entry's row of ``x``, where it is (negative positions made so), the result padded as the selection; the
+    count of neither is read. OTA's ``gt_cls[matched[fg]]`` (1-6 boxes an image, padded to 8 rows) read the foreground
+    count at every step -- a cut, then a cluster whose key had the count in it. (Its range is checked on the program's
+    side as ever, against the prefix's count.) Not where a GradManager tracks ``x``: the gradient of such a gather is
+    not collected on padded rows. None: not such an op."""
+    if op.prim is not I.getitem or len(ids) < 2:
+        return None
+    xp, ip = pads[0], pads[1]
+    if xp is None or xp.prefix is None or ip is None or ip is xp or any(p is not ip for p in pads[2:]):
+        return None
+    spec, k = dict(op.params)["spec"], len(ids) - 1
+    shapes = [cl.avals[i][0] for i in ids]
+    if not (len(spec) >= k and all(s == ("t",) for s in spec[:k]) and all(s[0] == "s" for s in spec[k:])
+            and shapes[1] and all(s == shapes[1] for s in shapes[2:])):
+        return None
+    for g in _dispatch.recorders:  # (a recorder that cannot say what it tracks: as if it tracked ``x``)
+        tracked = getattr(g, "_tracked", None)
+        if tracked is None or inputs[0]._vid in tracked:
+            return None
+    at = _record(cl, P.pad_position.bind(), (ids[1], _id(cl, xp.tensor)))[0]
+    out = _record(cl, op, (ids[0], at) + tuple(ids[2:]), inputs)
+    return out, (ip,) * len(out)
 
 
 def _over_rows(op, shapes, pads):
