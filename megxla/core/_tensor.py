@@ -163,8 +163,9 @@ class Tensor:
     __slots__ = ("_data", "_vid", "_grad", "_name", "_qparams", "_lnode", "__weakref__", "__dict__")
     __array_priority__ = 1000  # numpy defers `ndarray op Tensor` to our reflected operators
 
-    def __init__(self, data=None, dtype=None, device=None, is_const=False, no_cache=False, name=None,
+    def __init__(self, data, dtype=None, device=None, is_const=False, no_cache=False, name=None,
                  format="default"):
+        # (``data`` has no default, as MegEngine's ``Tensor.__init__``: ``Tensor()`` is a TypeError there)
         if data is None:
             data = []
         if isinstance(data, Tensor):

@@ -201,10 +201,17 @@ class _Stats:
         self.early_compiled = 0  # non-donating executables compiled for early launches
         self.device_checks = 0  # index range checks computed in their clusters instead of read (_device_checks)
         self.cuts = collections.Counter()  # (reason, site) -> count
+        self.setup_reads = collections.Counter()  # site -> host-read cuts there before the thread's first step end
         self.megamorphic = []  # sites that gave up compiling
 
 
 _stats = _Stats()
+
+
+def _count_cut(reason, site):
+    _stats.cuts[(reason, site)] += 1
+    if reason == "host read" and not _local.steps:  # (a model's construction, data preparation: no step yet)
+        _stats.setup_reads[site] += 1
 
 
 def auto_jit_stats() -> dict:
@@ -224,8 +231,10 @@ def auto_jit_stats() -> dict:
         ``early_launches`` (clusters run by an executable launched before their last op was collected: a
         recurring small step's compute overlaps its Python), ``early_misses`` (launched early, then dropped: the
         cluster was another) and ``early_compiled`` (their executables, not counted in ``compiled``), ``cuts`` (a
-        list of ``(count, reason, "file:line (`source`)")``, most frequent first), ``tiered`` (large clusters compiled quickly
-        first, while XLA's optimized executable compiles in the background) and ``tier_ups`` (of those, replaced by
+        list of ``(count, reason, "file:line (`source`)")``, most frequent first), ``setup_reads`` (of the host
+        reads among them, those made before the first ``opt.step()``: ``{"file:line (`source`)": count}``),
+        ``tiered`` (large clusters compiled quickly first, while XLA's optimized executable compiles in the
+        background) and ``tier_ups`` (of those, replaced by
         their optimized executable), ``quick_only`` (clusters of so many scalar inputs that only XLA's quick
         compile is bounded, run from that executable), ``megamorphic`` (the lines that made too many
         different clusters and run eagerly, or mostly op by op) and ``changes`` (``("file:line (`source`)",
@@ -248,6 +257,7 @@ def auto_jit_stats() -> dict:
             "tiered": _tiers.stats["tiered"], "tier_ups": _tiers.stats["upgraded"],
             "quick_only": _tiers.stats["quick_only"],
             "cuts": [(n, reason, describe_where(site)) for (reason, site), n in s.cuts.most_common()],
+            "setup_reads": {describe_where(site): n for site, n in s.setup_reads.items()},
             "megamorphic": [describe_where(site) for site in s.megamorphic],
             "changes": [(describe_where(site), change) for site, st in _sites.items()
                         if site in s.changed and (change := _site_change(st)) is not None]}
@@ -949,7 +959,7 @@ class _Cluster:
             if values is None:
                 launched.guess.missed()
             else:
-                _stats.cuts[(reason, site if site is not None else user_where())] += 1
+                _count_cut(reason, site if site is not None else user_where())
             launched = None  # (its references to the inputs would keep them from being donated)
         loc = _local
         # (a held index check's read, too: the rest of a step cut there changes once the line's checks move inside)
@@ -1125,7 +1135,7 @@ class _Cluster:
             site = user_where()
         # (a pending value an op run eagerly takes -- the step or loop paused, an op auto-jit does not collect --
         # runs its cluster as a read would: counted apart, its line read nothing)
-        stats.cuts[("eager op's input" if reason == "host read" and _local.eager_input else reason, site)] += 1
+        _count_cut("eager op's input" if reason == "host read" and _local.eager_input else reason, site)
         # Inputs nobody else holds any more (a parameter's or slot's old value after its in-place update: only the
         # list holds it) are donated: XLA writes the new value into the old buffer, as in xla_trace. Referenced by
         # the list and getrefcount's argument: 2.

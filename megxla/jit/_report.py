@@ -87,7 +87,9 @@ def auto_jit_report(top: int = 8) -> str:
                  f"(peeks) {s['peeks']:,}")
     cuts = s["cuts"]
     steps = sum(c for c, reason, _ in cuts if reason == "opt.step")
-    read_lines = [(c, where) for c, reason, where in cuts if reason == "host read"]
+    # (reads made before the first step -- a model's initialisation drawing on the host -- cut no step)
+    setup = s.get("setup_reads", {})
+    read_lines = [(c - setup.get(where, 0), where) for c, reason, where in cuts if reason == "host read"]
     eager_lines = [(c, reason, where) for c, reason, where in cuts if reason.endswith(" runs eagerly")]
     if cuts:
         lines.append("where clusters were cut (most often first):")
