@@ -228,3 +228,27 @@ def test_ctc_loss_of_long_and_impossible_labels_and_labels_equal_to_blank():
     starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
     ref = [_ctc_reference(pred[:, i], label[s:s + k], blank) for i, (s, k) in enumerate(zip(starts, lengths))]
     np.testing.assert_allclose(got, ref, rtol=1e-5)
+
+
+# --- pad: pad_width pairs beyond the tensor's axes ---------------------------------------------------------------
+# MegEngine 1.13's F.nn.pad fills a 14-slot offset list from pad_width and its Padding kernel
+# (dnn/src/common/padding.cpp deduce_layout_impl) reads only the first src.ndim pairs.
+
+def test_pad_ignores_pairs_beyond_the_axes_zero_or_not():
+    x = Tensor(np.arange(6, dtype="float32").reshape(1, 2, 3))
+    y = F.nn.pad(x, ((0, 0), (0, 0), (0, 0), (0, 0)))  # SAM's Sam.preprocess on a 3-D image
+    assert y.shape == (1, 2, 3)
+    np.testing.assert_array_equal(y.numpy(), x.numpy())
+    y = F.nn.pad(x, ((0, 0), (1, 0), (0, 2), (4, 5), (1, 1)), mode="reflect")  # non-zero extra pairs too
+    np.testing.assert_array_equal(y.numpy(), np.pad(x.numpy(), ((0, 0), (1, 0), (0, 2)), mode="reflect"))
+    assert _grads(lambda t: F.nn.pad(t, ((1, 1), (2, 2))), [1.0, 2.0]) == [[1.0, 1.0]]
+
+
+def test_pad_errors_where_megengine_does():
+    x = F.ones((2,))
+    with pytest.raises(Exception, match="at most 7"):  # MegEngine: 7 offset pairs, an IndexError beyond
+        F.nn.pad(x, ((0, 0),) * 8)
+    with pytest.raises(Exception, match="non-negative"):  # offsets are unsigned, an ignored pair's too
+        F.nn.pad(x, ((0, 0), (0, -1)))
+    with pytest.raises(Exception, match="0-d"):  # megdnn: invalid tensor ndim 0
+        F.nn.pad(Tensor(1.0), ((1, 1),))

@@ -1214,7 +1214,7 @@ BAD = [
     ("pixel_shuffle", lambda: F.pixel_shuffle(F.ones((4, 2)), 2)),
     ("sliding_window", lambda: F.sliding_window(F.ones((1, 2, 2)), 2)),
     ("sliding_window_transpose", lambda: F.sliding_window_transpose(F.ones((1, 1, 3, 3, 2, 2)), 5, 2)),
-    ("pad", lambda: F.nn.pad(F.ones((2,)), ((1, 1), (1, 1)))),
+    ("pad", lambda: F.nn.pad(F.ones((2,)), ((1, 1),) * 8)),  # (pairs beyond ndim are ignored, but at most 7)
     ("pad", lambda: F.nn.pad(F.ones((2,)), ((1, 1),), mode="circular")),
     ("multi_head_attention", lambda: F.nn.multi_head_attention(F.ones((1, 2, 4)), F.ones((1, 2, 4)),
                                                                F.ones((1, 2, 4)), 4, 2, 0.0, 0.0, F.ones((10,)))),

@@ -335,3 +335,168 @@ def test_elemwise_multi_type_quantized_modes_as_megengine(kind):
         _elemwise_multi_type(x1, x2, mode="qadd", dtype=D.qint8(so))
     with pytest.raises(ValueError, match="unknown mode"):
         builtin.ElemwiseMultiType(mode="qnope", dtype="bool")
+
+
+# ---- builtin MatrixMul / BatchedMatrixMul / Linspace / IndexingMultiAxisVec ---------------------------------------
+def test_builtin_matrix_mul_forward_matches_numpy():
+    rs = np.random.RandomState(0)
+    a, b = rs.randn(3, 4).astype("float32"), rs.randn(5, 4).astype("float32")
+    (c,) = apply(builtin.MatrixMul(transposeB=True), mge.Tensor(a), mge.Tensor(b))
+    np.testing.assert_allclose(_np(c), a @ b.T, rtol=1e-5)
+    x = rs.randn(2, 3, 4).astype("float32")  # (..., K) @ (K, N), as F.matmul sends an unbatched right operand
+    (c,) = apply(builtin.MatrixMul(dimA=3, dimB=2), mge.Tensor(x), mge.Tensor(b.T.copy()))
+    np.testing.assert_allclose(_np(c), x @ b.T, rtol=1e-5)
+    dy = rs.randn(2, 3, 6).astype("float32")  # dimA == dimB >= 3: both flattened to 2-D (MegEngine's weight grad)
+    (g,) = apply(builtin.MatrixMul(transposeA=True, dimA=3, dimB=3), mge.Tensor(x), mge.Tensor(dy))
+    np.testing.assert_allclose(_np(g), x.reshape(6, 4).T @ dy.reshape(6, 6), rtol=1e-5)
+    (h,) = apply(builtin.MatrixMul(compute_mode="FLOAT32"), mge.Tensor(a.astype("float16")),
+                 mge.Tensor(b.T.astype("float16")))
+    assert h.dtype == np.float16
+    np.testing.assert_allclose(_np(h).astype("float32"), a @ b.T, atol=2e-2)
+    assert builtin.MatrixMul() == builtin.MatrixMul(compute_mode=builtin.MatrixMul.ComputeMode.DEFAULT)
+    assert builtin.MatrixMul(transposeA=True) != builtin.MatrixMul()
+    with pytest.raises(OpError, match="contracted dimensions differ"):
+        apply(builtin.MatrixMul(), mge.Tensor(a), mge.Tensor(b))
+    with pytest.raises(OpError, match="second operand must be 2-D"):
+        apply(builtin.MatrixMul(), mge.Tensor(a), mge.Tensor(x))
+    with pytest.raises(OpError, match="format=MK4"):
+        apply(builtin.MatrixMul(format="MK4"), mge.Tensor(a), mge.Tensor(b.T.copy()))
+
+
+def test_builtin_batched_matrix_mul_transposes_and_broadcasts_as_megengine():
+    rs = np.random.RandomState(1)
+    a, b = rs.randn(2, 3, 4).astype("float32"), rs.randn(2, 5, 4).astype("float32")
+    for ta, tb in ((False, True), (True, False), (True, True)):
+        x = a.transpose(0, 2, 1).copy() if ta else a
+        y = b if tb else b.transpose(0, 2, 1).copy()
+        (c,) = apply(builtin.BatchedMatrixMul(transposeA=ta, transposeB=tb), mge.Tensor(x), mge.Tensor(y))
+        np.testing.assert_allclose(_np(c), a @ b.transpose(0, 2, 1), rtol=1e-5)
+    # the lower-rank operand is broadcast to the other's batch axes
+    a4, w = rs.randn(2, 3, 4, 5).astype("float32"), rs.randn(3, 5, 6).astype("float32")
+    (c,) = apply(builtin.BatchedMatrixMul(), mge.Tensor(a4), mge.Tensor(w))
+    np.testing.assert_allclose(_np(c), np.matmul(a4, w), rtol=1e-5)
+    (c,) = apply(builtin.BatchedMatrixMul(transposeA=True), mge.Tensor(rs.randn(4, 3).astype("float32")),
+                 mge.Tensor(a4))
+    assert c.shape == (2, 3, 3, 5)
+    # equal ranks: equal batch axes (megdnn asserts A[0] == B[0]); the higher rank's batch is not broadcast
+    with pytest.raises(OpError, match="equal batch axes"):
+        apply(builtin.BatchedMatrixMul(), mge.Tensor(np.ones((1, 3, 4), "float32")),
+              mge.Tensor(np.ones((2, 4, 5), "float32")))
+    with pytest.raises(OpError, match="cannot broadcast"):
+        apply(builtin.BatchedMatrixMul(), mge.Tensor(np.ones((2, 1, 3, 4), "float32")),
+              mge.Tensor(np.ones((5, 4, 6), "float32")))
+
+
+def test_builtin_batched_matrix_mul_gradient():
+    rs = np.random.RandomState(2)
+    a, w = rs.randn(2, 3, 4).astype("float32"), rs.randn(5, 4).astype("float32")
+    pa, pw = mge.Parameter(a), mge.Parameter(w)
+    dy = rs.randn(2, 3, 5).astype("float32")
+    gm = GradManager().attach([pa, pw])
+    with gm:
+        (y,) = apply(builtin.BatchedMatrixMul(transposeB=True), pa, pw)  # w broadcast over the batch
+        gm.backward(y, mge.Tensor(dy))
+    np.testing.assert_allclose(_np(pa.grad), dy @ w, rtol=1e-5)
+    np.testing.assert_allclose(_np(pw.grad), np.einsum("bmn,bmk->nk", dy, a), rtol=1e-5)
+    pm = mge.Parameter(rs.randn(3, 4).astype("float32"))
+    gm = GradManager().attach([pm])
+    with gm:
+        (y,) = apply(builtin.MatrixMul(), pm, mge.Tensor(w.T.copy()))
+        gm.backward(y.sum())
+    np.testing.assert_allclose(_np(pm.grad), np.broadcast_to(w.sum(0), (3, 4)), rtol=1e-5)
+
+
+def test_builtin_batched_matrix_mul_sam_style_einsum():
+    # SAM's decomposed relative position: einsum("bhwc,hkc->bhwk", r_q, Rh) written with builtin ops in a
+    # subgraph, as its einsum fallback and MegEngine's own functional/einsum.py subgraph do
+    from megxla.core.tensor.utils import subgraph_fn
+    rs = np.random.RandomState(3)
+    r_q, rh = rs.randn(2, 3, 4, 8).astype("float32"), rs.randn(3, 5, 8).astype("float32")
+
+    @subgraph_fn("Einsum", dtype="float32", device=None, nr_inputs=2)
+    def rel_h(inputs, f, c):
+        q, r = inputs
+        q = f(builtin.Dimshuffle([1, 0, 2, 3]), q)  # (h, b, w, c)
+        q = f(builtin.Reshape(), q, c([3, 8, 8], dtype="int32"))  # (h, b*w, c)
+        y = f(builtin.BatchedMatrixMul(transposeB=True), q, r)  # (h, b*w, k)
+        y = f(builtin.Reshape(), y, c([3, 2, 4, 5], dtype="int32"))
+        return (f(builtin.Dimshuffle([1, 0, 2, 3]), y),), (True,)
+
+    (y,) = rel_h(mge.Tensor(r_q), mge.Tensor(rh))
+    np.testing.assert_allclose(_np(y), np.einsum("bhwc,hkc->bhwk", r_q, rh), rtol=1e-5, atol=1e-5)
+    pq = mge.Parameter(r_q)
+    gm = GradManager().attach([pq])
+    with gm:
+        (y,) = rel_h(pq, mge.Tensor(rh))
+        gm.backward(y.sum())
+    np.testing.assert_allclose(_np(pq.grad), np.broadcast_to(rh.sum(1)[None, :, None, :], r_q.shape), rtol=1e-5)
+
+
+def test_builtin_linspace_and_indexing_multi_axis_vec():
+    (y,) = apply(builtin.Linspace(), mge.Tensor(1.0), mge.Tensor([3.0]), mge.Tensor([5]))
+    np.testing.assert_allclose(_np(y), np.linspace(1, 3, 5))
+    assert y.dtype == np.float32
+    (y,) = apply(builtin.Linspace(endpoint=False), mge.Tensor(0), mge.Tensor(1), mge.Tensor(4))
+    np.testing.assert_allclose(_np(y), [0, 0.25, 0.5, 0.75])
+    # MegEngine's Linspace gradient: dot(dy, linspace(1, 0, num)) for start, dot(dy, linspace(0, 1, num)) for stop
+    s0, s1 = mge.Parameter(1.0), mge.Parameter(3.0)
+    gm = GradManager().attach([s0, s1])
+    dy = np.array([1.0, 2, 3, 4, 5], "float32")
+    with gm:
+        (y,) = apply(builtin.Linspace(), s0, s1, mge.Tensor(5))
+        gm.backward(y, mge.Tensor(dy))
+    np.testing.assert_allclose([float(_np(s0.grad)), float(_np(s1.grad))],
+                               [dy @ np.linspace(1, 0, 5), dy @ np.linspace(0, 1, 5)], rtol=1e-6)
+
+    x = np.arange(60, dtype="float32").reshape(3, 4, 5)
+    vec = lambda axis: (axis, False, False, False, True)  # noqa: E731
+    (y,) = apply(builtin.IndexingMultiAxisVec([vec(0), vec(2)]), mge.Tensor(x), mge.Tensor([0, 2]),
+                 mge.Tensor([1, 3]))
+    np.testing.assert_array_equal(_np(y), x[[0, 2], :, [1, 3]])  # separated vectors: their axis comes first
+    (y,) = apply(builtin.IndexingMultiAxisVec([(1, True, True, True, False), vec(2)]), mge.Tensor(x),
+                 mge.Tensor(3), mge.Tensor(0), mge.Tensor(-1), mge.Tensor([[1], [3]]))
+    np.testing.assert_array_equal(_np(y), x[:, 3:0:-1, [[1], [3]]])
+    (y,) = apply(builtin.IndexingMultiAxisVec([(0, True, False, False, False), vec(1)]), mge.Tensor(x),
+                 mge.Tensor(1), mge.Tensor([3, 0, 3]))
+    np.testing.assert_array_equal(_np(y), x[1:, [3, 0, 3]])
+    # MegEngine's test_autodiff.py test_IndexingMultiAxisVec: repeated indices accumulate
+    p = mge.Parameter(np.ones((3, 3), "float32"))
+    gm = GradManager().attach([p])
+    with gm:
+        (y,) = apply(builtin.IndexingMultiAxisVec([vec(0), vec(1)]), p, mge.Tensor([0, 0, 2, 1]),
+                     mge.Tensor([2, 2, 1, 0]))
+        gm.backward(y.sum())
+    np.testing.assert_array_equal(_np(p.grad), [[0, 0, 2], [1, 0, 0], [0, 1, 0]])
+    with pytest.raises(OpError, match="no begin, end, step or index"):
+        apply(builtin.IndexingMultiAxisVec([(0, False, False, False, False)]), mge.Tensor(x))
+    with pytest.raises(OpError, match="must be integers"):
+        apply(builtin.IndexingMultiAxisVec([vec(0)]), mge.Tensor(x), mge.Tensor([0.0]))
+
+
+def test_builtin_diag_plane_subgraph_of_megengine_einsum():
+    # MegEngine 1.13's functional/einsum.py diag_plane_subgraph: Linspace -> TypeCvt -> IndexingMultiAxisVec
+    from megxla.core.tensor.utils import subgraph_fn
+
+    @subgraph_fn("Diag", dtype="float32", device=None, nr_inputs=1)
+    def diag(inputs, f, c):
+        (inp,) = inputs
+        n = f(builtin.GetVarShape(axis=0), inp)
+        index = f(builtin.TypeCvt("int32"), f(builtin.Linspace(), c(0), f(builtin.Elemwise("SUB"), n, c(1)), n))
+        items = [(0, False, False, False, True), (1, False, False, False, True)]
+        return (f(builtin.IndexingMultiAxisVec(items), inp, index, index),), (True,)
+
+    m = np.arange(16, dtype="float32").reshape(4, 4)
+    np.testing.assert_array_equal(_np(diag(mge.Tensor(m))[0]), np.diag(m))
+
+
+def test_builtin_batched_matrix_mul_under_xla_trace():
+    from megxla.jit import xla_trace
+
+    @xla_trace
+    def f(a, b):
+        return apply(builtin.BatchedMatrixMul(transposeA=True), a, b)[0]
+
+    rs = np.random.RandomState(4)
+    a, b = rs.randn(2, 4, 3).astype("float32"), rs.randn(4, 5).astype("float32")
+    for _ in range(2):
+        np.testing.assert_allclose(_np(f(mge.Tensor(a), mge.Tensor(b))), a.transpose(0, 2, 1) @ b, rtol=1e-5)

@@ -1210,8 +1210,9 @@ def pad(src, pad_width, mode="constant", constant_value=0.0):
     """Pads ``src`` with ``pad_width = ((before, after), ...)``, one pair per axis.
 
     Args:
-        src: input tensor.
-        pad_width: a pair per leading axis (axes without a pair are not padded).
+        src: input tensor (1-D or more).
+        pad_width: up to 7 pairs, the first for axis 0; axes without a pair are not padded, and pairs beyond
+            ``src.ndim`` are ignored (MegEngine's 7 offset slots, of which only the first ``src.ndim`` are read).
         mode: ``"constant"``, ``"edge"``/``"replicate"`` or ``"reflect"``.
         constant_value: the fill value of ``"constant"``.
 
@@ -1221,17 +1222,24 @@ def pad(src, pad_width, mode="constant", constant_value=0.0):
     Example:
         >>> F.nn.pad(Tensor([1., 2.]), ((1, 1),)).numpy()
         array([0., 1., 2., 0.], dtype=float32)
+        >>> F.nn.pad(Tensor([1., 2.]), ((1, 0), (5, 5))).numpy()  # a pair beyond the axes: ignored
+        array([0., 1., 2.], dtype=float32)
     """
     src = _t(src)
     try:
         pw = tuple((int(a), int(b)) for a, b in pad_width)
     except (TypeError, ValueError):
         raise OpError(f"pad: pad_width must be ((before, after), ...), got {pad_width!r}") from None
-    if len(pw) > src.ndim:
-        raise OpError(f"pad: pad_width has {len(pw)} entries for a {src.ndim}-D tensor")
-    pw += ((0, 0),) * (src.ndim - len(pw))  # MegEngine: the pairs given pad the leading axes, the rest none
+    # MegEngine fills a 14-slot offset list (7 pairs; more fail there) and its Padding kernel reads only the
+    # first src.ndim pairs: extra pairs, zero or not, are ignored. A pair is two unsigned offsets, so a negative
+    # one fails even where it would be ignored, and a 0-d tensor cannot be padded.
+    if len(pw) > 7:
+        raise OpError(f"pad: pad_width has {len(pw)} pairs; MegEngine's Padding takes at most 7")
     if any(a < 0 or b < 0 for a, b in pw):
         raise OpError(f"pad: pad_width must be non-negative, got {pw}")
+    if src.ndim == 0:
+        raise OpError("pad: cannot pad a 0-d tensor")
+    pw = pw[:src.ndim] + ((0, 0),) * (src.ndim - len(pw))  # the pairs given pad the leading axes, the rest none
     mode = str(mode).lower()
     if mode not in ("constant", "reflect", "replicate", "edge"):
         raise OpError(f"pad: unknown mode {mode!r}")

@@ -27,11 +27,12 @@ from .._tensor import Tensor
 from .._dispatch import apply as _apply, OpError
 from ..dtypes import is_float
 from .._op import PRIMITIVES
-from . import elemwise as _E, reduction as _R, shape as _S
+from . import elemwise as _E, indexing as _I, linalg as _L, reduction as _R, shape as _S
 
 __all__ = ["OpDef", "Elemwise", "ElemwiseMultiType", "Reduce", "TypeCvt", "GetVarShape", "Broadcast", "Reshape",
            "Concat", "Dimshuffle", "AddAxis", "RemoveAxis", "Identity", "CheckNonFinite", "FakeQuant", "TQT", "LSQ",
-           "ParamPackConcat", "ParamPackSplit", "CollectiveComm"]
+           "ParamPackConcat", "ParamPackSplit", "CollectiveComm", "MatrixMul", "BatchedMatrixMul", "Linspace",
+           "IndexingMultiAxisVec"]
 
 
 class OpDef:
@@ -487,6 +488,271 @@ class CheckNonFinite(OpDef):
             bad = _apply(_R.max.bind(axis=None, keepdims=False), _apply(_E.astype.bind(dtype="int32"), bad))
             flag = bad if flag is None else _b("maximum", flag, bad)
         return (*outs, _apply(_S.reshape.bind(shape=(1,)), flag))
+
+
+# ---- matrix products -----------------------------------------------------------------------------------------
+def _enum(v, enum, what):
+    """An enum parameter as its upper-case name (given as a name, an ``Op.Enum.NAME`` or an object with ``.name``)."""
+    name = str(getattr(v, "name", v)).upper()
+    if name not in enum._names:
+        raise ValueError(f"{what}: unknown value {v!r}; supported: {', '.join(enum._names)}")
+    return name
+
+
+class _MatMulBase(OpDef):
+    """The parameters of MegEngine's ``MatrixMul`` and ``BatchedMatrixMul`` (``MatrixMulParam`` version 2 and
+    ``ExecutionPolicy``, then ``dimA``/``dimB``: ``src/core/include/megbrain/ir/ops.td``)."""
+
+    class ComputeMode(_ModeEnum, names=("DEFAULT", "FLOAT32")):
+        pass
+
+    class Format(_ModeEnum, names=("DEFAULT", "MK4", "MK8", "MK4_DOT", "N32K4_DOT")):
+        pass
+
+    class Strategy(_ModeEnum, names=("HEURISTIC", "PROFILE", "REPRODUCIBLE", "OPTIMIZED", "HEURISTIC_REPRODUCIBLE",
+                                     "PROFILE_REPRODUCIBLE", "PROFILE_HEURISTIC", "OPTMIZED")):
+        pass
+
+    _params = ("transposeA", "transposeB", "compute_mode", "format", "strategy", "workspace_limit", "dimA", "dimB")
+    _nin = (2, 2)
+
+    def __init__(self, transposeA=False, transposeB=False, compute_mode="DEFAULT", format="DEFAULT",
+                 strategy="HEURISTIC", workspace_limit=2 ** 64 - 1, dimA=0, dimB=0, **params):
+        what = type(self).__name__
+        # (the strategy picks a kernel, not a result: kept as given, an int being MegEngine's bit combination)
+        strategy = strategy if isinstance(strategy, (int, np.integer)) else _enum(strategy, self.Strategy, what)
+        super().__init__(transposeA=bool(transposeA), transposeB=bool(transposeB),
+                         compute_mode=_enum(compute_mode, self.ComputeMode, what),
+                         format=_enum(format, self.Format, what), strategy=strategy,
+                         workspace_limit=int(workspace_limit), dimA=int(dimA), dimB=int(dimB), **params)
+
+    def _operands(self, inputs):
+        self._check(inputs)
+        a, b = inputs
+        if self.format != "DEFAULT":
+            raise OpError(f"{self!r}: format={self.format} (MegEngine's packed ARM layouts) is not supported; "
+                          f"use format='DEFAULT'")
+        if a.ndim < 2 or b.ndim < 2:
+            raise OpError(f"{self!r}: operands must be at least 2-D, got shapes {a.shape} and {b.shape} "
+                          f"(F.matmul adds the axis of a vector)")
+        return a, b
+
+    def _product(self, a, b):
+        """``op(a) @ op(b)`` over the last two axes (the batch axes already equal or broadcastable)."""
+        k1 = a.shape[-2] if self.transposeA else a.shape[-1]
+        k2 = b.shape[-1] if self.transposeB else b.shape[-2]
+        if k1 != k2:
+            raise OpError(f"{self!r}: contracted dimensions differ ({k1} vs {k2}) for shapes {a.shape} and {b.shape}")
+        low = ("float16", "bfloat16")
+        # FLOAT32: half-precision operands accumulate in float32 (megdnn's compute mode), the result in their dtype
+        wide = self.compute_mode == "FLOAT32" and a.dtype.name in low and b.dtype.name in low
+        if wide:
+            dt = a.dtype.name
+            a, b = (_apply(_E.astype.bind(dtype="float32"), t) for t in (a, b))
+        y = _apply(_L.matmul.bind(transpose_a=self.transposeA, transpose_b=self.transposeB), a, b)
+        return _apply(_E.astype.bind(dtype=dt), y) if wide else y
+
+
+class MatrixMul(_MatMulBase):
+    """Matrix product of two operands (MegEngine's ``MatrixMul``, what ``F.matmul`` uses for an unbatched right
+    operand): ``a`` of shape ``(..., M, K)`` (``(K, M)`` with ``transposeA``, which needs a 2-D ``a``) times a 2-D
+    ``b`` ``(K, N)`` (``(N, K)`` with ``transposeB``) is ``(..., M, N)``.
+
+    With ``dimA == dimB >= 3`` (the form MegEngine's matmul gradient uses) both operands are first flattened to
+    2-D over their leading axes, ``(prod(shape[:-1]), shape[-1])``, so that ``MatrixMul(transposeA=True, dimA=3,
+    dimB=3)`` of ``x (n, c, o)`` and ``dy (n, c, h)`` is the ``(o, h)`` weight gradient.
+
+    Args:
+        transposeA, transposeB: transpose an operand's last two axes before the product.
+        compute_mode: ``DEFAULT``, or ``FLOAT32`` (float16 operands accumulate in float32).
+        format: ``DEFAULT`` (MegEngine's packed ARM formats ``MK4``... are not supported).
+        strategy, workspace_limit: MegEngine's algorithm choice; no effect on the result.
+        dimA, dimB: the operands' ranks as MegEngine's ``F.matmul`` records them (see above).
+
+    Example:
+        >>> (c,) = MatrixMul(transposeB=True)._apply((Tensor([[1.0, 2.0]]), Tensor([[3.0, 4.0], [5.0, 6.0]])))
+        >>> c.numpy()
+        array([[11., 17.]], dtype=float32)
+    """
+
+    def _apply(self, inputs):
+        a, b = self._operands(inputs)
+        if self.dimA == self.dimB >= 3:
+            a, b = (_apply(_S.reshape.bind(shape=(int(np.prod(t.shape[:-1], dtype=np.int64)), t.shape[-1])), t)
+                    for t in (a, b))
+        elif b.ndim != 2:
+            raise OpError(f"{self!r}: the second operand must be 2-D, got shape {b.shape} (MegEngine multiplies a "
+                          f"batched right operand with BatchedMatrixMul)")
+        elif a.ndim > 2 and self.transposeA:
+            raise OpError(f"{self!r}: transposeA needs a 2-D first operand, got shape {a.shape} (MegEngine "
+                          f"multiplies a transposed batch with BatchedMatrixMul)")
+        return (self._product(a, b),)
+
+
+class BatchedMatrixMul(_MatMulBase):
+    """Batched matrix product (MegEngine's ``BatchedMatrixMul``): the last two axes of each operand are matrices
+    (``transposeA``/``transposeB`` transpose them), the axes before are the batch.
+
+    As in MegEngine 1.13 (``imperative/src/impl/ops/matmul.cpp``), the operand of lower rank is broadcast to the
+    batch axes of the other (the result has those), and operands of equal rank must have equal batch axes: the
+    higher-rank operand's batch is never broadcast. Two 2-D operands are one matrix product.
+
+    Args:
+        transposeA, transposeB: transpose an operand's last two axes before the product.
+        compute_mode: ``DEFAULT``, or ``FLOAT32`` (float16 operands accumulate in float32).
+        format: ``DEFAULT`` (MegEngine's packed ARM formats ``MK4``... are not supported).
+        strategy, workspace_limit: MegEngine's algorithm choice; no effect on the result.
+        dimA, dimB: the operands' ranks as MegEngine's ``F.matmul`` records them (the shapes decide here).
+
+    Example:
+        >>> a, b = Tensor(np.ones((2, 3, 4), "float32")), Tensor(np.ones((4, 5), "float32"))
+        >>> (c,) = BatchedMatrixMul()._apply((a, b))
+        >>> c.shape, float(c.numpy()[0, 0, 0])
+        ((2, 3, 5), 4.0)
+    """
+
+    def _apply(self, inputs):
+        a, b = self._operands(inputs)
+        ba, bb = a.shape[:-2], b.shape[:-2]
+        if a.ndim == b.ndim:
+            if ba != bb:
+                raise OpError(f"{self!r}: operands of equal rank need equal batch axes, got shapes {a.shape} and "
+                              f"{b.shape} (MegEngine broadcasts only the lower-rank operand)")
+        else:
+            lo, batch = (b, ba) if a.ndim > b.ndim else (a, bb)
+            target = tuple(batch) + tuple(lo.shape[-2:])
+            try:
+                fits = np.broadcast_shapes(tuple(lo.shape), target) == target
+            except ValueError:
+                fits = False
+            if not fits:
+                raise OpError(f"{self!r}: cannot broadcast the batch axes of shape {lo.shape} to {tuple(batch)} "
+                              f"(shapes {a.shape} and {b.shape}; MegEngine broadcasts only the lower-rank operand)")
+            lo = _apply(_S.broadcast_to.bind(shape=target), lo)
+            a, b = (a, lo) if a.ndim > b.ndim else (lo, b)
+        return (self._product(a, b),)
+
+
+# ---- Linspace / IndexingMultiAxisVec ---------------------------------------------------------------------------
+class Linspace(OpDef):
+    """``num`` evenly spaced float32 values from ``start`` to ``stop`` (MegEngine's ``Linspace``): inputs
+    ``(start, stop, num)``, each one value; ``endpoint`` includes ``stop``.
+
+    Value ``i`` is ``start + i * step`` with ``step = (stop - start) / max(num - 1 if endpoint else num, 1)``
+    (megdnn's kernel), differentiable in ``start`` and ``stop``; ``num`` is a size (read on the host).
+
+    Args:
+        endpoint: include ``stop`` as the last value.
+        comp_node: MegEngine's output device; accepted (the result is on the inputs' device).
+
+    Example:
+        >>> (y,) = Linspace()._apply((Tensor(0.0), Tensor(1.0), Tensor(5)))
+        >>> y.numpy()
+        array([0.  , 0.25, 0.5 , 0.75, 1.  ], dtype=float32)
+    """
+
+    _params = ("endpoint", "comp_node")
+    _nin = (3, 3)
+
+    def __init__(self, endpoint=True, comp_node=None, **params):
+        super().__init__(endpoint=bool(endpoint), comp_node=comp_node, **params)
+
+    def _apply(self, inputs):
+        self._check(inputs)
+        start, stop, num = inputs
+        nums = _ints(num, "Linspace num")
+        if len(nums) != 1 or nums[0] < 0:
+            raise OpError(f"{self!r}: num must be one non-negative integer, got {list(nums)}")
+        n = nums[0]
+        ends = []
+        for t, what in ((start, "start"), (stop, "stop")):
+            if t.size != 1:
+                raise OpError(f"{self!r}: {what} must be one value, got shape {t.shape}")
+            ends.append(_apply(_E.astype.bind(dtype="float32"), _apply(_S.reshape.bind(shape=()), t)))
+        start, stop = ends
+        denom = _apply(_S.full.bind(shape=(), value=float(max(n - 1 if self.endpoint else n, 1)), dtype="float32"))
+        step = _b("truediv", _b("sub", stop, start), denom)
+        i = _apply(_S.arange.bind(start=0, step=1, num=n, dtype="float32"))
+        return (_b("add", start, _b("mul", i, step)),)
+
+
+class IndexingMultiAxisVec(OpDef):
+    """Index several axes with integer vectors and slices at once (MegEngine's ``IndexingMultiAxisVec``, NumPy's
+    advanced indexing): inputs ``(x, *index_tensors)``.
+
+    ``items`` lists ``(axis, begin, end, step, idx)``, MegEngine's encoding: ``idx`` True takes the next input as
+    an integer index vector of ``axis`` (the vectors broadcast together); otherwise the flagged ``begin``, ``end``,
+    ``step`` (at least one) take the next inputs, in that order, as the slice bounds of ``axis``. Axes without an
+    item are kept whole. The result is laid out as NumPy's: the indexed dimensions replace the indexed axes where
+    those are consecutive, and come first otherwise.
+
+    Example:
+        >>> x = Tensor(np.arange(12, dtype="float32").reshape(3, 4))
+        >>> (y,) = IndexingMultiAxisVec(items=[(0, False, False, False, True), (1, True, False, False, False)])._apply(
+        ...     (x, Tensor([2, 0]), Tensor([2])))
+        >>> y.numpy()
+        array([[10., 11.],
+               [ 2.,  3.]], dtype=float32)
+    """
+
+    _params = ("items",)
+    _nin = (1, 1 << 30)
+
+    def __init__(self, items=(), **params):
+        norm = []
+        for it in items:
+            it = tuple(it)
+            if len(it) != 5:
+                raise ValueError(f"IndexingMultiAxisVec: an item is (axis, begin, end, step, idx), got {it!r}")
+            norm.append((int(it[0]),) + tuple(bool(f) for f in it[1:]))
+        super().__init__(items=tuple(norm), **params)
+
+    def _apply(self, inputs):
+        self._check(inputs)
+        x, rest = inputs[0], list(inputs[1:])
+        by_axis = {}
+        for axis, begin, end, step, idx in self.items:
+            if not -x.ndim <= axis < x.ndim:
+                raise OpError(f"{self!r}: axis {axis} is out of range for an input of shape {x.shape}")
+            ax = axis % x.ndim
+            if ax in by_axis:
+                raise OpError(f"{self!r}: axis {axis} is indexed twice")
+            if idx:  # (MegEngine then ignores the slice flags of the item)
+                if not rest:
+                    raise OpError(f"{self!r}: too few input tensors for the items")
+                t = rest.pop(0)
+                if t.dtype.kind not in "iu":
+                    raise OpError(f"{self!r}: the index of axis {axis} must be integers, got {t.dtype}")
+                by_axis[ax] = (("t",), t)
+                continue
+            if not (begin or end or step):
+                raise OpError(f"{self!r}: the item of axis {axis} has no begin, end, step or index")
+            bounds = []
+            for flag, what in ((begin, "begin"), (end, "end"), (step, "step")):
+                if not flag:
+                    bounds.append(None)
+                    continue
+                if not rest:
+                    raise OpError(f"{self!r}: too few input tensors for the items")
+                v = _ints(rest.pop(0), f"IndexingMultiAxisVec {what}")
+                if len(v) != 1:
+                    raise OpError(f"{self!r}: the slice {what} of axis {axis} must be one value, got {list(v)}")
+                bounds.append(v[0])
+            if bounds[2] == 0:
+                raise OpError(f"{self!r}: the slice step of axis {axis} is 0")
+            by_axis[ax] = (("s", *bounds), None)
+        if rest:
+            raise OpError(f"{self!r}: {len(rest)} input tensor(s) more than the items use")
+        if not by_axis:
+            return (_apply(_S.copy.bind(), x),)
+        # (index tensors are the getitem primitive's inputs in axis order, whatever the order of the items)
+        spec, tensors = [], []
+        for ax in range(max(by_axis) + 1):
+            item, t = by_axis.get(ax, (("s", None, None, None), None))
+            spec.append(item)
+            if t is not None:
+                tensors.append(t)
+        return (_apply(_I.getitem.bind(spec=tuple(spec)), x, *tensors),)
 
 
 # ---- quantization --------------------------------------------------------------------------------------------
