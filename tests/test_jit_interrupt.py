@@ -479,98 +479,111 @@ def test_another_signals_handler_raising_in_an_auto_jit_cluster_loses_nothing(mo
     assert not _interrupt._deferring and _interrupt._pending is None
 
 
-def test_ctrl_c_while_a_cluster_compiles_is_answered_at_once_and_gives_the_step_up(monkeypatch):
-    """XLA compiles a cluster in one C++ call, and signals were held for all of it: MobileNetV3's first auto-jit step
-    answered a Ctrl-C only after its 14 s compile (70 s on a loaded machine), eager within 0.5 s. Nothing of a
-    cluster has run while it compiles, so the wait is given up: KeyboardInterrupt at once, the parameters and Adam
-    slots as before the step, its loss unreadable (it never existed), and training goes on with eager's numbers."""
-    import jax
-    from megxla.core._lazy import ClusterFailed
-    from megxla.jit import _autojit, _tiers
+def _fresh_clusters(monkeypatch):
+    """Auto-jit's caches emptied (the step's cluster compiles at first sight), no step timer, no early launch."""
+    from megxla.jit import _autojit
 
     monkeypatch.setattr(_autojit, "STATIC_TIMER", False)
     monkeypatch.setattr(_autojit, "EARLY", False)
     for kept in (_autojit._sites, _autojit._cache, _autojit._families, _autojit._steps):
         kept.clear()
     _autojit._local.cluster.guesses.clear()
+    return _autojit
+
+
+def _slow_compiles(monkeypatch):
+    """XLA's compiles made slow (3 s more), a Ctrl-C arriving during the first one a worker thread makes; the list
+    that is emptied when it has arrived."""
+    import jax
+
     real, armed = jax.stages.Lowered.compile, [True]
 
-    def slow_compile(self, *args, **kwargs):  # (a long compile, a Ctrl-C arriving during it)
-        if armed[0] and threading.current_thread() is not threading.main_thread():
-            armed[0] = False
+    def slow_compile(self, *args, **kwargs):
+        if armed and threading.current_thread() is not threading.main_thread():
+            armed.clear()
             os.kill(os.getpid(), signal.SIGINT)
             time.sleep(3.0)
         return real(self, *args, **kwargs)
 
+    monkeypatch.setattr(jax.stages.Lowered, "compile", slow_compile)
+    return armed
+
+
+def _built():
+    """A built model, its step function, a batch, and its state before any step."""
+    model, opt, body = _build()
+    x = mge.Tensor(np.ones((4, 8), "float32"))
+    y = mge.Tensor(np.zeros((4,), "int32"))
+    return model, opt, body, x, y, _state(model, opt)
+
+
+def _given_up_and_trained_on(got, before, losses, x, y):
+    """The state after the interrupted step is the one before it, and the two steps after it are eager's first two."""
+    assert not _interrupt._deferring and _interrupt._pending is None
+    from megxla.jit import _tiers
+    for t in list(_tiers._threads):  # (a given-up compile ends on its own thread)
+        t.join(30)
+    assert set(got) == set(before) and all(np.array_equal(got[k], before[k]) for k in got)
+    mge.config.auto_jit = False
+    model, opt, body = _build()
+    want = [body(model, opt, x, y).item() for _ in range(2)]
+    np.testing.assert_allclose(losses, want, rtol=1e-5)
+
+
+def test_ctrl_c_while_a_cluster_compiles_is_answered_at_once_and_gives_the_step_up(monkeypatch):
+    """XLA compiles a cluster in one C++ call, and signals were held for all of it: MobileNetV3's first auto-jit step
+    answered a Ctrl-C only after its 14 s compile (70 s on a loaded machine), eager within 0.5 s. Nothing of a
+    cluster has run while it compiles, so the wait is given up: KeyboardInterrupt at once, the parameters and Adam
+    slots as before the step, its loss unreadable (it never existed), and training goes on with eager's numbers --
+    taking the compile it gave up, not compiling the step again."""
+    import jax
+    from megxla.core._lazy import ClusterFailed
+    from megxla.jit import _tiers
+
+    _fresh_clusters(monkeypatch)
+    real = jax.stages.Lowered.compile
     mge.config.auto_jit = True
     try:
-        model, opt, body = _build()
-        x = mge.Tensor(np.ones((4, 8), "float32"))
-        y = mge.Tensor(np.zeros((4,), "int32"))
-        before = _state(model, opt)
-        monkeypatch.setattr(jax.stages.Lowered, "compile", slow_compile)
+        model, opt, body, x, y, before = _built()
+        armed = _slow_compiles(monkeypatch)
         t0 = time.perf_counter()
         with pytest.raises(KeyboardInterrupt):
             loss = body(model, opt, x, y)
             loss.item()  # (the step's cluster compiles at first sight, here)
         waited = time.perf_counter() - t0
-        assert not armed[0] and _tiers.stats["interrupted"] >= 1
+        assert not armed and _tiers.stats["interrupted"] >= 1
         assert waited < 2.5, waited  # (answered while XLA still compiles: its 3 s had not passed)
         got = _state(model, opt)
         with pytest.raises(ClusterFailed, match="Ctrl-C"):
             loss.item()
         assert len(_tiers._given_up) == 1
         monkeypatch.setattr(jax.stages.Lowered, "compile", real)
-        losses = [body(model, opt, x, y).item()]  # training goes on...
-        assert not _tiers._given_up  # (... taking the compile it gave up, not compiling the step a second time)
+        losses = [body(model, opt, x, y).item()]
+        assert not _tiers._given_up  # (the next try took the compile it gave up)
         losses.append(body(model, opt, x, y).item())
-        assert not _interrupt._deferring and _interrupt._pending is None
-        for t in list(_tiers._threads):  # (the given-up compile ends on its own thread)
-            t.join(30)
+        _given_up_and_trained_on(got, before, losses, x, y)
     finally:
         mge.config.auto_jit = False
-    assert set(got) == set(before) and all(np.array_equal(got[k], before[k]) for k in got)
-    model, opt, body = _build()
-    want = [body(model, opt, x, y).item() for _ in range(2)]
-    np.testing.assert_allclose(losses, want, rtol=1e-5)
 
 
 def test_ctrl_c_while_xla_trace_compiles_its_step_is_answered_at_once(monkeypatch):
     """``xla_trace``'s first call compiles the whole step, signals held: a Ctrl-C was answered when XLA's compile
     ended. Now at once: nothing written, the next call records and compiles again, and the numbers are eager's."""
     import jax
-    from megxla.jit import _tiers
 
-    real, armed = jax.stages.Lowered.compile, [True]
-
-    def slow_compile(self, *args, **kwargs):
-        if armed[0] and threading.current_thread() is not threading.main_thread():
-            armed[0] = False
-            os.kill(os.getpid(), signal.SIGINT)
-            time.sleep(3.0)
-        return real(self, *args, **kwargs)
-
-    model, opt, body = _build()
+    model, opt, body, x, y, before = _built()
     step = xla_trace(body)
-    x = mge.Tensor(np.ones((4, 8), "float32"))
-    y = mge.Tensor(np.zeros((4,), "int32"))
-    before = _state(model, opt)
-    monkeypatch.setattr(jax.stages.Lowered, "compile", slow_compile)
+    real = jax.stages.Lowered.compile
+    armed = _slow_compiles(monkeypatch)
     t0 = time.perf_counter()
     with pytest.raises(KeyboardInterrupt):
         step(model, opt, x, y)
     waited = time.perf_counter() - t0
     monkeypatch.setattr(jax.stages.Lowered, "compile", real)
-    assert not armed[0] and waited < 2.5, waited
+    assert not armed and waited < 2.5, waited
     got = _state(model, opt)
     losses = [step(model, opt, x, y).item() for _ in range(2)]
-    assert not _interrupt._deferring and _interrupt._pending is None
-    for t in list(_tiers._threads):
-        t.join(30)
-    assert set(got) == set(before) and all(np.array_equal(got[k], before[k]) for k in got)
-    model, opt, body = _build()
-    want = [body(model, opt, x, y).item() for _ in range(2)]
-    np.testing.assert_allclose(losses, want, rtol=1e-5)
+    _given_up_and_trained_on(got, before, losses, x, y)
 
 
 def test_ctrl_c_while_a_cluster_runs_op_by_op_gives_it_up_between_two_ops(monkeypatch):
@@ -578,14 +591,9 @@ def test_ctrl_c_while_a_cluster_runs_op_by_op_gives_it_up_between_two_ops(monkey
     step) with signals held; a Ctrl-C now gives it up between two ops: the state as before it, then
     KeyboardInterrupt, and training goes on with eager's numbers."""
     from megxla.core import _dispatch
-    from megxla.jit import _autojit
 
-    monkeypatch.setattr(_autojit, "STATIC_TIMER", False)
-    monkeypatch.setattr(_autojit, "EARLY", False)
-    monkeypatch.setattr(_autojit, "FIRST_SIGHT_OPS", 10 ** 9)  # (no compile at first sight: op by op)
-    for kept in (_autojit._sites, _autojit._cache, _autojit._families, _autojit._steps):
-        kept.clear()
-    _autojit._local.cluster.guesses.clear()
+    autojit = _fresh_clusters(monkeypatch)
+    monkeypatch.setattr(autojit, "FIRST_SIGHT_OPS", 10 ** 9)  # (no compile at first sight: op by op)
     real, calls = _dispatch.run_kernel, []
 
     def run_kernel(op, *args):
@@ -596,10 +604,7 @@ def test_ctrl_c_while_a_cluster_runs_op_by_op_gives_it_up_between_two_ops(monkey
 
     mge.config.auto_jit = True
     try:
-        model, opt, body = _build()
-        x = mge.Tensor(np.ones((4, 8), "float32"))
-        y = mge.Tensor(np.zeros((4,), "int32"))
-        before = _state(model, opt)
+        model, opt, body, x, y, before = _built()
         monkeypatch.setattr(_dispatch, "run_kernel", run_kernel)
         with pytest.raises(KeyboardInterrupt):
             body(model, opt, x, y).item()
@@ -607,13 +612,9 @@ def test_ctrl_c_while_a_cluster_runs_op_by_op_gives_it_up_between_two_ops(monkey
         assert len(calls) == 3, calls  # (no op ran after the signal)
         got = _state(model, opt)
         losses = [body(model, opt, x, y).item() for _ in range(2)]  # training goes on
-        assert not _interrupt._deferring and _interrupt._pending is None
+        _given_up_and_trained_on(got, before, losses, x, y)
     finally:
         mge.config.auto_jit = False
-    assert set(got) == set(before) and all(np.array_equal(got[k], before[k]) for k in got)
-    model, opt, body = _build()
-    want = [body(model, opt, x, y).item() for _ in range(2)]
-    np.testing.assert_allclose(losses, want, rtol=1e-5)
 
 
 def _interrupting_primitive(name, calls):
