@@ -162,3 +162,19 @@ def test_a_line_that_gives_up_twice_is_listed_once():
         _autojit._megamorphic(st, site, "host read")
     assert len(_autojit.auto_jit_stats()["megamorphic"]) == 1
     assert st[0] == -1
+
+
+def test_a_read_made_through_the_standard_library_is_named_at_the_users_line():
+    # A read ``copy.deepcopy`` makes (of a selection kept padded on the device: its rows are read) was reported at
+    # copy.py's line (`y = copier(memo)`), where the user's line is the one that called it (found by a probe: OTA).
+    import copy
+    reset_auto_jit_stats()
+    with _auto_jit():
+        x = mge.tensor(np.arange(12, dtype="float32").reshape(6, 2))
+        sel = (x * 2)[(x[:, 0] > 3)]
+        y = copy.deepcopy(sel)  # the line the cut must name
+        assert y.numpy().shape == (4, 2)
+    from megxla.jit import auto_jit_stats
+    wheres = [where for _, reason, where in auto_jit_stats()["cuts"] if reason == "host read"]
+    assert wheres and all("test_autojit_report.py" in w and "copy" not in w.split("(")[0] for w in wheres), wheres
+    assert any("copy.deepcopy(sel)" in w for w in wheres), wheres

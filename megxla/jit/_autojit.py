@@ -1665,6 +1665,8 @@ class _with_zero:
         return self.executable(*inputs, self.zero)
 
     def __getattr__(self, name):
+        if name in _with_zero.__slots__:  # (not set yet: no recursion through this method)
+            raise AttributeError(name)
         return getattr(self.executable, name)
 
 

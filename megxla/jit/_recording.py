@@ -8,6 +8,7 @@ from __future__ import annotations
 import linecache
 import os
 import sys
+import sysconfig
 import weakref
 
 import numpy as np
@@ -68,11 +69,26 @@ _PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 
 def user_line():
-    """``(filename, lineno)`` of the innermost frame outside megxla (:func:`user_where` without the source text)."""
+    """``(filename, lineno)`` of the innermost frame outside megxla and Python's standard library
+    (:func:`user_where` without the source text): a value read through ``copy.deepcopy`` or ``pickle`` is the
+    user's line that called them."""
     f = sys._getframe(1)
-    while f is not None and f.f_code.co_filename.startswith(_PKG_DIR):
+    while f is not None and _not_users(f.f_code.co_filename):
         f = f.f_back
     return ("<unknown>", 0) if f is None else (f.f_code.co_filename, f.f_lineno)
+
+
+_STDLIB = tuple({os.path.join(sysconfig.get_paths()[k], "") for k in ("stdlib", "platstdlib")})
+_NOT_USERS: dict = {}  # file name -> whether it is megxla's or the standard library's
+
+
+def _not_users(fn):
+    known = _NOT_USERS.get(fn)
+    if known is None:
+        known = fn.startswith(_PKG_DIR) or (fn.startswith(_STDLIB) and "-packages" not in fn)
+        if len(_NOT_USERS) < 4096:
+            _NOT_USERS[fn] = known
+    return known
 
 
 def user_where():
