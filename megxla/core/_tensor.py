@@ -518,7 +518,8 @@ class Tensor:
         round trip, no kernel to compile per shape: deep-copying a model stays cheap); inside a trace the
         ``tensor_copy`` op, which the recording sees."""
         import jax
-        data = self._data
+        from ._dispatch import _vids
+        data, vid = self._data, None
         if type(data) is Lazy:
             if data.value is None and data.pad is None:
                 # (an auto-jit cluster's pending value: the copy is an op of the cluster -- a forced read cut the step
@@ -526,21 +527,19 @@ class Tensor:
                 from ._dispatch import apply
                 from .ops.shape import copy as copy_op
                 made = apply(copy_op.bind(), self.detach())
-                t = type(self).__new__(type(self))
-                t._data, t._vid, t._grad, t._name = made._data, made._vid, None, self._name
-                if type(t._data) is Lazy:
-                    t._data.hold(t)
-                node = getattr(self, "_lnode", None)
-                if node is not None:
-                    t._lnode = node
-                return t
-            data = data.force()
+                data, vid = made._data, made._vid
+            else:
+                data = data.force()
         if isinstance(data, jax.core.Tracer):  # (detached: MegEngine's copy.copy / deepcopy cut the gradient)
             return type(self)(self.detach(), name=self._name)
-        from ._dispatch import _vids
         t = type(self).__new__(type(self))
-        t._data = jax.device_put(data, may_alias=False)  # (a real copy: the original may be donated later)
-        t._vid = next(_vids)
+        if vid is None:
+            t._data = jax.device_put(data, may_alias=False)  # (a real copy: the original may be donated later)
+            t._vid = next(_vids)
+        else:
+            t._data, t._vid = data, vid
+            if type(data) is Lazy:
+                data.hold(t)
         t._grad = None
         t._name = self._name
         node = getattr(self, "_lnode", None)

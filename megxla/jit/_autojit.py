@@ -1633,7 +1633,7 @@ def _compile(ops, avals, in_ids, out_ids, donate, out_avals, reason=None):
             executable = _tiers.tiered(optimize, _quick_in_parts(ops, avals, in_ids, out_ids, n_parts), n_tier)
         except Exception:  # (a part XLA would not compile: the whole program, as before)
             executable = None
-    whole = executable is None
+    one_program = executable is None  # (not the quick tier in parts, whose optimized program gets _with_zero itself)
     if executable is None:
         executable = _persist.compile_cached(replay, structs, donate, "auto_jit_cluster", key, tiered)
     if executable is None:
@@ -1643,7 +1643,7 @@ def _compile(ops, avals, in_ids, out_ids, donate, out_avals, reason=None):
     else:
         _stats.compiled += 1
     _stats.compile_time += time.perf_counter() - t0
-    return _with_zero(_fit_checked(executable)) if whole else _fit_checked(executable)
+    return _with_zero(_fit_checked(executable)) if one_program else _fit_checked(executable)
 
 
 _ZERO_STRUCT = jax.ShapeDtypeStruct((), np.int32)
@@ -2029,8 +2029,8 @@ class _Failed:
 
 
 _FAILED = _Failed()
-_INTERRUPTED = _Failed("was given up before it ran: a signal (Ctrl-C) arrived while it compiled, and the tensors it "
-                       "updated in place kept their values from before it")
+_INTERRUPTED = _Failed("was given up before it took effect: a signal (Ctrl-C) arrived while it compiled or ran op by "
+                       "op, and the tensors it updated in place kept their values from before it")
 
 
 class _Local(threading.local):
