@@ -252,3 +252,32 @@ def test_pad_errors_where_megengine_does():
         F.nn.pad(x, ((0, 0), (0, -1)))
     with pytest.raises(Exception, match="0-d"):  # megdnn: invalid tensor ndim 0
         F.nn.pad(Tensor(1.0), ((1, 1),))
+
+
+@pytest.mark.parametrize("start, stop, num, dtype", [
+    (0, 1, 32, "float32"), (0.1, 0.7, 13, "float32"), (-3.3, 5.1, 101, "float32"), (0.3, -0.9, 257, "float32"),
+    (1e-3, 1e3, 77, "float32"), (-3.3, 5.1, 101, "int32"), (0.1, 0.7, 13, "float16"), (0, 1, 1, "float32"),
+    (5, 5, 3, "float32"), (0, 1, 0, "float32")])
+def test_linspace_values_are_megengines_computed_in_double(start, stop, num, dtype):
+    # megdnn's Linspace: start + i * step in double, cast to float32, then ``astype(dtype)``; start and stop are
+    # float32 Tensors first. (Each case gave these bits under MegEngine 1.13.0; jnp.linspace's float32 arithmetic
+    # was an ulp off at 4 of linspace(0, 1, 32)'s values.)
+    a, b = (np.float64(np.float32(v)) for v in (start, stop))
+    expect = (a + np.arange(num) * ((b - a) / max(num - 1, 1))).astype("float32").astype(dtype)
+    got = F.linspace(start, stop, num, dtype=dtype).numpy()
+    assert got.dtype == np.dtype(dtype)
+    np.testing.assert_array_equal(got.view(np.uint8), expect.view(np.uint8))
+
+
+def test_a_linspace_grid_scaled_back_is_integers_so_remap_gradients_match_megengine():
+    # DMVFN's warp: ``linspace(0, 1, W) * (W - 1)`` is an integer grid under MegEngine; one ulp below an integer,
+    # remap's gradient takes the other one-sided difference (first-step gradients 1.5e-3 from MegEngine's)
+    w = 32
+    np.testing.assert_array_equal((F.linspace(0, 1.0, w) * (w - 1)).numpy(), np.arange(w, dtype="float32"))
+    x = np.arange(w, dtype="float32") ** 2
+    flow = mge.Parameter(np.zeros((1, 1, w, 1), "float32"))
+    gm = GradManager().attach([flow])
+    with gm:
+        grid = F.concat([F.linspace(0, 1.0, w).reshape(1, 1, w, 1) * (w - 1) + flow, F.zeros((1, 1, w, 1))], axis=3)
+        gm.backward(F.nn.remap(mge.Tensor(x.reshape(1, 1, 1, w)), grid).sum())
+    np.testing.assert_array_equal(flow.grad.numpy().reshape(-1), np.append(x[1:], x[-1]) - x)

@@ -850,7 +850,9 @@ def linspace(start, stop, num, *, dtype="float32", device=None):
     num = _number("linspace", "num", num)
     if not isinstance(num, int) or num < 0:
         raise OpError(f"linspace: num must be a non-negative int, got {num!r}")
-    out = _apply(_S.linspace.bind(start=float(start), stop=float(stop), num=num, dtype=_dtype(dtype).name))
+    # (MegEngine makes Tensors of ``start`` and ``stop`` first: a Python float is rounded to float32 there)
+    start, stop = (float(v) if isinstance(v, int) else float(np.float32(v)) for v in (start, stop))
+    out = _apply(_S.linspace.bind(start=start, stop=stop, num=num, dtype=_dtype(dtype).name))
     return _place(out, device)
 
 

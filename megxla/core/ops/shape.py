@@ -1,6 +1,7 @@
 """Shape manipulation and creation primitives (all shapes and axes are static parameters)."""
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from .._op import Primitive
 from .elemwise import promote_dtype
@@ -100,7 +101,19 @@ def _arange(*, start, step, num, dtype):
 
 
 arange = Primitive("arange", _arange)
-linspace = Primitive("linspace", lambda *, start, stop, num, dtype: jnp.linspace(start, stop, num, dtype=dtype))
+
+
+def _linspace(*, start, stop, num, dtype):
+    # MegEngine's kernel (megdnn LinspaceImpl): value i is ``start + i * step`` in double, cast to float32 (then to
+    # ``dtype``). jnp.linspace computes in float32, one ulp off in places: ``linspace(0, 1, W) * (W - 1)`` then
+    # missed integers (16.999998), and a remap grid built that way took the other one-sided difference in its
+    # gradient (DMVFN's first-step gradients 1.5e-3 from MegEngine's). A constant, computed on the host.
+    step = (stop - start) / max(num - 1, 1)
+    values = (start + np.arange(num, dtype=np.float64) * step).astype(np.float32)
+    return jnp.asarray(values.astype(dtype))
+
+
+linspace = Primitive("linspace", _linspace)
 eye = Primitive("eye", lambda *, n, m, k, dtype: jnp.eye(n, m, k, dtype=dtype))
 one_hot = Primitive("one_hot", lambda x, *, num_classes, dtype: jax.nn.one_hot(x, num_classes, dtype=dtype))
 
