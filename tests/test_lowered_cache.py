@@ -283,3 +283,39 @@ def test_switching_auto_jit_on_loads_what_a_kept_program_needs_in_the_background
         out = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True, text=True, timeout=300)
         assert out.returncode == 0, out.stderr[-3000:]
         assert out.stdout.strip() == expected  # (no kept programs without JAX's cache: no thread)
+
+
+def test_a_process_forked_while_the_prewarm_thread_runs_compiles_its_kept_programs(tmp_path):
+    # dist.launcher (and a DataLoader worker) fork: forked while the prewarm thread imported SciPy, the child
+    # inherited the locks it held, and its first kept program hung for ever in initialize_lapack (rank 0 of a
+    # launcher under auto-jit, on the second run: the first stored the programs)
+    program = textwrap.dedent("""
+        import os, signal, sys, time
+        import numpy as np
+        import megxla as mge, megxla.functional as F
+        mge.config.auto_jit = True  # (starts the prewarm thread)
+        pid = os.fork()
+        if pid == 0:
+            x = mge.Tensor(np.ones((4, 4), "float32"))
+            total = 0.0
+            for _ in range(4):
+                total += float((F.exp(x) * 2 + 1).sum())
+            print("CHILD", total, flush=True)
+            os._exit(0)
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                print("STATUS", status)
+                break
+            time.sleep(0.05)
+        else:
+            os.kill(pid, signal.SIGKILL)
+            print("HUNG")
+    """)
+    env = dict(os.environ, PYTHONPATH=ROOT, MEGXLA_AUTO_JIT="0", MEGXLA_COMPILATION_CACHE_DIR=str(tmp_path),
+               MEGXLA_COMPILATION_CACHE="1")
+    for run in ("stores", "loads"):
+        out = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr[-3000:]
+        assert "STATUS 0" in out.stdout and "CHILD 411.94" in out.stdout, (run, out.stdout, out.stderr[-3000:])

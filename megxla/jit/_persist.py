@@ -296,7 +296,23 @@ def prewarm():
     # Not a daemon: the interpreter waits for it at exit. A daemon thread still importing SciPy when a short program
     # ended (an error at its first step, a sys.exit) aborted the process as it finalized ("Fatal Python error:
     # PyGILState_Release", SIGABRT) instead of printing the traceback and exiting with the program's status
-    threading.Thread(target=load, name="megxla-prewarm", daemon=False).start()
+    thread = _prewarm_thread[0] = threading.Thread(target=load, name="megxla-prewarm", daemon=False)
+    thread.start()
+
+
+_prewarm_thread = [None]
+
+
+def _finish_prewarm():
+    """(before a fork) Wait for the prewarm thread: a process forked while it imported SciPy inherited the locks it
+    held, and hung for ever at its first kept program (``dist.launcher``'s ranks under auto-jit: rank 0 stuck in
+    ``initialize_lapack``). It takes ~0.3 s once per process; the bound is for a thread stuck for another reason."""
+    thread = _prewarm_thread[0]
+    if thread is not None and thread.is_alive() and thread is not threading.current_thread():
+        thread.join(timeout=60)
+
+
+os.register_at_fork(before=_finish_prewarm, after_in_child=lambda: _prewarm_thread.__setitem__(0, None))
 
 
 def _directory():
