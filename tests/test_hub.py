@@ -12,11 +12,13 @@ import numpy as np
 import pytest
 
 import megxla as mge
+import megxla.module as M
 from megxla import hub
 from megxla.hub.exceptions import DownloadError, GitPullError, InvalidRepo
 
 HUBCONF = '''
 """Test models."""
+import megxla.module as M
 import megxla.module as M
 from megxla import hub
 
@@ -181,3 +183,24 @@ def test_http_download_once_into_cache(tmp_path, home):
     finally:
         srv.shutdown()
         srv.server_close()
+
+
+def test_a_pretrained_entry_takes_pretrained_as_its_first_positional_argument(tmp_path, home):
+    # MegEngine's wrapper is ``(pretrained=False, **kwargs)``: IBNNet's compare.py calls ``resnet50_ibn_a(True)``
+    # and compares the loaded weights; the model function itself gets keywords only
+    ref, path = _weights(tmp_path)
+
+    @hub.pretrained(path.as_uri())
+    def tiny(pretrained=False, **kwargs):
+        return M.Linear(3, 2, **kwargs)
+
+    @hub.pretrained(path.as_uri())
+    def tiny_keywords(**kwargs):
+        return M.Linear(3, 2, **kwargs)
+
+    for entry in (tiny, tiny_keywords):
+        np.testing.assert_array_equal(entry(True).weight.numpy(), ref.weight.numpy())
+        assert entry(False).weight.numpy().tolist() != ref.weight.numpy().tolist()
+        assert entry(bias=False).bias is None
+    with pytest.raises(TypeError):
+        tiny_keywords(True, 3)

@@ -201,9 +201,11 @@ class pretrained:
     def __call__(self, func):
         url = self.url
 
+        # (MegEngine's signature: a first positional argument is ``pretrained`` -- ``resnet50_ibn_a(True)`` loads
+        # the weights --, and ``func`` gets keywords only)
         @functools.wraps(func)
-        def pretrained_model_func(*args, pretrained=False, **kwargs):
-            model = func(*args, **kwargs)
+        def pretrained_model_func(pretrained=False, **kwargs):
+            model = func(**kwargs)
             if pretrained:
                 weights = load_serialized_obj_from_url(url)
                 if isinstance(weights, dict) and "state_dict" in weights and not any(
