@@ -2454,6 +2454,62 @@ def test_a_small_static_step_runs_eagerly_where_that_is_clearly_faster(auto_jit,
     np.testing.assert_allclose(losses, want, rtol=1e-5)
 
 
+def test_a_step_timers_first_eager_step_finds_its_kernels_compiled_ahead(auto_jit, monkeypatch):
+    # Its clusters ran compiled, so the step's eager kernels were never compiled: the first eager step compiled them
+    # one after another (a one-time 0.35-1.3 s step among 20-130 ms ones). At the switch, the step's ops -- every
+    # cluster since the last step end and the pending one -- go to the kernel workers, and are waited for.
+    monkeypatch.setattr(_autojit, "STATIC_TIMER", True)
+    now = [0.0]
+    monkeypatch.setattr(_autojit.ModeTimer, "clock", staticmethod(lambda: now[0]))
+    warmed, in_warm = [], [False]
+    real_ahead, real_warm = _autojit._kernels_ahead.compile_ahead, _autojit._warm_eager_kernels
+
+    def compile_ahead(ops, env, shapes, input_type):
+        if in_warm[0]:
+            warmed.append([op for op, _, _ in ops])
+        return real_ahead(ops, env, shapes, input_type)
+
+    def warm(loc):
+        in_warm[0] = True
+        try:
+            real_warm(loc)
+        finally:
+            in_warm[0] = False
+
+    monkeypatch.setattr(_autojit._kernels_ahead, "compile_ahead", compile_ahead)
+    monkeypatch.setattr(_autojit, "_warm_eager_kernels", warm)
+    ran = []
+    real_run = _autojit._dispatch.run_kernel
+    monkeypatch.setattr(_autojit._dispatch, "run_kernel", lambda op, *a: (ran.append(op), real_run(op, *a))[1])
+    mge.random.seed(0)
+    net = M.Sequential(M.Linear(4, 8), M.ReLU(), M.Linear(8, 3))
+    opt, gm = optim.SGD(net.parameters(), lr=0.1, momentum=0.9), GradManager().attach(net.parameters())
+    x = mge.Tensor(np.random.RandomState(0).randn(5, 4).astype("float32"))
+    y = mge.Tensor(np.arange(5, dtype="int32") % 3)
+    first_eager = None
+    for step in range(20):
+        eager = _autojit._local.paused
+        now[0] += 1e-3 if eager else 2e-3
+        ran.clear()
+        with gm:
+            loss = F.nn.cross_entropy(net(x), y)
+            gm.backward(loss)
+        opt.step().clear_grad()
+        loss.item()
+        if eager and first_eager is None:
+            first_eager = set(ran)
+    assert first_eager, "the timer ran no step eagerly"
+    assert len(warmed) >= 1 and auto_jit_stats()["eager_steps"] >= 5
+    given = {op for ops in warmed for op in ops}
+    assert {op for op in first_eager if not op.transient and op.prim.eager_kernel is None} <= given
+    n = len(warmed)
+    for _ in range(60):  # (once per step line: later probes find the kernels there)
+        with gm:
+            gm.backward(F.nn.cross_entropy(net(x), y))
+        opt.step().clear_grad()
+    assert len(warmed) == n
+
+
 def test_early_launch_executables_are_kept_by_the_clusters_key(auto_jit):
     # Two clusters with the same first op (a loop's body reading a value every iteration, and the cluster joining
     # its last iteration to the next call's start) take each other's guess: each call made the body's guess again

@@ -946,6 +946,9 @@ class _Cluster:
                 del _capped_starts[next(iter(_capped_starts))]
         if not ops:
             return
+        plan = _local.kernel_plan
+        if plan is not None and len(plan) < KERNEL_PLAN_CLUSTERS:
+            plan.append((ops, avals, in_ids))
         # A Lazy is referenced by the list, the loop variable and getrefcount's argument: more means a Tensor
         # (or a GradManager's tape) still holds it, so the host may read it: a result of the cluster.
         # (references from ``previous`` lists -- kept to restore Tensors if the cluster fails -- do not count)
@@ -2055,6 +2058,9 @@ class _Local(threading.local):
     mid_read = False
     after_mid_read = False
     eager_input = False  # a pending value is computed for an op run eagerly (_arrays)
+    # [(ops, avals, input ids)] of the clusters run since the last step end, while a step timer has not yet run
+    # its step eagerly (see _warm_eager_kernels); None otherwise
+    kernel_plan = None
 
     def __init__(self):
         self.cluster = _Cluster()
@@ -2422,14 +2428,15 @@ STATIC_EVERY = 1000
 _steps: dict = {}  # step site -> [ops collected, of them run op by op (at the last step end), troubled steps, timer,
 #                                  steps, warned that they run eagerly, of the ops run op by op those of small
 #                                  clusters (at the last step end), troubled steps troubled by changing clusters,
-#                                  the site of the latest changing cluster in those]
+#                                  the site of the latest changing cluster in those, its eager kernels compiled
+#                                  ahead (_warm_eager_kernels)]
 
 
 def _choose_mode(loc, site):
     st = _steps.get(site)
     s = _stats
     if st is None:
-        st = _steps[site] = [0, 0, 0, None, 0, False, 0, 0, None]
+        st = _steps[site] = [0, 0, 0, None, 0, False, 0, 0, None, False]
     # (the changes seen since this thread's last step end: this step's clusters and its predecessor's last one --
     # named in the warning, not another loop's: a detector's training and a validation loop taking turns)
     changed, loc.changed = loc.changed, None
@@ -2465,7 +2472,12 @@ def _choose_mode(loc, site):
             st[5] = True  # (no warning: the step is not troubled, eager is just faster for it)
         else:
             return
-    loc.paused = not timer.next_mode()
+    paused = not timer.next_mode()
+    if paused and not st[9]:
+        st[9] = True
+        _warm_eager_kernels(loc)
+    loc.paused = paused
+    loc.kernel_plan = None if st[9] else []
     if loc.paused:
         s.eager_steps += 1
         if not timer.best and not st[5]:
@@ -2474,6 +2486,32 @@ def _choose_mode(loc, site):
             # clusters too small to launch -- a grad norm logged per parameter -- are no shape to pad)
             if 2 * st[7] >= st[2]:
                 _warn_eager_steps(site, st[8])
+
+
+KERNEL_PLAN_CLUSTERS = 64  # clusters of one step whose ops a step timer's first eager step compiles ahead
+
+
+def _warm_eager_kernels(loc):
+    """(A step timer's first eager step starts) Compile the eager kernels of the step just run -- its clusters, and
+    the one its end cut, still pending -- on the worker threads (:mod:`._kernels_ahead`), and wait for them.
+
+    Why: a step whose clusters run compiled has never run its ops' eager kernels; the timer's first eager step then
+    compiled them one after another on the calling thread -- a one-time 0.35-1.3 s step among 20-130 ms ones
+    (Hand-Signs, LearnMegEngine, ResNeXt-IBN; a DANN's ~1 s). The kernels are the step's, as eager runs them, and
+    the workers compile them side by side (XLA's compile releases the GIL): the wait is the compile divided by the
+    workers. That step is not timed (the timer leaves an eager run's first step out)."""
+    plans = loc.kernel_plan or []
+    cl = loc.cluster
+    if cl.ops:
+        plans = plans + [(cl.ops, cl.avals, cl.in_ids)]
+    futures = []
+    for ops, avals, in_ids in plans:
+        env = {i: jax.ShapeDtypeStruct(avals[i][0], avals[i][1], weak_type=avals[i][2]) for i in in_ids}
+        ahead = _kernels_ahead.compile_ahead(ops, env, _SHAPES, _input_type)
+        if ahead is not None:
+            futures.extend(f for f in ahead if f is not None)
+    for f in futures:
+        _kernels_ahead.wait(f)
 
 
 # A loop that reads a value on the host every few ops (a solver checking its residual, a decoder reading its token)
