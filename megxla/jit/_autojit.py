@@ -2498,8 +2498,9 @@ def _warm_eager_kernels(loc):
     Why: a step whose clusters run compiled has never run its ops' eager kernels; the timer's first eager step then
     compiled them one after another on the calling thread -- a one-time 0.35-1.3 s step among 20-130 ms ones
     (Hand-Signs, LearnMegEngine, ResNeXt-IBN; a DANN's ~1 s). The kernels are the step's, as eager runs them, and
-    the workers compile them side by side (XLA's compile releases the GIL): the wait is the compile divided by the
-    workers. That step is not timed (the timer leaves an eager run's first step out)."""
+    the workers compile them side by side -- XLA's compile releases the GIL, the tracing before it does not: on 2
+    cores a cold ResNeXt-IBN's stall 7.8-10.2 -> 6.8-7.7 s, a warm cache's loads unchanged. That step is not timed
+    (the timer leaves an eager run's first step out)."""
     plans = loc.kernel_plan or []
     cl = loc.cluster
     if cl.ops:
