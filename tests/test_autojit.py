@@ -3469,6 +3469,37 @@ def test_reset_stats_forgets_the_changes_seen_before(auto_jit):
     assert len(auto_jit_stats()["changes"]) == 1, auto_jit_stats()["changes"]
 
 
+def test_a_value_read_only_as_a_matrix_products_factor_is_not_kept_apart():
+    # No multiply-add in a dot or a convolution has its operand as the addend, so no FMA can join it to the op that
+    # made it: no barrier there (each one kept apart was a memory pass of its own in ResNeXt-IBN's step). A value
+    # a sum also reads keeps its barrier; so does a cotangent a linear layer's bias gradient sums.
+    import jax
+    from megxla.core._op import VJP
+    from megxla.core.ops import elemwise, linalg, reduction
+    from megxla.jit._recording import make_replay
+    mul = elemwise.BINARY["mul"].bind()
+    matmul = linalg.matmul.bind(transpose_a=False, transpose_b=False)
+    total = reduction.sum.bind(axis=None, keepdims=False)
+    linear = linalg.linear.bind()
+    a = jax.ShapeDtypeStruct((4, 4), np.float32)
+
+    def xors(ops, n_in, outs):
+        replay = make_replay(ops, list(range(n_in)), outs, rounded=True, apart=True)
+        return str(jax.make_jaxpr(replay)(*[a] * n_in, jax.ShapeDtypeStruct((), np.int32))).count(" xor ")
+
+    assert xors([(mul, (0, 1), (3,)), (matmul, (3, 2), (4,))], 3, [4]) == 0
+    assert xors([(mul, (0, 1), (3,)), (linear, (3, 2), (4,))], 3, [4]) == 0
+    assert xors([(mul, (0, 1), (3,)), (matmul, (3, 2), (4,)), (total, (3,), (5,))], 3, [4, 5]) == 1
+    # gradients: of a bias-free linear layer, the cotangent is a factor; with a bias, its gradient sums it
+    grad2 = VJP.bind(op=linear, nin=2, wrt=(0, 1), given=(True,))
+    assert xors([(mul, (0, 1), (3,)), (grad2, (0, 2, 3), (4, 5))], 3, [4, 5]) == 0
+    bias = jax.ShapeDtypeStruct((4,), np.float32)
+    grad3 = VJP.bind(op=linear, nin=3, wrt=(0, 1, 2), given=(True,))
+    replay = make_replay([(mul, (0, 1), (4,)), (grad3, (0, 2, 3, 4), (5, 6, 7))], [0, 1, 2, 3], [5, 6, 7],
+                         rounded=True, apart=True)
+    assert str(jax.make_jaxpr(replay)(a, a, a, bias, jax.ShapeDtypeStruct((), np.int32))).count(" xor ") == 1
+
+
 def test_a_deep_copy_of_a_pending_value_is_an_op_of_its_cluster(auto_jit):
     # ``copy.deepcopy`` of a Tensor computed in the step forced its cluster to run -- a "host read" cut every step,
     # reported at copy.py's line (CV51GO/OTA_Megengine's shift generator deep-copies its shifts each step). The copy is

@@ -1376,7 +1376,7 @@ def _in_background(ops, avals, in_ids, out_ids, donate, out_avals, reason):
     None where its program is kept compiled (a warm start loads it at once). YOLOX's backward and update, the
     unchanging part of its churning step (2,211 ops), compiled for 17-45 s inside its third step, 3-7x an eager
     step."""
-    key = _persist.fingerprint(ops, in_ids, [avals[i] for i in in_ids], out_ids, donate, "auto_jit apart")
+    key = _persist.fingerprint(ops, in_ids, [avals[i] for i in in_ids], out_ids, donate, _PROGRAM_KIND)
     if _persist.kept_optimized(key):
         return None
     precision, settings = jax.config.jax_default_matmul_precision, _lowering_settings()
@@ -1590,6 +1590,11 @@ def _select(executable, positions):
     return run
 
 
+# What a cluster's program is, in the kept programs' fingerprints (_persist): a change to how make_replay builds it
+# names it anew, or a warm start would load the program of before (2: no barrier on a dot's or convolution's operand)
+_PROGRAM_KIND = "auto_jit apart 2"
+
+
 def _compile(ops, avals, in_ids, out_ids, donate, out_avals, reason=None):
     """The executable of a cluster (``out_avals``: as for :func:`_run_keyed`; ``reason``: what cut it)."""
     t0 = time.perf_counter()
@@ -1608,7 +1613,7 @@ def _compile(ops, avals, in_ids, out_ids, donate, out_avals, reason=None):
     # it is a part of a churning site's cluster: its step's ModeTimer compares the first steps' times of both modes,
     # which the quick executables' runs would charge to the clusters
     n_tier = 0 if reason in ("size cap", "part", "early launch") else len(ops)
-    key = _persist.fingerprint(ops, in_ids, [avals[i] for i in in_ids], out_ids, donate, "auto_jit apart")
+    key = _persist.fingerprint(ops, in_ids, [avals[i] for i in in_ids], out_ids, donate, _PROGRAM_KIND)
     tiered = functools.partial(_tiers.compile, n_ops=n_tier, key=key)
     if sum(1 for i in in_ids if not avals[i][0]) >= QUICK_SCALARS:
         # XLA:CPU's optimizing compile grows steeply with a fused chain's scalar operands -- each Python number

@@ -455,7 +455,7 @@ def make_replay(ops, in_vids, out_vids, remat=False, kernels=False, rounded=Fals
     # (only values a later op reads are kept apart: a result nothing in the program reads -- an optimizer update's
     # new parameters -- has no reader to fuse with, and the barrier changed how XLA fused the update's own ops, an
     # ulp from its eager kernel's)
-    read = {v for _, ins, _ in ops for v in ins} if apart else ()
+    read = {v for op, ins, _ in ops for k, v in enumerate(ins) if not _factor_only(op, k)} if apart else ()
 
     def replay(*arrays):
         if apart:
@@ -574,6 +574,26 @@ _BITS_OF = {np.dtype(np.float64): np.int64, np.dtype(np.float32): np.int32, np.d
 # LayerNorm reading it cost a Transformer step 30% (XLA:CPU fused them worse), where every other op's results cost
 # 1-2% (benchmarks/results/eager_loop.md, sixty-first session).
 _NOT_APART = frozenset(("add", "sub"))
+
+
+# Ops that read their first two operands only as factors of their own products (a matrix product, a convolution;
+# their gradients read the incoming gradient so too where the op has no bias, whose gradient sums it): no reader's
+# multiply-add has such an operand as its addend, so a value read only there needs no keeping apart (``_apart``).
+# Kept apart, such a value was a pass of its own over memory where a layout copy stood between it and the dot --
+# ResNeXt-IBN's auto-jit step: 17 such passes, 7-9 ms of a 135 ms step (benchmarks/results/eager_loop.md,
+# sixty-second session).
+_FACTOR_OPS = frozenset(("matmul", "linear", "conv", "conv_transpose"))
+
+
+def _factor_only(op, k):
+    """Whether ``op`` reads its operand ``k`` only as a factor of its products (see ``_FACTOR_OPS``)."""
+    if op.prim.name == "vjp":
+        params = dict(op.params)
+        fwd = params["op"]
+        if fwd.prim.name == "vjp" or fwd.name not in _FACTOR_OPS:
+            return False
+        return k < 2 or params["nin"] == 2  # (a cotangent, where the op had no bias to sum it into)
+    return k < 2 and op.name in _FACTOR_OPS
 
 
 def _keeps_apart(op):
