@@ -452,9 +452,9 @@ def make_replay(ops, in_vids, out_vids, remat=False, kernels=False, rounded=Fals
     if remat:  # sublinear memory: every gradient op recomputes its forward instead of keeping residuals
         ops = [(VJP.bind(**dict(op.params), remat=True) if op.prim is VJP else op, ins, outs) for op, ins, outs in ops]
     pairs = {} if remat else _vjp_pairs(ops)
-    # (only values a later op reads are kept apart: a result nothing in the program reads -- an optimizer update's
-    # new parameters -- has no reader to fuse with, and the barrier changed how XLA fused the update's own ops, an
-    # ulp from its eager kernel's)
+    # (only values a later op reads are kept apart, and not as a dot's or a convolution's factor alone -- see
+    # _factor_only: a result nothing in the program reads -- an optimizer update's new parameters -- has no reader to
+    # fuse with, and the barrier changed how XLA fused the update's own ops, an ulp from its eager kernel's)
     read = {v for op, ins, _ in ops for k, v in enumerate(ins) if not _factor_only(op, k)} if apart else ()
 
     def replay(*arrays):
