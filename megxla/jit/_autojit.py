@@ -59,7 +59,7 @@ from ..core._lazy import Lazy
 from ..core._tensor import Parameter, Tensor as _Tensor
 from ..core._op import SEQUENCE as _SEQUENCE, VJP as _VJP, check_output_size
 from ..core._spmd import MeshRequired
-from . import _device_checks, _kept_constants, _kernels_ahead, _padded, _persist, _tiers
+from . import _device_checks, _kept_constants, _kernels_ahead, _padded, _persist, _schedules, _tiers
 # (_change: read here by the tests)
 from ._cluster_change import _change, _signature, _site_change  # noqa: F401
 from ._mode_timer import _COMPILE_SECS, _KERNEL_SECS, ModeTimer
@@ -236,7 +236,9 @@ def auto_jit_stats() -> dict:
         ``tiered`` (large clusters compiled quickly first, while XLA's optimized executable compiles in the
         background) and ``tier_ups`` (of those, replaced by
         their optimized executable), ``quick_only`` (clusters of so many scalar inputs that only XLA's quick
-        compile is bounded, run from that executable), ``megamorphic`` (the lines that made too many
+        compile is bounded, run from that executable), ``schedules_timed`` (long-running programs, ``xla_trace``'s
+        too, whose executable was timed against the other instruction schedule of XLA:CPU, see ``_schedules``) and
+        ``other_schedule`` (of those, now running the other), ``megamorphic`` (the lines that made too many
         different clusters and run eagerly, or mostly op by op) and ``changes`` (``("file:line (`source`)",
         what changed)`` for each line whose clusters changed since the last reset: how its latest new cluster
         differs from the one before -- its first op that differs, in words --, the reason a cluster there compiled
@@ -256,6 +258,7 @@ def auto_jit_stats() -> dict:
             "early_misses": s.early_missed, "early_compiled": s.early_compiled,
             "tiered": _tiers.stats["tiered"], "tier_ups": _tiers.stats["upgraded"],
             "quick_only": _tiers.stats["quick_only"],
+            "schedules_timed": _schedules.stats["probed"], "other_schedule": _schedules.stats["other"],
             "cuts": [(n, reason, describe_where(site)) for (reason, site), n in s.cuts.most_common()],
             "setup_reads": {describe_where(site): n for site, n in s.setup_reads.items()},
             "megamorphic": [describe_where(site) for site in s.megamorphic],
@@ -274,6 +277,7 @@ def reset_auto_jit_stats():
     global _stats
     _stats = _Stats()
     _tiers.stats.update(dict.fromkeys(_tiers.stats, 0))
+    _schedules.stats.update(dict.fromkeys(_schedules.stats, 0))
 
 
 # ---- shapes ---------------------------------------------------------------------------------------------------

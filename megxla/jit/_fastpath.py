@@ -262,9 +262,12 @@ def build(tracer, entry, args, kwargs, state, sig, epoch, converted=None):
     seg = entry.segments[0]
     if seg.plan is None:
         return None
-    if not isinstance(seg.executable, jax.stages.Compiled) and type(seg.executable).__name__ != "SpmdExecutable":
+    exe = seg.executable
+    if type(exe).__name__ == "ScheduleChoice":  # (one executable of two schedules: _schedules; a single-device one)
+        exe = exe.exe
+    if not isinstance(exe, jax.stages.Compiled) and type(exe).__name__ != "SpmdExecutable":
         return None
-    spmd = not isinstance(seg.executable, jax.stages.Compiled)
+    spmd = not isinstance(exe, jax.stages.Compiled)
     vals = tuple(args) + tuple(kwargs.values())
     cvals = vals if converted is None else tuple(converted[0]) + tuple(converted[1].values())
     if len(cvals) != len(vals):

@@ -28,7 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _tiers
+from . import _schedules, _tiers
 
 __all__ = ["fingerprint", "compile_cached", "prewarm", "kept_optimized", "known_shapes", "keep_shapes", "stats"]
 
@@ -354,7 +354,10 @@ def _compile(jitted, structs, compile=None, key=None):
         args["committed"] = False
     # (a compile a signal may stop waiting for, where the caller can give it up: _tiers.interruptible; ``key``: the
     # program's fingerprint, so that its next try takes that compile)
-    return _tiers.foreground(lowered.compile, key) if compile is None else compile(lowered)
+    if compile is not None:
+        return compile(lowered)
+    # (XLA's schedule of a long-running program, chosen by timing: _schedules)
+    return _schedules.choose(lowered, lambda: _tiers.foreground(lowered.compile, key))
 
 
 def _read_head(fh):

@@ -209,8 +209,7 @@ def foreground(compile_fn, key=None):
                 _threads.discard(threading.current_thread())
                 _abandoned.pop(threading.current_thread(), None)
 
-        if not _registered:
-            _registered.append(atexit.register(_wait_for_tier_ups))
+        wait_at_exit()
         t = threading.Thread(target=work, name="megxla-compile", daemon=True)
         _threads.add(t)
         t.start()
@@ -248,7 +247,8 @@ def compile(lowered, n_ops, key=None):  # noqa: A001  (the one thing this module
     """
     options = fast_options() if ENABLED and n_ops >= MIN_OPS else None
     if options is None or not isinstance(lowered, jax.stages.Lowered):
-        return foreground(lowered.compile, key)
+        from . import _schedules  # (it builds on this module: imported when first needed)
+        return _schedules.choose(lowered, lambda: foreground(lowered.compile, key))
     try:
         fast = foreground(lambda: lowered.compile(compiler_options=options))
     except Exception:  # (an XLA that no longer knows an option: one optimized compile, as before)
@@ -368,10 +368,7 @@ class _Tiered:
         return self.exe(*args)
 
     def _start(self):
-        if not _registered:
-            # (registered now, after JAX's exit handlers -- its backends exist by now --, so it runs before
-            # them: no compile outlives XLA's teardown)
-            _registered.append(atexit.register(_wait_for_tier_ups))
+        wait_at_exit()
         with _count_lock:
             in_flight[0] += 1
             self.counted = True
@@ -429,6 +426,14 @@ class _Tiered:
 
 
 _registered: list = []
+
+
+def wait_at_exit():
+    """Have the process's exit wait for the compiles running on threads of ours (``_threads``) -- registered at the
+    first one, after JAX's exit handlers (its backends exist by then), so it runs before them: no compile outlives
+    XLA's teardown."""
+    if not _registered:
+        _registered.append(atexit.register(_wait_for_tier_ups))
 
 
 _abandoned: dict = {}  # compile threads a signal made the program stop waiting for -> when that was

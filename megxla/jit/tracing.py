@@ -51,7 +51,7 @@ from ..core import _spmd
 from .. import dtr as _dtr
 from ..core import _registry
 from ..core._trace_option import set_symbolic_shape  # noqa: F401  (MegEngine's jit.tracing exports it)
-from . import _fastpath, _persist, _state, _tiers, _verbose
+from . import _fastpath, _persist, _schedules, _state, _tiers, _verbose
 from ._external import mark_external
 from . import _external
 from ._recording import (Recorder, AbstractRecorder, NeedsHost, Excluded, TraceError, make_replay, usable_donations,
@@ -1067,7 +1067,8 @@ class trace:
                     # state written by the step (MEGXLA_DIST_DONATE=1 donates, as a one-process step does).
                     donate = entry.donate = ()
                     seg.lowered = _spmd.jit(replay, name=replay.__name__).lower(*avals)
-                seg.executable = _tiers.foreground(seg.lowered.compile)
+                # (XLA's schedule of a long-running step, chosen by timing: _schedules)
+                seg.executable = _schedules.choose(seg.lowered, lambda: _tiers.foreground(seg.lowered.compile))
             _verbose.report(self.__name__, seg, entry)  # MGE_VERBOSE_XLA_IR
             self.num_compiled += 1
         entry.segments = segments

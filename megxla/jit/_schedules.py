@@ -1,0 +1,197 @@
+"""XLA:CPU's instruction schedule of a long-running program, chosen by timing both (:class:`ScheduleChoice`).
+
+Why: XLA:CPU orders a program's instructions breadth-first by default ("concurrency-optimized": independent
+instructions side by side, for its thunk executor to run at once) and can order them depth-first instead
+(``xla_cpu_scheduler_type``: "memory-optimized"). Which runs faster depends on the program, and by a lot. Measured
+in one process on a 2-core CPU, each program's two executables alternating (``benchmarks/xla_cpu_scheduler.py``):
+IBN-Net's ResNeXt-IBN step (batch 1, 224 px; grouped convolutions, instance and batch normalization side by side)
+runs 0.82-0.86x as long depth-first -- 134-136 -> 115 ms under ``xla_trace``, which had been slower than eager's
+113-129 --, RegNetX-200MF 0.97-0.98x; the MLP, the ConvNets, ResNet-18, BERT-tiny and DCGAN 1.02-1.16x as long (the
+MLP 1.5x in one process); MobileNetV3, EfficientNet-B0 and the Transformer within 1-4% either way. So neither
+schedule is the default for all programs here: a program whose runs take at least ``MIN_RUN`` seconds gets the
+other schedule compiled beside it on a background thread, both are timed for ``PROBE`` runs each, alternating, and
+the faster is kept -- the default unless the other is faster by ``MARGIN`` in each half of those runs.
+
+A run is timed from its start to the next run's, as the step timers time steps (``_mode_timer``): waiting for
+its results would time the program alone, but would also change what those timers and the early launches'
+(``_autojit._Guess``) see of the step -- a compute-bound step then looked host-bound and compiled an early launch.
+So a program running several times a step is timed no further (its intervals are short), and one running once in a
+long step is timed with the step: there the other schedule is kept only if the whole step ran faster with it.
+
+The other compile costs about what the program's own did (seconds, on cores the steps share), and pays back only
+over many runs. So it starts once the program's runs have taken as long as its compile did (rent, then buy: a
+program that has run that long is likely to run as long again), and a short script -- a benchmark's ten steps of a
+ResNet -- pays nothing.
+
+A schedule orders the same instructions: the two executables compute the same bits (every parameter after 40 steps
+of ResNeXt-IBN, and after 8 steps of the MLP, the ConvNets, the Transformer and the host-read step), so the run that
+switches does not change a result. Only on the CPU (the option is XLA:CPU's), for one-process programs (the ranks of
+an SPMD program must run one schedule each: their collectives meet in program order), and where ``XLA_FLAGS`` does
+not choose the scheduler itself; ``MEGXLA_SCHEDULE_CHOICE=0`` keeps XLA's default.
+"""
+from __future__ import annotations
+
+import os
+import statistics
+import threading
+import time
+
+import jax
+
+from ..core._op import known_options
+from . import _tiers
+
+__all__ = ["ScheduleChoice", "choose", "stats", "MIN_RUN", "WATCH", "PROBE", "MARGIN"]
+
+OTHER = {"cpu": {"xla_cpu_scheduler_type": "CPU_SCHEDULER_TYPE_MEMORY_OPTIMIZED"}}
+MIN_RUN = 0.03  # seconds a run takes (every interval between runs) for the other schedule to be tried
+WATCH = 3  # intervals between the default executable's runs timed, at least, before that
+PROBE = 6  # runs of each executable compared, alternating (in two halves)
+MARGIN = 0.04  # the other schedule is kept only if faster by this fraction (in each half of the probe)
+ENABLED = os.environ.get("MEGXLA_SCHEDULE_CHOICE", "1").strip().lower() not in ("0", "false", "no", "off")
+stats = {"watched": 0, "probed": 0, "other": 0, "failed": 0}  # (other: programs running the other schedule)
+
+_USER_FLAGS = ("xla_cpu_scheduler_type", "xla_cpu_enable_concurrency_optimized_scheduler")
+
+
+def other_options():
+    """The compiler options of the other schedule for the default backend, or None where there is none to try.
+
+    Example:
+        >>> opts = other_options()
+        >>> opts is None or opts == {"xla_cpu_scheduler_type": "CPU_SCHEDULER_TYPE_MEMORY_OPTIMIZED"}
+        True
+    """
+    if not ENABLED or any(f in os.environ.get("XLA_FLAGS", "") for f in _USER_FLAGS):
+        return None
+    return known_options(OTHER.get(jax.default_backend()))
+
+
+def choose(lowered, compile_fn):
+    """The executable ``compile_fn()`` returns (``lowered`` compiled with XLA's defaults), or a
+    :class:`ScheduleChoice` of it where the other schedule may be tried.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> lowered = jax.jit(lambda x: x * 2).lower(jnp.ones(2))
+        >>> exe = choose(lowered, lowered.compile)
+        >>> exe(jnp.ones(2)).tolist()
+        [2.0, 2.0]
+    """
+    t0 = time.perf_counter()
+    executable = compile_fn()
+    if not isinstance(lowered, jax.stages.Lowered) or other_options() is None or jax.process_count() > 1:
+        return executable
+    return ScheduleChoice(lowered, executable, time.perf_counter() - t0)
+
+
+class ScheduleChoice:
+    """An executable that runs XLA's default schedule, or the other one (:data:`OTHER`) once that has been timed
+    faster. A run is timed from its start to the next one's (the caller's work between included, as a step timer
+    times steps: a run waited for would change what other timers see). One interval shorter than ``MIN_RUN`` ends
+    the choice (the default stays). Once at least ``WATCH`` intervals have taken ``seconds`` (the default's compile
+    time), the other is compiled on a background thread, then ``PROBE`` runs of each are timed, alternating (the
+    other's first run, its warm-up, not timed)."""
+
+    __slots__ = ("exe", "lowered", "other", "seconds", "ran", "watch", "last", "times", "order", "thread", "counted",
+                 "lock", "__weakref__")
+
+    def __init__(self, lowered, executable, seconds=0.0):
+        self.exe, self.lowered, self.other = executable, lowered, None
+        self.seconds, self.ran = seconds, 0.0  # (the default's compile time; the time its runs have taken so far)
+        self.watch = 0  # intervals timed before the other's compile
+        self.last = None  # (variant or None: not timed, perf_counter) of the latest run
+        self.times = {0: [], 1: []}  # variant (1: the other schedule) -> its runs' intervals while probing
+        self.order = None  # the variants of the probing runs still to come (-1: the other's warm-up)
+        self.thread = None
+        self.counted = False  # (in ``_tiers.in_flight`` while the other compiles: step timers wait for it)
+        self.lock = threading.Lock()
+        stats["watched"] += 1
+
+    def __call__(self, *args):
+        if self.lowered is None:
+            return self.exe(*args)
+        with self.lock:  # (threads share cached executables)
+            exe = self._next() if self.lowered is not None else self.exe
+        return exe(*args)
+
+    def _next(self):
+        now = time.perf_counter()
+        last, self.last = self.last, None
+        interval = None if last is None or last[0] is None else now - last[1]
+        if self.order is not None:  # probing
+            if interval is not None:
+                self.times[last[0]].append(interval)
+            if not self.order:
+                return self._decide()
+            variant = self.order.pop(0)
+            self.last = (variant if variant >= 0 else None, now)
+            return self.exe if variant == 0 else self.other
+        if self.thread is None:  # watching the default's runs
+            if interval is not None:
+                if interval < MIN_RUN:
+                    self.lowered = None  # (a short run: the default stays, and this wrapper costs one test a call)
+                    return self.exe
+                self.watch += 1
+                self.ran += interval
+            if self.watch >= WATCH and self.ran >= self.seconds:
+                self._start()
+            else:
+                self.last = (0, now)
+            return self.exe
+        if self.thread.is_alive():  # (the other compiles: the default runs meanwhile, untimed)
+            return self.exe
+        if self.other is None:  # (its compile failed: the default stays)
+            self.lowered = None
+            return self.exe
+        stats["probed"] += 1
+        # (each variant twice in turn, so that neither always runs right after the other)
+        self.order = [-1] + [(k // 2) % 2 for k in range(1, 2 * PROBE + 1)]
+        return self._next()
+
+    def _decide(self):
+        # (the other is kept where it was faster by the margin in each half of the probe: a machine's noise -- one
+        # noisy half -- then keeps the default, which a wrong choice would have cost up to 4% a run: EfficientNet-B0)
+        t0, t1, h = self.times[0], self.times[1], max(1, len(self.times[0]) // 2)
+        halves = [(a, b) for a, b in ((t0[:h], t1[:h]), (t0[h:], t1[h:])) if a and b]
+        if halves and all(statistics.median(b) < statistics.median(a) * (1.0 - MARGIN) for a, b in halves):
+            self.exe = self.other
+            stats["other"] += 1
+        self.other = self.lowered = self.order = self.thread = None
+        return self.exe
+
+    def _start(self):
+        options = other_options()
+        if options is None:
+            self.lowered = None
+            return
+        with _tiers._count_lock:
+            _tiers.in_flight[0] += 1
+            self.counted = True
+        lowered = self.lowered
+
+        def compile_other():
+            _tiers.mark_background()
+            try:
+                self.other = lowered.compile(compiler_options=options)
+            except Exception:  # (memory, an XLA that refuses the option: the default stays)
+                stats["failed"] += 1
+            finally:
+                _tiers._threads.discard(threading.current_thread())
+                self._uncount()
+
+        _tiers.wait_at_exit()
+        t = self.thread = threading.Thread(target=compile_other, name="megxla-schedule", daemon=True)
+        _tiers._threads.add(t)
+        t.start()
+
+    def _uncount(self):
+        with _tiers._count_lock:
+            if self.counted:
+                self.counted = False
+                _tiers.in_flight[0] -= 1
+
+    def __getattr__(self, name):  # memory_analysis, cost_analysis, as_text, ...: the executable running now
+        if name in ScheduleChoice.__slots__:  # (not set yet: no recursion through this method)
+            raise AttributeError(name)
+        return getattr(self.exe, name)

@@ -1,0 +1,170 @@
+"""XLA:CPU's schedule of a long-running program, chosen by timing both executables (megxla/jit/_schedules.py)."""
+import itertools
+import threading
+import types
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import megxla as mge
+import megxla.functional as F
+import megxla.module as M
+import megxla.optimizer as optim
+from megxla.autodiff import GradManager
+from megxla.jit import _schedules, xla_trace
+
+pytestmark = pytest.mark.skipif(_schedules.other_options() is None,
+                                reason="no other XLA schedule to choose on this backend")
+
+
+class _Clock:
+    """A clock the test moves: a run of the default executable takes ``default`` seconds, the other's ``other``."""
+
+    def __init__(self, default, other):
+        self.now, self.default, self.other = 0.0, default, other
+
+    def perf_counter(self):
+        return self.now
+
+
+class _Lowered:
+    """A lowered program whose compile with the other schedule's options gives a run taking ``clock.other``."""
+
+    def __init__(self, clock, ran):
+        self.clock, self.ran = clock, ran
+        self.lowered = jax.jit(lambda x: jnp.tanh(x @ x) + 1.0).lower(jnp.ones((8, 8)))
+
+    def compile(self, compiler_options=None):
+        exe = self.lowered.compile(compiler_options=compiler_options)
+        kind = "other" if compiler_options else "default"
+
+        def run(*args):
+            self.ran.append(kind)
+            self.clock.now += getattr(self.clock, kind)
+            return exe(*args)
+        return run
+
+
+def _choice(monkeypatch, clock, seconds=0.0):
+    monkeypatch.setattr(_schedules, "time", types.SimpleNamespace(perf_counter=clock.perf_counter))
+    ran = []
+    lowered = _Lowered(clock, ran)
+    return _schedules.ScheduleChoice(lowered, lowered.compile(), seconds), ran
+
+
+def _drive(choice, ran, clock, calls, between=0.0):
+    x = jnp.full((8, 8), 0.1)
+    outs = []
+    for _ in range(calls):
+        outs.append(np.asarray(choice(x)))
+        clock.now += between  # (the step's other work)
+        if isinstance(choice.thread, threading.Thread):
+            choice.thread.join()  # (the other schedule's compile: done before the next run, as on a quiet machine)
+    return outs
+
+
+def test_the_other_schedule_is_kept_where_its_runs_are_faster(monkeypatch):
+    before = dict(_schedules.stats)
+    clock = _Clock(default=0.10, other=0.07)
+    choice, ran = _choice(monkeypatch, clock)
+    outs = _drive(choice, ran, clock, 30)
+    assert choice.lowered is None and choice.other is None  # decided
+    k = ran.index("other")  # (its warm-up, then each in turn)
+    assert ran[k:k + 2 * _schedules.PROBE + 1].count("default") == _schedules.PROBE
+    _drive(choice, ran, clock, 3)
+    assert ran[-3:] == ["other"] * 3
+    assert _schedules.stats["other"] == before["other"] + 1
+    assert all(np.array_equal(o, outs[0]) for o in outs)  # both schedules: the same bits
+
+
+def test_the_default_stays_where_the_other_is_not_faster_by_the_margin(monkeypatch):
+    clock = _Clock(default=0.10, other=0.099)
+    choice, ran = _choice(monkeypatch, clock)
+    _drive(choice, ran, clock, 30)
+    assert choice.lowered is None and "other" in ran
+    _drive(choice, ran, clock, 3)
+    assert ran[-3:] == ["default"] * 3
+
+
+def test_a_short_program_never_compiles_the_other(monkeypatch):
+    clock = _Clock(default=_schedules.MIN_RUN / 4, other=0.0)
+    choice, ran = _choice(monkeypatch, clock)
+    _drive(choice, ran, clock, 10, between=_schedules.MIN_RUN / 4)
+    assert choice.lowered is None and choice.thread is None and "other" not in ran
+
+
+def test_the_other_compiles_only_once_the_runs_took_as_long_as_the_compile(monkeypatch):
+    clock = _Clock(default=0.10, other=0.05)
+    choice, ran = _choice(monkeypatch, clock, seconds=1.0)
+    _drive(choice, ran, clock, 10)  # (the first run untimed; then 0.1 s a run)
+    assert choice.thread is None and choice.lowered is not None
+    _drive(choice, ran, clock, 3)
+    assert choice.thread is not None
+
+
+def test_xla_flags_naming_the_scheduler_leave_xla_its_choice(monkeypatch):
+    monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_enable_concurrency_optimized_scheduler=false")
+    assert _schedules.other_options() is None
+    lowered = jax.jit(lambda x: x + 1).lower(jnp.ones(2))
+    assert not isinstance(_schedules.choose(lowered, lowered.compile), _schedules.ScheduleChoice)
+
+
+class _Net(M.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = M.Sequential(M.Conv2d(3, 8, 3, padding=1), M.BatchNorm2d(8), M.ReLU(),
+                                 M.Conv2d(8, 8, 3, groups=2), M.AdaptiveAvgPool2d(1))
+        self.fc = M.Linear(8, 4)
+
+    def forward(self, x):
+        return self.fc(F.flatten(self.body(x), 1))
+
+
+def _train(steps, monkeypatch, switch):
+    """``steps`` of a ConvNet step under ``xla_trace``; ``switch``: its executable changes schedule at its 4th run."""
+    if switch:
+        ticks = itertools.count()  # (a clock of one second per reading: every run "long", the compile "short")
+        monkeypatch.setattr(_schedules, "time", types.SimpleNamespace(perf_counter=lambda: float(next(ticks))))
+        monkeypatch.setattr(_schedules, "MIN_RUN", 0.0)
+        monkeypatch.setattr(_schedules, "WATCH", 1)
+        monkeypatch.setattr(_schedules, "PROBE", 1)
+        monkeypatch.setattr(_schedules, "MARGIN", -1e9)  # (kept whatever the times)
+    else:
+        monkeypatch.setattr(_schedules, "ENABLED", False)
+    mge.random.seed(3)
+    net = _Net()
+    gm = GradManager().attach(net.parameters())
+    opt = optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
+
+    @xla_trace
+    def step(net, opt, x, y):
+        with gm:
+            loss = F.nn.cross_entropy(net(x), y)
+            gm.backward(loss)
+        opt.step().clear_grad()
+        return loss
+
+    rng = np.random.RandomState(0)
+    losses = []
+    for _ in range(steps):
+        losses.append(step(net, opt, mge.Tensor(rng.randn(4, 3, 8, 8).astype("float32")),
+                           mge.Tensor(rng.randint(0, 4, 4).astype("int32"))).numpy())
+        exe = step._entry().segments[0].executable
+        if isinstance(exe, _schedules.ScheduleChoice) and isinstance(exe.thread, threading.Thread):
+            exe.thread.join()
+    params = [p.numpy() for p in net.parameters()] + [b.numpy() for b in net.buffers()]
+    return losses, params, step._entry().segments[0].executable
+
+
+def test_a_step_that_changes_schedule_computes_the_same_bits(monkeypatch):
+    before = _schedules.stats["other"]
+    losses, params, exe = _train(10, monkeypatch, switch=True)
+    assert isinstance(exe, _schedules.ScheduleChoice) and exe.lowered is None
+    assert _schedules.stats["other"] == before + 1  # the other schedule ran the later steps
+    monkeypatch.undo()
+    ref_losses, ref_params, ref_exe = _train(10, monkeypatch, switch=False)
+    assert not isinstance(ref_exe, _schedules.ScheduleChoice)
+    assert all(np.array_equal(a, b) for a, b in zip(losses, ref_losses))
+    assert all(np.array_equal(a, b) for a, b in zip(params, ref_params))
