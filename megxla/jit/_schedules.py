@@ -104,7 +104,9 @@ class ScheduleChoice:
         self.times = {0: [], 1: []}  # variant (1: the other schedule) -> its runs' intervals while probing
         self.order = None  # the variants of the probing runs still to come (-1: the other's warm-up)
         self.thread = None
-        self.counted = False  # (in ``_tiers.in_flight`` while the other compiles: step timers wait for it)
+        # (counted in ``_tiers.in_flight`` from the other's compile to the choice: the step timers -- eager or
+        # clusters, early or late launches -- time no steps meanwhile, which run neither as before nor as after)
+        self.counted = False
         self.lock = threading.Lock()
         stats["watched"] += 1
 
@@ -143,6 +145,7 @@ class ScheduleChoice:
             return self.exe
         if self.other is None:  # (its compile failed: the default stays)
             self.lowered = None
+            self._uncount()
             return self.exe
         stats["probed"] += 1
         # (each variant twice in turn, so that neither always runs right after the other)
@@ -158,6 +161,7 @@ class ScheduleChoice:
             self.exe = self.other
             stats["other"] += 1
         self.other = self.lowered = self.order = self.thread = None
+        self._uncount()
         return self.exe
 
     def _start(self):
@@ -178,7 +182,6 @@ class ScheduleChoice:
                 stats["failed"] += 1
             finally:
                 _tiers._threads.discard(threading.current_thread())
-                self._uncount()
 
         _tiers.wait_at_exit()
         t = self.thread = threading.Thread(target=compile_other, name="megxla-schedule", daemon=True)
