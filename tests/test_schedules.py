@@ -13,7 +13,7 @@ import megxla.functional as F
 import megxla.module as M
 import megxla.optimizer as optim
 from megxla.autodiff import GradManager
-from megxla.jit import _schedules, xla_trace
+from megxla.jit import _schedules, _tiers, xla_trace
 
 pytestmark = pytest.mark.skipif(_schedules.other_options() is None,
                                 reason="no other XLA schedule to choose on this backend")
@@ -100,8 +100,11 @@ def test_the_other_compiles_only_once_the_runs_took_as_long_as_the_compile(monke
     choice, ran = _choice(monkeypatch, clock, seconds=1.0)
     _drive(choice, ran, clock, 10)  # (the first run untimed; then 0.1 s a run)
     assert choice.thread is None and choice.lowered is not None
+    flying = _tiers.in_flight[0]
     _drive(choice, ran, clock, 3)
     assert choice.thread is not None
+    # (the step timers wait while the other compiles, not after: this program may never run again)
+    assert _tiers.in_flight[0] == flying
 
 
 def test_xla_flags_naming_the_scheduler_leave_xla_its_choice(monkeypatch):

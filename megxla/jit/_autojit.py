@@ -1058,7 +1058,10 @@ class _Cluster:
         # (6.9 s; ~1.1 s for ConvNet b64 on an H200, a step 150 times longer than the others). Two intervals in a
         # row decide: one alone can be a pause (a compute-bound MLP's 2% of its step became 13% once in 8 steps).
         now = _perf_counter()
-        g.wide = g.wide + 1 if now - started >= EARLY_MIN_SHARE * (now - g.cut_at) else 0
+        if not _tiers.in_flight[0]:
+            # (while a compile runs on a background thread -- a tier-up, another schedule (_schedules) -- the
+            # collection shares the cores with it: such an interval says nothing of the step)
+            g.wide = g.wide + 1 if now - started >= EARLY_MIN_SHARE * (now - g.cut_at) else 0
         g.cut_at = now
         same = [a() is not None and a() is b() for a, b in zip(g.refs, in_refs)]
         # where each input's Tensor was among the latest host-made ones when the cluster started (the same places

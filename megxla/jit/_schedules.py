@@ -104,8 +104,9 @@ class ScheduleChoice:
         self.times = {0: [], 1: []}  # variant (1: the other schedule) -> its runs' intervals while probing
         self.order = None  # the variants of the probing runs still to come (-1: the other's warm-up)
         self.thread = None
-        # (counted in ``_tiers.in_flight`` from the other's compile to the choice: the step timers -- eager or
-        # clusters, early or late launches -- time no steps meanwhile, which run neither as before nor as after)
+        # (counted in ``_tiers.in_flight`` while the other compiles: the step timers -- eager or clusters, early or
+        # late launches -- time no steps meanwhile, whose Python shares the cores with the compile. Not until the
+        # choice: a program that stops running before it would hold every timer back for good)
         self.counted = False
         self.lock = threading.Lock()
         stats["watched"] += 1
@@ -182,6 +183,7 @@ class ScheduleChoice:
                 stats["failed"] += 1
             finally:
                 _tiers._threads.discard(threading.current_thread())
+                self._uncount()
 
         _tiers.wait_at_exit()
         t = self.thread = threading.Thread(target=compile_other, name="megxla-schedule", daemon=True)
