@@ -566,6 +566,38 @@ def test_ctrl_c_while_a_cluster_compiles_is_answered_at_once_and_gives_the_step_
         mge.config.auto_jit = False
 
 
+def test_ctrl_c_while_a_cluster_is_lowered_stops_the_lowering_at_the_next_op(monkeypatch):
+    """Lowering a cluster is Python (its ops traced one by one into one program), with signals held: a Ctrl-C then
+    waited for the whole program to be lowered (MobileNetV3's 404-op first step: 1.2 s), and only then was its
+    compile given up. The lowering now stops at the next op; the state is as before the step, and training goes on
+    with eager's numbers."""
+    from megxla.jit import _persist, _recording
+
+    _fresh_clusters(monkeypatch)
+    monkeypatch.setattr(_persist, "ENABLED", False)  # (lowered here, not loaded: an earlier test kept the program)
+    real_round, lowered = _recording._round, []
+
+    def counting_round(x):  # (called for each float op a cluster's program computes, as it is lowered)
+        lowered.append(x)
+        if len(lowered) == 3:
+            signal.raise_signal(signal.SIGINT)  # (held: the flush holds signals)
+        return real_round(x)
+
+    mge.config.auto_jit = True
+    try:
+        model, opt, body, x, y, before = _built()
+        monkeypatch.setattr(_recording, "_round", counting_round)
+        with pytest.raises(KeyboardInterrupt):
+            body(model, opt, x, y).item()  # (the step's cluster is lowered at first sight, here)
+        monkeypatch.setattr(_recording, "_round", real_round)
+        assert len(lowered) == 3, len(lowered)  # (no op lowered after the signal)
+        got = _state(model, opt)
+        losses = [body(model, opt, x, y).item() for _ in range(2)]  # training goes on
+        _given_up_and_trained_on(got, before, losses, x, y)
+    finally:
+        mge.config.auto_jit = False
+
+
 def test_ctrl_c_while_xla_trace_compiles_its_step_is_answered_at_once(monkeypatch):
     """``xla_trace``'s first call compiles the whole step, signals held: a Ctrl-C was answered when XLA's compile
     ended. Now at once: nothing written, the next call records and compiles again, and the numbers are eager's."""

@@ -133,7 +133,7 @@ class ScheduleChoice:
         if self.thread is None:  # watching the default's runs
             if interval is not None:
                 if interval < MIN_RUN:
-                    self.lowered = None  # (a short run: the default stays, and this wrapper costs one test a call)
+                    self.lowered = None  # (a short run: the default stays; this wrapper then costs a test a call)
                     return self.exe
                 self.watch += 1
                 self.ran += interval
