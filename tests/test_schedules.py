@@ -125,8 +125,10 @@ class _Net(M.Module):
         return self.fc(F.flatten(self.body(x), 1))
 
 
-def _train(steps, monkeypatch, switch):
-    """``steps`` of a ConvNet step under ``xla_trace``; ``switch``: its executable changes schedule at its 4th run."""
+def _train(steps, monkeypatch, switch, kept_in):
+    """``steps`` of a ConvNet step under ``xla_trace``; ``switch``: its executable changes schedule after its first
+    runs; ``kept_in``: the directory of the choices kept for the next process."""
+    monkeypatch.setattr(_schedules, "_kept", lambda key: None if key is None else str(kept_in / f"{key}.schedule"))
     if switch:
         ticks = itertools.count()  # (a clock of one second per reading: every run "long", the compile "short")
         monkeypatch.setattr(_schedules, "time", types.SimpleNamespace(perf_counter=lambda: float(next(ticks))))
@@ -161,13 +163,39 @@ def _train(steps, monkeypatch, switch):
     return losses, params, step._entry().segments[0].executable
 
 
-def test_a_step_that_changes_schedule_computes_the_same_bits(monkeypatch):
+def test_a_step_that_changes_schedule_computes_the_same_bits(monkeypatch, tmp_path):
     before = _schedules.stats["other"]
-    losses, params, exe = _train(10, monkeypatch, switch=True)
+    losses, params, exe = _train(10, monkeypatch, switch=True, kept_in=tmp_path)
     assert isinstance(exe, _schedules.ScheduleChoice) and exe.lowered is None
     assert _schedules.stats["other"] == before + 1  # the other schedule ran the later steps
     monkeypatch.undo()
-    ref_losses, ref_params, ref_exe = _train(10, monkeypatch, switch=False)
+    ref_losses, ref_params, ref_exe = _train(10, monkeypatch, switch=False, kept_in=tmp_path)
     assert not isinstance(ref_exe, _schedules.ScheduleChoice)
     assert all(np.array_equal(a, b) for a, b in zip(losses, ref_losses))
     assert all(np.array_equal(a, b) for a, b in zip(params, ref_params))
+
+
+def _independent_dots():
+    """A program whose two schedules differ in order: six independent products."""
+    def f(x, ws):
+        return sum(jnp.tanh(x @ w).sum() for w in ws)
+    return jax.jit(f).lower(jnp.ones((16, 16)), [jnp.ones((16, 16)) * i for i in range(6)])
+
+
+def test_the_choice_is_kept_for_the_next_process(monkeypatch, tmp_path):
+    monkeypatch.setattr(_schedules, "_kept", lambda key: None if key is None else str(tmp_path / f"{key}.schedule"))
+    clock = _Clock(default=0.10, other=0.07)
+    choice, ran = _choice(monkeypatch, clock)
+    choice.key = "k1"
+    _drive(choice, ran, clock, 30)
+    assert (tmp_path / "k1.schedule").read_text() == "other"
+    # (the next process: the program of that key compiled with the schedule kept, and no timing)
+    lowered = _independent_dots()
+    other_text = lowered.compile(compiler_options=_schedules.OTHER["cpu"]).as_text()
+    assert other_text != lowered.compile().as_text()  # (this program shows which schedule it has)
+    exe = _schedules.choose(lowered, lowered.compile, key="k1")
+    assert not isinstance(exe, _schedules.ScheduleChoice) and exe.as_text() == other_text
+    (tmp_path / "k2.schedule").write_text("default")
+    exe = _schedules.choose(lowered, lowered.compile, key="k2")
+    assert not isinstance(exe, _schedules.ScheduleChoice) and exe.as_text() != other_text
+    assert isinstance(_schedules.choose(lowered, lowered.compile, key="k3"), _schedules.ScheduleChoice)

@@ -357,7 +357,7 @@ def _compile(jitted, structs, compile=None, key=None):
     if compile is not None:
         return compile(lowered)
     # (XLA's schedule of a long-running program, chosen by timing: _schedules)
-    return _schedules.choose(lowered, lambda: _tiers.foreground(lowered.compile, key))
+    return _schedules.choose(lowered, lambda: _tiers.foreground(lowered.compile, key), key)
 
 
 def _read_head(fh):

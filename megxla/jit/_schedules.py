@@ -21,7 +21,8 @@ long step is timed with the step: there the other schedule is kept only if the w
 The other compile costs about what the program's own did (seconds, on cores the steps share), and pays back only
 over many runs. So it starts once the program's runs have taken as long as its compile did (rent, then buy: a
 program that has run that long is likely to run as long again), and a short script -- a benchmark's ten steps of a
-ResNet -- pays nothing.
+ResNet -- pays nothing. The choice is kept beside the program's kept lowered form (``_persist``, by its
+fingerprint): the next process compiles the schedule chosen -- from JAX's cache -- and times nothing.
 
 A schedule orders the same instructions: the two executables compute the same bits (every parameter after 40 steps
 of ResNeXt-IBN, and after 8 steps of the MLP, the ConvNets, the Transformer and the host-read step), so the run that
@@ -67,9 +68,12 @@ def other_options():
     return known_options(OTHER.get(jax.default_backend()))
 
 
-def choose(lowered, compile_fn):
+def choose(lowered, compile_fn, key=None):
     """The executable ``compile_fn()`` returns (``lowered`` compiled with XLA's defaults), or a
-    :class:`ScheduleChoice` of it where the other schedule may be tried.
+    :class:`ScheduleChoice` of it where the other schedule may be tried. ``key``: the program's fingerprint
+    (``_persist``), under which the choice is kept for the next process -- which then compiles the schedule chosen,
+    from JAX's cache, and times nothing (a warm start found its default executable in the cache in a fraction of a
+    second, and the rent of the other's compile, cold, was taken as paid at once).
 
     Example:
         >>> import jax.numpy as jnp
@@ -78,11 +82,56 @@ def choose(lowered, compile_fn):
         >>> exe(jnp.ones(2)).tolist()
         [2.0, 2.0]
     """
+    options = None
+    if isinstance(lowered, jax.stages.Lowered) and jax.process_count() == 1:
+        options = other_options()
+    known = _recall(key) if options is not None else None
+    if known == "other":
+        try:
+            executable = _tiers.foreground(lambda: lowered.compile(compiler_options=options))
+            stats["other"] += 1
+            return executable
+        except Exception:  # (an XLA that refuses the option now: the default)
+            stats["failed"] += 1
     t0 = time.perf_counter()
     executable = compile_fn()
-    if not isinstance(lowered, jax.stages.Lowered) or other_options() is None or jax.process_count() > 1:
+    if options is None or known is not None:
         return executable
-    return ScheduleChoice(lowered, executable, time.perf_counter() - t0)
+    return ScheduleChoice(lowered, executable, time.perf_counter() - t0, key)
+
+
+def _kept(key):
+    """The file keeping the schedule chosen for the program of ``key``, or None (no key, or no kept programs)."""
+    if key is None:
+        return None
+    from . import _persist  # (it builds on this module)
+    directory = _persist._directory()
+    return None if directory is None else os.path.join(directory, key + ".schedule")
+
+
+def _recall(key):
+    """The schedule kept for the program of ``key`` ("default" or "other"), or None."""
+    path = _kept(key)
+    try:
+        with open(path) as fh:
+            choice = fh.read().strip()
+    except (OSError, TypeError):
+        return None
+    return choice if choice in ("default", "other") else None
+
+
+def _remember(key, choice):
+    path = _kept(key)
+    if path is None:
+        return
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
+        with open(tmp, "w") as fh:
+            fh.write(choice)
+        os.replace(tmp, path)  # (atomic: a concurrent reader sees no file or the whole one)
+    except OSError:  # (a read-only or full disk: the next process times it again)
+        pass
 
 
 class ScheduleChoice:
@@ -94,10 +143,10 @@ class ScheduleChoice:
     other's first run, its warm-up, not timed)."""
 
     __slots__ = ("exe", "lowered", "other", "seconds", "ran", "watch", "last", "times", "order", "thread", "counted",
-                 "lock", "__weakref__")
+                 "lock", "key", "__weakref__")
 
-    def __init__(self, lowered, executable, seconds=0.0):
-        self.exe, self.lowered, self.other = executable, lowered, None
+    def __init__(self, lowered, executable, seconds=0.0, key=None):
+        self.exe, self.lowered, self.other, self.key = executable, lowered, None, key
         self.seconds, self.ran = seconds, 0.0  # (the default's compile time; the time its runs have taken so far)
         self.watch = 0  # intervals timed before the other's compile
         self.last = None  # (variant or None: not timed, perf_counter) of the latest run
@@ -158,9 +207,11 @@ class ScheduleChoice:
         # noisy half -- then keeps the default, which a wrong choice would have cost up to 4% a run: EfficientNet-B0)
         t0, t1, h = self.times[0], self.times[1], max(1, len(self.times[0]) // 2)
         halves = [(a, b) for a, b in ((t0[:h], t1[:h]), (t0[h:], t1[h:])) if a and b]
-        if halves and all(statistics.median(b) < statistics.median(a) * (1.0 - MARGIN) for a, b in halves):
+        other = bool(halves) and all(statistics.median(b) < statistics.median(a) * (1.0 - MARGIN) for a, b in halves)
+        if other:
             self.exe = self.other
             stats["other"] += 1
+        _remember(self.key, "other" if other else "default")
         self.other = self.lowered = self.order = self.thread = None
         self._uncount()
         return self.exe

@@ -248,7 +248,7 @@ def compile(lowered, n_ops, key=None):  # noqa: A001  (the one thing this module
     options = fast_options() if ENABLED and n_ops >= MIN_OPS else None
     if options is None or not isinstance(lowered, jax.stages.Lowered):
         from . import _schedules  # (it builds on this module: imported when first needed)
-        return _schedules.choose(lowered, lambda: foreground(lowered.compile, key))
+        return _schedules.choose(lowered, lambda: foreground(lowered.compile, key), key)
     try:
         fast = foreground(lambda: lowered.compile(compiler_options=options))
     except Exception:  # (an XLA that no longer knows an option: one optimized compile, as before)
