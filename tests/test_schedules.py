@@ -199,3 +199,25 @@ def test_the_choice_is_kept_for_the_next_process(monkeypatch, tmp_path):
     exe = _schedules.choose(lowered, lowered.compile, key="k2")
     assert not isinstance(exe, _schedules.ScheduleChoice) and exe.as_text() != other_text
     assert isinstance(_schedules.choose(lowered, lowered.compile, key="k3"), _schedules.ScheduleChoice)
+
+
+def test_a_clusters_donating_and_early_launched_executables_take_one_choice(monkeypatch, tmp_path):
+    # (auto-jit runs a cluster by a donating executable or, launched early, by one donating nothing: the same
+    # program, one schedule -- the choice either makes, the other takes without timing)
+    monkeypatch.setattr(_schedules, "_kept", lambda key: None if key is None else str(tmp_path / f"{key}.schedule"))
+    clock = _Clock(default=0.10, other=0.07)
+    early, ran_early = _choice(monkeypatch, clock)
+    early.key = early.family = "fam"
+    late, ran_late = _choice(monkeypatch, clock)
+    late.key, late.family = "donating", "fam"
+    _drive(late, ran_late, clock, 2)  # (a run or two of its own, timed)
+    _drive(early, ran_early, clock, 30)  # (the early launches' executable decides)
+    assert early.lowered is None and ran_early[-1] == "other"
+    n = len(ran_late)
+    _drive(late, ran_late, clock, 3)
+    assert late.lowered is None and ran_late[n:] == ["default", "other", "other"]  # (compiled, then taken: no probe)
+    assert (tmp_path / "fam.schedule").read_text() == "other"
+    # (a later process: the donating program, whose own choice was never made, takes its family's)
+    lowered = _independent_dots()
+    exe = _schedules.choose(lowered, lowered.compile, key="donating2", family="fam")
+    assert exe.as_text() == lowered.compile(compiler_options=_schedules.OTHER["cpu"]).as_text()

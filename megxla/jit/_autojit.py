@@ -1621,7 +1621,10 @@ def _compile(ops, avals, in_ids, out_ids, donate, out_avals, reason=None):
     # which the quick executables' runs would charge to the clusters
     n_tier = 0 if reason in ("size cap", "part", "early launch") else len(ops)
     key = _persist.fingerprint(ops, in_ids, [avals[i] for i in in_ids], out_ids, donate, _PROGRAM_KIND)
-    tiered = functools.partial(_tiers.compile, n_ops=n_tier, key=key)
+    # (the same program donating nothing -- the executable of its early launches --: one schedule for both, _schedules)
+    family = key if not donate else \
+        _persist.fingerprint(ops, in_ids, [avals[i] for i in in_ids], out_ids, (), _PROGRAM_KIND)
+    tiered = functools.partial(_tiers.compile, n_ops=n_tier, key=key, family=family)
     if sum(1 for i in in_ids if not avals[i][0]) >= QUICK_SCALARS:
         # XLA:CPU's optimizing compile grows steeply with a fused chain's scalar operands -- each Python number
         # of the loop body is an input of its own (see _collect) --: a read-free loop of `sin(x) * 1.01 + 0.001`

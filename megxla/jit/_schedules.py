@@ -68,12 +68,15 @@ def other_options():
     return known_options(OTHER.get(jax.default_backend()))
 
 
-def choose(lowered, compile_fn, key=None):
+def choose(lowered, compile_fn, key=None, family=None):
     """The executable ``compile_fn()`` returns (``lowered`` compiled with XLA's defaults), or a
     :class:`ScheduleChoice` of it where the other schedule may be tried. ``key``: the program's fingerprint
     (``_persist``), under which the choice is kept for the next process -- which then compiles the schedule chosen,
     from JAX's cache, and times nothing (a warm start found its default executable in the cache in a fraction of a
-    second, and the rent of the other's compile, cold, was taken as paid at once).
+    second, and the rent of the other's compile, cold, was taken as paid at once). ``family``: the key of the same
+    program with no donations, where this one donates -- an auto-jit cluster launched early runs that one, and the
+    two take the choice either of them makes (each timed on its own, the machine's noise during one probe left
+    ResNeXt-IBN's cluster on the default in 2 of 6 runs).
 
     Example:
         >>> import jax.numpy as jnp
@@ -85,7 +88,9 @@ def choose(lowered, compile_fn, key=None):
     options = None
     if isinstance(lowered, jax.stages.Lowered) and jax.process_count() == 1:
         options = other_options()
-    known = _recall(key) if options is not None else None
+    known = None
+    if options is not None:
+        known = _recall(key) or (_family_choice.get(family) or _recall(family) if family is not None else None)
     if known == "other":
         try:
             executable = _tiers.foreground(lambda: lowered.compile(compiler_options=options))
@@ -97,7 +102,10 @@ def choose(lowered, compile_fn, key=None):
     executable = compile_fn()
     if options is None or known is not None:
         return executable
-    return ScheduleChoice(lowered, executable, time.perf_counter() - t0, key)
+    return ScheduleChoice(lowered, executable, time.perf_counter() - t0, key, family)
+
+
+_family_choice: dict = {}  # family key -> the choice a program of that family made in this process (``choose``)
 
 
 def _kept(key):
@@ -143,10 +151,10 @@ class ScheduleChoice:
     other's first run, its warm-up, not timed)."""
 
     __slots__ = ("exe", "lowered", "other", "seconds", "ran", "watch", "last", "times", "order", "thread", "counted",
-                 "lock", "key", "__weakref__")
+                 "lock", "key", "family", "__weakref__")
 
-    def __init__(self, lowered, executable, seconds=0.0, key=None):
-        self.exe, self.lowered, self.other, self.key = executable, lowered, None, key
+    def __init__(self, lowered, executable, seconds=0.0, key=None, family=None):
+        self.exe, self.lowered, self.other, self.key, self.family = executable, lowered, None, key, family
         self.seconds, self.ran = seconds, 0.0  # (the default's compile time; the time its runs have taken so far)
         self.watch = 0  # intervals timed before the other's compile
         self.last = None  # (variant or None: not timed, perf_counter) of the latest run
@@ -168,6 +176,8 @@ class ScheduleChoice:
         return exe(*args)
 
     def _next(self):
+        if self.family is not None and self.family in _family_choice:
+            return self._follow(_family_choice[self.family])
         now = time.perf_counter()
         last, self.last = self.last, None
         interval = None if last is None or last[0] is None else now - last[1]
@@ -202,6 +212,21 @@ class ScheduleChoice:
         self.order = [-1] + [(k // 2) % 2 for k in range(1, 2 * PROBE + 1)]
         return self._next()
 
+    def _follow(self, choice):
+        """The choice its family made: the default at once; the other once compiled (no timing)."""
+        if choice == "default":
+            self.other = self.lowered = self.order = self.thread = None
+            return self.exe
+        if self.thread is None:
+            self._start()
+        if self.thread is None or self.thread.is_alive():  # (compiling; or no other: ``_start`` ended the choice)
+            return self.exe
+        if self.other is not None:
+            self.exe = self.other
+            stats["other"] += 1
+        self.other = self.lowered = self.order = self.thread = None
+        return self.exe
+
     def _decide(self):
         # (the other is kept where it was faster by the margin in each half of the probe: a machine's noise -- one
         # noisy half -- then keeps the default, which a wrong choice would have cost up to 4% a run: EfficientNet-B0)
@@ -211,7 +236,14 @@ class ScheduleChoice:
         if other:
             self.exe = self.other
             stats["other"] += 1
-        _remember(self.key, "other" if other else "default")
+        choice = "other" if other else "default"
+        _remember(self.key, choice)
+        if self.family is not None:
+            if len(_family_choice) >= 1024:
+                _family_choice.pop(next(iter(_family_choice)))
+            _family_choice[self.family] = choice
+            if self.family != self.key:
+                _remember(self.family, choice)
         self.other = self.lowered = self.order = self.thread = None
         self._uncount()
         return self.exe

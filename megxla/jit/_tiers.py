@@ -235,9 +235,9 @@ def foreground(compile_fn, key=None):
 _given_up: dict = {}  # program key -> (thread, result box) of its compile given up, for its next try (foreground)
 
 
-def compile(lowered, n_ops, key=None):  # noqa: A001  (the one thing this module does)
+def compile(lowered, n_ops, key=None, family=None):  # noqa: A001  (the one thing this module does)
     """An executable for ``lowered`` (a ``jax.stages.Lowered`` of ``n_ops`` ops): quick first where that pays.
-    ``key``: the program's, for :func:`foreground`.
+    ``key``: the program's, for :func:`foreground`; ``family``: for ``_schedules.choose``.
 
     Example:
         >>> import jax, jax.numpy as jnp
@@ -248,7 +248,7 @@ def compile(lowered, n_ops, key=None):  # noqa: A001  (the one thing this module
     options = fast_options() if ENABLED and n_ops >= MIN_OPS else None
     if options is None or not isinstance(lowered, jax.stages.Lowered):
         from . import _schedules  # (it builds on this module: imported when first needed)
-        return _schedules.choose(lowered, lambda: foreground(lowered.compile, key), key)
+        return _schedules.choose(lowered, lambda: foreground(lowered.compile, key), key, family)
     try:
         fast = foreground(lambda: lowered.compile(compiler_options=options))
     except Exception:  # (an XLA that no longer knows an option: one optimized compile, as before)
