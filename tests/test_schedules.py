@@ -95,10 +95,10 @@ def test_a_short_program_never_compiles_the_other(monkeypatch):
     assert choice.lowered is None and choice.thread is None and "other" not in ran
 
 
-def test_the_other_compiles_only_once_the_runs_took_as_long_as_the_compile(monkeypatch):
+def test_the_other_compiles_only_once_the_runs_took_rent_times_as_long_as_the_compile(monkeypatch):
     clock = _Clock(default=0.10, other=0.05)
-    choice, ran = _choice(monkeypatch, clock, seconds=1.0)
-    _drive(choice, ran, clock, 10)  # (the first run untimed; then 0.1 s a run)
+    choice, ran = _choice(monkeypatch, clock, seconds=1.0 / _schedules.RENT)
+    _drive(choice, ran, clock, 10)  # (the first run untimed; then 0.1 s a run: 0.9 s of the 1 s)
     assert choice.thread is None and choice.lowered is not None
     flying = _tiers.in_flight[0]
     _drive(choice, ran, clock, 3)
@@ -221,3 +221,16 @@ def test_a_clusters_donating_and_early_launched_executables_take_one_choice(monk
     lowered = _independent_dots()
     exe = _schedules.choose(lowered, lowered.compile, key="donating2", family="fam")
     assert exe.as_text() == lowered.compile(compiler_options=_schedules.OTHER["cpu"]).as_text()
+
+
+def test_a_program_loaded_from_jaxs_cache_pays_the_rent_of_its_compile_then(monkeypatch):
+    # (loaded from the cache in a fraction of a second, the other schedule's compile -- cold -- would still take as
+    # long as the program's own compile once took: JAX's cache says how long that was)
+    lowered = _independent_dots()
+
+    def loaded():
+        jax.monitoring.record_event_duration_secs("/jax/compilation_cache/compile_time_saved_sec", 5.0)
+        return lowered.compile()
+    exe = _schedules.choose(lowered, loaded)
+    assert isinstance(exe, _schedules.ScheduleChoice) and exe.seconds >= 5.0
+    assert _schedules.choose(lowered, lowered.compile).seconds < 5.0
