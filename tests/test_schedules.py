@@ -1,5 +1,6 @@
 """XLA:CPU's schedule of a long-running program, chosen by timing both executables (megxla/jit/_schedules.py)."""
 import itertools
+import os
 import threading
 import types
 
@@ -234,3 +235,16 @@ def test_a_program_loaded_from_jaxs_cache_pays_the_rent_of_its_compile_then(monk
     exe = _schedules.choose(lowered, loaded)
     assert isinstance(exe, _schedules.ScheduleChoice) and exe.seconds >= 5.0
     assert _schedules.choose(lowered, lowered.compile).seconds < 5.0
+
+
+def test_the_kept_choices_are_trimmed_like_the_kept_programs(monkeypatch, tmp_path):
+    monkeypatch.setattr(_schedules, "_kept", lambda key: None if key is None else str(tmp_path / f"{key}.schedule"))
+    monkeypatch.setattr(_schedules, "KEPT_MAX", 5)
+    for k in range(6):  # (kept by earlier processes, p0 the longest ago)
+        (tmp_path / f"p{k}.schedule").write_text("default")
+        os.utime(tmp_path / f"p{k}.schedule", (1000.0 + k, 1000.0 + k))
+    _schedules._remember("new", "other")
+    left = sorted(p.name for p in tmp_path.iterdir())
+    # (7 > 5: the oldest tenth, and one, goes -- as ``_persist`` trims the kept programs)
+    assert left == ["new.schedule", "p1.schedule", "p2.schedule", "p3.schedule", "p4.schedule", "p5.schedule"], left
+    assert _schedules._recall("new") == "other" and _schedules._recall("p0") is None

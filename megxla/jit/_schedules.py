@@ -158,8 +158,25 @@ def _remember(key, choice):
         with open(tmp, "w") as fh:
             fh.write(choice)
         os.replace(tmp, path)  # (atomic: a concurrent reader sees no file or the whole one)
+        _trim(os.path.dirname(path))
     except OSError:  # (a read-only or full disk: the next process times it again)
         pass
+
+
+KEPT_MAX = 4096  # choices kept (as many as kept programs, ``_persist.MAX_FILES``); the oldest tenth goes beyond
+
+
+def _trim(directory):
+    """Keep at most ``KEPT_MAX`` choices in ``directory``: the least recently written tenth goes beyond that."""
+    names = [n for n in os.listdir(directory) if n.endswith(".schedule")]
+    if len(names) <= KEPT_MAX:
+        return
+    names.sort(key=lambda n: os.path.getmtime(os.path.join(directory, n)))
+    for n in names[:len(names) // 10 + 1]:
+        try:
+            os.remove(os.path.join(directory, n))
+        except OSError:  # (another process removed it first)
+            pass
 
 
 class ScheduleChoice:
