@@ -1622,7 +1622,8 @@ def _compile(ops, avals, in_ids, out_ids, donate, out_avals, reason=None):
     n_tier = 0 if reason in ("size cap", "part", "early launch") else len(ops)
     key = _persist.fingerprint(ops, in_ids, [avals[i] for i in in_ids], out_ids, donate, _PROGRAM_KIND)
     # (the same program donating nothing -- the executable of its early launches --: one schedule for both, _schedules)
-    family = key if not donate else \
+    # (a second fingerprint only where a schedule may be chosen: a CPU, the choice on)
+    family = key if not donate or _schedules.other_options() is None else \
         _persist.fingerprint(ops, in_ids, [avals[i] for i in in_ids], out_ids, (), _PROGRAM_KIND)
     tiered = functools.partial(_tiers.compile, n_ops=n_tier, key=key, family=family)
     if sum(1 for i in in_ids if not avals[i][0]) >= QUICK_SCALARS:
