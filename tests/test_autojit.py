@@ -1448,6 +1448,31 @@ def test_mode_timer_runs_whichever_of_clusters_and_eager_is_faster(monkeypatch):
         assert not any(modes[a:a + p]) and all(modes[a + p:b]), (a, b)
 
 
+def test_mode_timer_leaves_out_steps_that_ran_a_schedule_being_timed(monkeypatch):
+    # ResNeXt-IBN under auto-jit: its clusters' steps amid the schedule choice's probe (the other schedule compiling
+    # beside them, then the two alternating) took 226 against 133 ms, and the step timer chose eager for 50 steps.
+    # A step during which such a run happened (_tiers.disturbed moved) is not timed.
+    from megxla.jit import _autojit, _tiers
+
+    clock = [0.0]
+    monkeypatch.setattr(_autojit.ModeTimer, "clock", staticmethod(lambda: clock[0]))
+    monkeypatch.setattr(_autojit.ModeTimer, "compile_clock", staticmethod(lambda: 0.0))
+    monkeypatch.setattr(_tiers, "disturbed", [0])
+    timer = _autojit.ModeTimer()
+    w, p = timer.warmup, timer.PROBE
+    modes = []
+    for k in range(w + p + 2):
+        mode = timer.next_mode()
+        modes.append(mode)
+        if mode and k >= w - p:  # the clusters' latest steps before the eager probe, each disturbed and slow
+            _tiers.disturbed[0] += 1
+            clock[0] += 3.0
+        else:
+            clock[0] += 1.0 if mode else 2.0
+    assert not any(modes[w:w + p]) and all(modes[w + p:]), modes  # clusters kept: 1.0 against eager's 2.0
+    assert timer.times[True] == [1.0] * (w - p)
+
+
 def test_mode_timer_probes_that_compile_a_lot_come_late_enough_to_cost_a_twentieth(monkeypatch):
     # The zoo detector's eager probes met new kernels for every new count: 200-600 ms steps against 5 ms clusters.
     # Eager's time is judged without its compilations (clusters still chosen), but a probe's wall time is paid:

@@ -70,8 +70,14 @@ def test_the_other_schedule_is_kept_where_its_runs_are_faster(monkeypatch):
     before = dict(_schedules.stats)
     clock = _Clock(default=0.10, other=0.07)
     choice, ran = _choice(monkeypatch, clock)
+    disturbed = _tiers.disturbed[0]
     outs = _drive(choice, ran, clock, 30)
     assert choice.lowered is None and choice.other is None  # decided
+    # (each run while the other compiled or the two took turns was counted: a step timer times no such step)
+    assert _tiers.disturbed[0] - disturbed >= 2 * _schedules.PROBE + 1
+    after = _tiers.disturbed[0]
+    _drive(choice, ran, clock, 3)
+    assert _tiers.disturbed[0] == after
     k = ran.index("other")  # (its warm-up, then each in turn)
     assert ran[k:k + 2 * _schedules.PROBE + 1].count("default") == _schedules.PROBE
     _drive(choice, ran, clock, 3)

@@ -82,7 +82,7 @@ class ModeTimer:
         self.calls = 0
         self.times = {True: [], False: []}  # mode (clusters?) -> seconds of its latest steps
         self.walls = {True: [], False: []}  # ... and their wall seconds, compilations included (a probe's cost)
-        self.last = None  # (mode, start, compile and kernel seconds at its start) of the previous step
+        self.last = None  # (mode, start, compile and kernel seconds, _tiers.disturbed at its start) of the previous step
         self.best = True
         self.streak = 0  # steps in a row run in the latest mode
         self.next_probe = None  # the call that starts the next probe of the other mode (None: the end of the warmup)
@@ -99,11 +99,13 @@ class ModeTimer:
             # ops issued are waited for: the steps timed in between start and end with nothing pending.
             self.drain()
         now, compiled, kernels = self.clock(), self.compile_clock(), self.kernel_clock()
+        disturbed = _tiers.disturbed[0]
         if self.last is not None:
-            mode, start, compiled_before, kernels_before = self.last
-            t = self.times[mode]
-            t.append(now - start - (kernels - kernels_before if mode else compiled - compiled_before))
-            del t[:-self.PROBE]
+            mode, start, compiled_before, kernels_before, disturbed_before = self.last
+            if disturbed == disturbed_before:  # (else the step ran a schedule being timed: see _tiers.disturbed)
+                t = self.times[mode]
+                t.append(now - start - (kernels - kernels_before if mode else compiled - compiled_before))
+                del t[:-self.PROBE]
             wall = self.walls[mode]
             wall.append(now - start)
             del wall[:-self.PROBE]
@@ -138,7 +140,7 @@ class ModeTimer:
                 self.next_probe = start + (self.interval or self.EVERY)
             mode = self._mode(k, w, p)
         self.streak = self.streak + 1 if self.last is not None and self.last[0] == mode else 1
-        self.last = (mode, now, compiled, kernels)
+        self.last = (mode, now, compiled, kernels, disturbed)
         return mode
 
     def restart(self):

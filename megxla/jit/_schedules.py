@@ -219,6 +219,7 @@ class ScheduleChoice:
         last, self.last = self.last, None
         interval = None if last is None or last[0] is None else now - last[1]
         if self.order is not None:  # probing
+            _tiers.disturbed[0] += 1
             if interval is not None:
                 self.times[last[0]].append(interval)
             if not self.order:
@@ -239,6 +240,7 @@ class ScheduleChoice:
                 self.last = (0, now)
             return self.exe
         if self.thread.is_alive():  # (the other compiles: the default runs meanwhile, untimed)
+            _tiers.disturbed[0] += 1
             return self.exe
         if self.other is None:  # (its compile failed: the default stays)
             self.lowered = None
@@ -257,6 +259,7 @@ class ScheduleChoice:
         if self.thread is None:
             self._start()
         if self.thread is None or self.thread.is_alive():  # (compiling; or no other: ``_start`` ended the choice)
+            _tiers.disturbed[0] += self.thread is not None
             return self.exe
         if self.other is not None:
             self.exe = self.other

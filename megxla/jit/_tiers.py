@@ -82,6 +82,11 @@ stats = {"tiered": 0, "upgraded": 0, "failed": 0, "parts": 0, "quick_only": 0, "
 # run, only while it compiles]: a step timer (``_autojit.ModeTimer``) waits for none to be left before it times the
 # clusters against eager
 in_flight = [0]
+# Runs of executables whose own timing was under way (``_schedules.ScheduleChoice``: its other schedule compiling or
+# being probed), counted for good: a step timer (``ModeTimer``) does not time a step during which this moved -- such
+# a step ran a schedule it will not keep, or beside a compile (ResNeXt-IBN under auto-jit: its clusters' steps
+# timed amid the probe, 133 -> 226 ms, chose eager for the next 50 steps)
+disturbed = [0]
 _local = threading.local()  # ``background``: True on a tier-up thread (its compile time is not the step's)
 _threads: set = set()
 _lock = threading.Lock()
