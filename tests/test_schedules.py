@@ -95,6 +95,42 @@ def test_the_default_stays_where_the_other_is_not_faster_by_the_margin(monkeypat
     assert ran[-3:] == ["default"] * 3
 
 
+class _NoisyClock(_Clock):
+    """The other schedule's runs: faster in the first half of each probe, not in the second (``noisy_probes``
+    probes; then faster throughout)."""
+
+    def __init__(self, noisy_probes):
+        super().__init__(default=0.10, other=0.07)
+        self.noisy_probes, self.other_runs = noisy_probes, 0
+
+    def __getattribute__(self, name):
+        if name != "other":
+            return object.__getattribute__(self, name)
+        k = self.other_runs
+        self.other_runs += 1
+        probe, run = (k - 1) // _schedules.PROBE, (k - 1) % _schedules.PROBE  # (run 0: the warm-up)
+        return 0.07 if probe >= self.noisy_probes or run < _schedules.PROBE // 2 else 0.10
+
+
+@pytest.mark.parametrize("noisy", [1, _schedules.ROUNDS])
+def test_a_probe_whose_halves_disagree_is_run_again(monkeypatch, tmp_path, noisy):
+    # (ResNeXt-IBN's other schedule, 14% faster alternating on a quiet machine: 7% in one half of a probe, 1% in the
+    # other amid the steps' noise -- the default kept, and the verdict kept for every later process)
+    monkeypatch.setattr(_schedules, "_kept", lambda key: None if key is None else str(tmp_path / f"{key}.schedule"))
+    before = dict(_schedules.stats)
+    clock = _NoisyClock(noisy)
+    choice, ran = _choice(monkeypatch, clock)
+    choice.key = "k"
+    _drive(choice, ran, clock, 30 + 2 * _schedules.PROBE * _schedules.ROUNDS)
+    assert choice.lowered is None and choice.other is None  # decided
+    assert choice.rounds == min(noisy + 1, _schedules.ROUNDS)  # (probed again while the halves disagreed)
+    if noisy < _schedules.ROUNDS:  # (the next probe agreed: the other, kept)
+        assert ran[-1] == "other" and (tmp_path / "k.schedule").read_text() == "other"
+    else:  # (never agreed: the default, and no verdict kept -- the next process times it again)
+        assert ran[-1] == "default" and not (tmp_path / "k.schedule").exists()
+        assert _schedules.stats["undecided"] == before["undecided"] + 1
+
+
 def test_a_short_program_never_compiles_the_other(monkeypatch):
     clock = _Clock(default=_schedules.MIN_RUN / 4, other=0.0)
     choice, ran = _choice(monkeypatch, clock)
