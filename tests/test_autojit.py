@@ -3122,6 +3122,29 @@ def test_an_early_launch_is_compiled_only_where_collecting_a_cluster_is_a_share_
         assert auto_jit_stats()["early_compiled"] - before == want, (width, auto_jit_stats())
 
 
+@pytest.mark.parametrize("kept", [False, True])
+def test_an_early_launch_of_a_long_compile_waits_until_its_runs_paid_the_rent(auto_jit, monkeypatch, kept):
+    # (a small ConvNeXt's step: its early launch's executable, a second compile as long as the first -- 4.5 s cold --,
+    # stalled its fifth step; a short script never gains that back. Compiled once the cluster's runs have taken
+    # EARLY_RENT times as long as its compile -- or at once where megxla keeps that program: JAX's cache has it)
+    monkeypatch.setattr(_autojit, "EARLY_BUY_NOW", 0.0)  # (every compile counts as long)
+    monkeypatch.setattr(_autojit._persist, "kept", lambda key: kept)
+    rng = np.random.RandomState(0)
+    xs, ys = rng.standard_normal((16, 8)).astype("float32"), rng.randint(0, 3, 16).astype("int32")
+    mge.random.seed(0)
+    model = M.Sequential(M.Linear(8, 16), M.ReLU(), M.Linear(16, 3))
+    opt = optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    gm = GradManager().attach(model.parameters())
+    before = auto_jit_stats()["early_compiled"]
+    for _ in range(8):
+        _fit_step(model, opt, gm, mge.Tensor(xs), mge.Tensor(ys)).item()
+    assert auto_jit_stats()["early_compiled"] - before == (1 if kept else 0), auto_jit_stats()
+    if not kept:
+        monkeypatch.setattr(_autojit, "EARLY_RENT", 0.0)  # (the rent paid)
+        _fit_step(model, opt, gm, mge.Tensor(xs), mge.Tensor(ys)).item()
+        assert auto_jit_stats()["early_compiled"] - before == 1, auto_jit_stats()
+
+
 def test_a_models_host_drawn_initialisation_does_not_run_on_into_its_first_step(auto_jit, monkeypatch):
     # A conv's initialisation draws on the host, a read per parameter: a loop whose read-site timer chose to run
     # its iterations eagerly. That pause ran on into a varying number of the first step's ops, so the first step's

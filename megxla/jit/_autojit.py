@@ -405,6 +405,15 @@ EARLY = os.environ.get("MEGXLA_AUTO_JIT_EARLY", "1") != "0"
 EARLY_MAX_BYTES = 1 << 28  # nor where their inputs, kept alive through the run (no donation), are large
 EARLY_MIN_AHEAD = 2  # ops still to collect after the launch, at least
 EARLY_MIN_SHARE = 0.05  # nor where collecting the cluster takes less of its step (MLP 0.8, ConvNet b64 0.07 on 2 cores)
+# The launch's executable is a second compile of the cluster's program. Where the first took over EARLY_BUY_NOW
+# seconds (cold: from JAX's cache, as long as it took once), the second waits until the cluster's runs have taken
+# EARLY_RENT times as long (rent, then buy, as the schedule choice's: _schedules): a small ConvNeXt's 143-op step,
+# 20-30 ms a step, stalled 4.5 s at its fifth step -- as long as its own compile -- to gain at most its collection's
+# share of each step, a script of a few hundred steps never paying it back. The benchmarks' small steps compile in
+# 0.4-1.3 s cold on 2 cores (MLP, ConvNet b8, the host-read and detection steps), and launch early from their fourth
+# step as before. Where megxla keeps the launch's program (``_persist``: a process compiled it), JAX's cache likely
+# holds its executable: compiled at once too.
+EARLY_BUY_NOW, EARLY_RENT = 2.0, 4.0
 
 
 class _Guess:
@@ -414,7 +423,7 @@ class _Guess:
 
     __slots__ = ("sig", "refs", "runs", "off", "executable", "ops", "in_avals", "out_pos", "launch_at", "bound",
                  "hits", "misses", "timer", "eager_steps", "site", "same", "made", "predicted", "late", "precision",
-                 "cut_at", "wide")
+                 "cut_at", "wide", "ran", "kept")
 
     def __init__(self, sig, refs):
         self.sig, self.refs = sig, refs
@@ -428,6 +437,8 @@ class _Guess:
         self.precision = None  # (the matmul precision its executable was planned under)
         self.cut_at = _perf_counter()  # when its cluster was last cut (while its early launch is not planned)
         self.wide = 0  # the cuts in a row since which collecting the cluster took EARLY_MIN_SHARE of the interval
+        self.ran = 0.0  # seconds from cut to cut of its cluster's runs so far (the rent: EARLY_RENT)
+        self.kept = None  # whether JAX's cache holds the launch's program (None: not asked yet)
 
     def plan(self, ops, avals, in_ids, out_ids, same, made):
         """Where to launch: after the op reading the last input that was not the same Tensor both times -- or after
@@ -451,6 +462,9 @@ class _Guess:
         key = self.sig + (_config.jax_default_matmul_precision,)
         exe = _early.get(key)
         if exe is None:
+            if not self._rent_paid(ops, avals, in_ids, out_ids):
+                self.off = False  # (planned at a later run)
+                return
             try:
                 exe = _compile(ops, avals, in_ids, out_ids, (), None, "early launch")
             except Exception:  # (no early launch: the cluster runs as before)
@@ -478,6 +492,16 @@ class _Guess:
         self.precision = key[-1]
         if self.site is not None:
             self.site[7] = True  # (its next keys compile once for both kinds of runs: _shared_early_key)
+
+    def _rent_paid(self, ops, avals, in_ids, out_ids):
+        """Whether the launch's executable may be compiled now (see EARLY_RENT)."""
+        seconds = self.site[11] if self.site is not None else 0.0  # (the site's latest compile)
+        if seconds <= EARLY_BUY_NOW or self.ran >= EARLY_RENT * seconds:
+            return True
+        if self.kept is None:
+            self.kept = _persist.kept(_persist.fingerprint(ops, in_ids, [avals[i] for i in in_ids], out_ids, (),
+                                                           _PROGRAM_KIND))
+        return self.kept
 
     def early(self):
         """Whether the cluster starting now (its first op the guess's) is followed and launched early. On a CPU
@@ -1062,6 +1086,7 @@ class _Cluster:
             # (while a compile runs on a background thread -- a tier-up, another schedule (_schedules) -- the
             # collection shares the cores with it: such an interval says nothing of the step)
             g.wide = g.wide + 1 if now - started >= EARLY_MIN_SHARE * (now - g.cut_at) else 0
+        g.ran += now - g.cut_at
         g.cut_at = now
         same = [a() is not None and a() is b() for a, b in zip(g.refs, in_refs)]
         # where each input's Tensor was among the latest host-made ones when the cluster started (the same places
@@ -1213,8 +1238,9 @@ def _run_keyed(ops, avals, inputs, in_ids, out_ids, donate, reason, site, whole,
         # keys seen, hits (cache hits and recurrences), keys compiled, how its clusters' ops change (per length),
         # the types of its first key's values, its last two new clusters, whether one of its clusters launches early,
         # its hits when its last new key came, its first executable's program with constants kept taken out, the
-        # latest whole cluster it compiled (MEGXLA_AUTO_JIT_LOG: what it compares the next one with)
-        st = _sites[site] = [0, 0, 0, None, None, None, None, False, 0, None, None]
+        # latest whole cluster it compiled (MEGXLA_AUTO_JIT_LOG: what it compares the next one with), the seconds its
+        # latest compile took (or took once, where JAX's cache held it: an early launch's rent, EARLY_RENT)
+        st = _sites[site] = [0, 0, 0, None, None, None, None, False, 0, None, None, 0.0]
     if whole and st[0] >= 0:
         # The same ops as a compiled cluster, other results (a step function that reads its loss every 10th step:
         # the loss is a result only then): that executable serves it, or one of both results compiles now -- the
@@ -1334,7 +1360,7 @@ def _run_keyed(ops, avals, inputs, in_ids, out_ids, donate, reason, site, whole,
             entry.executable = functools.partial(_run_chunked, plan, ops, avals, in_ids, out_ids)
             return entry.executable(*inputs)
     st[2] += 1
-    t0 = time.perf_counter()
+    t0, saved = time.perf_counter(), _schedules._SAVED[0]
     early_key = _shared_early_key(st, key, ops, avals, in_ids, donate, whole, reason)
     if early_key is not None:
         # A site whose clusters launch early gets a new key -- a bucketed sequence length, another image size --
@@ -1363,6 +1389,8 @@ def _run_keyed(ops, avals, inputs, in_ids, out_ids, donate, reason, site, whole,
     else:
         with whole_only():
             entry.executable = _compile(ops, avals, in_ids, out_ids, donate, out_avals, reason)
+    # (loaded from JAX's cache: the time the compile once took -- the launch's program, cold, takes about as long)
+    st[11] = time.perf_counter() - t0 + (_schedules._SAVED[0] - saved)
     if LOG:
         _log_compile(st, site, reason, len(ops), whole, time.perf_counter() - t0, ops, avals)
     if whole:

@@ -30,7 +30,7 @@ import numpy as np
 
 from . import _schedules, _tiers
 
-__all__ = ["fingerprint", "compile_cached", "prewarm", "kept_optimized", "known_shapes", "keep_shapes", "stats"]
+__all__ = ["fingerprint", "compile_cached", "prewarm", "kept", "kept_optimized", "known_shapes", "keep_shapes", "stats"]
 
 MAX_FILES = 4096  # programs kept; the oldest tenth goes when there are more
 SUBDIR = "megxla-lowered"
@@ -466,6 +466,18 @@ def _mark(directory, path, head):
             _write(directory, path, dict(head, optimized=True), blob)
     except (OSError, ValueError):
         pass
+
+
+def kept(key):
+    """Whether the program of ``key`` is kept: a process compiled it, so JAX's cache likely holds its executable
+    (auto-jit's early launches compile theirs at once then, see ``_autojit.EARLY_RENT``).
+
+    Example:
+        >>> kept(None)
+        False
+    """
+    directory = _directory()
+    return directory is not None and key is not None and os.path.exists(os.path.join(directory, key + ".exported"))
 
 
 def kept_optimized(key):
