@@ -53,13 +53,23 @@ def test_layer_norm_of_low_precision_input_normalises_in_float32(mode, dtype):
         np.testing.assert_allclose(_f32(out), want, rtol=1e-2, atol=1e-2)  # (was [-1.63, -0.82, 0, 0.82])
 
 
-def test_where_promotes_as_the_elementwise_ops(mode):
-    # MegEngine's where promotes x and y (dtype_promotion): float16 with int32 is float32, as a + b
+def test_where_takes_the_float_operands_type_as_megengine(mode):
+    # MegEngine 1.13's where is not its elementwise promotion (checked against MegEngine 1.13.0 on the CPU): a float
+    # operand's type wins over an integer or bool one -- float16 with int32 is float16 (inf for 70000), where
+    # ``a + b`` is float32 --, an integer's over bool, two floats or two integers promote as ever
     m = Tensor(np.array([False, False, True]))
-    a, b = Tensor(np.array([1.5, 1.5, 1.5], "float16")), Tensor(np.array([70000, 2049, 0], "int32"))
+    a, b = Tensor(np.array([1.5, 1.5, 1.5], "float16")), Tensor(np.array([70000, 2000, 0], "int32"))
     out = F.where(m, a, b)
-    assert out.dtype == (a + b).dtype == np.float32
-    assert out.numpy().tolist() == [70000.0, 2049.0, 1.5]  # (was float16 [inf, 2048, 1.5])
+    assert out.dtype == np.float16 and (a + b).dtype == np.float32
+    assert out.numpy().tolist() == [float("inf"), 2000.0, 1.5]
+    cases = {("int8", "float16"): "float16", ("int32", "bool"): "int32", ("int8", "bool"): "int8",
+             ("bool", "float16"): "float16", ("uint8", "float16"): "float16", ("float16", "float32"): "float32",
+             ("bool", "float32"): "float32", ("int8", "int32"): "int32"}
+    m = Tensor(np.array([True, False]))
+    for (dx, dy), want in cases.items():
+        x, y = Tensor(np.array([3, 4]).astype(dx)), Tensor(np.array([1, 0]).astype(dy))
+        assert F.where(m, x, y).dtype == np.dtype(want), (dx, dy)
+        assert F.where(m, y, x).dtype == np.dtype(want), (dy, dx)
 
 
 def test_hard_and_log_sigmoids_of_uint8_compute_as_of_int32(mode):

@@ -1081,3 +1081,23 @@ def test_an_l1_norms_gradient_at_zero_is_abss():
         gm.backward(F.norm(x, ord=1))
     assert x.grad.numpy().tolist() == [-1.0, -1.0, 1.0]
     assert F.abs(Tensor([0.0])).numpy().tolist() == [0.0]
+
+
+def test_one_element_written_from_a_one_element_vector():
+    # MegEngine 1.13.0 takes ``y[0, 0] = Tensor([9.])`` (a (1,) value into one element); a (1, 1) value or a slot of
+    # more elements it refuses, as here
+    y = Tensor(np.zeros((2, 3), "float32"))
+    y[0, 0] = Tensor([9.0])
+    y[1, -1] = np.array([7.0], "float32")
+    assert y.numpy().tolist() == [[9.0, 0.0, 0.0], [0.0, 0.0, 7.0]]
+    for index, value in (((0, 0), [[9.0]]), ((0,), [[1.0, 2.0, 3.0]]), ((0, 0), [9.0, 8.0])):
+        with pytest.raises(RuntimeError):
+            y[index] = Tensor(value)
+    w = Parameter(np.ones(3, "float32"))
+    v = Parameter([2.0])
+    gm = GradManager().attach([w, v])
+    with gm:
+        z = w * 1.0
+        z[1] = v * 3.0
+        gm.backward(z.sum())
+    assert w.grad.numpy().tolist() == [1.0, 0.0, 1.0] and v.grad.numpy().tolist() == [3.0]

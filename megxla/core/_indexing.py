@@ -665,10 +665,20 @@ _INT32 = np.dtype(np.int32)
 from ._elemwise_front import _scalar  # noqa: E402  (it imports this module's neighbours: after them)
 
 
+def _one_element(x, index):
+    """Whether ``x[index]`` is one element by Python ints alone (``y[0, 0]`` of a 2-D ``y``)."""
+    items = index if type(index) is tuple else (index,)
+    return len(items) == x.ndim > 0 and all(isinstance(i, (int, np.integer)) and not isinstance(i, bool)
+                                            for i in items)
+
+
 def setitem(x, index, value):
     """The value of ``x`` after ``x[index] = value`` (``value`` broadcast to the indexed shape, cast to
     ``x``'s dtype), as one ``setitem`` op; ``Tensor.__setitem__`` rebinds ``x`` to it."""
     from ._elemwise_front import as_tensor
+    if _one_element(x, index) and getattr(value, "shape", None) == (1,):
+        # (one element, ``y[0, 0] = t``, written from a one-element vector: MegEngine 1.13 takes it, NumPy too)
+        value = as_tensor(value, x).reshape(())
     if _lazy.SET_SELECTED[0] is not None and not _padded(x):
         lead = _leading_mask(x, index)
         if lead is not None and (_padded(value) or any(_padded(i) for i in lead[1])):

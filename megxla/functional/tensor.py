@@ -1218,7 +1218,9 @@ def where(mask, x, y):
         y: values where false (tensor or scalar).
 
     Returns:
-        a tensor of the broadcast shape.
+        a tensor of the broadcast shape; of dtypes of two kinds, the float operand's dtype (float16 with int32 is
+        float16), else the integer one's (int8 with bool is int8), as MegEngine's ``where`` -- not its
+        arithmetic's promotion.
 
     Example:
         >>> F.where(Tensor([True, False]), Tensor([1., 2.]), Tensor([3., 4.])).numpy()

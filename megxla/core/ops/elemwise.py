@@ -226,10 +226,22 @@ def _clip(x, *, lower, upper):
     return x if upper is None else _minimum(x, jnp.asarray(upper, x.dtype))
 
 
+def _where_dtype(a, b):
+    """The dtype of MegEngine 1.13's ``where`` of ``a`` and ``b`` values: not its elementwise promotion -- a float
+    operand's type wins over an integer or bool one (float16 with int32 is float16, where ``+`` gives float32), an
+    integer's over bool (int8 with bool is int8); two of a kind promote as ever."""
+    a, b = jnp.dtype(a), jnp.dtype(b)
+    ka, kb = a.kind, b.kind
+    if ka != kb and "c" not in (ka, kb):
+        if ka == "f" or kb == "f":
+            return a if ka == "f" else b
+        if ka == "b" or kb == "b":
+            return b if ka == "b" else a
+    return promote_dtype(a, b)
+
+
 def _where(mask, x, y):
-    # MegEngine's where promotes x and y as its elementwise ops do (float16 with int32 is float32: JAX's float16
-    # made 70000 inf)
-    dt = promote_dtype(x.dtype, y.dtype)
+    dt = _where_dtype(x.dtype, y.dtype)
     return jnp.where(mask, x.astype(dt), y.astype(dt))
 
 
