@@ -575,6 +575,8 @@ def test_normalize_and_tomode():
     out = T.Normalize(mean, std).apply(x)
     assert out.dtype == np.float32
     np.testing.assert_allclose(out, expected, rtol=1e-6)
+    # (NumPy's types with float32 mean and std, as MegEngine 1.13's: a float64 image stays float64)
+    assert T.Normalize(mean, std).apply(x.astype(np.float64)).dtype == np.float64
     chw = T.ToMode("CHW").apply(x)
     np.testing.assert_array_equal(chw, x.transpose(2, 0, 1))
     assert chw.flags["C_CONTIGUOUS"]

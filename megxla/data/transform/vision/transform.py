@@ -467,7 +467,8 @@ class Normalize(VisionTransform):
         order: names of the sample's elements. Default: ``("image",)``.
 
     Returns:
-        a transform producing float32 images.
+        a transform computing in NumPy's types with float32 ``mean`` and ``std``, as MegEngine's: float32 images from
+        uint8 ones, float64 from float64.
 
     Examples:
         >>> import numpy as np
@@ -482,7 +483,7 @@ class Normalize(VisionTransform):
         self.std = np.array(std, dtype=np.float32)
 
     def _apply_image(self, image):
-        return ((image - self.mean) / self.std).astype(np.float32, copy=False)
+        return (image - self.mean) / self.std
 
     def _apply_coords(self, coords):
         return coords
