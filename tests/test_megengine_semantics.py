@@ -1101,3 +1101,15 @@ def test_one_element_written_from_a_one_element_vector():
         z[1] = v * 3.0
         gm.backward(z.sum())
     assert w.grad.numpy().tolist() == [1.0, 0.0, 1.0] and v.grad.numpy().tolist() == [3.0]
+
+
+def test_sign_of_negative_zero_and_cumsum_of_a_scalar_as_megengine():
+    # (MegEngine 1.13.0 on the CPU: SIGN is ``(x > 0) - (x < 0)`` -- +0.0 for -0.0, 0 for nan --; the cumsum of a 0-d
+    # tensor is its value as shape (1,), NumPy's too)
+    s = F.sign(Tensor([-0.0, 0.0, 2.0, -3.0, float("nan")])).numpy()
+    assert s.tolist() == [0.0, 0.0, 1.0, -1.0, 0.0] and not np.signbit(s[0])
+    for axis in (0, -1):
+        c = F.cumsum(Tensor(3.0), axis)
+        assert c.shape == (1,) and c.numpy().tolist() == [3.0]
+    with pytest.raises(Exception):
+        F.cumsum(Tensor(3.0), 1)

@@ -617,7 +617,7 @@ def cumsum(inp, axis):
         axis: the axis.
 
     Returns:
-        a tensor like ``inp``.
+        a tensor like ``inp``; of a 0-d one, its value as shape ``(1,)`` (MegEngine's and NumPy's ``cumsum``).
 
     Example:
         >>> F.cumsum(Tensor([[1, 2, 3], [4, 5, 6]]), axis=1).numpy()
@@ -625,6 +625,9 @@ def cumsum(inp, axis):
                [ 4,  9, 15]], dtype=int32)
     """
     inp = _t(inp)
+    if inp.ndim == 0:
+        _axis("cumsum", 1, axis)  # (0 or -1, as of a vector)
+        inp = reshape(inp, (1,))
     return _apply(_R.cumsum.bind(axis=_axis("cumsum", inp.ndim, axis)), inp)
 
 

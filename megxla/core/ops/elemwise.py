@@ -86,9 +86,9 @@ def _relu(x):
 
 
 def _sign(x):
-    # MegEngine's SIGN is ``(x > 0) - (x < 0)``: sign(nan) == 0.
+    # MegEngine's SIGN is ``(x > 0) - (x < 0)``: sign(nan) == 0, sign(-0.0) == +0.0 (jnp.sign keeps -0.0)
     if jnp.issubdtype(x.dtype, jnp.inexact) and not jnp.issubdtype(x.dtype, jnp.complexfloating):
-        return jnp.where(jnp.isnan(x), jnp.zeros((), x.dtype), jnp.sign(x))
+        return (x > 0).astype(x.dtype) - (x < 0).astype(x.dtype)
     return jnp.sign(x)
 
 
