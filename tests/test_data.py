@@ -257,6 +257,16 @@ def test_collator_structures():
     assert Collator().apply([1, 2.5]).tolist() == [1.0, 2.5]
 
 
+def test_collator_stacks_string_arrays_and_refuses_object_arrays_as_megengine():
+    # (MegEngine 1.13's collator refuses only object arrays; a sample's string array -- a class name, a path --
+    # stacks, ``<U`` and ``S`` alike)
+    out = Collator().apply([np.array(["cat"]), np.array(["dog"])])
+    assert out.dtype == np.dtype("<U3") and out.tolist() == [["cat"], ["dog"]]
+    assert Collator().apply([np.array([b"a"]), np.array([b"b"])]).shape == (2, 1)
+    with pytest.raises(TypeError):
+        Collator().apply([np.array([{}], dtype=object), np.array([{}], dtype=object)])
+
+
 def test_collator_rejects_mismatches():
     good = (np.zeros(3, np.float32), 0)
     with pytest.raises(CollateError, match=r"element \[0\] of the sample at batch position 1 .*shape \(4,\)"):
