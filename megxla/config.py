@@ -226,9 +226,14 @@ def _bool(name):
     return check
 
 
+class _AsyncLevelError(ValueError, AssertionError):
+    """A bad ``async_level``: MegEngine asserts (its own test expects ``AssertionError``), megxla's settings raise
+    ``ValueError``; this is both."""
+
+
 def _set_async_level(mod, value):
     if value not in (0, 1, 2):
-        raise ValueError(f"megxla.config.async_level must be 0, 1 or 2, got {value!r}")
+        raise _AsyncLevelError(f"megxla.config.async_level must be 0, 1 or 2, got {value!r}")
     return int(value)
 
 
