@@ -288,3 +288,28 @@ def test_shape_numpy_inside_symbolic_trace():
     assert seen and all(s.dtype == np.int32 and s.tolist() == [3] for s in seen)
     shape = x.shape
     assert shape == (7,) and hash(shape) == hash((7,)) and type(pickle.loads(pickle.dumps(shape))) is tuple
+
+
+def test_megengine_test_suites_conftest_reads_its_settings():
+    # MegEngine 1.13's imperative/python/test/conftest.py imports these and compares them before and after every
+    # test: without them, every upstream test errored before it ran
+    from megxla.core import _config as config, _trace_option as trace_option, get_option
+    from megxla.core._imperative_rt.core2 import (_get_amp_dtype_autocast, _get_amp_high_prec_dtype,
+                                                  _get_amp_low_prec_dtype, _get_convert_inputs, _set_convert_inputs)
+    from megxla.core.tensor import amp
+    from megxla.device import get_device_count
+
+    def settings():
+        return (trace_option.use_symbolic_shape(), get_option("async_level"), get_option("enable_drop"),
+                get_option("dtr_eviction_threshold"), config.benchmark_kernel, config.deterministic_kernel,
+                config._compute_mode, amp.enabled, _get_convert_inputs(), _get_amp_dtype_autocast(),
+                _get_amp_high_prec_dtype(), _get_amp_low_prec_dtype())
+    before = settings()
+    assert before[4:] == (False, False, "default", False, True, False, "float32", "float16")
+    with mge.amp.autocast():
+        assert amp.enabled and _get_amp_dtype_autocast()
+    config._compute_mode = "float32"
+    assert mge.config._compute_mode == "float32"
+    config._compute_mode = "default"
+    assert _set_convert_inputs(False) is True and _set_convert_inputs(True) is False
+    assert settings() == before and get_device_count("cpu") >= 1

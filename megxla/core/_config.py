@@ -28,6 +28,11 @@ _ALIASES = {
     "__compute_mode": "_compute_mode", "__conv_format": "_conv_format",
     "__auto_format_convert": "_auto_format_convert", "_benchmark_kernel": "benchmark_kernel",
     "_deterministic_kernel": "deterministic_kernel", "_async_level": "async_level",
+    # (MegEngine's module-level properties of the same names: its test suite's conftest reads them here)
+    "benchmark_kernel": "benchmark_kernel", "deterministic_kernel": "deterministic_kernel",
+    "benchmark_with_subprocess": "benchmark_with_subprocess", "async_level": "async_level",
+    "disable_memory_forwarding": "disable_memory_forwarding", "_compute_mode": "_compute_mode",
+    "_conv_format": "_conv_format", "_auto_format_convert": "_auto_format_convert",
 }
 # keyword names of _override / _reset_execution_config
 _KEYWORDS = {"benchmark_kernel": "benchmark_kernel", "deterministic_kernel": "deterministic_kernel",

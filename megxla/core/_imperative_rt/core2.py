@@ -288,3 +288,98 @@ def pop_scope(name: str) -> None:
     _, ann = _scopes.pop()
     if ann is not None:
         ann.__exit__(None, None, None)
+
+
+# ---- MegEngine's autocast and input-conversion switches (its test suite's conftest saves and compares them) -------
+def _get_amp_dtype_autocast() -> bool:
+    """Whether autocast is on (``megxla.amp``'s state).
+
+    Example:
+        >>> _get_amp_dtype_autocast()
+        False
+    """
+    from .. import _autocast
+    return _autocast.enabled
+
+
+def _set_amp_dtype_autocast(flag: bool) -> None:
+    """Turn autocast on or off, as ``megxla.amp.enabled = flag``.
+
+    Example:
+        >>> _set_amp_dtype_autocast(False); _get_amp_dtype_autocast()
+        False
+    """
+    from .. import _autocast
+    _autocast.enabled = bool(flag)
+
+
+def _get_amp_high_prec_dtype() -> str:
+    """Autocast's high precision dtype name (``"float32"``).
+
+    Example:
+        >>> _get_amp_high_prec_dtype()
+        'float32'
+    """
+    from .. import _autocast
+    return _autocast.high_prec_dtype
+
+
+def _set_amp_high_prec_dtype(dtype: str) -> None:
+    """Set autocast's high precision dtype, as ``megxla.amp.high_prec_dtype = dtype``.
+
+    Example:
+        >>> _set_amp_high_prec_dtype("float32")
+    """
+    from .. import _autocast
+    _autocast.high_prec_dtype = np.dtype(dtype).name
+
+
+def _get_amp_low_prec_dtype() -> str:
+    """Autocast's low precision dtype name (``"float16"``).
+
+    Example:
+        >>> _get_amp_low_prec_dtype()
+        'float16'
+    """
+    from .. import _autocast
+    return _autocast.low_prec_dtype
+
+
+def _set_amp_low_prec_dtype(dtype: str) -> None:
+    """Set autocast's low precision dtype, as ``megxla.amp.low_prec_dtype = dtype``.
+
+    Example:
+        >>> _set_amp_low_prec_dtype("float16")
+    """
+    from .. import _autocast
+    _autocast.low_prec_dtype = np.dtype(dtype).name
+
+
+_convert_inputs = [True]
+
+
+def _get_convert_inputs() -> bool:
+    """MegEngine's switch for converting an op's non-Tensor inputs (numbers, arrays) to Tensors: megxla always
+    converts them; the switch is kept for code that saves and restores it.
+
+    Example:
+        >>> _get_convert_inputs()
+        True
+    """
+    return _convert_inputs[0]
+
+
+def _set_convert_inputs(flag: bool) -> bool:
+    """Record MegEngine's input-conversion switch; returns its previous value, as MegEngine's.
+
+    Example:
+        >>> _set_convert_inputs(True)
+        True
+    """
+    old, _convert_inputs[0] = _convert_inputs[0], bool(flag)
+    return old
+
+
+__all__ += ["_get_amp_dtype_autocast", "_set_amp_dtype_autocast", "_get_amp_high_prec_dtype",
+            "_set_amp_high_prec_dtype", "_get_amp_low_prec_dtype", "_set_amp_low_prec_dtype", "_get_convert_inputs",
+            "_set_convert_inputs"]

@@ -33,8 +33,10 @@ def _get_amp_high_prec_dtype() -> str:
 
 def __getattr__(name):
     # MegEngine's module globals ``_enabled``, ``_low_prec_dtype``, ``_high_prec_dtype``: live views of the state
-    if name == "_enabled":
+    if name in ("_enabled", "enabled"):  # (``enabled`` and the dtypes: MegEngine's module-level properties)
         return _autocast.enabled
+    if name in ("low_prec_dtype", "high_prec_dtype"):
+        return getattr(_autocast, name)
     if name in ("_low_prec_dtype", "_high_prec_dtype"):
         return getattr(_autocast, name[1:])
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
