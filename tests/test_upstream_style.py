@@ -313,3 +313,24 @@ def test_megengine_test_suites_conftest_reads_its_settings():
     config._compute_mode = "default"
     assert _set_convert_inputs(False) is True and _set_convert_inputs(True) is False
     assert settings() == before and get_device_count("cpu") >= 1
+
+
+@pytest.mark.parametrize("weight_decay,always_adapt", [(0.0, False), (0.4, False), (0.0, True)])
+def test_lamb_update_op_takes_the_optimizers_step(weight_decay, always_adapt):
+    # (MegEngine's test_lamb imports the fused ``LAMBUpdate`` for its reference: one step of it equals one step of
+    # optimizer.LAMB -- trust ratio included, as the LAMB paper's)
+    import megxla.optimizer as optim
+    from megxla.core._imperative_rt.core2 import apply
+    from megxla.core.ops.builtin import LAMBUpdate
+    rng = np.random.RandomState(0)
+    p0, g = rng.uniform(size=(8, 8)).astype("float32"), rng.uniform(size=(8, 8)).astype("float32")
+    w = mge.Parameter(p0)
+    opt = optim.LAMB([w], lr=1e-2, betas=(0.9, 0.999), eps=1e-8, weight_decay=weight_decay,
+                     always_adapt=always_adapt)
+    w.grad = mge.Tensor(g)
+    opt.step()
+    op = LAMBUpdate(0.9, 0.999, 1, 1e-2, weight_decay, 1e-8, True, always_adapt)
+    m, v, p = apply(op, mge.Tensor(np.zeros_like(p0)), mge.Tensor(np.zeros_like(p0)), mge.Tensor(p0),
+                    mge.Tensor(g.astype("float16")))
+    np.testing.assert_allclose(p.numpy(), w.numpy(), rtol=1e-3, atol=1e-5)
+    np.testing.assert_allclose(m.numpy(), 0.1 * g.astype("float16").astype("float32"), rtol=1e-6)

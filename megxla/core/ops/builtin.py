@@ -32,7 +32,7 @@ from . import elemwise as _E, indexing as _I, linalg as _L, reduction as _R, sha
 __all__ = ["OpDef", "Elemwise", "ElemwiseMultiType", "Reduce", "TypeCvt", "GetVarShape", "Broadcast", "Reshape",
            "Concat", "Dimshuffle", "AddAxis", "RemoveAxis", "Identity", "CheckNonFinite", "FakeQuant", "TQT", "LSQ",
            "ParamPackConcat", "ParamPackSplit", "CollectiveComm", "MatrixMul", "BatchedMatrixMul", "Linspace",
-           "IndexingMultiAxisVec"]
+           "IndexingMultiAxisVec", "LAMBUpdate"]
 
 
 class OpDef:
@@ -488,6 +488,60 @@ class CheckNonFinite(OpDef):
             bad = _apply(_R.max.bind(axis=None, keepdims=False), _apply(_E.astype.bind(dtype="int32"), bad))
             flag = bad if flag is None else _b("maximum", flag, bad)
         return (*outs, _apply(_S.reshape.bind(shape=(1,)), flag))
+
+
+class LAMBUpdate(OpDef):
+    """One LAMB step of a parameter (MegEngine's fused ``LAMBUpdate``): inputs ``(exp_avg, exp_avg_sq, param,
+    grad)``, outputs the new ``(exp_avg, exp_avg_sq, param)``. The step as ``optimizer.LAMB`` takes it, trust ratio
+    ``|param| / |delta|`` included (where ``always_adapt`` or a weight decay asks for it and both norms are
+    positive): MegEngine's CPU kernel leaves the ratio out, see docs/differences.md.
+
+    Example:
+        >>> op = LAMBUpdate(0.9, 0.999, 1, 0.1, 0.0, 1e-8, True, False)
+        >>> m, v, p = op._apply((Tensor([0.0]), Tensor([0.0]), Tensor([1.0]), Tensor([2.0])))
+        >>> [round(float(t.item()), 4) for t in (m, v, p)]
+        [0.2, 0.004, 0.9]
+    """
+
+    _params = ("beta_1", "beta_2", "step", "lr", "weight_decay", "eps", "bias_correction", "always_adapt")
+    _nin = (4, 4)
+
+    def __init__(self, beta_1=0.9, beta_2=0.999, step=1, lr=1e-3, weight_decay=0.0, eps=1e-8,
+                 bias_correction=True, always_adapt=False, **params):
+        super().__init__(beta_1=float(beta_1), beta_2=float(beta_2), step=float(step), lr=float(lr),
+                         weight_decay=float(weight_decay), eps=float(eps), bias_correction=bool(bias_correction),
+                         always_adapt=bool(always_adapt), **params)
+
+    def _apply(self, inputs):
+        self._check(inputs)
+        m, v, p, g = inputs
+        for x in inputs:
+            if not is_float(x.dtype):
+                raise OpError(f"{self!r}: inputs must be floating point, got {x.dtype}")
+        f32 = "float32"
+        m, v, p, g = (x if x.dtype == np.float32 else _apply(_E.astype.bind(dtype=f32), x) for x in (m, v, p, g))
+
+        def c(value):
+            return Tensor(np.float32(value))
+
+        def norm(x):
+            return _u("sqrt", _apply(_R.sum.bind(axis=None, keepdims=False), _b("mul", x, x)))
+
+        b1, b2 = self.beta_1, self.beta_2
+        m = _b("add", _b("mul", m, c(b1)), _b("mul", g, c(1.0 - b1)))
+        v = _b("add", _b("mul", v, c(b2)), _b("mul", _b("mul", g, g), c(1.0 - b2)))
+        bc1 = 1.0 - b1 ** self.step if self.bias_correction else 1.0
+        bc2 = 1.0 - b2 ** self.step if self.bias_correction else 1.0
+        delta = _b("truediv", _b("truediv", m, c(bc1)), _b("add", _u("sqrt", _b("truediv", v, c(bc2))), c(self.eps)))
+        if self.weight_decay != 0.0:
+            delta = _b("add", delta, _b("mul", p, c(self.weight_decay)))
+        step = delta
+        if self.always_adapt or self.weight_decay > 0:
+            p_norm, d_norm = norm(p), norm(delta)
+            both = _b("logical_and", _b("gt", p_norm, c(0.0)), _b("gt", d_norm, c(0.0)))
+            ratio = _apply(_E.where.bind(), both, _b("truediv", p_norm, d_norm), c(1.0))
+            step = _b("mul", delta, ratio)
+        return m, v, _b("sub", p, _b("mul", step, c(self.lr)))
 
 
 # ---- matrix products -----------------------------------------------------------------------------------------
