@@ -334,3 +334,23 @@ def test_lamb_update_op_takes_the_optimizers_step(weight_decay, always_adapt):
                     mge.Tensor(g.astype("float16")))
     np.testing.assert_allclose(p.numpy(), w.numpy(), rtol=1e-3, atol=1e-5)
     np.testing.assert_allclose(m.numpy(), 0.1 * g.astype("float16").astype("float32"), rtol=1e-6)
+
+
+def test_output_node_reads_a_loaded_graphs_output():
+    # (MegEngine's test helpers -- helpers/utils.py, imported by test_functional / test_math / test_tensor --
+    # import OutputNode: ``o = OutputNode(var); o.graph.compile(o.outputs).execute(); o.get_value()``)
+    f = trace(lambda: mge.Tensor([1.0, 2.0]) * 3, symbolic=True, capture_as_const=True)
+    f()
+    buf = io.BytesIO()
+    f.dump(buf)
+    buf.seek(0)
+    o = G.OutputNode(G.load_graph(buf).output_vars_list[0])
+    with pytest.raises(RuntimeError):
+        o.get_value()  # (not executed yet)
+    o.graph.compile(o.outputs).execute()
+    assert o.get_value().numpy().tolist() == [3.0, 6.0]
+    g = trace(lambda a: a * 2, symbolic=True, capture_as_const=True)
+    _, buf = _dumped(g, mge.Tensor([1.0]))
+    o = G.OutputNode(G.load_graph(buf).output_vars_list[0])
+    with pytest.raises(RuntimeError, match="inputs"):
+        o.graph.compile(o.outputs).execute()  # (a graph with inputs: run it with them)

@@ -24,7 +24,7 @@ import pickle
 
 import numpy as np
 
-__all__ = ["VarNode", "OpNode", "Graph", "load_graph", "CompGraphLoadResult", "FORMAT"]
+__all__ = ["VarNode", "OpNode", "Graph", "OutputNode", "load_graph", "CompGraphLoadResult", "FORMAT"]
 
 FORMAT = "megxla-stablehlo-1"  # the dump's container: a pickled dict (StableHLO bytes, names, graph view)
 
@@ -89,6 +89,28 @@ class Graph:
         self.inputs = [self.vars[v] for v in view["inputs"]]
         self.outputs = [self.vars[v] for v in view["outputs"]]
         self.output_names = list(view["output_names"])
+        self._output_nodes = {}  # var id -> the OutputNodes reading it (``compile(...).execute()`` fills them)
+
+    def compile(self, outputs):
+        """MegEngine's compile of the graph for ``outputs`` (variables, each read by an :class:`OutputNode`): an
+        object whose ``execute()`` runs the graph -- by XLA, as :meth:`run` -- and gives each such node its value.
+        The graph must need no inputs fed (a graph of constants: MegEngine's tests read values so)."""
+        graph = self
+
+        class _Compiled:
+            def execute(self):
+                missing = [v.name for v in outputs if v not in graph.outputs]
+                if graph.inputs or missing:
+                    why = f"it takes inputs {[v.name for v in graph.inputs]}" if graph.inputs else \
+                        f"{missing} are not its outputs"
+                    raise RuntimeError(f"Graph.compile(...).execute(): cannot compute this graph alone: {why}; "
+                                       "run it with its inputs (Graph.run, utils.comp_graph_tools.GraphInference)")
+                values = graph.run()
+                for var, value in zip(graph.outputs, values):
+                    for node in graph._output_nodes.get(var.id, ()):
+                        node._value = value
+                return self
+        return _Compiled()
 
     @property
     def exported(self):
@@ -116,6 +138,36 @@ class Graph:
                 raise ValueError(f"Graph.run: input {var.name!r} has shape {var.shape}, got {a.shape}")
             arrays.append(a.astype(var.dtype, copy=False))
         return [np.asarray(o) for o in self.exported.call(*arrays)]
+
+
+class OutputNode:
+    """MegEngine's output node of a graph variable: ``o = OutputNode(var)``, then ``o.graph.compile(o.outputs)
+    .execute()`` and ``o.get_value()`` -- here for a variable of a graph :func:`load_graph` loaded (see
+    :meth:`Graph.compile`).
+
+    Example:
+        >>> import io, megxla as mge
+        >>> from megxla.jit import trace
+        >>> f = trace(lambda: mge.Tensor([1.0, 2.0]) * 3, symbolic=True, capture_as_const=True)
+        >>> _ = f(); buf = io.BytesIO(); _ = f.dump(buf); _ = buf.seek(0)
+        >>> o = OutputNode(load_graph(buf).output_vars_list[0])
+        >>> _ = o.graph.compile(o.outputs).execute()
+        >>> o.get_value().numpy()
+        array([3., 6.], dtype=float32)
+    """
+
+    def __init__(self, var):
+        self.var, self.graph, self.outputs = var, var.graph, [var]
+        self._value = None
+        var.graph._output_nodes.setdefault(var.id, []).append(self)
+
+    def get_value(self):
+        """The variable's value (a Tensor) once the graph has been executed; RuntimeError before."""
+        if self._value is None:
+            raise RuntimeError(f"OutputNode.get_value: {self.var.name!r} has no value: execute the graph first "
+                               "(graph.compile(node.outputs).execute())")
+        from .._tensor import Tensor
+        return Tensor(self._value)
 
 
 def _read(file):
