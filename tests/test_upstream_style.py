@@ -354,3 +354,23 @@ def test_output_node_reads_a_loaded_graphs_output():
     o = G.OutputNode(G.load_graph(buf).output_vars_list[0])
     with pytest.raises(RuntimeError, match="inputs"):
         o.graph.compile(o.outputs).execute()  # (a graph with inputs: run it with them)
+
+
+def test_cond_take_and_nms_keep_op_descriptors():
+    # (MegEngine's test_functional compares these descriptors by their parameters; applied, they compute
+    # F.cond_take's and F.vision.nms's results)
+    from megxla.core._imperative_rt.core2 import apply
+    from megxla.core.ops import builtin
+    assert builtin.CondTake() == builtin.CondTake()
+    assert builtin.NMSKeep(0.7, 100) == builtin.NMSKeep(0.7, 100) != builtin.NMSKeep(0.8, 100)
+    assert builtin.NMSKeep(0.7, 100) != builtin.NMSKeep(0.7, 200)
+    x = mge.Tensor(np.arange(6, dtype="float32").reshape(2, 3))
+    v, i = apply(builtin.CondTake(), x, x > 2)
+    want_v, want_i = F.cond_take(x > 2, x)
+    assert v.numpy().tolist() == want_v.numpy().tolist() and i.numpy().tolist() == want_i.numpy().tolist()
+    boxes = np.array([[0, 0, 10, 10], [1, 1, 10, 10], [20, 20, 30, 30], [21, 21, 30, 30]], "float32")
+    keep, count = apply(builtin.NMSKeep(0.5, 3), mge.Tensor(np.stack([boxes, boxes[::-1]])))
+    assert count.numpy().tolist() == [2, 2]
+    assert keep.numpy().tolist() == [[0, 2, -1], [0, 2, -1]]
+    ref = F.vision.nms(mge.Tensor(boxes), mge.Tensor(np.array([4, 3, 2, 1], "float32")), 0.5)
+    assert ref.numpy().tolist() == [0, 2]

@@ -32,7 +32,7 @@ from . import elemwise as _E, indexing as _I, linalg as _L, reduction as _R, sha
 __all__ = ["OpDef", "Elemwise", "ElemwiseMultiType", "Reduce", "TypeCvt", "GetVarShape", "Broadcast", "Reshape",
            "Concat", "Dimshuffle", "AddAxis", "RemoveAxis", "Identity", "CheckNonFinite", "FakeQuant", "TQT", "LSQ",
            "ParamPackConcat", "ParamPackSplit", "CollectiveComm", "MatrixMul", "BatchedMatrixMul", "Linspace",
-           "IndexingMultiAxisVec", "LAMBUpdate"]
+           "IndexingMultiAxisVec", "LAMBUpdate", "CondTake", "NMSKeep"]
 
 
 class OpDef:
@@ -488,6 +488,77 @@ class CheckNonFinite(OpDef):
             bad = _apply(_R.max.bind(axis=None, keepdims=False), _apply(_E.astype.bind(dtype="int32"), bad))
             flag = bad if flag is None else _b("maximum", flag, bad)
         return (*outs, _apply(_S.reshape.bind(shape=(1,)), flag))
+
+
+class CondTake(OpDef):
+    """The elements of ``data`` where ``mask`` equals ``val`` (``mode="EQ"``, MegEngine's default and only mode
+    here) and their indices in the flattened ``data``: inputs ``(data, mask)``, outputs ``(values, indices)``
+    (int32) -- ``F.cond_take`` as an op descriptor; the mask is read on the host, as MegEngine's eager op.
+
+    Example:
+        >>> v, i = CondTake()._apply((Tensor([1.0, 2.0, 3.0]), Tensor([True, False, True])))
+        >>> v.numpy().tolist(), i.numpy().tolist()
+        ([1.0, 3.0], [0, 2])
+    """
+
+    _params = ("mode", "val", "eps")
+    _nin = (2, 2)
+
+    def __init__(self, mode="EQ", val=1.0, eps=1e-6, **params):
+        mode = str(getattr(mode, "name", mode)).upper()
+        if mode != "EQ":
+            raise ValueError(f"CondTake: mode {mode!r} is not supported (EQ)")
+        super().__init__(mode=mode, val=float(val), eps=float(eps), **params)
+
+    def _apply(self, inputs):
+        self._check(inputs)
+        data, mask = inputs
+        if data.shape != mask.shape:
+            raise OpError(f"{self!r}: mask shape {mask.shape} must equal data shape {data.shape}")
+        m = np.asarray(mask.numpy()).reshape(-1)
+        keep = m if m.dtype == np.bool_ else m == self.val
+        idx = Tensor(np.flatnonzero(keep).astype(np.int32))
+        flat = _apply(_S.reshape.bind(shape=(-1,)), data)
+        return flat[idx], idx
+
+
+class NMSKeep(OpDef):
+    """MegEngine's ``NMSKeep``: greedy non-maximum suppression of boxes already sorted by descending score.
+    Input ``boxes`` ``(batch, N, 4)``; outputs the kept indices ``(batch, max_output)`` int32, padded with -1,
+    and their counts ``(batch,)`` int32.
+
+    Example:
+        >>> boxes = Tensor([[[0., 0., 10., 10.], [1., 1., 10., 10.], [20., 20., 30., 30.]]])
+        >>> keep, count = NMSKeep(0.5, 3)._apply((boxes,))
+        >>> keep.numpy().tolist(), count.numpy().tolist()
+        ([[0, 2, -1]], [2])
+    """
+
+    _params = ("iou_thresh", "max_output")
+    _nin = (1, 1)
+
+    def __init__(self, iou_thresh=0.5, max_output=100, **params):
+        super().__init__(iou_thresh=float(iou_thresh), max_output=int(max_output), **params)
+
+    def _apply(self, inputs):
+        from . import vision as _V
+        self._check(inputs)
+        (boxes,) = inputs
+        if boxes.ndim != 3 or boxes.shape[2] != 4:
+            raise OpError(f"{self!r}: boxes must be (batch, N, 4), got {boxes.shape}")
+        n = boxes.shape[1]
+        # (sorted by score already: descending scores in box order; a tie would visit the later box first)
+        scores = Tensor(np.arange(n, 0, -1, dtype=np.float32))
+        keeps, counts = [], []
+        for b in range(boxes.shape[0]):
+            row = boxes[b]
+            keep, count = _apply(_V.nms.bind(iou_thresh=self.iou_thresh, max_output=n), row, scores)
+            k = np.full(self.max_output, -1, np.int32)
+            got = np.asarray(keep.numpy())[:min(int(count.item()), self.max_output)]
+            k[:got.size] = got
+            keeps.append(k)
+            counts.append(got.size)
+        return Tensor(np.stack(keeps)), Tensor(np.asarray(counts, np.int32))
 
 
 class LAMBUpdate(OpDef):
