@@ -96,3 +96,17 @@ def test_attaching_and_differentiating_leave_no_reference_cycles():
             gc.set_debug(0)
             gc.enable()
         assert found == 0, (fn.__name__, garbage[:12])
+
+
+def test_backward_of_a_python_number_is_a_type_error_and_keeps_the_recording():
+    # (MegEngine 1.13.0: ``gm.backward(3.0)`` raises TypeError; here it was an AttributeError from inside the walk)
+    w = mge.Parameter([1.0, 2.0])
+    gm = GradManager().attach([w])
+    with gm:
+        y = (w * 3).sum()
+        with pytest.raises(TypeError, match="Tensor"):
+            gm.backward(3.0)
+        with pytest.raises(TypeError):
+            gm.backward([y, 2.0])
+        gm.backward(y)  # (still recording: the bad call changed nothing)
+    assert w.grad.numpy().tolist() == [3.0, 3.0]

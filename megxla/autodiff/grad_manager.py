@@ -392,6 +392,10 @@ class GradManager:
         """
         if not self._recording:
             raise RuntimeError("GradManager.backward: no recording; call it inside `with gm:` or after record()")
+        bad = [t for t in (y if isinstance(y, (list, tuple)) else [y]) if t is not None and not isinstance(t, Tensor)]
+        if bad:  # (MegEngine's TypeError; checked first: the recording and every .grad stay as they were)
+            raise TypeError(f"GradManager.backward: y must be a Tensor or a list of Tensors, got "
+                            f"{type(bad[0]).__name__}")
         if y is not None and dy is not None:
             # MegEngine requires one dy per y (its grad key asserts so); zip() would drop the extra ys' gradients.
             # Checked before anything happens: the recording and every .grad stay as they were
