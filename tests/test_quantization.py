@@ -538,3 +538,30 @@ def test_quantized_modules_built_by_hand_as_megengine():
         nodt(mge.Tensor([0.3]))
     with pytest.raises(TypeError, match="quantized dtype"):
         QM.Concat(dtype="float32")
+
+
+def test_astype_to_a_low_bit_quantized_dtype_saturates_to_its_range():
+    # MegEngine 1.13 (checked with its wheel): the MegBrain dtype's range, not the int8 / uint8 storage's
+    from megxla.core.tensor import dtype as D
+    x = mge.Tensor(np.array([-3.0, -0.3, 0.0, 0.3, 1.0, 9.0], np.float32))
+    assert x.astype(D.quint4(0.1, 5)).numpy().tolist() == [0, 2, 5, 8, 15, 15]
+    assert x.astype(D.qint4(0.1)).numpy().tolist() == [-8, -3, 0, 3, 7, 7]
+    assert x.astype(D.qint1(0.1)).numpy().tolist() == [0, 0, 0, 1, 1, 1]
+    np.testing.assert_allclose(x.astype(D.qint4(0.1)).astype("float32").numpy(), [-0.8, -0.3, 0, 0.3, 0.7, 0.7],
+                               rtol=1e-6)
+    assert x.astype(D.qint8(0.01)).numpy().tolist() == [-128, -30, 0, 30, 100, 127]
+
+
+def test_quantized_dtype_zero_point_is_checked_as_megengine():
+    from megxla.core.tensor import dtype as D
+    for bad in [(0.05, 0.233), (0.02, 777), (0.02, -1)]:
+        with pytest.raises(ValueError):
+            D.quint8(*bad)
+    with pytest.raises(ValueError):
+        D.quint4(0.02, 18)
+    with pytest.raises(ValueError):
+        D.create_quantized_dtype("qint8", 0.1, 3)  # a symmetric type takes no zero point
+    assert D.get_zero_point(D.quint4(0.01, 8)) == 8
+    q = D.convert_to_qint1(np.array([-1.0, 0.2, 0.3]), D.qint1(0.25))
+    assert q.dtype == np.int8 and q.tolist() == [0, 1, 1]
+    assert not D._builtin_quant_dtypes["qint1"].is_unsigned  # (MegEngine: from the storage type's name)

@@ -141,22 +141,24 @@ def _quantized_source(x):
 def _astype_quantized(x, dtype, quantized, source):
     # MegEngine converts through the real value: from a quantized dtype it dequantizes ((q - zp) * scale,
     # then casts: astype("int32") truncates the real value), to one it quantizes (round, saturate to the
-    # storage type); quantized to quantized requantizes
+    # MegBrain dtype's range: QuantizedS4 to [-8, 7], Quantized4Asymm to [0, 15], QuantizedS1 to [0, 1] -- not
+    # their int8 / uint8 storage's, which gave quint4 values up to 255 until 2026-12-05); quantized to quantized
+    # requantizes
     from ..core._tensor import QPARAMS_FACTORY, QPARAMS_SEEN
     from ..core.ops import quant as _q
-    from ..core.tensor.dtype import get_quant_meta
+    from ..core.tensor.dtype import _metadata_dict, get_quant_meta
     value = x if source is None else _apply(_q.dequantize.bind(), x, *source)
     if not quantized:
         target = _dtype(dtype)
         return value if value.dtype == target else _apply(_E.astype.bind(dtype=target.name), value)
     info = dtype.metadata["mgb_dtype"]
     meta = get_quant_meta(dtype)
-    limits = np.iinfo(meta.np_dtype_str)
+    limits = _metadata_dict.get(info["name"], meta)  # (a qint8_narrow dtype is QuantizedS8: -128 as MegEngine)
     scale = Tensor(np.float32(info["scale"]))
     zp = None if info.get("zero_point") is None else Tensor(np.float32(info["zero_point"]))
     if value.dtype != np.float32:
         value = _apply(_E.astype.bind(dtype="float32"), value)
-    out = _apply(_q.quantize.bind(qmin=int(limits.min), qmax=int(limits.max), dtype=meta.np_dtype_str), value,
+    out = _apply(_q.quantize.bind(qmin=limits.qmin, qmax=limits.qmax, dtype=meta.np_dtype_str), value,
                  scale, zp if zp is not None else Tensor(np.float32(0)))
     out._qparams = QPARAMS_FACTORY[0](meta, scale, zp)
     QPARAMS_SEEN[0] = True

@@ -21,7 +21,7 @@ __all__ = ["QuantDtypeMeta", "create_quantized_dtype", "get_dtype_bit", "get_sca
            "bfloat16", "is_bfloat16", "is_lowbit", "is_quantize", "qint32", "qint4", "qint8", "quint4", "quint8",
            "convert_to_qint8", "convert_from_qint8", "convert_to_quint8", "convert_from_quint8",
            "convert_to_qint32", "convert_from_qint32", "convert_to_qint4", "convert_from_qint4",
-           "convert_to_quint4", "convert_from_quint4"]
+           "convert_to_quint4", "convert_from_quint4", "qint1", "convert_to_qint1", "convert_from_qint1"]
 
 
 class QuantDtypeMeta:
@@ -33,7 +33,7 @@ class QuantDtypeMeta:
         np_dtype_str: NumPy storage dtype, e.g. ``"int8"``.
         qmin: smallest quantized value.
         qmax: largest quantized value.
-        is_unsigned: whether values are stored unsigned; derived from ``qmin`` when None.
+        is_unsigned: whether values are stored unsigned; derived from ``np_dtype_str`` when None.
 
     Example:
         >>> QuantDtypeMeta("qint8", "QuantizedS8", "int8", -128, 127).is_unsigned
@@ -55,7 +55,8 @@ class QuantDtypeMeta:
             raise ValueError(f"QuantDtypeMeta {name!r}: qmin={qmin} > qmax={qmax}")
         self.name, self.cname, self.np_dtype_str = name, cname, np_dtype_str
         self.qmin, self.qmax = int(qmin), int(qmax)
-        self.is_unsigned = (qmin >= 0) if is_unsigned is None else bool(is_unsigned)
+        # (from the storage type, as MegEngine: qint1 stores 0 and 1 in int8 and is symmetric)
+        self.is_unsigned = np_dtype_str[0] == "u" if is_unsigned is None else bool(is_unsigned)
 
     def _key(self):
         return (self.name, self.cname, self.np_dtype_str, self.qmin, self.qmax, self.is_unsigned)
@@ -86,6 +87,8 @@ _builtin_quant_dtypes = {
     "qint8_narrow": QuantDtypeMeta("qint8_narrow", "QuantizedS8", "int8", -127, 127),
     "quint4": QuantDtypeMeta("quint4", "Quantized4Asymm", "uint8", 0, 15),
     "qint4": QuantDtypeMeta("qint4", "QuantizedS4", "int8", -8, 7),
+    # MegEngine's binary weights (values 0 and 1 times the scale), stored in int8
+    "qint1": QuantDtypeMeta("qint1", "QuantizedS1", "int8", 0, 1),
     "qint32": QuantDtypeMeta("qint32", "QuantizedS32", "int32", -(2 ** 31), 2 ** 31 - 1),
     # NOTE: 2-bit types exist for quantization-aware training only (MegBrain cannot dump them).
     "quint2": QuantDtypeMeta("quint2", None, "uint8", 0, 3),
@@ -123,6 +126,15 @@ def create_quantized_dtype(dtype_meta: Union[str, QuantDtypeMeta], scale: float,
         (0.5, 3, 'uint8')
     """
     meta = _meta(dtype_meta)
+    # (as MegEngine: an unsigned type needs an integer zero point in its range, a signed one takes none)
+    if meta.is_unsigned:
+        if zp is None or int(zp) != zp:
+            raise ValueError(f"create_quantized_dtype: {meta.name} needs an integer zero_point, got {zp!r}")
+        if not meta.qmin <= int(zp) <= meta.qmax:
+            raise ValueError(f"zero_point should be within [{meta.qmin}, {meta.qmax}] for {meta.name}, got {zp}")
+    elif zp is not None:
+        raise ValueError(f"'{meta.name}' only supports symmetric quantization, zero_point should be None, "
+                         f"but actually got '{zp}'")
     info = {"name": meta.cname if meta.cname is not None else meta.name, "scale": float(scale),
             "zero_point": int(zp) if zp is not None else None, "qmin": meta.qmin, "qmax": meta.qmax,
             "meta_name": meta.name}
@@ -182,7 +194,7 @@ def _meta_of(info) -> QuantDtypeMeta:
     return _builtin_quant_dtypes[name] if name is not None else _metadata_dict[info["name"]]
 
 
-_BITS = {"bool": 1, "qint2": 2, "quint2": 2, "qint4": 4, "quint4": 4, "int4": 4, "uint4": 4,
+_BITS = {"bool": 1, "qint1": 1, "qint2": 2, "quint2": 2, "qint4": 4, "quint4": 4, "int4": 4, "uint4": 4,
          "qint8": 8, "quint8": 8, "qint8_narrow": 8, "qint32": 32}
 
 
@@ -248,6 +260,17 @@ def qint32(scale):
 def qint4(scale):
     """Symmetric signed 4-bit quantized dtype (stored in int8)."""
     return create_quantized_dtype("qint4", scale, None)
+
+
+def qint1(scale):
+    """Binary quantized dtype (values 0 and 1 times ``scale``, stored in int8), MegEngine's ``qint1``.
+
+    Example:
+        >>> q = convert_to_qint1(np.array([0.0, 0.3, -1.0]), qint1(0.5))
+        >>> q.tolist(), convert_from_qint1(q).tolist()
+        ([0, 1, 0], [0.0, 0.5, 0.0])
+    """
+    return create_quantized_dtype("qint1", scale, None)
 
 
 def quint4(scale, zero_point):
@@ -326,3 +349,13 @@ def convert_to_quint4(arr, q):
 def convert_from_quint4(arr):
     """Dequantize a ``quint4`` array to float32."""
     return _convert_from(arr, "quint4")
+
+
+def convert_to_qint1(arr, q):
+    """Quantize a float array to the ``qint1`` dtype ``q`` (round, clip to {0, 1}, stored in int8)."""
+    return _convert_to(arr, q, "qint1")
+
+
+def convert_from_qint1(arr):
+    """Dequantize a ``qint1`` array to float32."""
+    return _convert_from(arr, "qint1")
