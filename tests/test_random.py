@@ -360,3 +360,44 @@ def test_exponential_distribution_as_megengine_1_13_4():
     assert float(m.stddev) == 0.5
     with pytest.raises(NotImplementedError, match="sample"):
         Distribution().sample()
+
+
+def test_rng_op_descriptors_draw_from_their_handle_or_the_global_generator():
+    # MegEngine's low-level RNG: builtin descriptors applied with core2.apply, a handle per generator
+    from megxla.core._imperative_rt.core2 import apply
+    from megxla.core._imperative_rt.ops import delete_rng_handle, get_rng_handle_compnode, new_rng_handle
+    from megxla.core.ops import builtin as B
+    mge = megxla
+    shape = mge.Tensor([200, 50], dtype="int32")
+    h1, h2 = new_rng_handle("xpux", 233), new_rng_handle("xpux", 233)
+    (a,) = apply(B.GaussianRNG(seed=233, mean=3.0, std=2.0, dtype="float32", handle=h1), shape)
+    (b,) = apply(B.GaussianRNG(seed=233, mean=3.0, std=2.0, dtype="float32", handle=h1), shape)
+    (c,) = apply(B.GaussianRNG(seed=233, mean=3.0, std=2.0, dtype="float32", handle=h2), shape)
+    assert a.shape == (200, 50) and a.dtype == np.float32
+    np.testing.assert_array_equal(a.numpy(), c.numpy())  # same seed, own state: the same draws
+    assert not (a.numpy() == b.numpy()).all()  # each application advances its generator
+    assert abs(a.numpy().mean() - 3.0) < 0.1 and abs(a.numpy().std() - 2.0) < 0.1
+    with pytest.raises(RuntimeError, match="inconsistent rng seed"):
+        apply(B.UniformRNG(seed=1, handle=h1), shape)
+    assert str(get_rng_handle_compnode(h1)) == str(a.device)
+    (p,) = apply(B.PermutationRNG(seed=233, dtype="float32", handle=h1), mge.Tensor([6], dtype="int32"))
+    assert p.dtype == np.float32 and sorted(p.numpy().tolist()) == [0, 1, 2, 3, 4, 5]
+    x = mge.Tensor(np.arange(8.0).reshape(4, 2))
+    y, idx = apply(B.ShuffleRNG(seed=233, handle=h1), x)
+    np.testing.assert_array_equal(y.numpy(), x.numpy()[idx.numpy()])
+    (g,) = apply(B.GammaRNG(seed=233, handle=h2), mge.Tensor(np.full(4000, 2.0, np.float32)),
+                 mge.Tensor(np.full(4000, 0.5, np.float32)))
+    assert abs(g.numpy().mean() - 1.0) < 0.1
+    (m,) = apply(B.MultinomialRNG(seed=233, num_samples=3, replacement=False, handle=h2),
+                 mge.Tensor([[0.0, 1.0, 1.0, 1.0]]))
+    assert m.shape == (1, 3) and sorted(m.numpy()[0].tolist()) == [1, 2, 3]
+    delete_rng_handle(h1), delete_rng_handle(h2)
+    with pytest.raises(ValueError):
+        apply(B.UniformRNG(seed=233, handle=h1), shape)
+    # handle 0: the global generator, reproducible with megxla.random.seed
+    mge.random.seed(5)
+    (u1,) = apply(B.UniformRNG(), shape)
+    mge.random.seed(5)
+    (u2,) = apply(B.UniformRNG(), shape)
+    np.testing.assert_array_equal(u1.numpy(), u2.numpy())
+    assert 0 <= u1.numpy().min() and u1.numpy().max() < 1

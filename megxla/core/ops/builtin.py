@@ -27,7 +27,7 @@ from .._tensor import Tensor
 from .._dispatch import apply as _apply, OpError
 from ..dtypes import is_float
 from .._op import PRIMITIVES
-from . import elemwise as _E, indexing as _I, linalg as _L, reduction as _R, shape as _S
+from . import elemwise as _E, indexing as _I, linalg as _L, random as _P, reduction as _R, shape as _S
 
 __all__ = ["OpDef", "Elemwise", "ElemwiseMultiType", "Reduce", "TypeCvt", "GetVarShape", "Broadcast", "Reshape",
            "Concat", "Dimshuffle", "AddAxis", "RemoveAxis", "Identity", "CheckNonFinite", "FakeQuant", "TQT", "LSQ",
@@ -1028,3 +1028,204 @@ class CollectiveComm(OpDef):
             raise OpError(f"{self!r}: unknown mode {self.mode!r}" if COLLECTIVES else
                           f"{self!r}: the distributed layer (megxla.distributed) is not loaded")
         return (fn(self, inputs[0]),)
+
+
+# ---- random number generators ----------------------------------------------------------------------------------
+#: MegEngine's RNG handles (``megengine.core._imperative_rt.ops.new_rng_handle``): handle -> (key Tensor, seed,
+#: device). Handle 0 is the global generator (``megxla.random``'s key, registered in core as implicit state).
+_RNG_HANDLES: dict = {}
+_NEXT_RNG_HANDLE = [1]
+
+
+def _new_rng_handle(device, seed) -> int:
+    """A generator of its own seeded with ``seed`` on ``device``; its draws do not move the global generator."""
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= int(seed) < 2 ** 64:
+        raise TypeError(f"new_rng_handle: seed must be an int in [0, 2**64), got {seed!r}")
+    key = Tensor(_P.key_data_from_seed(int(seed)), dtype="uint32", device=device)
+    handle, _NEXT_RNG_HANDLE[0] = _NEXT_RNG_HANDLE[0], _NEXT_RNG_HANDLE[0] + 1
+    _RNG_HANDLES[handle] = (key, int(seed), key.device)
+    return handle
+
+
+def _rng_handle(handle, what):
+    entry = _RNG_HANDLES.get(int(handle))
+    if entry is None:
+        raise ValueError(f"{what}: no RNG handle {handle!r} (never made by new_rng_handle, or deleted)")
+    return entry
+
+
+def _rng_next_key(op):
+    """A fresh key for one draw of ``op``'s generator (its handle's; handle 0: the global one), which advances:
+    the split of :class:`megxla.random.RNG`, so descriptors are recorded by GradManagers and traces alike."""
+    if op.handle:
+        key, seed, _ = _rng_handle(op.handle, repr(op))
+        if op.seed != seed:  # (MegEngine asserts "inconsistent rng seed" too)
+            raise OpError(f"{op!r}: inconsistent rng seed: the op's is {op.seed}, handle {op.handle}'s {seed}")
+    else:
+        from .. import _registry
+        state = _registry.implicit_state().get("rng_key")
+        if state is None:
+            raise OpError(f"{op!r}: the global generator (megxla.random) is not loaded")
+        key = state[0]()
+    new, sub = _apply(_P.split_key.bind(), key)
+    key._reset(new)
+    return sub
+
+
+def _shape_operand(op, inputs):
+    op._check(inputs)
+    shape = _ints(inputs[0], f"{op!r} shape")
+    if any(s < 0 for s in shape):
+        raise OpError(f"{op!r}: negative size in shape {shape}")
+    return shape
+
+
+def _same_shape_params(op, inputs):
+    op._check(inputs)
+    shapes = {tuple(t.shape) for t in inputs}
+    if len(shapes) != 1 or not all(is_float(t.dtype) for t in inputs):
+        raise OpError(f"{op!r}: expected float parameter tensors of one shape, got "
+                      f"{[f'{t.shape}:{t.dtype}' for t in inputs]}")
+    return tuple(inputs[0].shape)
+
+
+class _RNGOp(OpDef):
+    """Base of the RNG descriptors: ``seed`` and ``handle`` (0: the global generator, whose seed is
+    ``megxla.random.seed``'s; another: a :func:`new_rng_handle` generator, whose seed ``seed`` must be).
+    Each application draws new values and advances that generator."""
+
+    _params = ("seed", "handle")
+    seed, handle = 0, 0
+
+
+class UniformRNG(_RNGOp):
+    """Uniform samples on ``[0, 1)``; input: the output shape (an int tensor).
+
+    Example:
+        >>> (y,) = UniformRNG()._apply((Tensor([2, 3], dtype="int32"),))
+        >>> y.shape, y.dtype
+        ((2, 3), dtype('float32'))
+    """
+
+    _params = ("seed", "dtype", "handle")
+    dtype = "float32"
+
+    def _apply(self, inputs):
+        shape = _shape_operand(self, inputs)
+        return (_apply(_P.uniform.bind(shape=shape, low=0.0, high=1.0, dtype=np.dtype(self.dtype).name),
+                       _rng_next_key(self)),)
+
+
+class GaussianRNG(_RNGOp):
+    """Normal samples N(``mean``, ``std`` ** 2); input: the output shape (an int tensor).
+
+    Example:
+        >>> (y,) = GaussianRNG(mean=1.0, std=0.0)._apply((Tensor([2], dtype="int32"),))
+        >>> y.numpy()
+        array([1., 1.], dtype=float32)
+    """
+
+    _params = ("seed", "mean", "std", "dtype", "handle")
+    mean, std, dtype = 0.0, 1.0, "float32"
+
+    def _apply(self, inputs):
+        shape = _shape_operand(self, inputs)
+        return (_apply(_P.normal.bind(shape=shape, mean=float(self.mean), std=float(self.std),
+                                      dtype=np.dtype(self.dtype).name), _rng_next_key(self)),)
+
+
+class _ParamRNG(_RNGOp):
+    _prim = ""
+
+    def _apply(self, inputs):
+        shape = _same_shape_params(self, inputs)
+        return (_apply(getattr(_P, self._prim).bind(size=shape), _rng_next_key(self), *inputs),)
+
+
+class GammaRNG(_ParamRNG):
+    """Gamma samples; inputs: ``shape`` (k) and ``scale`` (theta) tensors of one shape, the output's."""
+
+    _prim, _nin = "gamma", (2, 2)
+
+
+class BetaRNG(_ParamRNG):
+    """Beta samples; inputs: ``alpha`` and ``beta`` tensors of one shape, the output's."""
+
+    _prim, _nin = "beta", (2, 2)
+
+
+class PoissonRNG(_ParamRNG):
+    """Poisson samples; input: the rates ``lam``, whose shape the output has.
+
+    Example:
+        >>> (y,) = PoissonRNG()._apply((Tensor([2.0, 3.0]),))
+        >>> y.shape
+        (2,)
+    """
+
+    _prim = "poisson"
+
+
+class ExponentialRNG(_ParamRNG):
+    """Exponential samples (MegEngine 1.13.4); input: the rates, whose shape the output has."""
+
+    _prim = "exponential"
+
+
+class PermutationRNG(_RNGOp):
+    """A random permutation of ``range(n)`` in ``dtype``; input: the shape ``(n,)`` (an int tensor).
+
+    Example:
+        >>> (y,) = PermutationRNG()._apply((Tensor([4], dtype="int32"),))
+        >>> sorted(y.numpy().tolist())
+        [0, 1, 2, 3]
+    """
+
+    _params = ("seed", "dtype", "handle")
+    dtype = "int32"
+
+    def _apply(self, inputs):
+        shape = _shape_operand(self, inputs)
+        if len(shape) != 1:
+            raise OpError(f"{self!r}: expected the shape (n,) of a permutation, got {shape}")
+        return (_apply(_P.permutation.bind(n=shape[0], dtype=np.dtype(self.dtype).name), _rng_next_key(self)),)
+
+
+class ShuffleRNG(_RNGOp):
+    """Shuffle along the first axis; returns ``(shuffled, indices)`` (int32), ``shuffled == x[indices]``.
+
+    Example:
+        >>> y, idx = ShuffleRNG()._apply((Tensor([10.0, 20.0, 30.0]),))
+        >>> bool((y.numpy() == np.array([10.0, 20.0, 30.0])[idx.numpy()]).all())
+        True
+    """
+
+    def _apply(self, inputs):
+        self._check(inputs)
+        x = inputs[0]
+        if x.ndim == 0 or x.shape[0] == 0:
+            raise OpError(f"{self!r}: expected a tensor with a non-empty first axis, got shape {x.shape}")
+        key = _rng_next_key(self)  # (one key: the shuffle and its indices are the same permutation)
+        return (_apply(_P.shuffle.bind(), key, x),
+                _apply(_P.permutation.bind(n=int(x.shape[0]), dtype="int32"), key))
+
+
+class MultinomialRNG(_RNGOp):
+    """``num_samples`` class indices (int32) per row of the weights ``(C,)`` or ``(B, C)`` (MegEngine 1.13.4)."""
+
+    _params = ("seed", "num_samples", "replacement", "handle")
+    num_samples, replacement = 1, False
+
+    def _apply(self, inputs):
+        self._check(inputs)
+        probs, n = inputs[0], int(self.num_samples)
+        if not is_float(probs.dtype) or probs.ndim not in (1, 2) or n < 1 or (
+                not self.replacement and n > probs.shape[-1]):
+            raise OpError(f"{self!r}: expected 1-D or 2-D float weights with at least num_samples classes (without "
+                          f"replacement), got {probs.shape}:{probs.dtype}")
+        return (_apply(_P.multinomial.bind(num_samples=n, replacement=bool(self.replacement)), _rng_next_key(self),
+                       probs),)
+
+
+__all__ += ["UniformRNG", "GaussianRNG", "GammaRNG", "BetaRNG", "PoissonRNG", "ExponentialRNG", "PermutationRNG",
+            "ShuffleRNG", "MultinomialRNG"]
