@@ -234,3 +234,19 @@ def test_grad_manager_callback_may_return_a_future_set_after_the_backward():
                 assert w.grad is None
         finally:
             mge.config.auto_jit = False
+
+
+def test_make_backward_graph_says_what_megxla_backward_keeps_and_which_inputs_get_gradients():
+    from megxla.core._imperative_rt import TensorAttr
+    from megxla.core._imperative_rt.imperative import make_backward_graph
+    from megxla.core.ops.builtin import Elemwise
+    a = TensorAttr()
+    a.dtype, a.comp_node = "float32", "xpux"
+    # megxla differentiates an op at its inputs: the inputs and output gradients are kept, the outputs never
+    _, mask, has_grad = make_backward_graph(Elemwise(Elemwise.Mode.RELU), [a], [True], [True])
+    assert (mask, has_grad) == ([True, False, True], [True])
+    _, mask, has_grad = make_backward_graph(Elemwise("MUL"), [a, a], [False, True], [True])
+    assert (mask, has_grad) == ([True, True, False, True], [False, True])
+    i = TensorAttr(shape=(2,), dtype="int32")
+    _, _, has_grad = make_backward_graph(Elemwise("ADD"), [i, i], [True, True], [True])
+    assert has_grad == [False, False]  # integers have no gradient

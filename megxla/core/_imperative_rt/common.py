@@ -26,3 +26,26 @@ class CompNode(_CompNode):
             _CompNode.__init__(self, name)
         except ValueError:
             _CompNode.__init__(self, "xpux")
+
+
+class TensorAttr:
+    """What MegEngine's runtime knows of a tensor before it has a value: ``shape`` (a tuple, ``()`` while
+    unknown), ``dtype`` and ``comp_node`` (its device). :func:`megxla.core._imperative_rt.imperative.
+    make_backward_graph` takes one per input.
+
+    Example:
+        >>> a = TensorAttr(); a.dtype = "float32"; a.comp_node = "xpux"
+        >>> a
+        TensorAttr(shape=(), dtype=float32, comp_node=xpux)
+    """
+
+    __slots__ = ("shape", "dtype", "comp_node")
+
+    def __init__(self, shape=(), dtype=None, comp_node=None):
+        self.shape, self.dtype, self.comp_node = tuple(shape), dtype, comp_node
+
+    def __repr__(self):
+        return f"TensorAttr(shape={self.shape}, dtype={self.dtype}, comp_node={self.comp_node})"
+
+
+__all__ += ["TensorAttr"]
