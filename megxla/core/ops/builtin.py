@@ -1090,9 +1090,11 @@ def _same_shape_params(op, inputs):
 
 
 class _RNGOp(OpDef):
-    """Base of the RNG descriptors: ``seed`` and ``handle`` (0: the global generator, whose seed is
-    ``megxla.random.seed``'s; another: a :func:`new_rng_handle` generator, whose seed ``seed`` must be).
-    Each application draws new values and advances that generator."""
+    """Base of the RNG descriptors: ``seed`` and ``handle`` (0: the global generator, seeded by
+    ``megxla.random.seed``; another: a :func:`new_rng_handle` generator, whose seed ``seed`` must be, as MegEngine
+    asserts -- for handle 0 megxla does not compare it with the global seed, which MegEngine does).
+    Each application draws new values and advances that generator. Inside ``xla_trace`` a handle's generator is
+    not state of the step (a clear error names it): pass an ``megxla.random.RNG`` instead."""
 
     _params = ("seed", "handle")
     seed, handle = 0, 0
