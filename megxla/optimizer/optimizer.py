@@ -608,6 +608,9 @@ class Optimizer(metaclass=ABCMeta):
         held = False
         try:
             held = _interrupt.enter()
+            cleared = _lazy.GRADS_CLEARED[0]
+            if cleared is not None:  # (auto-jit: a cluster given up -- Ctrl-C -- puts back what it had not made)
+                cleared([(p, p.grad) for group in self.param_groups for p in group["params"] if p.grad is not None])
             for group in self.param_groups:
                 for p in group["params"]:
                     p.grad = None
