@@ -295,3 +295,38 @@ def test_loaders_with_workers_in_a_child_forked_while_another_thread_held_the_re
                           timeout=180, env=env)
     assert proc.returncode == 0, proc.stderr
     assert "child 0" in proc.stdout and "parent 66.0" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_a_terminals_ctrl_c_while_the_forkserver_starts_kills_neither_it_nor_a_starting_worker(tmp_path):
+    """A terminal's Ctrl-C is a SIGINT to the whole process group. The forkserver imports numpy and jax first
+    (~0.4 s) and each worker megxla before ``_worker_loop`` ignores SIGINT: one Ctrl-C there killed the server
+    (a DataLoader started within the next second failed with ``ConnectionRefusedError``) and printed the server's
+    and the workers' tracebacks. Now only the main process gets ``KeyboardInterrupt``; the server lives on."""
+    script = tmp_path / "ctrl_c.py"
+    script.write_text(textwrap.dedent("""
+        import os, signal, threading
+        os.setpgrp()  # (the group of this script and its children only)
+        import numpy as np
+        import megxla as mge
+        from multiprocessing import forkserver
+        from megxla.data import DataLoader, SequentialSampler
+        from megxla.data.dataset import ArrayDataset
+
+        mge.Tensor([1.0]).numpy()  # (JAX runs: the workers come from the forkserver)
+        ds = ArrayDataset(np.zeros((16, 3), "float32"))
+        timer = threading.Timer(0.05, os.killpg, (os.getpgid(0), signal.SIGINT))
+        try:
+            timer.start()
+            for _ in DataLoader(ds, SequentialSampler(ds, batch_size=4), num_workers=2):
+                pass
+        except KeyboardInterrupt:
+            print("interrupted")
+        timer.join()
+        pid = forkserver._forkserver._forkserver_pid
+        print("server alive" if os.waitpid(pid, os.WNOHANG)[0] == 0 else "server gone")
+        print(sum(1 for _ in DataLoader(ds, SequentialSampler(ds, batch_size=4), num_workers=2)))
+    """))
+    env = dict(os.environ, PYTHONPATH=REPO)
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=120)
+    assert out.stdout.split("\n")[:3] == ["interrupted", "server alive", "4"], (out.stdout, out.stderr[-3000:])
+    assert "Traceback" not in out.stderr, out.stderr[-3000:]

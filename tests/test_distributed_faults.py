@@ -45,17 +45,23 @@ def _flat(model, opt):
     return flat
 
 
-def _worker_peer_fails(kind, compiled, out_dir):
+def _worker_peer_fails(kind, compiled, out_dir, forward_collective=True):
     r = dist.get_rank()
     mge.random.seed(0)
-    model = M.Linear(4, 2)
+    if forward_collective:
+        model = M.Linear(4, 2)
+        x = mge.Tensor(np.full((3, 4), r + 1.0, "float32"))
+    else:  # (large enough that XLA runs the step asynchronously)
+        model = M.Sequential(M.Linear(64, 256), M.ReLU(), M.Linear(256, 64))
+        x = mge.Tensor(np.full((32, 64), r + 1.0, "float32"))
     opt = optim.Adam(model.parameters(), lr=0.01)
     gm = GradManager().attach(model.parameters(), callbacks=[dist.make_allreduce_cb("mean")])
-    x = mge.Tensor(np.full((3, 4), r + 1.0, "float32"))
 
     def body(model, opt, x):
         with gm:
-            loss = F.distributed.all_reduce_sum(model(x).sum())  # a forward collective too
+            loss = model(x).sum()
+            if forward_collective:
+                loss = F.distributed.all_reduce_sum(loss)  # a forward collective too
             gm.backward(loss)
         opt.step().clear_grad()
         return loss
@@ -92,13 +98,21 @@ def _worker_peer_fails(kind, compiled, out_dir):
     return result
 
 
-@pytest.mark.parametrize("kind,compiled", [("raise", True), ("return", True), ("kill", True), ("kill", False)])
-def test_a_failing_rank_leaves_its_peer_a_python_error_and_intact_state(kind, compiled, tmp_path, monkeypatch):
+@pytest.mark.parametrize("kind,compiled,forward_collective", [
+    ("raise", True, True), ("return", True, True), ("kill", True, True), ("kill", False, True),
+    ("raise", False, False), ("raise", True, False)])
+def test_a_failing_rank_leaves_its_peer_a_python_error_and_intact_state(kind, compiled, forward_collective, tmp_path,
+                                                                         monkeypatch):
+    """``forward_collective=False``: the step's only collective is the gradient all-reduce, and the survivor saw its
+    failure only when it read the state after the step: the update had computed from the failed all-reduce (eager:
+    no later collective waited for it; compiled: the executable ran asynchronously and its outputs were written),
+    and every parameter and slot raised when read. Now ``opt.step()`` / the compiled call raises first."""
     monkeypatch.setenv("MEGXLA_DIST_HEARTBEAT", str(HEARTBEAT))
     t0 = time.monotonic()
     try:
         with _deadline(60):
-            dist.launcher(_worker_peer_fails, n_gpus=2, device_type="cpu")(kind, compiled, str(tmp_path))
+            dist.launcher(_worker_peer_fails, n_gpus=2, device_type="cpu")(kind, compiled, str(tmp_path),
+                                                                            forward_collective)
     except RuntimeError as exc:
         assert kind != "return"
         assert "rank 1" in str(exc).splitlines()[0]  # the launcher names the rank that failed

@@ -598,6 +598,45 @@ def test_ctrl_c_while_a_cluster_is_lowered_stops_the_lowering_at_the_next_op(mon
         mge.config.auto_jit = False
 
 
+@pytest.mark.parametrize("before", ["accumulated", "none"])
+def test_a_cluster_given_up_after_clear_grad_puts_back_the_gradients_from_before_it(monkeypatch, before):
+    """``opt.step().clear_grad()`` then a read: the step's cluster is given up by a Ctrl-C while it is lowered, after
+    ``clear_grad`` had dropped the gradients. Parameters and slots went back to their values from before the step, but
+    gradients accumulated before it (over earlier micro-batches, or left by a step interrupted after its backward)
+    stayed dropped: as if the signal had come at the cluster's first op, they are back -- and ones the cluster made
+    (None before it) stay None."""
+    from megxla.jit import _persist, _recording
+
+    _fresh_clusters(monkeypatch)
+    monkeypatch.setattr(_persist, "ENABLED", False)
+    real_round, lowered = _recording._round, []
+
+    def counting_round(x):
+        lowered.append(x)
+        if len(lowered) == 3:
+            signal.raise_signal(signal.SIGINT)
+        return real_round(x)
+
+    mge.config.auto_jit = True
+    try:
+        model, opt, body, x, y, state = _built()
+        if before == "accumulated":
+            for p in model.parameters():
+                p.grad = mge.Tensor(np.full(p.shape, 0.5, "float32"))
+        grads = [None if p.grad is None else p.grad.numpy().copy() for p in model.parameters()]
+        monkeypatch.setattr(_recording, "_round", counting_round)
+        with pytest.raises(KeyboardInterrupt):
+            body(model, opt, x, y).item()
+        monkeypatch.setattr(_recording, "_round", real_round)
+        assert len(lowered) == 3, len(lowered)
+        got = _state(model, opt)
+        assert all(np.array_equal(got[k], state[k]) for k in state)
+        for p, g in zip(model.parameters(), grads):
+            assert (p.grad is None) if g is None else np.array_equal(p.grad.numpy(), g)
+    finally:
+        mge.config.auto_jit = False
+
+
 def test_ctrl_c_while_xla_trace_compiles_its_step_is_answered_at_once(monkeypatch):
     """``xla_trace``'s first call compiles the whole step, signals held: a Ctrl-C was answered when XLA's compile
     ended. Now at once: nothing written, the next call records and compiles again, and the numbers are eager's."""

@@ -252,6 +252,27 @@ def peer_failure(exc):
     return hook(exc, "a computation reading the result of a collective")
 
 
+def settle(what, arrays=()):
+    """Wait for the last SPMD program this process launched (its collectives) and for ``arrays`` (values that may
+    be computed from an earlier one's results: the gradients an all-reduce's bucket was unpacked into, the bucket
+    itself long gone), and raise the error naming the rank that failed if one failed. ``Optimizer.step`` calls it
+    before it updates anything: a step's last collective -- the gradient all-reduce -- runs asynchronously, and a
+    peer that left during it made the update compute from its failed result, so every parameter and slot of the
+    survivor became unreadable (the failure came at the next read, with nothing as before the failed step to
+    save). Values that are ready cost one check each."""
+    prev = [o for o in (r() for r in _last) if o is not None]
+    prev += [a for a in arrays if isinstance(a, jax.Array)]  # (an auto-jit cluster's pending value: its own run)
+    if not prev:
+        return
+    try:
+        jax.block_until_ready(prev)
+    except Exception as exc:
+        hook = failure_hook[0]
+        if hook is None or not isinstance(exc, RuntimeError):
+            raise
+        raise hook(exc, what) from exc
+
+
 def raise_peer_failure(exc):
     """(In an ``except`` block) raise :func:`peer_failure`'s error where ``exc`` stands for one; else return."""
     named = peer_failure(exc)
@@ -265,6 +286,9 @@ class SpmdExecutable:
     def __init__(self, fn, compiled, scalars, out_scalars, multi):
         self.fn, self.compiled, self.scalars = fn, compiled, scalars
         self.out_scalars, self.multi = out_scalars, multi
+        # a compiled training step that keeps its inputs (jit/tracing.py): a call returns once its collectives are
+        # done, so a peer's failure is raised by the call, before the step's new state is written
+        self.settle = False
 
     def as_text(self, *args, **kwargs):
         return self.compiled.as_text(*args, **kwargs)
@@ -296,6 +320,8 @@ class SpmdExecutable:
             if prev:
                 jax.block_until_ready(prev)
             outs = self.compiled(*glob)
+            if self.settle:
+                jax.block_until_ready(outs)
             local = [o.addressable_data(0) for o in outs]
             # Weak references: holding the outputs would make a traced step see its state buffers as shared and
             # stop donating them.

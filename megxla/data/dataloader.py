@@ -456,6 +456,7 @@ def _worker_loop(
     global _worker_info
     # Ctrl-C reaches the whole process group; the main process owns shutdown
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # (started blocked: see _prepare_forkserver)
     if pdeathsig:
         _die_with_parent()
     _release_forkserver()
@@ -586,6 +587,23 @@ def _prepare_forkserver(ctx):
     wanted += [m for m in _FORKSERVER_PRELOAD if m not in wanted]
     if wanted != current:
         ctx.set_forkserver_preload(wanted)  # takes effect when the server starts (once per process)
+    # NOTE: Ctrl-C in a terminal sends SIGINT to the whole process group. The server imports numpy and jax first
+    # (~0.4 s) and each worker forked from it megxla (~0.45 s) before ``_worker_loop`` ignores SIGINT: one Ctrl-C
+    # then killed the server (every DataLoader of the next second failed with ``ConnectionRefusedError``; the
+    # RecursionError of an interrupted numpy import printed 950 lines) and each starting worker printed a
+    # traceback. The server starts with SIGINT blocked, as the standard library starts its resource tracker: its
+    # forks inherit the mask, and a worker unblocks it once it ignores the signal. (Blocked, not ignored: a Ctrl-C
+    # meanwhile reaches this process through another thread, or when the mask is restored.) The resource tracker
+    # first: starting it unblocks SIGINT in this thread on its way out.
+    from multiprocessing import forkserver, resource_tracker
+
+    resource_tracker.ensure_running()
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        with _main_module_hidden():
+            forkserver.ensure_running()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 def _stall_timeout():

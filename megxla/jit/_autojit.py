@@ -787,6 +787,7 @@ class _Cluster:
         self.placed = [0, 0, None]  # (devices) ops and inputs looked at so far, their one device set (False: not one)
         self.unpadded = {}  # local id of a selection's rows -> (the selection itself: its id, the pad_rows op)
         self.checks = []  # index range checks computed in the cluster, read as it runs (_device_checks.Check)
+        self.cleared = []  # (weak ref to a parameter, its gradient's value from before the cluster): see grads_cleared
 
     def devices(self):
         """The set of the one device every value of the cluster will be on, known before it runs -- its inputs are
@@ -962,7 +963,7 @@ class _Cluster:
             reason, site = self.cut
         ops, lazies, avals, inputs, in_ids = self.ops, self.lazies, self.avals, self.inputs, self.in_ids
         first, in_refs, launched, in_made = self.first, self.in_refs, self.launched, self.in_made
-        started = self.started
+        started, cleared = self.started, self.cleared
         self._pins = self.pins
         self._checks = checks = self.checks
         start_key = self.start_key
@@ -1007,7 +1008,7 @@ class _Cluster:
         except _tiers.Interrupted:
             # (a signal -- Ctrl-C -- arrived while the cluster compiled: nothing of it has run, so it is given up
             # whole, and the flush's end delivers the signal -- at once, not when XLA's compile ends)
-            self._abandon(live, inputs, in_ids)
+            self._abandon(live, inputs, in_ids, cleared)
             return
         except Exception as exc:
             # Run op by op, as eager did: what the ops before the failing one computed takes effect, the
@@ -1140,15 +1141,41 @@ class _Cluster:
                     continue  # (donated to the executable that failed: nothing to go back to)
                 t._data, t._vid = old_data, old_vid
 
-    def _abandon(self, live, inputs, in_ids):
+    def _abandon(self, live, inputs, in_ids, cleared=()):
         """A cluster given up before anything of it ran (a signal while it compiled): the program's state is what it
         was before the cluster's first op -- the Tensors it updated in place (parameters, optimizer slots, BatchNorm
-        statistics) hold their values from before it --, as if the signal had come there; its results are never
-        computed, and reading one says why."""
+        statistics) hold their values from before it, and the gradients ``opt.clear_grad()`` dropped meanwhile are
+        back (``cleared``) --, as if the signal had come there; its results are never computed, and reading one says
+        why."""
         self._fail(live, dict(zip(in_ids, inputs)))
         for z in live:
             if z.cluster is _FAILED:
                 z.cluster = _INTERRUPTED
+        for ref, data in cleared:
+            p = ref()
+            if p is not None and p._grad is None:
+                p._grad = _Tensor(data, dtype=data.dtype)
+
+    def grads_cleared(self, pairs):
+        """(core's ``_lazy.GRADS_CLEARED``, from ``opt.clear_grad()``) Keep the value each dropped gradient had before
+        this pending cluster, to put it back if the cluster is given up: a gradient accumulated over earlier steps
+        (or left by a step interrupted after its backward) was lost with a cluster given up while it compiled, the
+        parameters staying a step behind it. A gradient the cluster made (None before it) needs nothing."""
+        if not self.ops:
+            return
+        for p, g in pairs:
+            data, vid = g._data, g._vid
+            while type(data) is Lazy and data.cluster is self and data.value is None:
+                back = [d for r, d, _ in data.previous or () if r() is g]
+                if not back:
+                    break
+                data = back[0]
+            if type(data) is Lazy:
+                if data.value is None:
+                    continue  # (made by this cluster, or failed before it: nothing to put back)
+                data = data.value
+            self.pin(data)  # (the reference kept here must not stop it from being donated)
+            self.cleared.append((weakref.ref(p), data))
 
     def _fail_at_check(self, check, ops, inputs, in_ids, out_ids, live, lazies):
         """An index check of the cluster found an entry out of range: fail as if its op had raised -- the ops
@@ -2691,10 +2718,17 @@ def _install():
     _lazy.COLLECT[0] = _collect
     _lazy.FLUSH[0] = flush
     _lazy.STEP_END[0] = step_boundary
+    _lazy.GRADS_CLEARED[0] = _grads_cleared
     _lazy.COLLECTING[0] = _collecting_at_backward if GROUP_BACKWARD else None
     _lazy.CLUSTER_NOW[0] = _cluster_now
     _lazy.STEP_NOW[0] = _step_now
     _lazy.DEFER_CHECK[0] = _defer_check
+
+
+def _grads_cleared(pairs):
+    """(core's ``_lazy.GRADS_CLEARED``) :meth:`_Cluster.grads_cleared` of the calling thread's cluster."""
+    if pairs:
+        _local.cluster.grads_cleared(pairs)
 
 
 def collecting() -> bool:

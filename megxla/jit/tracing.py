@@ -1069,6 +1069,13 @@ class trace:
                     seg.lowered = _spmd.jit(replay, name=replay.__name__).lower(*avals)
                 # (XLA's schedule of a long-running step, chosen by timing: _schedules)
                 seg.executable = _schedules.choose(seg.lowered, lambda: _tiers.foreground(seg.lowered.compile))
+                if not donate and isinstance(seg.executable, _spmd.SpmdExecutable):
+                    # NOTE: the executable runs asynchronously, and a peer failing in one of its collectives
+                    # made its outputs -- the new parameters and slots -- fail only when read: the step wrote
+                    # them, and the survivor's state was unreadable. Waited for, the failure is the call's, and
+                    # the state stays as before the step (its inputs are kept). The call returns when the step
+                    # is done: the host prepares the next step after, not during, this one.
+                    seg.executable.settle = True
             _verbose.report(self.__name__, seg, entry)  # MGE_VERBOSE_XLA_IR
             self.num_compiled += 1
         entry.segments = segments

@@ -32,7 +32,7 @@ from typing import Dict, Iterable, Union
 
 import numpy as np
 
-from ..core import _interrupt, _lazy, _registry
+from ..core import _interrupt, _lazy, _registry, _spmd
 from ..core._dispatch import current_interpreter
 from ..core._tensor import Parameter, Tensor
 from ..core.dtypes import is_float
@@ -584,6 +584,10 @@ class Optimizer(metaclass=ABCMeta):
         # for callers that wrap it alone): an error in group 2 must not leave group 1 stepped.
         for group in self.param_groups:
             self._check_group(group)
+        if _spmd._last and current_interpreter() is None:  # (a multi-process run, eager or auto-jit)
+            # (a peer that failed in it: raise before updating anything)
+            _spmd.settle("the collective before opt.step()",
+                         [p.grad._data for group in self.param_groups for p in group["params"] if p.grad is not None])
         _VALIDATED.add(id(self))
         try:
             for group in self.param_groups:
@@ -608,6 +612,9 @@ class Optimizer(metaclass=ABCMeta):
         held = False
         try:
             held = _interrupt.enter()
+            cleared = _lazy.GRADS_CLEARED[0]
+            if cleared is not None:  # (auto-jit: a cluster given up -- Ctrl-C -- puts back what it had not made)
+                cleared([(p, p.grad) for group in self.param_groups for p in group["params"] if p.grad is not None])
             for group in self.param_groups:
                 for p in group["params"]:
                     p.grad = None
