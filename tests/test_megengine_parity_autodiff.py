@@ -110,3 +110,16 @@ def test_backward_of_a_python_number_is_a_type_error_and_keeps_the_recording():
             gm.backward([y, 2.0])
         gm.backward(y)  # (still recording: the bad call changed nothing)
     assert w.grad.numpy().tolist() == [3.0, 3.0]
+
+
+def test_a_none_among_the_dys_is_a_type_error_naming_it_and_keeps_the_recording():
+    # (MegEngine 1.13.0 asserts every dy is a Tensor; here the None was taken as an empty array: "dy of shape (0,)")
+    w = mge.Parameter([1.0, 2.0])
+    gm = GradManager().attach([w])
+    with gm:
+        out = w * 2
+        loss = (out * out).sum()
+        with pytest.raises(TypeError, match=r"dy\[0\] is None"):
+            gm.backward([loss, out], dy=[None, mge.Tensor([1.0, 1.0])])
+        gm.backward([loss, out], dy=[mge.Tensor(1.0), mge.Tensor([1.0, 1.0])])
+    assert w.grad.numpy().tolist() == [10.0, 18.0]  # (8w from the loss, 2 from out)

@@ -404,6 +404,12 @@ class GradManager:
             if ny != ndy:
                 raise _dispatch.OpError(f"GradManager.backward: {ny} tensors in y but {ndy} in dy; pass one dy "
                                         "per y (or dy=None for ones)")
+            # (MegEngine asserts each is a Tensor: a None among them is no "ones", and was taken as the empty
+            # array -- an error about a dy of shape (0,))
+            gaps = [k for k, d in enumerate(dy if isinstance(dy, (list, tuple)) else [dy]) if d is None]
+            if gaps:
+                raise TypeError(f"GradManager.backward: dy[{gaps[0]}] is None; pass a gradient for each y (or "
+                                "dy=None for ones of every y)")
         try:
             if y is not None or self._sent or self._received:
                 self._backward([] if y is None else y, dy)
