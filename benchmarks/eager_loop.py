@@ -20,6 +20,9 @@ anchor matching, labels through boolean masks, focal + L1 losses divided by the 
 on a small detector, ground-truth counts changing every batch;
 ``detection_zoo`` the same on the zoo's data layout (boxes padded per image, cut to their count); ``fg_head`` a
 second stage's cross-entropy and softmax on the proposals a score selects (their number changing every batch).
+``loader`` is ConvNet b8's loop fed by a ``DataLoader`` with two worker processes (the same batches, from an
+``ArrayDataset``), each step timed from the fetch of its batch: the workers' processes share the cores with the
+step, as in a real training run.
 
 Then the same ratios with the three modes taking turns in one process (``--interleaved``, default MLP and the
 ConvNets: a noisy machine's drift between processes is larger than the gaps measured), with the CPU time of the same
@@ -406,9 +409,14 @@ def run_mode(mode, wl, step_fn, batches, warmup):
     mge.config.auto_jit = mode == "auto_jit"
     run = _stepper(mode, step_fn, gm)
     times, losses = [], []
+    batches = iter(batches)
     try:
-        for xs, ys in batches:
-            t0 = time.perf_counter()
+        while True:
+            t0 = time.perf_counter()  # (from the fetch of the batch: a DataLoader's, ``loader``, takes part)
+            try:
+                xs, ys = next(batches)
+            except StopIteration:
+                break
             losses.append(run(model, opt, gm, xs, ys).item())
             times.append(time.perf_counter() - t0)
     finally:
@@ -606,14 +614,26 @@ def _workload(name):
         return FpnPoolerWorkload, fpn_pooler_step
     if name == "countread":
         return models.WORKLOADS["mlp"], countread_step
+    if name == "loader":
+        return models.WORKLOADS["convnet_b8"], loop_step
     wl = models.WORKLOADS["convnet_b8" if name == "hostread" else name]
     return wl, hostread_step if name == "hostread" else loop_step
+
+
+def _loader(batches, workers=2):
+    """The same ``batches``, one after another, from a ``DataLoader`` with ``workers`` worker processes."""
+    from megxla.data import DataLoader, SequentialSampler
+    from megxla.data.dataset import ArrayDataset
+    data = ArrayDataset(np.concatenate([x for x, _ in batches]), np.concatenate([y for _, y in batches]))
+    return DataLoader(data, sampler=SequentialSampler(data, batch_size=len(batches[0][0]), drop_last=True),
+                      num_workers=workers)
 
 
 def _child(name, mode, steps, warmup):
     wl, step_fn = _workload(name)
     reset_auto_jit_stats()
-    ms, first, losses = run_mode(mode, wl, step_fn, _batches(wl, steps + warmup), warmup)
+    batches = _batches(wl, steps + warmup)
+    ms, first, losses = run_mode(mode, wl, step_fn, _loader(batches) if name == "loader" else batches, warmup)
     print("RESULT " + json.dumps({"ms": ms, "first": first, "losses": losses,
                                   "compiled": auto_jit_stats()["compiled"]}), flush=True)
 
@@ -638,7 +658,7 @@ def _measure(name, mode, steps, warmup):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", default="mlp,convnet_b8,convnet_b64,transformer,hostread,countread,detection,"
-                                      "detection_zoo,fg_head,fpn_pooler")
+                                      "detection_zoo,fg_head,fpn_pooler,loader")
     ap.add_argument("--steps", type=int, default=20, help="timed steps (after the warm-up ones)")
     # (30: after the timers' first probes -- a small step's eager probe at steps 15-19, an early launch's late one
     # at ~20-24 --, which steps 16-30, the window until 2026-11-29, half included)
