@@ -200,3 +200,37 @@ def test_the_clusters_a_held_check_cuts_are_not_compiled(checks):
     check_line = [s[1] for s in _autojit._sites if "indexing_one_hot" in s[2]]
     assert check_line and not any(compiled_at.get(line) for line in check_line), (compiled_at, check_line)
     assert sum(compiled_at.values()) == 1, compiled_at
+
+
+
+@pytest.mark.parametrize("cleared_before_the_error", [False, True])
+def test_a_failed_cluster_puts_back_the_gradients_cleared_after_its_error(checks, cleared_before_the_error):
+    # Gradient accumulation: an update every second step. The step that fails (a class out of range, checked in the
+    # cluster) also holds the update and its ``opt.clear_grad()``: eagerly the error came first, so the gradients
+    # accumulated by the step before are still there -- under auto-jit too, not dropped by a ``clear_grad()``
+    # collected after the failing op. One collected before it (the variant) dropped them eagerly too.
+    feat = mge.Tensor(np.random.RandomState(1).standard_normal((N, 8)).astype("float32"))
+    batches = _batches(8, bad_at=6)
+    got = []
+    for auto in (False, True):
+        mge.config.auto_jit = auto
+        lin, gm, opt = _model()
+        for s, (a, c) in enumerate(batches[:7]):
+            try:
+                with gm:
+                    logits = lin(feat)
+                    if s == 6 and cleared_before_the_error:
+                        opt.clear_grad()
+                    t = _targets(logits, mge.Tensor(a), mge.Tensor(c))
+                    loss = F.nn.binary_cross_entropy(logits, t, with_logits=True)
+                    gm.backward(loss)
+                if s % 2 == 0:
+                    opt.step().clear_grad()
+                float(loss)
+            except IndexOutOfRange:
+                assert s == 6
+        grads = [None if p.grad is None else p.grad.numpy() for p in lin.parameters()]
+        got.append((grads, _state(lin, opt)))
+    mge.config.auto_jit = False
+    assert all((g is None) == cleared_before_the_error for g in got[0][0]), got[0][0]
+    _same(got[0], got[1], "gradients and state after the error")

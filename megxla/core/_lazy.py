@@ -32,7 +32,8 @@ FLUSH: list = [None]
 # ``step_end()``: the natural end of a training step (called by ``Optimizer.step``; set by jit with COLLECT).
 STEP_END: list = [None]
 # ``grads_cleared([(param, grad)])``: ``Optimizer.clear_grad`` drops these gradients while the calling thread's ops
-# may be pending (set by jit with COLLECT): a pending cluster given up later puts back those it had not made.
+# may be pending (set by jit with COLLECT): a pending cluster given up later (Ctrl-C), or failing at an op collected
+# before the ``clear_grad()``, puts back those it had not made.
 GRADS_CLEARED: list = [None]
 # ``collecting() -> bool``: the calling thread's ops are collected into a cluster now (set by jit with COLLECT; a
 # GradManager's backward then collects its gradient ops as one ``sequence`` op); asked as a manager starts recording

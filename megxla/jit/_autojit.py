@@ -1027,8 +1027,9 @@ class _Cluster:
                 # (an index check before the failing op found an entry out of range: eagerly that raised first)
                 failed = _device_checks.first_failed(checks, lambda z: env.get(z.index)) if checks else None
                 if failed is not None:
-                    self._fail_at_check(failed, ops, inputs, in_ids, out_ids, live, lazies)
+                    self._fail_at_check(failed, ops, inputs, in_ids, out_ids, live, lazies, cleared)
                 self._fail(live, env)
+                self._put_back_grads(cleared, env.get(_FAILED_AT, math.inf))
                 # (one reading a failed collective's result: the error names the rank that failed, as eager's)
                 named = _spmd.peer_failure(error)
                 raise named from (None if error is exc and named is error else exc)
@@ -1036,7 +1037,7 @@ class _Cluster:
             place = {id(z): k for k, z in enumerate(live)}
             failed = _device_checks.first_failed(checks, lambda z: values[place[id(z)]])
             if failed is not None:
-                self._fail_at_check(failed, ops, inputs, in_ids, out_ids, live, lazies)
+                self._fail_at_check(failed, ops, inputs, in_ids, out_ids, live, lazies, cleared)
         owner = threading.get_ident() == self.owner
         for z, v in zip(live, values):
             if z.pad is not None:  # (a padded selection: its Tensors keep the Lazy, see _padded)
@@ -1151,9 +1152,20 @@ class _Cluster:
         for z in live:
             if z.cluster is _FAILED:
                 z.cluster = _INTERRUPTED
-        for ref, data in cleared:
+        self._put_back_grads(cleared, -1)
+
+    @staticmethod
+    def _put_back_grads(cleared, failed_at):
+        """Give back the gradients ``opt.clear_grad()`` dropped after the cluster's op that failed (the first output
+        id ``failed_at``; -1: before its first op): eagerly that error came first and the gradients stayed -- a
+        gradient accumulation's, where the failing step holds the update and its ``clear_grad()``. Unless the
+        program set another one since that holds a value (one of the failed cluster's holds none)."""
+        for ref, data, at in cleared:
             p = ref()
-            if p is not None and p._grad is None:
+            if p is None or at <= failed_at:  # (cleared before the failing op: eagerly too)
+                continue
+            g = p._grad
+            if g is None or (type(g._data) is Lazy and g._data.cluster in (_FAILED, _INTERRUPTED)):
                 p._grad = _Tensor(data, dtype=data.dtype)
 
     def grads_cleared(self, pairs):
@@ -1175,9 +1187,9 @@ class _Cluster:
                     continue  # (made by this cluster, or failed before it: nothing to put back)
                 data = data.value
             self.pin(data)  # (the reference kept here must not stop it from being donated)
-            self.cleared.append((weakref.ref(p), data))
+            self.cleared.append((weakref.ref(p), data, len(self.avals)))  # (ids grow in program order: _FAILED_AT)
 
-    def _fail_at_check(self, check, ops, inputs, in_ids, out_ids, live, lazies):
+    def _fail_at_check(self, check, ops, inputs, in_ids, out_ids, live, lazies, cleared=()):
         """An index check of the cluster found an entry out of range: fail as if its op had raised -- the ops
         before it run op by op (their values given, the rest failed, see _fail) -- and raise eager's error."""
         # (its inputs are whole: a cluster with checks donates none, see _run)
@@ -1186,6 +1198,7 @@ class _Cluster:
         if error is None:
             env[_FAILED_AT] = ops[check.at][2][0]
         self._fail(live, env)
+        self._put_back_grads(cleared, env.get(_FAILED_AT, math.inf))
         raise _device_checks.error_of(check) if error is None else error
 
     def _run(self, ops, avals, inputs, in_ids, out_ids, reason, site, in_refs=None):

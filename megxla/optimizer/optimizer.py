@@ -613,7 +613,7 @@ class Optimizer(metaclass=ABCMeta):
         try:
             held = _interrupt.enter()
             cleared = _lazy.GRADS_CLEARED[0]
-            if cleared is not None:  # (auto-jit: a cluster given up -- Ctrl-C -- puts back what it had not made)
+            if cleared is not None:  # (auto-jit: a cluster given up, or failing before this, puts back the rest)
                 cleared([(p, p.grad) for group in self.param_groups for p in group["params"] if p.grad is not None])
             for group in self.param_groups:
                 for p in group["params"]:
