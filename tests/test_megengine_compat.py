@@ -159,3 +159,16 @@ def test_copy_and_deepcopy_keep_quantization_parameters():
     p = mge.Parameter([1.0, 2.0], name="w")
     c = copy.deepcopy(p)
     assert type(c) is mge.Parameter and c.name == "w" and c.numpy().tolist() == [1.0, 2.0]
+
+
+def test_format_tag_accepted_and_ignored():
+    # MegEngine's test_tensor_wrapper.py test_format sets ``x.format = "nhwc"``; megxla has no memory formats (XLA
+    # picks layouts): the tag is taken and ignored, as ``Tensor(x, format="nhwc")`` (docs/differences.md), and a name
+    # MegEngine refuses is refused
+    x = mge.Tensor(np.ones((1, 2, 3, 4), "float32"), format="nhwc")
+    x.format = "nhwc"
+    assert x.format == "default"
+    with pytest.raises(ValueError, match="invalid format 'NHWC'"):
+        x.format = "NHWC"
+    with pytest.raises(ValueError, match="invalid format 'abc'"):
+        mge.Tensor([1.0], format="abc")

@@ -473,6 +473,94 @@ def test_builtin_linspace_and_indexing_multi_axis_vec():
         apply(builtin.IndexingMultiAxisVec([vec(0)]), mge.Tensor(x), mge.Tensor([0.0]))
 
 
+# ---- builtin Subtensor / Set / Incr, the MultiAxisVec writes, MeshIndexing, IndexingOneHot (values: MegEngine 1.13) --
+def _vec(axis):
+    return (axis, False, False, False, True)
+
+
+def test_builtin_subtensor_family_matches_megengine():
+    x = np.arange(20, dtype="float32").reshape(4, 5)
+    X = mge.Tensor(x)
+    # (MegEngine 1.13.0's answers: 0:4:2 from inputs, 1:4:2 from slice_items, a 0-d index removing its axis)
+    (y,) = apply(builtin.Subtensor([(0, True, True, True, False), _vec(1)]), X, mge.Tensor(0), mge.Tensor(4),
+                 mge.Tensor(2), mge.Tensor(3))
+    np.testing.assert_array_equal(_np(y), x[0:4:2, 3])
+    (y,) = apply(builtin.Subtensor([(0, True, True, True, False)], slice_items=[(1, 4, 2, -1)]), X)
+    np.testing.assert_array_equal(_np(y)[:, 0], [5, 15])
+    (y,) = apply(builtin.SetSubtensor([_vec(1)]), X, mge.Tensor([1.0, 2, 3, 4]), mge.Tensor(1))
+    want = x.copy()
+    want[:, 1] = [1, 2, 3, 4]
+    np.testing.assert_array_equal(_np(y), want)
+    (y,) = apply(builtin.IncrSubtensor([(0, True, True, True, False), _vec(1)]), X, mge.Tensor([10.0, 20.0]),
+                 mge.Tensor(0), mge.Tensor(4), mge.Tensor(2), mge.Tensor(3))
+    want = x.copy()
+    want[0:4:2, 3] += [10, 20]
+    np.testing.assert_array_equal(_np(y), want)
+    np.testing.assert_array_equal(X.numpy(), x)  # (a new tensor; the input is unchanged)
+    with pytest.raises(IndexError, match="out of range"):
+        apply(builtin.Subtensor([_vec(1)]), X, mge.Tensor(7))
+    with pytest.raises(OpError, match="one integer"):
+        apply(builtin.Subtensor([_vec(1)]), X, mge.Tensor([1, 2]))
+
+
+def test_builtin_multi_axis_vec_and_mesh_writes_match_megengine():
+    x = np.zeros((4, 3), "float32")
+    d = np.ones((3, 3), "float32")
+    # an index repeated: Incr adds each value, Set keeps the last (MegEngine 1.13.0: rows [0, 2, 1, 0], [0, 2, 3, 0])
+    (y,) = apply(builtin.IndexingIncrMultiAxisVec([_vec(0)]), mge.Tensor(x), mge.Tensor(d), mge.Tensor([1, 1, 2]))
+    np.testing.assert_array_equal(_np(y)[:, 0], [0, 2, 1, 0])
+    (y,) = apply(builtin.IndexingSetMultiAxisVec([_vec(0)]), mge.Tensor(x), mge.Tensor(d * [[1], [2], [3]]),
+                 mge.Tensor([1, 1, 2]))
+    np.testing.assert_array_equal(_np(y)[:, 0], [0, 2, 3, 0])
+    (y,) = apply(builtin.IncrMeshIndexing([_vec(0)]), mge.Tensor(x), mge.Tensor(d), mge.Tensor([1, 1, 2]))
+    np.testing.assert_array_equal(_np(y)[:, 0], [0, 2, 1, 0])
+    a = np.arange(20, dtype="float32").reshape(4, 5)
+    (y,) = apply(builtin.MeshIndexing([(0, True, False, True, False), _vec(1)]), mge.Tensor(a), mge.Tensor(1),
+                 mge.Tensor(2), mge.Tensor([4, 0]))
+    np.testing.assert_array_equal(_np(y), [[9, 5], [19, 15]])
+    b = np.arange(24, dtype="int32").reshape(2, 3, 4)
+    (y,) = apply(builtin.BatchedMeshIndexing([_vec(1), (2, True, True, False, False)]), mge.Tensor(b),
+                 mge.Tensor([[0, 2], [1, 1]]), mge.Tensor(1), mge.Tensor(3))
+    np.testing.assert_array_equal(_np(y), [[[1, 2], [9, 10]], [[17, 18], [17, 18]]])
+    with pytest.raises(OpError, match="batch axis"):
+        apply(builtin.BatchedMeshIndexing([_vec(0)]), mge.Tensor(b), mge.Tensor([[0], [1]]))
+    # the added value's gradient is the output's gradient gathered at its positions; x's passes through
+    p, v = mge.Parameter(np.zeros((4, 3), "float32")), mge.Parameter(np.ones((2, 3), "float32"))
+    gm = GradManager().attach([p, v])
+    with gm:
+        (y,) = apply(builtin.IndexingIncrMultiAxisVec([_vec(0)]), p, v, mge.Tensor([1, 1]))
+        gm.backward((y * mge.Tensor(np.arange(12, dtype="float32").reshape(4, 3))).sum())
+    np.testing.assert_array_equal(_np(p.grad), np.arange(12).reshape(4, 3))
+    np.testing.assert_array_equal(_np(v.grad), [[3, 4, 5], [3, 4, 5]])
+
+
+def test_builtin_indexing_one_hot_matches_megengine():
+    x = np.arange(20, dtype="float32").reshape(4, 5)
+    (y,) = apply(builtin.IndexingOneHot(axis=1, ndim=2), mge.Tensor(x), mge.Tensor([0, 1, 2, 3]))
+    np.testing.assert_array_equal(_np(y), [[0], [6], [12], [18]])
+    (y,) = apply(builtin.IndexingSetOneHot(axis=1, ndim=2), mge.Tensor(x), mge.Tensor([0, 1, 2, 3]),
+                 mge.Tensor(np.zeros((4, 1), "float32")))
+    want = x.copy()
+    want[range(4), range(4)] = 0
+    np.testing.assert_array_equal(_np(y), want)
+    with pytest.raises(OpError, match=r"value must have shape \(4, 1\)"):  # (MegEngine raises too)
+        apply(builtin.IndexingSetOneHot(axis=1, ndim=2), mge.Tensor(x), mge.Tensor([0, 1, 2, 3]),
+              mge.Tensor(np.zeros((4,), "float32")))
+    with pytest.raises(IndexError, match="out of range"):
+        apply(builtin.IndexingOneHot(axis=1, ndim=2), mge.Tensor(x), mge.Tensor([0, 1, 2, 5]))
+
+
+def test_operator_node_config_record():
+    # MegEngine's test_imperative_rt.py test_basic_interface
+    from megxla.core._imperative_rt import OperatorNodeConfig
+    cf = OperatorNodeConfig()
+    cf.name, cf.dtype, cf.comp_node_arr = "megengine.core", "float32", ["xpux"]
+    assert cf.dtype == np.float32 and cf.comp_node == "xpux"
+    cf.comp_node_arr = ["xpux", "xpux:1"]
+    with pytest.raises(ValueError, match="invalid number of comp_node"):
+        cf.comp_node
+
+
 def test_builtin_diag_plane_subgraph_of_megengine_einsum():
     # MegEngine 1.13's functional/einsum.py diag_plane_subgraph: Linspace -> TypeCvt -> IndexingMultiAxisVec
     from megxla.core.tensor.utils import subgraph_fn

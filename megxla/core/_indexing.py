@@ -33,8 +33,8 @@ from ._tensor import Tensor
 from ._dispatch import apply, OpError, current_interpreter
 from .ops import indexing as P
 
-__all__ = ["IndexOutOfRange", "BadIndex", "check_index_tensor", "check_on_host", "getitem", "mask_indices", "setitem",
-           "parse"]
+__all__ = ["IndexOutOfRange", "BadIndex", "check_index_tensor", "check_on_host", "getitem", "incritem", "mask_indices",
+           "setitem", "parse"]
 
 _INT = (int, np.integer)
 # checked mode for traced steps (see the module docstring); megxla.config.checked_indexing sets it
@@ -714,3 +714,17 @@ def setitem(x, index, value):
         return apply(bound, x, as_tensor(value, x))
     spec, tensors = parse(x, index, "setitem")
     return apply(P.setitem.bind(spec=spec), x, as_tensor(value, x), *tensors)
+
+
+def incritem(x, index, value):
+    """The value of ``x`` after adding ``value`` at ``index`` (``value`` broadcast to the indexed shape, cast to
+    ``x``'s dtype), as one ``incritem`` op: unlike ``x[index] += value`` (a getitem, an add, a setitem), an index
+    repeated adds each of its values (MegEngine's ``IncrSubtensor`` / ``IndexingIncrMultiAxisVec``).
+
+    Example:
+        >>> incritem(Tensor([0, 0, 0]), Tensor([1, 1]), Tensor([5, 7])).numpy()
+        array([ 0, 12,  0], dtype=int32)
+    """
+    from ._elemwise_front import as_tensor
+    spec, tensors = parse(x, index, "setitem")
+    return apply(P.incritem.bind(spec=spec), x, as_tensor(value, x), *tensors)

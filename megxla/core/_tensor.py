@@ -137,6 +137,15 @@ def _scalar_str(v):
     return str(v)
 
 
+_FORMATS = ("default", "nchw", "nhwc")  # MegEngine's format names (its Format enum)
+
+
+def _check_format(value):
+    if value not in _FORMATS:
+        raise ValueError(f'Tensor: invalid format {value!r}; MegEngine knows only "default", "nchw" and "nhwc" '
+                         f'(megxla accepts and ignores them: XLA chooses memory layouts itself)')
+
+
 class Tensor:
     """A multi-dimensional array on a device, with MegEngine's semantics.
 
@@ -147,7 +156,8 @@ class Tensor:
         is_const: accepted for MegEngine compatibility.
         no_cache: accepted for MegEngine compatibility.
         name: the tensor's name (shown in trace errors and dumps).
-        format: memory format, only ``"default"`` is meaningful here.
+        format: MegEngine's memory format tag (``"default"``, ``"nchw"``, ``"nhwc"``): accepted and ignored,
+            XLA chooses layouts (see :attr:`format`).
 
     Example:
         >>> import megxla as mge
@@ -166,6 +176,8 @@ class Tensor:
     def __init__(self, data, dtype=None, device=None, is_const=False, no_cache=False, name=None,
                  format="default"):
         # (``data`` has no default, as MegEngine's ``Tensor.__init__``: ``Tensor()`` is a TypeError there)
+        if format != "default":  # (op results are made without __init__: this costs the dispatch nothing)
+            _check_format(format)
         if data is None:
             data = []
         if isinstance(data, Tensor):
@@ -272,7 +284,19 @@ class Tensor:
 
     @property
     def format(self):
+        """MegEngine's memory format tag: always ``"default"`` -- XLA chooses layouts itself, so a format given
+        (``Tensor(x, format="nhwc")``, ``x.format = "nhwc"``, ``amp.convert_tensor_format``) is accepted and
+        ignored (docs/differences.md); a name MegEngine does not know is an error.
+
+        Example:
+            >>> x = Tensor([[[[1.0]]]]); x.format = "nhwc"; x.format
+            'default'
+        """
         return "default"
+
+    @format.setter
+    def format(self, value):
+        _check_format(value)
 
     @property
     def qparams(self):

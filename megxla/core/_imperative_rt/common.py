@@ -1,5 +1,8 @@
-"""``megengine.core._imperative_rt.common``: where MegEngine's pickled files find ``CompNode`` (a device)."""
+"""``megengine.core._imperative_rt.common``: where MegEngine's pickled files find ``CompNode`` (a device), and the
+plain records MegEngine's runtime describes tensors and operators with (``TensorAttr``, ``OperatorNodeConfig``)."""
 from __future__ import annotations
+
+import numpy as np
 
 from ..dtypes import CompNode as _CompNode
 
@@ -49,3 +52,53 @@ class TensorAttr:
 
 
 __all__ += ["TensorAttr"]
+
+
+class OperatorNodeConfig:
+    """What MegEngine's graph builders give an operator besides its inputs: a ``name``, an output ``dtype`` and
+    the devices it runs on (``comp_node_arr``; ``comp_node`` reads or sets the one device, a ValueError when
+    there is not exactly one). A record only: megxla's ops take their device from their inputs.
+
+    Example:
+        >>> c = OperatorNodeConfig(); c.dtype = "float32"; c.comp_node_arr = ["xpux"]
+        >>> c.dtype, str(c.comp_node)
+        (dtype('float32'), 'xpux:0')
+        >>> c.comp_node_arr = ["xpux", "xpux:1"]; c.comp_node
+        Traceback (most recent call last):
+        ...
+        ValueError: invalid number of comp_node
+    """
+
+    __slots__ = ("name", "_dtype", "_comp_nodes")
+
+    def __init__(self):
+        self.name, self._dtype, self._comp_nodes = None, None, ()
+
+    @property
+    def dtype(self):
+        return self._dtype
+
+    @dtype.setter
+    def dtype(self, value):
+        self._dtype = None if value is None else np.dtype(value)
+
+    @property
+    def comp_node_arr(self):
+        return self._comp_nodes
+
+    @comp_node_arr.setter
+    def comp_node_arr(self, names):
+        self._comp_nodes = tuple(_CompNode(n) for n in names)
+
+    @property
+    def comp_node(self):
+        if len(self._comp_nodes) != 1:
+            raise ValueError("invalid number of comp_node")  # (MegEngine's text)
+        return self._comp_nodes[0]
+
+    @comp_node.setter
+    def comp_node(self, name):
+        self._comp_nodes = (_CompNode(name),)
+
+
+__all__ += ["OperatorNodeConfig"]

@@ -32,7 +32,7 @@ from . import elemwise as _E, indexing as _I, linalg as _L, random as _P, reduct
 __all__ = ["OpDef", "Elemwise", "ElemwiseMultiType", "Reduce", "TypeCvt", "GetVarShape", "Broadcast", "Reshape",
            "Concat", "Dimshuffle", "AddAxis", "RemoveAxis", "Identity", "CheckNonFinite", "FakeQuant", "TQT", "LSQ",
            "ParamPackConcat", "ParamPackSplit", "CollectiveComm", "MatrixMul", "BatchedMatrixMul", "Linspace",
-           "IndexingMultiAxisVec", "LAMBUpdate", "CondTake", "NMSKeep"]
+           "IndexingMultiAxisVec", "LAMBUpdate", "CondTake", "NMSKeep"]  # (+ the indexing ones, at the end)
 
 
 class OpDef:
@@ -1231,3 +1231,10 @@ class MultinomialRNG(_RNGOp):
 
 __all__ += ["UniformRNG", "GaussianRNG", "GammaRNG", "BetaRNG", "PoissonRNG", "ExponentialRNG", "PermutationRNG",
             "ShuffleRNG", "MultinomialRNG"]
+
+
+# The indexing descriptors (Subtensor, MeshIndexing...: fronts onto Tensor indexing) live in their own module, which
+# builds on OpDef above: imported last.
+from ._builtin_indexing import *  # noqa: E402,F401,F403
+from ._builtin_indexing import __all__ as _indexing_all  # noqa: E402
+__all__ += _indexing_all

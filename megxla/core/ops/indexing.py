@@ -98,6 +98,13 @@ def _setitem(x, value, *index_tensors, spec):
     return _set_at(x, value, index_tensors, _Index(spec, build_index))
 
 
+def _incritem(x, value, *index_tensors, spec):
+    # NOTE: a scatter-add, not setitem of ``x[index] + value``: an index repeated adds each of its values
+    # (MegEngine's IndexingIncrMultiAxisVec: ``x[[1, 1]] += v`` adds ``v[0] + v[1]`` to row 1), where setitem's
+    # last write wins. Its gradient is jax.vjp's: the output's gradient for ``x``, the gathered one for ``value``.
+    return x.at[build_index(spec, index_tensors)].add(cast(value, x.dtype))
+
+
 def _gather(x, index, *, axis):
     index = _wide(index)
     # The index may be smaller than x in the other dimensions (MegEngine accepts it): out takes index's shape,
@@ -140,6 +147,7 @@ def _mask_nonzero(mask, *, count):
 
 getitem = Primitive("getitem", _getitem)
 setitem = Primitive("setitem", _setitem)
+incritem = Primitive("incritem", _incritem)
 gather = Primitive("gather", _gather)
 scatter = Primitive("scatter", _scatter)
 indexing_one_hot = Primitive("indexing_one_hot", _indexing_one_hot)
