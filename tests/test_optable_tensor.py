@@ -6,6 +6,7 @@ import scipy.special as sps
 
 import megxla
 import megxla.functional as F
+from megxla.core._indexing import incritem
 from optable import (OpCase, check_forward, check_grad, check_compiled, check_auto_jit, params, f32, i32, boolean, positive,
                      reference_names, collect_tables)
 
@@ -419,6 +420,20 @@ add(OpCase("Tensor.__setitem__", *_setitem((slice(None), 0)), [i32(2, 3), const(
     OpCase("Tensor.__setitem__", lambda x, i, v: _set(x, (i, slice(1, 3)), v),
            lambda x, i, v: _set_ref(x, (i, slice(1, 3)), v), [f32(4, 3), _unique_idx(4, 2, axis=0), f32(2, 2)],
            label="tensor-index"))
+
+
+def _incr_ref(x, index, v):
+    y = x.copy()
+    np.add.at(y, index, v)
+    return y
+
+
+# The scatter-add primitive of MegEngine's IncrSubtensor / IndexingIncrMultiAxisVec descriptors (core.ops.builtin):
+# an index repeated adds each of its values (``x[i] += v`` would keep one)
+add(OpCase("core._indexing.incritem", lambda x, v: incritem(x, ([1, 0, 1],), v),
+           lambda x, v: _incr_ref(x, ([1, 0, 1],), v), [f32(3, 4), f32(3, 4)], label="repeated-rows"),
+    OpCase("core._indexing.incritem", lambda x, v: incritem(x, (slice(None), [2, 2]), v),
+           lambda x, v: _incr_ref(x, (slice(None), [2, 2]), v), [f32(3, 4), f32(3, 2)], label="repeated-columns"))
 
 
 def _set(x, index, v):
