@@ -28,11 +28,11 @@ Known limitations (XLA:CPU with gloo, jax 0.10.2; found by tests/test_distribute
       The optimization-barrier chain of ``core._spmd.ordered`` does not keep them apart on XLA:CPU (observed:
       the optimized HLO holds one all-reduce of both operands); identical programs are what keeps them paired.
     * Two disjoint groups running collectives at the same time were not tested beyond the above.
-    * Under auto-jit each process times its own steps (``jit._mode_timer``) and may run a step eagerly where
-      clusters are slower. Where two ranks chose differently, their optimizer updates would round differently
-      and data parallel's replicas drift apart in the last bits (the all-reduced gradients stay equal). Not
-      seen: a data-parallel ConvNet's ranks chose alike in 9 runs of 80 steps (their all-reduce keeps their
-      steps' times alike); ``MEGXLA_AUTO_JIT_STATIC_TIMER=0`` keeps a static step in clusters on every rank.
+    * Under auto-jit in a group of several processes, no step is timed to choose between clusters and eager
+      (``jit._mode_timer``): every rank runs its steps as clusters, as where one process finds eager faster for a
+      step it would run it eagerly. Timed per process, two ranks chose differently (1 run in 3 of a ConvNet with
+      ``clip_grad_norm``, no skew) and their updates rounded differently: the replicas drifted 3e-8 apart within
+      10 steps. A step eager would run faster (a detector's, whose clusters keep changing) runs slower in a group.
     * Sharded training (``fully_shard``, ``shard_optimizer``, ``parallelize``): the backward pass gathers a
       unit's parameters again (eagerly one unit's full parameters are alive at a time), but inside a compiled
       step XLA may merge that gather with the forward one (XLA:CPU does), keeping the full parameters from the

@@ -487,7 +487,8 @@ class _Guess:
             self.predicted = {s: made[s] for s in fresh_later}
         # (a warmup of 10: the first launched runs are slow -- their executable's first runs, a step timer's eager
         # probe between them --, and a comparison with them chose late launches where early ones were faster)
-        self.timer, self.eager_steps = ModeTimer(warmup=2 * ModeTimer.PROBE), None
+        # (both ways run the same program, so every process may choose for itself: same_numbers)
+        self.timer, self.eager_steps = ModeTimer(warmup=2 * ModeTimer.PROBE, same_numbers=True), None
         self.off = False
         self.precision = key[-1]
         if self.site is not None:

@@ -3,6 +3,14 @@
 Auto-jit gives one to each training step whose clusters keep running op by op (per ``opt.step()``), to each loop
 whose host reads cut it (read to read), and ``xla_trace`` to a step whose guards keep missing (per call). The clock
 leaves out JAX's one-time compile costs, which it counts process-wide from JAX's monitoring events.
+
+In a run of several processes (``jax.process_count() > 1``: a data-parallel group) a timer whose two modes may round
+differently chooses nothing: it runs clusters, in every process. Each process would time its own steps, and where two
+chose differently their optimizer updates rounded differently -- data parallel's replicas drifted apart in the last
+bits (a ConvNet with ``clip_grad_norm``, 2 ranks: 1 run in 3 with no skew at all, every run with one rank's clusters
+5 ms slower; see docs/design.md, "Auto-jit in a data-parallel group"). Agreeing on each choice across the ranks would
+need an exchange at a point every rank reaches, but whether a step gets a timer at all follows the rank's own data
+(how many of its ops ran op by op): no exchange point is certain, and a missed one is a hang.
 """
 from __future__ import annotations
 
@@ -41,6 +49,8 @@ class ModeTimer:
     ~13: eager chosen at 7 ms against 4.9 ms as clusters, and kept for the next 1000 steps; a loop reading every
     ~0.2 ms, 4 cold runs in 5: clusters kept at 1.3-1.6x eager's time). Used by a churning
     ``xla_trace`` step (per call) and by auto-jit (per ``opt.step()``, once its clusters keep running op by op).
+    ``same_numbers``: both modes compute the same bits (an early launch against a late one); unless they do, a timer
+    in a run of several processes runs clusters only (module doc).
 
     Example:
         >>> t = ModeTimer(); t.next_mode()      # True: run as clusters
@@ -68,7 +78,7 @@ class ModeTimer:
     # steps against 5 ms clusters, ~1-2 s a probe): probed every 50-200 steps, they cost more than the steps did.
     PROBE_BUDGET, MAX_EVERY = 0.05, 4000
 
-    def __init__(self, warmup=8, margin=0.0, every=None, drain=None):
+    def __init__(self, warmup=8, margin=0.0, every=None, drain=None, same_numbers=False):
         # eager is chosen only if faster by this fraction (0: whichever is faster; negative: clusters only if faster by
         # -margin)
         self.margin = margin
@@ -87,9 +97,15 @@ class ModeTimer:
         self.streak = 0  # steps in a row run in the latest mode
         self.next_probe = None  # the call that starts the next probe of the other mode (None: the end of the warmup)
         self.interval = 0  # steps from the latest probe's start to the next one's (0: no choice made yet)
+        # Clusters only, untimed: the modes may compute different bits (``same_numbers`` False: eager kernels against
+        # a compiled cluster), and other processes may hold replicas of what they compute (see the module doc).
+        # (Read once: a timer is made after ops ran, so JAX's runtime, which fixes the process count, has started.)
+        self.fixed = not same_numbers and jax.process_count() > 1
 
     def next_mode(self):
         """Whether the step starting now runs as clusters (True) or eagerly (False)."""
+        if self.fixed:
+            return True
         k, w, p = self.calls, self.warmup, self.PROBE
         if self.drain is not None and self.last is not None and not self.last[0] \
                 and (self.streak == 1 or self._mode(k, w, p)):

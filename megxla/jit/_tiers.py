@@ -14,11 +14,13 @@ the same numbers in every process in the same cache state. The wait is bounded, 
 or ``SWITCH_STEPS`` intervals between the quick executable's runs, whichever is longer. A compile that takes longer
 -- a 3,500-op unrolled LSTM step's took 47 s cold on 2 cores, and its switch step waited 46 s where eager steps
 take 0.1 s -- leaves the quick executable running, and the optimized one takes over at the first run after it is
-ready: there only, the run it switches at depends on the load. Once the optimized executable exists (in JAX's persistent
-cache), ``on_optimized`` lets ``_persist`` mark the kept program: a warm start compiles -- loads -- the optimized
-executable at once, with no quick tier. The quick executable is kept in JAX's cache too (~0.4 s of a cold first
-step): a program that stops before its cluster's optimized compile -- a script under development failing after its
-first step -- loads it on its next start instead of compiling it again (~2 s).
+ready: there only, the run it switches at depends on the load -- not in a run of several processes, where the
+switch waits for it however long it takes (replicas of a data-parallel group switch at the same run). Once the
+optimized executable exists (in JAX's persistent cache), ``on_optimized`` lets ``_persist`` mark the kept program: a
+warm start compiles -- loads -- the optimized executable at once, with no quick tier. The quick executable is kept
+in JAX's cache too (~0.4 s of a cold first step): a program that stops before its cluster's optimized compile -- a
+script under development failing after its first step -- loads it on its next start instead of compiling it again
+(~2 s).
 
 Compiled cold, the quick tier is up to ``MAX_PARTS`` executables of consecutive slices of the cluster's ops
 (``compile_parts``): XLA:CPU's quick compile runs on one core, so each part compiles on a thread of its own while the
@@ -411,7 +413,9 @@ class _Tiered:
         if self.runs == SWITCH_RUN:
             t0 = time.perf_counter()
             interval = (t0 - self.started) / max(1, self.runs - self.start_run)
-            self.thread.join(max(SWITCH_WAIT, SWITCH_STEPS * interval))
+            # (no bound where several processes run: there the run that switches would follow each one's load, and
+            # data parallel's replicas would run different executables at one step -- and round apart)
+            self.thread.join(None if jax.process_count() > 1 else max(SWITCH_WAIT, SWITCH_STEPS * interval))
             self.waited = time.perf_counter() - t0
         if self.thread.is_alive():  # (a long compile: the quick executable runs on until it is done)
             return
