@@ -2562,7 +2562,7 @@ def _choose_mode(loc, site):
         st[9] = True
         _warm_eager_kernels(loc)
     loc.paused = paused
-    loc.kernel_plan = None if st[9] else []
+    loc.kernel_plan = None if st[9] or timer.fixed else []  # (fixed: no eager step to compile ahead for)
     if loc.paused:
         s.eager_steps += 1
         if not timer.best and not st[5]:
