@@ -7,10 +7,10 @@ leaves out JAX's one-time compile costs, which it counts process-wide from JAX's
 In a run of several processes (``jax.process_count() > 1``: a data-parallel group) a timer whose two modes may round
 differently chooses nothing: it runs clusters, in every process. Each process would time its own steps, and where two
 chose differently their optimizer updates rounded differently -- data parallel's replicas drifted apart in the last
-bits (a ConvNet with ``clip_grad_norm``, 2 ranks: 1 run in 3 with no skew at all, every run with one rank's clusters
-5 ms slower; see docs/design.md, "Auto-jit in a data-parallel group"). Agreeing on each choice across the ranks would
-need an exchange at a point every rank reaches, but whether a step gets a timer at all follows the rank's own data
-(how many of its ops ran op by op): no exchange point is certain, and a missed one is a hang.
+bits (a ConvNet with ``clip_grad_norm``, 2 ranks: 1 run in 3 with no skew at all, 2 in 2 with one rank's clusters
+5 ms slower; see docs/design.md, "Timing choices in a data-parallel group"). Agreeing on each choice across the
+ranks would need an exchange at a point every rank reaches, but whether a step gets a timer at all follows the rank's
+own data (how many of its ops ran op by op): no exchange point is certain, and a missed one is a hang.
 """
 from __future__ import annotations
 
