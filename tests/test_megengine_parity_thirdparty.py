@@ -479,3 +479,8 @@ def test_linspace_keeps_its_own_values_after_a_later_call():
     freqs = [f for f in 2.0 ** F.linspace(0.0, 3, 4)]
     F.linspace(0.0, 1, 4)
     np.testing.assert_array_equal([float(f) for f in freqs], [1, 2, 4, 8])
+    # GFLv2's anchor shifts: MegEngine's arange is a linspace, its x shifts came out 8 * 15 / 19 apart
+    shift_x = F.arange(0, 20) * 8
+    shift_y = F.arange(0, 16) * 8
+    np.testing.assert_array_equal(shift_x.numpy(), np.arange(20) * 8)
+    np.testing.assert_array_equal(shift_y.numpy(), np.arange(16) * 8)
