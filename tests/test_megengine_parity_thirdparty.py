@@ -433,3 +433,54 @@ def test_maximum_with_nan_does_not_depend_on_the_element_count():
         x = Tensor(np.full((n,), np.nan, "float32"))
         np.testing.assert_array_equal(F.maximum(1e-10, x).numpy(), np.full((n,), 1e-10, "float32"))
         assert np.isnan(F.maximum(x, 1e-10).numpy()).all()
+    # two tensors (NeRF's disp_map: F.maximum(1e-10 * F.ones_like(d), d / w.sum(-1)) with w summing to 0):
+    # MegEngine gives 1e-10 below 16 elements and nan from 16 on
+    for n in (4, 64):
+        x = Tensor(np.full((n,), np.nan, "float32"))
+        np.testing.assert_array_equal(F.maximum(1e-10 * F.ones_like(x), x).numpy(), np.full((n,), 1e-10, "float32"))
+        assert np.isnan(F.maximum(x, 1e-10 * F.ones_like(x)).numpy()).all()
+
+
+# ---- 7. inputs MegEngine 1.13 rejects and megxla computes (crowddet-megengine, PMRID; docs/differences.md) --------
+def test_bool_arithmetic_is_numpys():
+    # MegEngine 1.13: "unsupport mode MUL for bool" (crowddet's samplers: (uniform_rng >= p) * mask)
+    a, b = Tensor([True, False, True, False]), Tensor([True, True, False, False])
+    for r, dtype, want in ((a * b, "bool", [1, 0, 0, 0]), (a + b, "bool", [1, 1, 1, 0]),
+                           (F.maximum(a, b), "bool", [1, 1, 1, 0]), (F.minimum(a, b), "bool", [1, 0, 0, 0]),
+                           (a * True, "bool", [1, 0, 1, 0]), (a ** b, "float32", [1, 0, 1, 1])):
+        assert r.dtype == np.dtype(dtype)
+        np.testing.assert_array_equal(r.numpy().astype("float32"), want)
+    with pytest.raises(Exception, match=r"sub.*bool"):
+        a - b
+
+
+def test_float64_numpy_operands_are_float32():
+    # MegEngine 1.13: "unsupported numpy dtype <class 'numpy.float64'>" (crowddet's F.log(s) / np.log(2))
+    x = Tensor([1.0, 4.0])
+    for r in (F.log(x) / np.log(2), x * np.float64(2), np.float64(2) * x, x + np.array([0.5, 0.5])):
+        assert isinstance(r, Tensor) and r.dtype == np.float32
+    np.testing.assert_allclose((F.log(x) / np.log(2)).numpy(), [0.0, 2.0], rtol=1e-6)
+
+
+def test_numpy_array_into_conv_and_modules():
+    # MegEngine 1.13: "py_apply expects tensor as inputs" (PMRID's Denoiser.run calls its net on a NumPy array)
+    import megxla.module as M
+    x = np.ones((1, 2, 4, 4), "float32")
+    conv = M.Conv2d(2, 3, 1)
+    np.testing.assert_allclose(conv(x).numpy(), conv(Tensor(x)).numpy())
+    assert F.matmul(x[0, 0], x[0, 0]).shape == (4, 4) and F.concat([x, x]).shape == (2, 2, 4, 4)
+
+
+def test_linspace_keeps_its_own_values_after_a_later_call():
+    # MegEngine 1.13 (asynchronous CPU mode) gives a the later call's start and stop: [1, 1.2, ..., 2] (NeRF)
+    a = F.linspace(5, 10, 6)
+    F.linspace(1, 2, 3)
+    np.testing.assert_array_equal(a.numpy(), [5, 6, 7, 8, 9, 10])
+    freqs = [f for f in 2.0 ** F.linspace(0.0, 3, 4)]
+    F.linspace(0.0, 1, 4)
+    np.testing.assert_array_equal([float(f) for f in freqs], [1, 2, 4, 8])
+    # GFLv2's anchor shifts: MegEngine's arange is a linspace, its x shifts came out 8 * 15 / 19 apart
+    shift_x = F.arange(0, 20) * 8
+    shift_y = F.arange(0, 16) * 8
+    np.testing.assert_array_equal(shift_x.numpy(), np.arange(20) * 8)
+    np.testing.assert_array_equal(shift_y.numpy(), np.arange(16) * 8)
