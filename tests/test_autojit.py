@@ -240,6 +240,31 @@ def test_changing_shapes_compile_a_bounded_number_and_warn_once(auto_jit):
     assert "test_autojit.py" in line and "(`exp`): input 1 is float32[29], was float32[28] -- " in change, change
 
 
+@pytest.mark.parametrize("auto", [False, True], ids=["eager", "auto_jit"])
+def test_an_op_bound_anew_every_step_keeps_a_bounded_number_of_eager_kernels(monkeypatch, request, auto):
+    """A clip bound annealed every step binds a new op every step, each compiling its own eager kernel: they were
+    all kept (a dropout rate annealed so: ~1.2 MB a step, 350 MB in 300 steps, eager and auto-jit alike). Past
+    MAX_KERNELS the kernels not asked for since the last sweep go; the hot ones stay (not compiled again)."""
+    from megxla.core import _op
+    monkeypatch.setattr(_op, "MAX_KERNELS", 16, raising=False)
+    monkeypatch.setattr(_op, "_kernels", [], raising=False)
+    monkeypatch.setattr(_op, "_kernels_limit", [16], raising=False)
+    if auto:
+        request.getfixturevalue("auto_jit")
+    x = mge.Tensor(np.arange(-3, 3, dtype="float32"))
+    hot = _op.PRIMITIVES["clip"].bind(lower=-1.5, upper=1.5)
+    first = None
+    bounds = [1.0 + k / 1024 + (0.5 if auto else 0.25) for k in range(100)]  # (none bound before)
+    for u in bounds:
+        y = F.clip(F.clip(x, -1.5, 1.5) * u, -u, u)
+        np.testing.assert_allclose(y.numpy(), np.clip(np.clip(np.arange(-3, 3), -1.5, 1.5) * u, -u, u), rtol=1e-6)
+        first = first or hot._kernel
+    kept = [u for u in bounds if _op.PRIMITIVES["clip"].bind(lower=-u, upper=u)._kernel is not None]
+    assert len(kept) <= 16, len(kept)
+    if not auto:  # (under auto-jit the hot clip runs inside clusters, its kernel traced into them)
+        assert hot._kernel is first is not None
+
+
 def test_what_changed_between_clusters_in_words():
     x, w = mge.Tensor(np.ones(3, "float32")), mge.Tensor(np.ones(3, "float32"))
 

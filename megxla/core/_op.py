@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import math
 import os
+import threading
 import weakref
 
 import jax
@@ -222,7 +223,7 @@ class Op:
     """A primitive bound to static parameters: hashable, compared by identity (ops are interned)."""
 
     __slots__ = ("prim", "params", "name", "multiple_results", "transient", "_kernel", "_fn", "_derived",
-                 "_options", "_nested", "__weakref__")
+                 "_options", "_nested", "_used", "__weakref__")
 
     def __init__(self, prim, params):
         self.prim = prim
@@ -235,6 +236,7 @@ class Op:
         self._derived = {}  # ops of other primitives parameterised by this transient op (its vjp)
         self._options = _UNKNOWN  # the eager kernel's compiler options (see kernel_options)
         self._nested = None  # the kernel without them, where it has some (see nested_kernel)
+        self._used = False  # its kernel was asked for since the last sweep of the kept kernels (_sweep_kernels)
 
     @property
     def fn(self):
@@ -256,9 +258,11 @@ class Op:
         :class:`~megxla.core._dispatch.OutOfMemoryError` instead of reaching XLA (which aborts the process
         when a size overflows int64).
         """
+        self._used = True
         k = self._kernel
         if k is None and self.prim.eager_kernel is not None:
             k = self._kernel = self.prim.eager_kernel(**dict(self.params))
+            _keep_kernel(self, k)
         if k is None:
             fn = self.fn
             ref = weakref.ref(self)  # no op <-> kernel cycle: a transient op is freed when its owner drops it
@@ -274,6 +278,7 @@ class Op:
             k = self._kernel = jax.jit(checked, compiler_options=options) if options else jax.jit(checked)
             if options:
                 self._nested = jax.jit(checked)
+            _keep_kernel(self, k)
         return k
 
     @property
@@ -322,6 +327,55 @@ class Op:
 
     def __reduce__(self):  # ops pickle as (primitive name, params) so traces can be saved
         return (_op_from_name, (self.name, self.params))
+
+
+# Ops are interned per parameter values, and each compiles its own eager kernel (XLA executables per input type): a
+# program binding a new value every step -- a dropout rate or a clip bound annealed each step, a leaky slope drawn at
+# random -- compiled a kernel per step and kept them all (dropout: ~1.2 MB each, 300 steps 350 MB, eager and
+# auto-jit alike). The kernels are kept on a clock: past MAX_KERNELS, a sweep drops those not asked for since the
+# sweep before (compiled again if ever called); a program's working set -- asked for between two sweeps -- stays.
+MAX_KERNELS = 256
+_kernels: list = []  # [(weak reference to an op, the kernel it made)], in the order they were made
+# the length past which the next sweep runs: half MAX_KERNELS more than the last one kept (a program binding a new op
+# every step then holds between MAX_KERNELS / 2 and MAX_KERNELS kernels)
+_kernels_limit = [MAX_KERNELS]
+_kernels_lock = threading.Lock()
+
+
+def _keep_kernel(op, kernel):
+    """(``Op.kernel``) Note ``op``'s new eager kernel; past the limit, sweep. Transient ops' kernels go with them."""
+    if op.transient:
+        return
+    with _kernels_lock:
+        _kernels.append((weakref.ref(op), kernel))
+        if len(_kernels) > _kernels_limit[0]:
+            _sweep_kernels()
+
+
+def _sweep_kernels():
+    """Drop the eager kernels not asked for since the last sweep (their ops make them again when called).
+
+    Example:
+        >>> op = PRIMITIVES["add"].bind()
+        >>> _ = op.kernel
+        >>> with _kernels_lock:
+        ...     _sweep_kernels()  # (asked for since the last sweep: kept)
+        ...     _sweep_kernels()  # (not since: dropped)
+        >>> op._kernel is None
+        True
+    """
+    kept = []
+    for ref, kernel in _kernels:
+        op = ref()
+        if op is None or op._kernel is not kernel:  # (freed, or its kernel replaced: a trace's graph op)
+            continue
+        if op._used:
+            op._used = False
+            kept.append((ref, kernel))
+        else:
+            op._kernel = op._nested = None
+    _kernels[:] = kept
+    _kernels_limit[0] = len(kept) + MAX_KERNELS // 2
 
 
 _MEMORY_LIMIT = {}
