@@ -60,7 +60,8 @@ def _host_int(op, v, what):
 
 class _ItemsOp(OpDef):
     """The indexing descriptors' common part: inputs ``(x, *index tensors)`` (``(x, value, *index tensors)`` for
-    the ``Set`` / ``Incr`` variants)."""
+    the ``Set`` / ``Incr`` variants). Each family gives ``_index(x, by_axis)``: the Python index of ``x`` its decoded
+    items make."""
 
     _params = ("items",)
     _nin = (1, 1 << 30)
@@ -104,9 +105,6 @@ class _ItemsOp(OpDef):
             raise OpError(f"{self!r}: {len(rest)} input tensor(s) more than the items use")
         return by_axis
 
-    def _index(self, x, by_axis):  # -> a Python index of x
-        raise NotImplementedError
-
     def _apply(self, inputs):
         self._check(inputs)
         x = inputs[0]
@@ -142,7 +140,8 @@ class _SubtensorBase(_ItemsOp):
                 if i.size != 1 or i.dtype.kind not in "iu":
                     raise OpError(f"{self!r}: the index of axis {a} must be one integer, got a {i.dtype} tensor of "
                                   f"shape {i.shape}")
-                return _apply(_S.reshape.bind(shape=()), i) if i.ndim else i  # (a 0-d index tensor indexes as the int, its axis removed)
+                # (a 0-d index tensor indexes as the int, its axis removed)
+                return _apply(_S.reshape.bind(shape=()), i) if i.ndim else i
             return int(i)
         return _axes(by_axis, {"s": lambda a, s: s, "i": one})
 
