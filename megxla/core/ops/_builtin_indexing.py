@@ -33,21 +33,11 @@ from .._tensor import Tensor
 from .._dispatch import apply as _apply, OpError
 from .. import _indexing
 from . import indexing as _I, shape as _S
-from .builtin import OpDef
+from .builtin import OpDef, _norm_items
 
 __all__ = ["Subtensor", "SetSubtensor", "IncrSubtensor", "IndexingSetMultiAxisVec", "IndexingIncrMultiAxisVec",
            "MeshIndexing", "SetMeshIndexing", "IncrMeshIndexing", "BatchedMeshIndexing", "BatchedSetMeshIndexing",
            "BatchedIncrMeshIndexing", "IndexingOneHot", "IndexingSetOneHot"]
-
-
-def _norm_items(name, items):
-    norm = []
-    for it in items:
-        it = tuple(it)
-        if len(it) != 5:
-            raise ValueError(f"{name}: an item is (axis, begin, end, step, idx), got {it!r}")
-        norm.append((int(it[0]),) + tuple(bool(f) for f in it[1:]))
-    return tuple(norm)
 
 
 def _host_int(op, v, what):

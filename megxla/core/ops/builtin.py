@@ -35,6 +35,17 @@ __all__ = ["OpDef", "Elemwise", "ElemwiseMultiType", "Reduce", "TypeCvt", "GetVa
            "IndexingMultiAxisVec", "LAMBUpdate", "CondTake", "NMSKeep"]  # (+ the indexing ones, at the end)
 
 
+def _norm_items(name, items):
+    """MegEngine's indexing items ``(axis, begin, end, step, idx)`` as a hashable tuple of ``(int, bool x 4)``."""
+    norm = []
+    for it in items:
+        it = tuple(it)
+        if len(it) != 5:
+            raise ValueError(f"{name}: an item is (axis, begin, end, step, idx), got {it!r}")
+        norm.append((int(it[0]),) + tuple(bool(f) for f in it[1:]))
+    return tuple(norm)
+
+
 class OpDef:
     """Base of the builtin op descriptors: parameters as attributes, compared and hashed by value."""
 
@@ -824,13 +835,7 @@ class IndexingMultiAxisVec(OpDef):
     _nin = (1, 1 << 30)
 
     def __init__(self, items=(), **params):
-        norm = []
-        for it in items:
-            it = tuple(it)
-            if len(it) != 5:
-                raise ValueError(f"IndexingMultiAxisVec: an item is (axis, begin, end, step, idx), got {it!r}")
-            norm.append((int(it[0]),) + tuple(bool(f) for f in it[1:]))
-        super().__init__(items=tuple(norm), **params)
+        super().__init__(items=_norm_items(type(self).__name__, items), **params)
 
     def _apply(self, inputs):
         self._check(inputs)
