@@ -178,7 +178,9 @@ def test_network_paths():
     from megxla.utils.network_node import VarNode, OpNode
     from megxla.core.tensor.megbrain_graph import VarNode as GV, OpNode as GO
     assert set_symbolic_shape(False) is False
-    assert VarNode is GV and OpNode is GO
+    # a loaded graph's nodes count as network nodes (MegEngine's Network.load gives network_node's classes); a
+    # hand-built network's variables are Tensors (tests/test_varnode_graph.py)
+    assert issubclass(GV, VarNode) and issubclass(GO, OpNode) and issubclass(VarNode, mge.Tensor)
 
 
 # ---- module pickles carry MegEngine's attribute set (test_module.py::test_module_compatible) ---------------------

@@ -169,7 +169,7 @@ def test_external_convert_is_always_on():
 
 
 @pytest.mark.parametrize("module", ["megxla.core.tensor.megbrain_graph", "megxla.utils.comp_graph_tools",
-                                    "megxla.utils.network"])
+                                    "megxla.utils.network", "megxla.utils.network_node"])
 def test_docstring_examples_run(module):
     import importlib
     mod = importlib.import_module(module)

@@ -2,7 +2,9 @@
 
 Eager execution calls the op's cached ``jax.jit`` kernel. Two kinds of observers hook in here and nowhere
 else: gradient recorders (``GradManager``, which append data records to their tape) and an interpreter
-(``jit`` tracing / replaying), which may replace the eager computation altogether.
+(``jit`` tracing / replaying), which may replace the eager computation altogether. A hand-built graph
+(``utils.network.Network``, found through ``core._registry.GRAPH_BUILDER``) records the ops applied to its
+variables, which are computed as any others.
 
 Both are per thread: a GradManager recording or a trace being recorded in one thread does not see, or
 change, the eager ops another thread runs at the same time.
@@ -25,6 +27,7 @@ from ._tensor import Tensor
 from ._spmd import MeshRequired, SpmdFunction, raise_peer_failure as _raise_peer_failure
 from .dtypes import LOGICAL as _LOGICAL, logical_node as _logical_node
 from ._lazy import COLLECT as _COLLECT, FLUSH as _FLUSH
+from ._registry import GRAPH_BUILDER as _GRAPH
 from . import _interrupt
 from ._interrupt import KERNEL_HELD as _KERNEL_HELD, unstick as _unstick
 from _thread import get_ident as _get_ident
@@ -230,7 +233,11 @@ def eager_apply(op, inputs):
 
 
 def apply(op, *inputs):
-    """Apply ``op`` to Tensors; returns a Tensor, or a tuple of Tensors for multi-result ops."""
+    """Apply ``op`` to Tensors; returns a Tensor, or a tuple of Tensors for multi-result ops.
+
+    Where some inputs are variables of a hand-built graph (``utils.network.Network``), the op is computed as ever
+    and the graph records it: its outputs become variables of that graph (``core._registry.GRAPH_BUILDER``)."""
+    graph = _GRAPH[0](op, inputs) if _GRAPH[0] is not None else None  # (first: two graphs' inputs raise here)
     if _active:  # some thread has an observer: look at this thread's
         st = _tls.s
         interp = st.interpreters[-1]
@@ -244,6 +251,8 @@ def apply(op, *inputs):
         outputs = _compute(op, inputs)
     if _LOGICAL[0]:  # (a list cell read: free until some tensor has a logical device of its own)
         pass_node(inputs, outputs)
+    if graph is not None:
+        graph._applied(op, inputs, outputs)
     return outputs if op.multiple_results else outputs[0]
 
 

@@ -22,6 +22,9 @@ import time:
 * **kernel compiler** (:func:`register_kernel_compiler` / :func:`kernel_compiler`): compiles eager kernels ahead on
   worker threads (``jit._kernels_ahead``), for a GradManager's eager backward walk, whose gradient ops are known
   before it runs them.
+* **graph builder** (:func:`register_graph_builder`, read by ``apply`` from :data:`GRAPH_BUILDER`; :func:`graph_of`):
+  the function that finds the hand-built graph (``utils.network.Network``) an op's inputs are variables of, so
+  the graph records what is applied to them.
 
 Example:
     >>> from megxla.core import _registry
@@ -32,7 +35,8 @@ from __future__ import annotations
 
 __all__ = ["register_implicit_state", "implicit_state", "register_state_walker", "state_walker",
            "bump_epoch", "epoch", "set_grad_gate", "grad_gate", "register_callback_runner", "callback_runners",
-           "register_context", "context_key", "register_kernel_compiler", "kernel_compiler"]
+           "register_context", "context_key", "register_kernel_compiler", "kernel_compiler", "register_graph_builder",
+           "GRAPH_BUILDER", "graph_of"]
 
 # ---- implicit state ---------------------------------------------------------------------------------------
 _IMPLICIT: dict = {}
@@ -231,3 +235,38 @@ def kernel_compiler():
         True
     """
     return _KERNEL_COMPILER[0]
+
+
+# ---- hand-built graphs ------------------------------------------------------------------------------------------
+# NOTE: a list cell that ``apply`` reads on every call (one index and a None test): it stays None until the first
+# variable of a hand-built graph exists, so eager code that never builds one pays nothing else.
+GRAPH_BUILDER: list = [None]
+
+
+def register_graph_builder(find):
+    """Register ``find(op, inputs) -> graph | None``: the hand-built graph whose variables are among ``inputs``
+    (None when none is; an error naming the op when they belong to two graphs), which ``apply`` calls before
+    computing ``op`` and whose ``_applied(op, inputs, outputs)`` it calls after, to record the operator and make
+    the outputs variables of that graph. ``utils.network`` registers it when it makes its first variable.
+
+    Example:
+        >>> saved = GRAPH_BUILDER[0]; register_graph_builder(None); GRAPH_BUILDER[0] is None
+        True
+        >>> register_graph_builder(saved)
+    """
+    GRAPH_BUILDER[0] = find
+
+
+def graph_of(what, *tensors):
+    """The hand-built graph whose variables are among ``tensors`` (None when none is; ``what`` names the caller
+    in the error for two graphs). A function that computes part of its result on the host (not by ops) asks, so
+    that for graph variables it computes by ops, which the graph records; the graph's ``_constant(tensor)`` makes
+    a Tensor a constant variable of it.
+
+    Example:
+        >>> from megxla import Tensor
+        >>> graph_of("example", Tensor([1.0])) is None
+        True
+    """
+    find = GRAPH_BUILDER[0]
+    return None if find is None else find(what, tensors)

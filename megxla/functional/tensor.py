@@ -11,7 +11,7 @@ import numpy as np
 
 from ..core._tensor import Tensor, keep_qparams, QPARAMS_SEEN as _QPARAMS_SEEN
 from ..core._dispatch import apply as _apply, OpError, current_interpreter
-from ..core import _lazy
+from ..core import _lazy, _registry
 from ..core._indexing import check_index_tensor, mask_indices
 from ..core._elemwise_front import as_tensor as _t, BINARY as _B, UNARY as _U, _scalar
 from ..core import dtypes as _dtypes
@@ -1154,7 +1154,8 @@ def cond_take(mask, x):
         # the indexing below reads the mask, as eagerly
         m = reshape(mask if mask.dtype == np.bool_ else _B["eq"](mask, 1), (-1,))
         return reshape(x, (-1,))[m], _iota(m.shape[0])[m]
-    if current_interpreter() is None:
+    if current_interpreter() is None and _registry.graph_of("cond_take", mask, x) is None:
+        # (a hand-built graph's variables take the ops below, so that the graph records how idx came from mask)
         m = mask.numpy()
         m = m if m.dtype == np.bool_ else m == 1
         idx = Tensor(np.flatnonzero(m).astype(np.int32))

@@ -23,7 +23,8 @@ from typing import Dict, List, Union
 
 import numpy as np
 
-from ..core.tensor.megbrain_graph import OpNode, VarNode, load_graph
+from ..core.tensor.megbrain_graph import load_graph
+from .network_node import OpNode, VarNode  # (a loaded graph's nodes and a hand-built network's)
 
 __all__ = ["get_dep_vars", "get_owner_opr_inputs", "get_owner_opr_type", "get_opr_type", "graph_traversal",
            "get_oprs_seq", "find_vars_by_name", "GraphInference", "load_graph"]

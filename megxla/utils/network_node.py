@@ -1,20 +1,196 @@
-"""``megengine.utils.network_node``: the node classes of a loaded graph (:class:`VarNode`, :class:`OpNode`).
+"""``megengine.utils.network_node``: the variables (:class:`VarNode`) and operators (:class:`OpNode`) of a network.
 
-MegEngine's module also holds one editable node class per operator type, for building and rewriting MegBrain
-graphs by hand. megxla's graphs are what ``jit.trace`` records and dumps (a compiled XLA module with a
-read-only view, see :mod:`megxla.utils.network`), so only the view's node classes live here: code that checks
-``isinstance(x, VarNode)`` or walks a :class:`~megxla.utils.network.Network` imports them from this path.
+A network built by hand (:class:`~megxla.utils.network.Network`: ``make_const``, then functional calls and Tensor
+operators on its variables) has variables that are Tensors. Every op ``apply`` computes on them is recorded in the
+network as an :class:`OpNode` -- MegEngine's operator type and name, the op's parameters, its input and output
+variables -- and its results are variables of the same network: the graph is data a program can walk
+(``var.owner.inputs``, ``net.all_oprs``). Values are computed as the graph is built (MegEngine computes them when
+the graph is compiled and executed), so ``var.numpy()`` reads one at once.
+
+A loaded graph's variables and operators (:mod:`megxla.core.tensor.megbrain_graph`, read from a ``trace.dump``)
+hold no values; they count as ``VarNode`` / ``OpNode`` here too (``isinstance``), as MegEngine's ``Network.load``
+gives this module's classes.
 
 Example:
-    >>> import io, megxla as mge
-    >>> from megxla.jit import trace
+    >>> import numpy as np
     >>> from megxla.utils.network import Network
-    >>> f = trace(lambda x: x + 1, symbolic=True, capture_as_const=True)
-    >>> _ = f(mge.Tensor([1.0]))
-    >>> buf = io.BytesIO(); _ = f.dump(buf); _ = buf.seek(0)
-    >>> all(isinstance(v, VarNode) for v in Network.load(buf).all_vars)
-    True
+    >>> net = Network()
+    >>> x = net.make_const(np.array([1.0, 2.0], "float32"), name="x")
+    >>> y = x * 2 + 1
+    >>> isinstance(y, VarNode), y.numpy()
+    (True, array([3., 5.], dtype=float32))
+    >>> y.owner.type, [v.owner.type for v in y.owner.inputs]
+    ('Elemwise', ['Elemwise', 'ImmutableTensor'])
 """
-from ..core.tensor.megbrain_graph import OpNode, VarNode
+from __future__ import annotations
 
-__all__ = ["VarNode", "OpNode"]
+import abc
+import itertools
+
+from ..core._lazy import Lazy
+from ..core._tensor import Tensor
+from ..core.tensor import megbrain_graph as _G
+
+__all__ = ["NetworkNode", "VarNode", "OpNode"]
+
+_ids = itertools.count(1)  # variables' and operators' ids: unique in the process, as MegBrain's are in a graph
+_new = object.__new__
+
+
+class NetworkNode:
+    """Base of :class:`VarNode` and :class:`OpNode`, as MegEngine's."""
+
+    __slots__ = ()
+
+
+class VarNode(NetworkNode, Tensor, metaclass=abc.ABCMeta):
+    """A variable of a :class:`~megxla.utils.network.Network`: a Tensor holding its value, with the operator that
+    produced it (``owner``), the operators that read it (``users``), a ``name`` unique in the network and an
+    ``id``. ``VarNode(var)`` is another Python object for the same variable (MegEngine's test helpers copy
+    variables so).
+
+    The functional API takes a VarNode wherever it takes a Tensor; an op on variables of one network gives
+    variables of that network (a Tensor among the inputs becomes an ``ImmutableTensor`` operator of it), on
+    variables of two networks it raises. Rebinding a variable in place (``y += x``, ``x[i] = v``,
+    ``x.set_value(v)``) makes it the new result; the graph keeps the old value where it was read.
+
+    Example:
+        >>> import numpy as np
+        >>> from megxla.utils.network import Network
+        >>> net = Network()
+        >>> a = net.make_const(np.arange(3, dtype="float32"), name="a")
+        >>> b = a.sum()
+        >>> b.name, b.owner.type, b.owner.inputs[0] is a, b.numpy()
+        ('REDUCE_SUM', 'Reduce', True, array(3., dtype=float32))
+    """
+
+    __slots__ = ()  # (a Tensor's layout: an op's result Tensor becomes a VarNode in place, see Network._applied)
+    # graph facts, kept in the instance ``__dict__`` Tensor has; the class defaults are those of no network
+    _net = None  # the Network
+    _owner = None  # the OpNode producing the value
+    _var_id = None  # the variable's id: objects for one variable (``VarNode(var)``, a rebound one) share it
+    _users = None  # the OpNodes reading the variable (one list for all its objects)
+
+    def __init__(self, var, *, owner_opr=None, name=None):
+        if type(var) is not VarNode or var._net is None:
+            raise TypeError(f"VarNode(var): var must be a variable of a Network (its .var), got {type(var).__name__}; "
+                            f"make variables with Network.make_const")
+        _alias(var, self)
+        if owner_opr is not None:
+            self._owner = owner_opr
+        if name is not None:
+            self._name = name
+
+    @property
+    def var(self):
+        """The graph variable (MegEngine's MegBrain variable): here the variable itself."""
+        return self
+
+    @property
+    def network(self):
+        return self._net
+
+    @property
+    def graph(self):
+        """The network's graph: ``OutputNode(var)`` and ``var.graph.compile(outputs).execute()`` read values."""
+        return None if self._net is None else self._net.graph
+
+    @property
+    def owner(self):
+        """The :class:`OpNode` that produces this variable."""
+        return self._owner
+
+    @owner.setter
+    def owner(self, opr):
+        self._owner = opr
+
+    def set_owner_opr(self, owner_opr):
+        self._owner = owner_opr
+
+    @property
+    def users(self):
+        """The :class:`OpNode` s that read this variable."""
+        if self._users is None:
+            self._users = []
+        return self._users
+
+    @property
+    def id(self):
+        if self._var_id is None:
+            self._var_id = next(_ids)
+        return self._var_id
+
+    def _reset(self, other):
+        # NOTE: ``+=``, ``x[i] = v`` and ``set_value`` rebind the Tensor object; the graph must keep what it recorded,
+        # so its places for this object take a copy holding the old value first (Network._rebinding)
+        net = self._net
+        if net is None:
+            return super()._reset(other)
+        return net._rebinding(self, other, super()._reset)
+
+    def __repr__(self):
+        return "VarNode:" + self.name
+
+    def __copy__(self):
+        return VarNode(self)
+
+    def __deepcopy__(self, memo):  # (a copy of the value, not a variable: a graph is not copied with one variable)
+        return Tensor(self.numpy(), dtype=self.dtype, device=getattr(self, "_lnode", None))
+
+
+def _alias(src, dst):
+    """Make ``dst`` (a VarNode object) another object for ``src``'s variable: its value and graph facts."""
+    dst._data, dst._vid, dst._grad, dst._name = src._data, src._vid, None, src._name
+    for slot in ("_lnode", "_qparams"):
+        v = getattr(src, slot, None)
+        if v is not None:
+            setattr(dst, slot, v)
+    if type(dst._data) is Lazy:  # (an auto-jit cluster's pending value: this object gets it too)
+        dst._data.hold(dst)
+    dst._net, dst._owner, dst._var_id, dst._users = src._net, src._owner, src.id, src.users
+    return dst
+
+
+def _new_var(net, tensor, owner, name):
+    """A new VarNode object for ``tensor``'s value, produced by ``owner`` in ``net``."""
+    v = _new(VarNode)
+    v._data, v._vid, v._grad, v._name = tensor._data, tensor._vid, None, name
+    for slot in ("_lnode", "_qparams"):
+        x = getattr(tensor, slot, None)
+        if x is not None:
+            setattr(v, slot, x)
+    if type(v._data) is Lazy:
+        v._data.hold(v)
+    v._net, v._owner, v._var_id, v._users = net, owner, next(_ids), []
+    return v
+
+
+class OpNode(NetworkNode, metaclass=abc.ABCMeta):
+    """An operator of a network: MegEngine's operator ``type`` (``"Elemwise"``, ``"Reduce"``,
+    ``"ImmutableTensor"``...), a ``name`` unique in the network, the op's ``params`` (a dict), and its
+    ``inputs`` and ``outputs`` (:class:`VarNode` lists). ``op`` is megxla's op that computed it (None for a
+    constant)."""
+
+    type = None
+
+    def __init__(self):
+        self.inputs, self.outputs, self.params = [], [], {}
+        self.name = None
+        self.op = None
+        self.id = next(_ids)
+
+    priority = 0  # (comp_graph_tools orders operators by (priority, id), as a loaded graph's)
+
+    def add_inp_var(self, x):
+        self.inputs.append(x)
+
+    def add_out_var(self, x):
+        self.outputs.append(x)
+
+    def __repr__(self):
+        return "%s{%s}" % (self.name, self.type)
+
+
+# a loaded graph's nodes (no values) are this module's kinds too: code walking a Network checks isinstance so
+VarNode.register(_G.VarNode)
+OpNode.register(_G.OpNode)

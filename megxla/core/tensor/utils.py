@@ -9,6 +9,7 @@ import collections.abc
 import numpy as np
 
 from .._tensor import Tensor
+from .. import _registry
 from .._dispatch import apply
 from ..ops import shape as _S, elemwise as _E
 from .dtype import is_quantize
@@ -29,8 +30,11 @@ def isscalar(x) -> bool:
     return bool(np.isscalar(x))
 
 
-def _const(x, dtype, device):
-    return Tensor(x, dtype=dtype, device=device)
+def _const(x, dtype, device, reference=()):
+    t = Tensor(x, dtype=dtype, device=device)
+    graph = _registry.graph_of("astensor1d", *reference) if reference else None
+    # (MegEngine's Const: a constant of the reference's graph where it is a hand-built graph's variable)
+    return t if graph is None else graph._constant(t)
 
 
 def _astype(t, dtype):
@@ -47,7 +51,8 @@ def astensor1d(x, *reference, dtype=None, device=None):
 
     Args:
         x: the value.
-        reference: tensors whose device the result follows (accepted for MegEngine compatibility).
+        reference: tensors whose device the result follows (accepted for MegEngine compatibility); where one is a
+            variable of a hand-built graph (``utils.network``), a value made here is a constant of that graph.
         dtype: dtype of the result when it is built here.
         device: device of the result when it is built here.
 
@@ -62,7 +67,7 @@ def astensor1d(x, *reference, dtype=None, device=None):
     if ndim is not None:
         if ndim not in (0, 1):
             raise ValueError(f"astensor1d: expected a 0-d or 1-d value, got ndim={ndim} (shape {tuple(x.shape)})")
-        return x if isinstance(x, Tensor) else _const(x, dtype, device)
+        return x if isinstance(x, Tensor) else _const(x, dtype, device, reference)
     if not isinstance(x, collections.abc.Sequence) or isinstance(x, str):
         raise TypeError(f"astensor1d: expected a sequence, array or Tensor, got {type(x).__name__}")
     if any(isinstance(i, Tensor) for i in x):
@@ -79,7 +84,7 @@ def astensor1d(x, *reference, dtype=None, device=None):
         else:
             out = parts[0]
         return _astype(out, dtype)
-    return _const(x, dtype, device)
+    return _const(x, dtype, device, reference)
 
 
 def convert_single_value(v, *, dtype=None, device=None):
