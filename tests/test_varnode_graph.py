@@ -114,6 +114,11 @@ def test_variable_copy_and_gradients():
     assert alias is not x and alias.id == x.id and alias.owner is x.owner and (alias + 1).owner.inputs[0] is alias
     with pytest.raises(TypeError, match="must be a variable of a Network"):
         VarNode(mge.Tensor([1.0]))
+    import copy
+    import pickle
+    assert copy.copy(x).id == x.id and type(copy.deepcopy(x)) is mge.Tensor
+    with pytest.raises(TypeError, match="cannot be pickled"):
+        pickle.dumps(x)
     gm = GradManager().attach([x])
     with gm:
         loss = (x * x).sum()

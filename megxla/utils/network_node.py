@@ -134,6 +134,10 @@ class VarNode(NetworkNode, Tensor, metaclass=abc.ABCMeta):
     def __copy__(self):
         return VarNode(self)
 
+    def __reduce_ex__(self, protocol):
+        raise TypeError(f"{self!r}: a Network's variable cannot be pickled (its graph is not); pickle its value, "
+                        f"var.numpy() or Tensor(var)")
+
     def __deepcopy__(self, memo):  # (a copy of the value, not a variable: a graph is not copied with one variable)
         return Tensor(self.numpy(), dtype=self.dtype, device=getattr(self, "_lnode", None))
 
