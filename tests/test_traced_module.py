@@ -302,6 +302,24 @@ def test_quantize_qat_and_quantize():
     assert isinstance(q.fc, M.quantized.Linear)
 
 
+def test_graph_queries_find_the_layers_quantize_qat_swapped_in():
+    # the graph's module nodes stand for the layers the module holds now: after quantize_qat (the source net gone,
+    # so the float layers are freed) they are the QAT layers; before, their owners were None and
+    # get_module_by_type found nothing
+    from megxla.quantization import quantize_qat
+    t = tm.trace_module(Net(), _x())
+    qat = quantize_qat(t)
+    convs = qat.graph.get_module_by_type(M.qat.Conv2d).as_list()
+    assert [n.owner for n in convs] == [qat.block.conv]
+    assert qat.graph.get_module_by_type(M.qat.Linear).as_unique().owner is qat.fc
+    assert qat.flatten().graph.get_module_by_type(M.qat.Conv2d).as_count() == 1
+    # a layer replaced by hand is the owner too, and the graph runs it
+    new_fc = M.Linear(4, 2)
+    t2 = tm.trace_module(Net(), _x())
+    t2.fc = new_fc
+    assert t2.graph.get_module_by_type(M.Linear).as_unique().owner is new_fc
+
+
 def test_wrap_builtin_and_apply_fallback():
     @tm.wrap
     def scale_shift(x):
