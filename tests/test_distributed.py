@@ -313,6 +313,51 @@ def _worker_dp():
     return [_train(compiled, True, (r, n)) for compiled in (False, True, "partial")]
 
 
+def _worker_callback_side_effects():
+    out = []
+    for compiled in (False, True):
+        mge.random.seed(7)
+        model = M.Sequential(M.Conv2d(3, 4, 3), M.BatchNorm2d(4))
+        dist.bcast_list_(list(model.parameters()) + list(model.buffers()))
+        calls = [0]
+
+        def clip(_, g):
+            calls[0] += 1  # a Python side effect: MegEngine's xla_trace runs it while recording, once
+            return F.clip(g, -2e-2, 2e-2)
+
+        gm = GradManager().attach(model.parameters(), callbacks=[clip, dist.make_allreduce_cb("mean")])
+        opt = optim.SGD(model.parameters(), lr=0.1, momentum=0.9)  # (Adam would magnify float32 noise)
+
+        def step(model, opt, x):
+            with gm:
+                loss = (model(x) ** 2).mean()
+                gm.backward(loss)
+                opt.step().clear_grad()
+            return loss
+
+        if compiled:
+            step = xla_trace(step, without_host=True, capture_as_const=True)
+        x = mge.Tensor(np.random.RandomState(dist.get_rank()).randn(2, 3, 5, 5).astype("float32"))
+        seen = []
+        for _ in range(3):
+            seen.append((float(step(model, opt, x).item()), calls[0]))
+        out.append((seen, np.asarray(model.state_dict()["0.weight"])))
+    return out
+
+
+def test_xla_trace_records_a_step_with_collectives_running_its_python_once():
+    # The recording call of a step holding a cross-process collective (here an all-reduce callback) runs the
+    # body once, as every other step's: its abstract recording gave up at the collective and recorded eagerly,
+    # so a counting callback had counted 2 calls per gradient after the first step (MegEngine's upstream
+    # integration/test_xla_dist_training.py expects as many as one eager step).
+    results = dist.launcher(_worker_callback_side_effects, n_gpus=2, device_type="cpu")()
+    for r in range(2):
+        (eager, w_eager), (traced, w_traced) = results[r]
+        assert [c for _, c in eager] == [4, 8, 12] and [c for _, c in traced] == [4, 4, 4], (eager, traced)
+        np.testing.assert_allclose([l for l, _ in traced], [l for l, _ in eager], rtol=1e-5)
+        np.testing.assert_allclose(w_traced, w_eager, rtol=1e-5, atol=1e-6)
+
+
 def test_data_parallel_equals_one_process_on_the_full_batch():
     mge.random.seed(1234)
     ref = {c: _train(c, False)[0] for c in (False, True)}

@@ -302,6 +302,24 @@ def test_quantize_qat_and_quantize():
     assert isinstance(q.fc, M.quantized.Linear)
 
 
+def test_graph_queries_find_the_layers_quantize_qat_swapped_in():
+    # the graph's module nodes stand for the layers the module holds now: after quantize_qat (the source net gone,
+    # so the float layers are freed) they are the QAT layers; before, their owners were None and
+    # get_module_by_type found nothing
+    from megxla.quantization import quantize_qat
+    t = tm.trace_module(Net(), _x())
+    qat = quantize_qat(t)
+    convs = qat.graph.get_module_by_type(M.qat.Conv2d).as_list()
+    assert [n.owner for n in convs] == [qat.block.conv]
+    assert qat.graph.get_module_by_type(M.qat.Linear).as_unique().owner is qat.fc
+    assert qat.flatten().graph.get_module_by_type(M.qat.Conv2d).as_count() == 1
+    # a layer replaced by hand is the owner too, and the graph runs it
+    new_fc = M.Linear(4, 2)
+    t2 = tm.trace_module(Net(), _x())
+    t2.fc = new_fc
+    assert t2.graph.get_module_by_type(M.Linear).as_unique().owner is new_fc
+
+
 def test_wrap_builtin_and_apply_fallback():
     @tm.wrap
     def scale_shift(x):
@@ -529,3 +547,33 @@ def test_symbolic_shapes_with_a_traced_submodule_and_uint8_input():
         assert want.numpy()[0, 0, 0, 0] == 14 * 8
     finally:
         set_symbolic_shape(saved)
+
+
+def test_reset_inputs_gives_the_top_graph_new_arguments():
+    net = Net()
+    net.eval()
+    t = tm.trace_module(net, _x())
+    g = t.graph
+    old = g.inputs[1]
+    # bad input: a clear error, nothing changed
+    with pytest.raises(TypeError, match="reset_inputs: every argument must be a Tensor.*int"):
+        g.reset_inputs(_x(), 3)
+    with pytest.raises(ValueError, match="not the top graph"):
+        t.block.graph.reset_inputs(_x())
+    assert g.inputs[1] is old and len(g.inputs) == 2
+    a, b = g.reset_inputs(_x(), shift=mge.Tensor(np.zeros((2, 3, 5, 5), "float32")))
+    assert [n.name for n in g.inputs[1:]] == ["args", "shift"] and a.shape == (2, 3, 5, 5)
+    with g.insert_exprs():
+        s = a - b
+    g.replace_node({old: s})
+    g.compile()
+    assert not old.users
+    x, y = _x(3), _x(4)
+    want = net(x - y).numpy()
+    np.testing.assert_allclose(t(x, shift=y).numpy(), want, rtol=1e-6)
+    with pytest.raises(TypeError, match="keyword-only argument: 'shift'"):
+        t(x, y)  # the structure reset_inputs gave: a positional tensor and the keyword `shift`
+    buf = io.BytesIO()
+    mge.save(t, buf)
+    buf.seek(0)
+    np.testing.assert_allclose(mge.load(buf, weights_only=False)(x, shift=y).numpy(), want, rtol=1e-6)

@@ -190,6 +190,17 @@ class SpmdFunction:
             return tuple(local) if info["multi"] else local[0]
         return empty
 
+    def abstract(self, *arrays):
+        """Stand-ins for the results on ``arrays`` inside an enclosing JAX trace (an abstract recording): tracers of
+        the process-local results' shapes and dtypes, holding zeros. Nothing is compiled or communicated; the
+        compiled step that runs the recording computes the real values."""
+        avals = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in arrays]
+        smap, gavals, info, _ = self._program(avals)
+        outs = jax.eval_shape(smap, *gavals)
+        local = [jnp.zeros(() if s else (o.shape[0] // self.n,) + tuple(o.shape[1:]), o.dtype)
+                 for o, s in zip(outs, info["scalars"])]
+        return tuple(local) if info["multi"] else local[0]
+
     def __call__(self, *arrays):
         key = tuple((a.shape, a.dtype) for a in arrays)
         exe = self._cache.get(key)

@@ -19,7 +19,7 @@ from _thread import get_ident as _get_ident
 from ..core import _dispatch, _interrupt, _naming
 from ..core._interrupt import KERNEL_HELD as _KERNEL_HELD
 from ..core._dispatch import eager_apply
-from ..core._spmd import MeshRequired
+from ..core._spmd import MeshRequired, SpmdFunction
 from . import _tiers
 from ..core._elemwise_front import SCALAR_VIDS
 
@@ -301,10 +301,13 @@ def abstract_apply(op, inputs):
         out = _abstract_kernel(op)(*[t._data for t in inputs])
     except _TRACER_ERRORS:
         raise _needs_host(user_where(), f"computes {op!r} on the host") from None  # its kernel needs a value
-    except MeshRequired:
-        # a cross-process collective's eager kernel is an SPMD program (core._spmd): record this step eagerly,
-        # silently (nothing for the user to change)
-        raise _needs_host(user_where(), f"runs the cross-process collective {op!r}", warn=False) from None
+    except MeshRequired as exc:
+        # NOTE: a cross-process collective's eager kernel is an SPMD program (core._spmd), which tracers cannot
+        # run; the recording needs only its results' shapes and dtypes (the compiled step runs the collective in
+        # its SPMD program), so they stand in. Recording such a step eagerly instead, after the abstract attempt
+        # had run the body up to here, ran the body's Python twice in the first call: a GradManager callback
+        # before an all-reduce counted every gradient twice (MegEngine's test_xla_trace_dist_training).
+        out = SpmdFunction(op.fn, exc.devices, name=op.name).abstract(*[t._data for t in inputs])
     except (TypeError, ValueError, IndexError) as exc:
         raise _dispatch.op_error(op, inputs, exc) from None
     finally:

@@ -440,6 +440,66 @@ class InternalGraph:
                 owner.argspec = spec._replace(args=list(spec.args) + [node._name])
         return node
 
+    def reset_inputs(self, *args, **kwargs) -> List[TensorNode]:
+        """Give the (top) graph new tensor inputs, one per tensor of ``(args, kwargs)``, with their shapes and
+        dtypes: the module is then called with arguments of that structure. The exprs still read the old input
+        nodes until :meth:`replace_node` swaps them for the new ones.
+
+        Args:
+            args: example tensors (or lists / tuples / dicts of them) of the new positional arguments.
+            kwargs: example tensors of the new keyword arguments.
+
+        Returns:
+            the new input :class:`TensorNode` s, in the order of the flattened ``(args, kwargs)``.
+
+        Examples:
+            >>> import megxla as mge, megxla.functional as F, megxla.module as M
+            >>> from megxla.traced_module import trace_module
+            >>> class Scale(M.Module):
+            ...     def forward(self, x):
+            ...         return x * 2
+            >>> t = trace_module(Scale(), mge.Tensor([1.0]))
+            >>> g = t.graph
+            >>> old = g.inputs[1]
+            >>> a, b = g.reset_inputs(mge.Tensor([0.0]), b=mge.Tensor([0.0]))
+            >>> with g.insert_exprs():
+            ...     s = a + b
+            >>> g.replace_node({old: s})
+            >>> g.compile()
+            >>> t(mge.Tensor([1.0]), b=mge.Tensor([2.0])).numpy()
+            array([6.], dtype=float32)
+        """
+        import inspect
+        import numpy as np
+        from ..core._tensor import Tensor
+        owner, key = self._owner_key()
+        if owner is None or key is None or not getattr(owner, "_is_top", False):
+            raise ValueError(f"reset_inputs: graph {self._name} is not the top graph of a TracedModule")
+        leaves, argdef = tree_flatten((tuple(args), dict(kwargs)), is_leaf=lambda x: isinstance(x, Tensor))
+        bad = [type(v).__name__ for v in tree_flatten((args, kwargs), is_leaf=lambda x: not isinstance(
+            x, (list, tuple, dict)))[0] if not isinstance(v, Tensor)]
+        if bad:
+            raise TypeError(f"reset_inputs: every argument must be a Tensor (or a list / tuple / dict of them), "
+                            f"got {', '.join(bad)}")
+        # positional tensors are named "args" (MegEngine's name), keyword ones by their keyword
+        names = ["args"] * len(tree_flatten(tuple(args), is_leaf=lambda x: isinstance(x, Tensor))[0])
+        for k, v in kwargs.items():
+            names += [k] * len(tree_flatten(v, is_leaf=lambda x: isinstance(x, Tensor))[0])
+        nodes = []
+        for v, name in zip(leaves, names):
+            expr = Input(name)
+            expr.top_graph = self
+            node = self._new_node(TensorNode, expr, name, None, shape=tuple(v.shape), dtype=np.dtype(v.dtype))
+            node._qualname = f"{self._qualname}.[{node._name}]"
+            nodes.append(node)
+        self._inputs[1:] = nodes
+        self._rekey(argdef)
+        # a call now passes the tensors positionally and these keywords (MegEngine kept the traced forward's spec,
+        # so keyword arguments it did not have could not be given)
+        owner.argspec = inspect.FullArgSpec(args=["self"], varargs="args", varkw=None, defaults=None,
+                                            kwonlyargs=list(kwargs), kwonlydefaults=None, annotations={})
+        return nodes
+
     def add_output_node(self, node: TensorNode):
         """Append ``node`` to the outputs (a single output becomes a tuple of two).
 

@@ -146,6 +146,21 @@ class ModuleNode(Node):
 
     @property
     def owner(self):
+        # NOTE: a sub-module read by GetAttr is looked up in its parent module now, so the owner is the layer
+        # the module holds today: quantize_qat and `tm.fc = M.Linear(...)` swap layers after tracing, and the
+        # weak reference to the traced layer is then dead (or a stale layer). The reference remains for the
+        # `self` input, constants and an attribute the parent no longer holds as a Module.
+        from ..module.module import Module
+        from .expr import GetAttr, get_subattr  # (expr imports this module)
+        expr = self.expr
+        if isinstance(expr, GetAttr) and expr.inputs:
+            parent = expr.inputs[0].owner
+            try:
+                live = get_subattr(parent, expr.name) if parent is not None else None
+            except AttributeError:
+                live = None
+            if isinstance(live, Module):
+                return live
         o = self._owner
         return o() if o is not None else None
 
