@@ -265,6 +265,46 @@ def test_an_op_bound_anew_every_step_keeps_a_bounded_number_of_eager_kernels(mon
         assert hot._kernel is first is not None
 
 
+@pytest.mark.parametrize("auto", [False, True], ids=["eager", "auto_jit"])
+def test_an_op_bound_anew_every_step_keeps_a_bounded_number_of_interned_ops(monkeypatch, request, auto):
+    """A dropout rate annealed every step interned a new op per step, with its gradient's op and (auto-jit) its
+    cluster's, and kept them for good (~20 KB a step). Past MAX_OPS a primitive's ops move to its weak table: those
+    held elsewhere stay the one op of their parameters, the rest are freed."""
+    import gc
+    from megxla.core import _op
+    monkeypatch.setattr(_op, "MAX_OPS", 16, raising=False)
+    # (a kept eager kernel holds its op's parameters -- a gradient's kernel its forward op -- so the clock bounds
+    # the retired ops still alive)
+    monkeypatch.setattr(_op, "MAX_KERNELS", 16, raising=False)
+    monkeypatch.setattr(_op, "_kernels", [], raising=False)
+    monkeypatch.setattr(_op, "_kernels_limit", [16], raising=False)
+    if auto:  # (auto-jit's tables of ops' types and texts hold ops too, and are bounded the same way)
+        from megxla.jit import _kernels_ahead, _persist
+        monkeypatch.setattr(_autojit, "SHAPES_KEPT", 16, raising=False)
+        monkeypatch.setattr(_autojit, "CACHE_SIZE", 16)  # (clusters' plans and executables are keyed by ops)
+        monkeypatch.setattr(_autojit, "SEQUENCE_TYPES_KEPT", 16, raising=False)
+        monkeypatch.setattr(_kernels_ahead, "MET_KEPT", 16)
+        monkeypatch.setattr(_persist, "OP_TEXTS_KEPT", 16, raising=False)
+        request.getfixturevalue("auto_jit")
+    prims = [_op.PRIMITIVES[n] for n in ("clip", "vjp", "sequence") if n in _op.PRIMITIVES]
+    x = mge.Parameter(np.arange(-3, 3, dtype="float32"))
+    gm = GradManager().attach([x])
+    held = _op.PRIMITIVES["clip"].bind(lower=-0.125, upper=0.125)
+    bounds = [1.0 + k / 1024 + (0.625 if auto else 0.375) for k in range(100)]  # (none bound before)
+    for u in bounds:
+        with gm:
+            y = F.clip(x * 1.5, -u, u)
+            gm.backward(y.sum())
+        np.testing.assert_allclose(x.grad.numpy(), np.where(np.abs(np.arange(-3, 3) * 1.5) <= u, 1.5, 0.0))
+        x.grad = None
+    gc.collect()
+    assert all(len(prim._ops) <= 16 for prim in prims), [(prim, len(prim._ops)) for prim in prims]
+    clips = _op.PRIMITIVES["clip"]
+    alive = [op for op in list(clips._ops.values()) + list(clips._weak.values()) if dict(op.params)["upper"] in bounds]
+    assert len(alive) <= 32, len(alive)  # (strong, and retired ones still held: by kept kernels, cached clusters)
+    assert _op.PRIMITIVES["clip"].bind(lower=-0.125, upper=0.125) is held  # (held: still the one op)
+
+
 def test_what_changed_between_clusters_in_words():
     x, w = mge.Tensor(np.ones(3, "float32")), mge.Tensor(np.ones(3, "float32"))
 

@@ -159,7 +159,7 @@ class Primitive:
         self.remat = remat
         self.lowering_may_reject = lowering_may_reject
         self.library_kernel = library_kernel
-        self._weak = weakref.WeakValueDictionary()  # transient ops (see ``transient``)
+        self._weak = weakref.WeakValueDictionary()  # transient ops, and retired ones (_retire_ops)
         PRIMITIVES[name] = self
 
     def bind(self, **params) -> "Op":
@@ -207,13 +207,33 @@ class Primitive:
                         op = self._weak[ikey] = Op(self, key)
                         op.transient = True
                     return op
-                op = self._ops[ikey] = Op(self, key)
+                op = self._weak.pop(ikey, None)  # (retired: still the one op of its key while anything holds it)
+                if op is None:
+                    op = Op(self, key)
+                if len(self._ops) >= MAX_OPS:
+                    self._retire_ops()
+                self._ops[ikey] = op
             # (zeros' signs are in the fast key where each zero is a keyword's value itself, none inside one)
             if items is not None and signs == given_signs:
                 if len(self._fast) > 4096:  # bounded: keyword orders x values seen
                     self._fast.clear()
                 self._fast[items] = op
         return op
+
+    def _retire_ops(self):
+        """Move the interned ops to the weak table: each stays the one op of its parameters while anything holds
+        it (a cache, a recorded trace, a module constant) and comes back when bound again; the rest are freed.
+
+        Example:
+            >>> prim = PRIMITIVES["add"]
+            >>> op = prim.bind(probe_param=1.5)
+            >>> prim._retire_ops()
+            >>> prim.bind(probe_param=1.5) is op  # held here, so the same op
+            True
+        """
+        self._weak.update(self._ops)
+        self._ops = {}
+        self._fast.clear()
 
     def __repr__(self):
         return f"Primitive({self.name})"
@@ -335,6 +355,11 @@ class Op:
 # auto-jit alike). The kernels are kept on a clock: past MAX_KERNELS, a sweep drops those not asked for since the
 # sweep before (compiled again if ever called); a program's working set -- asked for between two sweeps -- stays.
 MAX_KERNELS = 256
+# The interning tables are bounded the same way: a primitive holds at most MAX_OPS ops strongly; past that, all of
+# them move to its weak table (Primitive._retire_ops), where those something else holds stay findable -- so an op
+# stays unique per parameters while it lives -- and the rest are freed. A parameter new every step (an annealed
+# dropout rate) interned an op, its gradient's op and, under auto-jit, a cluster's op per step, ~20 KB, for good.
+MAX_OPS = 1024
 _kernels: list = []  # [(weak reference to an op, the kernel it made)], in the order they were made
 # the length past which the next sweep runs: half MAX_KERNELS more than the last one kept (a program binding a new op
 # every step then holds between MAX_KERNELS / 2 and MAX_KERNELS kernels)

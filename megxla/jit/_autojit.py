@@ -282,15 +282,29 @@ def reset_auto_jit_stats():
 
 # ---- shapes ---------------------------------------------------------------------------------------------------
 _SHAPES: dict = {}  # (op, input avals) -> output avals, or None: the op is not collected with such inputs
+# NOTE: past SHAPES_KEPT entries the table is retired whole (_RETIRED_SHAPES) rather than grown: a parameter new
+# every step (an annealed dropout rate) added entries -- and kept their ops alive -- for good. A retired entry asked
+# for again comes back (_infer), so a working set smaller than the table is never inferred twice.
+SHAPES_KEPT = 16384
+_RETIRED_SHAPES: dict = {}
+
+
+def _forward_known(key):
+    """Whether the op and input types in ``key`` were collected (in the table, or its retired one)."""
+    return _SHAPES.get(key, _RETIRED_SHAPES.get(key)) is not None
 
 
 def _infer(op, key, inputs):
     """Output avals ``((shape, dtype, weak_type), ...)`` of ``op`` for the input avals in ``key``, or None where
     the op cannot be part of a cluster. Bad input raises here, at the user's line, with eager's error."""
     res = None
+    res = _RETIRED_SHAPES.pop(key, _MISSING)
+    if res is not _MISSING:
+        _SHAPES[key] = res
+        return res
     params = dict(op.params)
     fwd = params.get("op") if op.prim is _VJP else None
-    if fwd is not None and fwd.prim.grad is None and _SHAPES.get((fwd, key[1][:params["nin"]])) is not None:
+    if fwd is not None and fwd.prim.grad is None and _forward_known((fwd, key[1][:params["nin"]])):
         # The gradient of an op JAX differentiates, whose forward was collected with these inputs (static shapes, no
         # collective): one cotangent per input in ``wrt``, of that input's type (GradManager asks only for float
         # inputs). Not traced here: tracing it means linearizing the forward, which the cluster's compilation does
@@ -338,7 +352,9 @@ def _infer(op, key, inputs):
             _persist.keep_shapes(op, key[1], res)
     if op.transient:
         return None  # (not cached: the key would keep the op alive)
-    if len(_SHAPES) > 65536:
+    if len(_SHAPES) >= SHAPES_KEPT:
+        _RETIRED_SHAPES.clear()
+        _RETIRED_SHAPES.update(_SHAPES)
         _SHAPES.clear()
     _SHAPES[key] = res
     return res
@@ -2391,6 +2407,7 @@ def _pending(cl, i, pad=None):
 
 
 _SEQUENCE_TYPES: dict = {}  # (sequence op, input types) -> its steps' output types (see _collect_steps)
+SEQUENCE_TYPES_KEPT = 256  # (it keeps its sequence ops, and their steps' ops, alive)
 
 
 def _collect_steps(cl, op, ids, inputs):
@@ -2417,7 +2434,7 @@ def _collect_steps(cl, op, ids, inputs):
                 raise _Uncollectable
             types.extend(outs)
             plan.append(outs)
-        if len(_SEQUENCE_TYPES) >= 256:
+        if len(_SEQUENCE_TYPES) >= SEQUENCE_TYPES_KEPT:
             _SEQUENCE_TYPES.clear()
         _SEQUENCE_TYPES[seq_key] = plan
     env = list(ids)

@@ -34,7 +34,7 @@ def _cores():
 
 
 THREADS = 0 if os.environ.get("MEGXLA_KERNELS_AHEAD", "1") == "0" else min(_cores(), 8)
-MET_KEPT = 1 << 16
+MET_KEPT = 1 << 14
 _met: dict = {}  # (op, input types) whose kernel a cluster run op by op has met here -> its output types
 _pool = [None]
 _spare_pool = [None]  # (compile_kernels' guesses, made while the calling thread compiles the forward's kernels)

@@ -40,6 +40,7 @@ stats = {"hits": 0, "stored": 0, "skipped": 0, "failed": 0, "shapes_known": 0}
 _lock = threading.Lock()
 _salt: list = []
 _op_texts: dict = {}  # op -> its key text, or None (none: a user's parameter)
+OP_TEXTS_KEPT = 8192  # (bounded: it keeps its ops alive, and an op may be bound anew every step)
 _shapes: list = []  # [dict key -> output avals (or None)] once read; [] before
 MAX_SHAPES_BYTES = 8 << 20  # the shape table starts again past this
 
@@ -186,7 +187,7 @@ def _op_text(op):
             t = _text(op)
         except _Unstable:
             t = None
-        if len(_op_texts) > 65536:
+        if len(_op_texts) > OP_TEXTS_KEPT:
             _op_texts.clear()
         _op_texts[op] = t
     return t
