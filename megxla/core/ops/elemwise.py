@@ -232,7 +232,7 @@ def _leaky_relu(x, *, negative_slope):
 
 
 def _prelu(x, w):
-    return jnp.where(x >= 0, x, x * w)
+    return jnp.where(x >= 0, x, x * broadcast_wide(w, x.shape))  # (float16: w's gradient sums in float32)
 
 
 def _clip(x, *, lower, upper):
@@ -264,7 +264,8 @@ def _where_dtype(a, b):
 
 def _where(mask, x, y):
     dt = _where_dtype(x.dtype, y.dtype)
-    return jnp.where(mask, x.astype(dt), y.astype(dt))
+    shape = jnp.broadcast_shapes(mask.shape, x.shape, y.shape)  # (float16: a broadcast value's grad sums in float32)
+    return jnp.where(mask, broadcast_wide(x.astype(dt), shape), broadcast_wide(y.astype(dt), shape))
 
 
 def cast(x, dtype):
