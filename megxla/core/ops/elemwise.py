@@ -52,8 +52,27 @@ def promote_dtype(a, b):
     return a if a.itemsize > b.itemsize else b
 
 
+def broadcast_wide(x, shape):
+    """``x`` broadcast to ``shape``; a float16/bfloat16 ``x`` through float32 (the same values: the round trip is
+    exact), so that its gradient -- the sum over the broadcast axes -- accumulates in float32.
+
+    NOTE: JAX transposes a broadcast into a sum in the broadcast value's type, which XLA:CPU keeps: a float16 bias's
+    gradient summed over a batch's pixels in float16 was ~3 ulps off the exact sum, and a compiled step's fused
+    sum took another order than eager's kernel (an autocast ConvNet's conv bias gradients 1-2 ulps apart between
+    eager and auto-jit, 6 of 8 channels; ``sum`` itself accumulates in float32, see ``reduction.low_precision``).
+
+    Example:
+        >>> broadcast_wide(jnp.ones((2, 1), jnp.float16), (2, 3)).dtype
+        dtype('float16')
+    """
+    if x.dtype in (jnp.float16, jnp.bfloat16) and tuple(x.shape) != tuple(shape):
+        return jnp.broadcast_to(x.astype(jnp.float32), shape).astype(x.dtype)
+    return x
+
+
 def _promoting(impl):
-    """``impl`` with its two inputs cast to MegEngine's promoted dtype first (decided at trace time: free)."""
+    """``impl`` with its two inputs cast to MegEngine's promoted dtype first (decided at trace time: free); float16
+    and bfloat16 inputs broadcast through float32 (``broadcast_wide``: their gradients sum in float32)."""
 
     def fn(x, y):
         dt = promote_dtype(x.dtype, y.dtype)
@@ -61,6 +80,9 @@ def _promoting(impl):
             x = x.astype(dt)
         if y.dtype != dt:
             y = y.astype(dt)
+        if dt in (jnp.float16, jnp.bfloat16) and x.shape != y.shape:
+            shape = jnp.broadcast_shapes(x.shape, y.shape)
+            x, y = broadcast_wide(x, shape), broadcast_wide(y, shape)
         return impl(x, y)
 
     fn.__name__ = getattr(impl, "__name__", "elemwise")
@@ -210,7 +232,7 @@ def _leaky_relu(x, *, negative_slope):
 
 
 def _prelu(x, w):
-    return jnp.where(x >= 0, x, x * w)
+    return jnp.where(x >= 0, x, x * broadcast_wide(w, x.shape))  # (float16: w's gradient sums in float32)
 
 
 def _clip(x, *, lower, upper):
@@ -242,7 +264,8 @@ def _where_dtype(a, b):
 
 def _where(mask, x, y):
     dt = _where_dtype(x.dtype, y.dtype)
-    return jnp.where(mask, x.astype(dt), y.astype(dt))
+    shape = jnp.broadcast_shapes(mask.shape, x.shape, y.shape)  # (float16: a broadcast value's grad sums in float32)
+    return jnp.where(mask, broadcast_wide(x.astype(dt), shape), broadcast_wide(y.astype(dt), shape))
 
 
 def cast(x, dtype):

@@ -2,7 +2,7 @@
 import jax.numpy as jnp
 
 from .._op import Primitive
-from .elemwise import promote_dtype
+from .elemwise import broadcast_wide, promote_dtype
 
 
 def _promoted(a, b):
@@ -25,7 +25,7 @@ def _matmul(a, b, *, transpose_a, transpose_b):
 def _linear(x, w, *bias):
     # NOTE: one fused primitive (x @ w.T + b) rather than matmul + add: halves eager dispatches of Linear.
     y = jnp.matmul(x, w.T)
-    return y + bias[0] if bias else y
+    return y + broadcast_wide(bias[0], y.shape) if bias else y  # (float16: the bias's gradient sums in float32)
 
 
 matmul = Primitive("matmul", _matmul)

@@ -8,6 +8,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from .._op import Primitive
+from .elemwise import broadcast_wide as _broadcast_wide
 from .reduction import low_precision as _low_precision
 
 
@@ -170,7 +171,7 @@ def _conv(x, w, *bias, stride, padding, dilation, groups, nd):
         y = lax.conv_general_dilated(x, w, stride, [(p, p) for p in padding], rhs_dilation=dilation,
                                      dimension_numbers=_spatial_dims(nd), feature_group_count=groups)
     if bias:
-        y = y + bias[0].reshape((1, -1) + (1,) * nd)
+        y = y + _broadcast_wide(bias[0].reshape((1, -1) + (1,) * nd), y.shape)  # (float16: grad sums in float32)
     return y
 
 
@@ -188,7 +189,7 @@ def _conv_transpose(x, w, *bias, stride, padding, output_padding, dilation, grou
     y = lax.conv_general_dilated(x, w, (1,) * nd, pads, lhs_dilation=stride, rhs_dilation=dilation,
                                  dimension_numbers=_spatial_dims(nd), feature_group_count=groups)
     if bias:
-        y = y + bias[0].reshape((1, -1) + (1,) * nd)
+        y = y + _broadcast_wide(bias[0].reshape((1, -1) + (1,) * nd), y.shape)  # (float16: grad sums in float32)
     return y
 
 
@@ -458,7 +459,7 @@ def _deformable_conv(x, w, offset, mask, *bias, stride, padding, dilation, group
     cols = cols.reshape(n, groups, c // groups, kk, oh, ow)
     y = jnp.einsum("ngckhw,gock->ngohw", cols, w.reshape(groups, o // groups, icg, kk)).reshape(n, o, oh, ow)
     if bias:
-        y = y + bias[0].reshape(1, -1, 1, 1)
+        y = y + _broadcast_wide(bias[0].reshape(1, -1, 1, 1), y.shape)
     return y
 
 
@@ -477,7 +478,7 @@ def _region_restricted_conv(x, w, rin, rout, *bias, stride, padding, dilation, g
     y = jnp.einsum("ngchwij,gocij->ngohw", p, w.reshape(groups, o // groups, icg, kh, kw))
     y = y.reshape(n, o, oh, ow)
     if bias:
-        y = y + bias[0].reshape(1, -1, 1, 1)
+        y = y + _broadcast_wide(bias[0].reshape(1, -1, 1, 1), y.shape)
     return y
 
 

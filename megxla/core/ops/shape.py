@@ -4,11 +4,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._op import Primitive
-from .elemwise import promote_dtype
+from .elemwise import broadcast_wide, promote_dtype
 
 reshape = Primitive("reshape", lambda x, *, shape: jnp.reshape(x, shape))
 transpose = Primitive("transpose", lambda x, *, perm: jnp.transpose(x, perm))
-broadcast_to = Primitive("broadcast_to", lambda x, *, shape: jnp.broadcast_to(x, shape))
+# (float16/bfloat16 through float32: the gradient, a sum over the broadcast axes, accumulates in float32)
+broadcast_to = Primitive("broadcast_to", lambda x, *, shape: jnp.broadcast_to(broadcast_wide(x, shape), shape))
 expand_dims = Primitive("expand_dims", lambda x, *, axis: jnp.expand_dims(x, axis))
 squeeze = Primitive("squeeze", lambda x, *, axis: jnp.squeeze(x, axis))
 def _promoted(xs):
