@@ -298,10 +298,10 @@ def _infer(op, key, inputs):
     """Output avals ``((shape, dtype, weak_type), ...)`` of ``op`` for the input avals in ``key``, or None where
     the op cannot be part of a cluster. Bad input raises here, at the user's line, with eager's error."""
     res = None
-    res = _RETIRED_SHAPES.pop(key, _MISSING)
-    if res is not _MISSING:
-        _SHAPES[key] = res
-        return res
+    retired = _RETIRED_SHAPES.pop(key, _MISSING)
+    if retired is not _MISSING:
+        _SHAPES[key] = retired
+        return retired
     params = dict(op.params)
     fwd = params.get("op") if op.prim is _VJP else None
     if fwd is not None and fwd.prim.grad is None and _forward_known((fwd, key[1][:params["nin"]])):
