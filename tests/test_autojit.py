@@ -2682,6 +2682,9 @@ def test_an_early_launch_is_used_only_where_the_cluster_is_the_guessed_one(auto_
 
 def test_training_with_early_launches_equals_eager(auto_jit, monkeypatch):
     monkeypatch.setattr(_autojit._Guess, "early", lambda self: True)
+    # (every compile counts as short: on a loaded machine one took over EARLY_BUY_NOW, and its early launch then
+    # waited for a rent these 12 steps never paid -- no early launch to compare)
+    monkeypatch.setattr(_autojit, "EARLY_BUY_NOW", float("inf"))
     mge.config.auto_jit = False
     want = _train(12)
     mge.config.auto_jit = True
@@ -3168,10 +3171,11 @@ def test_keys_that_change_every_step_after_a_settled_stretch_compile_at_first_si
     assert counts[10:] == [(2, 0)] + [(2, k) for k in range(1, 6)], counts
 
 
-def test_an_early_launch_is_compiled_only_where_collecting_a_cluster_is_a_share_of_its_step(auto_jit):
+def test_an_early_launch_is_compiled_only_where_collecting_a_cluster_is_a_share_of_its_step(auto_jit, monkeypatch):
     # The early launch's executable is a second compilation of the cluster; it can gain no more than the time spent
     # collecting the cluster's ops after the launch. A compute-bound step (a Transformer b64 on 2 cores: 0.1% of
     # its 3 s) paid 6.9 s for it; a host-bound one (the tiny MLP below: most of its step) still gets it.
+    monkeypatch.setattr(_autojit, "EARLY_BUY_NOW", float("inf"))  # (not the rent: a loaded machine's compiles)
     rng = np.random.RandomState(0)
     # (the compute-bound model first: once a site launches early, its new keys compile one executable for both)
     # (the wide model's compute is a square 2048 x 2048 layer, its input small: a 512 x 1024 batch made its step's
