@@ -225,6 +225,7 @@ def type_name(node_type):
 
 
 for _name in _OPR_TYPES:
-    globals()[_name] = _OprType(_name, (OpNode,), {"type": _name, "__module__": __name__, "__doc__": f"MegEngine's ``{_name}`` operators "
-                                                   f"(``isinstance`` compares an OpNode's ``type``)."})
+    globals()[_name] = _OprType(_name, (OpNode,), {
+        "type": _name, "__module__": __name__,
+        "__doc__": f"MegEngine's ``{_name}`` operators (``isinstance`` compares an OpNode's ``type``)."})
 del _name
