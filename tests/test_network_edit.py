@@ -156,3 +156,20 @@ def test_reset_batch_size_and_modify_opr_names():
     assert inp.shape == (1, 2) and inp.name == "net1.net.a"
     buf.seek(0)
     np.testing.assert_allclose(list(GraphInference(buf).run(x[:1]).values())[0], np.exp(x[:1].numpy()), rtol=1e-6)
+
+
+def test_an_input_the_outputs_do_not_read_stays_an_input():
+    x = mge.Tensor(np.ones((1, 2, 3), "float32"))
+    net = Network.load(_dump(lambda x: F.ones(x.shape[1]), x, arg_names=["x"], output_names="y"))
+    (old,) = net.input_vars
+    net.replace_vars({old: net.make_input_node(old.shape, old.dtype, name="x")})
+    out = _run(net, x)  # the dump takes the input it was given, as the traced function's did
+    np.testing.assert_equal(out["y"], [1.0, 1.0])
+
+
+def test_a_constant_output_keeps_its_output_name():
+    x = mge.Tensor(np.ones((1, 2, 3), "float32"))
+    net = Network.load(_dump(lambda x: mge.Tensor(x.shape), x, arg_names=["x"], output_names="y"))
+    assert net.output_vars[0].owner.type == "ImmutableTensor" and net.output_vars[0].name == "y"
+    out = _run(net, x)
+    assert list(out) == ["y"] and out["y"].tolist() == [1, 2, 3]

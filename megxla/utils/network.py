@@ -172,14 +172,16 @@ class Network:
                 o._name = v.name
                 made[v.id] = o
         net.output_vars = [made[v.id] for v in g.outputs]
+        for var, name in zip(net.output_vars, g.output_names):
+            if var.owner.type != "Host2DeviceCopy":  # (a constant output is reported under its output name too)
+                var._name = name
         if outspec is not None:
             by_name = {v.name: v for v in made.values()}
             missing = [n for n in outspec if n not in by_name]
             if missing:
                 raise ValueError(f"Network.load: no variable named {missing} in this graph")
             net.output_vars = [by_name[n] for n in outspec]
-        used = {op.id for op in net.all_oprs}
-        net.input_vars = [made[v.id] for v in g.inputs if made[v.id].owner.id in used]
+        net.input_vars = [made[v.id] for v in g.inputs]  # (all: an input the outputs do not read was an argument)
         return net
 
     @property
@@ -219,7 +221,12 @@ class Network:
                 raise ValueError(f"Network.dump: operator {opr.name!r} ({opr.type}) cannot be computed again: the "
                                  f"dump it was loaded from kept no op for it (an op holding a function or a "
                                  f"nested graph, or a dump with float16 storage)")
-        inputs = [opr.outputs[0] for opr in oprs if opr.type == "Host2DeviceCopy"]
+        # the network's inputs, then any other input its outputs read (an unused input stays an input, as in
+        # trace.dump: it is part of the signature)
+        inputs = [v for v in self.input_vars if v.owner.type == "Host2DeviceCopy"]
+        for opr in oprs:
+            if opr.type == "Host2DeviceCopy" and not any(v is opr.outputs[0] for v in inputs):
+                inputs.append(opr.outputs[0])
         names = [v.name for v in inputs]
         if len(set(names)) != len(names):
             raise ValueError(f"Network.dump: input names {names} are not unique")
