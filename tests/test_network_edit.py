@@ -173,3 +173,22 @@ def test_a_constant_output_keeps_its_output_name():
     assert net.output_vars[0].owner.type == "ImmutableTensor" and net.output_vars[0].name == "y"
     out = _run(net, x)
     assert list(out) == ["y"] and out["y"].tolist() == [1, 2, 3]
+
+
+def test_filters_give_operators_and_a_constants_set_value_changes_the_graph():
+    net = _ab_net()
+    (inp_a, inp_b) = net.data_providers_filter
+    assert (inp_a.name, inp_a.shape, inp_a.dtype) == ("a", (2,), np.int32) and inp_b.name == "b"
+    const = net.params_filter.as_unique()
+    assert isinstance(const, N.ImmutableTensor) and const.numpy().tolist() == 2
+    const.set_value(3)  # the graph's constant changes, as MegEngine's: (a + b) * 3
+    assert const.numpy().tolist() == 3
+    np.testing.assert_equal(_run(net, A, B)["o"], [12, 18])
+    built = Network()
+    c = built.make_const(np.array([1.0, 2.0], "float32"))
+    y = c * 2
+    c.owner.set_value(np.array([5.0, 5.0]))
+    with pytest.raises(RuntimeError, match="set_value changed"):
+        y.numpy()  # computed from the old value
+    with pytest.raises(TypeError, match="only a constant"):
+        y.owner.set_value(1)

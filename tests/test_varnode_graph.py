@@ -56,7 +56,7 @@ def test_graph_is_data_to_walk():
     assert [v.name for v in net.all_vars] == ["x", "EXP", "MUL"]
     assert net.get_var_by_name("EXP") is exp_var and net.get_var_receive_oprs(x) == [exp_var.owner, y.owner]
     assert [op.name for op in cgtools.get_oprs_seq([y])] == ["EXP", "MUL"]
-    assert net.params_filter.as_count() == 1
+    assert net.params_filter.as_count() == 1 and net.params_filter.as_unique().type == "ImmutableTensor"
 
 
 def test_a_tensor_mixed_in_becomes_a_constant_of_the_network():

@@ -541,13 +541,13 @@ class Network:
 
     @property
     def params_filter(self) -> "NodeFilter":
-        """The constant (``ImmutableTensor``) variables."""
-        return self.var_filter.param_provider()
+        """The constant operators (``ImmutableTensor``; ``opr.set_value(v)`` changes one), as MegEngine's."""
+        return self.opr_filter.param_provider()
 
     @property
     def data_providers_filter(self) -> "NodeFilter":
-        """The input (``Host2DeviceCopy``) variables."""
-        return self.var_filter.data_provider()
+        """The input operators (``Host2DeviceCopy``: ``opr.shape``, ``opr.dtype``, ``opr.name``), as MegEngine's."""
+        return self.opr_filter.data_provider()
 
     def get_opr_by_type(self, oprcls, unique=True):
         """Operators of type ``oprcls``, a name or a class of ``network_node`` (the only one if ``unique``)."""

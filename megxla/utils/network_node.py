@@ -79,7 +79,8 @@ class VarNode(NetworkNode, Tensor, metaclass=abc.ABCMeta):
     def numpy(self):
         if self._novalue:
             raise RuntimeError(f"{self!r} has no value: it is an input of its Network (make_input_node) or computed "
-                               f"from one; dump the network and run it with its inputs (GraphInference)")
+                               f"from one (or from a constant set_value changed since); dump the network and run it "
+                               f"with its inputs (GraphInference)")
         return super().numpy()
 
     def __init__(self, var, *, owner_opr=None, name=None):
@@ -196,6 +197,51 @@ class OpNode(NetworkNode, metaclass=abc.ABCMeta):
         self.id = next(_ids)
 
     priority = 0  # (comp_graph_tools orders operators by (priority, id), as a loaded graph's)
+
+    # MegEngine's Host2DeviceCopy and ImmutableTensor operators describe their one output
+    _PROVIDERS = ("Host2DeviceCopy", "ImmutableTensor")
+
+    def _provided(self, what):
+        if self.type not in self._PROVIDERS or len(self.outputs) != 1:
+            raise AttributeError(f"{self!r}: only an input or constant operator has .{what}")
+        return self.outputs[0]
+
+    @property
+    def shape(self):
+        return self._provided("shape").shape
+
+    @property
+    def dtype(self):
+        return self._provided("dtype").dtype
+
+    @property
+    def device(self):
+        return self._provided("device").device
+
+    def numpy(self):
+        """A constant operator's value."""
+        if self.type != "ImmutableTensor":
+            raise AttributeError(f"{self!r}: only a constant (ImmutableTensor) operator has a value")
+        return self.outputs[0].numpy()
+
+    def set_value(self, data, device=None):
+        """Give a constant (``ImmutableTensor``) operator a new value, as MegEngine's: everything reading it
+        reads the new value (float64 becomes float32, int64 int32). The variables computed from it so far held
+        the old value; they read as having no value until the network is dumped and run again."""
+        if self.type != "ImmutableTensor":
+            raise TypeError(f"{self!r}.set_value: only a constant (ImmutableTensor) operator has a value to set")
+        (var,) = self.outputs
+        t = Tensor(data, device=device if device is not None else getattr(var, "_lnode", None))
+        var._data, var._vid = t._data, t._vid
+        seen, queue = set(), list(var.users)
+        while queue:  # NOTE: values are computed as the graph is built; those from the old value are now stale
+            op = queue.pop()
+            if op.id in seen:
+                continue
+            seen.add(op.id)
+            for o in op.outputs:
+                o._novalue = True
+                queue.extend(o.users)
 
     def add_inp_var(self, x):
         self.inputs.append(x)
