@@ -192,3 +192,10 @@ def test_filters_give_operators_and_a_constants_set_value_changes_the_graph():
         y.numpy()  # computed from the old value
     with pytest.raises(TypeError, match="only a constant"):
         y.owner.set_value(1)
+
+
+def test_a_copy_to_a_device_is_computed_again():
+    x = mge.Tensor([1.0, 2.0])
+    net = Network.load(_dump(lambda x: F.copy(x * 2, "xpux") + 1, x, arg_names=["x"], output_names="y"))
+    assert "Copy" in [o.type for o in net.all_oprs]
+    np.testing.assert_allclose(_run(net, x)["y"], [3.0, 5.0])

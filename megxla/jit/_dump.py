@@ -246,7 +246,7 @@ def dump(tracer, file, *, arg_names=None, output_names=None, optimize_for_infere
     blob = {"format": FORMAT, "exported": bytes(exported.serialize()), "arg_names": [n for _, n in inputs],
             "output_names": out_names, "graph": view, "testcases": testcases,
             "user_info": pickle.dumps(user_info), "optimize_for_inference": bool(optimize_for_inference)}
-    content = pickle.dumps(blob)
+    content = _dumps(blob)
     if hasattr(file, "write"):
         file.write(content)
     else:
@@ -432,10 +432,36 @@ def _replayable(op):
     """``op`` if it pickles (a primitive's name and plain parameters), else None: a loaded graph's operator that
     ``Network.dump`` can compute again. An op holding a function or a nested graph (``xla_graph``) does not."""
     try:
-        pickle.dumps(op)
+        _dumps(op)
     except Exception:
         return None
     return op
+
+
+def _device_by_id(platform, index):
+    """The device a dumped op named (``device_put[device=...]``): the same platform's device ``index`` here, else
+    JAX's default device (a file written on another machine)."""
+    import jax
+    try:
+        return jax.devices(platform)[index]
+    except (RuntimeError, IndexError):
+        return jax.devices()[0]
+
+
+def _dumps(obj):
+    # NOTE: a JAX device (a copy op's parameter) does not pickle; the dump names it by platform and index, so a
+    # loaded graph's copy ops can be computed again (``Network.dump``) -- this pickler only, pickling elsewhere is
+    # unchanged
+    import copyreg
+    import io
+    import jax
+    buf = io.BytesIO()
+    pickler = pickle.Pickler(buf, protocol=pickle.HIGHEST_PROTOCOL)
+    pickler.dispatch_table = copyreg.dispatch_table.copy()
+    for dev in jax.devices():
+        pickler.dispatch_table[type(dev)] = lambda d: (_device_by_id, (d.platform, d.id))
+    pickler.dump(obj)
+    return buf.getvalue()
 
 
 def _plain(value):
