@@ -190,7 +190,6 @@ ABSENT_MODULES = {
     "megengine._env_initlization": "MegEngine's start-up checks of its own native build (pip env, Termux, Windows)",
     "megengine._multistream": "CUDA stream events of MegEngine's interpreter; XLA orders its own streams",
     "megengine.conftest": "MegEngine's own pytest configuration",
-    "megengine.core._wrap": "wrapper of MegEngine's C++ CompNode; megxla's devices are megxla.device / CompNode",
     "megengine.core.ops.custom": "loads C++/CUDA custom operators built against MegEngine's ABI",
     "megengine.data.signal_handling": "DataLoader worker internals (megxla's workers report their own failures)",
     "megengine.data.tools": "DataLoader internals: a shared-memory queue on Apache Arrow's Plasma store",

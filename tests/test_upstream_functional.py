@@ -454,3 +454,14 @@ def test_interpolate_rank_errors_are_assertion_errors():
         F.vision.interpolate(x4, scale_factor=2.0, mode="linear")
     with pytest.raises(OpError, match="needs a 5-D"):
         F.vision.interpolate(x4, scale_factor=2.0, mode="trilinear")
+
+
+def test_expand_dims_with_a_repeated_axis_inserts_one_axis_per_entry():
+    """MegEngine's AddAxis inserts the sorted axes one after another (its ``test_network_node.py::
+    test_add_remove_axis``: ``F.expand_dims(data, [0, 0])``); megxla raised "repeated axis"."""
+    x = Tensor(np.arange(6, dtype="float32").reshape(2, 3))
+    assert F.expand_dims(x, [0, 0]).shape == (1, 1, 2, 3)
+    assert F.expand_dims(x, [0, 2, 2]).shape == (1, 2, 1, 1, 3)
+    np.testing.assert_array_equal(F.squeeze(F.expand_dims(x, [1, 1]), (1, 2)).numpy(), x.numpy())
+    with pytest.raises(OpError, match="expand_dims: axis 3 is out of range"):
+        F.expand_dims(x, [-1, -1])  # (two axes inserted at 3 of a 2-d tensor: MegBrain's AddAxis refuses too)

@@ -349,9 +349,19 @@ def expand_dims(inp, axis):
     inp = _t(inp)
     if isinstance(axis, Tensor):  # MegEngine reads a tensor's value (a 0-d one is one axis)
         axis = axis.numpy().tolist()
-    n = 1 if isinstance(axis, (int, np.integer)) else len(axis)
-    axes = _axes("expand_dims", inp.ndim, axis, extra=n)
-    return keep_qparams(_apply(_S.expand_dims.bind(axis=tuple(sorted(axes))), inp), inp)
+    axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
+    n = len(axes)
+    axes = sorted(_axis("expand_dims", inp.ndim, a, extra=n) for a in axes)
+    # NOTE: MegEngine's AddAxis inserts the sorted axes one after another into the growing shape, so a repeated
+    # axis adds another axis there (``expand_dims(x, [0, 0])`` is ``(1, 1, *x.shape)``); these are the result
+    # positions of that sequence
+    placed = []
+    for i, p in enumerate(axes):
+        if p > inp.ndim + i:
+            raise OpError(f"expand_dims: axis {p} is out of range when inserting axes {axes} into a tensor of shape "
+                          f"{tuple(inp.shape)}")
+        placed = [q + 1 if q >= p else q for q in placed] + [p]
+    return keep_qparams(_apply(_S.expand_dims.bind(axis=tuple(sorted(placed))), inp), inp)
 
 
 def squeeze(inp, axis=None):

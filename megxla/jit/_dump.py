@@ -26,6 +26,7 @@ import re
 
 import numpy as np
 
+from ..core._op import PRIMITIVES
 from ..core._tensor import Tensor
 from ..core.tensor.megbrain_graph import FORMAT
 from ._recording import TraceError, describe_where, prune
@@ -245,7 +246,7 @@ def dump(tracer, file, *, arg_names=None, output_names=None, optimize_for_infere
     blob = {"format": FORMAT, "exported": bytes(exported.serialize()), "arg_names": [n for _, n in inputs],
             "output_names": out_names, "graph": view, "testcases": testcases,
             "user_info": pickle.dumps(user_info), "optimize_for_inference": bool(optimize_for_inference)}
-    content = pickle.dumps(blob)
+    content = _dumps(blob)
     if hasattr(file, "write"):
         file.write(content)
     else:
@@ -368,7 +369,7 @@ def _view(ops, aliases, inputs, fixed, out_vids, avals, names_by_leaf, out_pos, 
         if outs and outs[0] in folded:
             continue
         if outs and outs[0] in aliases:  # a rewrite made this result one of its inputs
-            planned.append((None, None, None, ins, outs, None))
+            planned.append((None, None, None, ins, outs, None, None))
             continue
         scope = scopes.get(outs[0]) if outs else None
         type_, base = opr_type(op)
@@ -376,16 +377,21 @@ def _view(ops, aliases, inputs, fixed, out_vids, avals, names_by_leaf, out_pos, 
         if op.name in ("linear", "qlinear"):  # one fused primitive here; MegEngine's is MatrixMul (+ ADD of the bias)
             mm = fresh() if len(ins) >= 3 else outs[0]
             avals.setdefault(mm, avals.get(outs[0]))
-            planned.append(("MatrixMul", "MatrixMul", {"transposeB": True}, ins[:2], (mm,), scope))
+            # (replayed as linear without its bias, then add: x @ w.T + b, the fused op's own terms)
+            split = op.name == "linear" and low is None
+            planned.append(("MatrixMul", "MatrixMul", {"transposeB": True}, ins[:2], (mm,), scope,
+                            PRIMITIVES["linear"].bind() if split else None))
             if len(ins) >= 3:
-                planned.append(("Elemwise", "ADD", {}, (mm, ins[2]), outs, scope))
+                planned.append(("Elemwise", "ADD", {}, (mm, ins[2]), outs, scope,
+                                PRIMITIVES["add"].bind() if split else None))
             continue
         if type_ == "Elemwise" and base in _COMMUTATIVE and len(ins) == 2 and ins[0] in fixed and ins[1] not in fixed:
             ins = (ins[1], ins[0])  # MegEngine's graph puts the constant operand of a commutative op last
-        planned.append((type_, base, attrs, ins, outs, scope))
+        planned.append((type_, base, attrs, ins, outs, scope, _replayable(op) if low is None else None))
     counts = collections.Counter(_scoped(p[5], p[1]) for p in planned if p[0] is not None)
     seen = collections.Counter()
-    for type_, base, attrs, ins, outs, scope in planned:
+    replay = {}  # operator id -> the op that computes it (``utils.network`` replays a loaded graph with them)
+    for type_, base, attrs, ins, outs, scope, op in planned:
         if type_ is None:
             real[outs[0]] = real[aliases[outs[0]]]
             continue
@@ -397,6 +403,8 @@ def _view(ops, aliases, inputs, fixed, out_vids, avals, names_by_leaf, out_pos, 
         for i, v in enumerate(outs):
             add_var(v, nm if len(outs) == 1 else names(f"{nm}:{i}"))
             real[v] = v
+        if op is not None:
+            replay[len(oprs)] = op
         oprs.append((len(oprs), type_, nm, attrs, [real[v] for v in ins], list(outs)))
     out_view = [real[v] for v in out_vids]
     out_names = []
@@ -415,8 +423,45 @@ def _view(ops, aliases, inputs, fixed, out_vids, avals, names_by_leaf, out_pos, 
     kept.reverse()
     kept_vars = {v for o in kept for v in o[4] + o[5]}
     view = {"oprs": kept, "vars": [vars_[v] for v in vars_ if v in kept_vars], "inputs": [v for v, _ in inputs],
-            "outputs": out_view, "output_names": out_names}
+            "outputs": out_view, "output_names": out_names,
+            "ops": {o[0]: replay[o[0]] for o in kept if o[0] in replay}}
     return view, out_names, {v: n for v, n in params.items() if v in kept_vars}
+
+
+def _replayable(op):
+    """``op`` if it pickles (a primitive's name and plain parameters), else None: a loaded graph's operator that
+    ``Network.dump`` can compute again. An op holding a function or a nested graph (``xla_graph``) does not."""
+    try:
+        _dumps(op)
+    except Exception:
+        return None
+    return op
+
+
+def _device_by_id(platform, index):
+    """The device a dumped op named (``device_put[device=...]``): the same platform's device ``index`` here, else
+    JAX's default device (a file written on another machine)."""
+    import jax
+    try:
+        return jax.devices(platform)[index]
+    except (RuntimeError, IndexError):
+        return jax.devices()[0]
+
+
+def _dumps(obj):
+    # NOTE: a JAX device (a copy op's parameter) does not pickle; the dump names it by platform and index, so a
+    # loaded graph's copy ops can be computed again (``Network.dump``) -- this pickler only, pickling elsewhere is
+    # unchanged
+    import copyreg
+    import io
+    import jax
+    buf = io.BytesIO()
+    pickler = pickle.Pickler(buf, protocol=pickle.HIGHEST_PROTOCOL)
+    pickler.dispatch_table = copyreg.dispatch_table.copy()
+    for dev in jax.devices():
+        pickler.dispatch_table[type(dev)] = lambda d: (_device_by_id, (d.platform, d.id))
+    pickler.dump(obj)
+    return buf.getvalue()
 
 
 def _plain(value):

@@ -6,9 +6,10 @@ recorded as an operator of the network, whose results are its variables too. meg
 applied (through the one dispatch point, ``apply``): the values are there as the graph is built, where MegEngine
 computes them when the graph runs (docs/differences.md).
 
-:meth:`Network.load` reads what ``trace.dump`` writes (see :mod:`megxla.core.tensor.megbrain_graph`); a loaded
-network is read-only: megxla's dump is a compiled XLA module, so editing operators and dumping again is done by
-editing the traced function and tracing it again.
+:meth:`Network.load` reads what ``trace.dump`` writes (see :mod:`megxla.core.tensor.megbrain_graph`) as such a
+network: each operator of the dump is applied again to its variables (inputs: :meth:`Network.make_input_node`,
+without a value). Edit it (:meth:`~Network.replace_vars`, :meth:`~Network.replace_oprs`, outputs, ops on its
+variables) and :meth:`Network.dump` writes it again, through ``trace.dump``.
 
 Example:
     >>> import io, numpy as np, megxla as mge
@@ -32,19 +33,31 @@ Example:
 from __future__ import annotations
 
 import fnmatch
+import pickle
 import re
 from typing import List
 
+import numpy as np
+
 from ..core import _registry
-from ..core._dispatch import OpError
+from ..core._dispatch import OpError, apply
 from ..core._tensor import Tensor
 from ..core._trace_option import set_symbolic_shape  # noqa: F401  (MegEngine's network module exports it)
-from ..core.tensor.megbrain_graph import load_graph
+from ..core.tensor.megbrain_graph import Graph, load_blob
 from ..jit._dump import opr_type
 from .comp_graph_tools import get_oprs_seq
-from .network_node import OpNode, VarNode, _alias, _new_var
+from .network_node import OpNode, VarNode, _alias, _new_var, type_name
 
-__all__ = ["Network", "NodeFilter"]
+__all__ = ["Network", "NodeFilter", "as_oprnode"]
+
+
+def as_oprnode(obj) -> OpNode:
+    """MegEngine's: ``obj`` as an :class:`OpNode`: an operator, or a one-element list or tuple of one."""
+    if isinstance(obj, (list, tuple)) and len(obj) == 1:
+        obj = obj[0]
+    if not isinstance(obj, OpNode):
+        raise TypeError(f"as_oprnode: expected an OpNode (or a list of one), got {type(obj).__name__}")
+    return obj
 
 
 def _graph_of(op, inputs):
@@ -72,6 +85,11 @@ class _Compiled:
         self._graph, self._outputs = graph, outputs
 
     def execute(self):
+        for var in self._outputs:
+            if var._novalue:
+                raise RuntimeError(f"graph.compile(...).execute(): {var.name!r} is computed from an input variable "
+                                   f"(make_input_node), which has no value here; dump the network and run it with "
+                                   f"its inputs (utils.comp_graph_tools.GraphInference)")
         for var in self._outputs:
             for node in self._graph._output_nodes.get(var.id, ()):
                 node._value = var._value()
@@ -108,26 +126,131 @@ class Network:
 
     @classmethod
     def load(cls, model_path, outspec: List[str] = None) -> "Network":
-        """Load a graph written by ``trace.dump``.
+        """Load a graph written by ``trace.dump`` (or :meth:`dump`) as a network to walk, edit and dump again.
+
+        Every operator of the dump is applied again (through ``apply``) to the network's variables: its inputs
+        are input variables (:meth:`make_input_node`: no value; the variables computed from them have none
+        either), its constants ``make_const`` variables. The loaded operators keep the dump's types and names.
 
         Args:
             model_path: a path or a binary file object.
             outspec: names of the variables to use as outputs (default: the dump's outputs).
         """
-        res = load_graph(model_path)
+        meta = load_blob(model_path)
+        if meta.get("graph") is None:
+            raise ValueError("Network.load: this dump has no graph view (written by an older megxla)")
+        g = Graph(meta["graph"], meta["exported"], meta.get("testcases", ()))
         net = cls()
-        net.graph = res.graph
-        outs = res.output_vars_list
+        net._metadata = {"user_info": pickle.loads(meta["user_info"]) if meta.get("user_info") else None,
+                         "graph_modified": bool(meta.get("graph_modified", False)),
+                         "optimized_for_inference": bool(meta.get("optimize_for_inference", False))}
+        net._metadata.update(meta.get("metadata", {}))
+        made = {}  # the dump's variable id -> this network's variable
+        for opr in sorted(g.oprs.values(), key=lambda o: o.id):  # (the view lists operators in execution order)
+            if opr.type == "Host2DeviceCopy":
+                (v,) = opr.outputs
+                made[v.id] = net.make_input_node(v.shape, v.dtype, name=v.name)
+                continue
+            if opr.type == "ImmutableTensor":
+                (v,) = opr.outputs
+                made[v.id] = net.make_const(opr.params["value"], name=v.name)
+                continue
+            ins = [made[v.id] for v in opr.inputs]
+            op = g.ops.get(opr.id)
+            if op is None:  # (a dump of an op holding a function, or of float16 storage: walked, not computed)
+                outs = [Tensor(np.zeros(v.shape, v.dtype)) for v in opr.outputs]
+                net._applied(None, ins, outs)
+            else:
+                outs = apply(op, *ins)
+                outs = list(outs) if op.multiple_results else [outs]
+                if not ins:  # (apply recorded it where a variable of this network was an input)
+                    net._applied(op, ins, outs)
+            node = outs[0].owner
+            node.type, node.name, node.params = opr.type, opr.name, dict(opr.params)
+            net._names.setdefault(opr.name, 1)
+            for o, v in zip(outs, opr.outputs):
+                o._name = v.name
+                made[v.id] = o
+        net.output_vars = [made[v.id] for v in g.outputs]
+        for var, name in zip(net.output_vars, g.output_names):
+            if var.owner.type != "Host2DeviceCopy":  # (a constant output is reported under its output name too)
+                var._name = name
         if outspec is not None:
-            by_name = {v.name: v for v in res.graph.vars.values()}
+            by_name = {v.name: v for v in made.values()}
             missing = [n for n in outspec if n not in by_name]
             if missing:
                 raise ValueError(f"Network.load: no variable named {missing} in this graph")
-            outs = [by_name[n] for n in outspec]
-        net.output_vars = list(outs)
-        used = {op.id for op in net.all_oprs}
-        net.input_vars = [v for v in res.graph.inputs if v.owner.id in used]
+            net.output_vars = [by_name[n] for n in outspec]
+        net.input_vars = [made[v.id] for v in g.inputs]  # (all: an input the outputs do not read was an argument)
         return net
+
+    @property
+    def metadata(self):
+        """What the dump recorded about itself (``user_info``, ``graph_modified``, ``optimized_for_inference``),
+        None for a network built by hand."""
+        return getattr(self, "_metadata", None)
+
+    def dump(self, file, *, optimize_for_inference=True, user_info=None, **kwargs):
+        """Write the network (its outputs and what they depend on) as ``trace.dump`` does: the operators are
+        applied again, in order, to the input variables' values inside a ``trace`` that is then dumped, so the
+        file is what the same computation traced by hand would give. ``GraphInference`` and :meth:`load` read it.
+
+        Args:
+            file: a path or a binary file object.
+            optimize_for_inference, user_info, **kwargs: as ``trace.dump``'s.
+
+        Returns:
+            ``trace.dump``'s :class:`~megxla.jit._dump.DumpInfo`.
+
+        Example:
+            >>> import io, numpy as np, megxla as mge
+            >>> net = Network()
+            >>> x = net.make_input_node((2,), "float32", name="x")
+            >>> net.add_output(mge.functional.relu(x) * 3)
+            >>> buf = io.BytesIO(); _ = net.dump(buf); _ = buf.seek(0)
+            >>> from megxla.utils.comp_graph_tools import GraphInference
+            >>> list(GraphInference(buf).run(np.array([-1.0, 2.0], "float32")).values())[0]
+            array([0., 6.], dtype=float32)
+        """
+        from ..jit.tracing import trace
+        if not self.output_vars:
+            raise ValueError("Network.dump: the network has no outputs (add_output)")
+        oprs = self.all_oprs
+        for opr in oprs:
+            if opr.op is None and opr.type not in ("Host2DeviceCopy", "ImmutableTensor"):
+                raise ValueError(f"Network.dump: operator {opr.name!r} ({opr.type}) cannot be computed again: the "
+                                 f"dump it was loaded from kept no op for it (an op holding a function or a "
+                                 f"nested graph, or a dump with float16 storage)")
+        # the network's inputs, then any other input its outputs read (an unused input stays an input, as in
+        # trace.dump: it is part of the signature)
+        inputs = [v for v in self.input_vars if v.owner.type == "Host2DeviceCopy"]
+        for opr in oprs:
+            if opr.type == "Host2DeviceCopy" and not any(v is opr.outputs[0] for v in inputs):
+                inputs.append(opr.outputs[0])
+        names = [v.name for v in inputs]
+        if len(set(names)) != len(names):
+            raise ValueError(f"Network.dump: input names {names} are not unique")
+        outs = list(self.output_vars)
+
+        def replay(*args):
+            env = {v.id: a for v, a in zip(inputs, args)}
+            for opr in oprs:
+                if opr.type == "Host2DeviceCopy":
+                    continue
+                if opr.op is None:  # ImmutableTensor: its value, a constant of the trace
+                    (v,) = opr.outputs
+                    env[v.id] = Tensor(v.numpy(), dtype=v.dtype)
+                    continue
+                res = apply(opr.op, *[env[v.id] for v in opr.inputs])
+                for v, r in zip(opr.outputs, res if opr.op.multiple_results else (res,)):
+                    env[v.id] = r
+            return tuple(env[v.id] for v in outs)
+
+        f = trace(replay, symbolic=True, capture_as_const=True)
+        f(*[Tensor(np.zeros(v.shape, v.dtype), dtype=v.dtype) for v in inputs])
+        info = f.dump(file, arg_names=names, output_names=[v.name for v in outs],
+                      optimize_for_inference=optimize_for_inference, user_info=user_info, **kwargs)
+        return info
 
     # ---- building -------------------------------------------------------------------------------------------
     def make_const(self, data, name=None, device=None) -> VarNode:
@@ -164,6 +287,132 @@ class Network:
             _registry.register_graph_builder(_graph_of)
         return var
 
+    def make_input_node(self, shape, dtype=np.float32, name="data", device=None) -> VarNode:
+        """An input of the network: a ``Host2DeviceCopy`` operator and its variable, fed when the dumped network
+        runs. It has no value here (reading one raises), and neither have the variables computed from it; shapes
+        and dtypes are known.
+
+        Args:
+            shape: the input's shape.
+            dtype: its dtype.
+            name: its name (the dump's input name; kept as given).
+            device: the device it is on.
+
+        Example:
+            >>> net = Network()
+            >>> x = net.make_input_node((2, 3), "float32", name="x")
+            >>> y = x.sum(axis=1)
+            >>> x.owner.type, y.shape
+            ('Host2DeviceCopy', (2,))
+        """
+        shape = tuple(int(d) for d in (shape if isinstance(shape, (tuple, list)) else (shape,)))
+        dtype = np.dtype(dtype)
+        opr = OpNode()
+        opr.type, opr.name = "Host2DeviceCopy", name
+        self._names.setdefault(name, 1)
+        # NOTE: the placeholder zeros let ops be applied (and recorded) as on any variable; _novalue keeps them
+        # from being read as the input's value
+        var = _new_var(self, Tensor(np.zeros(shape, dtype), dtype=dtype, device=device), opr, name)
+        var._novalue = True
+        opr.outputs = [var]
+        # (not added to ``input_vars`` here, as MegEngine's: code loops over that list making new inputs for it;
+        # replace_vars puts the new input there, and dump finds the inputs its outputs read)
+        if _registry.GRAPH_BUILDER[0] is None:
+            _registry.register_graph_builder(_graph_of)
+        return var
+
+    def replace_vars(self, repl_dict):
+        """Make the operators that read each key of ``repl_dict`` (a variable) read its value (a variable of the
+        network) instead; outputs are replaced alike. The operators the new variables are computed from keep
+        their inputs (a replacement computed from the variable it replaces reads the old one)."""
+        repl = dict(repl_dict)
+        for old, new in repl.items():
+            self._check_var(old, "replace_vars", foreign=True)
+            self._check_var(new, "replace_vars", foreign=True)
+        by_id = {old.id: new for old, new in repl.items()}
+        keep = {op.id for op in get_oprs_seq(list(repl.values()), prune_immtensor=False)}
+        for opr in self._known_oprs():
+            if opr.id in keep:
+                continue
+            ins = [by_id.get(v.id, v) for v in opr.inputs]
+            if any(a is not b for a, b in zip(ins, opr.inputs)):
+                for old, new in zip(opr.inputs, ins):
+                    if old is not new:
+                        old.users[:] = [u for u in old.users if u is not opr]
+                        if not any(u is opr for u in new.users):
+                            new.users.append(opr)
+                opr.inputs = ins
+        self.output_vars = [by_id.get(v.id, v) for v in self.output_vars]
+        inputs = [v for v in self.input_vars if v.id not in by_id]
+        for v in repl.values():  # (``is``: ``==`` of variables is elementwise)
+            if v.owner.type == "Host2DeviceCopy" and not any(v is u for u in inputs):
+                inputs.append(v)
+        self.input_vars = inputs
+
+    def replace_oprs(self, repl_dict):
+        """Replace each key of ``repl_dict`` (an operator) by its value (an operator of the network with as many
+        outputs): the old operator's output variables become the new one's outputs, so everything that read them
+        reads the new operator's results."""
+        for old, new in repl_dict.items():
+            if len(old.outputs) != len(new.outputs):
+                raise ValueError(f"Network.replace_oprs: {old!r} has {len(old.outputs)} outputs, {new!r} "
+                                 f"{len(new.outputs)}")
+        for old, new in repl_dict.items():
+            for i, var in enumerate(old.outputs):
+                src = new.outputs[i]
+                users = [u for u in var.users]
+                _alias(src, var)
+                var._users = src.users
+                for u in users:
+                    if not any(x is u for x in var._users):
+                        var._users.append(u)
+                var._owner = new
+                new.outputs[i] = var
+
+    def reset_batch_size(self, batchsize, *, blacklist=()):
+        """Give every input (but those named in ``blacklist``) the first dimension ``batchsize``: a new input
+        variable replaces each (:meth:`replace_vars`); :meth:`dump` computes the graph for the new shapes."""
+        blacklist = set(blacklist)
+        repl = {}
+        for opr in self.opr_filter.type("Host2DeviceCopy"):
+            (v,) = opr.outputs
+            if v.name in blacklist or not v.shape:
+                continue
+            repl[v] = self.make_input_node((int(batchsize),) + tuple(v.shape[1:]), v.dtype, name=v.name)
+        if repl:
+            self.replace_vars(repl)
+
+    def modify_opr_names(self, modifier):
+        """Rename every operator: ``modifier`` a string (the new name is ``f"{modifier}.{name}"``) or a function
+        of the old name. A variable named as its operator (an input, a one-result op) is renamed with it."""
+        if isinstance(modifier, str):
+            prefix = modifier
+            modifier = lambda name: f"{prefix}.{name}"  # noqa: E731
+        if not callable(modifier):
+            raise TypeError(f"Network.modify_opr_names: expected a string or a function, got {modifier!r}")
+        for opr in self.all_oprs:
+            new = modifier(opr.name)
+            if not isinstance(new, str):
+                raise TypeError(f"Network.modify_opr_names: the modifier gave {new!r} for {opr.name!r}, not a str")
+            for v in opr.outputs:
+                if v.name == opr.name:
+                    v._name = new
+            opr.name = new
+
+    def _known_oprs(self):
+        """The operators the outputs, the inputs' readers and the constants' readers reach: every operator
+        ``replace_vars`` may have to rewire."""
+        seen, out = set(), []
+        roots = list(self.output_vars)
+        for v in self.input_vars + list(self._consts.values()):
+            for u in v.users:
+                roots.extend(u.outputs)
+        for op in get_oprs_seq(roots, prune_immtensor=False):
+            if op.id not in seen:
+                seen.add(op.id)
+                out.append(op)
+        return out
+
     def _unique(self, base):
         n = self._names.get(base, 0)
         self._names[base] = n + 1
@@ -174,9 +423,10 @@ class Network:
         Tensors ``apply`` computed) variables of the network. Called by ``apply``."""
         ins = [t if type(t) is VarNode and t._net is self else self._constant(t) for t in inputs]
         opr = OpNode()
-        opr.type, base = opr_type(op)
+        opr.type, base = opr_type(op) if op is not None else ("Unknown", "Unknown")
         opr.name, opr.op = self._unique(base), op
-        opr.params = dict(op.params) if op.params else {}
+        opr.params = dict(op.params) if op is not None and op.params else {}
+        novalue = any(getattr(v, "_novalue", False) for v in ins)
         if opr.type == "Elemwise":
             opr.params.setdefault("mode", base)
         opr.inputs = ins
@@ -190,6 +440,8 @@ class Network:
             o._net, o._owner, o._users = self, opr, []
             o._var_id = None
             o._name = opr.name if len(outputs) == 1 else f"{opr.name}:{i}"
+            if novalue or op is None:
+                o._novalue = True
         opr.outputs = list(outputs)
 
     def _rebinding(self, var, other, reset):
@@ -215,9 +467,10 @@ class Network:
         return var
 
     def add_output(self, *vars: VarNode):
-        """Add variables to the network's outputs (each once)."""
+        """Add variables to the network's outputs (each once). A variable of another network splices the
+        operators it is computed from into this one's graph (MegEngine's ``net1.add_output(*net2.output_vars)``)."""
         for var in vars:
-            self._check_var(var, "add_output")
+            self._check_var(var, "add_output", foreign=True)
         for var in vars:
             if not any(var is o for o in self.output_vars):  # (``is``: ``==`` of variables is elementwise)
                 self.output_vars.append(var)
@@ -236,10 +489,10 @@ class Network:
             self._check_var(var, "add_dep_oprs")
         return list(vars) if vars else list(self.output_vars)
 
-    def _check_var(self, var, what):
-        if not isinstance(var, VarNode):
+    def _check_var(self, var, what, foreign=False):
+        if not isinstance(var, VarNode) or (foreign and type(var) is not VarNode):
             raise TypeError(f"Network.{what}: expected a VarNode, got {type(var).__name__}")
-        if type(var) is VarNode and var._net is not self:
+        if type(var) is VarNode and var._net is not self and not foreign:
             raise ValueError(f"Network.{what}: {var!r} is a variable of another Network")
 
     # ---- walking --------------------------------------------------------------------------------------------
@@ -288,16 +541,16 @@ class Network:
 
     @property
     def params_filter(self) -> "NodeFilter":
-        """The constant (``ImmutableTensor``) variables."""
-        return self.var_filter.param_provider()
+        """The constant operators (``ImmutableTensor``; ``opr.set_value(v)`` changes one), as MegEngine's."""
+        return self.opr_filter.param_provider()
 
     @property
     def data_providers_filter(self) -> "NodeFilter":
-        """The input (``Host2DeviceCopy``) variables."""
-        return self.var_filter.data_provider()
+        """The input operators (``Host2DeviceCopy``: ``opr.shape``, ``opr.dtype``, ``opr.name``), as MegEngine's."""
+        return self.opr_filter.data_provider()
 
     def get_opr_by_type(self, oprcls, unique=True):
-        """Operators of type name ``oprcls`` (the only one if ``unique``)."""
+        """Operators of type ``oprcls``, a name or a class of ``network_node`` (the only one if ``unique``)."""
         f = self.opr_filter.type(oprcls)
         return f.as_unique() if unique else f.as_list()
 
@@ -335,10 +588,13 @@ class NodeFilter:
         return n.type if isinstance(n, OpNode) else n.owner.type
 
     def type(self, node_type):
-        """Nodes of type name ``node_type`` (for variables: their owner's type)."""
+        """Nodes of type ``node_type``, a name or a class of ``network_node`` (``N.ConvolutionForward``); for
+        variables, their owner's type."""
+        node_type = type_name(node_type)
         return self._and(lambda n: self._type(n) == node_type)
 
     def not_type(self, node_type):
+        node_type = type_name(node_type)
         return self._and(lambda n: self._type(n) != node_type)
 
     def param_provider(self):

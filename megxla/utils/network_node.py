@@ -30,8 +30,12 @@ import itertools
 from ..core._lazy import Lazy
 from ..core._tensor import Tensor
 from ..core.tensor import megbrain_graph as _G
+from ..jit._dump import _TYPES
 
-__all__ = ["NetworkNode", "VarNode", "OpNode"]
+# MegEngine's operator classes of this module (``N.Host2DeviceCopy``...): the type names a graph here has
+_OPR_TYPES = sorted(set(_TYPES.values()) | {"Elemwise", "Reduce", "Host2DeviceCopy", "ImmutableTensor"})
+
+__all__ = ["NetworkNode", "VarNode", "OpNode", "type_name"] + sorted(_OPR_TYPES)
 
 _ids = itertools.count(1)  # variables' and operators' ids: unique in the process, as MegBrain's are in a graph
 _new = object.__new__
@@ -70,6 +74,14 @@ class VarNode(NetworkNode, Tensor, metaclass=abc.ABCMeta):
     _owner = None  # the OpNode producing the value
     _var_id = None  # the variable's id: objects for one variable (``VarNode(var)``, a rebound one) share it
     _users = None  # the OpNodes reading the variable (one list for all its objects)
+    _novalue = False  # an input's (make_input_node) or computed from one: its placeholder value is no value
+
+    def numpy(self):
+        if self._novalue:
+            raise RuntimeError(f"{self!r} has no value: it is an input of its Network (make_input_node) or computed "
+                               f"from one (or from a constant set_value changed since); dump the network and run it "
+                               f"with its inputs (GraphInference)")
+        return super().numpy()
 
     def __init__(self, var, *, owner_opr=None, name=None):
         if type(var) is not VarNode or var._net is None:
@@ -152,6 +164,7 @@ def _alias(src, dst):
     if type(dst._data) is Lazy:  # (an auto-jit cluster's pending value: this object gets it too)
         dst._data.hold(dst)
     dst._net, dst._owner, dst._var_id, dst._users = src._net, src._owner, src.id, src.users
+    dst._novalue = src._novalue
     return dst
 
 
@@ -185,6 +198,51 @@ class OpNode(NetworkNode, metaclass=abc.ABCMeta):
 
     priority = 0  # (comp_graph_tools orders operators by (priority, id), as a loaded graph's)
 
+    # MegEngine's Host2DeviceCopy and ImmutableTensor operators describe their one output
+    _PROVIDERS = ("Host2DeviceCopy", "ImmutableTensor")
+
+    def _provided(self, what):
+        if self.type not in self._PROVIDERS or len(self.outputs) != 1:
+            raise AttributeError(f"{self!r}: only an input or constant operator has .{what}")
+        return self.outputs[0]
+
+    @property
+    def shape(self):
+        return self._provided("shape").shape
+
+    @property
+    def dtype(self):
+        return self._provided("dtype").dtype
+
+    @property
+    def device(self):
+        return self._provided("device").device
+
+    def numpy(self):
+        """A constant operator's value."""
+        if self.type != "ImmutableTensor":
+            raise AttributeError(f"{self!r}: only a constant (ImmutableTensor) operator has a value")
+        return self.outputs[0].numpy()
+
+    def set_value(self, data, device=None):
+        """Give a constant (``ImmutableTensor``) operator a new value, as MegEngine's: everything reading it
+        reads the new value (float64 becomes float32, int64 int32). The variables computed from it so far held
+        the old value; they read as having no value until the network is dumped and run again."""
+        if self.type != "ImmutableTensor":
+            raise TypeError(f"{self!r}.set_value: only a constant (ImmutableTensor) operator has a value to set")
+        (var,) = self.outputs
+        t = Tensor(data, device=device if device is not None else getattr(var, "_lnode", None))
+        var._data, var._vid = t._data, t._vid
+        seen, queue = set(), list(var.users)
+        while queue:  # NOTE: values are computed as the graph is built; those from the old value are now stale
+            op = queue.pop()
+            if op.id in seen:
+                continue
+            seen.add(op.id)
+            for o in op.outputs:
+                o._novalue = True
+                queue.extend(o.users)
+
     def add_inp_var(self, x):
         self.inputs.append(x)
 
@@ -198,3 +256,22 @@ class OpNode(NetworkNode, metaclass=abc.ABCMeta):
 # a loaded graph's nodes (no values) are this module's kinds too: code walking a Network checks isinstance so
 VarNode.register(_G.VarNode)
 OpNode.register(_G.OpNode)
+
+
+class _OprType(abc.ABCMeta):
+    # NOTE: operators here are OpNodes whose ``type`` is a name (a loaded graph's and a hand-built one's alike), so
+    # ``isinstance(opr, Host2DeviceCopy)`` compares that name rather than Python classes
+    def __instancecheck__(cls, obj):
+        return isinstance(obj, OpNode) and obj.type == cls.type
+
+
+def type_name(node_type):
+    """The operator type name of ``node_type``: a name, or one of this module's operator classes."""
+    return node_type.type if isinstance(node_type, _OprType) else node_type
+
+
+for _name in _OPR_TYPES:
+    globals()[_name] = _OprType(_name, (OpNode,), {
+        "type": _name, "__module__": __name__,
+        "__doc__": f"MegEngine's ``{_name}`` operators (``isinstance`` compares an OpNode's ``type``)."})
+del _name

@@ -89,6 +89,9 @@ class Graph:
         self.inputs = [self.vars[v] for v in view["inputs"]]
         self.outputs = [self.vars[v] for v in view["outputs"]]
         self.output_names = list(view["output_names"])
+        # operator id -> the op computing it, where the dump could keep one (``utils.network.Network.load``
+        # rebuilds an editable network from them)
+        self.ops = dict(view.get("ops", {}))
         self._output_nodes = {}  # var id -> the OutputNodes reading it (``compile(...).execute()`` fills them)
 
     def compile(self, outputs):
