@@ -1,6 +1,6 @@
 """Elementwise functions (``megengine.functional.elemwise``): each is one primitive through ``apply``."""
 from ..core._elemwise_front import BINARY as _B, UNARY as _U, as_tensor as _as_tensor
-from ..core._elemwise_front import quantized_params as _quantized_params
+from ..core._elemwise_front import quantized_params as _quantized_params, _scalar
 from ..core._dispatch import apply as _apply
 from ..core._tensor import Tensor
 from ..core.dtypes import is_float
@@ -184,7 +184,10 @@ def clip(x, lower=None, upper=None):
         info = np.iinfo(x.dtype)
         lower = None if lower is None else min(max(lower, int(info.min)), int(info.max))
         upper = None if upper is None else min(max(upper, int(info.min)), int(info.max))
-    return _apply(_P.clip.bind(lower=lower, upper=upper), x)
+    # (the bounds as inputs, the cached 0-d tensors of these numbers: one kernel for every value -- core/ops)
+    given = ("l" if lower is not None else "") + ("u" if upper is not None else "")
+    bounds = [_scalar(b, x.dtype) for b in (lower, upper) if b is not None]
+    return _apply(_P.clip.bind(given=given), x, *bounds)
 
 
 def _elwise(*args, mode):

@@ -11,7 +11,7 @@ import numpy as np
 from ..core._tensor import Tensor
 from ..core.dtypes import is_float
 from ..core._dispatch import apply as _apply, OpError
-from ..core._elemwise_front import as_tensor as _t, quantized_params
+from ..core._elemwise_front import as_tensor as _t, quantized_params, _scalar
 from ..core._tensor import QPARAMS_SEEN
 from ..core._indexing import check_index_tensor
 from ..core.ops import nn as _N, linalg as _L, elemwise as _E, random as _RP, shape as _S
@@ -38,6 +38,8 @@ __all__ = ["conv1d", "conv2d", "conv3d", "conv_transpose2d", "conv_transpose3d",
            "pad", "relu", "sigmoid", "gelu", "silu", "softplus", "logsigmoid", "relu6", "hsigmoid", "hswish",
            "indexing_one_hot", "logsumexp", "normalize", "cross_entropy", "binary_cross_entropy", "l1_loss",
            "square_loss", "hinge_loss", "ctc_loss", "remap", "warp_affine", "warp_perspective"]
+
+_F32 = np.dtype(np.float32)
 
 
 # ---- argument checks ---------------------------------------------------------------------------------------------
@@ -714,7 +716,9 @@ def leaky_relu(inp, negative_slope=0.01):
         >>> F.leaky_relu(Tensor([-1., 1.]), 0.1).numpy()
         array([-0.1,  1. ], dtype=float32)
     """
-    return _apply(_E.leaky_relu.bind(negative_slope=float(negative_slope)), _t(inp))
+    inp = _t(inp)  # (the slope an input: one kernel for every value -- core/ops/elemwise.py)
+    slope = float(negative_slope)
+    return _apply(_E.leaky_relu.bind(), inp, _scalar(slope, inp.dtype if is_float(inp.dtype) else _F32))
 
 
 def prelu(inp, weight):
@@ -1118,7 +1122,8 @@ def dropout(inp, drop_prob, training=True):
     if not training or drop_prob == 0:
         return inp
     _float(inp, "dropout")
-    return _apply(_RP.dropout.bind(drop_prob=float(drop_prob)), inp, next_key())
+    keep = 1.0 - float(drop_prob)  # (inputs, not parameters: one kernel for every rate -- core/ops/random.py)
+    return _apply(_RP.dropout.bind(), inp, next_key(), _scalar(keep, _F32), _scalar(keep, inp.dtype))
 
 
 def pixel_shuffle(inp, upscale_factor):

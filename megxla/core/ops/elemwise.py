@@ -226,20 +226,28 @@ _PUBLIC = {"truediv": "div", "floordiv": "floor_div", "lt": "less", "le": "less_
 BINARY = {name: Primitive(_PUBLIC.get(name, name), impl) for name, impl in BINARY_IMPLS.items()}
 
 
-def _leaky_relu(x, *, negative_slope):
-    # ``>=``: MegEngine's PRELU gradient is 1 at x == 0 (the value is 0 either way).
-    return jnp.where(x >= 0, x, x * negative_slope)
+def _leaky_relu(x, *slope, negative_slope=None):
+    # ``>=``: MegEngine's PRELU gradient is 1 at x == 0 (the value is 0 either way). The slope is an input (the 0-d
+    # tensor of that Python number, as ``x * 0.5``'s 0.5): one kernel for every slope (``negative_slope``: the
+    # parameter form of earlier recordings).
+    return jnp.where(x >= 0, x, x * (slope[0] if slope else negative_slope))
 
 
 def _prelu(x, w):
     return jnp.where(x >= 0, x, x * broadcast_wide(w, x.shape))  # (float16: w's gradient sums in float32)
 
 
-def _clip(x, *, lower, upper):
+def _clip(x, *bounds, given=None, lower=None, upper=None):
     # MegEngine's CLIP with both bounds is ``x <= lower ? lower : (x <= upper ? x : upper)`` (with lower > upper:
     # clip([0, 3, 10], 5, 2) == [5, 5, 2], nan gives upper) and its gradient passes where lower <= x <= upper (a
     # value on a bound keeps it: jnp.clip's vjp halves it there, which clip(relu(x), 0, 1) hits at every exact
     # zero). One bound: its MAX or MIN select.
+    # The bounds are inputs, 0-d in ``x``'s dtype (``given``: "lu", "l" or "u", which are), as MegEngine's CLIP
+    # takes them: one kernel for every value. As parameters (``lower``, ``upper``: earlier recordings' form), a
+    # bound that changes every step (PPO's annealed clip range) compiled a kernel and its gradient's a step.
+    if given is not None:
+        lower = bounds[0] if "l" in given else None
+        upper = bounds[-1] if "u" in given else None
     if lower is not None and upper is not None:
         lo, hi = jnp.asarray(lower, x.dtype), jnp.asarray(upper, x.dtype)
         return jnp.where((x >= lo) & (x <= hi), x, jnp.where(x <= lo, lo, hi))

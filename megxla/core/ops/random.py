@@ -379,9 +379,16 @@ shuffle = _RandomPrimitive("rng_shuffle", lambda key, x: jnp.take(x, _perm(key, 
                            _ShuffleKernel)
 
 
-def _dropout(x, key, *, drop_prob):
-    keep = jax.random.bernoulli(_k(key), 1.0 - drop_prob, x.shape)
-    return jnp.where(keep, x / (1.0 - drop_prob), jnp.zeros((), x.dtype))
+def _dropout(x, key, *keep, drop_prob=None):
+    # The keep probability ``1 - drop_prob`` is an input: float32 for the draw and in ``x``'s dtype for the scale (the
+    # cached 0-d tensors of that Python number, as ``x * 0.5``'s 0.5), so that one kernel serves every rate. As a
+    # parameter, a rate annealed every step compiled a kernel (and its gradient's) a step: ~300 ms eagerly, and under
+    # auto-jit a new cluster key a step. (``drop_prob``: the parameter form of earlier recordings.)
+    if drop_prob is not None:
+        keep = (1.0 - drop_prob, 1.0 - drop_prob)
+    draw, scale = keep
+    mask = jax.random.bernoulli(_k(key), draw, x.shape)
+    return jnp.where(mask, x / scale, jnp.zeros((), x.dtype))
 
 
 dropout = Primitive("dropout", _dropout)

@@ -1,0 +1,110 @@
+"""Python numbers that change every step -- an annealed dropout rate, PPO's clip range, a leaky slope -- are inputs of
+their ops (the cached 0-d tensors of those numbers, as ``x * 0.5``'s 0.5), not parameters: one kernel serves every
+value. As parameters, each new value compiled an eager kernel and its gradient's (dropout: ~300 ms a step) and, under
+auto-jit, made its clusters a new key every step."""
+from __future__ import annotations
+
+import jax
+import numpy as np
+import pytest
+
+import megxla as mge
+import megxla.functional as F
+import megxla.module as M
+import megxla.optimizer as optim
+from megxla.autodiff import GradManager
+from megxla.jit import _autojit, auto_jit_stats, reset_auto_jit_stats
+
+
+class _Compiles:
+    """Counts XLA backend compilations through JAX's monitoring hook (registered once: JAX cannot unregister)."""
+    n = 0
+    on = False
+
+    @classmethod
+    def event(cls, event, duration, **kwargs):
+        if cls.on and event == "/jax/core/compile/backend_compile_duration":
+            cls.n += 1
+
+
+jax.monitoring.register_event_duration_secs_listener(_Compiles.event)
+
+
+@pytest.fixture(params=["eager", "auto_jit"])
+def mode(request, monkeypatch):
+    saved = mge.config.auto_jit
+    monkeypatch.setattr(_autojit, "STATIC_TIMER", False)  # (clusters, not a step timer's choice of eager)
+    monkeypatch.setattr(_autojit, "EARLY", False)  # (no early launch: one executable per cluster key)
+    _autojit._sites.clear()
+    _autojit._steps.clear()
+    _autojit._early.clear()
+    reset_auto_jit_stats()
+    mge.config.auto_jit = request.param == "auto_jit"
+    try:
+        yield request.param
+    finally:
+        mge.config.auto_jit = saved
+        _Compiles.on = False
+
+
+# (name, the op with the step's number v in (0.1, 0.5), its NumPy reference or None)
+CASES = {
+    "clip": (lambda h, v: F.clip(h, -v, 2 * v), lambda h, v: np.where(h <= -v, -v, np.where(h <= 2 * v, h, 2 * v))),
+    "clip_lower": (lambda h, v: F.clip(h, lower=v), lambda h, v: np.maximum(h, np.float32(v))),
+    "clip_upper": (lambda h, v: F.clip(h, upper=v), lambda h, v: np.minimum(h, np.float32(v))),
+    "leaky_relu": (lambda h, v: F.leaky_relu(h, v), lambda h, v: np.where(h >= 0, h, h * np.float32(v))),
+    "dropout": (lambda h, v: F.dropout(h, v), None),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_a_number_new_every_step_compiles_nothing_new(mode, case):
+    op, reference = CASES[case]
+    rng = np.random.RandomState(0)
+    mge.random.seed(0)
+    net = M.Linear(8, 16)
+    opt = optim.SGD(net.parameters(), lr=0.01)
+    gm = GradManager().attach(net.parameters())
+    x = mge.Tensor(rng.randn(32, 8).astype("float32"))
+    for step in range(12):
+        v = 0.1 + 0.4 * step / 12  # (annealed: a new Python float every step)
+        if step == 4:  # (steps 0-3: the kernels, or the clusters after their key recurred, compiled)
+            _Compiles.n, _Compiles.on = 0, True
+        with gm:
+            h = net(x)
+            y = op(h, v)
+            loss = (y * y).mean()
+            gm.backward(loss)
+        opt.step().clear_grad()
+        got, hv = y.numpy(), h.numpy()
+        if reference is not None:  # (this step's number, not a stale one)
+            np.testing.assert_allclose(got, reference(hv, v), rtol=1e-6, atol=1e-7)
+        else:  # (dropout: the kept entries scaled by 1 / (1 - v), to an ulp: XLA may multiply by the reciprocal)
+            kept = got != 0
+            np.testing.assert_allclose(got[kept], hv[kept] / np.float32(1.0 - v), rtol=2.5e-7, atol=0)
+            assert 0.5 * v < 1 - kept.mean() < 1.5 * v + 0.05, (v, kept.mean())
+    _Compiles.on = False
+    assert _Compiles.n == 0, f"{case} ({mode}): {_Compiles.n} compilations in 8 steps of new values"
+    if mode == "auto_jit":  # (the same clusters every step: none split to run the changed op apart)
+        s = auto_jit_stats()
+        assert s["cache_hits"] >= 8 and s["split_clusters"] == 0 and s["eager_ops"] == 0 and not s["changes"], s
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "int32"])
+def test_number_inputs_keep_dtypes_and_values(dtype):
+    # (the bounds and the slope take ``x``'s type as the parameters did: float16 stays float16, an integer tensor's
+    # slope is float32, so its leaky_relu is float32; a float bound makes an integer tensor's clip float32)
+    x = mge.Tensor(np.array([-3.0, -0.5, 0.0, 0.25, 2.0], "float32")).astype(dtype)
+    xn = x.astype("float32").numpy()
+    y = F.leaky_relu(x, 0.1)
+    assert y.dtype == (np.float32 if dtype == "int32" else x.dtype)
+    np.testing.assert_allclose(y.astype("float32").numpy(), np.where(xn >= 0, xn, xn * 0.1), rtol=1e-2)
+    c = F.clip(x, -1, 1)
+    assert c.dtype == x.dtype
+    np.testing.assert_array_equal(c.astype("float32").numpy(), np.clip(xn, -1, 1))
+    c = F.clip(x, -0.75, 0.5)
+    assert c.dtype == (np.float32 if dtype == "int32" else x.dtype)
+    if dtype != "int32":
+        d = F.dropout(x, 0.5)
+        assert d.dtype == x.dtype and set(np.unique(d.astype("float32").numpy() / np.where(xn == 0, 1, xn))) <= {0.0,
+                                                                                                                 2.0}
