@@ -351,7 +351,7 @@ class Op:
 
 # Ops are interned per parameter values, and each compiles its own eager kernel (XLA executables per input type): a
 # program binding a new value every step -- a dropout rate or a clip bound annealed each step, a leaky slope drawn at
-# random -- compiled a kernel per step and kept them all (dropout: ~1.2 MB each, 300 steps 350 MB, eager and
+# random, before those became inputs (docs/design.md) -- compiled a kernel per step and kept them all (dropout: ~1.2 MB each, 300 steps 350 MB, eager and
 # auto-jit alike). The kernels are kept on a clock: past MAX_KERNELS, a sweep drops those not asked for since the
 # sweep before (compiled again if ever called); a program's working set -- asked for between two sweeps -- stays.
 MAX_KERNELS = 256
