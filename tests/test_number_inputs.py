@@ -1,7 +1,7 @@
-"""Python numbers that change every step -- an annealed dropout rate, PPO's clip range, a leaky slope -- are inputs of
-their ops (the cached 0-d tensors of those numbers, as ``x * 0.5``'s 0.5), not parameters: one kernel serves every
-value. As parameters, each new value compiled an eager kernel and its gradient's (dropout: ~300 ms a step) and, under
-auto-jit, made its clusters a new key every step."""
+"""Python numbers that change every step -- an annealed dropout rate, PPO's clip range, a leaky slope, a fill value --
+are inputs of their ops (the cached 0-d tensors of those numbers, as ``x * 0.5``'s 0.5), not parameters: one kernel
+serves every value. As parameters, each new value compiled an eager kernel and its gradient's (dropout: ~300 ms a
+step) and, under auto-jit, made its clusters a new key every step."""
 from __future__ import annotations
 
 import jax
@@ -54,6 +54,8 @@ CASES = {
     "clip_upper": (lambda h, v: F.clip(h, upper=v), lambda h, v: np.minimum(h, np.float32(v))),
     "leaky_relu": (lambda h, v: F.leaky_relu(h, v), lambda h, v: np.where(h >= 0, h, h * np.float32(v))),
     "dropout": (lambda h, v: F.dropout(h, v), None),
+    # (a GAN's soft labels drawn every step)
+    "full_like": (lambda h, v: h - F.full_like(h, v), lambda h, v: h - np.float32(v)),
 }
 
 

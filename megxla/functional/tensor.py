@@ -762,7 +762,8 @@ def full_like(inp, value):
         # a quantized tensor: the fill value quantized in its dtype (MegEngine 1.13 fills 0 whatever the value)
         filled = _apply(_S.full_like.bind(value=float(value)), _apply(_E.astype.bind(dtype="float32"), inp))
         return astype(filled, inp.dtype)
-    return _apply(_S.full_like.bind(value=_fill_value(value, inp.dtype)), inp)
+    # (the value an input, the cached 0-d tensor of that number: one kernel for every value -- core/ops/shape.py)
+    return _apply(_S.full_like.bind(), inp, _scalar(_fill_value(value, inp.dtype), inp.dtype))
 
 
 def zeros_like(inp):

@@ -156,6 +156,11 @@ def _written(op, inputs, result):  # setitem / pad_setitem: the value's entries 
 
 
 def _filled(op, inputs, result):  # full / full_like: one value
+    if len(inputs) > 1:  # (full_like's value an input: the cached 0-d tensor of a number, in the result's dtype)
+        b = _entry(inputs[1])
+        if b is not None:
+            result[0]._data.bounds = b
+        return
     v = dict(op.params)["value"]
     dtype = result[0]._data.dtype
     if dtype.kind in "iuf" and isinstance(v, (int, float, np.integer, np.floating)) and math.isfinite(v):

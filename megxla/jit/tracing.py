@@ -1361,8 +1361,8 @@ def _guard_reads(rec, host_reads):
     dynamic.update(rec.hyper)
     dynamic.update(rec.host_inputs)
     for op, ins, outs in rec.ops:
-        if op.prim is _FULL_LIKE:  # reads only its input's shape
-            continue
+        if op.prim is _FULL_LIKE:  # reads only its first input's shape (its value, where an input, is a number's)
+            ins = ins[1:]
         for v in ins:
             if v in dynamic:
                 dynamic.update(outs)

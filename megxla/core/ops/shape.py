@@ -91,7 +91,15 @@ def _pad(x, *, pad_width, mode, constant_value):
 pad = Primitive("pad", _pad)
 
 full = Primitive("full", lambda *, shape, value, dtype: jnp.full(shape, value, dtype))
-full_like = Primitive("full_like", lambda x, *, value: jnp.full(x.shape, value, x.dtype))
+
+def _full_like(x, *value_in, value=None):
+    # The value is an input where the front end gives one (the cached 0-d tensor of that Python number, in ``x``'s
+    # dtype), so one kernel serves every value: a GAN's ``full_like(pred, uniform(0.8, 1.0))`` soft labels, drawn
+    # every step, compiled a kernel a step. ``value``: the parameter form (constant fills: zeros_like, gradients).
+    return jnp.full(x.shape, value_in[0] if value_in else value, x.dtype)
+
+
+full_like = Primitive("full_like", _full_like)
 
 
 def _arange(*, start, step, num, dtype):
