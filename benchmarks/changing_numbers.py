@@ -1,5 +1,5 @@
 """A training step with a Python number that changes every step -- an annealed dropout rate, PPO's clip range, a
-leaky slope, a GAN's soft label drawn per step -- against the same step with the number fixed: ms/step eagerly and
+leaky slope, a GAN's soft label drawn per step, a noise scale -- against the same step with the number fixed: ms/step eagerly and
 under auto-jit (median of the second half of the steps, one process per cell). Where the number is a parameter of its
 op, every new value compiles a kernel (and its gradient's) eagerly and makes a new cluster key under auto-jit; as an
 input (the cached 0-d tensor of that number, as ``x * 0.5``'s 0.5) it costs nothing.
@@ -21,8 +21,14 @@ OPS = {
     "clip": lambda F, h, v: F.clip(h, -1 - v, 1 + v),
     "leaky_relu": lambda F, h, v: F.leaky_relu(h, 0.01 + v),
     "full_like": lambda F, h, v: h - F.full_like(h, v),
+    "normal": lambda F, h, v: h + _random().normal(0, 0.1 + v, h.shape),  # (exploration noise annealed)
     "mul": lambda F, h, v: h * (1 + v),  # (a binary op's number: an input all along, for comparison)
 }
+
+
+def _random():
+    import megxla.random
+    return megxla.random
 
 
 def step_ms(op, changing, auto_jit, steps):

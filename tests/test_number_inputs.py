@@ -56,6 +56,9 @@ CASES = {
     "dropout": (lambda h, v: F.dropout(h, v), None),
     # (a GAN's soft labels drawn every step)
     "full_like": (lambda h, v: h - F.full_like(h, v), lambda h, v: h - np.float32(v)),
+    # (exploration or instance noise annealed every step: checked by its spread)
+    "normal": (lambda h, v: h + mge.random.normal(0.5 * v, v, h.shape), None),
+    "uniform": (lambda h, v: h + mge.random.uniform(-v, v, h.shape), None),
 }
 
 
@@ -81,6 +84,13 @@ def test_a_number_new_every_step_compiles_nothing_new(mode, case):
         got, hv = y.numpy(), h.numpy()
         if reference is not None:  # (this step's number, not a stale one)
             np.testing.assert_allclose(got, reference(hv, v), rtol=1e-6, atol=1e-7)
+        elif case == "normal":
+            noise = got - hv
+            assert abs(noise.mean() - 0.5 * v) < 0.2 * v and abs(noise.std() - v) < 0.15 * v, (v, noise.mean(),
+                                                                                               noise.std())
+        elif case == "uniform":
+            noise = got - hv
+            assert np.abs(noise).max() <= v * (1 + 1e-5) and noise.max() > 0.8 * v and noise.min() < -0.8 * v, v
         else:  # (dropout: the kept entries scaled by 1 / (1 - v), to an ulp: XLA may multiply by the reciprocal)
             kept = got != 0
             np.testing.assert_allclose(got[kept], hv[kept] / np.float32(1.0 - v), rtol=2.5e-7, atol=0)
@@ -110,3 +120,21 @@ def test_number_inputs_keep_dtypes_and_values(dtype):
         d = F.dropout(x, 0.5)
         assert d.dtype == x.dtype and set(np.unique(d.astype("float32").numpy() / np.where(xn == 0, 1, xn))) <= {0.0,
                                                                                                                  2.0}
+
+
+@pytest.mark.parametrize("case", ["dropout", "normal", "uniform"])
+def test_draws_with_numbers_new_every_step_are_eagers(case, monkeypatch):
+    # (the draws under auto-jit, from clusters that keep their key as the number changes, are eager's numbers)
+    monkeypatch.setattr(_autojit, "STATIC_TIMER", False)
+    op = CASES[case][0]
+    saved = mge.config.auto_jit
+    runs = []
+    try:
+        for auto in (False, True):
+            mge.config.auto_jit = auto
+            mge.random.seed(3)
+            h = mge.Tensor(np.random.RandomState(1).randn(16, 8).astype("float32"))
+            runs.append([op(h * 1.0, 0.1 + 0.03 * step).numpy() for step in range(8)])
+    finally:
+        mge.config.auto_jit = saved
+    np.testing.assert_array_equal(np.array(runs[0]), np.array(runs[1]))

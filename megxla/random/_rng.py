@@ -21,6 +21,9 @@ from ..core._tensor import Tensor
 from ..core._dispatch import apply, OpError, current_interpreter
 from ..core.dtypes import canonical, is_float
 from ..core.ops import random as P
+from ..core._elemwise_front import _scalar
+
+_F32 = np.dtype(np.float32)
 
 __all__ = ["RNG", "seed", "normal", "uniform", "gamma", "beta", "poisson", "permutation", "shuffle",
            "exponential", "multinomial"]
@@ -130,8 +133,10 @@ class RNG:
         """
         if not low < high:
             raise DistributionError(f"uniform: not defined when low >= high (got low={low}, high={high})")
-        return apply(P.uniform.bind(shape=_size(size, "uniform", (1,)), low=float(low), high=float(high),
-                                    dtype="float32"), self._next_key())
+        # (the bounds inputs, the cached 0-d tensors of these numbers: a new range every step compiles nothing and
+        # keeps auto-jit's clusters -- core/ops/random.py)
+        return apply(P.uniform.bind(shape=_size(size, "uniform", (1,)), dtype="float32"), self._next_key(),
+                     _scalar(float(low), _F32), _scalar(float(high), _F32))
 
     def normal(self, mean: float = 0, std: float = 1, size=None):
         """Samples from the normal distribution N(mean, std ** 2).
@@ -153,8 +158,8 @@ class RNG:
             raise OpError(f"normal: std must be finite, got {std}")
         if std < 0:
             raise DistributionError(f"normal: std must be >= 0, got {std}")
-        return apply(P.normal.bind(shape=_size(size, "normal", (1,)), mean=float(mean), std=float(std),
-                                   dtype="float32"), self._next_key())
+        return apply(P.normal.bind(shape=_size(size, "normal", (1,)), dtype="float32"), self._next_key(),
+                     _scalar(float(mean), _F32), _scalar(float(std), _F32))
 
     def gamma(self, shape, scale=1, size=None):
         """Samples from the gamma distribution with shape ``k`` and scale ``theta`` (mean ``k * theta``).

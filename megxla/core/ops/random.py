@@ -274,6 +274,11 @@ def _scalars(*values, dtype):
     return lambda host, start, c, size: scalars
 
 
+def _given(host, start, c, size):
+    """Runtime arguments of every chunk: the op's (0-d) inputs after the key, as given (a draw's bounds, moments)."""
+    return tuple(host)
+
+
 def _per_element(out_shape):
     """Runtime arguments of chunk ``[start, start+c)`` for an executable of ``size`` values: each parameter
     broadcast to the output, padded with 1s."""
@@ -309,7 +314,8 @@ def _eager_uniform(op):
     dt = np.dtype(p["dtype"])
     f = _chunk_kernel("uniform", lambda k, c, lo, hi, *, dtype: jax.random.uniform(_k(k), (c,), dtype, lo, hi),
                       dtype=dt.name)
-    return _ChunkedKernel(op, math.prod(p["shape"]), p["shape"], dt, f, _scalars(p["low"], p["high"], dtype=dt))
+    return _ChunkedKernel(op, math.prod(p["shape"]), p["shape"], dt, f,
+                          _scalars(p["low"], p["high"], dtype=dt) if "low" in p else _given)
 
 
 def _eager_normal(op):
@@ -317,7 +323,8 @@ def _eager_normal(op):
     dt = np.dtype(p["dtype"])
     f = _chunk_kernel("normal", lambda k, c, mean, std, *, dtype: _d_normal(k, c, mean=mean, std=std, dtype=dtype),
                       dtype=dt.name)
-    return _ChunkedKernel(op, math.prod(p["shape"]), p["shape"], dt, f, _scalars(p["mean"], p["std"], dtype=dt))
+    return _ChunkedKernel(op, math.prod(p["shape"]), p["shape"], dt, f,
+                          _scalars(p["mean"], p["std"], dtype=dt) if "mean" in p else _given)
 
 
 def _eager_param(name, draw):
@@ -359,10 +366,26 @@ split_key = Primitive("rng_split", _split, multiple_results=True)
 # NOTE: set directly (not through a subclass) so the op's trace/compile behaviour stays the plain Primitive's.
 split_key.bind()._kernel = _SplitKernel(split_key.bind())
 
-uniform = _RandomPrimitive("rng_uniform", lambda key, *, shape, low, high, dtype: _shaped(
-    lambda k, c: _d_uniform(k, c, low=low, high=high, dtype=dtype), key, shape), _eager_uniform)
-normal = _RandomPrimitive("rng_normal", lambda key, *, shape, mean, std, dtype: _shaped(
-    lambda k, c: _d_normal(k, c, mean=mean, std=std, dtype=dtype), key, shape), _eager_normal)
+
+# A uniform draw's bounds and a normal draw's mean and std are inputs where the front end gives them (the cached 0-d
+# tensors of those numbers, in the draw's dtype): as parameters, a noise scale annealed every step (an RL policy's
+# exploration noise, a GAN's instance noise) made every auto-jit cluster holding the draw a new key -- split around
+# it, slower than eager. Eagerly the values were already arguments of the chunk executables (_scalars). The parameter
+# form stays for MegEngine's RNG descriptors (core/ops/builtin.py) and earlier recordings.
+def _uniform(key, *bounds, shape, dtype, low=None, high=None):
+    if bounds:
+        low, high = bounds
+    return _shaped(lambda k, c: _d_uniform(k, c, low=low, high=high, dtype=dtype), key, shape)
+
+
+def _normal(key, *moments, shape, dtype, mean=None, std=None):
+    if moments:
+        mean, std = moments
+    return _shaped(lambda k, c: _d_normal(k, c, mean=mean, std=std, dtype=dtype), key, shape)
+
+
+uniform = _RandomPrimitive("rng_uniform", _uniform, _eager_uniform)
+normal = _RandomPrimitive("rng_normal", _normal, _eager_normal)
 gamma = _RandomPrimitive("rng_gamma", lambda key, k, theta, *, size: _shaped(_d_gamma, key, size, (k, theta)),
                          _eager_param("gamma", _d_gamma))
 beta = _RandomPrimitive("rng_beta", lambda key, a, b, *, size: _shaped(_d_beta, key, size, (a, b)),
