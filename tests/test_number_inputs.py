@@ -56,6 +56,8 @@ CASES = {
     "dropout": (lambda h, v: F.dropout(h, v), None),
     # (a GAN's soft labels drawn every step)
     "full_like": (lambda h, v: h - F.full_like(h, v), lambda h, v: h - np.float32(v)),
+    "pad": (lambda h, v: F.nn.pad(h, ((0, 0), (1, 2)), constant_value=v),
+            lambda h, v: np.pad(h, ((0, 0), (1, 2)), constant_values=np.float32(v))),
     # (exploration or instance noise annealed every step: checked by its spread)
     "normal": (lambda h, v: h + mge.random.normal(0.5 * v, v, h.shape), None),
     "uniform": (lambda h, v: h + mge.random.uniform(-v, v, h.shape), None),

@@ -1248,7 +1248,14 @@ def pad(src, pad_width, mode="constant", constant_value=0.0):
     mode = str(mode).lower()
     if mode not in ("constant", "reflect", "replicate", "edge"):
         raise OpError(f"pad: unknown mode {mode!r}")
-    return keep_qparams(_apply(_S.pad.bind(pad_width=pw, mode=mode, constant_value=float(constant_value)), src), src)
+    value = float(constant_value)
+    if mode != "constant":  # (the value unused: one op whatever it is)
+        out = _apply(_S.pad.bind(pad_width=pw, mode=mode, constant_value=0.0), src)
+    elif is_float(src.dtype):  # (the value an input: a fill value new every step compiles nothing -- core/ops)
+        out = _apply(_S.pad.bind(pad_width=pw, mode=mode), src, _scalar(value, src.dtype))
+    else:
+        out = _apply(_S.pad.bind(pad_width=pw, mode=mode, constant_value=value), src)
+    return keep_qparams(out, src)
 
 
 # ---- attention --------------------------------------------------------------------------------------------------

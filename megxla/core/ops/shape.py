@@ -82,9 +82,11 @@ device_put = Primitive("device_put", _device_put, eager_kernel=_eager_transfer)
 tensor_copy = Primitive("tensor_copy", _tensor_copy, eager_kernel=_eager_tensor_copy)
 
 
-def _pad(x, *, pad_width, mode, constant_value):
+def _pad(x, *value, pad_width, mode, constant_value=None):
+    # (a float tensor's fill value is an input, the cached 0-d tensor of that number: one kernel for every value;
+    # ``constant_value``: the parameter form, an integer tensor's and earlier recordings')
     if mode == "constant":
-        return jnp.pad(x, pad_width, mode="constant", constant_values=constant_value)
+        return jnp.pad(x, pad_width, mode="constant", constant_values=value[0] if value else constant_value)
     return jnp.pad(x, pad_width, mode={"replicate": "edge", "reflect": "reflect", "edge": "edge"}[mode])
 
 
