@@ -231,6 +231,30 @@ class Tensor:
         self._grad = None
         self._name = name
 
+    def __init_subclass__(cls, **kw):
+        # MegEngine's Tensor takes its value in its C++ ``__new__``, from the constructor's arguments; its Python
+        # ``__init__`` only names it. So a subclass whose ``__init__`` never calls ``Tensor.__init__`` still holds
+        # its value (basedet's ``Boxes(boxes)``: ``self.__dict__ = boxes.__dict__``, then used as a tensor). Here a
+        # subclass's own ``__init__`` is given the value first, from the same arguments; one that calls
+        # ``super().__init__`` sets it again (megxla's value is the one that call gives).
+        super().__init_subclass__(**kw)
+        init = cls.__dict__.get("__init__")
+        if init is None or getattr(init, "_value_first", False):
+            return
+
+        def __init__(self, *args, **kwargs):
+            try:
+                self._data
+            except AttributeError:
+                Tensor.__init__(self, *args, **kwargs)
+            init(self, *args, **kwargs)
+
+        for attr in ("__module__", "__name__", "__qualname__", "__doc__"):
+            setattr(__init__, attr, getattr(init, attr, None))
+        __init__.__wrapped__ = init
+        __init__._value_first = True
+        cls.__init__ = __init__
+
     # ---- properties ---------------------------------------------------------------------------------------
     @property
     def shape(self):

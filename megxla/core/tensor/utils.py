@@ -234,6 +234,33 @@ def _subgraph_ops(name, dtype, device):
     return apply_expr, apply_const
 
 
+def _custom_grad_class(name, func, f, c, nr_inputs):
+    """The Function class of a ``custom_grad`` body: forward runs it to its first yield, backward resumes it."""
+    function_cls = CUSTOM_GRAD_FUNCTION[0]
+    if function_cls is None:
+        raise RuntimeError(f"subgraph {name!r}: custom_grad needs megxla.autodiff (import megxla)")
+
+    class SubgraphOp(function_cls):
+        def forward(self, *inputs):
+            self.body = func(list(inputs), f, c)
+            outputs = tuple(self.body.send(None))
+            self.outputs = outputs
+            return outputs
+
+        def backward(self, *output_grads):
+            if all(g is None for g in output_grads):
+                return (None,) * nr_inputs
+            from ..ops import shape as _S2
+            grads = [apply(_S2.full_like.bind(value=0), o) if g is None else g
+                     for o, g in zip(self.outputs, output_grads)]
+            input_grads = tuple(self.body.send(grads))
+            self.body.close()
+            return input_grads
+
+    SubgraphOp.__name__ = SubgraphOp.__qualname__ = str(name)
+    return SubgraphOp
+
+
 def subgraph_fn(name, dtype, device, nr_inputs, gopt_level=None, jit_fusion=False, custom_grad=False, *,
                 interpret=False):
     """Build a function from a body of elementwise operators (MegEngine's ``core.tensor.utils.subgraph_fn``).
@@ -281,35 +308,72 @@ def subgraph_fn(name, dtype, device, nr_inputs, gopt_level=None, jit_fusion=Fals
                 return tuple(o if g else o.detach() for o, g in zip(outputs, has_grad))
             return wrapped
 
-        function_cls = CUSTOM_GRAD_FUNCTION[0]
-        if function_cls is None:
-            raise RuntimeError(f"subgraph {name!r}: custom_grad needs megxla.autodiff (import megxla)")
-
-        class SubgraphOp(function_cls):
-            # forward runs the body up to its first yield; backward resumes it with the output gradients
-            def forward(self, *inputs):
-                self.body = func(list(inputs), f, c)
-                outputs = tuple(self.body.send(None))
-                self.outputs = outputs
-                return outputs
-
-            def backward(self, *output_grads):
-                if all(g is None for g in output_grads):
-                    return (None,) * nr_inputs
-                from ..ops import shape as _S2
-                grads = [apply(_S2.full_like.bind(value=0), o) if g is None else g
-                         for o, g in zip(self.outputs, output_grads)]
-                input_grads = tuple(self.body.send(grads))
-                self.body.close()
-                return input_grads
-
-        SubgraphOp.__name__ = SubgraphOp.__qualname__ = str(name)
+        op_cls = _custom_grad_class(name, func, f, c, nr_inputs)
 
         def wrapped(*args):
-            return SubgraphOp()(*check(args))
+            return op_cls()(*check(args))
         return wrapped
 
     return decorator
 
 
-__all__ += ["subgraph_fn"]
+def subgraph(name, dtype, device, nr_inputs, gopt_level=None, jit_fusion=False, custom_grad=False):
+    """Build an operator from a body of builtin operators (MegEngine's ``core.tensor.utils.subgraph``).
+
+    The body is the one :func:`subgraph_fn` takes (``body(inputs, f, c)``). Without ``custom_grad`` the decorated
+    body becomes a factory of an op descriptor, applied as MegEngine's is: ``apply(op(), *inputs)`` gives the tuple
+    of outputs (an output whose ``outputs_has_grad`` entry is False has no gradient). With ``custom_grad`` it
+    becomes the :class:`~.Function` class of the body, called as ``op()(*inputs)``. MegEngine compiles the body
+    into one fused operator; megxla runs the body's ops through the dispatch point when the op is applied, so
+    ``gopt_level`` and ``jit_fusion`` do not change the result.
+
+    Args:
+        name: the operator's name (in error messages).
+        dtype: dtype of the body's constants.
+        device: device of the body's constants.
+        nr_inputs: number of inputs.
+        gopt_level: MegEngine's graph-optimisation level of the fused operator.
+        jit_fusion: MegEngine's JIT fusion of the operator.
+        custom_grad: the body gives the gradient (a generator, see :func:`subgraph_fn`).
+
+    Returns:
+        a decorator: the body -> a zero-argument factory of the op descriptor (or the Function class).
+
+    Example:
+        >>> from megxla.core._imperative_rt.core2 import apply
+        >>> @subgraph("Fma", dtype="float32", device=None, nr_inputs=2)
+        ... def fma(inputs, f, c):
+        ...     x, y = inputs
+        ...     return [f("+", f("*", x, y), c(1.0))], [True]
+        >>> apply(fma(), Tensor([2.0]), Tensor([3.0]))[0].numpy()
+        array([7.], dtype=float32)
+    """
+    from ..ops.builtin import OpDef
+    f, c = _subgraph_ops(name, dtype, device)
+
+    def decorator(func):
+        if custom_grad:
+            return _custom_grad_class(name, func, f, c, nr_inputs)
+
+        class SubgraphOp(OpDef):
+            _nin = (nr_inputs, nr_inputs)
+
+            def __repr__(self):
+                return f"SubgraphOp({name!r})"
+
+            def _apply(self, inputs):
+                self._check(inputs)
+                outputs, has_grad = func(list(inputs), f, c)
+                if len(outputs) != len(has_grad):
+                    raise ValueError(f"subgraph {name!r}: {len(outputs)} outputs but {len(has_grad)} "
+                                     "outputs_has_grad entries")
+                return tuple(o if g else o.detach() for o, g in zip(outputs, has_grad))
+
+        SubgraphOp.__name__ = SubgraphOp.__qualname__ = str(name)
+        op = SubgraphOp()
+        return lambda: op
+
+    return decorator
+
+
+__all__ += ["subgraph_fn", "subgraph"]
