@@ -48,6 +48,15 @@ def test_tensor_subclass_calling_super_init_keeps_its_attributes():
     assert t.tag == "t" and t.dtype == np.float32
     np.testing.assert_array_equal((t + 1).numpy(), [2., 3.])
 
+    class Extra(Tensor):  # (arguments that are not a tensor's: its own __init__ makes the value, as before)
+        def __init__(self, data, extra):
+            super().__init__(data)
+            self.extra = extra
+
+    e = Extra([1.0, 2.0], "tag")
+    assert e.extra == "tag" and e.dtype == np.float32
+    np.testing.assert_array_equal((e * 2).numpy(), [2., 4.])
+
 
 # ---- core.tensor.utils.subgraph (basedet's structures/op_patch.py: IoU from Subtensor / Elemwise descriptors) ---
 def _iou_op():

@@ -246,7 +246,10 @@ class Tensor:
             try:
                 self._data
             except AttributeError:
-                Tensor.__init__(self, *args, **kwargs)
+                try:
+                    Tensor.__init__(self, *args, **kwargs)
+                except Exception:  # (arguments that are not a tensor's: the subclass's own __init__ makes it, as
+                    pass  # before -- one that overrides __new__ in MegEngine gets no value from them there either)
             init(self, *args, **kwargs)
 
         for attr in ("__module__", "__name__", "__qualname__", "__doc__"):
