@@ -8,7 +8,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from .._op import Primitive
-from .elemwise import broadcast_wide as _broadcast_wide
+from .elemwise import broadcast_wide as _broadcast_wide, gather_wide as _gather_wide
 from .reduction import low_precision as _low_precision
 
 
@@ -376,7 +376,8 @@ batch_norm_train = Primitive("batch_norm_train", _bn_train, multiple_results=Tru
 batch_norm_infer = Primitive("batch_norm_infer", _bn_infer)
 layer_norm = Primitive("layer_norm", _layer_norm)
 group_norm = Primitive("group_norm", _group_norm)
-embedding = Primitive("embedding", lambda idx, w: jnp.take(w, idx, axis=0))
+# (float16 rows through float32: a row's gradient, summed over its every use, accumulates in float32)
+embedding = Primitive("embedding", lambda idx, w: _gather_wide(lambda t: jnp.take(t, idx, axis=0), w))
 
 
 def _lrn(x, *, kernel_size, k, alpha, beta):
