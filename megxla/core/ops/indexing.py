@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 
 from .._op import Primitive
-from .elemwise import cast
+from .elemwise import cast, gather_wide
 
 
 def _wide(index):
@@ -43,7 +43,10 @@ def build_index(spec, tensors):
 
 
 def _getitem(x, *index_tensors, spec):
-    return x[build_index(spec, index_tensors)]
+    index = build_index(spec, index_tensors)
+    if index_tensors:  # (a gather: float16's gradient, a scatter-add over repeated indices, sums in float32)
+        return gather_wide(lambda t: t[index], x)
+    return x[index]
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
@@ -109,11 +112,12 @@ def _gather(x, index, *, axis):
     index = _wide(index)
     # The index may be smaller than x in the other dimensions (MegEngine accepts it): out takes index's shape,
     # out[i][j] = x[index[i][j]][j] for axis 0.
+    # (float16 through float32: the gradient, a scatter-add over repeated indices, sums in float32)
     if index.shape == x.shape[:axis] + index.shape[axis:axis + 1] + x.shape[axis + 1:]:
-        return jnp.take_along_axis(x, index, axis=axis)
+        return gather_wide(lambda t: jnp.take_along_axis(t, index, axis=axis), x)
     idx = list(jnp.indices(index.shape, sparse=True))
     idx[axis] = index
-    return x[tuple(idx)]
+    return gather_wide(lambda t: t[tuple(idx)], x)
 
 
 def _scatter_index(axis, tensors):

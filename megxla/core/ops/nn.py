@@ -8,7 +8,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from .._op import Primitive
-from .elemwise import broadcast_wide as _broadcast_wide
+from .elemwise import broadcast_wide as _broadcast_wide, gather_wide as _gather_wide
 from .reduction import low_precision as _low_precision
 
 
@@ -219,6 +219,9 @@ def _max_pool_ties_bwd(kernel, stride, padding, x, g):
     # equals that entry and that entry equals the maximum. Per axis: k taps where the whole window takes k x k. YOLOX's
     # SPP pools by 5, 9 and 13 at stride 1: 275 taps, each a compare, pad and add fused with the pooled input's
     # producer, made a backward part compile for 40 s on 2 cores (16 s with 2 x 27 taps).
+    dtype = g.dtype
+    if _low_precision(g):  # (float16/bfloat16: overlapping windows' gradients sum in float32, rounded once)
+        g = g.astype(jnp.float32)
     ys = [x]
     for j in range(len(kernel) - 1):
         window, strides, pads = [1] * x.ndim, [1] * x.ndim, [(0, 0)] * x.ndim
@@ -226,7 +229,7 @@ def _max_pool_ties_bwd(kernel, stride, padding, x, g):
         ys.append(lax.reduce_window(ys[-1], np.asarray(-np.inf, x.dtype), lax.max, window, strides, pads))
     for j in reversed(range(len(kernel))):
         g = _max_pool_axis_bwd(ys[j], g, 2 + j, kernel[j], stride[j], padding[j])
-    return (g,)
+    return (g.astype(dtype),)
 
 
 def _max_pool_axis_bwd(x, g, axis, k, s, p):
@@ -376,7 +379,8 @@ batch_norm_train = Primitive("batch_norm_train", _bn_train, multiple_results=Tru
 batch_norm_infer = Primitive("batch_norm_infer", _bn_infer)
 layer_norm = Primitive("layer_norm", _layer_norm)
 group_norm = Primitive("group_norm", _group_norm)
-embedding = Primitive("embedding", lambda idx, w: jnp.take(w, idx, axis=0))
+# (float16 rows through float32: a row's gradient, summed over its every use, accumulates in float32)
+embedding = Primitive("embedding", lambda idx, w: _gather_wide(lambda t: jnp.take(t, idx, axis=0), w))
 
 
 def _lrn(x, *, kernel_size, k, alpha, beta):
@@ -392,6 +396,12 @@ def _lrn(x, *, kernel_size, k, alpha, beta):
 
 def _sliding_window(x, *, kernel, padding, stride, dilation):
     """(N, C, H, W) -> (N, C, OH, OW, KH, KW): the zero-padded window at each output position (im2col)."""
+    # (float16/bfloat16 through float32: the gradient -- and sliding_window_transpose, its transpose -- sums the
+    # overlapping windows in float32; a 15x15 window's float16 gradient summed in float16 was 11 ulps off)
+    return _gather_wide(lambda t: _windows(t, kernel, padding, stride, dilation), x)
+
+
+def _windows(x, kernel, padding, stride, dilation):
     n, c, h, w = x.shape
     (kh, kw), (ph, pw), (sh, sw), (dh, dw) = kernel, padding, stride, dilation
     xp = jnp.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)))

@@ -4,7 +4,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._op import Primitive
-from .elemwise import broadcast_wide, promote_dtype
+from .elemwise import broadcast_wide, gather_wide, promote_dtype
 
 reshape = Primitive("reshape", lambda x, *, shape: jnp.reshape(x, shape))
 transpose = Primitive("transpose", lambda x, *, perm: jnp.transpose(x, perm))
@@ -42,8 +42,9 @@ def _meshgrid(*xs, indexing):
 meshgrid = Primitive("meshgrid", _meshgrid, multiple_results=True)
 flip = Primitive("flip", lambda x, *, axis: jnp.flip(x, axis))
 roll = Primitive("roll", lambda x, *, shift, axis: jnp.roll(x, shift, axis))
-tile = Primitive("tile", lambda x, *, reps: jnp.tile(x, reps))
-repeat = Primitive("repeat", lambda x, *, repeats, axis: jnp.repeat(x, repeats, axis=axis))
+# (float16/bfloat16 through float32: the gradient, a sum over the copies, accumulates in float32)
+tile = Primitive("tile", lambda x, *, reps: gather_wide(lambda t: jnp.tile(t, reps), x))
+repeat = Primitive("repeat", lambda x, *, repeats, axis: gather_wide(lambda t: jnp.repeat(t, repeats, axis=axis), x))
 # Identity that gradients do not flow through (Tensor.detach); GradManagers skip it when taping.
 detach = Primitive("detach", jax.lax.stop_gradient)
 copy = Primitive("copy", lambda x: jnp.array(x, copy=True))

@@ -10,6 +10,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from .._op import Primitive
+from .elemwise import gather_wide
 
 BORDER_MODES = ("replicate", "reflect", "reflect_101", "wrap", "constant")
 
@@ -22,7 +23,8 @@ def _gather(img, yi, xi, bidx=None):
     flat = jnp.transpose(img, (0, 2, 3, 1)).reshape(n * h * w, c)
     b = jnp.arange(yi.shape[0]) if bidx is None else bidx
     idx = (b[:, None] * h + yi) * w + xi
-    return jnp.moveaxis(flat[idx], -1, 1)
+    # (float16/bfloat16 through float32: a pixel's gradient, summed over every sample that reads it, in float32)
+    return jnp.moveaxis(gather_wide(lambda t: t[idx], flat), -1, 1)
 
 
 def _border(i, n, mode):
