@@ -1523,6 +1523,36 @@ def test_mode_timer_runs_whichever_of_clusters_and_eager_is_faster(monkeypatch):
         assert not any(modes[a:a + p]) and all(modes[a + p:b]), (a, b)
 
 
+@pytest.mark.parametrize("eager_compiles", [False, True])
+def test_mode_timer_counts_eager_compilations_where_they_recur(monkeypatch, eager_compiles):
+    # A churning xla_trace step (a count read on the host, then cond_take): every call's new count compiles eager
+    # kernels for its new shapes, as it would new clusters -- 40-50 ms eager calls, 11-13 without their compilations,
+    # against 7-9 ms clusters compiling nothing (on a loaded machine; here eager's own time is the faster). Subtracted as one-time costs, eager was chosen for 50 calls; its
+    # timer (``eager_compiles``) counts them as it counts the clusters'.
+    from megxla.jit import _autojit
+
+    clock, compiled = [0.0], [0.0]
+    monkeypatch.setattr(_autojit.ModeTimer, "clock", staticmethod(lambda: clock[0]))
+    monkeypatch.setattr(_autojit.ModeTimer, "compile_clock", staticmethod(lambda: compiled[0]))
+    timer = _autojit.ModeTimer(warmup=_autojit.ModeTimer.PROBE, eager_compiles=eager_compiles)
+    modes = []
+    for _ in range(timer.warmup + timer.PROBE + 20):
+        mode = timer.next_mode()
+        modes.append(mode)
+        if mode:
+            clock[0] += 8.0
+        else:  # (eager: 6 ms of its own, 35 compiling the kernels of a new shape)
+            clock[0] += 41.0
+            compiled[0] += 35.0
+    after = modes[timer.warmup + timer.PROBE:]
+    assert all(after) if eager_compiles else not any(after), modes
+    # (the churning xla_trace step's timer is such a one)
+    step = xla_trace(lambda x: x * 2)
+    step._churning, step._without_host = True, True
+    step(mge.Tensor([1.0]))
+    assert step._churn is not None and step._churn.eager_compiles
+
+
 def test_mode_timer_leaves_out_steps_that_ran_a_schedule_being_timed(monkeypatch):
     # ResNeXt-IBN under auto-jit: its clusters' steps amid the schedule choice's probe (the other schedule compiling
     # beside them, then the two alternating) took 226 against 133 ms, and the step timer chose eager for 50 steps.

@@ -78,7 +78,7 @@ class ModeTimer:
     # steps against 5 ms clusters, ~1-2 s a probe): probed every 50-200 steps, they cost more than the steps did.
     PROBE_BUDGET, MAX_EVERY = 0.05, 4000
 
-    def __init__(self, warmup=8, margin=0.0, every=None, drain=None, same_numbers=False):
+    def __init__(self, warmup=8, margin=0.0, every=None, drain=None, same_numbers=False, eager_compiles=False):
         # eager is chosen only if faster by this fraction (0: whichever is faster; negative: clusters only if faster by
         # -margin)
         self.margin = margin
@@ -101,6 +101,10 @@ class ModeTimer:
         # a compiled cluster), and other processes may hold replicas of what they compute (see the module doc).
         # (Read once: a timer is made after ops ran, so JAX's runtime, which fixes the process count, has started.)
         self.fixed = not same_numbers and jax.process_count() > 1
+        # Eager steps' compilations counted in their time, as the clusters' are: where the values that shape a step
+        # change every step (a churning ``xla_trace``'s host reads), its eager kernels compile for every new shape
+        # as its clusters would -- not a one-time cost (see next_mode).
+        self.eager_compiles = eager_compiles
 
     def next_mode(self):
         """Whether the step starting now runs as clusters (True) or eagerly (False)."""
@@ -120,7 +124,8 @@ class ModeTimer:
             mode, start, compiled_before, kernels_before, disturbed_before = self.last
             if disturbed == disturbed_before:  # (else the step ran a schedule being timed: see _tiers.disturbed)
                 t = self.times[mode]
-                t.append(now - start - (kernels - kernels_before if mode else compiled - compiled_before))
+                t.append(now - start - (kernels - kernels_before if mode else
+                                        0.0 if self.eager_compiles else compiled - compiled_before))
                 del t[:-self.PROBE]
             wall = self.walls[mode]
             wall.append(now - start)

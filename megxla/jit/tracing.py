@@ -538,7 +538,12 @@ class trace:
             # (no margin, unlike auto-jit's troubled steps: its eager calls are timed by their median, which one slow
             # call does not swing, and the host-read step's clusters are ~6% faster than its eager calls -- with
             # clusters required to be 10% faster, medians of 3.65-4.64 ms in four processes against 3.43-4.32)
-            self._churn = _autojit.ModeTimer(warmup=_autojit.ModeTimer.PROBE)
+            # Eager calls' compilations count, as the clusters' do: the reads' values change every call (that is
+            # why it churns), and the shapes that follow them compile eager kernels as often -- subtracted, eager's
+            # probe looked as fast as clusters that compiled nothing (a count then ``cond_take``: eager chosen at
+            # 11-13 ms a call without its compilations, 40-50 with them, against 7-9 ms as clusters; its next
+            # probe 50 calls later)
+            self._churn = _autojit.ModeTimer(warmup=_autojit.ModeTimer.PROBE, eager_compiles=True)
         if self._churn.next_mode():
             self.num_clustered_calls += 1
             with _autojit.clustered():
