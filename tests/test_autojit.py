@@ -1553,6 +1553,32 @@ def test_mode_timer_counts_eager_compilations_where_they_recur(monkeypatch, eage
     assert step._churn is not None and step._churn.eager_compiles
 
 
+@pytest.mark.parametrize("eager_compiles", [False, True])
+def test_mode_timer_waits_for_the_clusters_compilations(monkeypatch, eager_compiles):
+    # The churning step's first cluster calls compile (the host-read step: 121, 128, 16, 11, 40 ms against 8-10 once
+    # compiled): timed then, the clusters lost to eager. Its timer's warmup lasts while they compile.
+    from megxla.jit import _autojit
+
+    clock, compiled = [0.0], [0.0]
+    monkeypatch.setattr(_autojit.ModeTimer, "clock", staticmethod(lambda: clock[0]))
+    monkeypatch.setattr(_autojit.ModeTimer, "compile_clock", staticmethod(lambda: compiled[0]))
+    timer = _autojit.ModeTimer(warmup=_autojit.ModeTimer.PROBE, eager_compiles=eager_compiles)
+    modes = []
+    for k in range(40):
+        mode = timer.next_mode()
+        modes.append(mode)
+        if mode and sum(modes) <= 3:  # (the clusters' first three calls compile)
+            clock[0] += 108.0
+            compiled[0] += 100.0
+        else:
+            clock[0] += 8.0 if mode else 10.0
+    eager = [k for k, m in enumerate(modes) if not m]
+    if eager_compiles:  # (one probe of eager, after 6 calls in a row compiled nothing; clusters after it)
+        assert eager == list(range(9, 9 + timer.PROBE)), modes
+    else:  # (the probe at the warmup's end, then eager: the clusters timed while compiling)
+        assert eager == list(range(5, 40)), modes
+
+
 def test_mode_timer_leaves_out_steps_that_ran_a_schedule_being_timed(monkeypatch):
     # ResNeXt-IBN under auto-jit: its clusters' steps amid the schedule choice's probe (the other schedule compiling
     # beside them, then the two alternating) took 226 against 133 ms, and the step timer chose eager for 50 steps.

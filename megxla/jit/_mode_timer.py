@@ -103,7 +103,10 @@ class ModeTimer:
         self.fixed = not same_numbers and jax.process_count() > 1
         # Eager steps' compilations counted in their time, as the clusters' are: where the values that shape a step
         # change every step (a churning ``xla_trace``'s host reads), its eager kernels compile for every new shape
-        # as its clusters would -- not a one-time cost (see next_mode).
+        # as its clusters would -- not a one-time cost (see next_mode). And the clusters' warmup lasts while they
+        # compile (up to MAX_DELAY steps more): the steps compared are then those of the executables they run from
+        # then on, not their compilations (the host-read step's first five: 121, 128, 16, 11, 40 ms, against 8-10
+        # ms once compiled).
         self.eager_compiles = eager_compiles
 
     def next_mode(self):
@@ -131,7 +134,8 @@ class ModeTimer:
             wall.append(now - start)
             del wall[:-self.PROBE]
         self.calls += 1
-        self.settled = 0 if _tiers.in_flight[0] else self.settled + 1
+        compiling = self.eager_compiles and self.last is not None and self.last[0] and compiled > self.last[2]
+        self.settled = 0 if _tiers.in_flight[0] or compiling else self.settled + 1
         if k == w and self.settled <= p and self.delayed < self.MAX_DELAY:
             # (tiered clusters running their quick executables lately: the clusters' latest steps would time them,
             # not what the clusters run from now on -- the warmup goes on until PROBE steps ran without any)
