@@ -1523,12 +1523,9 @@ def test_mode_timer_runs_whichever_of_clusters_and_eager_is_faster(monkeypatch):
         assert not any(modes[a:a + p]) and all(modes[a + p:b]), (a, b)
 
 
-@pytest.mark.parametrize("eager_compiles", [False, True])
-def test_mode_timer_counts_eager_compilations_where_they_recur(monkeypatch, eager_compiles):
-    # A churning xla_trace step (a count read on the host, then cond_take): every call's new count compiles eager
-    # kernels for its new shapes, as it would new clusters -- 40-50 ms eager calls, 11-13 without their compilations,
-    # against 7-9 ms clusters compiling nothing (on a loaded machine; here eager's own time is the faster). Subtracted as one-time costs, eager was chosen for 50 calls; its
-    # timer (``eager_compiles``) counts them as it counts the clusters'.
+def _timed_modes(monkeypatch, eager_compiles, steps, cost):
+    """The modes a churning step's ModeTimer chooses over ``steps`` steps on a fake clock, where ``cost(mode, modes)``
+    gives a step's (seconds, of them compiling)."""
     from megxla.jit import _autojit
 
     clock, compiled = [0.0], [0.0]
@@ -1536,15 +1533,25 @@ def test_mode_timer_counts_eager_compilations_where_they_recur(monkeypatch, eage
     monkeypatch.setattr(_autojit.ModeTimer, "compile_clock", staticmethod(lambda: compiled[0]))
     timer = _autojit.ModeTimer(warmup=_autojit.ModeTimer.PROBE, eager_compiles=eager_compiles)
     modes = []
-    for _ in range(timer.warmup + timer.PROBE + 20):
-        mode = timer.next_mode()
-        modes.append(mode)
-        if mode:
-            clock[0] += 8.0
-        else:  # (eager: 6 ms of its own, 35 compiling the kernels of a new shape)
-            clock[0] += 41.0
-            compiled[0] += 35.0
-    after = modes[timer.warmup + timer.PROBE:]
+    for _ in range(steps):
+        modes.append(timer.next_mode())
+        seconds, compiling = cost(modes[-1], modes)
+        clock[0] += seconds
+        compiled[0] += compiling
+    return modes
+
+
+@pytest.mark.parametrize("eager_compiles", [False, True])
+def test_mode_timer_counts_eager_compilations_where_they_recur(monkeypatch, eager_compiles):
+    # A churning xla_trace step (a count read on the host, then cond_take): every call's new count compiles eager
+    # kernels for its new shapes, as it would new clusters -- 40-50 ms eager calls, 11-13 without their
+    # compilations, against 7-9 ms clusters compiling nothing (a loaded machine; here eager's own time is the
+    # faster). Subtracted as one-time costs, eager was chosen for 50 calls; its timer (``eager_compiles``) counts
+    # them as it counts the clusters'.
+    p = _autojit.ModeTimer.PROBE
+    # (clusters: 8 ms; eager: 6 ms of its own, 35 compiling the kernels of a new shape)
+    modes = _timed_modes(monkeypatch, eager_compiles, 2 * p + 20, lambda m, _: (8.0, 0.0) if m else (41.0, 35.0))
+    after = modes[2 * p:]
     assert all(after) if eager_compiles else not any(after), modes
     # (the churning xla_trace step's timer is such a one)
     step = xla_trace(lambda x: x * 2)
@@ -1557,24 +1564,13 @@ def test_mode_timer_counts_eager_compilations_where_they_recur(monkeypatch, eage
 def test_mode_timer_waits_for_the_clusters_compilations(monkeypatch, eager_compiles):
     # The churning step's first cluster calls compile (the host-read step: 121, 128, 16, 11, 40 ms against 8-10 once
     # compiled): timed then, the clusters lost to eager. Its timer's warmup lasts while they compile.
-    from megxla.jit import _autojit
-
-    clock, compiled = [0.0], [0.0]
-    monkeypatch.setattr(_autojit.ModeTimer, "clock", staticmethod(lambda: clock[0]))
-    monkeypatch.setattr(_autojit.ModeTimer, "compile_clock", staticmethod(lambda: compiled[0]))
-    timer = _autojit.ModeTimer(warmup=_autojit.ModeTimer.PROBE, eager_compiles=eager_compiles)
-    modes = []
-    for k in range(40):
-        mode = timer.next_mode()
-        modes.append(mode)
-        if mode and sum(modes) <= 3:  # (the clusters' first three calls compile)
-            clock[0] += 108.0
-            compiled[0] += 100.0
-        else:
-            clock[0] += 8.0 if mode else 10.0
+    def cost(mode, modes):  # (the clusters' first three calls compile)
+        return (108.0, 100.0) if mode and sum(modes) <= 3 else (8.0 if mode else 10.0, 0.0)
+    modes = _timed_modes(monkeypatch, eager_compiles, 40, cost)
     eager = [k for k, m in enumerate(modes) if not m]
+    p = _autojit.ModeTimer.PROBE
     if eager_compiles:  # (one probe of eager, after 6 calls in a row compiled nothing; clusters after it)
-        assert eager == list(range(9, 9 + timer.PROBE)), modes
+        assert eager == list(range(9, 9 + p)), modes
     else:  # (the probe at the warmup's end, then eager: the clusters timed while compiling)
         assert eager == list(range(5, 40)), modes
 
