@@ -757,13 +757,20 @@ def full_like(inp, value):
         >>> F.full_like(Tensor([1, 2]), 5).numpy()
         array([5, 5], dtype=int32)
     """
+    return _full_like(inp, value, as_input=True)
+
+
+def _full_like(inp, value, as_input):
     inp = _t(inp)
     if _QPARAMS_SEEN[0] and _quantized_source(inp) is not None:
         # a quantized tensor: the fill value quantized in its dtype (MegEngine 1.13 fills 0 whatever the value)
         filled = _apply(_S.full_like.bind(value=float(value)), _apply(_E.astype.bind(dtype="float32"), inp))
         return astype(filled, inp.dtype)
+    value = _fill_value(value, inp.dtype)
+    if not as_input:  # (zeros_like, ones_like: one value a line, a constant XLA folds -- gm.backward's ones)
+        return _apply(_S.full_like.bind(value=value), inp)
     # (the value an input, the cached 0-d tensor of that number: one kernel for every value -- core/ops/shape.py)
-    return _apply(_S.full_like.bind(), inp, _scalar(_fill_value(value, inp.dtype), inp.dtype))
+    return _apply(_S.full_like.bind(), inp, _scalar(value, inp.dtype))
 
 
 def zeros_like(inp):
@@ -779,7 +786,7 @@ def zeros_like(inp):
         >>> F.zeros_like(Tensor([1., 2.])).numpy()
         array([0., 0.], dtype=float32)
     """
-    return full_like(inp, 0)
+    return _full_like(inp, 0, as_input=False)
 
 
 def ones_like(inp):
@@ -795,7 +802,7 @@ def ones_like(inp):
         >>> F.ones_like(Tensor([1., 2.])).numpy()
         array([1., 1.], dtype=float32)
     """
-    return full_like(inp, 1)
+    return _full_like(inp, 1, as_input=False)
 
 
 def _number(op, what, v):
