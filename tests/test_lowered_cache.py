@@ -66,8 +66,11 @@ _PROGRAM = textwrap.dedent("""
 
 
 def _run(cache_dir, extra_env=None):
+    # (no timed choices -- an early launch's cut, a small step run eagerly -- so that both processes make the same
+    # clusters: under a loaded CI one warm run stored a program its cold run had not made)
     env = dict(os.environ, MEGXLA_COMPILATION_CACHE="1", MEGXLA_COMPILATION_CACHE_DIR=cache_dir,
-               PYTHONPATH=ROOT, MEGXLA_AUTO_JIT="0", **(extra_env or {}))
+               PYTHONPATH=ROOT, MEGXLA_AUTO_JIT="0", MEGXLA_AUTO_JIT_EARLY="0", MEGXLA_AUTO_JIT_STATIC_TIMER="0",
+               **(extra_env or {}))
     out = subprocess.run([sys.executable, "-c", _PROGRAM], env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     line = [l for l in out.stdout.splitlines() if l.startswith("RESULT ")][-1]
