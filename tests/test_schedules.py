@@ -261,7 +261,9 @@ def test_a_clusters_donating_and_early_launched_executables_take_one_choice(monk
     assert early.lowered is None and ran_early[-1] == "other"
     n = len(ran_late)
     _drive(late, ran_late, clock, 3)
-    assert late.lowered is None and ran_late[n:] == ["default", "other", "other"]  # (compiled, then taken: no probe)
+    # (compiled, then taken: no probe. The compile runs on a thread, and its first run takes the default while that
+    # is alive -- unless it is done before the run looks: a busy CI's thread switch, or a compile JAX had cached)
+    assert late.lowered is None and ran_late[n + 1:] == ["other", "other"] and ran_late[n] in ("default", "other")
     assert (tmp_path / "fam.schedule").read_text() == "other"
     # (a later process: the donating program, whose own choice was never made, takes its family's)
     lowered = _independent_dots()
