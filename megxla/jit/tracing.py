@@ -353,6 +353,10 @@ class trace:
         self.num_clustered_calls = 0
         self.num_eager_calls = 0  # (churning) calls run eagerly because that has been faster than clusters
         self._churn = None  # (churning) _autojit.ModeTimer: which of clusters / eager runs this step faster
+        # New signatures that differ from an earlier one only in Python float values (``_state.without_floats``:
+        # a module's temperature annealed every step, a float argument), and the signatures without their floats
+        self._float_sigs = 0
+        self._float_free: dict = {}
         self.num_calls = 0
         self.num_undonated = 0  # compiled calls that kept their inputs because a buffer was shared
         self._num_state_created = 0  # recordings that bound new Tensors to state (not reusable; _state_created)
@@ -478,6 +482,9 @@ class trace:
             variants = self._cache.get(sig)
             if variants is None:
                 self._new_signature(sig)
+                if self._floats_churn(sig):
+                    self.num_calls += 1
+                    return self._run_churning(args, kwargs)
                 entry = None
                 if (self.symbolic or self._abstract_first) and not self._eager_recording:
                     entry = self._record_abstract(args, kwargs, state, sig)
@@ -635,6 +642,36 @@ class trace:
                     f"input signatures (argument shapes, dtypes, structure, Python values, module attributes); each "
                     f"new one records and compiles again. Pad inputs to a few fixed shapes, and pass changing numbers "
                     f"as Tensors.", UserWarning, 4)
+
+    def _floats_churn(self, sig):
+        """Whether the step runs churning from now on (and this call): most calls bring a new signature that
+        differs from an earlier one only in Python float values -- each would record and compile the whole step,
+        while auto-jit's clusters take those floats as inputs and compile once. A value changed now and then (a
+        rate per epoch) records and compiles per value, as before."""
+        if not self._without_host or _dispatch.recorders or self._churning:
+            return False
+        free = _state.without_floats(sig)
+        seen = self._float_free.get(free)
+        if seen is None:
+            if len(self._float_free) >= 64:  # (bounded: a step whose shapes change every call too)
+                self._float_free.pop(next(iter(self._float_free)))
+            self._float_free[free] = 1
+            return False
+        self._float_free[free] = seen + 1
+        self._float_sigs += 1
+        calls = self.num_calls + self.num_fast_calls + 1
+        if self._float_sigs < 4 or 2 * self._float_sigs <= calls:
+            return False
+        self._churning = True
+        if "floats" not in self._warned:
+            self._warned.add("floats")
+            warnings.warn(
+                f"{self._what}({self.__name__}) got new Python float values on {self._float_sigs} of {calls} calls "
+                f"(arguments, or number attributes of its modules: a temperature or rate changed every step), each of "
+                f"which records and compiles the step again; later calls run the body as auto-jit clusters, which "
+                f"take such numbers as inputs. Pass a changing number as a Tensor to keep one compiled step.",
+                UserWarning, 4)
+        return True
 
     def _count_rerecord(self, miss):
         self.num_rerecords += 1
