@@ -1,10 +1,14 @@
 """A training step with a Python number that changes every step -- an annealed dropout rate, PPO's clip range, a
-leaky slope, a GAN's soft label drawn per step, a noise scale -- against the same step with the number fixed: ms/step eagerly and
-under auto-jit (median of the second half of the steps, one process per cell). Where the number is a parameter of its
+leaky slope, a GAN's soft label drawn per step, a noise scale -- against the same step with the number fixed: ms/step
+eagerly and under auto-jit (median of the second half of the steps, one process per cell). Where the number is a parameter of its
 op, every new value compiles a kernel (and its gradient's) eagerly and makes a new cluster key under auto-jit; as an
 input (the cached 0-d tensor of that number, as ``x * 0.5``'s 0.5) it costs nothing.
 
-Usage: python benchmarks/changing_numbers.py [--steps 60]
+``--xla-trace``: the same steps under ``xla_trace``, the number a module attribute (``net.value``, set before each
+call): each new value is a new signature (the recording baked the number in); most calls bringing one, the step runs
+as auto-jit clusters after a few calls instead of recording and compiling per value.
+
+Usage: python benchmarks/changing_numbers.py [--steps 60] [--xla-trace]
 """
 from __future__ import annotations
 
@@ -31,14 +35,16 @@ def _random():
     return megxla.random
 
 
-def step_ms(op, changing, auto_jit, steps):
-    """ms/step of a small MLP step (Linear 32-64, the op, ReLU, Linear 64-10, cross entropy, SGD, ``loss.item()``)."""
+def step_ms(op, changing, mode, steps):
+    """ms/step of a small MLP step (Linear 32-64, the op, ReLU, Linear 64-10, cross entropy, SGD, ``loss.item()``)
+    eagerly, under auto-jit or under ``xla_trace`` (``mode``)."""
     import megxla as mge
     import megxla.functional as F
     import megxla.module as M
     import megxla.optimizer as optim
     from megxla.autodiff import GradManager
-    mge.config.auto_jit = auto_jit
+    from megxla.jit import xla_trace
+    mge.config.auto_jit = mode == "auto_jit"
     mge.random.seed(0)
     net = M.Sequential(M.Linear(32, 64), M.ReLU(), M.Linear(64, 10))
     opt = optim.SGD(net.parameters(), lr=0.01)
@@ -46,16 +52,20 @@ def step_ms(op, changing, auto_jit, steps):
     rng = np.random.RandomState(0)
     x = mge.Tensor(rng.randn(16, 32).astype("float32"))
     y = mge.Tensor(rng.randint(0, 10, 16).astype("int32"))
-    times = []
-    for i in range(steps):
-        v = (i * 1e-3) if changing else 0.0
-        t0 = time.perf_counter()
+    def body(net, opt, x, y):
         with gm:
-            h = OPS[op](F, net[0](x), v)
+            h = OPS[op](F, net[0](x), net.value)
             loss = F.nn.cross_entropy(net[2](F.relu(h)), y)
             gm.backward(loss)
         opt.step().clear_grad()
-        loss.item()
+        return loss
+
+    run = xla_trace(body) if mode == "xla_trace" else body
+    times = []
+    for i in range(steps):
+        net.value = (i * 1e-3) if changing else 0.0
+        t0 = time.perf_counter()
+        run(net, opt, x, y).item()
         times.append(time.perf_counter() - t0)
     return statistics.median(times[steps // 2:]) * 1e3
 
@@ -63,21 +73,24 @@ def step_ms(op, changing, auto_jit, steps):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--steps", type=int, default=60)
+    ap.add_argument("--xla-trace", action="store_true", help="the steps under xla_trace, the number a module attribute")
     ap.add_argument("--cell", nargs=3, help=argparse.SUPPRESS)  # (one cell, in its own process)
     args = ap.parse_args()
     if args.cell:
         op, changing, mode = args.cell
-        print(step_ms(op, changing == "changing", mode == "auto_jit", args.steps))
+        print(step_ms(op, changing == "changing", mode, args.steps))
         return
 
     def cell(op, changing, mode):
         out = subprocess.run([sys.executable, __file__, "--steps", str(args.steps), "--cell", op, changing, mode],
                              check=True, capture_output=True, text=True).stdout
         return float(out.split()[-1])
-    print("| op | fixed eager | changing eager | fixed auto-jit | changing auto-jit |  (ms/step)")
-    print("|---|---|---|---|---|")
+    modes = ("xla_trace",) if args.xla_trace else ("eager", "auto_jit")
+    names = {"eager": "eager", "auto_jit": "auto-jit", "xla_trace": "xla_trace"}
+    print("| op | " + " | ".join(f"{c} {names[m]}" for m in modes for c in ("fixed", "changing")) + " |  (ms/step)")
+    print("|---|" + "---|" * 2 * len(modes))
     for op in OPS:
-        row = [cell(op, c, m) for m in ("eager", "auto_jit") for c in ("fixed", "changing")]
+        row = [cell(op, c, m) for m in modes for c in ("fixed", "changing")]
         print(f"| {op} | " + " | ".join(f"{v:.2f}" for v in row) + " |", flush=True)
 
 
