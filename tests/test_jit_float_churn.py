@@ -1,6 +1,6 @@
-"""An ``xla_trace`` step whose Python floats change every call -- a module's temperature annealed per step, a float
-argument -- runs as auto-jit clusters after a few calls (the floats are their inputs), instead of recording and
-compiling the whole step for each value (megxla/jit/tracing.py: ``_floats_churn``)."""
+"""An ``xla_trace`` step whose Python numbers change every call -- a module's temperature annealed per step, an
+iteration counter, a float argument -- runs as auto-jit clusters after a few calls (the numbers are their inputs),
+instead of recording and compiling the whole step for each value (megxla/jit/tracing.py: ``_numbers_churn``)."""
 import warnings
 
 import numpy as np
@@ -63,7 +63,7 @@ def _check(change, churns):
     np.testing.assert_allclose(got, want, rtol=1e-5)
     for p, q in zip(net.parameters(), net2.parameters()):
         np.testing.assert_allclose(p.numpy(), q.numpy(), rtol=1e-5, atol=1e-6)
-    told = [w for w in caught if "new Python float values" in str(w.message)]
+    told = [w for w in caught if "new Python numbers" in str(w.message)]
     assert step._churning == churns and len(told) == int(churns), [str(w.message) for w in caught]
     if churns:
         assert told[0].filename == __file__  # (named at the user's call)
@@ -118,11 +118,42 @@ def test_a_float_changed_now_and_then_keeps_one_compiled_step_per_value():
     assert step.num_executables == 3 and step.num_clustered_calls == 0 and step.num_eager_calls == 0
 
 
-def test_an_int_changed_every_call_is_no_float_churn():
-    # (an integer attribute may decide the program's structure -- a number of repeats: it keys the signature,
-    # each value recorded, compiled and kept as before)
+def test_an_int_cycling_through_a_few_values_keeps_a_compiled_step_per_value():
+    # (an integer attribute may decide the program's structure -- a number of repeats: each value recorded and
+    # compiled once, then run compiled)
     def change(net, i):
         net.repeats = 1 + i % 4
         return 1.0
     step = _check(change, churns=False)
     assert step.num_executables == 4
+
+
+def test_an_iteration_counter_a_module_advances_does_not_compile_every_call():
+    # (``self.iters += 1`` in forward, a warmup factor from it: every call a new signature, each recorded and
+    # compiled -- 30 executables in 30 calls -- until the step runs as clusters)
+    class Warm(_Net):
+        def __init__(self):
+            super().__init__()
+            self.iters = 0
+
+        def forward(self, x):
+            self.iters += 1
+            return super().forward(x) * min(1.0, self.iters / 10)
+
+    def run(step, net, opt):
+        return [step(net, opt, mge.Tensor(x)).item() for x in _XS]
+
+    mge.random.seed(0)
+    net = Warm()
+    gm = GradManager().attach(net.parameters())
+    want = run(lambda n, o, x: _body(n, o, gm, x), net, optim.SGD(net.parameters(), lr=0.1))
+    mge.random.seed(0)
+    net2 = Warm()
+    gm2 = GradManager().attach(net2.parameters())
+    step = xla_trace(lambda n, o, x: _body(n, o, gm2, x))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = run(step, net2, optim.SGD(net2.parameters(), lr=0.1))
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+    assert net2.iters == net.iters == len(_XS)  # (the body ran, or its recording replayed the attribute's update)
+    assert step._churning and step.num_executables <= 4

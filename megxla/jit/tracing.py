@@ -353,10 +353,11 @@ class trace:
         self.num_clustered_calls = 0
         self.num_eager_calls = 0  # (churning) calls run eagerly because that has been faster than clusters
         self._churn = None  # (churning) _autojit.ModeTimer: which of clusters / eager runs this step faster
-        # New signatures that differ from an earlier one only in Python float values (``_state.without_floats``:
-        # a module's temperature annealed every step, a float argument), and the signatures without their floats
-        self._float_sigs = 0
-        self._float_free: dict = {}
+        # New signatures that differ from an earlier one only in Python numbers (``_state.without_numbers``: a
+        # module's temperature annealed every step, an iteration counter, a float argument), and the signatures
+        # without their numbers
+        self._number_sigs = 0
+        self._number_free: dict = {}
         self.num_calls = 0
         self.num_undonated = 0  # compiled calls that kept their inputs because a buffer was shared
         self._num_state_created = 0  # recordings that bound new Tensors to state (not reusable; _state_created)
@@ -482,7 +483,7 @@ class trace:
             variants = self._cache.get(sig)
             if variants is None:
                 self._new_signature(sig)
-                if self._floats_churn(sig):
+                if self._numbers_churn(sig):
                     self.num_calls += 1
                     return self._run_churning(args, kwargs)
                 entry = None
@@ -643,33 +644,35 @@ class trace:
                     f"new one records and compiles again. Pad inputs to a few fixed shapes, and pass changing numbers "
                     f"as Tensors.", UserWarning, 4)
 
-    def _floats_churn(self, sig):
+    def _numbers_churn(self, sig):
         """Whether the step runs churning from now on (and this call): most calls bring a new signature that
-        differs from an earlier one only in Python float values -- each would record and compile the whole step,
-        while auto-jit's clusters take those floats as inputs and compile once. A value changed now and then (a
-        rate per epoch) records and compiles per value, as before."""
+        differs from an earlier one only in Python numbers (floats, ints) -- each would record and compile the whole
+        step, while auto-jit's clusters take those numbers as inputs and compile once (a number that decides the
+        program's structure, a count of repeats, gives clusters of new keys, which run op by op: bounded). A value
+        changed now and then (a rate per epoch) records and compiles per value, as before."""
         if not self._without_host or _dispatch.recorders or self._churning:
             return False
-        free = _state.without_floats(sig)
-        seen = self._float_free.get(free)
+        free = _state.without_numbers(sig)
+        seen = self._number_free.get(free)
         if seen is None:
-            if len(self._float_free) >= 64:  # (bounded: a step whose shapes change every call too)
-                self._float_free.pop(next(iter(self._float_free)))
-            self._float_free[free] = 1
+            if len(self._number_free) >= 64:  # (bounded: a step whose shapes change every call too)
+                self._number_free.pop(next(iter(self._number_free)))
+            self._number_free[free] = 1
             return False
-        self._float_free[free] = seen + 1
-        self._float_sigs += 1
+        self._number_free[free] = seen + 1
+        self._number_sigs += 1
         calls = self.num_calls + self.num_fast_calls + 1
-        if self._float_sigs < 4 or 2 * self._float_sigs <= calls:
+        if self._number_sigs < 4 or 2 * self._number_sigs <= calls:
             return False
         self._churning = True
-        if "floats" not in self._warned:
-            self._warned.add("floats")
+        if "numbers" not in self._warned:
+            self._warned.add("numbers")
             warnings.warn(
-                f"{self._what}({self.__name__}) got new Python float values on {self._float_sigs} of {calls} calls "
-                f"(arguments, or number attributes of its modules: a temperature or rate changed every step), each of "
-                f"which records and compiles the step again; later calls run the body as auto-jit clusters, which "
-                f"take such numbers as inputs. Pass a changing number as a Tensor to keep one compiled step.",
+                f"{self._what}({self.__name__}) got new Python numbers on {self._number_sigs} of {calls} calls "
+                f"(arguments, or number attributes of its modules: a temperature or rate changed every step, an "
+                f"iteration counter), each of which records and compiles the step again; later calls run the body as "
+                f"auto-jit clusters, which take such numbers as inputs. Pass a changing number as a Tensor to keep "
+                f"one compiled step.",
                 UserWarning, 4)
         return True
 
