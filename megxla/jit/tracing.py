@@ -204,6 +204,15 @@ class _Entry:
         self.external_homes = ()
 
 
+def _structure(entry):
+    """What a recording computes, without its values: each op (with its parameters) and its inputs' shapes and
+    dtypes, in order -- equal for two recordings that differ only in numbers the ops take as inputs."""
+    avals = entry.avals
+    none = (None, None)
+    return tuple((op, tuple([(lambda a: none if a is None else (a.shape, a.dtype))(avals.get(v)) for v in ins]))
+                 for op, ins, _ in entry.rec.ops)
+
+
 def _escaped(produced, out_leaves):
     """``[(weakref, vid)]`` of the op outputs of a recording still alive after the body returned, other than its
     results: the body stored them somewhere (a module attribute, a list)."""
@@ -356,8 +365,10 @@ class trace:
         # New signatures that differ from an earlier one only in Python numbers (``_state.without_numbers``: a
         # module's temperature annealed every step, an iteration counter, a float argument), and the signatures
         # without their numbers
+        # (value: the structure of the latest recording without them, ``_structure``)
         self._number_sigs = 0
         self._number_free: dict = {}
+        self._new_sig_records = 0  # new signatures' eager recording calls (not in num_calls)
         self.num_calls = 0
         self.num_undonated = 0  # compiled calls that kept their inputs because a buffer was shared
         self._num_state_created = 0  # recordings that bound new Tensors to state (not reusable; _state_created)
@@ -483,14 +494,13 @@ class trace:
             variants = self._cache.get(sig)
             if variants is None:
                 self._new_signature(sig)
-                if self._numbers_churn(sig):
-                    self.num_calls += 1
-                    return self._run_churning(args, kwargs)
                 entry = None
                 if (self.symbolic or self._abstract_first) and not self._eager_recording:
                     entry = self._record_abstract(args, kwargs, state, sig)
                 if entry is None:
+                    self._new_sig_records += 1
                     entry, out = self._record(args, kwargs, state, sig)
+                    self._numbers_changed(sig, entry)
                     if entry is not None and entry.guards:
                         self._new_sig_calls += 1
                         if self._reads_changed(entry):
@@ -498,6 +508,7 @@ class trace:
                         if self.num_rerecords:
                             self._check_churn(None, stacklevel=4)
                     return out
+                self._numbers_changed(sig, entry)
                 return self._first_run(entry, state, sig)
             self._cache.move_to_end(sig)
             return self._call_variants(variants, args, kwargs, state, sig)
@@ -644,26 +655,31 @@ class trace:
                     f"new one records and compiles again. Pad inputs to a few fixed shapes, and pass changing numbers "
                     f"as Tensors.", UserWarning, 4)
 
-    def _numbers_churn(self, sig):
-        """Whether the step runs churning from now on (and this call): most calls bring a new signature that
-        differs from an earlier one only in Python numbers (floats, ints) -- each would record and compile the whole
-        step, while auto-jit's clusters take those numbers as inputs and compile once (a number that decides the
-        program's structure, a count of repeats, gives clusters of new keys, which run op by op: bounded). A value
-        changed now and then (a rate per epoch) records and compiles per value, as before."""
-        if not self._without_host or _dispatch.recorders or self._churning:
-            return False
-        free = _state.without_numbers(sig)
-        seen = self._number_free.get(free)
-        if seen is None:
-            if len(self._number_free) >= 64:  # (bounded: a step whose shapes change every call too)
-                self._number_free.pop(next(iter(self._number_free)))
-            self._number_free[free] = 1
-            return False
-        self._number_free[free] = seen + 1
+    def _numbers_changed(self, sig, entry):
+        """After the recording ``entry`` of a new signature: whether the step runs churning from its next call.
+        Most calls bring a new signature that differs from an earlier one only in Python numbers (floats, ints) and
+        records the same ops on the same shapes (``_structure``) -- each would record and compile the whole step,
+        while auto-jit's clusters take those numbers as inputs and compile once. A number that changes what is
+        recorded (an image size for a resize, a count of repeats, an op's parameter) keys its recordings as before,
+        and so does a value changed now and then (a rate per epoch). A step traced with ``capture_as_const`` is one
+        to dump (an inference function): it keeps recording per value, as ``dump`` writes the last call's
+        recording, which a churning call has not made."""
+        if not self._without_host or _dispatch.recorders or self._churning or self.capture_as_const \
+                or entry is None:
+            return
+        free, structure = _state.without_numbers(sig), _structure(entry)
+        seen = self._number_free.pop(free, None)
+        if len(self._number_free) >= 64:  # (bounded: a step whose shapes change every call too)
+            self._number_free.pop(next(iter(self._number_free)))
+        self._number_free[free] = structure
+        if seen is None or seen != structure:
+            return
         self._number_sigs += 1
-        calls = self.num_calls + self.num_fast_calls + 1
+        # (num_calls counts compiled calls, prepared ones too, and abstract recordings -- this one's not yet; a new
+        # signature's eager recording call is not in it)
+        calls = self.num_calls + self._new_sig_records + (1 if entry.segments is None else 0)
         if self._number_sigs < 4 or 2 * self._number_sigs <= calls:
-            return False
+            return
         self._churning = True
         if "numbers" not in self._warned:
             self._warned.add("numbers")
@@ -674,7 +690,6 @@ class trace:
                 f"auto-jit clusters, which take such numbers as inputs. Pass a changing number as a Tensor to keep "
                 f"one compiled step.",
                 UserWarning, 4)
-        return True
 
     def _count_rerecord(self, miss):
         self.num_rerecords += 1
