@@ -1,5 +1,5 @@
 """Adversarial programs around a churning ``xla_trace`` step (Python floats new on most calls: the body runs as
-auto-jit clusters, ``trace._floats_churn``), checked against eager."""
+auto-jit clusters, ``trace._numbers_changed``), checked against eager."""
 import io
 import warnings
 

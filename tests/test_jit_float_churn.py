@@ -83,8 +83,8 @@ def _float_argument(net, i):
 def test_a_float_changed_every_call_runs_as_clusters_after_a_few_calls(change):
     step = _check(change, churns=True)
     # (the first calls recorded and compiled the step, one per value; then the body ran, as clusters or eagerly)
-    assert step.num_executables <= 4
-    assert step.num_clustered_calls + step.num_eager_calls >= len(_XS) - 4
+    assert step.num_executables <= 5  # (the 5th recording decides)
+    assert step.num_clustered_calls + step.num_eager_calls >= len(_XS) - 5
 
 
 def test_a_float_of_a_module_the_step_closes_over_churns_too():
@@ -109,7 +109,7 @@ def test_a_float_of_a_module_the_step_closes_over_churns_too():
             scale.value = 1.0 + 0.05 * i
             got.append(step(net2, opt2, mge.Tensor(x)).item())
     np.testing.assert_allclose(got, want, rtol=1e-5)
-    assert step._churning and step.num_executables <= 4
+    assert step._churning and step.num_executables <= 5
 
 
 def test_a_float_changed_now_and_then_keeps_one_compiled_step_per_value():
@@ -118,14 +118,36 @@ def test_a_float_changed_now_and_then_keeps_one_compiled_step_per_value():
     assert step.num_executables == 3 and step.num_clustered_calls == 0 and step.num_eager_calls == 0
 
 
-def test_an_int_cycling_through_a_few_values_keeps_a_compiled_step_per_value():
-    # (an integer attribute may decide the program's structure -- a number of repeats: each value recorded and
-    # compiled once, then run compiled)
+def test_an_int_that_decides_what_is_recorded_keeps_a_compiled_step_per_value():
+    # (a number of repeats cycling through 6 values: new on each of the first 6 calls, as a counter's are, but each
+    # value records other ops -- recorded and compiled once per value, then run compiled)
     def change(net, i):
-        net.repeats = 1 + i % 4
+        net.repeats = 1 + i % 6
         return 1.0
     step = _check(change, churns=False)
-    assert step.num_executables == 4
+    assert step.num_executables == 6
+
+
+def test_a_size_argument_of_a_multi_scale_step_keeps_a_compiled_step_per_size():
+    # (the image size a step resizes its batch to, an int argument drawn from 6 sizes: each records other shapes)
+    def body(net, opt, gm, x, size):
+        with gm:
+            x = F.vision.interpolate(x.reshape(1, 1, 5, 4), size=(size, size)).reshape(-1, 4)
+            loss = (net(x) ** 2).mean()
+            gm.backward(loss)
+        opt.step().clear_grad()
+        return loss
+
+    sizes = [4, 8, 12, 16, 20, 24] * 2
+    net, opt, gm = _make()
+    want = [body(net, opt, gm, mge.Tensor(_XS[0]), s).item() for s in sizes]
+    net2, opt2, gm2 = _make()
+    step = xla_trace(lambda n, o, x, s: body(n, o, gm2, x, s))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = [step(net2, opt2, mge.Tensor(_XS[0]), s).item() for s in sizes]
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+    assert not step._churning and step.num_executables == 6
 
 
 def test_an_iteration_counter_a_module_advances_does_not_compile_every_call():
@@ -156,4 +178,4 @@ def test_an_iteration_counter_a_module_advances_does_not_compile_every_call():
         got = run(step, net2, optim.SGD(net2.parameters(), lr=0.1))
     np.testing.assert_allclose(got, want, rtol=1e-5)
     assert net2.iters == net.iters == len(_XS)  # (the body ran, or its recording replayed the attribute's update)
-    assert step._churning and step.num_executables <= 4
+    assert step._churning and step.num_executables <= 5

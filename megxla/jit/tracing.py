@@ -207,10 +207,8 @@ class _Entry:
 def _structure(entry):
     """What a recording computes, without its values: each op (with its parameters) and its inputs' shapes and
     dtypes, in order -- equal for two recordings that differ only in numbers the ops take as inputs."""
-    avals = entry.avals
-    none = (None, None)
-    return tuple((op, tuple([(lambda a: none if a is None else (a.shape, a.dtype))(avals.get(v)) for v in ins]))
-                 for op, ins, _ in entry.rec.ops)
+    types = {v: (a.shape, a.dtype) for v, a in entry.avals.items()}
+    return tuple((op, tuple([types.get(v) for v in ins])) for op, ins, _ in entry.rec.ops)
 
 
 def _escaped(produced, out_leaves):
@@ -471,6 +469,7 @@ class trace:
             # every call runs the body, whatever its signature: the signature is not computed (flattening the
             # modules and the optimizer's state: ~190 us per call of the host-read ConvNet step, 5% of it)
             self.num_calls += 1
+            self._dump_call = None  # (no recording of this call: dump says so, rather than write an older one)
             with self._rng_swapped():
                 return self._run_churning(args, kwargs)
         self._converted = (args, kwargs)  # (a prepared call maps NumPy arguments to the Tensors made here)
