@@ -179,6 +179,13 @@ def dump(tracer, file, *, arg_names=None, output_names=None, optimize_for_infere
     what = tracer._what
     call = tracer.__dict__.get("_dump_call")
     variants = tracer._cache.get(call[0]) if call is not None else None
+    if not variants and tracer._churning:
+        # (the last call ran the body as auto-jit clusters, or eagerly: nothing recorded it)
+        raise RuntimeError(
+            f"{what}.dump: the step's last calls ran as auto-jit clusters, not as a recording (most calls recorded "
+            f"again: new Python float values, or values read on the host, changed), so there is no recording of "
+            f"its last call to dump. Pass a changing number as a Tensor, or trace with capture_as_const=True (a "
+            f"step traced to be dumped records per value)")
     if not variants:
         raise RuntimeError(f"{what}.dump: call the traced function first (its last call's recording is dumped)")
     sig, state = call

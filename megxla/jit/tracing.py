@@ -357,6 +357,7 @@ class trace:
         # a module's temperature annealed every step, a float argument), and the signatures without their floats
         self._float_sigs = 0
         self._float_free: dict = {}
+        self._new_sig_records = 0  # new signatures' eager recording calls (not in num_calls)
         self.num_calls = 0
         self.num_undonated = 0  # compiled calls that kept their inputs because a buffer was shared
         self._num_state_created = 0  # recordings that bound new Tensors to state (not reusable; _state_created)
@@ -489,6 +490,7 @@ class trace:
                 if (self.symbolic or self._abstract_first) and not self._eager_recording:
                     entry = self._record_abstract(args, kwargs, state, sig)
                 if entry is None:
+                    self._new_sig_records += 1
                     entry, out = self._record(args, kwargs, state, sig)
                     if entry is not None and entry.guards:
                         self._new_sig_calls += 1
@@ -647,8 +649,10 @@ class trace:
         """Whether the step runs churning from now on (and this call): most calls bring a new signature that
         differs from an earlier one only in Python float values -- each would record and compile the whole step,
         while auto-jit's clusters take those floats as inputs and compile once. A value changed now and then (a
-        rate per epoch) records and compiles per value, as before."""
-        if not self._without_host or _dispatch.recorders or self._churning:
+        rate per epoch) records and compiles per value, as before. A step traced with ``capture_as_const`` is one
+        to dump (an inference function): it keeps recording per value, as ``dump`` writes the last call's
+        recording, which a churning call has not made."""
+        if not self._without_host or _dispatch.recorders or self._churning or self.capture_as_const:
             return False
         free = _state.without_floats(sig)
         seen = self._float_free.get(free)
@@ -659,7 +663,9 @@ class trace:
             return False
         self._float_free[free] = seen + 1
         self._float_sigs += 1
-        calls = self.num_calls + self.num_fast_calls + 1
+        # (num_calls counts compiled calls, prepared ones too, and abstract recordings; a new signature's eager
+        # recording call is not in it)
+        calls = self.num_calls + self._new_sig_records + 1
         if self._float_sigs < 4 or 2 * self._float_sigs <= calls:
             return False
         self._churning = True

@@ -1,0 +1,87 @@
+"""Adversarial programs around a churning ``xla_trace`` step (Python floats new on most calls: the body runs as
+auto-jit clusters, ``trace._floats_churn``), checked against eager."""
+import io
+import warnings
+
+import numpy as np
+import pytest
+
+import megxla as mge
+import megxla.functional as F
+import megxla.module as M
+import megxla.optimizer as optim
+from megxla.autodiff import GradManager
+from megxla.jit import exclude_from_trace, trace, xla_trace
+
+
+class _Net(M.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = M.Linear(4, 3)
+        self.tau = 1.0  # (a softmax temperature)
+
+    def forward(self, x):
+        return F.softmax(self.fc(x) / self.tau, axis=1)
+
+
+_X = np.random.RandomState(0).standard_normal((2, 4)).astype("float32")
+
+
+@pytest.mark.parametrize("make", [lambda f: xla_trace(f, capture_as_const=True),
+                                  lambda f: trace(f, symbolic=True, capture_as_const=True, without_host=True)])
+def test_a_step_traced_to_be_dumped_dumps_its_last_call_whatever_its_floats(make):
+    # (an inference function whose temperature changed every call, then dumped: it kept no recording to dump)
+    net = _Net()
+    net.eval()
+    f = make(lambda x: net(x))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for i in range(8):
+            net.tau = 1.0 + i
+            want = f(mge.Tensor(_X)).numpy()
+    buf = io.BytesIO()
+    f.dump(buf, arg_names=["x"])
+    buf.seek(0)
+    from megxla.jit import load
+    np.testing.assert_allclose(load(buf)(mge.Tensor(_X))[0].numpy(), want, rtol=1e-6)  # (the last temperature)
+
+
+def test_dumping_a_churning_step_says_why_there_is_no_recording():
+    net = _Net()
+    net.eval()
+    f = xla_trace(lambda net, x: net(x))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for i in range(8):
+            net.tau = 1.0 + i
+            f(net, mge.Tensor(_X))
+    assert f._churning
+    with pytest.raises(RuntimeError, match="auto-jit clusters"):
+        f.dump(io.BytesIO())
+
+
+def test_an_eagerly_recorded_step_counts_its_recording_calls():
+    # (a step with an exclude_from_trace block records eagerly; its new signatures' recording calls were not
+    # counted, so a rate changed every other call looked like most calls: it churned, and the warning said "on 4
+    # of 5 calls" at the ninth)
+    net = _Net()
+    gm = GradManager().attach(net.parameters())
+    opt = optim.SGD(net.parameters(), lr=0.1)
+    seen = []
+
+    @xla_trace
+    def step(net, opt, x, w):
+        with gm:
+            loss = (net(x) ** 2).mean() * w
+            gm.backward(loss)
+        with exclude_from_trace():
+            seen.append(w)
+        opt.step().clear_grad()
+        return loss
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for i in range(12):
+            step(net, opt, mge.Tensor(_X), 1.0 + 0.1 * (i // 2))
+    assert not step._churning, [str(w.message) for w in caught]
+    assert seen == [1.0 + 0.1 * k for k in range(6)]  # (the block runs while recording: once per value)
