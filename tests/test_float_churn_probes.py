@@ -85,3 +85,47 @@ def test_an_eagerly_recorded_step_counts_its_recording_calls():
             step(net, opt, mge.Tensor(_X), 1.0 + 0.1 * (i // 2))
     assert not step._churning, [str(w.message) for w in caught]
     assert seen == [1.0 + 0.1 * k for k in range(6)]  # (the block runs while recording: once per value)
+
+
+def _train(step, net, opt, steps=16):
+    out = []
+    for i in range(steps):
+        net.tau = 1.0 + 0.1 * i
+        x = mge.Tensor(np.random.RandomState(i).standard_normal((5, 4)).astype("float32"))
+        out.append(step(net, opt, x, 1.0 + 0.01 * i).item())
+    return out
+
+
+@pytest.mark.parametrize("symbolic", [True, False])
+def test_a_trace_with_the_host_whose_floats_change_every_call_churns_too(symbolic):
+    # (MegEngine's usual ``@trace(symbolic=True)`` training step, with the host: each new temperature recorded and
+    # compiled the step, 16 executables in 16 calls; now a few, then auto-jit clusters, as xla_trace)
+    def make():
+        mge.random.seed(0)
+        net = _Net()
+        return net, optim.SGD(net.parameters(), lr=0.1, momentum=0.9), GradManager().attach(net.parameters())
+
+    host = []
+
+    def body(gm, net, opt, x, w):
+        with gm:
+            loss = (net(x) ** 2).mean() * w
+            gm.backward(loss)
+        with exclude_from_trace():
+            host.append(w)  # (host code: runs on every call of a trace with the host)
+        opt.step().clear_grad()
+        return loss
+
+    net, opt, gm = make()
+    want = _train(lambda *a: body(gm, *a), net, opt)
+    net2, opt2, gm2 = make()
+    step = trace(lambda *a: body(gm2, *a), symbolic=symbolic)
+    host.clear()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = _train(step, net2, opt2)
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+    for p, q in zip(net.parameters(), net2.parameters()):
+        np.testing.assert_allclose(p.numpy(), q.numpy(), rtol=1e-5, atol=1e-6)
+    assert step._churning and step.num_executables <= 4
+    assert host == [1.0 + 0.01 * i for i in range(16)]

@@ -350,6 +350,9 @@ class trace:
         self._new_sig_reads = 0
         self._read_values = None  # the values read on the host by the latest recording
         self._churning = False  # most calls recorded again: the body runs as auto-jit clusters (xla_trace)
+        # (churning) calls run the body (_run_churning): without the host; with it, where Python floats churned (a
+        # trace with the host whose host reads churn records them eagerly, as before)
+        self._run_body = False
         self.num_clustered_calls = 0
         self.num_eager_calls = 0  # (churning) calls run eagerly because that has been faster than clusters
         self._churn = None  # (churning) _autojit.ModeTimer: which of clusters / eager runs this step faster
@@ -456,7 +459,7 @@ class trace:
 
     def _call(self, *args, **kwargs):
         args, kwargs = _state.convert_numpy(args, kwargs)
-        if self._churning and self._without_host and not _dispatch.recorders:
+        if self._run_body and not _dispatch.recorders:
             # every call runs the body, whatever its signature: the signature is not computed (flattening the
             # modules and the optimizer's state: ~190 us per call of the host-read ConvNet step, 5% of it)
             self.num_calls += 1
@@ -564,7 +567,7 @@ class trace:
         """Run the most recently used recording of this signature; if a guard differs, the one whose guard
         values match; else record again (or raise, strict)."""
         self.num_calls += 1
-        if self._churning and self._without_host and not _dispatch.recorders:
+        if self._run_body and not _dispatch.recorders:
             return self._run_churning(args, kwargs)
         known, miss, tried = None, None, []
         while True:
@@ -652,7 +655,7 @@ class trace:
         rate per epoch) records and compiles per value, as before. A step traced with ``capture_as_const`` is one
         to dump (an inference function): it keeps recording per value, as ``dump`` writes the last call's
         recording, which a churning call has not made."""
-        if not self._without_host or _dispatch.recorders or self._churning or self.capture_as_const:
+        if _dispatch.recorders or self._churning or self.capture_as_const:
             return False
         free = _state.without_floats(sig)
         seen = self._float_free.get(free)
@@ -668,7 +671,7 @@ class trace:
         calls = self.num_calls + self._new_sig_records + 1
         if self._float_sigs < 4 or 2 * self._float_sigs <= calls:
             return False
-        self._churning = True
+        self._churning = self._run_body = True
         if "floats" not in self._warned:
             self._warned.add("floats")
             warnings.warn(
@@ -692,6 +695,7 @@ class trace:
         if recorded >= 4 and 2 * recorded > calls and "most" not in self._warned:
             self._warned.add("most")
             self._churning = True
+            self._run_body = self._without_host
             where = f" (at {describe_where(miss.entry.guards[miss.index][2])})" if miss is not None else ""
             later = ("later calls run the body as auto-jit clusters (compiled between the reads)"
                      if self._without_host else "such calls run eagerly")
