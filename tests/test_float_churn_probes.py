@@ -129,3 +129,56 @@ def test_a_trace_with_the_host_whose_floats_change_every_call_churns_too(symboli
         np.testing.assert_allclose(p.numpy(), q.numpy(), rtol=1e-5, atol=1e-6)
     assert step._churning and step.num_executables <= 4
     assert host == [1.0 + 0.01 * i for i in range(16)]
+
+
+class _EMA(M.Module):
+    """An EMA of a model's weights whose decay follows a Python step counter the step advances (as diffusion
+    models' EMAs do)."""
+
+    def __init__(self, net):
+        super().__init__()
+        self.shadow = [mge.Tensor(p.numpy()) for p in net.parameters()]
+        self.num_updates = 0
+        self.decay = 0.0
+
+    def forward(self, net):
+        self.num_updates += 1
+        self.decay = min(0.999, (1 + self.num_updates) / (10 + self.num_updates))
+        for s, p in zip(self.shadow, net.parameters()):
+            s._reset(s * self.decay + p.detach() * (1 - self.decay))
+
+
+def test_a_step_advancing_an_int_counter_churns_instead_of_compiling_every_call():
+    # (the counter is a new int every call: each recorded and compiled the step, 20 executables in 20 calls)
+    def make():
+        mge.random.seed(0)
+        net = _Net()
+        return (net, optim.SGD(net.parameters(), lr=0.1, momentum=0.9), GradManager().attach(net.parameters()),
+                _EMA(net))
+
+    def body(gm, net, opt, ema, x, it):
+        with gm:
+            loss = (net(x) ** 2).mean() * (1.0 + 0.01 * it)  # (an iteration index argument, too)
+            gm.backward(loss)
+        opt.step().clear_grad()
+        ema(net)
+        return loss
+
+    def train(step, net, opt, ema):
+        return [step(net, opt, ema, mge.Tensor(np.random.RandomState(i).standard_normal((5, 4)).astype("float32")),
+                     i).item() for i in range(20)]
+
+    net, opt, gm, ema = make()
+    want = train(lambda *a: body(gm, *a), net, opt, ema)
+    net2, opt2, gm2, ema2 = make()
+    step = xla_trace(lambda *a: body(gm2, *a))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = train(step, net2, opt2, ema2)
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+    for p, q in zip([*net.parameters(), *ema.shadow], [*net2.parameters(), *ema2.shadow]):
+        np.testing.assert_allclose(p.numpy(), q.numpy(), rtol=1e-5, atol=1e-6)
+    assert (ema2.num_updates, ema2.decay) == (ema.num_updates, ema.decay) == (20, 21 / 30)
+    assert step._churning and step.num_executables <= 4
+    told = [w for w in caught if "float or int values" in str(w.message)]
+    assert len(told) == 1 and told[0].filename == __file__

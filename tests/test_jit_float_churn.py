@@ -63,7 +63,7 @@ def _check(change, churns):
     np.testing.assert_allclose(got, want, rtol=1e-5)
     for p, q in zip(net.parameters(), net2.parameters()):
         np.testing.assert_allclose(p.numpy(), q.numpy(), rtol=1e-5, atol=1e-6)
-    told = [w for w in caught if "new Python float values" in str(w.message)]
+    told = [w for w in caught if "new Python float" in str(w.message)]
     assert step._churning == churns and len(told) == int(churns), [str(w.message) for w in caught]
     if churns:
         assert told[0].filename == __file__  # (named at the user's call)

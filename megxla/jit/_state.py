@@ -37,15 +37,20 @@ def _scalar_key(v):
     return (t, v)
 
 
-def without_floats(sig):
-    """``sig`` (:func:`collect`'s signature, :func:`closure_numbers` appended) with the values of its float items
-    left out, their types kept: two signatures with the same result differ only in Python float values -- a module's
-    temperature or drop rate annealed every step, a float argument -- which auto-jit's clusters take as inputs.
+def without_numbers(sig):
+    """``sig`` (:func:`collect`'s signature, :func:`closure_numbers` appended) with the values of its float and int
+    items left out, their types kept: two signatures with the same result differ only in Python number values -- a
+    module's temperature or drop rate annealed every step, a float argument, a step counter the step advances
+    (an EMA's, whose decay follows it), an iteration index argument -- which auto-jit's clusters take as inputs
+    (an int that decides the program's structure, a count of repeats, a slice's end, decides their keys, as it does
+    the body's Python). Bools (``training``, flags) and strings keep their values.
 
     Example:
-        >>> without_floats(("c", ("f", (0.5).hex()))) == without_floats(("c", ("f", (0.25).hex())))
+        >>> without_numbers(("c", ("f", (0.5).hex()))) == without_numbers(("c", ("f", (0.25).hex())))
         True
-        >>> without_floats(("c", (int, 2))) == without_floats(("c", (int, 3)))
+        >>> without_numbers(("c", (int, 2))) == without_numbers(("c", (int, 3)))
+        True
+        >>> without_numbers(("c", (bool, True))) == without_numbers(("c", (bool, False)))
         False
     """
     if type(sig) is not tuple:
@@ -53,12 +58,16 @@ def without_floats(sig):
     n = len(sig)
     if n == 2 and type(sig[0]) is str and sig[0] == "f" and type(sig[1]) is str:  # (_scalar_key of a float)
         return "f"
-    if n == 3 and isinstance(sig[1], type) and issubclass(sig[1], (float, np.floating)) \
-            and (type(sig[2]) in (str, bytes) or isinstance(sig[2], float)):
-        # (a closure module's float, _numbers_key: name, float, bits; a NumPy float attribute: name, type, bytes;
-        # a float subclass argument: "c", type, value)
+    if n == 2 and sig[0] is int and type(sig[1]) is int:  # (_scalar_key of an int)
+        return int
+    if n == 3 and isinstance(sig[1], type) and (
+            (issubclass(sig[1], (float, np.floating)) and (type(sig[2]) in (str, bytes) or isinstance(sig[2], float)))
+            or (sig[1] is int and type(sig[2]) is int)
+            or (issubclass(sig[1], np.integer) and type(sig[2]) is bytes)):
+        # (a closure module's number, _numbers_key: name, type, value or bits; a NumPy number attribute: name,
+        # type, bytes; a float subclass argument: "c", type, value)
         return (sig[0], sig[1])
-    return tuple(without_floats(s) for s in sig)
+    return tuple(without_numbers(s) for s in sig)
 
 
 def _has_array(items):

@@ -356,8 +356,9 @@ class trace:
         self.num_clustered_calls = 0
         self.num_eager_calls = 0  # (churning) calls run eagerly because that has been faster than clusters
         self._churn = None  # (churning) _autojit.ModeTimer: which of clusters / eager runs this step faster
-        # New signatures that differ from an earlier one only in Python float values (``_state.without_floats``:
-        # a module's temperature annealed every step, a float argument), and the signatures without their floats
+        # New signatures that differ from an earlier one only in Python float or int values
+        # (``_state.without_numbers``: a module's temperature annealed every step, a float argument, a step counter),
+        # and the signatures without those numbers
         self._float_sigs = 0
         self._float_free: dict = {}
         self._new_sig_records = 0  # new signatures' eager recording calls (not in num_calls)
@@ -650,14 +651,15 @@ class trace:
 
     def _floats_churn(self, sig):
         """Whether the step runs churning from now on (and this call): most calls bring a new signature that
-        differs from an earlier one only in Python float values -- each would record and compile the whole step,
-        while auto-jit's clusters take those floats as inputs and compile once. A value changed now and then (a
-        rate per epoch) records and compiles per value, as before. A step traced with ``capture_as_const`` is one
+        differs from an earlier one only in Python float or int values -- each would record and compile the whole
+        step, while auto-jit's clusters take those floats as inputs and compile once (an int counter's arithmetic
+        runs in Python; an int that shapes the program keys their clusters as it keyed the step). A value changed
+        now and then (a rate per epoch), or a few values in turn, records and compiles per value, as before. A step traced with ``capture_as_const`` is one
         to dump (an inference function): it keeps recording per value, as ``dump`` writes the last call's
         recording, which a churning call has not made."""
         if _dispatch.recorders or self._churning or self.capture_as_const:
             return False
-        free = _state.without_floats(sig)
+        free = _state.without_numbers(sig)
         seen = self._float_free.get(free)
         if seen is None:
             if len(self._float_free) >= 64:  # (bounded: a step whose shapes change every call too)
@@ -675,8 +677,9 @@ class trace:
         if "floats" not in self._warned:
             self._warned.add("floats")
             warnings.warn(
-                f"{self._what}({self.__name__}) got new Python float values on {self._float_sigs} of {calls} calls "
-                f"(arguments, or number attributes of its modules: a temperature or rate changed every step), each of "
+                f"{self._what}({self.__name__}) got new Python float or int values on {self._float_sigs} of {calls} "
+                f"calls (arguments, or number attributes of its modules: a temperature or rate changed every step, a "
+                f"step counter), each of "
                 f"which records and compiles the step again; later calls run the body as auto-jit clusters, which "
                 f"take such numbers as inputs. Pass a changing number as a Tensor to keep one compiled step.",
                 UserWarning, 4)
