@@ -362,6 +362,15 @@ class trace:
         self._float_sigs = 0
         self._float_free: dict = {}
         self._new_sig_records = 0  # new signatures' eager recording calls (not in num_calls)
+        # (churning on numbers) calls since, the signature a probe saw last (_floats_settled), the probe's interval;
+        # the calls before those _floats_churn counts, and the call of the last new value it counted
+        self._floats_churned = False
+        self._churned_calls = 0
+        self._probe_sig = None
+        self._probe_every = 16
+        self._churn_after = 4  # new signatures that churn the step (doubled, to 16, each time it leaves churning)
+        self._calls_before = 0
+        self._last_float_sig = 0
         self.num_calls = 0
         self.num_undonated = 0  # compiled calls that kept their inputs because a buffer was shared
         self._num_state_created = 0  # recordings that bound new Tensors to state (not reusable; _state_created)
@@ -460,7 +469,7 @@ class trace:
 
     def _call(self, *args, **kwargs):
         args, kwargs = _state.convert_numpy(args, kwargs)
-        if self._run_body and not _dispatch.recorders:
+        if self._run_body and not _dispatch.recorders and not self._floats_settled(args, kwargs):
             # every call runs the body, whatever its signature: the signature is not computed (flattening the
             # modules and the optimizer's state: ~190 us per call of the host-read ConvNet step, 5% of it)
             self.num_calls += 1
@@ -667,13 +676,21 @@ class trace:
             self._float_free[free] = 1
             return False
         self._float_free[free] = seen + 1
-        self._float_sigs += 1
         # (num_calls counts compiled calls, prepared ones too, and abstract recordings; a new signature's eager
         # recording call is not in it)
         calls = self.num_calls + self._new_sig_records + 1
-        if self._float_sigs < 4 or 2 * self._float_sigs <= calls:
+        if calls - self._last_float_sig > 2 * self._churn_after:
+            # a quiet while since the last new value (the numbers were fixed, or the step just left churning): the
+            # count starts again, so that values new every call from here on churn after a few calls, not once
+            # they outnumber all the quiet calls too
+            self._float_sigs, self._calls_before = 0, calls - 1
+        self._last_float_sig = calls
+        self._float_sigs += 1
+        calls -= self._calls_before
+        if self._float_sigs < self._churn_after or 2 * self._float_sigs <= calls:
             return False
-        self._churning = self._run_body = True
+        self._churning = self._run_body = self._floats_churned = True
+        self._churned_calls = 0
         if "floats" not in self._warned:
             self._warned.add("floats")
             warnings.warn(
@@ -683,6 +700,33 @@ class trace:
                 f"which records and compiles the step again; later calls run the body as auto-jit clusters, which "
                 f"take such numbers as inputs. Pass a changing number as a Tensor to keep one compiled step.",
                 UserWarning, 4)
+        return True
+
+    def _floats_settled(self, args, kwargs):
+        """(churning on numbers) Whether the numbers have stopped changing -- a warm-up ramp ended, a temperature
+        reached its floor: then this call and later ones take the compiled path again, a value recorded and
+        compiled once more, instead of running the body for the rest of training. Every ``_probe_every``-th
+        churning call computes the signature (the churning calls skip it); the same one as the previous probe's
+        says so. (A few values in turn whose period divides the interval leave too, and then run compiled, one
+        executable per value.) Each time the step leaves, the interval doubles, and so do the new signatures
+        that churn it again (to 16): numbers that start changing again churn again after a few calls, values in
+        turn get their executables, and a step that keeps coming back costs fewer and fewer recordings."""
+        if not self._floats_churned:
+            return False
+        self._churned_calls += 1
+        if self._churned_calls % self._probe_every:
+            return False
+        _, sig = _state.collect(args, kwargs)
+        closure = _state.closure_numbers(self.__wrapped__, self._closure_memo)
+        if closure:
+            sig = sig + (closure,)
+        previous, self._probe_sig = self._probe_sig, sig
+        if previous is None or previous != sig:
+            return False
+        self._churning = self._run_body = self._floats_churned = False
+        self._probe_sig = None
+        self._probe_every *= 2
+        self._churn_after = min(16, 2 * self._churn_after)
         return True
 
     def _count_rerecord(self, miss):
