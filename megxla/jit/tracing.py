@@ -663,9 +663,9 @@ class trace:
         differs from an earlier one only in Python float or int values -- each would record and compile the whole
         step, while auto-jit's clusters take those floats as inputs and compile once (an int counter's arithmetic
         runs in Python; an int that shapes the program keys their clusters as it keyed the step). A value changed
-        now and then (a rate per epoch), or a few values in turn, records and compiles per value, as before. A step traced with ``capture_as_const`` is one
-        to dump (an inference function): it keeps recording per value, as ``dump`` writes the last call's
-        recording, which a churning call has not made."""
+        now and then (a rate per epoch), or a few values in turn, records and compiles per value, as before. A step
+        traced with ``capture_as_const`` is one to dump (an inference function): it keeps recording per value, as
+        ``dump`` writes the last call's recording, which a churning call has not made."""
         if _dispatch.recorders or self._churning or self.capture_as_const:
             return False
         free = _state.without_numbers(sig)
