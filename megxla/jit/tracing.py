@@ -357,6 +357,9 @@ class trace:
         self._new_sig_reads = 0
         self._read_values = None  # the values read on the host by the latest recording
         self._churning = False  # most calls recorded again: the body runs as auto-jit clusters (xla_trace)
+        # (churning) calls run the body (_run_churning): without the host; with it, where Python numbers churned (a
+        # trace with the host whose host reads churn records them eagerly, as before)
+        self._run_body = False
         self.num_clustered_calls = 0
         self.num_eager_calls = 0  # (churning) calls run eagerly because that has been faster than clusters
         self._churn = None  # (churning) _autojit.ModeTimer: which of clusters / eager runs this step faster
@@ -367,6 +370,16 @@ class trace:
         self._number_sigs = 0
         self._number_free: dict = {}
         self._new_sig_records = 0  # new signatures' eager recording calls (not in num_calls)
+        # (churning on numbers) calls since, the signature a probe saw last (_numbers_settled), the probe's
+        # interval; the new signatures that churn the step (doubled, to 16, each time it leaves churning), the
+        # calls before those _numbers_changed counts, and the call of the last new value it counted
+        self._numbers_churned = False
+        self._churned_calls = 0
+        self._probe_sig = None
+        self._probe_every = 16
+        self._churn_after = 4
+        self._calls_before = 0
+        self._last_number_sig = 0
         self.num_calls = 0
         self.num_undonated = 0  # compiled calls that kept their inputs because a buffer was shared
         self._num_state_created = 0  # recordings that bound new Tensors to state (not reusable; _state_created)
@@ -465,7 +478,7 @@ class trace:
 
     def _call(self, *args, **kwargs):
         args, kwargs = _state.convert_numpy(args, kwargs)
-        if self._churning and self._without_host and not _dispatch.recorders:
+        if self._run_body and not _dispatch.recorders and not self._numbers_settled(args, kwargs):
             # every call runs the body, whatever its signature: the signature is not computed (flattening the
             # modules and the optimizer's state: ~190 us per call of the host-read ConvNet step, 5% of it)
             self.num_calls += 1
@@ -499,7 +512,7 @@ class trace:
                 if entry is None:
                     self._new_sig_records += 1
                     entry, out = self._record(args, kwargs, state, sig)
-                    self._numbers_changed(sig, entry)
+                    self._numbers_changed(sig, entry, counted=True)
                     if entry is not None and entry.guards:
                         self._new_sig_calls += 1
                         if self._reads_changed(entry):
@@ -507,7 +520,7 @@ class trace:
                         if self.num_rerecords:
                             self._check_churn(None, stacklevel=4)
                     return out
-                self._numbers_changed(sig, entry)
+                self._numbers_changed(sig, entry, counted=False)
                 return self._first_run(entry, state, sig)
             self._cache.move_to_end(sig)
             return self._call_variants(variants, args, kwargs, state, sig)
@@ -573,7 +586,7 @@ class trace:
         """Run the most recently used recording of this signature; if a guard differs, the one whose guard
         values match; else record again (or raise, strict)."""
         self.num_calls += 1
-        if self._churning and self._without_host and not _dispatch.recorders:
+        if self._run_body and not _dispatch.recorders:
             return self._run_churning(args, kwargs)
         known, miss, tried = None, None, []
         while True:
@@ -654,17 +667,16 @@ class trace:
                     f"new one records and compiles again. Pad inputs to a few fixed shapes, and pass changing numbers "
                     f"as Tensors.", UserWarning, 4)
 
-    def _numbers_changed(self, sig, entry):
-        """After the recording ``entry`` of a new signature: whether the step runs churning from its next call.
-        Most calls bring a new signature that differs from an earlier one only in Python numbers (floats, ints) and
-        records the same ops on the same shapes (``_structure``) -- each would record and compile the whole step,
-        while auto-jit's clusters take those numbers as inputs and compile once. A number that changes what is
-        recorded (an image size for a resize, a count of repeats, an op's parameter) keys its recordings as before,
-        and so does a value changed now and then (a rate per epoch). A step traced with ``capture_as_const`` is one
-        to dump (an inference function): it keeps recording per value, as ``dump`` writes the last call's
-        recording, which a churning call has not made."""
-        if not self._without_host or _dispatch.recorders or self._churning or self.capture_as_const \
-                or entry is None:
+    def _numbers_changed(self, sig, entry, counted):
+        """After the recording ``entry`` of a new signature (this call already in the call count where ``counted``):
+        whether the step runs churning from its next call. Most calls bring a new signature that differs from an
+        earlier one only in Python numbers (floats, ints) and records the same ops on the same shapes
+        (``_structure``) -- each would record and compile the whole step, while auto-jit's clusters take those
+        numbers as inputs and compile once. A number that changes what is recorded (an image size for a resize, a
+        count of repeats, an op's parameter) keys its recordings as before, and so does a value changed now and then
+        (a rate per epoch). A step traced with ``capture_as_const`` is one to dump (an inference function): it keeps
+        recording per value, as ``dump`` writes the last call's recording, which a churning call has not made."""
+        if _dispatch.recorders or self._churning or self.capture_as_const or entry is None:
             return
         free, structure = _state.without_numbers(sig), _structure(entry)
         seen = self._number_free.pop(free, None)
@@ -673,13 +685,21 @@ class trace:
         self._number_free[free] = structure
         if seen is None or seen != structure:
             return
+        # (num_calls counts compiled calls, prepared ones too, and abstract recordings -- this one's once it has
+        # run; a new signature's eager recording call is not in it)
+        calls = self.num_calls + self._new_sig_records + (0 if counted else 1)
+        if calls - self._last_number_sig > 2 * self._churn_after:
+            # a quiet while since the last new value (the numbers were fixed, or the step just left churning): the
+            # count starts again, so that values new every call from here on churn after a few calls, not once they
+            # outnumber all the quiet calls too
+            self._number_sigs, self._calls_before = 0, calls - 1
+        self._last_number_sig = calls
         self._number_sigs += 1
-        # (num_calls counts compiled calls, prepared ones too, and abstract recordings -- this one's not yet; a new
-        # signature's eager recording call is not in it)
-        calls = self.num_calls + self._new_sig_records + (1 if entry.segments is None else 0)
-        if self._number_sigs < 4 or 2 * self._number_sigs <= calls:
+        calls -= self._calls_before
+        if self._number_sigs < self._churn_after or 2 * self._number_sigs <= calls:
             return
-        self._churning = True
+        self._churning = self._run_body = self._numbers_churned = True
+        self._churned_calls = 0
         if "numbers" not in self._warned:
             self._warned.add("numbers")
             warnings.warn(
@@ -689,6 +709,33 @@ class trace:
                 f"auto-jit clusters, which take such numbers as inputs. Pass a changing number as a Tensor to keep "
                 f"one compiled step.",
                 UserWarning, 4)
+
+    def _numbers_settled(self, args, kwargs):
+        """(churning on numbers) Whether the numbers have stopped changing -- a warm-up ramp ended, a temperature
+        reached its floor: then this call and later ones take the compiled path again, a value recorded and
+        compiled once more, instead of running the body for the rest of training. Every ``_probe_every``-th
+        churning call computes the signature (the churning calls skip it); the same one as the previous probe's
+        says so. (A few values in turn whose period divides the interval leave too, and then run compiled, one
+        executable per value.) Each time the step leaves, the interval doubles, and so do the new signatures
+        that churn it again (to 16): numbers that start changing again churn again after a few calls, values in
+        turn get their executables, and a step that keeps coming back costs fewer and fewer recordings."""
+        if not self._numbers_churned:
+            return False
+        self._churned_calls += 1
+        if self._churned_calls % self._probe_every:
+            return False
+        _, sig = _state.collect(args, kwargs)
+        closure = _state.closure_numbers(self.__wrapped__, self._closure_memo)
+        if closure:
+            sig = sig + (closure,)
+        previous, self._probe_sig = self._probe_sig, sig
+        if previous is None or previous != sig:
+            return False
+        self._churning = self._run_body = self._numbers_churned = False
+        self._probe_sig = None
+        self._probe_every *= 2
+        self._churn_after = min(16, 2 * self._churn_after)
+        return True
 
     def _count_rerecord(self, miss):
         self.num_rerecords += 1
@@ -703,6 +750,7 @@ class trace:
         if recorded >= 4 and 2 * recorded > calls and "most" not in self._warned:
             self._warned.add("most")
             self._churning = True
+            self._run_body = self._without_host
             where = f" (at {describe_where(miss.entry.guards[miss.index][2])})" if miss is not None else ""
             later = ("later calls run the body as auto-jit clusters (compiled between the reads)"
                      if self._without_host else "such calls run eagerly")

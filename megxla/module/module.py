@@ -152,6 +152,15 @@ def _readonly(a):
 _UNSET = object()  # (an attribute not set yet)
 
 
+def _same_scalar(a, b):
+    """Whether ``a`` and ``b`` are Python numbers (or strings) a compiled step cannot tell apart: the same type and
+    value, floats by their bits as a traced step's signature keys them (``-0.0`` is not ``0.0``, NaN is NaN)."""
+    t = type(a)
+    if t is not type(b) or t not in (float, int, bool, str):
+        return False
+    return a.hex() == b.hex() if t is float else a == b
+
+
 class Module(metaclass=ABCMeta):
     """Base class for all neural-network layers and models.
 
@@ -711,11 +720,13 @@ class Module(metaclass=ABCMeta):
 
     # ---- attribute bookkeeping --------------------------------------------------------------------------
     def __setattr__(self, name: str, value):
-        if value is self.__dict__.get(name, _UNSET) and not isinstance(value, (list, tuple, dict)):
+        old = self.__dict__.get(name, _UNSET)
+        if (value is old and not isinstance(value, (list, tuple, dict))) or _same_scalar(value, old):
             # the same object again (``model.train()`` every step sets ``training`` on every module to what it
-            # was): nothing to rename, and nothing a compiled step read changed -- the epoch bump below sent the
-            # next xla_trace call down its slow path, 5-7x the prepared call. (A list or dict -- or a tuple of
-            # them -- may have been changed in place before it is set again.)
+            # was), or an equal Python number (``net.tau = max(0.5, 1 - k * step)`` every step, at its floor: a new
+            # float object each time): nothing to rename, and nothing a compiled step read changed -- the epoch bump
+            # below sent the next xla_trace call down its slow path, 5-7x the prepared call. (A list or dict -- or a
+            # tuple of them -- may have been changed in place before it is set again.)
             return
         # `_modules` keeps the insertion order of module-like attributes, which `__repr__` shows.
         is_module_like = _is_module(value) or isinstance(value, (list, tuple, dict))
