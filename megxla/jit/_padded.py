@@ -54,7 +54,9 @@ ON = os.environ.get("MEGXLA_AUTO_JIT_PAD_SELECTIONS", "1") != "0"
 _MISSING = object()
 PAD_PRIMS = frozenset([P.pad_select, P.pad_setitem, P.pad_reduce, P.pad_leak, P.pad_rows, P.pad_fill, P.pad_arg,
                        P.pad_position, P.pad_and, P.pad_sort, P.pad_locate, P.pad_head, P.pad_compact])
-_ROWS = frozenset(list(E.UNARY.values()) + list(E.BINARY.values()) + [E.leaky_relu, E.clip, E.where, E.astype])
+# (copies too: ``Tensor(t)``, ``F.copy(t)`` -- basedet's ``Boxes(gt_boxes[:, :4])`` of each image's boxes)
+_ROWS = frozenset(list(E.UNARY.values()) + list(E.BINARY.values()) + [E.leaky_relu, E.clip, E.where, E.astype,
+                                                                     S.copy, S.tensor_copy])
 _MEAN_OF = {R.sum: False, R.mean: True}  # reductions over the rows: dropping the unselected ones
 _REDUCTIONS = frozenset([R.sum, R.mean, R.prod, R.max, R.min])
 # reshapes that keep the rows as the first axis (of every input: all of them rows of one selection), in ``_kept_rows``
