@@ -1324,3 +1324,88 @@ def test_a_padded_batchs_rows_gathered_by_a_selection_are_collected_without_a_co
     mge.config.auto_jit = False
     _same(results[False], results[True], "a padded batch's rows gathered by a selection")
     assert sum(n for n, _, _ in reads) <= 1, reads  # (the line's first index check, read on the host as eagerly)
+
+
+def _copied_boxes_step(boxes, anchors, w, gm, opt):
+    """basedet's ``Boxes(gt_boxes[:, :4]).iou(...)``: each image's boxes (a data set's changing count) and a selection
+    of its anchors copied into new Tensors (``Tensor(t)``, ``F.copy``, ``detach``) before their IoU and losses."""
+    a = mge.Tensor(anchors)
+    with gm:
+        total = 0
+        for i, b in enumerate(boxes):
+            gt = mge.Tensor(mge.Tensor(b)[:, :4])
+            lo = F.maximum(F.expand_dims(gt[:, :2], 1), a[:, :2])
+            hi = F.minimum(F.expand_dims(gt[:, 2:], 1), a[:, 2:])
+            inter = F.prod(F.maximum(hi - lo, 0), axis=2) * w
+            fg = F.copy(mge.Tensor(inter.max(axis=0)[inter.max(axis=0) > 0.5]))
+            total = total + (inter ** 2).sum() + (fg * 2).sum() + F.copy(gt * w[i]).sum() + (gt.detach() * w[i]).sum()
+        gm.backward(total)
+    out = [float(total.item()), w.grad.numpy(), tuple(gt.shape), tuple(fg.shape)]
+    opt.step().clear_grad()
+    return out
+
+
+def test_copies_of_selections_and_box_arrays_keep_their_clusters(fresh_auto_jit):
+    # ``Tensor(x)`` / ``F.copy(x)`` / ``x.detach()`` of padded rows is row by row: before, the copy ran on the
+    # selection itself, its count read and its cluster keyed by it -- basedet's RetinaNet compiled its step again for
+    # every box count
+    r = np.random.RandomState(3)
+    anchors = _boxes(r, 20)[:, :4]
+    batches = [[_boxes(r, r.randint(1, 8)) for _ in range(2)] for _ in range(24)]
+    results = {}
+    for auto in (False, True):
+        mge.config.auto_jit = auto
+        w = mge.Parameter(np.linspace(0.5, 1.5, 20).astype("float32"))
+        gm, opt = GradManager().attach([w]), mge.optimizer.SGD([w], lr=1e-3)
+        results[auto] = [_copied_boxes_step(b, anchors, w, gm, opt) for b in batches[:12]]
+        _autojit.reset_auto_jit_stats()
+        results[auto] += [_copied_boxes_step(b, anchors, w, gm, opt) for b in batches[12:]]
+        if auto:
+            stats = auto_jit_stats()
+            assert stats["compiled"] <= 1 and not stats["changes"] and stats["cache_hits"] >= 12, stats["changes"]
+    mge.config.auto_jit = False
+    _same(results[False], results[True], "copied boxes")
+    assert len({out[3] for out in results[False][12:]}) > 3
+
+
+def _tensor_indexed_boxes_step(boxes, anchors, w, gm, opt):
+    """basedet's IoU subgraph: each image's boxes (a data set's changing count) indexed along their columns by index
+    tensors (``Subtensor`` with a 0-d ``idx``: ``b[:, :, c(0)]``; ``b[:, 0, ks]``), then their IoU with the anchors."""
+    a = mge.Tensor(anchors)
+    cols = [mge.tensor(k, dtype="int32") for k in range(4)]
+    with gm:
+        total = 0
+        for i, b in enumerate(boxes):
+            gt = F.expand_dims(mge.Tensor(b) * w[i], 1)
+            x0, y0, x1, y1 = [gt[:, :, c] for c in cols]
+            iw = F.maximum(F.minimum(x1, a[:, 2]) - F.maximum(x0, a[:, 0]), 0)
+            ih = F.maximum(F.minimum(y1, a[:, 3]) - F.maximum(y0, a[:, 1]), 0)
+            wh = gt[:, 0, mge.tensor([2, 3])] - gt[:, 0, mge.tensor([0, 1])]
+            total = total + (iw * ih * w).sum() + (wh ** 2).sum()
+        gm.backward(total)
+    out = [float(total.item()), w.grad.numpy(), tuple(x0.shape), tuple(wh.shape)]
+    opt.step().clear_grad()
+    return out
+
+
+def test_box_columns_taken_by_index_tensors_keep_their_clusters(fresh_auto_jit):
+    # ``x[:, :, t]`` on padded rows, ``t`` an index tensor of another axis, is row by row: before, it ran on the rows
+    # themselves, their count read and the cluster keyed by it -- basedet's RetinaNet compiled its step again for
+    # every box count
+    r = np.random.RandomState(4)
+    anchors = _boxes(r, 20)[:, :4]
+    batches = [[_boxes(r, r.randint(1, 8)) for _ in range(2)] for _ in range(24)]
+    results = {}
+    for auto in (False, True):
+        mge.config.auto_jit = auto
+        w = mge.Parameter(np.linspace(0.5, 1.5, 20).astype("float32"))
+        gm, opt = GradManager().attach([w]), mge.optimizer.SGD([w], lr=1e-3)
+        results[auto] = [_tensor_indexed_boxes_step(b, anchors, w, gm, opt) for b in batches[:12]]
+        _autojit.reset_auto_jit_stats()
+        results[auto] += [_tensor_indexed_boxes_step(b, anchors, w, gm, opt) for b in batches[12:]]
+        if auto:
+            stats = auto_jit_stats()
+            assert stats["compiled"] <= 1 and not stats["changes"] and stats["cache_hits"] >= 12, stats["changes"]
+    mge.config.auto_jit = False
+    _same(results[False], results[True], "tensor-indexed boxes")
+    assert len({out[2] for out in results[False][12:]}) > 3

@@ -54,7 +54,10 @@ ON = os.environ.get("MEGXLA_AUTO_JIT_PAD_SELECTIONS", "1") != "0"
 _MISSING = object()
 PAD_PRIMS = frozenset([P.pad_select, P.pad_setitem, P.pad_reduce, P.pad_leak, P.pad_rows, P.pad_fill, P.pad_arg,
                        P.pad_position, P.pad_and, P.pad_sort, P.pad_locate, P.pad_head, P.pad_compact])
-_ROWS = frozenset(list(E.UNARY.values()) + list(E.BINARY.values()) + [E.leaky_relu, E.clip, E.where, E.astype])
+# (copies too: ``Tensor(t)``, ``F.copy(t)``, ``t.detach()`` -- basedet's ``Boxes(gt_boxes[:, :4])`` of each image's
+# boxes, and its IoU subgraph's output)
+_ROWS = frozenset(list(E.UNARY.values()) + list(E.BINARY.values()) + [E.leaky_relu, E.clip, E.where, E.astype,
+                                                                     S.copy, S.tensor_copy, S.detach])
 _MEAN_OF = {R.sum: False, R.mean: True}  # reductions over the rows: dropping the unselected ones
 _REDUCTIONS = frozenset([R.sum, R.mean, R.prod, R.max, R.min])
 # reshapes that keep the rows as the first axis (of every input: all of them rows of one selection), in ``_kept_rows``
@@ -329,6 +332,8 @@ def _classify(op, shapes, pads):
                 and all(s[0] in "si" for s in spec[1:]):
             return "rows", pad  # (``b[..., 2:]``: the ellipsis holds the rows)
         k = len(shapes) - 1  # (the index tensors: leading, each a selection of the same rows)
+        if k and _takes_along_other_axes(spec, pads):
+            return "rows", pad
         if k and pads[0] is None and len(spec) >= k and all(s == ("t",) for s in spec[:k]) \
                 and all(s[0] == "s" for s in spec[k:]) and len(shapes[0]) >= k and all(shapes[0][:k]) \
                 and all(p is not None for p in pads[1:]) and all(s == shapes[1] for s in shapes[2:]):
@@ -351,6 +356,18 @@ def _classify(op, shapes, pads):
         if prim in _MEAN_OF:
             return "reduce", pad, (("axis", axes), ("keepdims", params["keepdims"]), ("mean", _MEAN_OF[prim]))
     return None
+
+
+def _takes_along_other_axes(spec, pads):
+    """Whether a getitem's index tensors -- not rows -- index other axes than the rows, all its rows kept first:
+    ``b[:, :, t]`` (basedet's IoU subgraph takes a box's columns by ``Subtensor`` with a 0-d index tensor),
+    ``b[:, 0, ks]``. Its index tensors and ints next to each other (NumPy's rule: advanced indices apart move their
+    axes first)."""
+    if pads[0] is None or any(p is not None for p in pads[1:]) or spec[0][0] != "s" \
+            or spec[0][1:3] != (None, None) or spec[0][3] not in (None, 1) or any(s[0] not in "sit" for s in spec):
+        return False
+    at = [j for j, s in enumerate(spec) if s[0] in "it"]
+    return at[-1] - at[0] == len(at) - 1
 
 
 def _kept_rows(prim, params, shapes, pads):
