@@ -364,9 +364,8 @@ class trace:
         self.num_eager_calls = 0  # (churning) calls run eagerly because that has been faster than clusters
         self._churn = None  # (churning) _autojit.ModeTimer: which of clusters / eager runs this step faster
         # New signatures that differ from an earlier one only in Python numbers (``_state.without_numbers``: a
-        # module's temperature annealed every step, an iteration counter, a float argument), and the signatures
-        # without their numbers
-        # (value: the structure of the latest recording without them, ``_structure``)
+        # module's temperature annealed every step, an iteration counter, a float argument); the signatures without
+        # their numbers -> the structure of their latest recording (``_structure``)
         self._number_sigs = 0
         self._number_free: dict = {}
         self._new_sig_records = 0  # new signatures' eager recording calls (not in num_calls)
