@@ -1345,11 +1345,10 @@ def _copied_boxes_step(boxes, anchors, w, gm, opt):
     return out
 
 
-def test_copies_of_selections_and_box_arrays_keep_their_clusters(fresh_auto_jit):
-    # ``Tensor(x)`` / ``F.copy(x)`` / ``x.detach()`` of padded rows is row by row: before, the copy ran on the
-    # selection itself, its count read and its cluster keyed by it -- basedet's RetinaNet compiled its step again for
-    # every box count
-    r = np.random.RandomState(3)
+def _boxes_steps_both_ways(step, seed):
+    """{auto-jit on?: results of ``step`` over 24 batches of 2 images with 1-7 boxes each}, eagerly and under
+    auto-jit; under auto-jit its last 12 steps compile at most once, every cluster from the cache after that."""
+    r = np.random.RandomState(seed)
     anchors = _boxes(r, 20)[:, :4]
     batches = [[_boxes(r, r.randint(1, 8)) for _ in range(2)] for _ in range(24)]
     results = {}
@@ -1357,13 +1356,21 @@ def test_copies_of_selections_and_box_arrays_keep_their_clusters(fresh_auto_jit)
         mge.config.auto_jit = auto
         w = mge.Parameter(np.linspace(0.5, 1.5, 20).astype("float32"))
         gm, opt = GradManager().attach([w]), mge.optimizer.SGD([w], lr=1e-3)
-        results[auto] = [_copied_boxes_step(b, anchors, w, gm, opt) for b in batches[:12]]
+        results[auto] = [step(b, anchors, w, gm, opt) for b in batches[:12]]
         _autojit.reset_auto_jit_stats()
-        results[auto] += [_copied_boxes_step(b, anchors, w, gm, opt) for b in batches[12:]]
+        results[auto] += [step(b, anchors, w, gm, opt) for b in batches[12:]]
         if auto:
             stats = auto_jit_stats()
             assert stats["compiled"] <= 1 and not stats["changes"] and stats["cache_hits"] >= 12, stats["changes"]
     mge.config.auto_jit = False
+    return results
+
+
+def test_copies_of_selections_and_box_arrays_keep_their_clusters(fresh_auto_jit):
+    # ``Tensor(x)`` / ``F.copy(x)`` / ``x.detach()`` of padded rows is row by row: before, the copy ran on the
+    # selection itself, its count read and its cluster keyed by it -- basedet's RetinaNet compiled its step again for
+    # every box count
+    results = _boxes_steps_both_ways(_copied_boxes_step, 3)
     _same(results[False], results[True], "copied boxes")
     assert len({out[3] for out in results[False][12:]}) > 3
 
@@ -1392,20 +1399,6 @@ def test_box_columns_taken_by_index_tensors_keep_their_clusters(fresh_auto_jit):
     # ``x[:, :, t]`` on padded rows, ``t`` an index tensor of another axis, is row by row: before, it ran on the rows
     # themselves, their count read and the cluster keyed by it -- basedet's RetinaNet compiled its step again for
     # every box count
-    r = np.random.RandomState(4)
-    anchors = _boxes(r, 20)[:, :4]
-    batches = [[_boxes(r, r.randint(1, 8)) for _ in range(2)] for _ in range(24)]
-    results = {}
-    for auto in (False, True):
-        mge.config.auto_jit = auto
-        w = mge.Parameter(np.linspace(0.5, 1.5, 20).astype("float32"))
-        gm, opt = GradManager().attach([w]), mge.optimizer.SGD([w], lr=1e-3)
-        results[auto] = [_tensor_indexed_boxes_step(b, anchors, w, gm, opt) for b in batches[:12]]
-        _autojit.reset_auto_jit_stats()
-        results[auto] += [_tensor_indexed_boxes_step(b, anchors, w, gm, opt) for b in batches[12:]]
-        if auto:
-            stats = auto_jit_stats()
-            assert stats["compiled"] <= 1 and not stats["changes"] and stats["cache_hits"] >= 12, stats["changes"]
-    mge.config.auto_jit = False
+    results = _boxes_steps_both_ways(_tensor_indexed_boxes_step, 4)
     _same(results[False], results[True], "tensor-indexed boxes")
     assert len({out[2] for out in results[False][12:]}) > 3
