@@ -485,15 +485,12 @@ class trace:
             with self._rng_swapped():
                 return self._run_churning(args, kwargs)
         self._converted = (args, kwargs)  # (a prepared call maps NumPy arguments to the Tensors made here)
-        tensors, sig = _state.collect(args, kwargs)
+        tensors, sig = self._signature(args, kwargs)
         if _lazy.FLUSH[0] is not None:  # (a Tensor the cluster did not know held its value: the array itself)
             for t in tensors:
                 _resolved(t)
                 if t._grad is not None:
                     _resolved(t._grad)
-        closure = _state.closure_numbers(self.__wrapped__, self._closure_memo)
-        if closure:  # (modules from the enclosing scope: their numbers and modes decide what the body records)
-            sig = sig + (closure,)  # (sig[:2] stay the arguments' items: trace.dump reads them)
         state = tensors + [self._rng_key]
         if self.capture_as_const and not self._without_host and any(
                 not isinstance(a, Tensor) and not _state._is_module(a) for a in args):
@@ -523,6 +520,15 @@ class trace:
                 return self._first_run(entry, state, sig)
             self._cache.move_to_end(sig)
             return self._call_variants(variants, args, kwargs, state, sig)
+
+    def _signature(self, args, kwargs):
+        """``(state tensors, signature)`` of a call: the arguments' (``_state.collect``), and the number attributes
+        of the modules the function names from its closure and globals."""
+        tensors, sig = _state.collect(args, kwargs)
+        closure = _state.closure_numbers(self.__wrapped__, self._closure_memo)
+        if closure:  # (modules from the enclosing scope: their numbers and modes decide what the body records)
+            sig = sig + (closure,)  # (sig[:2] stay the arguments' items: trace.dump reads them)
+        return tensors, sig
 
     def _first_run(self, entry, state, sig):
         """The recording call of an abstract recording: compile the whole step and run it (results and state
@@ -723,10 +729,7 @@ class trace:
         self._churned_calls += 1
         if self._churned_calls % self._probe_every:
             return False
-        _, sig = _state.collect(args, kwargs)
-        closure = _state.closure_numbers(self.__wrapped__, self._closure_memo)
-        if closure:
-            sig = sig + (closure,)
+        _, sig = self._signature(args, kwargs)
         previous, self._probe_sig = self._probe_sig, sig
         if previous is None or previous != sig:
             return False
