@@ -660,6 +660,8 @@ def _fill_value(value, dtype):
         return builtins.complex(value)
     if kind == "b":
         return bool(value)
+    if isinstance(value, (float, np.floating)):  # (NaN, inf, beyond the range: MegEngine's INT_MIN, not an error)
+        return _dtypes.c_int(value, dtype)
     return int(value)
 
 
