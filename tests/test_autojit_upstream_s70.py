@@ -100,3 +100,32 @@ def test_prelu_values_and_gradients_at_zero_and_for_a_nan_slope_are_megengines(m
         np.testing.assert_array_equal(got[1], np.float32(grad))
         if fn == "prelu":
             np.testing.assert_array_equal(got[2], [-1.0])  # (only x = -1 reaches the slope: x at 0 gives 0)
+
+
+# --- upstream functional/test_tensor.py::test_condtake[True]: a hand-built graph's cond_take under auto-jit --------
+# (with auto-jit on but a step run eagerly -- its timer's choice -- cond_take and non_zero took auto-jit's
+# kept-in-place branch, whose indices come from an ``arange`` outside the graph: idx a plain Tensor, not a graph
+# variable, and ``get_var_value(idx)`` failed on ``idx.var``, Tensor.var the variance)
+
+def _graph_value(v):
+    from megxla.core.tensor.megbrain_graph import OutputNode
+    o = OutputNode(v.var)
+    o.graph.compile(o.outputs).execute()
+    return o.get_value().numpy()
+
+
+@pytest.mark.parametrize("paused", [False, True])
+def test_cond_take_and_non_zero_of_graph_variables_stay_in_the_graph(mode, paused, monkeypatch):
+    from megxla.utils.network import Network
+    from megxla.utils.network_node import VarNode
+    if paused:
+        monkeypatch.setattr(_autojit._local, "paused", True)  # (auto-jit on, this step eager)
+    x = np.array([[1, 2, 3], [4, 5, 6]], "float32")
+    y = np.array([[True, False, True], [False, True, True]])
+    network = Network()
+    val, idx = F.cond_take(network.make_const(y), network.make_const(x))
+    (nz,) = F.non_zero(network.make_const(y.reshape(-1)), as_tuple=True)
+    assert isinstance(val, VarNode) and isinstance(idx, VarNode) and isinstance(nz, VarNode)
+    np.testing.assert_equal(_graph_value(val), x[y])
+    np.testing.assert_equal(_graph_value(idx), np.flatnonzero(y))
+    np.testing.assert_equal(_graph_value(nz), np.flatnonzero(y))
