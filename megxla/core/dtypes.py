@@ -62,6 +62,28 @@ def is_float(dtype):
     return dtype == _BFLOAT16
 
 
+def c_int(value, dtype) -> int:
+    """``value`` (a float) converted to the integer ``dtype`` as MegEngine's x86 kernels convert a fill value
+    (``FillLike``, ``Padding``'s ``padding_val``, NumPy 1.23's cast under ``Const``): truncated toward zero by the
+    32-bit ``cvttss2si`` (64-bit for 8-byte types and uint32), whose answer for NaN, +-inf and values beyond its
+    range is the "integer indefinite" INT_MIN, then wrapped to the dtype's width.
+
+    Example:
+        >>> c_int(float("nan"), np.int32), c_int(-2.7, np.int32), c_int(300.0, np.int8), c_int(1e10, np.int16)
+        (-2147483648, -2, 44, 0)
+    """
+    dtype = np.dtype(dtype)
+    value = float(value)
+    width = 64 if dtype.itemsize == 8 or dtype == np.uint32 else 32
+    lo = -(1 << (width - 1))
+    i = lo if value != value or value in (float("inf"), float("-inf")) else int(value)
+    if not lo <= i < -lo:
+        i = lo
+    bits = dtype.itemsize * 8
+    i &= (1 << bits) - 1
+    return i - (1 << bits) if dtype.kind == "i" and i >= 1 << (bits - 1) else i
+
+
 _NARROW_WARNED: list = []  # non-empty once the lossy-narrowing warning was given (given once per process)
 
 

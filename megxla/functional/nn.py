@@ -9,7 +9,7 @@ import math
 import numpy as np
 
 from ..core._tensor import Tensor
-from ..core.dtypes import is_float
+from ..core.dtypes import is_float, c_int
 from ..core._dispatch import apply as _apply, OpError
 from ..core._elemwise_front import as_tensor as _t, quantized_params, _scalar
 from ..core._tensor import QPARAMS_SEEN
@@ -1254,6 +1254,8 @@ def pad(src, pad_width, mode="constant", constant_value=0.0):
     elif is_float(src.dtype):  # (the value an input: a fill value new every step compiles nothing -- core/ops)
         out = _apply(_S.pad.bind(pad_width=pw, mode=mode), src, _scalar(value, src.dtype))
     else:
+        if src.dtype.kind in "iu":  # MegEngine's float32 ``padding_val`` cast as its kernel casts it (NaN: INT_MIN)
+            value = c_int(np.float32(value), src.dtype)
         out = _apply(_S.pad.bind(pad_width=pw, mode=mode, constant_value=value), src)
     return keep_qparams(out, src)
 

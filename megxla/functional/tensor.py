@@ -660,6 +660,8 @@ def _fill_value(value, dtype):
         return builtins.complex(value)
     if kind == "b":
         return bool(value)
+    if isinstance(value, (float, np.floating)):  # (NaN, inf, beyond the range: MegEngine's INT_MIN, not an error)
+        return _dtypes.c_int(value, dtype)
     return int(value)
 
 
@@ -1166,14 +1168,14 @@ def cond_take(mask, x):
     mask, x = _t(mask), _t(x)
     if mask.shape != x.shape:
         raise OpError(f"cond_take: mask shape {mask.shape} must equal x shape {x.shape}")
-    if current_interpreter() is None and _lazy.SELECT[0] is not None:
-        # auto-jit: the elements kept in place (``jit/_padded.py``), their count read only where a shape asks for it,
-        # so that the clusters around a cond_take keep their shapes whatever the mask holds; not collecting now,
-        # the indexing below reads the mask, as eagerly
-        m = reshape(mask if mask.dtype == np.bool_ else _B["eq"](mask, 1), (-1,))
-        return reshape(x, (-1,))[m], _iota(m.shape[0])[m]
+    # (a hand-built graph's variables take the ops at the end, so that the graph records how idx came from mask)
     if current_interpreter() is None and _registry.graph_of("cond_take", mask, x) is None:
-        # (a hand-built graph's variables take the ops below, so that the graph records how idx came from mask)
+        if _lazy.SELECT[0] is not None:
+            # auto-jit: the elements kept in place (``jit/_padded.py``), their count read only where a shape asks
+            # for it, so that the clusters around a cond_take keep their shapes whatever the mask holds; not
+            # collecting now, the indexing below reads the mask, as eagerly
+            m = reshape(mask if mask.dtype == np.bool_ else _B["eq"](mask, 1), (-1,))
+            return reshape(x, (-1,))[m], _iota(m.shape[0])[m]
         m = mask.numpy()
         m = m if m.dtype == np.bool_ else m == 1
         idx = Tensor(np.flatnonzero(m).astype(np.int32))
@@ -1227,7 +1229,9 @@ def non_zero(condition, as_tuple=False):
     if condition.ndim == 0:
         raise OpError(f"non_zero: input must have at least one dimension, got shape {condition.shape}")
     mask = condition if condition.dtype == np.bool_ else _B["ne"](condition, 0)
-    idx = _selected_indices(mask) if current_interpreter() is None and _lazy.SELECT[0] is not None else None
+    idx = None
+    if current_interpreter() is None and _lazy.SELECT[0] is not None and _registry.graph_of("non_zero", mask) is None:
+        idx = _selected_indices(mask)  # (auto-jit: kept in place; a hand-built graph's variables: by ops it records)
     if idx is None:
         idx = mask_indices(mask)
     return tuple(idx) if as_tuple else stack(idx, axis=1)

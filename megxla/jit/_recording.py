@@ -64,6 +64,9 @@ class Recording:
         # operator names of a dump, as MegEngine's AutoNaming
         self.scopes: dict = {}
         self.out_names: dict = {}  # {vid: name} of the returned tensors the body named
+        # [(what, where)] Python assignments the body made that a compiled call without the host does not repeat
+        # (``param_groups[...]["lr"] = v``): the tracer warns when a call runs compiled, skipping them
+        self.sets_inside: list = []
 
 
 _PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
@@ -125,7 +128,7 @@ class Recorder:
     attached is part of what the recording assumed."""
 
     # True while recording a step whose later calls do not run the body (xla_trace, without_host): the body's
-    # Python effects happen this once (read by the optimizer layer to warn about hyper-parameters set inside)
+    # Python effects happen this once (``set_inside`` notes the hyper-parameters it assigns)
     body_runs_once = False
     # (with the host) [(weakref, vid)] of every op output, to find the values the body keeps beyond the call
     # (``self.weight = w * 2`` on a module captured from the enclosing scope): see tracing._escaped
@@ -230,6 +233,12 @@ class Recorder:
         if guard:
             self.host_reads.append((t._vid, t._data, user_where()))
         return t._data
+
+    def set_inside(self, what):
+        """The body assigned ``what`` (a hyper-parameter, by name) from Python: noted where later calls do not run
+        the body (``body_runs_once``), with the user's line, for the tracer's warning when a call runs compiled."""
+        if self.body_runs_once:
+            self.rec.sets_inside.append((what, user_where()))
 
     def host_check(self, check, value):
         """The ops recorded from here on depend on ``check() == value`` (a Python fact, e.g. a hyper-parameter

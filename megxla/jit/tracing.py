@@ -389,6 +389,8 @@ class trace:
         self.warn_signatures = 8
         self._signatures = set()
         self._warned = set()
+        # a recording's body assigned hyper-parameters (rec.sets_inside) and no compiled call has skipped them yet
+        self._sets_unwarned = False
         # megxla.dtr.enable() before building a trace asks for rematerialisation as dtr_config does
         self.remat = sublinear_memory_config is not None or dtr_config is not None or _dtr.is_enabled()
         self.cache_size = cache_size
@@ -454,6 +456,8 @@ class trace:
                 out = plan(args, kwargs)  # cheap guards, one gather, one executable call, one write-back
                 if out is not _fastpath.MISS:
                     self.num_fast_calls += 1
+                    if self._sets_unwarned:
+                        self._warn_sets_inside(plan.entry)
                     return out
             # the full path: flatten every argument, look the signature up, then prepare the next call
             if plan is not None and plan.sig in self._cache:
@@ -637,6 +641,8 @@ class trace:
                 variants.remove(entry)
                 continue
             if not isinstance(out, _Miss):
+                if self._sets_unwarned and self._without_host:
+                    self._warn_sets_inside(entry)
                 if variants[0] is not entry:
                     variants.remove(entry)
                     variants.insert(0, entry)
@@ -651,6 +657,21 @@ class trace:
         if entry is not None and entry.guards:
             self._reads_changed(entry)
         return out
+
+    def _warn_sets_inside(self, entry):
+        """A compiled call of ``entry`` ran without its body: warn (once) if the body assigned hyper-parameters,
+        which this call did not. (Not at the recording: a step whose calls record again, or run the body as
+        auto-jit clusters once Python numbers churn, repeats the assignment on every call, as eager code does.)"""
+        if not entry.rec.sets_inside:
+            return
+        self._warned.add("sets")
+        self._sets_unwarned = False
+        what, where = entry.rec.sets_inside[0]
+        warnings.warn_explicit(
+            f"{what} is assigned inside a compiled step that does not run its body again ({self._what}, "
+            f"without_host): the assignment happened when the step was recorded, and this call and later ones "
+            f"use the group's value at the time of the call. Set it outside the step (an LR scheduler between "
+            f"calls), or hold it as a Tensor and change that inside.", UserWarning, where[0], where[1])
 
     def _reads_changed(self, entry):
         """Whether the values ``entry``'s recording read on the host differ from the previous recording's."""
@@ -851,6 +872,8 @@ class trace:
         """The cache entry of a recording call (None where an eager one created state); ``numbers``: the
         module number attributes before the body ran (``_state.module_numbers``)."""
         rec = recorder.rec
+        if rec.sets_inside and "sets" not in self._warned:
+            self._sets_unwarned = True
         written = [t for t, _, v, _ in recorder.captured if t._vid != v]
         if written and (abstract or self._without_host):
             if abstract and not self._without_host:

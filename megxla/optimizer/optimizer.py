@@ -224,7 +224,6 @@ def _check_hyper(owner, name, value):
 
 
 _NOT_A_FACT = object()
-_WARNED_SET_INSIDE: list = []  # (warn once per process)
 
 
 def _fact(value):
@@ -302,13 +301,9 @@ class ParamGroup(dict):
 
     def __setitem__(self, key, value):
         old = dict.get(self, key)
-        if getattr(current_interpreter(), "body_runs_once", False) and not _WARNED_SET_INSIDE:
-            _WARNED_SET_INSIDE.append(key)
-            warnings.warn(
-                f"param_groups[...][{key!r}] is assigned inside a compiled step that does not run its body again "
-                f"(xla_trace, without_host): the assignment happens once, when recording; later calls use the "
-                f"group's value at the time of the call. Set it outside the step (an LR scheduler between calls), "
-                f"or hold it as a Tensor and change that inside.", UserWarning, 2)
+        note = getattr(current_interpreter(), "set_inside", None)
+        if note is not None:  # (a recording: a compiled step that skips the body warns that this is skipped too)
+            note(f"param_groups[...][{key!r}]")
         super().__setitem__(key, value)
         if _holds_tensor(value) or _holds_tensor(old):
             _registry.bump_epoch()  # a Tensor hyper-parameter is state a compiled step reads: new structure

@@ -245,15 +245,40 @@ _PUBLIC = {"truediv": "div", "floordiv": "floor_div", "lt": "less", "le": "less_
 BINARY = {name: Primitive(_PUBLIC.get(name, name), impl) for name, impl in BINARY_IMPLS.items()}
 
 
+@jax.custom_jvp
+def _prelu_select(x, w):
+    # NOTE: MegEngine's PRELU is ``x > 0 ? x : x * w`` -- at x == 0 the value is ``0 * w``: nan for a nan slope,
+    # -0.0 for a negative one -- and its gradient ``x >= 0 ? 1 : w`` for x (1 at 0), ``x > 0 ? 0 : x`` for w. Left
+    # to ``jnp.where``'s own gradient, x's would be the slope at 0 and nan everywhere for a nan slope (the branch
+    # not taken, 0 * nan, still multiplied in): hence the rule written out.
+    return jnp.where(x > 0, x, x * w)
+
+
+@_prelu_select.defjvp
+def _prelu_select_jvp(primals, tangents):
+    x, w = primals
+    dx, dw = tangents
+    # (the masks multiply the tangents, not select them: a select's transpose multiplies w into its zero branch)
+    return _prelu_select(x, w), dx * jnp.where(x >= 0, 1, w) + dw * jnp.where(x > 0, 0, x)
+
+
+def _prelu_rule(x, w):
+    if not jnp.issubdtype(x.dtype, jnp.floating):  # (an integer x, a float slope: nothing to differentiate)
+        return jnp.where(x > 0, x, x * w)
+    return _prelu_select(x, w)
+
+
 def _leaky_relu(x, *slope, negative_slope=None):
-    # ``>=``: MegEngine's PRELU gradient is 1 at x == 0 (the value is 0 either way). The slope is an input (the 0-d
-    # tensor of that Python number, as ``x * 0.5``'s 0.5): one kernel for every slope (``negative_slope``: the
-    # parameter form of earlier recordings).
-    return jnp.where(x >= 0, x, x * (slope[0] if slope else negative_slope))
+    # The slope is an input (the 0-d tensor of that Python number, as ``x * 0.5``'s 0.5): one kernel for every slope
+    # (``negative_slope``: the parameter form of earlier recordings).
+    w = slope[0] if slope else negative_slope
+    if jnp.issubdtype(x.dtype, jnp.floating):
+        w = jnp.asarray(w, x.dtype)
+    return _prelu_rule(x, w)
 
 
 def _prelu(x, w):
-    return jnp.where(x >= 0, x, x * broadcast_wide(w, x.shape))  # (float16: w's gradient sums in float32)
+    return _prelu_rule(x, broadcast_wide(w, x.shape))  # (float16: w's gradient sums in float32)
 
 
 def _clip(x, *bounds, given=None, lower=None, upper=None):
