@@ -13,6 +13,8 @@ import atexit
 import os
 import sys
 
+import pytest
+
 _status = []
 
 
@@ -20,6 +22,25 @@ def pytest_sessionfinish(session, exitstatus):
     _status.append(int(exitstatus))
     # (registered now, after JAX's own exit handlers: atexit runs it first, before any of them)
     atexit.register(_exit_now)
+
+
+@pytest.fixture
+def fresh_auto_jit_state(monkeypatch):
+    """Auto-jit's per-process memory cleared (sites, steps, early launches, stats) and its static step timer off --
+    the clusters run, not a timer's choice of eager; ``megxla.config.auto_jit`` restored afterwards. Yields the
+    ``_autojit`` module. (megxla imported here, not at the top: hooks above run for tests that import it late.)"""
+    import megxla
+    from megxla.jit import _autojit, reset_auto_jit_stats
+    saved = megxla.config.auto_jit
+    monkeypatch.setattr(_autojit, "STATIC_TIMER", False)
+    _autojit._sites.clear()
+    _autojit._steps.clear()
+    _autojit._early.clear()
+    reset_auto_jit_stats()
+    try:
+        yield _autojit
+    finally:
+        megxla.config.auto_jit = saved
 
 
 def pytest_terminal_summary(terminalreporter):

@@ -10,21 +10,12 @@ import megxla as mge
 import megxla.functional as F
 import megxla.module as M
 from megxla.autodiff import GradManager
-from megxla.jit import _autojit, reset_auto_jit_stats
+from megxla.jit import _autojit
 
 
 @pytest.fixture
-def auto_jit(monkeypatch):
-    saved = mge.config.auto_jit
-    monkeypatch.setattr(_autojit, "STATIC_TIMER", False)  # (clusters, not a step timer's choice of eager)
-    _autojit._sites.clear()
-    _autojit._steps.clear()
-    _autojit._early.clear()
-    reset_auto_jit_stats()
-    try:
-        yield _autojit
-    finally:
-        mge.config.auto_jit = saved
+def auto_jit(fresh_auto_jit_state):
+    return fresh_auto_jit_state
 
 
 def _f16_ulps(got, exact):

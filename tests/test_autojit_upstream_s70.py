@@ -9,25 +9,16 @@ import pytest
 import megxla as mge
 import megxla.functional as F
 from megxla.autodiff import GradManager
-from megxla.jit import _autojit, reset_auto_jit_stats
+from megxla.jit import _autojit
 
 NAN, INF = float("nan"), float("inf")
 INT_MIN = -2 ** 31
 
 
 @pytest.fixture(params=["eager", "auto_jit"])
-def mode(request, monkeypatch):
-    saved = mge.config.auto_jit
-    monkeypatch.setattr(_autojit, "STATIC_TIMER", False)  # (clusters, not a step timer's choice of eager)
-    _autojit._sites.clear()
-    _autojit._steps.clear()
-    _autojit._early.clear()
-    reset_auto_jit_stats()
+def mode(request, fresh_auto_jit_state):
     mge.config.auto_jit = request.param == "auto_jit"
-    try:
-        yield request.param
-    finally:
-        mge.config.auto_jit = saved
+    yield request.param
 
 
 def _thrice(fn):

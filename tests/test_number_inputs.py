@@ -13,7 +13,7 @@ import megxla.functional as F
 import megxla.module as M
 import megxla.optimizer as optim
 from megxla.autodiff import GradManager
-from megxla.jit import _autojit, auto_jit_stats, reset_auto_jit_stats
+from megxla.jit import _autojit, auto_jit_stats
 
 
 class _Compiles:
@@ -31,19 +31,12 @@ jax.monitoring.register_event_duration_secs_listener(_Compiles.event)
 
 
 @pytest.fixture(params=["eager", "auto_jit"])
-def mode(request, monkeypatch):
-    saved = mge.config.auto_jit
-    monkeypatch.setattr(_autojit, "STATIC_TIMER", False)  # (clusters, not a step timer's choice of eager)
+def mode(request, monkeypatch, fresh_auto_jit_state):
     monkeypatch.setattr(_autojit, "EARLY", False)  # (no early launch: one executable per cluster key)
-    _autojit._sites.clear()
-    _autojit._steps.clear()
-    _autojit._early.clear()
-    reset_auto_jit_stats()
     mge.config.auto_jit = request.param == "auto_jit"
     try:
         yield request.param
     finally:
-        mge.config.auto_jit = saved
         _Compiles.on = False
 
 
