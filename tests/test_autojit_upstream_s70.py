@@ -93,6 +93,29 @@ def test_prelu_values_and_gradients_at_zero_and_for_a_nan_slope_are_megengines(m
             np.testing.assert_array_equal(got[2], [-1.0])  # (only x = -1 reaches the slope: x at 0 gives 0)
 
 
+# --- bool inputs (session 71; printed by MegEngine 1.13.0): Padding has no bool kernel ("unsupported Bool dtype for
+# forward padding opr", a RuntimeError), and PRELU of a bool is float32 with ``0 * slope`` for False -- megxla padded
+# bools, and XLA folded ``convert(x) * slope`` into a select with +0.0 ---
+
+@pytest.mark.parametrize("how", ["constant", "reflect", "replicate"])
+def test_pad_of_a_bool_tensor_raises_as_megengine(mode, how):
+    x = mge.Tensor(np.array([[True, False], [False, True]]))
+    for _ in range(3):
+        with pytest.raises(RuntimeError, match="pad: unsupported dtype bool"):
+            F.nn.pad(x, ((1, 1), (1, 1)), mode=how)
+    assert F.nn.pad(x.astype("int32"), ((1, 1), (0, 0))).numpy().tolist() == [[0, 0], [1, 0], [0, 1], [0, 0]]
+
+
+@pytest.mark.parametrize("slope, want", [(0.1, [1.0, 0.0]), (-0.1, [1.0, -0.0]), (NAN, [1.0, NAN])])
+def test_leaky_relu_and_prelu_of_bools_give_zero_times_the_slope_for_false(mode, slope, want):
+    x = mge.Tensor(np.array([True, False]))
+    for got in (_thrice(lambda: F.leaky_relu(x, slope).numpy()),
+                _thrice(lambda: F.prelu(x, mge.Tensor([slope], "float32")).numpy())):
+        assert got.dtype == np.float32
+        np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+
+
 # --- upstream functional/test_tensor.py::test_condtake[True]: a hand-built graph's cond_take under auto-jit --------
 # (with auto-jit on but a step run eagerly -- its timer's choice -- cond_take and non_zero took auto-jit's
 # kept-in-place branch, whose indices come from an ``arange`` outside the graph: idx a plain Tensor, not a graph

@@ -1244,6 +1244,9 @@ def pad(src, pad_width, mode="constant", constant_value=0.0):
         raise OpError(f"pad: pad_width must be non-negative, got {pw}")
     if src.ndim == 0:
         raise OpError("pad: cannot pad a 0-d tensor")
+    if src.dtype == np.bool_:  # (MegEngine's Padding kernel asserts on bool: "unsupported Bool dtype")
+        raise OpError(f"pad: unsupported dtype bool of a tensor of shape {tuple(src.shape)} (MegEngine's Padding "
+                      "has no bool kernel; pad ``x.astype('int32')`` and compare)")
     pw = pw[:src.ndim] + ((0, 0),) * (src.ndim - len(pw))  # the pairs given pad the leading axes, the rest none
     mode = str(mode).lower()
     if mode not in ("constant", "reflect", "replicate", "edge"):

@@ -263,6 +263,8 @@ def _prelu_select_jvp(primals, tangents):
 
 
 def _prelu_rule(x, w):
+    if x.dtype == jnp.bool_:  # (XLA folds ``convert(x) * w`` into a select with +0.0: MegEngine's False is ``0 * w``)
+        return jnp.where(x, jnp.ones((), w.dtype), w * jnp.zeros((), w.dtype))
     if not jnp.issubdtype(x.dtype, jnp.floating):  # (an integer x, a float slope: nothing to differentiate)
         return jnp.where(x > 0, x, x * w)
     return _prelu_select(x, w)
@@ -334,7 +336,13 @@ def _astype(x, *, dtype):
 
 
 leaky_relu = Primitive("leaky_relu", _leaky_relu)
-prelu = Primitive("prelu", _promoting(_prelu))  # MegEngine's PRELU is an Elemwise mode: it promotes as one
+def _prelu_of(x, w, _promoted=_promoting(_prelu)):
+    if x.dtype == jnp.bool_ and jnp.issubdtype(w.dtype, jnp.floating):  # (not cast: ``_prelu_rule``'s bool branch)
+        return _prelu_rule(x, w)
+    return _promoted(x, w)
+
+
+prelu = Primitive("prelu", _prelu_of)  # MegEngine's PRELU is an Elemwise mode: it promotes as one
 clip = Primitive("clip", _clip)
 where = Primitive("where", _where)
 astype = Primitive("astype", _astype)
