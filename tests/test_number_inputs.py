@@ -103,6 +103,21 @@ def test_a_number_new_every_step_compiles_nothing_new(mode, case):
         assert s["cache_hits"] >= 8 and s["split_clusters"] == 0 and s["eager_ops"] == 0 and not s["changes"], s
 
 
+@pytest.mark.parametrize("dtype", ["int32", "uint8"])
+def test_an_integer_pad_constant_new_every_step_compiles_nothing_new(mode, dtype):
+    # (an integer tensor's pad constant was the op's parameter: a kernel -- under auto-jit a cluster -- per value)
+    x = mge.Tensor(np.arange(6, dtype=dtype).reshape(2, 3))
+    for step in range(12):
+        if step == 4:
+            _Compiles.n, _Compiles.on, _Compiles.names = 0, True, []
+        y = F.nn.pad(x + 1, ((0, 0), (1, 2)), constant_value=7 + step)
+        assert y.dtype == np.dtype(dtype)
+        np.testing.assert_array_equal(y.numpy(), np.pad(np.arange(6).reshape(2, 3) + 1, ((0, 0), (1, 2)),
+                                                        constant_values=7 + step))
+    _Compiles.on = False
+    assert _Compiles.n == 0, f"{dtype} ({mode}): {_Compiles.n} compilations in 8 steps: {_Compiles.names}"
+
+
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "int32"])
 def test_number_inputs_keep_dtypes_and_values(dtype):
     # (the bounds and the slope take ``x``'s type as the parameters did: float16 stays float16, an integer tensor's
