@@ -1,9 +1,10 @@
 """Logging with MegEngine's names (``megengine.logger``).
 
 ``get_logger(name)`` returns a standard :mod:`logging` logger with one stderr handler formatted like
-MegEngine's (``[date level file:line] message``, coloured on terminals). Loggers made here are remembered so
-``set_log_level`` / ``set_log_file`` reach all of them. MegBrain is MegEngine's C++ engine; megxla's engine is
-JAX/XLA, so ``set_mgb_log_level`` sets the level of JAX's ``jax`` logger.
+MegEngine's (``date level message``, coloured on terminals). Loggers made here are remembered so
+``set_log_level`` reaches all of them; ``set_log_file`` reaches every logger this formatter prints, made before or
+after it. MegBrain is MegEngine's C++ engine; megxla's engine is JAX/XLA, so ``set_mgb_log_level`` sets the level
+of JAX's ``jax`` logger.
 
 The default level comes from ``$MEGENGINE_LOGGING_LEVEL`` (as in MegEngine), default ``INFO``.
 
@@ -28,8 +29,14 @@ _all_loggers = []
 
 
 class MegEngineLogFormatter(logging.Formatter):
-    """MegEngine's log line: ``[date level file:line] message``; warnings and errors are tagged (and
-    coloured when the stream is a terminal)."""
+    """MegEngine's log formatter: ``date [level] message`` on the console (the date green, warnings and errors
+    tagged and coloured when the stream is a terminal), and, once :func:`set_log_file` named a file, each record
+    also written there as ``[date line@file:logger] [level] message``.
+
+    NOTE: the file is written here, in ``format``, not by a handler of its own, as MegEngine does: every logger
+    formatted by this class writes to it, also the loggers made after ``set_log_file`` (a script's
+    ``set_log_file("log.txt")`` then ``logger = get_logger(__name__)``).
+    """
 
     log_fout = None
     date_full = "[%(asctime)s %(lineno)d@%(filename)s:%(name)s] "
@@ -46,27 +53,41 @@ class MegEngineLogFormatter(logging.Formatter):
 
     def _level_tag(self, record):
         if record.levelno == logging.DEBUG:
-            return self._tint("DBG", "36"), ""
+            return "DBG ", "36"
         if record.levelno == logging.WARNING:
-            return self._tint("WRN", "1;31"), ""
-        if record.levelno >= logging.ERROR:
-            return self._tint("ERR", "1;4;31"), ""
-        return "", ""
+            return "WRN ", "1;31"
+        if record.levelno == logging.ERROR:
+            return "ERR ", "1;4;31"
+        return "", None
+
+    def _with_fmt(self, fmt, record):
+        self._style._fmt = fmt
+        return super().format(record)
 
     def format(self, record):
-        """Format one record as MegEngine does (long messages are cut to ``max_lines`` lines)."""
-        tag, _ = self._level_tag(record)
-        head = self._tint(f"[{self.formatTime(record, self.datefmt)} {record.filename}:{record.lineno}]", "32")
-        message = record.getMessage()
-        if record.exc_info and not record.exc_text:
-            record.exc_text = self.formatException(record.exc_info)
-        if record.exc_text:
-            message = f"{message}\n{record.exc_text}"
-        lines = message.split("\n")
-        if len(lines) > self.max_lines:
-            lines = lines[: self.max_lines] + [f"... ({len(lines) - self.max_lines} more lines)"]
-        prefix = f"{head} {tag} " if tag else f"{head} "
-        return prefix + "\n".join(lines)
+        """Format one record as MegEngine does (writing it to the log file too, when one is set)."""
+        tag, code = self._level_tag(record)
+        if self.log_fout is not None:
+            formatted = self._with_fmt(self.date_full + tag + self.msg, record)
+            nr_line = formatted.count("\n") + 1
+            if nr_line >= self.max_lines:
+                head, body = formatted.split("\n", 1)
+                formatted = "\n".join([head, f"BEGIN_LONG_LOG_{nr_line - 1}_LINES{{", body,
+                                       f"}}END_LONG_LOG_{nr_line - 1}_LINES"])
+            self.log_fout.write(formatted + "\n")
+            self.log_fout.flush()
+        message = self.msg if code is None else self._tint(tag + self.msg, code)
+        formatted = self._with_fmt(self._tint(self.date, "32") + message, record)
+        lines = formatted.split("\n")
+        if len(lines) >= self.max_lines:
+            remain = self.max_lines // 2
+            removed = len(lines) - remain * 2
+            if removed > 0:
+                omitted = self._tint(f"[{removed} log lines omitted (would be written to output file if "
+                                     "set_log_file() has been called;\n the threshold can be set at "
+                                     "MegEngineLogFormatter.max_lines)]", "35")
+                formatted = "\n".join(lines[:remain] + [omitted] + lines[-remain:])
+        return formatted
 
 
 class MegBrainLogFormatter(MegEngineLogFormatter):
@@ -132,17 +153,24 @@ def set_log_level(level, update_existing=True):
 
 
 def set_log_file(fout, mode="a"):
-    """Also write every megxla log record to ``fout`` (a path or an open stream).
+    """Also write every record that a logger of :func:`get_logger` prints to ``fout``, in MegEngine's file format
+    (``[date line@file:logger] message``); loggers made later write there too.
 
     Args:
-        fout: file path or text stream.
+        fout: file path, or a text stream (anything with ``write`` and ``flush``).
         mode: file open mode for a path.
+
+    Example:
+        >>> import io
+        >>> stream = io.StringIO(); set_log_file(stream)
+        >>> get_logger("megxla.doc.later").warning("saved")
+        >>> "WRN saved" in stream.getvalue()
+        True
+        >>> MegEngineLogFormatter.log_fout = None
     """
-    handler = logging.FileHandler(fout, mode) if isinstance(fout, (str, os.PathLike)) else logging.StreamHandler(fout)
-    handler.setFormatter(MegEngineLogFormatter(color=False))
-    MegEngineLogFormatter.log_fout = handler
-    for logger in set(_all_loggers) | {get_logger("megxla")}:
-        logger.addHandler(handler)
+    if isinstance(fout, (str, os.PathLike)):
+        fout = open(fout, mode)
+    MegEngineLogFormatter.log_fout = fout
 
 
 def enable_debug_log():

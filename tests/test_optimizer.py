@@ -303,6 +303,22 @@ def test_clear_grad_and_zero_grad():
     np.testing.assert_array_equal(w.numpy(), [1.0, 2.0])
 
 
+
+def test_megengine_0x_backward_and_bcast_param_raise_as_in_megengine_1_13():
+    # MegEngine 1.13's Optimizer keeps 0.x's `backward(loss)` and `bcast_param()` only to raise
+    # NotImplementedError("use autodiff.GradManager instead") / ("use distributed.bcast_list_ instead"): a 0.x
+    # training loop (tracyliang18/megengine-playgournd: `optimizer.backward(loss)`) is told what to use instead of
+    # getting an AttributeError; nothing changes.
+    w = mge.Parameter([1.0, 2.0])
+    opt = optim.SGD([w], lr=0.1)
+    w.grad = mge.Tensor([3.0, 4.0])
+    with pytest.raises(NotImplementedError, match="use autodiff.GradManager instead"):
+        opt.backward((w * 2).sum())
+    with pytest.raises(NotImplementedError, match="use distributed.bcast_list_ instead"):
+        opt.bcast_param()
+    np.testing.assert_array_equal(w.grad.numpy(), [3.0, 4.0])
+    np.testing.assert_array_equal(w.numpy(), [1.0, 2.0])
+
 # ---- errors: raised before anything changes ------------------------------------------------------------------
 def _snapshot(opt):
     return [(p.numpy().copy(), {k: v.numpy().copy() for k, v in opt._state.get(p, {}).items()})

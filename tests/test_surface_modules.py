@@ -263,12 +263,44 @@ def test_logger_formatting_and_levels():
     log.warning("hidden")
     assert "hidden" not in stream.getvalue()
     L.set_log_level(logging.INFO)
+    L.MegEngineLogFormatter.log_fout = None
     old = L.set_mgb_log_level("ERROR")
     assert logging.getLogger("jax").level == logging.ERROR
     with L.replace_mgb_log_level("DEBUG"):
         assert logging.getLogger("jax").level == logging.DEBUG
     assert logging.getLogger("jax").level == logging.ERROR
     L.set_mgb_log_level(old)
+
+
+def test_set_log_file_reaches_loggers_made_after_it_in_megengines_format(tmp_path):
+    # MegEngine's set_log_file sets MegEngineLogFormatter.log_fout, which every formatted record is written to: a
+    # script's ``mge.set_log_file("log.txt")`` before ``logger = mge.get_logger(__name__)`` logs its training there
+    # (tracyliang18/megengine-playgournd's mnist, ae, vae and transformer scripts); the file's line is
+    # ``[date line@file:logger] level message``, the console's ``date level message``.
+    import re
+    from megxla import logger as L
+    saved = L.MegEngineLogFormatter.log_fout
+    path = tmp_path / "log.txt"
+    try:
+        before = L.get_logger("megxla.test_log_file.before")
+        L.set_log_file(str(path), "w")
+        after = L.get_logger("megxla.test_log_file.after")
+        console = io.StringIO()
+        after.handlers[0].setStream(console)
+        before.info("from before")
+        after.info("from after %d", 2)
+        after.warning("careful")
+        lines = path.read_text().splitlines()
+    finally:
+        if L.MegEngineLogFormatter.log_fout not in (None, saved):
+            L.MegEngineLogFormatter.log_fout.close()
+        L.MegEngineLogFormatter.log_fout = saved
+    stamp = r"\d\d \d\d:\d\d:\d\d"
+    assert len(lines) == 3, lines
+    assert re.fullmatch(rf"\[{stamp} \d+@test_surface_modules.py:megxla.test_log_file.before\] from before", lines[0])
+    assert re.fullmatch(rf"\[{stamp} \d+@test_surface_modules.py:megxla.test_log_file.after\] from after 2", lines[1])
+    assert lines[2].endswith(":megxla.test_log_file.after] WRN careful")
+    assert re.fullmatch(rf"{stamp} from after 2\n{stamp} WRN careful\n", console.getvalue())
 
 
 def test_get_logger_without_a_name_is_the_root_logger_as_megengines():

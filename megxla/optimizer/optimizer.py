@@ -633,6 +633,35 @@ class Optimizer(metaclass=ABCMeta):
                 if p.grad is not None:
                     p.grad.reset_zero()
 
+    def backward(self, loss):
+        """Removed in MegEngine 1.0 (0.x computed gradients here); raises, as MegEngine 1.13's does.
+
+        Record the step with :class:`~.autodiff.GradManager` and call its ``backward`` instead.
+
+        Raises:
+            NotImplementedError: always (MegEngine's message, ``use autodiff.GradManager instead``).
+
+        Example:
+            >>> import megxla as mge, megxla.optimizer as optim
+            >>> from megxla.autodiff import GradManager
+            >>> w = mge.Parameter([1.0]); gm = GradManager().attach([w]); opt = optim.SGD([w], lr=0.1)
+            >>> with gm:
+            ...     gm.backward((w * 3).sum())  # not opt.backward(loss)
+            >>> _ = opt.step(); w.numpy()
+            array([0.7], dtype=float32)
+        """
+        raise NotImplementedError(
+            "use autodiff.GradManager instead: Optimizer.backward(loss) is MegEngine 0.x's; record the forward "
+            "in `with gm:` (gm = GradManager().attach(model.parameters())) and call gm.backward(loss)")
+
+    def bcast_param(self):
+        """Removed in MegEngine 1.0; raises, as MegEngine 1.13's does.
+
+        Raises:
+            NotImplementedError: always; use :func:`megxla.distributed.bcast_list_` on the parameters.
+        """
+        raise NotImplementedError("use distributed.bcast_list_ instead")
+
     # ---- (de)serialization ---------------------------------------------------------------------------------
     def state_dict(self, keep_var=False) -> Dict:
         """Export the optimizer state: hyper-parameters per group and state slots, keyed by parameter index.
