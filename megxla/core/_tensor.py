@@ -8,6 +8,7 @@ SSA-shaped data.
 from __future__ import annotations
 
 import math
+import weakref as _weakref
 
 import numpy as np
 import jax
@@ -146,6 +147,10 @@ def _check_format(value):
                          f'(megxla accepts and ignores them: XLA chooses memory layouts itself)')
 
 
+# the tensor a subclass's ``__new__`` just gave its value (a weak reference), whose ``__init__`` only names it
+_MADE_BY_NEW = [None]
+
+
 class Tensor:
     """A multi-dimensional array on a device, with MegEngine's semantics.
 
@@ -173,9 +178,27 @@ class Tensor:
     __slots__ = ("_data", "_vid", "_grad", "_name", "_qparams", "_lnode", "__weakref__", "__dict__")
     __array_priority__ = 1000  # numpy defers `ndarray op Tensor` to our reflected operators
 
+    def __new__(cls, *args, **kwargs):
+        # MegEngine's Tensor takes its value in its C++ ``__new__``; ``__init__`` only names it. A subclass that
+        # overrides ``__new__`` and calls ``Tensor.__new__(cls, *args)`` (invis's Tensor, which rewrites
+        # ``device="cuda"`` there) gets its value from the arguments it passes, and the ``__init__`` that follows
+        # (given the caller's original arguments) only names it. A plain ``Tensor(...)`` takes its value in
+        # ``__init__`` as before: ``__new__`` adds one call, and op results are made without either.
+        self = object.__new__(cls)
+        if (args or kwargs) and cls.__new__ is not Tensor.__new__:
+            Tensor.__init__(self, *args, **kwargs)
+            _MADE_BY_NEW[0] = _weakref.ref(self)
+        return self
+
     def __init__(self, data, dtype=None, device=None, is_const=False, no_cache=False, name=None,
                  format="default"):
         # (``data`` has no default, as MegEngine's ``Tensor.__init__``: ``Tensor()`` is a TypeError there)
+        made = _MADE_BY_NEW[0]
+        if made is not None and made() is self:  # (valued by a subclass's ``__new__``, see there: name it only)
+            _MADE_BY_NEW[0] = None
+            if name is not None:
+                self._name = name
+            return
         if format != "default":  # (op results are made without __init__: this costs the dispatch nothing)
             _check_format(format)
         if data is None:

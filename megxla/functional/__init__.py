@@ -25,6 +25,10 @@ __all__ += ["local_conv2d", "deformable_conv2d", "region_restricted_conv", "sync
 __all__ += ["deformable_psroi_pooling"]
 
 _install_tensor_methods()  # Tensor.astype / reshape / sum / @ ...: functional's front ends (core imports nothing above)
+# NOTE: MegEngine's ``functional`` namespace holds no private names, and code wrapping it relies on that: invis
+# re-exports every non-dunder *function* in ``dir(F)`` through ``from megengine.functional import *``, which
+# skips private names, so a leftover ``_install_tensor_methods`` breaks ``import invis``.
+del _install_tensor_methods, _e, _m, _t, _tensor_methods
 
 
 def __getattr__(name):

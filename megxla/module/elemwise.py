@@ -1,5 +1,6 @@
 """Elementwise operations selected by MegEngine's mode name, as a module (so they can be quantized)."""
 from .. import functional as F
+from ..core.tensor.array_method import _elwise
 from .module import Module
 
 __all__ = ["Elemwise"]
@@ -7,6 +8,11 @@ __all__ = ["Elemwise"]
 
 def _where_zero(mask, x):
     return F.where(mask, x, F.zeros_like(x))
+
+
+def _cmp(mode):
+    # MegEngine's module applies the Elemwise descriptor: a comparison gives 1 / 0 in the operands' dtype, not bool
+    return lambda x, y: _elwise(x, y, mode=mode)
 
 
 # MegEngine's ``Elemwise.Mode`` names (upper case) -> the functional computation.
@@ -21,8 +27,8 @@ _MODES = {
     "LOGSIGMOID": F.logsigmoid, "SQRT": F.sqrt, "SQUARE": F.square, "SIGN": F.sign,
     # binary
     "ADD": F.add, "SUB": F.sub, "MUL": F.mul, "TRUE_DIV": F.div, "FLOOR_DIV": F.floor_div, "MAX": F.maximum,
-    "MIN": F.minimum, "MOD": F.mod, "POW": F.pow, "LT": F.less, "LEQ": F.less_equal, "EQ": F.equal,
-    "NEQ": F.not_equal, "SHL": F.left_shift, "SHR": F.right_shift, "ATAN2": F.atan2, "LOG_SUM_EXP": F.logaddexp,
+    "MIN": F.minimum, "MOD": F.mod, "POW": F.pow, "LT": _cmp("LT"), "LEQ": _cmp("LEQ"),
+    "EQ": _cmp("EQ"), "NEQ": _cmp("NEQ"), "SHL": F.left_shift, "SHR": F.right_shift, "ATAN2": F.atan2, "LOG_SUM_EXP": F.logaddexp,
     "AND": F.logical_and, "OR": F.logical_or, "XOR": F.logical_xor,
     "FUSE_ADD_RELU": lambda x, y: F.relu(x + y),
     "FUSE_ADD_SIGMOID": lambda x, y: F.sigmoid(x + y),

@@ -656,6 +656,35 @@ class Module(metaclass=ABCMeta):
         else:
             raise ValueError(f"`state_dict` must load a dict or callable, got {type(state_dict)}")
 
+        plan, loaded, skipped = self._load_plan(closure)
+        unused = set(unused) - loaded
+        for what, keys in (("Unused", unused), ("Missing", skipped)):
+            if keys:
+                msg = f"{what} params {'violate `strict=True`' if strict else 'in `strict=False` mode'}, " \
+                      f"{what.lower()}={{{', '.join(map(repr, sorted(keys)))}}}"  # (a set, as MegEngine prints)
+                if strict:
+                    raise KeyError(msg)
+                logger.warning(msg)
+
+        _interrupt.rebind(plan, scan=True)
+
+    def _load_state_dict_with_closure(self, closure):
+        """Load through ``closure(key, var) -> ndarray | None`` (None skips that key), as MegEngine's method of this
+        name (code overriding ``load_state_dict``, invis's modules, calls it with a callable): every value is
+        checked and converted before any is assigned.
+
+        Returns:
+            ``(loaded, skipped)``: the sets of keys assigned and of keys the closure skipped.
+        """
+        if not callable(closure):
+            raise TypeError(f"_load_state_dict_with_closure: closure must be callable, got {type(closure)}")
+        plan, loaded, skipped = self._load_plan(closure)
+        _interrupt.rebind(plan, scan=True)
+        return loaded, skipped
+
+    def _load_plan(self, closure):
+        # (every (tensor, new value) pair ``closure`` gives, checked and converted, and the keys loaded / skipped;
+        # nothing is assigned here)
         xnorm = _xnorm_types()
         plan, loaded, skipped = [], set(), set()
         for (module_type, k), var in self._state_dict(keep_var=True).items():
@@ -691,7 +720,7 @@ class Module(metaclass=ABCMeta):
                     warnings.warn(f"load_state_dict: parameter `{k}` is {np.dtype(var.dtype).name} and the value "
                                   f"loaded is {value.dtype.name}: it becomes {value.dtype.name}, as MegEngine loads "
                                   f"it, and gets no gradient (convert the value, `.astype('float32')`, to train it)",
-                                  stacklevel=2)
+                                  stacklevel=3)
             try:
                 new = Tensor(value, dtype=dtype, device=var.device)
             except (TypeError, ValueError, OverflowError) as exc:
@@ -707,16 +736,7 @@ class Module(metaclass=ABCMeta):
                 plan.append((qscale, Tensor(np.full(qscale.shape, scale, np.float32), dtype=qscale.dtype,
                                             device=qscale.device)))
 
-        unused = set(unused) - loaded
-        for what, keys in (("Unused", unused), ("Missing", skipped)):
-            if keys:
-                msg = f"{what} params {'violate `strict=True`' if strict else 'in `strict=False` mode'}, " \
-                      f"{what.lower()}={{{', '.join(map(repr, sorted(keys)))}}}"  # (a set, as MegEngine prints)
-                if strict:
-                    raise KeyError(msg)
-                logger.warning(msg)
-
-        _interrupt.rebind(plan, scan=True)
+        return plan, loaded, skipped
 
     # ---- attribute bookkeeping --------------------------------------------------------------------------
     def __setattr__(self, name: str, value):

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import importlib
 
+import jax.numpy as jnp
 import numpy as np
 
 from .._tensor import Tensor
@@ -139,6 +140,21 @@ _BINARY_MODES = {
     "SHL": "lshift", "SHR": "rshift", "ATAN2": "atan2", "AND": "logical_and", "OR": "logical_or",
     "XOR": "logical_xor", "LOG_SUM_EXP": "logaddexp",
 }
+# NOTE: MegEngine's Elemwise comparison kernels write 1 / 0 in the operands' (promoted) dtype -- ``Elemwise(LT)`` of
+# float32 tensors gives float32 ``[1., 0.]``, of int32 ones int32 -- and only ``ElemwiseMultiType(..., dtype=bool)``
+# (behind ``x < y`` and ``F.less``) gives bool. Code applying the descriptor (``_elwise(x, y, mode=LT)``: invis's
+# ``lt``; ``M.Elemwise("LT")``) gets MegEngine's dtype. (NEQ, which MegEngine's kernel rejects, follows the others.)
+_NUMERIC_COMPARISONS = frozenset({"LT", "LEQ", "EQ", "NEQ"})
+
+
+def _numeric_comparison(name, x, y):
+    out = _b(name, x, y)
+    dtype = jnp.promote_types(x._data.dtype, y._data.dtype)  # (storage dtypes: a quantized one has metadata)
+    if dtype == np.bool_:
+        return out
+    return _apply(_E.astype.bind(dtype=np.dtype(dtype).name), out)
+
+
 # Fused and gradient modes: compositions of primitives, (number of inputs, function of the input tensors).
 _FUSED_MODES = {
     "FUSE_ADD_RELU": (2, lambda a, b: _u("relu", _b("add", a, b))),
@@ -192,6 +208,8 @@ class Elemwise(OpDef):
         m = self.mode
         if m in _UNARY_MODES:
             n, fn = 1, lambda x: _u(_UNARY_MODES[m], x)
+        elif m in _NUMERIC_COMPARISONS:
+            n, fn = 2, lambda x, y: _numeric_comparison(_BINARY_MODES[m], x, y)
         elif m in _BINARY_MODES:
             n, fn = 2, lambda x, y: _b(_BINARY_MODES[m], x, y)
         else:

@@ -1,12 +1,15 @@
 """``megengine.core.tensor.array_method``: the reductions behind Tensor's methods, as MegEngine code imports them
-(OMNet's losses: ``from megengine.core.tensor.array_method import _reduce``; ``_reduce("mean")(loss)``).
+(OMNet's losses: ``from megengine.core.tensor.array_method import _reduce``; ``_reduce("mean")(loss)``; invis's
+operators: ``partial(_elwise, mode=Elemwise.Mode.ADD)``).
 
 MegEngine defines Tensor's ``sum``/``mean``/``max``/``min``/``prod`` here; megxla's Tensor has its own, and this
 module hands them out under MegEngine's names.
 """
 from __future__ import annotations
 
+from .._imperative_rt.core2 import apply
 from .._tensor import Tensor
+from ..ops.builtin import Elemwise
 
 __all__ = []
 
@@ -35,3 +38,22 @@ def _reduce(mode):
 
     f.__name__ = name
     return f
+
+
+def _elwise(*args, mode):
+    """The builtin ``Elemwise(mode)`` applied to ``args`` (MegEngine's helper behind Tensor's operators): one
+    Tensor, computed as ``apply(Elemwise(mode), *args)`` computes it.
+
+    Example:
+        >>> _elwise(Tensor([1.0, 2.0]), Tensor([3.0, 1.0]), mode=Elemwise.Mode.ADD).numpy()
+        array([4., 3.], dtype=float32)
+        >>> _elwise(Tensor([1.0, 2.0]), Tensor([3.0, 1.0]), mode=Elemwise.Mode.LT).numpy()  # (MegEngine's kernel)
+        array([1., 0.], dtype=float32)
+    """
+    (result,) = apply(Elemwise(mode=mode), *args)
+    return result
+
+
+def _elwise_apply(args, mode):
+    """:func:`_elwise` with the inputs as one sequence (MegEngine's name for the same helper)."""
+    return _elwise(*args, mode=mode)
