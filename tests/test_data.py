@@ -418,7 +418,9 @@ def test_killed_worker_is_reported(hang_guard):
     start = time.monotonic()
     with pytest.raises(RuntimeError, match=r"worker 0 .*exited unexpectedly \(killed by SIGKILL"):
         list(loader)
-    assert time.monotonic() - start < 5
+    # (reported, not hung; the bound leaves room for two workers' start on a loaded machine: 5.9 s there, with the
+    # suite's other process and two more beside it on 2 cores)
+    assert time.monotonic() - start < 12
 
 
 class _SlowOddBatchKillsAt(FailingDataset):
@@ -479,7 +481,7 @@ def test_timeout(hang_guard, num_workers):
     start = time.monotonic()
     with pytest.raises(RuntimeError, match="dataloader timeout: timed out after 0.5 seconds"):
         list(loader)
-    assert time.monotonic() - start < 3
+    assert time.monotonic() - start < 8  # (0.5 s, not the guard's 20; room for the workers' start under load)
     with pytest.raises(ValueError, match="timeout"):
         DataLoader(ds, timeout=-1)
     # (a string or None reached a comparison: "'<' not supported between instances of 'str' and 'int'", probe X)
