@@ -27,8 +27,8 @@ _MODES = {
     "LOGSIGMOID": F.logsigmoid, "SQRT": F.sqrt, "SQUARE": F.square, "SIGN": F.sign,
     # binary
     "ADD": F.add, "SUB": F.sub, "MUL": F.mul, "TRUE_DIV": F.div, "FLOOR_DIV": F.floor_div, "MAX": F.maximum,
-    "MIN": F.minimum, "MOD": F.mod, "POW": F.pow, "LT": _cmp("LT"), "LEQ": _cmp("LEQ"),
-    "EQ": _cmp("EQ"), "NEQ": _cmp("NEQ"), "SHL": F.left_shift, "SHR": F.right_shift, "ATAN2": F.atan2, "LOG_SUM_EXP": F.logaddexp,
+    "MIN": F.minimum, "MOD": F.mod, "POW": F.pow, "LT": _cmp("LT"), "LEQ": _cmp("LEQ"), "EQ": _cmp("EQ"),
+    "NEQ": _cmp("NEQ"), "SHL": F.left_shift, "SHR": F.right_shift, "ATAN2": F.atan2, "LOG_SUM_EXP": F.logaddexp,
     "AND": F.logical_and, "OR": F.logical_or, "XOR": F.logical_xor,
     "FUSE_ADD_RELU": lambda x, y: F.relu(x + y),
     "FUSE_ADD_SIGMOID": lambda x, y: F.sigmoid(x + y),
