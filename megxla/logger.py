@@ -41,6 +41,7 @@ class MegEngineLogFormatter(logging.Formatter):
     log_fout = None
     date_full = "[%(asctime)s %(lineno)d@%(filename)s:%(name)s] "
     date = "%(asctime)s "
+    date_color = "32"
     msg = "%(message)s"
     max_lines = 256
 
@@ -77,7 +78,11 @@ class MegEngineLogFormatter(logging.Formatter):
             self.log_fout.write(formatted + "\n")
             self.log_fout.flush()
         message = self.msg if code is None else self._tint(tag + self.msg, code)
-        formatted = self._with_fmt(self._tint(self.date, "32") + message, record)
+        formatted = self._with_fmt(self._tint(self.date, self.date_color) + message, record)
+        if record.exc_text or record.exc_info:  # (MegEngine indents a traceback by two spaces, coloured apart)
+            b = formatted.find("Traceback ")
+            if b != -1:
+                formatted = formatted[:b] + self._tint("  " + formatted[b:].replace("\n", "\n  "), "34")
         lines = formatted.split("\n")
         if len(lines) >= self.max_lines:
             remain = self.max_lines // 2
@@ -93,8 +98,8 @@ class MegEngineLogFormatter(logging.Formatter):
 class MegBrainLogFormatter(MegEngineLogFormatter):
     """The formatter MegEngine uses for its C++ engine's messages (here: JAX/XLA's), tagged ``mgb``."""
 
-    def format(self, record):
-        return "(mgb) " + super().format(record)
+    date = "%(asctime)s[mgb] "  # (MegEngine's: the date, tagged, in yellow)
+    date_color = "33"
 
 
 def get_logger(name=None, formatter=MegEngineLogFormatter):

@@ -303,6 +303,28 @@ def test_set_log_file_reaches_loggers_made_after_it_in_megengines_format(tmp_pat
     assert re.fullmatch(rf"{stamp} from after 2\n{stamp} WRN careful\n", console.getvalue())
 
 
+def test_megbrain_lines_are_tagged_after_the_date_and_tracebacks_indented_as_megengines():
+    # (printed by MegEngine 1.13.0, colours aside: ``06 16:47:34[mgb] WRN hello``; a logged exception's traceback
+    # indented by two spaces. megxla prefixed ``(mgb) `` and left the traceback as Python prints it)
+    import re
+    from megxla import logger as L
+    stamp = r"\d\d \d\d:\d\d:\d\d"
+    brain = L.get_logger("megxla.test_brain_line", L.MegBrainLogFormatter)
+    plain = L.get_logger("megxla.test_brain_line.exc")
+    console = io.StringIO()
+    for lg in (brain, plain):
+        lg.handlers[0].setStream(console)
+    brain.warning("hello")
+    try:
+        1 / 0
+    except ZeroDivisionError:
+        plain.exception("boom")
+    lines = console.getvalue().splitlines()
+    assert re.fullmatch(rf"{stamp}\[mgb\] WRN hello", lines[0]), lines
+    assert re.fullmatch(rf"{stamp} ERR boom", lines[1]) and lines[2] == "  Traceback (most recent call last):"
+    assert lines[-1] == "  ZeroDivisionError: division by zero" and all(ln.startswith("  ") for ln in lines[2:])
+
+
 def test_get_logger_without_a_name_is_the_root_logger_as_megengines():
     # MegEngine's logger.py: ``logging.getLogger(name)`` -- None is the root logger, set up with MegEngine's handler
     # and default level, so a script's ``logging = get_logger()`` prints other libraries' INFO lines (ConvNeXt's
