@@ -1254,10 +1254,11 @@ def pad(src, pad_width, mode="constant", constant_value=0.0):
     value = float(constant_value)
     if mode != "constant":  # (the value unused: one op whatever it is)
         out = _apply(_S.pad.bind(pad_width=pw, mode=mode, constant_value=0.0), src)
-    elif is_float(src.dtype):  # (the value an input: a fill value new every step compiles nothing -- core/ops)
-        out = _apply(_S.pad.bind(pad_width=pw, mode=mode), src, _scalar(value, src.dtype))
-    elif src.dtype.kind in "iu":  # MegEngine's float32 ``padding_val`` cast as its kernel casts it (NaN: INT_MIN),
-        value = c_int(np.float32(value), src.dtype)  # an input as a float tensor's
+    elif is_float(src.dtype) or src.dtype.kind in "iu":
+        # (the value an input: a fill value new every step compiles nothing -- core/ops; for integers MegEngine's
+        # float32 ``padding_val`` cast as its kernel casts it, NaN to INT_MIN)
+        if src.dtype.kind in "iu":
+            value = c_int(np.float32(value), src.dtype)
         out = _apply(_S.pad.bind(pad_width=pw, mode=mode), src, _scalar(value, src.dtype))
     else:
         out = _apply(_S.pad.bind(pad_width=pw, mode=mode, constant_value=value), src)

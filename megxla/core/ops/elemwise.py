@@ -335,13 +335,13 @@ def _astype(x, *, dtype):
     return cast(x, dtype)
 
 
-leaky_relu = Primitive("leaky_relu", _leaky_relu)
 def _prelu_of(x, w, _promoted=_promoting(_prelu)):
     if x.dtype == jnp.bool_ and jnp.issubdtype(w.dtype, jnp.floating):  # (not cast: ``_prelu_rule``'s bool branch)
         return _prelu_rule(x, w)
     return _promoted(x, w)
 
 
+leaky_relu = Primitive("leaky_relu", _leaky_relu)
 prelu = Primitive("prelu", _prelu_of)  # MegEngine's PRELU is an Elemwise mode: it promotes as one
 clip = Primitive("clip", _clip)
 where = Primitive("where", _where)
