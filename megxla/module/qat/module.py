@@ -13,7 +13,18 @@ class QATModule(Module):
     r"""Base class of QAT modules.
 
     Class attributes ``with_weight`` / ``with_act`` say whether the module quantizes a weight and its output.
-    Sub-classes implement ``from_float_module``.
+    Sub-classes implement ``from_float_module``; :meth:`set_qconfig` gives a module its observers and fake-quant
+    modules.
+
+    Example:
+        >>> from megxla.module import qat
+        >>> from megxla.quantization import min_max_fakequant_qconfig
+        >>> m = qat.Linear.from_float_module(M.Linear(4, 2))
+        >>> isinstance(m, qat.QATModule), m.with_weight, m.with_act
+        (True, True, True)
+        >>> m.set_qconfig(min_max_fakequant_qconfig)
+        >>> type(m.weight_observer).__name__, type(m.act_fake_quant).__name__
+        ('MinMaxObserver', 'FakeQuantize')
     """
 
     with_weight = True
