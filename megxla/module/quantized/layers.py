@@ -148,7 +148,20 @@ class Conv2d(_WeightLayer):
 
 
 class ConvRelu2d(Conv2d):
-    """Quantized :class:`Conv2d` followed by ReLU."""
+    """Quantized :class:`Conv2d` followed by ReLU (applied to the int32 accumulator before requantization).
+
+    Built by :func:`~megxla.quantization.quantize` from the trained QAT module (its weight quantized, its output
+    quantized with the scale its activation observer learned).
+
+    Example:
+        >>> from megxla.quantization import quantize, quantize_qat
+        >>> net = quantize_qat(M.Sequential(M.QuantStub(), M.ConvRelu2d(2, 3, 1), M.DequantStub()))
+        >>> x = mge.Tensor(np.random.rand(1, 2, 4, 4).astype("float32")); _ = net(x)  # calibrate the observers
+        >>> net = quantize(net); net[1]
+        Quantized.ConvRelu2d(2, 3, kernel_size=(1, 1))
+        >>> y = net[1](net[0](x)); y.shape, y.dtype
+        ((1, 3, 4, 4), dtype('int8'))
+    """
 
     _relu = True
 
@@ -178,17 +191,59 @@ class _FoldsBn:
 
 
 class ConvBn2d(_FoldsBn, Conv2d):
-    """Quantized ConvBn2d: the BatchNorm folded into the convolution."""
+    """Quantized :class:`~megxla.module.ConvBn2d`: the BatchNorm folded into the convolution's weight and bias,
+    then run as :class:`Conv2d`.
+
+    Built by :func:`~megxla.quantization.quantize` from the trained QAT module (its weight quantized, its output
+    quantized with the scale its activation observer learned).
+
+    Example:
+        >>> from megxla.quantization import quantize, quantize_qat
+        >>> net = quantize_qat(M.Sequential(M.QuantStub(), M.ConvBn2d(2, 3, 3, padding=1), M.DequantStub()))
+        >>> x = mge.Tensor(np.random.rand(1, 2, 4, 4).astype("float32")); _ = net(x)  # calibrate the observers
+        >>> net = quantize(net); net[1]
+        Quantized.ConvBn2d(2, 3, kernel_size=(3, 3), padding=(1, 1))
+        >>> y = net[1](net[0](x)); y.shape, y.dtype
+        ((1, 3, 4, 4), dtype('int8'))
+    """
 
 
 class ConvBnRelu2d(ConvBn2d):
-    """Quantized ConvBnRelu2d."""
+    """Quantized :class:`~megxla.module.ConvBnRelu2d`: :class:`ConvBn2d` followed by ReLU.
+
+    Built by :func:`~megxla.quantization.quantize` from the trained QAT module (its weight quantized, its output
+    quantized with the scale its activation observer learned).
+
+    Example:
+        >>> from megxla.quantization import quantize, quantize_qat
+        >>> net = quantize_qat(M.Sequential(M.QuantStub(), M.ConvBnRelu2d(2, 3, 3, padding=1), M.DequantStub()))
+        >>> x = mge.Tensor(np.random.rand(1, 2, 4, 4).astype("float32")); _ = net(x)  # calibrate the observers
+        >>> net = quantize(net); net[1]
+        Quantized.ConvBnRelu2d(2, 3, kernel_size=(3, 3), padding=(1, 1))
+        >>> y = net[1](net[0](x)); y.shape, y.dtype
+        ((1, 3, 4, 4), dtype('int8'))
+    """
 
     _relu = True
 
 
 class Linear(_WeightLayer):
-    r"""Quantized linear layer in int32 arithmetic."""
+    r"""Quantized linear layer: ``requantize(x_q @ w_q.T + b_q)`` in int32 arithmetic.
+
+    Args:
+        dtype: the output's quantized dtype (MegEngine's argument when built by hand; then set ``weight`` and
+            ``bias``). :func:`~megxla.quantization.quantize` builds it from a QAT module instead, with its weight
+            and output scales.
+
+    Example:
+        >>> from megxla.quantization import quantize, quantize_qat
+        >>> net = quantize_qat(M.Sequential(M.QuantStub(), M.Linear(4, 3), M.DequantStub()))
+        >>> x = mge.Tensor(np.random.rand(2, 4).astype("float32")); _ = net(x)  # calibrate the observers
+        >>> net = quantize(net); net[1]
+        Quantized.Linear()
+        >>> y = net[1](net[0](x)); y.shape, y.dtype
+        ((2, 3), dtype('int8'))
+    """
 
     def __init__(self, dtype=None, **kwargs):
         # (MegEngine's: no parameters until quantize() or the user sets them)
@@ -211,17 +266,57 @@ class Linear(_WeightLayer):
 
 
 class LinearRelu(Linear):
-    """Quantized Linear followed by ReLU."""
+    """Quantized :class:`Linear` followed by ReLU (applied to the int32 accumulator before requantization).
+
+    Built by :func:`~megxla.quantization.quantize` from the trained QAT module (its weight quantized, its output
+    quantized with the scale its activation observer learned).
+
+    Example:
+        >>> from megxla.quantization import quantize, quantize_qat
+        >>> net = quantize_qat(M.Sequential(M.QuantStub(), M.LinearRelu(4, 3), M.DequantStub()))
+        >>> x = mge.Tensor(np.random.rand(2, 4).astype("float32")); _ = net(x)  # calibrate the observers
+        >>> net = quantize(net); net[1]
+        Quantized.LinearRelu()
+        >>> y = net[1](net[0](x)); y.shape, y.dtype
+        ((2, 3), dtype('int8'))
+    """
 
     _relu = True
 
 
 class LinearBn1d(_FoldsBn, Linear):
-    """Quantized LinearBn1d (BatchNorm folded)."""
+    """Quantized :class:`~megxla.module.LinearBn1d`: the BatchNorm folded into the weight and bias, then run as
+    :class:`Linear`.
+
+    Built by :func:`~megxla.quantization.quantize` from the trained QAT module (its weight quantized, its output
+    quantized with the scale its activation observer learned).
+
+    Example:
+        >>> from megxla.quantization import quantize, quantize_qat
+        >>> net = quantize_qat(M.Sequential(M.QuantStub(), M.LinearBn1d(4, 3), M.DequantStub()))
+        >>> x = mge.Tensor(np.random.rand(2, 4).astype("float32")); _ = net(x)  # calibrate the observers
+        >>> net = quantize(net); net[1]
+        Quantized.LinearBn1d()
+        >>> y = net[1](net[0](x)); y.shape, y.dtype
+        ((2, 3), dtype('int8'))
+    """
 
 
 class LinearBnRelu1d(LinearBn1d):
-    """Quantized LinearBnRelu1d."""
+    """Quantized :class:`~megxla.module.LinearBnRelu1d`: :class:`LinearBn1d` followed by ReLU.
+
+    Built by :func:`~megxla.quantization.quantize` from the trained QAT module (its weight quantized, its output
+    quantized with the scale its activation observer learned).
+
+    Example:
+        >>> from megxla.quantization import quantize, quantize_qat
+        >>> net = quantize_qat(M.Sequential(M.QuantStub(), M.LinearBnRelu1d(4, 3), M.DequantStub()))
+        >>> x = mge.Tensor(np.random.rand(2, 4).astype("float32")); _ = net(x)  # calibrate the observers
+        >>> net = quantize(net); net[1]
+        Quantized.LinearBnRelu1d()
+        >>> y = net[1](net[0](x)); y.shape, y.dtype
+        ((2, 3), dtype('int8'))
+    """
 
     _relu = True
 
@@ -319,13 +414,40 @@ class ConvTranspose2d(_WeightLayer):
 
 
 class ConvTransposeRelu2d(ConvTranspose2d):
-    """Quantized ConvTransposeRelu2d."""
+    """Quantized :class:`~megxla.module.ConvTransposeRelu2d`: :class:`ConvTranspose2d` followed by ReLU.
+
+    Built by :func:`~megxla.quantization.quantize` from the trained QAT module (its weight quantized, its output
+    quantized with the scale its activation observer learned).
+
+    Example:
+        >>> from megxla.quantization import quantize, quantize_qat
+        >>> net = quantize_qat(M.Sequential(M.QuantStub(), M.ConvTransposeRelu2d(2, 3, 2, stride=2), M.DequantStub()))
+        >>> x = mge.Tensor(np.random.rand(1, 2, 4, 4).astype("float32")); _ = net(x)  # calibrate the observers
+        >>> net = quantize(net); net[1]
+        Quantized.ConvTransposeRelu2d(2, 3, kernel_size=(2, 2), stride=(2, 2))
+        >>> y = net[1](net[0](x)); y.shape, y.dtype
+        ((1, 3, 8, 8), dtype('int8'))
+    """
 
     _relu = True
 
 
 class ConvTransposeBn2d(_FoldsBn, ConvTranspose2d):
-    """Quantized ConvTransposeBn2d: the BatchNorm folded into the transposed convolution."""
+    """Quantized :class:`~megxla.module.ConvTransposeBn2d`: the BatchNorm folded into the transposed
+    convolution's weight and bias, then run as :class:`ConvTranspose2d`.
+
+    Built by :func:`~megxla.quantization.quantize` from the trained QAT module (its weight quantized, its output
+    quantized with the scale its activation observer learned).
+
+    Example:
+        >>> from megxla.quantization import quantize, quantize_qat
+        >>> net = quantize_qat(M.Sequential(M.QuantStub(), M.ConvTransposeBn2d(2, 3, 2, stride=2), M.DequantStub()))
+        >>> x = mge.Tensor(np.random.rand(1, 2, 4, 4).astype("float32")); _ = net(x)  # calibrate the observers
+        >>> net = quantize(net); net[1]
+        Quantized.ConvTransposeBn2d(2, 3, kernel_size=(2, 2), stride=(2, 2))
+        >>> y = net[1](net[0](x)); y.shape, y.dtype
+        ((1, 3, 8, 8), dtype('int8'))
+    """
 
     @classmethod
     def _info_of(cls, qat):  # the folded BatchNorm gives MegEngine's quantized layer a bias: no "bias=False"
@@ -333,13 +455,40 @@ class ConvTransposeBn2d(_FoldsBn, ConvTranspose2d):
 
 
 class ConvTransposeBnRelu2d(ConvTransposeBn2d):
-    """Quantized ConvTransposeBnRelu2d."""
+    """Quantized :class:`~megxla.module.ConvTransposeBnRelu2d`: :class:`ConvTransposeBn2d` followed by ReLU.
+
+    Built by :func:`~megxla.quantization.quantize` from the trained QAT module (its weight quantized, its output
+    quantized with the scale its activation observer learned).
+
+    Example:
+        >>> from megxla.quantization import quantize, quantize_qat
+        >>> net = quantize_qat(M.Sequential(M.QuantStub(), M.ConvTransposeBnRelu2d(2, 3, 2, stride=2), M.DequantStub()))
+        >>> x = mge.Tensor(np.random.rand(1, 2, 4, 4).astype("float32")); _ = net(x)  # calibrate the observers
+        >>> net = quantize(net); net[1]
+        Quantized.ConvTransposeBnRelu2d(2, 3, kernel_size=(2, 2), stride=(2, 2))
+        >>> y = net[1](net[0](x)); y.shape, y.dtype
+        ((1, 3, 8, 8), dtype('int8'))
+    """
 
     _relu = True
 
 
 class BatchMatMulActivation(_FloatCompute):
-    """Quantized BatchMatMulActivation."""
+    """Quantized :class:`~megxla.module.BatchMatMulActivation`: the quantized input and weight dequantized, the
+    batched product computed in float32 and quantized to the output dtype.
+
+    Built by :func:`~megxla.quantization.quantize` from the trained QAT module (its weight quantized, its output
+    quantized with the scale its activation observer learned).
+
+    Example:
+        >>> from megxla.quantization import quantize, quantize_qat
+        >>> net = quantize_qat(M.Sequential(M.QuantStub(), M.BatchMatMulActivation(2, 3, 4, nonlinear_mode="relu"), M.DequantStub()))
+        >>> x = mge.Tensor(np.random.rand(2, 3, 4).astype("float32")); _ = net(x)  # calibrate the observers
+        >>> net = quantize(net); net[1]
+        Quantized.BatchMatMulActivation(...)
+        >>> y = net[1](net[0](x)); y.shape, y.dtype
+        ((2, 4, 4), dtype('int8'))
+    """
 
     @classmethod
     def _float_of(cls, qat):
@@ -354,7 +503,23 @@ class BatchMatMulActivation(_FloatCompute):
 
 
 class Elemwise(_FloatCompute):
-    """Quantized Elemwise: ``Elemwise(method, dtype)`` as MegEngine's (``dtype``: the output's quantized dtype)."""
+    """Quantized :class:`~megxla.module.Elemwise`: the inputs dequantized, the float operation, the output
+    quantized.
+
+    Args:
+        method: the element-wise mode, as :class:`~megxla.module.Elemwise` (``"add"``, ``"fuse_add_relu"``...).
+        dtype: the output's quantized dtype (MegEngine's argument; :func:`~megxla.quantization.quantize` sets the
+            one its QAT module learned).
+
+    Example:
+        >>> from megxla.core.tensor import dtype
+        >>> from megxla.module import quantized
+        >>> stub, add = quantized.QuantStub(dtype.qint8(0.1)), quantized.Elemwise("add", dtype.qint8(0.1))
+        >>> stub.eval(); add.eval()
+        >>> x = stub(mge.Tensor([0.5, -1.0]))
+        >>> y = add(x, x); y.numpy(), quantized.dequantize_tensor(y).numpy()
+        (array([ 10, -20], dtype=int8), array([ 1., -2.], dtype=float32))
+    """
 
     def __init__(self, method, dtype=None, **kwargs):
         from ..elemwise import _MODES
@@ -373,7 +538,22 @@ class Elemwise(_FloatCompute):
 
 
 class Concat(_FloatCompute):
-    """Quantized Concat (inputs may have different scales): ``Concat(dtype)`` as MegEngine's."""
+    """Quantized :class:`~megxla.module.Concat`: the inputs (which may have different scales) dequantized,
+    concatenated and quantized to the output dtype.
+
+    Args:
+        dtype: the output's quantized dtype (MegEngine's argument; :func:`~megxla.quantization.quantize` sets the
+            one its QAT module learned).
+
+    Example:
+        >>> from megxla.core.tensor import dtype
+        >>> from megxla.module import quantized
+        >>> a = quantized.quantize_tensor(mge.Tensor([1.0]), "qint8", 0.5)
+        >>> b = quantized.quantize_tensor(mge.Tensor([0.3]), "qint8", 0.1)
+        >>> cat = quantized.Concat(dtype.qint8(0.1)); cat.eval()
+        >>> cat([a, b]).numpy()
+        array([10,  3], dtype=int8)
+    """
 
     def __init__(self, dtype=None, **kwargs):
         super().__init__(lambda inps, axis=0: F.concat(inps, axis), dtype, **kwargs)
@@ -388,7 +568,20 @@ class Concat(_FloatCompute):
 
 class QuantStub(QuantizedModule, _OutputQuant):
     """Quantizes a float input with the parameters its QAT module learned, or to ``dtype`` (MegEngine's
-    ``QuantStub(dtype)``)."""
+    ``QuantStub(dtype)``).
+
+    Args:
+        dtype: the quantized dtype of the output (None: set by :func:`~megxla.quantization.quantize`).
+
+    Example:
+        >>> from megxla.core.tensor import dtype
+        >>> from megxla.module import quantized
+        >>> stub = quantized.QuantStub(dtype.qint8(0.1)); stub.eval()
+        >>> q = stub(mge.Tensor([0.26, -1.0])); q.numpy()
+        array([  3, -10], dtype=int8)
+        >>> q.qparams.scale.item()
+        0.1...
+    """
 
     def __init__(self, dtype=None, **kwargs):
         super().__init__(**kwargs)
@@ -405,7 +598,15 @@ class QuantStub(QuantizedModule, _OutputQuant):
 
 
 class DequantStub(QuantizedModule):
-    """Converts a quantized tensor back to float32."""
+    """Converts a quantized tensor back to float32: ``(q - zero_point) * scale``.
+
+    Example:
+        >>> from megxla.module import quantized
+        >>> q = quantized.quantize_tensor(mge.Tensor([0.26, -1.0]), "qint8", 0.1)
+        >>> stub = quantized.DequantStub(); stub.eval()
+        >>> stub(q).numpy()
+        array([ 0.3, -1. ], dtype=float32)
+    """
 
     def forward(self, inp):
         return dequantize_tensor(inp)

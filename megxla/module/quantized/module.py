@@ -52,7 +52,19 @@ def quantize_tensor(x: Tensor, dtype_meta, scale, zero_point=None) -> Tensor:
 
 
 def dequantize_tensor(q: Tensor) -> Tensor:
-    """The float32 value ``(q - zp) * s`` of a quantized tensor (see :func:`quantize_tensor`)."""
+    """The float32 value ``(q - zp) * s`` of a quantized tensor (see :func:`quantize_tensor`).
+
+    Args:
+        q: a quantized tensor (integer storage whose ``qparams`` carry its scale and zero point).
+
+    Returns:
+        a float32 Tensor of the same shape.
+
+    Example:
+        >>> q = quantize_tensor(Tensor([0.3, 1.0]), "quint8", 0.1, zero_point=128)
+        >>> q.numpy(), dequantize_tensor(q).numpy()
+        (array([131, 138], dtype=uint8), array([0.3, 1. ], dtype=float32))
+    """
     qp = q.qparams
     if qp is None or qp.scale is None:
         raise ValueError(f"dequantize: the tensor (dtype {q.dtype}) carries no quantization parameters")
@@ -62,7 +74,18 @@ def dequantize_tensor(q: Tensor) -> Tensor:
 
 class QuantizedModule(Module):
     r"""Base class of quantized (inference) modules, made from QAT modules by
-    :func:`megxla.quantization.quantize` through ``from_qat_module``."""
+    :func:`megxla.quantization.quantize` through ``from_qat_module``. They run in evaluation mode only.
+
+    Example:
+        >>> from megxla.module import quantized
+        >>> stub = quantized.DequantStub()
+        >>> isinstance(stub, quantized.QuantizedModule), stub
+        (True, Quantized.DequantStub())
+        >>> stub(quantized.quantize_tensor(Tensor([1.0]), "qint8", 0.5))
+        Traceback (most recent call last):
+        ...
+        ValueError: quantized modules are for inference: call .eval() first
+    """
 
     # MegEngine's quantized modules hold their scales in dtypes, not tensors: state_dict has the weight as an int8
     # array whose dtype metadata carries its scale ({"mgb_dtype": {"name": "QuantizedS8", "scale": s}}) and no
