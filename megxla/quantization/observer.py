@@ -26,6 +26,16 @@ class Observer(Module, QParamsModuleMixin):
 
     Args:
         dtype: the quantized dtype to compute parameters for (a name such as ``"qint8"`` or a QuantDtypeMeta).
+
+    Sub-classes implement ``forward`` (observe a tensor, return it unchanged) and ``get_qparams``.
+
+    Example:
+        >>> from megxla.quantization import MinMaxObserver, Observer
+        >>> ob = MinMaxObserver(dtype="quint8")
+        >>> isinstance(ob, Observer), ob.qmin, ob.qmax, ob.enabled
+        (True, 0, 255, True)
+        >>> ob.disable(); ob.enabled
+        False
     """
 
     def __init__(self, dtype: Union[str, QuantDtypeMeta], **kwargs):
@@ -122,7 +132,18 @@ def _world_min_max(x):
 
 
 class SyncMinMaxObserver(MinMaxObserver):
-    """:class:`MinMaxObserver` whose range is reduced over all distributed processes."""
+    """:class:`MinMaxObserver` whose range is reduced over all distributed processes (the minimum and maximum
+    all-reduced; in a single process it is :class:`MinMaxObserver`).
+
+    Args:
+        mode, eps, dtype: as :class:`MinMaxObserver`.
+
+    Example:
+        >>> ob = SyncMinMaxObserver()
+        >>> _ = ob(Tensor([-1.0, 2.54]))
+        >>> round(float(ob.get_qparams().scale), 4)
+        0.0199
+    """
 
     def _batch_min_max(self, x):
         return _world_min_max(x)
@@ -167,7 +188,18 @@ class ExponentialMovingAverageObserver(MinMaxObserver):
 
 
 class SyncExponentialMovingAverageObserver(ExponentialMovingAverageObserver):
-    """:class:`ExponentialMovingAverageObserver` over all distributed processes."""
+    """:class:`ExponentialMovingAverageObserver` over all distributed processes (each batch's minimum and maximum
+    all-reduced before the average; in a single process it is :class:`ExponentialMovingAverageObserver`).
+
+    Args:
+        momentum, mode, eps, dtype: as :class:`ExponentialMovingAverageObserver`.
+
+    Example:
+        >>> ob = SyncExponentialMovingAverageObserver(momentum=0.5)
+        >>> _ = ob(Tensor([0.0, 2.0])); _ = ob(Tensor([0.0, 4.0]))
+        >>> float(ob.max_val)
+        3.0
+    """
 
     def _batch_min_max(self, x):
         return _world_min_max(x)
@@ -182,6 +214,14 @@ class HistogramObserver(MinMaxObserver):
         bins: histogram bins.
         upsample_rate: resolution factor when merging histograms of different ranges.
         mode, eps, dtype: as :class:`MinMaxObserver`.
+
+    Example:
+        >>> ob = HistogramObserver()
+        >>> _ = ob(Tensor(np.linspace(-1, 1, 1000, dtype="float32")))
+        >>> float(ob.min_val), float(ob.max_val)
+        (-1.0, 1.0)
+        >>> round(float(ob.get_qparams().scale), 5)
+        0.00784
     """
 
     def __init__(self, bins: int = 2048, upsample_rate: int = 128, mode: QuantMode = QuantMode.SYMMERTIC,
@@ -296,6 +336,15 @@ class PassiveObserver(Observer):
 
     Args:
         dtype: the quantized dtype.
+
+    Example:
+        >>> from megxla.quantization import QuantMode, create_qparams
+        >>> ob = PassiveObserver("qint8")
+        >>> ob.set_qparams(create_qparams(QuantMode.SYMMERTIC, "qint8", Tensor(0.5)))
+        >>> ob(Tensor([1.0, 2.0])).numpy(), float(ob.scale)
+        (array([1., 2.], dtype=float32), 0.5)
+        >>> ob.scale = 0.25; float(ob.get_qparams().scale)
+        0.25
     """
 
     def __init__(self, dtype: Union[str, QuantDtypeMeta], **kwargs):

@@ -147,6 +147,15 @@ def quantize(module: Module, inplace: bool = True, mapping: dict = None):
 
     Returns:
         the quantized model (in evaluation mode).
+
+    Example:
+        >>> from megxla.quantization import quantize, quantize_qat
+        >>> net = quantize_qat(M.Sequential(M.QuantStub(), M.Linear(4, 3), M.DequantStub()))
+        >>> x = Tensor(np.random.rand(2, 4).astype("float32")); _ = net(x)  # calibrate the observers
+        >>> net = quantize(net); net[1]
+        Quantized.Linear()
+        >>> net[1](net[0](x)).dtype, net(x).dtype
+        (dtype('int8'), dtype('float32'))
     """
     if not isinstance(module, Module):
         raise TypeError(f"quantize: expected a Module, got {type(module).__name__}")
@@ -172,7 +181,20 @@ def _qat_modules(module):
 
 
 def propagate_qconfig(module: Module, qconfig: QConfig):
-    """Give every QAT module under ``module`` new observers / fake-quant modules from ``qconfig``."""
+    """Give every QAT module under ``module`` new observers / fake-quant modules from ``qconfig``.
+
+    Args:
+        module: a model holding QAT modules.
+        qconfig: the :class:`~megxla.quantization.QConfig` whose factories make them.
+
+    Example:
+        >>> from megxla.quantization import min_max_fakequant_qconfig, propagate_qconfig, quantize_qat
+        >>> net = quantize_qat(M.Sequential(M.QuantStub(), M.Linear(4, 3), M.DequantStub()))
+        >>> type(net[1].act_observer).__name__
+        'ExponentialMovingAverageObserver'
+        >>> propagate_qconfig(net, min_max_fakequant_qconfig); type(net[1].act_observer).__name__
+        'MinMaxObserver'
+    """
     if not isinstance(qconfig, QConfig):
         raise TypeError(f"propagate_qconfig: qconfig must be a QConfig, got {qconfig!r}")
     with _all_or_nothing(module):
@@ -184,8 +206,22 @@ def reset_qconfig(module: Module, qconfig: QConfig, inplace: bool = True):
     r"""Swap the observers / fake-quant modules of a QAT model for ``qconfig``'s, carrying over the current
     quantization parameters (``set_qparams``) where the new modules accept them.
 
+    Args:
+        module: a QAT model.
+        qconfig: the :class:`~megxla.quantization.QConfig` whose factories make the new modules.
+        inplace: change ``module`` itself (else a deep copy).
+
     Returns:
         the model.
+
+    Example:
+        >>> from megxla.quantization import passive_qconfig, quantize_qat, reset_qconfig
+        >>> net = quantize_qat(M.Sequential(M.QuantStub(), M.Linear(4, 3), M.DequantStub()))
+        >>> _ = net(Tensor(np.ones((2, 4), "float32")))  # the EMA observer learns the input's range
+        >>> net = reset_qconfig(net, passive_qconfig); type(net[0].act_observer).__name__
+        'PassiveObserver'
+        >>> round(float(net[0].act_observer.scale), 5)  # 1 / 127.5, carried over
+        0.00784
     """
     if not inplace:
         module = deepcopy(module)
@@ -212,25 +248,74 @@ def reset_qconfig(module: Module, qconfig: QConfig, inplace: bool = True):
 
 
 def enable_observer(module: Module):
-    """Switch on every observer of a QAT model."""
+    """Switch on every observer of a QAT model.
+
+    Args:
+        module: a model holding QAT modules.
+
+    Example:
+        >>> from megxla.quantization import disable_observer, enable_observer, quantize_qat
+        >>> net = quantize_qat(M.Sequential(M.QuantStub(), M.Linear(4, 3), M.DequantStub()))
+        >>> disable_observer(net); net[1].weight_observer.enabled
+        False
+        >>> enable_observer(net); net[1].weight_observer.enabled
+        True
+    """
     for m in _qat_modules(module):
         m.set_observer(True)
 
 
 def disable_observer(module: Module):
-    """Freeze the statistics of every observer of a QAT model."""
+    """Freeze the statistics of every observer of a QAT model.
+
+    Args:
+        module: a model holding QAT modules.
+
+    Example:
+        >>> from megxla.quantization import disable_observer, quantize_qat
+        >>> net = quantize_qat(M.Sequential(M.QuantStub(), M.Linear(4, 3), M.DequantStub()))
+        >>> disable_observer(net)
+        >>> _ = net(Tensor(np.ones((2, 4), "float32")))  # the observers do not move
+        >>> net[0].act_observer.enabled, float(net[0].act_observer.max_val) < 0
+        (False, True)
+    """
     for m in _qat_modules(module):
         m.set_observer(False)
 
 
 def enable_fake_quant(module: Module):
-    """Switch on fake quantization in every QAT module."""
+    """Switch on fake quantization in every QAT module.
+
+    Args:
+        module: a model holding QAT modules.
+
+    Example:
+        >>> from megxla.quantization import disable_fake_quant, enable_fake_quant, quantize_qat
+        >>> net = quantize_qat(M.Sequential(M.QuantStub(), M.Linear(4, 3), M.DequantStub()))
+        >>> disable_fake_quant(net); net[1].act_fake_quant.enabled
+        False
+        >>> enable_fake_quant(net); net[1].act_fake_quant.enabled
+        True
+    """
     for m in _qat_modules(module):
         m.set_fake_quant(True)
 
 
 def disable_fake_quant(module: Module):
-    """Switch off fake quantization (QAT modules compute in float)."""
+    """Switch off fake quantization (QAT modules compute in float; observers still observe).
+
+    Args:
+        module: a model holding QAT modules.
+
+    Example:
+        >>> from megxla.quantization import disable_fake_quant, quantize_qat
+        >>> net = quantize_qat(M.Sequential(M.QuantStub()))
+        >>> x = Tensor([0.26, -1.0])
+        >>> net(x).numpy()
+        array([ 0.25882354, -0.9960785 ], dtype=float32)
+        >>> disable_fake_quant(net); net(x).numpy()
+        array([ 0.26, -1.  ], dtype=float32)
+    """
     for m in _qat_modules(module):
         m.set_fake_quant(False)
 
@@ -251,6 +336,17 @@ def apply_easy_quant(module: Module, data, start: float = 0.8, stop: float = 1.2
 
     Returns:
         the model.
+
+    Example:
+        >>> from megxla.quantization import apply_easy_quant, passive_qconfig, quantize_qat, reset_qconfig
+        >>> net = quantize_qat(M.Sequential(M.QuantStub(), M.Linear(4, 3), M.DequantStub()))
+        >>> x = Tensor(np.random.rand(8, 4).astype("float32")); _ = net(x)  # calibrate
+        >>> net = reset_qconfig(net, passive_qconfig)  # the scales found so far, held by PassiveObservers
+        >>> ob = net[1].act_observer; orig = float(ob.scale)
+        >>> net = apply_easy_quant(net, x, start=0.9, stop=1.1, num=11)
+        >>> ratio = float(ob.scale) / orig  # the best of 0.9, 0.92, ..., 1.1
+        >>> bool(np.isclose(ratio, np.linspace(0.9, 1.1, 11)).any())
+        True
     """
     batch = data.shape[0]
 

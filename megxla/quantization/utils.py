@@ -21,7 +21,15 @@ __all__ = ["register_method_to_class", "QuantMode", "QParams", "LSQParams", "QPa
 
 class QuantMode(Enum):
     """Quantization mode: symmetric (zero point 0) or asymmetric. (MegEngine's spelling, kept for
-    compatibility.)"""
+    compatibility.)
+
+    Example:
+        >>> from megxla.quantization import MinMaxObserver
+        >>> ob = MinMaxObserver(mode=QuantMode.ASYMMERTIC, dtype="quint8")
+        >>> _ = ob(Tensor([-1.0, 3.0]))
+        >>> qp = ob.get_qparams(); qp.mode, round(float(qp.scale), 4), float(qp.zero_point)
+        (<QuantMode.ASYMMERTIC: 2>, 0.0157, 64.0)
+    """
 
     SYMMERTIC = 1
     ASYMMERTIC = 2
@@ -74,7 +82,17 @@ class QParams:
 
 
 class LSQParams(QParams):
-    """:class:`QParams` with LSQ's gradient scale of the step size."""
+    """:class:`QParams` with LSQ's gradient scale of the step size.
+
+    Args:
+        mode, dtype_meta, scale, zero_point: as :class:`QParams`.
+        grad_scale: the factor applied to the step size's gradient.
+
+    Example:
+        >>> p = LSQParams(QuantMode.SYMMERTIC, "qint8", Tensor(0.5), None, Tensor(0.1))
+        >>> float(p.scale), float(p.grad_scale)
+        (0.5, 0.1...)
+    """
 
     __slots__ = ("mode", "dtype_meta", "scale", "zero_point", "grad_scale")
 
@@ -84,7 +102,15 @@ class LSQParams(QParams):
 
 
 class QParamsModuleMixin(abc.ABC):
-    """Modules that hold quantization parameters: ``get_qparams`` and the quantized dtype they imply."""
+    """Modules that hold quantization parameters: ``get_qparams`` and the quantized dtype they imply.
+
+    Example:
+        >>> from megxla.quantization import MinMaxObserver
+        >>> ob = MinMaxObserver(); isinstance(ob, QParamsModuleMixin)
+        True
+        >>> _ = ob(Tensor([-1.0, 2.54])); ob.get_quantized_dtype()
+        dtype('int8')
+    """
 
     def get_quantized_dtype(self):
         """The NumPy quantized dtype (with scale / zero point metadata) of :meth:`get_qparams`."""
@@ -224,6 +250,14 @@ def fake_quant_bias(bias: Tensor, inp: Tensor, w_qat: Tensor) -> Tensor:
 
     Returns:
         the fake-quantized bias.
+
+    Example:
+        >>> inp, w = Tensor([1.0]), Tensor([1.0])
+        >>> inp.qparams.update(create_qparams(QuantMode.SYMMERTIC, "qint8", Tensor(0.5)))
+        >>> w.qparams.update(create_qparams(QuantMode.SYMMERTIC, "qint8", Tensor(0.25)))
+        >>> b = fake_quant_bias(Tensor([0.3, 1.01]), inp, w)  # rounded to multiples of 0.5 * 0.25
+        >>> b.numpy(), b.qparams.dtype_meta.name
+        (array([0.25, 1.  ], dtype=float32), 'qint32')
     """
     if bias is None:
         return bias
