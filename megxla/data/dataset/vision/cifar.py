@@ -24,6 +24,19 @@ class CIFAR10(VisionDataset):
         download: fetch the archive from ``url_path`` when absent (MD5-checked); with ``False`` a missing
             archive raises ``FileNotFoundError``.
         timeout: download timeout in seconds.
+
+    Example:
+        >>> import os, pickle, tempfile
+        >>> from megxla.data.dataset import CIFAR10
+        >>> with tempfile.TemporaryDirectory() as root:
+        ...     os.makedirs(os.path.join(root, "cifar-10-batches-py"))
+        ...     for name in [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]:
+        ...         with open(os.path.join(root, "cifar-10-batches-py", name), "wb") as f:  # rows: R, G, B planes
+        ...             pickle.dump({b"data": np.zeros((2, 3 * 32 * 32), "uint8"), b"labels": [3, 8]}, f)
+        ...     ds = CIFAR10(root, train=True, download=False)
+        ...     image, label = ds[1]
+        >>> len(ds), image.shape, int(label)
+        (10, (32, 32, 3), 8)
     """
 
     url_path = "http://www.cs.utoronto.ca/~kriz/"
@@ -112,7 +125,24 @@ class CIFAR10(VisionDataset):
 
 class CIFAR100(CIFAR10):
     r"""CIFAR-100 read from ``root`` (``cifar-100-python`` or ``cifar-100-python.tar.gz``). Sample: ``(image
-    (32, 32, 3) uint8 BGR, fine label np.int32, coarse label np.int32)``. Arguments as :class:`CIFAR10`."""
+    (32, 32, 3) uint8 BGR, fine label np.int32, coarse label np.int32)``.
+
+    Args:
+        root, train, download, timeout: as :class:`CIFAR10` (default root ``~/.cache/megengine/CIFAR100``).
+
+    Example:
+        >>> import os, pickle, tempfile
+        >>> from megxla.data.dataset import CIFAR100
+        >>> with tempfile.TemporaryDirectory() as root:
+        ...     os.makedirs(os.path.join(root, "cifar-100-python"))
+        ...     with open(os.path.join(root, "cifar-100-python", "train"), "wb") as f:
+        ...         pickle.dump({b"data": np.zeros((2, 3 * 32 * 32), "uint8"), b"fine_labels": [5, 6],
+        ...                      b"coarse_labels": [1, 2]}, f)
+        ...     ds = CIFAR100(root, train=True, download=False)
+        ...     image, fine, coarse = ds[1]
+        >>> len(ds), image.shape, int(fine), int(coarse)
+        (2, (32, 32, 3), 6, 2)
+    """
 
     raw_file_name = "cifar-100-python.tar.gz"
     raw_file_md5 = "eb9058c3a382ffc7106e4002c42a8d85"

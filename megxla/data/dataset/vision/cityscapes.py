@@ -24,6 +24,21 @@ class Cityscapes(VisionDataset):
         image_set: ``"train"``, ``"val"`` or ``"test"`` (``"train_extra"`` with ``gtCoarse``).
         mode: ``"gtFine"`` or ``"gtCoarse"``.
         order: the sample layout.
+
+    Example:
+        >>> import os, tempfile, cv2
+        >>> from megxla.data.dataset import Cityscapes
+        >>> with tempfile.TemporaryDirectory() as root:
+        ...     image_dir, label_dir = (os.path.join(root, d, "train", "aachen") for d in ("leftImg8bit", "gtFine"))
+        ...     os.makedirs(image_dir); os.makedirs(label_dir)
+        ...     _ = cv2.imwrite(os.path.join(image_dir, "aachen_000000_000019_leftImg8bit.png"),
+        ...                     np.zeros((3, 4, 3), "uint8"))
+        ...     _ = cv2.imwrite(os.path.join(label_dir, "aachen_000000_000019_gtFine_labelIds.png"),
+        ...                     np.full((3, 4), 26, "uint8"))  # label id 26: car
+        ...     ds = Cityscapes(root, "train", "gtFine", order=("image", "mask"))
+        ...     image, mask = ds[0]
+        >>> len(ds), image.shape, mask.shape, int(mask[0, 0, 0]), ds.class_names[13]
+        (1, (3, 4, 3), (3, 4, 1), 13, 'car')
     """
 
     supported_order = ("image", "mask", "info")

@@ -55,6 +55,22 @@ class COCO(VisionDataset):
         remove_images_without_annotations: drop images without a valid annotation (crowd and empty boxes
             removed; see :func:`has_valid_annotation`).
         order: the sample layout.
+
+    Example:
+        >>> import json, os, tempfile, cv2
+        >>> from megxla.data.dataset import COCO
+        >>> with tempfile.TemporaryDirectory() as root:
+        ...     _ = cv2.imwrite(os.path.join(root, "1.jpg"), np.zeros((6, 8, 3), "uint8"))
+        ...     ann = {"images": [{"id": 1, "file_name": "1.jpg", "height": 6, "width": 8}],
+        ...            "annotations": [{"id": 1, "image_id": 1, "category_id": 18, "bbox": [1, 1, 3, 2],
+        ...                             "iscrowd": 0}],
+        ...            "categories": [{"id": 18, "name": "dog"}]}
+        ...     with open(os.path.join(root, "ann.json"), "w") as f:
+        ...         json.dump(ann, f)
+        ...     ds = COCO(root, os.path.join(root, "ann.json"), order=("image", "boxes", "boxes_category", "info"))
+        ...     image, boxes, category, info = ds[0]
+        >>> len(ds), image.shape, boxes, category, info
+        (1, (6, 8, 3), array([[1., 1., 4., 3.]], dtype=float32), array([1], dtype=int32), [6, 8, '1.jpg'])
     """
 
     supported_order = ("image", "boxes", "boxes_category", "keypoints", "polygons", "info")

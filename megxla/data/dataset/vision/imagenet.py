@@ -24,6 +24,18 @@ class ImageNet(ImageFolder):
         root: the ImageNet directory; default ``~/.cache/megengine/ImageNet`` (MegEngine's).
         train: the training split, else the validation split.
         kwargs: passed to :class:`ImageFolder` (``check_valid_func``, ``class_name``).
+
+    Example:
+        >>> import os, tempfile, cv2
+        >>> from megxla.data.dataset import ImageNet
+        >>> with tempfile.TemporaryDirectory() as root:
+        ...     for wnid in ("n01440764", "n01443537"):  # one image per class
+        ...         os.makedirs(os.path.join(root, "train", wnid))
+        ...         _ = cv2.imwrite(os.path.join(root, "train", wnid, "a.JPEG"), np.zeros((4, 6, 3), "uint8"))
+        ...     ds = ImageNet(root, train=True)
+        ...     image, label = ds[1]
+        >>> len(ds), image.shape, int(label)
+        (2, (4, 6, 3), 1)
     """
 
     raw_file_meta = {

@@ -52,6 +52,24 @@ class MNIST(VisionDataset):
         train: the 60,000 training images, else the 10,000 test images.
         download: fetch missing files from ``url_path`` (MD5-checked); a failed download names the URL and the
             target path. With ``False``, missing files raise ``FileNotFoundError``.
+
+    Example:
+        >>> import gzip, os, struct, tempfile
+        >>> from megxla.data.dataset import MNIST
+        >>> def idx(path, magic, a):  # MNIST's IDX format: a magic number, the dimensions, the bytes
+        ...     with gzip.open(path, "wb") as f:
+        ...         f.write(struct.pack(">i", magic) + b"".join(struct.pack(">i", d) for d in a.shape) + a.tobytes())
+        >>> with tempfile.TemporaryDirectory() as root:
+        ...     idx(os.path.join(root, "t10k-images-idx3-ubyte.gz"), 2051, np.zeros((3, 28, 28), "uint8"))
+        ...     idx(os.path.join(root, "t10k-labels-idx1-ubyte.gz"), 2049, np.array([7, 2, 1], "uint8"))
+        ...     ds = MNIST(root, train=False, download=False)
+        ...     image, label = ds[1]
+        >>> len(ds), image.shape, int(label)
+        (3, (28, 28, 1), 2)
+        >>> MNIST("/no/such/dir", download=False)
+        Traceback (most recent call last):
+        ...
+        megxla.data.dataset.vision.utils.DatasetFilesNotFoundError: MNIST: ... not found under '/no/such/dir'...
     """
 
     url_path = "https://megengine.oss-cn-hangzhou.aliyuncs.com/dataset/mnist/"

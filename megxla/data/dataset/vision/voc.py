@@ -27,6 +27,28 @@ class PascalVOC(VisionDataset):
     * ``"info"``: ``[height, width, id]``.
 
     Boxes and mask cannot be asked for together (they come from different splits).
+
+    Args:
+        root: the ``VOC2012``-style directory (``JPEGImages``, ``Annotations``, ``ImageSets``...).
+        image_set: the split's name (``"train"``, ``"val"``, ``"trainval"``, ``"train_aug"``...).
+        order: the sample layout.
+
+    Example:
+        >>> import os, tempfile, cv2
+        >>> from megxla.data.dataset import PascalVOC
+        >>> xml = ("<annotation><size><width>6</width><height>4</height></size><object><name>dog</name>"
+        ...        "<difficult>0</difficult><bndbox><xmin>1</xmin><ymin>1</ymin><xmax>3</xmax><ymax>3</ymax>"
+        ...        "</bndbox></object></annotation>")
+        >>> with tempfile.TemporaryDirectory() as root:
+        ...     for d in ("JPEGImages", "Annotations", "ImageSets/Main"):
+        ...         os.makedirs(os.path.join(root, d))
+        ...     _ = cv2.imwrite(os.path.join(root, "JPEGImages", "a.jpg"), np.zeros((4, 6, 3), "uint8"))
+        ...     _ = open(os.path.join(root, "Annotations", "a.xml"), "w").write(xml)
+        ...     _ = open(os.path.join(root, "ImageSets", "Main", "train.txt"), "w").write("a\n")
+        ...     ds = PascalVOC(root, "train", order=("image", "boxes", "boxes_category", "info"))
+        ...     image, boxes, category, info = ds[0]
+        >>> len(ds), image.shape, boxes, category, info
+        (1, (4, 6, 3), array([[1., 1., 3., 3.]], dtype=float32), array([12], dtype=int32), [4, 6, 'a'])
     """
 
     supported_order = ("image", "boxes", "boxes_category", "mask", "info")
