@@ -144,9 +144,29 @@ def cached_filename(url: str) -> str:
 def download_from_url(url: str, dst: str, timeout: float = None):
     """Download ``url`` (``http(s)://``, ``file://``) to the path ``dst``, atomically.
 
+    Args:
+        url: the source.
+        dst: the file to write (its directory is created); it appears only once the download is complete.
+        timeout: seconds before giving up (default ``$MEGXLA_HUB_TIMEOUT``).
+
     Raises:
         DownloadError: naming the URL, the destination and the cause (network error, HTTP status, timeout,
             truncated transfer).
+
+    Example:
+        >>> import os, pathlib, tempfile
+        >>> from megxla.hub import download_from_url
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     src = os.path.join(d, "weights.bin")
+        ...     with open(src, "wb") as f:
+        ...         _ = f.write(b"megxla")
+        ...     download_from_url(pathlib.Path(src).as_uri(), os.path.join(d, "copy", "weights.bin"))
+        ...     open(os.path.join(d, "copy", "weights.bin"), "rb").read()
+        b'megxla'
+        >>> download_from_url("file:///no/such/file", "/tmp/never_written")
+        Traceback (most recent call last):
+        ...
+        megxla.hub.exceptions.DownloadError: megxla.hub: could not download file:///no/such/file to ...
     """
     timeout = get_timeout() if timeout is None else timeout
     os.makedirs(os.path.dirname(os.path.abspath(dst)), exist_ok=True)

@@ -68,7 +68,7 @@ def _init_hub(repo_info, git_host, use_cache=True, commit=None, protocol=DEFAULT
 
 def import_module(repo_info: str, git_host: str = DEFAULT_GIT_HOST, use_cache: bool = True, commit: str = None,
                   protocol: str = DEFAULT_PROTOCOL):
-    """The ``hubconf`` module of a repository.
+    r"""The ``hubconf`` module of a repository.
 
     Args:
         repo_info: a local directory holding ``hubconf.py``, or ``"owner/name[:tag]"`` on ``git_host``.
@@ -79,19 +79,43 @@ def import_module(repo_info: str, git_host: str = DEFAULT_GIT_HOST, use_cache: b
 
     Returns:
         the executed ``hubconf.py`` module.
+
+    Example:
+        >>> import os, tempfile
+        >>> from megxla import hub
+        >>> HUBCONF = ('import megxla.module as M\n'
+        ...            'def tiny(n=2):\n    "A linear layer of n features."\n    return M.Linear(n, n)\n')
+        >>> with tempfile.TemporaryDirectory() as repo:  # a local repository: a directory with a hubconf.py
+        ...     with open(os.path.join(repo, "hubconf.py"), "w") as f:
+        ...         _ = f.write(HUBCONF)
+        ...     hubconf = hub.import_module(repo)
+        >>> hubconf.tiny(3)
+        Linear(in_features=3, out_features=3, bias=True)
     """
     return _init_hub(repo_info, git_host, use_cache, commit, protocol)
 
 
 def list(repo_info: str, git_host: str = DEFAULT_GIT_HOST, use_cache: bool = True, commit: str = None,
          protocol: str = DEFAULT_PROTOCOL) -> List[str]:
-    """Names of the entry points of a repository's ``hubconf.py``: its callables (defined or imported there)
+    r"""Names of the entry points of a repository's ``hubconf.py``: its callables (defined or imported there)
     whose names do not start with ``__``.
 
-    Args: see :func:`import_module`.
+    Args:
+        repo_info, git_host, use_cache, commit, protocol: as :func:`import_module`.
 
     Returns:
         sorted list of entry names.
+
+    Example:
+        >>> import os, tempfile
+        >>> from megxla import hub
+        >>> HUBCONF = ('import megxla.module as M\n'
+        ...            'def tiny(n=2):\n    "A linear layer of n features."\n    return M.Linear(n, n)\n')
+        >>> with tempfile.TemporaryDirectory() as repo:  # a local repository: a directory with a hubconf.py
+        ...     with open(os.path.join(repo, "hubconf.py"), "w") as f:
+        ...         _ = f.write(HUBCONF)
+        ...     hub.list(repo)
+        ['tiny']
     """
     hubmodule = _init_hub(repo_info, git_host, use_cache, commit, protocol)
     # MegEngine's rule: every callable attribute not starting with "__", so the classes and functions a
@@ -109,16 +133,32 @@ def _entry(hubmodule, entry):
 
 def help(repo_info: str, entry: str, git_host: str = DEFAULT_GIT_HOST, use_cache: bool = True, commit: str = None,
          protocol: str = DEFAULT_PROTOCOL) -> str:
-    """The docstring of the entry point ``entry``.
+    r"""The docstring of the entry point ``entry``.
 
-    Args: see :func:`import_module`; ``entry`` names the entry point.
+    Args:
+        repo_info, git_host, use_cache, commit, protocol: as :func:`import_module`.
+        entry: the entry point's name.
+
+    Returns:
+        its docstring.
+
+    Example:
+        >>> import os, tempfile
+        >>> from megxla import hub
+        >>> HUBCONF = ('import megxla.module as M\n'
+        ...            'def tiny(n=2):\n    "A linear layer of n features."\n    return M.Linear(n, n)\n')
+        >>> with tempfile.TemporaryDirectory() as repo:  # a local repository: a directory with a hubconf.py
+        ...     with open(os.path.join(repo, "hubconf.py"), "w") as f:
+        ...         _ = f.write(HUBCONF)
+        ...     hub.help(repo, "tiny")
+        'A linear layer of n features.'
     """
     return _entry(_init_hub(repo_info, git_host, use_cache, commit, protocol), entry).__doc__
 
 
 def load(repo_info: str, entry: str, *args, git_host: str = DEFAULT_GIT_HOST, use_cache: bool = True,
          commit: str = None, protocol: str = DEFAULT_PROTOCOL, **kwargs) -> Any:
-    """Call the entry point ``entry`` of a repository's ``hubconf.py`` with ``args`` / ``kwargs``.
+    r"""Call the entry point ``entry`` of a repository's ``hubconf.py`` with ``args`` / ``kwargs``.
 
     Args:
         repo_info: local directory or ``"owner/name[:tag]"`` (see :func:`import_module`).
@@ -127,6 +167,18 @@ def load(repo_info: str, entry: str, *args, git_host: str = DEFAULT_GIT_HOST, us
 
     Returns:
         what the entry returns (usually a module).
+
+    Example:
+        >>> import os, tempfile
+        >>> from megxla import hub
+        >>> HUBCONF = ('import megxla.module as M\n'
+        ...            'def tiny(n=2):\n    "A linear layer of n features."\n    return M.Linear(n, n)\n')
+        >>> with tempfile.TemporaryDirectory() as repo:  # a local repository: a directory with a hubconf.py
+        ...     with open(os.path.join(repo, "hubconf.py"), "w") as f:
+        ...         _ = f.write(HUBCONF)
+        ...     model = hub.load(repo, "tiny", n=4)
+        >>> model(mge.Tensor(np.ones((1, 4), "float32"))).shape
+        (1, 4)
     """
     return _entry(_init_hub(repo_info, git_host, use_cache, commit, protocol), entry)(*args, **kwargs)
 
@@ -155,6 +207,18 @@ def load_serialized_obj_from_url(url: str, model_dir=None) -> Any:
 
     Returns:
         the deserialized object (e.g. a state dict).
+
+    Example:
+        >>> import os, pathlib, tempfile
+        >>> from megxla import hub
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     path = os.path.join(d, "tiny.pkl"); mge.save({"w": np.ones(2, "float32")}, path)
+        ...     url = pathlib.Path(path).as_uri()  # file:///...: copied into the cache as a download would be
+        ...     state = hub.load_serialized_obj_from_url(url, model_dir=os.path.join(d, "cache"))
+        ...     sorted(os.listdir(os.path.join(d, "cache")))
+        ['..._tiny.pkl']
+        >>> state
+        {'w': array([1., 1.], dtype=float32)}
     """
     from .._serialization import load as _load
     local = _local_path(url)

@@ -86,7 +86,8 @@ class ConvBn2d(_ConvBnQAT, _conv_bn.ConvBn2d):
     Example:
         >>> from megxla.module import qat
         >>> from megxla.quantization import ema_fakequant_qconfig
-        >>> m = qat.ConvBn2d.from_float_module(M.ConvBn2d(2, 3, 3, padding=1)); m.set_qconfig(ema_fakequant_qconfig)
+        >>> m = qat.ConvBn2d.from_float_module(M.ConvBn2d(2, 3, 3, padding=1))
+        >>> m.set_qconfig(ema_fakequant_qconfig)
         >>> y = m(mge.Tensor(np.random.rand(2, 2, 4, 4).astype("float32")))
         >>> y.shape
         (2, 3, 4, 4)
@@ -108,7 +109,8 @@ class ConvBnRelu2d(_ConvBnQAT, _conv_bn.ConvBnRelu2d):
     Example:
         >>> from megxla.module import qat
         >>> from megxla.quantization import ema_fakequant_qconfig
-        >>> m = qat.ConvBnRelu2d.from_float_module(M.ConvBnRelu2d(2, 3, 3, padding=1)); m.set_qconfig(ema_fakequant_qconfig)
+        >>> m = qat.ConvBnRelu2d.from_float_module(M.ConvBnRelu2d(2, 3, 3, padding=1))
+        >>> m.set_qconfig(ema_fakequant_qconfig)
         >>> y = m(mge.Tensor(np.random.rand(2, 2, 4, 4).astype("float32")))
         >>> y.shape, bool((y.numpy() >= 0).all())
         ((2, 3, 4, 4), True)
@@ -141,15 +143,16 @@ class ConvTransposeBn2d(_ConvTransposeBnQAT, _conv_bn.ConvTransposeBn2d):
     """QAT :class:`~megxla.module.ConvTransposeBn2d`: the BatchNorm folded into the fake-quantized weight.
 
     Args:
-        in_channels, out_channels, kernel_size, stride, padding, output_padding, dilation, groups, bias, conv_mode, compute_mode,
-        eps, momentum, affine, track_running_stats: as :class:`~megxla.module.ConvTransposeBn2d`; usually built by
-        :meth:`from_float_module` (sharing the float module's parameters and BatchNorm) or
-        :func:`~megxla.quantization.quantize_qat`.
+        in_channels, out_channels, kernel_size, stride, padding, output_padding, dilation, groups, bias,
+        conv_mode, compute_mode, eps, momentum, affine, track_running_stats: as
+        :class:`~megxla.module.ConvTransposeBn2d`; usually built by :meth:`from_float_module` (sharing the float
+        module's parameters and BatchNorm) or :func:`~megxla.quantization.quantize_qat`.
 
     Example:
         >>> from megxla.module import qat
         >>> from megxla.quantization import ema_fakequant_qconfig
-        >>> m = qat.ConvTransposeBn2d.from_float_module(M.ConvTransposeBn2d(2, 3, 2, stride=2)); m.set_qconfig(ema_fakequant_qconfig)
+        >>> m = qat.ConvTransposeBn2d.from_float_module(M.ConvTransposeBn2d(2, 3, 2, stride=2))
+        >>> m.set_qconfig(ema_fakequant_qconfig)
         >>> y = m(mge.Tensor(np.random.rand(2, 2, 4, 4).astype("float32")))
         >>> y.shape
         (2, 3, 8, 8)
@@ -163,15 +166,16 @@ class ConvTransposeBnRelu2d(_ConvTransposeBnQAT, _conv_bn.ConvTransposeBnRelu2d)
     """QAT :class:`~megxla.module.ConvTransposeBnRelu2d`: :class:`ConvTransposeBn2d` followed by ReLU.
 
     Args:
-        in_channels, out_channels, kernel_size, stride, padding, output_padding, dilation, groups, bias, conv_mode, compute_mode,
-        eps, momentum, affine, track_running_stats: as :class:`~megxla.module.ConvTransposeBn2d`; usually built by
-        :meth:`from_float_module` (sharing the float module's parameters and BatchNorm) or
-        :func:`~megxla.quantization.quantize_qat`.
+        in_channels, out_channels, kernel_size, stride, padding, output_padding, dilation, groups, bias,
+        conv_mode, compute_mode, eps, momentum, affine, track_running_stats: as
+        :class:`~megxla.module.ConvTransposeBn2d`; usually built by :meth:`from_float_module` (sharing the float
+        module's parameters and BatchNorm) or :func:`~megxla.quantization.quantize_qat`.
 
     Example:
         >>> from megxla.module import qat
         >>> from megxla.quantization import ema_fakequant_qconfig
-        >>> m = qat.ConvTransposeBnRelu2d.from_float_module(M.ConvTransposeBnRelu2d(2, 3, 2, stride=2)); m.set_qconfig(ema_fakequant_qconfig)
+        >>> m = qat.ConvTransposeBnRelu2d.from_float_module(M.ConvTransposeBnRelu2d(2, 3, 2, stride=2))
+        >>> m.set_qconfig(ema_fakequant_qconfig)
         >>> y = m(mge.Tensor(np.random.rand(2, 2, 4, 4).astype("float32")))
         >>> y.shape, bool((y.numpy() >= 0).all())
         ((2, 3, 8, 8), True)
@@ -210,7 +214,8 @@ class LinearBn1d(_LinearBnQAT, _linear_bn.LinearBn1d):
     Example:
         >>> from megxla.module import qat
         >>> from megxla.quantization import ema_fakequant_qconfig
-        >>> m = qat.LinearBn1d.from_float_module(M.LinearBn1d(4, 3)); m.set_qconfig(ema_fakequant_qconfig)
+        >>> m = qat.LinearBn1d.from_float_module(M.LinearBn1d(4, 3))
+        >>> m.set_qconfig(ema_fakequant_qconfig)
         >>> y = m(mge.Tensor(np.random.rand(5, 4).astype("float32")))
         >>> y.shape
         (5, 3)
@@ -231,7 +236,8 @@ class LinearBnRelu1d(_LinearBnQAT, _linear_bn.LinearBnRelu1d):
     Example:
         >>> from megxla.module import qat
         >>> from megxla.quantization import ema_fakequant_qconfig
-        >>> m = qat.LinearBnRelu1d.from_float_module(M.LinearBnRelu1d(4, 3)); m.set_qconfig(ema_fakequant_qconfig)
+        >>> m = qat.LinearBnRelu1d.from_float_module(M.LinearBnRelu1d(4, 3))
+        >>> m.set_qconfig(ema_fakequant_qconfig)
         >>> y = m(mge.Tensor(np.random.rand(5, 4).astype("float32")))
         >>> y.shape, bool((y.numpy() >= 0).all())
         ((5, 3), True)

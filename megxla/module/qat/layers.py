@@ -32,7 +32,8 @@ class Conv2d(_conv.Conv2d, QATModule):
     Example:
         >>> from megxla.module import qat
         >>> from megxla.quantization import ema_fakequant_qconfig
-        >>> m = qat.Conv2d.from_float_module(M.Conv2d(2, 3, 3, padding=1)); m.set_qconfig(ema_fakequant_qconfig)
+        >>> m = qat.Conv2d.from_float_module(M.Conv2d(2, 3, 3, padding=1))
+        >>> m.set_qconfig(ema_fakequant_qconfig)
         >>> y = m(mge.Tensor(np.random.rand(1, 2, 4, 4).astype("float32")))
         >>> y.shape
         (1, 3, 4, 4)
@@ -64,7 +65,8 @@ class ConvRelu2d(Conv2d):
     Example:
         >>> from megxla.module import qat
         >>> from megxla.quantization import ema_fakequant_qconfig
-        >>> m = qat.ConvRelu2d.from_float_module(M.ConvRelu2d(2, 3, 1)); m.set_qconfig(ema_fakequant_qconfig)
+        >>> m = qat.ConvRelu2d.from_float_module(M.ConvRelu2d(2, 3, 1))
+        >>> m.set_qconfig(ema_fakequant_qconfig)
         >>> y = m(mge.Tensor(np.random.rand(1, 2, 4, 4).astype("float32")))
         >>> y.shape, bool((y.numpy() >= 0).all())
         ((1, 3, 4, 4), True)
@@ -86,7 +88,8 @@ class ConvTranspose2d(_conv.ConvTranspose2d, QATModule):
     Example:
         >>> from megxla.module import qat
         >>> from megxla.quantization import ema_fakequant_qconfig
-        >>> m = qat.ConvTranspose2d.from_float_module(M.ConvTranspose2d(2, 3, 2, stride=2)); m.set_qconfig(ema_fakequant_qconfig)
+        >>> m = qat.ConvTranspose2d.from_float_module(M.ConvTranspose2d(2, 3, 2, stride=2))
+        >>> m.set_qconfig(ema_fakequant_qconfig)
         >>> y = m(mge.Tensor(np.random.rand(1, 2, 4, 4).astype("float32")))
         >>> y.shape
         (1, 3, 8, 8)
@@ -118,7 +121,8 @@ class ConvTransposeRelu2d(ConvTranspose2d):
     Example:
         >>> from megxla.module import qat
         >>> from megxla.quantization import ema_fakequant_qconfig
-        >>> m = qat.ConvTransposeRelu2d.from_float_module(M.ConvTransposeRelu2d(2, 3, 2, stride=2)); m.set_qconfig(ema_fakequant_qconfig)
+        >>> m = qat.ConvTransposeRelu2d.from_float_module(M.ConvTransposeRelu2d(2, 3, 2, stride=2))
+        >>> m.set_qconfig(ema_fakequant_qconfig)
         >>> y = m(mge.Tensor(np.random.rand(1, 2, 4, 4).astype("float32")))
         >>> y.shape, bool((y.numpy() >= 0).all())
         ((1, 3, 8, 8), True)
@@ -139,7 +143,8 @@ class Linear(_linear.Linear, QATModule):
     Example:
         >>> from megxla.module import qat
         >>> from megxla.quantization import ema_fakequant_qconfig
-        >>> m = qat.Linear.from_float_module(M.Linear(4, 3)); m.set_qconfig(ema_fakequant_qconfig)
+        >>> m = qat.Linear.from_float_module(M.Linear(4, 3))
+        >>> m.set_qconfig(ema_fakequant_qconfig)
         >>> y = m(mge.Tensor(np.random.rand(2, 4).astype("float32")))
         >>> y.shape
         (2, 3)
@@ -170,7 +175,8 @@ class LinearRelu(Linear):
     Example:
         >>> from megxla.module import qat
         >>> from megxla.quantization import ema_fakequant_qconfig
-        >>> m = qat.LinearRelu.from_float_module(M.LinearRelu(4, 3)); m.set_qconfig(ema_fakequant_qconfig)
+        >>> m = qat.LinearRelu.from_float_module(M.LinearRelu(4, 3))
+        >>> m.set_qconfig(ema_fakequant_qconfig)
         >>> y = m(mge.Tensor(np.random.rand(2, 4).astype("float32")))
         >>> y.shape, bool((y.numpy() >= 0).all())
         ((2, 3), True)
@@ -189,7 +195,8 @@ class Elemwise(_elemwise.Elemwise, QATModule):
     Example:
         >>> from megxla.module import qat
         >>> from megxla.quantization import ema_fakequant_qconfig
-        >>> m = qat.Elemwise.from_float_module(M.Elemwise("add")); m.set_qconfig(ema_fakequant_qconfig)
+        >>> m = qat.Elemwise.from_float_module(M.Elemwise("add"))
+        >>> m.set_qconfig(ema_fakequant_qconfig)
         >>> x = mge.Tensor([[0.5, -1.0]])
         >>> m(x, x).numpy()
         array([[ 1.0039216, -1.992157 ]], dtype=float32)
@@ -213,7 +220,8 @@ class Concat(_concat.Concat, QATModule):
     Example:
         >>> from megxla.module import qat
         >>> from megxla.quantization import ema_fakequant_qconfig
-        >>> m = qat.Concat.from_float_module(M.Concat()); m.set_qconfig(ema_fakequant_qconfig)
+        >>> m = qat.Concat.from_float_module(M.Concat())
+        >>> m.set_qconfig(ema_fakequant_qconfig)
         >>> m([mge.Tensor(np.ones((2, 3), "float32")), mge.Tensor(np.zeros((2, 1), "float32"))], axis=1).shape
         (2, 4)
     """

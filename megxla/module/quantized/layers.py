@@ -482,7 +482,8 @@ class BatchMatMulActivation(_FloatCompute):
 
     Example:
         >>> from megxla.quantization import quantize, quantize_qat
-        >>> net = quantize_qat(M.Sequential(M.QuantStub(), M.BatchMatMulActivation(2, 3, 4, nonlinear_mode="relu"), M.DequantStub()))
+        >>> bmm = M.BatchMatMulActivation(2, 3, 4, nonlinear_mode="relu")
+        >>> net = quantize_qat(M.Sequential(M.QuantStub(), bmm, M.DequantStub()))
         >>> x = mge.Tensor(np.random.rand(2, 3, 4).astype("float32")); _ = net(x)  # calibrate the observers
         >>> net = quantize(net); net[1]
         Quantized.BatchMatMulActivation(...)

@@ -30,7 +30,8 @@ class Objects365(COCO):
         ...            "categories": [{"id": 18, "name": "dog"}]}
         ...     with open(os.path.join(root, "ann.json"), "w") as f:
         ...         json.dump(ann, f)
-        ...     ds = Objects365(root, os.path.join(root, "ann.json"), order=("image", "boxes", "boxes_category", "info"))
+        ...     ds = Objects365(root, os.path.join(root, "ann.json"),
+        ...             order=("image", "boxes", "boxes_category", "info"))
         ...     image, boxes, category, info = ds[0]
         >>> len(ds), image.shape, boxes, category, info
         (1, (6, 8, 3), array([[1., 1., 4., 3.]], dtype=float32), array([1], dtype=int32), [6, 8, '1.jpg'])
