@@ -35,22 +35,50 @@ def gpus_without_a_backend():
 
 
 def is_cuda_available() -> bool:
-    """True if JAX sees a CUDA GPU."""
+    """Whether a CUDA GPU can be used (JAX sees one).
+
+    Returns:
+        True where JAX's GPU backend has a CUDA device, else False.
+
+    Example:
+        >>> device = "gpu0" if mge.is_cuda_available() else "cpu0"
+        >>> mge.Tensor([1.0, 2.0], device=device).numpy()
+        array([1., 2.], dtype=float32)
+    """
     return any(d.platform in ("gpu", "cuda") for d in _gpus())
 
 
 def is_rocm_available() -> bool:
-    """True if JAX sees a ROCm GPU."""
+    """Whether an AMD GPU can be used (JAX sees a ROCm device).
+
+    Returns:
+        True where JAX's GPU backend is ROCm's and has a device, else False.
+
+    Example:
+        >>> import megxla.device as device
+        >>> device.is_rocm_available() == (device.what_is_xpu() == "rocm")
+        True
+    """
     return any(d.platform == "rocm" for d in _gpus())
 
 
 def is_atlas_available() -> bool:
-    """Atlas NPUs are not supported by JAX: always False."""
+    """Whether an Atlas NPU can be used: JAX has no Atlas backend, so always False.
+
+    Example:
+        >>> mge.device.is_atlas_available()
+        False
+    """
     return False
 
 
 def is_cambricon_available() -> bool:
-    """Cambricon MLUs are not supported by JAX: always False."""
+    """Whether a Cambricon MLU can be used: JAX has no Cambricon backend, so always False.
+
+    Example:
+        >>> mge.device.is_cambricon_available()
+        False
+    """
     return False
 
 
@@ -70,7 +98,20 @@ def get_device_count(device_type: str = "xpu") -> int:
 
 
 def get_cuda_compute_capability(device: int, device_type=None) -> int:
-    """Compute capability as an int (e.g. 90 for sm_90); 0 without a GPU."""
+    """The compute capability of a GPU as an int (e.g. 90 for sm_90).
+
+    Args:
+        device: the GPU's index.
+        device_type: accepted for MegEngine compatibility.
+
+    Returns:
+        the capability, 0 where there is no such GPU.
+
+    Example:
+        >>> cc = mge.device.get_cuda_compute_capability(0)
+        >>> cc == 0 if not mge.is_cuda_available() else cc >= 50  # 0 on a machine without a GPU
+        True
+    """
     gpus = _gpus()
     if device >= len(gpus):
         return 0
@@ -79,7 +120,20 @@ def get_cuda_compute_capability(device: int, device_type=None) -> int:
 
 
 def get_cuda_device_property(device: int, device_type=None):
-    """A short description of a GPU (its JAX device kind)."""
+    """A short description of a GPU (its JAX device kind, e.g. ``"NVIDIA H100 80GB HBM3"``).
+
+    Args:
+        device: the GPU's index.
+        device_type: accepted for MegEngine compatibility.
+
+    Returns:
+        the description, None where there is no such GPU.
+
+    Example:
+        >>> prop = mge.device.get_cuda_device_property(0)
+        >>> prop is None if not mge.is_cuda_available() else isinstance(prop, str)  # None without a GPU
+        True
+    """
     gpus = _gpus()
     return gpus[device].device_kind if device < len(gpus) else None
 
@@ -93,61 +147,173 @@ def _stats(device):
 
 
 def get_allocated_memory(device=None):
-    """Bytes currently allocated on the device (0 where the backend does not report it)."""
+    """Bytes currently allocated on the device (0 where the backend does not report it, as the CPU's).
+
+    Args:
+        device: accepted for MegEngine compatibility (the default device is queried).
+
+    Returns:
+        the number of bytes.
+
+    Example:
+        >>> x = mge.Tensor(np.ones((256, 256), "float32"))
+        >>> used = mge.device.get_allocated_memory()
+        >>> used == 0 if mge.device.what_is_xpu() == "cpu" else used >= x.nbytes
+        True
+    """
     return _stats(device).get("bytes_in_use", 0)
 
 
 def get_max_allocated_memory(device=None):
-    """Peak bytes allocated on the device."""
+    """Peak bytes allocated on the device (0 where the backend does not report it, as the CPU's).
+
+    Args:
+        device: accepted for MegEngine compatibility (the default device is queried).
+
+    Returns:
+        the number of bytes.
+
+    Example:
+        >>> import megxla.device as device
+        >>> device.get_max_allocated_memory() >= device.get_allocated_memory()
+        True
+    """
     return _stats(device).get("peak_bytes_in_use", 0)
 
 
 def get_reserved_memory(device=None):
-    """Bytes reserved by the allocator."""
+    """Bytes reserved by the allocator (those in use where it does not say; 0 where the backend does not
+    report memory, as the CPU's).
+
+    Args:
+        device: accepted for MegEngine compatibility (the default device is queried).
+
+    Returns:
+        the number of bytes.
+
+    Example:
+        >>> import megxla.device as device
+        >>> device.get_reserved_memory() >= device.get_allocated_memory()
+        True
+    """
     return _stats(device).get("bytes_reserved", _stats(device).get("bytes_in_use", 0))
 
 
 def get_max_reserved_memory(device=None):
-    """Peak bytes reserved by the allocator."""
+    """Peak bytes reserved by the allocator (0 where the backend does not report memory, as the CPU's).
+
+    Args:
+        device: accepted for MegEngine compatibility (the default device is queried).
+
+    Returns:
+        the number of bytes.
+
+    Example:
+        >>> import megxla.device as device
+        >>> device.get_max_reserved_memory() >= device.get_reserved_memory()
+        True
+    """
     return _stats(device).get("peak_bytes_reserved", _stats(device).get("peak_bytes_in_use", 0))
 
 
 def get_mem_status_bytes(device=None):
-    """``(total, free)`` bytes on the device."""
+    """``(total, free)`` bytes of the device's memory, ``(0, 0)`` where the backend does not report it (the CPU's).
+
+    Args:
+        device: accepted for MegEngine compatibility (the default device is queried).
+
+    Returns:
+        a tuple ``(total, free)``.
+
+    Example:
+        >>> total, free = mge.device.get_mem_status_bytes()
+        >>> 0 <= free <= total
+        True
+    """
     s = _stats(device)
     total = s.get("bytes_limit", 0)
     return total, total - s.get("bytes_in_use", 0)
 
 
 def reset_max_memory_stats(device=None):
-    """XLA keeps its own peak statistics; nothing to reset."""
+    """Reset the peak memory statistics: XLA keeps its own and offers no reset, so this does nothing.
+
+    Args:
+        device: accepted for MegEngine compatibility.
+
+    Example:
+        >>> import megxla.device as device
+        >>> device.reset_max_memory_stats()
+        >>> device.get_max_allocated_memory() >= device.get_allocated_memory()
+        True
+    """
 
 
 def coalesce_free_memory():
-    """XLA's allocator manages fragmentation itself; nothing to do."""
+    """Defragment the device's free memory: XLA's allocator manages fragmentation itself, so this does nothing.
+
+    Example:
+        >>> mge.device.coalesce_free_memory()
+    """
 
 
 def set_prealloc_config(alignment=1, min_req=32 * 1024 * 1024, max_overhead=0, growth_factor=2.0, device_type=None):
-    """XLA's allocator is configured by XLA_PYTHON_CLIENT_* variables before start-up; accepted and ignored."""
+    """Configure the allocator's pre-allocation: XLA's allocator is configured by the ``XLA_PYTHON_CLIENT_*``
+    environment variables before start-up, so the arguments are accepted and ignored.
+
+    Args:
+        alignment, min_req, max_overhead, growth_factor, device_type: MegEngine's settings (ignored).
+
+    Example:
+        >>> mge.device.set_prealloc_config(alignment=1, min_req=32 * 1024 * 1024, growth_factor=2.0)
+    """
 
 
 def get_cuda_version():
-    """The CUDA version JAX was built against, or None."""
+    """The CUDA version of JAX's GPU backend.
+
+    Returns:
+        its version string where a CUDA GPU is used, else None.
+
+    Example:
+        >>> v = mge.device.get_cuda_version()
+        >>> v is None if not mge.is_cuda_available() else isinstance(v, str)  # None without a CUDA GPU
+        True
+    """
     return _backend_version() if is_cuda_available() else None
 
 
 def get_cudnn_version():
-    """cuDNN version, or None (not exposed by JAX)."""
+    """The cuDNN version: JAX does not expose it, so None.
+
+    Example:
+        >>> print(mge.device.get_cudnn_version())
+        None
+    """
     return None
 
 
 def get_cuda_driver_version():
-    """CUDA driver version, or None."""
+    """The CUDA driver version, as JAX's GPU backend reports it.
+
+    Returns:
+        its version string where a CUDA GPU is used, else None.
+
+    Example:
+        >>> v = mge.device.get_cuda_driver_version()
+        >>> v is None if not mge.is_cuda_available() else isinstance(v, str)  # None without a CUDA GPU
+        True
+    """
     return _backend_version() if is_cuda_available() else None
 
 
 def get_tensorrt_version():
-    """TensorRT is not used by megxla: None."""
+    """The TensorRT version: megxla does not use TensorRT, so None.
+
+    Example:
+        >>> print(mge.device.get_tensorrt_version())
+        None
+    """
     return None
 
 

@@ -762,7 +762,24 @@ def _rebuild(cls, array, name, device=None):
 
 
 class Parameter(Tensor):
-    """A Tensor that is a trainable parameter of a Module (found by ``Module.parameters()``)."""
+    """A Tensor that is a trainable parameter of a Module (found by ``Module.parameters()``).
+
+    Args:
+        data, dtype, device, name: as :class:`Tensor`.
+
+    Example:
+        >>> class Scale(M.Module):
+        ...     def __init__(self):
+        ...         super().__init__()
+        ...         self.k = mge.Parameter([2.0])   # found by parameters(), updated by optimizers
+        ...         self.offset = mge.Tensor([1.0])  # a plain Tensor: a buffer, not trained
+        ...     def forward(self, x):
+        ...         return x * self.k + self.offset
+        >>> m = Scale(); [type(p).__name__ for p in m.parameters()], m(mge.Tensor([3.0])).numpy()
+        (['Parameter'], array([7.], dtype=float32))
+        >>> mge.Parameter([1.0, 2.0])
+        Parameter([1. 2.], device=xpux:0)
+    """
 
     __slots__ = ()
 
