@@ -29,13 +29,27 @@ _all_loggers = []
 
 
 class MegEngineLogFormatter(logging.Formatter):
-    """MegEngine's log formatter: ``date [level] message`` on the console (the date green, warnings and errors
+    r"""MegEngine's log formatter: ``date [level] message`` on the console (the date green, warnings and errors
     tagged and coloured when the stream is a terminal), and, once :func:`set_log_file` named a file, each record
     also written there as ``[date line@file:logger] [level] message``.
 
     NOTE: the file is written here, in ``format``, not by a handler of its own, as MegEngine does: every logger
     formatted by this class writes to it, also the loggers made after ``set_log_file`` (a script's
     ``set_log_file("log.txt")`` then ``logger = get_logger(__name__)``).
+
+    Args:
+        fmt, datefmt, style, validate, defaults: as :class:`logging.Formatter` (the date defaults to
+            ``%d %H:%M:%S``).
+        color: colour the console lines (default: when stderr is a terminal).
+
+    Example:
+        >>> import io, logging
+        >>> stream = io.StringIO(); handler = logging.StreamHandler(stream)
+        >>> handler.setFormatter(MegEngineLogFormatter(color=False))
+        >>> log = logging.getLogger("megxla.doc.formatter"); log.addHandler(handler); log.propagate = False
+        >>> log.warning("disk almost full")
+        >>> day, time, message = stream.getvalue().split(" ", 2); message  # "31 12:00:00 WRN disk almost full"
+        'WRN disk almost full\n'
     """
 
     log_fout = None
@@ -96,7 +110,20 @@ class MegEngineLogFormatter(logging.Formatter):
 
 
 class MegBrainLogFormatter(MegEngineLogFormatter):
-    """The formatter MegEngine uses for its C++ engine's messages (here: JAX/XLA's), tagged ``mgb``."""
+    r"""The formatter MegEngine uses for its C++ engine's messages (here: JAX/XLA's), tagged ``mgb``.
+
+    Args:
+        fmt, datefmt, style, validate, defaults, color: as :class:`MegEngineLogFormatter`.
+
+    Example:
+        >>> import io, logging
+        >>> stream = io.StringIO(); handler = logging.StreamHandler(stream)
+        >>> handler.setFormatter(MegBrainLogFormatter(color=False))
+        >>> log = logging.getLogger("megxla.doc.mgb"); log.addHandler(handler); log.propagate = False
+        >>> log.setLevel(logging.INFO); log.info("compiled")
+        >>> stream.getvalue().split(" ", 1)[1]  # "31 12:00:00[mgb] compiled"
+        '...[mgb] compiled\n'
+    """
 
     date = "%(asctime)s[mgb] "  # (MegEngine's: the date, tagged, in yellow)
     date_color = "33"
@@ -179,7 +206,16 @@ def set_log_file(fout, mode="a"):
 
 
 def enable_debug_log():
-    """Log everything (DEBUG level), megxla's loggers and JAX's."""
+    """Log everything (DEBUG level), megxla's loggers and JAX's.
+
+    Example:
+        >>> import logging
+        >>> old, old_mgb = set_log_level("INFO"), set_mgb_log_level("INFO")  # (to restore below)
+        >>> enable_debug_log()
+        >>> get_logger("megxla.doc.debug").level == logging.DEBUG, logging.getLogger("jax").level == logging.DEBUG
+        (True, True)
+        >>> _ = set_log_level(old), set_mgb_log_level(old_mgb)
+    """
     set_log_level(logging.DEBUG)
     set_mgb_log_level(logging.DEBUG)
 
@@ -189,6 +225,16 @@ def set_mgb_log_level(level):
 
     Args:
         level: a :mod:`logging` level or name (MegEngine's ``"DEBUG"``, ``"INFO"``, ``"WARNING"``, ``"ERROR"``).
+
+    Returns:
+        the previous level.
+
+    Example:
+        >>> import logging
+        >>> old = set_mgb_log_level("ERROR")
+        >>> logging.getLogger("jax").level == logging.ERROR
+        True
+        >>> _ = set_mgb_log_level(old)
     """
     if isinstance(level, str):
         name = level.upper()
@@ -203,7 +249,20 @@ def set_mgb_log_level(level):
 
 @contextlib.contextmanager
 def replace_mgb_log_level(level):
-    """Context manager: the engine's log level is ``level`` inside, restored on exit."""
+    """Context manager: the engine's log level is ``level`` inside, restored on exit.
+
+    Args:
+        level: a :mod:`logging` level or name, as :func:`set_mgb_log_level`.
+
+    Example:
+        >>> import logging
+        >>> before = logging.getLogger("jax").level
+        >>> with replace_mgb_log_level("ERROR"):
+        ...     logging.getLogger("jax").level == logging.ERROR
+        True
+        >>> logging.getLogger("jax").level == before
+        True
+    """
     old = set_mgb_log_level(level)
     try:
         yield
