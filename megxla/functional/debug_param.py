@@ -17,7 +17,16 @@ __all__ = ["Strategy", "get_execution_strategy", "set_execution_strategy"]
 
 
 class Strategy(enum.IntFlag):
-    """MegEngine's algorithm-selection flags (combinable with ``|``)."""
+    """MegEngine's algorithm-selection flags (combinable with ``|``): ``HEURISTIC`` or ``PROFILE`` picks the
+    kernels, ``REPRODUCIBLE`` asks for deterministic ones (``OPTIMIZED``: MegEngine's, kept for its code).
+
+    Example:
+        >>> from megxla.functional.debug_param import Strategy, get_execution_strategy, set_execution_strategy
+        >>> set_execution_strategy(Strategy.PROFILE | Strategy.REPRODUCIBLE)
+        >>> s = get_execution_strategy(); Strategy.REPRODUCIBLE in s, Strategy.HEURISTIC in s
+        (True, False)
+        >>> set_execution_strategy("HEURISTIC")
+    """
     HEURISTIC = 1
     PROFILE = 2
     REPRODUCIBLE = 4

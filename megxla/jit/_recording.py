@@ -25,7 +25,21 @@ from ..core._elemwise_front import SCALAR_VIDS
 
 
 class TraceError(RuntimeError):
-    """A traced function did something its recording cannot represent, or differs from its recording."""
+    """A traced function did something its recording cannot represent, or differs from its recording (MegEngine's
+    ``megengine.jit.TraceError``, with its messages).
+
+    Example:
+        >>> from megxla.jit import TraceError, trace
+        >>> use_exp = True  # Python state the trace cannot see: the recording is replayed
+        >>> f = trace(lambda x: F.exp(x) if use_exp else F.log(x))
+        >>> x = mge.Tensor([1.0]); _ = f(x)
+        >>> use_exp = False
+        >>> f(x)
+        Traceback (most recent call last):
+        ...
+        megxla.jit._recording.TraceError: trace error because operator mismatch
+        trace: the call differs from its recording: operator mismatch at op #0: recorded exp, got log
+    """
 
 
 class Recording:

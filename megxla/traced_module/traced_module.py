@@ -49,6 +49,22 @@ class TracedModule(Module):
         argdef_graph_map: argument structure (a TreeDef of ``(args, kwargs)``) -> its graph.
         argdef_outdef_map: argument structure -> the TreeDef of the result.
         is_qat: whether the module is a QAT module.
+
+    Example:
+        >>> from megxla.traced_module import trace_module
+        >>> net = M.Sequential(M.Linear(4, 3), M.ReLU())
+        >>> x = mge.Tensor(np.ones((2, 4), "float32"))
+        >>> tm = trace_module(net, x)
+        >>> type(tm).__name__, tm(x).shape, bool(np.allclose(tm(x).numpy(), net(x).numpy()))
+        ('TracedModule', (2, 3), True)
+        >>> print(tm.graph)
+        Sequential.Graph (self, inp) {
+            %2: _0 = getattr(self, "0") -> (Linear)
+            %3: _1 = getattr(self, "1") -> (ReLU)
+            %4: _0_out = _0(inp, )
+            %5: _1_out = _1(_0_out, )
+            return _1_out
+        }
     """
 
     def __init__(self, is_top: bool, argdef_graph_map: Dict, argdef_outdef_map: Dict, is_qat: bool = False):

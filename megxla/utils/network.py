@@ -52,7 +52,24 @@ __all__ = ["Network", "NodeFilter", "as_oprnode"]
 
 
 def as_oprnode(obj) -> OpNode:
-    """MegEngine's: ``obj`` as an :class:`OpNode`: an operator, or a one-element list or tuple of one."""
+    """MegEngine's: ``obj`` as an :class:`OpNode`: an operator, or a one-element list or tuple of one.
+
+    Args:
+        obj: an :class:`OpNode`, or a list / tuple holding exactly one.
+
+    Returns:
+        the operator.
+
+    Example:
+        >>> net = Network()
+        >>> y = F.exp(net.make_const(np.array([1.0], "float32")))
+        >>> as_oprnode([y.owner]) is y.owner, as_oprnode(y.owner).type
+        (True, 'Elemwise')
+        >>> as_oprnode(y)
+        Traceback (most recent call last):
+        ...
+        TypeError: as_oprnode: expected an OpNode (or a list of one), got VarNode
+    """
     if isinstance(obj, (list, tuple)) and len(obj) == 1:
         obj = obj[0]
     if not isinstance(obj, OpNode):
@@ -115,7 +132,16 @@ class _BuiltGraph:
 
 class Network:
     """A graph's operators and variables: built by hand (:meth:`make_const`, then ops on its variables) or loaded
-    from a dump (:meth:`load`). See the module docstring."""
+    from a dump (:meth:`load`). See the module docstring.
+
+    Example:
+        >>> net = Network()
+        >>> x = net.make_const(np.array([1.0, 2.0], "float32"), name="x")
+        >>> y = F.exp(x) + x
+        >>> net.add_output(y)
+        >>> [op.type for op in net.all_oprs], [v.name for v in net.params_filter]
+        (['ImmutableTensor', 'Elemwise', 'Elemwise'], ['x'])
+    """
 
     def __init__(self):
         self.graph = _BuiltGraph(self)
@@ -572,7 +598,22 @@ class Network:
 
 
 class NodeFilter:
-    """A lazily filtered sequence of operators or variables; filters chain (``net.opr_filter.type("Elemwise")``)."""
+    """A lazily filtered sequence of operators or variables; filters chain (``net.opr_filter.type("Elemwise")``).
+
+    Args:
+        nodes: the operators or variables to filter.
+        pred: ``f(node) -> bool`` keeping a node (default: all).
+
+    Example:
+        >>> net = Network()
+        >>> x = net.make_const(np.array([1.0, 2.0], "float32"), name="x")
+        >>> net.add_output(F.exp(x) + x)
+        >>> elemwise = net.opr_filter.type("Elemwise")
+        >>> isinstance(elemwise, NodeFilter), elemwise.as_count(), [op.name for op in elemwise]
+        (True, 2, ['EXP', 'ADD'])
+        >>> net.var_filter.name("X").as_unique().numpy()  # a glob, case-insensitive by default
+        array([1., 2.], dtype=float32)
+    """
 
     def __init__(self, nodes, pred=None):
         self._nodes, self._pred = nodes, pred or (lambda n: True)
