@@ -24,8 +24,17 @@ class ImageFolder(VisionDataset):
         class_name: give the class name instead of its index.
 
     Example:
-        >>> ds = ImageFolder("/data/flowers")  # doctest: +SKIP
-        >>> image, label = ds[0]  # doctest: +SKIP
+        >>> import os, tempfile, cv2
+        >>> from megxla.data.dataset import ImageFolder
+        >>> with tempfile.TemporaryDirectory() as root:
+        ...     for cls, n in (("daisy", 2), ("tulip", 1)):
+        ...         os.makedirs(os.path.join(root, cls))
+        ...         for i in range(n):
+        ...             _ = cv2.imwrite(os.path.join(root, cls, f"{i}.png"), np.zeros((4, 6, 3), "uint8"))
+        ...     ds = ImageFolder(root)
+        ...     image, label = ds[2]
+        >>> len(ds), {name: int(i) for name, i in ds.class_dict.items()}, image.shape, int(label)
+        (3, {'daisy': 0, 'tulip': 1}, (4, 6, 3), 1)
     """
 
     def __init__(self, root: str, check_valid_func=None, class_name: bool = False):
