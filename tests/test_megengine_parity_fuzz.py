@@ -30,3 +30,21 @@ def test_softmax_of_a_0d_tensor_is_that_of_one_element(fn, want):
 def test_softmax_of_a_0d_tensor_checks_its_axis():
     with pytest.raises(megxla.core._dispatch.OpError, match="axis 1 is out of range"):
         F.softmax(T(np.float32(2.0)), 1)  # (MegEngine's process dies here)
+
+
+def test_grouped_conv_gradient_where_every_tap_reads_padding():
+    # seed 1 case 474: a 1x1 grouped kernel, stride 2, padding 1 on a width of 1 reads only padding columns; the
+    # output is the bias and the gradients are zero (MegEngine: x.grad and w.grad all 0). megxla's backward raised
+    # "Need at least one array to stack" (its taps-by-taps weight gradient had no tap).
+    rs = np.random.RandomState(0)
+    x = megxla.Parameter(rs.randn(2, 3, 6, 1).astype("float32"))
+    w = megxla.Parameter(rs.randn(3, 1, 1, 1, 1).astype("float32"))
+    b = T(rs.randn(1, 3, 1, 1).astype("float32"))
+    gm = GradManager().attach([x, w])
+    with gm:
+        y = F.conv2d(x, w, b, stride=2, padding=1, dilation=2, groups=3)
+        gm.backward((y * T(np.arange(y.size, dtype="float32").reshape(y.shape))).sum())
+    assert y.shape == (2, 3, 4, 2)
+    np.testing.assert_allclose(y.numpy(), np.broadcast_to(b.numpy(), (2, 3, 4, 2)))
+    assert x.grad.shape == (2, 3, 6, 1) and not x.grad.numpy().any()
+    assert w.grad.shape == (3, 1, 1, 1, 1) and not w.grad.numpy().any()
