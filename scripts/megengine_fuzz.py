@@ -17,7 +17,14 @@ Prints one line per disagreement and a count by kind; exit status 1 if any. Know
 (docs/differences.md) are not drawn (see ``_KNOWN``). A case that kills a child (MegEngine aborts on some input)
 is recorded as a "crash" and the child restarted after it. ``--only N`` reruns case N and prints its code.
 
-Last run (2026-12-06, seeds 0-3, 4 x 1000 cases): see the report printed at the end of a run.
+Last runs (2026-12-06; the megxla child compiles every case, ~1 s a case on 2 busy cores): seed 0, 400 cases, and
+seed 1, 1,000 cases, found two megxla bugs (softmax / logsoftmax of a 0-d tensor raised; a grouped convolution's
+weight gradient raised where every tap reads padding: both fixed, tests/test_megengine_parity_fuzz.py) and the
+MegEngine bugs and deliberate differences now in docs/differences.md (told apart by ``_KNOWN``). Seed 2, 600 cases:
+no auto-jit / eager disagreement; 77 known differences; 7 cases left unexplained: argmax / argmin of a 0-d tensor
+with ``axis=0`` (MegEngine asserts, megxla gives 0; 4 cases), a float16 ``sum`` of 120 values 0.7% off MegEngine's
+(its accumulation order or precision), ``%=`` of an empty (5, 3, 0, 5) tensor by a (2, 5) one (MegEngine
+broadcasts it, megxla raises) and the NaN gradient of ``prod`` (since filtered as documented).
 """
 from __future__ import annotations
 
@@ -632,6 +639,8 @@ def draw(seed, i):
 # ---- running (in the children) ---------------------------------------------------------------------------------
 def _plain(obj):
     """``obj`` with its arrays as (marker, dtype, shape, bytes): NumPy 2's pickles do not load in NumPy 1.23."""
+    if isinstance(obj, np.generic):  # (a NumPy scalar: a 0-d array)
+        obj = np.asarray(obj)
     if isinstance(obj, np.ndarray):
         return ("__nd__", obj.dtype.str, obj.shape, obj.tobytes())
     if isinstance(obj, (list, tuple)):
@@ -826,7 +835,7 @@ _KNOWN = [
     ("x[None, ...] = v keeps x's shape", lambda code, ins, kind, text: kind == "SHAPE" and "] = " in code
      and "None" in code.split("] = ")[0]),
     ("indices and shapes past the ends", lambda code, ins, kind, text: _mge_raises_mxl_computes(kind, text) and (
-        "slice_step < 0" in text or "begin >= 0 && end >= begin" in text or "axis=None and keepdims=True" in text
+        "slice_step < 0" in text or "step < 0 && begin >= 0" in text or "begin >= 0 && end >= begin" in text or "axis=None and keepdims=True" in text
         or any(f in code for f in ("F.repeat", "F.squeeze", "F.one_hot", "F.topk", "F.arange")))),
     ("MegEngine's float16 pooling", lambda code, ins, kind, text: "pool" in code and "float16" in ins
      and kind in ("VALUE", "NAN") and text.startswith("forward")),
@@ -834,6 +843,10 @@ _KNOWN = [
      and ("**" in code or "F.pow" in code)),
     ("MegEngine's diag / tile / flatten", lambda code, ins, kind, text: kind in ("STATUS", "SHAPE", "VALUE") and any(
         f in code for f in ("F.diag", "F.tile", "F.flatten("))),
+    ("MegEngine's nan gradient of prod at 0", lambda code, ins, kind, text: kind == "NAN" and text.startswith("grad")
+     and "prod" in code),
+    ("norm of a non-vector with axis=None", lambda code, ins, kind, text: "F.norm" in code
+     and "axis is required unless input is a vector" in text),
     ("argmax / argmin of bool", lambda code, ins, kind, text: "F.argm" in code and "bool" in ins and kind == "VALUE"),
     ("gradient of where / squeeze", lambda code, ins, kind, text: kind == "SHAPE" and text.startswith("grad")
      and ("F.where" in code or "F.squeeze" in code)),
