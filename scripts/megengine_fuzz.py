@@ -835,7 +835,8 @@ _KNOWN = [
     ("x[None, ...] = v keeps x's shape", lambda code, ins, kind, text: kind == "SHAPE" and "] = " in code
      and "None" in code.split("] = ")[0]),
     ("indices and shapes past the ends", lambda code, ins, kind, text: _mge_raises_mxl_computes(kind, text) and (
-        "slice_step < 0" in text or "step < 0 && begin >= 0" in text or "begin >= 0 && end >= begin" in text or "axis=None and keepdims=True" in text
+        "slice_step < 0" in text or "step < 0 && begin >= 0" in text or "begin >= 0 && end >= begin" in text
+        or "axis=None and keepdims=True" in text
         or any(f in code for f in ("F.repeat", "F.squeeze", "F.one_hot", "F.topk", "F.arange")))),
     ("MegEngine's float16 pooling", lambda code, ins, kind, text: "pool" in code and "float16" in ins
      and kind in ("VALUE", "NAN") and text.startswith("forward")),
