@@ -672,7 +672,10 @@ def softmax(inp, axis=None):
     """
     inp = _t(inp)
     _float(inp, "softmax")
-    return _apply(_N.softmax.bind(axis=_softmax_axis("softmax", inp, axis)), inp)
+    axis = _softmax_axis("softmax", inp, axis)
+    if inp.ndim == 0:  # MegEngine's softmax of a 0-d tensor is that of one element (its kernel sees shape (1,))
+        return _T.reshape(_apply(_N.softmax.bind(axis=0), _T.reshape(inp, (1,))), ())
+    return _apply(_N.softmax.bind(axis=axis), inp)
 
 
 def logsoftmax(inp, axis):
@@ -695,7 +698,10 @@ def logsoftmax(inp, axis):
         raise OpError("logsoftmax: axis is required")
     if _amp.enabled:  # autocast: float32, as MegEngine's ``x - logsumexp(x)`` (its logsumexp computes in float32)
         inp, = _amp.up(inp)
-    return _apply(_N.log_softmax.bind(axis=_softmax_axis("logsoftmax", inp, axis)), inp)
+    axis = _softmax_axis("logsoftmax", inp, axis)
+    if inp.ndim == 0:  # (as softmax's)
+        return _T.reshape(_apply(_N.log_softmax.bind(axis=0), _T.reshape(inp, (1,))), ())
+    return _apply(_N.log_softmax.bind(axis=axis), inp)
 
 
 log_softmax = logsoftmax

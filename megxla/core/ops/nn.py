@@ -141,6 +141,8 @@ def _grouped_taps_bwd(stride, padding, dilation, groups, res, dy):
     windows = [xg[(slice(None),) * 3 + tuple(slice(t * d, t * d + (m - 1) * st + 1, st)
                                              for t, d, st, m in zip(tap, dilation, stride, dy.shape[2:]))]
                for tap in live]
+    if not live:  # (every tap reads only padding -- a 1x1 kernel, stride 2, padding 1 on a width of 1 --: zero)
+        return dx.astype(x.dtype), jnp.zeros(w.shape, w.dtype)
     if cg == 1:  # (one reduction for all taps: a kernel a tap compiled 9-25 kernels a layer)
         dwl = (dyg[:, :, :, None] * jnp.stack(windows, 3)).sum(axis=(0,) + tuple(a + 1 for a in axes))  # (G, O/G, T)
     else:

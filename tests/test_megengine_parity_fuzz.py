@@ -1,0 +1,50 @@
+"""Disagreements with MegEngine 1.13 found by scripts/megengine_fuzz.py (random calls run by both), fixed in megxla.
+
+MegEngine's results are recorded here as constants (CI has no MegEngine); each test names the fuzzer's case."""
+import numpy as np
+import pytest
+
+import megxla
+import megxla.functional as F
+from megxla.autodiff import GradManager
+
+T = megxla.tensor
+
+
+@pytest.mark.parametrize("fn, want", [(lambda x: F.softmax(x), 1.0), (lambda x: F.softmax(x, 0), 1.0),
+                                      (lambda x: F.nn.logsoftmax(x, 0), 0.0), (lambda x: F.nn.logsoftmax(x, -1), 0.0)])
+def test_softmax_of_a_0d_tensor_is_that_of_one_element(fn, want):
+    # seed 0 case 290: MegEngine gives F.nn.logsoftmax(Tensor(2.0), 0) = [0.], F.softmax(Tensor(2.0)) = [1.] (its
+    # kernel sees shape (1,); megxla keeps the 0-d shape, see docs/differences.md); megxla raised "axis 0 is out of
+    # bounds for array of dimension 0".
+    x = megxla.Parameter(np.float32(2.0))
+    gm = GradManager().attach([x])
+    with gm:
+        y = fn(x)
+        gm.backward(y * 3)
+    assert y.shape == () and y.dtype == np.float32 and y.numpy() == want
+    assert x.grad.numpy() == 0.0  # (MegEngine: 0, the softmax of one element does not depend on it)
+    assert np.isnan(F.softmax(T(np.float32(np.inf))).numpy())  # MegEngine: [nan] (inf - inf)
+
+
+def test_softmax_of_a_0d_tensor_checks_its_axis():
+    with pytest.raises(megxla.core._dispatch.OpError, match="axis 1 is out of range"):
+        F.softmax(T(np.float32(2.0)), 1)  # (MegEngine's process dies here)
+
+
+def test_grouped_conv_gradient_where_every_tap_reads_padding():
+    # seed 1 case 474: a 1x1 grouped kernel, stride 2, padding 1 on a width of 1 reads only padding columns; the
+    # output is the bias and the gradients are zero (MegEngine: x.grad and w.grad all 0). megxla's backward raised
+    # "Need at least one array to stack" (its taps-by-taps weight gradient had no tap).
+    rs = np.random.RandomState(0)
+    x = megxla.Parameter(rs.randn(2, 3, 6, 1).astype("float32"))
+    w = megxla.Parameter(rs.randn(3, 1, 1, 1, 1).astype("float32"))
+    b = T(rs.randn(1, 3, 1, 1).astype("float32"))
+    gm = GradManager().attach([x, w])
+    with gm:
+        y = F.conv2d(x, w, b, stride=2, padding=1, dilation=2, groups=3)
+        gm.backward((y * T(np.arange(y.size, dtype="float32").reshape(y.shape))).sum())
+    assert y.shape == (2, 3, 4, 2)
+    np.testing.assert_allclose(y.numpy(), np.broadcast_to(b.numpy(), (2, 3, 4, 2)))
+    assert x.grad.shape == (2, 3, 6, 1) and not x.grad.numpy().any()
+    assert w.grad.shape == (3, 1, 1, 1, 1) and not w.grad.numpy().any()
