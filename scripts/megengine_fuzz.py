@@ -21,10 +21,11 @@ Last runs (2026-12-06; the megxla child compiles every case, ~1 s a case on 2 bu
 seed 1, 1,000 cases, found two megxla bugs (softmax / logsoftmax of a 0-d tensor raised; a grouped convolution's
 weight gradient raised where every tap reads padding: both fixed, tests/test_megengine_parity_fuzz.py) and the
 MegEngine bugs and deliberate differences now in docs/differences.md (told apart by ``_KNOWN``). Seed 2, 600 cases:
-no auto-jit / eager disagreement; 77 known differences; 7 cases left unexplained: argmax / argmin of a 0-d tensor
-with ``axis=0`` (MegEngine asserts, megxla gives 0; 4 cases), a float16 ``sum`` of 120 values 0.7% off MegEngine's
-(its accumulation order or precision), ``%=`` of an empty (5, 3, 0, 5) tensor by a (2, 5) one (MegEngine
-broadcasts it, megxla raises) and the NaN gradient of ``prod`` (since filtered as documented).
+no auto-jit / eager disagreement; 77 known differences; 7 cases then unexplained: argmax / argmin of a 0-d tensor
+with an axis (MegEngine asserts, megxla gave 0; 4 cases: now asserts too), a float16 ``sum`` of 120 values 0.7% off
+MegEngine's (megxla sums float16 in float32, within half an ulp of the exact sum; MegEngine 1.13's CPU kernel
+accumulates in float16, up to 1% off -- docs/design.md), ``%=`` of an empty (5, 3, 0, 5) tensor by a (2, 5) one
+(MegEngine broadcasts it, megxla raises) and the NaN gradient of ``prod`` (since filtered as documented).
 """
 from __future__ import annotations
 

@@ -48,3 +48,15 @@ def test_grouped_conv_gradient_where_every_tap_reads_padding():
     np.testing.assert_allclose(y.numpy(), np.broadcast_to(b.numpy(), (2, 3, 4, 2)))
     assert x.grad.shape == (2, 3, 6, 1) and not x.grad.numpy().any()
     assert w.grad.shape == (3, 1, 1, 1, 1) and not w.grad.numpy().any()
+
+
+@pytest.mark.parametrize("fn", ["argmax", "argmin"])
+@pytest.mark.parametrize("axis", [0, -1, [0]])
+def test_arg_reductions_of_a_0d_tensor_with_an_axis_assert(fn, axis):
+    # seed 2: MegEngine 1.13 asserts "axis 0 is out of bounds for tensor of dimension 0" (its sum / max / mean of a
+    # 0-d tensor over axis 0 or -1 return the value: megxla too); megxla returned 0. Without an axis: 0, both.
+    x = T(np.float32(3.0))
+    with pytest.raises(AssertionError, match=f"axis {axis if isinstance(axis, int) else 0} is out of bounds for tensor "
+                                             "of dimension 0"):
+        getattr(F, fn)(x, axis=axis)
+    assert getattr(F, fn)(x).numpy() == 0 and F.sum(x, axis=0).numpy() == 3.0

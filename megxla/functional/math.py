@@ -188,8 +188,9 @@ def _arg(prim, name, doc):
                 raise OpError(f"{name}: keepdims=True needs an axis")
             return _apply(prim.bind(axis=None, keepdims=False), inp)
         axes = _axis(name, inp, axis)
-        if axes is None:  # 0-d input
-            return _apply(prim.bind(axis=None, keepdims=False), inp)
+        if axes is None:  # (a 0-d input has no axis to search: MegEngine asserts, where its reductions take axis 0)
+            first = axis if isinstance(axis, (int, np.integer)) else tuple(axis)[0]
+            raise AssertedOpError(f"{name}: axis {first} is out of bounds for tensor of dimension 0")
         # MegEngine applies a sequence of axes one after another, from the last one.
         for a in reversed(axes):
             inp = _apply(prim.bind(axis=a, keepdims=bool(keepdims)), inp)
