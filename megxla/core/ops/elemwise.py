@@ -89,6 +89,15 @@ def gather_wide(take, x):
     return take(x)
 
 
+def _numbers_of(x, dtype):
+    """``x`` cast to ``dtype``; a bool mask cast to floats behind an optimization barrier. (XLA's algebraic simplifier
+    turns ``convert(mask) * y`` into ``select(mask, y, 0)``, and ``convert(mask) / y`` likewise: MegEngine's False
+    is the number 0, so ``False * inf`` is nan and ``False * -3.0`` is -0.0, where the select gave 0.0.)"""
+    if x.dtype == jnp.bool_ and jnp.issubdtype(dtype, jnp.inexact):
+        return jax.lax.optimization_barrier(x.astype(dtype))
+    return x.astype(dtype)
+
+
 def _promoting(impl):
     """``impl`` with its two inputs cast to MegEngine's promoted dtype first (decided at trace time: free); float16
     and bfloat16 inputs broadcast through float32 (``broadcast_wide``: their gradients sum in float32)."""
@@ -96,9 +105,9 @@ def _promoting(impl):
     def fn(x, y):
         dt = promote_dtype(x.dtype, y.dtype)
         if x.dtype != dt:
-            x = x.astype(dt)
+            x = _numbers_of(x, dt)
         if y.dtype != dt:
-            y = y.astype(dt)
+            y = _numbers_of(y, dt)
         if dt in (jnp.float16, jnp.bfloat16) and x.shape != y.shape:
             shape = jnp.broadcast_shapes(x.shape, y.shape)
             x, y = broadcast_wide(x, shape), broadcast_wide(y, shape)
