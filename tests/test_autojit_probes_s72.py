@@ -89,3 +89,50 @@ def test_a_loss_masked_by_a_bool_keeps_eagers_nan_and_gradient(mode):
         w.grad = None
     if mode == "auto_jit":
         assert _autojit._stats.compiled >= 1  # (the step ran compiled)
+
+
+# --- maximum / minimum / clip at signed zeros and next to a NaN (printed by MegEngine 1.13.0): MIN is
+# ``x < y ? x : y`` (megxla's ``x <= y`` gave minimum(0.0, -0.0) == 0.0), CLIP ``x <= lo ? lo : (x <= hi ? x : hi)``
+# (megxla kept x on a bound: clip(-0.0, 0.0, 1.0) was -0.0), and the gradients of MAX / MIN go to neither operand
+# next to a NaN (megxla gave the one the select picked: 1 to x for maximum(1, nan)) ---
+
+_A = np.array([1.0, 0.0, -0.0, 2.0, NAN, 1.0], "float32")
+_B = np.array([1.0, -0.0, 0.0, 1.0, 1.0, NAN], "float32")
+MIN_MAX = {  # fn: (value, its sign bits, x's gradient, y's gradient)
+    "minimum": ([1.0, -0.0, 0.0, 1.0, 1.0, NAN], [0, 1, 0, 0, 0, 0], [1, 1, 1, 0, 0, 0], [0, 0, 0, 1, 0, 0]),
+    "maximum": ([1.0, 0.0, -0.0, 2.0, NAN, 1.0], [0, 0, 1, 0, 0, 0], [1, 1, 1, 1, 0, 0], [0, 0, 0, 0, 0, 0]),
+}
+
+
+@pytest.mark.parametrize("fn", sorted(MIN_MAX))
+def test_maximum_and_minimum_values_and_gradients_at_signed_zeros_and_nans_are_megengines(mode, fn):
+    value, sign, gx, gy = MIN_MAX[fn]
+    x, y = mge.Parameter(_A), mge.Parameter(_B)
+    gm = GradManager().attach([x, y])
+    for _ in range(3):
+        with gm:
+            out = getattr(F, fn)(x * 1, y * 1)  # (a step of several ops: compiled under auto-jit)
+            gm.backward((out * 2).sum())
+        np.testing.assert_array_equal(out.numpy(), np.float32(value))
+        np.testing.assert_array_equal(np.signbit(out.numpy()), np.array(sign, bool))
+        np.testing.assert_array_equal(x.grad.numpy(), np.float32(gx) * 2)
+        np.testing.assert_array_equal(y.grad.numpy(), np.float32(gy) * 2)
+        x.grad = y.grad = None
+
+
+@pytest.mark.parametrize("lo, hi, value, grad", [
+    (0.0, 1.0, [0.0, 0.0, 0.0, 0.5, 1.0, 1.0, 1.0, 1.0], [0, 2, 3, 4, 5, 0, 0, 0]),
+    (-0.0, 0.0, [-0.0, -0.0, -0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0, 2, 3, 0, 0, 0, 0, 0]),
+    (1.0, 0.0, [1.0, 1.0, 1.0, 1.0, 1.0, 0.0, 0.0, 0.0], [0] * 8),
+])
+def test_clip_on_a_bound_is_the_bound_and_its_gradient_passes_there(mode, lo, hi, value, grad):
+    x = mge.Parameter(np.array([-1.0, -0.0, 0.0, 0.5, 1.0, 2.0, NAN, INF], "float32"))
+    gm = GradManager().attach([x])
+    for _ in range(3):
+        with gm:
+            out = F.clip(x * 1, lo, hi)
+            gm.backward((out * mge.Tensor(np.arange(1, 9, dtype="float32"))).sum())
+        _same_sign_and_value(out.numpy(), value)
+        np.testing.assert_array_equal(x.grad.numpy(), np.float32(grad))
+        x.grad = None
+    _same_sign_and_value(F.clip(mge.Tensor(np.array([-0.0, 7.0], "float16")), 0.0, 6.0).numpy(), [0.0, 6.0])
