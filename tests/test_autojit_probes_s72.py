@@ -136,3 +136,154 @@ def test_clip_on_a_bound_is_the_bound_and_its_gradient_passes_there(mode, lo, hi
         np.testing.assert_array_equal(x.grad.numpy(), np.float32(grad))
         x.grad = None
     _same_sign_and_value(F.clip(mge.Tensor(np.array([-0.0, 7.0], "float16")), 0.0, 6.0).numpy(), [0.0, 6.0])
+
+
+# --- a training loop of user-code habits, eager against auto-jit (probes that agreed: kept as a regression test) ---
+
+class _Net(M.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = M.Linear(4, 8)
+        self.fc2 = M.Linear(8, 3)
+
+    def forward(self, x):
+        return self.fc2(F.relu(self.fc1(x)))
+
+
+def _state(net, *opts):
+    out = [np.asarray(v) for _, v in sorted(net.state_dict().items())]
+    for opt in opts:
+        for slot in opt.state_dict()["state"].values():
+            out += [np.asarray(v.numpy() if isinstance(v, mge.Tensor) else v) for _, v in sorted(slot.items())]
+    return out
+
+
+def _grads(net):
+    return [None if p.grad is None else p.grad.numpy() for p in net.parameters()]
+
+
+def _habits_loop():
+    """Ten steps with the events named in each comment; the log of every value the program sees."""
+    mge.random.seed(0)
+    rng = np.random.RandomState(0)
+    net, log, seen, stop = _Net(), [], [], [False]
+
+    def pre(m, inputs):  # a forward pre-hook that reads and replaces the input
+        seen.append(inputs[0].sum())
+        return (inputs[0] * 2,)
+
+    def post(m, inputs, out):  # ... and a post-hook that raises (an interrupt) when asked
+        if stop[0]:
+            raise KeyboardInterrupt
+        return out + 1
+
+    net.fc1.register_forward_pre_hook(pre)
+    net.fc2.register_forward_hook(post)
+    gm = GradManager().attach(net.fc1.parameters(), callbacks=[lambda p, g: F.clip(g, -0.05, 0.05) * 2])
+    gm.attach(net.fc2.parameters(), callbacks=[lambda p, g: g + p * 0.01])
+    o1 = optim.SGD(net.fc1.parameters(), lr=0.1, momentum=0.9)  # two optimizers, stepped at different rates
+    o2 = optim.Adam(net.fc2.parameters(), lr=0.01)
+    ema = [p.detach() * 1 for p in net.parameters()]  # weights averaged in a list of tensors kept across steps
+    saved, pending = None, []
+    for i in range(10):
+        x = mge.Tensor(rng.standard_normal((5, 4)).astype("float32"))
+        y = mge.Tensor(rng.randint(0, 3, 5).astype("int32"))
+        stop[0] = i == 6
+        try:
+            if i == 4:  # record() / release() without ``with``
+                gm.record()
+                out = net(x)
+                gm.backward(out, mge.Tensor(rng.standard_normal(out.shape).astype("float32")))  # an explicit dy
+                gm.release()
+            else:
+                with gm:
+                    loss = F.nn.cross_entropy(net(x), y) + mge.random.normal(size=(1,)).sum() * 0.01
+                    if i == 2:
+                        raise ValueError("the user's own error")
+                    gm.backward(loss / 2)
+        except (ValueError, KeyboardInterrupt) as exc:
+            log.append((type(exc).__name__, str(exc), _grads(net), _state(net, o1, o2)))
+            o1.clear_grad(), o2.clear_grad()
+            continue
+        if i % 2 == 0:  # gradients accumulated over two steps, the loss read every other step
+            pending.append(loss)
+            continue
+        log.append(("loss", loss.item(), [p.numpy() for p in pending]))
+        log.append(("norm", float(optim.clip_grad_norm(net.parameters(), 0.5))))
+        net.fc2.bias.grad *= 2  # a gradient edited by hand between backward and step
+        net.fc1.weight.grad[0] = 0.0
+        o1.step(), o1.clear_grad()
+        if i % 3 == 0:
+            o2.step(), o2.clear_grad()
+        o1.param_groups[0]["lr"] *= 0.7
+        net.fc1.weight[:, 1] = net.fc1.weight[:, 2] * 0.5  # parameters written in place
+        net.fc2.bias.set_value(net.fc2.bias * 0.5)
+        net.fc1.bias._reset(net.fc1.bias + i)
+        ema = [e * 0.9 + p.detach() * 0.1 for e, p in zip(ema, net.parameters())]
+        if i == 3:  # a checkpoint of pending tensors, and a deep copy
+            buf = io.BytesIO()
+            mge.save({"net": net.state_dict(), "o1": o1.state_dict(), "o2": o2.state_dict()}, buf)
+            saved, twin = buf.getvalue(), copy.deepcopy(net)
+        if i == 7:
+            state = mge.load(io.BytesIO(saved))
+            net.load_state_dict(state["net"]), o1.load_state_dict(state["o1"]), o2.load_state_dict(state["o2"])
+            log.append(("twin", twin(x).numpy(), _state(twin)))
+    log.append(("end", [e.numpy() for e in ema], [s.numpy() for s in seen], _grads(net), _state(net, o1, o2),
+                mge.random.uniform(size=(3,)).numpy()))
+    return log
+
+
+def _assert_same(a, b, where="log"):
+    if isinstance(a, (list, tuple)):
+        assert isinstance(b, (list, tuple)) and len(a) == len(b), f"{where}: {a!r} vs {b!r}"
+        for k, (x, y) in enumerate(zip(a, b)):
+            _assert_same(x, y, f"{where}[{k}]")
+    elif isinstance(a, (np.ndarray, np.generic, float)) and not isinstance(a, (bool, np.bool_)):
+        np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=1e-5, atol=1e-6, err_msg=where)
+    else:
+        assert a == b, f"{where}: {a!r} vs {b!r}"
+
+
+def test_a_loop_of_hooks_callbacks_edits_checkpoints_and_interrupts_is_eagers_under_auto_jit(auto_jit):
+    mge.config.auto_jit = True
+    got = _habits_loop()
+    assert _autojit._stats.compiled >= 1
+    mge.config.auto_jit = False
+    _assert_same(_habits_loop(), got)
+
+
+def _failing_steps():
+    """Steps failing in ``opt.step()`` (a gradient of the wrong shape) and in a GradManager callback: the state
+    after each failure, and the steps after it."""
+    mge.random.seed(0)
+    rng = np.random.RandomState(0)
+    net, boom, log = _Net(), [False], []
+    gm = GradManager().attach(net.parameters(), callbacks=[lambda p, g: g.reshape(-1, 7) if boom[0] else g * 0.5])
+    opt = optim.Adam(net.parameters(), lr=0.01)
+    for i in range(7):
+        x = mge.Tensor(rng.standard_normal((5, 4)).astype("float32"))
+        y = mge.Tensor(rng.randint(0, 3, 5).astype("int32"))
+        boom[0] = i == 4
+        try:
+            with gm:
+                loss = F.nn.cross_entropy(net(x), y)
+                gm.backward(loss)
+            if i in (2, 5):
+                net.fc1.bias.grad = F.ones((3,))
+            opt.step()
+            log.append(loss.numpy())
+        except (ValueError, RuntimeError) as exc:
+            log.append((type(exc).__name__, str(exc)))
+        log.append((_grads(net), _state(net, opt)))
+        opt.clear_grad()
+    return log
+
+
+def test_failed_optimizer_steps_and_callbacks_leave_eagers_state_under_auto_jit(auto_jit):
+    mge.config.auto_jit = True
+    got = _failing_steps()
+    assert _autojit._stats.compiled >= 1
+    mge.config.auto_jit = False
+    want = _failing_steps()
+    assert [w[0] for w in want if isinstance(w, tuple) and isinstance(w[0], str)] == ["ValueError", "OpError", "ValueError"]
+    _assert_same(want, got)
