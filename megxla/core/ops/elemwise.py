@@ -89,6 +89,15 @@ def gather_wide(take, x):
     return take(x)
 
 
+def _numbers_of(x, dtype):
+    """``x`` cast to ``dtype``; a bool mask cast to floats behind an optimization barrier. (XLA's algebraic simplifier
+    turns ``convert(mask) * y`` into ``select(mask, y, 0)``, and ``convert(mask) / y`` likewise: MegEngine's False
+    is the number 0, so ``False * inf`` is nan and ``False * -3.0`` is -0.0, where the select gave 0.0.)"""
+    if x.dtype == jnp.bool_ and jnp.issubdtype(dtype, jnp.inexact):
+        return jax.lax.optimization_barrier(x.astype(dtype))
+    return x.astype(dtype)
+
+
 def _promoting(impl):
     """``impl`` with its two inputs cast to MegEngine's promoted dtype first (decided at trace time: free); float16
     and bfloat16 inputs broadcast through float32 (``broadcast_wide``: their gradients sum in float32)."""
@@ -96,9 +105,9 @@ def _promoting(impl):
     def fn(x, y):
         dt = promote_dtype(x.dtype, y.dtype)
         if x.dtype != dt:
-            x = x.astype(dt)
+            x = _numbers_of(x, dt)
         if y.dtype != dt:
-            y = y.astype(dt)
+            y = _numbers_of(y, dt)
         if dt in (jnp.float16, jnp.bfloat16) and x.shape != y.shape:
             shape = jnp.broadcast_shapes(x.shape, y.shape)
             x, y = broadcast_wide(x, shape), broadcast_wide(y, shape)
@@ -134,14 +143,44 @@ def _sign(x):
 
 
 def _maximum(x, y):
-    # MegEngine's MAX is ``x < y ? y : x`` and MIN ``x <= y ? x : y`` (its kernels' comparisons): with a NaN
-    # operand maximum(nan, 1) is nan but maximum(1, nan) is 1 (minimum: the other way round), and on a tie
-    # the whole gradient goes to ``x`` (clip(x, 0, 1) passes it at 0 and 1): the vjp of these selects.
-    return jnp.where(x < y, y, x)
+    # MegEngine's MAX is ``x < y ? y : x`` and MIN ``x < y ? x : y`` (its kernels' comparisons): with a NaN
+    # operand maximum(nan, 1) is nan but maximum(1, nan) is 1 (minimum: the other way round), and
+    # minimum(0.0, -0.0) is -0.0. Their gradients are ``x >= y ? g : 0`` for x and ``y > x ? g : 0`` for y (MIN:
+    # ``x <= y``, ``y < x``): on a tie the whole gradient goes to ``x`` (clip(x, 0, 1) passes it at 0 and 1), and
+    # next to a NaN to neither operand (printed by MegEngine 1.13.0).
+    if not jnp.issubdtype(jnp.result_type(x, y), jnp.floating):
+        return jnp.where(x < y, y, x)
+    return _max_select(x, y)
 
 
 def _minimum(x, y):
-    return jnp.where(x <= y, x, y)
+    if not jnp.issubdtype(jnp.result_type(x, y), jnp.floating):
+        return jnp.where(x < y, x, y)
+    return _min_select(x, y)
+
+
+@jax.custom_jvp
+def _max_select(x, y):
+    return jnp.where(x < y, y, x)
+
+
+@_max_select.defjvp
+def _max_select_jvp(primals, tangents):
+    (x, y), (dx, dy) = primals, tangents
+    zero = jnp.zeros((), dx.dtype)
+    return _max_select(x, y), jnp.where(x >= y, dx, zero) + jnp.where(y > x, dy, zero)
+
+
+@jax.custom_jvp
+def _min_select(x, y):
+    return jnp.where(x < y, x, y)
+
+
+@_min_select.defjvp
+def _min_select_jvp(primals, tangents):
+    (x, y), (dx, dy) = primals, tangents
+    zero = jnp.zeros((), dx.dtype)
+    return _min_select(x, y), jnp.where(x <= y, dx, zero) + jnp.where(y < x, dy, zero)
 
 
 def _abs(x):
@@ -296,10 +335,27 @@ def _clip(x, *bounds, given=None, lower=None, upper=None):
         upper = bounds[-1] if "u" in given else None
     if lower is not None and upper is not None:
         lo, hi = jnp.asarray(lower, x.dtype), jnp.asarray(upper, x.dtype)
+        if jnp.issubdtype(x.dtype, jnp.floating):
+            return _clip_select(x, lo, hi)
         return jnp.where((x >= lo) & (x <= hi), x, jnp.where(x <= lo, lo, hi))
     if lower is not None:
         x = _maximum(x, jnp.asarray(lower, x.dtype))
     return x if upper is None else _minimum(x, jnp.asarray(upper, x.dtype))
+
+
+@jax.custom_jvp
+def _clip_select(x, lo, hi):
+    # (the value MegEngine's: at x == lo the bound, so clip(-0.0, 0.0, 1.0) is 0.0 and clip(0.0, -0.0, 0.0) -0.0)
+    return jnp.where(x <= lo, lo, jnp.where(x <= hi, x, hi))
+
+
+@_clip_select.defjvp
+def _clip_select_jvp(primals, tangents):
+    (x, lo, hi), (dx, dlo, dhi) = primals, tangents
+    inside, zero = (x >= lo) & (x <= hi), jnp.zeros((), dx.dtype)
+    below = ~inside & (x <= lo)
+    return _clip_select(x, lo, hi), (jnp.where(inside, dx, zero) + jnp.where(below, dlo, zero)
+                                     + jnp.where(~inside & ~below, dhi, zero))
 
 
 def _where_dtype(a, b):
