@@ -61,6 +61,7 @@ def as_oprnode(obj) -> OpNode:
         the operator.
 
     Example:
+        >>> import megxla.functional as F
         >>> net = Network()
         >>> y = F.exp(net.make_const(np.array([1.0], "float32")))
         >>> as_oprnode([y.owner]) is y.owner, as_oprnode(y.owner).type
@@ -135,6 +136,7 @@ class Network:
     from a dump (:meth:`load`). See the module docstring.
 
     Example:
+        >>> import megxla.functional as F
         >>> net = Network()
         >>> x = net.make_const(np.array([1.0, 2.0], "float32"), name="x")
         >>> y = F.exp(x) + x
@@ -605,6 +607,7 @@ class NodeFilter:
         pred: ``f(node) -> bool`` keeping a node (default: all).
 
     Example:
+        >>> import megxla.functional as F
         >>> net = Network()
         >>> x = net.make_const(np.array([1.0, 2.0], "float32"), name="x")
         >>> net.add_output(F.exp(x) + x)
