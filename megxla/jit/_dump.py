@@ -197,6 +197,13 @@ def dump(tracer, file, *, arg_names=None, output_names=None, optimize_for_infere
     rec, avals = entry.rec, entry.avals
     out_pos = [i for i, (kind, _) in enumerate(entry.out_leaves) if kind == "t"]
     if not out_pos:
+        values = [v for kind, v in entry.out_leaves if kind == "v"]
+        if values:
+            # MegEngine's symbolic trace makes x.shape a Tensor, so a step returning a shape entry (upstream
+            # test_subtensor_when_shape_invalid) returns a Tensor there; here shapes are Python ints
+            raise ValueError(f"{NO_OUTPUT}; it returned only Python values ({', '.join(map(repr, values[:4]))}): "
+                             f"shapes are static in megxla, so x.shape[i] and numbers computed from it are Python "
+                             f"ints, not Tensors. Return mge.tensor(value) to dump it as a constant output")
         raise ValueError(NO_OUTPUT)
     names_by_leaf = _output_names(entry.out_tree, len(entry.out_leaves), output_names, what)
     out_vids = [entry.out_leaves[i][1] for i in out_pos]

@@ -86,7 +86,9 @@ def _frozen(v):
     if isinstance(v, list):
         return tuple(v)
     if isinstance(v, np.dtype):
-        return v.name
+        # a quantized dtype is its storage's NumPy dtype plus the scale / zero point in its metadata:
+        # TypeCvt(dtype=qint8(0.1)) is not TypeCvt(dtype=qint8(0.2)) nor TypeCvt(dtype="int8")
+        return v.name if not v.metadata else (v.name, repr(v.metadata))
     return v
 
 
@@ -323,7 +325,13 @@ class TypeCvt(OpDef):
 
     def _apply(self, inputs):
         self._check(inputs)
-        return (_apply(_E.astype.bind(dtype=self.dtype.name), inputs[0]),)
+        x = inputs[0]
+        md = self.dtype.metadata
+        if (md is not None and "mgb_dtype" in md) or getattr(x, "_qparams", None) is not None:
+            # to or from a quantized dtype: through the real values, as Tensor.astype (functional's, installed
+            # on Tensor) converts -- the storage cast alone would drop the scale (and give the raw integers)
+            return (x.astype(self.dtype),)
+        return (_apply(_E.astype.bind(dtype=self.dtype.name), x),)
 
 
 # ---- shapes ------------------------------------------------------------------------------------------------
