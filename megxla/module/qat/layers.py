@@ -109,9 +109,13 @@ class Elemwise(_elemwise.Elemwise, QATModule):
 
 
 class Concat(_concat.Concat, QATModule):
-    """QAT :class:`~megxla.module.Concat`: the output is fake-quantized."""
+    """QAT :class:`~megxla.module.Concat`: the output is fake-quantized.
 
-    with_weight = False
+    NOTE: it keeps QATModule's ``with_weight = True`` as MegEngine's does (only Elemwise and the stubs turn it
+    off), so it holds a weight observer and fake-quantizer that nothing feeds: their state is in MegEngine's
+    checkpoints (``cat.weight_observer.min_val``…, TQT's ``cat.weight_fake_quant.scale`` a parameter), which a
+    strict ``load_state_dict`` must find here.
+    """
 
     def forward(self, inps, axis: int = 0):
         return self.apply_quant_activation(super().forward(inps, axis))
