@@ -217,6 +217,11 @@ class Elemwise(_elemwise.Elemwise, QATModule):
 class Concat(_concat.Concat, QATModule):
     """QAT :class:`~megxla.module.Concat`: the float concatenation, its output fake-quantized.
 
+    NOTE: it keeps QATModule's ``with_weight = True`` as MegEngine's does (only Elemwise and the stubs turn it
+    off), so it holds a weight observer and fake-quantizer that nothing feeds: their state is in MegEngine's
+    checkpoints (``cat.weight_observer.min_val``…, TQT's ``cat.weight_fake_quant.scale`` a parameter), which a
+    strict ``load_state_dict`` must find here.
+
     Example:
         >>> from megxla.module import qat
         >>> from megxla.quantization import ema_fakequant_qconfig
@@ -225,8 +230,6 @@ class Concat(_concat.Concat, QATModule):
         >>> m([mge.Tensor(np.ones((2, 3), "float32")), mge.Tensor(np.zeros((2, 1), "float32"))], axis=1).shape
         (2, 4)
     """
-
-    with_weight = False
 
     def forward(self, inps, axis: int = 0):
         return self.apply_quant_activation(super().forward(inps, axis))
