@@ -84,3 +84,16 @@ def test_pooling_windows_that_reach_the_input_compute():
                                   [0, 2, 4.5, 6, 8, 10.5])
     np.testing.assert_array_equal(F.nn.max_pool2d(x, (2, 2), stride=(2, 2), padding=(1, 1)).numpy().ravel(),
                                   [0, 2, 4, 5, 6, 8, 10, 11])
+
+
+def test_adaptive_avg_pool2d_of_an_int_tensor_raises_as_avg_pool2d():
+    # seed 6 case 68 (--ops api): MegEngine 1.13 raises for F.nn.adaptive_avg_pool2d of an int32 tensor (as for
+    # avg_pool2d; megxla raised for avg_pool2d only and gave a float32 mean here). Max pooling of ints stays exact.
+    x = T(np.arange(16, dtype="int32").reshape(2, 1, 4, 2))
+    with pytest.raises(RuntimeError, match="must be a float tensor"):
+        F.nn.adaptive_avg_pool2d(x, 2)
+    with pytest.raises(RuntimeError, match="must be a float tensor"):
+        F.nn.avg_pool2d(x, 2)
+    np.testing.assert_array_equal(F.nn.adaptive_avg_pool2d(x.astype("float32"), 2).numpy().ravel(),
+                                  [1, 2, 5, 6, 9, 10, 13, 14])
+    assert F.nn.adaptive_max_pool2d(x, 2).dtype == np.int32

@@ -609,6 +609,7 @@ def _adaptive(op, inp, oshp, kind):
         q = _through_float(inp, lambda x: _adaptive(op, x, oshp, kind))
         if q is not None:
             return q
+        _float(inp, op)  # (as avg_pool2d; MegEngine has no integer kernel for either)
     return keep_qparams(_apply(_N.adaptive_pool.bind(oshp=oshp, op=kind), inp), inp)
 
 
