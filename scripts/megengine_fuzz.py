@@ -1359,8 +1359,9 @@ _KNOWN = [
      and _mge_raises_mxl_computes(kind, text) and "There is not a cvt_opr" in text),
     ("meshgrid of mixed dtypes", lambda code, ins, kind, text: "F.meshgrid" in code and kind == "STATUS"
      and "layout.dtype == inputs" in text and text.endswith("| list ")),
-    ("indexing_one_hot of 1-D", lambda code, ins, kind, text: "indexing_one_hot" in code
-     and _mge_raises_mxl_computes(kind, text) and "src.ndim >= 2" in text),
+    ("indexing_one_hot of 1-D or bool", lambda code, ins, kind, text: "indexing_one_hot" in code
+     and _mge_raises_mxl_computes(kind, text) and ("src.ndim >= 2" in text or ins.startswith("a=bool")
+                                                   and "AsyncError" in text)),
     ("warp_perspective nearest", lambda code, ins, kind, text: "warp_perspective" in code
      and "interp_mode='nearest'" in code and _mge_raises_mxl_computes(kind, text) and "AsyncError" in text),
     ("reflect pad as wide as the axis", lambda code, ins, kind, text: "F.nn.pad" in code and "mode='reflect'" in code
