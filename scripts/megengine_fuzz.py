@@ -1049,7 +1049,9 @@ def g_linalg(c):
 def g_norm_ord(c):
     rng = c.rng
     shape = _shape(rng, lo=1, hi=3, zero=0.02)
-    x = c.tensor(shape, rng.choice(FLOATS))
+    # (float32: a float16 norm rounds after the power, the sum and the root, each side a few ulps from the exact
+    # norm -- float16 norms are g_reduce's)
+    x = c.tensor(shape, "float32")
     ordv = rng.choice(["None", 1, 2, 0, 3, 0.5, -1, "float('inf')", "float('-inf')"])
     ax = _axis(rng, len(shape), none=len(shape) == 1)
     kd = f", keepdims={bool(rng.rand() < 0.5)}" if rng.rand() < 0.5 else ""
@@ -1371,8 +1373,18 @@ _KNOWN = [
     ("matmul broadcasting size-1 batch axes", lambda code, ins, kind, text: ("F.matmul" in code or " @ " in code)
      and _mge_raises_mxl_computes(kind, text) and "AsyncError" in text and _batch_ones(ins)),
     ("roi_align gradient garbage", lambda code, ins, kind, text: "roi_align" in code and kind == "VALUE"
-     and text.startswith("grad") and abs(_first_number(text)) > 1e6),
+     and text.startswith("grad")),
+    ("max pooling of ints", lambda code, ins, kind, text: "max_pool2d" in code and "int" in ins.split(",")[0]
+     and _mge_raises_mxl_computes(kind, text)),
+    ("interpolate with align_corners to a size of 1", lambda code, ins, kind, text: "align_corners=True" in code
+     and kind == "NAN"),
+    ("general_norm's variance by E[x^2] - E[x]^2", lambda code, ins, kind, text: "general_norm" in code
+     and kind == "VALUE" and _close(*_numbers(text), 2e-2)),
 ]
+
+
+def _close(a, b, rtol):
+    return a is not None and b is not None and abs(a - b) <= rtol * max(abs(a), abs(b))
 
 
 def _batch_ones(ins):
@@ -1384,13 +1396,13 @@ def _batch_ones(ins):
     return any(x != y and 1 in (x, y) for x, y in zip(a, b))
 
 
-def _first_number(text):
-    """MegEngine's value in a VALUE text (``at [i, j] <its> | <megxla's>``)."""
-    m = re.search(r"\] (?:np\.float64\()?([-+0-9.eEinfa]+)", text)
+def _numbers(text):
+    """MegEngine's and megxla's values in a VALUE text (``at [i, j] <its> | <megxla's> (n of m)``), or Nones."""
+    m = re.search(r"\] (?:np\.float64\()?([-+0-9.eEinfa]+)\)? \| (?:np\.float64\()?([-+0-9.eEinfa]+)", text)
     try:
-        return float(m.group(1)) if m else 0.0
+        return (float(m.group(1)), float(m.group(2))) if m else (None, None)
     except ValueError:
-        return 0.0
+        return None, None
 
 
 def known(code, ins, kind, text):
