@@ -60,3 +60,40 @@ def test_arg_reductions_of_a_0d_tensor_with_an_axis_assert(fn, axis):
                                              "of dimension 0"):
         getattr(F, fn)(x, axis=axis)
     assert getattr(F, fn)(x).numpy() == 0 and F.sum(x, axis=0).numpy() == 3.0
+
+
+@pytest.mark.parametrize("call", [lambda x: F.nn.max_pool2d(x, (1, 1), stride=(2, 2), padding=(0, 1)),
+                                  lambda x: F.nn.max_pool2d(x, 1, stride=(1, 2), padding=(0, 1)),
+                                  lambda x: F.nn.avg_pool2d(x, (1, 1), stride=(2, 2), padding=(0, 1))])
+def test_pooling_window_wholly_in_the_padding_raises(call):
+    # seed 5 case 239 (--ops api): MegEngine raises "The pooling window lies outside completely" (a RuntimeError) for
+    # a max / average_count_exclude_padding window that holds only padding; megxla gave -inf / nan there.
+    x = T(np.arange(12, dtype="float32").reshape(1, 1, 2, 6))
+    with pytest.raises(RuntimeError, match="outside completely"):
+        call(x)
+
+
+def test_pooling_windows_that_reach_the_input_compute():
+    x = T(np.arange(12, dtype="float32").reshape(1, 1, 2, 6))
+    # MegEngine 1.13's values: mode="average" counts the padding's zeros, so an all-padding window is 0
+    np.testing.assert_array_equal(F.nn.avg_pool2d(x, (1, 1), stride=(2, 2), padding=(0, 1), mode="average").numpy()
+                                  .ravel(), [0, 1, 3, 5])
+    np.testing.assert_array_equal(F.nn.max_pool2d(x, (1, 3), stride=(1, 3), padding=(0, 2)).numpy().ravel(),
+                                  [0, 3, 5, 6, 9, 11])
+    np.testing.assert_array_equal(F.nn.avg_pool2d(x, (1, 3), stride=(1, 3), padding=(0, 2)).numpy().ravel(),
+                                  [0, 2, 4.5, 6, 8, 10.5])
+    np.testing.assert_array_equal(F.nn.max_pool2d(x, (2, 2), stride=(2, 2), padding=(1, 1)).numpy().ravel(),
+                                  [0, 2, 4, 5, 6, 8, 10, 11])
+
+
+def test_adaptive_avg_pool2d_of_an_int_tensor_raises_as_avg_pool2d():
+    # seed 6 case 68 (--ops api): MegEngine 1.13 raises for F.nn.adaptive_avg_pool2d of an int32 tensor (as for
+    # avg_pool2d; megxla raised for avg_pool2d only and gave a float32 mean here). Max pooling of ints stays exact.
+    x = T(np.arange(16, dtype="int32").reshape(2, 1, 4, 2))
+    with pytest.raises(RuntimeError, match="must be a float tensor"):
+        F.nn.adaptive_avg_pool2d(x, 2)
+    with pytest.raises(RuntimeError, match="must be a float tensor"):
+        F.nn.avg_pool2d(x, 2)
+    np.testing.assert_array_equal(F.nn.adaptive_avg_pool2d(x.astype("float32"), 2).numpy().ravel(),
+                                  [1, 2, 5, 6, 9, 10, 13, 14])
+    assert F.nn.adaptive_max_pool2d(x, 2).dtype == np.int32

@@ -531,13 +531,20 @@ def linear(inp, weight, bias=None, compute_mode="default"):
 
 
 # ---- pooling ----------------------------------------------------------------------------------------------------
-def _pool_args(op, inp, kernel_size, stride, padding):
+def _pool_args(op, inp, kernel_size, stride, padding, padding_counts=False):
     inp = _t(inp)
     _ndim(inp, 4, op, layout="NCHW")
     k = _positive(_tuple(kernel_size, 2, "kernel_size", op), "kernel_size", op)
     s = k if stride is None else _positive(_tuple(stride, 2, "stride", op), "stride", op)
     p = _positive(_tuple(padding, 2, "padding", op), "padding", op, allow_zero=True)
-    _out_size(inp.shape[2:], k, s, p, (1, 1), op)
+    out = _out_size(inp.shape[2:], k, s, p, (1, 1), op)
+    if not padding_counts:
+        # a window wholly in the padding has no element to take the max / mean of (-inf / nan): MegEngine raises
+        # "The pooling window lies outside completely"; only avg_pool2d(mode="average") counts the padding's zeros
+        for n, o, kk, ss, pp in zip(inp.shape[2:], out, k, s, p):
+            if any(i * ss - pp + kk <= 0 or i * ss - pp >= n for i in range(o)):
+                raise OpError(f"{op}: a pooling window lies wholly in the padding (kernel {k}, stride {s}, padding "
+                              f"{p}, input size {inp.shape[2:]}): the pooling window lies outside completely")
     return inp, k, s, p
 
 
@@ -581,10 +588,10 @@ def avg_pool2d(inp, kernel_size, stride=None, padding=0, mode="average_count_exc
                [0.5 , 1.  , 0.5 ],
                [0.25, 0.5 , 0.25]], dtype=float32)
     """
-    inp, k, s, p = _pool_args("avg_pool2d", inp, kernel_size, stride, padding)
     mode = str(getattr(mode, "name", mode)).lower()
     if mode not in ("average_count_exclude_padding", "average"):
         raise OpError(f"avg_pool2d: mode must be 'average' or 'average_count_exclude_padding', got {mode!r}")
+    inp, k, s, p = _pool_args("avg_pool2d", inp, kernel_size, stride, padding, padding_counts=mode == "average")
     q = _through_float(inp, lambda x: avg_pool2d(x, kernel_size, stride, padding, mode))
     if q is not None:
         return q
@@ -602,6 +609,7 @@ def _adaptive(op, inp, oshp, kind):
         q = _through_float(inp, lambda x: _adaptive(op, x, oshp, kind))
         if q is not None:
             return q
+        _float(inp, op)  # (as avg_pool2d; MegEngine has no integer kernel for either)
     return keep_qparams(_apply(_N.adaptive_pool.bind(oshp=oshp, op=kind), inp), inp)
 
 
