@@ -542,7 +542,8 @@ def _pool_args(op, inp, kernel_size, stride, padding, padding_counts=False):
         # a window wholly in the padding has no element to take the max / mean of (-inf / nan): MegEngine raises
         # "The pooling window lies outside completely"; only avg_pool2d(mode="average") counts the padding's zeros
         for n, o, kk, ss, pp in zip(inp.shape[2:], out, k, s, p):
-            if any(i * ss - pp + kk <= 0 or i * ss - pp >= n for i in range(o)):
+            # (windows start further right one by one: only the first or the last can lie wholly in the padding)
+            if kk - pp <= 0 or (o - 1) * ss - pp >= n:
                 raise OpError(f"{op}: a pooling window lies wholly in the padding (kernel {k}, stride {s}, padding "
                               f"{p}, input size {inp.shape[2:]}): the pooling window lies outside completely")
     return inp, k, s, p
