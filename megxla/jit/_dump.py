@@ -205,6 +205,14 @@ def dump(tracer, file, *, arg_names=None, output_names=None, optimize_for_infere
                              f"shapes are static in megxla, so x.shape[i] and numbers computed from it are Python "
                              f"ints, not Tensors. Return mge.tensor(value) to dump it as a constant output")
         raise ValueError(NO_OUTPUT)
+    values = [(i, v) for i, (kind, v) in enumerate(entry.out_leaves) if kind == "v"]
+    if values:
+        # MegEngine asserts at the call ("Only support return tensors when capture_as_const is enabled"); a dump
+        # that dropped them would load with fewer outputs than the function returns, in other positions
+        shown = ", ".join(f"output {i}: {v!r}" for i, v in values[:4])
+        raise ValueError(f"{what}.dump: the traced function returned Python values beside its Tensors ({shown}); a "
+                         f"dumped graph has only Tensor outputs, so they would be dropped and the outputs renumbered. "
+                         f"Return mge.tensor(value) to dump a value as a constant output, or leave it out")
     names_by_leaf = _output_names(entry.out_tree, len(entry.out_leaves), output_names, what)
     out_vids = [entry.out_leaves[i][1] for i in out_pos]
 
