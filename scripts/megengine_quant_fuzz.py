@@ -255,7 +255,7 @@ def _conv_layers(rng, ch, hw):
                                "ConvTransposeBn2d", "add", "cat"], p=[.15, .2, .2, .15, .05, .05, .1, .1]))
         if kind == "add":
             init.append(f"self.l{k} = M.Elemwise('{rng.choice(['add', 'fuse_add_relu', 'mul', 'sub'])}')")
-            fwd.append(f"x = self.l{k}(x, x * 0.5 if {k % 2} else x)")
+            fwd.append(f"x = self.l{k}(x, x)")  # (not x * 0.5: quantized tensors have no mul, see _KNOWN)
             continue
         if kind == "cat":
             init.append(f"self.l{k} = M.Concat()")
@@ -322,7 +322,7 @@ def g_qat_net(c):
     steps = rng.randint(1, 4)
     xs = []
     for _ in range(steps + 1):
-        x = c.value(xshape, "float32")
+        x = c.value(xshape, "float32", special=False)
         xs.append(x)
     src = ["class Net(M.Module):", "    def __init__(self):", "        super().__init__()"]
     src += ["        " + s for s in init]
@@ -416,22 +416,51 @@ def _state(net):
 
 
 # ---- comparing ---------------------------------------------------------------------------------------------------
-# keys of a QAT network's results compared to a step of the quantizer: their values pass a fake quantizer
-_STEP_KEYS = ("y_qat", "y_q", "losses", "grads", "qat_sd", "q_sd")
+# A QAT network's results pass fake quantizers: an ulp of difference in a convolution (XLA sums in another order
+# than MegEngine's kernels) moves a value across a rounding boundary, so the output moves by a step, and the
+# gradients and weights after it by a step's effect. Those keys' values are compared loosely: outputs to one step
+# of their grid (the smallest gap between their distinct values), the rest to 1% of the array's largest value in
+# at most a fifth of its elements; what passes only so is counted as a "fake-quant rounding flip".
+_STEP_KEYS = ("y_qat", "y_q")
+_FLIP_KEYS = ("losses", "grads", "qat_sd", "q_sd")
 
 
-def _diff(a, b, what):
+def _step(a):
+    u = np.unique(a[np.isfinite(a)])
+    gaps = np.diff(u)
+    return float(gaps.min()) if gaps.size else 0.0
+
+
+def _flip(x, y, key, what):
+    """Whether float arrays ``x`` (MegEngine's) and ``y`` differ only as a rounding flip allows."""
+    x, y = np.asarray(x, "float64"), np.asarray(y, "float64")
+    if x.shape != y.shape or not np.array_equal(np.isnan(x), np.isnan(y)):
+        return False
+    if what.endswith(".histogram"):  # (a value on a bin's edge counted in the next bin)
+        return abs(x.sum() - y.sum()) <= 1e-3 * max(abs(x.sum()), 1) and (x != y).sum() <= 4
+    if key in _STEP_KEYS:
+        return bool(np.all(np.abs(x - y) <= 1.01 * max(_step(x), _step(y)) + 1e-6))
+    bad = ~np.isclose(x, y, rtol=1e-4, atol=1e-5, equal_nan=True)
+    big = max(float(np.nanmax(np.abs(x), initial=0)), 1e-6)
+    return bad.mean() <= 0.2 and bool(np.all(np.abs(x - y)[bad] <= 0.01 * big + 1e-5)) or \
+        bool(np.all(np.abs(x - y) <= 2e-3 * big))
+
+
+def _diff(a, b, what, key=None):
     if a[0] == "dict" and b[0] == "dict":
         out = []
         if sorted(a[1]) != sorted(b[1]):
             out.append(("KEYS", f"{what}: {sorted(set(a[1]) - set(b[1]))} | {sorted(set(b[1]) - set(a[1]))}"))
         for k in a[1]:
             if k in b[1]:
-                out += _diff(a[1][k], b[1][k], f"{what}.{k}")
+                out += _diff(a[1][k], b[1][k], f"{what}.{k}", key or k)
         return out
     if a[0] == "list" and b[0] == "list" and len(a[1]) == len(b[1]):
-        return [d for k, (x, y) in enumerate(zip(a[1], b[1])) for d in _diff(x, y, f"{what}[{k}]")]
-    return mf._diff(a, b, what)
+        return [d for k, (x, y) in enumerate(zip(a[1], b[1])) for d in _diff(x, y, f"{what}[{k}]", key)]
+    out = mf._diff(a, b, what)
+    if key in _STEP_KEYS + _FLIP_KEYS and a[0] == b[0] == "tensor" and a[1].dtype.kind == b[1].dtype.kind == "f":
+        out = [(("FLIP" if _flip(a[1], b[1], key, what) else k), t) if k == "VALUE" else (k, t) for k, t in out]
+    return out
 
 
 def compare(mge_res, mxl_res):
@@ -439,8 +468,23 @@ def compare(mge_res, mxl_res):
     return _diff(f0, f1, "out") + [(k + "(jit)", t) for k, t in _diff(f1, f2, "out")]
 
 
+def _mge_raises(kind, text):
+    return kind == "STATUS" and text.startswith("out: error") and text.endswith("| dict ")
+
+
 _KNOWN = [
     ("MegEngine crashes", lambda code, kind, text: "the process died" in text.split(" | ")[0]),
+    ("fake-quant rounding flip", lambda code, kind, text: kind.startswith("FLIP")),
+    ("MegEngine cannot reshape a 4-bit tensor of odd rows", lambda code, kind, text: _mge_raises(kind, text)
+     and "lowbit" in code and "AsyncError" in text),
+    ("MegEngine's 4-bit astype of a 0-d or 1-element tensor asserts", lambda code, kind, text: "int4(" in code
+     and "remove_axis_inplace" in text),
+    ("quantized BatchMatMulActivation with a ReLU (MegEngine drops it)", lambda code, kind, text:
+     "nonlinear_mode='relu'" in code and kind in ("VALUE", "FLIP")),
+    ("MegEngine's quantized ConvTranspose2d with a bias (NotImplementedError)", lambda code, kind, text:
+     "ConvTranspose" in code and "bias of quantized transposed conv2d is not supported" in text),
+    ("MegEngine's HistogramObserver after a batch of equal values", lambda code, kind, text:
+     "calibration_qconfig" in code and "cannot convert float NaN to integer" in text),
 ]
 
 
