@@ -32,7 +32,19 @@ an ulp of difference in a convolution moves a value across a rounding boundary a
 ``qat_net`` results after a fake quantizer are compared to a step size (``_STEP_KEYS``); everything else to
 ``megengine_fuzz``'s float32 tolerances and exactly for integers.
 
-Runs (2026-12-06, 2 busy cores): see the end of this docstring.
+Runs (2026-12-06; ~10 s a case on 2 busy cores, the megxla child compiling each case): seed 0, 12 ``qat_net`` cases,
+and seed 1, 30 cases, found four megxla bugs, fixed (tests/test_megengine_parity_fuzz_quant.py): ``astype`` to an
+8- or 32-bit quantized dtype divided by the scale where MegEngine multiplies by its float32 inverse (a tie rounds the
+other way: quantized inference's QuantStub, biases, requantization); a quantized ``Conv2d`` / ``ConvRelu2d`` from a
+QAT one without a bias had none (MegEngine: zeros, in its state_dict); ``HistogramObserver`` raised
+ZeroDivisionError after a batch of equal values; and (seed 2, 30 cases) ``convert_to_qint8`` divided a float32
+array in float64. MegEngine's own faults met (docs/differences.md, told apart by ``_KNOWN``): 4-bit reshapes and
+0-d casts assert, ``*`` of a quantized ConvTranspose2d's output gives garbage, the HistogramObserver's zero-width
+re-grid, plus the documented ConvTranspose2d-with-bias and BatchMatMulActivation-ReLU differences. Left open: the
+quantized ``BatchMatMulActivation``'s state_dict has no ``weight`` / ``bias`` (MegEngine's: int8 ``(B, O, I, 1, 1)``
+and float ``(1, O, 1, 1)``; megxla's computes from the QAT layer's float weight); a ``LinearBn1d`` of a batch of 1
+under ``sync_ema_fakequant_qconfig`` + ``disable_observer`` gives MegEngine a NaN weight scale (not analysed). No
+auto-jit / eager disagreement beyond rounding flips. Seed 2: 30 cases, 2 disagreements, both explained above.
 """
 from __future__ import annotations
 
@@ -484,7 +496,7 @@ _KNOWN = [
     ("MegEngine's quantized ConvTranspose2d with a bias (NotImplementedError)", lambda code, kind, text:
      "ConvTranspose" in code and "bias of quantized transposed conv2d is not supported" in text),
     ("MegEngine's HistogramObserver after a batch of equal values", lambda code, kind, text:
-     "calibration_qconfig" in code and "cannot convert float NaN to integer" in text),
+     ("Histogram" in code or "calibration_qconfig" in code) and "cannot convert float" in text),
 ]
 
 

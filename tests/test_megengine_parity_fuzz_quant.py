@@ -49,3 +49,11 @@ def test_histogram_observer_after_a_batch_of_equal_values_counts_them_in_the_new
     np.testing.assert_array_equal(ob.histogram.numpy(), both.histogram.numpy())
     assert (float(ob.min_val), float(ob.max_val)) == (-1.0, 2.0)
     np.testing.assert_allclose(ob.get_qparams().scale.numpy(), both.get_qparams().scale.numpy(), rtol=1e-6)
+
+
+def test_convert_to_qint8_divides_a_float32_array_in_float32():
+    # MegEngine 1.13.0's convert_to_qint8 / convert_to_quint8 are np.round(arr / scale): float32 for a float32
+    # array, where 0.183582 / 0.007812 is 23.5 exactly (float64: 23.49999..., which gave 23)
+    a = np.array([0.8632259964942932, 0.18358199298381805, 0.1132740005850792, 0.30466800928115845], "float32")
+    assert D.convert_to_qint8(a, D.qint8(0.007812)).astype(int).tolist() == [110, 24, 14, 39]
+    assert D.convert_to_quint8(a, D.quint8(0.007812, 128)).astype(int).tolist() == [238, 152, 142, 167]
