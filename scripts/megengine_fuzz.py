@@ -1219,7 +1219,10 @@ def _one(mge, F, GradManager, code, inputs, grad, filename):
         return fwd, _error(e)
 
 
-def _child(framework, cases_path, out_path, start):
+def _child(framework, cases_path, out_path, start, one=None):
+    """Run the cases from ``start`` on, appending results to ``out_path``; ``one`` (``_one``'s signature) runs a case
+    (megengine_quant_fuzz.py passes its own)."""
+    one = one or _one
     import warnings
     warnings.filterwarnings("ignore")
     if framework == "megengine":
@@ -1235,7 +1238,7 @@ def _child(framework, cases_path, out_path, start):
     with open(out_path, "ab") as out:
         for k in range(start, len(cases)):
             i, code, inputs, grad = cases[k]
-            res = {"eager": _one(mge, F, GradManager, code, inputs, grad, f"<fuzz case {i}>")}
+            res = {"eager": one(mge, F, GradManager, code, inputs, grad, f"<fuzz case {i}>")}
             if framework == "megxla":
                 # every cluster compiled at first sight, as tests/optable.py's auto_jit_compiling_everything: what
                 # is compared is the compiled cluster, not the op-by-op fallback of clusters under MIN_OPS ops
@@ -1246,7 +1249,7 @@ def _child(framework, cases_path, out_path, start):
                 _autojit._warned_lines.clear()
                 mge.config.auto_jit = True
                 try:
-                    runs = [_one(mge, F, GradManager, code, inputs, grad, f"<fuzz case {i} jit>") for _ in range(3)]
+                    runs = [one(mge, F, GradManager, code, inputs, grad, f"<fuzz case {i} jit>") for _ in range(3)]
                 finally:
                     mge.config.auto_jit = False
                 res["jit"] = runs[-1]
@@ -1254,9 +1257,10 @@ def _child(framework, cases_path, out_path, start):
             out.flush()
 
 
-def _run_all(python, framework, cases, env, d):
-    """Run ``cases`` in a child of ``python``; restart after a crash. Returns {index in cases: result}."""
-    here = os.path.abspath(__file__)
+def _run_all(python, framework, cases, env, d, script=None):
+    """Run ``cases`` in a child of ``python`` (running ``script``'s ``--child``: this file's by default); restart
+    after a crash. Returns {index in cases: result}."""
+    here = os.path.abspath(script or __file__)
     cpath, opath = os.path.join(d, "cases.pkl"), os.path.join(d, framework + ".pkl")
     with open(cpath, "wb") as f:
         pickle.dump(_plain(cases), f, protocol=4)

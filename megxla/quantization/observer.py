@@ -303,6 +303,11 @@ class HistogramObserver(MinMaxObserver):
             new_min, new_max = min(new_min, lo), max(new_max, hi)
             if new_min == lo and new_max == hi:
                 hist = np.histogram(x, self.bins, (lo, hi))[0] + old
+            elif lo == hi:
+                # every value so far was ``lo`` (a ReLU's zeros): no grid to re-grid (MegEngine divides by its zero
+                # width and raises), so they are counted in the new grid's bin of ``lo``, as if seen with ``x``
+                hist = np.histogram(x, self.bins, (new_min, new_max))[0].astype(np.float64)
+                hist = hist + np.histogram([lo], self.bins, (new_min, new_max))[0] * old.sum()
             else:
                 # re-grid: the old histogram is upsampled onto a common fine grid and summed into new bins
                 fine_w = (hi - lo) / (self.bins * self.upsample_rate)

@@ -102,7 +102,17 @@ tqt = Primitive("tqt", _tqt, grad=_tqt_grad)
 
 # ---- integer storage of quantized tensors (inference) -------------------------------------------------------------
 def _quantize(x, scale, zero_point, *, qmin, qmax, dtype):
-    return jnp.clip(_round(_div(x, scale)) + zero_point, qmin, qmax).astype(dtype)
+    # NOTE: MegEngine's 8- and 32-bit quantized dtypes quantize as round(x * (1 / scale)) (megdnn's DTypeParam keeps
+    # inv_scale = 1.f / scale), its 4-bit ones as round(x / scale): at a tie the two are an ulp apart and round
+    # apart (-11.15 to qint32(0.1): -111.5 times the inverse, -111.49999 divided; found by megengine_quant_fuzz.py).
+    # The barriers keep XLA from folding 1 / (max / c) into c / max inside a compiled step.
+    if qmax - qmin > 15:
+        inv = 1.0 / jax.lax.optimization_barrier(scale)
+        shape = jnp.broadcast_shapes(jnp.shape(x), jnp.shape(scale))
+        real = x * jax.lax.optimization_barrier(jnp.broadcast_to(inv, shape))
+    else:
+        real = _div(x, scale)
+    return jnp.clip(_round(real) + zero_point, qmin, qmax).astype(dtype)
 
 
 def _dequantize(q, scale, zero_point):

@@ -284,7 +284,10 @@ def _convert_to(arr, dtype, name):
     if meta.name not in (name, name + "_narrow"):
         raise ValueError(f"convert_to_{name}: dtype is {meta.name}, not {name}")
     zp = info.get("zero_point") or 0
-    q = np.round(np.asarray(arr, np.float64) / info["scale"]) + zp
+    # in the array's own precision, as MegEngine's ``np.round(arr / scale)``: a float32 array divided in float64
+    # rounds 0.183582 / 0.007812 (23.50000 in float32) to 23, MegEngine to 24 (found by megengine_quant_fuzz.py)
+    arr = np.asarray(arr)
+    q = np.round(arr / np.asarray(info["scale"], arr.dtype if arr.dtype.kind == "f" else np.float64)) + zp
     return np.clip(q, meta.qmin, meta.qmax).astype(dtype)
 
 

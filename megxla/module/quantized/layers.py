@@ -128,6 +128,8 @@ class Conv2d(_WeightLayer):
         # convolution always holds a bias, zeros when the QAT one has none)
         q._conv_info = conv._module_info_string().replace(", bias=False", "")
         q._take(qat, qat.weight if weight is None else weight, qat.bias if weight is None else bias)
+        if q.bias is None:  # (MegEngine's zeros: its state_dict has the key, a strict load of it needs one)
+            q.bias = Tensor(np.zeros((1, conv.out_channels, 1, 1), np.float32))
         return q
 
     padding_mode = "zeros"

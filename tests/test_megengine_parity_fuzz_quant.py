@@ -1,0 +1,59 @@
+"""Quantization differences from MegEngine 1.13 found by scripts/megengine_quant_fuzz.py, fixed; the expected values
+are MegEngine 1.13.0's, hard-coded (the tests need no MegEngine)."""
+import numpy as np
+
+import megxla as mge
+import megxla.core.tensor.dtype as D
+import megxla.module as M
+import megxla.quantization as Q
+
+
+def test_astype_to_8_and_32_bit_quantized_dtypes_multiplies_by_the_inverse_scale():
+    # MegEngine quantizes to its 8- and 32-bit dtypes as round(x * (1 / scale)) in float32 (megdnn keeps
+    # inv_scale = 1.f / scale), to its 4-bit ones as round(x / scale): at a tie the two are an ulp apart, and the
+    # rounding goes the other way (-11.15 at qint32(0.1): -111.5 times, -111.49999 divided)
+    x = np.array([-11.15, 11.15, 0.45, -3.85, 12.75], "float32")
+    assert mge.tensor(x).astype(D.qint32(0.1)).numpy().tolist() == [-112, 112, 5, -39, 128]
+    assert mge.tensor(x).astype(D.qint8(0.1)).numpy().tolist() == [-112, 112, 5, -39, 127]
+    assert mge.tensor(x).astype(D.quint8(0.1, 128)).numpy().tolist() == [16, 240, 133, 89, 255]
+    x4 = np.array([-0.45, 0.45, 0.15, -0.75, 0.35], "float32")
+    assert mge.tensor(x4).astype(D.qint4(0.1)).numpy().tolist() == [-5, 5, 2, -8, 4]
+    assert mge.tensor(x4).astype(D.quint4(0.1, 8)).numpy().tolist() == [3, 13, 10, 0, 12]
+    # (NumPy's convert_to_* divide, in MegEngine too)
+    assert D.convert_to_qint8(x, D.qint8(0.1)).astype("int64").tolist() == [-111, 111, 4, -38, 127]
+
+
+def test_quantized_convolution_of_a_qat_one_without_bias_holds_a_zero_bias():
+    # MegEngine 1.13.0: Quantized.Conv2d / ConvRelu2d.from_qat_module give a QAT convolution without a bias a
+    # zero float32 bias of shape (1, C, 1, 1), in its state_dict; Linear keeps none (state_dict keys below)
+    net = M.Sequential(M.QuantStub(), M.ConvRelu2d(2, 3, 3, bias=False), M.Conv2d(3, 4, 1, bias=False),
+                       M.Linear(1, 2, bias=False), M.DequantStub())
+    Q.quantize_qat(net, qconfig=Q.ema_fakequant_qconfig)
+    net(mge.tensor(np.random.RandomState(0).randn(2, 2, 3, 3).astype("float32")))
+    Q.quantize(net)
+    sd = net.state_dict()
+    assert sorted(sd) == ["1.bias", "1.weight", "2.bias", "2.weight", "3.weight"]
+    assert sd["1.bias"].dtype == np.float32 and sd["1.bias"].shape == (1, 3, 1, 1) and not sd["1.bias"].any()
+    assert sd["2.bias"].shape == (1, 4, 1, 1)
+
+
+def test_histogram_observer_after_a_batch_of_equal_values_counts_them_in_the_new_grid():
+    # (MegEngine 1.13.0 raises "cannot convert float NaN to integer": its re-gridding divides by the old range's
+    # zero width; megxla raised ZeroDivisionError. docs/differences.md) The two batches give the histogram of
+    # their values seen at once.
+    a, b = np.zeros((4,), "float32"), np.array([-1, 0.5, 2], "float32")
+    ob, both = Q.HistogramObserver(bins=64, upsample_rate=16), Q.HistogramObserver(bins=64, upsample_rate=16)
+    ob(mge.tensor(a))
+    ob(mge.tensor(b))
+    both(mge.tensor(np.concatenate([a, b])))
+    np.testing.assert_array_equal(ob.histogram.numpy(), both.histogram.numpy())
+    assert (float(ob.min_val), float(ob.max_val)) == (-1.0, 2.0)
+    np.testing.assert_allclose(ob.get_qparams().scale.numpy(), both.get_qparams().scale.numpy(), rtol=1e-6)
+
+
+def test_convert_to_qint8_divides_a_float32_array_in_float32():
+    # MegEngine 1.13.0's convert_to_qint8 / convert_to_quint8 are np.round(arr / scale): float32 for a float32
+    # array, where 0.183582 / 0.007812 is 23.5 exactly (float64: 23.49999..., which gave 23)
+    a = np.array([0.8632259964942932, 0.18358199298381805, 0.1132740005850792, 0.30466800928115845], "float32")
+    assert D.convert_to_qint8(a, D.qint8(0.007812)).astype(int).tolist() == [110, 24, 14, 39]
+    assert D.convert_to_quint8(a, D.quint8(0.007812, 128)).astype(int).tolist() == [238, 152, 142, 167]
