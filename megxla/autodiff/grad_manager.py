@@ -84,6 +84,11 @@ class _AttachedDict(dict):
         return [a for a in list(self.values()) if a.ref() is not None]
 
 
+class AttachTypeError(TypeError, AssertionError):
+    """``GradManager.attach`` of something that is no Tensor: a TypeError, and the AssertionError MegEngine's
+    ``assert isinstance(x, Tensor)`` raises."""
+
+
 class GradManager:
     """Computes gradients of attached tensors over the ops recorded between ``record()`` and ``backward()``.
 
@@ -165,7 +170,8 @@ class GradManager:
         tensors = list(tensors)
         for t in tensors:  # all checked before any is attached
             if not isinstance(t, Tensor):
-                raise TypeError(f"GradManager.attach: expected Tensors, got {type(t).__name__}")
+                # (a TypeError, and MegEngine's AssertionError "Object to be attached should be Tensor")
+                raise AttachTypeError(f"GradManager.attach: expected Tensors, got {type(t).__name__} {t!r:.60}")
             if not jnp.issubdtype(t._data.dtype, jnp.inexact):
                 # MegEngine's AssertionError: integer and bool tensors have no gradient
                 raise AssertionError(f"GradManager.attach: only floating-point tensors have gradients; got a "
