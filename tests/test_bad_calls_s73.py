@@ -131,3 +131,12 @@ def test_too_long_mask_is_named_in_the_message():
                                          r"size 3"):
         x[mge.tensor([True] * 4)]
     assert x[mge.tensor([True, False])].shape == (1, 2)  # (a shorter one indexes the first rows, as MegEngine)
+
+
+# ---- a convolution's channel mismatch names the input's shape (it named the weight's only) -------------------------
+def test_conv_channel_mismatch_names_the_input_shape():
+    conv = M.Conv2d(2, 4, 3, padding=1)
+    w = conv.weight.numpy().copy()
+    with pytest.raises(RuntimeError, match=r"conv2d: input \(4, 3, 5, 5\) has 3 channels but weight \(4, 2, 3, 3\)"):
+        conv(mge.tensor(np.ones((4, 3, 5, 5), "float32")))
+    np.testing.assert_array_equal(conv.weight.numpy(), w)
