@@ -140,3 +140,37 @@ def test_conv_channel_mismatch_names_the_input_shape():
     with pytest.raises(RuntimeError, match=r"conv2d: input \(4, 3, 5, 5\) has 3 channels but weight \(4, 2, 3, 3\)"):
         conv(mge.tensor(np.ones((4, 3, 5, 5), "float32")))
     np.testing.assert_array_equal(conv.weight.numpy(), w)
+
+
+# ---- opt.step() with a hand-assigned grad of the wrong shape: MegEngine's RuntimeError ("bad input shape for
+# polyadic operator"), raised before any parameter or slot is updated ------------------------------------------
+@pytest.mark.parametrize("make", [lambda ps: optim.SGD(ps, lr=0.1, momentum=0.9), lambda ps: optim.Adam(ps, lr=0.1)])
+def test_step_with_a_wrong_shape_grad_is_a_runtime_error_and_updates_nothing(make):
+    net = M.Linear(3, 2)
+    opt = make(list(net.parameters()))
+    gm = GradManager().attach(net.parameters())
+    with gm:
+        gm.backward(net(mge.tensor(np.ones((4, 3), "float32"))).sum())
+    opt.step()
+    with gm:
+        gm.backward(net(mge.tensor(np.ones((4, 3), "float32"))).sum())
+    before = _state(net, opt)
+    net.weight.grad = F.ones((3, 3))  # (the bias, updated first, has a good grad)
+    with pytest.raises(RuntimeError, match=r"grad of parameter \d has shape \(3, 3\), parameter has \(2, 3\)"):
+        opt.step()
+    _same(before, _state(net, opt))
+
+
+def test_reshape_error_names_the_input_shape():
+    x = mge.tensor(np.ones((4, 5), "float32"))
+    for shape in [(21,), (-1, 3), (3, 3)]:
+        with pytest.raises(ValueError, match=r"reshape: cannot reshape a tensor of shape \(4, 5\) \(20 elements\)"):
+            x.reshape(*shape)
+
+
+def test_backward_outside_the_block_is_megengines_type_error():
+    _, _, gm = _model()
+    with pytest.raises(TypeError, match="GradManager.backward: no recording"):  # (MegEngine: py_apply's TypeError)
+        gm.backward(F.ones(()) * 1.0)
+    with pytest.raises(RuntimeError):  # (megxla's type before)
+        gm.backward(F.ones(()) * 1.0)

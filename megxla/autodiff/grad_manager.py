@@ -89,6 +89,11 @@ class AttachTypeError(TypeError, AssertionError):
     ``assert isinstance(x, Tensor)`` raises."""
 
 
+class NotRecordingError(RuntimeError, TypeError):
+    """``GradManager.backward`` outside ``with gm:`` / ``record()``: a RuntimeError, and the TypeError MegEngine
+    raises there ("py_apply expects tensor as inputs")."""
+
+
 class GradManager:
     """Computes gradients of attached tensors over the ops recorded between ``record()`` and ``backward()``.
 
@@ -397,7 +402,7 @@ class GradManager:
                 scalar loss) is reshaped to ``y``'s shape, a broadcastable one is broadcast, as in MegEngine.
         """
         if not self._recording:
-            raise RuntimeError("GradManager.backward: no recording; call it inside `with gm:` or after record()")
+            raise NotRecordingError("GradManager.backward: no recording; call it inside `with gm:` or after record()")
         bad = [t for t in (y if isinstance(y, (list, tuple)) else [y]) if t is not None and not isinstance(t, Tensor)]
         if bad:  # (MegEngine's TypeError; checked first: the recording and every .grad stay as they were)
             raise TypeError(f"GradManager.backward: y must be a Tensor or a list of Tensors, got "

@@ -33,7 +33,7 @@ from typing import Dict, Iterable, Union
 import numpy as np
 
 from ..core import _interrupt, _lazy, _registry, _spmd
-from ..core._dispatch import current_interpreter
+from ..core._dispatch import OpError, current_interpreter
 from ..core._tensor import Parameter, Tensor
 from ..core.dtypes import is_float
 from ._group_update import group_update
@@ -566,7 +566,8 @@ class Optimizer(metaclass=ABCMeta):
             if not isinstance(g, Tensor):
                 raise TypeError(f"{owner}: grad of parameter {i} must be a Tensor, got {type(g).__name__}")
             if g.shape != p.shape:
-                raise ValueError(f"{owner}: grad of parameter {i} has shape {g.shape}, parameter has {p.shape}")
+                # (OpError: a ValueError, and the RuntimeError MegEngine's update kernel raises)
+                raise OpError(f"{owner}: grad of parameter {i} has shape {g.shape}, parameter has {p.shape}")
             if not is_float(g.dtype):
                 raise TypeError(f"{owner}: grad of parameter {i} has dtype {g.dtype}, expected a float dtype")
 
