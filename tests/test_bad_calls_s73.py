@@ -77,6 +77,15 @@ def test_tensor_of_none_is_still_empty_as_megengine():
     assert mge.tensor(None).shape == (0,)
 
 
+def test_tensors_of_ml_dtypes_arrays_are_still_numbers():
+    # (bfloat16 / float8 arrays have NumPy kind "V": the check for "no numbers" must not take them for records)
+    import ml_dtypes
+    for dt in (ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn):
+        assert mge.tensor(np.ones(3, dt)).numpy().astype(np.float32).tolist() == [1.0, 1.0, 1.0]
+    with pytest.raises(TypeError):
+        mge.tensor(np.zeros(2, dtype=[("a", "f4")]))
+
+
 # ---- optimizer arguments: MegEngine's SGD / Adagrad / Adadelta assert (AssertionError; a non-number lr: the
 # comparison's TypeError); Adam / AdamW / LAMB raise ValueError; groups sharing a parameter: AssertionError -----
 @pytest.mark.parametrize("make, mge_type", [

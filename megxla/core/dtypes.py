@@ -350,8 +350,8 @@ def _host_numbers(data):
     except (TypeError, ValueError) as exc:  # (a ragged list, an object that is no sequence)
         reason = str(exc).split("\n")[0]
     else:
-        if a.dtype.kind in "biufc":
-            return a
+        if a.dtype.kind not in "OUSMmV" or (a.dtype.kind == "V" and a.dtype.fields is None):
+            return a  # (numbers: NumPy's, and ml_dtypes' bfloat16 / float8, whose kind is "V" with no fields)
         reason = f"its elements are {a.dtype.type.__name__}, not numbers"
     from ._dispatch import ConversionError
     text = repr(data)
