@@ -84,6 +84,16 @@ class _AttachedDict(dict):
         return [a for a in list(self.values()) if a.ref() is not None]
 
 
+class AttachTypeError(TypeError, AssertionError):
+    """``GradManager.attach`` of something that is no Tensor: a TypeError, and the AssertionError MegEngine's
+    ``assert isinstance(x, Tensor)`` raises."""
+
+
+class NotRecordingError(RuntimeError, TypeError):
+    """``GradManager.backward`` outside ``with gm:`` / ``record()``: a RuntimeError, and the TypeError MegEngine
+    raises there ("py_apply expects tensor as inputs")."""
+
+
 class GradManager:
     """Computes gradients of attached tensors over the ops recorded between ``record()`` and ``backward()``.
 
@@ -165,7 +175,8 @@ class GradManager:
         tensors = list(tensors)
         for t in tensors:  # all checked before any is attached
             if not isinstance(t, Tensor):
-                raise TypeError(f"GradManager.attach: expected Tensors, got {type(t).__name__}")
+                # (a TypeError, and MegEngine's AssertionError "Object to be attached should be Tensor")
+                raise AttachTypeError(f"GradManager.attach: expected Tensors, got {type(t).__name__} {t!r:.60}")
             if not jnp.issubdtype(t._data.dtype, jnp.inexact):
                 # MegEngine's AssertionError: integer and bool tensors have no gradient
                 raise AssertionError(f"GradManager.attach: only floating-point tensors have gradients; got a "
@@ -391,7 +402,7 @@ class GradManager:
                 scalar loss) is reshaped to ``y``'s shape, a broadcastable one is broadcast, as in MegEngine.
         """
         if not self._recording:
-            raise RuntimeError("GradManager.backward: no recording; call it inside `with gm:` or after record()")
+            raise NotRecordingError("GradManager.backward: no recording; call it inside `with gm:` or after record()")
         bad = [t for t in (y if isinstance(y, (list, tuple)) else [y]) if t is not None and not isinstance(t, Tensor)]
         if bad:  # (MegEngine's TypeError; checked first: the recording and every .grad stay as they were)
             raise TypeError(f"GradManager.backward: y must be a Tensor or a list of Tensors, got "

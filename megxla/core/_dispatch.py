@@ -120,6 +120,12 @@ class AssertedOpError(OpError, AssertionError):
     MegEngine code may catch the ``AssertionError``, megxla's code the ``OpError``."""
 
 
+class ConversionError(OpError, TypeError):
+    """Data that is no array of numbers (a string, an arbitrary object, a ragged list; ``None`` as an op's operand)
+    given where a tensor is made. MegEngine raises a RuntimeError for ``Tensor(...)`` / ``set_value`` / ``x + "a"``,
+    a ValueError for ``F.relu("a")``: this is both, and a TypeError (Python's convention)."""
+
+
 class OutOfMemoryError(OpError, MemoryError):
     """An op's output would not fit in the device's memory (or its size overflows): raised before XLA runs."""
 

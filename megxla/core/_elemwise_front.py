@@ -10,7 +10,7 @@ import numpy as np
 
 from . import _autocast, _interrupt
 from ._tensor import Tensor, QPARAMS_SEEN
-from ._dispatch import apply, wrap
+from ._dispatch import ConversionError, apply, wrap
 from .ops import elemwise as P
 
 # NOTE: scalar operands are cached per (value, dtype): a host->device copy per `x * 2` costs ~10 µs, the
@@ -82,20 +82,28 @@ def _scalar_dtype(value, like):
     return like if kind == "c" else np.dtype(np.complex64)
 
 
-def as_tensor(x, like=None, compare=False):
+def as_tensor(x, like=None, compare=False, op=None):
     """``x`` as a Tensor; Python scalars follow ``like``'s dtype where it fits (MegEngine promotion).
-    ``compare``: the operand of a comparison (a list beside a bool tensor is converted to bool, as MegEngine's)."""
+    ``compare``: the operand of a comparison (a list beside a bool tensor is converted to bool, as MegEngine's).
+    ``op``: the op's name, for the error raised where ``x`` is no array of numbers."""
     if isinstance(x, Tensor):
         return x
     if isinstance(x, (bool, int, float, complex)):
         if like is None:
             return Tensor(x)
         return _scalar(x, _scalar_dtype(x, like.dtype))
-    if like is not None and isinstance(x, (list, tuple, np.ndarray, np.generic)):
-        dt = _array_dtype(x, like.dtype, compare)
-        if dt is not None:
-            return Tensor(x, dtype=dt)
-    return Tensor(x)
+    if op is not None and x is None:  # (Tensor(None) is an empty tensor, as MegEngine's; an operand None is not)
+        raise ConversionError(f"{op}: the operand is None and is not supported")
+    try:
+        if like is not None and isinstance(x, (list, tuple, np.ndarray, np.generic)):
+            dt = _array_dtype(x, like.dtype, compare)
+            if dt is not None:
+                return Tensor(x, dtype=dt)
+        return Tensor(x)
+    except ConversionError as exc:
+        if op is None:
+            raise
+        raise ConversionError(f"{op}: operand {str(exc).removeprefix('Tensor: ')}") from None  # (names the op)
 
 
 _RANK = {"b": 0, "i": 1, "u": 1, "f": 2}
@@ -230,11 +238,11 @@ def binary(prim, name=None):
         if type(x) is not Tensor and not isinstance(x, Tensor):
             if x is None:
                 raise TypeError("the operand is None and is not supported.")  # (MegEngine's words)
-            x = as_tensor(x, y if isinstance(y, Tensor) else None, compare)
+            x = as_tensor(x, y if isinstance(y, Tensor) else None, compare, name or prim.name)
         if type(y) is not Tensor and not isinstance(y, Tensor):
             if y is None:  # (it would become an empty array and broadcast to an empty result)
                 raise TypeError("the operand is None and is not supported.")
-            y = as_tensor(y, x, compare)
+            y = as_tensor(y, x, compare, name or prim.name)
         if high and _autocast.enabled:
             x, y = _autocast.up(x, y)
         return apply(op, x, y)
@@ -249,7 +257,7 @@ def unary(prim, name=None):
     keep = name in QUANT_KEEP
 
     def fn(x):
-        x = x if isinstance(x, Tensor) else as_tensor(x)
+        x = x if isinstance(x, Tensor) else as_tensor(x, op=name or prim.name)
         if not keep and QPARAMS_SEEN[0]:
             reject_quantized(name or prim.name, x)
         if high and _autocast.enabled:

@@ -243,7 +243,9 @@ def parse(x, index, op="getitem"):
                 if kind == "m":
                     idx = np.flatnonzero(payload)
                     if idx.size and idx[-1] >= dim:
-                        raise _range_error(op, int(idx[idx >= dim][0]), dim, axis)
+                        raise IndexOutOfRange(f"{op}: boolean mask of shape {tuple(payload.shape)} is true at "
+                                              f"{int(idx[idx >= dim][0])}, out of range for axis {axis} of size "
+                                              f"{dim}")
                     tensors.append(Tensor(idx.astype(np.int32)))
                 else:  # (a graph value shorter than the axis: every position it can hold is in range)
                     tensors.extend(mask_indices(payload))

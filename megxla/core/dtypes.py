@@ -339,6 +339,26 @@ def host_value(arr):
     return np.asarray(arr) if v is None else v
 
 
+def _host_numbers(data):
+    """``data`` (not a Tensor) as a NumPy array of numbers; :class:`ConversionError` naming what it is otherwise
+    (NumPy's and JAX's own errors say neither that a tensor was being made nor from what)."""
+    reason = None
+    try:
+        a = np.asarray(data)
+        if a.dtype == object:
+            a = np.asarray([np.asarray(x) for x in data])
+    except (TypeError, ValueError) as exc:  # (a ragged list, an object that is no sequence)
+        reason = str(exc).split("\n")[0]
+    else:
+        if a.dtype.kind not in "OUSMmV" or (a.dtype.kind == "V" and a.dtype.fields is None):
+            return a  # (numbers: NumPy's, and ml_dtypes' bfloat16 / float8, whose kind is "V" with no fields)
+        reason = f"its elements are {a.dtype.type.__name__}, not numbers"
+    from ._dispatch import ConversionError
+    text = repr(data)
+    text = text if len(text) <= 60 else text[:57] + "..."
+    raise ConversionError(f"Tensor: {type(data).__name__} {text} cannot be made a tensor: {reason}")
+
+
 def _to_array(data, dtype, device):
     from ._tensor import Tensor
     if isinstance(data, Tensor):
@@ -352,9 +372,7 @@ def _to_array(data, dtype, device):
     elif isinstance(data, jax.Array):
         arr = data if dtype is None else data.astype(held(dtype))
     else:
-        np_arr = np.asarray(data)
-        if np_arr.dtype == object:
-            np_arr = np.asarray([np.asarray(x) for x in data])
+        np_arr = _host_numbers(data)
         target = held(dtype) if dtype is not None else default_dtype(np_arr)
         if dtype is None and target != np_arr.dtype and not _NARROW_WARNED:
             _warn_if_lossy(np_arr, np.dtype(target))

@@ -10,7 +10,7 @@ import numpy as np
 
 from ..core._tensor import Tensor
 from ..core.dtypes import is_float, c_int
-from ..core._dispatch import apply as _apply, OpError
+from ..core._dispatch import apply as _apply, AssertedOpError, OpError
 from ..core._elemwise_front import as_tensor as _t, quantized_params, _scalar
 from ..core._tensor import QPARAMS_SEEN
 from ..core._indexing import check_index_tensor
@@ -118,8 +118,8 @@ def _conv_channels(op, inp, weight, groups, nd):
         raise OpError(f"{op}: weight must be {nd + 2}-D (O, I/groups, ...) or {nd + 3}-D (groups, O/groups, "
                       f"I/groups, ...), got shape {weight.shape}")
     if inp.shape[1] != cin:
-        raise OpError(f"{op}: input has {inp.shape[1]} channels but weight {weight.shape} with groups={groups} "
-                      f"expects {cin}")
+        raise OpError(f"{op}: input {tuple(inp.shape)} has {inp.shape[1]} channels but weight {weight.shape} with "
+                      f"groups={groups} expects {cin}")
     return groups, cout
 
 
@@ -287,7 +287,8 @@ def _conv_transpose_nd(op, nd, inp, weight, bias, stride, padding, output_paddin
     else:
         raise OpError(f"{op}: weight must be {nd + 2}-D (I, O/groups, ...) or {nd + 3}-D, got shape {weight.shape}")
     if inp.shape[1] != cin:
-        raise OpError(f"{op}: input has {inp.shape[1]} channels but weight {weight.shape} expects {cin}")
+        raise OpError(f"{op}: input {tuple(inp.shape)} has {inp.shape[1]} channels but weight {weight.shape} "
+                      f"expects {cin}")
     s = _positive(_tuple(stride, nd, "stride", op), "stride", op)
     p = _positive(_tuple(padding, nd, "padding", op), "padding", op, allow_zero=True)
     op_ = _positive(_tuple(output_padding, nd, "output_padding", op), "output_padding", op, allow_zero=True)
@@ -393,7 +394,8 @@ def local_conv2d(inp, weight, bias=None, stride=1, padding=0, dilation=1, conv_m
                _positive(_tuple(padding, 2, "padding", op), "padding", op, True),
                _positive(_tuple(dilation, 2, "dilation", op), "dilation", op))
     if inp.shape[1] != w7[0] * w7[3]:
-        raise OpError(f"{op}: input has {inp.shape[1]} channels but weight {weight.shape} expects {w7[0] * w7[3]}")
+        raise OpError(f"{op}: input {tuple(inp.shape)} has {inp.shape[1]} channels but weight {weight.shape} "
+                      f"expects {w7[0] * w7[3]}")
     out = _out_size(inp.shape[2:], w7[4:6], s, p, d, op)
     if out != w7[1:3]:
         raise OpError(f"{op}: weight {weight.shape} is for a {w7[1:3]} output, but the input gives {out}")
@@ -1132,7 +1134,8 @@ def dropout(inp, drop_prob, training=True):
     """
     from ..random import next_key
     if not 0 <= drop_prob < 1:
-        raise OpError(f"dropout: drop_prob must be in [0, 1), got {drop_prob}")
+        # (MegEngine asserts it: an AssertionError too)
+        raise AssertedOpError(f"dropout: drop_prob must be in [0, 1), got {drop_prob}")
     inp = _t(inp)
     if not training or drop_prob == 0:
         return inp

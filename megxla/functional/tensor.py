@@ -165,11 +165,13 @@ def _astype_quantized(x, dtype, quantized, source):
     return out
 
 
-def _infer_shape(size, shape, op="reshape"):
+def _infer_shape(size, shape, op="reshape", src=None):
+    # (``src``: the input's shape, named in the message)
+    of = f"a tensor of {size} elements" if src is None else f"a tensor of shape {tuple(src)} ({size} elements)"
     shape = _ints(op, "target_shape", shape)
     if -1 not in shape and min(shape, default=0) >= 0:  # (no size to infer, none negative)
         if _math.prod(shape) != size:
-            raise OpError(f"{op}: cannot reshape a tensor of {size} elements into shape {shape}")
+            raise OpError(f"{op}: cannot reshape {of} into shape {shape}")
         return shape
     shape = list(shape)
     if shape.count(-1) > 1:
@@ -179,10 +181,10 @@ def _infer_shape(size, shape, op="reshape"):
     known = _math.prod(s for s in shape if s != -1)
     if -1 in shape:
         if known == 0 or size % known:
-            raise OpError(f"{op}: cannot reshape {size} elements into {tuple(shape)}")
+            raise OpError(f"{op}: cannot reshape {of} into shape {tuple(shape)}")
         shape[shape.index(-1)] = size // known
     elif known != size:
-        raise OpError(f"{op}: cannot reshape a tensor of {size} elements into shape {tuple(shape)}")
+        raise OpError(f"{op}: cannot reshape {of} into shape {tuple(shape)}")
     return tuple(shape)
 
 
@@ -224,7 +226,7 @@ def reshape(inp, target_shape):
     kept = _lazy.kept_rows(inp, target_shape)
     if kept is not None:  # (auto-jit's selection in place, its rows kept: ``y.reshape(n, -1)``, no count read)
         return keep_qparams(_apply(_S.reshape.bind(shape=kept), inp), inp)
-    shape = _infer_shape(_math.prod(inp.shape), target_shape)  # Tensor.size of 0-d is 1.0
+    shape = _infer_shape(_math.prod(inp.shape), target_shape, src=inp.shape)  # Tensor.size of 0-d is 1.0
     # NOTE: always a new tensor, never ``inp`` itself, even for an unchanged shape: an in-place update of the
     # result (``y += 1``, ``y[0] = 5``) must not rebind the input (MegEngine has no views).
     return keep_qparams(_apply(_S.reshape.bind(shape=shape), inp), inp)

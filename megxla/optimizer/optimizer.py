@@ -33,7 +33,7 @@ from typing import Dict, Iterable, Union
 import numpy as np
 
 from ..core import _interrupt, _lazy, _registry, _spmd
-from ..core._dispatch import current_interpreter
+from ..core._dispatch import OpError, current_interpreter
 from ..core._tensor import Parameter, Tensor
 from ..core.dtypes import is_float
 from ._group_update import group_update
@@ -202,8 +202,19 @@ def _number(x):
         or isinstance(x, np.ndarray) and x.ndim == 0 and x.dtype.kind in "fiu"
 
 
+class HyperParameterError(ValueError, AssertionError):
+    """An optimizer's hyper-parameter out of its range, or a parameter given twice. A ValueError, and an
+    AssertionError: MegEngine's SGD, Adagrad and Adadelta check their hyper-parameters with ``assert``, and the
+    optimizer its groups' disjointness (Adam, AdamW and LAMB raise ValueError)."""
+
+
+class HyperParameterTypeError(HyperParameterError, TypeError):
+    """A hyper-parameter that is no number (``lr="a"``): MegEngine's ``assert lr >= 0.0`` raises TypeError."""
+
+
 def _check_hyper(owner, name, value):
-    """Raise ValueError if a known hyper-parameter has an invalid value (unknown names are not checked)."""
+    """Raise :class:`HyperParameterError` if a known hyper-parameter has an invalid value (unknown names are not
+    checked), :class:`HyperParameterTypeError` if it is no number."""
     if _holds_tensor(value) and current_interpreter() is not None:
         # A Tensor hyper-parameter's value is not on the host while a step is traced (reading it would cost a
         # host sync per call); its shape is checked, its value where the optimizer runs eagerly.
@@ -213,14 +224,17 @@ def _check_hyper(owner, name, value):
         return
     if name in ("lr", "weight_decay", "momentum", "eps", "lr_decay"):
         if not _number(value) or not math.isfinite(float(value)) or not float(value) >= 0.0:
-            raise ValueError(f"{owner}: invalid {name} {value!r}: must be a finite number >= 0")
+            error = HyperParameterError if _number(value) else HyperParameterTypeError
+            raise error(f"{owner}: invalid {name} {value!r}: must be a finite number >= 0")
     elif name == "betas":
         ok = isinstance(value, (tuple, list)) and len(value) == 2 and all(_number(b) for b in value)
         if not ok or not all(0.0 <= float(b) < 1.0 for b in value):
-            raise ValueError(f"{owner}: invalid betas {value!r}: must be two numbers in [0, 1)")
+            error = HyperParameterError if ok else HyperParameterTypeError
+            raise error(f"{owner}: invalid betas {value!r}: must be two numbers in [0, 1)")
     elif name == "rho":
         if not _number(value) or not 0.0 <= float(value) <= 1.0:
-            raise ValueError(f"{owner}: invalid rho {value!r}: must be a number in [0, 1]")
+            error = HyperParameterError if _number(value) else HyperParameterTypeError
+            raise error(f"{owner}: invalid rho {value!r}: must be a number in [0, 1]")
 
 
 _NOT_A_FACT = object()
@@ -441,7 +455,7 @@ class Optimizer(metaclass=ABCMeta):
         # through it, 0.7 ms a group at N = 5120)
         seen = {id(p) for g in self.param_groups for p in dict.__getitem__(g, "params")}
         if len({id(p) for p in params}) != len(params) or seen.intersection(map(id, params)):
-            raise ValueError("some parameters appear more than once in the optimizer's parameter groups")
+            raise HyperParameterError("some parameters appear more than once in the optimizer's parameter groups")
         for name, value in param_group.items():
             if name != "params":
                 _check_hyper(type(self).__name__, name, value)
@@ -552,7 +566,8 @@ class Optimizer(metaclass=ABCMeta):
             if not isinstance(g, Tensor):
                 raise TypeError(f"{owner}: grad of parameter {i} must be a Tensor, got {type(g).__name__}")
             if g.shape != p.shape:
-                raise ValueError(f"{owner}: grad of parameter {i} has shape {g.shape}, parameter has {p.shape}")
+                # (OpError: a ValueError, and the RuntimeError MegEngine's update kernel raises)
+                raise OpError(f"{owner}: grad of parameter {i} has shape {g.shape}, parameter has {p.shape}")
             if not is_float(g.dtype):
                 raise TypeError(f"{owner}: grad of parameter {i} has dtype {g.dtype}, expected a float dtype")
 
