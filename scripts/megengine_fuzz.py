@@ -1254,9 +1254,10 @@ def _child(framework, cases_path, out_path, start):
             out.flush()
 
 
-def _run_all(python, framework, cases, env, d):
-    """Run ``cases`` in a child of ``python``; restart after a crash. Returns {index in cases: result}."""
-    here = os.path.abspath(__file__)
+def _run_all(python, framework, cases, env, d, script=__file__):
+    """Run ``cases`` in a child of ``python`` (``script --child``); restart after a crash. Returns {index in cases:
+    result}."""
+    here = os.path.abspath(script)
     cpath, opath = os.path.join(d, "cases.pkl"), os.path.join(d, framework + ".pkl")
     with open(cpath, "wb") as f:
         pickle.dump(_plain(cases), f, protocol=4)
