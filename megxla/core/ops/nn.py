@@ -188,6 +188,16 @@ def _conv_transpose(x, w, *bias, stride, padding, output_padding, dilation, grou
     w = jnp.swapaxes(w, 1, 2).reshape((-1, cin // groups) + k)  # (O, I/G, *k)
     w = jnp.flip(w, axis=tuple(range(2, 2 + nd)))
     pads = [(d * (kk - 1) - p, d * (kk - 1) - p + op) for kk, p, d, op in zip(k, padding, dilation, output_padding)]
+    # NOTE: an axis dilated by 2 under a 2-tap, undilated, unpadded window (stride 2, kernel 2, padding 1) is what
+    # XLA's ConvOperandSwapper takes for a "group" dimension: when it swaps the operands (a kernel larger than the
+    # input on the other axes) it keeps that axis's window as it was, and the compiler's check then aborts the
+    # process ("Window dimensions do not match RHS shape"; found by megengine_module_fuzz). Such an axis is
+    # dilated by an interior pad instead: the same values, and no window of that shape.
+    own = [s == kk == 2 and d == 1 and lo == hi == 0 for s, kk, d, (lo, hi) in zip(stride, k, dilation, pads)]
+    if any(own):
+        x = lax.pad(x, jnp.zeros((), x.dtype), [(0, 0, 0)] * 2 + [(0, 0, s - 1 if o else 0)
+                                                                   for s, o in zip(stride, own)])
+        stride = tuple(1 if o else s for s, o in zip(stride, own))
     y = lax.conv_general_dilated(x, w, (1,) * nd, pads, lhs_dilation=stride, rhs_dilation=dilation,
                                  dimension_numbers=_spatial_dims(nd), feature_group_count=groups)
     if bias:
