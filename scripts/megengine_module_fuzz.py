@@ -199,7 +199,8 @@ def m_norms(c):
     elif kind == "GeneralNorm":
         shape = (N, int(rng.randint(2, 4)), int(rng.randint(2, 4)))
         ax = int(rng.randint(0, 3))
-        code = f"m = M.GeneralNorm({shape[ax]}, normalized_axis={ax}, affine={_bool(rng, .7)})"
+        n = shape[ax] if rng.rand() < 0.2 else (shape[ax],)
+        code = f"m = M.GeneralNorm({n!r}, normalized_axis={ax}, affine={_bool(rng, .7)})"
     else:
         C = int(rng.randint(1, 6))
         code = (f"m = M.LocalResponseNorm(kernel_size={_pick(rng, [1, 3, 5])}, k={_pick(rng, [1.0, 2.0])}, "
