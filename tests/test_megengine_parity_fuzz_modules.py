@@ -46,3 +46,25 @@ def test_conv_transpose_with_a_stride_2_kernel_2_padding_1_axis_does_not_abort()
         print("ok")
     """)
     assert rc == 0 and out.startswith("ok"), out
+
+
+def test_conv_gradient_of_a_stride_2_kernel_2_padding_1_axis_does_not_abort():
+    # found next to seed 3 case 34: the input gradient of conv2d(kernel (2, 3), stride (2, 1), padding (1, 0)) of a
+    # 4x4 input is a convolution of the same shape XLA's operand swapper broke (the process aborted in backward).
+    # The values below are MegEngine's.
+    rc, out = _run("""
+        import numpy as np, megxla as mge, megxla.functional as F
+        from megxla.autodiff import GradManager
+        x = mge.Parameter(np.arange(16, dtype="float32").reshape(1, 1, 4, 4))
+        w = mge.Parameter(np.arange(6, dtype="float32").reshape(1, 1, 2, 3))
+        gm = GradManager().attach([x, w])
+        with gm:
+            y = F.conv2d(x, w, stride=(2, 1), padding=(1, 0))
+            gm.backward((y * mge.tensor(np.arange(y.size, dtype="float32").reshape(y.shape))).sum())
+        np.testing.assert_array_equal(y.numpy()[0, 0], [[14, 26], [127, 142], [41, 44]])
+        np.testing.assert_array_equal(x.grad.numpy()[0, 0], [[0, 3, 4, 5], [0, 2, 7, 6], [6, 17, 22, 15],
+                                                             [0, 4, 13, 10]])
+        np.testing.assert_array_equal(w.grad.numpy()[0, 0], [[136, 150, 164], [44, 50, 56]])
+        print("ok")
+    """)
+    assert rc == 0 and out.startswith("ok"), out
