@@ -37,7 +37,21 @@ no MegEngine)::
 
 Prints one line per disagreement and a count by kind; exit status 1 if any.
 
-Last runs (2026-12-06, 2 busy cores):
+Last runs (2026-12-06, ~2.5 s a case on 2 busy cores; the code changed between runs, so a seed's case numbers
+hold for the version that ran it): seeds 0-4, 60 + 100 + 200 + 80 + 200 cases: no auto-jit / eager disagreement;
+one megxla bug, fixed (tests/test_megengine_parity_fuzz_modules.py): seed 3 case 34, ``ConvTranspose3d(2, 1, (3,
+2, 3), stride=2, padding=(0, 1, 1), dilation=(2, 1, 1))`` killed the process -- XLA's ConvOperandSwapper breaks a
+convolution whose axis is dilated by 2 under a 2-tap window without padding (a transposed convolution's stride-2,
+kernel-2, padding-1 axis; also the input gradient of such a ``conv2d``). The rest MegEngine's, now in
+docs/differences.md and told apart by ``_KNOWN``: ``load_state_dict`` of an SGD state with parameters without
+slots (``KeyError``), ``BatchNorm1d(freeze=True)`` (wrong shapes), the gradient of MultiHeadAttention in
+evaluation mode (raises), grouped ``ConvTranspose3d`` and ``GeneralNorm`` with an int shape (raise); and fuzzer
+artefacts since drawn otherwise (MultiHeadAttention is batch first; a BatchNorm over 2 values per channel, whose
+gradient is rounding noise made large; a bias before a training-mode BatchNorm, whose gradient is 0 up to
+rounding). Seed 5, 150 cases: one megxla bug, fixed: case 39, ``BatchMatMulActivation(2, 2, 1)`` of a (2, 2, 2)
+input raised (its (1,) bias broadcasts along K in MegEngine); and, not yet explained, case 69: MegEngine raises
+(asynchronously) for ``ConvTranspose2d(2, 4, 3, stride=2, padding=(0, 1), output_padding=(1, 0), dilation=2,
+groups=2)``, which megxla computes.
 """
 from __future__ import annotations
 
@@ -298,7 +312,7 @@ def m_misc(c):
         a, b = c.value((2, 3)), c.value((2, 2))
         return "m = M.Concat()", [f"m([x('{a}'), x('{b}')], axis=1)"]
     n, i, o = int(rng.randint(1, 3)), int(rng.randint(1, 4)), int(rng.randint(1, 4))
-    x = c.value((n, 2, i))
+    x = c.value((n, i, _pick(rng, [1, 2, o])))  # ((batch, in_features, K): the bias broadcasts along K)
     return (f"m = M.BatchMatMulActivation({n}, {i}, {o}, bias={_bool(rng)}, "
             f"nonlinear_mode={_pick(rng, ['identity', 'relu'])!r})"), [f"m(x('{x}'))"]
 
@@ -674,7 +688,8 @@ def _child(framework, cases_path, out_path, start):
 # Documented differences (docs/differences.md), told apart from a disagreement's case and text: (reason, test of the
 # case's code, its meta and a disagreement's kind and text). The first side of a text is MegEngine's.
 _KNOWN = [
-    ("MegEngine's load_state_dict of a parameter without slots", lambda code, meta, kind, text: kind in ("STATUS", "ERRTYPE")
+    ("MegEngine's load_state_dict of a parameter without slots", lambda code, meta, kind, text:
+     kind in ("STATUS", "ERRTYPE")
      and meta.get("reload") and ("('KeyError'" in text.split(" | ")[0] or kind == "ERRTYPE"
                                  and ": KeyError: " in text.split(" | ")[0]) and "O.SGD(" in code),
     ("argument errors are OpError", lambda code, meta, kind, text: kind == "ERRTYPE" and "| OpError" in text
@@ -687,8 +702,8 @@ _KNOWN = [
      and "groups=1," not in code and "filter.ndim == img_ndim + 2" in text),
     ("grouped conv1d", lambda code, meta, kind, text: "M.Conv1d" in code and "groups=1," not in code
      and "dimension of conv1d" in text),
-    ("GeneralNorm of an int normalized_shape", lambda code, meta, kind, text: "M.GeneralNorm(" in code
-     and "M.GeneralNorm((" not in code and ("'int' object is not iterable" in text or " repr: " in text)),
+    ("GeneralNorm of an int normalized_shape, or an int axis without affine", lambda code, meta, kind, text:
+     "M.GeneralNorm(" in code and ("'int' object is not iterable" in text or " repr: " in text)),
     ("a bias before a training-mode BatchNorm: its gradient is 0 up to rounding", lambda code, meta, kind, text:
      "Bn" in code and meta.get("train") and kind == "VALUE" and ".bias: " in text and "grad." in text
      and max(abs(v) for v in _numbers(text)) < 1e-4),

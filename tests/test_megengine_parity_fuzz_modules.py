@@ -7,6 +7,8 @@ import subprocess
 import sys
 import textwrap
 
+import numpy as np
+
 import megxla
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(megxla.__file__)))  # (the megxla this session imports)
@@ -68,3 +70,13 @@ def test_conv_gradient_of_a_stride_2_kernel_2_padding_1_axis_does_not_abort():
         print("ok")
     """)
     assert rc == 0 and out.startswith("ok"), out
+
+
+def test_batch_matmul_activation_with_one_output_feature_broadcasts_its_bias():
+    # seed 5 case 39: BatchMatMulActivation(2, 2, 1, bias=True) of a (2, 2, 2) input: MegEngine adds the (1,) bias
+    # along the last axis, which broadcasts for any K; megxla raised ("K must be 1"). MegEngine's values.
+    import megxla.module as M
+    m = M.BatchMatMulActivation(2, 2, 1, bias=True, nonlinear_mode="relu")
+    m.load_state_dict({"weight": np.array([[[1., 2.]], [[-1., 3.]]], "float32"), "bias": np.array([0.5], "float32")})
+    y = m(megxla.tensor(np.arange(8, dtype="float32").reshape(2, 2, 2) - 3))
+    np.testing.assert_array_equal(y.numpy(), [[[0, 0]], [[8.5, 10.5]]])
