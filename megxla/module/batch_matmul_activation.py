@@ -84,7 +84,7 @@ class BatchMatMulActivation(Module):
         if len(shape) != 3 or shape[0] != self.batch or shape[1] != self.in_features:
             raise ValueError(f"BatchMatMulActivation: input must be (batch={self.batch}, "
                              f"in_features={self.in_features}, K), got {shape}")
-        if self.bias is not None and shape[2] not in (1, self.out_features):
+        if self.bias is not None and self.out_features != 1 and shape[2] not in (1, self.out_features):
             raise ValueError(f"BatchMatMulActivation: the (out_features={self.out_features},) bias is added along "
                              f"the last axis (as in MegEngine), so K must be {self.out_features}, got input {shape}")
         return self._calc_linear(x if isinstance(x, Tensor) else Tensor(x), self.weight, self.bias)

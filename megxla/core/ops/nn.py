@@ -160,6 +160,13 @@ def _grouped_taps_bwd(stride, padding, dilation, groups, res, dy):
 _grouped_taps.defvjp(_grouped_taps_fwd, _grouped_taps_bwd)
 
 
+def _swapper_axes(k, stride, dilation, padding):
+    """Per spatial axis of a convolution: whether its input gradient (JAX: the output gradient dilated by the
+    stride under the flipped kernel, padded ``k - 1 - padding`` before) has a window XLA's ConvOperandSwapper takes
+    for a group dimension -- 2 taps, undilated, base dilation 2, no padding before."""
+    return [kk == 2 and s == 2 and d == 1 and p == 1 for kk, s, d, p in zip(k, stride, dilation, padding)]
+
+
 def _conv(x, w, *bias, stride, padding, dilation, groups, nd):
     if w.ndim == nd + 3:  # MegEngine's grouped layout (G, O/G, I/G, *k)
         w = w.reshape((w.shape[0] * w.shape[1],) + w.shape[2:])
@@ -169,6 +176,16 @@ def _conv(x, w, *bias, stride, padding, dilation, groups, nd):
         y = _pointwise(x, w)  # (on the CPU only: GPUs' convolution libraries take NCHW 1x1 as it is)
     elif groups > 1 and cpu_f32 and int(np.prod(w.shape[2:])) <= _MAX_TAPS:
         y = _grouped_taps(x, w, tuple(stride), tuple(padding), tuple(dilation), groups)  # (GPUs': grouped kernels)
+    elif any(_swapper_axes(w.shape[2:], stride, dilation, padding)):
+        # NOTE: the input gradient of a stride-2 axis under a 2-tap kernel with padding 1 is a convolution XLA's
+        # ConvOperandSwapper mistakes for a grouped one (see _conv_transpose); it aborted the process (Conv2d(k=(2,
+        # 3), stride=(2, 1), padding=(1, 0)) of a 4x4 input, megengine_module_fuzz). Computed at stride 1 and
+        # subsampled on such an axis, the gradient interleaves zeros by a pad instead of dilating by the window.
+        sub = _swapper_axes(w.shape[2:], stride, dilation, padding)
+        y = lax.conv_general_dilated(x, w, tuple(1 if s_ else s for s, s_ in zip(stride, sub)),
+                                     [(p, p) for p in padding], rhs_dilation=dilation,
+                                     dimension_numbers=_spatial_dims(nd), feature_group_count=groups)
+        y = y[(slice(None),) * 2 + tuple(slice(None, None, 2) if s_ else slice(None) for s_ in sub)]
     else:
         y = lax.conv_general_dilated(x, w, stride, [(p, p) for p in padding], rhs_dilation=dilation,
                                      dimension_numbers=_spatial_dims(nd), feature_group_count=groups)
@@ -188,6 +205,16 @@ def _conv_transpose(x, w, *bias, stride, padding, output_padding, dilation, grou
     w = jnp.swapaxes(w, 1, 2).reshape((-1, cin // groups) + k)  # (O, I/G, *k)
     w = jnp.flip(w, axis=tuple(range(2, 2 + nd)))
     pads = [(d * (kk - 1) - p, d * (kk - 1) - p + op) for kk, p, d, op in zip(k, padding, dilation, output_padding)]
+    # NOTE: an axis dilated by 2 under a 2-tap, undilated, unpadded window (stride 2, kernel 2, padding 1) is what
+    # XLA's ConvOperandSwapper takes for a "group" dimension: when it swaps the operands (a kernel larger than the
+    # input on the other axes) it keeps that axis's window as it was, and the compiler's check then aborts the
+    # process ("Window dimensions do not match RHS shape"; found by megengine_module_fuzz). Such an axis is
+    # dilated by an interior pad instead: the same values, and no window of that shape.
+    own = [s == kk == 2 and d == 1 and lo == hi == 0 for s, kk, d, (lo, hi) in zip(stride, k, dilation, pads)]
+    if any(own):
+        x = lax.pad(x, jnp.zeros((), x.dtype), [(0, 0, 0)] * 2 + [(0, 0, s - 1 if o else 0)
+                                                                   for s, o in zip(stride, own)])
+        stride = tuple(1 if o else s for s, o in zip(stride, own))
     y = lax.conv_general_dilated(x, w, (1,) * nd, pads, lhs_dilation=stride, rhs_dilation=dilation,
                                  dimension_numbers=_spatial_dims(nd), feature_group_count=groups)
     if bias:
