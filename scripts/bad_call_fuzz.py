@@ -79,7 +79,7 @@ import traceback
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from megengine_fuzz import _arrays, _plain  # noqa: E402  (the MegEngine child's NumPy-1-safe pickling)
+from megengine_fuzz import _arrays, _plain, _run_all as _run_cases  # noqa: E402  (the MegEngine child, pickling)
 
 POINTS = ["before the step", "after the forward", "after the loss", "after gm.backward", "after the gm block",
           "after opt.step", "after clear_grad"]
@@ -620,30 +620,6 @@ def _child(framework, progs_path, out_path, start):
             out.flush()
 
 
-def _run_all(python, framework, progs, env, d):
-    """Runs ``progs`` in a child of ``python``, restarted after a crash. Returns {index: result}."""
-    ppath, opath = os.path.join(d, "progs.pkl"), os.path.join(d, framework + ".pkl")
-    with open(ppath, "wb") as f:
-        pickle.dump(progs, f, protocol=4)
-    open(opath, "wb").close()
-    got, start = {}, 0
-    while start < len(progs):
-        subprocess.run([python, os.path.abspath(__file__), "--child", framework, ppath, opath, str(start)],
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=dict(os.environ, **env))
-        with open(opath, "rb") as f:
-            while True:
-                try:
-                    k, r = _arrays(pickle.load(f))
-                except (EOFError, pickle.UnpicklingError):
-                    break
-                got[k] = r
-        start = max(got) + 1 if got else 0
-        if start < len(progs) and start not in got:
-            got[start] = {"mge": [("error", ("crash", ["crash"], "the process died", None))]}
-            start += 1
-    return got
-
-
 # ---- comparing ----------------------------------------------------------------------------------------------------
 def same(x, y, exact, where=""):
     """The first difference between logged values ``x`` and ``y`` (None if none): exactly, or at RTOL / ATOL."""
@@ -756,8 +732,9 @@ def main():
         for b in range(0, len(idx), args.batch):
             gens = [Gen(args.seed, i) for i in idx[b:b + args.batch]]
             progs = [(g.i, g.source(True), g.source(False)) for g in gens]
-            mge = _run_all(args.megengine_python, "megengine", progs, {}, d)
-            mxl = _run_all(sys.executable, "megxla", progs, {"PYTHONPATH": root}, d)
+            died = {"mge": [("error", ("crash", ["crash"], "the process died", None))]}
+            mge = _run_cases(args.megengine_python, "megengine", progs, {}, d, __file__, died)
+            mxl = _run_cases(sys.executable, "megxla", progs, {"PYTHONPATH": root}, d, __file__, died)
             for k, g in enumerate(gens):
                 names[g.bad.name] += 1
                 if "clean" not in mxl[k]:

@@ -1257,9 +1257,10 @@ def _child(framework, cases_path, out_path, start, one=None):
             out.flush()
 
 
-def _run_all(python, framework, cases, env, d, script=None):
+def _run_all(python, framework, cases, env, d, script=None, crash=None):
     """Run ``cases`` in a child of ``python`` (running ``script``'s ``--child``: this file's by default); restart
-    after a crash. Returns {index in cases: result}."""
+    after a crash, recording ``crash`` for the case that died (this file's record by default). Returns {index in
+    cases: result}."""
     here = os.path.abspath(script or __file__)
     cpath, opath = os.path.join(d, "cases.pkl"), os.path.join(d, framework + ".pkl")
     with open(cpath, "wb") as f:
@@ -1278,8 +1279,11 @@ def _run_all(python, framework, cases, env, d, script=None):
                 got[k] = r
         start = max(got) + 1 if got else 0
         if start < len(cases) and start not in got:
-            crash = (("error", "crash", "the process died", ["crash"]), None)
-            got[start] = {"eager": crash, "jit": crash}
+            if crash is None:
+                died = (("error", "crash", "the process died", ["crash"]), None)
+                got[start] = {"eager": died, "jit": died}
+            else:
+                got[start] = crash
             start += 1
     return got
 
