@@ -40,9 +40,11 @@ QAT one without a bias had none (MegEngine: zeros, in its state_dict); ``Histogr
 ZeroDivisionError after a batch of equal values; and (seed 2, 30 cases) ``convert_to_qint8`` divided a float32
 array in float64. MegEngine's own faults met (docs/differences.md, told apart by ``_KNOWN``): 4-bit reshapes and
 0-d casts assert, ``*`` of a quantized ConvTranspose2d's output gives garbage, the HistogramObserver's zero-width
-re-grid, plus the documented ConvTranspose2d-with-bias and BatchMatMulActivation-ReLU differences. Left open: the
-quantized ``BatchMatMulActivation``'s state_dict has no ``weight`` / ``bias`` (MegEngine's: int8 ``(B, O, I, 1, 1)``
-and float ``(1, O, 1, 1)``; megxla's computes from the QAT layer's float weight); a ``LinearBn1d`` of a batch of 1
+re-grid, plus the documented ConvTranspose2d-with-bias and BatchMatMulActivation-ReLU differences. The quantized
+``BatchMatMulActivation``'s state_dict had no ``weight`` / ``bias`` (MegEngine's: int8 ``(B, O, I, 1, 1)`` and float
+``(1, O, 1, 1)``): fixed 2026-12-06 with its forward (MegEngine's batched convolution: the bias per output feature,
+its requantization), and quantized weights' dtype metadata had keys MegEngine's has not
+(tests/test_quantized_state_dict_s73.py). Left open: a ``LinearBn1d`` of a batch of 1
 under ``sync_ema_fakequant_qconfig`` + ``disable_observer`` gives MegEngine a NaN weight scale (not analysed). No
 auto-jit / eager disagreement beyond rounding flips. Seed 2: 30 cases, 2 disagreements, both explained above.
 """

@@ -63,8 +63,9 @@ def _int_bias(bias, acc_scale, n, who):
     return q
 
 
-def _finish(acc, acc_scale, dtype, nonlinear_mode, who):
-    """Requantize the int32 accumulator (scale ``acc_scale``) to ``dtype`` through ``nonlinear_mode``."""
+def _finish(acc, acc_scale, dtype, nonlinear_mode, who, via_real=False):
+    """Requantize the int32 accumulator (scale ``acc_scale``) to ``dtype`` through ``nonlinear_mode``
+    (``via_real``: as MegEngine's batched convolution, the real value divided by the output scale)."""
     mode = str(getattr(nonlinear_mode, "name", nonlinear_mode)).lower()
     if mode not in _MODES:
         raise OpError(f"{who}: nonlinear_mode must be one of {_MODES}, got {nonlinear_mode!r}")
@@ -85,7 +86,7 @@ def _finish(acc, acc_scale, dtype, nonlinear_mode, who):
     if mode in ("identity", "relu"):
         limits = np.iinfo(out_meta.np_dtype_str)
         op = _q.requantize.bind(qmin=max(out_meta.qmin, int(limits.min)), qmax=min(out_meta.qmax, int(limits.max)),
-                                dtype=out_meta.np_dtype_str, relu=mode == "relu")
+                                dtype=out_meta.np_dtype_str, relu=mode == "relu", via_real=via_real)
         zp = out_zp if out_zp is not None else Tensor(np.float32(0))
         return _out(apply(op, acc, acc_scale, out_scale, zp), out_meta, out_scale, out_zp)
     # h_swish / sigmoid: of the real value, then quantized to the output dtype
@@ -206,7 +207,7 @@ def batch_conv_bias_activation(inp: Tensor, weight: Tensor, bias: Tensor, dtype=
     op = _q.qconv2d.bind(stride=stride, padding=padding, dilation=dilation, groups=n)
     acc = apply(op, reshape(inp, (1, n * c, h, w)), weight, concat([b] * n), zp_in)
     acc = reshape(acc, (n, oc) + tuple(acc.shape[2:]))
-    return _finish(acc, acc_scale, dtype, nonlinear_mode, who)
+    return _finish(acc, acc_scale, dtype, nonlinear_mode, who, via_real=True)
 
 
 def conv_transpose2d(inp: Tensor, weight: Tensor, bias: Tensor = None, dtype=None,

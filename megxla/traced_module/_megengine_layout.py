@@ -270,32 +270,10 @@ def _quantized_fields(obj, state):
         obj._float_forward = _MODES[method]
     elif isinstance(obj, QL.Concat):
         obj._float_forward = lambda inps, axis=0: F.concat(inps, axis)
-    elif isinstance(obj, QL.BatchMatMulActivation):
-        obj._float_forward = _float_layer_forward(obj, state, what)
     elif isinstance(obj, QL._FloatCompute):
         raise pickle.UnpicklingError(f"load: MegEngine's quantized {type(obj).__name__} cannot be read into megxla's "
                                      "(megxla computes it from the QAT module): quantize the QAT TracedModule with "
                                      "megxla.quantization.quantize instead")
-
-
-def _float_layer_forward(obj, state, what):
-    """megxla's quantized batched matmuls compute in float between dequantize and quantize: the float layer with
-    MegEngine's int8 weight dequantized."""
-    from ..core._tensor import Tensor
-    from ..module.batch_matmul_activation import BatchMatMulActivation as _FloatBmm
-    from ..module.quantized.module import dequantize_tensor
-    w = state.get("weight")
-    qp = getattr(w, "qparams", None)
-    if qp is None or qp.scale is None:
-        raise pickle.UnpicklingError(f"load: quantized {what}: its weight carries no quantization scale")
-    layer = _FloatBmm.__new__(_FloatBmm)
-    layer.__setstate__({k: v for k, v in state.items() if k not in ("weight", "bias", "output_dtype")})
-    weight = dequantize_tensor(w).detach()
-    b = state.get("bias")
-    bias = None if b is None else Tensor(b.numpy().astype(np.float32).reshape(-1))
-    # (MegEngine's quantized weight is 5-D; its nonlinear_mode applies the ReLU)
-    weight = weight.reshape(int(layer.batch), int(layer.out_features), int(layer.in_features))
-    return lambda x: layer._calc_linear(x, weight, bias)
 
 
 def traced_module_state(state: dict) -> dict:

@@ -162,10 +162,16 @@ def _qlinear(x, w, b, x_zp):
     return acc + b.astype(jnp.int32)
 
 
-def _requantize(acc, in_scale, out_scale, out_zp, *, qmin, qmax, dtype, relu):
+def _requantize(acc, in_scale, out_scale, out_zp, *, qmin, qmax, dtype, relu, via_real=False):
     if relu:
         acc = jnp.maximum(acc, 0)
-    real = acc.astype(jnp.float32) * (in_scale / out_scale)
+    if via_real:
+        # MegEngine's batched convolution (BatchConvBias, a naive kernel) requantizes through its naive TypeCvt:
+        # the accumulator's real value in float32, then divided by the output scale. At a tie this rounds apart
+        # from acc * (s_acc / s_out) (acc * 0.0021 / 0.07 = -7.4999995 where acc * 0.03 = -7.5)
+        real = _div(acc.astype(jnp.float32) * in_scale, out_scale)
+    else:
+        real = acc.astype(jnp.float32) * (in_scale / out_scale)
     return jnp.clip(_round(real) + out_zp, qmin, qmax).astype(dtype)
 
 

@@ -1,5 +1,5 @@
-"""Quantized inference layers. Conv2d and Linear run in integer arithmetic (int32 accumulation, exact);
-the other layers dequantize, compute in float32 and quantize their output."""
+"""Quantized inference layers. Conv2d, Linear and BatchMatMulActivation run in integer arithmetic (int32
+accumulation, exact); the other layers dequantize, compute in float32 and quantize their output."""
 from __future__ import annotations
 
 import numpy as np
@@ -8,7 +8,8 @@ from ... import functional as F
 from ...core._dispatch import apply
 from ...core._tensor import Tensor
 from ...core.ops import quant as _q
-from ...quantization.utils import QuantMode
+from ...functional import quantized as Fq
+from ...quantization.utils import QuantMode, create_qparams
 from .module import QuantizedModule, _OutputQuant, dequantize_tensor, quantize_tensor
 
 __all__ = ["Conv2d", "ConvRelu2d", "ConvTranspose2d", "ConvTransposeRelu2d", "ConvBn2d", "ConvBnRelu2d",
@@ -31,14 +32,15 @@ class _WeightLayer(QuantizedModule, _OutputQuant):
     _relu = False
     _bias_shape = (-1,)  # as MegEngine's state_dict: (C,) for Linear, (1, C, 1, 1) for Conv2d
 
-    def _take(self, qat, weight, bias):
+    def _take(self, qat, weight, bias, weight_shape=None):
         qp = qat.get_weight_qparams()
         if qp is None or qp.scale is None:
             raise ValueError(f"quantize: {type(qat).__name__} has no weight quantization parameters")
         if qp.mode != QuantMode.SYMMERTIC:
             raise ValueError("quantize: quantized layers need symmetric weight quantization")
         self.weight_scale = Tensor(np.asarray(qp.scale.numpy(), np.float32).reshape(()))
-        self.weight = quantize_tensor(weight.detach(), qp.dtype_meta, self.weight_scale)
+        w = weight.detach() if weight_shape is None else weight.detach().reshape(weight_shape)
+        self.weight = quantize_tensor(w, qp.dtype_meta, self.weight_scale)
         self.bias = None if bias is None else Tensor(bias.numpy().reshape(self._bias_shape), dtype="float32")
         # the parameters keep the names the user gave them, as MegEngine's from_qat_module (dumped graphs show them)
         self.weight.name = weight.name
@@ -475,34 +477,83 @@ class ConvTransposeBnRelu2d(ConvTransposeBn2d):
     _relu = True
 
 
-class BatchMatMulActivation(_FloatCompute):
-    """Quantized :class:`~megxla.module.BatchMatMulActivation`: the quantized input and weight dequantized, the
-    batched product computed in float32 and quantized to the output dtype.
+class BatchMatMulActivation(_WeightLayer):
+    r"""Quantized :class:`~megxla.module.BatchMatMulActivation`: ``requantize(act(w_q @ (x - zp_x) + b_q))`` in
+    int32, as MegEngine's batched convolution of ``x`` ``(batch, in_features, K)`` by one 1x1 filter per batch.
 
-    Built by :func:`~megxla.quantization.quantize` from the trained QAT module (its weight quantized, its output
-    quantized with the scale its activation observer learned).
+    It holds MegEngine's parameters: ``weight``, the quantized weight ``(batch, out_features, in_features, 1, 1)``
+    (its scale in its dtype), and ``bias``, float ``(1, out_features, 1, 1)`` (zeros when the QAT layer has none),
+    added per output feature on the int32 grid of ``s_in * s_w`` as MegEngine's quantized layer adds it (the float
+    and QAT layers add their ``(out_features,)`` bias on the last axis). The output is ``(batch, out_features, K)``.
+
+    Built by :func:`~megxla.quantization.quantize` from a QAT module, or by hand as MegEngine's: the arguments of
+    :class:`~megxla.module.BatchMatMulActivation` and ``dtype``, the output's quantized dtype; then set ``weight``
+    to a Parameter of a quantized dtype and ``bias`` to a float one.
 
     Example:
-        >>> from megxla.quantization import quantize, quantize_qat
-        >>> bmm = M.BatchMatMulActivation(2, 3, 4, nonlinear_mode="relu")
-        >>> net = quantize_qat(M.Sequential(M.QuantStub(), bmm, M.DequantStub()))
-        >>> x = mge.Tensor(np.random.rand(2, 3, 4).astype("float32")); _ = net(x)  # calibrate the observers
-        >>> net = quantize(net); net[1]
-        Quantized.BatchMatMulActivation(...)
-        >>> y = net[1](net[0](x)); y.shape, y.dtype
-        ((2, 4, 4), dtype('int8'))
+        >>> from megxla.core.tensor import dtype
+        >>> bmm = BatchMatMulActivation(1, 2, 3, dtype=dtype.qint8(0.1)); bmm.eval()
+        >>> bmm.weight = mge.Parameter(np.ones((1, 3, 2, 1, 1), "int8"), dtype=dtype.qint8(0.5))
+        >>> bmm.bias = mge.Parameter(np.array([0.0, 0.1, -0.1], "float32").reshape(1, 3, 1, 1))
+        >>> x = mge.Tensor(np.full((1, 2, 1), 4, "int8"), dtype=dtype.qint8(0.05))
+        >>> dtype.convert_from_qint8(bmm(x).numpy()).ravel()
+        array([0.2, 0.3, 0.1], dtype=float32)
     """
 
-    @classmethod
-    def _float_of(cls, qat):
-        w = qat.apply_quant_weight(qat.weight.detach()).detach()
-        b = None if qat.bias is None else qat.bias.detach()
-        return lambda x: qat._calc_linear(x, w, b)
+    _bias_shape = (1, -1, 1, 1)
+
+    def __init__(self, batch: int, in_features: int, out_features: int, bias: bool = True,
+                 nonlinear_mode="identity", dtype=None, **kwargs):
+        super().__init__(**kwargs)
+        from ..batch_matmul_activation import BatchMatMulActivation as FloatBmm
+        # (MegEngine's quantized layer is its float one: built by hand it holds the float, freshly initialized
+        # (batch, out, in) weight and (out,) bias until quantized ones are set)
+        layer = FloatBmm(batch, in_features, out_features, bias, nonlinear_mode)
+        self.batch, self.in_features, self.out_features = layer.batch, layer.in_features, layer.out_features
+        self.nonlinear_mode = layer.nonlinear_mode
+        self.weight = layer.weight
+        self.bias = layer.bias
+        self._set_output_dtype(dtype)
 
     @classmethod
-    def _info_of(cls, qat):  # MegEngine: "Quantized.BatchMatMulActivation(batch=2, ..., bias=True)"
-        # MegEngine's quantized layer always has a bias (zeros when the QAT one has none): "bias=True"
-        return qat._module_info_string().replace("bias=False", "bias=True")
+    def from_qat_module(cls, qat):
+        # NOTE: MegEngine's drops the QAT layer's nonlinear_mode (identity); megxla keeps its ReLU
+        # (docs/differences.md)
+        q = cls(qat.batch, qat.in_features, qat.out_features, qat.bias is not None, qat.nonlinear_mode,
+                name=qat.name)
+        q._take(qat, qat.weight, qat.bias, (qat.batch, qat.out_features, qat.in_features, 1, 1))
+        if q.bias is None:  # (MegEngine's zeros: its state_dict has the key, a strict load of it needs one)
+            q.bias = Tensor(np.zeros((1, qat.out_features, 1, 1), np.float32))
+        return q
+
+    def _module_info_string(self):  # MegEngine: "Quantized.BatchMatMulActivation(batch=2, ..., bias=True)"
+        return (f"batch={self.batch}, in_features={self.in_features}, out_features={self.out_features}, "
+                f"bias={self.bias is not None}")
+
+    def forward(self, inp):
+        b, i = self.batch, self.in_features
+        shape = tuple(inp.shape)
+        if len(shape) != 3 or shape[:2] != (b, i):
+            raise ValueError(f"BatchMatMulActivation: input must be (batch={b}, in_features={i}, K), got {shape}")
+        _input_scale_zp(inp, type(self).__name__)  # (a clear error for a float input)
+        self._output_check()
+        # MegEngine's: the (batch, in, K, 1) input convolved with each sample's 1x1 filters, its bias per output
+        # feature, requantized as its batched convolution kernel does
+        out = Fq.batch_conv_bias_activation(F.expand_dims(inp, -1), self._quantized_weight(), self.bias,
+                                            dtype=self.output_dtype,
+                                            nonlinear_mode="relu" if self.nonlinear_mode == "relu" else "identity")
+        return F.squeeze(out, -1)
+
+    def _quantized_weight(self):
+        w = self.weight
+        qp = getattr(w, "qparams", None) if isinstance(w, Tensor) else None
+        scale = self._w_scale()  # (raises unless the weight is quantized)
+        if qp is not None and qp.scale is not None and qp.dtype_meta is not None:
+            return w
+        # a bare integer weight (set or loaded without its dtype): the scale taken at conversion
+        q = Tensor(w.numpy())
+        q.qparams.update(create_qparams(QuantMode.SYMMERTIC, "qint8", scale))
+        return q
 
 
 class Elemwise(_FloatCompute):

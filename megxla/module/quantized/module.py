@@ -132,7 +132,9 @@ def _megengine_array(t):
     zp = getattr(qp, "zero_point", None)
     if zp is not None:
         mgb["zero_point"] = int(np.asarray(zp.numpy() if isinstance(zp, Tensor) else zp))
-    return a.view(np.dtype(a.dtype, metadata={"mgb_dtype": mgb}))
+    # (from the plain storage type: NumPy merges new metadata into a dtype's own, whose keys win, and a quantized
+    # tensor's numpy() already has megxla's dtype, with keys MegEngine's has not -- zero_point None, meta_name)
+    return a.view(np.dtype(a.dtype.name, metadata={"mgb_dtype": mgb}))
 
 
 class _OutputQuant:
