@@ -10,9 +10,21 @@ boolean masks), ``cond_take``, matmul / linear / conv2d, softmax / cross_entropy
 ``detach``; host reads (``.item()``, ``.numpy()``, ``int(x.sum())``, ``bool(...)``, branches on them, shapes made
 from values, a selection whose length changes every step), bad calls caught by the program (their error type, text
 and line are compared), statements run only on some steps, gradients read or clipped, steps skipped (accumulation),
-learning rates changed, parameters written after the step. The program runs in this process eagerly and then under
+learning rates changed, parameters written after the step. Since session 73 also (drawn, so they combine):
+BatchNorm1d/2d switched between train and eval (running statistics logged), GroupNorm, LayerNorm; an LSTMCell, LSTM
+or RNN whose state is carried over steps (detached or not); a QAT ``Linear`` (``quantize_qat``, fake quantization
+and observers switched on and off between steps, its state logged); ``amp.autocast`` blocks and a ``GradScaler``
+(unscaled in ``backward`` or by hand, an infinite gradient at one step); functions compiled by ``trace``
+(symbolic or not), ``xla_trace`` and ``partial_trace`` called in the program, one reading a host value and one
+logging under ``exclude_from_trace``; ``MultiStepLR``, param groups with their own lr / weight_decay, AdamW,
+Adagrad, LAMB, ``clip_grad_value``, optimizer and module state saved to a BytesIO (``megxla.save``) and loaded
+back mid-run, an optimizer's state dict loaded into itself; GradManager callbacks, ``gm.record()`` /
+``gm.release()``, a second-order gradient; ``topk``, ``sort`` / ``argsort``, ``scatter`` / 2-d ``gather``,
+``repeat``, ``tile``, ``cumsum``, ``nn.pad``, ``vision.interpolate``, max / average / adaptive pooling,
+``nn.indexing_one_hot``; and those features' bad calls. The program runs in this process eagerly and then under
 ``megxla.config.auto_jit`` from the same seeds; every host read, error, final value, parameter, optimizer state and
-the random generator's next draw are compared at rtol 1e-5 / atol 1e-6 (and counted when bit-equal).
+the random generator's next draw are compared at rtol 1e-5 / atol 1e-6 plus 1e-6 of the array's largest magnitude
+(and counted when bit-equal).
 
 Usage (from the repository root; runs are short, a program takes 1-5 s)::
 
@@ -36,6 +48,7 @@ from __future__ import annotations
 
 import io
 import random
+import re
 import sys
 import time
 import traceback
@@ -74,13 +87,14 @@ def _bcast(a, b):
 class Gen:
     """Program ``seed``: ``setup`` / ``body`` / ``after`` are lists of statements, each a list of source lines."""
 
-    def __init__(self, seed, n_ops=None):
+    def __init__(self, seed, n_ops=None, steps=None):
         r = self.r = random.Random(seed)
         self.seed = seed
         self.B = r.choice([2, 3, 4, 5])
         self.C = r.choice([1, 2, 3])
         self.D = 4 * self.C  # (a (B, D) value is a (B, C, 2, 2) image for the convolution)
         self.steps = r.choice([6, 7, 8, 10])
+        self.steps = self.steps if steps is None else steps  # (drawn either way: the same program otherwise)
         self.bound = {"y": self.D}  # int name -> exclusive bound of its values (indices: in range)
         self.vars = {}  # name -> (shape or None for a 1-d selection of a data-dependent length, dtype "f"/"i"/"b")
         self.n = 0
@@ -967,7 +981,7 @@ def run(src, auto_jit, name="<autojit_fuzz>"):
             # (an index checked inside a cluster raises where the cluster ran, MegEngine's asynchronous behaviour,
             # jit/_device_checks.py; its note names the line that issued it: compared as that line)
             if "auto-jit checked this index" in note and f"{name}:" in note:
-                line = int(note.split(f"{name}:")[1].split(" ")[0])
+                line = int(re.match(r"\d+", note.split(f"{name}:")[1]).group())  # (":17 (`src`)" or ":17,")
         return (type(exc).__name__, str(exc).split("\n")[0][:300], line)
 
     ns = {"mge": mge, "F": F, "M": M, "optim": optim, "GradManager": GradManager, "np": np, "io": io, "Q": Q,
