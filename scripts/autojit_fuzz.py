@@ -54,8 +54,8 @@ neither an auto-jit fault -- seed 114: a GroupNorm's mean-of-normalised output h
 arithmetic, rounding noise (1e-8, either sign) that Adam's m / sqrt(v) turns into a full step either way (the norm
 is now generated under a ``tanh``); seed 138: a conv weight gradient of -0.0102 among entries up to 6.57 off by
 1.1e-6 (1.7e-7 of the array's scale: cancellation; ``SCALE_TOL`` since; bit-equal when rerun alone). Seeds
-200-244 (510 s): 0 disagree, 30 bit-equal, 907 host reads and 133 caught errors compared. Seeds 300-339 (641 s): 0 disagree, 22 bit-equal, 981 host reads
-and 146 caught errors compared. No auto-jit disagreement in 135 programs.
+200-244 (510 s): 0 disagree, 30 bit-equal, 907 host reads and 133 caught errors compared. Seeds 300-339 (641 s):
+0 disagree, 22 bit-equal, 981 host reads and 146 caught errors compared. No auto-jit disagreement in 135 programs.
 The harness crashed where an index checked in a cluster was caught (a note naming ``<autojit_fuzz>:17,`` when
 linecache has no source: read as ``17,``), fixed; ``tests/test_autojit_fuzz_s73.py`` keeps that and three generated
 programs with the new features.
