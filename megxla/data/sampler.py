@@ -1,14 +1,17 @@
 """Samplers: turn a dataset into a sequence of index batches.
 
 Mirrors ``megengine.data.sampler``. Randomness comes from a private
-``np.random.RandomState`` per sampler; when no ``seed`` is given that state is
-seeded from the global ``np.random`` stream, so ``np.random.seed(s)`` before
-building the sampler makes shuffling reproducible while successive epochs
-still differ.
+``np.random.RandomState`` per sampler; when no ``seed`` is given (one rank) that
+state is seeded from the global ``np.random`` state, without drawing from it
+(so later draws are MegEngine's), and ``np.random.seed(s)`` before building the
+sampler makes shuffling reproducible while successive epochs still differ.
+(Two unseeded samplers built with no ``np.random`` draw between them shuffle
+alike: give one a ``seed``.)
 """
 import collections.abc
 import math
 import sys
+import zlib
 from abc import ABC, abstractmethod
 from typing import Any, Iterator, List
 
@@ -47,6 +50,12 @@ def _default_world():
     return 1, 0
 
 
+def _seed_from_global_state():
+    """A seed that is a function of the global ``np.random`` state, leaving it unchanged."""
+    _, key, pos = np.random.get_state()[:3]
+    return [zlib.crc32(np.ascontiguousarray(key).tobytes()), int(pos)]
+
+
 class Sampler(ABC):
     r"""An abstract base class for all samplers.
 
@@ -77,8 +86,9 @@ class MapSampler(Sampler):
             distributed world size if ``megxla.distributed`` is initialised,
             else 1.
         rank: this process's rank. Default: as ``world_size``.
-        seed: seed of the sampler's random state. Default: drawn from
-            ``np.random`` (0 when ``world_size > 1`` so all ranks agree).
+        seed: seed of the sampler's random state. Default: derived from the
+            global ``np.random`` state, which is left as it was (0 when
+            ``world_size > 1`` so all ranks agree).
 
     Returns:
         an iterable of index lists; ``len()`` is the number of batches.
@@ -130,10 +140,18 @@ class MapSampler(Sampler):
             num_samples = len(self.dataset)
         # per-rank count; the epoch is padded so every rank gets this many
         self.num_samples = int(math.ceil(num_samples / self.world_size))
+        if self.num_samples < self.batch_size:  # (MegEngine's check and message)
+            raise ValueError(
+                "num_samples should be greater than batch_size , but got num_samples={} and batch_size={}".format(
+                    self.num_samples, self.batch_size
+                )
+            )
 
         if seed is None:
-            # ranks must shuffle identically or scatter() would overlap them
-            seed = 0 if self.world_size > 1 else int(np.random.randint(2 ** 31))
+            # ranks must shuffle identically or scatter() would overlap them; one rank: a seed derived from the
+            # global np.random state without drawing from it, so np.random.seed makes the shuffle reproducible and
+            # the draws after it (transforms, the program's own) stay MegEngine's (its seed comes from the OS)
+            seed = 0 if self.world_size > 1 else _seed_from_global_state()
         self.seed = seed
         self.rng = np.random.RandomState(seed)
 
@@ -152,6 +170,14 @@ class MapSampler(Sampler):
             a sequence of dataset indices.
         """
         raise TypeError(f"{type(self).__name__} does not define this method; a subclass must")
+
+    def _use_indices(self, indices):
+        # MegEngine checks batch_size against the dataset's size (above), and counts its len() and pads each rank's
+        # share from it even when `indices` walks fewer or more items (its len() then names batches that never come,
+        # and scatter() asserts): megxla's epoch is the indices
+        self.indices = indices
+        if indices is not None:
+            self.num_samples = int(math.ceil(len(indices) / self.world_size))
 
     def scatter(self, indices) -> List:
         r"""Pick this rank's share of an epoch's indices.
@@ -272,11 +298,8 @@ class SequentialSampler(MapSampler):
         rank=None,
     ):
         _check_indices(indices)
-        num_samples = None if indices is None else len(indices)
-        super().__init__(
-            dataset, batch_size, drop_last, num_samples, world_size, rank, seed=0
-        )
-        self.indices = indices
+        super().__init__(dataset, batch_size, drop_last, None, world_size, rank, seed=0)
+        self._use_indices(indices)
 
     def sample(self) -> Iterator[Any]:
         r"""Return the epoch's indices in order.
@@ -299,8 +322,7 @@ class RandomSampler(MapSampler):
         indices: explicit index sequence to permute instead of the dataset.
         world_size: number of ranks. Default: see :class:`MapSampler`.
         rank: this process's rank. Default: see :class:`MapSampler`.
-        seed: seed of the permutation stream. Default: drawn from
-            ``np.random``.
+        seed: seed of the permutation stream. Default: see :class:`MapSampler`.
 
     Returns:
         an iterable of index lists.
@@ -322,11 +344,8 @@ class RandomSampler(MapSampler):
         seed=None,
     ):
         _check_indices(indices)
-        num_samples = None if indices is None else len(indices)
-        super().__init__(
-            dataset, batch_size, drop_last, num_samples, world_size, rank, seed
-        )
-        self.indices = indices
+        super().__init__(dataset, batch_size, drop_last, None, world_size, rank, seed)
+        self._use_indices(indices)
 
     def sample(self) -> List:
         r"""Return a new permutation of the epoch's indices.
@@ -350,7 +369,7 @@ class ReplacementSampler(MapSampler):
         weights: per-sample weights (need not sum to 1). Default: uniform.
         world_size: number of ranks. Default: see :class:`MapSampler`.
         rank: this process's rank. Default: see :class:`MapSampler`.
-        seed: seed of the draw stream. Default: drawn from ``np.random``.
+        seed: seed of the draw stream. Default: see :class:`MapSampler`.
 
     Returns:
         an iterable of index lists.

@@ -12,7 +12,7 @@ import functools
 
 import numpy as np
 
-from .transform import _INTER_LINEAR, _pad, _resize, _to_gray, cv2
+from .transform import _INTER_LINEAR, _cast_like, _pad, _resize, _to_gray, cv2
 
 __all__ = ["wrap_keepdims", "to_gray", "to_bgr", "pad", "flip", "resize"]
 
@@ -37,13 +37,16 @@ def wrap_keepdims(func):
 
 @wrap_keepdims
 def to_gray(image):
-    """BGR -> grey, shape ``(H, W, 1)``.
+    """BGR -> grey, shape ``(H, W, 1)``, in the image's dtype (OpenCV's rounding for uint8, as MegEngine).
 
     Example:
-        >>> to_gray(np.full((1, 1, 3), 10, np.uint8)).shape
-        (1, 1, 1)
+        >>> to_gray(np.full((1, 1, 3), 10, np.uint8))[..., 0].tolist()
+        [[10]]
     """
-    return _to_gray(image)
+    if cv2 is not None and image.shape[-1] in (3, 4) and image.dtype in (np.uint8, np.uint16, np.float32):
+        return cv2.cvtColor(image, cv2.COLOR_BGR2GRAY)
+    return _to_gray(image).astype(image.dtype) if np.issubdtype(image.dtype, np.floating) else _cast_like(
+        _to_gray(image)[..., 0], image.dtype)
 
 
 @wrap_keepdims

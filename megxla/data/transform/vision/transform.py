@@ -5,7 +5,8 @@ Images are ``H x W x C`` arrays (2-D ``H x W`` also works) with channels in
 BGR order, as MegEngine reads them with OpenCV. Each transform rewrites the
 elements of a sample named by ``order``: ``"image"``, ``"mask"``, ``"boxes"``
 (``N x 4`` as x0, y0, x1, y1), ``"keypoints"`` (``... x 3`` as x, y,
-visibility) and ``"coords"`` (``N x 2`` as x, y); names ending in
+visibility), ``"coords"`` (``N x 2`` as x, y) and ``"polygons"`` (a list of
+instances, each a list of ``K x 2`` polygons); names ending in
 ``category`` or ``info`` pass through untouched.
 
 Resizing, padding, grey conversion and the hue rotation call OpenCV (``cv2``), as MegEngine's transforms do,
@@ -158,7 +159,9 @@ def _pad(image, size, value):
 def _to_gray(image):
     """BGR -> grey with cv2's weights, keeping a trailing channel axis (``cv2.cvtColor`` as MegEngine)."""
     image = np.asarray(image, dtype=np.float32)
-    if cv2 is not None and image.ndim == 3 and image.shape[2] == 3:
+    if image.ndim != 3 or image.shape[2] not in (3, 4):  # (OpenCV's BGR2GRAY: 3 or 4 channels)
+        raise ValueError(f"a grey level needs an (H, W, 3) BGR image (or BGRA), but got shape {image.shape}")
+    if cv2 is not None:
         return cv2.cvtColor(image, cv2.COLOR_BGR2GRAY)[..., None]
     gray = image[..., 0] * 0.114 + image[..., 1] * 0.587 + image[..., 2] * 0.299
     return gray[..., None]
@@ -209,8 +212,8 @@ class VisionTransform(Transform):
     r"""Base class of vision transforms, dispatching on the sample's ``order``.
 
     ``apply`` walks the sample alongside ``order`` and calls
-    ``_apply_image``, ``_apply_mask``, ``_apply_boxes``, ``_apply_keypoints``
-    or ``_apply_coords`` for the element of that name; subclasses override
+    ``_apply_image``, ``_apply_mask``, ``_apply_boxes``, ``_apply_keypoints``,
+    ``_apply_polygons`` or ``_apply_coords`` for the element of that name; subclasses override
     those. Elements beyond ``len(order)`` pass through.
 
     Args:
@@ -319,6 +322,10 @@ class VisionTransform(Transform):
         coords, visibility = keypoints[..., :2], keypoints[..., 2:]
         trans_coords = [self._apply_coords(p) for p in coords]
         return np.concatenate((trans_coords, visibility), axis=-1)
+
+    def _apply_polygons(self, polygons):
+        # a sequence of instances, each a sequence of (K, 2) polygons: every polygon's points move as coordinates
+        return [[self._apply_coords(_float_copy(p)) for p in instance] for instance in polygons]
 
 
 class Compose(VisionTransform):
@@ -1318,9 +1325,10 @@ class TorchTransformCompose(VisionTransform):
     r"""Apply transforms written for PIL images (torchvision's ``Resize``, ``ColorJitter``, ``RandomAffine``...)
     to the image of a sample.
 
-    The image (``HWC`` uint8 BGR, as MegEngine datasets give) becomes an RGB PIL image, goes through
-    ``transforms`` in order, and comes back as an ``HWC`` uint8 BGR array. Tensor-producing torchvision
-    transforms (``ToTensor``, ``Normalize``) do not apply: use :class:`Normalize` / :class:`ToMode` after this.
+    The image (``HWC`` BGR, as MegEngine datasets give; cast to uint8, as MegEngine does) becomes an RGB PIL
+    image, goes through ``transforms`` in order, and comes back as an ``HWC`` uint8 BGR array. Tensor-producing
+    torchvision transforms (``ToTensor``, ``Normalize``) do not apply: use :class:`Normalize` / :class:`ToMode` after
+    this.
     Needs Pillow (``pip install pillow``); torchvision only if its transforms are used.
 
     Args:
@@ -1346,7 +1354,8 @@ class TorchTransformCompose(VisionTransform):
         self._from_array = Image.fromarray
 
     def _apply_image(self, image):
-        image = np.asarray(image)
+        # MegEngine casts the image to uint8 first (PIL holds 8-bit images): a float image is truncated, not refused
+        image = np.asarray(image).astype(np.uint8)
         gray = image.ndim == 2 or image.shape[-1] == 1
         # MegEngine images are BGR (OpenCV); PIL transforms expect RGB
         pil = self._from_array(np.ascontiguousarray(image.reshape(image.shape[:2]) if gray else image[:, :, ::-1]))
