@@ -63,9 +63,10 @@ def _int_bias(bias, acc_scale, n, who):
     return q
 
 
-def _finish(acc, acc_scale, dtype, nonlinear_mode, who, via_real=False):
+def _finish(acc, acc_scale, dtype, nonlinear_mode, who, via_real=False, bias=None):
     """Requantize the int32 accumulator (scale ``acc_scale``) to ``dtype`` through ``nonlinear_mode``
-    (``via_real``: as MegEngine's batched convolution, the real value divided by the output scale)."""
+    (``via_real``: as MegEngine's batched convolution, the real value divided by the output scale; ``bias``: the
+    int32 bias ``(1, C, 1, 1)`` not yet in ``acc``, added as MegEngine's ConvBias adds it, in real values)."""
     mode = str(getattr(nonlinear_mode, "name", nonlinear_mode)).lower()
     if mode not in _MODES:
         raise OpError(f"{who}: nonlinear_mode must be one of {_MODES}, got {nonlinear_mode!r}")
@@ -85,12 +86,19 @@ def _finish(acc, acc_scale, dtype, nonlinear_mode, who, via_real=False):
         return real if np.dtype(dtype) == np.float32 else astype(real, dtype)
     if mode in ("identity", "relu"):
         limits = np.iinfo(out_meta.np_dtype_str)
-        op = _q.requantize.bind(qmin=max(out_meta.qmin, int(limits.min)), qmax=min(out_meta.qmax, int(limits.max)),
-                                dtype=out_meta.np_dtype_str, relu=mode == "relu", via_real=via_real)
+        qmin, qmax = max(out_meta.qmin, int(limits.min)), min(out_meta.qmax, int(limits.max))
         zp = out_zp if out_zp is not None else Tensor(np.float32(0))
+        if bias is not None:
+            op = _q.requantize_add.bind(qmin=qmin, qmax=qmax, dtype=out_meta.np_dtype_str, relu=mode == "relu")
+            return _out(apply(op, acc, bias, acc_scale, out_scale, zp), out_meta, out_scale, out_zp)
+        op = _q.requantize.bind(qmin=qmin, qmax=qmax, dtype=out_meta.np_dtype_str, relu=mode == "relu",
+                                via_real=via_real)
         return _out(apply(op, acc, acc_scale, out_scale, zp), out_meta, out_scale, out_zp)
-    # h_swish / sigmoid: of the real value, then quantized to the output dtype
+    # h_swish / sigmoid: of the real value, then quantized to the output dtype (MegEngine's QFUSE_ADD_H_SWISH: the
+    # convolution's and the bias's real values summed in float32)
     real = apply(_q.dequantize.bind(), acc, acc_scale, Tensor(np.float32(0)))
+    if bias is not None:
+        real = real + apply(_q.dequantize.bind(), bias, acc_scale, Tensor(np.float32(0)))
     real = hswish(real) if mode == "h_swish" else sigmoid(real)
     return astype(real, dtype)
 
@@ -163,8 +171,20 @@ def conv_bias_activation(inp: Tensor, weight: Tensor, bias: Tensor, dtype=None,
     acc_scale = s_in * s_w
     oc = weight.shape[0] * (weight.shape[1] if weight.ndim == 5 else 1)
     op = _q.qconv2d.bind(stride=stride, padding=padding, dilation=dilation, groups=groups)
-    acc = apply(op, inp, weight, _int_bias(bias, acc_scale, oc, who), zp_in)
+    b = _int_bias(bias, acc_scale, oc, who)
+    mode = str(getattr(nonlinear_mode, "name", nonlinear_mode)).lower()
+    if _bias_in_real(dtype, mode):  # (MegEngine's QADD of the qint32 convolution and bias: _finish adds it)
+        acc = apply(op, inp, weight, Tensor(np.zeros((oc,), np.int32)), zp_in)
+        return _finish(acc, acc_scale, dtype, nonlinear_mode, who, bias=reshape(b, (1, oc, 1, 1)))
+    acc = apply(op, inp, weight, b, zp_in)  # (a qint32 or float output: the exact integer sum)
     return _finish(acc, acc_scale, dtype, nonlinear_mode, who)
+
+
+def _bias_in_real(dtype, mode):
+    """Whether MegEngine's ConvBias adds the bias to an 8-bit output in real values (QADD / QFUSE_ADD_RELU /
+    QFUSE_ADD_H_SWISH), rather than in the int32 accumulator."""
+    return (dtype is not None and _is_quantized_dtype(dtype) and mode in ("identity", "relu", "h_swish")
+            and dtype.metadata["mgb_dtype"]["name"] in ("QuantizedS8", "Quantized8Asymm"))
 
 
 def batch_conv_bias_activation(inp: Tensor, weight: Tensor, bias: Tensor, dtype=None,

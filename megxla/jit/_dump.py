@@ -82,6 +82,7 @@ _TYPES = {
     "xla_graph": "XLAGraph", "fake_quant": "FakeQuant", "tqt": "TQT", "lsq": "LSQ",
     # quantized dtypes are casts in MegEngine's graph
     "quantize": "TypeCvt", "dequantize": "TypeCvt", "requantize": "TypeCvt",
+    "requantize_add": "ElemwiseMultiType",
 }
 
 

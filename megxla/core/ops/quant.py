@@ -16,7 +16,10 @@ from .._op import Primitive
 
 
 def _round(x):
-    # std::round: half away from zero (jnp.round rounds half to even)
+    # std::round: half away from zero (jnp.round rounds half to even). NOTE: as MegEngine's x86 SIMD converters
+    # (QConverter: trunc(x + 0.5) with the sum in float32), not std::round exactly: 0.49999997 + 0.5 rounds to 1.0
+    # in float32, so 0.49999997 rounds to 1, as MegEngine's vectorized kernels give it (its scalar loop tails give
+    # 0: docs/differences.md)
     return jnp.sign(x) * jnp.floor(jnp.abs(x) + 0.5)
 
 
@@ -112,7 +115,7 @@ def _quantize(x, scale, zero_point, *, qmin, qmax, dtype):
         real = x * jax.lax.optimization_barrier(jnp.broadcast_to(inv, shape))
     else:
         real = _div(x, scale)
-    return jnp.clip(_round(real) + zero_point, qmin, qmax).astype(dtype)
+    return jnp.clip(_round(jax.lax.optimization_barrier(real)) + zero_point, qmin, qmax).astype(dtype)
 
 
 def _dequantize(q, scale, zero_point):
@@ -171,10 +174,34 @@ def _requantize(acc, in_scale, out_scale, out_zp, *, qmin, qmax, dtype, relu, vi
         # from acc * (s_acc / s_out) (acc * 0.0021 / 0.07 = -7.4999995 where acc * 0.03 = -7.5)
         real = _div(acc.astype(jnp.float32) * in_scale, out_scale)
     else:
-        real = acc.astype(jnp.float32) * (in_scale / out_scale)
+        # MegEngine's quantized Linear: its qint32 -> qint8 TypeCvt multiplies by the ratio of the scales
+        real = acc.astype(jnp.float32) * jax.lax.optimization_barrier(in_scale / out_scale)
+    return jnp.clip(_round(jax.lax.optimization_barrier(real)) + out_zp, qmin, qmax).astype(dtype)
+
+
+def _unfused(p):
+    # a select on the product that LLVM cannot fold away: XLA CPU contracts a product feeding an add into one fma
+    # (one rounding instead of two) even across optimization barriers, which its fusion removes
+    return jnp.where(jnp.isnan(p), jnp.zeros_like(p), p)
+
+
+def _requantize_add(acc, bias, in_scale, out_scale, out_zp, *, qmin, qmax, dtype, relu):
+    # NOTE: MegEngine's ConvBias adds its qint32 bias by a quantized elementwise QADD / QFUSE_ADD_RELU
+    # (x86 BinaryQuantizationOp<qint32, qint8>): both operands' real values in float32, summed, times the
+    # inverse of the output scale -- (conv * s + b * s) * (1 / s_out), three roundings that the integer sum
+    # (conv + b) * (s / s_out) does not reproduce at ties (found comparing with MegEngine 1.13, s73).
+    shape = jnp.broadcast_shapes(jnp.shape(acc), jnp.shape(bias))
+    s = jax.lax.optimization_barrier(jnp.broadcast_to(jnp.asarray(in_scale, jnp.float32), shape))
+    inv = 1.0 / jax.lax.optimization_barrier(out_scale)
+    real = (_unfused(acc.astype(jnp.float32) * s)
+            + _unfused(jnp.broadcast_to(bias, shape).astype(jnp.float32) * s))
+    if relu:
+        real = jnp.maximum(real, 0.0)
+    real = _unfused(real * jax.lax.optimization_barrier(jnp.broadcast_to(inv, shape)))
     return jnp.clip(_round(real) + out_zp, qmin, qmax).astype(dtype)
 
 
 qconv2d = Primitive("qconv2d", _qconv2d)
 qlinear = Primitive("qlinear", _qlinear)
 requantize = Primitive("requantize", _requantize)
+requantize_add = Primitive("requantize_add", _requantize_add)

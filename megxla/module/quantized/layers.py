@@ -147,8 +147,10 @@ class Conv2d(_WeightLayer):
             padding = (0, 0)
         op = _q.qconv2d.bind(stride=tuple(self.stride), padding=padding, dilation=tuple(self.dilation),
                              groups=self.groups)
-        acc = apply(op, inp, self.weight, self._int_bias(in_scale, n, w_scale), zp)
-        return self._requantize(acc, in_scale * w_scale, relu=self._relu)
+        acc = apply(op, inp, self.weight, Tensor(np.zeros((n,), np.int32)), zp)
+        # (MegEngine's ConvBias adds the bias to the requantized sum in real values: _requantize's bias)
+        bias = self._int_bias(in_scale, n, w_scale).reshape(1, n, 1, 1)
+        return self._requantize(acc, in_scale * w_scale, relu=self._relu, bias=bias)
 
 
 class ConvRelu2d(Conv2d):

@@ -179,12 +179,18 @@ class _OutputQuant:
         self._output_check()
         return quantize_tensor(x, self.output_meta, self.output_scale, self.output_zero_point)
 
-    def _requantize(self, acc, in_scale, relu=False):
+    def _requantize(self, acc, in_scale, relu=False, bias=None):
+        """``acc`` (int32, scale ``in_scale``) to the output dtype; ``bias``: an int32 bias not yet in ``acc``,
+        added in real values as MegEngine's ConvBias adds it."""
         self._output_check()
         meta = self.output_meta
         zp = self.output_zero_point if self.output_zero_point is not None else Tensor(0.0)
-        op = _q.requantize.bind(qmin=meta.qmin, qmax=meta.qmax, dtype=meta.np_dtype_str, relu=relu)
-        out = apply(op, acc, in_scale, self.output_scale, zp)
+        if bias is not None:
+            op = _q.requantize_add.bind(qmin=meta.qmin, qmax=meta.qmax, dtype=meta.np_dtype_str, relu=relu)
+            out = apply(op, acc, bias, in_scale, self.output_scale, zp)
+        else:
+            op = _q.requantize.bind(qmin=meta.qmin, qmax=meta.qmax, dtype=meta.np_dtype_str, relu=relu)
+            out = apply(op, acc, in_scale, self.output_scale, zp)
         mode = QuantMode.SYMMERTIC if self.output_zero_point is None else QuantMode.ASYMMERTIC
         out.qparams.update(create_qparams(mode, meta, self.output_scale, self.output_zero_point))
         return out
