@@ -3,27 +3,9 @@ every host read, caught error, final value, parameter, optimizer state and the r
 agree. Regression guards for the sweeps the script runs by hand (the sweeps found no auto-jit disagreement)."""
 from __future__ import annotations
 
-import importlib.util
-import pathlib
-
 import pytest
 
-from megxla.jit import _autojit
-
-_spec = importlib.util.spec_from_file_location(
-    "autojit_fuzz", pathlib.Path(__file__).resolve().parent.parent / "scripts" / "autojit_fuzz.py")
-fuzz = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(fuzz)
-
-
-@pytest.fixture
-def fresh_auto_jit(monkeypatch):
-    monkeypatch.setattr(_autojit, "STATIC_TIMER", False)  # (the programs' clusters, not a timer's choice of eager)
-    fuzz.fresh()
-    import megxla as mge
-    saved = mge.config.auto_jit
-    yield
-    mge.config.auto_jit = saved
+from test_autojit_fuzz_s72 import fresh_auto_jit, fuzz  # noqa: F401  (the script, loaded once; its fixture)
 
 
 # 31: GroupNorm, a QAT Linear with observers switched between steps, GradScaler unscaled and updated by hand with an
