@@ -170,6 +170,23 @@ def test_step_with_a_wrong_shape_grad_is_a_runtime_error_and_updates_nothing(mak
     _same(before, _state(net, opt))
 
 
+# ---- opt.step() with an integer grad: MegEngine's RuntimeError (its elemwise asserts the dtypes; bad_call_fuzz
+# seed 2), still a TypeError; nothing updated -----------------------------------------------------------------------
+@pytest.mark.parametrize("make", [lambda ps: optim.SGD(ps, lr=0.1, momentum=0.9), lambda ps: optim.Adam(ps, lr=0.1)])
+def test_step_with_an_integer_grad_is_a_runtime_error_and_updates_nothing(make):
+    net = M.Linear(3, 2)
+    opt = make(list(net.parameters()))
+    gm = GradManager().attach(net.parameters())
+    with gm:
+        gm.backward(net(mge.tensor(np.ones((4, 3), "float32"))).sum())
+    before = _state(net, opt)
+    net.bias.grad = F.ones((2,), dtype="int32")
+    with pytest.raises(RuntimeError, match=r"grad of parameter \d has dtype int32, expected a float dtype") as e:
+        opt.step()
+    assert isinstance(e.value, TypeError)
+    _same(before, _state(net, opt))
+
+
 def test_reshape_error_names_the_input_shape():
     x = mge.tensor(np.ones((4, 5), "float32"))
     for shape in [(21,), (-1, 3), (3, 3)]:

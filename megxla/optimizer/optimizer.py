@@ -212,6 +212,11 @@ class HyperParameterTypeError(HyperParameterError, TypeError):
     """A hyper-parameter that is no number (``lr="a"``): MegEngine's ``assert lr >= 0.0`` raises TypeError."""
 
 
+class GradDtypeError(OpError, TypeError):
+    """A parameter's ``.grad`` of an integer or bool dtype at ``step()``: a TypeError, and the RuntimeError
+    MegEngine's update kernel raises (its elemwise asserts the dtypes)."""
+
+
 def _check_hyper(owner, name, value):
     """Raise :class:`HyperParameterError` if a known hyper-parameter has an invalid value (unknown names are not
     checked), :class:`HyperParameterTypeError` if it is no number."""
@@ -569,7 +574,7 @@ class Optimizer(metaclass=ABCMeta):
                 # (OpError: a ValueError, and the RuntimeError MegEngine's update kernel raises)
                 raise OpError(f"{owner}: grad of parameter {i} has shape {g.shape}, parameter has {p.shape}")
             if not is_float(g.dtype):
-                raise TypeError(f"{owner}: grad of parameter {i} has dtype {g.dtype}, expected a float dtype")
+                raise GradDtypeError(f"{owner}: grad of parameter {i} has dtype {g.dtype}, expected a float dtype")
 
     def _params_with_grad(self, param_group):
         """The group's parameters whose ``.grad`` is set, after validating the group (start of ``_updates``; within
