@@ -50,10 +50,10 @@ later augmentation was one draw off MegEngine's); ``TorchTransformCompose`` refu
 it to uint8); ``functional.to_gray`` of uint8 gave float32 (and a one-channel image an IndexError). The rest, now
 told apart: the MegEngine faults above, OpenCV 4.14 against MegEngine's 4.8.1 (gone with ``--megxla-python``: bit
 for bit), and different exception types. Seeds 1 and 2, 400 cases each, and seed 3, 300 cases with
-``--megxla-python``: nothing unexplained. Seed 5, 400 cases: two not analysed yet -- case 283, MegEngine's PIL
-refuses a (1, 1, 1) uint8 image in ``TorchTransformCompose`` (megxla computes), and case 330, a ``Compose`` of
-``TorchTransformCompose``, ``RandomResize``, a hue-only ``ColorJitter`` and ``Lighting(0)`` whose outputs agree but
-whose next ``np.random`` draw does not (one draw more or fewer somewhere; each transform alone draws as MegEngine's).
+``--megxla-python``: nothing unexplained. Seed 5, 400 cases: cases 283 and 330 are one difference, now told apart --
+MegEngine's ``TorchTransformCompose`` hands PIL a one-channel image as (H, W, 1), which PIL refuses (megxla computes
+it; in 330 both raised, megxla later, in ``ColorJitter``'s hue, so their next ``np.random`` draws differed). Found
+beside it and fixed: megxla swapped the channels of 2- and 4-channel images for PIL, MegEngine only of 3-channel ones.
 """
 from __future__ import annotations
 
@@ -483,6 +483,8 @@ _KNOWN += [
      "world_size=" in code and text.startswith("error: ('AssertionError'")),
     ("MegEngine refuses a per-channel fill of more than 4 channels (cv2.copyMakeBorder)",
      lambda kind, what, code, text: "value[0] == value[1] && value[0] == value[2]" in text),
+    ("MegEngine's TorchTransformCompose refuses a one-channel image (PIL); megxla's computes it",
+     lambda kind, what, code, text: what in ("STATUS", "ERRTYPE") and "Cannot handle this data type: (1, 1, 1)" in text),
     ("both raise; the exception types differ (megxla's own errors)", lambda kind, what, code, text:
      what == "ERRTYPE"),
 ]
@@ -571,7 +573,9 @@ def main():
                     lines = compare(r0, r1)
                 shown = []
                 # (a known difference of status explains the rest: one program stopped where the other went on)
-                stopped = next((known(kind, w, code, t) for w, t in lines if w == "STATUS"), None)
+                # (so does one of where both raised: they stopped in different places -- their draws differ)
+                stopped = next((known(kind, w, code, t) for w, t in lines if w == "STATUS"), None) or next(
+                    (known(kind, w, code, t) for w, t in lines if w == "ERRTYPE" and "(1, 1, 1)" in t), None)
                 for what, text in lines:
                     reason = known(kind, what, code, text) or stopped
                     if reason:

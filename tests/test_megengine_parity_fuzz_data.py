@@ -67,6 +67,17 @@ def test_torch_transform_compose_casts_a_float_image_to_uint8():
     assert out[0, 0].tolist() == [96, 107, 117]
 
 
+@pytest.mark.parametrize("channels, expected", [(4, [0, 2, 3, 4]), (3, [1, 2, 0]), (2, [0, 2])])
+def test_torch_transform_compose_swaps_only_three_channels(channels, expected):
+    # fuzz seed 5 case 330 led here: MegEngine turns only a 3-channel BGR image into RGB for PIL (and back); megxla
+    # reversed 2- and 4-channel images too, so a transform of PIL's first band changed the last channel
+    from PIL import Image
+    def zero_first_band(im):
+        return Image.merge(im.mode, [b.point(lambda v: 0) if i == 0 else b for i, b in enumerate(im.split())])
+    img = (np.arange(2 * 3 * channels).reshape(2, 3, channels) + 1).astype(np.uint8)
+    assert T.TorchTransformCompose([zero_first_band]).apply(img)[0, 0].tolist() == expected
+
+
 def test_to_gray_keeps_the_dtype_and_refuses_one_channel():
     img = np.random.RandomState(0).randint(0, 256, (3, 4, 3)).astype(np.uint8)
     g = VF.to_gray(img)

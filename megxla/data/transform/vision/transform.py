@@ -1357,11 +1357,16 @@ class TorchTransformCompose(VisionTransform):
         # MegEngine casts the image to uint8 first (PIL holds 8-bit images): a float image is truncated, not refused
         image = np.asarray(image).astype(np.uint8)
         gray = image.ndim == 2 or image.shape[-1] == 1
-        # MegEngine images are BGR (OpenCV); PIL transforms expect RGB
-        pil = self._from_array(np.ascontiguousarray(image.reshape(image.shape[:2]) if gray else image[:, :, ::-1]))
+        # MegEngine images are BGR (OpenCV); PIL transforms expect RGB. Only a 3-channel image is swapped, as
+        # MegEngine swaps it: a 2- or 4-channel one goes to PIL as it is (its first channel PIL's first band)
+        if gray:
+            image = image.reshape(image.shape[:2])
+        elif image.shape[-1] == 3:
+            image = image[:, :, ::-1]
+        pil = self._from_array(np.ascontiguousarray(image))
         for t in self.transforms:
             pil = t(pil)
         out = np.asarray(pil)
         if out.ndim == 2:
             return out[:, :, np.newaxis]
-        return np.ascontiguousarray(out[:, :, ::-1])
+        return np.ascontiguousarray(out[:, :, ::-1] if out.shape[-1] == 3 else out)
