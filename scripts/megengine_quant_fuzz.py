@@ -47,10 +47,11 @@ its requantization), and quantized weights' dtype metadata had keys MegEngine's 
 (tests/test_quantized_state_dict_s73.py). Left open: a ``LinearBn1d`` of a batch of 1
 under ``sync_ema_fakequant_qconfig`` + ``disable_observer`` gives MegEngine a NaN weight scale (not analysed). No
 auto-jit / eager disagreement beyond rounding flips. Seed 2: 30 cases, 2 disagreements, both explained above.
-Seed 3, 40 cases (quiet machine, the conv rounding fix in): case 38 is the NaN weight scale above; case 29 not
-analysed yet: a QAT ``Conv2d`` + ``LinearRelu(9, 2)`` under ``min_max_fakequant_qconfig`` has every step-2 gradient 0
-in megxla where MegEngine's are not (the losses agree: perhaps the output fake quant's straight-through mask at the
-observer's own maximum, a tie).
+Seed 3, 40 cases (quiet machine, the conv rounding fix in): case 38 is the NaN weight scale above; case 29, now
+told apart: a QAT ``Conv2d`` + ``LinearRelu(9, 2)`` under ``min_max_fakequant_qconfig`` has every step-2 gradient 0
+in megxla where MegEngine's are not. Its loss reads one element, the output observer's own maximum x, where
+x / scale = 127.5 up to the last bit; the straight-through mask passes 127.49999 and stops 127.5 (MegEngine's and
+megxla's fake quant agree bit for bit on the same x), and an ulp upstream put the two on either side.
 """
 from __future__ import annotations
 
@@ -478,6 +479,8 @@ def _diff(a, b, what, key=None):
     out = mf._diff(a, b, what)
     if key in _STEP_KEYS + _FLIP_KEYS and a[0] == b[0] == "tensor" and a[1].dtype.kind == b[1].dtype.kind == "f":
         out = [(("FLIP" if _flip(a[1], b[1], key, what) else k), t) if k == "VALUE" else (k, t) for k, t in out]
+        if key == "grads" and (not np.any(a[1]) or not np.any(b[1])):
+            out = [("VALUE-ALLZERO" if k == "VALUE" else k, t) for k, t in out]  # (see _KNOWN)
     return out
 
 
@@ -493,6 +496,12 @@ def _mge_raises(kind, text):
 _KNOWN = [
     ("MegEngine crashes", lambda code, kind, text: "the process died" in text.split(" | ")[0]),
     ("fake-quant rounding flip", lambda code, kind, text: kind.startswith("FLIP")),
+    # A min-max observer's own maximum x has x / scale = x / (x / 127.5) = 127.5 up to the last bit, and the fake
+    # quant's straight-through gradient passes where that rounds to 127 or less: 127.49999 passes, 127.5 does not,
+    # in MegEngine as in megxla (tests/test_megengine_parity_fuzz_quant.py). An ulp upstream decides it; where that
+    # element is the only one the loss reads (a ReLU zeroed the rest), a whole step's gradients are 0 on one side.
+    ("straight-through mask at a min-max observer's own maximum", lambda code, kind, text:
+     kind == "VALUE-ALLZERO" and "min_max" in code),
     ("MegEngine cannot reshape a 4-bit tensor of odd rows", lambda code, kind, text: _mge_raises(kind, text)
      and "lowbit" in code and "AsyncError" in text),
     ("MegEngine's 4-bit astype of a 0-d or 1-element tensor asserts", lambda code, kind, text: "int4(" in code

@@ -57,3 +57,19 @@ def test_convert_to_qint8_divides_a_float32_array_in_float32():
     a = np.array([0.8632259964942932, 0.18358199298381805, 0.1132740005850792, 0.30466800928115845], "float32")
     assert D.convert_to_qint8(a, D.qint8(0.007812)).astype(int).tolist() == [110, 24, 14, 39]
     assert D.convert_to_quint8(a, D.quint8(0.007812, 128)).astype(int).tolist() == [238, 152, 142, 167]
+
+
+def test_fake_quant_gradient_at_a_min_max_observers_own_maximum_as_megengine():
+    # quant fuzz seed 3 case 29: x / scale at the observer's maximum is 127.5 up to the last bit; MegEngine 1.13's
+    # straight-through gradient (observed on these values) passes 127.49999 and stops 127.5 -- so does megxla's
+    from megxla.autodiff import GradManager
+    from megxla.quantization.utils import fake_quant_tensor
+    for value, top, grad in [(0.009763002395629883, None, 1.0), (0.00976291298866272, None, 0.0), (1.0, None, 1.0),
+                             (127.51 / 127.5, 1.0, 0.0), (127.49 / 127.5, 1.0, 1.0)]:
+        obs = Q.MinMaxObserver(dtype="qint8")
+        obs(mge.tensor(np.array([value if top is None else top, 0.0], "float32")))
+        x = mge.tensor(np.array([value], "float32"))
+        gm = GradManager().attach([x])
+        with gm:
+            gm.backward(fake_quant_tensor(x, obs.get_qparams()).sum())
+        assert x.grad.numpy().tolist() == [grad], value
