@@ -713,6 +713,10 @@ _KNOWN = [
      and "dimension of conv1d" in text),
     ("GeneralNorm of an int normalized_shape, or an int axis without affine", lambda code, meta, kind, text:
      "M.GeneralNorm(" in code and ("'int' object is not iterable" in text or " repr: " in text)),
+    # (seed 7 cases 8, 180: two values 0.037 apart; float64's gradient -0.5690248, megxla's -0.5690231, MegEngine's
+    # -0.5688477 -- its variance E[x^2] - E[x]^2 in float32 cancels)
+    ("a norm over 2 values: MegEngine's one-pass variance cancels", lambda code, meta, kind, text:
+     re.search(r"M\.(LayerNorm|GeneralNorm)\(\(2,\)", code) and kind == "VALUE"),
     ("a bias before a training-mode BatchNorm: its gradient is 0 up to rounding", lambda code, meta, kind, text:
      "Bn" in code and meta.get("train") and kind == "VALUE" and ".bias: " in text and "grad." in text
      and max(abs(v) for v in _numbers(text)) < 1e-4),
