@@ -52,6 +52,10 @@ told apart: a QAT ``Conv2d`` + ``LinearRelu(9, 2)`` under ``min_max_fakequant_qc
 in megxla where MegEngine's are not. Its loss reads one element, the output observer's own maximum x, where
 x / scale = 127.5 up to the last bit; the straight-through mask passes 127.49999 and stops 127.5 (MegEngine's and
 megxla's fake quant agree bit for bit on the same x), and an ulp upstream put the two on either side.
+Seed 4, 40 cases: a quantized ``QuantStub`` to a 4-bit dtype saturated to its int8 storage's range, not to [-8, 7]
+/ [0, 15] as MegEngine's (case 34; fixed, tests/test_megengine_parity_fuzz_quant.py); MegEngine's
+``SyncMinMaxObserver`` ignores ``disable_observer`` (case 35: ``if self.enable:``, the method) and its FakeQuant
+refuses an empty tensor (case 22), both documented; case 29 a quantized weight one level apart after a flip.
 """
 from __future__ import annotations
 
@@ -481,6 +485,11 @@ def _diff(a, b, what, key=None):
         out = [(("FLIP" if _flip(a[1], b[1], key, what) else k), t) if k == "VALUE" else (k, t) for k, t in out]
         if key == "grads" and (not np.any(a[1]) or not np.any(b[1])):
             out = [("VALUE-ALLZERO" if k == "VALUE" else k, t) for k, t in out]  # (see _KNOWN)
+    elif key in _FLIP_KEYS and a[0] == b[0] == "tensor" and a[1].dtype.kind == b[1].dtype.kind == "i" \
+            and a[1].shape == b[1].shape and np.abs(a[1].astype(np.int64) - b[1].astype(np.int64)).max(initial=0) <= 1:
+        # (a quantized weight one level apart: the float weight it was rounded from moved by a flip in training --
+        # seed 4 case 29)
+        out = [("FLIP" if k == "VALUE" else k, t) for k, t in out]
     return out
 
 
@@ -510,6 +519,12 @@ _KNOWN = [
      "nonlinear_mode='relu'" in code and kind in ("VALUE", "FLIP")),
     ("MegEngine's quantized ConvTranspose2d with a bias (NotImplementedError)", lambda code, kind, text:
      "ConvTranspose" in code and "bias of quantized transposed conv2d is not supported" in text),
+    # (seed 4 case 35: ``SyncMinMaxObserver.forward`` tests ``if self.enable:`` -- the method, always true -- so
+    # MegEngine's weight observers of the sync qconfig keep observing after ``disable_observer``)
+    ("MegEngine's SyncMinMaxObserver ignores disable_observer", lambda code, kind, text:
+     "sync_ema_fakequant_qconfig" in code and "disable_observer" in code and kind in ("VALUE", "FLIP")),
+    ("MegEngine's FakeQuant of an empty tensor (AsyncError: 'assign empty tensor')", lambda code, kind, text:
+     _mge_raises(kind, text) and "AsyncError" in text and "fake_quant" in code),
     ("MegEngine's HistogramObserver after a batch of equal values", lambda code, kind, text:
      ("Histogram" in code or "calibration_qconfig" in code) and "cannot convert float" in text),
 ]

@@ -73,3 +73,14 @@ def test_fake_quant_gradient_at_a_min_max_observers_own_maximum_as_megengine():
         with gm:
             gm.backward(fake_quant_tensor(x, obs.get_qparams()).sum())
         assert x.grad.numpy().tolist() == [grad], value
+
+
+def test_quant_stub_to_a_4_bit_dtype_saturates_to_its_range():
+    # quant fuzz seed 4 case 34: a quantized QuantStub to qint4 saturated to int8 (10, -13), MegEngine to [-8, 7],
+    # so the quantized ConvBnRelu2d after it gave other outputs than MegEngine's (equal to its QAT ones)
+    from megxla.module.quantized import QuantStub
+    x = mge.tensor(np.array([3.9, -4.8, 2.0, 0.2, -0.3], "float32"))
+    for dt, expected in [(D.qint4(0.36561), [7, -8, 5, 1, -1]), (D.quint4(0.25, 3), [15, 0, 11, 4, 2])]:
+        stub = QuantStub(dt)
+        stub.eval()
+        assert stub(x).numpy().tolist() == expected  # (MegEngine 1.13's values)
