@@ -33,7 +33,10 @@ def _pointwise(x, w):
 # A grouped convolution's kernels of at most this many taps are computed tap by tap on the CPU (``_grouped_taps``).
 # 5x5 kernels would gain most (MobileNetV3's step at batch 8, 64 px: eager 305 -> 73 ms, auto-jit 224 -> 90), but a
 # whole step's compile grows with their 25-term sums (MobileNetV3's cold first step under auto-jit: 16.3 -> 22.1 s);
-# 3x3 ones compile as fast as XLA's convolution (16.3 s, warm 3.1 against 3.3)
+# 3x3 ones compiled as fast as XLA's convolution when measured (16.3 s, warm 3.1 against 3.3), but no longer: with
+# the clusters' FMA barriers since, XLA fuses each 9-tap sum into every reader, and MobileNetV3's 404-op cluster
+# compiles in 21.6-23.2 s against 17.1 with none tap by tap (session 74, benchmarks/results/eager_loop.md). Kept
+# for their run time (a 240-channel 3x3 depthwise layer's forward: 1.4 ms against XLA's 28)
 _MAX_TAPS = 9
 
 
