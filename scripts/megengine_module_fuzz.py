@@ -54,7 +54,10 @@ input raised (its (1,) bias broadcasts along K in MegEngine); and case 69: MegEn
 computes -- its grouped transposed convolution fails wherever ``output_padding`` is not 0 (groups=1, or no output
 padding, run); megxla's output equals MegEngine's own per-group ``groups=1`` results concatenated (4.8e-7; now
 documented and told apart). Seed 6, 200 cases: no megxla fault; one case told apart since, a reflect ``Pad`` as wide
-as its axis (MegEngine raises; documented).
+as its axis (MegEngine raises; documented). Seed 7, 300 cases: no megxla fault; two norms over 2 close values
+(MegEngine's one-pass variance cancels; told apart). Seed 8: one megxla bug, fixed -- case 176, a training
+``LinearBnRelu1d`` of a batch of 1: the running variance's update (factor n / (n - 1) = inf) sent NaN into the
+input and weight gradients, which MegEngine's are 0 (the running statistics are buffers: no gradient through them).
 """
 from __future__ import annotations
 

@@ -80,3 +80,23 @@ def test_batch_matmul_activation_with_one_output_feature_broadcasts_its_bias():
     m.load_state_dict({"weight": np.array([[[1., 2.]], [[-1., 3.]]], "float32"), "bias": np.array([0.5], "float32")})
     y = m(megxla.tensor(np.arange(8, dtype="float32").reshape(2, 2, 2) - 3))
     np.testing.assert_array_equal(y.numpy(), [[[0, 0]], [[8.5, 10.5]]])
+
+
+def test_batch_norm_of_one_value_per_channel_has_zero_gradients_as_megengine():
+    # module fuzz seed 8 case 176: a training BatchNorm over a batch of 1 (one value per channel) has a NaN running
+    # variance (MegEngine's too: n / (n - 1)); megxla's gradients went through that update and came out NaN too,
+    # where MegEngine's are 0 (its output is the bias: x - mean is 0 whatever x)
+    import megxla as mge
+    import megxla.module as M
+    from megxla.autodiff import GradManager
+    m = M.LinearBnRelu1d(5, 2, bias=False)
+    m.train()
+    x = mge.Parameter(np.array([[-1.43, -0.50, -0.74, 0.61, -0.28]], "float32"))
+    gm = GradManager().attach([x] + list(m.parameters()))
+    for _ in range(2):
+        with gm:
+            y = m(x)
+            gm.backward((y * mge.tensor(np.array([[0.3, -0.7]], "float32"))).sum())
+    assert np.isnan(m.bn.running_var.numpy()).all()  # (as MegEngine's)
+    assert np.array_equal(x.grad.numpy(), np.zeros((1, 5), "float32"))
+    assert not np.isnan(m.linear.weight.grad.numpy()).any() and not np.abs(m.linear.weight.grad.numpy()).any()
