@@ -56,6 +56,13 @@ Seed 4, 40 cases: a quantized ``QuantStub`` to a 4-bit dtype saturated to its in
 / [0, 15] as MegEngine's (case 34; fixed, tests/test_megengine_parity_fuzz_quant.py); MegEngine's
 ``SyncMinMaxObserver`` ignores ``disable_observer`` (case 35: ``if self.enable:``, the method) and its FakeQuant
 refuses an empty tensor (case 22), both documented; case 29 a quantized weight one level apart after a flip.
+Seed 5, 40 cases: LSQ's and TQT's input gradient outside the range is the cotangent times 0 in MegEngine (-0.0,
+NaN for an infinite cotangent), megxla selected a 0 (case 2; fixed, with its FakeQuant's select kept); ``astype`` to
+a quantized dtype of NaN scale raises as MegEngine's (fixed); a re-gridded histogram's counts split between
+neighbouring bins in other fractions (case 10, now a flip); MegEngine's LinearBn fold without a bias (case 17) and
+its SyncMinMaxObserver in eval mode (case 30), told apart. Left: case 13 (and seed 3 case 38), a LinearBnRelu1d
+trained on a batch of 1 (a NaN running variance in both): MegEngine's ``quantize()`` asserts a NaN scale, megxla's
+converts -- where MegEngine's NaN scale comes from is not analysed.
 """
 from __future__ import annotations
 
@@ -459,8 +466,13 @@ def _flip(x, y, key, what):
     x, y = np.asarray(x, "float64"), np.asarray(y, "float64")
     if x.shape != y.shape or not np.array_equal(np.isnan(x), np.isnan(y)):
         return False
-    if what.endswith(".histogram"):  # (a value on a bin's edge counted in the next bin)
-        return abs(x.sum() - y.sum()) <= 1e-3 * max(abs(x.sum()), 1) and (x != y).sum() <= 4
+    if what.endswith(".histogram"):
+        # (a value on a bin's edge counted in the next bin; or, after a re-grid, a bin's count split between the
+        # two new bins it straddles in other fractions -- edges an ulp apart: seed 5 case 10, five pairs of
+        # neighbours off by 1/128, 0.078 of 108 counts moved)
+        moved = float(np.abs(x - y).sum())
+        return abs(x.sum() - y.sum()) <= 1e-3 * max(abs(x.sum()), 1) and (
+            (x != y).sum() <= 4 or moved <= 0.01 * max(abs(x.sum()), 1))
     if key in _STEP_KEYS:
         return bool(np.all(np.abs(x - y) <= 1.01 * max(_step(x), _step(y)) + 1e-6))
     bad = ~np.isclose(x, y, rtol=1e-4, atol=1e-5, equal_nan=True)
@@ -522,9 +534,12 @@ _KNOWN = [
     # (seed 4 case 35: ``SyncMinMaxObserver.forward`` tests ``if self.enable:`` -- the method, always true -- so
     # MegEngine's weight observers of the sync qconfig keep observing after ``disable_observer``)
     ("MegEngine's SyncMinMaxObserver ignores disable_observer", lambda code, kind, text:
-     "sync_ema_fakequant_qconfig" in code and "disable_observer" in code and kind in ("VALUE", "FLIP")),
+     ("sync_ema_fakequant_qconfig" in code or "SyncMinMaxObserver" in code)
+     and any(w in code for w in ("disable_observer", ".eval()", ".disable()")) and kind in ("VALUE", "FLIP")),
     ("MegEngine's FakeQuant of an empty tensor (AsyncError: 'assign empty tensor')", lambda code, kind, text:
      _mge_raises(kind, text) and "AsyncError" in text and "fake_quant" in code),
+    ("MegEngine's LinearBn fold without a bias ('tuple' object is not callable: beta.shape())", lambda code, kind, text:
+     _mge_raises(kind, text) and "LinearBn" in code and "'tuple' object is not callable" in text),
     ("MegEngine's HistogramObserver after a batch of equal values", lambda code, kind, text:
      ("Histogram" in code or "calibration_qconfig" in code) and "cannot convert float" in text),
 ]

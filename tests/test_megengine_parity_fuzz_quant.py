@@ -1,6 +1,7 @@
 """Quantization differences from MegEngine 1.13 found by scripts/megengine_quant_fuzz.py, fixed; the expected values
 are MegEngine 1.13.0's, hard-coded (the tests need no MegEngine)."""
 import numpy as np
+import pytest
 
 import megxla as mge
 import megxla.core.tensor.dtype as D
@@ -84,3 +85,40 @@ def test_quant_stub_to_a_4_bit_dtype_saturates_to_its_range():
         stub = QuantStub(dt)
         stub.eval()
         assert stub(x).numpy().tolist() == expected  # (MegEngine 1.13's values)
+
+
+@pytest.mark.parametrize("auto_jit", [False, True])
+def test_lsq_and_tqt_input_gradient_outside_the_range_is_the_cotangent_times_zero(auto_jit):
+    # quant fuzz seed 5 case 2: MegEngine's LSQ / TQT kernels multiply the cotangent by their mask (-0.0 for a
+    # negative one, NaN for an infinite one; values observed running MegEngine 1.13), its FakeQuant selects a 0
+    from megxla.autodiff import GradManager
+    ct = mge.tensor(np.array([-0.5, np.inf, -np.inf, np.nan, 0.3, -0.3], "float32"))
+    xs = np.array([-9.0, -9.0, 9.0, 9.0, 0.1, 0.1], "float32")
+    masked = {"FakeQuantize": [0.0, 0.0, 0.0, 0.0], "LSQ": [-0.0, np.nan, np.nan, np.nan],
+              "TQT": [-0.0, np.nan, np.nan, np.nan]}
+    mge.config.auto_jit = auto_jit
+    try:
+        for _ in range(3 if auto_jit else 1):  # (auto-jit: the step's cluster compiled when it recurs)
+            for name, want in masked.items():
+                ob = Q.MinMaxObserver(dtype="qint8")
+                ob(mge.tensor(np.array([-1.0, 1.0], "float32")))
+                fq = getattr(Q, name)(dtype="qint8")
+                if hasattr(fq, "set_qparams"):
+                    fq.set_qparams(ob.get_qparams())
+                x = mge.Parameter(xs)
+                gm = GradManager().attach([x] + list(fq.parameters()))
+                with gm:
+                    gm.backward((fq(x, ob.get_qparams()) * ct).sum())
+                g = x.grad.numpy()
+                np.testing.assert_array_equal(g, np.array(want + [0.3, -0.3], "float32"), err_msg=name)
+                zeros = ~np.isnan(np.array(want))
+                assert np.signbit(g[:4][zeros]).tolist() == np.signbit(np.array(want)[zeros]).tolist(), name
+    finally:
+        mge.config.auto_jit = False
+
+
+def test_a_quantized_dtype_with_a_nan_scale_raises_as_megengine():
+    # (met analysing quant fuzz seed 5 case 13) MegEngine 1.13 asserts ``!std::isnan(scale)`` (a RuntimeError)
+    # casting to a quantized dtype of NaN scale; megxla cast silently, to zeros
+    with pytest.raises(RuntimeError, match="NaN scale"):
+        mge.tensor(np.array([1.0], "float32")).astype(D.qint8(float("nan")))

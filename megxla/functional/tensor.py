@@ -153,6 +153,10 @@ def _astype_quantized(x, dtype, quantized, source):
         return value if value.dtype == target else _apply(_E.astype.bind(dtype=target.name), value)
     info = dtype.metadata["mgb_dtype"]
     meta = get_quant_meta(dtype)
+    if np.isnan(info["scale"]):
+        # (MegEngine asserts ``!std::isnan(scale)`` making the dtype's parameters: a QAT module whose observer saw a
+        # NaN -- a BatchNorm over one value per channel folded into its weight -- fails in quantize() there)
+        raise OpError(f"astype: the quantized dtype {meta.name} has a NaN scale")
     limits = _metadata_dict.get(info["name"], meta)  # (a qint8_narrow dtype is QuantizedS8: -128 as MegEngine)
     scale = Tensor(np.float32(info["scale"]))
     zp = None if info.get("zero_point") is None else Tensor(np.float32(info["zero_point"]))

@@ -73,7 +73,9 @@ def _lsq_grad(params, primals, ct):
     small, big = v < qmin, v > qmax
     middle = ~(small | big)
     gs = jnp.where(small, qmin, jnp.where(big, qmax, _round(v) - v)) * grad_scale * ct
-    gx = jnp.where(middle, ct, jnp.zeros_like(ct)).astype(x.dtype)
+    # (outside: the cotangent times 0, as MegEngine's LSQ kernel multiplies by its mask -- -0.0 for a negative
+    # cotangent, NaN for an infinite one --, where its FakeQuant selects a 0)
+    gx = jnp.where(middle, ct, ct * 0).astype(x.dtype)
     return (gx, _sum_to(gs, scale.shape).astype(scale.dtype), jnp.zeros_like(zero_point),
             jnp.zeros_like(grad_scale))
 
@@ -94,7 +96,7 @@ def _tqt_grad(params, primals, ct):
     scaled = _div(x, t)
     rounded = jnp.clip(_round(scaled), qmin, qmax)
     clip = (scaled < qmin - 0.5) | (scaled > qmax + 0.5)
-    gx = jnp.where(clip, jnp.zeros_like(ct), ct).astype(x.dtype)
+    gx = jnp.where(clip, ct * 0, ct).astype(x.dtype)  # (as LSQ's: MegEngine's TQT kernel multiplies by its mask)
     ln2 = math.log(2.0)
     gs = jnp.where(clip, rounded * t * ln2, (rounded - scaled) * t * ln2) * ct
     return gx, _sum_to(gs, log2_scale.shape).astype(log2_scale.dtype)
