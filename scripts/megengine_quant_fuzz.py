@@ -60,9 +60,9 @@ Seed 5, 40 cases: LSQ's and TQT's input gradient outside the range is the cotang
 NaN for an infinite cotangent), megxla selected a 0 (case 2; fixed, with its FakeQuant's select kept); ``astype`` to
 a quantized dtype of NaN scale raises as MegEngine's (fixed); a re-gridded histogram's counts split between
 neighbouring bins in other fractions (case 10, now a flip); MegEngine's LinearBn fold without a bias (case 17) and
-its SyncMinMaxObserver in eval mode (case 30), told apart. Left: case 13 (and seed 3 case 38), a LinearBnRelu1d
-trained on a batch of 1 (a NaN running variance in both): MegEngine's ``quantize()`` asserts a NaN scale, megxla's
-converts -- where MegEngine's NaN scale comes from is not analysed.
+its SyncMinMaxObserver in eval mode (case 30), told apart. Case 13 (and seed 3 case 38): a LinearBnRelu1d trained
+on a batch of 1 leaves NaN in its weight observers (in both); MegEngine's ``quantize()`` asserts the NaN weight
+scale, megxla's converted -- it raises too now (fixed).
 """
 from __future__ import annotations
 

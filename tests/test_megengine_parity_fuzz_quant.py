@@ -122,3 +122,18 @@ def test_a_quantized_dtype_with_a_nan_scale_raises_as_megengine():
     # casting to a quantized dtype of NaN scale; megxla cast silently, to zeros
     with pytest.raises(RuntimeError, match="NaN scale"):
         mge.tensor(np.array([1.0], "float32")).astype(D.qint8(float("nan")))
+
+
+def test_quantize_of_a_layer_whose_weight_observer_saw_a_nan_raises_as_megengine():
+    # quant fuzz seed 5 case 13, seed 3 case 38: MegEngine 1.13's quantize() asserts ``!std::isnan(scale)`` (a
+    # RuntimeError) casting a weight whose observer saw a NaN (observed on this network); megxla converted it
+    net = M.Sequential(M.QuantStub(), M.Linear(4, 2), M.DequantStub())
+    w = net[1].weight.numpy().copy()
+    w[0, 0] = np.nan
+    net[1].weight.set_value(w)
+    Q.quantize_qat(net, qconfig=Q.ema_fakequant_qconfig)
+    net.train()
+    net(mge.tensor(np.array([[0.5, -1.0, 2.0, 0.1]], "float32")))
+    net.eval()
+    with pytest.raises(RuntimeError, match="NaN weight scale"):
+        Q.quantize(net)

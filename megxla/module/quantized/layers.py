@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ... import functional as F
-from ...core._dispatch import apply
+from ...core._dispatch import OpError, apply
 from ...core._tensor import Tensor
 from ...core.ops import quant as _q
 from ...functional import quantized as Fq
@@ -38,7 +38,14 @@ class _WeightLayer(QuantizedModule, _OutputQuant):
             raise ValueError(f"quantize: {type(qat).__name__} has no weight quantization parameters")
         if qp.mode != QuantMode.SYMMERTIC:
             raise ValueError("quantize: quantized layers need symmetric weight quantization")
-        self.weight_scale = Tensor(np.asarray(qp.scale.numpy(), np.float32).reshape(()))
+        scale = np.asarray(qp.scale.numpy(), np.float32).reshape(())
+        if np.isnan(scale):
+            # (MegEngine asserts ``!std::isnan(scale)`` casting the weight: a weight observer that saw a NaN -- a
+            # BatchNorm over one value per channel folded into the weight -- fails quantize() there; quant fuzz
+            # seed 5 case 13)
+            raise OpError(f"quantize: {type(qat).__name__} {qat.name or ''} has a NaN weight scale (its weight "
+                          f"observer saw a NaN)")
+        self.weight_scale = Tensor(scale)
         w = weight.detach() if weight_shape is None else weight.detach().reshape(weight_shape)
         self.weight = quantize_tensor(w, qp.dtype_meta, self.weight_scale)
         self.bias = None if bias is None else Tensor(bias.numpy().reshape(self._bias_shape), dtype="float32")
