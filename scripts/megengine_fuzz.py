@@ -53,6 +53,8 @@ apart (rounding of the cubic weights), ``svd`` of an empty batch (MegEngine asse
 empty int8 tensor (MegEngine fills the new rows with uninitialised memory, megxla with the constant).
 Seed 11, 400 cases (its generator fixed first: an empty ``gather`` index): two, both documented differences now
 told apart -- ``cond_take`` with an int mask and ``x[-3:]`` of one row (MegEngine raises, megxla clamps as NumPy).
+Seed 12, 300 cases: one, ``F.clip`` of a uint8 tensor to [-1, 1] (MegEngine gives 255 whatever the value: its -1
+wraps), documented.
 """
 from __future__ import annotations
 
@@ -1347,6 +1349,9 @@ _KNOWN = [
     ("MegEngine crashes", lambda code, ins, kind, text: "the process died" in text.split(" | ")[0]),
     ("0-d results are (1,) in MegEngine", lambda code, ins, kind, text: kind == "SHAPE" and "(1,) | ()" in text),
     ("uint8 with a signed type", lambda code, ins, kind, text: "different signedness" in text),
+    # (seed 12 case 279: MegEngine wraps the bound -1 to 255, and clips to it after the upper bound)
+    ("clip of an unsigned tensor to a negative bound", lambda code, ins, kind, text: kind == "VALUE"
+     and "F.clip(" in code and "uint8" in ins and re.search(r"F\.clip\([^,]+, -", code) is not None),
     ("bool operands megxla accepts", lambda code, ins, kind, text: "allow_bool" in text),
     ("logical / bit ops of non-bool operands megxla accepts",
      lambda code, ins, kind, text: "allow_float" in text or "allow_int" in text or "bool tensor" in text),
