@@ -68,7 +68,6 @@ above.
 """
 from __future__ import annotations
 
-import argparse
 import collections
 import os
 import pickle
@@ -81,7 +80,7 @@ import traceback
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from megengine_fuzz import _arrays, _plain, _run_all as _run_cases  # noqa: E402  (the MegEngine child, pickling)
+from megengine_fuzz import _arrays, _plain, _run_all as _run_cases, fuzz_parser  # noqa: E402  (the MegEngine child, pickling)
 
 POINTS = ["before the step", "after the forward", "after the loss", "after gm.backward", "after the gm block",
           "after opt.step", "after clear_grad"]
@@ -717,13 +716,7 @@ def main():
         g = Gen(int(sys.argv[2]), int(sys.argv[3]))
         print(f"# {g.kind}, {POINTS[g.point]}: {g.bad.name}\n" + g.source())
         return
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("megengine_python")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--programs", type=int, default=100)
-    p.add_argument("--first", type=int, default=0)
-    p.add_argument("--batch", type=int, default=50)
-    p.add_argument("--only", type=int, default=None)
+    p = fuzz_parser(__doc__, 100, 50, "--programs")
     p.add_argument("-v", "--verbose", action="store_true")
     args = p.parse_args()
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

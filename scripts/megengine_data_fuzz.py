@@ -61,7 +61,6 @@ MegEngine takes for CHW (documented; told apart by the result's shape). Seed 7, 
 """
 from __future__ import annotations
 
-import argparse
 import collections
 import os
 import pickle
@@ -72,7 +71,7 @@ import tempfile
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from megengine_fuzz import _arrays, _plain, _run_all  # noqa: E402
+from megengine_fuzz import _arrays, _plain, _run_all, fuzz_parser  # noqa: E402
 
 KINDS = ("transform", "compose", "sampler", "collate", "loader")
 
@@ -550,13 +549,7 @@ def compare(a, b):
 def main():
     if len(sys.argv) == 6 and sys.argv[1] == "--child":
         return _child(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]))
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("megengine_python")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--cases", type=int, default=300)
-    p.add_argument("--first", type=int, default=0)
-    p.add_argument("--batch", type=int, default=300)
-    p.add_argument("--only", type=int, default=None)
+    p = fuzz_parser(__doc__, 300, 300)
     p.add_argument("--kinds", default=",".join(KINDS))
     p.add_argument("--megxla-python", default=None, help="run megxla.data under this interpreter (MegEngine's: "
                    "then OpenCV's and NumPy's versions are the same on both sides)")

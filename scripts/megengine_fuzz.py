@@ -1466,16 +1466,31 @@ def compare(mge_res, mxl_res):
     return lines
 
 
+def fuzz_parser(doc, cases, batch, count="--cases"):
+    """The arguments every differential fuzzer against MegEngine takes (its own added by the caller): MegEngine's
+    interpreter, the seed, how many cases (``count``: the flag's name) from which one, per child batch, and one
+    case alone (``--only``)."""
+    p = argparse.ArgumentParser(description=doc.splitlines()[0])
+    p.add_argument("megengine_python")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(count, type=int, default=cases)
+    p.add_argument("--first", type=int, default=0)
+    p.add_argument("--batch", type=int, default=batch)
+    p.add_argument("--only", type=int, default=None)
+    return p
+
+
+def report(known_counts, n_bad, n_cases, seed, kinds):
+    """Print a run's closing lines (documented differences told apart, cases left) and exit 1 where any is left."""
+    print(f"known, documented differences: {dict(known_counts)}")
+    print(f"{n_bad} case(s) with disagreements in {n_cases} cases (seed {seed}): {dict(kinds)}")
+    sys.exit(1 if n_bad else 0)
+
+
 def main():
     if len(sys.argv) == 6 and sys.argv[1] == "--child":
         return _child(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]))
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("megengine_python")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--cases", type=int, default=2000)
-    p.add_argument("--first", type=int, default=0)
-    p.add_argument("--batch", type=int, default=250)
-    p.add_argument("--only", type=int, default=None)
+    p = fuzz_parser(__doc__, 2000, 250)
     p.add_argument("--ops", default=None,
                    help="draw only from these generators (comma-separated g_NAME without g_; api: API_OPS)")
     p.add_argument("-v", "--verbose", action="store_true")
@@ -1513,9 +1528,7 @@ def main():
                     if args.verbose or args.only is not None:
                         print("    inputs:", {n: a.tolist() for n, a in inputs.items()})
             print(f"-- {min(b + args.batch, len(idx))} cases run, {n_bad} with disagreements", file=sys.stderr)
-    print(f"known, documented differences: {dict(known_counts)}")
-    print(f"{n_bad} case(s) with disagreements in {len(idx)} cases (seed {args.seed}): {dict(kinds)}")
-    sys.exit(1 if n_bad else 0)
+    report(known_counts, n_bad, len(idx), args.seed, kinds)
 
 
 if __name__ == "__main__":

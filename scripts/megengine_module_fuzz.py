@@ -62,7 +62,6 @@ Seed 9, 300 cases: nothing unexplained.
 """
 from __future__ import annotations
 
-import argparse
 import collections
 import os
 import pickle
@@ -73,7 +72,7 @@ import tempfile
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from megengine_fuzz import _arrays, _diff, _error, _plain, _result, _run_all  # noqa: E402
+from megengine_fuzz import _arrays, _diff, _error, _plain, _result, _run_all, fuzz_parser  # noqa: E402
 
 
 # ---- drawing cases ----------------------------------------------------------------------------------------------
@@ -783,13 +782,7 @@ def compare(a, b, what):
 def main():
     if len(sys.argv) == 6 and sys.argv[1] == "--child":
         return _child(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]))
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("megengine_python")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--cases", type=int, default=300)
-    p.add_argument("--first", type=int, default=0)
-    p.add_argument("--batch", type=int, default=100)
-    p.add_argument("--only", type=int, default=None)
+    p = fuzz_parser(__doc__, 300, 100)
     p.add_argument("--kinds", default="module,optim")
     p.add_argument("-v", "--verbose", action="store_true")
     args = p.parse_args()

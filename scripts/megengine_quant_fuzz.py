@@ -67,7 +67,6 @@ scale, megxla's converted -- it raises too now (fixed). Seed 6, 40 cases: a 4-bi
 """
 from __future__ import annotations
 
-import argparse
 import collections
 import os
 import re
@@ -558,13 +557,7 @@ def known(code, kind, text):
 def main():
     if len(sys.argv) == 6 and sys.argv[1] == "--child":
         return mf._child(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]), one=_one)
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("megengine_python")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--cases", type=int, default=200)
-    p.add_argument("--first", type=int, default=0)
-    p.add_argument("--batch", type=int, default=50)
-    p.add_argument("--only", type=int, default=None)
+    p = mf.fuzz_parser(__doc__, 200, 50)
     p.add_argument("--ops", default=None, help="draw only from these generators (comma-separated g_NAME without g_)")
     p.add_argument("-v", "--verbose", action="store_true")
     args = p.parse_args()
@@ -599,9 +592,7 @@ def main():
                     if args.only is not None:
                         print("    inputs:", {n: a.tolist() for n, a in inputs.items()})
             print(f"-- {min(b + args.batch, len(idx))} cases run, {n_bad} with disagreements", file=sys.stderr)
-    print(f"known, documented differences: {dict(known_counts)}")
-    print(f"{n_bad} case(s) with disagreements in {len(idx)} cases (seed {args.seed}): {dict(kinds)}")
-    sys.exit(1 if n_bad else 0)
+    mf.report(known_counts, n_bad, len(idx), args.seed, kinds)
 
 
 if __name__ == "__main__":
