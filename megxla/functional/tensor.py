@@ -146,7 +146,7 @@ def _astype_quantized(x, dtype, quantized, source):
     # requantizes
     from ..core._tensor import QPARAMS_FACTORY, QPARAMS_SEEN
     from ..core.ops import quant as _q
-    from ..core.tensor.dtype import _metadata_dict, get_quant_meta
+    from ..core.tensor.dtype import get_quant_meta, saturation_range
     value = x if source is None else _apply(_q.dequantize.bind(), x, *source)
     if not quantized:
         target = _dtype(dtype)
@@ -157,12 +157,12 @@ def _astype_quantized(x, dtype, quantized, source):
         # (MegEngine asserts ``!std::isnan(scale)`` making the dtype's parameters: a QAT module whose observer saw a
         # NaN -- a BatchNorm over one value per channel folded into its weight -- fails in quantize() there)
         raise OpError(f"astype: the quantized dtype {meta.name} has a NaN scale")
-    limits = _metadata_dict.get(info["name"], meta)  # (a qint8_narrow dtype is QuantizedS8: -128 as MegEngine)
+    qmin, qmax = saturation_range(meta)
     scale = Tensor(np.float32(info["scale"]))
     zp = None if info.get("zero_point") is None else Tensor(np.float32(info["zero_point"]))
     if value.dtype != np.float32:
         value = _apply(_E.astype.bind(dtype="float32"), value)
-    out = _apply(_q.quantize.bind(qmin=limits.qmin, qmax=limits.qmax, dtype=meta.np_dtype_str), value,
+    out = _apply(_q.quantize.bind(qmin=qmin, qmax=qmax, dtype=meta.np_dtype_str), value,
                  scale, zp if zp is not None else Tensor(np.float32(0)))
     out._qparams = QPARAMS_FACTORY[0](meta, scale, zp)
     QPARAMS_SEEN[0] = True

@@ -187,6 +187,19 @@ def get_quant_meta(dtype) -> QuantDtypeMeta:
     return _meta_of(_info(dtype, "get_quant_meta"))
 
 
+def saturation_range(meta: QuantDtypeMeta):
+    """``(qmin, qmax)`` a value converted to the quantized dtype ``meta`` saturates to, as MegEngine's ``astype``:
+    its MegBrain dtype's range -- QuantizedS4 [-8, 7], Quantized4Asymm [0, 15], and for ``qint8_narrow`` (a
+    QuantizedS8) [-128, 127]: the narrow range is the fake quantizer's clip in training, not the conversion's.
+
+    Example:
+        >>> saturation_range(_builtin_quant_dtypes["qint4"]), saturation_range(_builtin_quant_dtypes["qint8_narrow"])
+        ((-8, 7), (-128, 127))
+    """
+    limits = _metadata_dict.get(meta.cname, meta) if meta.cname else meta
+    return int(limits.qmin), int(limits.qmax)
+
+
 def _meta_of(info) -> QuantDtypeMeta:
     # megxla's dtypes name their meta; MegEngine's own (read from its files) only give the MegBrain name and
     # omit the zero point of symmetric types: the cname's first meta, as MegEngine resolves it

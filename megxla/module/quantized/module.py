@@ -11,7 +11,7 @@ import numpy as np
 from ...core._dispatch import apply
 from ...core._tensor import Tensor
 from ...core.ops import quant as _q
-from ...core.tensor.dtype import _metadata_dict, create_quantized_dtype
+from ...core.tensor.dtype import create_quantized_dtype, saturation_range
 from ...quantization.utils import QuantMode, _meta, create_qparams
 from ..module import Module, _is_module, _is_tensor, _readonly
 
@@ -41,12 +41,11 @@ def quantize_tensor(x: Tensor, dtype_meta, scale, zero_point=None) -> Tensor:
     """
     meta = _meta(dtype_meta)
     zp = 0.0 if zero_point is None else zero_point
-    # saturated to the MegBrain dtype's range, as MegEngine's ``astype`` to a quantized dtype: a narrow range
-    # (qint8_narrow, a QuantizedS8) is the fake quantizer's clip in training, not the converted weight's (-128 stays
-    # -128); a 4-bit one is [-8, 7] / [0, 15], not its int8 / uint8 storage's (a QuantStub to qint4 gave 10 and -13
-    # where MegEngine's gives 7 and -8: megengine_quant_fuzz seed 4 case 34)
-    limits = _metadata_dict.get(meta.cname, meta) if meta.cname else meta
-    op = _q.quantize.bind(qmin=int(limits.qmin), qmax=int(limits.qmax), dtype=meta.np_dtype_str)
+    # saturated as MegEngine's ``astype`` to a quantized dtype does (``saturation_range``): a 4-bit one to [-8, 7] /
+    # [0, 15], not its int8 / uint8 storage's (a QuantStub to qint4 gave 10 and -13 where MegEngine's gives 7 and
+    # -8: megengine_quant_fuzz seed 4 case 34)
+    qmin, qmax = saturation_range(meta)
+    op = _q.quantize.bind(qmin=qmin, qmax=qmax, dtype=meta.np_dtype_str)
     out = apply(op, x, _f32(scale), _f32(zp))
     mode = QuantMode.SYMMERTIC if zero_point is None else QuantMode.ASYMMERTIC
     out.qparams.update(create_qparams(mode, meta, _f32(scale), None if zero_point is None else _f32(zero_point)))
