@@ -117,6 +117,29 @@ def test_lsq_and_tqt_input_gradient_outside_the_range_is_the_cotangent_times_zer
         mge.config.auto_jit = False
 
 
+@pytest.mark.parametrize("auto_jit", [False, True])
+def test_tqt_scale_gradient_multiplies_the_cotangent_by_its_masks_as_megengine(auto_jit):
+    # quant fuzz seed 7 case 72: an infinite cotangent at a clipped element gave megxla's scale gradient inf where
+    # MegEngine's is NaN (its kernel multiplies the cotangent by each mask and sums both terms), and a product past
+    # float32's range, the cotangent times the level first, overflows there (values observed running MegEngine 1.13)
+    from megxla.autodiff import GradManager
+    from megxla.quantization.utils import tqt_forward
+    cases = [([0.5, 100.0], [1.0, np.inf], np.nan), ([0.5, 100.0], [np.inf, 1.0], np.nan),
+             ([0.5, 0.3], [1.0, 1.0], 0.13862942), ([0.5, 100.0], [1e30, 1e30], 2.4260152e30),
+             ([0.5, -100.0], [-1e38, 1e38], -np.inf)]
+    mge.config.auto_jit = auto_jit
+    try:
+        for _ in range(3 if auto_jit else 1):  # (auto-jit: the step's cluster compiled when it recurs)
+            for xs, ct, want in cases:
+                x, log2_scale = mge.Parameter(np.array(xs, "float32")), mge.Parameter(np.float32(-1.0))
+                gm = GradManager().attach([x, log2_scale])
+                with gm:
+                    gm.backward((tqt_forward(-8, 7, x, log2_scale) * mge.tensor(np.array(ct, "float32"))).sum())
+                np.testing.assert_allclose(log2_scale.grad.numpy(), np.float32(want), rtol=1e-6, err_msg=str(xs))
+    finally:
+        mge.config.auto_jit = False
+
+
 def test_a_quantized_dtype_with_a_nan_scale_raises_as_megengine():
     # (met analysing quant fuzz seed 5 case 13) MegEngine 1.13 asserts ``!std::isnan(scale)`` (a RuntimeError)
     # casting to a quantized dtype of NaN scale; megxla cast silently, to zeros

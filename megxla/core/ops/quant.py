@@ -98,7 +98,10 @@ def _tqt_grad(params, primals, ct):
     clip = (scaled < qmin - 0.5) | (scaled > qmax + 0.5)
     gx = jnp.where(clip, ct * 0, ct).astype(x.dtype)  # (as LSQ's: MegEngine's TQT kernel multiplies by its mask)
     ln2 = math.log(2.0)
-    gs = jnp.where(clip, rounded * t * ln2, (rounded - scaled) * t * ln2) * ct
+    # (MegEngine's TQT kernel: the cotangent times each mask, then the factors, left to right, and the two summed --
+    # an infinite cotangent gives NaN, a product past float32's range inf, as there). (A product by the mask
+    # converted to float XLA turns into a select: ``ct * 0`` is written out.)
+    gs = (jnp.where(clip, ct, ct * 0) * rounded * t * ln2 + jnp.where(clip, ct * 0, ct) * (rounded - scaled) * t * ln2)
     return gx, _sum_to(gs, log2_scale.shape).astype(log2_scale.dtype)
 
 
