@@ -24,7 +24,7 @@ def _op_counts(rule, flags, nhyper, nslot, n, gated=False):
     def f(*xs):
         return _group_update_impl(*xs, rule=rule, flags=flags, n=n, nhyper=nhyper, nslot=nslot, gated=gated)
 
-    text = jax.jit(f).lower(*hypers, *gate, *arrays, *arrays, *slots).as_text()
+    text = jax.jit(f).lower(*hypers, *gate, *arrays, *arrays, *slots, jnp.int32(0)).as_text()
     return collections.Counter(re.findall(r"= (stablehlo\.[a-z_]+|call)", text))
 
 
@@ -42,8 +42,10 @@ def test_sgd_momentum_is_plain_arithmetic(gated, nesterov):
     assert "stablehlo.compare" not in per, per
     assert "call" not in per, per  # no jnp.where helper functions
     assert per.get("stablehlo.select", 0) == 2 * gated, per  # only the gate's (param and buffer)
-    # lr, wd and momentum (once for both uses) broadcast to the parameter's shape; no predicate broadcast
-    assert per["stablehlo.broadcast_in_dim"] == 3, per
+    # lr, wd, momentum (once for both uses) and the zero keeping products apart (``kept``: once for all of them)
+    # broadcast to the parameter's shape; no predicate broadcast
+    assert per["stablehlo.broadcast_in_dim"] == 4, per
+    assert per["stablehlo.xor"] == 3 + nesterov, per  # p * wd, v * m, lr * d (and nesterov's d * m) kept apart
 
 
 def test_adam_one_minus_beta_once_per_group():

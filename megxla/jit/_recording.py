@@ -17,6 +17,7 @@ import jax
 from _thread import get_ident as _get_ident
 
 from ..core import _dispatch, _interrupt, _naming
+from ..core._rounding import apart as _apart
 from ..core._interrupt import KERNEL_HELD as _KERNEL_HELD
 from ..core._dispatch import eager_apply
 from ..core._spmd import MeshRequired, SpmdFunction
@@ -598,9 +599,6 @@ def _exact(op):
 
 
 _LOW_FLOATS = {np.dtype(jax.numpy.float16): (5, 10), np.dtype(jax.numpy.bfloat16): (8, 7)}
-# a float type -> the integer type of its width (``_apart``)
-_BITS_OF = {np.dtype(np.float64): np.int64, np.dtype(np.float32): np.int32, np.dtype(jax.numpy.float16): np.int16,
-            np.dtype(jax.numpy.bfloat16): np.int16}
 
 
 # Ops whose results need no keeping apart (``_apart``): a sum or a difference (and their gradients, the incoming
@@ -635,27 +633,6 @@ def _keeps_apart(op):
     while base.prim.name == "vjp":
         base = dict(base.params)["op"]
     return base.name not in _NOT_APART
-
-
-def _apart(x, zero):
-    """``x`` (a float array an op computed) unchanged, its bits ``xor``-ed with ``zero`` -- an argument of the
-    program, 0 at every run, which XLA and LLVM cannot fold: no reader's float instruction fuses with the one that
-    made ``x``. Inside a fused loop LLVM contracts a product and the sum reading it into one FMA (one rounding where
-    eager's two kernels round twice: 23% of ``a * b + c``'s float32 values an ulp off); an IoU's ``a1 + a2 - inter``
-    then broke ties eager keeps, and a detector's matcher (``iou == iou.max(1)``) chose other anchors (ICD's RetinaNet:
-    its box loss 3.5% off eager's in half its steps). An optimization barrier does not stop it (XLA expands barriers
-    before it fuses); an integer ``xor`` in the loop costs one instruction an element, no memory pass.
-
-    Example:
-        >>> import jax.numpy as jnp
-        >>> _apart(jnp.array([1.5, -0.0]), jnp.int32(0)).tolist()
-        [1.5, -0.0]
-    """
-    t = _BITS_OF.get(getattr(x, "dtype", None))
-    if t is None:
-        return x
-    lax = jax.lax
-    return lax.bitcast_convert_type(lax.bitcast_convert_type(x, t) ^ zero.astype(t), x.dtype)
 
 
 def _round(x):

@@ -6,6 +6,7 @@ from typing import Iterable, Union
 import jax.numpy as jnp
 
 from ..core._tensor import Parameter
+from ._group_update import kept
 from .optimizer import Optimizer, hyper_tensor, uses
 
 __all__ = ["Adadelta"]
@@ -75,11 +76,12 @@ def _adadelta_rule(flags, hypers, p, g, slots):
     square_avg, acc_delta, step = slots
     step = step + 1.0
     if flags[0]:
-        g = g + p * hypers[3]
-    square_avg = rho * square_avg + one_minus_rho * (g * g)
-    delta = jnp.sqrt(acc_delta + eps) / jnp.sqrt(square_avg + eps) * g
-    new_p = p - lr * delta
-    acc_delta = rho * acc_delta + one_minus_rho * (delta * delta)
+        g = g + kept(p * hypers[3])
+    # (products kept apart from their sums, as MegEngine's separate ops round them -- see ``kept``)
+    square_avg = kept(rho * square_avg) + kept(one_minus_rho * (g * g))
+    delta = jnp.sqrt(acc_delta + eps) / kept(jnp.sqrt(square_avg + eps)) * g  # (kept: not a reciprocal square root)
+    new_p = p - kept(lr * delta)
+    acc_delta = kept(rho * acc_delta) + kept(one_minus_rho * (delta * delta))
     return new_p, (square_avg, acc_delta, step)
 
 

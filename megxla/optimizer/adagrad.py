@@ -6,6 +6,7 @@ from typing import Iterable, Union
 import jax.numpy as jnp
 
 from ..core._tensor import Parameter
+from ._group_update import kept
 from .optimizer import Optimizer, hyper_tensor, uses
 
 __all__ = ["Adagrad"]
@@ -66,11 +67,11 @@ def _adagrad_rule(flags, hypers, p, g, slots):
     square_avg, step = slots
     step = step + 1.0
     if flags[0]:
-        g = g + p * hypers[3]
-    square_avg = square_avg + g * g
-    delta = g / jnp.sqrt(square_avg + eps)
-    clr = lr / (1.0 + (step - 1.0) * lr_decay)
-    return p - clr * delta, (square_avg, step)
+        g = g + kept(p * hypers[3])
+    square_avg = square_avg + kept(g * g)  # (products kept apart from their sums, as MegEngine's ops)
+    delta = g / kept(jnp.sqrt(square_avg + eps))  # (kept: XLA would multiply by a reciprocal square root)
+    clr = lr / (1.0 + kept((step - 1.0) * lr_decay))
+    return p - kept(clr * delta), (square_avg, step)
 
 
 Adagrad._rule = staticmethod(_adagrad_rule)

@@ -6,7 +6,9 @@ from typing import Iterable, Tuple, Union
 import jax.numpy as jnp
 
 from ..core._tensor import Parameter
+from ..core._rounding import divide
 from ..core.ops.elemwise import _pow
+from ._group_update import kept
 from .optimizer import Optimizer, hyper_tensor, uses
 
 __all__ = ["Adam"]
@@ -25,11 +27,15 @@ def _adam_moments(slots, grad, beta0, beta1, eps, one_minus=None):
     exp_avg, exp_avg_sq, step = slots
     omb0, omb1 = one_minus if one_minus is not None else (1.0 - beta0, 1.0 - beta1)
     step = step + 1.0
-    exp_avg = exp_avg * beta0 + grad * omb0
-    exp_avg_sq = exp_avg_sq * beta1 + omb1 * (grad * grad)
+    # (each product kept apart from the sum reading it: MegEngine's separate ops round it -- see ``kept``)
+    exp_avg = kept(exp_avg * beta0) + kept(grad * omb0)
+    exp_avg_sq = kept(exp_avg_sq * beta1) + kept(omb1 * (grad * grad))
     # NOTE: ``step`` is a per-parameter slot (MegEngine's state layout), so the bias corrections stay per
     # parameter: the steps of a group's parameters may differ (a parameter that got no gradient for a while).
-    delta = (exp_avg / (1.0 - _pow(beta0, step))) / (jnp.sqrt(exp_avg_sq / (1.0 - _pow(beta1, step))) + eps)
+    # (IEEE divisions by the broadcast corrections, as MegEngine's kernels: XLA would multiply by reciprocals; the
+    # first quotient kept, or XLA makes ``(a / b) / c`` one division by ``b * c``)
+    m_hat = kept(divide(exp_avg, 1.0 - _pow(beta0, step)))
+    delta = m_hat / (jnp.sqrt(divide(exp_avg_sq, 1.0 - _pow(beta1, step))) + eps)
     return (exp_avg, exp_avg_sq, step), delta
 
 
@@ -44,11 +50,11 @@ def _adam_rule(flags, hypers, p, g, slots):
     use_wd, decoupled = flags
     lr, beta0, beta1, eps = hypers[:4]
     if use_wd and not decoupled:
-        g = g + p * hypers[4]
+        g = g + kept(p * hypers[4])
     new_slots, delta = _adam_moments(slots, g, beta0, beta1, eps, hypers[-2:])
     if use_wd and decoupled:
-        delta = delta + p * hypers[4]
-    return p - lr * delta, new_slots
+        delta = delta + kept(p * hypers[4])
+    return p - kept(lr * delta), new_slots
 
 
 _adam_rule.prepare = _adam_prepare

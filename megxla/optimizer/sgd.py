@@ -6,6 +6,7 @@ from typing import Iterable, Union
 import jax.numpy as jnp
 
 from ..core._tensor import Parameter, Tensor
+from ._group_update import kept
 from .optimizer import Optimizer, host_fact, hyper_tensor, uses
 
 __all__ = ["SGD"]
@@ -94,17 +95,18 @@ def _sgd_rule(flags, hypers, p, g, slots):
     """SGD on arrays: ``flags = (weight decay term, momentum, nesterov)``; hypers ``lr[, wd][, momentum]``."""
     use_wd, on, nesterov = flags
     lr = hypers[0]
+    # (each product kept apart from the sum reading it: MegEngine's separate ops round it -- see ``kept``)
     if use_wd:
-        g = g + p * hypers[1]
+        g = g + kept(p * hypers[1])
     if not on:
-        return p - lr * g, ()
+        return p - kept(lr * g), ()
     momentum = hypers[-1]
     # NOTE: momentum broadcast once, used twice (JAX's lowering does not share the broadcasts of ``v * m`` and
     # ``new_v * m``); same values, one op less per parameter.
     m = jnp.broadcast_to(momentum, slots[0].shape)
-    new_v = slots[0] * m + g
-    d = g + new_v * m if nesterov else new_v
-    return p - lr * d, (new_v,)
+    new_v = kept(slots[0] * m) + g
+    d = g + kept(new_v * m) if nesterov else new_v
+    return p - kept(lr * d), (new_v,)
 
 
 SGD._rule = staticmethod(_sgd_rule)

@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 
 from .._op import Primitive
+from .._rounding import divide
 
 
 def _round(x):
@@ -23,13 +24,10 @@ def _round(x):
     return jnp.sign(x) * jnp.floor(jnp.abs(x) + 0.5)
 
 
-def _div(x, scale):
-    # NOTE: observers put the largest value exactly on a rounding tie (scale = max / 127.5, so x / scale = 127.5),
-    # so the division must be IEEE's, as MegEngine's kernels compute it. XLA rewrites x / broadcast(s) as
-    # x * broadcast(1 / s) (1 ulp off: 127.49999, which flips that element's straight-through gradient), and
-    # inside a fused step x / (max / c) as (x * c) / max. The barrier on the broadcast scale keeps the division.
-    shape = jnp.broadcast_shapes(jnp.shape(x), jnp.shape(scale))
-    return x / jax.lax.optimization_barrier(jnp.broadcast_to(scale, shape))
+# NOTE: observers put the largest value exactly on a rounding tie (scale = max / 127.5, so x / scale = 127.5), so
+# the division must be IEEE's, as MegEngine's kernels compute it -- not XLA's multiply by ``1 / s`` (127.49999, which
+# flips that element's straight-through gradient)
+_div = divide
 
 
 def _sum_to(g, shape):
