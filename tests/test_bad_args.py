@@ -245,3 +245,13 @@ def test_a_tensor_copies_host_data_given_by_any_array_like():
         assert mge.Tensor(1e39).item() == float("inf")  # (a Python number beyond float32's range)
     with pytest.raises(TypeError, match="dtype"):
         mge.Tensor(np.array(["x"]))
+
+
+def test_clip_to_a_string_bound_is_a_type_error_and_a_float_index_is_named():
+    # bad_call_fuzz seed 5: MegEngine raises a TypeError for ``F.clip(x, 'a', 1.0)`` (megxla raised a ValueError), and
+    # its message for ``x[0.5]`` names the float
+    x = mge.tensor(np.ones((2, 2), "float32"))
+    with pytest.raises(TypeError, match="clip: bounds must be numbers or tensors"):
+        F.clip(x, "a", 1.0)
+    with pytest.raises(IndexError, match="invalid index 0.5 of type float"):
+        x[0.5]

@@ -38,6 +38,20 @@ def test_backward_dy_broadcast_and_bad_shape():
     assert x.grad is None
 
 
+def test_backward_with_a_bad_dy_keeps_the_recording():
+    # bad_call_fuzz seed 5 program 51: the error consumed the recording, so the corrected call raised
+    # NotRecordingError and the step's gradients were lost
+    x = mge.Parameter(np.ones((2, 3), np.float32))
+    gm = GradManager().attach([x])
+    with gm:
+        y = x * 2
+        with pytest.raises(ValueError, match=r"dy of shape \(4, 4\) cannot be broadcast"):
+            gm.backward(y, mge.Tensor(np.ones((4, 4), np.float32)))
+        assert x.grad is None
+        gm.backward(y.sum())
+    np.testing.assert_allclose(x.grad.numpy(), np.full((2, 3), 2.0))
+
+
 def test_backward_dy_shape_1_inside_xla_trace():
     x = mge.Parameter([1.0, -1.0])
     gm = GradManager().attach([x])

@@ -174,7 +174,8 @@ def _classify(op, item):
     except Exception:
         arr = None
     if arr is None or arr.dtype == object or (arr.dtype.kind not in "iub" and arr.size):
-        raise BadIndex(f"{op}: invalid index {item!r}: use ints, slices, ..., None, or int/bool tensors")
+        raise BadIndex(f"{op}: invalid index {item!r} of type {type(item).__name__}: use ints, slices, ..., None, "
+                       "or int/bool tensors")
     if arr.dtype == np.bool_:
         return "m", arr, arr.ndim
     return "h", arr.astype(np.int64), 1  # host integer array (also an empty list)
