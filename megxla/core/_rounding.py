@@ -5,10 +5,12 @@ where separate kernels round twice (XLA:CPU always allows it; no option turns it
 op's results apart from the next op's arithmetic (``jit/_recording.py``), and an optimizer's update, one op of many
 MegEngine steps, keeps its products apart from its sums (``optimizer/_group_update.py``).
 """
+import functools
+
 import jax
 import numpy as np
 
-__all__ = ["apart", "divide", "BITS_OF"]
+__all__ = ["apart", "divide", "mean_of_sum", "BITS_OF"]
 
 # a float type -> the integer type of its width
 BITS_OF = {np.dtype(np.float64): np.int64, np.dtype(np.float32): np.int32, np.dtype(jax.numpy.float16): np.int16,
@@ -48,3 +50,28 @@ def divide(x, y):
     """
     shape = jax.numpy.broadcast_shapes(jax.numpy.shape(x), jax.numpy.shape(y))
     return x / jax.lax.optimization_barrier(jax.numpy.broadcast_to(y, shape))
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
+def mean_of_sum(total, n):
+    """``total / n`` (``n`` a count, a Python number) as MegEngine's mean computes it: an IEEE division (XLA would
+    multiply by ``1 / n``: the mean of 7 integers 1 ulp off in 62% of rows); its gradient ``ct * (1 / n)``, as
+    MegEngine's mean gradient multiplies.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> mean_of_sum(jnp.float32(-44.0), 7).tolist()
+        -6.285714149475098
+    """
+    return divide(total, np.asarray(n, total.dtype))
+
+
+def _mean_of_sum_fwd(total, n):
+    return mean_of_sum(total, n), None
+
+
+def _mean_of_sum_bwd(n, _, ct):
+    return (ct * (np.asarray(1, ct.dtype) / np.asarray(n, ct.dtype)),)
+
+
+mean_of_sum.defvjp(_mean_of_sum_fwd, _mean_of_sum_bwd)

@@ -4,6 +4,7 @@ import jax.numpy as jnp
 import jax.scipy.special as jsp
 
 from .._op import Primitive
+from .._rounding import divide
 
 
 def _round_half_away(x):
@@ -208,7 +209,9 @@ def _hsigmoid(x):
     # MegEngine: hsigmoid(nan) is nan and the gradient is 0 at -3 and 3. (An integer input in float32 first:
     # uint8's -3 is 253.)
     x = _inexact(x)
-    return jnp.where(x <= -3, 0.0, jnp.where(x >= 3, 1.0, (x + 3) / 6)).astype(jnp.result_type(x, 1.0))
+    # ((x + 3) / 6 by IEEE division, as MegEngine's kernel: XLA would multiply by 1 / 6)
+    third = divide(x + 3, jnp.asarray(6, x.dtype))
+    return jnp.where(x <= -3, 0.0, jnp.where(x >= 3, 1.0, third)).astype(jnp.result_type(x, 1.0))
 
 
 def _hswish(x):

@@ -8,6 +8,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from .._op import Primitive
+from .._rounding import divide
 from .elemwise import broadcast_wide as _broadcast_wide, gather_wide as _gather_wide
 from .reduction import low_precision as _low_precision
 
@@ -321,11 +322,12 @@ def _avg_pool(x, *, kernel, stride, padding, mode):
     if mode == "average_count_exclude_padding":
         ones = jnp.ones(x.shape[2:], x.dtype)[None, None]
         count = lax.reduce_window(ones, np.zeros((), x.dtype), lax.add, window, strides, pads)
-        return total / count
+        return divide(total, count)
     size = 1
     for k in kernel:
         size *= k
-    return total / size
+    # (an IEEE division forward and backward, as MegEngine's pooling kernels: XLA would multiply by 1 / size)
+    return divide(total, np.asarray(size, x.dtype))
 
 
 def _adaptive_pool(x, *, oshp, op):

@@ -1,9 +1,11 @@
 """Reductions: ``axis`` (tuple or None) and ``keepdims`` are static parameters."""
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from .._op import Primitive
+from .._rounding import divide, mean_of_sum
 from .elemwise import _abs  # (MegEngine's abs: its gradient at 0 is -1)
 
 
@@ -29,7 +31,13 @@ def _prod(x, *, axis, keepdims):
 def _var(x, *, axis, keepdims, ddof):
     if x.dtype == jnp.float16:  # a mean inside: float32, as MegEngine's mean of float16
         x = x.astype(jnp.float32)
-    return jnp.var(x, axis=axis, keepdims=keepdims, ddof=ddof)
+    if not jnp.issubdtype(x.dtype, jnp.floating):
+        return jnp.var(x, axis=axis, keepdims=keepdims, ddof=ddof)
+    # MegEngine's F.var: mean((x - mean(x)) ** 2) of its own ops (_mean's rounding)
+    v = x - _mean(x, axis=axis, keepdims=True)
+    if ddof == 0:
+        return _mean(v * v, axis=axis, keepdims=keepdims)
+    return divide(jnp.sum(v * v, axis=axis, keepdims=keepdims), np.asarray(_count(x, axis) - ddof, x.dtype))
 
 
 def _argreduce(fn):
@@ -72,7 +80,39 @@ def _norm(x, *, ord, axis, keepdims):
 def _mean(x, *, axis, keepdims):
     if x.dtype == jnp.float16:  # MegEngine's mean of float16 is float32
         x = x.astype(jnp.float32)
-    return jnp.mean(x, axis=axis, keepdims=keepdims)
+    if not jnp.issubdtype(x.dtype, jnp.floating) or x.size == 0:
+        return jnp.mean(x, axis=axis, keepdims=keepdims)
+    if axis is None:
+        return _mean_along(x.reshape(-1), 0, False).reshape((1,) * x.ndim if keepdims else ())
+    if isinstance(axis, (tuple, list)):
+        # MegEngine's mean over several axes is one mean after another, the last axis first, each rounded
+        for a in sorted((a % x.ndim for a in axis), reverse=True):
+            x = _mean_along(x, a, True)
+        return x if keepdims else jnp.squeeze(x, tuple(a % x.ndim for a in axis))
+    return _mean_along(x, axis % x.ndim, keepdims)
+
+
+def _mean_along(x, axis, keepdims):
+    """The mean over one axis as MegEngine's CPU Reduce(MEAN) kernel rounds it: over the last axis (no elements
+    after it) of at least 4 values the sum divided by the count, otherwise multiplied by the count's reciprocal
+    (what XLA would make of every division by a constant); the gradient the cotangent times the reciprocal in
+    both (``mean_of_sum``). Probed on MegEngine 1.13 with integer-valued data, whose sums are exact: (64, 7) over
+    axis 1 divides, (7, 64) over axis 0 and (3,) multiply."""
+    n = x.shape[axis]
+    total = jnp.sum(x, axis=axis, keepdims=keepdims)
+    if n >= 4 and axis == x.ndim - 1:
+        return mean_of_sum(total, n)
+    return total * (np.asarray(1, x.dtype) / np.asarray(n, x.dtype))
+
+
+def _count(x, axis):
+    """The number of elements a reduction over ``axis`` (None, an int or a tuple) of ``x`` sums."""
+    if axis is None:
+        return x.size
+    n = 1
+    for a in (axis if isinstance(axis, (tuple, list)) else (axis,)):
+        n *= x.shape[a]
+    return n
 
 
 def _chosen(x, out, axes, arg):
