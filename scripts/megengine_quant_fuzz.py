@@ -532,6 +532,19 @@ _KNOWN = [
     ("a bias before a training-mode BatchNorm: its gradient is 0 up to rounding", lambda code, kind, text:
      kind == "VALUE" and "Bn" in code and ".grads[" in text and ".bias:" in text
      and all(abs(float(v)) < 1e-4 for v in re.findall(r"np\.float64\(([-+0-9.e]+)\)", text)[:2])),
+    # (seed 8 case 17: a channel whose BatchNorm weight gradient is 0 in exact arithmetic, 1.6e-5 and -3.8e-6)
+    ("a BatchNorm weight's gradient that is 0 up to rounding", lambda code, kind, text:
+     kind == "VALUE" and "Bn" in code and ".bn.weight:" in text and ".grads[" in text
+     and all(abs(float(v)) < 1e-4 for v in re.findall(r"np\.float64\(([-+0-9.e]+)\)", text)[:2])),
+    # (seed 7 case 44, seed 8 case 33: TQT's log2 step from an observer's scale, log(scale) / log(2): megxla's log
+    # (XLA's) is an ulp off the correctly rounded one in 2% of values, MegEngine's is not; the observer's maximum
+    # sits on a rounding tie (x / step = 127.5 or 7.5 up to the last bit), so that element is one level apart)
+    ("TQT initialised from an observer: a tie at its maximum decided by log's last bit", lambda code, kind, text:
+     kind == "VALUE" and "Q.TQT(" in code and "fq.set_qparams(ob.get_qparams())" in code
+     and re.search(r"out\.res\[\d+\]\[0\]: .*\(1 of \d+\)$", text) is not None),
+    # (seed 8 case 3: a quantized Linear after tqt_qconfig training -- learned, not power-of-two, scales)
+    ("MegEngine's quantized matmul asserts its output dtype's scale", lambda code, kind, text:
+     _mge_raises(kind, text) and "MatrixMulForward::deduce_dtype" in text),
     ("quantized BatchMatMulActivation with a ReLU (MegEngine drops it)", lambda code, kind, text:
      "nonlinear_mode='relu'" in code and kind in ("VALUE", "FLIP")),
     ("MegEngine's quantized ConvTranspose2d with a bias (NotImplementedError)", lambda code, kind, text:
