@@ -408,7 +408,9 @@ max_pool = Primitive("max_pool", _max_pool)
 avg_pool = Primitive("avg_pool", _avg_pool)
 adaptive_pool = Primitive("adaptive_pool", _adaptive_pool)
 softmax = Primitive("softmax", lambda x, *, axis: jax.nn.softmax(x, axis=axis))  # axis: int or tuple
-log_softmax = Primitive("log_softmax", lambda x, *, axis: jax.nn.log_softmax(x, axis=axis))
+# (MegEngine's logsoftmax is ``x - logsumexp(x)`` of its own ops, rounded so: jax.nn.log_softmax's ``(x - max) -
+# log(sum)`` rounds otherwise -- 41% of a (2000, 10) batch's values an ulp or more from MegEngine's, 18% so)
+log_softmax = Primitive("log_softmax", lambda x, *, axis: x - jax.scipy.special.logsumexp(x, axis=axis, keepdims=True))
 batch_norm_train = Primitive("batch_norm_train", _bn_train, multiple_results=True)
 batch_norm_infer = Primitive("batch_norm_infer", _bn_infer)
 layer_norm = Primitive("layer_norm", _layer_norm)
