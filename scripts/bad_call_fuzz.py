@@ -444,12 +444,12 @@ class Gen:
                "def plus(v):",
                "    return v + 1 if not isinstance(v, (dict, list, str, type(None))) else v",
                "sd = {'param_groups': [dict(g, lr=g['lr'] * 2) for g in sd['param_groups']],",
-               "      'state': {i: {s: plus(v) for s, v in d.items()} for i, d in sd['state'].items()}}",
-               "last = sorted(sd['state'])[-1]",
-               "slot = sorted(k for k, v in sd['state'][last].items() if np.ndim(v) > 0)[-1]"]
-        if k == 0:
-            return Bad("opt load_state_dict shape", pre + ["sd['state'][last][slot] = np.ones((7, 7), 'float32')",
-                                                           "opt.load_state_dict(sd)"],
+               "      'state': {i: {s: plus(v) for s, v in d.items()} for i, d in sd['state'].items()}}"]
+        if k == 0:  # (the last parameter's last slot: an optimizer without slots -- plain SGD -- has none to break)
+            pick = ["last = sorted(sd['state'])[-1]",
+                    "slot = sorted(k for k, v in sd['state'][last].items() if np.ndim(v) > 0)[-1]"]
+            return Bad("opt load_state_dict shape",
+                       pre + pick + ["sd['state'][last][slot] = np.ones((7, 7), 'float32')", "opt.load_state_dict(sd)"],
                        ["load_state_dict", "state", "slot", "shape", "momentum", "exp_avg", "sum"], ["(7, 7)"])
         if k == 1:
             return Bad("opt load_state_dict groups", pre + ["sd['param_groups'] = []", "opt.load_state_dict(sd)"],
