@@ -86,3 +86,14 @@ def test_silu_and_gelu_divide_as_megengines_kernels():
     with gm:
         gm.backward(F.silu(p).sum())
     np.testing.assert_allclose(p.grad.numpy(), [0.0, 0.5, 1.0], atol=1e-6)
+
+
+def test_uint8_gray_is_opencvs_fixed_point_as_megengine():
+    # megengine_fuzz seed 14 case 1227: MegEngine's uint8 RGB2GRAY / BGR2GRAY is (4899 R + 9617 G + 1868 B + 2**13)
+    # >> 14 (0 of 4,096 pixels apart, probed on MegEngine 1.13); the float formula rounded 0.24% a level apart
+    a = np.random.RandomState(5).randint(0, 256, (1, 64, 64, 3)).astype("uint8")
+    a[0, 0, 0] = (211, 40, 245)  # (114.499 in float: 114; MegEngine 115)
+    for mode, (r, b) in (("RGB2GRAY", (0, 2)), ("BGR2GRAY", (2, 0))):
+        ai = a.astype(np.int64)
+        want = (ai[..., r:r + 1] * 4899 + ai[..., 1:2] * 9617 + ai[..., b:b + 1] * 1868 + 8192) >> 14
+        np.testing.assert_array_equal(F.vision.cvt_color(mge.tensor(a), mode=mode).numpy(), want.astype("uint8"))
