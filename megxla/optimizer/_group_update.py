@@ -21,10 +21,10 @@ parameter (a ResNet-18 step had ~1.2x the StableHLO ops of the hand-written ``ja
 """
 from __future__ import annotations
 
+import threading
+
 import jax.numpy as jnp
 from jax import lax
-
-import threading
 
 from ..core import _interrupt
 from ..core._dispatch import apply
