@@ -1342,7 +1342,7 @@ def _diff(a, b, what):
 # Documented differences (docs/differences.md), told apart from a disagreement's case and text: (reason, test of the
 # code, the inputs' dtypes and shapes as printed, the kind and the text). The first side of a text is MegEngine's.
 def _mge_raises_mxl_computes(kind, text):
-    return kind == "STATUS" and text.startswith("forward: error") and text.endswith("| tensor ")
+    return kind == "STATUS" and text.startswith("forward: error") and text.endswith(("| tensor ", "| list "))
 
 
 _KNOWN = [
@@ -1365,6 +1365,8 @@ _KNOWN = [
         "slice_step < 0" in text or "step < 0 && begin >= 0" in text or "begin >= 0 && end >= begin" in text
         or "slice_start >= 0 && slice_stop >= slice_start" in text  # (``x[-3:]`` of 1 row: seed 11 case 316)
         or "axis=None and keepdims=True" in text
+        # (seed 14 case 930: ``x[None, 4::-2]`` of 2 rows, a negative step from past the axis, reported late)
+        or ("AsyncError" in text and re.search(r"\[[^\]]*\d+::-\d", code) is not None)
         or any(f in code for f in ("F.repeat", "F.squeeze", "F.one_hot", "F.topk", "F.arange")))),
     ("MegEngine's float16 pooling", lambda code, ins, kind, text: "pool" in code and "float16" in ins
      and kind in ("VALUE", "NAN") and text.startswith("forward")),
