@@ -24,12 +24,6 @@ def _round(x):
     return jnp.sign(x) * jnp.floor(jnp.abs(x) + 0.5)
 
 
-# NOTE: observers put the largest value exactly on a rounding tie (scale = max / 127.5, so x / scale = 127.5), so
-# the division must be IEEE's, as MegEngine's kernels compute it -- not XLA's multiply by ``1 / s`` (127.49999, which
-# flips that element's straight-through gradient)
-_div = divide
-
-
 def _sum_to(g, shape):
     """Reduce a broadcast gradient ``g`` back to an operand of ``shape`` (scale / zero point tensors)."""
     if g.shape == tuple(shape):
@@ -41,14 +35,17 @@ def _sum_to(g, shape):
 
 
 # ---- FakeQuant: round(x / s) + zp, clipped to [qmin, qmax], back to (q - zp) * s -----------------------------
+# NOTE: every division by a scale is ``divide``'s IEEE one, as MegEngine's kernels compute it: observers put the
+# largest value exactly on a rounding tie (scale = max / 127.5, so x / scale = 127.5), and XLA's multiply by
+# ``1 / s`` (127.49999) flips that element's straight-through gradient.
 def _fake_quant(x, scale, zero_point, *, qmin, qmax):
-    q = jnp.clip(_round(_div(x, scale)) + zero_point, qmin, qmax)
+    q = jnp.clip(_round(divide(x, scale)) + zero_point, qmin, qmax)
     return ((q - zero_point) * scale).astype(x.dtype)
 
 
 def _fake_quant_grad(params, primals, ct):
     x, scale, zero_point = primals
-    q = _round(_div(x, scale)) + zero_point
+    q = _round(divide(x, scale)) + zero_point
     inside = (q >= params["qmin"]) & (q <= params["qmax"])
     gx = jnp.where(inside, ct, jnp.zeros_like(ct)).astype(x.dtype)
     # MegEngine's FakeQuant passes no gradient to its scale / zero point (they come from observers)
@@ -60,14 +57,14 @@ fake_quant = Primitive("fake_quant", _fake_quant, grad=_fake_quant_grad)
 
 # ---- LSQ (learned step size): clip(x / s + zp) rounded, gradient to s scaled by grad_scale -------------------
 def _lsq(x, scale, zero_point, grad_scale, *, qmin, qmax):
-    q = _round(jnp.clip(_div(x, scale) + zero_point, qmin, qmax))
+    q = _round(jnp.clip(divide(x, scale) + zero_point, qmin, qmax))
     return ((q - zero_point) * scale).astype(x.dtype)
 
 
 def _lsq_grad(params, primals, ct):
     x, scale, zero_point, grad_scale = primals
     qmin, qmax = params["qmin"], params["qmax"]
-    v = _div(x, scale) + zero_point
+    v = divide(x, scale) + zero_point
     small, big = v < qmin, v > qmax
     middle = ~(small | big)
     gs = jnp.where(small, qmin, jnp.where(big, qmax, _round(v) - v)) * grad_scale * ct
@@ -84,14 +81,14 @@ lsq = Primitive("lsq", _lsq, grad=_lsq_grad)
 # ---- TQT (trained quantization thresholds): the scale is log2 of the step ---------------------------------------
 def _tqt(x, log2_scale, *, qmin, qmax):
     t = jnp.exp2(log2_scale)
-    return (jnp.clip(_round(_div(x, t)), qmin, qmax) * t).astype(x.dtype)
+    return (jnp.clip(_round(divide(x, t)), qmin, qmax) * t).astype(x.dtype)
 
 
 def _tqt_grad(params, primals, ct):
     x, log2_scale = primals
     qmin, qmax = params["qmin"], params["qmax"]
     t = jnp.exp2(log2_scale)
-    scaled = _div(x, t)
+    scaled = divide(x, t)
     rounded = jnp.clip(_round(scaled), qmin, qmax)
     clip = (scaled < qmin - 0.5) | (scaled > qmax + 0.5)
     gx = jnp.where(clip, ct * 0, ct).astype(x.dtype)  # (as LSQ's: MegEngine's TQT kernel multiplies by its mask)
@@ -117,7 +114,7 @@ def _quantize(x, scale, zero_point, *, qmin, qmax, dtype):
         shape = jnp.broadcast_shapes(jnp.shape(x), jnp.shape(scale))
         real = x * jax.lax.optimization_barrier(jnp.broadcast_to(inv, shape))
     else:
-        real = _div(x, scale)
+        real = divide(x, scale)
     return jnp.clip(_round(jax.lax.optimization_barrier(real)) + zero_point, qmin, qmax).astype(dtype)
 
 
@@ -175,7 +172,7 @@ def _requantize(acc, in_scale, out_scale, out_zp, *, qmin, qmax, dtype, relu, vi
         # MegEngine's batched convolution (BatchConvBias, a naive kernel) requantizes through its naive TypeCvt:
         # the accumulator's real value in float32, then divided by the output scale. At a tie this rounds apart
         # from acc * (s_acc / s_out) (acc * 0.0021 / 0.07 = -7.4999995 where acc * 0.03 = -7.5)
-        real = _div(acc.astype(jnp.float32) * in_scale, out_scale)
+        real = divide(acc.astype(jnp.float32) * in_scale, out_scale)
     else:
         # MegEngine's quantized Linear: its qint32 -> qint8 TypeCvt multiplies by the ratio of the scales
         real = acc.astype(jnp.float32) * jax.lax.optimization_barrier(in_scale / out_scale)
