@@ -1273,10 +1273,10 @@ def _run_all(python, framework, cases, env, d, script=None, crash=None):
     with open(cpath, "wb") as f:
         pickle.dump(_plain(cases), f, protocol=4)
     open(opath, "wb").close()
-    got, start = {}, 0
+    got, start, said = {}, 0, set()
     while start < len(cases):
-        subprocess.run([python, here, "--child", framework, cpath, opath, str(start)], stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL, env=dict(os.environ, **env))
+        proc = subprocess.run([python, here, "--child", framework, cpath, opath, str(start)], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, env=dict(os.environ, **env))
         with open(opath, "rb") as f:
             while True:
                 try:
@@ -1286,6 +1286,12 @@ def _run_all(python, framework, cases, env, d, script=None, crash=None):
                 got[k] = r
         start = max(got) + 1 if got else 0
         if start < len(cases) and start not in got:
+            # (why the child died, once per run: a missing package -- PIL in MegEngine's venv -- made every case of a
+            # run "the process died" and nothing said why)
+            last = [ln for ln in proc.stderr.decode(errors="replace").splitlines() if ln.strip()][-1:]
+            if last and last[0] not in said:
+                said.add(last[0])
+                print(f"({framework} child died at case {start}: {last[0][:300]})", file=sys.stderr)
             if crash is None:
                 died = (("error", "crash", "the process died", ["crash"]), None)
                 got[start] = {"eager": died, "jit": died}
