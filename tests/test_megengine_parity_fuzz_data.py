@@ -86,3 +86,18 @@ def test_to_gray_keeps_the_dtype_and_refuses_one_channel():
     # a one-channel image: a clear error (megxla's Contrast / Saturation gave an IndexError, MegEngine cv2's)
     with pytest.raises(ValueError, match=r"needs an \(H, W, 3\) BGR image"):
         T.SaturationTransform(0.5).apply(img[..., :1])
+
+
+def test_a_failing_resize_draws_its_interpolation_first():
+    # fuzz seed 9 case 169: MegEngine's resize picks one of several interpolations with ``random.choice`` before
+    # cv2 looks at the size; megxla checked the size first, so after a resize to an empty size failed (an
+    # exception the program catches) the program's ``random`` draws were one behind MegEngine's
+    import random
+    img = np.zeros((1, 20, 3), np.uint8)
+    random.seed(5)
+    with pytest.raises(ValueError, match="output size should be positive"):
+        VF.resize(img, (0, 11), interpolation=[2, 1])
+    after_failure = random.random()
+    random.seed(5)
+    assert VF.resize(img, (2, 11), interpolation=[2, 1]).shape == (2, 11, 3)
+    assert random.random() == after_failure

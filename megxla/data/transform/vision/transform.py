@@ -80,12 +80,14 @@ def _keepdims(out, like):
 
 def _resize(image, size, interpolation):
     """Resize the first two axes of ``image`` to ``size = (th, tw)`` (``cv2.resize`` as MegEngine)."""
+    # MegEngine: a random one of several modes, drawn before ``cv2.resize`` looks at the size -- a resize to an empty
+    # size fails after the draw, so the program's ``random`` stream goes on as MegEngine's (megengine_data_fuzz seed 9)
+    if isinstance(interpolation, collections.abc.Sequence):
+        interpolation = random.choice(interpolation)
     th, tw = int(size[0]), int(size[1])
     if th <= 0 or tw <= 0:
         raise ValueError("output size should be positive, but got {}".format(size))
     image = np.asarray(image)
-    if isinstance(interpolation, collections.abc.Sequence):
-        interpolation = random.choice(interpolation)  # MegEngine: a random one of several modes
     if cv2 is not None and image.dtype != np.float64 and image.ndim in (2, 3):
         return _keepdims(cv2.resize(image, (tw, th), interpolation=interpolation), image)
     h, w = image.shape[:2]
