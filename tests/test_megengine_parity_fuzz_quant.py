@@ -160,3 +160,19 @@ def test_quantize_of_a_layer_whose_weight_observer_saw_a_nan_raises_as_megengine
     net.eval()
     with pytest.raises(RuntimeError, match="NaN weight scale"):
         Q.quantize(net)
+
+
+def test_a_4_bit_tensor_of_values_outside_its_range_is_an_error():
+    # megengine_quant_fuzz seed 10 cases 47, 131: ``Tensor(values, dtype=quint4(s, zp))`` keeps the values as they
+    # are (truncated to the 8-bit storage), and MegEngine asserts each lies in the type's range; megxla stored -1 as
+    # 255, and dequantized it to 42.16
+    from megxla.core._dispatch import OpError
+    with pytest.raises(RuntimeError, match=r"quint4.*outside \[0, 15\]") as info:
+        mge.Tensor(np.array([2.125, -1.53], "float32"), dtype=D.quint4(0.17, 7))
+    assert isinstance(info.value, OpError)
+    with pytest.raises(RuntimeError, match=r"qint4.*stored value 8 .*outside \[-8, 7\]"):
+        mge.Tensor(np.array([3.0, 8.0], "float32"), dtype=D.qint4(0.17))
+    # in range: the values as they are (truncated), as in MegEngine; 8-bit types keep a C cast's wrap there too
+    assert mge.Tensor(np.array([0.5, 1.0, 15.9], "float32"), dtype=D.quint4(0.17, 7)).numpy().tolist() == [0, 1, 15]
+    assert mge.Tensor(np.array([-8.5, 7.0], "float32"), dtype=D.qint4(0.17)).numpy().tolist() == [-8, 7]
+    assert mge.Tensor(np.array([-1.2, 0.3], "float32"), dtype=D.quint8(0.17, 7)).numpy().tolist() == [255, 0]

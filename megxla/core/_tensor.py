@@ -85,6 +85,28 @@ def _take_dtype_qparams(t, metadata):
     QPARAMS_SEEN[0] = True
 
 
+def _check_lowbit_values(data, metadata):
+    """A tensor made from host values with a 4-bit (or narrower) quantized dtype holds them as they are, in an 8-bit
+    storage: values outside the type's range (``Tensor([-1.5, 3.0], dtype=quint4(0.1, 7))``'s -1, stored as 255) are
+    an error, as MegEngine's assertion ``val >= min_val && val <= max_val`` makes them -- megxla kept the 255, and
+    dequantized it to 42 (megengine_quant_fuzz seed 10)."""
+    info = metadata.get("mgb_dtype")
+    if info is None or not isinstance(data, jax.Array) or data.dtype.kind not in "iu":
+        return
+    from .tensor.dtype import _meta_of
+    meta = _meta_of(info)
+    if meta.qmax - meta.qmin >= 255 or data.size == 0:
+        return
+    host = np.asarray(data)
+    bad = (host < meta.qmin) | (host > meta.qmax)
+    if bad.any():
+        from ._dispatch import OpError
+        v = host[bad].flat[0]
+        raise OpError(f"Tensor of dtype {meta.name}: the stored value {v} (the given value converted to "
+                      f"{host.dtype}) is outside [{meta.qmin}, {meta.qmax}]; to quantize real values use "
+                      f"x.astype(dtype) or convert_to_{meta.name}")
+
+
 class UnreadableTensorError(jax.errors.TracerArrayConversionError):
     """Reading a tensor that only exists inside a traced function (it escaped the body, not as a result)."""
 
@@ -246,6 +268,7 @@ class Tensor:
             # drop a dtype's metadata)
             md = getattr(dtype if dtype is not None else getattr(data, "dtype", None), "metadata", None)
             if md:
+                _check_lowbit_values(self._data, md)
                 _take_dtype_qparams(self, md)
             if device is not None or _dt.LOGICAL[0]:
                 node = _dt.logical_node(device)
