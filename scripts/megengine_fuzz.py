@@ -1288,7 +1288,10 @@ def _run_all(python, framework, cases, env, d, script=None, crash=None):
         if start < len(cases) and start not in got:
             # (why the child died, once per run: a missing package -- PIL in MegEngine's venv -- made every case of a
             # run "the process died" and nothing said why)
-            last = [ln for ln in proc.stderr.decode(errors="replace").splitlines() if ln.strip()][-1:]
+            text = re.sub(r"\x1b\[[0-9;]*m", "", proc.stderr.decode(errors="replace"))  # (MegEngine's colours)
+            lines = [ln.strip() for ln in text.splitlines()]
+            lines = [ln for ln in lines if ln and not ln.startswith(("debug:", "info:", "warning"))]
+            last = ([ln for ln in lines if re.match(r"[\w.]*(Error|Exception|Interrupt)\b", ln)] or lines)[-1:]
             if last and last[0] not in said:
                 said.add(last[0])
                 print(f"({framework} child died at case {start}: {last[0][:300]})", file=sys.stderr)
