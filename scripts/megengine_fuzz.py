@@ -1362,8 +1362,9 @@ _KNOWN = [
     ("0-d results are (1,) in MegEngine", lambda code, ins, kind, text: kind == "SHAPE" and "(1,) | ()" in text),
     ("uint8 with a signed type", lambda code, ins, kind, text: "different signedness" in text),
     # (seed 12 case 279: MegEngine wraps the bound -1 to 255, and clips to it after the upper bound)
+    # (seed 16 case 494: ``F.clip(x, None, -1)`` -- the upper bound -1 becomes 255, clipping nothing)
     ("clip of an unsigned tensor to a negative bound", lambda code, ins, kind, text: kind == "VALUE"
-     and "F.clip(" in code and "uint8" in ins and re.search(r"F\.clip\([^,]+, -", code) is not None),
+     and "F.clip(" in code and "uint8" in ins and re.search(r"F\.clip\([^,]+, (None, )?-", code) is not None),
     ("bool operands megxla accepts", lambda code, ins, kind, text: "allow_bool" in text),
     ("logical / bit ops of non-bool operands megxla accepts",
      lambda code, ins, kind, text: "allow_float" in text or "allow_int" in text or "bool tensor" in text),

@@ -549,6 +549,13 @@ _KNOWN = [
           # on the other)
           or re.search(r"out\.res\[\d+\]\[1\]: .*np\.float64\(-?0\.0\).*\(1 of \d+\)$", text) is not None)),
     # (seed 8 case 3: a quantized Linear after tqt_qconfig training -- learned, not power-of-two, scales)
+    # (seed 11 case 90: at the second step an EMA observer's maximum, 0.1 of the batch's largest value, is 127.49996
+    # steps of another element -- 0.0017242283 over 0.0017242288 / 127.5 -- and that element's linear output is an
+    # ulp apart in the two frameworks (the order of a 5-term dot product): the fake quant's straight-through mask
+    # passes it in MegEngine and stops it in megxla, one weight row's gradient 0 on one side. A step after the
+    # first only: the first steps' values and gradients agreed)
+    ("straight-through mask at a tie after an update: an ulp upstream decides it", lambda code, kind, text:
+     kind == "VALUE-ALLZERO" and "fakequant_qconfig" in code and re.search(r"out\.grads\[[1-9]\]", text) is not None),
     ("MegEngine's quantized matmul asserts its output dtype's scale", lambda code, kind, text:
      _mge_raises(kind, text) and "MatrixMulForward::deduce_dtype" in text),
     ("quantized BatchMatMulActivation with a ReLU (MegEngine drops it)", lambda code, kind, text:

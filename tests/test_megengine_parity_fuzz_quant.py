@@ -176,3 +176,18 @@ def test_a_4_bit_tensor_of_values_outside_its_range_is_an_error():
     assert mge.Tensor(np.array([0.5, 1.0, 15.9], "float32"), dtype=D.quint4(0.17, 7)).numpy().tolist() == [0, 1, 15]
     assert mge.Tensor(np.array([-8.5, 7.0], "float32"), dtype=D.qint4(0.17)).numpy().tolist() == [-8, 7]
     assert mge.Tensor(np.array([-1.2, 0.3], "float32"), dtype=D.quint8(0.17, 7)).numpy().tolist() == [255, 0]
+
+
+def test_astype_to_quantized_converts_what_int32_cannot_hold_as_megengine():
+    # megengine_quant_fuzz seed 11 case 64: a quantized ConvBnRelu2d's weight folded with a NaN running variance
+    # (a BatchNorm over one value per channel) is all -128 in MegEngine's quantize(), 0 in megxla's. Its kernels
+    # convert to int32 the x86 way (NaN and out-of-range values become INT_MIN), then saturate to the type; XLA
+    # converts NaN to 0 and saturates infinities
+    x = mge.tensor(np.array([np.nan, 1.0, np.inf, -np.inf], "float32"))
+    assert x.astype(D.qint8(0.1)).numpy().tolist() == [-128, 10, 127, -128]
+    assert x.astype(D.quint8(0.1, 128)).numpy().tolist() == [0, 138, 255, 0]
+    assert x.astype(D.qint4(0.1)).numpy().tolist() == [-8, 7, 7, -8]
+    assert x.astype(D.quint4(0.1, 8)).numpy().tolist() == [0, 15, 15, 0]
+    assert x.astype(D.qint32(0.1)).numpy().tolist() == [-2 ** 31, 10, -2 ** 31, -2 ** 31]
+    big = mge.tensor(np.array([3e8, -3e8, 2e8], "float32"))  # (x 10: past int32's range, and inside it)
+    assert big.astype(D.qint32(0.1)).numpy().tolist() == [-2 ** 31, -2 ** 31, 2000000000]
