@@ -175,6 +175,7 @@ class Gen:
                        "gn": f"nm = M.GroupNorm({r.choice([1, C])}, {C}{kw})", "ln": f"nm = M.LayerNorm({D}{kw})"}
                       [self.norm])
             mods.append("nm")
+            self.no_affine = bool(kw)
             if r.random() < 0.6:
                 self.h_terms.append(self._norm_of("x"))
             if self.norm.startswith("bn"):  # (the mode switched between steps: eval uses the running statistics)
@@ -208,7 +209,10 @@ class Gen:
             if r.random() < 0.5:
                 self.h_terms.append("qm(x)")
         self.mods = mods
-        group2 = " + ".join(f"list({m}.parameters())" for m in mods) or "[]"
+        # (a norm without affine has no parameters: as a second optimizer's only group it was an empty parameter list,
+        # which MegEngine and megxla refuse -- seed 504 ended there in both modes)
+        group2 = " + ".join(f"list({m}.parameters())" for m in mods
+                            if not (m == "nm" and getattr(self, "no_affine", False))) or "[]"
         st.append(f"params = [W, bias] + {group2}")
         if self.callbacks:  # (callbacks scaling the gradients; attached in two calls)
             st.append("gm = GradManager().attach([W, bias], callbacks=[lambda p, g: g * 0.5])")
@@ -227,7 +231,7 @@ class Gen:
             opt = r.choice(kinds).format(f"[{{'params': [W], 'lr': 0.03, 'weight_decay': 1e-2}}, "
                                          f"{{'params': [bias] + {group2}}}]")
             st.append(f"opts = [{opt}]")
-        elif self.two_opts and mods:
+        elif self.two_opts and group2 != "[]":
             first, second = r.sample(kinds, 2)
             st.append(f"opts = [{first.format('[W, bias]')}, {second.format(group2)}]")
         else:
