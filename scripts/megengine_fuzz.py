@@ -57,7 +57,8 @@ Seed 12, 300 cases: one, ``F.clip`` of a uint8 tensor to [-1, 1] (MegEngine give
 wraps), documented.
 Seed 15, 2,000 cases: 7, none megxla's, now told apart -- ``logsumexp`` / ``logsoftmax`` over an empty axis (MegEngine's
 max asserts), MegEngine's float16 ``matmul`` adding its products in float16, ``bool_tensor | False``, the gradient of
-``logsumexp`` with another axis of size 1, and a 1-d empty tensor's constant pad.
+``logsumexp`` with another axis of size 1, and a 1-d empty tensor's constant pad. Seed 16, 2,000 cases: 2, both
+MegEngine's -- ``F.clip`` of uint8 to an upper bound of -1, an index past the axis beside a ``None``.
 """
 from __future__ import annotations
 
@@ -1451,6 +1452,11 @@ _KNOWN = [
     ("logsumexp / logsoftmax over an empty axis", lambda code, ins, kind, text: ("F.logsumexp(" in code
      or "F.nn.logsoftmax(" in code) and _mge_raises_mxl_computes(kind, text) and "AsyncError" in text
      and re.search(r"\[0[,\]]|, 0[,\]]", ins) is not None),
+    # (seed 16 case 1823: ``x[5, None, -2:3:-2]`` of 5 rows -- with a None after it, MegEngine's getitem checks no
+    # index and returns a row read past the axis; megxla raises, as for ``x[5]``)
+    ("an integer index past the axis, beside a None (MegEngine reads past it)", lambda code, ins, kind, text:
+     kind == "STATUS" and text.startswith("forward: tensor") and "getitem: index" in text
+     and "is out of range for axis" in text and "None" in code),
     # (seed 13 cases 941, 1495: MegEngine gathers along axis ndim -- values from memory past the rows)
     ("gather / scatter along an axis past the last", lambda code, ins, kind, text: kind == "STATUS"
      and ("F.gather(" in code or "F.scatter(" in code) and "is out of range for" in text and text.startswith(
