@@ -1291,7 +1291,8 @@ def _run_all(python, framework, cases, env, d, script=None, crash=None):
             # run "the process died" and nothing said why)
             text = re.sub(r"\x1b\[[0-9;]*m", "", proc.stderr.decode(errors="replace"))  # (MegEngine's colours)
             lines = [ln.strip() for ln in text.splitlines()]
-            lines = [ln for ln in lines if ln and not ln.startswith(("debug:", "info:", "warning"))]
+            lines = [ln for ln in lines if ln and not ln.startswith(("debug:", "info:", "warning"))
+                     and "(+0x" not in ln]  # (a native crash's backtrace frames)
             last = ([ln for ln in lines if re.match(r"[\w.]*(Error|Exception|Interrupt)\b", ln)] or lines)[-1:]
             if last and last[0] not in said:
                 said.add(last[0])
