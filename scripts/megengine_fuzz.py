@@ -58,7 +58,9 @@ wraps), documented.
 Seed 15, 2,000 cases: 7, none megxla's, now told apart -- ``logsumexp`` / ``logsoftmax`` over an empty axis (MegEngine's
 max asserts), MegEngine's float16 ``matmul`` adding its products in float16, ``bool_tensor | False``, the gradient of
 ``logsumexp`` with another axis of size 1, and a 1-d empty tensor's constant pad. Seed 16, 2,000 cases: 2, both
-MegEngine's -- ``F.clip`` of uint8 to an upper bound of -1, an index past the axis beside a ``None``.
+MegEngine's -- ``F.clip`` of uint8 to an upper bound of -1, an index past the axis beside a ``None``. Seed 17, 1,000
+cases: a 0-d mask for ``cond_take`` of one element and ``broadcast_to(x1, ())``, which MegEngine takes (its 0-d shape
+is (1,) there) and megxla refused: now taken; a negative-step slice from past the axis with a stop (known).
 """
 from __future__ import annotations
 
@@ -1381,7 +1383,8 @@ _KNOWN = [
         or "slice_start >= 0 && slice_stop >= slice_start" in text  # (``x[-3:]`` of 1 row: seed 11 case 316)
         or "axis=None and keepdims=True" in text
         # (seed 14 case 930: ``x[None, 4::-2]`` of 2 rows, a negative step from past the axis, reported late)
-        or ("AsyncError" in text and re.search(r"\[[^\]]*\d+::-\d", code) is not None)
+        # (seed 17 case 976: ``x[3:0:-1, :]`` of 2 rows, with a stop)
+        or ("AsyncError" in text and re.search(r"\[[^\]]*\d+:-?\d*:-\d", code) is not None)
         or any(f in code for f in ("F.repeat", "F.squeeze", "F.one_hot", "F.topk", "F.arange")))),
     # (seeds 9, 15 case 1353: MegEngine's float16 matmul adds its float16 products in float16, one after another --
     # 0.0996 where the sum of (1, 4) @ (4, 4)'s row is 0.09786 and megxla's 0.09784 -- as its pooling below does)

@@ -97,3 +97,24 @@ def test_adaptive_avg_pool2d_of_an_int_tensor_raises_as_avg_pool2d():
     np.testing.assert_array_equal(F.nn.adaptive_avg_pool2d(x.astype("float32"), 2).numpy().ravel(),
                                   [1, 2, 5, 6, 9, 10, 13, 14])
     assert F.nn.adaptive_max_pool2d(x, 2).dtype == np.int32
+
+
+def test_a_0d_shape_meets_a_one_element_one_as_in_megengine():
+    # seed 17 cases 385, 818: MegEngine takes a 0-d shape as (1,) here -- ``cond_take`` of a 0-d mask and a (1,)
+    # tensor (or the other way round) selects from the one element, ``broadcast_to(x1, ())`` gives its element as a
+    # 0-d tensor; megxla raised "mask shape () must equal x shape (1,)" and "cannot broadcast shape (1,) to ()"
+    v, i = F.cond_take(T(np.array(True)), T(np.array([2.5], "float32")))
+    assert (v.shape, v.numpy().tolist(), i.numpy().tolist(), i.dtype) == ((1,), [2.5], [0], np.int32)
+    v, i = F.cond_take(T(np.array(False)), T(np.array([2.5], "float32")))
+    assert (v.shape, i.shape) == ((0,), (0,))
+    v, _ = F.cond_take(T(np.array([True])), T(np.array(2.5, "float32")))
+    assert v.numpy().tolist() == [2.5]
+    x = megxla.Parameter(np.array([2.5], "float32"))
+    gm = GradManager().attach([x])
+    with gm:
+        y = F.broadcast_to(x, ())
+        assert (y.shape, float(y)) == ((), 2.5)
+        gm.backward(y * 3)
+    assert x.grad.numpy().tolist() == [3.0]
+    with pytest.raises(ValueError, match=r"cannot broadcast shape \(2,\) to \(\)"):
+        F.broadcast_to(T(np.array([1.0, 2.0], "float32")), ())  # (two elements: MegEngine asserts too)

@@ -330,6 +330,9 @@ def broadcast_to(inp, shape):
             raise OpError(f"broadcast_to: None in {tuple(shape)} has no matching axis of the input shape {inp.shape}")
         shape = tuple(inp.shape[i - lead] if d is None else d for i, d in enumerate(shape))
     shape = _ints("broadcast_to", "shape", shape)
+    if shape == () and inp.shape == (1,):
+        # (MegEngine takes a 0-d shape as (1,): its one element, as a 0-d tensor -- megengine_fuzz seed 17)
+        return reshape(inp, ())
     try:
         if len(shape) < inp.ndim or np.broadcast_shapes(inp.shape, shape) != shape:
             raise ValueError
@@ -1172,6 +1175,10 @@ def cond_take(mask, x):
         >>> v, i = F.cond_take(Tensor([True, False, True]), Tensor([1., 2., 3.]))  # [1., 3.], [0, 2]
     """
     mask, x = _t(mask), _t(x)
+    if {mask.shape, x.shape} == {(), (1,)}:
+        # (MegEngine takes a 0-d shape as (1,): a 0-d mask selects from one element, and the other way round --
+        # megengine_fuzz seed 17)
+        mask, x = reshape(mask, (1,)), reshape(x, (1,))
     if mask.shape != x.shape:
         raise OpError(f"cond_take: mask shape {mask.shape} must equal x shape {x.shape}")
     # (a hand-built graph's variables take the ops at the end, so that the graph records how idx came from mask)
