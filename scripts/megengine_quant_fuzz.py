@@ -564,8 +564,9 @@ _KNOWN = [
      kind == "VALUE-ALLZERO" and "fakequant_qconfig" in code and re.search(r"out\.grads\[[1-9]\]", text) is not None),
     ("MegEngine's quantized matmul asserts its output dtype's scale", lambda code, kind, text:
      _mge_raises(kind, text) and "MatrixMulForward::deduce_dtype" in text),
+    # (seed 12 case 160: a gradient the ReLU stops in megxla and passes in MegEngine, which has no ReLU there)
     ("quantized BatchMatMulActivation with a ReLU (MegEngine drops it)", lambda code, kind, text:
-     "nonlinear_mode='relu'" in code and kind in ("VALUE", "FLIP")),
+     "nonlinear_mode='relu'" in code and kind in ("VALUE", "FLIP", "VALUE-ALLZERO")),
     ("MegEngine's quantized ConvTranspose2d with a bias (NotImplementedError)", lambda code, kind, text:
      "ConvTranspose" in code and "bias of quantized transposed conv2d is not supported" in text),
     # (seed 4 case 35: ``SyncMinMaxObserver.forward`` tests ``if self.enable:`` -- the method, always true -- so
