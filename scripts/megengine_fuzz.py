@@ -1484,8 +1484,8 @@ _KNOWN = [
     ("a layer_norm over one value: a gradient of rounding noise", lambda code, ins, kind, text:
      "F.nn.layer_norm(" in code and "(1,)" in code and kind == "VALUE" and text.startswith("grad")
      and max(abs(v) for v in _numbers(text)) < 1e-3),
-    # (seed 18 case 1019: ``x[None, None, ..., :, -2, None, None, :]`` of a 4-d tensor is 7-d; MegEngine's layouts
-    # stop at MAX_NDIM = 7 while adding the axes -- ``ndim + 1 <= MAX_NDIM`` -- where megxla has no such limit)
+    # (seed 18 case 1019: ``x[None, None, ..., :, -2, None, None, :]`` of a 4-d tensor is 7-d; MegEngine adds the
+    # four axes before dropping the indexed one, and its layouts stop at MAX_NDIM = 7 -- ``ndim + 1 <= MAX_NDIM``)
     ("MegEngine's 7-axis limit", lambda code, ins, kind, text: _mge_raises_mxl_computes(kind, text)
      and "ndim + 1 <= MAX_NDIM" in text),
     # (seed 18 case 645: ``bool_tensor ^ -1.88`` -- MegEngine's AttributeError on the float, megxla's OpError: xor
