@@ -93,17 +93,18 @@ def _check_lowbit_values(data, metadata):
     info = metadata.get("mgb_dtype")
     if info is None or not isinstance(data, jax.Array) or data.dtype.kind not in "iu":
         return
-    from .tensor.dtype import _meta_of
+    from .tensor.dtype import _meta_of, saturation_range
     meta = _meta_of(info)
-    if meta.qmax - meta.qmin >= 255 or data.size == 0:
+    if meta.qmax - meta.qmin >= 255 or data.size == 0:  # (8 bits and more: as ``is_lowbit``, no check)
         return
+    lo, hi = saturation_range(meta)  # (the MegBrain dtype's range, which MegEngine's assertion tests)
     host = np.asarray(data)
-    bad = (host < meta.qmin) | (host > meta.qmax)
+    bad = (host < lo) | (host > hi)
     if bad.any():
         from ._dispatch import OpError
         v = host[bad].flat[0]
         raise OpError(f"Tensor of dtype {meta.name}: the stored value {v} (the given value converted to "
-                      f"{host.dtype}) is outside [{meta.qmin}, {meta.qmax}]; to quantize real values use "
+                      f"{host.dtype}) is outside [{lo}, {hi}]; to quantize real values use "
                       f"x.astype(dtype) or convert_to_{meta.name}")
 
 
