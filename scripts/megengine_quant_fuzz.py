@@ -596,6 +596,38 @@ _KNOWN = [
 ]
 
 
+NUDGED = "MegEngine's own result moves to megxla's when its inputs are scaled by 1 +- 1e-6 (a rounding flip)"
+NUDGES = (1 + 1e-6, 1 - 1e-6)
+
+
+def _unexplained(code, res_a, res_b):
+    return [(kind, text) for kind, text in compare(res_a, res_b) if known(code, kind, text) is None]
+
+
+def _nudged_runs(python, cases, mge, mxl, d, script):
+    """{index into ``cases``: why} for the cases whose only disagreements are values and which MegEngine itself
+    computes as megxla did once its float inputs are scaled by 1 + 1e-6 or 1 - 1e-6.
+
+    A QAT network's fake quantizers and straight-through masks turn an ulp upstream into a step: where MegEngine's
+    own gradient jumps under a nudge far below float32 noise (seed 14 case 60: a BatchNorm bias gradient -72.0 at
+    the inputs, -47.6 at 1 +- 1e-6 and in megxla), the two frameworks sit on either side of a rounding boundary, not
+    apart in what they compute. Only value disagreements qualify: an error, a shape or a dtype never moves so."""
+    todo = [k for k, (_, code, inputs, _) in enumerate(cases)
+            if (lines := _unexplained(code, mge[k], mxl[k]))
+            and all(kind.startswith(("VALUE", "FLIP")) for kind, _ in lines)
+            and any(np.asarray(a).dtype.kind == "f" for a in inputs.values())]
+    found = {}
+    for scale in NUDGES:
+        left = [k for k in todo if k not in found]
+        if not left:
+            break
+        scaled = [(cases[k][0], cases[k][1], {n: (a * scale).astype(a.dtype) if a.dtype.kind == "f" else a
+                                              for n, a in cases[k][2].items()}, cases[k][3]) for k in left]
+        got = mf._run_all(python, "megengine", scaled, {}, d, script=script)
+        found.update((k, NUDGED) for j, k in enumerate(left) if not _unexplained(cases[k][1], got[j], mxl[k]))
+    return found
+
+
 def known(code, kind, text):
     return next((reason for reason, test in _KNOWN if test(code, kind, text)), None)
 
@@ -620,6 +652,7 @@ def main():
             cases = [(i, *draw(args.seed, i, ops)) for i in idx[b:b + args.batch]]
             mge = mf._run_all(args.megengine_python, "megengine", cases, {}, d, script=here)
             mxl = mf._run_all(sys.executable, "megxla", cases, {"PYTHONPATH": root}, d, script=here)
+            nudged = _nudged_runs(args.megengine_python, cases, mge, mxl, d, here)
             for k, (i, code, inputs, _) in enumerate(cases):
                 lines = []
                 for kind, text in compare(mge[k], mxl[k]):
@@ -628,6 +661,9 @@ def main():
                         lines.append((kind, text))
                     else:
                         known_counts[reason] += 1
+                if lines and k in nudged:
+                    known_counts[nudged[k]] += len(lines)
+                    lines = []
                 if lines:
                     n_bad += 1
                     kinds.update(kind for kind, _ in lines)
