@@ -38,10 +38,13 @@ def _reference(data, rois, trans, no_trans, part, ph_n, pw_n, spp, scale, std):
                 for pw in range(pw_n):
                     ws, hs = pw * bw + wl, ph * bh + hl
                     if not no_trans:
-                        cls = c // icpcls
-                        p_h, p_w = math.floor(ph / ph_n * part), math.floor(pw / pw_n * part)
-                        ws += trans[n, 2 * cls, p_h, p_w] * std * rw
-                        hs += trans[n, 2 * cls + 1, p_h, p_w] * std * rh
+                        # (megdnn reads trans with part strides, whatever its shape)
+                        cls, flat = c // icpcls, trans.ravel()
+                        p_h = math.floor(np.float32(ph) / np.float32(ph_n) * np.float32(part))
+                        p_w = math.floor(np.float32(pw) / np.float32(pw_n) * np.float32(part))
+                        at = ((n * ncls + cls) * 2 * part + p_h) * part + p_w
+                        ws += flat[at] * std * rw
+                        hs += flat[at + part * part] * std * rh
                     total, count = 0.0, 0
                     for ih in range(spp):
                         for iw in range(spp):
@@ -58,24 +61,36 @@ def _case(seed=0):
     rng = np.random.RandomState(seed)
     data = rng.randn(2, 4, 7, 9).astype(np.float32)
     rois = np.array([[0, 1, 1, 6, 5], [1, 0, 2, 8, 6], [1, 7, 5, 30, 20], [0, 3, 3, 3, 3]], np.float32)
-    trans = rng.randn(4, 4, 3, 3).astype(np.float32)  # 2 classes, part_size 3
+    trans = rng.randn(4, 2, 2, 2).astype(np.float32)  # MegEngine's (R, 2, pooled_h, pooled_w)
     return data, rois, trans
 
 
 @pytest.mark.parametrize("no_trans", [False, True])
-def test_forward_matches_megdnn_reference(no_trans):
+@pytest.mark.parametrize("part", [2, 1])
+def test_forward_matches_megdnn_reference(no_trans, part):
     data, rois, trans = _case()
-    args = (no_trans, 3, 2, 3, 2, 0.75, 0.3)
+    args = (no_trans, part, 2, 2, 2, 0.75, 0.3)
     got = F.deformable_psroi_pooling(mge.Tensor(data), mge.Tensor(rois), mge.Tensor(trans), *args)
     np.testing.assert_allclose(got.numpy(), _reference(data, rois, trans, *args), rtol=1e-5, atol=1e-5)
-    assert got.shape == (4, 4, 2, 3)
+    assert got.shape == (4, 4, 2, 2)
     assert F.nn.deformable_psroi_pooling is F.deformable_psroi_pooling
+
+
+def test_part_size_other_than_the_pooled_size_reads_trans_as_megengine():
+    # MegEngine 1.13 checks trans is (R, 2, pooled_h, pooled_w) and its kernel reads it with part_size strides:
+    # pooled (2, 3) with part_size 2 reads roi r's x offsets from flat positions 8r + 0..3, y from 8r + 4..7
+    # (megengine_fuzz seed 20; before, megxla asked for (R, 2k, part_size, part_size) and refused MegEngine's shape)
+    data, rois, _ = _case()
+    trans = np.random.RandomState(3).randn(4, 2, 2, 3).astype(np.float32)
+    args = (False, 2, 2, 3, 2, 0.75, 0.3)
+    got = F.deformable_psroi_pooling(mge.Tensor(data), mge.Tensor(rois), mge.Tensor(trans), *args)
+    np.testing.assert_allclose(got.numpy(), _reference(data, rois, trans, *args), rtol=1e-5, atol=1e-5)
 
 
 def test_gradients_eager_equal_compiled_and_finite_difference():
     data, rois, trans = _case(1)
     x, t = mge.Parameter(data), mge.Parameter(trans)
-    m = M.DeformablePSROIPooling(False, 3, 2, 2, 2, 1.0, 0.1)
+    m = M.DeformablePSROIPooling(False, 2, 2, 2, 2, 1.0, 0.1)
     gm = GradManager().attach([x, t])
     w = mge.Tensor(np.random.RandomState(2).randn(4, 4, 2, 2).astype(np.float32))
 
@@ -92,26 +107,28 @@ def test_gradients_eager_equal_compiled_and_finite_difference():
     np.testing.assert_allclose(cx.numpy(), gx, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(ct.numpy(), gt, rtol=1e-4, atol=1e-5)
     # trans gradient by central differences on the reference
-    eps, i = 1e-3, (1, 2, 0, 1)
+    eps, i = 1e-3, (1, 1, 0, 1)
     hi, lo = trans.copy(), trans.copy()
     hi[i] += eps
     lo[i] -= eps
-    args = (False, 3, 2, 2, 2, 1.0, 0.1)
+    args = (False, 2, 2, 2, 2, 1.0, 0.1)
     fd = ((_reference(data, rois, hi, *args) - _reference(data, rois, lo, *args)) * w.numpy()).sum() / (2 * eps)
     assert gt[i] == pytest.approx(fd, rel=2e-2, abs=1e-3)
 
 
 def test_bad_inputs_name_the_op():
     data, rois, trans = _case()
-    with pytest.raises(ValueError, match="deformable_psroi_pooling: trans must be"):
-        F.deformable_psroi_pooling(mge.Tensor(data), mge.Tensor(rois), mge.Tensor(trans[:, :, :2]), False, 3, 2, 2,
-                                   1, 1.0)
+    x, r = mge.Tensor(data), mge.Tensor(rois)
+    with pytest.raises(ValueError, match=r"deformable_psroi_pooling: trans must be \(R, 2, pooled_h, pooled_w\)"):
+        F.deformable_psroi_pooling(x, r, mge.Tensor(trans[:, :, :1]), False, 2, 2, 2, 1, 1.0)
+    with pytest.raises(ValueError, match="trans must be"):  # (two classes: MegEngine's check refuses them too)
+        F.deformable_psroi_pooling(x, r, mge.Tensor(np.concatenate([trans, trans], 1)), False, 2, 2, 2, 1, 1.0)
+    with pytest.raises(ValueError, match="trans must be 4-D"):
+        F.deformable_psroi_pooling(x, r, mge.Tensor(trans[0]), True, 2, 2, 2, 1, 1.0)
+    with pytest.raises(ValueError, match="read 72 offsets"):  # (part_size 3 reads past trans's 32 values)
+        F.deformable_psroi_pooling(x, r, mge.Tensor(trans), False, 3, 2, 2, 1, 1.0)
     with pytest.raises(ValueError, match="rois must be"):
-        F.deformable_psroi_pooling(mge.Tensor(data), mge.Tensor(rois[:, :4]), mge.Tensor(trans), True, 3, 2, 2, 1,
-                                   1.0)
-    with pytest.raises(ValueError, match="not a multiple"):
-        F.deformable_psroi_pooling(mge.Tensor(data[:, :3]), mge.Tensor(rois), mge.Tensor(trans), False, 3, 2, 2,
-                                   1, 1.0)
+        F.deformable_psroi_pooling(x, mge.Tensor(rois[:, :4]), mge.Tensor(trans), True, 2, 2, 2, 1, 1.0)
 
 
 def test_docstring_examples():

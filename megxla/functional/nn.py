@@ -1457,8 +1457,9 @@ def deformable_psroi_pooling(inp, rois, trans, no_trans, part_size, pooled_h, po
     Args:
         inp: ``(N, C, H, W)`` features.
         rois: ``(R, 5)`` boxes ``(batch index, x0, y0, x1, y1)`` in input-image coordinates.
-        trans: ``(R, 2 * num_classes, part_size, part_size)`` normalised bin offsets (x, y per class);
-            ignored with ``no_trans``. ``C`` must be a multiple of ``num_classes``.
+        trans: ``(R, 2, pooled_h, pooled_w)`` normalised bin offsets (x, y), as MegEngine checks; 4-D and
+            otherwise ignored with ``no_trans``. Bin ``(ph, pw)`` reads the offsets of part
+            ``floor(p / pooled * part_size)`` with MegEngine's ``part_size`` strides.
         no_trans: pool without offsets.
         part_size: the offset grid size.
         pooled_h: output bins per RoI, vertically.
@@ -1488,16 +1489,19 @@ def deformable_psroi_pooling(inp, rois, trans, no_trans, part_size, pooled_h, po
     for name, v in ints.items():
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
             raise OpError(f"{op}: {name} must be a positive int, got {v!r}")
+    if trans.ndim != 4:
+        raise OpError(f"{op}: trans must be 4-D, got shape {trans.shape}")
     if not no_trans:
-        # MegEngine reads roi r's offsets from trans[r]: rows past the number of rois are accepted and unused
-        if (trans.ndim != 4 or trans.shape[0] < rois.shape[0] or trans.shape[1] % 2 or trans.shape[1] == 0
-                or trans.shape[2:] != (part_size, part_size)):
-            raise OpError(f"{op}: trans must be (R, 2 * num_classes, part_size, part_size) = ({rois.shape[0]}, 2k, "
-                          f"{part_size}, {part_size}) (or have more rows), got {trans.shape}")
-        if trans.shape[0] > rois.shape[0]:
-            trans = trans[:rois.shape[0]]
-        if inp.shape[1] % (trans.shape[1] // 2):
-            raise OpError(f"{op}: {inp.shape[1]} channels are not a multiple of {trans.shape[1] // 2} classes")
+        # MegEngine's check: one class's x and y offsets per pooled bin. Its kernel then reads them with part_size
+        # strides (the core op's docstring): the same offsets where part_size is the pooled size; elsewhere another
+        # place of trans, as long as that is inside it -- past its end megdnn reads other memory, here an error
+        if trans.shape[1:] != (2, pooled_h, pooled_w):
+            raise OpError(f"{op}: trans must be (R, 2, pooled_h, pooled_w) = (R, 2, {pooled_h}, {pooled_w}), got "
+                          f"{trans.shape}")
+        need = 2 * rois.shape[0] * part_size * part_size
+        if need > int(np.prod(trans.shape)):
+            raise OpError(f"{op}: {rois.shape[0]} rois with part_size {part_size} read {need} offsets, trans "
+                          f"{trans.shape} holds {int(np.prod(trans.shape))}")
     return _apply(_P.deformable_psroi_pooling.bind(
         no_trans=bool(no_trans), part_size=int(part_size), pooled_h=int(pooled_h), pooled_w=int(pooled_w),
         sample_per_part=int(sample_per_part), spatial_scale=float(spatial_scale), trans_std=float(trans_std)),

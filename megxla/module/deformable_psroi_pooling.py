@@ -18,9 +18,9 @@ class DeformablePSROIPooling(Module):
         trans_std: scale of the offsets.
 
     Example:
-        >>> m = M.DeformablePSROIPooling(False, 1, 2, 2, 2, 1.0)
+        >>> m = M.DeformablePSROIPooling(False, 2, 2, 2, 2, 1.0)
         >>> m(mge.Tensor(np.ones((1, 2, 4, 4), "float32")), mge.Tensor([[0, 0, 0, 3, 3]], dtype="float32"),
-        ...   mge.Tensor(np.zeros((1, 2, 1, 1), "float32"))).shape
+        ...   mge.Tensor(np.zeros((1, 2, 2, 2), "float32"))).shape
         (1, 2, 2, 2)
     """
 

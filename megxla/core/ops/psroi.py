@@ -5,8 +5,11 @@ Per RoI ``r``, channel ``c`` and bin ``(ph, pw)``: the bin (offset by ``trans * 
 the others clamped into the image and bilinearly interpolated; the output is their mean (0 if none). RoI
 corners are rounded and scaled by ``spatial_scale`` with megdnn's -0.5 pixel convention; the offset of bin
 ``(ph, pw)`` for channel ``c`` is ``trans[r, 2*cls, part_h, part_w]`` (x) and ``[..., 2*cls+1, ...]`` (y) with
-``cls = c // (C // num_classes)`` and ``part = floor(p / pooled * part_size)``. The gradient (``jax.vjp``) flows
-to the features and to ``trans``; RoIs get none (their corners are rounded), as in megdnn.
+``cls = c // (C // num_classes)`` and ``part = floor(p / pooled * part_size)``, read as megdnn reads it: at flat
+position ``((r * num_classes + cls) * 2 + xy) * part_size**2 + part_h * part_size + part_w`` of ``trans`` whatever
+its shape (MegEngine's check asks for ``(R, 2, pooled_h, pooled_w)``, its kernel reads ``part_size`` strides: the
+same where ``part_size`` is the pooled size). The gradient (``jax.vjp``) flows to the features and to ``trans``;
+RoIs get none (their corners are rounded), as in megdnn.
 """
 import jax.numpy as jnp
 import numpy as np
@@ -34,11 +37,15 @@ def _deformable_psroi_pooling(data, rois, trans, *, no_trans, part_size, pooled_
     if not no_trans:
         num_cls = trans.shape[1] // 2
         cls = np.arange(channels) // (channels // num_cls)
-        part_h = np.floor(np.arange(pooled_h) / pooled_h * part_size).astype(np.int32)
-        part_w = np.floor(np.arange(pooled_w) / pooled_w * part_size).astype(np.int32)
-        t = trans.astype(jnp.float32)[:, :, part_h][:, :, :, part_w]  # (R, 2*cls, PH, PW)
-        tx = t[:, 2 * cls] * trans_std  # (R, C, PH, PW)
-        ty = t[:, 2 * cls + 1] * trans_std
+        # (megdnn's float32 arithmetic: floor(float(p) / pooled * part_size))
+        part_h = np.floor(np.arange(pooled_h, dtype=np.float32) / np.float32(pooled_h) * np.float32(part_size))
+        part_w = np.floor(np.arange(pooled_w, dtype=np.float32) / np.float32(pooled_w) * np.float32(part_size))
+        r = np.arange(rois.shape[0])[:, None, None, None]
+        at = ((r * num_cls + cls[None, :, None, None]) * 2 * part_size * part_size
+              + part_h.astype(np.int64)[None, None, :, None] * part_size + part_w.astype(np.int64)[None, None, None, :])
+        flat = trans.astype(jnp.float32).reshape(-1)
+        tx = flat[at] * trans_std  # (R, C, PH, PW)
+        ty = flat[at + part_size * part_size] * trans_std
         wstart = wstart + tx * roi_w
         hstart = hstart + ty * roi_h
     wstart = jnp.broadcast_to(wstart, (rois.shape[0], channels, pooled_h, pooled_w))
