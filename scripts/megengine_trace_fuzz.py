@@ -51,8 +51,8 @@ value read on the host kills its process; without the host it keeps the value re
 drops in-place writes to argument tensors, returns 0-d results as (1,), refuses tensors made in the body and fails
 most optimizer steps; ``capture_as_const`` compares tensors made in ``exclude_from_trace``; an internal assertion
 (``m_executable != nullptr``, seed 1 case 65); and, eagerly, ``F.maximum(v, v)`` of a ``broadcast_to`` view (its
-later copies taken against 0). MegEngine's child also crashed once (seed 0 case 101) and hung once (case 114) where the case
-alone, rerun, passes: hence the restart after a failed case and the 120 s watchdog.
+later copies taken against 0). MegEngine's child also crashed once (seed 0 case 101) and hung once (case 114) where
+the case alone, rerun, passes: hence the restart after a failed case and the 120 s watchdog.
 """
 from __future__ import annotations
 
