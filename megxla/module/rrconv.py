@@ -24,8 +24,8 @@ class RegionRestrictedConv(_ConvNd):
         in_channels: input channels C.
         out_channels: output channels O.
         kernel_size: int or ``(kh, kw)``.
-        groups: channel groups; the weight is ``(groups, O/groups, C/groups, kh, kw)`` when ``groups > 1``
-            (MegEngine uses it depthwise: ``groups == in_channels == out_channels``).
+        groups: channel groups; the weight is ``(groups, O/groups, C/groups, kh, kw)``, for ``groups == 1``
+            too, as MegEngine's (which uses it depthwise: ``groups == in_channels == out_channels``).
         bias: learn a ``(1, O, 1, 1)`` bias.
         stride: int or pair.
         padding: int or pair of zero padding.
@@ -35,7 +35,7 @@ class RegionRestrictedConv(_ConvNd):
         padding_mode: only ``"zeros"`` (the region maps describe the unpadded input).
 
     Attributes:
-        weight: ``(O, C, kh, kw)`` or grouped as above, from N(0, 1 / (C * kh * kw)).
+        weight: ``(groups, O/groups, C/groups, kh, kw)``, from N(0, 1 / (C * kh * kw)).
         bias: zeros, or None.
 
     Example:
@@ -68,7 +68,12 @@ class RegionRestrictedConv(_ConvNd):
         return kh * kw * self.in_channels
 
     def _infer_weight_shape(self):
-        return self._conv_weight_shape(self.out_channels, self.in_channels)
+        # MegEngine's: the group axis even for groups == 1 (unlike Conv2d's), so its checkpoints load here
+        g = self.groups
+        if self.in_channels % g or self.out_channels % g:
+            raise ValueError(f"RegionRestrictedConv: in_channels={self.in_channels} and out_channels="
+                             f"{self.out_channels} must be multiples of groups={g}")
+        return (g, self.out_channels // g, self.in_channels // g) + tuple(self.kernel_size)
 
     def get_pad_width(self):
         """Pad widths ``((0, 0), (0, 0), (ph, ph), (pw, pw))`` of the input.
