@@ -74,4 +74,6 @@ def _deformable_psroi_pooling(data, rois, trans, *, no_trans, part_size, pooled_
     return out.astype(data.dtype)
 
 
-deformable_psroi_pooling = Primitive("deformable_psroi_pooling", _deformable_psroi_pooling)
+# (with ``no_trans`` the offsets are not read: MegEngine gives them no gradient, ``trans.grad`` stays None)
+deformable_psroi_pooling = Primitive("deformable_psroi_pooling", _deformable_psroi_pooling,
+                                     nondiff_inputs=lambda params, given: {1, 2} if params["no_trans"] else {1})
