@@ -353,8 +353,50 @@ def m_mha(c):
     return code, [f"m(x('{q}'), x('{k}'), x('{v}'))"]
 
 
+def m_special_conv(c):
+    """DeformableConv2d, LocalConv2d, RegionRestrictedConv (depthwise, as MegEngine's kernels take it) and
+    DeformablePSROIPooling (MegEngine's trans: (R, 2, pooled_h, pooled_w))."""
+    rng = c.rng
+    kind = _pick(rng, ["DeformableConv2d", "LocalConv2d", "RegionRestrictedConv", "DeformablePSROIPooling"])
+    n, h, w = int(rng.randint(1, 3)), int(rng.randint(3, 6)), int(rng.randint(3, 6))
+    k, p, s = int(rng.randint(1, 4)), int(rng.randint(0, 2)), int(rng.randint(1, 3))
+    oh, ow = (h + 2 * p - k) // s + 1, (w + 2 * p - k) // s + 1
+    if kind == "DeformableConv2d":
+        ci, co = int(rng.randint(1, 4)), int(rng.randint(1, 4))
+        x, off = c.value((n, ci, h, w)), c.value((n, 2 * k * k, oh, ow), scale=0.5)
+        mask = c.value((n, k * k, oh, ow))
+        c.inputs[mask] = rng.rand(n, k * k, oh, ow).astype("float32")
+        return (f"m = M.DeformableConv2d({ci}, {co}, {k}, stride={s}, padding={p}, bias={_bool(rng, .7)})",
+                [f"m(x('{x}'), x('{off}'), x('{mask}'))"])
+    if kind == "LocalConv2d":
+        g = _pick(rng, [1, 1, 2])
+        ci, co = g * int(rng.randint(1, 3)), g * int(rng.randint(1, 3))
+        x = c.value((n, ci, h, w))
+        return (f"m = M.LocalConv2d({ci}, {co}, {h}, {w}, {k}, stride={s}, padding={p}, groups={g})",
+                [f"m(x('{x}'))"] * int(rng.randint(1, 3)))
+    if kind == "RegionRestrictedConv":
+        ch = int(rng.randint(1, 4))
+        x = c.value((n, ch, h, w))
+        oh, ow = h + 2 * p - k + 1, w + 2 * p - k + 1
+        regions = int(rng.randint(1, 4))
+        rin, rout = c.value((n, h, w), "int32", 0, regions), c.value((n, oh, ow), "int32", 0, regions)
+        return (f"m = M.RegionRestrictedConv({ch}, {ch}, {k}, groups={ch}, bias={_bool(rng, .7)}, padding={p})",
+                [f"m(x('{x}'), x('{rin}'), x('{rout}'))"])
+    ph = int(rng.randint(1, 4))
+    rois = c.value((int(rng.randint(1, 4)), 5))
+    r = c.inputs[rois]
+    xs, ys = np.sort(rng.rand(len(r), 2) * w, 1), np.sort(rng.rand(len(r), 2) * h, 1)
+    c.inputs[rois] = np.stack([rng.randint(0, n, size=len(r)), xs[:, 0], ys[:, 0], xs[:, 1], ys[:, 1]], 1).astype(
+        "float32")
+    x = c.value((n, ph * ph * int(rng.randint(1, 3)), h, w))
+    trans = c.value((len(r), 2, ph, ph))
+    return (f"m = M.DeformablePSROIPooling({_bool(rng, .3)}, {ph}, {ph}, {ph}, {int(rng.randint(1, 4))}, 1.0, "
+            f"trans_std={_pick(rng, [0.1, 0.5])})", [f"m(x('{x}'), T(v('{rois}')), x('{trans}'))"])
+
+
 MODULES = [(4, m_conv), (2, m_conv_transpose), (3, m_linear), (4, m_batch_norm), (3, m_norms), (2, m_embedding),
-           (2, m_pool), (3, m_activation), (1, m_sequential), (2, m_misc), (1, m_rnn), (1, m_mha)]
+           (2, m_pool), (3, m_activation), (1, m_sequential), (2, m_misc), (1, m_rnn), (1, m_mha),
+           (2, m_special_conv)]
 
 
 # optimizers: (name, hyper-parameter drawer)
@@ -456,16 +498,18 @@ def draw_optim(c):
     return code
 
 
-def draw(seed, i, kinds=("module", "optim")):
-    """Case ``i`` of ``seed``: (kind, code, calls, inputs, meta)."""
+def draw(seed, i, kinds=("module", "optim"), modules=None):
+    """Case ``i`` of ``seed``: (kind, code, calls, inputs, meta); ``modules``: the names of the generators (m_NAME
+    without m_) to draw modules from, all by default."""
     rng = np.random.RandomState([seed, i])
     kind = kinds[rng.randint(len(kinds))] if len(kinds) > 1 else kinds[0]
     c = _Case(rng, kind)
     c.meta["seed"] = int(rng.randint(2 ** 31))
     if kind == "optim":
         return kind, draw_optim(c), [], c.inputs, c.meta
-    w = np.array([w for w, _ in MODULES], float)
-    gen = MODULES[rng.choice(len(MODULES), p=w / w.sum())][1]
+    table = [(w, g) for w, g in MODULES if modules is None or g.__name__[2:] in modules]
+    w = np.array([w for w, _ in table], float)
+    gen = table[rng.choice(len(table), p=w / w.sum())][1]
     code, calls = gen(c)
     c.meta["train"] = _bool(rng, 0.6) and "Dropout" not in code
     return kind, code, calls, c.inputs, c.meta
@@ -801,18 +845,22 @@ def main():
         return _child(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]))
     p = fuzz_parser(__doc__, 300, 100)
     p.add_argument("--kinds", default="module,optim")
+    p.add_argument("--modules", default=None, help="draw modules only from these generators (m_NAME without m_)")
     p.add_argument("-v", "--verbose", action="store_true")
     args = p.parse_args()
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     kinds = tuple(args.kinds.split(","))
     if not set(kinds) <= {"module", "optim"}:
         p.error("--kinds: module, optim")
+    modules = None if args.modules is None else tuple(args.modules.split(","))
+    if modules is not None and not {g.__name__[2:] for _, g in MODULES} >= set(modules):
+        p.error(f"--modules: no generators {sorted(set(modules) - {g.__name__[2:] for _, g in MODULES})}")
     idx = [args.only] if args.only is not None else list(range(args.first, args.first + args.cases))
     counts, known_counts = collections.Counter(), collections.Counter()
     n_bad = 0
     with tempfile.TemporaryDirectory() as d:
         for b in range(0, len(idx), args.batch):
-            drawn = [(i, *draw(args.seed, i, kinds)) for i in idx[b:b + args.batch]]
+            drawn = [(i, *draw(args.seed, i, kinds, modules)) for i in idx[b:b + args.batch]]
             mge = _run_all(args.megengine_python, "megengine", [(*c, None) for c in drawn], {}, d, __file__)
             given = []  # (what megxla's side loads: MegEngine's initial weights / its optimizer state)
             for k, (i, kind, code, calls, inputs, meta) in enumerate(drawn):
