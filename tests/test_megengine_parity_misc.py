@@ -171,3 +171,13 @@ def test_global_rng_seed_at_megengines_internal_path():
     set_global_rng_seed(111)
     out3 = F.nn.dropout(data, 0.2, training=True).numpy()
     assert (out1 == out3).all() and not (out1 == out2).all()
+
+
+def test_format_spec_of_a_tensor():
+    # f"{x}" is str(x) as MegEngine's; a 0-d tensor takes a number's spec (MegEngine raises: docs/differences.md);
+    # a spec for many numbers raises TypeError, as MegEngine and NumPy (megxla returned the repr, spec dropped)
+    import megxla as mge
+    assert f"{mge.tensor(2.0)}" == str(mge.tensor(2.0)) == "Tensor(2.0, device=xpux:0)"
+    assert f"{mge.tensor(1.5):.3f}" == "1.500"
+    with pytest.raises(TypeError, match="unsupported format string"):
+        format(mge.tensor([1.0, 2.0]), ">20")

@@ -564,7 +564,9 @@ class Tensor:
             return str(self)
         if self.ndim == 0:  # (MegEngine raises for a format spec; the number's format is the useful answer)
             return format(self.item(), spec)
-        return repr(self)
+        # (as MegEngine and NumPy arrays: a spec given to many numbers is an error, not silently dropped)
+        raise TypeError(f"unsupported format string {spec!r} passed to Tensor.__format__ (a tensor of shape "
+                        f"{self.shape}: format its elements, or a 0-d tensor)")
 
     def __reduce__(self):
         # the value, name and logical device (None: the default), then MegEngine's state (quantization parameters)
