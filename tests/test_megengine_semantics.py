@@ -884,6 +884,16 @@ def test_scalar_conversion_of_a_multi_element_tensor_is_an_assertion_error():
     assert x.item(1) == 2.0 and Tensor([[3.0]]).item() == 3.0 and bool(Tensor([[0.0]])) is False
 
 
+def test_a_float_tensor_is_no_index():
+    # MegEngine 1.13: an int / bool tensor indexes a list or range (operator.index 1), a float one raises (an
+    # AttributeError from its float); megxla returned 20 for [10, 20][Tensor(1.0)]: now a TypeError, as Python's
+    import operator
+    for t in (Tensor(1), Tensor(True), Tensor(np.int8(1)), Tensor([1])):
+        assert operator.index(t) == 1 and [10, 20][t] == 20 and range(5)[t] == 1
+    with pytest.raises(TypeError, match="float32 tensor cannot be used as an index"):
+        [10, 20][Tensor(1.0)]
+
+
 @pytest.mark.parametrize("indexing", ["xy", "ij"])
 def test_meshgrid_gives_every_input_a_gradient_when_any_output_reaches_the_loss(indexing):
     # MegEngine's meshgrid is one op: when only the first output reaches the loss, the second input's gradient is

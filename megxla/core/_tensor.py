@@ -521,7 +521,10 @@ class Tensor:
 
     def __index__(self):
         self._check_one_element("index()")
-        return int(self.numpy().item())
+        value = self.numpy().item()
+        if isinstance(value, float):  # (MegEngine: AttributeError from the float; a float is no index, as in Python)
+            raise TypeError(f"a {self.dtype} tensor cannot be used as an index (an integer or bool tensor can)")
+        return int(value)
 
     def __complex__(self):
         return complex(self.item())
