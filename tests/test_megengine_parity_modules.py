@@ -198,3 +198,13 @@ def test_quantized_state_dict_is_megengine_layout():
     buf = io.BytesIO()
     mge.save(z.state_dict(), buf)
     assert mge.load(io.BytesIO(buf.getvalue()))["1.weight"].dtype.metadata["mgb_dtype"]["name"] == "QuantizedS8"
+
+
+def test_local_conv2d_of_an_int_input_is_computed_in_float32():
+    # MegEngine 1.13 computes F.local_conv2d of an int32 input with a float weight (as F.conv2d): float32, the same
+    # numbers as the float input's (megxla raised "input must be a float tensor"; found by a bad-call probe, s77)
+    x = np.arange(32).reshape(1, 2, 4, 4)
+    w = mge.tensor(np.random.RandomState(0).rand(1, 2, 2, 2, 3, 3, 5).astype("float32"))
+    got = F.local_conv2d(mge.tensor(x.astype("int32")), w)
+    assert got.dtype == np.float32
+    np.testing.assert_array_equal(got.numpy(), F.local_conv2d(mge.tensor(x.astype("float32")), w).numpy())

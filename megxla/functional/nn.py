@@ -383,6 +383,9 @@ def local_conv2d(inp, weight, bias=None, stride=1, padding=0, dilation=1, conv_m
     _conv_mode(conv_mode, op)
     inp, weight = _t(inp), _t(weight)
     _ndim(inp, 4, op, layout="(N, C, H, W)")
+    # (integer / bool operands become float32, as a convolution's: MegEngine 1.13 computes local_conv2d of an int32
+    # input with a float weight)
+    inp, weight = (_T.astype(t, "float32") if t.dtype.kind in "iub" else t for t in (inp, weight))
     _float(inp, op)
     if weight.ndim not in (6, 7):
         raise OpError(f"{op}: weight must be 7-D (groups, OH, OW, C/groups, KH, KW, O/groups) or 6-D, "
