@@ -57,7 +57,9 @@ beside it and fixed: megxla swapped the channels of 2- and 4-channel images for 
 Seed 6, 400 cases: one, case 25 -- a transform's result 3 rows high (a 2x3 image rotated with ``expand``), which
 MegEngine takes for CHW (documented; told apart by the result's shape). Seed 7, 400 cases: one, case 181, OpenCV
 4.14's hue conversion a level from 4.8.1's, then resized by PIL (up to 8 levels; bit for bit with
-``--megxla-python``), told apart.
+``--megxla-python``), told apart. Session 77: seed 19, 300 cases: nothing unexplained; seed 20, 300 cases: one,
+case 158 -- a float32 cubic resize a rounding apart (OpenCV 4.14 against 4.8.1), cast to uint8 for PIL and resized
+again (up to 9 levels; bit for bit with ``--megxla-python``), told apart.
 """
 from __future__ import annotations
 

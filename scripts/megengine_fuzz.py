@@ -64,7 +64,13 @@ is (1,) there) and megxla refused: now taken; a negative-step slice from past th
 1000-1999: 2, both known classes -- ``layer_norm`` over 2 values (MegEngine's one-pass variance) and ``norm(x, inf,
 axis=2)`` of a matrix (MegEngine ignores the axis). Seed 18, 2,000 cases: 4, all MegEngine's or rounding --
 ``layer_norm`` over one value (a gradient of rounding noise), an index making 7 axes (MegEngine's MAX_NDIM), and
-``bool_tensor ^ float`` (both raise, other types).
+``bool_tensor ^ float`` (both raise, other types). Seed 19, 2,000 cases: 1, MegEngine's float16 sums adding in
+float16 (``logsoftmax``). New generators (session 77: fills, ``local_conv2d``, ``region_restricted_conv``,
+``deformable_psroi_pooling``, ``topk_accuracy``, complex numbers), seed 20, 300 cases of them: one megxla fault, fixed
+-- ``deformable_psroi_pooling`` asked for a (R, 2k, part_size, part_size) ``trans`` where MegEngine checks (R, 2,
+pooled_h, pooled_w) and reads it with ``part_size`` strides; MegEngine's 0-d complex results told apart. Seed 21,
+2,000 cases: 2, both MegEngine's -- its ``svd`` reconstructs to 1.9e-6 of the largest singular value (the check now
+compares the residual), and it returns an empty result for an index past the axis of an empty tensor.
 """
 from __future__ import annotations
 

@@ -58,7 +58,11 @@ as its axis (MegEngine raises; documented). Seed 7, 300 cases: no megxla fault; 
 (MegEngine's one-pass variance cancels; told apart). Seed 8: one megxla bug, fixed -- case 176, a training
 ``LinearBnRelu1d`` of a batch of 1: the running variance's update (factor n / (n - 1) = inf) sent NaN into the
 input and weight gradients, which MegEngine's are 0 (the running statistics are buffers: no gradient through them).
-Seed 9, 300 cases: nothing unexplained.
+Seed 9, 300 cases: nothing unexplained. Session 77: seeds 16, 17 and 19, 300 cases each: nothing unexplained; seed 18,
+100 cases of the new ``m_special_conv`` (``--modules special_conv``): two megxla faults, fixed --
+``RegionRestrictedConv``'s weight was (O, C, kh, kw) for ``groups=1`` where MegEngine's is always grouped, (1, O, C,
+kh, kw), so MegEngine's checkpoints did not load; and ``DeformablePSROIPooling(no_trans=True)`` gave ``trans`` a zero
+gradient where MegEngine leaves ``trans.grad`` None.
 """
 from __future__ import annotations
 
