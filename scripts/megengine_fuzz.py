@@ -1334,6 +1334,24 @@ def _one(mge, F, GradManager, code, inputs, grad, filename):
         return fwd, _error(e)
 
 
+def auto_jit_runs(mge, run, times=3):
+    """``run()`` ``times`` times with megxla's ``config.auto_jit`` on and every cluster compiled at first sight, as
+    tests/optable.py's auto_jit_compiling_everything: what is compared is the compiled cluster, not the op-by-op
+    fallback of clusters under MIN_OPS ops. Returns the last run's result (the first runs learn the call sites)."""
+    from megxla.jit import _autojit
+    _autojit.MIN_OPS = _autojit.FIRST_SIGHT_OPS = 1
+    _autojit.PEEK_OPS = 0
+    _autojit._sites.clear()  # (every case is cut at the same lines here: its own compile budget)
+    _autojit._warned_lines.clear()
+    mge.config.auto_jit = True
+    try:
+        for _ in range(times):
+            out = run()
+    finally:
+        mge.config.auto_jit = False
+    return out
+
+
 def _child(framework, cases_path, out_path, start, one=None):
     """Run the cases from ``start`` on, appending results to ``out_path``; ``one`` (``_one``'s signature) runs a case
     (megengine_quant_fuzz.py passes its own)."""
@@ -1355,19 +1373,8 @@ def _child(framework, cases_path, out_path, start, one=None):
             i, code, inputs, grad = cases[k]
             res = {"eager": one(mge, F, GradManager, code, inputs, grad, f"<fuzz case {i}>")}
             if framework == "megxla":
-                # every cluster compiled at first sight, as tests/optable.py's auto_jit_compiling_everything: what
-                # is compared is the compiled cluster, not the op-by-op fallback of clusters under MIN_OPS ops
-                from megxla.jit import _autojit
-                _autojit.MIN_OPS = _autojit.FIRST_SIGHT_OPS = 1
-                _autojit.PEEK_OPS = 0
-                _autojit._sites.clear()  # (every case is cut at the same lines here: its own compile budget)
-                _autojit._warned_lines.clear()
-                mge.config.auto_jit = True
-                try:
-                    runs = [one(mge, F, GradManager, code, inputs, grad, f"<fuzz case {i} jit>") for _ in range(3)]
-                finally:
-                    mge.config.auto_jit = False
-                res["jit"] = runs[-1]
+                res["jit"] = auto_jit_runs(mge, lambda: one(mge, F, GradManager, code, inputs, grad,
+                                                            f"<fuzz case {i} jit>"))
             pickle.dump(_plain((k, res)), out, protocol=4)
             out.flush()
 
@@ -1562,7 +1569,8 @@ _KNOWN = [
      and "interp_mode='nearest'" in code and _mge_raises_mxl_computes(kind, text) and "AsyncError" in text),
     ("reflect pad as wide as the axis", lambda code, ins, kind, text: "F.nn.pad" in code and "mode='reflect'" in code
      and _mge_raises_mxl_computes(kind, text) and "AsyncError" in text),
-    # (seeds 9, 14 and 15 -- a 1-D one: MegEngine fills the new rows of a constant pad of an empty tensor with uninitialised memory)
+    # (seeds 9, 14 and 15 -- a 1-D one: MegEngine fills the new rows of a constant pad of an empty tensor with
+    # uninitialised memory)
     ("constant pad of an empty tensor", lambda code, ins, kind, text: "F.nn.pad" in code
      and "mode='constant'" in code and kind == "VALUE" and re.search(r"\[0[,\]]|, 0[,\]]", ins) is not None),
     ("edge / reflect pad of an empty axis", lambda code, ins, kind, text: "F.nn.pad" in code and kind == "STATUS"

@@ -76,7 +76,7 @@ import tempfile
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from megengine_fuzz import _arrays, _diff, _error, _plain, _result, _run_all, fuzz_parser  # noqa: E402
+from megengine_fuzz import _arrays, _diff, _error, _plain, _result, _run_all, auto_jit_runs, fuzz_parser  # noqa: E402
 
 
 # ---- drawing cases ----------------------------------------------------------------------------------------------
@@ -723,17 +723,7 @@ def _child(framework, cases_path, out_path, start):
             i, kind, code, calls, inputs, meta, given = cases[k]
             res = {"eager": run(kind, code, calls, inputs, meta, given)}
             if framework == "megxla":
-                from megxla.jit import _autojit
-                _autojit.MIN_OPS = _autojit.FIRST_SIGHT_OPS = 1
-                _autojit.PEEK_OPS = 0
-                _autojit._sites.clear()
-                _autojit._warned_lines.clear()
-                mge.config.auto_jit = True
-                try:
-                    for _ in range(3):
-                        res["jit"] = run(kind, code, calls, inputs, meta, given)
-                finally:
-                    mge.config.auto_jit = False
+                res["jit"] = auto_jit_runs(mge, lambda: run(kind, code, calls, inputs, meta, given))
             pickle.dump(_plain((k, res)), out, protocol=4)
             out.flush()
 

@@ -68,7 +68,8 @@ import tempfile
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from megengine_fuzz import RESTART, _arrays, _diff, _error, _plain, _result, _run_all, fuzz_parser, report  # noqa: E402
+from megengine_fuzz import (RESTART, _arrays, _diff, _error, _plain, _result, _run_all, auto_jit_runs,  # noqa: E402
+                            fuzz_parser, report)
 
 
 # ---- drawing cases ----------------------------------------------------------------------------------------------
@@ -583,17 +584,7 @@ def _child(framework, cases_path, out_path, start):
             res = {"eager": _run(env, code, inputs, meta, "eager", f"<trace case {i}>"),
                    "traced": _run(env, code, inputs, meta, "traced", f"<trace case {i} traced>")}
             if framework == "megxla":
-                from megxla.jit import _autojit
-                _autojit.MIN_OPS = _autojit.FIRST_SIGHT_OPS = 1
-                _autojit.PEEK_OPS = 0
-                _autojit._sites.clear()
-                _autojit._warned_lines.clear()
-                mge.config.auto_jit = True
-                try:
-                    for _ in range(3):
-                        res["jit"] = _run(env, code, inputs, meta, "eager", f"<trace case {i} jit>")
-                finally:
-                    mge.config.auto_jit = False
+                res["jit"] = auto_jit_runs(mge, lambda: _run(env, code, inputs, meta, "eager", f"<trace case {i} jit>"))
             pickle.dump(_plain((k, res)), out, protocol=4)
             out.flush()
             if framework == "megengine" and _errors(res):
