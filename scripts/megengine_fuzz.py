@@ -1339,16 +1339,13 @@ def auto_jit_runs(mge, run, times=3):
     tests/optable.py's auto_jit_compiling_everything: what is compared is the compiled cluster, not the op-by-op
     fallback of clusters under MIN_OPS ops. Returns the last run's result (the first runs learn the call sites)."""
     from megxla.jit import _autojit
-    _autojit.MIN_OPS = _autojit.FIRST_SIGHT_OPS = 1
-    _autojit.PEEK_OPS = 0
-    _autojit._sites.clear()  # (every case is cut at the same lines here: its own compile budget)
-    _autojit._warned_lines.clear()
-    mge.config.auto_jit = True
-    try:
-        for _ in range(times):
-            out = run()
-    finally:
-        mge.config.auto_jit = False
+    with _autojit.compiling_everything():
+        mge.config.auto_jit = True
+        try:
+            for _ in range(times):
+                out = run()
+        finally:
+            mge.config.auto_jit = False
     return out
 
 

@@ -255,17 +255,13 @@ def auto_jit_compiling_everything():
     checks is the compiled cluster, not the op-by-op fallback (nor a peek: a read of an exact op's value computed
     by its eager kernel, the cluster left pending)."""
     from megxla.jit import _autojit
-    saved = (_autojit.MIN_OPS, _autojit.FIRST_SIGHT_OPS, _autojit.PEEK_OPS, megxla.config.auto_jit)
-    _autojit.MIN_OPS = _autojit.FIRST_SIGHT_OPS = 1
-    _autojit.PEEK_OPS = 0
-    _autojit._sites.clear()  # (every case is cut at the same harness lines: its own compile budget)
-    _autojit._warned_lines.clear()
-    megxla.config.auto_jit = True
-    try:
-        yield _autojit
-    finally:
-        megxla.config.auto_jit = saved[3]
-        _autojit.MIN_OPS, _autojit.FIRST_SIGHT_OPS, _autojit.PEEK_OPS = saved[:3]
+    saved = megxla.config.auto_jit
+    with _autojit.compiling_everything():
+        megxla.config.auto_jit = True
+        try:
+            yield _autojit
+        finally:
+            megxla.config.auto_jit = saved
 
 
 def check_auto_jit(case: OpCase):

@@ -281,6 +281,33 @@ def reset_auto_jit_stats():
     _schedules.stats.update(dict.fromkeys(_schedules.stats, 0))
 
 
+@contextlib.contextmanager
+def compiling_everything():
+    """(For tests and fuzzers) Every cluster compiled at first sight, whatever its size, and no peeks (a read of an
+    exact op's value computed by its eager kernel, the cluster left pending): what a check of auto-jit against
+    eager then compares is the compiled cluster, not the op-by-op fallback. Call sites start afresh (each check
+    its own compile budget). The caller switches ``config.auto_jit``; the sizes come back on exit.
+
+    Example:
+        >>> from megxla.jit import _autojit
+        >>> with _autojit.compiling_everything():
+        ...     _autojit.MIN_OPS
+        1
+        >>> _autojit.MIN_OPS
+        4
+    """
+    global MIN_OPS, FIRST_SIGHT_OPS, PEEK_OPS
+    saved = MIN_OPS, FIRST_SIGHT_OPS, PEEK_OPS
+    MIN_OPS = FIRST_SIGHT_OPS = 1
+    PEEK_OPS = 0
+    _sites.clear()
+    _warned_lines.clear()
+    try:
+        yield
+    finally:
+        MIN_OPS, FIRST_SIGHT_OPS, PEEK_OPS = saved
+
+
 # ---- shapes ---------------------------------------------------------------------------------------------------
 _SHAPES: dict = {}  # (op, input avals) -> output avals, or None: the op is not collected with such inputs
 # NOTE: past SHAPES_KEPT entries the table is retired whole (_RETIRED_SHAPES) rather than grown: a parameter new
