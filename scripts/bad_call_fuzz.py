@@ -81,7 +81,7 @@ import traceback
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from megengine_fuzz import _arrays, _plain, _run_all as _run_cases, fuzz_parser  # noqa: E402  (the MegEngine child, pickling)
+from megengine_fuzz import _arrays, _plain, _run_all as _run_cases, child_framework, fuzz_parser  # noqa: E402
 
 POINTS = ["before the step", "after the forward", "after the loss", "after gm.backward", "after the gm block",
           "after opt.step", "after clear_grad"]
@@ -584,14 +584,7 @@ def run_program(src, fw, name, keep_state=True):
 
 
 def _child(framework, progs_path, out_path, start):
-    import warnings
-    warnings.filterwarnings("ignore")
-    if framework == "megengine":
-        os.environ.setdefault("MEGENGINE_LOGGING_LEVEL", "ERROR")
-        os.environ["MEGENGINE_INTERP_ASYNC_LEVEL"] = "0"
-    mge = __import__(framework)
-    if framework == "megengine":
-        mge.config.async_level = 0  # (an error raised by the op that makes it)
+    mge = child_framework(framework)
     fw = {"mge": mge, "np": np, "F": __import__(framework + ".functional", fromlist=["_"]),
           "M": __import__(framework + ".module", fromlist=["_"]),
           "optim": __import__(framework + ".optimizer", fromlist=["_"]),

@@ -499,7 +499,8 @@ _KNOWN += [
     ("MegEngine's TorchTransformCompose takes a result 3 rows high for a CHW image",
      lambda kind, what, code, text: what == "VALUE" and "TorchTransformCompose" in code and "shape (3, " in text),
     ("MegEngine's TorchTransformCompose refuses a one-channel image (PIL); megxla's computes it",
-     lambda kind, what, code, text: what in ("STATUS", "ERRTYPE") and "Cannot handle this data type: (1, 1, 1)" in text),
+     lambda kind, what, code, text: what in ("STATUS", "ERRTYPE")
+     and "Cannot handle this data type: (1, 1, 1)" in text),
     ("both raise; the exception types differ (megxla's own errors)", lambda kind, what, code, text:
      what == "ERRTYPE"),
 ]

@@ -1349,20 +1349,27 @@ def auto_jit_runs(mge, run, times=3):
     return out
 
 
-def _child(framework, cases_path, out_path, start, one=None):
-    """Run the cases from ``start`` on, appending results to ``out_path``; ``one`` (``_one``'s signature) runs a case
-    (megengine_quant_fuzz.py passes its own)."""
-    one = one or _one
+def child_framework(framework):
+    """Import ``framework`` ("megengine" or "megxla") in a fuzzer's child, warnings off; MegEngine's errors raised
+    by the op that makes them (synchronous: not by a later case's op) and its logging quiet."""
     import warnings
     warnings.filterwarnings("ignore")
     if framework == "megengine":
         os.environ.setdefault("MEGENGINE_LOGGING_LEVEL", "ERROR")
-        os.environ["MEGENGINE_INTERP_ASYNC_LEVEL"] = "0"  # (errors raised by the op that makes them)
+        os.environ["MEGENGINE_INTERP_ASYNC_LEVEL"] = "0"
     mge = __import__(framework)
+    if framework == "megengine":
+        mge.config.async_level = 0
+    return mge
+
+
+def _child(framework, cases_path, out_path, start, one=None):
+    """Run the cases from ``start`` on, appending results to ``out_path``; ``one`` (``_one``'s signature) runs a case
+    (megengine_quant_fuzz.py passes its own)."""
+    one = one or _one
+    mge = child_framework(framework)
     F = __import__(framework + ".functional", fromlist=["_"])
     GradManager = __import__(framework + ".autodiff", fromlist=["_"]).GradManager
-    if framework == "megengine":
-        mge.config.async_level = 0  # (an error raised by the op that makes it, not by a later case's)
     with open(cases_path, "rb") as f:
         cases = _arrays(pickle.load(f))
     with open(out_path, "ab") as out:

@@ -76,7 +76,8 @@ import tempfile
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from megengine_fuzz import _arrays, _diff, _error, _plain, _result, _run_all, auto_jit_runs, fuzz_parser  # noqa: E402
+from megengine_fuzz import (_arrays, _diff, _error, _plain, _result, _run_all, auto_jit_runs,  # noqa: E402
+                            child_framework, fuzz_parser)
 
 
 # ---- drawing cases ----------------------------------------------------------------------------------------------
@@ -697,18 +698,11 @@ def _run_optim(env, code, inputs, meta, mge_sd):
 
 
 def _child(framework, cases_path, out_path, start):
-    import warnings
-    warnings.filterwarnings("ignore")
-    if framework == "megengine":
-        os.environ.setdefault("MEGENGINE_LOGGING_LEVEL", "ERROR")
-        os.environ["MEGENGINE_INTERP_ASYNC_LEVEL"] = "0"
-    mge = __import__(framework)
+    mge = child_framework(framework)
     env = dict(mge=mge, M=__import__(framework + ".module", fromlist=["_"]),
                O=__import__(framework + ".optimizer", fromlist=["_"]),
                F=__import__(framework + ".functional", fromlist=["_"]),
                GradManager=__import__(framework + ".autodiff", fromlist=["_"]).GradManager)
-    if framework == "megengine":
-        mge.config.async_level = 0
 
     def run(kind, code, calls, inputs, meta, given):
         mge.random.seed(meta["seed"])  # (MegEngine's initialisation, hence a rerun with --only, reproducible)

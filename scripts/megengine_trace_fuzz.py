@@ -69,7 +69,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from megengine_fuzz import (RESTART, _arrays, _diff, _error, _plain, _result, _run_all, auto_jit_runs,  # noqa: E402
-                            fuzz_parser, report)
+                            child_framework, fuzz_parser, report)
 
 
 # ---- drawing cases ----------------------------------------------------------------------------------------------
@@ -560,20 +560,13 @@ def _errors(res):
 
 
 def _child(framework, cases_path, out_path, start):
-    import warnings
-    warnings.filterwarnings("ignore")
-    if framework == "megengine":
-        os.environ.setdefault("MEGENGINE_LOGGING_LEVEL", "ERROR")
-        os.environ["MEGENGINE_INTERP_ASYNC_LEVEL"] = "0"
-    mge = __import__(framework)
+    mge = child_framework(framework)
     jit = __import__(framework + ".jit", fromlist=["_"])
     env = dict(mge=mge, M=__import__(framework + ".module", fromlist=["_"]),
                O=__import__(framework + ".optimizer", fromlist=["_"]),
                F=__import__(framework + ".functional", fromlist=["_"]),
                GradManager=__import__(framework + ".autodiff", fromlist=["_"]).GradManager,
                trace=jit.trace, exclude_from_trace=jit.exclude_from_trace)
-    if framework == "megengine":
-        mge.config.async_level = 0
     with open(cases_path, "rb") as f:
         cases = _arrays(pickle.load(f))
     with open(out_path, "ab") as out:
