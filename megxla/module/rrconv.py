@@ -69,11 +69,9 @@ class RegionRestrictedConv(_ConvNd):
 
     def _infer_weight_shape(self):
         # MegEngine's: the group axis even for groups == 1 (unlike Conv2d's), so its checkpoints load here
+        # (_ConvNd checked that groups divides both channel counts)
         g = self.groups
-        if self.in_channels % g or self.out_channels % g:
-            raise ValueError(f"RegionRestrictedConv: in_channels={self.in_channels} and out_channels="
-                             f"{self.out_channels} must be multiples of groups={g}")
-        return (g, self.out_channels // g, self.in_channels // g) + tuple(self.kernel_size)
+        return (g, self.out_channels // g, self.in_channels // g) + self._kernel()
 
     def get_pad_width(self):
         """Pad widths ``((0, 0), (0, 0), (ph, ph), (pw, pw))`` of the input.
