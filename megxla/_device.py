@@ -83,18 +83,19 @@ def is_cambricon_available() -> bool:
 
 
 def get_device_count(device_type: str = "xpu") -> int:
-    """Number of devices of ``device_type`` ("gpu"/"cuda", "cpu", or "xpu" for the default backend).
+    """Number of devices of ``device_type``: "gpu" / "cuda" the GPUs, "cpu" the CPU cores (MegEngine's CPU devices
+    are its worker threads, one per core: 2 on a 2-core machine, as MegEngine 1.13 gives), "xpu" the GPUs or, without
+    any, the CPU cores.
 
     Example:
-        >>> get_device_count("cpu") >= 1
+        >>> get_device_count("cpu") == os.cpu_count()
         True
     """
     kind = device_type.lower()
-    if kind in ("gpu", "cuda"):
-        return len(_gpus())
-    if kind == "cpu":
-        return len(jax.devices("cpu"))
-    return len(jax.devices())
+    gpus = len(_gpus()) if kind in ("gpu", "cuda", "xpu") else 0
+    if kind in ("gpu", "cuda") or gpus:
+        return gpus
+    return os.cpu_count() or 1
 
 
 def get_cuda_compute_capability(device: int, device_type=None) -> int:

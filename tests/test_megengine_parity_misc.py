@@ -181,3 +181,13 @@ def test_format_spec_of_a_tensor():
     assert f"{mge.tensor(1.5):.3f}" == "1.500"
     with pytest.raises(TypeError, match="unsupported format string"):
         format(mge.tensor([1.0, 2.0]), ">20")
+
+
+def test_cpu_device_count_is_the_core_count():
+    # MegEngine 1.13 on a machine without GPUs: get_device_count("cpu") and ("xpu") are the CPU cores (2 on a
+    # 2-core machine), "gpu" 0; megxla gave JAX's one CPU device (a probe against MegEngine, s77)
+    import os
+    import megxla.device as D
+    cores = os.cpu_count()
+    assert D.get_device_count("cpu") == cores
+    assert D.get_device_count("xpu") == (D.get_device_count("gpu") or cores)
