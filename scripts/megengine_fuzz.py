@@ -1481,6 +1481,12 @@ def _diff(a, b, what):
 
 # Documented differences (docs/differences.md), told apart from a disagreement's case and text: (reason, test of the
 # code, the inputs' dtypes and shapes as printed, the kind and the text). The first side of a text is MegEngine's.
+def _abs_diff(text):
+    """The difference of the first disagreeing values in a VALUE text ("... at [..] a | b (n of m)"); inf if none."""
+    vals = re.findall(r"np\.float(?:64|32)\(([-+0-9.e]+|nan|inf)\)", text)
+    return abs(float(vals[0]) - float(vals[1])) if len(vals) >= 2 else float("inf")
+
+
 def _mge_raises_mxl_computes(kind, text):
     return kind == "STATUS" and text.startswith("forward: error") and text.endswith(("| tensor ", "| list "))
 
@@ -1522,6 +1528,10 @@ _KNOWN = [
     ("MegEngine's float16 sum accumulation", lambda code, ins, kind, text: any(f in code for f in (
         "F.nn.logsoftmax(", "F.logsumexp(", "F.nn.softmax(", "F.sum(")) and "float16" in ins and kind == "VALUE"
      and text.startswith("forward")),
+    # (seed 9, seed 23 cases 804 and 889: bicubic weights and roi_align's bilinear samples round otherwise in the two
+    # frameworks; at a value near 0 that they cancel to, the difference is 2e-6, over atol 1e-6)
+    ("interpolation weights' rounding", lambda code, ins, kind, text: kind == "VALUE" and text.startswith("forward")
+     and ("mode='bicubic'" in code or "F.vision.roi_align(" in code) and _abs_diff(text) < 1e-5),
     # (seed 22 case 264: ``F.polar`` of an infinite angle -- MegEngine's MKL cos of inf raises, later ones abort)
     ("MegEngine's MKL sin / cos of an infinity", lambda code, ins, kind, text: kind == "STATUS"
      and "VML_STATUS_ERRDOM" in text),
