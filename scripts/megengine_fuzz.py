@@ -70,7 +70,9 @@ float16 (``logsoftmax``). New generators (session 77: fills, ``local_conv2d``, `
 -- ``deformable_psroi_pooling`` asked for a (R, 2k, part_size, part_size) ``trans`` where MegEngine checks (R, 2,
 pooled_h, pooled_w) and reads it with ``part_size`` strides; MegEngine's 0-d complex results told apart. Seed 21,
 2,000 cases: 2, both MegEngine's -- its ``svd`` reconstructs to 1.9e-6 of the largest singular value (the check now
-compares the residual), and it returns an empty result for an index past the axis of an empty tensor.
+compares the residual), and it returns an empty result for an index past the axis of an empty tensor. Seed 22, 500
+cases of the new generators: MegEngine's empty complex results and its MKL ``cos`` of an infinity. Seed 23, 1,500
+cases: 2, bicubic and ``roi_align`` weights rounding apart at a value near 0 (told apart).
 """
 from __future__ import annotations
 
