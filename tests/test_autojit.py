@@ -3243,6 +3243,10 @@ def test_an_early_launch_is_compiled_only_where_collecting_a_cluster_is_a_share_
     # collecting the cluster's ops after the launch. A compute-bound step (a Transformer b64 on 2 cores: 0.1% of
     # its 3 s) paid 6.9 s for it; a host-bound one (the tiny MLP below: most of its step) still gets it.
     monkeypatch.setattr(_autojit, "EARLY_BUY_NOW", float("inf"))  # (not the rent: a loaded machine's compiles)
+    # (the share asked for, 0.2 here, sits far from both models' own -- the MLP's collection is most of its step, the
+    # wide model's under 1% -- so that a pause of the collecting thread (the suite's other worker, a full GC of a
+    # large heap) does not decide: under the whole suite the default 5% was crossed twice in a row, 1 run in ~4)
+    monkeypatch.setattr(_autojit, "EARLY_MIN_SHARE", 0.2)
     rng = np.random.RandomState(0)
     # (the compute-bound model first: once a site launches early, its new keys compile one executable for both)
     # (the wide model's compute is a square 2048 x 2048 layer, its input small: a 512 x 1024 batch made its step's
