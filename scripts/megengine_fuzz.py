@@ -1351,6 +1351,19 @@ def auto_jit_runs(mge, run, times=3):
     return out
 
 
+def tell_apart(lines, reason_of, known_counts):
+    """The disagreements ``lines`` ((kind, text) pairs) that ``reason_of(kind, text)`` explains by no documented
+    reason; the others are counted in ``known_counts`` by reason."""
+    left = []
+    for kind, text in lines:
+        reason = reason_of(kind, text)
+        if reason is None:
+            left.append((kind, text))
+        else:
+            known_counts[reason] += 1
+    return left
+
+
 def child_framework(framework):
     """Import ``framework`` ("megengine" or "megxla") in a fuzzer's child, warnings off; MegEngine's errors raised
     by the op that makes them (synchronous: not by a later case's op) and its logging quiet."""
@@ -1737,14 +1750,9 @@ def main():
             mge = _run_all(args.megengine_python, "megengine", cases, {}, d)
             mxl = _run_all(sys.executable, "megxla", cases, {"PYTHONPATH": root}, d)
             for k, (i, code, inputs, grad) in enumerate(cases):
-                lines = []
                 ins = ", ".join(f"{n}={a.dtype}{list(a.shape)}" for n, a in inputs.items())
-                for kind, text in compare(mge[k], mxl[k]):
-                    reason = known(code, ins, kind, text)
-                    if reason is None:
-                        lines.append((kind, text))
-                    else:
-                        known_counts[reason] += 1
+                lines = tell_apart(compare(mge[k], mxl[k]), lambda kind, text: known(code, ins, kind, text),
+                                   known_counts)
                 if lines:
                     n_bad += 1
                     kinds.update(kind for kind, _ in lines)

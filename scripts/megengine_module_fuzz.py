@@ -77,7 +77,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from megengine_fuzz import (_arrays, _diff, _error, _plain, _result, _run_all, auto_jit_runs,  # noqa: E402
-                            child_framework, fuzz_parser)
+                            child_framework, fuzz_parser, tell_apart)
 
 
 # ---- drawing cases ----------------------------------------------------------------------------------------------
@@ -866,11 +866,7 @@ def main():
                     lines = compare(r0, r1, "mge|mxl")
                     lines += [(kd + "(jit)", t) for kd, t in compare(r1, r2, "eager|jit")] if not _crashed(r2) \
                         else [("CRASH(jit)", "megxla auto-jit died")]
-                for kd, text in list(lines):
-                    reason = known(code, meta, kd, text)
-                    if reason is not None:
-                        known_counts[reason] += 1
-                        lines.remove((kd, text))
+                lines = tell_apart(lines, lambda kd, text: known(code, meta, kd, text), known_counts)
                 if lines:
                     n_bad += 1
                     counts.update(kd for kd, _ in lines)

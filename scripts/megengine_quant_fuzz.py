@@ -663,13 +663,7 @@ def main():
             mxl = mf._run_all(sys.executable, "megxla", cases, {"PYTHONPATH": root}, d, script=here)
             nudged = _nudged_runs(args.megengine_python, cases, mge, mxl, d, here)
             for k, (i, code, inputs, _) in enumerate(cases):
-                lines = []
-                for kind, text in compare(mge[k], mxl[k]):
-                    reason = known(code, kind, text)
-                    if reason is None:
-                        lines.append((kind, text))
-                    else:
-                        known_counts[reason] += 1
+                lines = mf.tell_apart(compare(mge[k], mxl[k]), lambda kind, text: known(code, kind, text), known_counts)
                 if lines and k in nudged:
                     known_counts[nudged[k]] += len(lines)
                     lines = []

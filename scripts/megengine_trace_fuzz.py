@@ -69,7 +69,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from megengine_fuzz import (RESTART, _arrays, _diff, _error, _plain, _result, _run_all, auto_jit_runs,  # noqa: E402
-                            child_framework, fuzz_parser, report)
+                            child_framework, fuzz_parser, report, tell_apart)
 
 
 # ---- drawing cases ----------------------------------------------------------------------------------------------
@@ -715,15 +715,15 @@ def main():
                 lines += [(kd + "(jit)", t) for kd, t in compare(r1["eager"], r1["jit"], "eager|jit", loose)]
                 # (megxla's trace giving MegEngine's own eager result: MegEngine's trace differs from its eager run)
                 own = {t.split(" ")[1].rstrip(":") for _, t in compare(r0["eager"], r1["traced"], "x", loose)}
-                for kd, text in list(lines):
+                def reason_of(kd, text):
                     reason = known(code, meta, kd, text)
                     if reason is None and not kd.endswith(")") and kd != "STATUS" \
                             and text.split(" ")[1].rstrip(":") not in own:
                         reason = "MegEngine's trace differs from its own eager run"
                         print(f"case {i}: ({reason}) {kd} {text}")  # (to be told apart by a rule)
-                    if reason is not None:
-                        known_counts[reason] += 1
-                        lines.remove((kd, text))
+                    return reason
+
+                lines = tell_apart(lines, reason_of, known_counts)
                 if lines:
                     n_bad += 1
                     counts.update(kd for kd, _ in lines)
