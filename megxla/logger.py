@@ -38,8 +38,9 @@ class MegEngineLogFormatter(logging.Formatter):
     ``set_log_file("log.txt")`` then ``logger = get_logger(__name__)``).
 
     Args:
-        fmt, datefmt, style, validate, defaults: as :class:`logging.Formatter` (the date defaults to
-            ``%d %H:%M:%S``).
+        fmt, datefmt, style, validate, defaults: as :class:`logging.Formatter` (so the date defaults to
+            logging's ``2026-12-31 12:00:00,000``; :func:`get_logger`'s handlers pass ``%d %H:%M:%S``, as
+            MegEngine's).
         color: colour the console lines (default: when stderr is a terminal).
 
     Example:
@@ -60,7 +61,7 @@ class MegEngineLogFormatter(logging.Formatter):
     max_lines = 256
 
     def __init__(self, fmt=None, datefmt=None, style="%", validate=True, *, defaults=None, color=None):
-        super().__init__(fmt, datefmt or "%d %H:%M:%S", style, validate, defaults=defaults)
+        super().__init__(fmt, datefmt, style, validate, defaults=defaults)
         self._color = sys.stderr.isatty() if color is None else color
 
     def _tint(self, text, code):
@@ -151,7 +152,7 @@ def get_logger(name=None, formatter=MegEngineLogFormatter):
     logger.propagate = False
     logger.setLevel(_default_level)
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(formatter())
+    handler.setFormatter(formatter(datefmt="%d %H:%M:%S"))  # MegEngine's call: any Formatter class takes it
     handler.setLevel(0)
     del logger.handlers[:]
     logger.addHandler(handler)

@@ -642,3 +642,17 @@ def test_builtin_batched_matrix_mul_under_xla_trace():
     a, b = rs.randn(2, 4, 3).astype("float32"), rs.randn(4, 5).astype("float32")
     for _ in range(2):
         np.testing.assert_allclose(_np(f(mge.Tensor(a), mge.Tensor(b))), a.transpose(0, 2, 1) @ b, rtol=1e-5)
+
+
+def test_formatter_dates_as_megengines():
+    # MegEngine's MegEngineLogFormatter() dates records as logging.Formatter does ("2026-12-07 09:32:20,862");
+    # its get_logger passes datefmt="%d %H:%M:%S" to the formatter class it is given, any logging.Formatter too
+    import re
+
+    from megxla import logger as L
+    record = logging.LogRecord("x", logging.INFO, __file__, 1, "hello", None, None)
+    assert re.match(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} hello$", L.MegEngineLogFormatter(color=False).format(record))
+    plain = L.get_logger("megxla.test_formatter_dates", logging.Formatter)
+    formatter = plain.handlers[0].formatter
+    assert formatter.datefmt == "%d %H:%M:%S"
+    assert re.match(r"\d\d \d\d:\d\d:\d\d$", formatter.formatTime(record, formatter.datefmt))
