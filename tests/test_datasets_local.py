@@ -44,6 +44,16 @@ def test_image_folder_layout_and_bgr(tmp_path):
         ImageFolder(str(tmp_path / "missing"))
 
 
+def test_image_folder_orders_folders_by_path_as_megengine(tmp_path):
+    # MegEngine walks each class with sorted(os.walk(d)): folders in the order of their paths, so "sub-2" and
+    # "sub.x" ("-" and "." sort before "/") come before "sub/deep"
+    for rel in ("c/sub/b.png", "c/sub/deep/c.png", "c/sub-2/d.png", "c/sub.x/e.png"):
+        _png(str(tmp_path / rel), _solid(2, 2, (0, 0, 0)))
+    ds = ImageFolder(str(tmp_path))
+    assert [os.path.relpath(p, tmp_path) for p, _ in ds.samples] == [
+        "c/sub/b.png", "c/sub-2/d.png", "c/sub.x/e.png", "c/sub/deep/c.png"]
+
+
 def test_image_folder_through_dataloader(tmp_path):
     for i in range(4):
         _png(str(tmp_path / f"c{i % 2}" / f"{i}.png"), _solid(2, 2, (i, i, i)))
@@ -93,8 +103,11 @@ def test_imagenet_val_from_raw_archives_and_devkit(tmp_path):
     with tarfile.open(root / "ILSVRC2012_devkit_t12.tar.gz", "w:gz") as t:
         t.add(stage / "ILSVRC2012_devkit_t12", arcname="ILSVRC2012_devkit_t12")
     ds = ImageNet(str(root), train=False)
-    assert ds.valid_ground_truth == ["n02", "n01", "n02"]
-    assert ds.meta[0] == {"n01": ("tench", "Tinca tinca"), "n02": ("goldfish",)}
+    # MegEngine's: the ground truth as ILSVRC ids, meta (idx_to_wnid, wnid_to_classes) cached in the devkit folder
+    assert ds.valid_ground_truth == [2, 1, 2]
+    assert ds.meta == ({1: "n01", 2: "n02"}, {"n01": ("tench", "Tinca tinca"), "n02": ("goldfish",)})
+    assert ds.devkit_dir == str(root / "ILSVRC2012_devkit_t12") and os.path.isfile(root / "ILSVRC2012_devkit_t12"
+                                                                                    / "meta.pkl")
     assert len(ds) == 3 and ds.class_dict == {"n01": 0, "n02": 1}
     assert [int(label) for _, label in ds] == [0, 1, 1] and ds[0][0][0, 0].tolist() == [2, 2, 2]
     assert sorted(os.listdir(root / "val" / "n02")) == ["ILSVRC2012_val_00000001.JPEG", "ILSVRC2012_val_00000003.JPEG"]
@@ -137,10 +150,31 @@ def test_coco_sample_layout(tmp_path):
         COCO(root, ann, order=("image", "mask"))
 
 
+@pytest.mark.parametrize("cls", [COCO, Objects365])
+def test_images_kept_with_boxes_a_pixel_wide_and_root_with_a_tilde(tmp_path, monkeypatch, cls):
+    # MegEngine drops only crowds and boxes of zero width or height before asking for one box left (not
+    # maskrcnn-benchmark's "every side > 1"); VisionDataset expands "~" in root
+    _png(str(tmp_path / "img" / "1.png"), _solid(6, 8, (1, 2, 3)))
+    _png(str(tmp_path / "img" / "2.png"), _solid(6, 8, (1, 2, 3)))
+    ann = {"images": [{"id": i, "file_name": f"{i}.png", "height": 6, "width": 8} for i in (1, 2)],
+           "annotations": [{"id": 1, "image_id": 1, "category_id": 1, "bbox": [2, 2, 1, 5], "iscrowd": 0},
+                           {"id": 2, "image_id": 2, "category_id": 1, "bbox": [2, 2, 0.5, 0.5], "iscrowd": 0}],
+           "categories": [{"id": 1, "name": "person"}]}
+    (tmp_path / "ann.json").write_text(json.dumps(ann))
+    monkeypatch.setenv("HOME", str(tmp_path))
+    ds = cls("~/img", str(tmp_path / "ann.json"), remove_images_without_annotations=True,
+             order=("image", "boxes", "boxes_category"))
+    assert ds.root == str(tmp_path / "img") and ds.ids == [1, 2]
+    assert ds[1][0].shape == (6, 8, 3) and ds[1][1].tolist() == [[2, 2, 2.5, 2.5]]
+
+
 def test_objects365(tmp_path):
     root, ann = _coco_tree(tmp_path)
     ds = Objects365(root, ann, order=("image", "boxes", "boxes_category", "info"))
-    assert ds.class_names == ("airplane", "dog") and ds[0][2].tolist() == [2, 1]
+    assert ds[0][2].tolist() == [2, 1]
+    # MegEngine's class attribute: Objects365's own 365 names, whatever categories the file lists
+    assert ds.class_names is Objects365.class_names and len(ds.class_names) == 365
+    assert ds.class_names[:3] == ("person", "sneakers", "chair")
     with pytest.raises(ValueError, match="unsupported"):
         Objects365(root, ann, order=("image", "keypoints"))
 
@@ -213,6 +247,7 @@ def test_mnist_reads_local_files_and_says_when_absent(tmp_path):
     img, label = ds[1]
     assert img.shape == (28, 28, 1) and img.dtype == np.uint8 and label == 2 and label.dtype == np.int32
     np.testing.assert_array_equal(img[..., 0], imgs[1])
+    assert ds.meta["images"] == {"magic": 2051, "imgs": 3, "height": 28, "width": 28}  # MegEngine's keys
     with pytest.raises(FileNotFoundError, match="train-images-idx3-ubyte.gz"):
         MNIST(str(tmp_path), train=True, download=False)
 

@@ -5,6 +5,7 @@ files (ImageFolder, COCO, MNIST, ...) are in :mod:`megxla.data.dataset.vision`.
 """
 import bisect
 import collections.abc
+import os
 from abc import ABC, abstractmethod
 from typing import Tuple
 
@@ -187,7 +188,7 @@ class VisionDataset(Dataset):
     know which element is the image, the boxes, the mask, ...
 
     Args:
-        root: root directory of the data (kept as an attribute only).
+        root: root directory of the data (kept as an attribute, ``~`` expanded).
         order: names of the sample's elements. Default: ``("image",)``.
         supported_order: names a subclass can produce; any name in ``order``
             outside it raises ``ValueError``.
@@ -224,7 +225,7 @@ class VisionDataset(Dataset):
             for k in order:
                 if k not in supported_order:
                     raise ValueError("{} is unsupported data type".format(k))
-        self.root = root
+        self.root = os.path.expanduser(root) if isinstance(root, (str, bytes)) else root  # "~/coco", as MegEngine
         self.order = order
 
     @abstractmethod

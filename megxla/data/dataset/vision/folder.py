@@ -53,11 +53,13 @@ class ImageFolder(VisionDataset):
         return {c: np.int32(i) for i, c in enumerate(classes)}
 
     def collect_samples(self) -> List:
-        """``[(path, label or class name)]`` of every valid file, in sorted order."""
+        """``[(path, label or class name)]`` of every valid file: classes in sorted order, in each the folders in
+        the sorted order of their paths (MegEngine's ``sorted(os.walk(d))``: ``c/sub-2`` before ``c/sub/deep``),
+        in each folder the files sorted."""
         samples = []
         for key in sorted(self.class_dict):
-            for dirpath, dirnames, files in os.walk(os.path.join(self.root, key), followlinks=True):
-                dirnames.sort()
+            walk = os.walk(os.path.join(self.root, key), followlinks=True)
+            for dirpath, _, files in sorted(walk, key=lambda entry: entry[0]):
                 for name in sorted(files):
                     path = os.path.join(dirpath, name)
                     if self.check_valid(path):

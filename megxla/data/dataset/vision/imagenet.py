@@ -50,6 +50,9 @@ class ImageNet(ImageFolder):
     def __init__(self, root: str = None, train: bool = True, **kwargs):
         root = os.path.expanduser(root) if root is not None else os.path.join(default_dataset_root(), "ImageNet")
         self.root = self._raw_root = root  # ImageFolder later sets root to the split folder
+        # MegEngine extracts the devkit here, for either split; it is read only for the validation split's labels
+        # and for ``meta``, so it is extracted when those need it
+        self.devkit_dir = os.path.join(root, self.default_devkit_dir)
         self.train = train
         self.target_folder = os.path.join(root, self.default_train_dir if train else self.default_val_dir)
         if not os.path.isdir(self.target_folder):
@@ -80,7 +83,8 @@ class ImageNet(ImageFolder):
                     os.remove(os.path.join(tmp, name))
         else:
             safe_extract(os.path.join(self._raw_root, self.raw_file_meta["val"][0]), tmp)
-            wnids = self.valid_ground_truth
+            idx_to_wnid = self.meta[0]
+            wnids = [idx_to_wnid[i] for i in self.valid_ground_truth]
             images = sorted(f for f in os.listdir(tmp) if os.path.isfile(os.path.join(tmp, f)))
             if len(images) != len(wnids):
                 raise RuntimeError(f"ImageNet: {len(images)} validation images but {len(wnids)} ground-truth labels")
@@ -90,42 +94,44 @@ class ImageNet(ImageFolder):
         os.replace(tmp, self.target_folder)  # the split appears only once complete
 
     def _devkit(self):
-        path = os.path.join(self._raw_root, self.default_devkit_dir)
-        if not os.path.isdir(path):
+        if not os.path.isdir(self.devkit_dir):
             archive = os.path.join(self._raw_root, self.raw_file_meta["devkit"][0])
             if not os.path.isfile(archive):
                 raise missing_files_error("ImageNet", self._raw_root, [self.default_devkit_dir, self.raw_file_meta[
                     "devkit"][0]])
             safe_extract(archive, self._raw_root)
-        return path
+        return self.devkit_dir
 
-    def _load_meta(self):
-        cache = os.path.join(self._raw_root, "meta.pkl")
+    @property
+    def meta(self):
+        """``(idx_to_wnid, wnid_to_classes)`` from the devkit's ``data/meta.mat`` (reading it needs SciPy), as
+        MegEngine's: the 1,000 leaf synsets' ILSVRC2012 ids (1-1000) to their wnids, and the wnids to their class
+        names. Cached in the devkit folder's ``meta.pkl``, which MegEngine reads and writes too."""
+        cache = os.path.join(self._devkit(), "meta.pkl")
         if os.path.isfile(cache):
             with open(cache, "rb") as f:
                 return pickle.load(f)
-        devkit = self._devkit()
         try:
             import scipy.io as sio
         except ImportError:
             raise RuntimeError("ImageNet: reading the devkit's meta.mat needs SciPy (`pip install scipy`)") from None
-        synsets = sio.loadmat(os.path.join(devkit, "data", "meta.mat"), squeeze_me=True)["synsets"]
+        meta_path = os.path.join(self.devkit_dir, "data", "meta.mat")
+        if not os.path.exists(meta_path):
+            raise FileNotFoundError(f"meta file {meta_path} does not exist")
+        synsets = sio.loadmat(meta_path, squeeze_me=True)["synsets"]
         leaves = [s for s in synsets if int(s["num_children"]) == 0]
         idx_to_wnid = {int(s["ILSVRC2012_ID"]): str(s["WNID"]) for s in leaves}
         wnid_to_classes = {str(s["WNID"]): tuple(str(s["words"]).split(", ")) for s in leaves}
-        with open(os.path.join(devkit, "data", "ILSVRC2012_validation_ground_truth.txt")) as f:
-            val_wnids = [idx_to_wnid[int(line)] for line in f if line.strip()]
-        meta = (wnid_to_classes, val_wnids)
         with open(cache, "wb") as f:
-            pickle.dump(meta, f)
-        return meta
-
-    @property
-    def meta(self):
-        """``(wnid_to_classes, val_wnids)`` from the devkit (cached in ``root/meta.pkl``)."""
-        return self._load_meta()
+            pickle.dump((idx_to_wnid, wnid_to_classes), f, protocol=4)
+        return idx_to_wnid, wnid_to_classes
 
     @property
     def valid_ground_truth(self):
-        """The wnid of each validation image, in file-name order."""
-        return self._load_meta()[1]
+        """The ILSVRC2012 id (an int, a key of ``meta[0]``) of each validation image, in file-name order, from the
+        devkit's ``data/ILSVRC2012_validation_ground_truth.txt``, as MegEngine's."""
+        path = os.path.join(self._devkit(), "data", "ILSVRC2012_validation_ground_truth.txt")
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"valid ground truth file {path} does not exist")
+        with open(path) as f:
+            return [int(line) for line in f if line.strip()]

@@ -27,7 +27,7 @@ def parse_idx3(path):
         images = np.frombuffer(f.read(), dtype=np.uint8)
     if images.size != size * rows * cols:
         raise ValueError(f"MNIST: {path} is truncated ({images.size} of {size * rows * cols} bytes)")
-    return {"magic": magic, "imgs": size, "rows": rows, "cols": cols}, images.reshape(size, rows, cols, 1)
+    return {"magic": magic, "imgs": size, "height": rows, "width": cols}, images.reshape(size, rows, cols, 1)
 
 
 def parse_idx1(path):
