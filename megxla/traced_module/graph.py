@@ -301,22 +301,32 @@ class InternalGraph:
         return self.nodes(recursive).name(name, ignorecase)
 
     def get_dep_exprs(self, nodes) -> List[Expr]:
-        """The exprs of this graph that ``nodes`` depend on, in graph order."""
-        if isinstance(nodes, Node):
-            nodes = [nodes]
-        seen, stack = set(), list(nodes)
-        deps = set()
-        while stack:
-            n = stack.pop()
-            if id(n) in seen:
-                continue
-            seen.add(id(n))
-            e = n.expr
-            if e is None or isinstance(e, Input) or e.top_graph is not self and e not in self._exprs:
-                continue
-            deps.add(e)
-            stack.extend(e.inputs)
-        return [e for e in self._exprs if e in deps]
+        """The exprs ``nodes`` depend on, ``Input`` exprs included, in MegEngine's order: a depth-first walk from
+        the last node given back to the inputs (the nodes' own exprs first).
+
+        Args:
+            nodes: a :class:`Node` or a sequence of them.
+
+        Returns:
+            a list of :class:`Expr`.
+        """
+        if not isinstance(nodes, Sequence):
+            nodes = (nodes,)
+        ret, queue = [], list(nodes)
+        in_ret, in_queue, visited = set(), {id(n) for n in queue}, set()  # (ids: linear in the graph's size)
+        while queue:
+            node = queue.pop()
+            in_queue.discard(id(node))
+            visited.add(id(node))
+            expr = node.expr
+            if id(expr) not in in_ret:
+                in_ret.add(id(expr))
+                ret.append(expr)
+            for i in expr.inputs:
+                if id(i) not in in_queue and id(i) not in visited:
+                    queue.append(i)
+                    in_queue.add(id(i))
+        return ret
 
     # ---- surgery ------------------------------------------------------------------------------------------
     def insert_exprs(self, expr: Optional[Expr] = None):
@@ -501,7 +511,8 @@ class InternalGraph:
         return nodes
 
     def add_output_node(self, node: TensorNode):
-        """Append ``node`` to the outputs (a single output becomes a tuple of two).
+        """Add ``node`` as an output: the result becomes the pair ``(the result before, node)``, as MegEngine's (so
+        adding two nodes to a single output ``y`` gives ``((y, a), b)``).
 
         Args:
             node: a node of this graph.
@@ -509,12 +520,7 @@ class InternalGraph:
         owner, key = self._owner_key()
         self._outputs.append(node)
         if key is not None:
-            out = owner.argdef_outdef_map[key]
-            if out.type is tuple:
-                new = TreeDef(tuple, None, list(out.children) + [_leaf_def()])
-            else:
-                new = TreeDef(tuple, None, [out, _leaf_def()])
-            self._rekey(new_outdef=new)
+            self._rekey(new_outdef=TreeDef(tuple, None, [owner.argdef_outdef_map[key], _leaf_def()]))
 
     def reset_outputs(self, outputs):
         """Make ``outputs`` (nodes in any nest of list/tuple/dict) the graph's result.

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import functools
+import inspect
 from typing import Any, Callable, Dict, Sequence, Type
 
 import numpy as np
@@ -426,33 +427,43 @@ def _register_all_builtin_module():
 
 def wrap(func: Callable):
     r"""Make calls of the user function ``func`` one CallFunction expr in traced graphs (its body is not
-    traced). Use it as a decorator on a module-level function (so saved TracedModules can find it again).
+    traced). Call it at the top level of a module, as MegEngine asks (``tm.wrap(my_func)`` or as a decorator):
+    it returns ``func`` itself, and while a trace runs the module's global of that name calls the recording
+    wrapper, so ``graph.get_function_by_type(my_func)`` finds the exprs and saved TracedModules find the function
+    again. Called elsewhere (inside a function; MegEngine asserts), it returns the recording wrapper instead.
 
     Args:
         func: the function.
 
     Returns:
-        the wrapped function; outside tracing it behaves exactly like ``func``.
+        ``func`` (at a module's top level), else the wrapper; outside tracing either behaves exactly like ``func``.
 
     Example:
         >>> import megxla.traced_module as tm
         >>> @tm.wrap
         ... def my_op(x):
         ...     return x * 2 + 1
+        >>> my_op.__name__, my_op(3)
+        ('my_op', 7)
     """
-    if func in tracer.WRAPPED:
-        return tracer.WRAPPED[func]
+    if not callable(func) or not hasattr(func, "__code__"):
+        raise TypeError(f"wrap expects a Python function, got {type(func).__name__}")
+    wrapped = tracer.WRAPPED.get(func)
+    if wrapped is None:
+        @functools.wraps(func)
+        def wrapped(*args, **kwargs):
+            tr = tracer._active
+            if tr is None or tr.suppress or not tr.frames:
+                return func(*args, **kwargs)
+            return tr.call_function(func, args, kwargs)
 
-    @functools.wraps(func)
-    def wrapped(*args, **kwargs):
-        tr = tracer._active
-        if tr is None or tr.suppress or not tr.frames:
-            return func(*args, **kwargs)
-        return tr.call_function(func, args, kwargs)
-
-    wrapped._tm_original = func
-    tracer.WRAPPED[func] = wrapped
-    return wrapped
+        wrapped._tm_original = func
+        tracer.WRAPPED[func] = wrapped
+    caller = inspect.currentframe().f_back
+    if caller is None or caller.f_code.co_name != "<module>":
+        return wrapped
+    tracer.WRAPPED_GLOBALS.append((caller.f_globals, func.__code__.co_name, func))
+    return func
 
 
 def _check_consts(tm):
@@ -506,6 +517,11 @@ def trace_module(mod: Module, *args: Any, **kwargs: Any) -> TracedModule:
         tr.finish()
     finally:
         tr.uninstall()
+    for _, shell in tr.shells.values():
+        # as MegEngine's builder: each graph compiled, so what no output needs (an unused value, the test of a
+        # Python branch on a tensor) is not run by the traced module
+        for g in shell.argdef_graph_map.values():
+            g.compile()
     top = tr.shells[id(mod)][1]
     top._is_top = True
     top.argspec = spec

@@ -36,6 +36,7 @@ _ORIG_MODULE_CALL = Module.__call__
 _ORIG_TENSOR_INIT = Tensor.__init__
 BUILTIN_MODULES: set = set()
 WRAPPED: dict = {}  # user function -> its wrap() wrapper
+WRAPPED_GLOBALS: list = []  # (module globals, name, function) of each top-level wrap(): patched while tracing
 
 TENSOR_METHODS = (
     "__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__", "__rtruediv__",
@@ -143,7 +144,7 @@ def _module_getattribute(mod, name):
     if isinstance(value, (Module, Tensor)):
         tr = _active
         if tr is not None and not tr.suppress and tr.frames and tr.thread is threading.current_thread():
-            tr.attribute_read(mod, value)
+            tr.attribute_read(mod, value, name)
     return value
 
 
@@ -314,19 +315,25 @@ class _Frame:
         self._mpaths = None
 
     def tensor_paths(self):
+        """id(tensor) -> (tensor, its first path, the set of its direct attribute names)."""
         if self._tpaths is None:
-            self._tpaths = {}
-            for path, t in self.module.named_tensors():
-                self._tpaths.setdefault(id(t), (t, path))
+            self._tpaths = self._paths(self.module.named_tensors())
         return self._tpaths
 
     def module_paths(self):
         if self._mpaths is None:
-            self._mpaths = {}
-            for path, m in self.module.named_modules():
-                if path:
-                    self._mpaths.setdefault(id(m), (m, path))
+            self._mpaths = self._paths((p, m) for p, m in self.module.named_modules() if p)
         return self._mpaths
+
+    def _paths(self, named):
+        found = {}
+        for path, v in named:
+            found.setdefault(id(v), (v, path, set()))
+        for attr, v in vars(self.module).items():  # (named_* give a shared object once, under its first path)
+            hit = found.get(id(v))
+            if hit is not None and hit[0] is v:
+                hit[2].add(attr)
+        return found
 
 
 def _tensor_meta(t):
@@ -375,6 +382,10 @@ class _Tracer:
                     continue
                 setattr(mod, attr, _func_wrapper(func))
                 undo.append(functools.partial(setattr, mod, attr, func))
+            for scope, attr, func in WRAPPED_GLOBALS:
+                if scope.get(attr) is func:  # (rebound by the user since: theirs stays)
+                    scope[attr] = WRAPPED[func]
+                    undo.append(functools.partial(scope.__setitem__, attr, func))
             for cls, orig in _opdef_kernels():
                 setattr(cls, "_apply", _opdef_wrapper(orig))
                 undo.append(functools.partial(setattr, cls, "_apply", orig))
@@ -394,14 +405,14 @@ class _Tracer:
             self._undo.pop()()
 
     # ---- nodes for values ---------------------------------------------------------------------------------
-    def node_for_tensor(self, frame, t):
+    def node_for_tensor(self, frame, t, path=None):
         hit = frame.tmap.get(id(t))
         if hit is not None and hit[0] is t:
             return hit[1]
         g = frame.graph
         found = frame.tensor_paths().get(id(t))
         if found is not None and found[0] is t:
-            path = found[1]
+            path = path or found[1]
             expr = GetAttr(frame.self_node, path)
             name, qual = path.replace(".", "_"), f"{g._qualname}.{path}"
         else:
@@ -412,9 +423,10 @@ class _Tracer:
         frame.tmap[id(t)] = (t, node)
         return node
 
-    def attribute_read(self, mod, value):
-        """``self.<attr>`` read inside the forward being recorded: its GetAttr expr is recorded now, where the
-        code reads it (MegEngine's order: ``self.linear(x + self.param)`` gets ``linear`` before ``param``)."""
+    def attribute_read(self, mod, value, name):
+        """``self.<name>`` read inside the forward being recorded: its GetAttr expr is recorded now, where the
+        code reads it (MegEngine's order: ``self.linear(x + self.param)`` gets ``linear`` before ``param``), under
+        the name read (a module shared as ``self.lin`` and ``self.seq[0]`` is ``lin`` where the code says so)."""
         frame = self.frames[-1]
         if mod is not frame.module or self.insert:
             return
@@ -423,15 +435,15 @@ class _Tracer:
             if isinstance(value, Module):
                 found = frame.module_paths().get(id(value))
                 if found is not None and found[0] is value:
-                    self.node_for_module(frame, value)
+                    self.node_for_module(frame, value, name if name in found[2] else None)
             else:
                 found = frame.tensor_paths().get(id(value))
                 if found is not None and found[0] is value:
-                    self.node_for_tensor(frame, value)
+                    self.node_for_tensor(frame, value, name if name in found[2] else None)
         finally:
             self.suppress -= 1
 
-    def node_for_module(self, frame, m):
+    def node_for_module(self, frame, m, path=None):
         if m is frame.module:
             return frame.self_node
         hit = frame.mnodes.get(id(m))
@@ -440,8 +452,9 @@ class _Tracer:
         g = frame.graph
         found = frame.module_paths().get(id(m))
         if found is not None and found[0] is m:
-            expr = GetAttr(frame.self_node, found[1])
-            name, qual = found[1].replace(".", "_"), f"{g._qualname}.{found[1]}"
+            path = path or found[1]
+            expr = GetAttr(frame.self_node, path)
+            name, qual = path.replace(".", "_"), f"{g._qualname}.{path}"
         else:
             expr = Constant(m)
             name, qual = type(m).__name__.lower(), f"{g._qualname}.[{type(m).__name__}]"
