@@ -91,3 +91,15 @@ def test_get_dep_exprs_walks_back_as_megengines():
     t = tm.trace_module(Net(), mge.Tensor([1.0]))
     deps = t.graph.get_dep_exprs(t.graph.outputs[0])
     assert [type(e).__name__ for e in deps] == ["CallFunction", "CallMethod", "Input"]
+
+
+def test_tensor_method_calls_are_recorded_with_their_defaults_as_megengines():
+    class Net(M.Module):
+        def forward(self, x):
+            return x.mean(axis=1, keepdims=True), x.sum(), x.flatten()
+
+    t = tm.trace_module(Net(), mge.Tensor([[1.0, 2.0]]))
+    mean, total, flat = (t.graph.get_method_by_type(m).as_unique() for m in ("mean", "sum", "flatten"))
+    assert mean.args[1:] == (1, True) and mean.kwargs == {}
+    assert total.args[1:] == (None, False) and flat.args[1:] == (0, -1)
+    assert str(mean).endswith("mean_out = x.mean(1, True, )")

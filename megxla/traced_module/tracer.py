@@ -540,6 +540,13 @@ class _Tracer:
 
     def call_method(self, name, orig, obj, args, kwargs):
         (obj, args, kwargs), as_nodes = self._unnode((obj, args, kwargs))
+        if inspect.isfunction(inspect.unwrap(orig)):
+            # normalized as MegEngine records it: ``x.mean(axis=1, keepdims=True)`` is ``x.mean(1, True, )``,
+            # ``x.sum()`` is ``x.sum(None, False, )``
+            try:
+                args, kwargs = convert_kwargs_to_args(orig, args, kwargs, is_bounded=True)
+            except TypeError:  # a call Python rejects: running it below raises the real error
+                pass
         frame = self.frames[-1]
         obj_node = self.node_for_tensor(frame, obj)
 
