@@ -103,3 +103,24 @@ def test_tensor_method_calls_are_recorded_with_their_defaults_as_megengines():
     assert mean.args[1:] == (1, True) and mean.kwargs == {}
     assert total.args[1:] == (None, False) and flat.args[1:] == (0, -1)
     assert str(mean).endswith("mean_out = x.mean(1, True, )")
+
+
+def test_expr_disable_remove_const_val_and_node_device():
+    class Net(M.Module):
+        def forward(self, x):
+            return F.clip(x.mean(1, True) * 3, lower=0.5)
+
+    t = tm.trace_module(Net(), mge.Tensor([[1.0, 2.0]]))
+    g = t.graph
+    mean = g.get_method_by_type("mean").as_unique()
+    clip = g.get_function_by_type(F.clip).as_unique()
+    assert mean.const_val == [(1, 1), (2, True)] and clip.const_val == [(1, 0.5), (2, None)]  # MegEngine's
+    assert g.outputs[0].device == mge.Tensor([1.0]).device
+    with g.insert_exprs():
+        side = F.exp(g.inputs[1])  # no output needs it
+    side.expr.disable_remove()
+    g.compile()
+    assert g.get_function_by_type(F.exp).as_count() == 1
+    side.expr.enable_remove()
+    g.compile()
+    assert g.get_function_by_type(F.exp).as_count() == 0

@@ -52,6 +52,29 @@ class Expr(_Numbered, abc.ABC):
 
     _first_arg = 0
 
+    def enable_remove(self):
+        """Let ``graph.compile()`` / ``eliminate_dead_code()`` remove this expr when no output needs it (the
+        default)."""
+        self._disable_remove = False
+
+    def disable_remove(self):
+        """Keep this expr through ``graph.compile()`` / ``eliminate_dead_code()`` though no output needs it (a
+        side effect the pass must not drop)."""
+        self._disable_remove = True
+
+    @property
+    def const_val(self):
+        """The call's non-tensor arguments as MegEngine lists them: ``[(index, value)]``, the index among all the
+        leaves of ``(args, kwargs)`` (a CallMethod's object first)."""
+        if self.arg_def is None:
+            return []
+        from .pytree import SUPPORTED_TYPES
+
+        def is_leaf(x):  # everything but a container: constants are leaves too
+            return type(x) not in SUPPORTED_TYPES and not (isinstance(x, tuple) and hasattr(x, "_fields"))
+        leaves, _ = tree_flatten((self.args, self.kwargs), is_leaf=is_leaf)
+        return [(i, v) for i, v in enumerate(leaves) if not _is_node(v)]
+
     def replace_inputs(self, repl_dict):
         """Read ``new`` wherever this expr reads ``old``, for each ``{old: new}`` of ``repl_dict``.
 

@@ -211,13 +211,17 @@ class TensorNode(Node):
         shape: the shape seen when it was traced (None when unknown).
         dtype: the dtype seen when it was traced (None when unknown).
         qparams: its quantization parameters when it was traced (None when not quantized).
+        device: the device its tensor was on when it was traced (None when unknown).
     """
 
-    def __init__(self, expr, name=None, qualname=None, shape=None, dtype=None, qparams=None):
+    device = None  # (nodes unpickled from files written before it was kept)
+
+    def __init__(self, expr, name=None, qualname=None, shape=None, dtype=None, qparams=None, device=None):
         super().__init__(expr, name, qualname)
         self.shape = shape
         self.dtype = dtype
         self.qparams = qparams
+        self.device = device
         self.value = None  # MegEngine's field; megxla never keeps traced values in the graph
 
     @property

@@ -338,7 +338,7 @@ class _Frame:
 
 def _tensor_meta(t):
     q = getattr(t, "_qparams", None)
-    return dict(shape=tuple(t._data.shape), dtype=t.dtype, qparams=q)
+    return dict(shape=tuple(t._data.shape), dtype=t.dtype, qparams=q, device=t.device)
 
 
 class _Tracer:
