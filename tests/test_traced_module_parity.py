@@ -124,3 +124,13 @@ def test_expr_disable_remove_const_val_and_node_device():
     side.expr.enable_remove()
     g.compile()
     assert g.get_function_by_type(F.exp).as_count() == 0
+
+
+@pytest.mark.parametrize("value", [3, None, np.float32(1.0)])
+def test_a_forward_returning_a_non_tensor_is_refused_as_megengine_does(value):
+    class Returns(M.Module):
+        def forward(self, x):
+            return (x + 1, value) if value is None else value
+
+    with pytest.raises(AssertionError, match="in return values, MUST use Tensor"):
+        tm.trace_module(Returns(), mge.Tensor([1.0]))

@@ -336,6 +336,19 @@ class _Frame:
         return found
 
 
+def _check_return_values(result):
+    """A traced forward returns Tensors in supported containers: anything else (a Python number, None, a NumPy
+    value) would be frozen into the traced module as a constant. MegEngine's assertion and text."""
+    from .pytree import SUPPORTED_TYPES
+
+    def is_leaf(x):
+        return type(x) not in SUPPORTED_TYPES and not (isinstance(x, tuple) and hasattr(x, "_fields"))
+    for leaf in tree_flatten(result, is_leaf=is_leaf)[0]:
+        assert isinstance(leaf, Tensor), (
+            f"doesn't support {type(leaf)} in return values, MUST use Tensor or use \"register_supported_type\" "
+            "method to register self-defined type")
+
+
 def _tensor_meta(t):
     q = getattr(t, "_qparams", None)
     return dict(shape=tuple(t._data.shape), dtype=t.dtype, qparams=q, device=t.device)
@@ -651,6 +664,7 @@ class _Tracer:
         finally:
             self.frames.pop()
             mod.__dict__.update(swapped)
+        _check_return_values(result)
         out_leaves, outdef = tree_flatten(result)
         g._outputs = [self.node_for_tensor(frame, t) for t in out_leaves]
         self._apply_tensor_names(frame)
