@@ -134,3 +134,16 @@ def test_a_forward_returning_a_non_tensor_is_refused_as_megengine_does(value):
 
     with pytest.raises(AssertionError, match="in return values, MUST use Tensor"):
         tm.trace_module(Returns(), mge.Tensor([1.0]))
+
+
+def test_a_module_called_twice_names_its_outputs_as_megengine():
+    class Net(M.Module):
+        def __init__(self):
+            super().__init__()
+            self.l = M.Linear(1, 1)
+
+        def forward(self, x):
+            return self.l(x) + self.l(x * 2)
+
+    g = tm.trace_module(Net(), mge.Tensor([[1.0]])).graph
+    assert [n.name for n in g.nodes(False)] == ["self", "x", "l", "l_out", "mul_out", "l_1_out", "add_out"]

@@ -448,7 +448,9 @@ class _Tracer:
             if isinstance(value, Module):
                 found = frame.module_paths().get(id(value))
                 if found is not None and found[0] is value:
-                    self.node_for_module(frame, value, name if name in found[2] else None)
+                    # each read its own GetAttr, as MegEngine's (compile() merges them later): a module called
+                    # twice gives ``l_out`` and ``l_1_out``
+                    self.node_for_module(frame, value, name if name in found[2] else None, fresh=True)
             else:
                 found = frame.tensor_paths().get(id(value))
                 if found is not None and found[0] is value:
@@ -456,11 +458,11 @@ class _Tracer:
         finally:
             self.suppress -= 1
 
-    def node_for_module(self, frame, m, path=None):
+    def node_for_module(self, frame, m, path=None, fresh=False):
         if m is frame.module:
             return frame.self_node
         hit = frame.mnodes.get(id(m))
-        if hit is not None and hit[0] is m:
+        if hit is not None and hit[0] is m and not (fresh and isinstance(hit[1].expr, GetAttr)):
             return hit[1]
         g = frame.graph
         found = frame.module_paths().get(id(m))
