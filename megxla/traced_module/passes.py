@@ -2,8 +2,9 @@
 
 * ``FuseConvBn``: a Conv2d module call whose only user is an eval-mode BatchNorm2d module call becomes one
   Conv2d call with the normalization folded into its weight and bias.
-* ``FuseAddMul``: ``(x + a) + b`` -> ``x + (a + b)`` and ``(x * a) * b`` -> ``x * (a * b)`` for Python-number
-  constants (Tensor methods and ``F.add`` / ``F.mul``).
+* ``FuseAddMul``: sub / div normalized to add / mul (``x - 1`` -> ``x + (-1)``, ``3 - x`` -> ``F.neg(x) + 3``),
+  then ``(x + a) + b`` -> ``x + (a + b)``, ``(x * a) * b`` -> ``x * (a * b)`` for scalar constants.
+* ``BackwardFoldScale`` (fold_scale.py): constant scalings moved back into conv weights.
 """
 from __future__ import annotations
 
@@ -15,15 +16,18 @@ from typing import List
 import numpy as np
 
 from .. import functional as F
-from ..core._tensor import Parameter
+from .. import logger as _logger_mod
+from ..core._tensor import Parameter, Tensor
 from ..module.batchnorm import BatchNorm2d
 from ..module.conv import Conv2d
-from .expr import CallFunction, CallMethod, GetAttr, get_subattr
+from .expr import Apply, CallFunction, CallMethod, Constant, GetAttr, get_subattr
 from .node import ModuleNode, Node, TensorNode
 from .pytree import tree_flatten
 from .traced_module import TracedModule
 
 __all__ = ["optimize"]
+
+logger = _logger_mod.get_logger(__name__)
 
 
 def _module_call_target(expr, cls):
@@ -175,10 +179,13 @@ def fuse_conv_bn(module: TracedModule) -> TracedModule:
             if conv is None and not is_fconv:
                 continue
             user = e.outputs[0].users[0]
-            if not user.inputs or user.inputs[1 if isinstance(user, CallMethod) else 0] is not e.outputs[0]:
-                continue
+            # MegEngine's patterns: ``BatchNorm2d(conv)`` / ``F.batch_norm(conv, ...)``; any other user (a Tensor
+            # method such as ``conv(x).flatten()``, a non-BN call) leaves the conv alone
             params = _bn_params(user)
             if params is None or len(user.outputs) != 1:
+                continue
+            data = user.inputs[1] if isinstance(user.inputs[0], ModuleNode) else user.inputs[0]
+            if data is not e.outputs[0]:
                 continue
             if conv is not None:
                 conv_node = e.inputs[0]
@@ -204,52 +211,184 @@ def _fold_module_with(conv, params):
     return fused
 
 
-_FOLD = {"__add__": ("__add__", lambda a, b: a + b), "__radd__": ("__add__", lambda a, b: a + b),
-         "__mul__": ("__mul__", lambda a, b: a * b), "__rmul__": ("__mul__", lambda a, b: a * b)}
+_ADD_OPS = ("__add__", "__iadd__", "__radd__")
+_SUB_OPS = ("__sub__", "__isub__", "__rsub__")
+_MUL_OPS = ("__mul__", "__imul__", "__rmul__")
+_DIV_OPS = ("__truediv__", "__itruediv__", "__rtruediv__")
+_NOT_FOUND = object()
 
 
-def _const_operand(e):
-    """(op kind, tensor input node, Python constant) of ``x + c`` / ``x * c`` exprs, else None."""
-    if isinstance(e, CallMethod) and e.method in _FOLD and len(e.inputs) == 1:
-        args = e.args[1:]
-        if len(args) == 1 and isinstance(args[0], numbers.Number) and not e.kwargs:
-            return _FOLD[e.method][0], e.inputs[0], args[0]
-    if isinstance(e, CallFunction) and e.func in (F.add, F.mul) and len(e.inputs) == 1:
-        args = list(e.args) + list(e.kwargs.values())
-        consts = [a for a in args if isinstance(a, numbers.Number)]
-        if len(args) == 2 and len(consts) == 1:
-            return ("__add__" if e.func is F.add else "__mul__"), e.inputs[0], consts[0]
+def _is_const_node(node):
+    """Whether ``node`` holds a value fixed at inference time: a Constant, a tensor attribute read from self, or
+    a result computed from those alone (``self.k[1]``): MegEngine's passes first make all of them Constants (its
+    ``AttrToConstant`` and ``FlodConstant``)."""
+    if not isinstance(node, TensorNode):
+        return False
+    e = node.expr
+    if isinstance(e, Constant) or _attr_value(node) is not None:
+        return True
+    return isinstance(e, (CallMethod, CallFunction, Apply)) and len(e.outputs) == 1 and bool(e.inputs) and \
+        not isinstance(e.inputs[0], ModuleNode) and all(_is_const_node(n) for n in e.inputs)
+
+
+def _const_node_value(node):
+    """The value of a node ``_is_const_node`` accepts."""
+    e = node.expr
+    if isinstance(e, Constant):
+        return e.value
+    got = _attr_value(node)
+    if got is not None:
+        return got[1]
+    return e.interpret(*[_const_node_value(n) for n in e.inputs])[0]
+
+
+def _first_const_arg(e):
+    """The first argument of ``e`` that is not a node (MegEngine's ``expr.const_val[0][-1]``)."""
+    try:
+        values = e.named_args.values()
+    except (TypeError, ValueError):
+        return _NOT_FOUND
+    return next((v for v in values if not isinstance(v, Node)), _NOT_FOUND)
+
+
+def _is_tensor_method(e, methods):
+    return isinstance(e, CallMethod) and not isinstance(e.inputs[0], ModuleNode) and e.method in methods
+
+
+def _elemwise_target(e):
+    """The method name or function of an add / sub / mul / div expr (those NormElemWise rewrites), else None."""
+    if _is_tensor_method(e, _ADD_OPS + _SUB_OPS + _MUL_OPS + _DIV_OPS):
+        return e.method
+    if isinstance(e, CallFunction) and e.func in (F.add, F.sub, F.mul, F.div):
+        return e.func
     return None
 
 
+def _norm_elemwise_expr(g, e) -> bool:
+    """MegEngine's ``NormElemWise`` on one expr: sub / div / reflected and in-place forms / ``F.add`` & co become
+    ``__add__`` / ``__mul__`` with the constant (if any) on the right: ``x - c`` -> ``x + (-c)``, ``x / c`` ->
+    ``x * (1 / c)``, ``c - x`` -> ``F.neg(x) + c``, ``c / x`` -> ``F.pow(x, -1) * c``, ``x - y`` -> ``x + F.neg(y)``,
+    ``x / y`` -> ``x * F.pow(y, -1)``. True when ``e`` was replaced."""
+    target = _elemwise_target(e)
+    if target is None or len(e.outputs) != 1:
+        return False
+    sign, left, right = 1, None, None
+    if len(e.inputs) == 1 and target not in ("__add__", "__mul__"):
+        left, right = e.inputs[0], _first_const_arg(e)
+        if target in ("__rsub__", "__rtruediv__") or (target in (F.sub, F.div) and left is not e.named_args["x"]):
+            sign = -1
+    elif len(e.inputs) == 2 and (target not in ("__add__", "__mul__") or _is_const_node(e.inputs[0])):
+        if all(_is_const_node(n) for n in e.inputs):
+            return False  # (MegEngine's FlodConstant computes these beforehand; nothing to normalize)
+        left, right = e.inputs
+        if target in ("__rsub__", "__rtruediv__") or (target in (F.sub, F.div) and left is not e.named_args["x"]):
+            left, right = right, left
+        if _is_const_node(left):
+            left, right, sign = right, left, -1
+    if left is None or not isinstance(right, (numbers.Number, TensorNode)) or isinstance(right, bool):
+        return False  # (a non-numeric operand, e.g. a list: left as it is)
+    if isinstance(right, TensorNode) and _is_const_node(right):
+        right = _const_node_value(right)
+    is_node = isinstance(right, TensorNode)
+    if target in _SUB_OPS + (F.sub,) and sign == 1 and not is_node:
+        right = -1 * right
+    if target in _DIV_OPS + (F.div,) and sign == 1 and not is_node:
+        if isinstance(right, numbers.Number) and right == 0:
+            return False  # (``1 / 0`` raises in MegEngine's pass; the division stays)
+        right = 1 / right
+    with g.insert_exprs():
+        if target in _MUL_OPS + (F.mul,):
+            out = left * right
+        elif target in _ADD_OPS + (F.add,):
+            out = left + right
+        elif target in _SUB_OPS + (F.sub,):
+            out = F.neg(left) + right if sign == -1 else left + (F.neg(right) if is_node else right)
+        else:
+            out = F.pow(left, -1) * right if sign == -1 else left * (F.pow(right, -1) if is_node else right)
+    g.replace_node({e.outputs[0]: out})
+    g.compile()
+    return True
+
+
+def _norm_elemwise(g) -> bool:
+    """Normalize every add / sub / mul / div expr of ``g`` (see ``_norm_elemwise_expr``); True when one changed."""
+    changed = False
+    for e in reversed(list(g._exprs)):  # (from the outputs back, as MegEngine's backward pass)
+        if e in g._exprs and _norm_elemwise_expr(g, e):
+            changed = True
+    return changed
+
+
+def _fold_operand(e, kind):
+    """``(input node, constant)`` of ``e`` when it is a FuseAddMul operand of ``kind``: ``x + c`` ("add"),
+    ``x * c`` or ``F.neg(x)`` ("mul"), ``F.pow(x, c)`` ("pow"), with ``c`` a number or a constant tensor node
+    holding one value and ``x`` not constant; else None."""
+    if kind == "mul" and isinstance(e, CallFunction) and e.func is F.neg:
+        return (e.inputs[0], -1) if len(e.inputs) == 1 and not _is_const_node(e.inputs[0]) else None
+    if kind == "pow":
+        if not (isinstance(e, CallFunction) and e.func is F.pow):
+            return None
+    elif not _is_tensor_method(e, ("__add__",) if kind == "add" else ("__mul__",)):
+        return None
+    if len(e.outputs) != 1 or not e.inputs or _is_const_node(e.inputs[0]):
+        return None
+    if len(e.inputs) == 1:
+        c = _first_const_arg(e)
+    elif len(e.inputs) == 2 and _is_const_node(e.inputs[1]):
+        c = _const_node_value(e.inputs[1])
+    else:
+        return None
+    if isinstance(c, Tensor):
+        return (e.inputs[0], c) if tuple(c.shape) in ((1,), ()) else None  # (MegEngine: scalars only)
+    return (e.inputs[0], c) if isinstance(c, numbers.Number) and not isinstance(c, bool) else None
+
+
+def _const_equals(c, v):
+    return bool(np.all(np.asarray(c.numpy() if isinstance(c, Tensor) else c) == v))
+
+
+def _is_integral(c):
+    return _const_equals(np.round(c.numpy() if isinstance(c, Tensor) else c), c.numpy() if isinstance(
+        c, Tensor) else c)
+
+
+def _fuse_add_mul_once(g) -> bool:
+    """Merge one pair of adjacent constant ops; True when one was merged."""
+    for e in reversed(list(g._exprs)):
+        for kind in ("add", "pow", "mul"):
+            outer = _fold_operand(e, kind)
+            if outer is None:
+                continue
+            src = outer[0].expr
+            inner = _fold_operand(src, kind) if src in g._exprs else None
+            if inner is None or len(outer[0].users) != 1:
+                break  # (the first op's result is needed elsewhere too: both stay, as in MegEngine)
+            if kind == "pow" and not (_is_integral(inner[1]) and _is_integral(outer[1])):
+                break  # (x ** a) ** b is x ** (a * b) for integer exponents only (x < 0): not merged, unlike MegEngine
+            x = inner[0]
+            const = outer[1] + inner[1] if kind == "add" else outer[1] * inner[1]
+            if _const_equals(const, 0 if kind == "add" else 1):
+                g.replace_node({e.outputs[0]: x})
+            else:
+                with g.insert_exprs():
+                    out = x + const if kind == "add" else x * const if kind == "mul" else F.pow(x, const)
+                g.replace_node({e.outputs[0]: out})
+            g.compile()
+            return True
+    return False
+
+
 def fuse_add_mul(module: TracedModule) -> TracedModule:
-    """Merge chains of constant additions / multiplications into one op (in place)."""
+    """MegEngine's ``FuseAddMul`` (in place): normalize add / sub / mul / div (``x - 1`` -> ``x + (-1)``, ...,
+    its ``NormElemWise``), then merge adjacent constant ops: ``(x + a) + b`` -> ``x + (a + b)``, ``(x * a) * b``
+    and ``F.neg`` chains -> ``x * (a * b)``, ``F.pow(F.pow(x, a), b)`` -> ``F.pow(x, a * b)``; a product 1 or a
+    sum 0 removes the op. The first op of a pair must have no other user."""
     for g in _graphs(module):
-        changed = True
-        while changed:
-            changed = False
-            for e2 in list(g._exprs):
-                second = _const_operand(e2)
-                if second is None:
-                    continue
-                src = second[1].expr
-                first = _const_operand(src) if src in g._exprs else None
-                if first is None or first[0] != second[0] or len(src.outputs[0].users) != 1:
-                    continue
-                combined = _FOLD[second[0]][1](first[2], second[2])
-                x = first[1]
-                # e2 becomes ``x <op> combined``: a Tensor method on x with one constant argument
-                old = e2.inputs[0]
-                old.users.remove(e2)
-                new = CallMethod(x, second[0])
-                new.arg_def = tree_flatten(((combined,), {}))[1]
-                new.out_def = e2.out_def
-                new.outputs = e2.outputs
-                for n in new.outputs:
-                    n.expr = new
-                new.top_graph = g
-                g._exprs[g._exprs.index(e2)] = new
-                changed = True
+        for _ in range(100):
+            if not _norm_elemwise(g):
+                break
+        for _ in range(100):
+            if not _fuse_add_mul_once(g):
                 break
         g.compile()
     return module
@@ -292,6 +431,7 @@ def optimize(module: TracedModule, enabled_pass: List[str] = ["FuseConvBn"]) -> 
         enabled_pass = [enabled_pass]
     enabled_pass = list(enabled_pass)
     if "BackwardFoldScale" in enabled_pass and "FuseConvBn" not in enabled_pass:
+        logger.warning("Since BackwardFoldScale requires FuseConvBn, FuseConvBn will be enabled.")
         enabled_pass.append("FuseConvBn")  # (MegEngine too: the scale must reach the conv, not a BN)
     unknown = [p for p in enabled_pass if p not in _PASSES and p != "BackwardFoldScale"]
     if unknown:
