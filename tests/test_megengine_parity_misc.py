@@ -191,3 +191,15 @@ def test_cpu_device_count_is_the_core_count():
     cores = os.cpu_count()
     assert D.get_device_count("cpu") == cores
     assert D.get_device_count("xpu") == (D.get_device_count("gpu") or cores)
+
+
+def test_signatures_users_call_by_keyword_as_megengines():
+    # F.prelu(x, y) and megengine.random's functions as MegEngine 1.13 spells them (a signature probe of both)
+    import inspect
+
+    import megxla.functional as F
+    import megxla.random as R
+    np.testing.assert_allclose(F.prelu(x=mge.Tensor([-1.0, 1.0]), y=mge.Tensor([0.5])).numpy(), [-0.5, 1.0])
+    assert list(inspect.signature(R.normal).parameters) == ["mean", "std", "size"]
+    assert list(inspect.signature(R.uniform).parameters) == ["low", "high", "size"]
+    assert list(inspect.signature(R.permutation).parameters) == ["n", "dtype"]

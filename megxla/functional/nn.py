@@ -741,23 +741,24 @@ def leaky_relu(inp, negative_slope=0.01):
     return _apply(_E.leaky_relu.bind(), inp, _scalar(slope, inp.dtype if is_float(inp.dtype) else _F32))
 
 
-def prelu(inp, weight):
-    """Applies ``max(x, 0) + weight * min(x, 0)`` elementwise (``weight`` broadcasts as in any elementwise op).
+def prelu(x, y):
+    """Applies ``max(x, 0) + y * min(x, 0)`` elementwise (``y`` broadcasts as in any elementwise op). The
+    parameters are named ``x`` and ``y``, as MegEngine's (``F.prelu(x=..., y=...)``).
 
     Args:
-        inp: input tensor.
-        weight: slopes broadcastable to ``inp`` (``M.PReLU`` passes ``(1, C, 1, 1)``), or a scalar; a 1-D weight
-            with one slope per channel that does not broadcast is applied along axis 1.
+        x: input tensor.
+        y: slopes broadcastable to ``x`` (``M.PReLU`` passes ``(1, C, 1, 1)``), or a scalar; a 1-D weight with one
+            slope per channel that does not broadcast is applied along axis 1.
 
     Returns:
-        a tensor like ``inp``.
+        a tensor like ``x``.
 
     Example:
         >>> F.prelu(Tensor([-1., 1.]), Tensor([0.25])).numpy()
         array([-0.25,  1.  ], dtype=float32)
     """
-    inp = _t(inp)
-    weight = _t(weight, inp)  # a Python slope takes the input's dtype (float16 stays float16), as MegEngine's
+    inp = _t(x)
+    weight = _t(y, inp)  # a Python slope takes the input's dtype (float16 stays float16), as MegEngine's
     try:
         np.broadcast_shapes(inp.shape, weight.shape)
         broadcasts = True

@@ -8,6 +8,8 @@ that is empty, as MegEngine's kernels).
 """
 from __future__ import annotations
 
+import inspect
+
 import time
 
 import contextlib
@@ -417,6 +419,9 @@ def _delegate(name):
 
     fn.__name__ = fn.__qualname__ = name
     fn.__doc__ = method.__doc__.replace("RNG(0).", "megxla.random.")  # draws from the global generator
+    # help() and IDEs show MegEngine's parameters: ``normal(mean=0, std=1, size=None)``
+    sig = inspect.signature(method)
+    fn.__signature__ = sig.replace(parameters=list(sig.parameters.values())[1:])
     return fn
 
 
