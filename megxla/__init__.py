@@ -68,4 +68,12 @@ __version__ = "1.13.0+megxla.0.1.0"  # MegEngine API version implemented + megxl
 __all__ = ["Tensor", "tensor", "Parameter", "config", "functional", "random", "autodiff", "jit", "module",
            "optimizer", "data", "save", "load",
            "is_cuda_available", "get_device_count", "get_default_device", "set_default_device", "get_logger",
-           "set_log_level", "set_log_file", "enable_debug_log"]
+           "set_log_level", "set_log_file", "enable_debug_log",
+           # the rest of what ``from megengine import *`` gives (MegEngine has no __all__): its sub-packages and
+           # device / memory functions
+           "amp", "core", "device", "distributed", "dtr", "hub", "logger", "quantization", "serialization",
+           "traced_module", "utils", "version", "check_misc", "coalesce_free_memory", "get_allocated_memory",
+           "get_cuda_compute_capability", "get_cuda_device_property", "get_cuda_driver_version", "get_cuda_version",
+           "get_cudnn_version", "get_max_allocated_memory", "get_max_reserved_memory", "get_mem_status_bytes",
+           "get_reserved_memory", "get_tensorrt_version", "is_atlas_available", "is_cambricon_available",
+           "is_rocm_available", "reset_max_memory_stats", "set_prealloc_config"]

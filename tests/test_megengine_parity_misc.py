@@ -203,3 +203,12 @@ def test_signatures_users_call_by_keyword_as_megengines():
     assert list(inspect.signature(R.normal).parameters) == ["mean", "std", "size"]
     assert list(inspect.signature(R.uniform).parameters) == ["low", "high", "size"]
     assert list(inspect.signature(R.permutation).parameters) == ["n", "dtype"]
+
+
+def test_star_import_gives_megengines_public_names():
+    # MegEngine's __init__ has no __all__: ``from megengine import *`` brings its sub-packages and device functions
+    ns = {}
+    exec("from megxla import *", ns)
+    for name in ("amp", "quantization", "traced_module", "hub", "get_allocated_memory", "set_prealloc_config",
+                 "is_rocm_available", "functional", "Tensor"):
+        assert name in ns, name
