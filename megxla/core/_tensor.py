@@ -211,6 +211,20 @@ class Tensor:
         if (args or kwargs) and cls.__new__ is not Tensor.__new__:
             Tensor.__init__(self, *args, **kwargs)
             _MADE_BY_NEW[0] = _weakref.ref(self)
+        elif len(args) in (3, 7) and not kwargs and type(args[0]) is np.ndarray:
+            # a MegEngine pickle read by pickle.load: NEWOBJ ``cls.__new__(cls, value, dtype, device[, is_const,
+            # no_cache, name, format])`` (its __getnewargs__), then __setstate__, and no __init__. The file's device
+            # (gpu0:0) may not exist here: the default one then. (A plain ``Tensor(array, dtype, device)`` comes
+            # here too; its __init__ then only names it.)
+            device = args[2] if isinstance(args[2], str) else None
+            try:
+                _dt.to_device(device)
+            except ValueError:
+                device = None
+            Tensor.__init__(self, args[0], dtype=args[1], device=device)
+            _MADE_BY_NEW[0] = _weakref.ref(self)
+            if len(args) == 7 and args[5] is not None:
+                self._name = args[5]
         return self
 
     def __init__(self, data, dtype=None, device=None, is_const=False, no_cache=False, name=None,
