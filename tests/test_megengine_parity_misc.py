@@ -231,3 +231,10 @@ def test_pickle_load_of_megengines_tensor_layout():
         np.testing.assert_array_equal(t.numpy(), value)
         assert (t + 1).numpy().tolist() == [2.0, 3.0]
     assert t.name == "w"
+
+
+def test_state_dict_keep_var_flattens_normalisation_layers_as_megengine():
+    import megxla.module as M
+    sd = M.Sequential(M.Conv2d(1, 3, 1), M.BatchNorm2d(3)).state_dict(keep_var=True)
+    assert isinstance(sd["1.weight"], mge.Tensor) and sd["1.weight"].shape == (3,)
+    assert sd["1.running_var"].shape == (3,) and sd["0.weight"].shape == (3, 1, 1, 1)

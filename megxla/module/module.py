@@ -589,7 +589,9 @@ class Module(metaclass=ABCMeta):
         destination is read-only`` instead of silently diverging from the module). As in MegEngine, the
         affine parameters and running statistics of normalisation layers are returned flattened to 1-D
         (they are stored 4-D for speed); ``load_state_dict`` accepts both forms. With ``keep_var=True`` the
-        values are the module's Tensors themselves, unreshaped, so that callers can rebind them in place.
+        values are the module's Tensors themselves, but for those of normalisation layers, which are 1-D Tensors
+        of their values, as MegEngine's (so both dicts of an EMA ``ema.state_dict(keep_var=True)`` and
+        ``model.state_dict()`` have the same shapes).
 
         Args:
             rst: an existing dict to fill (MegEngine compatibility).
@@ -607,7 +609,7 @@ class Module(metaclass=ABCMeta):
         xnorm = _xnorm_types()
         out = OrderedDict() if rst is None else rst
         for (module_type, k), v in typed.items():
-            if not keep_var and issubclass(module_type, xnorm):
+            if issubclass(module_type, xnorm):
                 v = v.reshape(-1)
             out[k] = v
         return out
