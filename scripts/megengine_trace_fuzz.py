@@ -607,6 +607,12 @@ def compare(a, b, what, loose=False, log=True):
         if loose and x[0] == y[0] == "tensor" and x[1].shape == y[1].shape and x[1].dtype == y[1].dtype \
                 and x[1].dtype.kind == "f" and np.allclose(x[1], y[1], rtol=1e-4, atol=1e-5, equal_nan=True):
             continue
+        if loose and x[0] == y[0] == "tensor" and x[1].dtype.kind == y[1].dtype.kind == "f" \
+                and not np.isfinite(x[1]).all() and not np.isfinite(y[1]).all():
+            # (training diverged in both -- lr 0.1 on a conv net, losses 4e27 then inf: where the NaNs land after
+            # the overflow is rounding; seed 4 case 67)
+            lines.append(("DIVERGED", f"{what} {key}: not finite in both"))
+            continue
         lines += [(kind, f"{what} {text}") for kind, text in _diff(x, y, key)]
     return lines
 
@@ -614,6 +620,8 @@ def compare(a, b, what, loose=False, log=True):
 # Documented differences (docs/differences.md), told apart from a disagreement's case and text: (reason, test of the
 # case's code, its meta and a disagreement's kind and text). The first side of a text is MegEngine's.
 _KNOWN = [
+    ("training diverged in both frameworks (values past float32's range)", lambda code, meta, kind, text:
+     kind.startswith("DIVERGED")),
     # (seed 0 case 10: ``float(v.mean())`` of a traced value inside exclude_from_trace under symbolic=True --
     # MegEngine's symbolic var has no value there and its process dies; megxla records that call eagerly)
     # (seeds 0 cases 15, 32, 53, 56: ``v * float(a.mean())`` in the traced body -- the same)
