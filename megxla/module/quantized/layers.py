@@ -2,6 +2,8 @@
 accumulation, exact); the other layers dequantize, compute in float32 and quantize their output."""
 from __future__ import annotations
 
+import pickle
+
 import numpy as np
 
 from ... import functional as F
@@ -80,6 +82,29 @@ class _WeightLayer(QuantizedModule, _OutputQuant):
 
     _conv_info = ""  # (a convolution's repr: MegEngine's quantized convolutions show the float layer's settings)
 
+    @classmethod
+    def _float_layer_class(cls):
+        """The float layer whose settings this layer's repr shows (MegEngine's quantized convolutions are
+        subclasses of the float ones); None: none."""
+        return None
+
+    def _restore_derived(self):
+        super()._restore_derived()
+        d = self.__dict__
+        w = d.get("weight")
+        qp = getattr(w, "qparams", None) if isinstance(w, Tensor) else None
+        if "weight_scale" not in d and qp is not None and qp.scale is not None and w._data.dtype.kind in "iu":
+            # MegEngine keeps the weight's scale in its quantized dtype only (megxla.load gives the weight qparams
+            # from it); megxla's layers built by quantize() hold it also as weight_scale
+            scale = np.asarray(qp.scale.numpy() if isinstance(qp.scale, Tensor) else qp.scale, np.float32)
+            self.weight_scale = Tensor(scale.reshape(()) if scale.size == 1 else scale)
+        float_cls = self._float_layer_class()
+        if float_cls is not None and "_conv_info" not in d:
+            try:  # MegEngine's repr: the float layer's settings, read from the same attributes
+                self._conv_info = float_cls._module_info_string(self)
+            except (AttributeError, TypeError):  # (only the repr reads it: a state lacking a setting still loads)
+                pass
+
     def _module_info_string(self):
         return self._conv_info if self._conv_info else super()._module_info_string()
 
@@ -115,6 +140,11 @@ class Conv2d(_WeightLayer):
     """
 
     _bias_shape = (1, -1, 1, 1)
+
+    @classmethod
+    def _float_layer_class(cls):
+        from ..conv import Conv2d as FloatConv2d
+        return FloatConv2d
 
     def __init__(self, in_channels: int, out_channels: int, kernel_size, stride=1, padding=0, dilation=1,
                  groups: int = 1, conv_mode: str = "cross_correlation", compute_mode: str = "default", dtype=None,
@@ -351,6 +381,23 @@ class _FloatCompute(QuantizedModule, _OutputQuant):
     def _info_of(cls, qat):
         return ""
 
+    def __getstate__(self):
+        # the float function follows from the module (Elemwise's method, Concat's concat): left out of pickles --
+        # some are lambdas (Concat's, Elemwise's fused modes), which pickle cannot write, and MegEngine's quantized
+        # modules hold none -- and derived again when loading
+        state = dict(self.__dict__)
+        state.pop("_float_forward", None)
+        return state
+
+    def _restore_derived(self):
+        super()._restore_derived()
+        if "_float_forward" not in self.__dict__:
+            self._float_forward = self._derived_float_forward()
+
+    def _derived_float_forward(self):
+        """The float function this module computes, derived from its other attributes (when unpickling)."""
+        raise pickle.UnpicklingError(f"load: the quantized {type(self).__name__} has no float function")
+
     def forward(self, *inps, **kwargs):
         # (non-tensor arguments, such as Concat's axis given positionally, pass through)
         args = [dequantize_tensor(x) if isinstance(x, Tensor) else
@@ -384,6 +431,11 @@ class ConvTranspose2d(_WeightLayer):
 
     _bias_shape = (1, -1, 1, 1)
     _relu = False
+
+    @classmethod
+    def _float_layer_class(cls):
+        from ..conv import ConvTranspose2d as FloatConvTranspose2d
+        return FloatConvTranspose2d
 
     def __init__(self, in_channels: int, out_channels: int, kernel_size, stride=1, padding=0, output_padding=0,
                  dilation=1, groups: int = 1, bias: bool = True, conv_mode: str = "cross_correlation",
@@ -592,12 +644,27 @@ class Elemwise(_FloatCompute):
         super().__init__(_MODES[mode], dtype, **kwargs)
         self.method = "q" + str(method)  # (MegEngine's attribute: the quantized mode's name)
 
+    def _derived_float_forward(self):
+        from ..elemwise import _MODES
+        # ("qadd": MegEngine's and megxla's quantized modules name their mode "q" + the float mode)
+        mode = str(self.__dict__.get("method")).upper()
+        if mode.startswith("Q") and mode[1:] in _MODES:
+            mode = mode[1:]
+        if mode not in _MODES:
+            raise pickle.UnpicklingError(f"load: quantized Elemwise {self._short_name or ''}: unknown method "
+                                         f"{self.__dict__.get('method')!r}; known modes: {sorted(_MODES)}")
+        return _MODES[mode]
+
     @classmethod
     def from_qat_module(cls, qat):
         q = cls(qat.method, name=qat.name)
         q._info = cls._info_of(qat)
         q._set_output(qat)
         return q
+
+
+def _concat(inps, axis=0):
+    return F.concat(inps, axis)
 
 
 class Concat(_FloatCompute):
@@ -619,7 +686,10 @@ class Concat(_FloatCompute):
     """
 
     def __init__(self, dtype=None, **kwargs):
-        super().__init__(lambda inps, axis=0: F.concat(inps, axis), dtype, **kwargs)
+        super().__init__(_concat, dtype, **kwargs)
+
+    def _derived_float_forward(self):
+        return _concat
 
     @classmethod
     def from_qat_module(cls, qat):

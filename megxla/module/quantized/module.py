@@ -4,6 +4,7 @@ A quantized tensor is a Tensor of the dtype's integer storage (int8, uint8, int3
 the quantized dtype, scale and zero point; :func:`quantize_tensor` / :func:`dequantize_tensor` convert."""
 from __future__ import annotations
 
+import pickle
 from collections import OrderedDict
 
 import numpy as np
@@ -108,6 +109,22 @@ class QuantizedModule(Module):
 
     def __repr__(self):
         return "Quantized." + super().__repr__()
+
+    def __setstate__(self, state):
+        # A whole quantized model pickled by MegEngine holds each module's __dict__: its output dtype, its weight and
+        # bias (Parameters of quantized dtypes), its method or its float layer's settings -- none of megxla's
+        # derived fields (output scale Tensors, the float function of an Elemwise...): derive what is missing.
+        # megxla's own pickles hold those fields already: kept as they are.
+        super().__setstate__(state)
+        self._restore_derived()
+
+    def _restore_derived(self):
+        """Rebuild the fields megxla derives from MegEngine's attributes, where the unpickled state lacks them."""
+        if isinstance(self, _OutputQuant) and "output_meta" not in self.__dict__:
+            try:
+                self._set_output_dtype(self.__dict__.get("output_dtype"))
+            except TypeError as exc:
+                raise pickle.UnpicklingError(f"load: quantized {exc}") from None
 
     def __call__(self, *args, **kwargs):
         if self.training:
