@@ -40,7 +40,7 @@ MegEngine 1.13's names, mapped onto JAX/XLA's own engines:
   JAX's eviction lists the whole directory on every write (eager first calls write many small entries) and
   needs the access-time files it keeps only while a limit is set: give a limited cache its own directory.
 - ``async_level`` (2), ``benchmark_kernel`` (False), ``benchmark_with_subprocess`` (False),
-  ``disable_memory_forwarding`` (False), ``_conv_format`` ("default"), ``_auto_format_convert`` (False): accepted
+  ``disable_memory_forwarding`` (False), ``_conv_format`` ("default"), ``_auto_format_convert`` (True): accepted
   and validated for MegEngine code. JAX dispatch is always asynchronous (``async_level`` 2), XLA autotunes GPU
   kernels itself when compiling (its choice is part of the cached executable), buffers are never aliased behind
   the user's back, and XLA chooses layouts — so they change nothing.
@@ -367,7 +367,7 @@ benchmark_with_subprocess = False
 disable_memory_forwarding = False
 _compute_mode = "default"
 _conv_format = "default"
-_auto_format_convert = False
+_auto_format_convert = True  # (MegEngine 1.13 reads True on import)
 
 sys.modules[__name__].__class__ = _Config
 _mod = sys.modules[__name__]

@@ -238,3 +238,14 @@ def test_state_dict_keep_var_flattens_normalisation_layers_as_megengine():
     sd = M.Sequential(M.Conv2d(1, 3, 1), M.BatchNorm2d(3)).state_dict(keep_var=True)
     assert isinstance(sd["1.weight"], mge.Tensor) and sd["1.weight"].shape == (3,)
     assert sd["1.running_var"].shape == (3,) and sd["0.weight"].shape == (3, 1, 1, 1)
+
+
+def test_no_process_group_is_an_assertion_as_megengines():
+    # MegEngine asserts "please call init_process_group first" (dist.backend = ..., get_client()); megxla's error
+    # is that AssertionError and the RuntimeError it raised before
+    import megxla.distributed as dist
+    for call in (dist.get_client, lambda: setattr(dist, "backend", "nccl")):
+        with pytest.raises(AssertionError, match="init_process_group"):
+            call()
+        with pytest.raises(RuntimeError):
+            call()

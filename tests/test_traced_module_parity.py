@@ -147,3 +147,14 @@ def test_a_module_called_twice_names_its_outputs_as_megengine():
 
     g = tm.trace_module(Net(), mge.Tensor([[1.0]])).graph
     assert [n.name for n in g.nodes(False)] == ["self", "x", "l", "l_out", "mul_out", "l_1_out", "add_out"]
+
+
+def test_graph_format_p_prints_the_graph_with_prefixed_names():
+    # InternalGraph.get_node_by_name's docstring: "{:p}".format(graph) is the whole graph, names prefixed
+    class Mod(M.Module):
+        def forward(self, x):
+            return F.relu(x + 1)
+
+    g = tm.trace_module(Mod(), mge.Tensor([1.0, -2.0])).graph
+    assert "{:p}".format(g) == ("Mod.Graph (Mod_self, Mod_x) {\n\t%2:\tMod_add_out = Mod_x.__add__(1, )\n"
+                                "\t%3:\tMod_relu_out = nn.relu(Mod_add_out, )\n\treturn Mod_relu_out\n}")

@@ -292,13 +292,13 @@ def test_bfloat16_numpy_type():
 def test_auto_format_convert_switch_at_megengine_path():
     # amp/test_convert_format.py imports it from core._config (MegEngine's optimizer and GradManager call it)
     from megxla.core._config import get_auto_format_convert, set_auto_format_convert
-    assert get_auto_format_convert() is False
-    set_auto_format_convert(True)
+    assert get_auto_format_convert() is True  # MegEngine 1.13's default
+    set_auto_format_convert(False)
     try:
-        assert mge.config._auto_format_convert is True and get_auto_format_convert() is True
+        assert mge.config._auto_format_convert is False and get_auto_format_convert() is False
     finally:
-        set_auto_format_convert(False)
-    assert mge.config._auto_format_convert is False
+        set_auto_format_convert(True)
+    assert mge.config._auto_format_convert is True
 
 
 # ---- utils/test_dump_naming.py: operator names of a dumped graph are MegEngine's AutoNaming ----------------------

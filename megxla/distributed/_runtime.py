@@ -149,6 +149,12 @@ _external_service = False  # set in the launcher's workers: the launcher's proce
 _lock = threading.Lock()
 
 
+class NotInitializedError(RuntimeError, AssertionError):
+    """No process group: ``init_process_group`` (or ``dist.launcher``) has not run in this process. MegEngine
+    asserts there ("please call init_process_group first"), so this is an AssertionError too, as well as the
+    RuntimeError megxla raised before."""
+
+
 def is_started():
     return _st.client is not None
 
@@ -156,7 +162,7 @@ def is_started():
 def client():
     """This process's ``DistributedRuntimeClient`` (key-value store, barriers)."""
     if _st.client is None:
-        raise RuntimeError("process group is not initialized: call init_process_group first")
+        raise NotInitializedError("process group is not initialized: call init_process_group first")
     return _st.client
 
 

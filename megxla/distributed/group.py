@@ -81,7 +81,7 @@ class Group:
             proc_ranks: list of global ranks.
         """
         if _sd is None:
-            raise RuntimeError("process group is not initialized: call init_process_group first")
+            raise _runtime.NotInitializedError("process group is not initialized: call init_process_group first")
         ranks = list(proc_ranks)
         for r in ranks:
             if isinstance(r, bool) or not isinstance(r, int) or not 0 <= r < _sd.world_size:
@@ -93,7 +93,8 @@ class Group:
 
     def _ranks(self):
         if not self.proc_ranks:
-            raise RuntimeError("invalid group: the process group is not initialized (call init_process_group)")
+            raise _runtime.NotInitializedError("invalid group: the process group is not initialized (call "
+                                              "init_process_group)")
         return self.proc_ranks
 
     @property
@@ -329,7 +330,7 @@ def get_backend() -> str:
 
 def _require():
     if _sd is None:
-        raise RuntimeError("process group is not initialized: call init_process_group first")
+        raise _runtime.NotInitializedError("process group is not initialized: call init_process_group first")
     return _sd
 
 

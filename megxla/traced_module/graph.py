@@ -593,9 +593,9 @@ class InternalGraph:
 
     # ---- printing -----------------------------------------------------------------------------------------
     def __format__(self, spec=""):
-        if spec == "p":
-            return self._name
-        saved, Node._format_spec = Node._format_spec, spec  # "{:i}": every node printed with its id
+        # MegEngine's: the whole graph, every node printed in the spec's node format ("{:i}" with its id, "{:p}"
+        # prefixed by its graph's name)
+        saved, Node._format_spec = Node._format_spec, spec
         try:
             args = ", ".join(str(n) for n in self._inputs)
             body = "".join(f"\t{e!r}\n" for e in self._exprs)

@@ -220,8 +220,8 @@ def get_auto_format_convert() -> bool:
     and kept; XLA picks memory layouts itself, so tensors carry no format).
 
     Example:
-        >>> get_auto_format_convert()
-        False
+        >>> get_auto_format_convert()  # (True on import, as MegEngine 1.13's)
+        True
     """
     from ... import config
     return bool(config._auto_format_convert)
@@ -231,9 +231,9 @@ def set_auto_format_convert(flag: bool) -> None:
     """Set :data:`megxla.config._auto_format_convert` (MegEngine's ``core2.set_auto_format_convert``).
 
     Example:
-        >>> set_auto_format_convert(True); get_auto_format_convert()
-        True
-        >>> set_auto_format_convert(False)
+        >>> set_auto_format_convert(False); get_auto_format_convert()
+        False
+        >>> set_auto_format_convert(True)
     """
     from ... import config
     config._auto_format_convert = flag
