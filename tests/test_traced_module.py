@@ -466,7 +466,7 @@ def test_loader_registry_rewrites_on_load():
     try:
         @S.register_tensor_method_loader("__mul__")
         def times_three(expr):
-            expr.set_arg("other", 3)  # (args by Tensor.__mul__'s signature: self, other)
+            expr.set_arg("value", 3)  # (args by Tensor.__mul__'s signature: self, value -- MegEngine's names)
 
         @S.register_opdef_loader(Elemwise)
         def add_to_mul(expr):

@@ -158,3 +158,16 @@ def test_graph_format_p_prints_the_graph_with_prefixed_names():
     g = tm.trace_module(Mod(), mge.Tensor([1.0, -2.0])).graph
     assert "{:p}".format(g) == ("Mod.Graph (Mod_self, Mod_x) {\n\t%2:\tMod_add_out = Mod_x.__add__(1, )\n"
                                 "\t%3:\tMod_relu_out = nn.relu(Mod_add_out, )\n\treturn Mod_relu_out\n}")
+
+
+def test_tensor_method_argument_names_are_megengines():
+    # a user pass reads / sets arguments by name: Tensor.__add__(self, value), reshape(self, *args)
+    class Net(M.Module):
+        def forward(self, x):
+            return (x + 1).reshape(-1)
+
+    g = tm.trace_module(Net(), mge.Tensor([[1.0, 2.0]])).graph
+    add = g.get_method_by_type("__add__").as_unique()
+    assert list(add.named_args) == ["self", "value"]
+    add.set_arg("value", 5)
+    assert list(g.get_method_by_type("reshape").as_unique().named_args) == ["self", "args"]

@@ -834,14 +834,15 @@ def _install_operators():
     def binary(name, rname=None):
         fn = E.BINARY[name]
 
-        def op(self, other):
-            return fn(self, other)
+        # (the operand is named ``value``, as MegEngine's: traced_module's named_args and signatures show it)
+        def op(self, value):
+            return fn(self, value)
 
-        def rop(self, other):
-            return fn(other, self)
+        def rop(self, value):
+            return fn(value, self)
 
-        def iop(self, other):
-            return self._reset(fn(self, other))
+        def iop(self, value):
+            return self._reset(fn(self, value))
 
         setattr(Tensor, f"__{name}__", op)
         setattr(Tensor, f"__r{name}__", rop)
@@ -852,7 +853,7 @@ def _install_operators():
         binary(name)
     for name in ("lt", "le", "gt", "ge", "eq", "ne"):
         fn = E.BINARY[name]
-        setattr(Tensor, f"__{name}__", (lambda f: lambda self, other: f(self, other))(fn))
+        setattr(Tensor, f"__{name}__", (lambda f: lambda self, value: f(self, value))(fn))
     def unary(name):
         fn = E.UNARY[name]
 

@@ -23,25 +23,28 @@ def astype(self, dtype):
     return _tensor.astype(self, dtype)
 
 
-def reshape(self, *shape):
-    """This tensor with a new shape (``F.reshape``); the shape may be given as one tuple or as ints.
+def reshape(self, *args):
+    """This tensor with a new shape (``F.reshape``); the shape may be given as one tuple or as ints (``*args``,
+    MegEngine's parameter name).
 
     Example:
         >>> import megxla as mge
         >>> mge.Tensor([1, 2, 3, 4]).reshape(2, 2).shape
         (2, 2)
     """
-    return _tensor.reshape(self, shape[0] if len(shape) == 1 else shape)
+    return _tensor.reshape(self, args[0] if len(args) == 1 else args)
 
 
-def transpose(self, *pattern):
-    """This tensor with permuted axes (``F.transpose``); no pattern reverses the axes.
+def transpose(self, *args):
+    """This tensor with permuted axes (``F.transpose``): the pattern as ints or one sequence (``*args``, MegEngine's
+    parameter name); no pattern reverses the axes.
 
     Example:
         >>> import megxla as mge
         >>> mge.Tensor([[1, 2, 3]]).transpose().shape
         (3, 1)
     """
+    pattern = args
     if not pattern:
         pattern = tuple(reversed(range(self.ndim)))
     elif len(pattern) == 1 and not isinstance(pattern[0], int):
@@ -67,7 +70,7 @@ def flatten(self, start_axis=0, end_axis=-1):
     return _tensor.flatten(self, start_axis, end_axis)
 
 
-def _broadcast(self, *shape):
+def _broadcast(self, *args):
     """This tensor broadcast to ``shape`` (``F.broadcast_to``): MegEngine's internal spelling, which model code
     uses; the shape may be one tuple, a shape Tensor, or ints.
 
@@ -76,7 +79,7 @@ def _broadcast(self, *shape):
         >>> mge.Tensor([1.0])._broadcast(mge.Tensor([2, 3], dtype="int32")).shape
         (2, 3)
     """
-    return _tensor.broadcast_to(self, shape[0] if len(shape) == 1 else shape)
+    return _tensor.broadcast_to(self, args[0] if len(args) == 1 else args)
 
 
 def _reduction(f, name):
