@@ -1,9 +1,10 @@
 """Collator: stack a list of samples into one batch of NumPy arrays.
 
-Mirrors ``megengine.data.collator``. Unlike a bare ``np.stack`` it refuses
-samples whose shapes or dtypes disagree, since silently upcasting (int32 ->
-float64) or failing with NumPy's positional message hides which sample of the
-dataset is broken.
+Mirrors ``megengine.data.collator``: the first sample decides how a field is collated, and values of other dtypes
+are upcast as ``np.stack`` / ``np.array`` do (int32 and int64 labels of a ``ConcatDataset`` give int64; a dict's
+keys are the first sample's). Where MegEngine's would fail with NumPy's positional message (arrays of other
+shapes) or silently drop data (tuples of other lengths: ``zip`` keeps the shortest), a :class:`CollateError` names
+the sample of the dataset that differs.
 """
 import collections.abc
 import re
@@ -93,24 +94,26 @@ def _describe_value(x):
     return "a value of type {}".format(type(x).__name__)
 
 
-def _kind(x):
-    # python int/float mix freely (MegEngine turns them into one array), but
-    # numpy values must agree exactly in dtype
-    if isinstance(x, np.ndarray):
-        return ("ndarray", x.shape, x.dtype)
-    if isinstance(x, (str, bytes, np.str_, np.bytes_)):
-        return ("str",)
-    if isinstance(x, np.generic):
-        return ("scalar", x.dtype)
-    if isinstance(x, bool):
-        return ("bool",)
-    if isinstance(x, (int, float)):
-        return ("number",)
-    if isinstance(x, collections.abc.Mapping):
-        return ("mapping", tuple(x.keys()))
-    if isinstance(x, collections.abc.Sequence):
-        return ("sequence", type(x), len(x))
-    return ("other", type(x))
+def _is_number(x):
+    return isinstance(x, (bool, int, float, np.bool_, np.number)) or (
+        isinstance(x, np.ndarray) and x.shape == () and x.dtype.kind in "biuf")
+
+
+def _compatible(elem, x):
+    """Whether ``x`` collates with the batch's first sample ``elem`` as MegEngine's collator takes it (dtypes
+    are upcast; shapes, structures and lengths must agree)."""
+    if isinstance(elem, np.ndarray):
+        # (np.stack: a 0-d array stacks with NumPy / Python scalars)
+        return (isinstance(x, np.ndarray) or elem.shape == () and _is_number(x)) and np.shape(x) == elem.shape
+    if isinstance(elem, (str, bytes, np.str_, np.bytes_)):
+        return isinstance(x, (str, bytes, np.str_, np.bytes_))
+    if isinstance(elem, (bool, int, float, np.generic)):
+        return _is_number(x)  # (np.array upcasts: [True, 2] -> [1, 2], [1, np.int64(2)] -> int64)
+    if isinstance(elem, collections.abc.Mapping):
+        return isinstance(x, collections.abc.Mapping) and all(k in x for k in elem)  # (the first one's keys)
+    if isinstance(elem, collections.abc.Sequence):
+        return isinstance(x, collections.abc.Sequence) and not isinstance(x, (str, bytes)) and len(x) == len(elem)
+    return True  # (an unsupported first sample: the TypeError below names it)
 
 
 class Collator:
@@ -119,8 +122,10 @@ class Collator:
     NumPy arrays are stacked along a new first axis, Python/NumPy scalars
     become 1-D arrays, strings are gathered unstacked (a tuple for a field of
     tuple/list samples, as MegEngine), and tuples, lists, namedtuples and
-    dicts are collated element-wise. All samples must share shapes and
-    dtypes; otherwise a :class:`CollateError` names the offending sample.
+    dicts are collated element-wise, the first sample deciding how. Dtypes
+    are upcast as NumPy does (int32 beside int64 labels: int64); samples of
+    other shapes, structures or lengths raise a :class:`CollateError` naming
+    the offending sample.
 
     Examples:
         >>> import numpy as np
@@ -139,16 +144,16 @@ class Collator:
         Returns:
             the batch, with the samples' structure and arrays stacked.
         """
-        inputs = list(inputs)
+        if not isinstance(inputs, (list, tuple)):
+            inputs = list(inputs)  # (a batch of plain strings comes back as given: a tuple from apply_batch)
         if len(inputs) == 0:
             raise ValueError("cannot collate an empty batch")
         return self._collate(inputs, "")
 
     def _collate(self, inputs, path):
         elem = inputs[0]
-        ref_kind = _kind(elem)
         for pos, x in enumerate(inputs):
-            if _kind(x) != ref_kind:
+            if not _compatible(elem, x):
                 got, want = _escape(_describe_value(x)), _escape(_describe_value(elem))
                 if path:
                     template = (
@@ -176,11 +181,9 @@ class Collator:
             return inputs
         if isinstance(elem, np.generic):
             return np.array(inputs)
-        if isinstance(elem, bool):
-            return np.array(inputs, dtype=np.bool_)
-        if isinstance(elem, float) or any(isinstance(x, float) for x in inputs):
+        if isinstance(elem, float):
             return np.array(inputs, dtype=np.float64)
-        if isinstance(elem, int):
+        if isinstance(elem, int):  # (bools too: all bools stay bool, a bool beside ints is 0 / 1, as np.array)
             return np.array(inputs)
         if isinstance(elem, collections.abc.Mapping):
             return {

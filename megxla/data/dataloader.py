@@ -263,13 +263,17 @@ class _SerialMapIter:
     def __iter__(self):
         return self
 
+    def __len__(self):  # (MegEngine's iterators have the loader's length: ``tqdm(it, total=len(it))``)
+        return len(self.loader)
+
     def __next__(self):
         loader = self.loader
         indices = next(self.sampler_iter)
         what = "loading batch {} (dataset indices {})".format(
             self.batch_idx, _short(indices)
         )
-        with _Alarm(loader.timeout, what), _batch_rng(self.base_seed, self.batch_idx):
+        # (no alarm: MegEngine's timeout bounds waits for workers and a stream's reads, not a serial map batch)
+        with _batch_rng(self.base_seed, self.batch_idx):
             with _no_stop_iteration(what):
                 batch = _fetch_map_batch(
                     loader.dataset, loader.transform, loader.collator, indices
@@ -648,6 +652,9 @@ def _describe_exit(process):
 class _ParallelIter:
     """Dispatch batches round-robin to worker processes and re-order results."""
 
+    def __len__(self):  # (as _SerialMapIter's; a stream's loader raises TypeError, as MegEngine's)
+        return len(self.loader)
+
     def __init__(self, loader, kind):
         self.loader = loader
         self.kind = kind
@@ -891,6 +898,7 @@ class _ParallelIter:
     def __next__(self):
         if self.closed:
             raise StopIteration
+        failed = None
         try:
             while True:
                 if self.rcvd_idx >= self.send_idx:
@@ -902,12 +910,13 @@ class _ParallelIter:
                 wid = self.task_worker.pop(idx)
                 self.rcvd_idx += 1
                 if isinstance(data, _ExceptionWrapper):
-                    original = data.original()
-                    self._shutdown(force=True)
-                    raise RuntimeError(
+                    # the batch's error, raised below; the workers live on and the next batches stay queued, as
+                    # MegEngine's: a loop that catches it goes on with the epoch (as with num_workers=0)
+                    failed = (RuntimeError(
                         "Caught {} in DataLoader worker process {} while loading batch {}.\n"
-                        "Original {}".format(data.exc_type, wid, idx, data.text)
-                    ) from original
+                        "Original {}".format(data.exc_type, wid, idx, data.text)), data.original())
+                    self._dispatch()
+                    break
                 if isinstance(data, str) and data == _EXHAUSTED:
                     self.exhausted.add(wid)
                     # forget batches already queued to this worker: they come
@@ -923,6 +932,7 @@ class _ParallelIter:
         except BaseException:
             self._shutdown(force=True)
             raise
+        raise failed[0] from failed[1]
 
     # -- shutdown ---------------------------------------------------------
 
@@ -976,8 +986,10 @@ class DataLoader:
             ``Collator()``.
         num_workers: number of worker processes; 0 loads in the main process.
             The output does not depend on it. Default: 0.
-        timeout: if positive, the seconds to wait for one batch before
-            raising ``RuntimeError``. Default: 0 (no bound per batch; a worker
+        timeout: if positive, the seconds to wait for one batch from the
+            workers (or for a stream's reads) before raising ``RuntimeError``;
+            with ``num_workers=0`` over a map dataset it is not used, as in
+            MegEngine. Default: 0 (no bound per batch; a worker
             that dies is still reported at once, and one that sends nothing for
             ``MEGXLA_DATALOADER_STALL_TIMEOUT`` seconds, 600 by default, is
             reported as stuck).
