@@ -1,6 +1,7 @@
 """Tests for megxla.data: samplers, collation, DataLoader (serial and workers), transforms."""
 import collections
 import colorsys
+import itertools
 import os
 import signal
 import subprocess
@@ -807,3 +808,15 @@ def test_compose_order_shuffle_and_color_jitter():
     assert a.shape == x.shape and a.dtype == np.uint8
     with pytest.raises(ValueError):
         T.Normalize(order=("image", "unknown"))
+
+
+def test_stream_sampler_iterates_megengines_index_batches():
+    # MegEngine's StreamSampler: iter() is batch(), batches of sample()'s endless count; a subclass overrides them
+    it = iter(StreamSampler(batch_size=3))
+    assert [next(it) for _ in range(3)] == [[0, 1, 2], [3, 4, 5], [6, 7, 8]]
+
+    class Odd(StreamSampler):
+        def sample(self):
+            return itertools.count(1, 2)
+
+    assert next(iter(Odd(2))) == [1, 3]

@@ -9,6 +9,7 @@ sampler makes shuffling reproducible while successive epochs still differ.
 alike: give one a ``seed``.)
 """
 import collections.abc
+import itertools
 import math
 import sys
 import zlib
@@ -219,18 +220,19 @@ class MapSampler(Sampler):
 
 
 class StreamSampler(Sampler):
-    r"""Sampler for stream datasets: it only fixes how many samples form a batch.
+    r"""Sampler for stream datasets: it fixes how many samples form a batch (the ``DataLoader`` pulls that many
+    from the stream per batch).
 
-    Iterating it yields, forever, an iterator over ``range(batch_size)``; the
-    ``DataLoader`` pulls that many samples from the stream per batch.
+    As MegEngine's, iterating it yields, forever, the batches of the endless index stream ``sample()`` gives
+    (``0, 1, 2, ...``): ``[0, 1, 2], [3, 4, 5], ...``; a subclass may override ``sample`` or ``batch``.
 
     Args:
         batch_size: number of samples per batch. Default: 1.
 
     Examples:
         >>> s = StreamSampler(batch_size=3)
-        >>> list(next(iter(s)))
-        [0, 1, 2]
+        >>> it = iter(s); next(it), next(it)
+        ([0, 1, 2], [3, 4, 5])
     """
 
     def __init__(self, batch_size=1):
@@ -238,26 +240,28 @@ class StreamSampler(Sampler):
         self.batch_size = batch_size
 
     def __iter__(self):
-        return self
-
-    def __next__(self):
-        return iter(range(self.batch_size))
+        return self.batch()
 
     def batch(self):
-        r"""Return the (endless) iterator of batch slots.
+        r"""The batches: ``sample()``'s indices, ``batch_size`` at a time.
 
         Returns:
-            this sampler.
+            a generator of lists of indices.
         """
-        return self
+        batch = []
+        for idx in self.sample():
+            batch.append(idx)
+            if len(batch) == self.batch_size:
+                yield batch
+                batch = []
 
     def sample(self):
-        r"""Return the slots of one batch.
+        r"""The endless index stream.
 
         Returns:
-            an iterator over ``range(batch_size)``.
+            ``itertools.count(0)``.
         """
-        return next(self)
+        return itertools.count(start=0)
 
 
 def _check_indices(indices):
