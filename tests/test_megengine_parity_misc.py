@@ -249,3 +249,12 @@ def test_no_process_group_is_an_assertion_as_megengines():
             call()
         with pytest.raises(RuntimeError):
             call()
+
+
+def test_trace_vars_and_check_external_as_megengines_attributes():
+    from megxla.jit import trace
+    t = trace(lambda x: F.relu(x * 2))
+    t(mge.Tensor([1.0]))
+    assert isinstance(t.vars, list) and len(t.vars) >= len(t.ops) and t.check_external is True
+    t.check_external = False
+    assert t.check_external is False

@@ -1412,6 +1412,36 @@ class trace:
         """The recorded ops of the last signature as ``(op, in_vids, out_vids)`` data."""
         return list((self._last or next(iter(self._cache.values()))[0]).rec.ops)
 
+    @property
+    def vars(self):
+        """The variables of the last signature's recording, as MegEngine's ``trace.vars`` lists them: the ids
+        ``ops`` reads and writes, each once, in the order the recording first meets them.
+
+        Example:
+            >>> import megxla as mge
+            >>> from megxla.jit import trace
+            >>> t = trace(lambda x: x * 2 + 1)
+            >>> _ = t(mge.Tensor([1.0])); len(t.ops), len(t.vars)  # x, 2, x * 2, 1, x * 2 + 1
+            (2, 5)
+        """
+        seen = {}
+        for _, ins, outs in self.ops:
+            for v in (*ins, *outs):
+                seen.setdefault(v, None)
+        return list(seen)
+
+    @property
+    def check_external(self):
+        """MegEngine's switch for checking, at each compiled call, that the tensors the function captured from
+        outside (not its arguments) still hold the values it was traced with (default True). megxla's guards
+        always check a captured tensor's identity and value where they key the executable, so the flag is kept
+        for MegEngine code and changes nothing."""
+        return self.__dict__.get("_check_external", True)
+
+    @check_external.setter
+    def check_external(self, flag):
+        self._check_external = bool(flag)
+
     def dump(self, file, *, arg_names=None, output_names=None, **kwargs):
         """Serialise the traced function as MegEngine's ``dump`` does, for XLA: the recording of the last call,
         from its tensor arguments to its returned tensors, everything else (parameters, captured tensors) a
