@@ -396,3 +396,20 @@ def test_qat_and_quantized_modules_at_megengines_import_paths():
                           ("batch_matmul_activation", "BatchMatMulActivation")):
             m = importlib.import_module(f"megxla.module.{pkg}.{mod}")
             assert getattr(m, name) is getattr(importlib.import_module(f"megxla.module.{pkg}"), name)
+
+
+def test_quantization_api_as_megengines():
+    # (a probe of both frameworks' quantization API) quantize()'s weights and biases are Parameters; observers and
+    # fake quantizers drop keywords they do not take; a histogram observer that saw nothing raises ValueError
+    from functools import partial
+    net = M.Sequential(M.QuantStub(), M.Linear(3, 2), M.DequantStub())
+    qat = Q.quantize_qat(net)
+    qat(mge.Tensor(np.random.RandomState(0).rand(4, 3).astype("float32")))
+    q = Q.quantize(qat)
+    assert type(q[1].weight).__name__ == type(q[1].bias).__name__ == "Parameter"
+    assert sorted(n for n, _ in q.named_parameters()) == ["1.bias", "1.weight"]
+    for make in (partial(Q.MinMaxObserver, dtype="qint8", reduce_range=True), partial(Q.FakeQuantize, "qint8", foo=1),
+                 partial(Q.TQT, "qint8", foo=1), partial(Q.ExponentialMovingAverageObserver, dtype="qint8", foo=1)):
+        make()
+    with pytest.raises(ValueError, match="seen no data"):
+        Q.HistogramObserver(dtype="qint8").get_qparams()

@@ -23,7 +23,9 @@ class _FakeQuantize(Module):
     def __init__(self, dtype: Union[str, QuantDtypeMeta], enable: bool = True, **kwargs):
         if kwargs.pop("narrow_range", None) is not None:
             logger.warning("FakeQuantize has no narrow_range parameter (use a *_narrow dtype); it is ignored")
-        super().__init__(**kwargs)
+        # other keywords (``name=`` too) are dropped, as MegEngine's ``super().__init__()``: a qconfig's partial with
+        # an argument some observers take (``reduce_range=True``) builds every one of them
+        super().__init__()
         self.dtype = _meta(dtype)
         self.qmin = self.dtype.qmin
         self.qmax = self.dtype.qmax

@@ -41,7 +41,9 @@ class Observer(Module, QParamsModuleMixin):
     def __init__(self, dtype: Union[str, QuantDtypeMeta], **kwargs):
         if kwargs.pop("narrow_range", None) is not None:
             logger.warning("Observer has no narrow_range parameter (use a *_narrow dtype); it is ignored")
-        super().__init__(**kwargs)
+        # other keywords (``name=`` too) are dropped, as MegEngine's ``super().__init__()``: a qconfig's partial with
+        # an argument some observers take (``reduce_range=True``) builds every one of them
+        super().__init__()
         self.dtype = _meta(dtype)
         self.qmin = self.dtype.qmin
         self.qmax = self.dtype.qmax
@@ -287,7 +289,11 @@ class HistogramObserver(MinMaxObserver):
                 Tensor(lo + bin_width * (end + 1), dtype="float32"))
 
     def get_qparams(self):
-        """Parameters from the error-minimising sub-range of the histogram."""
+        """Parameters from the error-minimising sub-range of the histogram; ValueError before any data (MegEngine's
+        too: its search over an empty histogram fails converting a NaN)."""
+        if float(self.histogram.numpy()[0]) == -1:
+            raise ValueError("HistogramObserver.get_qparams: the observer has seen no data (run the model on "
+                             "calibration data first)")
         return self._calculate_qparams(*self._non_linear_param_search())
 
     def sideeffect_forward(self, x_orig):

@@ -8,7 +8,7 @@ import numpy as np
 
 from ... import functional as F
 from ...core._dispatch import OpError, apply
-from ...core._tensor import Tensor
+from ...core._tensor import Parameter, Tensor
 from ...core.ops import quant as _q
 from ...functional import quantized as Fq
 from ...quantization.utils import QuantMode, create_qparams
@@ -49,8 +49,9 @@ class _WeightLayer(QuantizedModule, _OutputQuant):
                           f"observer saw a NaN)")
         self.weight_scale = Tensor(scale)
         w = weight.detach() if weight_shape is None else weight.detach().reshape(weight_shape)
-        self.weight = quantize_tensor(w, qp.dtype_meta, self.weight_scale)
-        self.bias = None if bias is None else Tensor(bias.numpy().reshape(self._bias_shape), dtype="float32")
+        # Parameters, as MegEngine's from_qat_module makes them (``parameters()`` of a quantized model lists them)
+        self.weight = Parameter(quantize_tensor(w, qp.dtype_meta, self.weight_scale))
+        self.bias = None if bias is None else Parameter(bias.numpy().reshape(self._bias_shape), dtype="float32")
         # the parameters keep the names the user gave them, as MegEngine's from_qat_module (dumped graphs show them)
         self.weight.name = weight.name
         if bias is not None:
