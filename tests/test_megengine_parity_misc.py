@@ -258,3 +258,17 @@ def test_trace_vars_and_check_external_as_megengines_attributes():
     assert isinstance(t.vars, list) and len(t.vars) >= len(t.ops) and t.check_external is True
     t.check_external = False
     assert t.check_external is False
+
+
+def test_bn_fusion_folds_in_megengines_order_of_roundings():
+    # MegEngine's fold: istd = 1 / sqrt(var + eps), scale = gamma * istd, bias = beta + gamma * (bias - mean) * istd
+    # -- megxla divided gamma by the square root, a few ulps off on some channels (a probe of both)
+    from megxla.utils.bn_fusion import fold_weight_bias
+    rs = np.random.RandomState(0)
+    w, b, g, beta, mean, var = (rs.rand(*s).astype("float32") + 0.5 for s in [(64, 3)] + [(64,)] * 5)
+    eps = np.float32(1e-5)
+    istd = np.float32(1) / np.sqrt(var + eps)
+    fw, fb = fold_weight_bias(*(mge.Tensor(a) for a in (w, b, g, beta, mean, var)), eps=1e-5)
+    np.testing.assert_array_equal(fw.numpy(), w * (g * istd)[:, None])
+    np.testing.assert_array_equal(fb.numpy(), beta + g * (b - mean) * istd)
+    assert (g / np.sqrt(var + eps) != g * istd).any()  # (the two orders differ on these inputs)

@@ -65,8 +65,12 @@ def fold_weight_bias(weight, bias, gamma, beta, bn_mean, bn_var, eps=1e-5, trans
     def vec(t, fill):
         return F.full((out,), fill, dtype="float32") if t is None else t.reshape(-1)
 
-    scale = vec(gamma, 1.0) / F.sqrt(vec(bn_var, 1.0) + eps)
-    folded_bias = vec(beta, 0.0) + (vec(bias, 0.0) - vec(bn_mean, 0.0)) * scale
+    # MegEngine's order of roundings: istd = 1 / sqrt(var + eps), scale = gamma * istd, bias = beta + gamma *
+    # (bias - mean) * istd (the same bits as its fused layers)
+    gamma = vec(gamma, 1.0)
+    istd = 1.0 / F.sqrt(vec(bn_var, 1.0) + eps)
+    scale = gamma * istd
+    folded_bias = vec(beta, 0.0) + gamma * (vec(bias, 0.0) - vec(bn_mean, 0.0)) * istd
     if linear:
         return weight * scale.reshape(-1, 1), folded_bias
     if weight.ndim == 5:  # grouped: the output channel is (group, channel in group)
