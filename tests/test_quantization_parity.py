@@ -413,3 +413,14 @@ def test_quantization_api_as_megengines():
         make()
     with pytest.raises(ValueError, match="seen no data"):
         Q.HistogramObserver(dtype="qint8").get_qparams()
+
+
+def test_quantized_concat_takes_megengines_keywords():
+    # MegEngine's quantized Concat.forward(inps, axis=0): a keyword ``inps`` was passed through undequantized
+    from megxla.core.tensor import dtype
+    from megxla.module import quantized
+    a = quantized.quantize_tensor(mge.Tensor([1.0]), "qint8", 0.5)
+    b = quantized.quantize_tensor(mge.Tensor([0.3]), "qint8", 0.1)
+    cat = quantized.Concat(dtype.qint8(0.1))
+    cat.eval()
+    assert cat(inps=[a, b], axis=0).numpy().tolist() == [10, 3]

@@ -692,6 +692,9 @@ class Concat(_FloatCompute):
     def _derived_float_forward(self):
         return _concat
 
+    def forward(self, inps, axis: int = 0):  # (MegEngine's signature: ``cat(inps=[a, b], axis=1)``)
+        return super().forward(list(inps), axis)
+
     @classmethod
     def from_qat_module(cls, qat):
         q = cls(name=qat.name)
