@@ -6,7 +6,7 @@ One process drives one device. :func:`init_process_group` starts JAX's distribut
 (coordination service on rank 0's machine, or in the :class:`launcher`'s process); the processes may span
 several machines (``world_size`` with ``rank_start``). Settings: ``MEGXLA_DIST_TIMEOUT`` (seconds a join,
 key-value wait or barrier waits, default 600) and ``MEGXLA_DIST_HEARTBEAT`` (seconds without heartbeat after
-which a rank is dead and the others stop with an error naming it, default 10).
+which a rank is dead and the others stop with an error naming it, default 30).
 
 Not carried over from MegEngine, for want of a counterpart in JAX's runtime: a separate "mm server" (JAX's
 runtime bootstraps gloo/NCCL itself: ``get_mm_server_addr`` is the coordination service's address), and the

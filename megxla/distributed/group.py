@@ -200,7 +200,7 @@ def init_process_group(master_ip: str, port: int, world_size: int, rank: int, de
     A rank that raises, returns or dies while the others wait in a collective with it makes theirs raise a
     ``RuntimeError`` (``PeerFailure``) naming it, with their parameters as before that step. Here rank 0 hosts
     the coordination service, and JAX's runtime also stops every rank with a fatal error
-    ``MEGXLA_DIST_HEARTBEAT`` seconds (default 10) after a rank died; under the :class:`launcher` (its process
+    ``MEGXLA_DIST_HEARTBEAT`` seconds (default 30) after a rank died; under the :class:`launcher` (its process
     hosts the service) the others go on.
 
     Args:
