@@ -68,11 +68,8 @@ class Expr(_Numbered, abc.ABC):
         leaves of ``(args, kwargs)`` (a CallMethod's object first)."""
         if self.arg_def is None:
             return []
-        from .pytree import SUPPORTED_TYPES
-
-        def is_leaf(x):  # everything but a container: constants are leaves too
-            return type(x) not in SUPPORTED_TYPES and not (isinstance(x, tuple) and hasattr(x, "_fields"))
-        leaves, _ = tree_flatten((self.args, self.kwargs), is_leaf=is_leaf)
+        from .pytree import is_value  # (constants are leaves too)
+        leaves, _ = tree_flatten((self.args, self.kwargs), is_leaf=is_value)
         return [(i, v) for i, v in enumerate(leaves) if not _is_node(v)]
 
     def replace_inputs(self, repl_dict):

@@ -171,6 +171,12 @@ def _is_tensor(x):
     return isinstance(x, Tensor)
 
 
+def is_value(x):
+    """Whether ``x`` is a leaf of any kind to :func:`tree_flatten`: not a supported container (tensors, numbers,
+    strings, None...)."""
+    return type(x) not in SUPPORTED_TYPES and not (isinstance(x, tuple) and hasattr(x, "_fields"))
+
+
 def tree_flatten(obj, is_leaf: Callable[[Any], bool] = _is_tensor):
     """Flatten ``obj``: returns ``(leaves, treedef)`` where leaves are the objects ``is_leaf`` accepts."""
     leaves = []

@@ -339,11 +339,8 @@ class _Frame:
 def _check_return_values(result):
     """A traced forward returns Tensors in supported containers: anything else (a Python number, None, a NumPy
     value) would be frozen into the traced module as a constant. MegEngine's assertion and text."""
-    from .pytree import SUPPORTED_TYPES
-
-    def is_leaf(x):
-        return type(x) not in SUPPORTED_TYPES and not (isinstance(x, tuple) and hasattr(x, "_fields"))
-    for leaf in tree_flatten(result, is_leaf=is_leaf)[0]:
+    from .pytree import is_value
+    for leaf in tree_flatten(result, is_leaf=is_value)[0]:
         assert isinstance(leaf, Tensor), (
             f"doesn't support {type(leaf)} in return values, MUST use Tensor or use \"register_supported_type\" "
             "method to register self-defined type")
