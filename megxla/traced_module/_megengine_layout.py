@@ -213,67 +213,10 @@ def module_from_state(module_ref, state: dict):
     if not (isinstance(cls, type) and issubclass(cls, Module)):
         raise pickle.UnpicklingError(f"load: {module_ref[0]}.{module_ref[1]} is not a Module class")
     obj = cls.__new__(cls)
+    # (a quantized module's __setstate__ derives megxla's fields -- scale Tensors, an Elemwise's float function,
+    # a convolution's repr -- from MegEngine's dtypes and attributes, as for a whole pickled model)
     obj.__setstate__(dict(state))
-    from ..module.quantized.module import QuantizedModule
-    if isinstance(obj, QuantizedModule):
-        _quantized_fields(obj, state)
     return obj
-
-
-def _quantized_fields(obj, state):
-    """MegEngine's quantized modules keep their scales in dtypes (``output_dtype``, the int8 weight's dtype);
-    megxla's read scale Tensors (``output_scale``, ``weight_scale``...): derive them from the dtypes."""
-    from .. import functional as F
-    from ..core._tensor import Tensor
-    from ..core.tensor.dtype import get_quant_meta, is_quantize
-    from ..module.quantized import layers as QL
-    from ..quantization.utils import QuantMode, create_qparams
-    what = f"{type(obj).__name__} {state.get('_name') or ''}".strip()
-    dt = state.get("output_dtype")
-    if dt is not None:
-        if not is_quantize(dt):
-            raise pickle.UnpicklingError(f"load: quantized {what} has the output dtype {dt!r}, not a quantized one")
-        info = dt.metadata["mgb_dtype"]
-        obj.output_meta = get_quant_meta(dt)
-        obj.output_scale = Tensor(np.float32(info["scale"]))
-        zp = info.get("zero_point")
-        obj.output_zero_point = None if zp is None else Tensor(np.float32(zp))
-    if isinstance(obj, QL._WeightLayer):
-        w = state.get("weight")
-        qp = getattr(w, "qparams", None)  # (the file's int8 weight has MegEngine's quantized dtype)
-        if qp is None or qp.scale is None or qp.dtype_meta is None:
-            raise pickle.UnpicklingError(f"load: quantized {what}: its weight carries no quantization scale")
-        obj.weight_scale = Tensor(np.float32(np.asarray(qp.scale.numpy() if isinstance(qp.scale, Tensor)
-                                                        else qp.scale)).reshape(()))
-        weight = Tensor(w.numpy())  # the integer storage, with megxla's quantization parameters
-        weight.qparams.update(create_qparams(QuantMode.SYMMERTIC, qp.dtype_meta, obj.weight_scale))
-        obj.weight = weight
-        b = state.get("bias")
-        obj.bias = None if b is None else Tensor(b.numpy().astype(np.float32).reshape(obj._bias_shape))
-        if isinstance(obj, (QL.Conv2d, QL.ConvTranspose2d)):
-            from ..module.conv import Conv2d, ConvTranspose2d
-            _FloatConv = Conv2d if isinstance(obj, QL.Conv2d) else ConvTranspose2d
-            shown = _FloatConv.__new__(_FloatConv)  # MegEngine's repr shows the float convolution's settings
-            shown.__dict__.update(state)
-            try:
-                obj._conv_info = shown._module_info_string()
-            except (AttributeError, TypeError):  # (only the repr reads it)
-                obj._conv_info = ""
-    elif isinstance(obj, QL.Elemwise):
-        from ..module.elemwise import _MODES
-        method = str(state.get("method")).upper()
-        if method.startswith("Q") and method not in _MODES:  # MegEngine names the quantized mode "q" + mode
-            method = method[1:]
-        obj.method = method.lower()
-        if method not in _MODES:
-            raise pickle.UnpicklingError(f"load: quantized {what}: unknown method {state.get('method')!r}")
-        obj._float_forward = _MODES[method]
-    elif isinstance(obj, QL.Concat):
-        obj._float_forward = lambda inps, axis=0: F.concat(inps, axis)
-    elif isinstance(obj, QL._FloatCompute):
-        raise pickle.UnpicklingError(f"load: MegEngine's quantized {type(obj).__name__} cannot be read into megxla's "
-                                     "(megxla computes it from the QAT module): quantize the QAT TracedModule with "
-                                     "megxla.quantization.quantize instead")
 
 
 def traced_module_state(state: dict) -> dict:
