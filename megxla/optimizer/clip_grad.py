@@ -40,7 +40,10 @@ def clip_grad_norm(tensors: Union[Tensor, Iterable[Tensor]], max_norm: float, or
         >>> w.grad.numpy().round(4)
         array([0.6, 0.8], dtype=float32)
     """
-    if not isinstance(max_norm, numbers.Real) or not max_norm >= 0:
+    if isinstance(max_norm, Tensor):  # (MegEngine takes a 0-d Tensor; its value stays on the device)
+        if max_norm.ndim != 0:
+            raise ValueError(f"clip_grad_norm: max_norm must be a number or a 0-d Tensor, got shape {max_norm.shape}")
+    elif not isinstance(max_norm, numbers.Real) or not max_norm >= 0:
         raise ValueError(f"clip_grad_norm: max_norm must be a number >= 0, got {max_norm!r}")
     tensors = _with_grad(tensors)
     if not tensors:
@@ -72,7 +75,7 @@ def clip_grad_value(tensors: Union[Tensor, Iterable[Tensor]], lower: float, uppe
         >>> w.grad.numpy()
         array([-1. ,  0.5], dtype=float32)
     """
-    if not lower <= upper:
+    if lower is not None and upper is not None and not lower <= upper:  # (None: no bound, as in F.clip)
         raise ValueError(f"clip_grad_value: lower ({lower!r}) must not exceed upper ({upper!r})")
     for t in _with_grad(tensors):
         assign(t.grad, F.clip(t.grad, lower, upper))

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from abc import ABCMeta, abstractmethod
+from abc import ABCMeta
 from bisect import bisect_right
 from typing import Iterable
 
@@ -99,9 +99,13 @@ class LRScheduler(metaclass=ABCMeta):
         """Raise where a state's values are not what this scheduler keeps (subclasses add their own)."""
         _check_epoch(type(self).__name__, "current_epoch", values["current_epoch"])
 
-    @abstractmethod
     def get_lr(self):
-        """The learning rate of every parameter group at ``self.current_epoch``, as a list."""
+        """The learning rate of every parameter group at ``self.current_epoch``, as a list.
+
+        Not abstract, as in MegEngine: a subclass that overrides :meth:`step` instead (a poly schedule writing
+        ``param_group["lr"]`` itself) can be created; the base raises NotImplementedError.
+        """
+        raise NotImplementedError
 
     def step(self, epoch=None):
         """Advance to the next epoch (or to ``epoch``) and write the new learning rates into the optimizer.

@@ -38,7 +38,18 @@ from ..core._tensor import Parameter, Tensor
 from ..core.dtypes import is_float
 from ._group_update import group_update
 
-__all__ = ["Optimizer", "ParamGroup", "hyper_tensor", "host_scalar", "uses", "assign"]
+__all__ = ["Optimizer", "ParamGroup", "hyper_tensor", "host_scalar", "uses", "assign", "required"]
+
+
+class _RequiredParameter:
+    """The default of a hyper-parameter every group must give (``def __init__(self, params, lr=required)`` in a
+    user's Optimizer subclass, as MegEngine's ``megengine.optimizer.optimizer.required``)."""
+
+    def __repr__(self):
+        return "<required parameter>"
+
+
+required = _RequiredParameter()
 
 
 # Eager-mode cache of hyper-parameter tensors, keyed by (group, name, index, value, dtype).
@@ -212,6 +223,18 @@ class HyperParameterTypeError(HyperParameterError, TypeError):
     """A hyper-parameter that is no number (``lr="a"``): MegEngine's ``assert lr >= 0.0`` raises TypeError."""
 
 
+class ParamGroupTypeError(TypeError, AssertionError):
+    """``add_param_group`` of something that is no dict: a TypeError, and the AssertionError MegEngine's
+    ``assert isinstance(param_group, dict)`` raises."""
+
+
+class MissingParamsError(ValueError, KeyError):
+    """A parameter group without a ``"params"`` entry: a ValueError, and the KeyError MegEngine's lookup raises."""
+
+    def __str__(self):  # (KeyError's str() is the repr of its message)
+        return str(self.args[0]) if self.args else ""
+
+
 class GradDtypeError(OpError, TypeError):
     """A parameter's ``.grad`` of an integer or bool dtype at ``step()``: a TypeError, and the RuntimeError
     MegEngine's update kernel raises (its elemwise asserts the dtypes)."""
@@ -232,7 +255,9 @@ def _check_hyper(owner, name, value):
             error = HyperParameterError if _number(value) else HyperParameterTypeError
             raise error(f"{owner}: invalid {name} {value!r}: must be a finite number >= 0")
     elif name == "betas":
-        ok = isinstance(value, (tuple, list)) and len(value) == 2 and all(_number(b) for b in value)
+        # (a NumPy pair too: MegEngine unpacks any pair, ``betas=np.array([0.9, 0.999])`` trains there)
+        pair = isinstance(value, (tuple, list)) or isinstance(value, np.ndarray) and value.ndim == 1
+        ok = pair and len(value) == 2 and all(_number(b) for b in value)
         if not ok or not all(0.0 <= float(b) < 1.0 for b in value):
             error = HyperParameterError if ok else HyperParameterTypeError
             raise error(f"{owner}: invalid betas {value!r}: must be two numbers in [0, 1)")
@@ -376,8 +401,13 @@ class Optimizer(metaclass=ABCMeta):
         # themselves) and its step() reads it; megxla never converts, and keeps the flag so that a whole
         # optimizer pickled by megxla.save steps in MegEngine
         self._disable_type_convert = True
+        if type(self)._updates is Optimizer._updates and type(self)._rule is None:
+            # (MegEngine's _updates is abstract: a subclass without it cannot be created; megxla's own
+            # optimizers inherit the base _updates and set _rule)
+            raise TypeError(f"Can't instantiate abstract class {type(self).__name__} with abstract method _updates")
         for name, value in defaults.items():
-            _check_hyper(type(self).__name__, name, value)
+            if value is not required:
+                _check_hyper(type(self).__name__, name, value)
         if isinstance(params, (Parameter, dict)):
             params = [params]
         elif not isinstance(params, Iterable):
@@ -445,9 +475,9 @@ class Optimizer(metaclass=ABCMeta):
             [0.1, 0.01]
         """
         if not isinstance(param_group, dict):
-            raise TypeError(f"param group must be a dict, got {type(param_group).__name__}")
+            raise ParamGroupTypeError(f"param group must be a dict, got {type(param_group).__name__}")
         if "params" not in param_group:
-            raise ValueError("param group must have a 'params' entry")
+            raise MissingParamsError("param group must have a 'params' entry")
         params = param_group["params"]
         if isinstance(params, set):
             raise TypeError("optimized parameters must be an ordered collection (the order of a set changes "
@@ -464,6 +494,9 @@ class Optimizer(metaclass=ABCMeta):
         for name, value in param_group.items():
             if name != "params":
                 _check_hyper(type(self).__name__, name, value)
+        for name, default in self._defaults.items():
+            if default is required and name not in param_group:
+                raise ValueError(f"parameter group didn't specify a value of required optimization parameter {name}")
         param_group = ParamGroup(param_group)
         param_group["params"] = params
         for name, default in self._defaults.items():
@@ -473,13 +506,18 @@ class Optimizer(metaclass=ABCMeta):
         param_group._owner = self
         _registry.bump_epoch()
 
-    def _add_state(self, param, state_name, initializer=None, dtype="float32"):
-        """Create the slot ``self._state[param][state_name]``: zeros shaped like ``param``, or ``initializer``."""
+    def _add_state(self, param, state_name, initializer=None, dtype=None):
+        """Create the slot ``self._state[param][state_name]``: float32 zeros shaped like ``param``, or
+        ``initializer`` (of ``dtype``; without one, the dtype a Tensor of it has, as MegEngine's
+        ``Tensor(initializer)``: ``initializer=0`` gives an int32 slot)."""
         state = self._state.setdefault(param, {})
         if state_name in state:
             raise KeyError(f"state slot {state_name!r} already exists for this parameter")
-        value = np.zeros(param.shape, dtype) if initializer is None else np.asarray(initializer, dtype)
-        state[state_name] = Tensor(value, dtype=dtype, device=param.device)
+        if initializer is None:
+            value = Tensor(np.zeros(param.shape, dtype or "float32"), device=param.device)
+        else:
+            value = Tensor(initializer, dtype=dtype, device=param.device)
+        state[state_name] = value
         _registry.bump_epoch()  # the state structure changed
 
     def _add_shared_state(self, params, state_name, initializer=0.0, dtype="float32"):
@@ -564,6 +602,9 @@ class Optimizer(metaclass=ABCMeta):
         for name, value in param_group.items():
             if name != "params":
                 _check_hyper_once(owner, name, value)
+        if isinstance(dict.__getitem__(param_group, "params"), set):  # (assigned after the group was added)
+            raise TypeError("optimized parameters need to be organized in ordered collections, but the ordering of "
+                            "parameters in sets will change between runs. Please use a list instead.")
         for i, p in enumerate(param_group["params"]):
             g = p.grad
             if g is None:
@@ -646,8 +687,8 @@ class Optimizer(metaclass=ABCMeta):
             >>> optim.SGD([w], lr=0.1).zero_grad(); w.grad.numpy()
             array([0.], dtype=float32)
         """
-        warnings.warn("Optimizer.zero_grad is deprecated, use clear_grad instead", DeprecationWarning,
-                      stacklevel=2)
+        warnings.warn("Call to deprecated method zero_grad. (use clear_grad instead) -- Deprecated since version 1.0.",
+                      DeprecationWarning, stacklevel=2)  # (MegEngine's message)
         for group in self.param_groups:
             for p in group["params"]:
                 if p.grad is not None:
@@ -738,13 +779,18 @@ class Optimizer(metaclass=ABCMeta):
                 raise ValueError("loaded state dict contains a parameter group that doesn't match the size of "
                                  "optimizer's group")
             if set(group) != set(saved):
-                raise ValueError(f"loaded state dict contains a parameter group whose keys {sorted(saved)} don't "
-                                 f"match the optimizer's {sorted(group)}")
+                raise ValueError(f"loaded state dict contains a parameter group that doesn't match the keys of "
+                                 f"optimizer's group: {sorted(saved)}, the optimizer's {sorted(group)}")
             for k, v in saved.items():
                 if k != "params":
                     _check_hyper(owner, k, v)
             for p, i in zip(group["params"], saved["params"]):
                 slots = saved_state.get(i)
+                if slots is None and not set(self._state.get(p, ())) <= set(self._OPTIONAL_SLOTS):
+                    # (MegEngine raises KeyError(i); megxla took it and dropped the parameter's slots, and every
+                    # later step of Adam / Adagrad / Adadelta / LAMB raised KeyError: training could not go on)
+                    raise KeyError(f"loaded state dict has no state for parameter {i}, {owner} keeps "
+                                   f"{sorted(self._state[p])} for it")
                 if slots is not None:
                     current = self._state.get(p, {})
                     if current and set(slots) != set(current):
@@ -775,8 +821,8 @@ class Optimizer(metaclass=ABCMeta):
                 plan.append((p, slots))
         known = {i for saved in saved_groups for i in saved["params"]}
         if not set(saved_state) <= known:
-            raise ValueError(f"loaded state dict has state for unknown parameter indices "
-                             f"{sorted(set(saved_state) - known)}")
+            raise ValueError(f"loaded state dict contains a state that doesn't match the size of optimizer's state: "
+                             f"state for unknown parameter indices {sorted(set(saved_state) - known)}")
 
         for group, saved in zip(self.param_groups, saved_groups):
             for k, v in saved.items():

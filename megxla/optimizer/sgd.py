@@ -7,7 +7,7 @@ import jax.numpy as jnp
 
 from ..core._tensor import Parameter, Tensor
 from ._group_update import kept
-from .optimizer import Optimizer, host_fact, hyper_tensor, uses
+from .optimizer import HyperParameterError, Optimizer, host_fact, hyper_tensor, uses
 
 __all__ = ["SGD"]
 
@@ -44,7 +44,8 @@ class SGD(Optimizer):
     def __init__(self, params: Union[Iterable[Parameter], dict], lr: float, momentum: float = 0.0,
                  nesterov: bool = False, weight_decay: float = 0.0):
         if nesterov and not momentum > 0.0:
-            raise ValueError("SGD: Nesterov momentum requires a momentum > 0")
+            # (MegEngine asserts it: an AssertionError, and a ValueError)
+            raise HyperParameterError("Nesterov momentum requires a momentum")
         # As in MegEngine, nesterov is an optimizer attribute, not a group hyper-parameter (state_dict layout).
         self.nesterov = nesterov
         super().__init__(params, dict(lr=lr, momentum=momentum, weight_decay=weight_decay))
