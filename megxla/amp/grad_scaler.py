@@ -52,9 +52,14 @@ _fill_scale = Primitive("amp_fill_scale", lambda y, scale: jnp.full(y.shape, sca
 _mul_scale = Primitive("amp_mul_scale", lambda dy, scale: dy * scale.astype(dy.dtype))
 
 
+class ScalerNumberError(TypeError, ValueError):
+    """A GradScaler setting that is no number: MegEngine's ``float(value)`` raises ``ValueError`` (``could not
+    convert string to float``); megxla raised a ``TypeError``, kept."""
+
+
 def _number(name, value):
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"GradScaler: {name} must be a number, got {value!r}")
+        raise ScalerNumberError(f"GradScaler: {name} must be a number, got {value!r:.80}")
     return float(value)
 
 

@@ -423,8 +423,15 @@ class GradManager:
                                 "dy=None for ones of every y)")
             # (a dy of another shape: raised here, the recording kept -- the user's corrected call still has it;
             # bad_call_fuzz seed 5 program 51)
-            for t, d in zip(y if isinstance(y, (list, tuple)) else [y], dy if isinstance(dy, (list, tuple)) else [dy]):
-                _check_dy_shape(tuple(t.shape), tuple(d.shape) if isinstance(d, Tensor) else np.shape(d))
+            ys = y if isinstance(y, (list, tuple)) else [y]
+            dys = dy if isinstance(dy, (list, tuple)) else [dy]
+            if not all(isinstance(d, Tensor) for d in dys):
+                # (converted here, not in the walk: a dy of strings ended the recording with its error, so the
+                # corrected call had nothing to differentiate)
+                dys = [d if isinstance(d, Tensor) else Tensor(d, dtype=t.dtype) for t, d in zip(ys, dys)]
+                dy = dys if isinstance(dy, (list, tuple)) else dys[0]
+            for t, d in zip(ys, dys):
+                _check_dy_shape(tuple(t.shape), tuple(d.shape))
         try:
             if y is not None or self._sent or self._received:
                 self._backward([] if y is None else y, dy)

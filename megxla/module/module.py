@@ -80,6 +80,11 @@ class _HookDict(OrderedDict):
     pass
 
 
+class ReplaceParamShapeError(ValueError, AssertionError):
+    """``replace_param`` given a replacement of another shape: MegEngine's ``AssertionError``, and the ``ValueError``
+    megxla raised before."""
+
+
 def _is_module(obj) -> bool:
     return isinstance(obj, Module)
 
@@ -547,6 +552,8 @@ class Module(metaclass=ABCMeta):
     def replace_param(self, params: dict, start_pos: int, seen: Optional[Set[int]] = None):
         """Replace parameters, numbered in discovery order from ``start_pos``, by the ones in ``params``.
 
+        Every replacement is checked before any is made: a wrong shape raises and leaves the module as it was.
+
         Args:
             params: ``{index: Parameter}``; each replacement must have the replaced parameter's shape.
             start_pos: the index of this module's first parameter.
@@ -555,14 +562,27 @@ class Module(metaclass=ABCMeta):
         Returns:
             the number of parameters this module (recursively) holds.
 
+        Raises:
+            AssertionError: a replacement's shape differs (MegEngine asserts it; also a ``ValueError``).
+
         Example:
             >>> lin = M.Linear(2, 2)
             >>> lin.replace_param({0: Parameter(np.zeros(2, "float32"))}, 0)
             2
         """
+        plan = []
+        offset = self._replace_param_plan(params, start_pos, {id(self)} if seen is None else seen, plan)
+        for module_dict, key, new in plan:
+            module_dict[key] = new  # (MegEngine writes the attribute dict directly: no renaming, no hooks)
+        if plan:
+            # a compiled step prepared with the old parameters must look again (``__setattr__`` does this)
+            _registry.bump_epoch()
+        return offset
+
+    def _replace_param_plan(self, params, start_pos, seen, plan):
+        # (replace_param's walk: the (attribute dict, key, replacement) triples into ``plan``, each checked; the
+        # number of parameters met)
         offset = 0
-        if seen is None:
-            seen = {id(self)}
         module_dict = vars(self)
         for key in sorted(module_dict):
             value = module_dict[key]
@@ -573,12 +593,13 @@ class Module(metaclass=ABCMeta):
                 if start_pos + offset in params:
                     new = params[start_pos + offset]
                     if tuple(value.shape) != tuple(new.shape):
-                        raise ValueError(f"replace_param: {key} has shape {value.shape}, replacement has "
-                                         f"{new.shape}")
-                    module_dict[key] = new
+                        raise ReplaceParamShapeError(f"replace_param: parameter {start_pos + offset} ({key}) has "
+                                                     f"shape {tuple(value.shape)}, replacement has "
+                                                     f"{tuple(new.shape)}")
+                    plan.append((module_dict, key, new))
                 offset += 1
             elif isinstance(value, Module):
-                offset += value.replace_param(params, start_pos + offset, seen)
+                offset += value._replace_param_plan(params, start_pos + offset, seen, plan)
         return offset
 
     # ---- state dict -------------------------------------------------------------------------------------

@@ -3,6 +3,7 @@ observers / fake quantization of a QAT model."""
 from __future__ import annotations
 
 import contextlib
+import numbers
 from copy import copy, deepcopy
 from functools import partial
 from typing import Callable
@@ -18,6 +19,16 @@ __all__ = ["quantize_qat", "quantize", "propagate_qconfig", "reset_qconfig", "en
            "enable_fake_quant", "disable_fake_quant", "apply_easy_quant", "hook_qat_module"]
 
 logger = get_logger(__name__)
+
+
+class QConfigTypeError(TypeError, AttributeError):
+    """A ``qconfig`` that is no :class:`~.QConfig`: MegEngine fails reading its fields (``AttributeError: 'str' object
+    has no attribute 'act_observer'``); megxla checks it first, naming the function (a ``TypeError``, as before)."""
+
+
+def _check_qconfig(qconfig, where):
+    if not isinstance(qconfig, QConfig):
+        raise QConfigTypeError(f"{where}: qconfig must be a QConfig, got {qconfig!r:.80}")
 
 
 def _get_quantable_module_names():
@@ -115,8 +126,12 @@ def quantize_qat(module: Module, inplace: bool = True, qconfig: QConfig = ema_fa
             "quantize_qat: the second argument is `inplace`, got a QConfig; as in MegEngine it counts as "
             "inplace=True and the default qconfig is used. Pass qconfig=... to use it.")
         inplace = True
-    if not isinstance(inplace, bool) or not isinstance(qconfig, QConfig):
-        raise TypeError("quantize_qat: inplace must be a bool and qconfig a QConfig")
+    if inplace is None or isinstance(inplace, (numbers.Integral, np.bool_)):
+        # (MegEngine reads ``inplace`` by its truth: 0, 1, None and NumPy bools were refused here)
+        inplace = bool(inplace)
+    if not isinstance(inplace, bool):
+        raise TypeError(f"quantize_qat: inplace must be a bool, got {inplace!r:.80}")
+    _check_qconfig(qconfig, "quantize_qat")
     if not isinstance(module, Module):
         raise TypeError(f"quantize_qat: expected a Module, got {type(module).__name__}")
     _check_mapping(mapping, "from_float_module")
@@ -195,8 +210,7 @@ def propagate_qconfig(module: Module, qconfig: QConfig):
         >>> propagate_qconfig(net, min_max_fakequant_qconfig); type(net[1].act_observer).__name__
         'MinMaxObserver'
     """
-    if not isinstance(qconfig, QConfig):
-        raise TypeError(f"propagate_qconfig: qconfig must be a QConfig, got {qconfig!r}")
+    _check_qconfig(qconfig, "propagate_qconfig")
     with _all_or_nothing(module):
         for m in _qat_modules(module):
             m.set_qconfig(qconfig)
@@ -223,6 +237,7 @@ def reset_qconfig(module: Module, qconfig: QConfig, inplace: bool = True):
         >>> round(float(net[0].act_observer.scale), 5)  # 1 / 127.5, carried over
         0.00784
     """
+    _check_qconfig(qconfig, "reset_qconfig")
     if not inplace:
         module = deepcopy(module)
 
@@ -232,8 +247,6 @@ def reset_qconfig(module: Module, qconfig: QConfig, inplace: bool = True):
             inst.set_qparams(qparams)
         return inst
 
-    if not isinstance(qconfig, QConfig):
-        raise TypeError(f"reset_qconfig: qconfig must be a QConfig, got {qconfig!r}")
     with _all_or_nothing(module):
         for m in _qat_modules(module):
             if m.with_weight:
