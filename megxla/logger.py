@@ -174,10 +174,13 @@ def set_log_level(level, update_existing=True):
         >>> old = set_log_level("ERROR"); _ = set_log_level(old)
     """
     global _default_level
+    # (checked before anything changes; the errors are the ones MegEngine's ``logger.setLevel(level)`` raises)
     if isinstance(level, str):
-        level = logging.getLevelName(level.upper())
-    if not isinstance(level, int):
-        raise ValueError(f"set_log_level: unknown level {level!r}")
+        name, level = level, logging.getLevelName(level.upper())
+        if not isinstance(level, int):
+            raise ValueError(f"Unknown level: {name!r}")
+    elif not isinstance(level, int):
+        raise TypeError(f"Level not an integer or a valid string: {level!r}")
     old, _default_level = _default_level, level
     if update_existing:
         for logger in _all_loggers:
@@ -239,9 +242,11 @@ def set_mgb_log_level(level):
     """
     if isinstance(level, str):
         name = level.upper()
-        level = logging.getLevelName("WARNING" if name == "WARN" else name)
-    if not isinstance(level, int):
-        raise ValueError(f"set_mgb_log_level: unknown level {level!r}")
+        name, level = level, logging.getLevelName("WARNING" if name == "WARN" else name)
+        if not isinstance(level, int):
+            raise ValueError(f"Unknown level: {name!r}")  # (MegEngine's, from logging)
+    elif not isinstance(level, int):
+        raise TypeError(f"Level not an integer or a valid string: {level!r}")
     jax_logger = logging.getLogger("jax")
     old = jax_logger.level
     jax_logger.setLevel(level)

@@ -7,8 +7,10 @@ in the cache.
 """
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
+import pathlib
 import re
 import shutil
 import subprocess
@@ -132,7 +134,7 @@ def fetcher_for(protocol):
     try:
         return fetchers[str(protocol).upper()]
     except KeyError:
-        raise InvalidProtocol(f"protocol {protocol!r} is not one of {sorted(fetchers)}") from None
+        raise InvalidProtocol("Invalid protocol, the value should be one of HTTPS, SSH.") from None  # (MegEngine's)
 
 
 def cached_filename(url: str) -> str:
@@ -142,14 +144,19 @@ def cached_filename(url: str) -> str:
 
 
 def download_from_url(url: str, dst: str, timeout: float = None):
-    """Download ``url`` (``http(s)://``, ``file://``) to the path ``dst``, atomically.
+    """Download ``url`` (``http(s)://``, ``file://`` or a local path) to the path ``dst``, atomically.
 
     Args:
         url: the source.
-        dst: the file to write (its directory is created); it appears only once the download is complete.
+        dst: the file to write (``~`` expanded; its directory is created); it appears only once the download is
+            complete.
         timeout: seconds before giving up (default ``$MEGXLA_HUB_TIMEOUT``).
 
+    Returns:
+        the MD5 hex digest of the file written (as MegEngine's).
+
     Raises:
+        FileNotFoundError: for a local path that does not exist (as MegEngine's).
         DownloadError: naming the URL, the destination and the cause (network error, HTTP status, timeout,
             truncated transfer).
 
@@ -160,15 +167,21 @@ def download_from_url(url: str, dst: str, timeout: float = None):
         ...     src = os.path.join(d, "weights.bin")
         ...     with open(src, "wb") as f:
         ...         _ = f.write(b"megxla")
-        ...     download_from_url(pathlib.Path(src).as_uri(), os.path.join(d, "copy", "weights.bin"))
-        ...     open(os.path.join(d, "copy", "weights.bin"), "rb").read()
-        b'megxla'
+        ...     digest = download_from_url(pathlib.Path(src).as_uri(), os.path.join(d, "copy", "weights.bin"))
+        ...     open(os.path.join(d, "copy", "weights.bin"), "rb").read(), digest
+        (b'megxla', '...')
         >>> download_from_url("file:///no/such/file", "/tmp/never_written")
         Traceback (most recent call last):
         ...
         megxla.hub.exceptions.DownloadError: megxla.hub: could not download file:///no/such/file to ...
     """
     timeout = get_timeout() if timeout is None else timeout
+    dst = os.path.expanduser(dst)
+    if urllib.parse.urlparse(url).scheme in ("", "c", "d"):  # a local path (MegEngine's copier takes them too)
+        if not os.path.isfile(url):
+            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), url)
+        url = pathlib.Path(os.path.abspath(url)).as_uri()
+    md5 = hashlib.md5()
     os.makedirs(os.path.dirname(os.path.abspath(dst)), exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".download_", dir=os.path.dirname(os.path.abspath(dst)))
     try:
@@ -183,6 +196,7 @@ def download_from_url(url: str, dst: str, timeout: float = None):
                         if not chunk:
                             break
                         out.write(chunk)
+                        md5.update(chunk)
                         got += len(chunk)
             except (urllib.error.URLError, OSError, ValueError) as exc:
                 reason = getattr(exc, "reason", exc)
@@ -197,3 +211,4 @@ def download_from_url(url: str, dst: str, timeout: float = None):
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
+    return md5.hexdigest()

@@ -2,7 +2,7 @@
 directory or a git host, and load pretrained weights from URLs.
 
 A repository (or local directory) exposes its entry points as callables in ``hubconf.py``; an optional
-``dependencies = ["numpy", ...]`` list names modules that must be importable. Repositories are cloned once
+``dependencies = ["numpy", ...]`` list names modules that :func:`load` needs importable. Repositories are cloned once
 into ``$MGE_HOME/hub`` (default ``$XDG_CACHE_HOME/megengine`` or ``~/.cache/megengine``, as in MegEngine; each in
 the directory MegEngine names it by, so a cache MegEngine filled serves offline), files downloaded by URL into
 ``$MGE_HOME/serialized``.
@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import builtins
 import functools
-import hashlib
 import importlib.util
 import os
 import sys
@@ -42,18 +41,22 @@ def _load_hubconf(repo_dir: str):
     path = os.path.join(repo_dir, HUBCONF)
     if not os.path.isfile(path):
         raise InvalidRepo(f"megxla.hub: {repo_dir} has no {HUBCONF}")
-    name = "hubconf_" + hashlib.sha256(os.path.abspath(path).encode()).hexdigest()[:12]
-    spec = importlib.util.spec_from_file_location(name, path)
+    # (MegEngine's module name: the file name, so classes defined there print as ``hubconf.py.Net``)
+    spec = importlib.util.spec_from_file_location(HUBCONF, path)
     module = importlib.util.module_from_spec(spec)
     sys.path.insert(0, repo_dir)  # hubconf.py may import the repository's own modules
     try:
         spec.loader.exec_module(module)
     finally:
         sys.path.remove(repo_dir)
-    missing = [d for d in getattr(module, "dependencies", []) if importlib.util.find_spec(d) is None]
-    if missing:
-        raise RuntimeError(f"megxla.hub: {path} needs missing package(s): {', '.join(missing)}")
     return module
+
+
+def _check_dependencies(module) -> None:
+    # as MegEngine: only load() checks them, after finding the entry (list() and help() of such a repo work)
+    missing = [d for d in getattr(module, "dependencies", None) or [] if importlib.util.find_spec(d) is None]
+    if missing:
+        raise RuntimeError("Missing dependencies: {}".format(", ".join(missing)))
 
 
 def _init_hub(repo_info, git_host, use_cache=True, commit=None, protocol=DEFAULT_PROTOCOL):
@@ -180,7 +183,10 @@ def load(repo_info: str, entry: str, *args, git_host: str = DEFAULT_GIT_HOST, us
         >>> model(mge.Tensor(np.ones((1, 4), "float32"))).shape
         (1, 4)
     """
-    return _entry(_init_hub(repo_info, git_host, use_cache, commit, protocol), entry)(*args, **kwargs)
+    hubmodule = _init_hub(repo_info, git_host, use_cache, commit, protocol)
+    fn = _entry(hubmodule, entry)
+    _check_dependencies(hubmodule)
+    return fn(*args, **kwargs)
 
 
 def _local_path(url: str):
@@ -230,8 +236,8 @@ def load_serialized_obj_from_url(url: str, model_dir=None) -> Any:
         model_dir = os.path.join(get_megengine_home(), "serialized")
     os.makedirs(model_dir, exist_ok=True)
     cached = os.path.join(model_dir, cached_filename(url))
+    logger.info("load_serialized_obj_from_url: download to or using cached %s", cached)  # (MegEngine's line)
     if not os.path.exists(cached):
-        logger.info("downloading %s to %s", url, cached)
         download_from_url(url, cached)
     try:
         return _load(cached)

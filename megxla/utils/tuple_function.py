@@ -9,6 +9,8 @@ Example:
 import collections.abc
 import functools
 
+from ..core._dispatch import AssertedOpError
+
 __all__ = ["get_ndtuple"]
 
 
@@ -20,6 +22,9 @@ def get_ndtuple(value, *, n, allow_zero=True):
         n: the tuple's length.
         allow_zero: whether 0 is allowed (else every item must be >= 1); negative items are always refused.
 
+    Raises:
+        AssertionError: (an ``OpError``, a ValueError too) for a wrong length or a refused value.
+
     Returns:
         a tuple of ``n`` ints.
 
@@ -27,15 +32,15 @@ def get_ndtuple(value, *, n, allow_zero=True):
         >>> get_ndtuple(2, n=3), get_ndtuple([1, 0], n=2)
         ((2, 2, 2), (1, 0))
     """
+    # MegEngine asserts (AssertionError, its texts); AssertedOpError is also the ValueError megxla raised before
     if isinstance(value, collections.abc.Iterable):
-        value = tuple(int(v) for v in value)
         if len(value) != n:
-            raise ValueError(f"get_ndtuple: expected {n} values, got {len(value)}: {value}")
+            raise AssertedOpError("tuple len is not equal to n: {}".format(value))
+        value = tuple(int(v) for v in value)
     else:
         value = (int(value),) * n
-    least = 0 if allow_zero else 1
-    if n and min(value) < least:
-        raise ValueError(f"get_ndtuple: every value must be >= {least}, got {value}")
+    if n and min(value) < (0 if allow_zero else 1):
+        raise AssertedOpError("invalid value: {}".format(value))
     return value
 
 
