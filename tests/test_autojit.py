@@ -2012,11 +2012,11 @@ def test_the_backward_cut_switch_keeps_eager_results(auto_jit, monkeypatch):
         np.testing.assert_allclose(p, q, rtol=1e-5, atol=1e-6)
 
 
-def _count_read_training(steps, momentum=0.9, longer_every=0, before_step=None):
+def _count_read_training(steps, momentum=0.9, longer_every=0, before_step=None, seed=0):
     """A step that reads a count on the host and then works on that many elements (cond_take): its clusters
     change every step in the few ops touching the count. ``longer_every``: every so many steps, two ops more;
-    ``before_step(i)``: called at each step's start."""
-    mge.random.seed(0)
+    ``before_step(i)``: called at each step's start; ``seed``: of the initial parameters."""
+    mge.random.seed(seed)
     net = M.Sequential(M.Linear(6, 16), M.ReLU(), M.Linear(16, 5))
     opt = optim.SGD(net.parameters(), lr=0.05, momentum=momentum)
     gm = GradManager().attach(net.parameters())
@@ -2121,11 +2121,13 @@ def test_a_cluster_of_another_length_now_and_then_leaves_the_sites_parts_as_they
         if i == 12:
             stats.setdefault("before", auto_jit_stats())
 
-    got, _, params, _ = _count_read_training(36, longer_every=6, before_step=at_12th)
+    # (seed 1: counts of 1-22 positives, new most steps; MegEngine's initial weights of seed 0, since session 79,
+    # shrink them to 0-2 by the 30th step, where the count part is too small to split)
+    got, _, params, _ = _count_read_training(36, longer_every=6, before_step=at_12th, seed=1)
     before, after = stats["before"], auto_jit_stats()
     assert after["split_clusters"] - before["split_clusters"] == 24, (before, after)  # every step from the 12th
     mge.config.auto_jit = False
-    want, _, want_params, _ = _count_read_training(36, longer_every=6)
+    want, _, want_params, _ = _count_read_training(36, longer_every=6, seed=1)
     np.testing.assert_allclose(got, want, rtol=1e-5)
     for p, q in zip(params, want_params):
         np.testing.assert_allclose(p, q, rtol=1e-5, atol=1e-6)
@@ -3311,7 +3313,9 @@ def test_a_models_host_drawn_initialisation_does_not_run_on_into_its_first_step(
     want, _ = _fit(build(), 4, xs, ys)
     mge.config.auto_jit = True
     got, counts = _fit(build(), 4, xs, ys)
-    assert auto_jit_stats()["eager_reads"] > 0  # (the initialisation's reads did run eagerly)
+    # (the initialisation draws MegEngine's streams on the host and reads nothing: no pause to run on; before
+    # session 79 it read a split key per parameter, and this test checked that those reads' pause ended)
+    assert auto_jit_stats()["eager_reads"] == 0
     assert counts[-1][0] == 1, (counts, auto_jit_stats()["changes"])
     np.testing.assert_allclose(got, want, rtol=1e-5)
 

@@ -4,17 +4,16 @@ Every initialiser rebinds the given tensor in place (``_reset``), so a Parameter
 place in optimizers and GradManagers). Random ones draw from the global ``megxla.random`` generator, so
 ``megxla.random.seed(n)`` makes model construction reproducible, in one process and across processes.
 
-Eagerly (the usual case: building a model) the values are made on the host by NumPy, from generators seeded
-with a key split off the global state, and handed to the device once: no kernel is compiled, whatever the
-number of parameter shapes (a compiled generator would cost 1-4 s per executable on a 2-core CPU, and one per
-shape made building a ResNet-18 take 12 s; see issue 18). Inside a trace the initialisers are the ``random``
-ops, recorded like any other.
+Eagerly (the usual case: building a model) the values are MegEngine 1.13's own: its CPU generator's streams
+(``megxla.random._xoroshiro``), made on the host with NumPy and handed to the device once, so
+``megengine.random.seed(n)`` then a model's construction gives the parameters MegEngine gives. No kernel is
+compiled, whatever the number of parameter shapes (a compiled generator would cost 1-4 s per executable on a
+2-core CPU, and one per shape made building a ResNet-18 take 12 s; see issue 18). Inside a trace the
+initialisers are the ``random`` ops, recorded like any other.
 """
 from __future__ import annotations
 
 import math
-import os
-from concurrent.futures import ThreadPoolExecutor
 from functools import reduce
 from typing import Optional, Tuple, Union
 
@@ -35,42 +34,10 @@ def _assign(tensor: Tensor, value: Tensor) -> None:
     tensor._reset(value)
 
 
-_BLOCK = 1 << 20
-_pool = []
-
-
-def _executor():
-    if not _pool:
-        _pool.append(ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1), thread_name_prefix="megxla-init"))
-    return _pool[0]
-
-
-def _host_draw(shape, normal: bool) -> np.ndarray:
-    """float32 standard-normal (or U[0, 1)) values of ``shape``, made on the host.
-
-    Block ``b`` (2**20 values) comes from a NumPy generator seeded with (a fresh key split off the global
-    ``megxla.random`` state, ``b``); large tensors fill their blocks on a thread pool (NumPy releases the GIL
-    while filling), and the values do not depend on the number of threads.
-    """
-    key = _random.next_key().numpy().tolist()
-    n = math.prod(shape)
-    out = np.empty(n, np.float32)
-
-    def fill(b):
-        gen = np.random.default_rng(key + [b])
-        part = out[b * _BLOCK:(b + 1) * _BLOCK]
-        if normal:
-            gen.standard_normal(dtype=np.float32, out=part)
-        else:
-            gen.random(dtype=np.float32, out=part)
-
-    blocks = range(-(-n // _BLOCK))
-    if len(blocks) > 1:
-        list(_executor().map(fill, blocks))
-    else:
-        for b in blocks:
-            fill(b)
-    return out.reshape(shape)
+def _eager_stream(kind):
+    """The global generator's stream of MegEngine's CPU draws of ``kind`` when drawing eagerly, or None inside a
+    trace (then the ``random`` op is recorded)."""
+    return None if current_interpreter() is not None else _random._rng._global._eager_stream(kind)
 
 
 def _assign_host(tensor: Tensor, values: np.ndarray) -> None:
@@ -129,13 +96,15 @@ def uniform_(tensor: Tensor, a: float = 0.0, b: float = 1.0) -> None:
         >>> linear = M.Linear(4, 3); uniform_(linear.weight, -0.1, 0.1); bool(abs(linear.weight).max() <= 0.1)
         True
     """
-    if current_interpreter() is not None:
-        return _assign(tensor, _random.uniform(low=a, high=b, size=tensor.shape))
-    if not a < b:
+    if current_interpreter() is None and not a < b:
         raise ValueError(f"uniform_: not defined when a >= b (got a={a}, b={b})")
-    u = _host_draw(tensor.shape, normal=False)
-    u *= np.float32(b - a)  # in place: parameters can be large
-    u += np.float32(a)
+    stream = _eager_stream("uniform")
+    if stream is None:
+        return _assign(tensor, _random.uniform(low=a, high=b, size=tensor.shape))
+    u = stream.uniform(math.prod(tensor.shape)).reshape(tensor.shape)
+    if not (a == 0 and b == 1):  # (MegEngine's ``uniform(low=a, high=b)``: ``a + (b - a) * u`` in float32)
+        u *= np.float32(b - a)  # in place: parameters can be large
+        u += np.float32(a)
     _assign_host(tensor, u)
 
 
@@ -151,15 +120,12 @@ def normal_(tensor: Tensor, mean: float = 0.0, std: float = 1.0) -> None:
         >>> linear = M.Linear(4, 3); normal_(linear.weight, 0.0, 0.01); linear.weight.shape
         (3, 4)
     """
-    if current_interpreter() is not None:
-        return _assign(tensor, _random.normal(mean=mean, std=std, size=tensor.shape))
-    if not std > 0:
+    if current_interpreter() is None and not std > 0:
         raise ValueError(f"normal_: std must be positive, got {std}")
-    z = _host_draw(tensor.shape, normal=True)
-    z *= np.float32(std)  # in place: parameters can be large
-    if mean:
-        z += np.float32(mean)
-    _assign_host(tensor, z)
+    stream = _eager_stream("normal")
+    if stream is None:
+        return _assign(tensor, _random.normal(mean=mean, std=std, size=tensor.shape))
+    _assign_host(tensor, stream.normal(math.prod(tensor.shape), float(mean), float(std)).reshape(tensor.shape))
 
 
 def calculate_gain(nonlinearity: str, param: Optional[Union[int, float]] = None) -> float:
