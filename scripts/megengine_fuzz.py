@@ -1633,9 +1633,11 @@ _KNOWN = [
      and re.search(r"\[0[,\]]|, 0[,\]]", ins) is not None),
     # (seed 16 case 1823: ``x[5, None, -2:3:-2]`` of 5 rows -- with a None after it, MegEngine's getitem checks no
     # index and returns a row read past the axis; megxla raises, as for ``x[5]``)
-    ("an integer index past the axis, beside a None (MegEngine reads past it)", lambda code, ins, kind, text:
-     kind == "STATUS" and text.startswith("forward: tensor") and "getitem: index" in text
-     and "is out of range for axis" in text and "None" in code),
+    # (seed 27 case 379: ``x[-2, ..., -5]`` of shape (3, 1, 5, 4) -- after another integer index too: MegEngine gives
+    # ``x[-2, ..., -5]`` = ``x[1, ..., 7]``, values past the axis; where it checks, it raises asynchronously)
+    ("an integer index past the axis, beside a None or another integer (MegEngine reads past it)",
+     lambda code, ins, kind, text: kind == "STATUS" and text.startswith("forward: tensor")
+     and "getitem: index" in text and "is out of range for axis" in text),
     # (seed 13 cases 941, 1495: MegEngine gathers along axis ndim -- values from memory past the rows)
     ("gather / scatter along an axis past the last", lambda code, ins, kind, text: kind == "STATUS"
      and ("F.gather(" in code or "F.scatter(" in code) and "is out of range for" in text and text.startswith(

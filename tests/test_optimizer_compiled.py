@@ -228,7 +228,10 @@ def test_adam_shared_step_count_splits_inside_compiled_steps(tracer):
     steps = {n: float(opt._state[p]["step"].numpy()) for n, p in net.named_parameters()}
     assert steps == {"a.weight": 3.0, "a.bias": 3.0, "b.weight": 5.0, "b.bias": 5.0, "spare.weight": 2.0,
                      "spare.bias": 2.0}
-    np.testing.assert_allclose(losses, [3.5388231, 3.0209134, 2.5161061, 0.4724187, 0.1824162], rtol=1e-5)
+    # (MegEngine 1.13 printed these for the same program: its initial parameters of seed 1 are megxla's since
+    # session 79)
+    np.testing.assert_allclose(losses, [-1.234877109527588, -1.8871339559555054, -2.5554497241973877,
+                                        5.539678573608398, 5.087624549865723], rtol=1e-5)
 
 
 @pytest.mark.parametrize("tracer", [xla_trace, lambda f: trace(f, symbolic=True)])

@@ -307,14 +307,12 @@ def test_large_draw_inside_a_compiled_step_equals_the_eager_draw():
     def f():
         return R.normal(0.0, 1.0, size=(P.CHUNK + 11,)), R.permutation(50)
 
-    from megxla.random import _rng
+    state = R.get_rng_state()
     for _ in range(3):  # recording, then compiled calls
         key = f.random_seed.numpy().copy()  # the step's own key state before the call
         compiled = [o.numpy() for o in f()]
-        # the same ops replayed eagerly on that key (swapped: an eager draw of the global generator is MegEngine's
-        # stream, tests/test_random_megengine_streams.py)
-        with _rng.swapped(megxla.Tensor(key, dtype="uint32")):
-            eager = [R.normal(0.0, 1.0, size=(P.CHUNK + 11,)).numpy(), R.permutation(50).numpy()]
+        state._reset(megxla.Tensor(key, dtype="uint32"))  # replay the same draws eagerly
+        eager = [R.normal(0.0, 1.0, size=(P.CHUNK + 11,)).numpy(), R.permutation(50).numpy()]
         for a, b in zip(eager, compiled):
             np.testing.assert_array_equal(a, b)
     R.seed(0)

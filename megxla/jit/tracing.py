@@ -1551,11 +1551,8 @@ def _key_from_global():
     # built at the same global state therefore start from the same key, as in MegEngine (its upstream
     # test_xla_trace_random_seed_update builds one step twice after one seed() and expects equal draws); a
     # user who wants two streams draws or seeds between the builds, or sets ``random_seed``.
-    # (Eager draws of MegEngine's streams leave the key as it is and are counted: mixed in, a function built
-    # after one gets a stream of its own, as when eager draws split the key; none since seed(): the key's word.)
     from ..random import _rng
     word = int(np.asarray(_rng._global._state.numpy())[-1])
-    word = (word + 0x9E3779B9 * _rng._global.eager_draws) & 0xFFFFFFFF
     return Tensor(np.array([0, word], np.uint32), dtype="uint32")
 
 

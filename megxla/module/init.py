@@ -36,8 +36,9 @@ def _assign(tensor: Tensor, value: Tensor) -> None:
 
 def _eager_stream(kind):
     """The global generator's stream of MegEngine's CPU draws of ``kind`` when drawing eagerly, or None inside a
-    trace (then the ``random`` op is recorded)."""
-    return None if current_interpreter() is not None else _random._rng._global._eager_stream(kind)
+    trace (then the ``random`` op is recorded). (The key is left as it is: a split would be an op, collected by
+    auto-jit into the first step's cluster, a key that never recurs.)"""
+    return None if current_interpreter() is not None else _random._rng._global.streams()[kind]
 
 
 def _assign_host(tensor: Tensor, values: np.ndarray) -> None:

@@ -113,9 +113,6 @@ class RNG:
         self._seed = seed
         # (MegEngine's RNG keeps its device only with a seed: the global state's handle has its own)
         self._state = None if seed is None else _key_tensor(seed, device)
-        self._device = device
-        # MegEngine's CPU streams of this generator's eager draws (``_xoroshiro``); traced steps draw from the key
-        self._streams = None if seed is None else Streams(seed)
 
     def _next_key(self):
         rng = self if self._state is not None else _global
@@ -123,22 +120,11 @@ class RNG:
         rng._state._reset(new)
         return sub
 
-    def _eager_stream(self, kind):
-        """The stream of MegEngine's CPU generator for draws of ``kind`` (``_xoroshiro.Streams``) when this thread
-        draws eagerly (auto-jit included: the values are made where the op is issued, and enter its cluster as
-        an input), or None inside a traced step, whose draws are graph ops of its key. The key is left as it is
-        (a split would be an op, collected by auto-jit: model construction's draws then joined the first step's
-        cluster, a key that never recurs); a global draw is counted instead, which a traced function built after
-        it mixes into the key it derives (``eager_draws``)."""
-        if _swap.key is not None or current_interpreter() is not None:
-            return None
-        if self._streams is not None:
-            return self._streams[kind]
-        _global.eager_draws += 1
-        return _global.streams()[kind]
-
-    def _host_tensor(self, values):
-        return Tensor(values, device=self._device if self._streams is not None else None)
+    def _count(self, kind, n):
+        """An eager draw of the global generator takes ``n`` outputs of MegEngine's ``kind`` stream there: the
+        initialisers' streams skip them, so a model built after it still gets MegEngine's parameters."""
+        if (self is _global or self._state is None) and _swap.key is None and current_interpreter() is None:
+            _global.streams().skip(kind, n)
 
     def uniform(self, low: float = 0, high: float = 1, size=None):
         """Samples from the uniform distribution on ``[low, high)``.
@@ -158,12 +144,7 @@ class RNG:
         if not low < high:
             raise DistributionError(f"uniform: not defined when low >= high (got low={low}, high={high})")
         shape = _size(size, "uniform", (1,))
-        stream = self._eager_stream("uniform")
-        if stream is not None:  # (MegEngine's ``low + (high - low) * u`` in float32, u in (0, 1])
-            u = stream.uniform(math.prod(shape)).reshape(shape)
-            if not (low == 0 and high == 1):
-                u = np.float32(low) + np.float32(high - low) * u
-            return self._host_tensor(u)
+        self._count("uniform", math.prod(shape))
         # (the bounds inputs, the cached 0-d tensors of these numbers: a new range every step compiles nothing and
         # keeps auto-jit's clusters -- core/ops/random.py)
         return apply(P.uniform.bind(shape=shape, dtype="float32"), self._next_key(),
@@ -190,9 +171,7 @@ class RNG:
         if std < 0:
             raise DistributionError(f"normal: std must be >= 0, got {std}")
         shape = _size(size, "normal", (1,))
-        stream = self._eager_stream("normal")
-        if stream is not None:
-            return self._host_tensor(stream.normal(math.prod(shape), float(mean), float(std)).reshape(shape))
+        self._count("normal", 2 * -(-math.prod(shape) // 2))  # (MegEngine's Box-Muller: a pair per two values)
         return apply(P.normal.bind(shape=shape, dtype="float32"), self._next_key(),
                      _scalar(float(mean), _F32), _scalar(float(std), _F32))
 
@@ -289,25 +268,14 @@ class RNG:
                 n = n.reshape(1)
             if n.size == 0:
                 raise OpError(f"permutation: the tensor must have a non-empty first axis, got shape {n.shape}")
-            return self._shuffled(n)
+            return apply(P.shuffle.bind(), self._next_key(), n)
         if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
             raise OpError(f"permutation: n must be a non-negative int or a Tensor, got {n!r}")
         try:
             dt = canonical(dtype).name
         except TypeError:
             raise OpError(f"permutation: unknown dtype {dtype!r}") from None
-        stream = self._eager_stream("permutation")
-        if stream is not None:
-            return self._host_tensor(stream.permutation(int(n)).astype(dt))
         return apply(P.permutation.bind(n=int(n), dtype=dt), self._next_key())
-
-    def _shuffled(self, inp):
-        """``inp`` shuffled along its first axis (MegEngine's ShuffleRNG: ``inp[perm]``, differentiable)."""
-        stream = self._eager_stream("shuffle")
-        if stream is not None:
-            perm = Tensor(stream.permutation(inp.shape[0]).astype(np.int32), device=inp.device)
-            return inp[perm]
-        return apply(P.shuffle.bind(), self._next_key(), inp)
 
     def shuffle(self, inp: Tensor):
         """Shuffles ``inp`` in place along its first axis.
@@ -324,7 +292,7 @@ class RNG:
         """
         if not isinstance(inp, Tensor) or inp.ndim == 0 or inp.size == 0:
             raise OpError(f"shuffle: expects a Tensor with a non-empty first axis, got {inp!r}")
-        inp._reset(self._shuffled(inp))
+        inp._reset(apply(P.shuffle.bind(), self._next_key(), inp))
 
     def multinomial(self, input, num_samples, replacement=False):
         """Draws class indices with probabilities proportional to the rows of ``input`` (MegEngine 1.13.4).
@@ -368,16 +336,14 @@ class _GlobalRNG(RNG):
         # a forked worker (``dist.launcher``) inherits its parent's
         self._seed = int(time.time())
         self._key = None
-        self._device = None
-        self._streams = None  # (its draws go to the global streams: streams())
-        self._by_seed = None  # MegEngine's CPU streams of the eager draws, made on first use; seed() restarts them
-        self.eager_draws = 0  # draws from them since the last seed() (jit mixes it into a traced step's key)
+        self._streams = None  # MegEngine's CPU streams of the initialisers, made on first use; seed() restarts them
 
     def streams(self):
-        """MegEngine's CPU streams of the global handle."""
-        if self._by_seed is None:
-            self._by_seed = Streams(self._seed)
-        return self._by_seed
+        """The global handle's MegEngine CPU streams (:mod:`._xoroshiro`): the parameter initialisers draw from
+        them."""
+        if self._streams is None:
+            self._streams = Streams(self._seed)
+        return self._streams
 
     @property
     def _state(self):
@@ -459,8 +425,7 @@ def seed(seed: int):
         raise ValueError(f"seed: expected 0 <= seed < 2**64, got {seed}")
     _global._state._reset(_key_tensor(seed))
     _global._seed = int(seed)  # (what ``get_global_rng_seed()`` reports)
-    _global._by_seed = None  # (MegEngine's eager streams restart, even for the same seed)
-    _global.eager_draws = 0
+    _global._streams = None  # (the initialisers' MegEngine streams restart, even for the same seed)
     # traced steps derive their own keys from the global one: a new seed re-derives them at their next call
     # (jit reads the count; the epoch makes a prepared compiled call take the full path once)
     SEED_COUNT[0] += 1

@@ -1,17 +1,19 @@
-"""MegEngine 1.13's random streams on the CPU, reproduced on the host with NumPy (:class:`Streams`).
+"""MegEngine 1.13's random streams on the CPU, reproduced on the host with NumPy (:class:`Streams`): megxla's
+parameter initialisers draw from them (``module/init.py``), so a model built after ``seed(n)`` has the parameters
+MegEngine gives it.
 
 MegEngine's CPU kernels (``dnn/src/naive/rng``) draw from xoroshiro128+ (rotations 55, 14, 36), seeded with two
-outputs of splitmix64 of the seed. Each kind of draw has a generator of its own per handle -- the global handle,
-which ``seed()`` restarts, or an ``RNG(seed)``'s --: ``uniform``, ``normal``, ``permutation`` and ``shuffle`` each
-advance their own stream. A float32 uniform is ``2 - f`` where ``f`` in [1, 2) has the output's top 23 bits as its
-mantissa, so it lies in (0, 1]; a normal is Box-Muller over pairs of uniforms (``r = std * sqrt(-2 log u1)``,
-``z0 = r cos(2 pi u2) + mean``, ``z1 = r sin(...) + mean``, an odd size using a whole pair for its last value); a
-permutation is Fisher-Yates from the top, ``j = (x & (2**63 - 1)) % (i + 1)``.
+outputs of splitmix64 of the seed. Each kind of draw has a generator of its own per handle (the global handle's,
+which ``seed()`` restarts): ``uniform`` and ``normal`` advance separate streams. A float32 uniform is ``2 - f``
+where ``f`` in [1, 2) has the output's top 23 bits as its mantissa, so it lies in (0, 1]; a normal is Box-Muller
+over pairs of uniforms (``r = std * sqrt(-2 log u1)``, ``z0 = r cos(2 pi u2) + mean``, ``z1 = r sin(...) +
+mean``, an odd size using a whole pair for its last value), with glibc's float32 roundings of ``logf`` / ``cosf``
+/ ``sinf`` (the C library MegEngine's kernels call; ``_libm_rounding.npz``).
 
 The generator is sequential, so a draw of ``n`` values runs it in ``L`` lanes of ``S`` steps each (``L * S >= n``):
 lane ``j`` starts at the state ``S * j`` steps on, reached by jumping -- xoroshiro's step is linear over GF(2), so
-``k`` steps are one 128 x 128 bit matrix, applied to all lanes at once with NumPy --, then the lanes step together.
-A 6,400-value draw takes ~0.5 ms, a million ~20 ms (eager draws of JAX's threefry: 0.35 ms and 3 ms).
+``k`` steps are one 128 x 128 bit matrix, applied to all lanes at once with byte tables --, then the lanes step
+together; draws of 2**18 values or more run in blocks on threads.
 """
 from __future__ import annotations
 
@@ -108,11 +110,12 @@ def _jump_lanes(s0, s1, stride, lanes):
     return states
 
 @functools.lru_cache(maxsize=None)
-def _rounding_bitmaps():
-    """(``_libm``) Where glibc's ``logf`` / ``cosf`` / ``sinf`` round to the other neighbour of the true value, per
-    uniform's 23 mantissa bits (scripts/megengine_libm_table.py): packed bitmaps, 1 MiB each."""
+def _rounding_table(name):
+    """(``_libm``) Whether glibc's ``name`` (``logf`` / ``cosf`` / ``sinf``) rounds to the other neighbour of the
+    true value, per uniform's 23 mantissa bits (scripts/megengine_libm_table.py): 8 MiB of bools, unpacked from
+    the file's bitmap on first use (a lookup in the packed bits took 5x as long)."""
     with np.load(os.path.join(os.path.dirname(__file__), "_libm_rounding.npz")) as data:
-        return {name: data[name] for name in data.files}
+        return np.unpackbits(data[name]).view(bool)
 
 
 def _libm(name, true, mantissa):
@@ -120,12 +123,29 @@ def _libm(name, true, mantissa):
     of its arguments, which are indexed by the ``mantissa`` bits of the uniforms they came from: the correctly
     rounded values, but where glibc rounds to the float on the other side of the true value."""
     nearest = true.astype(np.float32)
-    bits = _rounding_bitmaps()[name]
-    other = ((bits[mantissa >> 3] >> (7 - (mantissa & 7)).astype(np.uint8)) & 1).astype(bool)
-    if other.any():
-        up = true[other] > nearest[other].astype(np.float64)
-        nearest[other] = np.nextafter(nearest[other], np.where(up, np.float32(np.inf), np.float32(-np.inf)))
+    other = _rounding_table(name)[mantissa]
+    at = np.flatnonzero(other)
+    if at.size:
+        up = true[at] > nearest[at].astype(np.float64)
+        nearest[at] = np.nextafter(nearest[at], np.where(up, np.float32(np.inf), np.float32(-np.inf)))
     return nearest
+
+_PARALLEL_MIN = 1 << 18  # outputs from which a draw runs in blocks on threads (Stream._in_blocks)
+_pool = []
+
+
+def _executor():
+    if not _pool:
+        from concurrent.futures import ThreadPoolExecutor
+        _pool.append(ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1), thread_name_prefix="megxla-rng"))
+    return _pool[0]
+
+
+def _at(s0, s1):
+    """A :class:`Stream` at the state (s0, s1)."""
+    stream = Stream.__new__(Stream)
+    stream.s0, stream.s1 = int(s0), int(s1)
+    return stream
 
 
 class Stream:
@@ -139,6 +159,12 @@ class Stream:
     def __init__(self, seed: int):
         state, self.s0 = _splitmix64(int(seed) & _M64)
         _, self.s1 = _splitmix64(state)
+
+    def jump(self, n: int) -> None:
+        """Skip the next ``n`` outputs (one bit-matrix product: ``_power(n)``, cached per count)."""
+        if n > 0:
+            state = _apply(_power(n), self.s0 | self.s1 << 64)
+            self.s0, self.s1 = state & _M64, state >> 64
 
     def raw(self, n: int) -> np.ndarray:
         """The next ``n`` outputs, uint64."""
@@ -181,11 +207,32 @@ class Stream:
 
     def uniform(self, n: int) -> np.ndarray:
         """``n`` float32 values in (0, 1], MegEngine's ``uniform_int2float``."""
-        mantissa = (self.raw(n) >> _U64(41)).astype(np.uint32) | np.uint32(0x3F800000)
-        return np.float32(2) - mantissa.view(np.float32)
+        return self._in_blocks(n, 1, lambda stream, count: stream._uniform(count))
 
     def normal(self, n: int, mean: float = 0.0, std: float = 1.0) -> np.ndarray:
         """``n`` float32 values of N(mean, std**2): MegEngine's Box-Muller in float32 (``fill_gaussian``)."""
+        pairs = -(-n // 2)
+        return self._in_blocks(2 * pairs, 2, lambda stream, count: stream._normal(count, mean, std))[:n]
+
+    def _in_blocks(self, n, per, draw):
+        """``draw(stream, count)`` of ``n`` outputs (``count`` a multiple of ``per``): a large draw in blocks on
+        worker threads, each block's stream jumped to its place (NumPy releases the GIL in its loops), the result
+        the same as one stream's."""
+        threads = min(8, os.cpu_count() or 1)
+        if n < _PARALLEL_MIN or threads < 2:
+            return draw(self, n)
+        block = -(-n // (threads * per)) * per
+        sizes = [min(block, n - i * block) for i in range(threads)]
+        streams = [_at(*start) for start in _jump_lanes(self.s0, self.s1, block, threads)]
+        parts = list(_executor().map(draw, streams, sizes))
+        self.s0, self.s1 = streams[-1].s0, streams[-1].s1  # (the last block's stream ends where the draw does)
+        return np.concatenate(parts)
+
+    def _uniform(self, n: int) -> np.ndarray:
+        mantissa = (self.raw(n) >> _U64(41)).astype(np.uint32) | np.uint32(0x3F800000)
+        return np.float32(2) - mantissa.view(np.float32)
+
+    def _normal(self, n: int, mean: float, std: float) -> np.ndarray:
         pairs = -(-n // 2)
         mantissa = (self.raw(2 * pairs) >> _U64(41)).astype(np.uint32)
         u = np.float32(2) - (mantissa | np.uint32(0x3F800000)).view(np.float32)
@@ -199,33 +246,32 @@ class Stream:
         z[:, 1] = r * _libm("sinf", np.sin(theta), m2) + f32(mean)
         return z.reshape(-1)[:n]
 
-    def permutation(self, n: int) -> np.ndarray:
-        """A permutation of ``range(n)`` (int64), MegEngine's ``fill_permutation``."""
-        perm = list(range(n))
-        if n > 1:
-            picks = (self.raw(n - 1) & _U64((1 << 63) - 1)).tolist()
-            for i, x in zip(range(n - 1, 0, -1), picks):
-                j = x % (i + 1)
-                perm[i], perm[j] = perm[j], perm[i]
-        return np.array(perm, np.int64)
-
 
 class Streams:
-    """A handle's generators, one per kind of draw (``"uniform"``, ``"normal"``, ``"permutation"``,
-    ``"shuffle"``), each seeded with ``seed`` when first used -- MegEngine's per-operator generators.
+    """A handle's generators, one per kind of draw (``"uniform"``, ``"normal"``), each seeded with ``seed`` when
+    first used -- MegEngine's per-operator generators. ``skip(kind, n)`` counts ``n`` outputs drawn elsewhere
+    (megxla's own eager draws, which are JAX's numbers: see :mod:`megxla.random`), applied as one jump when the
+    stream is next used, so a model built after them gets MegEngine's parameters still.
 
     Example:
-        >>> s = Streams(0); a = s["uniform"].uniform(2); b = s["normal"].normal(2)
-        >>> Streams(0)["uniform"].uniform(2).tolist() == a.tolist()
+        >>> s = Streams(0); s.skip("uniform", 2); a = s["uniform"].uniform(1)
+        >>> bool(Streams(0)["uniform"].uniform(3)[2] == a[0])
         True
     """
 
     def __init__(self, seed: int):
         self.seed = int(seed)
         self._by_kind = {}
+        self._skipped = {}
+
+    def skip(self, kind: str, n: int) -> None:
+        self._skipped[kind] = self._skipped.get(kind, 0) + int(n)
 
     def __getitem__(self, kind: str) -> Stream:
         stream = self._by_kind.get(kind)
         if stream is None:
             stream = self._by_kind[kind] = Stream(self.seed)
+        skipped = self._skipped.pop(kind, 0)
+        if skipped:
+            stream.jump(skipped)
         return stream
