@@ -99,3 +99,29 @@ def test_grad_scaler_non_number_is_a_value_error():
     with pytest.raises(ValueError, match="the scale factor must be a number, got 'x'"):
         s.update("x")
     assert s.scale_factor == 8.0
+
+
+def test_a_submodule_assigned_under_another_name_keeps_its_name_with_megengines_warning(caplog):
+    # (RepLKNet's convert_to_deploy: MegEngine logs one per fused layer; megxla was silent. MegEngine 1.13 printed
+    # "WRN try setting the submodule `conv` to `<class '...A'>`'s new attribute `other`, its name `conv` will
+    # remain unchanged", again when the same assignment is repeated)
+    import logging
+
+    import megxla.module as M
+
+    class A(M.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = M.Conv2d(1, 1, 1)
+
+        def forward(self, x):
+            return x
+
+    a, b = A(), A()
+    with caplog.at_level(logging.WARNING):
+        b.other = a.conv
+        b.other = a.conv
+    assert (b.other._name, b.other._short_name) == ("conv", "conv")
+    said = [r.getMessage() for r in caplog.records if "will remain unchanged" in r.getMessage()]
+    assert said == [f"try setting the submodule `conv` to `{A}`'s new attribute `other`, its name `conv` will "
+                    "remain unchanged"] * 2

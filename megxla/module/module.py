@@ -121,16 +121,20 @@ def _expand_structure(prefix: str, obj):
     return []
 
 
-def _set_module_name(prefix, key: str, module) -> None:
-    """Name ``module`` (and its sub-modules) as attribute ``key`` of a parent whose ``_name`` is ``prefix``."""
+def _set_module_name(parent, prefix, key: str, module) -> None:
+    """Name ``module`` (and its sub-modules) as attribute ``key`` of ``parent``, whose ``_name`` is ``prefix``."""
     short = module.__dict__.get("_short_name")
     if short and short != key:
-        return  # a module assigned again under another name keeps its first one (MegEngine logs a warning)
+        # a module assigned again under another name keeps its first one, with MegEngine's warning (graph surgery
+        # -- RepLKNet's convert_to_deploy -- logs one per fused layer there)
+        logger.warning(f"try setting the submodule `{short}` to `{type(parent)}`'s new attribute `{key}`, its name "
+                       f"`{short}` will remain unchanged")
+        return
     full = f"{prefix}.{key}" if prefix else key
     module.__dict__["_name"] = full
     module.__dict__["_short_name"] = key
     for sub_key, sub in module._flatten(recursive=False, with_key=True, predicate=_is_module):
-        _set_module_name(full, sub_key, sub)
+        _set_module_name(module, full, sub_key, sub)
 
 
 def _add_indent(repr_str: str, num_spaces: int) -> str:
@@ -770,6 +774,8 @@ class Module(metaclass=ABCMeta):
             # float object each time): nothing to rename, and nothing a compiled step read changed -- the epoch bump
             # below sent the next xla_trace call down its slow path, 5-7x the prepared call. (A list or dict -- or a
             # tuple of them -- may have been changed in place before it is set again.)
+            if _is_module(value) and value.__dict__.get("_short_name") not in (None, name):
+                _set_module_name(self, None, name, value)  # (only MegEngine's warning: the name stays)
             return
         # `_modules` keeps the insertion order of module-like attributes, which `__repr__` shows.
         is_module_like = _is_module(value) or isinstance(value, (list, tuple, dict))
@@ -789,7 +795,7 @@ class Module(metaclass=ABCMeta):
                 prefix = self.__dict__.get("_name") or self.__dict__.get("name")
                 for key, obj in _expand_structure(name, value):
                     if isinstance(obj, Module):
-                        _set_module_name(prefix, key, obj)
+                        _set_module_name(self, prefix, key, obj)
         super().__setattr__(name, value)
         # a rebound Tensor / sub-module / number attribute (also ``training``) changes what a compiled step
         # reads or baked in: prepared compiled calls check this one counter instead of re-walking every module
