@@ -263,7 +263,8 @@ def test_grad_scaler_state_dict_roundtrip_and_validation():
 def test_convert_format_is_identity():
     x = _t(1, 3, 4, 4)
     assert amp.convert_tensor_format(x) is x and x.format == "default"
-    assert amp.convert_tensor_format(x, inplace=False) is x
+    y = amp.convert_tensor_format(x, inplace=False)  # (MegEngine: a new Tensor of x's values, off the graph)
+    assert y is not x and type(y) is mge.Tensor and np.array_equal(y.numpy(), x.numpy())
     m = M.Sequential(M.Conv2d(3, 4, 3), M.BatchNorm2d(4))
     before = m(x).numpy()
     assert amp.convert_module_format(m) is m

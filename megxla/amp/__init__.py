@@ -50,5 +50,10 @@ class _Amp(_types.ModuleType):
     high_prec_dtype = _dtype_property(
         "high_prec_dtype", 'The high precision dtype name of autocast, ``"float32"`` by default.')
 
+    def __dir__(self):
+        # the module properties live on the class, not in the module's __dict__: list them as MegEngine's
+        # dir(megengine.amp) does (tab completion)
+        return sorted(set(super().__dir__()) | {"enabled", "low_prec_dtype", "high_prec_dtype"})
+
 
 _sys.modules[__name__].__class__ = _Amp

@@ -5,6 +5,7 @@ import functools
 
 import numpy as np
 
+from .. import config as _config
 from ..core import _autocast as _state
 
 __all__ = ["autocast"]
@@ -32,7 +33,9 @@ class autocast:
     (``float16 + float32 -> float32``); reductions over float16 (softmax, batch norm statistics) accumulate
     in float32 as XLA does. Gradients flow back through the casts, so float32 parameters receive float32
     gradients. ``high_prec_dtype`` is recorded for MegEngine compatibility. The state is process-wide and
-    nests: leaving a block restores what was active before it.
+    nests: leaving a block restores what was active before it. As in MegEngine, an enabled block also sets
+    ``megengine.config._compute_mode`` to ``"float32"`` (float16 products accumulate in float32, which XLA does
+    anyway) and restores it on leaving.
 
     Args:
         enabled: whether autocast is on inside the block; ``False`` makes the block a no-op.
@@ -64,15 +67,20 @@ class autocast:
 
     def __enter__(self):
         if self.enabled:
-            self._saved.append((_state.enabled, _state.low_prec_dtype, _state.high_prec_dtype))
+            self._saved.append((_state.enabled, _state.low_prec_dtype, _state.high_prec_dtype,
+                                _config._compute_mode))
             _state.low_prec_dtype = self.low_prec_dtype
             _state.high_prec_dtype = self.high_prec_dtype
             _state.enabled = True
+            # MegEngine's autocast resets the execution config's compute mode to "float32" for the block (code
+            # reading mge.config._compute_mode inside it sees "float32"); it restores the mode it found
+            _config._compute_mode = "float32"
         return self
 
     def __exit__(self, *exc):
         if self.enabled:
-            _state.enabled, _state.low_prec_dtype, _state.high_prec_dtype = self._saved.pop()
+            _state.enabled, _state.low_prec_dtype, _state.high_prec_dtype, mode = self._saved.pop()
+            _config._compute_mode = mode
         return False
 
     def __call__(self, func):

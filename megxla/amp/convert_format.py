@@ -33,6 +33,10 @@ def convert_tensor_format(x: Tensor, inplace: bool = True):
     """
     if not isinstance(x, Tensor):
         raise TypeError(f"convert_tensor_format: expected a Tensor, got {type(x).__name__}")
+    if not inplace and x.ndim in (4, 5):
+        # MegEngine returns a new Tensor built from x's values (Tensor(x.numpy(), format="nhwc")): not x, a plain
+        # Tensor for a Parameter, outside the gradient graph; returning x let later writes to either show in both
+        return Tensor(x.detach())
     return x
 
 
