@@ -92,14 +92,14 @@ def test_autocast_low_precision_ops(name):
     assert LOW_OPS[name]().dtype == np.float32
 
 
-def test_autocast_other_ops_promote_and_ints_untouched():
+def test_autocast_other_ops_promote_and_matmul_casts_ints():
     with autocast():
         y = F.matmul(_t(2, 3), _t(3, 4))
         assert (y + _t(2, 4)).dtype == np.float32  # elementwise: ordinary promotion
         assert F.relu(y).dtype == np.float16
         assert F.softmax(y, axis=1).dtype == np.float16
         i = F.matmul(mge.Tensor([[1, 2]], dtype="int32"), mge.Tensor([[3], [4]], dtype="int32"))
-        assert i.dtype == np.int32 and i.numpy()[0, 0] == 11
+        assert i.dtype == np.float16 and i.numpy()[0, 0] == 11  # (MegEngine casts int operands too: session 79)
 
 
 def test_autocast_decorator_nesting_and_disable():

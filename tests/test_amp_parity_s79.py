@@ -1,6 +1,9 @@
 """megxla.amp against MegEngine 1.13 (probe s79): expected values are what MegEngine 1.13.0 printed for the same
 script (/tmp/s79/amp/p1.py, p11.py), not megxla's own output."""
+import numpy as np
+
 import megxla as mge
+import megxla.functional as F
 from megxla import amp
 
 
@@ -49,3 +52,12 @@ def test_dir_of_amp_lists_its_module_properties():
     for n in ("enabled", "high_prec_dtype", "low_prec_dtype", "GradScaler", "autocast", "convert_module_format",
               "convert_tensor_format"):
         assert n in names, n
+
+
+def test_autocast_matmul_and_linear_cast_integer_operands_too():
+    # MegEngine's cast_tensors casts every operand of matmul / linear (its printout: float16 float16 float16)
+    i32 = mge.Tensor(np.arange(6, dtype="int32").reshape(2, 3))
+    f32 = mge.Tensor(np.ones((3, 2), "float32"))
+    with amp.autocast():
+        got = [F.matmul(i32, i32.T).dtype, F.matmul(i32, f32).dtype, F.linear(i32, i32).dtype]
+    assert [np.dtype(d).name for d in got] == ["float16"] * 3

@@ -10,7 +10,6 @@ import numpy as np
 
 from . import _registry
 from ._tensor import Tensor
-from .dtypes import is_float
 
 enabled = False
 low_prec_dtype = "float16"
@@ -23,20 +22,21 @@ def _cast(dtype, ts):
         if t is not None:
             if not isinstance(t, Tensor):
                 t = Tensor(t)
-            # Only floating tensors change precision: integer inputs (indices, masks) keep their dtype.
-            if is_float(t.dtype) and t.dtype != dtype:
+            # Every operand, integers too: MegEngine's ``cast_tensors`` (matmul / linear / conv rules) casts each
+            # one (``F.matmul(int32, int32)`` is float16 under autocast). The callers pass data operands only.
+            if t.dtype != dtype:
                 t = t.astype(dtype)
         out.append(t)
     return tuple(out)
 
 
 def low(*ts):
-    """``ts`` with every float tensor cast to the autocast low precision dtype (None entries stay None)."""
+    """``ts`` cast to the autocast low precision dtype (None entries stay None)."""
     return _cast(np.dtype(low_prec_dtype), ts)
 
 
 def high(*ts):
-    """``ts`` with every float tensor cast to the autocast high precision dtype (None entries stay None)."""
+    """``ts`` cast to the autocast high precision dtype (None entries stay None)."""
     return _cast(np.dtype(high_prec_dtype), ts)
 
 
