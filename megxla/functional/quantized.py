@@ -12,7 +12,7 @@ import numpy as np
 
 from ..core._dispatch import OpError, apply
 from ..core._tensor import QPARAMS_FACTORY, QPARAMS_SEEN, Tensor
-from ..core.ops import quant as _q
+from ..core.ops import elemwise as _E, quant as _q
 from ..core.tensor.dtype import _builtin_quant_dtypes, get_quant_meta
 from .tensor import _is_quantized_dtype, _quantized_source, astype, concat, reshape
 from .elemwise import hswish, relu, round as round_, sigmoid
@@ -281,5 +281,8 @@ def conv_transpose2d(inp: Tensor, weight: Tensor, bias: Tensor = None, dtype=Non
     oc = acc.shape[1]
     acc_scale = s_in * s_w
     if bias is not None:
-        acc = acc + reshape(_int_bias(bias, acc_scale, oc, who), (1, oc, 1, 1))
+        # the bias's int32 storage as a plain tensor: a qint32 tensor added to the int32 accumulator would be a
+        # quantized addition, reading the accumulator's integers as real values (2000 times the sum at scale 5e-4)
+        b = apply(_E.astype.bind(dtype="int32"), _int_bias(bias, acc_scale, oc, who))
+        acc = acc + reshape(b, (1, oc, 1, 1))
     return _finish(acc, acc_scale, dtype, "identity", who)

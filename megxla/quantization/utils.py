@@ -15,8 +15,8 @@ from ..core.ops import quant as _q
 from ..core.tensor.dtype import QuantDtypeMeta, _builtin_quant_dtypes, create_quantized_dtype
 from ..core._tensor import Tensor
 
-__all__ = ["register_method_to_class", "QuantMode", "QParams", "LSQParams", "QParamsModuleMixin", "create_qparams", "fake_quant_tensor",
-           "fake_quant_bias", "tqt_forward", "lsq_forward", "get_qparam_dict"]
+__all__ = ["register_method_to_class", "QuantMode", "QParams", "LSQParams", "QParamsModuleMixin", "create_qparams",
+           "fake_quant_tensor", "fake_quant_bias", "tqt_forward", "lsq_forward", "get_qparam_dict"]
 
 
 class QuantMode(Enum):
@@ -78,7 +78,8 @@ class QParams:
     __hash__ = None
 
     def __repr__(self):
-        return "{}({})".format(type(self).__name__, ", ".join(f"{k}={getattr(self, k)}" for k in self.__slots__))
+        # "QParams(...)" for subclasses too (LSQParams, custom qparams with extra slots), as MegEngine prints them
+        return "QParams({})".format(", ".join(f"{k}={getattr(self, k)}" for k in self.__slots__))
 
 
 class LSQParams(QParams):
@@ -115,13 +116,22 @@ class QParamsModuleMixin(abc.ABC):
     def get_quantized_dtype(self):
         """The NumPy quantized dtype (with scale / zero point metadata) of :meth:`get_qparams`."""
         q = self.get_qparams()
-        scale = float(np.asarray(q.scale).reshape(-1)[0]) if q.scale is not None else None
-        zp = int(np.asarray(q.zero_point).reshape(-1)[0]) if q.zero_point is not None else None
+        scale = _one_number(q.scale) if q.scale is not None else None
+        zp = int(_one_number(q.zero_point)) if q.zero_point is not None else None
         return create_quantized_dtype(q.dtype_meta, scale, zp)
 
     @abc.abstractmethod
     def get_qparams(self) -> QParams:
         """The current quantization parameters."""
+
+
+def _one_number(v):
+    # a dtype holds one scale: per-channel parameters are an error, as MegEngine's ``float(scale.numpy())`` makes
+    # them (megxla's took the first channel's)
+    a = np.asarray(v)
+    if a.size != 1:
+        raise TypeError("only size-1 arrays can be converted to Python scalars")
+    return float(a.reshape(-1)[0])
 
 
 def _meta(dtype_meta):
@@ -174,9 +184,10 @@ def create_qparams(mode: QuantMode = QuantMode.SYMMERTIC, dtype_meta: Union[str,
         >>> create_qparams(QuantMode.ASYMMERTIC, "quint8", Tensor(0.1), Tensor(128.0)).mode
         <QuantMode.ASYMMERTIC: 2>
     """
-    dtype_meta = _meta(dtype_meta)
+    if isinstance(dtype_meta, str):  # (MegEngine looks the name up: a KeyError for an unknown one)
+        dtype_meta = _builtin_quant_dtypes[dtype_meta]
     if mode is not None and not isinstance(mode, QuantMode):
-        raise TypeError(f"create_qparams: mode must be a QuantMode, got {mode!r}")
+        raise AssertionError(f"create_qparams: mode must be a QuantMode, got {mode!r}")
     return QParams(mode, dtype_meta, scale, zero_point)
 
 

@@ -8,6 +8,7 @@ on quantized values (observers, fake quantization) is built on top of this metad
 """
 from __future__ import annotations
 
+from collections import namedtuple
 from typing import Optional, Union
 
 import ml_dtypes  # JAX's NumPy extension types (a JAX dependency)
@@ -18,14 +19,19 @@ import numpy as np
 bfloat16 = ml_dtypes.bfloat16
 
 __all__ = ["QuantDtypeMeta", "create_quantized_dtype", "get_dtype_bit", "get_scale", "get_zero_point",
-           "bfloat16", "is_bfloat16", "is_lowbit", "is_quantize", "qint32", "qint4", "qint8", "quint4", "quint8",
+           "bfloat16", "is_bfloat16", "is_differentible_dtype", "is_dtype_equal", "is_lowbit", "is_quantize",
+           "qint32", "qint4", "qint8", "quint4", "quint8",
            "convert_to_qint8", "convert_from_qint8", "convert_to_quint8", "convert_from_quint8",
            "convert_to_qint32", "convert_from_qint32", "convert_to_qint4", "convert_from_qint4",
            "convert_to_quint4", "convert_from_quint4", "qint1", "convert_to_qint1", "convert_from_qint1"]
 
 
-class QuantDtypeMeta:
+class QuantDtypeMeta(namedtuple("QuantDtypeMeta", ["name", "cname", "np_dtype_str", "qmin", "qmax", "is_unsigned"])):
     r"""Description of a quantized dtype: its name, MegBrain name, storage type and integer range.
+
+    A namedtuple, as MegEngine's: immutable (the builtin metas are shared by every observer and tensor), compared
+    and hashed as the tuple of its fields, and pickled as one (``cls.__new__(cls, *fields)``, which MegEngine's
+    pickles of whole QAT models use).
 
     Args:
         name: user-facing name, e.g. ``"qint8"``.
@@ -36,49 +42,23 @@ class QuantDtypeMeta:
         is_unsigned: whether values are stored unsigned; derived from ``np_dtype_str`` when None.
 
     Example:
-        >>> QuantDtypeMeta("qint8", "QuantizedS8", "int8", -128, 127).is_unsigned
-        False
+        >>> m = QuantDtypeMeta("qint8", "QuantizedS8", "int8", -128, 127)
+        >>> m.is_unsigned, m == _builtin_quant_dtypes["qint8"], m._replace(qmin=-127).qmin
+        (False, True, -127)
     """
 
-    __slots__ = ("name", "cname", "np_dtype_str", "qmin", "qmax", "is_unsigned")
+    __slots__ = ()
 
-    def __new__(cls, *args, **kwargs):
-        # MegEngine's QuantDtypeMeta is a namedtuple: its pickles (a whole QAT model) rebuild one as
-        # cls.__new__(cls, *fields) without calling __init__, so the fields are filled here too.
-        self = super().__new__(cls)
-        if args or kwargs:
-            QuantDtypeMeta.__init__(self, *args, **kwargs)
-        return self
+    def __new__(cls, name: str, cname: str, np_dtype_str: str, qmin: int, qmax: int, is_unsigned: bool = None):
+        assert isinstance(np_dtype_str, str)
+        is_unsigned = np_dtype_str[0] == "u" if is_unsigned is None else is_unsigned
+        return super().__new__(cls, name, cname, np_dtype_str, qmin, qmax, is_unsigned)
 
-    def __init__(self, name: str, cname: str, np_dtype_str: str, qmin: int, qmax: int, is_unsigned: bool = None):
-        if qmin > qmax:
-            raise ValueError(f"QuantDtypeMeta {name!r}: qmin={qmin} > qmax={qmax}")
-        self.name, self.cname, self.np_dtype_str = name, cname, np_dtype_str
-        self.qmin, self.qmax = int(qmin), int(qmax)
-        # (from the storage type, as MegEngine: qint1 stores 0 and 1 in int8 and is symmetric)
-        self.is_unsigned = np_dtype_str[0] == "u" if is_unsigned is None else bool(is_unsigned)
-
-    def _key(self):
-        return (self.name, self.cname, self.np_dtype_str, self.qmin, self.qmax, self.is_unsigned)
-
-    def __eq__(self, other):
-        return isinstance(other, QuantDtypeMeta) and self._key() == other._key()
-
-    def __hash__(self):
-        return hash(self._key())
-
-    def __copy__(self):  # the builtin metas are singletons compared by value; copies may share
+    def __copy__(self):  # (a meta is treated as a singleton, as MegEngine's FakeQuantize checks it with ``is``)
         return self
 
     def __deepcopy__(self, memo):
         return self
-
-    def __reduce__(self):
-        return (QuantDtypeMeta, self._key())
-
-    def __repr__(self):
-        return (f"QuantDtypeMeta(name={self.name!r}, cname={self.cname!r}, np_dtype_str={self.np_dtype_str!r}, "
-                f"qmin={self.qmin}, qmax={self.qmax}, is_unsigned={self.is_unsigned})")
 
 
 _builtin_quant_dtypes = {
@@ -98,6 +78,8 @@ _builtin_quant_dtypes = {
 _metadata_dict = {}
 for _m in _builtin_quant_dtypes.values():
     _metadata_dict.setdefault(_m.cname, _m)
+# name -> meta of the dtypes made from metas their MegBrain name does not give back (``_meta_of`` finds them)
+_custom_metas = {}
 
 
 def _meta(dtype_meta) -> QuantDtypeMeta:
@@ -118,7 +100,8 @@ def create_quantized_dtype(dtype_meta: Union[str, QuantDtypeMeta], scale: float,
         zp: the zero point (None for symmetric types).
 
     Returns:
-        ``np.dtype`` with ``metadata["mgb_dtype"] == {"name", "scale", "zero_point"}``.
+        ``np.dtype`` with MegEngine's ``metadata["mgb_dtype"]``: ``{"name": cname, "scale": s}``, and
+        ``"zero_point"`` for an unsigned type.
 
     Example:
         >>> dt = create_quantized_dtype("quint8", 0.5, 3)
@@ -126,24 +109,37 @@ def create_quantized_dtype(dtype_meta: Union[str, QuantDtypeMeta], scale: float,
         (0.5, 3, 'uint8')
     """
     meta = _meta(dtype_meta)
+    if meta.cname is None:  # (MegEngine's message, its placeholder unfilled)
+        raise ValueError("dtype {} without cname attr is not supported.")
     # (as MegEngine: an unsigned type needs an integer zero point in its range, a signed one takes none)
     if meta.is_unsigned:
         if zp is None or int(zp) != zp:
-            raise ValueError(f"create_quantized_dtype: {meta.name} needs an integer zero_point, got {zp!r}")
+            raise ValueError("zero_point should be an integer")
         if not meta.qmin <= int(zp) <= meta.qmax:
-            raise ValueError(f"zero_point should be within [{meta.qmin}, {meta.qmax}] for {meta.name}, got {zp}")
+            raise ValueError(f"zero_point should be within [{meta.qmin}, {meta.qmax}] for {meta.name}")
     elif zp is not None:
         raise ValueError(f"'{meta.name}' only supports symmetric quantization, zero_point should be None, "
                          f"but actually got '{zp}'")
-    info = {"name": meta.cname if meta.cname is not None else meta.name, "scale": float(scale),
-            "zero_point": int(zp) if zp is not None else None, "qmin": meta.qmin, "qmax": meta.qmax,
-            "meta_name": meta.name}
+    # MegEngine's metadata exactly (users print it; MegEngine's C++ reads it): the MegBrain name, the scale and,
+    # unsigned, the zero point. A meta its MegBrain name does not give back (``qint8_narrow`` and other custom
+    # metas sharing ``QuantizedS8``) is named too, so a tensor of that dtype keeps its meta's range
+    info = {"name": meta.cname, "scale": float(scale)}
+    if meta.is_unsigned:
+        info["zero_point"] = int(zp)
+    if _metadata_dict.get(meta.cname) != meta:
+        info["meta_name"] = meta.name
+        _custom_metas[meta.name] = meta
     return np.dtype(meta.np_dtype_str, metadata={"mgb_dtype": info})
+
+
+class _QuantDtypeError(RuntimeError, ValueError):
+    """A dtype that is not the quantized dtype asked for: MegEngine's C++ ``get_scale`` / ``get_zero_point`` raise
+    RuntimeError; megxla's raised ValueError, which code written for it may catch."""
 
 
 def _info(dtype, what):
     if not is_quantize(dtype):
-        raise ValueError(f"{what}: {dtype!r} is not a quantized dtype")
+        raise _QuantDtypeError(f"expect quantize dtype ({what}: {dtype!r} is not a quantized dtype)")
     return dtype.metadata["mgb_dtype"]
 
 
@@ -178,7 +174,8 @@ def get_zero_point(dtype) -> int:
     """
     info = _info(getattr(dtype, "dtype", dtype), "get_zero_point")
     if info.get("zero_point") is None:
-        raise ValueError(f"get_zero_point: {info['name']} is symmetric and has no zero point")
+        raise _QuantDtypeError(f'expect name to be "Quantized8Asymm" or "Quantized4Asymm", got {info["name"]} '
+                               f"(get_zero_point: a symmetric dtype has no zero point)")
     return info["zero_point"]
 
 
@@ -201,10 +198,12 @@ def saturation_range(meta: QuantDtypeMeta):
 
 
 def _meta_of(info) -> QuantDtypeMeta:
-    # megxla's dtypes name their meta; MegEngine's own (read from its files) only give the MegBrain name and
-    # omit the zero point of symmetric types: the cname's first meta, as MegEngine resolves it
+    # a dtype names its meta where the MegBrain name does not give it back (``create_quantized_dtype``); otherwise,
+    # and in MegEngine's own dtypes (read from its files), the cname's first meta, as MegEngine resolves it
     name = info.get("meta_name")
-    return _builtin_quant_dtypes[name] if name is not None else _metadata_dict[info["name"]]
+    if name is not None:
+        return _custom_metas.get(name) or _builtin_quant_dtypes[name]
+    return _metadata_dict[info["name"]]
 
 
 _BITS = {"bool": 1, "qint1": 1, "qint2": 2, "quint2": 2, "qint4": 4, "quint4": 4, "int4": 4, "uint4": 4,
@@ -224,8 +223,10 @@ def get_dtype_bit(dtype_name: str) -> int:
     try:
         return np.dtype(name).itemsize * 8
     except TypeError:
-        import ml_dtypes  # bfloat16 & co. are registered with NumPy by ml_dtypes (a JAX dependency)
+        pass
+    if hasattr(ml_dtypes, name):  # bfloat16 & co. are registered with NumPy by ml_dtypes (a JAX dependency)
         return np.dtype(getattr(ml_dtypes, name)).itemsize * 8
+    raise AssertionError("Unsupport dtype name with more than one number.")  # (MegEngine's, from its name parser)
 
 
 def is_lowbit(dtype) -> bool:
@@ -253,6 +254,38 @@ def is_bfloat16(dtype) -> bool:
         return np.dtype(dtype).name == "bfloat16"
     except TypeError:
         return False
+
+
+def is_differentible_dtype(dtype) -> bool:
+    """Whether gradients flow through values of ``dtype`` (float32, float16, bfloat16), MegEngine's test (its
+    spelling): NumPy types and dtypes, not names.
+
+    Example:
+        >>> is_differentible_dtype(np.float32), is_differentible_dtype(np.int32)
+        (True, False)
+    """
+    return dtype == np.float32 or dtype == np.float16 or is_bfloat16(dtype)
+
+
+def is_dtype_equal(lhs, rhs) -> bool:
+    """Whether two dtypes are the same, quantization parameters included (MegEngine's ``is_dtype_equal``: the
+    storage type, and for quantized dtypes the scale and zero point).
+
+    Example:
+        >>> is_dtype_equal(qint8(0.1), qint8(0.1)), is_dtype_equal(qint8(0.1), qint8(0.2))
+        (True, False)
+        >>> is_dtype_equal(qint8(0.1), np.int8), is_dtype_equal(np.float32, "float32")
+        (False, True)
+    """
+    if lhs is None or rhs is None:
+        raise ValueError("can not convert null PyObject to numpy dtype")
+    a, b = np.dtype(lhs), np.dtype(rhs)
+    if a != b or is_quantize(a) != is_quantize(b):
+        return False
+    if not is_quantize(a):
+        return True
+    ia, ib = a.metadata["mgb_dtype"], b.metadata["mgb_dtype"]
+    return ia["scale"] == ib["scale"] and ia.get("zero_point") == ib.get("zero_point")
 
 
 def qint8(scale):
@@ -292,10 +325,12 @@ def quint4(scale, zero_point):
 
 
 def _convert_to(arr, dtype, name):
-    info = _info(dtype, f"convert_to_{name}")
-    meta = _meta_of(info)
-    if meta.name not in (name, name + "_narrow"):
-        raise ValueError(f"convert_to_{name}: dtype is {meta.name}, not {name}")
+    # as MegEngine: any dtype of the target's MegBrain name (a ``qint8_narrow`` one for ``convert_to_qint8``),
+    # clipped to the named builtin type's range
+    meta = _builtin_quant_dtypes[name]
+    if not is_quantize(dtype) or dtype.metadata["mgb_dtype"]["name"] != meta.cname:
+        raise ValueError("dtype parameter should be a {} dtype".format(meta))
+    info = dtype.metadata["mgb_dtype"]
     zp = info.get("zero_point") or 0
     # in the array's own precision, as MegEngine's ``np.round(arr / scale)``: a float32 array divided in float64
     # rounds 0.183582 / 0.007812 (23.50000 in float32) to 23, MegEngine to 24 (found by megengine_quant_fuzz.py)
@@ -305,8 +340,11 @@ def _convert_to(arr, dtype, name):
 
 
 def _convert_from(arr, name):
+    meta = _builtin_quant_dtypes[name]
     arr = np.asarray(arr)
-    info = _info(arr.dtype, f"convert_from_{name}")
+    if not is_quantize(arr.dtype) or arr.dtype.metadata["mgb_dtype"]["name"] != meta.cname:
+        raise ValueError("arr's dtype should be a {} dtype".format(meta))
+    info = arr.dtype.metadata["mgb_dtype"]
     zp = info.get("zero_point") or 0
     return ((arr.astype(np.float32) - zp) * np.float32(info["scale"])).astype(np.float32)
 

@@ -151,7 +151,7 @@ def _megengine_array(t):
     if zp is not None:
         mgb["zero_point"] = int(np.asarray(zp.numpy() if isinstance(zp, Tensor) else zp))
     # (from the plain storage type: NumPy merges new metadata into a dtype's own, whose keys win, and a quantized
-    # tensor's numpy() already has megxla's dtype, with keys MegEngine's has not -- zero_point None, meta_name)
+    # tensor's numpy() already has its dtype, whose metadata may name a custom meta -- meta_name -- MegEngine's not)
     return a.view(np.dtype(a.dtype.name, metadata={"mgb_dtype": mgb}))
 
 
