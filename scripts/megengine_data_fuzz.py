@@ -59,7 +59,9 @@ MegEngine takes for CHW (documented; told apart by the result's shape). Seed 7, 
 4.14's hue conversion a level from 4.8.1's, then resized by PIL (up to 8 levels; bit for bit with
 ``--megxla-python``), told apart. Session 77: seed 19, 300 cases: nothing unexplained; seed 20, 300 cases: one,
 case 158 -- a float32 cubic resize a rounding apart (OpenCV 4.14 against 4.8.1), cast to uint8 for PIL and resized
-again (up to 9 levels; bit for bit with ``--megxla-python``), told apart.
+again (up to 9 levels; bit for bit with ``--megxla-python``), told apart. Session 79: seed 22, 200 cases: one, case
+171 -- ``GaussianNoise`` then PIL's ``resize`` in a ``TorchTransformCompose``, 1-12 levels apart between Pillow 13.0
+(megxla's venv) and 12.3 (MegEngine's); bit for bit with ``--megxla-python`` (the same libraries), not told apart.
 """
 from __future__ import annotations
 
