@@ -48,35 +48,37 @@ def _step(s0, s1):
     return out, _rotl(s0, 55) ^ s1 ^ ((s1 << 14) & _M64), _rotl(s1, 36)
 
 
-# ---- the step as a bit matrix: a state is the 128-bit int s0 | s1 << 64; a linear map is the list of the images of
-# its 128 unit vectors
-def _apply(cols, v):
-    acc = 0
-    while v:
-        low = v & -v
-        acc ^= cols[low.bit_length() - 1]
-        v ^= low
-    return acc
+# ---- the step as a bit matrix: a state's 128 bits are s0's 64 then s1's, lowest first; ``k`` steps are the matrix
+# ``_power(k)`` over GF(2), column ``i`` the image of unit vector ``i``
+def _bits(s0, s1):
+    return np.unpackbits(np.array([s0, s1], _U64).view(np.uint8), bitorder="little")
 
 
-def _compose(a, b):
-    """The map ``a(b(v))``."""
-    return [_apply(a, c) for c in b]
+def _words(bits):
+    return [int(w) for w in np.packbits(bits.astype(np.uint8), bitorder="little").view(_U64)]
+
+
+def _product(a, b):
+    """``a @ b`` over GF(2) (0/1 float32: sums of at most 128 ones are exact)."""
+    return (a @ b).astype(np.uint8) & np.uint8(1)
 
 
 @functools.lru_cache(maxsize=None)
 def _power(k):
-    """The map of ``k`` steps (k >= 1), as 128 ints."""
+    """The (128, 128) float32 0/1 matrix of ``k`` steps (k >= 1): powers of two by squaring, others by their binary
+    digits (one matrix product each; a composition of Python-int maps took 4 ms)."""
     if k == 1:
         cols = []
         for bit in range(128):
             v = 1 << bit
             _, s0, s1 = _step(v & _M64, v >> 64)
-            cols.append(s0 | s1 << 64)
-        return tuple(cols)
+            cols.append(_bits(s0, s1))
+        return np.stack(cols, 1).astype(np.float32)
+    if k & (k - 1):  # (not a power of two)
+        low = k & -k
+        return _product(_power(k - low), _power(low)).astype(np.float32)
     half = _power(k // 2)
-    twice = _compose(half, half)
-    return tuple(_compose(_power(1), twice) if k % 2 else twice)
+    return _product(half, half).astype(np.float32)
 
 
 @functools.lru_cache(maxsize=64)
@@ -84,7 +86,8 @@ def _power_tables(k):
     """``_power(k)`` as 16 byte tables, (16, 256, 2) uint64: entry [b, v] is the image of the state whose byte
     ``b`` (s0's 8 bytes, then s1's, little-endian) is ``v`` and whose other bytes are 0; a state's image is the XOR of
     its 16 bytes' entries."""
-    cols = np.array([[c & _M64, c >> 64] for c in _power(k)], dtype=_U64)  # (128, 2): the unit vectors' images
+    # (128, 2): the unit vectors' images, as (s0, s1) words
+    cols = np.ascontiguousarray(np.packbits(_power(k).T.astype(np.uint8), axis=1, bitorder="little")).view(_U64)
     tables = np.zeros((16, 256, 2), _U64)
     for bit in range(8):  # (entries [2**bit, 2**(bit + 1)): those below with this bit set)
         tables[:, 1 << bit:2 << bit] = tables[:, :1 << bit] ^ cols[bit::8][:, None]
@@ -161,10 +164,9 @@ class Stream:
         _, self.s1 = _splitmix64(state)
 
     def jump(self, n: int) -> None:
-        """Skip the next ``n`` outputs (one bit-matrix product: ``_power(n)``, cached per count)."""
+        """Skip the next ``n`` outputs (one bit-matrix product: ``_power(n)``)."""
         if n > 0:
-            state = _apply(_power(n), self.s0 | self.s1 << 64)
-            self.s0, self.s1 = state & _M64, state >> 64
+            self.s0, self.s1 = _words(_product(_power(n), _bits(self.s0, self.s1).astype(np.float32)))
 
     def raw(self, n: int) -> np.ndarray:
         """The next ``n`` outputs, uint64."""
