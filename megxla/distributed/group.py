@@ -40,6 +40,17 @@ class StaticData:
 _sd: Optional[StaticData] = None
 
 
+class GroupRanksError(ValueError, AssertionError):
+    """Ranks that make no group here (not ints in ``[0, world_size)``, repeated, or without this process's rank).
+    MegEngine's ``Group.check`` asserts each, so this is an AssertionError too, as well as the ValueError megxla
+    raised before."""
+
+
+class AlreadyInitializedError(RuntimeError, AssertionError):
+    """A second ``init_process_group`` in a process that has joined a group. MegEngine asserts there
+    ("init_process_group should be called only once"), so this is an AssertionError too."""
+
+
 class Group:
     r"""A set of global ranks that run collectives together.
 
@@ -85,11 +96,11 @@ class Group:
         ranks = list(proc_ranks)
         for r in ranks:
             if isinstance(r, bool) or not isinstance(r, int) or not 0 <= r < _sd.world_size:
-                raise ValueError(f"Group: rank {r!r} is not an int in [0, {_sd.world_size})")
+                raise GroupRanksError(f"Group: rank {r!r} is not an int in [0, {_sd.world_size})")
         if len(set(ranks)) != len(ranks):
-            raise ValueError(f"Group: repeated rank in {ranks}")
+            raise GroupRanksError(f"Group: repeated rank in {ranks}")
         if _sd.proc_rank not in ranks:
-            raise ValueError(f"Group: this process (rank {_sd.proc_rank}) is not in {ranks}")
+            raise GroupRanksError(f"Group: this process (rank {_sd.proc_rank}) is not in {ranks}")
 
     def _ranks(self):
         if not self.proc_ranks:
@@ -238,9 +249,12 @@ def init_process_group(master_ip: str, port: int, world_size: int, rank: int, de
         raise ValueError(f"init_process_group: backend must be one of {_BACKENDS}, got {backend!r}")
     if device_type not in _DEVICE_TYPES:
         raise ValueError(f"init_process_group: device_type must be one of {_DEVICE_TYPES}, got {device_type!r}")
+    if _sd is not None:
+        # MegEngine asserts it. Leaving the group to join another hung: under the launcher both ranks then waited
+        # MEGXLA_DIST_TIMEOUT for a service nobody started at the new address.
+        raise AlreadyInitializedError(f"init_process_group should be called only once: this process is rank "
+                                      f"{_sd.proc_rank} of {_sd.world_size} at {_sd.master_ip}:{_sd.py_server_port}")
     platform = _platform(device_type)
-    if _sd is not None and _runtime._st.key != (f"{master_ip}:{port}", world_size, rank):
-        _shutdown()
     _runtime.start(master_ip, port, world_size, rank, platform, local_device=device)
     _sd = StaticData(master_ip, port, world_size, rank, device, backend, device_type,
                      Client(master_ip, port), platform)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import warnings
 import weakref
 from typing import Callable
 
@@ -15,7 +16,7 @@ from ..core.ops.builtin import ParamPackConcat, ParamPackSplit
 from .group import WORLD, Group, group_barrier, is_distributed
 
 __all__ = ["AllreduceCallback", "make_allreduce_cb", "bcast_list_", "synchronized", "get_offsets", "param_pack_split",
-           "param_pack_concat", "pack_allreduce_split"]
+           "param_pack_concat", "pack_allreduce_split", "get_device_count_by_fork"]
 
 
 def _trivial(group):
@@ -145,6 +146,29 @@ class AllreduceCallback:
 
 
 make_allreduce_cb = AllreduceCallback
+
+
+def get_device_count_by_fork(device_type: str):
+    r"""Number of devices of ``device_type`` (deprecated since MegEngine 1.5: use
+    :func:`megxla.device.get_device_count`, which this calls after a ``DeprecationWarning``, as MegEngine's).
+
+    Args:
+        device_type: ``"xpu"``, ``"gpu"`` / ``"cuda"`` or ``"cpu"``.
+
+    Returns:
+        the count.
+
+    Example:
+        >>> import warnings
+        >>> with warnings.catch_warnings():
+        ...     warnings.simplefilter("ignore")
+        ...     get_device_count_by_fork("cpu") > 0
+        True
+    """
+    from .._device import get_device_count
+    warnings.warn("Call to deprecated function get_device_count. (use megengine.device.get_device_count instead) "
+                  "-- Deprecated since version 1.5.", category=DeprecationWarning, stacklevel=2)
+    return get_device_count(device_type)
 
 
 def bcast_list_(inps: list, group: Group = WORLD):

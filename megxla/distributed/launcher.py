@@ -17,7 +17,8 @@ The launcher's process hosts the coordination service (JAX's; MegEngine's "serve
 worker joins it with :func:`init_process_group`. Results come back in local-rank order. If a worker fails, the
 others' collectives with it raise a ``PeerFailure`` (a ``RuntimeError``) naming it, they get 30 s to finish
 (e.g. catch it and save a checkpoint; the service is recoverable, so JAX's runtime does not abort them), then
-they are stopped and a ``RuntimeError`` carries the first failing rank's traceback.
+they are stopped and a ``LauncherError`` (a ``RuntimeError``, and an ``AssertionError`` as MegEngine's) carries
+the first failing rank's traceback.
 """
 from __future__ import annotations
 
@@ -45,6 +46,12 @@ _BOOT = ("import pickle, sys\n"
          "    payload = f.read()\n"
          "from megxla.distributed.launcher import _spawned_main\n"
          "_spawned_main(payload, int(sys.argv[2]), sys.argv[3])\n")
+
+
+class LauncherError(RuntimeError, AssertionError):
+    """A worker of the :class:`launcher` failed (raised, exited with an error or died). MegEngine's launcher
+    asserts each worker's exit code ("subprocess 1 exit with code 1"), so this is an AssertionError too, as well
+    as the RuntimeError megxla raised before."""
 
 
 def _import(name):
@@ -321,8 +328,8 @@ class launcher:
             failures.sort()
             _, _, rank, text = failures[0]
             others = "".join(f"\n  rank {r}: {_last_line(t)}" for _, _, r, t in failures[1:])
-            raise RuntimeError(f"launcher: rank {rank} failed:\n{text}" +
-                               (f"\nthe other ranks then stopped with:{others}" if others else ""))
+            raise LauncherError(f"launcher: rank {rank} failed:\n{text}" +
+                                (f"\nthe other ranks then stopped with:{others}" if others else ""))
         return out
 
 

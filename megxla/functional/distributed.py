@@ -18,11 +18,10 @@ Notes:
       key-value store when the front end runs (eagerly, or while a trace records), never inside a compiled step.
     * One compiled step may hold the collectives of one group (its devices are the step's SPMD mesh).
     * ``reduce_sum`` and ``gather`` return None on non-root ranks (as MegEngine), so those ranks drop out of
-      autodiff and only the root's input receives a gradient through them; likewise ``remote_send``
-      returns None, so no gradient travels back from ``remote_recv`` to the sender (MegEngine sends one back;
-      see docs/differences.md). For the same reason
+      autodiff and only the root's input receives a gradient through them. For the same reason
       ``reduce_sum`` and ``gather`` are refused inside a traced step (a non-root's step would hold no
-      collective): use ``all_reduce_sum`` / ``all_gather`` there.
+      collective): use ``all_reduce_sum`` / ``all_gather`` there. ``remote_send`` returns None too, but as
+      MegEngine's, a sender's tracked input receives its gradient from the receiver's backward.
 """
 from __future__ import annotations
 
@@ -32,7 +31,7 @@ from typing import Optional
 import numpy as np
 
 from ..core._tensor import Tensor, keep_qparams
-from ..core._dispatch import OpError
+from ..core._dispatch import AssertedOpError, OpError
 from ..core._elemwise_front import as_tensor as _t
 from ..core._dispatch import apply as _apply
 from ..core.ops import shape as _S
@@ -82,8 +81,8 @@ def _axis(op, ndim, axis, name="axis"):
 
 
 def _divisible(op, shape, axis, size, name="axis"):
-    if shape[axis] % size:
-        raise OpError(f"{op}: input dimension {axis} ({name}) of shape {tuple(shape)} is not divisible by the "
+    if shape[axis] % size:  # (MegEngine asserts it: "current axis: ... can't devided by group size")
+        raise AssertedOpError(f"{op}: input dimension {axis} ({name}) of shape {tuple(shape)} is not divisible by the "
                       f"group size {size}")
 
 
@@ -130,6 +129,11 @@ def _root_input(op, inp, group, axis=None):
     if mine is None or mine.shape != shape or mine.dtype != dtype:
         from .tensor import zeros
         mine = zeros(shape, dtype=dtype)
+    elif not root_grad and mine._recorded():
+        # The root's input needs no gradient, so the root takes no part in a backward collective: this rank's
+        # must not issue one either (its backward failed, waiting for the root). MegEngine's non-root input is
+        # a fresh dummy, attached only where the root's is: this rank's own tensor gets no gradient from it.
+        mine = mine.detach()
     if root_grad and not mine._recorded():
         # MegEngine: the root's gradient needs this rank's part of the backward collective, so this rank's
         # input is attached to the GradManagers recording here (until their backward), as MegEngine's
@@ -340,6 +344,10 @@ def gather(inp: Tensor, group: Optional[Group] = WORLD, device: Optional[str] = 
         None  # rank 1
     """
     inp = _input("gather", inp)
+    if isinstance(axis, (int, np.integer)) and not isinstance(axis, bool) and axis >= inp.ndim:
+        # MegEngine asserts ``axis < inp.ndim`` ("your concat_axis exceeds the dim of the tensor")
+        raise AssertedOpError(f"gather: axis {axis} is out of range for a {inp.ndim}-D input (your concat_axis "
+                              f"exceeds the dim of the tensor, the tensor shape is {tuple(inp.shape)})")
     ax = _axis("gather", inp.ndim, axis)
     if _trivial(group, "gather"):
         return _alone(inp)
