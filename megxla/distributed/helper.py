@@ -121,6 +121,9 @@ class AllreduceCallback:
                 out = [out[0] / self._group.size]
         else:
             out = pack_allreduce_split(grads, [g.shape for g in grads], self._group, self._reduce_method)
+            # (a scalar's piece comes back as (1,): its gradient keeps the parameter's shape, as MegEngine's
+            # GradManager makes it)
+            out = [o.reshape(g.shape) if o.shape != g.shape else o for o, g in zip(out, grads)]
         return [o.astype(g.dtype) if o.dtype != g.dtype else o for o, g in zip(out, grads)]
 
     def _pack(self, dtype):
@@ -250,7 +253,7 @@ def param_pack_split(inp, offsets: list, shapes: list):
     Args:
         inp: 1-D tensor holding the packed values.
         offsets: ``get_offsets(shapes)``.
-        shapes: the shapes of the pieces (``()`` for a scalar).
+        shapes: the shapes of the pieces (``()`` for a scalar, whose piece has the shape ``(1,)``, as MegEngine's).
 
     Returns:
         list of tensors.
@@ -259,12 +262,14 @@ def param_pack_split(inp, offsets: list, shapes: list):
         >>> import megxla as mge
         >>> a, b = param_pack_split(mge.Tensor([1., 2., 3.]), [0, 2, 2, 3], [(2,), ()])
         >>> a.shape, b.shape
-        ((2,), ())
+        ((2,), (1,))
     """
     _check_offsets("param_pack_split", offsets, len(shapes))
     if inp.ndim != 1 or inp.shape[0] < offsets[-1]:
         raise ValueError(f"param_pack_split: expected a 1-D tensor of at least {offsets[-1]} elements, got shape "
                          f"{inp.shape}")
+    # (MegEngine's helper gives a scalar's piece the shape (1,): its operator refuses empty shapes)
+    shapes = [tuple(s) or (1,) for s in shapes]
     return list(ParamPackSplit(offsets=offsets, shapes=shapes)._apply((inp,)))
 
 
