@@ -125,3 +125,18 @@ def test_a_submodule_assigned_under_another_name_keeps_its_name_with_megengines_
     said = [r.getMessage() for r in caplog.records if "will remain unchanged" in r.getMessage()]
     assert said == [f"try setting the submodule `conv` to `{A}`'s new attribute `other`, its name `conv` will "
                     "remain unchanged"] * 2
+
+
+def test_replace_param_warns_as_megengines_deprecated_method():
+    # (MegEngine 1.13 printed [('DeprecationWarning', 'Call to deprecated method replace_param. -- Deprecated since
+    # version 1.0.')] for the same call)
+    import warnings
+
+    import megxla.module as M
+
+    lin = M.Linear(2, 2)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        lin.replace_param({0: mge.Parameter(np.zeros((2,), "float32"))}, 0)
+    assert [(w.category, str(w.message)) for w in caught] == [
+        (DeprecationWarning, "Call to deprecated method replace_param. -- Deprecated since version 1.0.")]

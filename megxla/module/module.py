@@ -574,6 +574,8 @@ class Module(metaclass=ABCMeta):
             >>> lin.replace_param({0: Parameter(np.zeros(2, "float32"))}, 0)
             2
         """
+        warnings.warn("Call to deprecated method replace_param. -- Deprecated since version 1.0.", DeprecationWarning,
+                      stacklevel=2)  # (MegEngine's ``@deprecated(version="1.0")``)
         plan = []
         offset = self._replace_param_plan(params, start_pos, {id(self)} if seen is None else seen, plan)
         for module_dict, key, new in plan:
