@@ -18,7 +18,8 @@ __all__ = ["Function"]
 class Function:
     """Defines a block of operations with a customised gradient.
 
-    Subclasses implement ``forward(*inputs)`` (Tensors in, a Tensor or a tuple of Tensors out) and
+    Subclasses implement ``forward(*inputs)`` (Tensors in, a Tensor or a tuple of Tensors out: recorded, several
+    outputs are returned as a list, as in MegEngine) and
     ``backward(*output_grads)`` (one gradient per output, None for outputs the loss does not depend on; returns
     one gradient per input, a single Tensor for one input, None to stop propagation; inputs past the end of
     the returned gradients get none). Use each instance once.
@@ -43,11 +44,12 @@ class Function:
 
     def forward(self, *args):
         """Compute the outputs from the input Tensors: override in subclasses."""
-        raise TypeError(f"{type(self).__name__} must override Function.forward")
+        # (MegEngine's NotImplementedError: code that probes for an abstract Function catches it; a TypeError before)
+        raise NotImplementedError(f"{type(self).__name__} must override Function.forward")
 
     def backward(self, *output_grads):
         """Gradients of the inputs from those of the outputs: override in subclasses."""
-        raise TypeError(f"{type(self).__name__} must override Function.backward")
+        raise NotImplementedError(f"{type(self).__name__} must override Function.backward")
 
     def __call__(self, *args):
         for a in args:
@@ -61,7 +63,7 @@ class Function:
         finally:
             _gm._SUSPENDED[0] -= 1
         single = isinstance(out, Tensor)
-        outs = (out,) if single else tuple(out)
+        outs = (out,) if single else tuple(out) if isinstance(out, (list, tuple)) else ()
         if not outs or not all(isinstance(o, Tensor) for o in outs):
             raise TypeError(f"{type(self).__name__}.forward must return a Tensor or a tuple of Tensors")
         _gm._PENDING[0] = self
@@ -69,7 +71,9 @@ class Function:
             linked = apply(_FUNCTION_OP.bind(n_in=len(args)), *args, *outs)
         finally:
             _gm._PENDING[0] = None
-        return linked[0] if single else tuple(linked)
+        # (several outputs come back as a list, as MegEngine's set_grad returns them -- whether forward returned a
+        # tuple or a list; only a call no GradManager records returns forward's own result)
+        return linked[0] if single else list(linked)
 
     def _input_grads(self, output_grads, inputs):
         """Call ``backward`` and normalise its result to one gradient (or None) per input."""

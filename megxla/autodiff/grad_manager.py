@@ -94,6 +94,11 @@ class NotRecordingError(RuntimeError, TypeError):
     raises there ("py_apply expects tensor as inputs")."""
 
 
+class BackwardArgumentError(TypeError, RuntimeError):
+    """A None among ``GradManager.backward``'s ys or dys: a TypeError, and the RuntimeError MegEngine's grad key
+    raises for it ("assertion `tw' failed")."""
+
+
 class GradManager:
     """Computes gradients of attached tensors over the ops recorded between ``record()`` and ``backward()``.
 
@@ -402,15 +407,25 @@ class GradManager:
                 scalar loss) is reshaped to ``y``'s shape, a broadcastable one is broadcast, as in MegEngine.
         """
         if not self._recording:
-            raise NotRecordingError("GradManager.backward: no recording; call it inside `with gm:` or after record()")
-        bad = [t for t in (y if isinstance(y, (list, tuple)) else [y]) if t is not None and not isinstance(t, Tensor)]
+            raise NotRecordingError("GradManager.backward: no recording (no computation history: did you forget "
+                                    "record() or call a method that clears the history?); call it inside `with gm:` "
+                                    "or after record()")
+        many = isinstance(y, (list, tuple))
+        bad = [t for t in (y if many else [y]) if not isinstance(t, Tensor) and (many or t is not None)]
         if bad:  # (MegEngine's TypeError; checked first: the recording and every .grad stay as they were)
+            # (None alone is "no loss"; a None among the ys is no tensor: MegEngine's ones_like(None) raised its
+            # TypeError, or with dys its grad key's RuntimeError -- megxla raised an AttributeError from the walk)
+            if bad[0] is None:
+                k = next(k for k, t in enumerate(y) if t is None)
+                raise BackwardArgumentError(f"GradManager.backward: y[{k}] is None; y must be a Tensor or a list of "
+                                            "Tensors")
             raise TypeError(f"GradManager.backward: y must be a Tensor or a list of Tensors, got "
                             f"{type(bad[0]).__name__}")
-        if y is not None and dy is not None:
-            # MegEngine requires one dy per y (its grad key asserts so); zip() would drop the extra ys' gradients.
-            # Checked before anything happens: the recording and every .grad stay as they were
-            ny = len(y) if isinstance(y, (list, tuple)) else 1
+        if dy is not None:
+            # MegEngine requires one dy per y (its grad key asserts so); zip() would drop the extra ys' gradients,
+            # and a dy without y (``gm.backward(dy=g)``) was ignored. Checked before anything happens: the recording
+            # and every .grad stay as they were
+            ny = (len(y) if many else 1) if y is not None else 0
             ndy = len(dy) if isinstance(dy, (list, tuple)) else 1
             if ny != ndy:
                 raise _dispatch.OpError(f"GradManager.backward: {ny} tensors in y but {ndy} in dy; pass one dy "
@@ -418,9 +433,9 @@ class GradManager:
             # (MegEngine asserts each is a Tensor: a None among them is no "ones", and was taken as the empty
             # array -- an error about a dy of shape (0,))
             gaps = [k for k, d in enumerate(dy if isinstance(dy, (list, tuple)) else [dy]) if d is None]
-            if gaps:
-                raise TypeError(f"GradManager.backward: dy[{gaps[0]}] is None; pass a gradient for each y (or "
-                                "dy=None for ones of every y)")
+            if gaps:  # (MegEngine's RuntimeError "assertion `tw' failed"; megxla's TypeError before)
+                raise BackwardArgumentError(f"GradManager.backward: dy[{gaps[0]}] is None; pass a gradient for each y "
+                                            "(or dy=None for ones of every y)")
             # (a dy of another shape: raised here, the recording kept -- the user's corrected call still has it;
             # bad_call_fuzz seed 5 program 51)
             ys = y if isinstance(y, (list, tuple)) else [y]
