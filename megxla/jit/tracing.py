@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import io
 import os
 import sys
 import threading
@@ -61,7 +62,7 @@ from ._simplify import simplify
 from ._replay import (_Replayer, _GuardMismatch, _StaleExternals, _same, _flatten, _grad_env, _overflowed,
                       drop_overflowed_grads)
 
-__all__ = ["trace", "xla_trace", "exclude_from_trace", "TraceError", "load"]
+__all__ = ["trace", "xla_trace", "exclude_from_trace", "is_tracing", "TraceError", "load"]
 
 
 class _Graph:
@@ -278,6 +279,11 @@ def _shared(arrays, donate):
     return False
 
 
+class _ArgTypeError(TypeError, AssertionError):
+    """A non-Tensor argument of a ``trace(capture_as_const=True)`` call: MegEngine asserts (AssertionError); also
+    a TypeError, the type megxla raised before (code written for it keeps catching it)."""
+
+
 class trace:
     """Trace a function once and run it as compiled XLA executables afterwards.
 
@@ -295,8 +301,10 @@ class trace:
         strict: when a value the body read on the host while recording (``int(t)``, ``bool(t)``, a slice bound)
             differs on a later call, raise a :class:`TraceError` naming the line instead of recording again.
             Default: True for ``trace(without_host=True)`` (MegEngine's semantics), False otherwise.
-        Other MegEngine options (record_only, profiling, opt_level, graph_opt_config, symbolic_shape) are
-        accepted; XLA does its own graph optimisation.
+        record_only: as in MegEngine, implies ``capture_as_const``; the calls still compute their results.
+        Other MegEngine options (profiling, opt_level, graph_opt_config, symbolic_shape) are accepted, positional
+        ones too, and the configuration objects read as MegEngine reads them; XLA does its own graph optimisation.
+        An unknown keyword raises a TypeError, as in MegEngine.
 
     Returns:
         a callable with the function's signature.
@@ -315,19 +323,21 @@ class trace:
     _default_without_host = False
     _strict_without_host = True
     _what = "trace"
+    _dump_needs_capture = True  # MegEngine's trace.dump requires capture_as_const=True
     _donate = True  # donate the buffers of reassigned state to the executable
     _abstract_first = False  # record the first call abstractly (shapes only) even without symbolic=True
     _eager_recording = False  # set once an abstract recording met a host read: record this function eagerly
 
-    def __new__(cls, function=None, **options):
-        if function is None:  # used as @trace(**options)
-            return functools.partial(cls, **options)
-        return super().__new__(cls)
+    def __new__(cls, function=None, *options, **kw_options):
+        if function is None and not options:  # used as @trace(**options)
+            return functools.partial(cls, **kw_options)
+        return super().__new__(cls)  # (the options, positional ones too as in MegEngine, go to __init__)
 
     def __init__(self, function, symbolic=False, capture_as_const=False, record_only=False,
                  sublinear_memory_config=None, dtr_config=None, profiling=False, opt_level=2,
-                 graph_opt_config=None, symbolic_shape=True, without_host=None, cache_size=32, strict=None,
-                 **unused):
+                 graph_opt_config=None, symbolic_shape=True, without_host=None, *, cache_size=32, strict=None):
+        # (no **kwargs: an unknown or misspelt option is MegEngine's TypeError, not silently ignored)
+        _check_memory_configs(sublinear_memory_config, dtr_config, graph_opt_config)
         functools.update_wrapper(self, function)
         self.__wrapped__ = function
         _persist.prewarm()  # (its first compiled program: see there)
@@ -336,7 +346,8 @@ class trace:
         self.symbolic = symbolic
         self.opt_level = opt_level  # >= 1: the recording is simplified before it is compiled (_simplify.py)
         self.profiling = profiling  # get_profile() reports the compiled executables (_profile.py)
-        self.capture_as_const = capture_as_const
+        self.capture_as_const = capture_as_const or record_only  # (MegEngine's record_only captures too)
+        self._symbolic_shape = symbolic_shape
         self._without_host = self._default_without_host if without_host is None else without_host
         self._unknown_text = None
         if type(self)._allow_external and self._without_host:
@@ -500,7 +511,7 @@ class trace:
                 not isinstance(a, Tensor) and not _state._is_module(a) for a in args):
             # MegEngine's check and text (its trace with the host; xla_trace / without_host take modules and
             # optimizers as arguments)
-            raise TypeError("Only support tensor type args when capture_as_const is enabled")
+            raise _ArgTypeError("Only support tensor type args when capture_as_const is enabled")
         self._dump_call = (sig, state)  # trace.dump writes the recording of the last call (_dump.py)
         with self._rng_swapped():
             variants = self._cache.get(sig)
@@ -1458,8 +1469,14 @@ class trace:
             input_data: MegEngine's test-case specs (``"#rand(0, 255)"``, ``"data:#rand(0,1,1,3,8,8)"``,
                 ``"data:file.npy"``); inputs and expected outputs are stored with the graph.
             enable_io16xc32 / enable_ioc16: float16 storage between operators (compute in float32 / float16).
+            append: with a path, add the dump after what the file holds.
             Other MegEngine options (``optimize_for_inference``, ``keep_var_name``, layout options...) are
-            accepted; XLA chooses layouts and fusions itself.
+            accepted; XLA chooses layouts and fusions itself. An option MegEngine does not know raises its
+            ``ValueError("unknown options: [...]")`` (unless ``optimize_for_inference=False``, as there).
+
+        Raises:
+            ValueError: a ``trace`` built without ``capture_as_const=True`` (MegEngine's rule), or one not
+                called yet.
 
         Returns:
             a ``DumpInfo`` (``nr_opr``, ``inputs``, ``outputs``, ``params``, ``tot_bytes``, ``exported``).
@@ -1472,8 +1489,30 @@ class trace:
             >>> info.inputs, info.outputs
             (['arg_0', 'arg_1'], ['ADD'])
         """
-        from ._dump import dump
-        return dump(self, file, arg_names=arg_names, output_names=output_names, **kwargs)
+        from ._dump import dump, NO_OUTPUT
+        if self._dump_needs_capture and not self.capture_as_const:
+            raise ValueError("you must specify capture_as_const=True at __init__ to use dump")  # (MegEngine's text)
+        if "_dump_call" not in self.__dict__:  # never called: MegEngine's error (it has no outputs to dump yet)
+            raise ValueError(f"{NO_OUTPUT}; call the traced function first (its last call's recording is dumped)")
+        if kwargs.get("optimize_for_inference", True):
+            # MegEngine passes the options it does not know to optimize_for_inference, which refuses them
+            unknown = [k for k in kwargs if k not in _DUMP_OPTIONS]
+            if unknown:
+                raise ValueError("unknown options: %s" % unknown)
+        if arg_names is not None and not isinstance(arg_names, str):
+            # MegEngine leaves an input named None unnamed (its default name)
+            arg_names = [f"arg_{i}" if n is None else n for i, n in enumerate(arg_names)]
+        if not isinstance(file, (str, os.PathLike)) and not hasattr(file, "write"):
+            # MegEngine's error; open() would take an int as a file descriptor, write there and close it
+            raise AttributeError(f"{type(file).__name__!r} object has no attribute 'write'")
+        # appending to a path (MegEngine's append=True): written whole once the dump succeeded, as dump writes one
+        buf = io.BytesIO() if isinstance(file, (str, os.PathLike)) and kwargs.get("append") else None
+        info = dump(self, file if buf is None else buf, arg_names=arg_names, output_names=output_names, **kwargs)
+        if buf is not None:
+            with open(file, "ab") as fh:
+                fh.write(buf.getvalue())
+        # MegEngine's result lists the input names sorted (the file keeps the order the loaded graph takes them in)
+        return type(info)(exported=info.exported, **dict(info._asdict(), inputs=sorted(info.inputs)))
 
     def compile(self):
         """Compile the recorded signatures now (normally done on the second call)."""
@@ -1688,6 +1727,7 @@ class xla_trace(trace):
     _default_without_host = True
     _strict_without_host = False  # data-dependent steps record again per value unless strict=True
     _what = "xla_trace"
+    _dump_needs_capture = False  # megxla's own: a step whose modules are arguments dumps their current values
     _allow_external = False  # one executable: everything it reads comes from its arguments (or constants)
     _abstract_first = True  # the recording call evaluates shapes only, compiles the step once and runs it
 
@@ -1695,6 +1735,43 @@ class xla_trace(trace):
         super().__init__(function, without_host=without_host, symbolic=bool(symbolic), **kwargs)
         # symbolic=False, given explicitly: the recording call runs eagerly (MegEngine's non-symbolic trace)
         self._abstract_first = symbolic is None or bool(symbolic)
+
+
+_DUMP_OPTIONS = frozenset([
+    # MegEngine's trace.dump keywords and the layout / fusion options of its optimize_for_inference
+    "append", "keep_var_name", "keep_opr_name", "keep_param_name", "keep_opr_priority", "no_change_graph",
+    "strip_info_file", "append_json", "optimize_for_inference", "user_info", "enable_metadata", "input_data",
+    "repeat", "silent", "no_assert", "maxerr", "resize_input", "input_transform", "dump_format", "model_version",
+    "enable_hwcd4", "enable_nchw4", "enable_nchw88", "enable_nchw32", "enable_nchw44", "enable_nchw44_dot",
+    "enable_chwn4", "enable_nchw64", "enable_io16xc32", "enable_ioc16", "enable_fuse_conv_bias_nonlinearity",
+    "enable_fuse_conv_bias_with_z", "enable_fuse_preprocess", "enable_fuse_grain"])
+
+
+def _check_memory_configs(sublinear, dtr, graph_opt):
+    """Read the configuration objects' fields as MegEngine's ``trace.__init__`` does, so a wrong object
+    (``sublinear_memory_config=True``) raises its AttributeError and an invalid fusion switch its KeyError."""
+    if dtr is not None:
+        dtr.eviction_threshold, dtr.evictee_minimum_size, dtr.recomp_memory_factor, dtr.recomp_time_factor
+    if graph_opt is not None:
+        mapping = {None: 0, False: 1, True: 2}
+        mapping[graph_opt.jit_fuse_dimshuffle], mapping[graph_opt.jit_fuse_reduce]
+    if sublinear is not None:
+        (sublinear.lb_memory_mb, sublinear.genetic_nr_iter, sublinear.genetic_pool_size, sublinear.thresh_nr_try,
+         sublinear.num_worker)
+
+
+def is_tracing():
+    """Whether the calling code runs inside a traced function's body (recording it, or a call that runs the
+    body with the host), outside an :func:`exclude_from_trace` block.
+
+    Example:
+        >>> import megxla as mge
+        >>> seen = []
+        >>> f = trace(lambda x: seen.append(is_tracing()) or x * 2)
+        >>> _ = f(mge.Tensor([1.0])); seen, is_tracing()
+        ([True], False)
+    """
+    return isinstance(current_interpreter(), (Recorder, _Replayer))
 
 
 @contextlib.contextmanager
