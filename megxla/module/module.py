@@ -80,6 +80,11 @@ class _HookDict(OrderedDict):
     pass
 
 
+class ModuleNameError(ValueError, AssertionError):
+    """A module ``name`` that is not a non-empty string: MegEngine asserts it (an ``AssertionError``), megxla raised a
+    ``ValueError`` before; both catch it."""
+
+
 class ReplaceParamShapeError(ValueError, AssertionError):
     """``replace_param`` given a replacement of another shape: MegEngine's ``AssertionError``, and the ``ValueError``
     megxla raised before."""
@@ -180,6 +185,9 @@ class Module(metaclass=ABCMeta):
     Args:
         name: an optional name for the module (used in repr-like outputs and naming).
 
+    Raises:
+        AssertionError: ``name`` is not a non-empty string (MegEngine's assertion; also a ``ValueError``).
+
     Example:
         >>> import megxla.module as M
         >>> import megxla.functional as F
@@ -198,7 +206,7 @@ class Module(metaclass=ABCMeta):
         self._modules = []
         if name is not None:
             if not isinstance(name, str) or not name.strip():
-                raise ValueError(f"Module name must be a non-empty str, got {name!r}")
+                raise ModuleNameError("Module's name must be a non-empty string")  # (MegEngine's words)
         self.name = name
         self.training = True
         self.quantize_disabled = False
@@ -549,6 +557,8 @@ class Module(metaclass=ABCMeta):
             >>> model.zero_grad(); float(model.weight.grad.sum())
             0.0
         """
+        warnings.warn("Call to deprecated method zero_grad. -- Deprecated since version 1.0.", DeprecationWarning,
+                      stacklevel=2)  # (MegEngine's ``@deprecated(version="1.0")``)
         for param in self.parameters():
             if param.grad is not None:
                 param.grad.reset_zero()
@@ -728,8 +738,8 @@ class Module(metaclass=ABCMeta):
                 if issubclass(module_type, xnorm) and int(np.prod(var_shape)) == int(np.prod(new_shape)):
                     value = value.reshape(var_shape)
                 else:
-                    raise ValueError(f"load_state_dict: param `{k}` shape mismatch, should be {var_shape}, "
-                                     f"got {new_shape}")
+                    # (MegEngine's words; for a normalisation layer it says "size mismatch, should be 2, get 3")
+                    raise ValueError(f"param `{k}` shape mismatch, should be {var_shape}, get {new_shape}")
             # NOTE: converted here, before any assignment: a value that cannot become this dtype raises
             # while every tensor still holds its old value.
             if value.dtype == object or not (value.dtype.kind in "biufc" or is_float(value.dtype)):
