@@ -77,6 +77,24 @@ class CollateError(ValueError):
         return self.template.format(bad=bad, ref=ref)
 
 
+class CollateKeyError(CollateError, KeyError):
+    """A :class:`CollateError` for a dict sample lacking one of the first sample's keys: also a ``KeyError``, what
+    MegEngine's collator raises there (``d[key]``)."""
+
+    __str__ = CollateError.__str__  # (the message, not KeyError's repr of it)
+
+
+# MegEngine's text for a value the collator cannot batch (code may match it)
+_UNSUPPORTED = (
+    "default_collator: inputs must contain numpy arrays, numbers, Unicode strings, bytes, dicts or lists; found {}"
+)
+
+
+def _unsupported(found, path):
+    where = " (element {} of the samples)".format(path) if path else ""
+    return TypeError(_UNSUPPORTED.format(found) + where)
+
+
 def _escape(text):
     # the message is a str.format template; keep user-provided keys literal
     return text.replace("{", "{{").replace("}", "}}")
@@ -103,15 +121,27 @@ def _compatible(elem, x):
     """Whether ``x`` collates with the batch's first sample ``elem`` as MegEngine's collator takes it (dtypes
     are upcast; shapes, structures and lengths must agree)."""
     if isinstance(elem, np.ndarray):
-        # (np.stack: a 0-d array stacks with NumPy / Python scalars)
-        return (isinstance(x, np.ndarray) or elem.shape == () and _is_number(x)) and np.shape(x) == elem.shape
+        if elem.shape == ():  # (np.stack: a 0-d array stacks with NumPy / Python scalars)
+            return (isinstance(x, np.ndarray) or _is_number(x)) and np.shape(x) == ()
+        if isinstance(x, np.ndarray):
+            return x.shape == elem.shape
+        if isinstance(x, (list, tuple)):  # (np.stack takes a list of the array's shape too, as in MegEngine)
+            try:
+                return np.shape(x) == elem.shape
+            except Exception:  # (a ragged list: ValueError)
+                return False
+        return False
     if isinstance(elem, (str, bytes, np.str_, np.bytes_)):
-        return isinstance(x, (str, bytes, np.str_, np.bytes_))
-    if isinstance(elem, (bool, int, float, np.generic)):
+        return True  # (gathered as they come, unchecked, as MegEngine's: a file name beside a None)
+    if isinstance(elem, (bool, int, float, np.number, np.bool_)):
         return _is_number(x)  # (np.array upcasts: [True, 2] -> [1, 2], [1, np.int64(2)] -> int64)
+    if isinstance(elem, np.generic):  # (datetime64, timedelta64: np.array of the same kind, as MegEngine)
+        return isinstance(x, np.generic) and x.dtype.kind == elem.dtype.kind
     if isinstance(elem, collections.abc.Mapping):
         return isinstance(x, collections.abc.Mapping) and all(k in x for k in elem)  # (the first one's keys)
     if isinstance(elem, collections.abc.Sequence):
+        if isinstance(x, np.ndarray):  # (MegEngine's zip walks an array's rows as a list's items)
+            return x.ndim >= 1 and len(x) == len(elem)
         return isinstance(x, collections.abc.Sequence) and not isinstance(x, (str, bytes)) and len(x) == len(elem)
     return True  # (an unsupported first sample: the TypeError below names it)
 
@@ -144,7 +174,7 @@ class Collator:
         Returns:
             the batch, with the samples' structure and arrays stacked.
         """
-        if not isinstance(inputs, (list, tuple)):
+        if not isinstance(inputs, collections.abc.Sequence):
             inputs = list(inputs)  # (a batch of plain strings comes back as given: a tuple from apply_batch)
         if len(inputs) == 0:
             raise ValueError("cannot collate an empty batch")
@@ -165,15 +195,12 @@ class Collator:
                         "cannot collate batch: the sample {{bad}} is {}, "
                         "but the sample {{ref}} is {}".format(got, want)
                     )
-                raise CollateError(template, pos, 0)
+                missing_key = isinstance(elem, collections.abc.Mapping) and isinstance(x, collections.abc.Mapping)
+                raise (CollateKeyError if missing_key else CollateError)(template, pos, 0)
 
         if isinstance(elem, np.ndarray):
             if _np_str_obj_array_pattern.search(elem.dtype.str) is not None:
-                raise TypeError(
-                    "cannot collate {}: arrays of dtype {} are not supported".format(
-                        path, elem.dtype
-                    )
-                )
+                raise _unsupported(elem.dtype, path)
             return np.ascontiguousarray(np.stack(inputs))
         if isinstance(elem, (str, bytes, np.str_, np.bytes_)):
             # as MegEngine: the strings as gathered -- a tuple for a field of tuple/list samples (the
@@ -202,6 +229,4 @@ class Collator:
                 self._collate(samples, "{}[{}]".format(path, i))
                 for i, samples in enumerate(zip(*inputs))
             ]
-        raise TypeError(
-            "cannot collate {}: unsupported type {}".format(path, type(elem).__name__)
-        )
+        raise _unsupported(type(elem), path)

@@ -79,10 +79,12 @@ class WorkerInfo:
     """
 
     def __init__(self, idx, worker, seed, dataset):
-        self.idx = idx
-        self.worker = worker
-        self.seed = seed
-        self.dataset = dataset
+        for name, value in (("idx", idx), ("worker", worker), ("seed", seed), ("dataset", dataset)):
+            object.__setattr__(self, name, value)
+
+    def __setattr__(self, name, value):
+        # read-only, as MegEngine's: the loader's description of the worker, not the dataset's scratch space
+        raise RuntimeError("Cannot assign attributes to {} objects".format(type(self).__name__))
 
     def __repr__(self):
         return "WorkerInfo(idx={}, worker={}, seed={})".format(
@@ -153,9 +155,9 @@ def _collate(collator, samples, indices, index_name):
     except CollateError as e:
         if e.indices is not None:
             raise
-        raise CollateError(
-            e.template, e.position, e.reference, indices, index_name
-        ) from None
+        # (the error's own class -- a missing dict key's is a KeyError too -- unless a subclass changed the signature)
+        cls = type(e) if type(e).__init__ is CollateError.__init__ else CollateError
+        raise cls(e.template, e.position, e.reference, indices, index_name) from None
 
 
 def _fetch_map_batch(dataset, transform, collator, indices):
@@ -971,6 +973,11 @@ class _ParallelIter:
 # ---------------------------------------------------------------------------
 
 
+class DataLoaderArgumentError(ValueError, AssertionError):
+    """A dataset or sampler the ``DataLoader`` cannot use: a ``ValueError``, and an ``AssertionError`` as MegEngine's
+    (it asserts the kinds of dataset and sampler)."""
+
+
 class DataLoader:
     r"""Iterate over a dataset in batches: sample indices, fetch, transform, collate.
 
@@ -1037,12 +1044,10 @@ class DataLoader:
         preload: bool = False,
         parallel_stream: bool = False,
     ):
-        if not isinstance(num_workers, int) or num_workers < 0:
-            raise ValueError(
-                "num_workers should be a non-negative integer, but got {}".format(
-                    num_workers
-                )
-            )
+        if not isinstance(num_workers, int):  # (MegEngine: a TypeError from its `num_workers < 0` for None or a str)
+            raise TypeError("num_workers should be a non-negative integer, but got {!r}".format(num_workers))
+        if num_workers < 0:
+            raise ValueError("num_workers should not be negative, but got {}".format(num_workers))  # (MegEngine's)
         # (a string or None reached the comparison below: "'<' not supported between 'str' and 'int'", probe X)
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float, np.integer, np.floating)):
             raise TypeError("timeout should be a number of seconds (0: no timeout), but got {!r}".format(timeout))
@@ -1058,7 +1063,7 @@ class DataLoader:
         if isinstance(dataset, StreamDataset):
             self.sampler = sampler if sampler is not None else StreamSampler(batch_size=1)
             if not isinstance(self.sampler, StreamSampler):
-                raise ValueError(
+                raise DataLoaderArgumentError(
                     "types of dataset and sampler do not match: a StreamDataset "
                     "needs a StreamSampler, got {}".format(type(self.sampler).__name__)
                 )
@@ -1067,7 +1072,7 @@ class DataLoader:
             if not isinstance(dataset, collections.abc.Sequence) and not (
                 hasattr(dataset, "__getitem__") and hasattr(dataset, "__len__")
             ):
-                raise ValueError(
+                raise DataLoaderArgumentError(
                     "Can not recognize this kind of dataset: {}".format(type(dataset))
                 )
             self.sampler = (
@@ -1076,7 +1081,7 @@ class DataLoader:
                 else SequentialSampler(dataset, batch_size=1, drop_last=False)
             )
             if isinstance(self.sampler, StreamSampler):
-                raise ValueError(
+                raise DataLoaderArgumentError(
                     "types of dataset and sampler do not match: a map-style "
                     "dataset needs a MapSampler, got StreamSampler"
                 )

@@ -170,7 +170,8 @@ class MapSampler(Sampler):
         Returns:
             a sequence of dataset indices.
         """
-        raise TypeError(f"{type(self).__name__} does not define this method; a subclass must")
+        # (MegEngine's NotImplementedError: code that probes for a sampler without its own sample() catches it)
+        raise NotImplementedError(f"{type(self).__name__} does not define sample(); a subclass must")
 
     def _use_indices(self, indices):
         # MegEngine checks batch_size against the dataset's size (above), and counts its len() and pads each rank's
@@ -266,9 +267,7 @@ class StreamSampler(Sampler):
 
 def _check_indices(indices):
     if indices is not None and not isinstance(indices, collections.abc.Sequence):
-        raise ValueError(
-            "indices should be None or a sequence, but got {}".format(type(indices))
-        )
+        raise ValueError("indices should be None or a sequence, but got indices={}".format(indices))  # (MegEngine's)
 
 
 class SequentialSampler(MapSampler):

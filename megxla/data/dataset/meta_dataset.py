@@ -18,6 +18,16 @@ __all__ = [
 ]
 
 
+class DatasetArgumentError(ValueError, AssertionError):
+    """A bad argument to a dataset: a ``ValueError``, and the ``AssertionError`` MegEngine's ``ConcatDataset``
+    raises."""
+
+
+class UnsupportedOrderError(ValueError, NotImplementedError):
+    """A name in ``order`` that a vision dataset cannot produce: a ``ValueError``, and the ``NotImplementedError``
+    MegEngine's ``VisionDataset`` raises."""
+
+
 class Dataset(ABC):
     r"""An abstract base class for all map-style datasets.
 
@@ -146,10 +156,10 @@ class ConcatDataset(Dataset):
         super().__init__()
         self.datasets = list(datasets)
         if len(self.datasets) == 0:
-            raise ValueError("datasets should not be an empty iterable")
+            raise DatasetArgumentError("datasets should not be an empty iterable")
         for d in self.datasets:
             if isinstance(d, StreamDataset):
-                raise ValueError("ConcatDataset does not support StreamDataset")
+                raise DatasetArgumentError("ConcatDataset does not support StreamDataset")
         self.cumulative_sizes = []
         total = 0
         for d in self.datasets:
@@ -224,7 +234,7 @@ class VisionDataset(Dataset):
                 )
             for k in order:
                 if k not in supported_order:
-                    raise ValueError("{} is unsupported data type".format(k))
+                    raise UnsupportedOrderError("{} is unsupported data type".format(k))
         self.root = os.path.expanduser(root) if isinstance(root, (str, bytes)) else root  # "~/coco", as MegEngine
         self.order = order
 

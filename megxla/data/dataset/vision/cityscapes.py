@@ -6,7 +6,7 @@ import os
 import numpy as np
 
 from ..meta_dataset import VisionDataset
-from .utils import imread
+from .utils import DatasetRootNotFoundError, imread
 
 __all__ = ["Cityscapes"]
 
@@ -59,8 +59,8 @@ class Cityscapes(VisionDataset):
         self.images_dir = os.path.join(self.root, "leftImg8bit", image_set)
         self.masks_dir = os.path.join(self.root, mode, image_set)
         if not os.path.isdir(self.images_dir):
-            raise FileNotFoundError(f"Cityscapes: directory {self.images_dir!r} does not exist (expected "
-                                    f"<root>/leftImg8bit/<image_set>/<city>/*_leftImg8bit.png)")
+            raise DatasetRootNotFoundError(f"Cityscapes: directory {self.images_dir!r} does not exist (expected "
+                                           f"<root>/leftImg8bit/<image_set>/<city>/*_leftImg8bit.png)")
         self.images, self.masks = [], []
         for city in sorted(os.listdir(self.images_dir)):
             img_dir = os.path.join(self.images_dir, city)

@@ -82,6 +82,12 @@ class COCO(VisionDataset):
         "cell phone", "microwave", "oven", "toaster", "sink", "refrigerator", "book", "clock", "vase", "scissors",
         "teddy bear", "hair drier", "toothbrush",
     )
+    # MegEngine's: each of ``class_names`` to its category id in the official COCO JSON (ids 1-90 with 10 gaps),
+    # what a detector's results written back as COCO JSON need
+    classes_originID = dict(zip(class_names, (
+        *range(1, 12), *range(13, 26), 27, 28, *range(31, 45), *range(46, 66), 67, 70, *range(72, 83),
+        *range(84, 91),
+    )))
     keypoint_names = (
         "nose", "left_eye", "right_eye", "left_ear", "right_ear", "left_shoulder", "right_shoulder", "left_elbow",
         "right_elbow", "left_wrist", "right_wrist", "left_hip", "right_hip", "left_knee", "right_knee",

@@ -43,6 +43,11 @@ class Objects365(COCO):
 
     supported_order = ("image", "boxes", "boxes_category", "info")
 
+    @property
+    def classes_originID(self):
+        # (COCO's 80 ids are not Objects365's, and MegEngine's Objects365 has no such table)
+        raise AttributeError("'Objects365' object has no attribute 'classes_originID'")
+
     class_names = (
         "person", "sneakers", "chair", "hat", "lamp", "bottle", "cabinet/shelf", "cup", "car", "glasses",
         "picture/frame", "desk", "handbag", "street lights", "book", "plate", "helmet", "leather shoes", "pillow",

@@ -63,6 +63,11 @@ class DatasetFilesNotFoundError(FileNotFoundError, ValueError):
     """
 
 
+class DatasetRootNotFoundError(FileNotFoundError, RuntimeError):
+    """A dataset's root directory does not exist: a ``FileNotFoundError``, and the ``RuntimeError`` MegEngine's
+    PascalVOC and Cityscapes raise (``Dataset not found or corrupted.``), so either ``except`` clause catches it."""
+
+
 def missing_files_error(name, root, files, hint=""):
     """The error a dataset raises when the files it reads are not under ``root``."""
     listed = ", ".join(files)

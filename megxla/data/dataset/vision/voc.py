@@ -8,7 +8,7 @@ import xml.etree.ElementTree as ET
 import numpy as np
 
 from ..meta_dataset import VisionDataset
-from .utils import imread, missing_files_error
+from .utils import DatasetRootNotFoundError, imread, missing_files_error
 
 __all__ = ["PascalVOC"]
 
@@ -68,7 +68,7 @@ class PascalVOC(VisionDataset):
             raise ValueError("PascalVOC only supports boxes & boxes_category or mask, not both.")
         super().__init__(root, order=order, supported_order=self.supported_order)
         if not os.path.isdir(self.root):
-            raise FileNotFoundError(f"PascalVOC: directory {root!r} does not exist")
+            raise DatasetRootNotFoundError(f"PascalVOC: directory {root!r} does not exist")
         self.image_set = image_set
         image_dir = os.path.join(self.root, "JPEGImages")
         seg = "mask" in order
