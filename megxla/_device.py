@@ -92,6 +92,8 @@ def get_device_count(device_type: str = "xpu") -> int:
         True
     """
     kind = device_type.lower()
+    if kind == "rocm":  # (MegEngine's ROCm devices: none on a CPU or CUDA machine, not the CPU cores)
+        return sum(1 for d in _gpus() if d.platform == "rocm")
     gpus = len(_gpus()) if kind in ("gpu", "cuda", "xpu") else 0
     if kind in ("gpu", "cuda") or gpus:
         return gpus

@@ -16,8 +16,8 @@ back (with ``weights_only=False``).
 files of earlier megxla versions (``megxla.core._tensor._rebuild``). MegEngine objects pickled whole (a
 ``Module`` passed to ``megengine.save``) hold MegEngine's internal attributes, not megxla's: load their
 ``state_dict()`` instead. Tensors keep the logical device the file names where this machine has it (``cpu0:0``),
-else take the default device; ``map_location`` sees the device names the file gives (``gpu0``, ``xpux``...), as
-in MegEngine.
+else take the default device; ``map_location`` sees the device names the file gives, stream included (``gpu0:0``,
+``xpux:0``...), as in MegEngine.
 
 Safety. A pickle is a program: unpickling can call any importable function. ``load`` therefore rebuilds only
 data by default (``weights_only=True``): the classes it resolves are an allow-list (containers, numbers,
@@ -423,7 +423,8 @@ def load(f, map_location=None, pickle_module=pickle, weights_only=None):
     Args:
         f: a path, or a binary file object with ``read`` / ``readline``.
         map_location: where to put the loaded Tensors: a device name (``"cpu0"``), a dict mapping device names
-            of the file to device names, or a callable from a device name to a device name.
+            of the file (``"gpu0"`` or ``"gpu0:0"``) to device names, or a callable given the file's device name
+            with its stream (``"xpux:0"``, ``"cpu1:1"``, as MegEngine passes it) and returning a device name.
         pickle_module: the unpickling module; anything but the standard :mod:`pickle` is used as given
             (``pickle_module.load(f)``, no allow-list: only with ``weights_only=False``).
         weights_only: rebuild only data (default ``True``, unless ``MEGXLA_LOAD_UNSAFE=1``).
@@ -495,15 +496,38 @@ class dmap:
         dmap._active.pop()
 
 
+class _LocatorError(ValueError, AssertionError):
+    """A ``map_location`` dict naming something that is not a device: MegEngine asserts (``Invalid locator_map key
+    value``), so this is an ``AssertionError`` too."""
+
+
+def _full_name(dev):
+    # MegEngine's device names as its files and map_location callables see them: "xpux:0", "cpu1:1"
+    return dev if ":" in dev else dev + ":0"
+
+
 def _mover(map_location, devices):
     from .core._tensor import Tensor
+    from .core.dtypes import _parse
 
     if isinstance(map_location, str):
         def dest(dev):
             return map_location
     elif isinstance(map_location, dict):
+        for key, value in map_location.items():
+            for v in (key, value):
+                try:
+                    if not isinstance(v, str):
+                        raise ValueError(v)
+                    _parse(v)
+                except ValueError:
+                    raise _LocatorError(f"load: invalid map_location key value {v!r} (a device name such as "
+                                        f"'cpu0', 'gpu1', 'xpux')") from None
+
         def dest(dev):
-            return map_location.get(dev[:4], map_location.get(dev, dev))
+            # a key names a device with or without its stream ("gpu0" maps "gpu0:0"; MegEngine compares the first
+            # four characters only, so its "cpu1" also caught "cpu10")
+            return map_location.get(dev, map_location.get(dev.split(":")[0], dev))
     elif callable(map_location):
         dest = map_location
     else:
@@ -513,9 +537,10 @@ def _mover(map_location, devices):
     def move(t):
         if not isinstance(t, Tensor):
             return t
-        src = (devices[id(t)][1] if id(t) in devices else _device_name(t)).split(":")[0]
+        # the file's name with its stream, as MegEngine passes it to a callable ("xpux:0", "cpu1:1")
+        src = _full_name(devices[id(t)][1] if id(t) in devices else _device_name(t))
         to = dest(src)
-        if to is None or to == src:
+        if to is None or _full_name(str(to)) == src:
             return t
         moved = t.to(to)
         if type(t) is not type(moved):

@@ -236,10 +236,10 @@ def test_megengine_tensor_kinds_and_dtypes():
     assert got["i32"].dtype == np.int32 and got["u8"].dtype == np.uint8 and type(got["u8"]) is mge.Parameter
     assert got["b"].dtype == np.bool_ and got["scalar"].shape == () and float(got["scalar"].numpy()) == 2.5
     np.testing.assert_array_equal(got["i32"].numpy(), [0, 1, 2])
-    # map_location sees the device names the file gives (MegEngine's semantics), here gpu0 / cpu0 / xpux
+    # map_location sees the device names the file gives (MegEngine's semantics), here gpu0:0 / cpu0:0 / xpux:0
     asked = []
     moved = mge.load(io.BytesIO(megengine_save(obj)), map_location=lambda dev: asked.append(dev) or "cpu0")
-    assert sorted(asked) == sorted(["gpu0", "cpu0", "xpux", "xpux", "xpux", "xpux"])
+    assert sorted(asked) == sorted(["gpu0:0", "cpu0:0", "xpux:0", "xpux:0", "xpux:0", "xpux:0"])
     assert "cpu0" in repr(moved["f16"].device) and moved["f16"].dtype == np.float16
     moved = mge.load(io.BytesIO(megengine_save(obj)), map_location={"gpu0": "cpu0"})
     assert type(moved["u8"]) is mge.Parameter

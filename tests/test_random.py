@@ -204,7 +204,6 @@ def test_random_draws_inside_a_compiled_step():
     (lambda: R.permutation(-1), "permutation"),
     (lambda: R.permutation(2.5), "permutation"),
     (lambda: R.permutation(3, dtype="nope"), "permutation"),
-    (lambda: R.shuffle(T(3.0)), "shuffle"),
     (lambda: R.shuffle([1, 2]), "shuffle"),
     (lambda: R.exponential(0), "exponential"),
     (lambda: R.exponential(T([1.0, -1.0])), "exponential"),

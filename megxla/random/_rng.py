@@ -55,8 +55,9 @@ def _size(size, op, default=None):
 
 
 class DistributionError(OpError, AssertionError):
-    """A distribution parameter outside its domain. MegEngine asserts these (``assert low < high``, ``assert
-    shape > 0``), so it is an ``AssertionError`` for MegEngine code that catches one, and an ``OpError``
+    """A distribution parameter outside its domain, or another argument MegEngine asserts on (``assert low <
+    high``, ``assert shape > 0``, parameter shapes that do not broadcast, ``permutation(-1)``, an empty tensor to
+    shuffle), so it is an ``AssertionError`` for MegEngine code that catches one, and an ``OpError``
     (``ValueError``) like megxla's other argument errors."""
 
 
@@ -80,11 +81,20 @@ def _param(v, name, op):
     return Tensor(v, dtype="float32")
 
 
+def _in_dtype_of(out, *params):
+    """MegEngine's gamma / beta / poisson kernels sample in their parameters' dtype: float16 Tensors (all of them;
+    mixed with float32 its kernels raise) give float16 samples. megxla draws in float32 and rounds once."""
+    if all(p.dtype == np.float16 for p in params):
+        return out.astype("float16")
+    return out
+
+
 def _param_shape(op, size, *params):
     try:
         shape = np.broadcast_shapes(*[p.shape for p in params])
     except ValueError:
-        raise OpError(f"{op}: parameter shapes {[p.shape for p in params]} do not broadcast") from None
+        # (MegEngine asserts it: "The size of inps[1] (3) must match the size (2) at dim 0")
+        raise DistributionError(f"{op}: parameter shapes {[p.shape for p in params]} do not broadcast") from None
     # MegEngine's kernels have no 0-d output: scalar parameters with no size give one sample of shape (1,)
     return _size(size, op, ()) + tuple(shape) or (1,)
 
@@ -110,6 +120,10 @@ class RNG:
     """
 
     def __init__(self, seed: int = None, device: str = None):
+        # (MegEngine's handle takes a uint64: a float, a negative number, 2**64 or more raise TypeError there;
+        # a bool is an int, as there)
+        if seed is not None and (not isinstance(seed, (int, np.integer)) or not 0 <= int(seed) < 2 ** 64):
+            raise TypeError(f"RNG: seed must be an int in [0, 2**64), got {type(seed).__name__} {seed!r}")
         self._seed = seed
         # (MegEngine's RNG keeps its device only with a seed: the global state's handle has its own)
         self._state = None if seed is None else _key_tensor(seed, device)
@@ -192,7 +206,7 @@ class RNG:
         """
         k, theta = _param(shape, "shape", "gamma"), _param(scale, "scale", "gamma")
         out = _param_shape("gamma", size, k, theta)
-        return apply(P.gamma.bind(size=out), self._next_key(), k, theta)
+        return _in_dtype_of(apply(P.gamma.bind(size=out), self._next_key(), k, theta), k, theta)
 
     def beta(self, alpha, beta, size=None):
         """Samples from the beta distribution Beta(alpha, beta).
@@ -211,7 +225,7 @@ class RNG:
         """
         a, b = _param(alpha, "alpha", "beta"), _param(beta, "beta", "beta")
         out = _param_shape("beta", size, a, b)
-        return apply(P.beta.bind(size=out), self._next_key(), a, b)
+        return _in_dtype_of(apply(P.beta.bind(size=out), self._next_key(), a, b), a, b)
 
     def poisson(self, lam, size=None):
         """Samples from the Poisson distribution with rate ``lam``.
@@ -228,7 +242,7 @@ class RNG:
             (3, 2)
         """
         lam = _param(lam, "lam", "poisson")
-        return apply(P.poisson.bind(size=_param_shape("poisson", size, lam)), self._next_key(), lam)
+        return _in_dtype_of(apply(P.poisson.bind(size=_param_shape("poisson", size, lam)), self._next_key(), lam), lam)
 
     def exponential(self, rate=1.0, size=None):
         """Samples from the exponential distribution with rate ``lambda`` (mean ``1 / rate``), as MegEngine 1.13.4.
@@ -266,11 +280,14 @@ class RNG:
         if isinstance(n, Tensor):
             if n.ndim == 0:  # (MegEngine's kernels see a scalar as shape (1,): ``permutation(Tensor(7))`` is [7])
                 n = n.reshape(1)
-            if n.size == 0:
-                raise OpError(f"permutation: the tensor must have a non-empty first axis, got shape {n.shape}")
+            if n.size == 0:  # (MegEngine asserts "size needs to be greater than 0")
+                raise DistributionError(f"permutation: size needs to be greater than 0, got shape {n.shape}")
             return apply(P.shuffle.bind(), self._next_key(), n)
-        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
-            raise OpError(f"permutation: n must be a non-negative int or a Tensor, got {n!r}")
+        # (MegEngine asserts ``isinstance(n, int)`` and "Permutation is not defined when n < 0")
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
+            raise DistributionError(f"permutation: n must be a non-negative int or a Tensor, got {n!r}")
+        if n < 0:
+            raise DistributionError(f"permutation: Permutation is not defined when n < 0 (got {n})")
         try:
             dt = canonical(dtype).name
         except TypeError:
@@ -281,7 +298,8 @@ class RNG:
         """Shuffles ``inp`` in place along its first axis.
 
         Args:
-            inp: a Tensor with a non-empty first axis.
+            inp: a non-empty Tensor (a 0-d one becomes shape ``(1,)``, as in MegEngine, whose kernels see a scalar
+                as shape ``(1,)``).
 
         Returns:
             None (``inp`` is modified).
@@ -290,9 +308,12 @@ class RNG:
             >>> x = Tensor([1, 2, 3]); RNG(0).shuffle(x); sorted(x.numpy().tolist())
             [1, 2, 3]
         """
-        if not isinstance(inp, Tensor) or inp.ndim == 0 or inp.size == 0:
-            raise OpError(f"shuffle: expects a Tensor with a non-empty first axis, got {inp!r}")
-        inp._reset(apply(P.shuffle.bind(), self._next_key(), inp))
+        if not isinstance(inp, Tensor):
+            raise OpError(f"shuffle: expects a Tensor, got {inp!r}")
+        if inp.size == 0:  # (MegEngine asserts "size needs to be greater than 0")
+            raise DistributionError(f"shuffle: size needs to be greater than 0, got shape {inp.shape}")
+        src = inp.reshape(1) if inp.ndim == 0 else inp
+        inp._reset(apply(P.shuffle.bind(), self._next_key(), src))
 
     def multinomial(self, input, num_samples, replacement=False):
         """Draws class indices with probabilities proportional to the rows of ``input`` (MegEngine 1.13.4).
