@@ -1,9 +1,9 @@
 """``megengine.data.transform.vision.transform``: vision transforms on HWC NumPy images (re-exported by
 ``megengine.data.transform.vision``).
 
-Images are ``H x W x C`` arrays (2-D ``H x W`` also works) with channels in
-BGR order, as MegEngine reads them with OpenCV. Each transform rewrites the
-elements of a sample named by ``order``: ``"image"``, ``"mask"``, ``"boxes"``
+Images are ``H x W x C`` arrays (2-D ``H x W`` also works, where MegEngine's raise, except in ``ToMode``, which
+reads axis 2 as MegEngine's) with channels in BGR order, as MegEngine reads them with OpenCV. Each transform
+rewrites the elements of a sample named by ``order``: ``"image"``, ``"mask"``, ``"boxes"``
 (``N x 4`` as x0, y0, x1, y1), ``"keypoints"`` (``... x 3`` as x, y,
 visibility), ``"coords"`` (``N x 2`` as x, y) and ``"polygons"`` (a list of
 instances, each a list of ``K x 2`` polygons); names ending in
@@ -61,6 +61,27 @@ _INTER_NEAREST = 0
 _INTER_LINEAR = 1
 
 
+class UnsupportedOrderError(ValueError, NotImplementedError):
+    """A name in a transform's ``order`` (or a ``sample_style``) it cannot handle: a ``ValueError``, and the
+    ``NotImplementedError`` MegEngine's transforms raise."""
+
+
+class TransformArgumentError(ValueError, AssertionError):
+    """A bad argument MegEngine's transforms ``assert`` (``ToMode``'s mode, ``RandomResizedCrop``'s ranges, a
+    ``CenterCrop`` bigger than the image): a ``ValueError``, and MegEngine's ``AssertionError``."""
+
+
+class ShuffleIndexError(ValueError, IndexError):
+    """A ``Compose`` ``shuffle_indices`` entry that is no 1-based position in ``transforms``: a ``ValueError``, and
+    the ``IndexError`` MegEngine's ``Compose`` raises (when it applies the chain) for one past the end."""
+
+
+class MissingApplyError(NotImplementedError, TypeError):
+    """A transform asked to rewrite an element it has no method for (``VisionTransform``'s own
+    ``_apply_image`` / ``_apply_coords`` / ``_apply_mask``): MegEngine's ``NotImplementedError``, and a
+    ``TypeError``."""
+
+
 # ---------------------------------------------------------------------------
 # NumPy image helpers (what MegEngine delegates to cv2)
 # ---------------------------------------------------------------------------
@@ -82,13 +103,15 @@ def _resize(image, size, interpolation):
     """Resize the first two axes of ``image`` to ``size = (th, tw)`` (``cv2.resize`` as MegEngine)."""
     # MegEngine: a random one of several modes, drawn before ``cv2.resize`` looks at the size -- a resize to an empty
     # size fails after the draw, so the program's ``random`` stream goes on as MegEngine's (megengine_data_fuzz seed 9)
+    if len(size) != 2:  # (MegEngine's F.resize checks this before it draws the interpolation)
+        raise ValueError("resize needs (h, w), but got {}".format(size))
     if isinstance(interpolation, collections.abc.Sequence):
         interpolation = random.choice(interpolation)
     th, tw = int(size[0]), int(size[1])
     if th <= 0 or tw <= 0:
         raise ValueError("output size should be positive, but got {}".format(size))
     image = np.asarray(image)
-    if cv2 is not None and image.dtype != np.float64 and image.ndim in (2, 3):
+    if cv2 is not None and image.ndim in (2, 3):  # float64 too: MegEngine's cubic / area / Lanczos of it work
         return _keepdims(cv2.resize(image, (tw, th), interpolation=interpolation), image)
     h, w = image.shape[:2]
     if interpolation == _INTER_NEAREST:
@@ -134,8 +157,7 @@ def _pad(image, size, value):
     image = np.asarray(image)
     if np.array(value).dtype == float:  # MegEngine: a float fill value makes the image float32
         image = image.astype(np.float32)
-    if cv2 is not None and image.ndim in (2, 3) and image.dtype != np.float64 and (
-            image.ndim == 2 or image.shape[2] <= 4):
+    if cv2 is not None and image.ndim in (2, 3) and (image.ndim == 2 or image.shape[2] <= 4):
         fill = value if not isinstance(value, np.ndarray) else value.tolist()
         out = cv2.copyMakeBorder(image, top, bottom, left, right, cv2.BORDER_CONSTANT, value=fill)
         return _keepdims(out, image)
@@ -237,9 +259,15 @@ class VisionTransform(Transform):
         super().__init__()
         if order is None:
             order = ("image",)
-        elif not isinstance(order, collections.abc.Sequence) or isinstance(order, str):
+        elif not isinstance(order, collections.abc.Sequence):
             raise ValueError(
                 "order should be a sequence, but got order={}".format(order)
+            )
+        elif isinstance(order, str) and order:
+            # MegEngine takes a string as a sequence of one-letter names and refuses its first letter
+            raise UnsupportedOrderError(
+                "{} is unsupported data type (order should be a sequence of names, "
+                "but got order={!r})".format(order[0], order)
             )
         for k in order:
             if k in ("batch",):
@@ -248,7 +276,7 @@ class VisionTransform(Transform):
                 # labels and metadata are carried along untouched
                 continue
             if self._get_apply(k) is None:
-                raise ValueError("{} is unsupported data type".format(k))
+                raise UnsupportedOrderError("{} is unsupported data type".format(k))
         self.order = order
 
     def apply_batch(self, inputs: Sequence[Tuple]):
@@ -301,10 +329,10 @@ class VisionTransform(Transform):
         return input[self.order.index("image")]
 
     def _apply_image(self, image):
-        raise TypeError(f"{type(self).__name__} does not define this method; a subclass must")
+        raise MissingApplyError(f"{type(self).__name__} does not define this method; a subclass must")
 
     def _apply_coords(self, coords):
-        raise TypeError(f"{type(self).__name__} does not define this method; a subclass must")
+        raise MissingApplyError(f"{type(self).__name__} does not define this method; a subclass must")
 
     def _apply_boxes(self, boxes):
         # transform the four corners and take their bounding box, which keeps
@@ -317,7 +345,7 @@ class VisionTransform(Transform):
         return np.concatenate((minxy, maxxy), axis=1)
 
     def _apply_mask(self, mask):
-        raise TypeError(f"{type(self).__name__} does not define this method; a subclass must")
+        raise MissingApplyError(f"{type(self).__name__} does not define this method; a subclass must")
 
     def _apply_keypoints(self, keypoints):
         keypoints = _float_copy(keypoints)
@@ -328,6 +356,9 @@ class VisionTransform(Transform):
     def _apply_polygons(self, polygons):
         # a sequence of instances, each a sequence of (K, 2) polygons: every polygon's points move as coordinates
         return [[self._apply_coords(_float_copy(p)) for p in instance] for instance in polygons]
+
+
+_NO_TRANSFORMS = []  # Compose's default, never modified (its signature shows MegEngine's ``[]``)
 
 
 class Compose(VisionTransform):
@@ -356,14 +387,20 @@ class Compose(VisionTransform):
 
     def __init__(
         self,
-        transforms: List[VisionTransform] = [],
+        transforms: List[VisionTransform] = _NO_TRANSFORMS,
         batch_compose: bool = False,
         shuffle_indices: List[Tuple] = None,
         *,
         order=None
     ):
         super().__init__(order)
-        self.transforms = list(transforms)
+        # MegEngine keeps the caller's list (appending to it later adds a step); a one-shot iterable is read once,
+        # and each default-built Compose gets its own list (MegEngine's share the default ``[]``)
+        if transforms is _NO_TRANSFORMS:
+            transforms = []
+        elif not isinstance(transforms, collections.abc.Sequence):
+            transforms = list(transforms)
+        self.transforms = transforms
         self._set_order()
         if batch_compose and shuffle_indices is not None:
             raise ValueError(
@@ -375,7 +412,7 @@ class Compose(VisionTransform):
             for idx in shuffle_indices:
                 for x in idx:
                     if not 0 <= x < len(self.transforms):
-                        raise ValueError(
+                        raise ShuffleIndexError(
                             "shuffle_indices are 1-based positions in transforms, "
                             "got {}".format(x + 1)
                         )
@@ -450,12 +487,13 @@ class ToMode(VisionTransform):
     def __init__(self, mode="CHW", *, order=None):
         super().__init__(order)
         if mode not in ("CHW",):
-            raise ValueError("unsupported mode: {}".format(mode))
+            raise TransformArgumentError("unsupported mode: {}".format(mode))
         self.mode = mode
 
     def _apply_image(self, image):
         if self.mode == "CHW":
-            return np.ascontiguousarray(np.moveaxis(image, -1, 0))
+            # MegEngine's axis 2 (an (H, W) image raises NumPy's AxisError rather than coming back transposed)
+            return np.ascontiguousarray(np.rollaxis(image, 2))
         return image
 
     def _apply_coords(self, coords):
@@ -463,8 +501,16 @@ class ToMode(VisionTransform):
 
     def _apply_mask(self, mask):
         if self.mode == "CHW":
-            return np.ascontiguousarray(np.moveaxis(mask, -1, 0))
+            return np.ascontiguousarray(np.rollaxis(mask, 2))
         return mask
+
+
+def _legacy_operand(image, value):
+    # MegEngine runs on NumPy 1, whose value-based casting keeps a float16 image float16 against a 0-d float32
+    # operand whose value fits float16 (cast to float16 first); NumPy 2 promotes such an image to float32
+    if image.dtype == np.float16 and value.ndim == 0 and np.min_scalar_type(value) == np.float16:
+        return value.astype(np.float16)
+    return value
 
 
 class Normalize(VisionTransform):
@@ -492,6 +538,9 @@ class Normalize(VisionTransform):
         self.std = np.array(std, dtype=np.float32)
 
     def _apply_image(self, image):
+        if getattr(image, "dtype", None) == np.float16:
+            image = image - _legacy_operand(image, self.mean)
+            return image / _legacy_operand(image, self.std)
         return (image - self.mean) / self.std
 
     def _apply_coords(self, coords):
@@ -565,12 +614,10 @@ class Pad(VisionTransform):
             size = (size, size, size, size)
         elif isinstance(size, collections.abc.Sequence) and len(size) == 2:
             size = (0, size[0], 0, size[1])  # MegEngine: two sizes pad the bottom and the right
-        elif isinstance(size, collections.abc.Sequence) and len(size) == 4:
-            size = tuple(size)
-        else:
+        elif not (isinstance(size, collections.abc.Sequence) and len(size) == 4):
             raise ValueError(
-                "size should be an int, (bottom, right) or a list/tuple which "
-                "contains (top, down, left, right) four pad sizes."
+                "size should be a list/tuple which contains "
+                "(top, down, left, right) four pad sizes."
             )
         self.size = size
         self.value = value
@@ -698,7 +745,7 @@ class ShortestEdgeResize(_ResizeBase):
     ):
         super().__init__(order)
         if sample_style not in ("range", "choice"):
-            raise ValueError(
+            raise UnsupportedOrderError(
                 "{} is unsupported sample style".format(sample_style)
             )
         self.sample_style = sample_style
@@ -792,7 +839,7 @@ class RandomCrop(VisionTransform):
         if isinstance(output_size, int):
             self.output_size = (output_size, output_size)
         else:
-            self.output_size = tuple(output_size)
+            self.output_size = output_size  # as given (a list stays a list), as MegEngine
         self.pad = Pad(
             padding_size, padding_value, padding_maskvalue, order=self.order
         )
@@ -804,13 +851,15 @@ class RandomCrop(VisionTransform):
         self.pad.order = self.order
         input = self.pad.apply(input)
         self._h, self._w = self._get_image(input).shape[:2]
-        self._x = np.random.randint(0, max(0, self._w - self.output_size[1]) + 1)
-        self._y = np.random.randint(0, max(0, self._h - self.output_size[0]) + 1)
+        # (unpacked before the draws, as MegEngine: a bad output_size fails with the random stream untouched)
+        self._th, self._tw = self.output_size
+        self._x = np.random.randint(0, max(0, self._w - self._tw) + 1)
+        self._y = np.random.randint(0, max(0, self._h - self._th) + 1)
         return super().apply(input)
 
     def _fit(self, image, value):
         # an input still smaller than the crop after padding is padded at the bottom / right (MegEngine)
-        th, tw = self.output_size
+        th, tw = self._th, self._tw
         if th > self._h:
             image = _pad(image, (0, th - self._h, 0, 0), value)
         if tw > self._w:
@@ -867,11 +916,11 @@ class RandomResizedCrop(VisionTransform):
         if isinstance(output_size, int):
             self.output_size = (output_size, output_size)
         else:
-            self.output_size = tuple(output_size)
-        if scale_range[0] > scale_range[1]:
-            raise ValueError("scale_range should be of kind (min, max)")
-        if ratio_range[0] > ratio_range[1]:
-            raise ValueError("ratio_range should be of kind (min, max)")
+            self.output_size = output_size  # as given (a list stays a list), as MegEngine
+        if not scale_range[0] <= scale_range[1]:
+            raise TransformArgumentError("scale_range should be of kind (min, max)")
+        if not ratio_range[0] <= ratio_range[1]:
+            raise TransformArgumentError("ratio_range should be of kind (min, max)")
         self.scale_range = scale_range
         self.ratio_range = ratio_range
         self.interpolation = interpolation
@@ -899,9 +948,10 @@ class RandomResizedCrop(VisionTransform):
     def _get_coord(self, image, attempts=10):
         height, width = image.shape[:2]
         area = height * width
-        log_ratio = tuple(math.log(x) for x in self.ratio_range)
         for _ in range(attempts):
             target_area = np.random.uniform(*self.scale_range) * area
+            # (after the first draw, as MegEngine: a ratio <= 0 fails with the random stream one draw on)
+            log_ratio = tuple(math.log(x) for x in self.ratio_range)
             aspect_ratio = math.exp(np.random.uniform(*log_ratio))
             w = int(round(math.sqrt(target_area * aspect_ratio)))
             h = int(round(math.sqrt(target_area / aspect_ratio)))
@@ -943,7 +993,7 @@ class CenterCrop(VisionTransform):
         if isinstance(output_size, int):
             self.output_size = (output_size, output_size)
         else:
-            self.output_size = tuple(output_size)
+            self.output_size = output_size  # as given (a list stays a list), as MegEngine
 
     def apply(self, input: Tuple):
         self._coord_info = self._get_coord(self._get_image(input))
@@ -969,7 +1019,7 @@ class CenterCrop(VisionTransform):
         th, tw = self.output_size
         h, w = image.shape[:2]
         if th > h or tw > w:
-            raise ValueError(
+            raise TransformArgumentError(
                 "output size {} is bigger than image size {}".format(
                     self.output_size, (h, w)
                 )
@@ -1301,7 +1351,8 @@ class Lighting(_ColorBase):
 
     def __init__(self, scale, *, order=None):
         super().__init__(order)
-        _check_nonneg("lighting scale", scale)
+        if scale < 0:
+            raise ValueError("lighting scale should be non-negative")
         self.scale = scale
         # ImageNet RGB eigenvectors with rows reversed for BGR images
         self.eigvec = np.array(
@@ -1348,7 +1399,8 @@ class TorchTransformCompose(VisionTransform):
 
     def __init__(self, transforms, *, order=None):
         super().__init__(order)
-        self.transforms = list(transforms)
+        # (the caller's list itself, as MegEngine; a one-shot iterable read once)
+        self.transforms = transforms if isinstance(transforms, collections.abc.Sequence) else list(transforms)
         try:
             from PIL import Image
         except ImportError:
