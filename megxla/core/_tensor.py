@@ -421,6 +421,10 @@ class Tensor:
     def grad(self, value):
         self._grad = value
 
+    @grad.deleter
+    def grad(self):  # (``del p.grad``, as MegEngine allows: None afterwards)
+        self._grad = None
+
     @property
     def requires_grad(self):
         """Reserved, as in MegEngine 1.13: reading, setting or deleting it raises ``AttributeError``. What is
@@ -546,7 +550,7 @@ class Tensor:
     def __len__(self):
         shape = self._data.shape  # (concrete, see _check_one_element)
         if not shape:
-            raise TypeError("len() of a 0-d tensor")
+            raise TypeError("ndim is 0 (len() of a 0-d tensor)")  # (MegEngine's text first)
         return shape[0]
 
     def __iter__(self):
@@ -863,5 +867,7 @@ def _install_operators():
         method.__name__, method.__qualname__ = f"__{name}__", f"Tensor.__{name}__"
         setattr(Tensor, method.__name__, method)
 
-    for name in ("neg", "pos", "abs", "invert", "round", "floor", "ceil", "trunc"):
+    for name in ("neg", "abs", "invert", "round", "floor", "ceil", "trunc"):
         unary(name)
+    # ``+x is x``, as in MegEngine (a Parameter stays itself: ``y = +p; y += 1`` changes ``p`` there too)
+    Tensor.__pos__ = lambda self: self

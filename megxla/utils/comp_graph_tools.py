@@ -27,7 +27,8 @@ from ..core.tensor.megbrain_graph import load_graph
 from .network_node import OpNode, VarNode  # (a loaded graph's nodes and a hand-built network's)
 
 __all__ = ["get_dep_vars", "get_owner_opr_inputs", "get_owner_opr_type", "get_opr_type", "graph_traversal",
-           "get_oprs_seq", "find_vars_by_name", "GraphInference", "load_graph"]
+           "get_oprs_seq", "replace_vars", "replace_oprs", "set_priority_to_id", "find_vars_by_name",
+           "GraphInference", "load_graph"]
 
 _PROVIDERS = ("ImmutableTensor", "Host2DeviceCopy")
 
@@ -44,8 +45,7 @@ def get_owner_opr_type(var: VarNode) -> str:
 
 def get_opr_type(opr: OpNode) -> str:
     """The type name of ``opr``."""
-    if not isinstance(opr, OpNode):
-        raise TypeError(f"get_opr_type: expected an OpNode, got {type(opr).__name__}")
+    assert isinstance(opr, OpNode), f"get_opr_type: expected an OpNode, got {type(opr).__name__}"
     return opr.type
 
 
@@ -70,9 +70,10 @@ def graph_traversal(outputs: List[VarNode]):
     """Index the operators the ``outputs`` depend on.
 
     Returns:
-        ``(map_oprs, map_vars, var2oprs, opr2receivers)``: operators and variables by id, for each variable id
-        the ``(operator id, input index)`` pairs that read it, and for each operator id the ids of the
-        operators that read its outputs.
+        ``(map_oprs, map_vars, var2oprs, opr2receivers, indegree2opr, opr2indegree)``, as MegEngine's: operators
+        and variables by id, for each variable id the ``(operator id, input index)`` pairs that read it, for each
+        operator id the ids of the operators that read its outputs, for each in-degree the operators of it (the
+        operators for 0, their ids otherwise), and each operator id's in-degree.
     """
     map_oprs, map_vars = {}, {}
     var2oprs = collections.defaultdict(list)
@@ -86,7 +87,11 @@ def graph_traversal(outputs: List[VarNode]):
             opr2receivers[v.owner.id].append(opr.id)
             if v.owner.id not in map_oprs and v.owner not in queue:
                 queue.append(v.owner)
-    return map_oprs, map_vars, var2oprs, opr2receivers
+    indegree2opr, opr2indegree = collections.defaultdict(set), {}
+    for oid, opr in map_oprs.items():
+        opr2indegree[oid] = len(opr.inputs)
+        indegree2opr[len(opr.inputs)].add(opr if not opr.inputs else oid)
+    return map_oprs, map_vars, var2oprs, opr2receivers, indegree2opr, opr2indegree
 
 
 def get_oprs_seq(outputs: List[VarNode], prune_reshape=False, prune_immtensor=True) -> List[OpNode]:
@@ -98,7 +103,7 @@ def get_oprs_seq(outputs: List[VarNode], prune_reshape=False, prune_immtensor=Tr
         prune_reshape: leave out operators that only compute the target shape of a ``Reshape``.
         prune_immtensor: leave out ``ImmutableTensor`` (constant) operators.
     """
-    map_oprs, _, var2oprs, receivers = graph_traversal(outputs)
+    map_oprs, _, var2oprs, receivers, _, _ = graph_traversal(outputs)
     indegree = {oid: len(op.inputs) for oid, op in map_oprs.items()}
     ready = [(op.priority, oid) for oid, op in map_oprs.items() if indegree[oid] == 0]
     heapq.heapify(ready)
@@ -145,14 +150,94 @@ def _prune_reshape_inputs(seq, outputs):
     return [op for op in seq if op.id in needed]
 
 
+def replace_vars(dst: List[VarNode], varmap: Dict[VarNode, VarNode]) -> List[VarNode]:
+    r"""Replaces vars in the graph: the operators ``dst`` depend on that read a replaced variable (or one
+    computed from it) are applied again to the replacements.
+
+    Args:
+        dst: target vars representing the graph (variables of a :class:`~megxla.utils.network.Network`).
+        varmap: the map that specifies how to replace the vars (a dict, or ``(old, new)`` pairs).
+
+    Returns:
+        new vars that correspond to ``dst`` with all the dependencies replaced (a var nothing replaced
+        reaches is itself).
+
+    Example:
+        >>> from megxla.utils.network import Network
+        >>> net = Network()
+        >>> a = net.make_const(np.array([1.0], "float32"), name="a")
+        >>> b = net.make_const(np.array([5.0], "float32"), name="b")
+        >>> (y,) = replace_vars([a * 2 + 1], {a: b})
+        >>> y.numpy()
+        array([11.], dtype=float32)
+    """
+    from ..core._dispatch import apply
+    dst = list(dst)
+    for v in dst:
+        assert isinstance(v, VarNode)
+    pairs = list(getattr(varmap, "items", lambda: varmap)())
+    for old, new in pairs:
+        assert isinstance(old, VarNode)
+        assert isinstance(new, VarNode)
+    new_of = {old.id: new for old, new in pairs}
+    for opr in get_oprs_seq(dst, prune_immtensor=False):
+        ins = [new_of.get(v.id, v) for v in opr.inputs]
+        if all(a is b for a, b in zip(ins, opr.inputs)):
+            continue
+        op = getattr(opr, "op", None)
+        if op is None:
+            raise TypeError(f"replace_vars: operator {opr.name!r} ({opr.type}) cannot be applied again: variables "
+                            f"of a graph loaded with load_graph hold no computation; load it with "
+                            f"utils.network.Network.load to edit it")
+        outs = apply(op, *ins)
+        for old, new in zip(opr.outputs, list(outs) if op.multiple_results else [outs]):
+            new_of.setdefault(old.id, new)
+    return [new_of.get(v.id, v) for v in dst]
+
+
+def replace_oprs(dst: List[VarNode], oprmap: Dict[OpNode, OpNode]) -> List[VarNode]:
+    """Replaces operators in the graph: each output of an old operator is replaced by the same output of its
+    new one (:func:`replace_vars`).
+
+    Args:
+        dst: target vars representing the graph.
+        oprmap: the map that specifies how to replace the operators (a dict, or ``(old, new)`` pairs).
+
+    Returns:
+        new vars that correspond to ``dst`` with all the dependencies replaced.
+    """
+    dst = list(dst)
+    for v in dst:
+        assert isinstance(v, VarNode)
+    varmap = []
+    for old, new in getattr(oprmap, "items", lambda: oprmap)():
+        assert isinstance(old, OpNode)
+        assert isinstance(new, OpNode)
+        assert len(old.outputs) == len(new.outputs), "can not replace {} with {}".format(old, new)
+        varmap.extend(zip(old.outputs, new.outputs))
+    return replace_vars(dst, varmap)
+
+
+def set_priority_to_id(dest_vars: List[VarNode]):
+    """Give every operator ``dest_vars`` depend on whose priority is 0 its id as priority, so an execution order
+    (:func:`get_oprs_seq`) follows the order operators were made in (MegEngine's, before a dump).
+
+    Args:
+        dest_vars: target vars representing the graph.
+    """
+    for opr in get_oprs_seq(list(dest_vars), prune_immtensor=False):
+        if opr.priority == 0:
+            opr.priority = opr.id
+
+
 def find_vars_by_name(dst: List[VarNode], names: List[str]) -> List[VarNode]:
     """The variables named ``names`` among those ``dst`` depend on, in the order of ``names``."""
     by_name = {}
     for v in get_dep_vars(dst) + list(dst):
         by_name.setdefault(v.name, v)
     missing = [n for n in names if n not in by_name]
-    if missing:
-        raise ValueError(f"find_vars_by_name: no variable named {missing} in this graph")
+    # (MegEngine asserts: an AssertionError, its text)
+    assert not missing, "Can not find varnode {} in this model".format(missing)
     return [by_name[n] for n in names]
 
 
@@ -178,8 +263,7 @@ class GraphInference:
         self._select = list(range(len(names)))
         if outputs is not None:
             missing = [n for n in outputs if n not in names]
-            if missing:
-                raise ValueError(f"GraphInference: the graph has no output named {missing} (outputs: {names})")
+            assert not missing, "Can not find varnode {} in this model".format(missing)  # (MegEngine's assert)
             self._select = [names.index(n) for n in outputs]
         self._inp_names = [v.name for v in self._graph.inputs]
 
@@ -197,14 +281,12 @@ class GraphInference:
         Returns:
             an ordered dict ``{output name: NumPy array}``.
         """
-        if len(inp_args) > len(self._inp_names):
-            raise TypeError(f"GraphInference.run: this model expects {len(self._inp_names)} inputs, "
-                            f"got {len(inp_args)}")
+        # (MegEngine asserts: AssertionError, its texts)
+        assert len(inp_args) <= len(self._inp_names), "This model expects {} inputs".format(len(self._inp_names))
         feed = dict(zip(self._inp_names, inp_args))
         feed.update(inp_dict or {})
-        if set(feed) != set(self._inp_names):
-            raise ValueError(f"GraphInference.run: this model expects inputs {self._inp_names}, "
-                             f"got {sorted(feed)}")
+        assert set(feed) == set(self._inp_names), "This model expects inputs {}, but gets inputs {}".format(
+            list(self._inp_names), list(feed))
         outs = self._graph.run(*[feed[n] for n in self._inp_names])
         names = self._graph.output_names
         return collections.OrderedDict((names[i], outs[i]) for i in self._select)

@@ -32,6 +32,7 @@ Example:
 """
 from __future__ import annotations
 
+import collections
 import fnmatch
 import pickle
 import re
@@ -45,17 +46,19 @@ from ..core._tensor import Tensor
 from ..core._trace_option import set_symbolic_shape  # noqa: F401  (MegEngine's network module exports it)
 from ..core.tensor.megbrain_graph import Graph, load_blob
 from ..jit._dump import opr_type
+from ..logger import get_logger
 from .comp_graph_tools import get_oprs_seq
-from .network_node import OpNode, VarNode, _alias, _new_var, type_name
+from .network_node import NetworkNode, OpNode, VarNode, _alias, _new_var, _OprType, type_name
 
-__all__ = ["Network", "NodeFilter", "as_oprnode"]
+__all__ = ["Network", "NodeFilter", "as_oprnode", "as_varnode"]
 
 
 def as_oprnode(obj) -> OpNode:
-    """MegEngine's: ``obj`` as an :class:`OpNode`: an operator, or a one-element list or tuple of one.
+    """MegEngine's: ``obj`` as an :class:`OpNode`: an operator, a variable (its owner), or an iterable holding
+    exactly one of them.
 
     Args:
-        obj: an :class:`OpNode`, or a list / tuple holding exactly one.
+        obj: an :class:`OpNode`, a :class:`VarNode`, or an iterable (a list, a :class:`NodeFilter`) of one.
 
     Returns:
         the operator.
@@ -64,18 +67,48 @@ def as_oprnode(obj) -> OpNode:
         >>> import megxla.functional as F
         >>> net = Network()
         >>> y = F.exp(net.make_const(np.array([1.0], "float32")))
-        >>> as_oprnode([y.owner]) is y.owner, as_oprnode(y.owner).type
-        (True, 'Elemwise')
-        >>> as_oprnode(y)
-        Traceback (most recent call last):
-        ...
-        TypeError: as_oprnode: expected an OpNode (or a list of one), got VarNode
+        >>> as_oprnode([y.owner]) is y.owner, as_oprnode(y) is y.owner, as_oprnode(y.owner).type
+        (True, True, 'Elemwise')
     """
-    if isinstance(obj, (list, tuple)) and len(obj) == 1:
-        obj = obj[0]
-    if not isinstance(obj, OpNode):
-        raise TypeError(f"as_oprnode: expected an OpNode (or a list of one), got {type(obj).__name__}")
-    return obj
+    if type(obj) is VarNode:
+        return obj.owner
+    if isinstance(obj, OpNode):
+        return obj
+    # (MegEngine checks with assert: an AssertionError, its texts)
+    assert isinstance(obj, collections.abc.Iterable), "{} is not compatible with OpNode".format(obj)
+    val = list(obj)
+    assert len(val) == 1, "can not convert sequence of length {} to OpNode({})".format(len(val), val)
+    return as_oprnode(val[0])
+
+
+def as_varnode(obj) -> VarNode:
+    """MegEngine's: ``obj`` as a :class:`VarNode`: a variable, an operator with one output (that output), or an
+    iterable holding exactly one of them.
+
+    Args:
+        obj: a :class:`VarNode`, an :class:`OpNode` of one output, or an iterable of one.
+
+    Returns:
+        the variable.
+
+    Example:
+        >>> import megxla.functional as F
+        >>> net = Network()
+        >>> y = F.exp(net.make_const(np.array([1.0], "float32")))
+        >>> as_varnode(y.owner) is y, as_varnode([y]) is y
+        (True, True)
+    """
+    if type(obj) is VarNode:
+        return obj
+    if isinstance(obj, OpNode):
+        assert len(obj.outputs) == 1, ("operator {} must have one output to be converted to VarNode; "
+                                       "got {} actually".format(obj, len(obj.outputs)))
+        return obj.outputs[0]
+    assert isinstance(obj, collections.abc.Iterable), "{} is not compatible with VarNode".format(obj)
+    val = list(obj)
+    assert len(val) == 1, "can not convert sequence of length {} to VarNode ({})".format(
+        len(val), (lambda t: t if len(t) < 50 else t[:50] + " ...")(str(val)))
+    return as_varnode(val[0])
 
 
 def _graph_of(op, inputs):
@@ -206,8 +239,7 @@ class Network:
         if outspec is not None:
             by_name = {v.name: v for v in made.values()}
             missing = [n for n in outspec if n not in by_name]
-            if missing:
-                raise ValueError(f"Network.load: no variable named {missing} in this graph")
+            assert not missing, "Can not find {} in this model".format(missing)  # (MegEngine's assert)
             net.output_vars = [by_name[n] for n in outspec]
         net.input_vars = [made[v.id] for v in g.inputs]  # (all: an input the outputs do not read was an argument)
         return net
@@ -401,14 +433,21 @@ class Network:
         """Give every input (but those named in ``blacklist``) the first dimension ``batchsize``: a new input
         variable replaces each (:meth:`replace_vars`); :meth:`dump` computes the graph for the new shapes."""
         blacklist = set(blacklist)
-        repl = {}
+        repl, prev = {}, None
         for opr in self.opr_filter.type("Host2DeviceCopy"):
             (v,) = opr.outputs
-            if v.name in blacklist or not v.shape:
+            if v.name in blacklist:
+                blacklist.remove(v.name)
                 continue
-            repl[v] = self.make_input_node((int(batchsize),) + tuple(v.shape[1:]), v.dtype, name=v.name)
-        if repl:
-            self.replace_vars(repl)
+            shp = list(v.shape)
+            if prev is None:
+                prev = shp[0]
+            else:  # (MegEngine's checks are asserts: AssertionError, its texts)
+                assert prev == shp[0], "batchsize mismatch: batchsize={} shape={} dp={}".format(prev, shp, v.name)
+            repl[v] = self.make_input_node((int(batchsize),) + tuple(shp[1:]), v.dtype, name=v.name)
+        assert prev is not None, "no data provider found"
+        assert not blacklist, "unused items in blacklist: {}".format(blacklist)
+        self.replace_vars(repl)
 
     def modify_opr_names(self, modifier):
         """Rename every operator: ``modifier`` a string (the new name is ``f"{modifier}.{name}"``) or a function
@@ -504,10 +543,12 @@ class Network:
                 self.output_vars.append(var)
 
     def remove_output(self, *vars: VarNode):
-        """Remove variables from the network's outputs."""
+        """Remove variables from the network's outputs (one that is not an output: a warning)."""
         for var in vars:
-            if not any(var is o for o in self.output_vars):
-                raise ValueError(f"Network.remove_output: {var!r} is not an output of this network")
+            if not any(var is o for o in self.output_vars):  # (MegEngine warns and goes on)
+                get_logger(__name__).warning("Failed to remove {}({}). Please check whether this node is in the "
+                                             "output list.".format(var.name, id(var)))
+                continue
             self.output_vars = [o for o in self.output_vars if o is not var]
 
     def add_dep_oprs(self, *vars):
@@ -541,11 +582,11 @@ class Network:
 
     @property
     def all_oprs_map(self):
-        return {op.id: op for op in self.all_oprs}
+        return collections.OrderedDict((op.id, op) for op in self.all_oprs)
 
     @property
     def all_vars_map(self):
-        out = {}
+        out = collections.OrderedDict()
         for op in self.all_oprs:
             for v in op.inputs + op.outputs:
                 out.setdefault(v.id, v)
@@ -553,11 +594,11 @@ class Network:
 
     @property
     def all_oprs_dict(self):
-        return {op.name: op for op in self.all_oprs}
+        return self.opr_filter.as_dict()
 
     @property
     def all_vars_dict(self):
-        return {v.name: v for v in self.all_vars}
+        return self.var_filter.as_dict()
 
     @property
     def opr_filter(self) -> "NodeFilter":
@@ -579,16 +620,13 @@ class Network:
 
     def get_opr_by_type(self, oprcls, unique=True):
         """Operators of type ``oprcls``, a name or a class of ``network_node`` (the only one if ``unique``)."""
-        f = self.opr_filter.type(oprcls)
-        return f.as_unique() if unique else f.as_list()
+        return _the_one(self.opr_filter.type(oprcls).as_list(), oprcls, unique)
 
     def get_opr_by_name(self, name, unique=True):
-        f = self.opr_filter.name(name)
-        return f.as_unique() if unique else f.as_list()
+        return _the_one(self.opr_filter.name(name).as_list(), name, unique)
 
     def get_var_by_name(self, name, unique=True):
-        f = self.var_filter.name(name)
-        return f.as_unique() if unique else f.as_list()
+        return _the_one(self.var_filter.name(name).as_list(), name, unique)
 
     def get_var_receive_oprs(self, var):
         """The operators that read ``var``."""
@@ -597,6 +635,14 @@ class Network:
     def get_dep_oprs(self, var):
         """The operators ``var`` (a variable or a list) depends on, in execution order."""
         return get_oprs_seq(var if isinstance(var, list) else [var], prune_immtensor=False)
+
+
+def _the_one(found, what, unique):
+    if not unique:
+        return found
+    # (MegEngine asserts: an AssertionError, its text)
+    assert len(found) == 1, "{} operators of type {} found".format(len(found), what)
+    return found[0]
 
 
 class NodeFilter:
@@ -619,7 +665,17 @@ class NodeFilter:
     """
 
     def __init__(self, nodes, pred=None):
+        if type(nodes) is VarNode:  # (MegEngine's: the operators it depends on, but its own)
+            nodes = get_oprs_seq([nodes], prune_immtensor=False)[:-1]
+        elif isinstance(nodes, OpNode):
+            nodes = get_oprs_seq(nodes.inputs, prune_immtensor=False)
+        assert isinstance(nodes, collections.abc.Iterable)
         self._nodes, self._pred = nodes, pred or (lambda n: True)
+
+    @classmethod
+    def make_all_deps(cls, *dest_vars):
+        """A filter of the operators ``dest_vars`` depend on (theirs included)."""
+        return cls(list(get_oprs_seq(list(dest_vars), prune_immtensor=False)))
 
     def __iter__(self):
         return (n for n in self._nodes if self._pred(n))
@@ -631,15 +687,25 @@ class NodeFilter:
     def _type(n):
         return n.type if isinstance(n, OpNode) else n.owner.type
 
+    @classmethod
+    def _is(cls, node_type):
+        """``f(node)``: whether a node is of ``node_type`` (an operator type name or class of ``network_node``,
+        or ``OpNode`` / ``VarNode`` / ``NetworkNode``)."""
+        if isinstance(node_type, type) and not isinstance(node_type, _OprType):
+            assert issubclass(node_type, NetworkNode), "bad opr type: {}".format(node_type)
+            return lambda n: isinstance(n, node_type)
+        name = type_name(node_type)
+        return lambda n: cls._type(n) == name
+
     def type(self, node_type):
         """Nodes of type ``node_type``, a name or a class of ``network_node`` (``N.ConvolutionForward``); for
         variables, their owner's type."""
-        node_type = type_name(node_type)
-        return self._and(lambda n: self._type(n) == node_type)
+        return self._and(self._is(node_type))
 
     def not_type(self, node_type):
-        node_type = type_name(node_type)
-        return self._and(lambda n: self._type(n) != node_type)
+        """Nodes not of type ``node_type``."""
+        match = self._is(node_type)
+        return self._and(lambda n: not match(n))
 
     def param_provider(self):
         return self.type("ImmutableTensor")
@@ -647,10 +713,22 @@ class NodeFilter:
     def data_provider(self):
         return self.type("Host2DeviceCopy")
 
+    def check_type(self, node_type):
+        """The same nodes, raising ``TypeError`` (when iterated) at one that is not of type ``node_type``."""
+        match = self._is(node_type)
+
+        def check(n):
+            if not match(n):
+                raise TypeError("all nodes should be {}; got {!r}".format(node_type, n))
+            return True
+        return self._and(check)
+
     def name(self, pattern, ignorecase=True):
-        """Nodes whose name matches the glob ``pattern``."""
+        """Nodes named ``pattern`` or whose name matches it as a glob (``?``, ``*``)."""
+        assert isinstance(pattern, str), "bad pattern: {!r}".format(pattern)
+        assert isinstance(ignorecase, bool)
         rx = re.compile(fnmatch.translate(pattern), re.IGNORECASE if ignorecase else 0)
-        return self._and(lambda n: rx.match(n.name) is not None)
+        return self._and(lambda n: n.name == pattern or rx.match(n.name) is not None)
 
     def has_input(self, var):
         """Operators that read ``var``."""
@@ -666,7 +744,8 @@ class NodeFilter:
         return items[0]
 
     def as_dict(self):
-        return {n.name: n for n in self}
+        """An ordered dict from the nodes' names to the nodes."""
+        return collections.OrderedDict((n.name, n) for n in self)
 
     def as_count(self):
         return sum(1 for _ in self)

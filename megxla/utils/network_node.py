@@ -143,6 +143,14 @@ class VarNode(NetworkNode, Tensor, metaclass=abc.ABCMeta):
     def __repr__(self):
         return "VarNode:" + self.name
 
+    def __str__(self):  # (MegEngine prints a variable as its repr, by name: not a Tensor's value)
+        return self.__repr__()
+
+    @property
+    def partial_shape(self):
+        """The variable's inferred shape, a tuple (MegEngine's)."""
+        return tuple(self.shape)
+
     def __copy__(self):
         return VarNode(self)
 

@@ -17,21 +17,26 @@ Example:
 """
 from __future__ import annotations
 
-import functools
 import glob
 import gzip
+import json
 import os
+import re
 import shutil
 import tempfile
+import time
+import weakref
+import atexit
 from contextlib import ContextDecorator
 from typing import List
 
 from ..logger import get_logger
 from ..core import _lazy, _naming
 
-__all__ = ["Profiler", "profile", "scope"]
+__all__ = ["Profiler", "profile", "scope", "is_profiling", "merge_trace_events"]
 
-_active: list = []  # JAX records one trace per process at a time
+_running_profiler = None  # JAX records one trace per process at a time (MegEngine: one profiler at a time)
+_living_profilers = weakref.WeakSet()  # stopped profilers whose trace is not written yet (written at exit)
 
 
 def _run_pending(reason):
@@ -46,11 +51,12 @@ class Profiler(ContextDecorator):
     Args:
         path: directory of the results (created on dump).
         format: the output format; ``"chrome_timeline.json"`` (Chrome trace events, also opened by Perfetto).
-        formats: several formats (only ``"chrome_timeline.json"`` is produced by XLA's tracer).
+        formats: several formats (only ``"chrome_timeline.json"`` is produced by XLA's tracer); empty: ``[format]``.
         with_backtrace: accepted for MegEngine compatibility (XLA's tracer records no Python backtraces).
         with_scopes: annotate the timeline with the naming scopes opened while recording.
-        kwargs: MegEngine's profiling options (``sample_rate``, ``profile_device``...): accepted; XLA's tracer
-            always records host and device activity.
+        kwargs: MegEngine's profiling options (``sample_rate``, ``profile_device``, ``num_tensor_watch``,
+            ``enable_cupti``: integers, kept in ``_options``); XLA's tracer always records host and device
+            activity. Other keywords are ignored, as MegEngine ignores them.
     """
 
     CHROME_TIMELINE = "chrome_timeline.json"
@@ -59,22 +65,25 @@ class Profiler(ContextDecorator):
 
     def __init__(self, path: str = "profile", format: str = "chrome_timeline.json", formats: List[str] = None,
                  with_backtrace: bool = False, with_scopes: bool = False, **kwargs) -> None:
-        formats = [format] if formats is None else list(formats)
+        if not formats:
+            formats = [format]
+        # MegEngine checks these with assert: an AssertionError, its texts
+        assert not isinstance(formats, str), "formats excepts list, got str"
         for f in formats:
-            if f not in self.valid_formats:
+            if f == "memory_flow.svg":  # (MegEngine's memory-flow plot of its own allocator: no XLA counterpart)
                 raise ValueError(f"Profiler: unsupported format {f!r}; supported: {sorted(self.valid_formats)}")
-        unknown = set(kwargs) - set(self.valid_options)
-        if unknown:
-            raise TypeError(f"Profiler: unknown options {sorted(unknown)}; valid: {sorted(self.valid_options)}")
-        self._path = str(path)
-        self._formats = formats
-        self._with_scopes = bool(with_scopes)
-        self._options = {**self.valid_options, **kwargs}
-        self._pid = os.getpid()
+            assert f in self.valid_formats, "unsupported format {}".format(f)
+        self._path = path
+        self._formats = list(formats)
+        self._options = {opt: int(kwargs.pop(opt, val)) for opt, val in self.valid_options.items()}
+        self._pid = "<PID>"  # (the recording process's id once started, as MegEngine's)
+        self._with_scopes = with_scopes
+        self.with_backtrace = with_backtrace
         self._logdir = None
         self._step = 0
         self._step_ann = None
         self._scopes_before = False
+        self._start_ns = 0
 
     @property
     def directory(self) -> str:
@@ -88,34 +97,39 @@ class Profiler(ContextDecorator):
 
     @property
     def path(self) -> str:
-        """The path of the (first) result file."""
-        return self.format_path(self._path, self._pid, self._formats[0])
+        """The path of the result file (``<path>/<PID>.<format>`` before :meth:`start`; several formats:
+        ``<path>/<pid>.{a,b}``)."""
+        fmt = self._formats[0] if len(self._formats) == 1 else "{" + ",".join(self._formats) + "}"
+        return self.format_path(self._path, self._pid, fmt)
 
     def format_path(self, path, pid, format):
         """``<path>/<pid>.<format>``."""
-        return os.path.join(path, f"{pid}.{format}")
+        return os.path.join(path, "{}.{}".format(pid, format))
 
     def start(self):
-        """Start recording."""
-        if _active:
-            raise RuntimeError("Profiler.start: another Profiler is already recording in this process")
+        """Start recording; returns the profiler."""
+        global _running_profiler
+        assert _running_profiler is None, "Profiler.start: another Profiler is already recording in this process"
         import jax
         _run_pending("Profiler.start")  # (auto-jit: work issued before the window runs before it)
+        if self._logdir is not None:  # (a trace recorded before and not dumped: MegEngine keeps the last one)
+            shutil.rmtree(self._logdir, ignore_errors=True)
+            _living_profilers.discard(self)
         self._logdir = tempfile.mkdtemp(prefix="megxla_profile_")
+        self._pid = os.getpid()
+        self._start_ns = time.time_ns()
         jax.profiler.start_trace(self._logdir, create_perfetto_trace=True)
-        _active.append(self)
+        _running_profiler = self
         self._scopes_before = (_naming._profiling[0], _naming.module_scopes[0], _naming._recording[0])
         _naming._recording[0] = True
         if self._with_scopes:
             _naming._profiling[0] = True
             _naming.set_module_scopes(True)
         self._step = 0
-        self.step()
+        self._next_step()
+        return self
 
-    def step(self):
-        """Mark the start of the next training step on the timeline."""
-        if not _active or _active[-1] is not self:
-            raise RuntimeError("Profiler.step: this Profiler is not recording (call start() first)")
+    def _next_step(self):
         import jax
         if self._step_ann is not None:
             _run_pending("Profiler.step")  # (auto-jit: the step's work runs inside its annotation)
@@ -124,10 +138,16 @@ class Profiler(ContextDecorator):
         self._step_ann.__enter__()
         self._step += 1
 
+    def step(self):
+        """Mark the start of the next training step on the timeline; returns the profiler."""
+        assert _running_profiler is not None, "Profiler.step: no Profiler is recording (call start() first)"
+        _running_profiler._next_step()
+        return self
+
     def stop(self):
-        """Stop recording (the trace is kept until :meth:`dump`)."""
-        if not _active or _active[-1] is not self:
-            raise RuntimeError("Profiler.stop: this Profiler is not recording")
+        """Stop recording (the trace is kept until :meth:`dump`, or written when the process exits)."""
+        global _running_profiler
+        assert _running_profiler is self, "Profiler.stop: this Profiler is not recording"
         import jax
         _run_pending("Profiler.stop")  # (auto-jit: the window's work runs inside it, as eagerly)
         if self._step_ann is not None:
@@ -137,23 +157,39 @@ class Profiler(ContextDecorator):
         try:
             jax.profiler.stop_trace()
         finally:
-            _active.pop()
+            _running_profiler = None
+            _living_profilers.add(self)
 
     def dump(self):
-        """Write the recorded timeline to :attr:`path` (``<path>/<pid>.chrome_timeline.json``)."""
-        if self._logdir is None:
-            raise RuntimeError("Profiler.dump: nothing was recorded (use `with Profiler(): ...` or start/stop)")
+        """Write the last recorded timeline to :attr:`path` (``<path>/<pid>.chrome_timeline.json``): Chrome
+        trace events, ``{"traceEvents": [...], "metadata": {"localTime": <start, ns>}, ...}``. Nothing to write
+        (not recorded, or written already) does nothing."""
+        if self._logdir is None or _running_profiler is self:
+            return
+        if not os.path.exists(self._path):
+            os.makedirs(self._path)
+        if not os.path.isdir(self._path):
+            get_logger(__name__).warning("%s is not a directory, cannot write profiling results", self._path)
+            return
         found = sorted(glob.glob(os.path.join(self._logdir, "plugins", "profile", "*", "perfetto_trace.json.gz")))
         if not found:
             raise RuntimeError(f"Profiler.dump: JAX's profiler wrote no trace under {self._logdir}")
-        os.makedirs(self._path, exist_ok=True)
-        out = self.format_path(self._path, self._pid, self.CHROME_TIMELINE)
-        with gzip.open(found[-1], "rb") as src, open(out, "wb") as dst:
-            shutil.copyfileobj(src, dst)
+        with gzip.open(found[-1], "rt", encoding="utf-8") as src:
+            content = json.load(src)
+        if isinstance(content, list):
+            content = {"traceEvents": content}
+        # (XLA's writer ends the list with an empty ``{}``; MegEngine's events all have a name and a phase)
+        content["traceEvents"] = [e for e in content.get("traceEvents", ()) if e]
+        # (MegEngine's top level: the events and the recording's start time; merge_trace_events aligns on it)
+        content.setdefault("metadata", {})["localTime"] = str(self._start_ns)
+        for fmt in self._formats:
+            out = self.format_path(self._path, self._pid, fmt)
+            with open(out, "w", encoding="utf-8") as dst:
+                json.dump(content, dst, ensure_ascii=False, separators=(",", ":"))
+            get_logger(__name__).info("profiling results written to %s", out)
         shutil.rmtree(self._logdir, ignore_errors=True)
         self._logdir = None
-        get_logger(__name__).info("profiling results saved to %s", out)
-        return out
+        _living_profilers.discard(self)
 
     def __enter__(self):
         self.start()
@@ -163,6 +199,17 @@ class Profiler(ContextDecorator):
         self.stop()
         self.dump()
         return False
+
+    def __call__(self, func):
+        func = super().__call__(func)
+        func.__profiler__ = self
+        return func
+
+    def __del__(self):
+        try:
+            self.dump()
+        except Exception:  # (at interpreter exit the modules dump needs may be gone)
+            pass
 
 
 class scope(ContextDecorator):
@@ -199,12 +246,62 @@ def profile(*args, **kwargs):
         ... def f():
         ...     return 1
     """
-    if len(args) == 1 and callable(args[0]) and not kwargs:
-        func = args[0]
-
-        @functools.wraps(func)
-        def wrapper(*a, **k):
-            with Profiler():
-                return func(*a, **k)
-        return wrapper
+    if len(args) == 1 and not kwargs and callable(args[0]):
+        return Profiler()(args[0])
     return Profiler(*args, **kwargs)
+
+
+def is_profiling() -> bool:
+    """Whether a :class:`Profiler` is recording.
+
+    Example:
+        >>> is_profiling()
+        False
+    """
+    return _running_profiler is not None
+
+
+def merge_trace_events(directory: str):
+    """Merge the ``<pid>.chrome_timeline.json`` files of ``directory`` (one per process of a distributed run)
+    into ``directory/merge.chrome_timeline.json``, each process's events shifted by when its recording started.
+
+    Args:
+        directory: the profilers' ``path``.
+    """
+    names = sorted(n for n in os.listdir(directory) if re.match(r"\d+\.chrome_timeline\.json", n))
+    contents, starts = [], []
+    for name in names:
+        with open(os.path.join(directory, name), "r", encoding="utf-8") as f:
+            content = json.load(f)
+        events = content["traceEvents"] if isinstance(content, dict) else content
+        local = (content.get("metadata") or {}).get("localTime") if isinstance(content, dict) else None
+        if local is None and events and events[0].get("name") == "Metadata":  # (MegEngine's older layout)
+            local = events[0]["args"]["localTime"]
+        contents.append(events)
+        starts.append(None if local is None else int(local))
+    known = [t for t in starts if t is not None]
+    first = min(known) if known else 0
+    merged = []
+    for events, local in zip(contents, starts):
+        shift = 0.0 if local is None else (local - first) / 1000.0  # (localTime in ns, ts in us)
+        for event in events:
+            if event.get("name") == "Metadata":
+                continue
+            if "ts" in event:
+                event["ts"] = event["ts"] + shift
+            merged.append(event)
+    path = os.path.join(directory, "merge.chrome_timeline.json")
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump({"traceEvents": merged}, f, ensure_ascii=False, separators=(",", ":"))
+    get_logger(__name__).info("profiling results written to %s", path)
+
+
+def _stop_current_profiler():
+    """(atexit) Stop the recording profiler and write every trace not written yet, as MegEngine does."""
+    if _running_profiler is not None:
+        _running_profiler.stop()
+    for prof in list(_living_profilers):
+        prof.dump()
+
+
+atexit.register(_stop_current_profiler)

@@ -100,58 +100,107 @@ def convert_single_value(v, *, dtype=None, device=None):
     return _const(v, dtype, device)
 
 
+# MegEngine's ranks of dtype kinds in ``dtype_promotion``: the inputs of the highest rank decide, the others are dropped
+# (a complex dtype, which MegEngine lacks, ranks above float: megxla's complex tensors keep their imaginary part)
+_KIND_RANK = {"c": 4, "f": 3, "i": 2, "u": 2, "b": 1}
+
+
+def _rank(dt) -> int:
+    return _KIND_RANK.get(dt.kind, 0)
+
+
+def _inputs(inputs):
+    # (MegEngine's helpers take a list or tuple of inputs, or one input that is neither)
+    return inputs if isinstance(inputs, (list, tuple)) else (inputs,)
+
+
 def dtype_promotion(inputs):
-    """MegEngine's common dtype of op inputs: the promotion of the tensors' (and arrays') dtypes, Python scalars
-    following it where they fit (an int with an int8 tensor stays int8, a float with an int tensor gives
-    float32); without tensors, float32 for a float, int32 for an int.
+    """MegEngine's common dtype of op inputs (``megengine.core.tensor.utils.dtype_promotion``).
+
+    Tensors, NumPy arrays and NumPy scalars count with their dtypes; Python ``bool`` / ``int`` / ``float`` as
+    bool / int32 / float32; ``None`` and other values (lists) are skipped. Of the ranks float > integer > bool, the
+    highest one present decides: where the Python scalars rank higher than every tensor, their type (``[bool
+    tensor, 1]`` gives int32, ``[int8 tensor, 1.5]`` float32); otherwise NumPy's promotion of the tensors of that
+    rank alone (``[int32 tensor, float16 tensor]`` gives float16, ``[int8 tensor, 300]`` int8). 64-bit types are
+    narrowed to 32 bits (MegEngine raises for them). Without any such input, a ``ValueError`` as MegEngine's
+    (megxla takes the dtype of a lone list or bfloat16 tensor there).
+
+    Note that the elementwise operators promote otherwise (``int32_tensor + float16_tensor`` is float32 in both).
 
     Example:
         >>> dtype_promotion([Tensor([1], dtype="int8"), 1]), dtype_promotion([Tensor([1]), 1.5])
         (dtype('int8'), dtype('float32'))
+        >>> dtype_promotion([Tensor([True]), 1]), dtype_promotion([Tensor([1]), Tensor([1.0], dtype="float16")])
+        (dtype('int32'), dtype('float16'))
     """
     from ..dtypes import default_dtype
-    from ..ops.elemwise import promote_dtype
-    from .._elemwise_front import _scalar_dtype
-    dt = None
-    for x in inputs:
-        if isinstance(x, (Tensor, np.ndarray, np.generic)):
-            d = np.dtype(x.dtype) if isinstance(x, Tensor) else np.dtype(default_dtype(np.asarray(x)))
-            dt = d if dt is None else np.dtype(promote_dtype(dt, d))
-    for x in inputs:
-        if isinstance(x, (bool, int, float)):
-            d = np.dtype(_scalar_dtype(x, dt)) if dt is not None else \
-                np.dtype(np.bool_ if isinstance(x, bool) else np.int32 if isinstance(x, int) else np.float32)
-            dt = d if dt is None else np.dtype(promote_dtype(dt, d))
-        elif isinstance(x, (list, tuple)) and dt is None:
-            dt = np.dtype(default_dtype(np.asarray(x)))
-    return dt
+    tensors, scalars, others = [], [], []
+    for x in _inputs(inputs):
+        if isinstance(x, Tensor):
+            tensors.append(x.dtype)
+        elif isinstance(x, (np.ndarray, np.generic)):
+            tensors.append(np.dtype(default_dtype(np.asarray(x))))
+        elif type(x) is bool:  # (exactly these types, as MegEngine: an IntEnum member is skipped)
+            scalars.append(np.dtype(np.bool_))
+        elif type(x) is int:
+            scalars.append(np.dtype(np.int32))
+        elif type(x) is float:
+            scalars.append(np.dtype(np.float32))
+        elif x is not None:
+            others.append(x)
+    rank_t = max(map(_rank, tensors), default=0)
+    rank_s = max(map(_rank, scalars), default=0)
+    if rank_s > rank_t:
+        return next(d for d in scalars if _rank(d) == rank_s)  # (one dtype per rank among the scalars)
+    if rank_t > 0:
+        out = None
+        for d in tensors:
+            if _rank(d) == rank_t:
+                out = d if out is None else np.promote_types(out, d)
+        return out
+    if tensors:  # (bfloat16 alone: MegEngine ranks it nowhere and raises)
+        return tensors[0]
+    for x in others:  # (a list alone: MegEngine skips it and raises)
+        if isinstance(x, (list, tuple)):
+            return np.dtype(default_dtype(np.asarray(x)))
+    raise ValueError("invalid input, no dtype avaliable")
 
 
 def get_device(inputs):
-    """The device (a CompNode) of the first tensor among ``inputs``; the default device without one.
+    """The device (a CompNode) of the tensors among ``inputs``; the default device without one. Tensors on two
+    devices raise ``ValueError``, as MegEngine's (``ambiguous device``).
 
     Example:
         >>> str(get_device([1, Tensor([1.0], device="cpu0")]))
         'cpu0:0'
     """
-    for x in inputs:
+    device = None
+    for x in _inputs(inputs):
         if isinstance(x, Tensor):
-            return x.device
+            d = x.device
+            if device is None:
+                device = d
+            elif d != device:
+                raise ValueError(f"ambiguous device: {device!r} (from {device}) vs {d!r} (from {d})")
+    if device is not None:
+        return device
     from ..dtypes import CompNode, get_default_device
     return CompNode(get_default_device())
 
 
 def convert_inputs(*args, device=None):
     """Every argument as a Tensor of the inputs' common dtype (:func:`dtype_promotion`) on ``device`` (default:
-    the first tensor's), as MegEngine converts an op's inputs.
+    the tensors' one, :func:`get_device`), as MegEngine converts an op's inputs; ``None`` stays ``None``.
 
     Example:
         >>> [t.dtype.name for t in convert_inputs(Tensor([1, 2]), 1.5)]
         ['float32', 'float32']
     """
+    if not args:
+        return ()
     dtype = dtype_promotion(args)
     device = get_device(args) if device is None else device
-    return tuple(convert_single_value(a, dtype=dtype, device=device) for a in args)
+    return tuple(None if a is None else convert_single_value(a, dtype=dtype, device=device) for a in args)
 
 
 def result_type(*args):
