@@ -26,6 +26,12 @@ class QConfigTypeError(TypeError, AttributeError):
     has no attribute 'act_observer'``); megxla checks it first, naming the function (a ``TypeError``, as before)."""
 
 
+class ConversionTypeError(TypeError, AttributeError):
+    """A model or ``mapping`` entry a conversion cannot use: MegEngine fails on its missing attribute
+    (``AttributeError: 'list' object has no attribute '_flatten'``, ``type object 'int' has no attribute
+    'from_float_module'``); megxla checks first and says what is wrong (a ``TypeError``, as before)."""
+
+
 def _check_qconfig(qconfig, where):
     if not isinstance(qconfig, QConfig):
         raise QConfigTypeError(f"{where}: qconfig must be a QConfig, got {qconfig!r:.80}")
@@ -77,6 +83,9 @@ def _all_or_nothing(module: Module):
     undo = []
     modes = [(m, m.training) for m in module.modules()]
     quant = [(m, {a: getattr(m, a) for a in _QUANT_ATTRS if hasattr(m, a)}) for m in _qat_modules(module)]
+    # (their statistics too: quantize() of a model in training mode lets the weight observers of the BatchNorm-fused
+    # layers observe the folded weight, as MegEngine's fold_weight_bias does)
+    stats = [(ob, ob.state_dict()) for _, attrs in quant for ob in attrs.values() if isinstance(ob, Module)]
     try:
         yield undo
     except BaseException:
@@ -85,18 +94,26 @@ def _all_or_nothing(module: Module):
         for m, attrs in quant:
             for a, v in attrs.items():
                 setattr(m, a, v)
+        for ob, sd in stats:
+            ob.load_state_dict(sd)
         for m, training in modes:
             m.training = training
         raise
 
 
 def _check_mapping(mapping, method):
+    """``mapping`` as a dict, checked: MegEngine merges it with ``dict.update``, so (class, class) pairs work too."""
     if mapping is not None and not isinstance(mapping, dict):
-        raise TypeError(f"mapping must be a dict {{class: the module class converting it}}, got {mapping!r}")
+        try:
+            mapping = dict(mapping)
+        except (TypeError, ValueError):
+            raise TypeError(f"mapping must be a dict {{class: the module class converting it}}, got "
+                            f"{mapping!r:.200}") from None
     for src, dst in (mapping or {}).items():
         if not (isinstance(dst, type) and hasattr(dst, method)):
-            raise TypeError(f"mapping: {getattr(src, '__name__', src)!r} maps to {dst!r}, which has no {method}(): "
-                            f"map each class to the module class converting it")
+            raise ConversionTypeError(f"mapping: {getattr(src, '__name__', src)!r} maps to {dst!r}, which has no "
+                                      f"{method}(): map each class to the module class converting it")
+    return mapping
 
 
 def quantize_qat(module: Module, inplace: bool = True, qconfig: QConfig = ema_fakequant_qconfig,
@@ -133,8 +150,8 @@ def quantize_qat(module: Module, inplace: bool = True, qconfig: QConfig = ema_fa
         raise TypeError(f"quantize_qat: inplace must be a bool, got {inplace!r:.80}")
     _check_qconfig(qconfig, "quantize_qat")
     if not isinstance(module, Module):
-        raise TypeError(f"quantize_qat: expected a Module, got {type(module).__name__}")
-    _check_mapping(mapping, "from_float_module")
+        raise ConversionTypeError(f"quantize_qat: expected a Module, got {type(module).__name__}")
+    mapping = _check_mapping(mapping, "from_float_module")
     if not inplace:
         module = deepcopy(module)
     table = copy(_tables()[0])
@@ -173,20 +190,23 @@ def quantize(module: Module, inplace: bool = True, mapping: dict = None):
         (dtype('int8'), dtype('float32'))
     """
     if not isinstance(module, Module):
-        raise TypeError(f"quantize: expected a Module, got {type(module).__name__}")
-    _check_mapping(mapping, "from_qat_module")
+        raise ConversionTypeError(f"quantize: expected a Module, got {type(module).__name__}")
+    mapping = _check_mapping(mapping, "from_qat_module")
     if not inplace:
         module = deepcopy(module)
     table = copy(_tables()[1])
     if mapping is not None:
         table.update(mapping)
     with _all_or_nothing(module) as undo:
-        module.eval()
+        # converted in the modes the modules are in, as MegEngine does: a BatchNorm-fused layer in training mode
+        # folds its weight through its weight observer, which takes the folded weight's range in (so its scale
+        # covers the weight it quantizes); in evaluation mode the observers are off and keep their range
         for key, sub in list(module._flatten(with_key=True, predicate=lambda m: type(m) in table)):
             new = table[type(sub)].from_qat_module(sub)
             new.eval()
             _replace(module, key, new)
             undo.append((key, sub))
+        module.eval()
     return module
 
 
@@ -384,7 +404,7 @@ def apply_easy_quant(module: Module, data, start: float = 0.8, stop: float = 1.2
             if sim > best:
                 best, best_scale = sim, scale
         if best_scale is None:
-            logger.warning("EasyQuant found no better scale")
+            logger.warning("EasyQuant finds no better scale")  # (MegEngine's words)
         else:
             ob.scale = best_scale
         return F.concat([normal_out, outputs[batch:]])

@@ -3,3 +3,6 @@
 from . import ConvTransposeBn2d, ConvTransposeBnRelu2d
 
 __all__ = ["ConvTransposeBn2d", "ConvTransposeBnRelu2d"]
+
+# MegEngine's base class of both (``isinstance(m, qat.conv_transpose_bn._ConvTransposeBnActivation2d)``)
+from .fused_bn import _ConvTransposeBnQAT as _ConvTransposeBnActivation2d  # noqa: E402

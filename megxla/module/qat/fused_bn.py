@@ -29,12 +29,66 @@ class _FoldedBn(QATModule):
     def _run_layer(self, layer, inp, weight, bias):
         raise TypeError
 
-    def _fused_qat(self, inp):
+    # the shape of a per-channel value broadcast against the layer's output: (1, C, 1, 1), a Linear's (C,)
+    _channel_shape = (1, -1, 1, 1)
+
+    def get_batch_mean_var(self, inp):
+        r"""The batch mean and (biased) variance of each channel (axis 1) of ``inp``, with its rank kept: MegEngine's
+        ``(sum(x ** 2) - sum(x) ** 2 / n) / n``, summed one axis after the other."""
+        axes = [a for a in range(inp.ndim) if a != 1]
+        sum1, sum2 = inp, inp ** 2
+        for a in axes:
+            sum1 = F.sum(sum1, axis=a, keepdims=True)
+            sum2 = F.sum(sum2, axis=a, keepdims=True)
+        reduce_size = inp.size / inp.shape[1]
+        batch_mean = sum1 / reduce_size
+        batch_var = (sum2 - sum1 ** 2 / reduce_size) / reduce_size
+        return batch_mean, batch_var
+
+    def fold_weight_bias(self, bn_mean, bn_var):
+        r"""The layer's weight with the BatchNorm folded in, fake-quantized (through the weight observer, which
+        observes it when enabled), and the folded bias, for the statistics ``bn_mean`` / ``bn_var`` (None: zeros /
+        ones); as MegEngine's, term for term."""
         layer, bn = self._layer(), self.bn
+        n, cs = bn.num_features, self._channel_shape
+        gamma = (bn.weight if bn.weight is not None else F.ones((n,), dtype="float32")).reshape(cs)
+        beta = (bn.bias if bn.bias is not None else F.zeros((n,), dtype="float32")).reshape(cs)
+        bn_mean = (bn_mean if bn_mean is not None else F.zeros((n,), dtype="float32")).reshape(cs)
+        bn_var = (bn_var if bn_var is not None else F.ones((n,), dtype="float32")).reshape(cs)
+        layer_bias = (layer.bias if layer.bias is not None else F.zeros((n,), dtype="float32")).reshape(cs)
+        bn_istd = 1.0 / F.sqrt(bn_var + bn.eps)
+        scale_factor = gamma * bn_istd
+        w_fold = self.apply_quant_weight(layer.weight * scale_factor.reshape(self._weight_scale_shape(layer)))
+        b_fold = beta + gamma * (layer_bias - bn_mean) * bn_istd
+        return w_fold, b_fold
+
+    def update_running_mean_and_running_var(self, bn_mean, bn_var, num_elements_per_channel):
+        r"""Move the BatchNorm's running statistics towards a batch's (its variance made unbiased), without
+        gradient, as MegEngine's."""
+        bn = self.bn
+        bn_mean = bn_mean.detach().reshape(bn.running_mean.shape)
+        bn_var = (bn_var.detach() * num_elements_per_channel / (num_elements_per_channel - 1)).reshape(
+            bn.running_var.shape)
+        exponential_average_factor = 1 - bn.momentum
+        bn.running_mean *= bn.momentum
+        bn.running_mean += exponential_average_factor * bn_mean
+        bn.running_var *= bn.momentum
+        bn.running_var += exponential_average_factor * bn_var
+
+    def _fused_qat(self, inp, approx=True):
+        layer, bn = self._layer(), self.bn
+        if self.training and not approx:
+            # (MegEngine's exact folding: the batch statistics of the float layer's output, which also update the
+            # running ones; forward() never asks for it)
+            out = self._run_layer(layer, inp, layer.weight, layer.bias)
+            bn_mean, bn_var = self.get_batch_mean_var(out)
+            self.update_running_mean_and_running_var(bn_mean, bn_var, out.size / out.shape[1])
+        else:
+            bn_mean, bn_var = bn.running_mean, bn.running_var
         n = bn.num_features
         gamma = bn.weight if bn.weight is not None else F.ones((n,), dtype="float32")
         beta = bn.bias if bn.bias is not None else F.zeros((n,), dtype="float32")
-        mean, var = bn.running_mean.reshape(-1), bn.running_var.reshape(-1)
+        mean, var = bn_mean.reshape(-1), bn_var.reshape(-1)
         gamma, beta = gamma.reshape(-1), beta.reshape(-1)
         layer_bias = layer.bias.reshape(-1) if layer.bias is not None else F.zeros((n,), dtype="float32")
         # NOTE: MegEngine's expressions term for term (1 / sqrt, then a product; not gamma / sqrt): the folded
@@ -43,7 +97,7 @@ class _FoldedBn(QATModule):
         scale_factor = gamma * bn_istd
         w_fold = layer.weight * scale_factor.reshape(self._weight_scale_shape(layer))
         out_shape = (1, -1) + (1,) * (inp.ndim - 2)
-        approx_training = self.training
+        approx_training = self.training and approx
         b_fold = None if approx_training else (beta + gamma * (layer_bias - mean) * bn_istd).reshape(out_shape)
         w_qat = self.apply_quant_weight(w_fold)
         b_qat = self.apply_quant_bias(b_fold, inp, w_qat)
@@ -65,12 +119,17 @@ class _ConvBnQAT(_FoldedBn):
     def _run_layer(self, conv, inp, weight, bias):
         return conv.calc_conv(inp, weight, bias)
 
+    def calc_conv_bn_qat(self, inp, approx=True):
+        r"""The fused convolution and BatchNorm with the fake-quantized folded weight (``approx``: in training, fold
+        with the running variance and undo the folding before the real BatchNorm), before the activation."""
+        return self._fused_qat(inp, approx)
+
     @classmethod
-    def from_float_module(cls, m):
-        c = m.conv
+    def from_float_module(cls, float_module):
+        c = float_module.conv
         q = cls(c.in_channels, c.out_channels, c.kernel_size, c.stride, c.padding, c.dilation, c.groups,
-                c.bias is not None, c.conv_mode, c.compute_mode, padding_mode=c.padding_mode, name=m.name)
-        q.conv.weight, q.conv.bias, q.bn = c.weight, c.bias, m.bn
+                c.bias is not None, c.conv_mode, c.compute_mode, padding_mode=c.padding_mode, name=float_module.name)
+        q.conv.weight, q.conv.bias, q.bn = c.weight, c.bias, float_module.bn
         return q
 
 
@@ -130,12 +189,17 @@ class _ConvTransposeBnQAT(_FoldedBn):
     def _run_layer(self, conv, inp, weight, bias):
         return conv.calc_conv_transpose2d(inp, weight, bias)
 
+    def calc_conv_transpose2d_bn_qat(self, inp, approx=True):
+        r"""The fused transposed convolution and BatchNorm with the fake-quantized folded weight (``approx``: in
+        training, fold with the running variance and undo the folding before the real BatchNorm)."""
+        return self._fused_qat(inp, approx)
+
     @classmethod
-    def from_float_module(cls, m):
-        c = m.conv_transpose2d
+    def from_float_module(cls, float_module):
+        c = float_module.conv_transpose2d
         q = cls(c.in_channels, c.out_channels, c.kernel_size, c.stride, c.padding, c.output_padding, c.dilation,
-                c.groups, c.bias is not None, c.conv_mode, c.compute_mode, name=m.name)
-        q.conv_transpose2d.weight, q.conv_transpose2d.bias, q.bn = c.weight, c.bias, m.bn
+                c.groups, c.bias is not None, c.conv_mode, c.compute_mode, name=float_module.name)
+        q.conv_transpose2d.weight, q.conv_transpose2d.bias, q.bn = c.weight, c.bias, float_module.bn
         return q
 
 
@@ -191,14 +255,21 @@ class _LinearBnQAT(_FoldedBn):
     def _weight_scale_shape(self, linear):
         return (-1, 1)
 
+    _channel_shape = (-1,)
+
     def _run_layer(self, linear, inp, weight, bias):
         return linear.calc_linear(inp, weight, None if bias is None else bias.reshape(-1))
 
+    def calc_linear_bn_qat(self, inp, approx=True):
+        r"""The fused linear layer and BatchNorm with the fake-quantized folded weight (``approx``: in training,
+        fold with the running variance and undo the folding before the real BatchNorm)."""
+        return self._fused_qat(inp, approx)
+
     @classmethod
-    def from_float_module(cls, m):
-        l, bn = m.linear, m.bn
+    def from_float_module(cls, float_module):
+        l, bn = float_module.linear, float_module.bn
         q = cls(l.in_features, l.out_features, l.bias is not None, l.compute_mode, bn.eps, bn.momentum, bn.affine,
-                bn.track_running_stats, name=m.name)
+                bn.track_running_stats, name=float_module.name)
         q.linear.weight, q.linear.bias, q.bn = l.weight, l.bias, bn
         return q
 

@@ -48,7 +48,8 @@ class Conv2d(_conv.Conv2d, QATModule):
         return self.apply_quant_activation(self.calc_conv_qat(inp))
 
     @classmethod
-    def from_float_module(cls, m):
+    def from_float_module(cls, float_module):
+        m = float_module
         q = cls(m.in_channels, m.out_channels, m.kernel_size, m.stride, m.padding, m.dilation, m.groups,
                 m.bias is not None, m.conv_mode, m.compute_mode, m.padding_mode, name=m.name)
         return _share(q, m, "weight", "bias")
@@ -104,7 +105,8 @@ class ConvTranspose2d(_conv.ConvTranspose2d, QATModule):
         return self.apply_quant_activation(self.calc_conv_transpose2d_qat(inp))
 
     @classmethod
-    def from_float_module(cls, m):
+    def from_float_module(cls, float_module):
+        m = float_module
         q = cls(m.in_channels, m.out_channels, m.kernel_size, m.stride, m.padding, m.output_padding, m.dilation,
                 m.groups, m.bias is not None, m.conv_mode, m.compute_mode, name=m.name)
         return _share(q, m, "weight", "bias")
@@ -159,7 +161,8 @@ class Linear(_linear.Linear, QATModule):
         return self.apply_quant_activation(self.calc_linear_qat(inp))
 
     @classmethod
-    def from_float_module(cls, m):
+    def from_float_module(cls, float_module):
+        m = float_module
         q = cls(m.in_features, m.out_features, m.bias is not None, m.compute_mode, name=m.name)
         return _share(q, m, "weight", "bias")
 
@@ -210,8 +213,8 @@ class Elemwise(_elemwise.Elemwise, QATModule):
         return self.apply_quant_activation(super().forward(*inps))
 
     @classmethod
-    def from_float_module(cls, m):
-        return cls(m.method, name=m.name)
+    def from_float_module(cls, float_module):
+        return cls(float_module.method, name=float_module.name)
 
 
 class Concat(_concat.Concat, QATModule):
@@ -235,8 +238,8 @@ class Concat(_concat.Concat, QATModule):
         return self.apply_quant_activation(super().forward(inps, axis))
 
     @classmethod
-    def from_float_module(cls, m):
-        return cls(name=m.name)
+    def from_float_module(cls, float_module):
+        return cls(name=float_module.name)
 
 
 class QuantStub(_qd.QuantStub, QATModule):
@@ -259,8 +262,8 @@ class QuantStub(_qd.QuantStub, QATModule):
         return self.apply_quant_activation(inp)
 
     @classmethod
-    def from_float_module(cls, m):
-        return cls(name=m.name)
+    def from_float_module(cls, float_module):
+        return cls(name=float_module.name)
 
 
 class DequantStub(_qd.DequantStub, QATModule):
@@ -279,8 +282,8 @@ class DequantStub(_qd.DequantStub, QATModule):
         return inp
 
     @classmethod
-    def from_float_module(cls, m):
-        return cls(name=m.name)
+    def from_float_module(cls, float_module):
+        return cls(name=float_module.name)
 
 
 class BatchMatMulActivation(_bmm.BatchMatMulActivation, QATModule):
@@ -305,6 +308,7 @@ class BatchMatMulActivation(_bmm.BatchMatMulActivation, QATModule):
         return self.apply_quant_activation(self._calc_linear(inp, w_qat, b_qat))
 
     @classmethod
-    def from_float_module(cls, m):
+    def from_float_module(cls, float_module):
+        m = float_module
         q = cls(m.batch, m.in_features, m.out_features, m.bias is not None, m.nonlinear_mode, name=m.name)
         return _share(q, m, "weight", "bias")

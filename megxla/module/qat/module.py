@@ -2,6 +2,8 @@
 observer and a fake-quant module for its weight and for its output activation (made from a ``QConfig``)."""
 from __future__ import annotations
 
+from abc import abstractmethod
+
 from ...quantization.qconfig import QConfig
 from ...quantization.utils import fake_quant_bias
 from ..module import Module
@@ -121,6 +123,7 @@ class QATModule(Module):
         return self._first("get_qparams", self.act_fake_quant, self.act_observer)
 
     @classmethod
+    @abstractmethod
     def from_float_module(cls, float_module: Module):
-        """The QAT module sharing ``float_module``'s parameters."""
-        raise TypeError(f"{cls.__name__} does not define from_float_module")
+        """The QAT module sharing ``float_module``'s parameters (abstract, as MegEngine's: a sub-class without it
+        cannot be instantiated)."""

@@ -81,6 +81,13 @@ class _WeightLayer(QuantizedModule, _OutputQuant):
             bias = dequantize_tensor(bias)  # (a qint32 bias: MegEngine's astype to qint32(s_in * s_w) requantizes)
         return quantize_tensor(bias.reshape(-1), "qint32", in_scale * w_scale)
 
+    @staticmethod
+    def _relu_of(nonlinear_mode, who):
+        """``nonlinear_mode`` of MegEngine's ``calc_*_quantized``: whether it is a ReLU (identity / relu only)."""
+        if nonlinear_mode not in ("identity", "relu"):
+            raise ValueError(f"{who}: nonlinear_mode must be 'identity' or 'relu', got {nonlinear_mode!r}")
+        return nonlinear_mode == "relu"
+
     _conv_info = ""  # (a convolution's repr: MegEngine's quantized convolutions show the float layer's settings)
 
     @classmethod
@@ -158,7 +165,8 @@ class Conv2d(_WeightLayer):
         self._set_output_dtype(dtype)
 
     @classmethod
-    def from_qat_module(cls, qat, weight=None, bias=None):
+    def from_qat_module(cls, qat_module, weight=None, bias=None):
+        qat = qat_module
         conv = getattr(qat, "conv", qat)
         q = cls(conv.in_channels, conv.out_channels, conv.kernel_size, conv.stride, conv.padding, conv.dilation,
                 conv.groups, getattr(conv, "conv_mode", "cross_correlation"),
@@ -168,13 +176,17 @@ class Conv2d(_WeightLayer):
         # convolution always holds a bias, zeros when the QAT one has none)
         q._conv_info = conv._module_info_string().replace(", bias=False", "")
         q._take(qat, qat.weight if weight is None else weight, qat.bias if weight is None else bias)
-        if q.bias is None:  # (MegEngine's zeros: its state_dict has the key, a strict load of it needs one)
-            q.bias = Tensor(np.zeros((1, conv.out_channels, 1, 1), np.float32))
+        if q.bias is None:  # (MegEngine's zeros: its state_dict has the key, a strict load of it needs one; a
+            # Parameter there, listed by parameters())
+            q.bias = Parameter(np.zeros((1, conv.out_channels, 1, 1), np.float32))
         return q
 
     padding_mode = "zeros"
 
-    def forward(self, inp):
+    def calc_conv_quantized(self, inp, nonlinear_mode="identity"):
+        r"""The quantized convolution of ``inp`` followed by ``nonlinear_mode`` ("identity" or "relu", on the int32
+        sum), in the output dtype (MegEngine's method, which ``forward`` calls)."""
+        relu = self._relu_of(nonlinear_mode, "calc_conv_quantized")
         in_scale, zp = _input_scale_zp(inp, type(self).__name__)
         w_scale = self._w_scale()
         n = self.weight.shape[0] * (self.weight.shape[1] if self.weight.ndim == 5 else 1)
@@ -188,7 +200,10 @@ class Conv2d(_WeightLayer):
         acc = apply(op, inp, self.weight, Tensor(np.zeros((n,), np.int32)), zp)
         # (MegEngine's ConvBias adds the bias to the requantized sum in real values: _requantize's bias)
         bias = self._int_bias(in_scale, n, w_scale).reshape(1, n, 1, 1)
-        return self._requantize(acc, in_scale * w_scale, relu=self._relu, bias=bias)
+        return self._requantize(acc, in_scale * w_scale, relu=relu, bias=bias)
+
+    def forward(self, inp):
+        return self.calc_conv_quantized(inp, nonlinear_mode="relu" if self._relu else "identity")
 
 
 class ConvRelu2d(Conv2d):
@@ -211,27 +226,20 @@ class ConvRelu2d(Conv2d):
 
 
 def _folded(qat):
-    """The BN-folded weight and bias of a QAT Conv/Linear-BN module (evaluation-mode folding)."""
-    layer = qat._layer()
-    bn = qat.bn
-    n = bn.num_features
-    gamma = bn.weight.reshape(-1) if bn.weight is not None else F.ones((n,))
-    beta = bn.bias.reshape(-1) if bn.bias is not None else F.zeros((n,))
-    scale = gamma / F.sqrt(bn.running_var.reshape(-1) + bn.eps)
-    # fake-quantized as in training (MegEngine's fold_weight_bias): a narrow weight range clips here
-    w = qat.apply_quant_weight(layer.weight * scale.reshape(qat._weight_scale_shape(layer)))
-    lb = layer.bias.reshape(-1) if layer.bias is not None else F.zeros((n,))
-    b = beta + (lb - bn.running_mean.reshape(-1)) * scale
-    return w.detach(), b.detach()
+    """The BN-folded weight and bias of a QAT Conv/Linear-BN module: MegEngine's ``fold_weight_bias`` of the running
+    statistics (the weight fake-quantized as in training -- a narrow weight range clips here -- through the weight
+    observer, which observes it when the module is in training mode)."""
+    w, b = qat.fold_weight_bias(qat.bn.running_mean, qat.bn.running_var)
+    return w.detach(), b.detach().reshape(-1)
 
 
 class _FoldsBn:
     """Mixin: built from a QAT layer-BN module with the BatchNorm folded into the weight and bias."""
 
     @classmethod
-    def from_qat_module(cls, qat):
-        w, b = _folded(qat)
-        return super().from_qat_module(qat, w, b)
+    def from_qat_module(cls, qat_module):
+        w, b = _folded(qat_module)
+        return super().from_qat_module(qat_module, w, b)
 
 
 class ConvBn2d(_FoldsBn, Conv2d):
@@ -297,16 +305,25 @@ class Linear(_WeightLayer):
         self._set_output_dtype(dtype)
 
     @classmethod
-    def from_qat_module(cls, qat, weight=None, bias=None):
+    def from_qat_module(cls, qat_module, weight=None, bias=None):
+        qat = qat_module
         q = cls(name=qat.name)
         q._take(qat, qat.weight if weight is None else weight, qat.bias if weight is None else bias)
         return q
 
-    def forward(self, inp):
+    def calc_linear_quantized(self, inp, nonlinear_mode="identity"):
+        r"""``inp @ weight.T + bias`` followed by ``nonlinear_mode`` ("identity" or "relu"), in the output dtype
+        (MegEngine's method, which ``forward`` calls)."""
+        if self.training:  # (MegEngine's check and words)
+            raise ValueError("quantized module only support inference.")
+        relu = self._relu_of(nonlinear_mode, "calc_linear_quantized")
         in_scale, zp = _input_scale_zp(inp, type(self).__name__)
         w_scale = self._w_scale()
         acc = apply(_q.qlinear.bind(), inp, self.weight, self._int_bias(in_scale, self.weight.shape[0], w_scale), zp)
-        return self._requantize(acc, in_scale * w_scale, relu=self._relu)
+        return self._requantize(acc, in_scale * w_scale, relu=relu)
+
+    def forward(self, inp):
+        return self.calc_linear_quantized(inp, nonlinear_mode="relu" if self._relu else "identity")
 
 
 class LinearRelu(Linear):
@@ -406,10 +423,10 @@ class _FloatCompute(QuantizedModule, _OutputQuant):
         return self._quantize_output(self._float_forward(*args, **kwargs))
 
     @classmethod
-    def from_qat_module(cls, qat):
-        q = cls(cls._float_of(qat), name=qat.name)
-        q._info = cls._info_of(qat)
-        q._set_output(qat)
+    def from_qat_module(cls, qat_module):
+        q = cls(cls._float_of(qat_module), name=qat_module.name)
+        q._info = cls._info_of(qat_module)
+        q._set_output(qat_module)
         return q
 
 
@@ -448,21 +465,24 @@ class ConvTranspose2d(_WeightLayer):
         self._set_output_dtype(dtype)
 
     @classmethod
-    def from_qat_module(cls, qat, weight=None, bias=None):
-        conv = getattr(qat, "conv_transpose2d", qat)
-        w, b = (qat.weight, qat.bias) if weight is None else (weight, bias)
+    def from_qat_module(cls, qat_module, weight=None, bias=None):
+        conv = getattr(qat_module, "conv_transpose2d", qat_module)
+        w, b = (qat_module.weight, qat_module.bias) if weight is None else (weight, bias)
         q = cls(conv.in_channels, conv.out_channels, conv.kernel_size, conv.stride, conv.padding,
                 conv.output_padding, conv.dilation, conv.groups, b is not None, conv.conv_mode, conv.compute_mode,
-                name=qat.name)
-        q._conv_info = cls._info_of(qat)
-        q._take(qat, w, b)
+                name=qat_module.name)
+        q._conv_info = cls._info_of(qat_module)
+        q._take(qat_module, w, b)
         return q
 
     @classmethod
     def _info_of(cls, qat):  # MegEngine: "Quantized.ConvTranspose2d(3, 4, kernel_size=(3, 3))"
         return getattr(qat, "conv_transpose2d", qat)._module_info_string()
 
-    def forward(self, inp):
+    def calc_conv_transpose2d_quantized(self, inp, nonlinear_mode):
+        r"""The quantized transposed convolution of ``inp`` followed by ``nonlinear_mode`` ("identity" or "relu"),
+        in the output dtype (MegEngine's method, which ``forward`` calls; MegEngine's takes "identity" only)."""
+        relu = self._relu_of(nonlinear_mode, "calc_conv_transpose2d_quantized")
         in_scale, _ = _input_scale_zp(inp, type(self).__name__)
         w_scale = self._w_scale()
         w = self.weight
@@ -476,7 +496,10 @@ class ConvTranspose2d(_WeightLayer):
         y = F.conv_transpose2d(dequantize_tensor(inp), w, b, stride=self.stride, padding=self.padding,
                                output_padding=self.output_padding, dilation=self.dilation, groups=self.groups,
                                conv_mode=self.conv_mode, compute_mode=self.compute_mode)
-        return self._quantize_output(F.relu(y) if self._relu else y)
+        return self._quantize_output(F.relu(y) if relu else y)
+
+    def forward(self, inp):
+        return self.calc_conv_transpose2d_quantized(inp, nonlinear_mode="relu" if self._relu else "identity")
 
 
 class ConvTransposeRelu2d(ConvTranspose2d):
@@ -578,14 +601,16 @@ class BatchMatMulActivation(_WeightLayer):
         self._set_output_dtype(dtype)
 
     @classmethod
-    def from_qat_module(cls, qat):
+    def from_qat_module(cls, qat_module):
+        qat = qat_module
         # NOTE: MegEngine's drops the QAT layer's nonlinear_mode (identity); megxla keeps its ReLU
         # (docs/differences.md)
         q = cls(qat.batch, qat.in_features, qat.out_features, qat.bias is not None, qat.nonlinear_mode,
                 name=qat.name)
         q._take(qat, qat.weight, qat.bias, (qat.batch, qat.out_features, qat.in_features, 1, 1))
-        if q.bias is None:  # (MegEngine's zeros: its state_dict has the key, a strict load of it needs one)
-            q.bias = Tensor(np.zeros((1, qat.out_features, 1, 1), np.float32))
+        if q.bias is None:  # (MegEngine's zeros: its state_dict has the key, a strict load of it needs one; a
+            # Parameter there, listed by parameters())
+            q.bias = Parameter(np.zeros((1, qat.out_features, 1, 1), np.float32))
         return q
 
     def _module_info_string(self):  # MegEngine: "Quantized.BatchMatMulActivation(batch=2, ..., bias=True)"
@@ -593,6 +618,11 @@ class BatchMatMulActivation(_WeightLayer):
                 f"bias={self.bias is not None}")
 
     def forward(self, inp):
+        return self.calc_bmm_quantized(inp)
+
+    def calc_bmm_quantized(self, inp):
+        r"""The quantized batched product of ``inp`` ``(batch, in_features, K)``, its bias and activation, in the
+        output dtype (MegEngine's method, which ``forward`` calls)."""
         b, i = self.batch, self.in_features
         shape = tuple(inp.shape)
         if len(shape) != 3 or shape[:2] != (b, i):
@@ -657,10 +687,10 @@ class Elemwise(_FloatCompute):
         return _MODES[mode]
 
     @classmethod
-    def from_qat_module(cls, qat):
-        q = cls(qat.method, name=qat.name)
-        q._info = cls._info_of(qat)
-        q._set_output(qat)
+    def from_qat_module(cls, qat_module):
+        q = cls(qat_module.method, name=qat_module.name)
+        q._info = cls._info_of(qat_module)
+        q._set_output(qat_module)
         return q
 
 
@@ -696,10 +726,10 @@ class Concat(_FloatCompute):
         return super().forward(list(inps), axis)
 
     @classmethod
-    def from_qat_module(cls, qat):
-        q = cls(name=qat.name)
-        q._info = cls._info_of(qat)
-        q._set_output(qat)
+    def from_qat_module(cls, qat_module):
+        q = cls(name=qat_module.name)
+        q._info = cls._info_of(qat_module)
+        q._set_output(qat_module)
         return q
 
 
@@ -728,9 +758,9 @@ class QuantStub(QuantizedModule, _OutputQuant):
         return self._quantize_output(inp)
 
     @classmethod
-    def from_qat_module(cls, qat):
-        q = cls(name=qat.name)
-        q._set_output(qat)
+    def from_qat_module(cls, qat_module):
+        q = cls(name=qat_module.name)
+        q._set_output(qat_module)
         return q
 
 
@@ -749,5 +779,5 @@ class DequantStub(QuantizedModule):
         return dequantize_tensor(inp)
 
     @classmethod
-    def from_qat_module(cls, qat):
-        return cls(name=qat.name)
+    def from_qat_module(cls, qat_module):
+        return cls(name=qat_module.name)

@@ -5,6 +5,7 @@ the quantized dtype, scale and zero point; :func:`quantize_tensor` / :func:`dequ
 from __future__ import annotations
 
 import pickle
+from abc import abstractmethod
 from collections import OrderedDict
 
 import numpy as np
@@ -132,9 +133,10 @@ class QuantizedModule(Module):
         return super().__call__(*args, **kwargs)
 
     @classmethod
+    @abstractmethod
     def from_qat_module(cls, qat_module):
-        """The quantized module of a trained QAT module."""
-        raise TypeError(f"{cls.__name__} does not define from_qat_module")
+        """The quantized module of a trained QAT module (abstract, as MegEngine's: a sub-class without it cannot be
+        instantiated)."""
 
 
 def _megengine_array(t):
