@@ -1,7 +1,7 @@
 """Memory / graph configuration objects with MegEngine's names, fields, defaults and checks. On XLA, passing either
 memory config to a trace turns on rematerialisation: in the compiled step every gradient op recomputes its forward
 under ``jax.checkpoint`` (CSE prevented) instead of keeping the forward's residuals; XLA schedules the rest."""
-from .._device import get_device_count
+import os
 
 
 class SublinearMemoryConfig:
@@ -20,7 +20,8 @@ class SublinearMemoryConfig:
     """
 
     def __init__(self, thresh_nr_try: int = 10, genetic_nr_iter: int = 0, genetic_pool_size: int = 20,
-                 lb_memory_mb: int = 0, num_worker: int = max(1, get_device_count("cpu") // 2)):
+                 lb_memory_mb: int = 0, num_worker: int = max(1, (os.cpu_count() or 1) // 2)):
+        # (MegEngine's default: half its CPU devices, one per core -- get_device_count("cpu"); jit imports only core)
         # MegEngine's checks (asserts, with its texts)
         assert thresh_nr_try >= 0, "thresh_nr_try must be greater or equal to zero"
         self.thresh_nr_try = thresh_nr_try
