@@ -47,7 +47,8 @@ def _tuple(v, n, name, op):
     if isinstance(v, Tensor):
         v = v.tolist()
     try:
-        t = (int(v),) * n if isinstance(v, (int, np.integer)) else tuple(int(i) for i in v)
+        # (a float truncated, as MegEngine's get_ndtuple: MaxPool2d(2.0), SlidingWindow(2.0))
+        t = (int(v),) * n if isinstance(v, (int, np.integer, float, np.floating)) else tuple(int(i) for i in v)
     except TypeError:
         raise OpError(f"{op}: {name} must be an int or {n} ints, got {v!r}") from None
     if len(t) != n:

@@ -11,6 +11,7 @@ from ..core.dtypes import is_float
 from ..core.ops import nn as _N
 from ..functional.nn import batch_norm
 from . import init
+from ._errors import LayerArgumentError
 from .module import Module
 
 __all__ = ["BatchNorm1d", "BatchNorm2d", "SyncBatchNorm"]
@@ -32,7 +33,7 @@ class _BatchNorm(Module):
         self._track_running_stats_saved = track_running_stats
         self.freeze = freeze
         if freeze and not track_running_stats:
-            raise ValueError("track_running_stats must be initialized to True if freeze is True")
+            raise LayerArgumentError("track_running_stats must be initialized to True if freeze is True")
         tshape = (1, num_features, 1, 1)
         if affine:
             self.weight = Parameter(np.ones(tshape, dtype=np.float32))
@@ -83,7 +84,7 @@ class _BatchNorm(Module):
         """
         self._check_input_ndim(inp)
         if not self._track_running_stats_saved and self.track_running_stats:
-            raise ValueError("track_running_stats can not be initialized to False and changed to True later")
+            raise LayerArgumentError("track_running_stats can not be initialized to False and changed to True later")
         weight, bias = self.weight, self.bias
         if self.freeze:
             # Frozen BN is an affine map of fixed statistics: nothing learns, nothing updates.

@@ -4,6 +4,7 @@ Weights are ``(O, I, *k)``, or ``(groups, O/groups, I/groups, *k)`` for grouped 
 convolutions swap the channel axes: ``(I, O, *k)`` / ``(groups, I/groups, O/groups, *k)``. Biases are
 broadcast-shaped ``(1, O, 1, ...)``.
 """
+import collections.abc
 from abc import abstractmethod
 
 import numpy as np
@@ -11,6 +12,7 @@ import numpy as np
 from ..core._tensor import Parameter
 from ..functional.nn import conv1d, conv2d, conv3d, conv_transpose2d, conv_transpose3d, pad, relu
 from . import init
+from ._errors import LayerArgumentError
 from .module import Module
 
 __all__ = ["Conv1d", "Conv2d", "Conv3d", "ConvTranspose2d", "ConvTranspose3d", "ConvRelu2d",
@@ -18,11 +20,20 @@ __all__ = ["Conv1d", "Conv2d", "Conv3d", "ConvTranspose2d", "ConvTranspose3d", "
 
 
 def _ntuple(v, n, name, allow_zero=True):
-    t = (int(v),) * n if isinstance(v, (int, np.integer)) else tuple(int(i) for i in v)
-    if len(t) != n:
-        raise ValueError(f"{name} must be an int or a tuple of {n} ints, got {v!r}")
-    if not allow_zero and any(i == 0 for i in t):
-        raise ValueError(f"{name} must be non-zero, got {v!r}")
+    # MegEngine's get_ndtuple: a number is truncated with int() (so `padding=(k - 1) / 2`, a float, works), a
+    # sequence must hold n entries, and every entry must be >= 0 (>= 1 where zero is not allowed); its asserts'
+    # texts come first in the messages
+    if not isinstance(v, collections.abc.Iterable):
+        t = (int(v),) * n
+    else:
+        t = tuple(v)
+        if len(t) != n:
+            raise LayerArgumentError(f"tuple len is not equal to n: {v} ({name} must be an int or a tuple of {n} "
+                                     f"ints)")
+        t = tuple(int(i) for i in t)
+    if min(t) < (0 if allow_zero else 1):
+        need = "non-negative" if allow_zero else "positive"
+        raise LayerArgumentError(f"invalid value: {t} ({name} must be {need})")
     return t
 
 
@@ -106,7 +117,8 @@ class _PaddedConv(_ConvNd):
 
     def _check_padding_mode(self, padding_mode):
         if padding_mode not in _PADDING_MODES:
-            raise ValueError(f"padding_mode must be one of {_PADDING_MODES}, got {padding_mode!r}")
+            # MegEngine asserts this at the first call; refused here when built (an AssertionError too)
+            raise LayerArgumentError(f"padding_mode must be one of {_PADDING_MODES}, got {padding_mode!r}")
 
     def get_pad_witdth(self):
         """Pad widths ``((0, 0), (0, 0), (p, p), ...)`` for an explicit ``F.nn.pad`` (MegEngine's spelling).
@@ -152,6 +164,9 @@ class Conv1d(_PaddedConv):
                  dilation: int = 1, groups: int = 1, bias: bool = True, conv_mode: str = "cross_correlation",
                  compute_mode: str = "default", padding_mode: str = "zeros", **kwargs):
         self._check_padding_mode(padding_mode)
+        if isinstance(kernel_size, collections.abc.Iterable) and len(kernel_size) != 1:
+            # MegEngine keeps the arguments as given and fails building the weight (np.zeros of a nested shape)
+            raise TypeError(f"Conv1d: kernel_size must be an int, got {kernel_size!r}")
         self.conv_mode = conv_mode
         self.compute_mode = compute_mode
         self.padding_mode = padding_mode
@@ -380,7 +395,8 @@ class ConvTranspose3d(_ConvNd):
         super().__init__(in_channels, out_channels, _ntuple(kernel_size, 3, "kernel_size", False),
                          _ntuple(stride, 3, "stride", False), _ntuple(padding, 3, "padding"),
                          _ntuple(dilation, 3, "dilation", False), groups, bias)
-        self.output_padding = _ntuple(output_padding, 3, "output_padding")
+        # MegEngine keeps this one as given (its forward normalises it), so `output_padding` reads back unchanged
+        self.output_padding = output_padding
 
     def _get_fanin(self):
         kt, kh, kw = self.kernel_size

@@ -1,6 +1,7 @@
 """Elementwise operations selected by MegEngine's mode name, as a module (so they can be quantized)."""
 from .. import functional as F
 from ..core.tensor.array_method import _elwise
+from ._errors import LayerModeError
 from .module import Module
 
 __all__ = ["Elemwise"]
@@ -62,7 +63,7 @@ class Elemwise(Module):
     def __init__(self, method, **kwargs):
         super().__init__(**kwargs)
         if str(method).upper() not in _MODES:
-            raise ValueError(f"Elemwise: unknown mode {method!r}; known modes: {sorted(_MODES)}")
+            raise LayerModeError(f"Elemwise: unknown mode {method!r}; known modes: {sorted(_MODES)}")
         self.method = method
 
     def forward(self, *inps):

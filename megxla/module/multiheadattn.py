@@ -6,6 +6,7 @@ import numpy as np
 from ..core._tensor import Parameter, Tensor
 from ..functional.nn import multi_head_attention
 from . import init
+from ._errors import LayerArgumentError
 from .module import Module
 
 __all__ = ["MultiHeadAttention"]
@@ -53,8 +54,8 @@ class MultiHeadAttention(Module):
             if v is not None and (isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v <= 0):
                 raise ValueError(f"MultiHeadAttention: {name} must be a positive int, got {v!r}")
         if embed_dim % num_heads:
-            raise ValueError(f"MultiHeadAttention: embed_dim ({embed_dim}) must be divisible by num_heads "
-                             f"({num_heads})")
+            raise LayerArgumentError(f"MultiHeadAttention: embed_dim ({embed_dim}) must be divisible by num_heads "
+                                     f"({num_heads})")
         for name, p in (("attn_dropout", attn_dropout), ("out_dropout", out_dropout)):
             if not 0 <= p < 1:
                 raise ValueError(f"MultiHeadAttention: {name} must be in [0, 1), got {p!r}")

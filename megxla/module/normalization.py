@@ -4,6 +4,7 @@ import numpy as np
 from ..core._tensor import Parameter
 from ..functional.nn import group_norm, instance_norm, layer_norm
 from . import init
+from ._errors import LayerArgumentError
 from .module import Module
 
 __all__ = ["LayerNorm", "GroupNorm", "InstanceNorm", "GeneralNorm", "LocalResponseNorm"]
@@ -82,7 +83,7 @@ class GroupNorm(_AffineNorm):
     def __init__(self, num_groups, num_channels, eps=1e-5, affine=True, **kwargs):
         super().__init__(**kwargs)
         if num_channels % num_groups != 0:
-            raise ValueError(f"num_channels ({num_channels}) must be divisible by num_groups ({num_groups})")
+            raise LayerArgumentError(f"num_channels ({num_channels}) must be divisible by num_groups ({num_groups})")
         self.num_groups = num_groups
         self.num_channels = num_channels
         self.eps = eps
@@ -154,13 +155,13 @@ class GeneralNorm(_AffineNorm):
         self.normalized_axis = normalized_axis
         axes = tuple(normalized_axis)
         if len(set(axes)) != len(axes):
-            raise ValueError(f"GeneralNorm: duplicate axes in normalized_axis {self.normalized_axis}")
+            raise LayerArgumentError(f"GeneralNorm: duplicate axes in normalized_axis {self.normalized_axis}")
         if affine:
             if normalized_shape is None:
-                raise ValueError("GeneralNorm: normalized_shape must be specified when affine is True")
+                raise LayerArgumentError("GeneralNorm: normalized_shape must be specified when affine is True")
             if len(normalized_shape) != len(axes):
-                raise ValueError(f"GeneralNorm: normalized_shape {tuple(normalized_shape)} and normalized_axis "
-                                 f"{self.normalized_axis} have different lengths")
+                raise LayerArgumentError(f"GeneralNorm: normalized_shape {tuple(normalized_shape)} and "
+                                         f"normalized_axis {self.normalized_axis} have different lengths")
         self.normalized_shape = normalized_shape
         self.eps = eps
         self.affine = affine
@@ -172,7 +173,7 @@ class GeneralNorm(_AffineNorm):
         axes = [a + x.ndim if a < 0 else a for a in self.normalized_axis]
         if axes != sorted(axes):
             # The affine parameters are laid out in axis order; unsorted axes would silently misalign them.
-            raise ValueError(f"GeneralNorm: normalized_axis {self.normalized_axis} must be ascending")
+            raise LayerArgumentError(f"GeneralNorm: normalized_axis {self.normalized_axis} must be ascending")
         self.normalized_axis = axes  # as MegEngine's forward
         return F.nn.general_norm(x, tuple(axes), self.affine, self.weight, self.bias, self.eps)
 

@@ -34,6 +34,7 @@ import numpy as np
 from ..core._tensor import Parameter, Tensor
 from .. import functional as F
 from . import init
+from ._errors import LayerModeError
 from .module import Module
 
 __all__ = ["RNNCellBase", "RNNCell", "LSTMCell", "RNNBase", "RNN", "LSTM"]
@@ -161,7 +162,7 @@ class RNNCell(RNNCellBase):
 
     def __init__(self, input_size: int, hidden_size: int, bias: bool = True, nonlinearity: str = "tanh") -> None:
         if nonlinearity not in _NONLINEARITIES:
-            raise ValueError(f"RNNCell: nonlinearity must be one of {_NONLINEARITIES}, got {nonlinearity!r}")
+            raise LayerModeError(f"RNNCell: nonlinearity must be one of {_NONLINEARITIES}, got {nonlinearity!r}")
         self.nonlinearity = nonlinearity
         super().__init__(input_size, hidden_size, bias, num_chunks=1)
 
@@ -498,7 +499,7 @@ class RNN(RNNBase):
                  batch_first: bool = False, dropout: float = 0, bidirectional: bool = False, proj_size: int = 0,
                  *, nonlinearity: str = "tanh") -> None:
         if nonlinearity not in _NONLINEARITIES:
-            raise ValueError(f"RNN: nonlinearity must be one of {_NONLINEARITIES}, got {nonlinearity!r}")
+            raise LayerModeError(f"RNN: nonlinearity must be one of {_NONLINEARITIES}, got {nonlinearity!r}")
         self.nonlinearity = nonlinearity
         super().__init__(input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional, proj_size)
 

@@ -5,6 +5,7 @@ from typing import Tuple, Union
 import numpy as np
 
 from ..functional.nn import region_restricted_conv
+from ._errors import LayerArgumentError
 from .conv import _ConvNd, _ntuple
 
 __all__ = ["RegionRestrictedConv"]
@@ -52,8 +53,9 @@ class RegionRestrictedConv(_ConvNd):
                  conv_mode: str = "cross_correlation", compute_mode: str = "default", padding_mode: str = "zeros",
                  **kwargs):
         if padding_mode != "zeros":
-            # Reflect / replicate padding would need padded region maps too; MegEngine ignores the mode.
-            raise ValueError(f"RegionRestrictedConv: padding_mode must be 'zeros', got {padding_mode!r}")
+            # Reflect / replicate padding would need padded region maps too; MegEngine ignores the mode (and
+            # asserts an unknown one at the first call: an AssertionError here too).
+            raise LayerArgumentError(f"RegionRestrictedConv: padding_mode must be 'zeros', got {padding_mode!r}")
         if conv_mode != "cross_correlation":
             raise ValueError(f"RegionRestrictedConv: conv_mode must be 'cross_correlation', got {conv_mode!r}")
         self.conv_mode = conv_mode
