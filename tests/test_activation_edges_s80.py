@@ -1,5 +1,8 @@
 """Activations at infinities, against what MegEngine 1.13 printed (megengine_fuzz seed 29 case 457)."""
+import os
+
 import numpy as np
+import pytest
 
 import megxla as mge
 import megxla.functional as F
@@ -55,3 +58,24 @@ def test_sqrt_gradient_is_megengines_division():
         gm.backward(y, mge.Tensor(g))
     np.testing.assert_array_equal(y.numpy(), np.sqrt(x))
     np.testing.assert_array_equal(p.grad.numpy(), g / np.sqrt(x) / f(2))
+
+
+_GRADS = {"softplus": (F.softplus, 0.9), "logsigmoid": (F.logsigmoid, 0.9), "silu": (F.silu, 0.75),
+          "expm1": (F.expm1, 0.95), "sqrt": (lambda t: F.sqrt(F.abs(t)), 0.999)}
+
+
+@pytest.mark.parametrize("name", sorted(_GRADS))
+def test_activation_gradients_round_as_megengines_kernels(name):
+    # MegEngine 1.13's gradients of 2,048 values in [-8, 8] (tests/data/megengine_activation_grads_s80.npz, saved
+    # from MegEngine): its SOFTPLUS_GRAD / SILU_GRAD / EXPM1 / SQRT formulas in their order of operations. Before
+    # session 80 megxla's (JAX's own) equalled 30% / 30% / 54% / 58% / 59% of them bit for bit; what still differs
+    # is XLA's exp against glibc's expf and XLA's fused multiply-adds
+    data = np.load(os.path.join(os.path.dirname(__file__), "data", "megengine_activation_grads_s80.npz"))
+    fn, share = _GRADS[name]
+    p = mge.Parameter(data["x"])
+    gm = GradManager().attach([p])
+    with gm:
+        gm.backward(fn(p), mge.Tensor(data["g"]))
+    got, want = p.grad.numpy(), data[name + ".dx"]
+    np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-7)  # (silu's gradient crosses zero near x = -1.28)
+    assert (got == want).mean() >= share, (got == want).mean()

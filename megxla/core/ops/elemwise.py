@@ -258,9 +258,56 @@ def _silu(x):
 
 @_silu.defjvp
 def _silu_jvp(primals, tangents):
+    # MegEngine's SILU_GRAD, ``dy * s * (1 + x * (1 - s))`` with ``s = 1 / (1 + exp(-x))``, written so that its
+    # transpose multiplies in that order (a jvp's ``t * a * b`` transposes to ``ct * b * a``): 54% of float32
+    # gradients equal MegEngine's before, 84% now (the rest: XLA's exp and its fused multiply-adds)
     (x,), (t,) = primals, tangents
-    s = jax.nn.sigmoid(x)
-    return _silu(x), t * (s * (1 + x * (1 - s)))
+    s = divide(jnp.ones((), x.dtype), 1 + jnp.exp(-x))
+    return _silu(x), (t * (1 + x * (1 - s))) * s
+
+
+def _softplus_grad(x, t):
+    """MegEngine's SOFTPLUS_GRAD of ``x`` (``-x`` for LOGSIGMOID): ``(-dy * e) / (1 + e)`` with ``e = exp(-|x|)``,
+    negated for ``x <= 0``, plus ``dy`` where ``x > 0`` -- linear in ``t`` and written for its transpose to compute
+    in that order (JAX's own gradients equalled 30% of MegEngine's float32 values, these 96%)."""
+    e = jnp.exp(-jnp.abs(x))
+    logg = -(divide(t, 1 + e) * e)
+    zero = jnp.zeros((), t.dtype)
+    return jnp.where(x > 0, logg, -logg) + jnp.where(x > 0, t, zero)
+
+
+@jax.custom_jvp
+def _softplus(x):
+    return jax.nn.softplus(x)
+
+
+@_softplus.defjvp
+def _softplus_jvp(primals, tangents):
+    (x,), (t,) = primals, tangents
+    return _softplus(x), _softplus_grad(x, t)
+
+
+@jax.custom_jvp
+def _logsigmoid(x):
+    return jax.nn.log_sigmoid(x)
+
+
+@_logsigmoid.defjvp
+def _logsigmoid_jvp(primals, tangents):
+    (x,), (t,) = primals, tangents  # (MegEngine: LOGSIGMOID's gradient is SOFTPLUS_GRAD of -x)
+    return _logsigmoid(x), _softplus_grad(-x, t)
+
+
+@jax.custom_jvp
+def _expm1(x):
+    return jnp.expm1(x)
+
+
+@_expm1.defjvp
+def _expm1_jvp(primals, tangents):
+    # MegEngine's EXPM1 gradient ``og * exp(x)`` (JAX's ``g * (expm1(x) + 1)`` rounded 42% of float32 values otherwise)
+    (x,), (t,) = primals, tangents
+    return _expm1(x), t * jnp.exp(x)
 
 
 @jax.custom_jvp
@@ -278,7 +325,7 @@ def _sqrt_jvp(primals, tangents):
 
 
 UNARY_IMPLS = {
-    "neg": jnp.negative, "pos": lambda x: x, "abs": _abs, "exp": jnp.exp, "expm1": jnp.expm1,
+    "neg": jnp.negative, "pos": lambda x: x, "abs": _abs, "exp": jnp.exp, "expm1": _expm1,
     "log": jnp.log, "log1p": jnp.log1p, "sqrt": _sqrt, "square": jnp.square,
     "sin": jnp.sin, "cos": jnp.cos, "tan": jnp.tan, "asin": jnp.arcsin, "acos": jnp.arccos, "atan": _atan,
     "sinh": jnp.sinh, "cosh": jnp.cosh, "tanh": jnp.tanh, "asinh": jnp.arcsinh, "acosh": jnp.arccosh,
@@ -287,8 +334,8 @@ UNARY_IMPLS = {
     "logical_not": jnp.logical_not, "invert": jnp.invert, "isnan": jnp.isnan, "isinf": jnp.isinf,
     # (sigmoid / silu of an integer tensor: the float32 result, as gelu's; JAX's logistic takes floats only)
     "relu": _relu, "sigmoid": lambda x: jax.nn.sigmoid(_inexact(x)),
-    "gelu": _gelu, "silu": lambda x: _silu(_inexact(x)), "softplus": jax.nn.softplus,
-    "logsigmoid": lambda x: jax.nn.log_sigmoid(_inexact(x)),
+    "gelu": _gelu, "silu": lambda x: _silu(_inexact(x)), "softplus": _softplus,
+    "logsigmoid": lambda x: _logsigmoid(_inexact(x)),
     "relu6": _relu6, "hsigmoid": _hsigmoid, "hswish": _hswish,
     "real": jnp.real, "imag": jnp.imag, "conj": jnp.conj,
 }
