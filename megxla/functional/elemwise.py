@@ -159,10 +159,10 @@ def clip(x, lower=None, upper=None):
         >>> F.clip(Tensor([-1., 0.5, 2.]), 0, 1).numpy()
         array([0. , 0.5, 1. ], dtype=float32)
     """
-    from ..core._dispatch import ConversionError, OpError
-    if lower is None and upper is None:
-        raise OpError("clip: at least one of lower and upper must be given")
-    x = _as_tensor(x)
+    from ..core._dispatch import ConversionError, AssertedOpError
+    if lower is None and upper is None:  # (MegEngine asserts it)
+        raise AssertedOpError("clip: at least one of lower and upper must be given")
+    x = _as_tensor(x, op="clip")
     if isinstance(lower, Tensor) or isinstance(upper, Tensor) or _quantized_params(x) is not None:
         # (a quantized x: MegEngine's maximum / minimum keep its quantized dtype; its CLIP kernel has no
         # quantized version and raises, but max-then-min is the same clamp)

@@ -4,7 +4,7 @@ import functools
 import numpy as np
 
 from ..core import _lazy
-from ..core._dispatch import apply as _apply, OpError
+from ..core._dispatch import apply as _apply, AssertedOpError, OpError
 from ..core.dtypes import is_float
 from ..core._indexing import check_index_tensor
 from ..core._elemwise_front import as_tensor as _t
@@ -57,8 +57,8 @@ def _check_reduction(reduction, op):
 
 
 def _pair(pred, label, op, keep_int=False):
-    pred = _t(pred)
-    label = _t(label, pred)
+    pred = _t(pred, op=op)
+    label = _t(label, pred, op=op)
     try:
         if not _lazy.same_shape(pred, label):  # (the same rows of one selection: no count read)
             np.broadcast_shapes(pred.shape, label.shape)
@@ -130,7 +130,7 @@ def cross_entropy(pred, label, axis=1, with_logits=True, label_smooth=0, reducti
         label: integer labels, ``pred``'s shape without ``axis``.
         axis: the class axis.
         with_logits: ``pred`` holds logits (else probabilities).
-        label_smooth: label smoothing factor in ``[0, 1)``.
+        label_smooth: label smoothing factor (usually in ``[0, 1)``; None or 0: none).
         reduction: ``"mean"``, ``"sum"`` or ``"none"``.
 
     Returns:
@@ -142,7 +142,7 @@ def cross_entropy(pred, label, axis=1, with_logits=True, label_smooth=0, reducti
     """
     op = "cross_entropy"
     _check_reduction(reduction, op)
-    pred, label = _t(pred), _t(label)
+    pred, label = _t(pred, op=op), _t(label, op=op)
     if pred.dtype.kind in "iub" and pred.ndim >= 1:
         # MegEngine computes integer scores in float32 (its logsumexp's exp casts integers to float32, and
         # the picked score is promoted to the result's dtype); so do we
@@ -153,6 +153,10 @@ def cross_entropy(pred, label, axis=1, with_logits=True, label_smooth=0, reducti
         # MegEngine asserts this ("target ndim must be one less than input ndim")
         raise _LabelRankError(f"{op}: target ndim must be one less than input ndim; label shape {label.shape}, "
                               f"pred shape {pred.shape}")
+    if axis is None:  # (MegEngine asserts it, in its logsumexp: "can not set axis=None and keepdims=True")
+        raise AssertedOpError(f"{op}: axis must be given, got None")
+    if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):  # (MegEngine: "Unable to cast")
+        raise OpError(f"{op}: axis must be an int, got {axis!r}")
     if not -pred.ndim <= axis < pred.ndim:
         raise OpError(f"{op}: axis {axis} is out of range for pred of shape {pred.shape}")
     axis = axis % pred.ndim
@@ -163,8 +167,10 @@ def cross_entropy(pred, label, axis=1, with_logits=True, label_smooth=0, reducti
     if not _lazy.same_shape(label, pred, drop=axis):  # (``label[fg]`` against ``pred[fg]``: no count read)
         raise OpError(f"{op}: label shape {label.shape} does not match pred {pred.shape} without class axis "
                       f"{axis} (expected {pred.shape[:axis] + pred.shape[axis + 1:]})")
-    if not 0 <= label_smooth < 1:
-        raise OpError(f"{op}: label_smooth must be in [0, 1), got {label_smooth}")
+    if label_smooth is None:  # (MegEngine: no smoothing)
+        label_smooth = 0
+    elif isinstance(label_smooth, str):  # (MegEngine: a RuntimeError from its elementwise multiply)
+        raise OpError(f"{op}: label_smooth must be a number, got {label_smooth!r}")
     # MegEngine raises for labels outside [0, C); JAX's gather would clamp them. Checked eagerly here; inside
     # a recording or compiled step labels are graph values and are clamped (see core/_indexing.py).
     check_index_tensor(op, label, _lazy.dim(pred, axis), axis, allow_negative=False, what="label")
@@ -232,7 +238,7 @@ def hinge_loss(pred, label, norm="L1", reduction="mean"):
     _check_reduction(reduction, op)
     norm = str(norm).upper()
     if norm not in ("L1", "L2"):
-        raise OpError(f"{op}: norm must be 'L1' or 'L2', got {norm!r}")
+        raise AssertedOpError(f"{op}: norm must be 'L1' or 'L2', got {norm!r}")  # (MegEngine asserts it)
     pred, label = _pair(pred, label, op)
     if pred.ndim < 2:
         raise OpError(f"{op}: pred must be at least 2-D (N, C), got shape {pred.shape}")
@@ -264,7 +270,8 @@ def ctc_loss(pred, pred_lengths, label, label_lengths, blank=0, reduction="mean"
     """
     op = "ctc_loss"
     _check_reduction(reduction, op)
-    pred, pred_lengths, label, label_lengths = _t(pred), _t(pred_lengths), _t(label), _t(label_lengths)
+    pred, pred_lengths = _t(pred, op=op), _t(pred_lengths, op=op)
+    label, label_lengths = _t(label, op=op), _t(label_lengths, op=op)
     if pred.ndim != 3 or not is_float(pred.dtype):
         raise OpError(f"{op}: pred must be a float (T, N, C) tensor, got {pred.shape}:{pred.dtype}")
     t, n, c = pred.shape
@@ -277,7 +284,7 @@ def ctc_loss(pred, pred_lengths, label, label_lengths, blank=0, reduction="mean"
     if label.ndim not in (1, 2) or (label.ndim == 2 and label.shape[0] != n):
         raise OpError(f"{op}: label must be (N, S) = ({n}, S) or 1-D concatenated, got {label.shape}")
     if not 0 <= int(blank) < c:
-        raise OpError(f"{op}: blank {blank} is not a class index in [0, {c})")
+        raise AssertedOpError(f"{op}: blank {blank} is not a class index in [0, {c})")  # (MegEngine asserts it)
     loss = _apply(_N.ctc_loss.bind(blank=int(blank)), pred, pred_lengths, label, label_lengths)
     if reduction == "mean":
         return (loss / maximum(label_lengths, 1).astype(loss.dtype)).mean()

@@ -23,7 +23,10 @@ def _axis(op, x, axis):
     """``axis`` (None, int or sequence) as None or a sorted tuple of non-negative axes."""
     if axis is None:
         return None
-    axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
+    try:
+        axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
+    except TypeError:  # (a float: MegEngine's binding raises RuntimeError, "Unable to cast")
+        raise OpError(f"{op}: axis must be an int or a sequence of ints, got {axis!r}") from None
     nd = x.ndim
     out = []
     for a in axes:
@@ -39,12 +42,23 @@ def _axis(op, x, axis):
     return tuple(sorted(out))
 
 
+def _keepdims(op, keepdims):
+    """``keepdims`` as a bool. MegEngine's binding takes a bool, an int, a NumPy bool or None (False) and raises
+    ``RuntimeError("Unable to cast ...")`` for anything else (a string); called only for a value that is not
+    already ``True`` / ``False``."""
+    if keepdims is None or isinstance(keepdims, (int, np.integer, np.bool_)):
+        return bool(keepdims)
+    raise OpError(f"{op}: keepdims must be a bool, got {keepdims!r}")
+
+
 def _reduce(prim, name, summary, example):
     high = name == "logsumexp"  # computed in float32 under autocast, as MegEngine's amp
     keep = name in ("sum", "max", "min")
 
     def fn(inp, axis=None, keepdims=False):
-        inp = _t(inp)
+        inp = _t(inp, op=name)
+        if keepdims is not False and keepdims is not True:
+            keepdims = _keepdims(name, keepdims)
         if high and _amp.enabled:
             inp, = _amp.up(inp)
         if name == "mean" and _QPARAMS_SEEN[0] and _quantized_source(inp) is not None:
@@ -99,8 +113,10 @@ def var(inp, axis=None, keepdims=False):
         >>> F.var(Tensor([1., 2., 3., 4.])).numpy()
         array(1.25, dtype=float32)
     """
-    inp = _t(inp)
-    return _apply(_R.var.bind(axis=_axis("var", inp, axis), keepdims=bool(keepdims), ddof=0), inp)
+    inp = _t(inp, op="var")
+    if keepdims is not False and keepdims is not True:
+        keepdims = _keepdims("var", keepdims)
+    return _apply(_R.var.bind(axis=_axis("var", inp, axis), keepdims=keepdims, ddof=0), inp)
 
 
 def std(inp, axis=None, keepdims=False):
@@ -141,7 +157,9 @@ def norm(inp, ord=None, axis=None, keepdims=False):
         >>> F.norm(Tensor([3., -4.])).numpy()
         array(5., dtype=float32)
     """
-    inp = _t(inp)
+    inp = _t(inp, op="norm")
+    if keepdims is not False and keepdims is not True:
+        keepdims = _keepdims("norm", keepdims)
     ord = 2.0 if ord is None else ord
     if isinstance(ord, bool) or not isinstance(ord, (int, float, np.integer, np.floating)):
         raise OpError(f"norm: ord must be a number, got {ord!r}")
@@ -175,14 +193,14 @@ def normalize(inp, ord=None, axis=None, eps=1e-12):
         >>> F.normalize(Tensor([3., 4.])).numpy()
         array([0.6, 0.8], dtype=float32)
     """
-    inp = _t(inp)
+    inp = _t(inp, op="normalize")
     n = norm(inp, ord, axis, keepdims=axis is not None)
     return _B["truediv"](inp, _B["maximum"](n, float(eps)))
 
 
 def _arg(prim, name, doc):
     def fn(inp, axis=None, keepdims=False):
-        inp = _t(inp)
+        inp = _t(inp, op=name)
         if axis is None:
             if keepdims:
                 raise OpError(f"{name}: keepdims=True needs an axis")
@@ -241,7 +259,10 @@ def matmul(inp1, inp2, transpose_a=False, transpose_b=False, compute_mode="defau
         >>> F.matmul(F.ones((5, 2, 3)), F.ones((3, 4))).shape
         (5, 2, 4)
     """
-    inp1, inp2 = _t(inp1), _t(inp2)
+    if compute_mode != "default" and not isinstance(getattr(compute_mode, "name", compute_mode), str):
+        # (MegEngine takes any string here, and raises "Unable to cast Python instance to C++ type" for others)
+        raise OpError(f"matmul: compute_mode must be 'default' or 'float32', got {compute_mode!r}")
+    inp1, inp2 = _t(inp1, op="matmul"), _t(inp2, op="matmul")
     if _amp.enabled:  # autocast: compute in low precision, as MegEngine's amp
         inp1, inp2 = _amp.low(inp1, inp2)
     if _QPARAMS_SEEN[0] and (_quantized_params(inp1) or _quantized_params(inp2)):
@@ -288,7 +309,7 @@ def dot(inp1, inp2):
         >>> F.dot(Tensor([1., 2.]), Tensor([3., 4.])).numpy()
         array(11., dtype=float32)
     """
-    inp1, inp2 = _t(inp1), _t(inp2)
+    inp1, inp2 = _t(inp1, op="dot"), _t(inp2, op="dot")
     if _QPARAMS_SEEN[0]:
         _reject_quantized("dot", inp1, inp2)
     if inp1.ndim > 1 or inp2.ndim > 1 or inp1.size != inp2.size:
@@ -310,7 +331,7 @@ def matinv(inp):
         array([[0.5 , 0.  ],
                [0.  , 0.25]], dtype=float32)
     """
-    inp = _t(inp)
+    inp = _t(inp, op="matinv")
     if inp.ndim < 2 or inp.shape[-1] != inp.shape[-2]:
         raise OpError(f"matinv: input must be (a batch of) square matrices, got shape {inp.shape}")
     if inp.dtype.kind != "f":  # (bfloat16 too: no LU of it in XLA's linear algebra)
@@ -335,7 +356,7 @@ def svd(inp, full_matrices=False, compute_uv=True):
     Example:
         >>> _, s, _ = F.svd(Tensor(np.arange(6, dtype="float32").reshape(2, 3)))  # s = [7.348, 1.]
     """
-    inp = _t(inp)
+    inp = _t(inp, op="svd")
     if inp.ndim < 2:
         raise OpError(f"svd: input must be at least 2-D, got shape {inp.shape}")
     if inp.dtype.kind != "f":  # (bfloat16 too: no SVD of it in XLA's linear algebra)
@@ -345,7 +366,7 @@ def svd(inp, full_matrices=False, compute_uv=True):
 
 # ---- sorting ----------------------------------------------------------------------------------------------------
 def _sortable(op, inp):
-    inp = _t(inp)
+    inp = _t(inp, op=op)
     if inp.ndim not in (1, 2):
         raise OpError(f"{op}: input must be 1-D or 2-D (sorted by row), got shape {inp.shape}")
     if inp.dtype.kind == "c":
@@ -373,7 +394,7 @@ def cross(a, b, axisa=-1, axisb=-1, axisc=-1, axis=None):
     """
     if axis is not None:
         axisa = axisb = axisc = axis
-    a, b = _t(a), _t(b)
+    a, b = _t(a, op="cross"), _t(b, op="cross")
     # (MegEngine gives a 1-d pair a third component of 0 first: the product is a 3-vector, not NumPy's z alone)
     if a.ndim == 1 and a.shape[0] == 2:
         a = _pad3(a)
@@ -404,7 +425,7 @@ def einsum(equation: str, *args) -> Tensor:
     """
     if not isinstance(equation, str):
         raise OpError(f"einsum: the equation must be a str, got {equation!r}")
-    xs = [_t(a) for a in args]
+    xs = [_t(a, op="einsum") for a in args]
     _einsum_check(equation, tuple((x.shape, str(x.dtype)) for x in xs))
     return _apply(_L.einsum.bind(equation=equation), *xs)
 
@@ -446,7 +467,7 @@ def sort(inp, descending=False, dim=-1):
         array([[1, 0],
                [0, 1]], dtype=int32)
     """
-    inp = _t(inp)
+    inp = _t(inp, op="sort")
     if inp.ndim == 0:
         raise OpError(f"sort: input must have at least one dimension, got shape {inp.shape}")
     if inp.dtype.kind == "c":
@@ -506,7 +527,7 @@ def topk(inp, k, descending=True, kth_only=False, no_sort=False):
     """
     inp = _sortable("topk", inp)
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
-        k = int(_t(k).item())
+        k = int(_t(k, op="topk").item())
     if k < 0:
         # MegEngine hands k's sign to its kernel (`descending` negates k; a negative k takes the largest), so a
         # negative k flips the order: the zoo's box sampler asks for `k=num_samples - num_valid` (< 0)
@@ -545,7 +566,7 @@ def topk_accuracy(logits, target, topk=1):
         (array(0.5, dtype=float32), array(1., dtype=float32))
     """
     from .tensor import broadcast_to, reshape, astype
-    logits, target = _t(logits), _t(target)
+    logits, target = _t(logits, op="topk_accuracy"), _t(target, op="topk_accuracy")
     if logits.ndim != 2 or target.shape != logits.shape[:1]:
         raise OpError(f"topk_accuracy: expected logits (batch, classes) and target (batch,), got {logits.shape} "
                       f"and {target.shape}")

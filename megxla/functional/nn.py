@@ -81,7 +81,17 @@ def _promote(*ts):
 def _conv_mode(conv_mode, op):
     name = getattr(conv_mode, "name", conv_mode)
     if str(name).lower() != "cross_correlation":
-        raise OpError(f"{op}: only conv_mode='cross_correlation' is supported, got {conv_mode!r}")
+        # (MegEngine asserts it: ``assert conv_mode.lower() == "cross_correlation" or ...``)
+        raise AssertedOpError(f"{op}: only conv_mode='cross_correlation' is supported, got {conv_mode!r}")
+
+
+def _compute_mode(compute_mode, op, any_name=False):
+    """MegEngine binds ``compute_mode`` to its ComputeMode enum, which takes ``"default"`` / ``"float32"`` in any
+    case (or the enum); anything else raises ``RuntimeError("Unable to cast Python instance to C++ type")``.
+    ``any_name``: MegEngine's matmul / linear take any string (they cast only a non-string)."""
+    name = getattr(compute_mode, "name", compute_mode)
+    if not isinstance(name, str) or not (any_name or name.lower() in ("default", "float32")):
+        raise OpError(f"{op}: compute_mode must be 'default' or 'float32', got {compute_mode!r}")
 
 
 def _out_size(size, k, s, p, d, op):
@@ -94,7 +104,7 @@ def _out_size(size, k, s, p, d, op):
 def _bias(bias, n, op):
     if bias is None:
         return ()
-    bias = _t(bias)
+    bias = _t(bias, op=op)
     if bias.size != n:
         raise OpError(f"{op}: bias must have {n} elements (one per output channel), got shape {bias.shape}")
     return (bias,)  # any shape with n elements: the op reshapes it, where XLA makes that free (no flatten op)
@@ -154,7 +164,7 @@ def _conv_nd(op, nd, inp, weight, bias, stride, padding, dilation, groups, conv_
             return _apply(plan, inp, weight) if bias is None else _apply(plan, inp, weight, bias)
     given = (inp, weight)
     _conv_mode(conv_mode, op)
-    inp, weight = _t(inp), _t(weight)
+    inp, weight = _t(inp, op=op), _t(weight, op=op)
     _ndim(inp, nd + 2, op, layout="(N, C, " + ", ".join("DHW"[3 - nd:]) + ")")
     # MegEngine converts integer/bool inputs of a convolution to float32 (its Convolution has no int kernels
     # for plain int32 tensors); so do we.
@@ -167,7 +177,7 @@ def _conv_nd(op, nd, inp, weight, bias, stride, padding, dilation, groups, conv_
     groups, cout = _conv_channels(op, inp, weight, groups, nd)
     s, p, d = _geometry(op, stride, padding, dilation, nd)
     _out_size(inp.shape[2:], weight.shape[-nd:], s, p, d, op)
-    late_bias = bias is not None and not _channel_shaped(_t(bias), cout, nd + 2)
+    late_bias = bias is not None and not _channel_shaped(_t(bias, op=op), cout, nd + 2)
     args = (inp, weight) + (() if late_bias else _bias(bias, cout, op))
     conv = _N.conv.bind(stride=s, padding=p, dilation=d, groups=groups, nd=nd)
     out = _apply(conv, *args)
@@ -180,7 +190,7 @@ def _conv_nd(op, nd, inp, weight, bias, stride, padding, dilation, groups, conv_
         # MegEngine adds the bias with `output += bias`: NumPy broadcasting, so a (C,) bias lines up with the
         # last axis (W), not the channels. Anything not shaped (1, C, 1, 1)-like goes that way, as there.
         from .elemwise import add
-        bias = _t(bias)
+        bias = _t(bias, op=op)
         try:
             out = add(out, bias)
         except OpError:
@@ -209,7 +219,7 @@ def conv1d(inp, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, co
         stride, padding, dilation: ints.
         groups: number of channel groups.
         conv_mode: only ``"cross_correlation"``.
-        compute_mode: accepted for compatibility.
+        compute_mode: ``"default"`` or ``"float32"``, checked as MegEngine checks it (XLA picks the accumulation).
 
     Returns:
         output ``(N, O, OW)``.
@@ -218,6 +228,8 @@ def conv1d(inp, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, co
         >>> F.conv1d(F.ones((1, 2, 5)), F.ones((3, 2, 3))).shape
         (1, 3, 3)
     """
+    if compute_mode != "default":
+        _compute_mode(compute_mode, "conv1d")
     return _conv_nd("conv1d", 1, inp, weight, bias, stride, padding, dilation, groups, conv_mode)
 
 
@@ -232,7 +244,7 @@ def conv2d(inp, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, co
         stride, padding, dilation: int or pair.
         groups: number of channel groups.
         conv_mode: only ``"cross_correlation"``.
-        compute_mode: accepted for compatibility.
+        compute_mode: ``"default"`` or ``"float32"``, checked as MegEngine checks it (XLA picks the accumulation).
 
     Returns:
         output ``(N, O, OH, OW)`` with ``OH = (H + 2*PH - DH*(KH-1) - 1) // SH + 1``.
@@ -241,6 +253,8 @@ def conv2d(inp, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, co
         >>> F.conv2d(F.ones((1, 3, 8, 8)), F.ones((4, 3, 3, 3)), padding=1).shape
         (1, 4, 8, 8)
     """
+    if compute_mode != "default":
+        _compute_mode(compute_mode, "conv2d")
     return _conv_nd("conv2d", 2, inp, weight, bias, stride, padding, dilation, groups, conv_mode)
 
 
@@ -267,7 +281,7 @@ def conv3d(inp, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, co
 
 def _conv_transpose_nd(op, nd, inp, weight, bias, stride, padding, output_padding, dilation, groups, conv_mode):
     _conv_mode(conv_mode, op)
-    inp, weight = _t(inp), _t(weight)
+    inp, weight = _t(inp, op=op), _t(weight, op=op)
     _ndim(inp, nd + 2, op)
     _float(inp, op)
     _float(weight, op, "weight")
@@ -317,7 +331,7 @@ def conv_transpose2d(inp, weight, bias=None, stride=1, padding=0, output_padding
         stride, padding, output_padding, dilation: int or pair.
         groups: number of channel groups.
         conv_mode: only ``"cross_correlation"``.
-        compute_mode: accepted for compatibility.
+        compute_mode: ``"default"`` or ``"float32"``, checked as MegEngine checks it (XLA picks the accumulation).
 
     Returns:
         output ``(N, O, OH, OW)`` with ``OH = (H-1)*SH - 2*PH + DH*(KH-1) + 1 + output_padding``.
@@ -327,6 +341,8 @@ def conv_transpose2d(inp, weight, bias=None, stride=1, padding=0, output_padding
         (1, 3, 9, 9)
     """
     output_padding = _megengine_output_padding_2d(output_padding, "conv_transpose2d")
+    if compute_mode != "default":
+        _compute_mode(compute_mode, "conv_transpose2d")
     return _conv_transpose_nd("conv_transpose2d", 2, inp, weight, bias, stride, padding, output_padding,
                               dilation, groups, conv_mode)
 
@@ -382,7 +398,7 @@ def local_conv2d(inp, weight, bias=None, stride=1, padding=0, dilation=1, conv_m
     """
     op = "local_conv2d"
     _conv_mode(conv_mode, op)
-    inp, weight = _t(inp), _t(weight)
+    inp, weight = _t(inp, op=op), _t(weight, op=op)
     _ndim(inp, 4, op, layout="(N, C, H, W)")
     # (integer / bool operands become float32, as a convolution's: MegEngine 1.13 computes local_conv2d of an int32
     # input with a float weight)
@@ -404,7 +420,7 @@ def local_conv2d(inp, weight, bias=None, stride=1, padding=0, dilation=1, conv_m
     if out != w7[1:3]:
         raise OpError(f"{op}: weight {weight.shape} is for a {w7[1:3]} output, but the input gives {out}")
     y = _apply(_N.local_conv.bind(stride=s, padding=p, dilation=d), inp, weight)
-    return y if bias is None else y + _t(bias)
+    return y if bias is None else y + _t(bias, op=op)
 
 
 def deformable_conv2d(inp, weight, offset, mask, bias=None, stride=1, padding=0, dilation=1, groups=1,
@@ -424,7 +440,7 @@ def deformable_conv2d(inp, weight, offset, mask, bias=None, stride=1, padding=0,
         stride, padding, dilation: int or pair.
         groups: number of channel groups.
         conv_mode: only ``"cross_correlation"``.
-        compute_mode: accepted for compatibility.
+        compute_mode: ``"default"`` or ``"float32"``, checked as MegEngine checks it (XLA picks the accumulation).
 
     Returns:
         output ``(N, O, OH, OW)``.
@@ -437,7 +453,9 @@ def deformable_conv2d(inp, weight, offset, mask, bias=None, stride=1, padding=0,
     """
     op = "deformable_conv2d"
     _conv_mode(conv_mode, op)
-    inp, weight, offset, mask = _t(inp), _t(weight), _t(offset), _t(mask)
+    if compute_mode != "default":
+        _compute_mode(compute_mode, op)
+    inp, weight, offset, mask = _t(inp, op=op), _t(weight, op=op), _t(offset, op=op), _t(mask, op=op)
     _ndim(inp, 4, op, layout="(N, C, H, W)")
     for x, what in ((inp, "input"), (weight, "weight"), (offset, "offset"), (mask, "mask")):
         _float(x, op, what)
@@ -475,7 +493,7 @@ def region_restricted_conv(inp, weight, rin, rout, bias=None, stride=1, padding=
         stride, padding, dilation: int or pair.
         groups: number of channel groups.
         conv_mode: only ``"cross_correlation"``.
-        compute_mode: accepted for compatibility.
+        compute_mode: ``"default"`` or ``"float32"``, checked as MegEngine checks it (XLA picks the accumulation).
 
     Returns:
         output ``(N, O, OH, OW)``.
@@ -488,7 +506,7 @@ def region_restricted_conv(inp, weight, rin, rout, bias=None, stride=1, padding=
     """
     op = "region_restricted_conv"
     _conv_mode(conv_mode, op)
-    inp, weight, rin, rout = _t(inp), _t(weight), _t(rin), _t(rout)
+    inp, weight, rin, rout = _t(inp, op=op), _t(weight, op=op), _t(rin, op=op), _t(rout, op=op)
     _ndim(inp, 4, op, layout="(N, C, H, W)")
     _float(inp, op)
     _float(weight, op, "weight")
@@ -513,7 +531,7 @@ def linear(inp, weight, bias=None, compute_mode="default"):
         inp: input ``(..., in_features)``.
         weight: ``(out_features, in_features)``.
         bias: optional ``(out_features,)``.
-        compute_mode: accepted for compatibility.
+        compute_mode: ``"default"`` or ``"float32"``, checked as MegEngine checks it (XLA picks the accumulation).
 
     Returns:
         output ``(..., out_features)``.
@@ -522,7 +540,9 @@ def linear(inp, weight, bias=None, compute_mode="default"):
         >>> F.linear(F.ones((2, 3)), F.ones((4, 3))).shape
         (2, 4)
     """
-    inp, weight = _t(inp), _t(weight)
+    if compute_mode != "default":
+        _compute_mode(compute_mode, "linear", any_name=True)
+    inp, weight = _t(inp, op="linear"), _t(weight, op="linear")
     if _amp.enabled:  # autocast: compute in low precision, as MegEngine's amp
         inp, weight, bias = _amp.low(inp, weight, bias)
     if weight.ndim != 2 or inp.ndim < 1 or _lazy.dim(inp, -1) != weight.shape[1]:  # (``f[fg]``: no count read)
@@ -532,13 +552,13 @@ def linear(inp, weight, bias=None, compute_mode="default"):
         from .math import matmul
         out = matmul(inp, weight, transpose_b=True)
         return out if bias is None else out + bias
-    args = (inp, weight) if bias is None else (inp, weight, _t(bias))
+    args = (inp, weight) if bias is None else (inp, weight, _t(bias, op="linear"))
     return _apply(_L.linear.bind(), *args)
 
 
 # ---- pooling ----------------------------------------------------------------------------------------------------
 def _pool_args(op, inp, kernel_size, stride, padding, padding_counts=False):
-    inp = _t(inp)
+    inp = _t(inp, op=op)
     _ndim(inp, 4, op, layout="NCHW")
     k = _positive(_tuple(kernel_size, 2, "kernel_size", op), "kernel_size", op)
     s = k if stride is None else _positive(_tuple(stride, 2, "stride", op), "stride", op)
@@ -607,7 +627,7 @@ def avg_pool2d(inp, kernel_size, stride=None, padding=0, mode="average_count_exc
 
 
 def _adaptive(op, inp, oshp, kind):
-    inp = _t(inp)
+    inp = _t(inp, op=op)
     _ndim(inp, 4, op, layout="NCHW")
     oshp = _positive(_tuple(oshp, 2, "oshp", op), "oshp", op)
     if oshp[0] > inp.shape[2] or oshp[1] > inp.shape[3]:
@@ -661,9 +681,14 @@ def _softmax_axis(op, inp, axis):
     if axis is None:
         # MegEngine's rule (``_get_softmax_axis``): axis 0 for 0-, 1- and 3-D inputs, else 1.
         return 0 if inp.ndim in (0, 1, 3) else 1
-    axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
+    try:
+        axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
+    except TypeError:
+        axes = (axis,)
     nd = max(inp.ndim, 1)
     for a in axes:
+        if isinstance(a, bool) or not isinstance(a, (int, np.integer)):  # (MegEngine: "Unable to cast")
+            raise OpError(f"{op}: axis must be an int, got {axis!r}")
         if not -nd <= int(a) < nd:
             raise OpError(f"{op}: axis {a} is out of range for a tensor of shape {inp.shape}")
     axes = tuple(sorted(int(a) % nd for a in axes))
@@ -685,7 +710,7 @@ def softmax(inp, axis=None):
         array([[0.5, 0.5],
                [0.5, 0.5]], dtype=float32)
     """
-    inp = _t(inp)
+    inp = _t(inp, op="softmax")
     _float(inp, "softmax")
     axis = _softmax_axis("softmax", inp, axis)
     if inp.ndim == 0:  # MegEngine's softmax of a 0-d tensor is that of one element (its kernel sees shape (1,))
@@ -707,10 +732,10 @@ def logsoftmax(inp, axis):
         >>> F.logsoftmax(Tensor([[0., 0.]]), 1).numpy()  # log(1/2)
         array([[-0.6931472, -0.6931472]], dtype=float32)
     """
-    inp = _t(inp)
+    inp = _t(inp, op="logsoftmax")
     _float(inp, "logsoftmax")
     if axis is None:
-        raise OpError("logsoftmax: axis is required")
+        raise AssertedOpError("logsoftmax: axis is required")  # (MegEngine asserts it, in its logsumexp)
     if _amp.enabled:  # autocast: float32, as MegEngine's ``x - logsumexp(x)`` (its logsumexp computes in float32)
         inp, = _amp.up(inp)
     axis = _softmax_axis("logsoftmax", inp, axis)
@@ -737,7 +762,7 @@ def leaky_relu(inp, negative_slope=0.01):
         >>> F.leaky_relu(Tensor([-1., 1.]), 0.1).numpy()
         array([-0.1,  1. ], dtype=float32)
     """
-    inp = _t(inp)  # (the slope an input: one kernel for every value -- core/ops/elemwise.py)
+    inp = _t(inp, op="leaky_relu")  # (the slope an input: one kernel for every value -- core/ops/elemwise.py)
     slope = float(negative_slope)
     return _apply(_E.leaky_relu.bind(), inp, _scalar(slope, inp.dtype if is_float(inp.dtype) else _F32))
 
@@ -758,8 +783,8 @@ def prelu(x, y):
         >>> F.prelu(Tensor([-1., 1.]), Tensor([0.25])).numpy()
         array([-0.25,  1.  ], dtype=float32)
     """
-    inp = _t(x)
-    weight = _t(y, inp)  # a Python slope takes the input's dtype (float16 stays float16), as MegEngine's
+    inp = _t(x, op="prelu")
+    weight = _t(y, inp, op="prelu")  # a Python slope takes the input's dtype (float16 stays float16), as MegEngine's
     try:
         np.broadcast_shapes(inp.shape, weight.shape)
         broadcasts = True
@@ -788,7 +813,7 @@ def one_hot(inp, num_classes, dtype=None):
         array([[0, 1, 0],
                [0, 0, 1]], dtype=int32)
     """
-    inp = _t(inp)
+    inp = _t(inp, op="one_hot")
     if inp.dtype.kind not in "iu":
         raise OpError(f"one_hot: labels must be integers, got {inp.dtype}")
     if int(num_classes) < 1:
@@ -819,7 +844,7 @@ def embedding(inp, weight, padding_idx=None, max_norm=None, norm_type=None):
         raise OpError("embedding: padding_idx is not supported (as in MegEngine)")
     if max_norm is not None or norm_type is not None:
         raise OpError("embedding: weight normalisation (max_norm, norm_type) is not supported (as in MegEngine)")
-    inp, weight = _t(inp), _t(weight)
+    inp, weight = _t(inp, op="embedding"), _t(weight, op="embedding")
     if inp.dtype.kind not in "iu":
         raise OpError(f"embedding: indices must be integers, got {inp.dtype}")
     _ndim(weight, 2, "embedding", "weight", "(num_embeddings, dim)")
@@ -844,7 +869,7 @@ def _shaped(t, shape):
 
 
 def _bn(op, inp, running_mean, running_var, weight, bias, training, momentum, eps, eps_mode, inplace):
-    inp = _t(inp)
+    inp = _t(inp, op=op)
     if _amp.enabled and is_float(inp.dtype):
         # autocast (MegEngine's rule): the input in low precision, the statistics and affine parameters in
         # high precision; the primitive computes in float32 and returns the input's dtype (conv -> BN -> ReLU
@@ -856,8 +881,8 @@ def _bn(op, inp, running_mean, running_var, weight, bias, training, momentum, ep
     c = inp.shape[1]
     for name, t in (("running_mean", running_mean), ("running_var", running_var), ("weight", weight),
                     ("bias", bias)):
-        if t is not None and _t(t).size != c:
-            raise OpError(f"{op}: {name} must have {c} elements (shape {shape}), got shape {_t(t).shape}")
+        if t is not None and _t(t, op=op).size != c:
+            raise OpError(f"{op}: {name} must have {c} elements (shape {shape}), got shape {_t(t, op=op).shape}")
     if eps_mode not in ("additive", "max"):
         raise OpError(f"{op}: eps_mode must be 'additive' or 'max', got {eps_mode!r}")
     if not training and (running_mean is None or running_var is None):
@@ -885,10 +910,10 @@ def _bn(op, inp, running_mean, running_var, weight, bias, training, momentum, ep
     n = inp.size // c
     new_mean = new_var = None
     if running_mean is not None:
-        rm = _t(running_mean)
+        rm = _t(running_mean, op=op)
         new_mean = rm * momentum + _T.reshape(mean, rm.shape).astype(rm.dtype) * (1 - momentum)
     if running_var is not None:
-        rv = _t(running_var)
+        rv = _t(running_var, op=op)
         new_var = rv * momentum + _T.reshape(var, rv.shape).astype(rv.dtype) * _N.unbiased_factor(momentum, n)
     if not inplace:
         return out, new_mean, new_var
@@ -970,7 +995,7 @@ def _affine_args(op, affine, weight, bias, shape):
         return ()
     if weight is None or bias is None:
         raise OpError(f"{op}: affine=True needs both weight and bias")
-    weight, bias = _t(weight), _t(bias)
+    weight, bias = _t(weight, op=op), _t(bias, op=op)
     for name, t in (("weight", weight), ("bias", bias)):
         if t.size != math.prod(shape):  # (Python ints: ~15x cheaper than np.prod, on every layer_norm)
             raise OpError(f"{op}: {name} must have shape {tuple(shape)}, got {t.shape}")
@@ -994,7 +1019,7 @@ def layer_norm(inp, normalized_shape, affine, weight=None, bias=None, eps=1e-5):
         >>> F.layer_norm(Tensor([[1., 3.]]), 2, affine=False).numpy()
         array([[-0.999995,  0.999995]], dtype=float32)
     """
-    inp = _t(inp)
+    inp = _t(inp, op="layer_norm")
     ns = (int(normalized_shape),) if isinstance(normalized_shape, (int, np.integer)) else tuple(
         int(s) for s in normalized_shape)
     if not ns or inp.shape[inp.ndim - len(ns):] != ns or len(ns) > inp.ndim:
@@ -1027,7 +1052,7 @@ def group_norm(inp, num_groups, affine, weight=None, bias=None, eps=1e-5):
 
 
 def _group_norm(inp, num_groups, affine, weight, bias, eps, op):
-    inp = _t(inp)
+    inp = _t(inp, op=op)
     _stat_shape(inp, op)
     _float(inp, op)
     num_groups = int(num_groups)
@@ -1057,7 +1082,7 @@ def instance_norm(inp, affine, weight=None, bias=None, eps=1e-5):
         >>> F.instance_norm(F.ones((2, 4, 3, 3)), affine=False).shape
         (2, 4, 3, 3)
     """
-    inp = _t(inp)
+    inp = _t(inp, op="instance_norm")
     _stat_shape(inp, "instance_norm")
     return _group_norm(inp, inp.shape[1], affine, weight, bias, eps, "instance_norm")
 
@@ -1080,7 +1105,7 @@ def general_norm(inp, normalized_axis, affine=True, weight=None, bias=None, eps=
         >>> F.general_norm(x, (0, 2), True, F.ones((2, 4)), F.zeros((2, 4))).shape
         (2, 3, 4)
     """
-    inp = _t(inp)
+    inp = _t(inp, op="general_norm")
     axes = (normalized_axis,) if isinstance(normalized_axis, (int, np.integer)) else tuple(normalized_axis)
     if not axes or any(not -inp.ndim <= int(a) < inp.ndim for a in axes):
         raise OpError(f"general_norm: bad normalized_axis {normalized_axis!r} for a tensor of shape {inp.shape}")
@@ -1108,7 +1133,7 @@ def local_response_norm(inp, kernel_size=5, k=2.0, alpha=1e-4, beta=0.75):
         >>> F.local_response_norm(Tensor([[[[1.]]]]), 3, k=1.0).numpy()  # 1 / (1 + 1e-4) ** 0.75
         array([[[[0.999925]]]], dtype=float32)
     """
-    inp = _t(inp)
+    inp = _t(inp, op="local_response_norm")
     _stat_shape(inp, "local_response_norm")
     _float(inp, "local_response_norm")
     kernel_size = int(kernel_size)
@@ -1141,7 +1166,7 @@ def dropout(inp, drop_prob, training=True):
     if not 0 <= drop_prob < 1:
         # (MegEngine asserts it: an AssertionError too)
         raise AssertedOpError(f"dropout: drop_prob must be in [0, 1), got {drop_prob}")
-    inp = _t(inp)
+    inp = _t(inp, op="dropout")
     if not training or drop_prob == 0:
         return inp
     _float(inp, "dropout")
@@ -1164,7 +1189,7 @@ def pixel_shuffle(inp, upscale_factor):
         array([[0., 2., 1., 3.],
                [4., 6., 5., 7.]], dtype=float32)
     """
-    inp = _t(inp)
+    inp = _t(inp, op="pixel_shuffle")
     r = int(upscale_factor)
     if inp.ndim < 3:
         raise OpError(f"pixel_shuffle: input must be at least 3-D (..., C, H, W), got shape {inp.shape}")
@@ -1199,7 +1224,7 @@ def sliding_window(inp, kernel_size, padding=0, stride=1, dilation=1):
         (1, 1, 2, 2, 2, 2)
     """
     op = "sliding_window"
-    inp = _t(inp)
+    inp = _t(inp, op=op)
     _ndim(inp, 4, op, layout="(N, C, H, W)")
     k, p, s, d = _window_args(op, kernel_size, padding, stride, dilation)
     _out_size(inp.shape[2:], k, s, p, d, op)
@@ -1222,7 +1247,7 @@ def sliding_window_transpose(inp, output_size, kernel_size, padding=0, stride=1,
         array([2., 4., 4., 2.], dtype=float32)
     """
     op = "sliding_window_transpose"
-    inp = _t(inp)
+    inp = _t(inp, op=op)
     _ndim(inp, 6, op, layout="(N, C, OH, OW, KH, KW)")
     size = _positive(_tuple(output_size, 2, "output_size", op), "output_size", op)
     k, p, s, d = _window_args(op, kernel_size, padding, stride, dilation)
@@ -1253,7 +1278,7 @@ def pad(src, pad_width, mode="constant", constant_value=0.0):
         >>> F.nn.pad(Tensor([1., 2.]), ((1, 0), (5, 5))).numpy()  # a pair beyond the axes: ignored
         array([0., 1., 2.], dtype=float32)
     """
-    src = _t(src)
+    src = _t(src, op="pad")
     try:
         pw = tuple((int(a), int(b)) for a, b in pad_width)
     except (TypeError, ValueError):
@@ -1273,8 +1298,11 @@ def pad(src, pad_width, mode="constant", constant_value=0.0):
     pw = pw[:src.ndim] + ((0, 0),) * (src.ndim - len(pw))  # the pairs given pad the leading axes, the rest none
     mode = str(mode).lower()
     if mode not in ("constant", "reflect", "replicate", "edge"):
-        raise OpError(f"pad: unknown mode {mode!r}")
-    value = float(constant_value)
+        raise AssertedOpError(f"pad: unknown mode {mode!r}")  # (MegEngine asserts the mode)
+    try:
+        value = float(constant_value)
+    except (TypeError, ValueError):  # (MegEngine's parameter binding: RuntimeError, "Unable to cast")
+        raise OpError(f"pad: constant_value must be a number, got {constant_value!r}") from None
     if mode != "constant":  # (the value unused: one op whatever it is)
         out = _apply(_S.pad.bind(pad_width=pw, mode=mode, constant_value=0.0), src)
     elif is_float(src.dtype) or src.dtype.kind in "iu":
@@ -1337,7 +1365,7 @@ def multi_head_attention(query, key, value, embed_dim, num_heads, attn_drop, out
     from .math import matmul
     from .tensor import concat, zeros, broadcast_to, expand_dims, squeeze
     op = "multi_head_attention"
-    query, key, value = _t(query), _t(key), _t(value)
+    query, key, value = _t(query, op=op), _t(key, op=op), _t(value, op=op)
     unbatched = query.ndim == 2
     if unbatched:
         query, key, value = (expand_dims(t, 0) for t in (query, key, value))
@@ -1365,7 +1393,7 @@ def multi_head_attention(query, key, value, embed_dim, num_heads, attn_drop, out
     if total:
         if io_weight_bias is None:
             raise OpError(f"{op}: io_weight_bias is required ({total} parameters)")
-        flat = _T.flatten(_t(io_weight_bias))
+        flat = _T.flatten(_t(io_weight_bias, op=op))
         if flat.size != total:
             raise OpError(f"{op}: io_weight_bias has {flat.size} elements, expected {total} for the given "
                           f"projection sizes and bias flags")
@@ -1390,8 +1418,8 @@ def multi_head_attention(query, key, value, embed_dim, num_heads, attn_drop, out
     if bias_k is not None or bias_v is not None:
         if bias_k is None or bias_v is None:
             raise OpError(f"{op}: bias_k and bias_v must be given together")
-        k = concat([k, broadcast_to(_T.reshape(_t(bias_k), (1, 1, kd)), (n, 1, kd))], axis=1)
-        v = concat([v, broadcast_to(_T.reshape(_t(bias_v), (1, 1, vd)), (n, 1, vd))], axis=1)
+        k = concat([k, broadcast_to(_T.reshape(_t(bias_k, op=op), (1, 1, kd)), (n, 1, kd))], axis=1)
+        v = concat([v, broadcast_to(_T.reshape(_t(bias_v, op=op), (1, 1, vd)), (n, 1, vd))], axis=1)
         extra += 1
     if add_zero_attn:
         k = concat([k, zeros((n, 1, kd), dtype=k.dtype)], axis=1)
@@ -1409,7 +1437,7 @@ def multi_head_attention(query, key, value, embed_dim, num_heads, attn_drop, out
 
     def additive(mask, what, ndims):
         """A float mask to add to the scores, its key axis padded for bias_k/zero-attention columns."""
-        mask = _t(mask)
+        mask = _t(mask, op=op)
         if mask.ndim not in ndims or mask.shape[-1] != s_len:
             raise OpError(f"{op}: {what} of shape {mask.shape} does not fit {ndims}-D masks over {s_len} keys")
         m = mask.astype(scores.dtype) * neg if mask.dtype.kind in "biu" else mask.astype(scores.dtype)
@@ -1424,7 +1452,7 @@ def multi_head_attention(query, key, value, embed_dim, num_heads, attn_drop, out
     if attn_mask is not None:
         am = additive(attn_mask, "attn_mask", (2, 3))
         if am.ndim == 3 and am.shape[0] not in (1, n * h) or am.shape[-2] != lq:
-            raise OpError(f"{op}: attn_mask must be (L, S) or (N*num_heads, L, S), got {_t(attn_mask).shape}")
+            raise OpError(f"{op}: attn_mask must be (L, S) or (N*num_heads, L, S), got {_t(attn_mask, op=op).shape}")
         scores = scores + am
     if key_padding_mask is not None:
         km = additive(key_padding_mask, "key_padding_mask", (1, 2) if unbatched else (2,))
@@ -1485,7 +1513,7 @@ def deformable_psroi_pooling(inp, rois, trans, no_trans, part_size, pooled_h, po
     """
     from ..core.ops import psroi as _P
     op = "deformable_psroi_pooling"
-    inp, rois, trans = _t(inp), _t(rois), _t(trans)
+    inp, rois, trans = _t(inp, op=op), _t(rois, op=op), _t(trans, op=op)
     if inp.ndim != 4 or not is_float(inp.dtype):
         raise OpError(f"{op}: expected float (N, C, H, W) features, got {inp.shape} {inp.dtype}")
     if rois.ndim != 2 or rois.shape[1] != 5:

@@ -108,7 +108,7 @@ def astype(x, dtype):
         >>> F.astype(Tensor([1.7]), "int32").numpy()
         array([1], dtype=int32)
     """
-    x = _t(x)
+    x = _t(x, op="astype")
     quantized = _is_quantized_dtype(dtype)
     source = _quantized_source(x)
     if quantized or source is not None:
@@ -226,7 +226,7 @@ def reshape(inp, target_shape):
         >>> F.reshape(F.arange(12), (3, -1)).shape
         (3, 4)
     """
-    inp = _t(inp)
+    inp = _t(inp, op="reshape")
     kept = _lazy.kept_rows(inp, target_shape)
     if kept is not None:  # (auto-jit's selection in place, its rows kept: ``y.reshape(n, -1)``, no count read)
         return keep_qparams(_apply(_S.reshape.bind(shape=kept), inp), inp)
@@ -251,7 +251,7 @@ def flatten(inp, start_axis=0, end_axis=-1):
         >>> F.flatten(F.ones((2, 3, 4)), 1).shape
         (2, 12)
     """
-    inp = _t(inp)
+    inp = _t(inp, op="flatten")
     if inp.ndim == 0:
         return reshape(inp, (1,))
     s, e = _axis("flatten", inp.ndim, start_axis), _axis("flatten", inp.ndim, end_axis)
@@ -275,7 +275,7 @@ def transpose(inp, pattern):
         >>> F.transpose(F.ones((2, 3)), (1, 'x', 0)).shape
         (3, 1, 2)
     """
-    inp = _t(inp)
+    inp = _t(inp, op="transpose")
     pattern = tuple(pattern)
     real = tuple(p for p in pattern if not (isinstance(p, str) and p == "x"))
     if any(isinstance(p, str) for p in real) or sorted(real) != list(range(inp.ndim)):
@@ -301,7 +301,7 @@ def swapaxes(inp, axis1, axis2):
         >>> F.swapaxes(F.ones((2, 3)), 0, 1).shape
         (3, 2)
     """
-    inp = _t(inp)
+    inp = _t(inp, op="swapaxes")
     a, b = _axis("swapaxes", inp.ndim, axis1), _axis("swapaxes", inp.ndim, axis2)
     perm = list(range(inp.ndim))
     perm[a], perm[b] = perm[b], perm[a]
@@ -322,7 +322,7 @@ def broadcast_to(inp, shape):
         >>> F.broadcast_to(Tensor([1., 2.]), (3, 2)).shape
         (3, 2)
     """
-    inp = _t(inp)
+    inp = _t(inp, op="broadcast_to")
     if isinstance(shape, (tuple, list)) and any(d is None for d in shape):
         # MegEngine: None keeps the input's size on that (right-aligned) axis: broadcast_to(x, (2, None, 4))
         lead = len(shape) - inp.ndim
@@ -355,7 +355,7 @@ def expand_dims(inp, axis):
         >>> F.expand_dims(Tensor([1., 2.]), (0, 2)).shape
         (1, 2, 1)
     """
-    inp = _t(inp)
+    inp = _t(inp, op="expand_dims")
     if isinstance(axis, Tensor):  # MegEngine reads a tensor's value (a 0-d one is one axis)
         axis = axis.numpy().tolist()
     axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
@@ -387,7 +387,7 @@ def squeeze(inp, axis=None):
         >>> F.squeeze(F.ones((1, 2, 1)), 2).shape
         (1, 2)
     """
-    inp = _t(inp)
+    inp = _t(inp, op="squeeze")
     if axis is None:
         axes = tuple(i for i, s in enumerate(inp.shape) if s == 1)
     else:
@@ -413,7 +413,7 @@ def concat(inps, axis=0, device=None):
         >>> F.concat([F.ones((1, 2)), F.zeros((2, 2))]).shape
         (3, 2)
     """
-    inps = [_t(x) for x in inps]
+    inps = [_t(x, op="concat") for x in inps]
     if not inps:
         raise OpError("concat: needs at least one tensor")
     # MegEngine stores a 0-d tensor as one element: concatenating scalars (or scalars with 1-d tensors) gives
@@ -466,7 +466,7 @@ def stack(inps, axis=0, device=None):
         >>> F.stack([Tensor([1., 2.]), Tensor([3., 4.])], axis=1).shape
         (2, 2)
     """
-    inps = [_t(x) for x in inps]
+    inps = [_t(x, op="stack") for x in inps]
     if not inps:
         raise OpError("stack: needs at least one tensor")
     # (the shapes compared as known: stacking a selection's indices reads no count)
@@ -494,7 +494,7 @@ def split(inp, nsplits_or_sections, axis=0):
         >>> [t.shape for t in F.split(F.ones((5, 2)), 2)]
         [(3, 2), (2, 2)]
     """
-    inp = _t(inp)
+    inp = _t(inp, op="split")
     axis = _axis("split", inp.ndim, axis)
     size = _lazy.dim(inp, axis)  # (a selection split along another axis: no count read)
     if isinstance(nsplits_or_sections, Tensor):  # MegEngine reads a tensor's value: a 0-d one is a count
@@ -530,7 +530,7 @@ def flip(inp, axis):
         >>> F.flip(Tensor([1., 2., 3.]), 0).numpy()
         array([3., 2., 1.], dtype=float32)
     """
-    inp = _t(inp)
+    inp = _t(inp, op="flip")
     return keep_qparams(_apply(_S.flip.bind(axis=_axes("flip", inp.ndim, axis)), inp), inp)
 
 
@@ -549,7 +549,7 @@ def roll(inp, shift, axis=None):
         >>> F.roll(Tensor([1., 2., 3., 4.]), 1).numpy()
         array([4., 1., 2., 3.], dtype=float32)
     """
-    inp = _t(inp)
+    inp = _t(inp, op="roll")
     if axis is None:
         shifts = _ints("roll", "shift", shift)
         if len(shifts) != 1:
@@ -583,7 +583,7 @@ def tile(inp, reps):
     reps = _ints("tile", "reps", reps)
     if any(r < 0 for r in reps):
         raise OpError(f"tile: reps must be non-negative, got {reps}")
-    return keep_qparams(_apply(_S.tile.bind(reps=reps), _t(inp)), inp)
+    return keep_qparams(_apply(_S.tile.bind(reps=reps), _t(inp, op="tile")), inp)
 
 
 def repeat(inp, repeats, axis=None):
@@ -601,7 +601,7 @@ def repeat(inp, repeats, axis=None):
         >>> F.repeat(Tensor([[1., 2.]]), 2, axis=1).numpy()
         array([[1., 1., 2., 2.]], dtype=float32)
     """
-    inp = _t(inp)
+    inp = _t(inp, op="repeat")
     if isinstance(repeats, Tensor) and repeats.size == 1 and np.issubdtype(repeats.dtype, np.integer):
         # MegEngine accepts a one-element Tensor; the output shape depends on it, so it is read on the host
         # (inside a trace the read is a guard: another value records again)
@@ -626,7 +626,7 @@ def copy(inp, device=None):
         >>> F.copy(Tensor([1.])).numpy()
         array([1.], dtype=float32)
     """
-    inp = _t(inp)
+    inp = _t(inp, op="copy")
     return keep_qparams(inp.to(device) if device is not None else _apply(_S.copy.bind(), inp), inp)
 
 
@@ -645,7 +645,7 @@ def cumsum(inp, axis):
         array([[ 1,  3,  6],
                [ 4,  9, 15]], dtype=int32)
     """
-    inp = _t(inp)
+    inp = _t(inp, op="cumsum")
     if inp.ndim == 0:
         _axis("cumsum", 1, axis)  # (0 or -1, as of a vector)
         inp = reshape(inp, (1,))
@@ -772,7 +772,7 @@ def full_like(inp, value):
 
 
 def _full_like(inp, value, as_input):
-    inp = _t(inp)
+    inp = _t(inp, op="full_like")
     if _QPARAMS_SEEN[0] and _quantized_source(inp) is not None:
         # a quantized tensor: the fill value quantized in its dtype (MegEngine 1.13 fills 0 whatever the value)
         filled = _apply(_S.full_like.bind(value=float(value)), _apply(_E.astype.bind(dtype="float32"), inp))
@@ -937,7 +937,7 @@ def diag(inp, k=0):
         array([[1., 0.],
                [0., 2.]], dtype=float32)
     """
-    inp = _t(inp)
+    inp = _t(inp, op="diag")
     if inp.ndim not in (1, 2):
         raise OpError(f"diag: input must be 1-D or 2-D, got shape {inp.shape}")
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
@@ -964,7 +964,7 @@ def meshgrid(*inputs, indexing="xy"):
         raise OpError(f"meshgrid: indexing must be 'xy' or 'ij', got {indexing!r}")
     if len(inputs) == 1 and isinstance(inputs[0], (list, tuple)):
         inputs = inputs[0]
-    inputs = [_t(x) for x in inputs]
+    inputs = [_t(x, op="meshgrid") for x in inputs]
     for x in inputs:
         if x.ndim != 1:
             raise OpError(f"meshgrid: inputs must be 1-D, got shape {x.shape}")
@@ -990,7 +990,7 @@ def complex(real, imag):
         >>> F.complex(Tensor([1.]), Tensor([2.])).numpy()
         array([1.+2.j], dtype=complex64)
     """
-    real, imag = _t(real), _t(imag)
+    real, imag = _t(real, op="complex"), _t(imag, op="complex")
     for x in (real, imag):
         if x.dtype.kind == "c":
             raise OpError(f"complex: real and imag must be real tensors, got {x.dtype}")
@@ -1010,7 +1010,7 @@ def real(complex):
         >>> F.real(F.complex(Tensor([1.]), Tensor([2.]))).numpy()
         array([1.], dtype=float32)
     """
-    return _U["real"](_t(complex))
+    return _U["real"](_t(complex, op="real"))
 
 
 def imag(complex):
@@ -1026,7 +1026,7 @@ def imag(complex):
         >>> F.imag(F.complex(Tensor([1.]), Tensor([2.]))).numpy()
         array([2.], dtype=float32)
     """
-    return _U["imag"](_t(complex))
+    return _U["imag"](_t(complex, op="imag"))
 
 
 def polar(abs, angle):
@@ -1043,13 +1043,13 @@ def polar(abs, angle):
         >>> F.polar(Tensor([2.]), Tensor([0.])).numpy()
         array([2.+0.j], dtype=complex64)
     """
-    abs, angle = _t(abs), _t(angle)
+    abs, angle = _t(abs, op="polar"), _t(angle, op="polar")
     return complex(_B["mul"](abs, _U["cos"](angle)), _B["mul"](abs, _U["sin"](angle)))
 
 
 # ---- selection -------------------------------------------------------------------------------------------------
 def _index_tensor(op, index):
-    index = _t(index)
+    index = _t(index, op=op)
     if index.dtype.kind not in "iu":
         raise OpError(f"{op}: index must be an integer tensor, got {index.dtype}")
     return index
@@ -1072,7 +1072,7 @@ def gather(inp, axis, index):
         array([[2.],
                [3.]], dtype=float32)
     """
-    inp, index = _t(inp), _index_tensor("gather", index)
+    inp, index = _t(inp, op="gather"), _index_tensor("gather", index)
     if index.ndim != inp.ndim:
         raise OpError(f"gather: index rank {index.ndim} must equal input rank {inp.ndim}")
     axis = _axis("gather", inp.ndim, axis)
@@ -1105,7 +1105,7 @@ def scatter(inp, axis, index, source):
         array([[0., 5.],
                [6., 0.]], dtype=float32)
     """
-    inp, index, source = _t(inp), _index_tensor("scatter", index), _t(source)
+    inp, index, source = _t(inp, op="scatter"), _index_tensor("scatter", index), _t(source, op="scatter")
     if not inp.ndim == index.ndim == source.ndim:
         raise OpError(f"scatter: input {inp.shape}, index {index.shape} and source {source.shape} must have the "
                       f"same rank")
@@ -1139,7 +1139,7 @@ def indexing_one_hot(src, index, axis=1, keepdims=False):
         >>> F.indexing_one_hot(Tensor([[1., 2.], [3., 4.]]), Tensor([1., 0.])).numpy()
         array([2., 3.], dtype=float32)
     """
-    src, index = _t(src), _t(index)
+    src, index = _t(src, op="indexing_one_hot"), _t(index, op="indexing_one_hot")
     if index.dtype.kind not in "iu":  # (MegEngine: ``convert_single_value(index, dtype="int32")``)
         index = index.astype("int32")
     axis = _axis("indexing_one_hot", src.ndim, axis)
@@ -1174,7 +1174,7 @@ def cond_take(mask, x):
     Example:
         >>> v, i = F.cond_take(Tensor([True, False, True]), Tensor([1., 2., 3.]))  # [1., 3.], [0, 2]
     """
-    mask, x = _t(mask), _t(x)
+    mask, x = _t(mask, op="cond_take"), _t(x, op="cond_take")
     if {mask.shape, x.shape} == {(), (1,)}:
         # (MegEngine takes a 0-d shape as (1,): a 0-d mask selects from one element, and the other way round --
         # megengine_fuzz seed 17)
@@ -1267,11 +1267,11 @@ def where(mask, x, y):
         >>> F.where(Tensor([True, False]), Tensor([1., 2.]), Tensor([3., 4.])).numpy()
         array([1., 4.], dtype=float32)
     """
-    mask = _t(mask)
+    mask = _t(mask, op="where")
     if mask.dtype != np.bool_:
         raise OpError(f"where: mask must be bool, got {mask.dtype}")
     if not isinstance(x, Tensor) and isinstance(y, Tensor):
-        x = _t(x, y)
-    x = _t(x)
-    y = _t(y, x)
+        x = _t(x, y, op="where")
+    x = _t(x, op="where")
+    y = _t(y, x, op="where")
     return _apply(_E.where.bind(), mask, x, y)

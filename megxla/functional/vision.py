@@ -79,7 +79,7 @@ def interpolate(inp, size=None, scale_factor=None, mode="bilinear", align_corner
         array([0.        , 0.33333334, 0.6666667 , 1.        ], dtype=float32)
     """
     op = "interpolate"
-    inp = _t(inp)
+    inp = _t(inp, op=op)
     from .tensor import _through_float
     q = _through_float(inp, lambda x: interpolate(x, size, scale_factor, mode, align_corners))
     if q is not None:  # a quantized tensor: resampled in its quantized dtype (MegEngine)
@@ -194,7 +194,7 @@ def warp_perspective(inp, mat, out_shape, mat_idx=None, border_mode="replicate",
                  [ 9., 10.]]]], dtype=float32)
     """
     op = "warp_perspective"
-    inp, mat = _t(inp), _t(mat)
+    inp, mat = _t(inp, op=op), _t(mat, op=op)
     fmt = str(format).upper()
     if fmt not in ("NCHW", "NHWC"):
         raise OpError(f"{op}: format must be 'NCHW' or 'NHWC', got {format!r}")
@@ -202,7 +202,7 @@ def warp_perspective(inp, mat, out_shape, mat_idx=None, border_mode="replicate",
         raise OpError(f"{op}: input must be 4-D {fmt}, got shape {inp.shape}")
     # (megdnn's OpenCV kernel takes float32 and uint8 images; an int8 one goes through its float kernel)
     opencv = inp.dtype in (np.float32, np.float16, np.uint8)
-    if inp.dtype in (np.int8, np.uint8) and _interp(interp_mode, op) == "linear":
+    if inp.dtype in (np.int8, np.uint8) and _interp(interp_mode, op) in ("linear", "nearest"):
         return _eight_bit(inp, lambda x: _warp_perspective(x, mat, out_shape, mat_idx, border_mode, border_val, fmt,
                                                            interp_mode, opencv))
     return _warp_perspective(inp, mat, out_shape, mat_idx, border_mode, border_val, fmt, interp_mode, opencv)
@@ -218,14 +218,22 @@ def _warp_perspective(inp, mat, out_shape, mat_idx, border_mode, border_val, fmt
         raise OpError(f"{op}: mat must be (M, 3, 3), got shape {mat.shape}")
     idx = ()
     if mat_idx is not None:
-        mi = _t(mat_idx) if isinstance(mat_idx, Tensor) else Tensor(np.asarray(mat_idx, np.int32))
+        if isinstance(mat_idx, Tensor):
+            mi = mat_idx
+        else:
+            a = np.asarray(mat_idx, np.int32)
+            # (a Python index list is checked here, as MegEngine's kernel asserts ``idx < N_SRC``; a Tensor's
+            # values would need a read from the device, and XLA clamps them)
+            if a.size and (a.min() < 0 or a.max() >= inp.shape[0]):
+                raise OpError(f"{op}: mat_idx {mat_idx!r} indexes past the {inp.shape[0]} images")
+            mi = Tensor(a)
         if mi.shape != (mat.shape[0],) or mi.dtype.kind not in "iu":
             raise OpError(f"{op}: mat_idx must be ({mat.shape[0]},) integers, got {mi.shape}:{mi.dtype}")
         idx = (mi,)
     elif mat.shape[0] != inp.shape[0]:
         raise OpError(f"{op}: {mat.shape[0]} matrices for {inp.shape[0]} images (give mat_idx)")
     interp = _interp(interp_mode, op)
-    cv = opencv and fmt == "NHWC" and inp.shape[3] in (1, 3) and not idx and interp in ("linear", "nearest")
+    cv = opencv and fmt == "NHWC" and inp.shape[3] in (1, 2, 3) and not idx and interp in ("linear", "nearest")
     return _apply(_V.warp_perspective.bind(out_hw=_out_shape(out_shape, op), border_mode=_border(border_mode, op),
                                            border_val=float(border_val), interp=interp, nhwc=fmt == "NHWC", cv=cv),
                   inp, mat, *idx)
@@ -258,7 +266,7 @@ def warp_affine(inp, mat, out_shape, border_mode="replicate", border_val=0.0, fo
         array([3., 6., 6.], dtype=float32)
     """
     op = "warp_affine"
-    inp, mat = _t(inp), _t(mat)
+    inp, mat = _t(inp, op=op), _t(mat, op=op)
     fmt = str(format).upper()
     if fmt not in ("NCHW", "NHWC"):
         raise OpError(f"{op}: format must be 'NHWC' or 'NCHW', got {format!r}")
@@ -305,7 +313,7 @@ def remap(inp, map_xy, border_mode="replicate", scalar=0.0, interp_mode="linear"
                  [4., 4.]]]], dtype=float32)
     """
     op = "remap"
-    inp, map_xy = _t(inp), _t(map_xy)
+    inp, map_xy = _t(inp, op=op), _t(map_xy, op=op)
     if inp.ndim != 4:
         raise OpError(f"{op}: input must be 4-D NCHW, got shape {inp.shape}")
     if inp.dtype in (np.int8, np.uint8):  # an 8-bit image: sampled in float32, its dtype kept (MegEngine)
@@ -319,7 +327,7 @@ def remap(inp, map_xy, border_mode="replicate", scalar=0.0, interp_mode="linear"
 
 
 def _rois(rois, op):
-    rois = _t(rois)
+    rois = _t(rois, op=op)
     if rois.ndim != 2 or rois.shape[1] != 5:
         raise OpError(f"{op}: rois must be (K, 5) rows of (batch_index, x0, y0, x1, y1), got shape {rois.shape}")
     _float(rois, op, "rois")
@@ -348,7 +356,7 @@ def roi_align(inp, rois, output_shape, mode="average", spatial_scale=1.0, sample
                  [10.5, 12.5]]]], dtype=float32)
     """
     op = "roi_align"
-    inp = _t(inp)
+    inp = _t(inp, op=op)
     if inp.ndim != 4:
         raise OpError(f"{op}: input must be 4-D NCHW, got shape {inp.shape}")
     if inp.dtype.kind in "iu" or inp.dtype == np.float16:
@@ -357,8 +365,8 @@ def roi_align(inp, rois, output_shape, mode="average", spatial_scale=1.0, sample
     _float(inp, op)
     rois = _rois(rois, op)
     mode = str(mode).lower()
-    if mode not in ("average", "max"):
-        raise OpError(f"{op}: mode must be 'average' or 'max', got {mode!r}")
+    if mode not in ("average", "max"):  # (MegEngine asserts it: "only max/average mode is supported")
+        raise AssertedOpError(f"{op}: mode must be 'average' or 'max', got {mode!r}")
     if rois.shape[0] == 0:  # no rois (a detector that found nothing): an empty result, as MegEngine
         from .tensor import zeros
         return zeros((0, inp.shape[1]) + _pair(output_shape, "output_shape", op), dtype=inp.dtype)
@@ -388,14 +396,14 @@ def roi_pooling(inp, rois, output_shape, mode="max", scale=1.0):
                  [13., 15.]]]], dtype=float32)
     """
     op = "roi_pooling"
-    inp = _t(inp)
+    inp = _t(inp, op=op)
     if inp.ndim != 4:
         raise OpError(f"{op}: input must be 4-D NCHW, got shape {inp.shape}")
     _float(inp, op)
     rois = _rois(rois, op)
     mode = str(mode).lower()
-    if mode not in ("max", "average"):
-        raise OpError(f"{op}: mode must be 'max' or 'average', got {mode!r}")
+    if mode not in ("max", "average"):  # (MegEngine asserts it: "only max/average mode is supported")
+        raise AssertedOpError(f"{op}: mode must be 'max' or 'average', got {mode!r}")
     return _apply(_V.roi_pooling.bind(out_hw=_pair(output_shape, "output_shape", op), mode=mode, scale=float(scale)),
                   inp, rois)
 
@@ -423,7 +431,7 @@ def nms(boxes, scores, iou_thresh, max_output=None):
         array([0, 2], dtype=int32)
     """
     op = "nms"
-    boxes, scores = _t(boxes), _t(scores)
+    boxes, scores = _t(boxes, op=op), _t(scores, op=op)
     if boxes.ndim != 2 or boxes.shape[1] != 4:
         raise OpError(f"{op}: boxes must be (N, 4), got shape {boxes.shape}")
     if scores.shape != (boxes.shape[0],):
@@ -475,7 +483,7 @@ def correlation(data1, data2, kernel_size=1, max_displacement=1, stride1=1, stri
         (1, 9, 3, 3)
     """
     op = "correlation"
-    d1, d2 = _t(data1), _t(data2)
+    d1, d2 = _t(data1, op=op), _t(data2, op=op)
     if d1.ndim != 4 or d1.shape != d2.shape:
         raise OpError(f"{op}: data1 {d1.shape} and data2 {d2.shape} must be NCHW of one shape")
     _float(d1, op, "data1")
@@ -511,10 +519,10 @@ def cvt_color(inp, mode=""):
         array([[[[0.865552]]]], dtype=float32)
     """
     op = "cvt_color"
-    inp = _t(inp)
+    inp = _t(inp, op=op)
     m = str(getattr(mode, "name", mode)).upper()
     if m not in _V.CVT_COLOR_MODES:
-        raise OpError(f"{op}: unsupported mode {mode!r}; one of {_V.CVT_COLOR_MODES}")
+        raise AssertedOpError(f"{op}: unsupported mode {mode!r}; one of {_V.CVT_COLOR_MODES}")  # (MegEngine asserts)
     if m.startswith("BT601_") or (m.startswith("YUV2") and m != "YUV2RGB"):
         if inp.ndim != 4 or inp.shape[3] != 1 or inp.shape[1] % 3 or (inp.shape[1] * 2 // 3) % 2 or inp.shape[2] % 2:
             raise OpError(f"{op}: mode {m} needs YUV 4:2:0 input (N, H*3/2, W, 1) with even H and W, got shape "
@@ -561,7 +569,7 @@ def resize(inp, size, format="NCHW", imode="bilinear", max_size=None):
     fmt = str(format).upper()
     if fmt not in ("NCHW", "NHWC"):
         raise OpError(f"{op}: unsupported format {format!r} (NCHW or NHWC)")
-    inp = _t(inp)
+    inp = _t(inp, op=op)
     if inp.ndim != 4:
         raise OpError(f"{op}: expected a 4-D {fmt} input, got shape {inp.shape}")
     size = _pair(size, "size", op)  # (a Tensor is read on the host, as MegEngine's op reads it)
@@ -578,7 +586,7 @@ __all__ += ["resize"]
 
 def _nhwc_image(inp, op):
     """``inp`` as a Tensor, checked as megdnn's Flip/Rotate check it: 4-D NHWC with 1 or 3 channels."""
-    inp = _t(inp)
+    inp = _t(inp, op=op)
     if inp.ndim != 4 or inp.shape[3] not in (1, 3):
         raise OpError(f"{op}: input must be NHWC images (N, H, W, C) with C = 1 or 3 (megdnn's {op} rule), got "
                       f"shape {inp.shape} ({inp.dtype})")
@@ -671,7 +679,7 @@ def rotate(inp, angle=0.0, format="NCHW", interp_mode="bilinear"):
     from .elemwise import cos, sin
     from .tensor import stack
     op = "rotate"
-    inp = _t(inp)
+    inp = _t(inp, op=op)
     fmt = str(format)
     if fmt == "NCHW":
         if interp_mode != "bilinear":  # (MegEngine asserts it)
