@@ -11,6 +11,7 @@ inputs; ``expr.args`` / ``expr.kwargs`` show them with the nodes in place.
 from __future__ import annotations
 
 import abc
+import collections.abc
 import importlib
 import itertools
 
@@ -152,12 +153,18 @@ class Expr(_Numbered, abc.ABC):
             kwargs[name] = val
         else:
             spec = inspect.getfullargspec(inspect.unwrap(func))
-            if name not in spec.args:
-                raise TypeError(f"{func!r} has no positional argument {name!r}")
-            i = spec.args.index(name)
-            if i < len(args):
-                args[i] = val
+            if name in spec.args:
+                i = spec.args.index(name)
+                if i < len(args):
+                    args[i] = val
+                else:
+                    kwargs[name] = val
+            elif name == spec.varargs:
+                # the ``*args`` as a whole, as MegEngine's (``named_args`` lists them so: reshape's ``args``)
+                args = args[:len(spec.args)] + list(val if isinstance(val, collections.abc.Sequence) else (val,))
             else:
+                # MegEngine's assertion (and its words); a ``**kwargs`` function takes any keyword
+                assert spec.varkw is not None, f"func {func} does't have argument named {name}"
                 kwargs[name] = val
         self.set_args_kwargs(*args, **kwargs)
 

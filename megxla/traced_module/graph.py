@@ -13,7 +13,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 from .expr import CallFunction, CallMethod, Constant, Expr, GetAttr, Input
 from .node import ModuleNode, Node, TensorNode
-from .pytree import tree_flatten, TreeDef
+from .pytree import is_value, tree_flatten, TreeDef
 
 __all__ = ["InternalGraph", "NameSpace", "ExprFilter", "NodeFilter"]
 
@@ -51,14 +51,28 @@ class NameSpace:
         self.used_names.update(other.used_names)
 
 
+class _Reiterable:
+    """An iterable whose every ``iter()`` restarts ``gen()``: a filter can be read more than once
+    (``f.as_list()`` then ``f.as_dict()``), as MegEngine's filters can."""
+
+    def __init__(self, gen):
+        self._gen = gen
+
+    def __iter__(self):
+        return self._gen()
+
+
 class BaseFilter:
-    """An iterator over nodes or exprs with converters to list/dict."""
+    """An iterable over nodes or exprs with converters to list/dict."""
 
     def __init__(self, it):
         self._iter = it
 
     def __iter__(self):
         return iter(self._iter)
+
+    def _sub(self, keep):
+        return type(self)(_Reiterable(lambda: (i for i in self if keep(i))))
 
     def as_list(self) -> list:
         """The elements as a list."""
@@ -83,17 +97,16 @@ class ExprFilter(BaseFilter):
     """Exprs, filterable further by ``call_function``, ``call_method``, ``expr_id``."""
 
     def call_function(self, func):
-        return ExprFilter(e for e in self if isinstance(e, CallFunction) and (func is None or e.func == func))
+        return self._sub(lambda e: isinstance(e, CallFunction) and (func is None or e.func == func))
 
     def call_method(self, method):
         if isinstance(method, str):
             method = [method]
-        return ExprFilter(e for e in self
-                          if isinstance(e, CallMethod) and (method is None or e.method in method))
+        return self._sub(lambda e: isinstance(e, CallMethod) and (method is None or e.method in method))
 
     def expr_id(self, expr_id):
         ids = expr_id if isinstance(expr_id, Sequence) else [expr_id]
-        return ExprFilter(e for e in self if e._id in ids)
+        return self._sub(lambda e: e._id in ids)
 
 
 class NodeFilter(BaseFilter):
@@ -102,11 +115,11 @@ class NodeFilter(BaseFilter):
     def type(self, owner_type):
         # by the module the node stands for now (MegEngine's test): a layer swapped by quantize_qat matches its
         # new class
-        return NodeFilter(n for n in self if isinstance(n, ModuleNode) and isinstance(n.owner, owner_type))
+        return self._sub(lambda n: isinstance(n, ModuleNode) and isinstance(n.owner, owner_type))
 
     def node_id(self, node_id):
         ids = node_id if isinstance(node_id, Sequence) else [node_id]
-        return NodeFilter(n for n in self if n._id in ids)
+        return self._sub(lambda n: n._id in ids)
 
     def name(self, name: str, ignorecase: bool = True):
         regex = re.compile(fnmatch.translate(name), re.IGNORECASE if ignorecase else 0)
@@ -116,7 +129,7 @@ class NodeFilter(BaseFilter):
             full = f"{g._name}_{n._name}" if g is not None else n._name
             return full == name or regex.match(full)
 
-        return NodeFilter(n for n in self if match(n))
+        return self._sub(match)
 
 
 class _EndReached(Exception):
@@ -262,7 +275,7 @@ class InternalGraph:
         Returns:
             an :class:`ExprFilter`.
         """
-        return ExprFilter(self._iter_exprs(recursive))
+        return ExprFilter(_Reiterable(lambda: self._iter_exprs(recursive)))
 
     def nodes(self, recursive: bool = True) -> NodeFilter:
         """All nodes (inputs first), those of sub-graphs too when ``recursive``.
@@ -273,7 +286,7 @@ class InternalGraph:
         def gen():
             for e in self._iter_exprs(recursive):
                 yield from e.outputs
-        return NodeFilter(gen())
+        return NodeFilter(_Reiterable(gen))
 
     def get_function_by_type(self, func: Callable = None, recursive: bool = True) -> ExprFilter:
         """The CallFunction exprs calling ``func`` (all CallFunctions when None); see the class example."""
@@ -528,7 +541,13 @@ class InternalGraph:
         Args:
             outputs: the new result structure, with nodes at the leaves.
         """
-        leaves, outdef = tree_flatten(outputs, is_leaf=lambda x: isinstance(x, Node))
+        leaves, outdef = tree_flatten(outputs, is_leaf=is_value)
+        for leaf in leaves:
+            # MegEngine's words: only TensorNodes in list / tuple / dict nests (a number or None left the graph
+            # returning nothing)
+            assert isinstance(leaf, TensorNode), (
+                f"doesn't support {leaf} type, MUST use \"register_supported_type\" method to register "
+                "self-defined type")
         self._outputs[:] = leaves
         self._rekey(new_outdef=outdef)
 
@@ -553,9 +572,9 @@ class InternalGraph:
             the output values, flattened (a list); the end points' values in their order while the top module
             has end points set.
         """
-        if len(inputs) != len(self._inputs) - 1:
-            raise TypeError(f"InternalGraph.eval: graph {self._name} takes {len(self._inputs) - 1} inputs, "
-                            f"got {len(inputs)}")
+        if len(inputs) != len(self._inputs) - 1:  # (an AssertionError, as MegEngine's)
+            raise AssertionError(f"InternalGraph.eval: graph {self._name} takes {len(self._inputs) - 1} inputs, "
+                                 f"got {len(inputs)}")
         owner = self._inputs[0].owner
         if owner is None:
             raise RuntimeError(f"InternalGraph.eval: graph {self._name} has no module attached")

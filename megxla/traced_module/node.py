@@ -67,7 +67,7 @@ class Node(_Numbered):
             self._name = new_name
             return
         assert new_name not in graph._namespace.used_names or graph._namespace.used_names[new_name] is self, \
-            f"The name {new_name!r} is already used by another node of graph {graph._name}"
+            f"The name({new_name}) is already in use. Please try a different one again."  # (MegEngine's words)
         graph._namespace.unassociate(self)
         self._name = graph._namespace.create_unique_name(new_name, self)
 

@@ -141,11 +141,12 @@ class TreeDef:
             object.__setattr__(self, k, v)
 
     def __repr__(self):
+        # MegEngine's format: constants by str() (``nearest``, not ``'nearest'``), a 1-tuple without its comma
         if self.type is None:
-            return repr(self.value)
+            return repr(self.value) if self.value is LEAF else f"{self.value}"
         if self.type in (list, tuple):
             inner = ", ".join(repr(c) for c in self.children)
-            return f"[{inner}]" if self.type is list else f"({inner}{',' if len(self.children) == 1 else ''})"
+            return f"[{inner}]" if self.type is list else f"({inner})"
         if self.type in (dict, OrderedDict):
             return "{" + ", ".join(f"{k!r}:{c!r}" for k, c in zip(self.aux, self.children)) + "}"
         return f"{self.type.__name__}({', '.join(repr(c) for c in self.children)})"

@@ -8,6 +8,7 @@ from typing import Any, Callable, Dict, Sequence, Type
 import numpy as np
 
 from .. import logger as _logger_mod
+from ..core import _registry
 from ..core._tensor import Parameter
 from ..module.module import Module
 from . import tracer
@@ -248,7 +249,7 @@ class TracedModule(Module):
         for k, v in self.__dict__.items():
             if k in _OWN:
                 continue
-            setattr(new, k, v)
+            _set_attr_quietly(new, k, v)
         new.argspec = self.argspec
         for argdef, g in self.argdef_graph_map.items():
             ng = _Flattener(new, g).run()
@@ -375,9 +376,28 @@ def _convert_attr(v, tr):
         c = TracedModule(False, {}, {})
         items = v.items() if isinstance(v, dict) else enumerate(v)
         for k, x in items:
-            setattr(c, str(k), _convert_attr(x, tr))
+            x = _convert_attr(x, tr)
+            if isinstance(x, Module):
+                # named again as the container's entry: MegEngine's module containers clear the old short name
+                # ("layers.0") first, so Module.__setattr__ does not warn that it stays
+                x.__dict__["_short_name"] = None
+            setattr(c, str(k), x)
         return c
     return v
+
+
+def _set_attr_quietly(parent, key, value):
+    """``setattr(parent, key, value)`` without Module's warning for a module already named elsewhere (one sub-module
+    under two attribute names, ``self.b = self.a``): its name stays, as it would with the warning, which MegEngine's
+    ``trace_module`` and ``flatten`` do not log."""
+    if isinstance(value, Module) and value.__dict__.get("_short_name") not in (None, key) \
+            and parent.__dict__.get("_modules") is not None:
+        if key not in parent._modules:
+            parent._modules.append(key)
+        object.__setattr__(parent, key, value)
+        _registry.bump_epoch()  # (as Module.__setattr__)
+        return
+    setattr(parent, key, value)
 
 
 def _fill_attributes(shell, mod, tr):
@@ -386,7 +406,7 @@ def _fill_attributes(shell, mod, tr):
     for k, v in list(mod.__dict__.items()):
         if k in _OWN or k == "_tm_filled":
             continue
-        setattr(shell, k, _convert_attr(v, tr))
+        _set_attr_quietly(shell, k, _convert_attr(v, tr))
     if isinstance(mod, TracedModule):
         shell.is_qat = mod.is_qat
     else:

@@ -281,24 +281,37 @@ def convert_kwargs_to_args(argspec, args, kwargs, is_bounded=False):
 
 
 def _input_names(argspec, args, kwargs):
-    """One name per tensor leaf of (args, kwargs): the parameter's name, ``name_i`` inside structures."""
+    """One name per tensor leaf of (args, kwargs), as MegEngine names a graph's inputs: a parameter given a tensor
+    is named by the parameter; the tensors inside a structure are ``name_0``, ``name_1``...; all the extra
+    positional arguments form one structure (``args_0``, ``args_1``...), and so do the extra keyword arguments
+    (``kwargs_0``... by the ``**`` parameter's name, in sorted key order). (MegEngine counts the constants of a
+    structure too and then shifts later names: ``x_1`` names ``y``; the count here is the tensors'.)"""
     names = []
     params = list(argspec.args[1:]) if argspec is not None else []
+    varargs = argspec.varargs if argspec is not None and argspec.varargs else "args"
+    varkw = argspec.varkw if argspec is not None and argspec.varkw else "kwargs"
+    kwonly = set(argspec.kwonlyargs) if argspec is not None else set()
+    counts = {}
 
-    def add(base, value):
-        leaves, _ = tree_flatten(value)
-        if len(leaves) == 1:
+    def add(base, value, structure=False):
+        if isinstance(value, Tensor) and not structure:
             names.append(base)
-        else:
-            names.extend(f"{base}_{i}" for i in range(len(leaves)))
+            return
+        for _ in tree_flatten(value)[0]:
+            i = counts.get(base, 0)
+            counts[base] = i + 1
+            names.append(f"{base}_{i}")
 
     for i, a in enumerate(args):
         if i < len(params):
             add(params[i], a)
         else:
-            add(f"{argspec.varargs if argspec is not None and argspec.varargs else 'args'}_{i - len(params)}", a)
+            add(varargs, a, structure=True)
     for k in tree_flatten(dict.fromkeys(kwargs, 0), lambda x: False)[1].aux:  # tree_flatten's dict order
-        add(str(k), kwargs[k])
+        if k in kwonly or k in params:
+            add(str(k), kwargs[k])
+        else:
+            add(varkw, kwargs[k], structure=True)
     return names
 
 
