@@ -178,3 +178,20 @@ def test_set_arg_sets_the_star_args_and_refuses_unknown_names_as_megengine():
     concat = t.graph.get_function_by_type(F.concat).as_unique()
     with pytest.raises(AssertionError, match="does't have argument named nope"):
         concat.set_arg("nope", -1)
+
+
+def test_tensor_T_is_recorded_as_the_transpose_method():
+    # MegEngine 1.13 records ``x.T`` as the method call ``x.transpose()`` (its graph prints ``x.transpose(, )``);
+    # megxla recorded the function ``tensor.transpose(x, (1, 0))``
+    import megxla as mge
+    import megxla.module as M
+    import megxla.traced_module as tm
+
+    class _Net(M.Module):
+        def forward(self, x):
+            return x.T * 2
+
+    traced = tm.trace_module(_Net(), mge.Tensor(np.ones((2, 3), "float32")))
+    methods = [e for e in traced.graph.exprs() if type(e).__name__ == "CallMethod" and e.method == "transpose"]
+    assert len(methods) == 1, str(traced.graph)
+    np.testing.assert_array_equal(traced(mge.Tensor(np.ones((2, 3), "float32"))).numpy(), np.full((3, 2), 2.0))

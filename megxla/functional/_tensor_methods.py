@@ -54,7 +54,7 @@ def transpose(self, *args):
 
 def _T(self):
     """The tensor with its axes reversed."""
-    return transpose(self)
+    return self.transpose()  # (a method call, as MegEngine: a TracedModule records `x.transpose()`)
 
 
 def flatten(self, start_axis=0, end_axis=-1):
