@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 
 import jax
 import numpy as np
@@ -19,19 +20,23 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 class _CompileCounter:
-    """Counts XLA backend compilations through JAX's monitoring hook (not timing)."""
+    """Counts XLA backend compilations through JAX's monitoring hook (not timing), on the thread that entered it:
+    a compile an earlier test left running on a worker thread (auto-jit's kernels compiled ahead, a tier-up) is not
+    this block's (JAX calls the listener on the compiling thread)."""
 
     def __init__(self):
         self.n = 0
         self.on = False
+        self.thread = None
         jax.monitoring.register_event_duration_secs_listener(self._event)
 
     def _event(self, event, duration, **kwargs):
-        if self.on and event == "/jax/core/compile/backend_compile_duration":
+        if self.on and event == "/jax/core/compile/backend_compile_duration" \
+                and threading.get_ident() == self.thread:
             self.n += 1
 
     def __enter__(self):
-        self.n, self.on = 0, True
+        self.n, self.on, self.thread = 0, True, threading.get_ident()
         return self
 
     def __exit__(self, *exc):
