@@ -20,7 +20,8 @@ def _hswish_and_grad(x_np):
 
 
 def test_hswish_gradient_at_infinities_is_megengines():
-    # MegEngine 1.13: hswish([-inf, inf, -5, -3, 3, nan]) = [nan, inf, -0, -0, 3, nan], gradient [0, 1, 0, -0.5, 1.5, nan]
+    # MegEngine 1.13: hswish([-inf, inf, -5, -3, 3, nan]) = [nan, inf, -0, -0, 3, nan],
+    # gradient [0, 1, 0, -0.5, 1.5, nan]
     # (megxla's gradient at -inf was NaN: the quadratic piece's derivative, -inf, times the where's zero)
     x = np.array([-np.inf, np.inf, -5, -3, 3, np.nan], "float32")
     y, g = _hswish_and_grad(x)
