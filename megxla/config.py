@@ -7,7 +7,10 @@ MegEngine 1.13's names, mapped onto JAX/XLA's own engines:
   backend starts (megxla's first op), so set it before that (or export ``MEGXLA_DETERMINISTIC_KERNEL=1``); set
   later it is recorded, a warning says so, and it applies to the next process. CPU kernels are deterministic
   anyway. (On an H100, jax 0.11.2, two seeded eager training runs with it were bit-identical once and, another
-  time, apart in the 8th digit of one BatchNorm bias: XLA's flag is not a full guarantee.)
+  time, apart in the 8th digit of one BatchNorm bias: XLA's flag is not a full guarantee.) Under ``auto_jit`` it
+  also takes effect at once, on every device: no step is run eagerly for being faster on the machine's load of the
+  moment (eager kernels and a compiled cluster round differently), so two runs of a seeded program compute the same
+  bits; without it they agree to the last bits of a step, and over many steps may drift further apart.
 - CPU convolutions (no attribute): megxla's import keeps XLA:CPU's YNNPACK library for matmuls only
   (``--xla_cpu_experimental_ynn_fusion_type=LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT`` added to ``XLA_FLAGS``):
   jaxlib 0.10's default also gives it convolutions, which ran 8x slower than XLA's own on the 2-core CPU measured
@@ -268,6 +271,8 @@ def _set_deterministic(mod, value):
                       "happened in this process; the change applies to processes started after it (set it before "
                       "the first op, or export MEGXLA_DETERMINISTIC_KERNEL=1)", stacklevel=3)
     _set_xla_flag("--xla_gpu_deterministic_ops", value)
+    from .core import _lazy
+    _lazy.DETERMINISTIC[0] = value
     return value
 
 

@@ -70,6 +70,9 @@ DEFER_CHECK: list = [None]
 # imported after the setting is made: it reads WANTED then).
 WANTED: list = [False]
 SWITCH: list = [None]
+# ``megxla.config.deterministic_kernel``: run-to-run reproducible numbers asked for. Auto-jit's step timers then
+# choose nothing by time (a step runs as clusters, never eagerly for being faster: the two round differently).
+DETERMINISTIC: list = [False]
 
 
 def known_range(data):

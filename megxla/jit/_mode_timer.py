@@ -11,6 +11,11 @@ bits (a ConvNet with ``clip_grad_norm``, 2 ranks: 1 run in 3 with no skew at all
 5 ms slower; see docs/design.md, "Timing choices in a data-parallel group"). Agreeing on each choice across the
 ranks would need an exchange at a point every rank reaches, but whether a step gets a timer at all follows the rank's
 own data (how many of its ops ran op by op): no exchange point is certain, and a missed one is a hang.
+
+For the same reason ``megxla.config.deterministic_kernel = True`` (``MEGXLA_DETERMINISTIC_KERNEL=1``) makes such a
+timer choose nothing: which steps ran eagerly followed the machine's load, so two runs of one seeded program drifted
+apart (auto-jit's ConvNet b8, 80 steps on a busy 2-core CPU: 10, 21 and 50 eager steps, losses 2.404729, 2.404729
+and 2.398812). With it, every run computes the same bits; a step that eager would run faster runs as clusters.
 """
 from __future__ import annotations
 
@@ -20,7 +25,10 @@ import time
 
 import jax
 
+from ..core import _lazy
 from . import _tiers
+
+_DETERMINISTIC = _lazy.DETERMINISTIC  # (``config.deterministic_kernel``: see the module doc)
 
 __all__ = ["ModeTimer"]
 
@@ -101,6 +109,7 @@ class ModeTimer:
         # a compiled cluster), and other processes may hold replicas of what they compute (see the module doc).
         # (Read once: a timer is made after ops ran, so JAX's runtime, which fixes the process count, has started.)
         self.fixed = not same_numbers and jax.process_count() > 1
+        self.same_numbers = same_numbers
         # Eager steps' compilations counted in their time, as the clusters' are: where the values that shape a step
         # change every step (a churning ``xla_trace``'s host reads), its eager kernels compile for every new shape
         # as its clusters would -- not a one-time cost (see next_mode). And the clusters' warmup lasts while they
@@ -111,7 +120,7 @@ class ModeTimer:
 
     def next_mode(self):
         """Whether the step starting now runs as clusters (True) or eagerly (False)."""
-        if self.fixed:
+        if self.fixed or _DETERMINISTIC[0] and not self.same_numbers:
             return True
         k, w, p = self.calls, self.warmup, self.PROBE
         if self.drain is not None and self.last is not None and not self.last[0] \

@@ -52,7 +52,7 @@ import time
 
 import jax
 
-from ..core import _interrupt
+from ..core import _interrupt, _lazy
 from ..core._op import known_options
 
 __all__ = ["compile", "compile_parts", "quick", "tiered", "parts_for", "stats", "interruptible", "interrupting",
@@ -414,8 +414,10 @@ class _Tiered:
             t0 = time.perf_counter()
             interval = (t0 - self.started) / max(1, self.runs - self.start_run)
             # (no bound where several processes run: there the run that switches would follow each one's load, and
-            # data parallel's replicas would run different executables at one step -- and round apart)
-            self.thread.join(None if jax.process_count() > 1 else max(SWITCH_WAIT, SWITCH_STEPS * interval))
+            # data parallel's replicas would run different executables at one step -- and round apart; nor where
+            # ``config.deterministic_kernel`` asks every run of a program to compute the same bits)
+            fixed = jax.process_count() > 1 or _lazy.DETERMINISTIC[0]
+            self.thread.join(None if fixed else max(SWITCH_WAIT, SWITCH_STEPS * interval))
             self.waited = time.perf_counter() - t0
         if self.thread.is_alive():  # (a long compile: the quick executable runs on until it is done)
             return
