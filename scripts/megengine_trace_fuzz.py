@@ -53,7 +53,7 @@ refuses tensors made in the body and fails most optimizer steps; ``capture_as_co
 ``exclude_from_trace``; an internal assertion (``m_executable != nullptr``, seed 1 case 65); and, eagerly,
 ``F.maximum(v, v)`` of a ``broadcast_to`` view (its later copies taken against 0). MegEngine's child also crashed once
 (seed 0 case 101) and hung once (case 114) where the case alone, rerun, passes: hence the restart after a failed case
-and the 120 s watchdog.
+and the 120 s watchdog. Session 81: seed 6, 60 cases: no disagreement left after ``_KNOWN``.
 """
 from __future__ import annotations
 
