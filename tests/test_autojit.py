@@ -3295,6 +3295,12 @@ def test_an_early_launch_of_a_long_compile_waits_until_its_runs_paid_the_rent(au
     assert auto_jit_stats()["early_compiled"] - before == (1 if kept else 0), auto_jit_stats()
     # (until then its launches run the cluster's own donating executable on copies of the state it donates)
     assert auto_jit_stats()["early_launches"] >= 3, auto_jit_stats()
+    if not kept:
+        monkeypatch.setattr(_autojit, "EARLY_RENT", 0.0)  # (the rent paid: its own executable, compiled once)
+        for _ in range(3):
+            _fit_step(model, opt, gm, mge.Tensor(xs), mge.Tensor(ys)).item()
+        assert auto_jit_stats()["early_compiled"] - before == 1, auto_jit_stats()
+        assert not any(type(g.executable) is _autojit._OnCopies for g in _autojit._local.cluster.guesses.values())
 
 
 @pytest.mark.parametrize("event", [None, "new value", "in-place op", "another tensor", "one more op", "host read"])
@@ -3304,6 +3310,7 @@ def test_an_early_launch_before_its_rent_runs_on_copies_and_a_dropped_one_leaves
     # did something else after the launch -- leaves each input as it was, and the step runs as usual)
     monkeypatch.setattr(_autojit._Guess, "early", lambda self: True)
     monkeypatch.setattr(_autojit, "EARLY_BUY_NOW", 0.0)
+    monkeypatch.setattr(_autojit, "EARLY_RENT", float("inf"))  # (never paid here: copies throughout)
     monkeypatch.setattr(_autojit._persist, "kept", lambda key: False)
     mge.config.auto_jit = False
     want = _guessed_loop(event)

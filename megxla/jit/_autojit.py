@@ -456,9 +456,9 @@ EARLY_MIN_SHARE = 0.05  # nor where collecting the cluster takes less of its ste
 # share of each step, a script of a few hundred steps never paying it back. The benchmarks' small steps compile in
 # 0.4-1.3 s cold on 2 cores (MLP, ConvNet b8, the host-read and detection steps), and launch early from their fourth
 # step as before. Where megxla keeps the launch's program (``_persist``: a process compiled it), JAX's cache likely
-# holds its executable: compiled at once too. A guess whose rent is not paid launches early all the same, with no
+# holds its executable: compiled at once too. Until its rent is paid a guess launches early all the same, with no
 # compile: the cluster's own donating executable, on copies of the inputs it donates (``_OnCopies``; the guess's
-# timer then weighs the copies too), and keeps that executable.
+# timer weighs the copies too: ConvNet b8's 47 arrays, 2.6 MB, took 0.2-0.5 ms a step, the MLP's 5.4 MB up to 1 ms).
 EARLY_BUY_NOW, EARLY_RENT = 2.0, 4.0
 
 
@@ -469,7 +469,7 @@ class _Guess:
 
     __slots__ = ("sig", "refs", "runs", "off", "executable", "ops", "in_avals", "out_pos", "launch_at", "bound",
                  "hits", "misses", "timer", "eager_steps", "site", "same", "made", "predicted", "late", "precision",
-                 "cut_at", "wide", "ran", "kept")
+                 "cut_at", "wide", "ran", "kept", "unpaid")
 
     def __init__(self, sig, refs):
         self.sig, self.refs = sig, refs
@@ -485,6 +485,7 @@ class _Guess:
         self.wide = 0  # the cuts in a row since which collecting the cluster took EARLY_MIN_SHARE of the interval
         self.ran = 0.0  # seconds from cut to cut of its cluster's runs so far (the rent: EARLY_RENT)
         self.kept = None  # whether JAX's cache holds the launch's program (None: not asked yet)
+        self.unpaid = None  # (ops, avals, in_ids, out_ids) of a launch on copies, compiled once its rent is paid
 
     def plan(self, ops, avals, in_ids, out_ids, same, made):
         """Where to launch: after the op reading the last input that was not the same Tensor both times -- or after
@@ -513,6 +514,8 @@ class _Guess:
             if exe is None:
                 self.off = False  # (planned at a later run)
                 return
+            if type(exe) is _OnCopies:
+                self.unpaid = (ops, avals, in_ids, out_ids)  # (a cut's lists are its own: kept, not copied)
         elif exe is None:
             try:
                 exe = _compile(ops, avals, in_ids, out_ids, (), None, "early launch")
@@ -543,6 +546,26 @@ class _Guess:
         self.precision = key[-1]
         if self.site is not None:
             self.site[7] = True  # (its next keys compile once for both kinds of runs: _shared_early_key)
+
+    def pay(self):
+        """(Launched on copies) The launch's own executable, once the cluster's runs have paid its rent."""
+        now = _perf_counter()
+        self.ran += now - self.cut_at
+        self.cut_at = now
+        if self.ran < EARLY_RENT * (self.site[11] if self.site is not None else 0.0):
+            return
+        (ops, avals, in_ids, out_ids), self.unpaid = self.unpaid, None
+        key = self.sig + (self.precision,)
+        exe = _early.get(key)
+        if exe is None:
+            try:
+                exe = _compile(ops, avals, in_ids, out_ids, (), None, "early launch")
+            except Exception:  # (the copies go on)
+                return
+            if len(_early) >= CACHE_SIZE:
+                _early.pop(next(iter(_early), None), None)
+        _early[key] = exe
+        self.executable = exe
 
     def _rent_paid(self, ops, avals, in_ids, out_ids):
         """Whether the launch's executable may be compiled now (see EARLY_RENT)."""
@@ -626,7 +649,7 @@ class _Guess:
             return
         self.misses += 1
         if self.misses > 2 + self.hits // 8:
-            self.off, self.executable = True, None
+            self.off, self.executable, self.unpaid = True, None, None
 
 
 class _Launched:
@@ -653,6 +676,8 @@ class _Launched:
         g.hits += 1
         _stats.hits += 1
         _stats.early += 1
+        if g.unpaid is not None:
+            g.pay()
         if g.site is not None:
             g.site[1] += 1
         return [outs[pos[i]] for i in out_ids]
@@ -1161,6 +1186,8 @@ class _Cluster:
             return
         if g.off or g.executable is not None:
             g.refs = in_refs  # (the Tensors read this time: the next launch reads those not read yet)
+            if g.unpaid is not None:
+                g.pay()
             return
         # An early launch overlaps the cluster's run with the collection of its ops after the launch: no more can it
         # gain. A compute-bound step's collection is a sliver of it (a Transformer b64 step on 2 cores: 0.1% of
