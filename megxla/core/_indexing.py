@@ -668,6 +668,34 @@ _INT32 = np.dtype(np.int32)
 from ._elemwise_front import _scalar  # noqa: E402  (it imports this module's neighbours: after them)
 
 
+def rows(x, n):
+    """``x[0]``, ``x[1]``, ... ``x[n - 1]`` (``Tensor.__iter__``).
+
+    Eagerly the row's number is a 0-d index tensor, as a line's changing ints under auto-jit (above): one kernel
+    for every row of a shape. As an int parameter each row compiled a kernel of its own -- ``sum(v * v)`` over a
+    65,536-element ``v`` (MegEngine's upstream ``test_lamb``) compiled 65,536 getitems, an hour where MegEngine
+    takes seconds. Traced, under auto-jit or on a selection's rows: ``x[i]`` as ever.
+
+    Args:
+        x: the Tensor iterated (at least 1-d).
+        n: ``len(x)``.
+
+    Returns:
+        a generator of the rows (Tensors of ``x.shape[1:]``).
+
+    Example:
+        >>> [float(r) for r in rows(Tensor([1.0, 2.0]), 2)]
+        [1.0, 2.0]
+    """
+    if n > 1 and not _lazy.WANTED[0] and not _padded(x) and current_interpreter() is None:
+        op = P.getitem.bind(spec=(("t",),))
+        for i in range(n):
+            yield apply(op, x, _scalar(i, _INT32))
+    else:
+        for i in range(n):
+            yield x[i]
+
+
 def _one_element(x, index):
     """Whether ``x[index]`` is one element by Python ints alone (``y[0, 0]`` of a 2-D ``y``)."""
     items = index if type(index) is tuple else (index,)

@@ -554,8 +554,9 @@ class Tensor:
         return shape[0]
 
     def __iter__(self):
-        for i in range(len(self)):
-            yield self[i]
+        from ._indexing import rows
+        for r in rows(self, len(self)):
+            yield keep_qparams(r, self)  # (as __getitem__: elements of a quantized tensor keep its dtype)
 
     def __repr__(self):
         # MegEngine's format: class name, str() of the array at 4 digits, dtype unless float32, logical device.

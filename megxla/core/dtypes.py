@@ -711,9 +711,10 @@ def to_device(device):
     if not devices:
         raise ValueError(f"device {device!r} does not exist: no {kind} device on this machine")
     idx = idx or 0
-    if kind == "cpu" and idx >= len(devices):
+    if idx >= len(devices) and (kind == "cpu" or kind is None and devices[0].platform == "cpu"):
         # MegEngine's cpuN are logical devices (worker queues) on the one host CPU: any N exists. They share
-        # the host's XLA devices; an N beyond them is the host device N mod their number.
+        # the host's XLA devices; an N beyond them is the host device N mod their number. With no accelerator
+        # an xpuN is a cpuN (MegEngine: ``CompNode("cpu1:0" from "xpu1:0")``; its upstream test_rng uses xpu1).
         return devices[idx % len(devices)]
     if idx >= len(devices):
         raise ValueError(f"device {device!r} does not exist: {len(devices)} {kind or 'default'} device(s)")

@@ -198,7 +198,9 @@ def dump(tracer, file, *, arg_names=None, output_names=None, optimize_for_infere
     rec, avals = entry.rec, entry.avals
     out_pos = [i for i, (kind, _) in enumerate(entry.out_leaves) if kind == "t"]
     if not out_pos:
-        values = [v for kind, v in entry.out_leaves if kind == "v"]
+        # (a step with no return statement returns None: MegEngine's message alone, as its
+        # test_dump_without_output_error compares it)
+        values = [v for kind, v in entry.out_leaves if kind == "v" and v is not None]
         if values:
             # MegEngine's symbolic trace makes x.shape a Tensor, so a step returning a shape entry (upstream
             # test_subtensor_when_shape_invalid) returns a Tensor there; here shapes are Python ints
@@ -314,17 +316,31 @@ def _tensor_names(tracer, entry, state):
     the tensor's own name for the last part (``"simple.linear.weight"``, ``"simple.k"``), as MegEngine names
     a module's tensors on assignment."""
     fn = tracer.__wrapped__
-    named_tensors = getattr(fn, "named_tensors", None)
-    if not callable(named_tensors):
-        return {}
-    top = getattr(fn, "name", None)
+    # The modules the step reads: itself, a bound method's, its closure's and its globals' (MegEngine names a
+    # module's tensors when they are assigned, whatever traces them: ``def fwd(data): return net(data)`` dumps
+    # ``conv1.weight``, upstream utils/test_network.py::test_query)
+    found = [fn, getattr(fn, "__self__", None)]
+    code = getattr(fn, "__code__", None)
+    if code is not None:
+        for cell in getattr(fn, "__closure__", None) or ():
+            try:
+                found.append(cell.cell_contents)
+            except ValueError:  # (a cell not yet bound)
+                pass
+        found += [fn.__globals__.get(k) for k in code.co_names]
     names = {}
-    for key, t in named_tensors():
-        parts = key.split(".")
-        parts[-1] = t.name or parts[-1]
-        # a tensor captured as a constant is recorded under the value id it still has (an inference step
-        # changes no parameter); one that is state, under its value id at the call's start
-        names.setdefault(t._vid, ".".join(([top] if top else []) + parts))
+    for m in found:
+        # (a Module by what it does: jit imports only core)
+        named_tensors = getattr(m, "named_tensors", None)
+        if isinstance(m, type) or not callable(named_tensors):
+            continue
+        top = getattr(m, "name", None)
+        for key, t in named_tensors():
+            parts = key.split(".")
+            parts[-1] = t.name or parts[-1]
+            # a tensor captured as a constant is recorded under the value id it still has (an inference step
+            # changes no parameter); one that is state, under its value id at the call's start
+            names.setdefault(t._vid, ".".join(([top] if top else []) + parts))
     for i, v in enumerate(entry.rec.input_vids):
         if state[i]._vid in names:
             names.setdefault(v, names[state[i]._vid])
