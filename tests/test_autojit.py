@@ -2585,9 +2585,9 @@ def test_a_step_timer_waits_for_tiered_clusters_to_run_optimized():
     assert [t2.next_mode() for _ in range(6)] == [True] * 5 + [False]
 
 
-def test_a_small_static_step_runs_eagerly_where_that_is_clearly_faster(auto_jit, monkeypatch):
-    # a small step whose compute is as long as its Python: eager overlaps the two, a cluster cannot (the digits
-    # demo: 0.95 ms eager, 1.5 ms auto-jit). Timed with a clock that makes cluster steps 2 ms and eager steps 1 ms.
+def _timed_small_steps(monkeypatch):
+    """``run(steps, cluster_ms, eager_ms) -> (losses, modes)``: a small static training step, its timer on, timed by a
+    clock that makes each step run as clusters ``cluster_ms`` long and each eager one ``eager_ms``."""
     monkeypatch.setattr(_autojit, "STATIC_TIMER", True)
     now = [0.0]
     monkeypatch.setattr(_autojit.ModeTimer, "clock", staticmethod(lambda: now[0]))
@@ -2610,7 +2610,13 @@ def test_a_small_static_step_runs_eagerly_where_that_is_clearly_faster(auto_jit,
             opt.step().clear_grad()
             losses.append(loss.item())
         return losses, modes
+    return run
 
+
+def test_a_small_static_step_runs_eagerly_where_that_is_clearly_faster(auto_jit, monkeypatch):
+    # a small step whose compute is as long as its Python: eager overlaps the two, a cluster cannot (the digits
+    # demo: 0.95 ms eager, 1.5 ms auto-jit). Timed with a clock that makes cluster steps 2 ms and eager steps 1 ms.
+    run = _timed_small_steps(monkeypatch)
     # (timed from its 5th step: 10 steps as clusters, 5 eager, then the faster)
     losses, modes = run(30, 2.0, 1.0)
     assert modes[:15] == [True] * 15 and not any(modes[-10:]), modes  # (eager after its probe)

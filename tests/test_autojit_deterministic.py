@@ -8,20 +8,14 @@ import os
 import time
 import warnings
 
-import numpy as np
 import pytest
 
-import megxla as mge
-import megxla.functional as F
-import megxla.module as M
-import megxla.optimizer as optim
-from megxla.autodiff import GradManager
 from megxla.core import _lazy
 from megxla.jit import auto_jit_stats
-from megxla.jit import _autojit, _tiers
+from megxla.jit import _tiers
 from megxla.jit._mode_timer import ModeTimer
 
-from test_autojit import auto_jit  # noqa: F401  (the fixture)
+from test_autojit import _timed_small_steps, auto_jit  # noqa: F401  (auto_jit: the fixture)
 
 
 @pytest.fixture
@@ -84,30 +78,9 @@ def test_with_it_the_switch_to_a_background_compile_waits_for_it(monkeypatch, de
 
 
 def test_with_it_a_small_step_eager_runs_faster_still_runs_as_clusters(auto_jit, monkeypatch, deterministic):
-    # test_autojit's small static step, timed by a clock that makes cluster steps 2 ms and eager steps 1 ms: without
-    # the switch it runs eagerly after its probe (test_a_small_static_step_runs_eagerly_where_that_is_clearly_faster)
-    monkeypatch.setattr(_autojit, "STATIC_TIMER", True)
-    now = [0.0]
-    monkeypatch.setattr(_autojit.ModeTimer, "clock", staticmethod(lambda: now[0]))
-
-    def run(steps=30):
-        _autojit._steps.clear()
-        _autojit._local.paused = False
-        mge.random.seed(0)
-        net = M.Sequential(M.Linear(4, 8), M.ReLU(), M.Linear(8, 3))
-        opt, gm = optim.SGD(net.parameters(), lr=0.1), GradManager().attach(net.parameters())
-        x = mge.Tensor(np.random.RandomState(0).randn(5, 4).astype("float32"))
-        y = mge.Tensor(np.arange(5, dtype="int32") % 3)
-        losses = []
-        for _ in range(steps):
-            now[0] += (2.0 if not _autojit._local.paused else 1.0) / 1e3
-            with gm:
-                loss = F.nn.cross_entropy(net(x), y)
-                gm.backward(loss)
-            opt.step().clear_grad()
-            losses.append(loss.item())
-        return losses
-
-    first = run()
-    assert auto_jit_stats()["eager_steps"] == 0
-    assert run() == first  # (the same program twice: the same bits)
+    # test_autojit's small static step, cluster steps 2 ms and eager steps 1 ms: without the switch it runs eagerly
+    # after its probe (test_a_small_static_step_runs_eagerly_where_that_is_clearly_faster)
+    run = _timed_small_steps(monkeypatch)
+    first, modes = run(30, 2.0, 1.0)
+    assert all(modes) and auto_jit_stats()["eager_steps"] == 0
+    assert run(30, 2.0, 1.0)[0] == first  # (the same program twice: the same bits)
