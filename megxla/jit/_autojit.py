@@ -552,7 +552,8 @@ class _Guess:
         now = _perf_counter()
         self.ran += now - self.cut_at
         self.cut_at = now
-        if self.ran < EARLY_RENT * (self.site[11] if self.site is not None else 0.0):
+        if self.ran < EARLY_RENT * (self.site[11] if self.site is not None else 0.0) or \
+                _config.jax_default_matmul_precision != self.precision:  # (lowered under the precision planned for)
             return
         (ops, avals, in_ids, out_ids), self.unpaid = self.unpaid, None
         key = self.sig + (self.precision,)
