@@ -32,6 +32,11 @@ try:  # MegEngine's transforms are written on OpenCV; so are these when it is in
 except ImportError:  # pragma: no cover - the NumPy fallback below
     cv2 = None
 
+# Where MegEngine's transform fails inside OpenCV (a resize to an empty size, a grey level of a one-channel image),
+# these check first and raise this: a ValueError that is also OpenCV's ``cv2.error``, so that code catching either
+# catches it (data fuzz: MegEngine's ``cv2.error`` against megxla's ValueError)
+OpenCVError = type("error", (ValueError, cv2.error), {"__module__": __name__}) if cv2 is not None else ValueError
+
 __all__ = [
     "TorchTransformCompose",
     "VisionTransform",
@@ -109,7 +114,7 @@ def _resize(image, size, interpolation):
         interpolation = random.choice(interpolation)
     th, tw = int(size[0]), int(size[1])
     if th <= 0 or tw <= 0:
-        raise ValueError("output size should be positive, but got {}".format(size))
+        raise OpenCVError("output size should be positive, but got {}".format(size))
     image = np.asarray(image)
     if cv2 is not None and image.ndim in (2, 3):  # float64 too: MegEngine's cubic / area / Lanczos of it work
         return _keepdims(cv2.resize(image, (tw, th), interpolation=interpolation), image)
@@ -184,7 +189,7 @@ def _to_gray(image):
     """BGR -> grey with cv2's weights, keeping a trailing channel axis (``cv2.cvtColor`` as MegEngine)."""
     image = np.asarray(image, dtype=np.float32)
     if image.ndim != 3 or image.shape[2] not in (3, 4):  # (OpenCV's BGR2GRAY: 3 or 4 channels)
-        raise ValueError(f"a grey level needs an (H, W, 3) BGR image (or BGRA), but got shape {image.shape}")
+        raise OpenCVError(f"a grey level needs an (H, W, 3) BGR image (or BGRA), but got shape {image.shape}")
     if cv2 is not None:
         return cv2.cvtColor(image, cv2.COLOR_BGR2GRAY)[..., None]
     gray = image[..., 0] * 0.114 + image[..., 1] * 0.587 + image[..., 2] * 0.299
