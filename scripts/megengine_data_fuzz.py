@@ -64,7 +64,9 @@ again (up to 9 levels; bit for bit with ``--megxla-python``), told apart. Sessio
 (megxla's venv) and 12.3 (MegEngine's); bit for bit with ``--megxla-python`` (the same libraries), not told apart.
 Session 81: seeds 23 and 24, 300 cases each: one, seed 24 case 297 -- PIL's ``rotate(expand)`` then ``resize`` of a
 2x7 image, up to 8 levels apart between Pillow 13.0 and 12.3 (PIL alone shows it); now told apart, with 171's. Both
-seeds with ``--megxla-python``: nothing, no OpenCV / Pillow filter used.
+seeds with ``--megxla-python``: nothing, no OpenCV / Pillow filter used. Session 82: seeds 25-28, 300 cases each
+(25 and 26 with ``--megxla-python`` too): nothing unexplained; the exception-type differences are all megxla's
+subclasses of MegEngine's (``MissingApplyError``, ``TransformArgumentError``).
 """
 from __future__ import annotations
 

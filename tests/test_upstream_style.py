@@ -41,7 +41,7 @@ def test_captured_tensor_is_an_immutable_tensor_and_oprs_seq_skips_it():
     w = mge.Tensor([3.0])
     f = trace(lambda x: F.exp(x) * w, capture_as_const=True)
     info, buf = _dumped(f, mge.Tensor([0.0]), arg_names=["data"])
-    assert info.inputs == ["data"] and len(info.params) == 1
+    assert info.inputs == ["data"] and info.params == []  # (MegEngine 1.13: the captured w is a constant, no param)
     (out,) = G.load_graph(buf).output_vars_list
     assert cgtools.get_owner_opr_type(cgtools.get_owner_opr_inputs(out)[1]) == "ImmutableTensor"
     assert [op.name for op in cgtools.get_oprs_seq([out])] == ["data", "EXP", "MUL"]

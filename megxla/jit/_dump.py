@@ -50,7 +50,8 @@ class DumpInfo(collections.namedtuple("CompGraphDumpResult", _DUMP_FIELDS)):
         tot_bytes: size of the file content written.
         tensor_value_bytes: bytes of constant values.
         content_hash: SHA-256 of the content.
-        inputs: input names; outputs: output names; params: constant names.
+        inputs: input names; outputs: output names; params: the graph's shared (``SharedDeviceTensor``) parameters,
+            empty as MegEngine's: a traced step's captured tensors are written as constants (``ImmutableTensor``).
         exported: the ``jax.export.Exported`` module (not part of the tuple).
     """
 
@@ -60,8 +61,8 @@ class DumpInfo(collections.namedtuple("CompGraphDumpResult", _DUMP_FIELDS)):
         return self
 
     def __repr__(self):
-        return (f"DumpInfo(nr_opr={self.nr_opr}, inputs={self.inputs}, outputs={self.outputs}, "
-                f"tot_bytes={self.tot_bytes})")
+        # MegEngine's dump returns the namedtuple itself: users print every field, under its class name
+        return "CompGraphDumpResult" + super().__repr__()[len(type(self).__name__):]
 
 
 # --- MegEngine operator names of our primitives (the graph view) ------------------------------------------------
@@ -280,7 +281,7 @@ def dump(tracer, file, *, arg_names=None, output_names=None, optimize_for_infere
     nbytes = sum(np.asarray(a).nbytes for v, a in fixed.items() if v in params)
     return DumpInfo(nr_opr=len(view["oprs"]), tot_bytes=len(content), tensor_value_bytes=nbytes,
                     content_hash=hashlib.sha256(content).hexdigest(), inputs=[n for _, n in inputs],
-                    outputs=out_names, params=sorted(params.values()), exported=exported)
+                    outputs=out_names, params=[], exported=exported)
 
 
 def _to(x, dtype, src=np.float32):
