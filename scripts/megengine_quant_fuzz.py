@@ -137,7 +137,9 @@ def g_astype(c):
     if rng.rand() < 0.5:
         lines.append(f"conv = D.convert_to_{kind}(v('{x}'), dt)")
         lines.append(f"out['convert_to'] = conv.astype('int64')")
-        lines.append(f"out['convert_from'] = D.convert_from_{kind}(conv)")
+        if shape:  # (of a 0-d array convert_to_* gives a NumPy scalar, which convert_from_* refuses in both: seed 24
+            # case 3, where that error hid MegEngine's own refusal of quint4's zero point 15)
+            lines.append(f"out['convert_from'] = D.convert_from_{kind}(conv)")
     if rng.rand() < 0.3:  # (requantize: from one scale to another)
         s2 = _scale(rng)
         lines.append(f"out['requant'] = y.astype(D.{'qint8' if kind != 'qint32' else 'qint32'}({s2})).numpy()")
@@ -571,6 +573,15 @@ _KNOWN = [
      is not None and re.search(rf"self\.{m.group(1)} = M\.\w*Bn", code) is not None
      and max(abs(float(v)) for v in re.findall(r"np\.float64\(([-+0-9.e]+)\)", text)[:2])
      < 1e-6 * _tagged(text, "step max")),
+    # (seed 25 case 41: a tqt_qconfig ConvBn2d whose weights fake-quantize to 0 at the second step, so its BatchNorm
+    # normalises the constant conv bias -- variance 0 -- and the bias gradient is rounding noise times 1 / sqrt(eps) =
+    # 316: 1.0e-4 in MegEngine, -4.3e-5 in megxla, 2e-14 in float64, against the BatchNorm bias's -0.499)
+    ("the conv / linear bias of a training-mode *Bn layer over a constant channel: rounding noise times 1/sqrt(eps)",
+     lambda code, kind, text: kind.startswith("VALUE")
+     and (m := re.match(r"out\.grads\[\d+\]\.(l\d+)\.(conv\w*|linear)\.bias:", text)) is not None
+     and re.search(rf"self\.{m.group(1)} = M\.\w*Bn", code) is not None
+     and max(abs(float(v)) for v in re.findall(r"np\.float64\(([-+0-9.e]+)\)", text)[:2])
+     < 1e-6 / np.sqrt(1e-5) * _tagged(text, "step max")),
     # (seed 12 case 14: ``Elemwise('sub')(x, x)`` feeds zeros to a ConvBn: every BatchNorm after it normalises a
     # constant, its variance 0, so the gradients through it are rounding noise times 1 / sqrt(eps) = 316 -- 1e-3 in
     # MegEngine, 0 or 2e-6 in megxla, eager and auto-jit rounding apart too)

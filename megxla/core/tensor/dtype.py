@@ -324,10 +324,18 @@ def quint4(scale, zero_point):
     return create_quantized_dtype("quint4", scale, zero_point)
 
 
+def _check_ndarray(arr):
+    # as MegEngine: a list, a Python number or a NumPy scalar is refused (convert_to_* of a 0-d array gives a NumPy
+    # scalar, which convert_from_* refuses; megengine_quant_fuzz.py seed 24 case 3)
+    if not isinstance(arr, np.ndarray):
+        raise ValueError("arr parameter should be instance of np.ndarray")
+
+
 def _convert_to(arr, dtype, name):
     # as MegEngine: any dtype of the target's MegBrain name (a ``qint8_narrow`` one for ``convert_to_qint8``),
     # clipped to the named builtin type's range
     meta = _builtin_quant_dtypes[name]
+    _check_ndarray(arr)
     if not is_quantize(dtype) or dtype.metadata["mgb_dtype"]["name"] != meta.cname:
         raise ValueError("dtype parameter should be a {} dtype".format(meta))
     info = dtype.metadata["mgb_dtype"]
@@ -341,7 +349,7 @@ def _convert_to(arr, dtype, name):
 
 def _convert_from(arr, name):
     meta = _builtin_quant_dtypes[name]
-    arr = np.asarray(arr)
+    _check_ndarray(arr)
     if not is_quantize(arr.dtype) or arr.dtype.metadata["mgb_dtype"]["name"] != meta.cname:
         raise ValueError("arr's dtype should be a {} dtype".format(meta))
     info = arr.dtype.metadata["mgb_dtype"]
