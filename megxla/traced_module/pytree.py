@@ -130,6 +130,15 @@ class TreeDef:
         except TypeError:
             return hash(self.type)
 
+    def unflatten(self, leaves):
+        """Rebuild the object from ``leaves`` (MegEngine's ``TreeDef.unflatten``; :func:`tree_unflatten`).
+
+        Raises:
+            AssertionError: ``leaves`` is not ``num_leaves`` long (MegEngine asserts it).
+        """
+        assert len(leaves) == self.num_leaves, f"expected {self.num_leaves} leaves, got {len(leaves)}"
+        return tree_unflatten(self, leaves)
+
     def __getstate__(self):
         return {s: getattr(self, s) for s in self.__slots__}
 
@@ -178,8 +187,25 @@ def is_value(x):
     return type(x) not in SUPPORTED_TYPES and not (isinstance(x, tuple) and hasattr(x, "_fields"))
 
 
-def tree_flatten(obj, is_leaf: Callable[[Any], bool] = _is_tensor):
-    """Flatten ``obj``: returns ``(leaves, treedef)`` where leaves are the objects ``is_leaf`` accepts."""
+def tree_flatten(obj, is_leaf: Callable[[Any], bool] = _is_tensor, *, leaf_type: Callable = None,
+                 is_const_leaf: Callable[[Any], bool] = None):
+    """Flatten ``obj``: returns ``(leaves, treedef)`` where leaves are the objects ``is_leaf`` accepts.
+
+    Args:
+        obj: nested lists, tuples, dicts, slices, namedtuples and registered containers.
+        is_leaf: which objects are leaves (default: Tensors; other non-containers stay in the TreeDef).
+        leaf_type: MegEngine's keyword (the types a leaf's def accepts); accepted and unused.
+        is_const_leaf: MegEngine's keyword. Given (as ``leaf_type``), every non-container object is a leaf, as
+            in MegEngine's ``tree_flatten`` (projects map a function over all leaves and rebuild with
+            ``treedef.unflatten``, e.g. MegEngine's Cambricon example's ``utils.tree_map``).
+
+    Example:
+        >>> leaves, td = tree_flatten((1, [None]), is_const_leaf=lambda x: True)
+        >>> leaves, td.unflatten([2, "a"])
+        ([1, None], (2, ['a']))
+    """
+    if leaf_type is not None or is_const_leaf is not None:
+        is_leaf = is_value
     leaves = []
 
     def walk(o):

@@ -114,6 +114,19 @@ def sync():
     full_sync()
 
 
+def close() -> None:
+    """Finish all issued computation, as MegEngine's ``core2.close`` does before it shuts its interpreter down
+    (MegEngine registers it at exit; programs call it last, e.g. the int4 ResNet example's ``calibrate.py``).
+
+    megxla has no interpreter channel to shut: this is :func:`full_sync`, and tensors stay usable afterwards
+    (MegEngine's later ops raise ``RuntimeError: Channel already closed``).
+
+    Example:
+        >>> close()
+    """
+    full_sync()
+
+
 def create_complex(real, imag):
     """A complex tensor ``real + 1j * imag`` from two float tensors (MegEngine's ``core2.create_complex``).
 
@@ -239,7 +252,7 @@ def set_auto_format_convert(flag: bool) -> None:
     config._auto_format_convert = flag
 
 
-__all__ += ["OpError", "is_external_convert", "set_external_convert_hook", "sync", "create_complex",
+__all__ += ["OpError", "is_external_convert", "set_external_convert_hook", "sync", "close", "create_complex",
             "get_option", "set_option", "get_auto_format_convert", "set_auto_format_convert"]
 
 
