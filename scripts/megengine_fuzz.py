@@ -78,7 +78,9 @@ cases: 2, both MegEngine's -- ``x[-2, ..., -5]`` of 4 columns reads past the axi
 31, 500 cases, seed 32 ``--ops api``, 300, seed 33, 300, seed 34 ``--ops api``, 200, seed 35, 400: no megxla fault; 2
 then unexplained, now told apart -- ``x[2:None:-2]`` of 2 rows (a negative step from past the axis: MegEngine raises
 late, or, by what ran before, returns rows read past the axis) and ``F.normalize``'s gradient over an axis of size 1
-(``x / |x|``'s gradient cancels to 0: rounding noise of ``1 / |x|`` on both sides).
+(``x / |x|``'s gradient cancels to 0: rounding noise of ``1 / |x|`` on both sides). Session 82: seeds 42-46, 250
+cases each: no megxla fault; 1 then unexplained, now told apart -- a grouped ``F.conv_transpose2d`` with a non-zero
+``output_padding`` (seed 43 case 148: MegEngine's AsyncError, as the documented ``M.ConvTranspose2d`` row).
 """
 from __future__ import annotations
 
@@ -1603,6 +1605,11 @@ _KNOWN = [
      "F.conv_transpose" in code and "'int' object is not subscriptable" in text),
     ("conv_transpose output_padding below dilation", lambda code, ins, kind, text: "F.conv_transpose" in code
      and _mge_raises_mxl_computes(kind, text) and "output_padding" in text),
+    # (seed 43 case 148: MegEngine's grouped conv_transpose2d fails (AsyncError) wherever output_padding is not 0;
+    # the documented M.ConvTranspose2d row -- megxla equals MegEngine's own per-group groups=1 results concatenated)
+    ("grouped conv_transpose2d with an output_padding", lambda code, ins, kind, text: "F.conv_transpose2d" in code
+     and "groups=1," not in code and re.search(r"output_padding=\((?!0, 0\))", code) is not None
+     and _mge_raises_mxl_computes(kind, text) and "('AsyncError'" in text.split(" | ")[0]),
     ("no gradient of cvt_color / trilinear in MegEngine", lambda code, ins, kind, text: kind == "KIND"
      and text.startswith("grad: py | tensor") and ("cvt_color" in code or "trilinear" in code)),
     ("grouped conv1d", lambda code, ins, kind, text: "F.conv1d" in code and "groups=1)" not in code
