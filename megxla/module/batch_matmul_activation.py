@@ -1,6 +1,7 @@
 """``BatchMatMulActivation``: a batch of independent linear maps, ``act(weight @ x + bias)``."""
 import numpy as np
 
+from ..core._dispatch import OpError
 from ..core._tensor import Parameter, Tensor
 from ..functional.math import matmul
 from ..functional.nn import relu
@@ -81,12 +82,13 @@ class BatchMatMulActivation(Module):
     def forward(self, x):
         """``act(matmul(weight, x) + bias)`` for ``x`` ``(batch, in_features, K)``."""
         shape = tuple(getattr(x, "shape", np.shape(x)))
+        # (OpError: a ValueError and the RuntimeError MegEngine's kernels raise for a bad shape)
         if len(shape) != 3 or shape[0] != self.batch or shape[1] != self.in_features:
-            raise ValueError(f"BatchMatMulActivation: input must be (batch={self.batch}, "
-                             f"in_features={self.in_features}, K), got {shape}")
+            raise OpError(f"BatchMatMulActivation: input must be (batch={self.batch}, "
+                          f"in_features={self.in_features}, K), got {shape}")
         if self.bias is not None and self.out_features != 1 and shape[2] not in (1, self.out_features):
-            raise ValueError(f"BatchMatMulActivation: the (out_features={self.out_features},) bias is added along "
-                             f"the last axis (as in MegEngine), so K must be {self.out_features}, got input {shape}")
+            raise OpError(f"BatchMatMulActivation: the (out_features={self.out_features},) bias is added along "
+                          f"the last axis (as in MegEngine), so K must be {self.out_features}, got input {shape}")
         return self._calc_linear(x if isinstance(x, Tensor) else Tensor(x), self.weight, self.bias)
 
     def _module_info_string(self) -> str:
