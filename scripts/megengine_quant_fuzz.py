@@ -545,6 +545,16 @@ def _tagged(text, tag):
     return float(m.group(1)) if m else float("nan")
 
 
+def _bn_grad_below(code, kind, text, param, share):
+    """Whether a value difference is the gradient of a training-mode ``*Bn`` layer's conv / linear ``param``, both
+    frameworks' values below ``share`` of the step's largest gradient (the filters of BatchNorm-cancelled noise)."""
+    m = re.match(rf"out\.grads\[\d+\]\.(l\d+)\.(conv\w*|linear)\.{param}:", text)
+    return (kind.startswith("VALUE") and m is not None
+            and re.search(rf"self\.{m.group(1)} = M\.\w*Bn", code) is not None
+            and max(abs(float(v)) for v in re.findall(r"np\.float64\(([-+0-9.e]+)\)", text)[:2])
+            < share * _tagged(text, "step max"))
+
+
 def _coarse(text, bits=8):
     """Whether both values a disagreement's text shows have at most ``bits`` significant bits: what is left of a float32
     sum whose terms cancelled, their magnitudes 2^16 times the result's or more (a computed gradient has 24 bits)."""
@@ -578,20 +588,13 @@ _KNOWN = [
      and all(abs(float(v)) < 1e-4 for v in re.findall(r"np\.float64\(([-+0-9.e]+)\)", text)[:2])),
     # (seed 20 case 76: a ConvTransposeBn2d's conv bias, -9.5e-4 eager and -4.9e-4 under auto-jit, where that step's
     # weight gradients reach 7.5e4 -- 0 in exact arithmetic, so compared to the step's largest gradient)
-    ("the conv / linear bias of a training-mode *Bn layer: its gradient is 0 up to rounding", lambda code, kind, text:
-     kind.startswith("VALUE") and (m := re.match(r"out\.grads\[\d+\]\.(l\d+)\.(conv\w*|linear)\.bias:", text))
-     is not None and re.search(rf"self\.{m.group(1)} = M\.\w*Bn", code) is not None
-     and max(abs(float(v)) for v in re.findall(r"np\.float64\(([-+0-9.e]+)\)", text)[:2])
-     < 1e-6 * _tagged(text, "step max")),
+    ("the conv / linear bias of a training-mode *Bn layer: its gradient is 0 up to rounding",
+     lambda code, kind, text: _bn_grad_below(code, kind, text, "bias", 1e-6)),
     # (seed 25 case 41: a tqt_qconfig ConvBn2d whose weights fake-quantize to 0 at the second step, so its BatchNorm
     # normalises the constant conv bias -- variance 0 -- and the bias gradient is rounding noise times 1 / sqrt(eps) =
     # 316: 1.0e-4 in MegEngine, -4.3e-5 in megxla, 2e-14 in float64, against the BatchNorm bias's -0.499)
     ("the conv / linear bias of a training-mode *Bn layer over a constant channel: rounding noise times 1/sqrt(eps)",
-     lambda code, kind, text: kind.startswith("VALUE")
-     and (m := re.match(r"out\.grads\[\d+\]\.(l\d+)\.(conv\w*|linear)\.bias:", text)) is not None
-     and re.search(rf"self\.{m.group(1)} = M\.\w*Bn", code) is not None
-     and max(abs(float(v)) for v in re.findall(r"np\.float64\(([-+0-9.e]+)\)", text)[:2])
-     < 1e-6 / np.sqrt(1e-5) * _tagged(text, "step max")),
+     lambda code, kind, text: _bn_grad_below(code, kind, text, "bias", 1e-6 / np.sqrt(1e-5))),
     # (seed 32 case 3: a ConvBn2d(bias=True) under passive_qconfig at its third step, its input quantized to mostly 0,
     # so a channel is nearly constant -- variance 3.2e-4 -- and the BatchNorm's input gradients reach 6.2e5 (sum of
     # magnitudes 4.4e6) while the step's largest parameter gradient is 467: the conv bias gradient, their sum, is 0 in
@@ -599,11 +602,7 @@ _KNOWN = [
     # summing MegEngine's own input gradients in float64. The step's parameters do not bound that noise, hence 1e-3,
     # and both values the remainder of that cancellation, a few significant bits: -2^-4 and 11 * 2^-6)
     ("the conv / linear bias of a training-mode *Bn layer over a nearly constant channel: its gradient is noise",
-     lambda code, kind, text: kind.startswith("VALUE") and _coarse(text)
-     and (m := re.match(r"out\.grads\[\d+\]\.(l\d+)\.(conv\w*|linear)\.bias:", text)) is not None
-     and re.search(rf"self\.{m.group(1)} = M\.\w*Bn", code) is not None
-     and max(abs(float(v)) for v in re.findall(r"np\.float64\(([-+0-9.e]+)\)", text)[:2])
-     < 1e-3 * _tagged(text, "step max")),
+     lambda code, kind, text: _coarse(text) and _bn_grad_below(code, kind, text, "bias", 1e-3)),
     # (seed 32 case 3: and what that noise trains -- the conv bias (only its gradients move it, told apart above) and
     # the quantized layer's bias folded from it)
     ("a training-mode *Bn layer's conv / linear bias trained by its noise gradients, and the bias folded from it",
@@ -615,11 +614,7 @@ _KNOWN = [
     # the BatchNorm bias's -0.85 -- the bound of the conv bias over a constant channel above; seed 32 case 3: the
     # nearly constant channel's conv weight gradient, -1.76e-4 | -1.61e-4 where the step's largest is 467)
     ("the conv / linear weight of a training-mode *Bn layer over a constant channel: rounding noise times 1/sqrt(eps)",
-     lambda code, kind, text: kind.startswith("VALUE")
-     and (m := re.match(r"out\.grads\[\d+\]\.(l\d+)\.(conv\w*|linear)\.weight:", text)) is not None
-     and re.search(rf"self\.{m.group(1)} = M\.\w*Bn", code) is not None
-     and max(abs(float(v)) for v in re.findall(r"np\.float64\(([-+0-9.e]+)\)", text)[:2])
-     < 1e-6 / np.sqrt(1e-5) * _tagged(text, "step max")),
+     lambda code, kind, text: _bn_grad_below(code, kind, text, "weight", 1e-6 / np.sqrt(1e-5))),
     # (seed 12 case 14: ``Elemwise('sub')(x, x)`` feeds zeros to a ConvBn: every BatchNorm after it normalises a
     # constant, its variance 0, so the gradients through it are rounding noise times 1 / sqrt(eps) = 316 -- 1e-3 in
     # MegEngine, 0 or 2e-6 in megxla, eager and auto-jit rounding apart too)
