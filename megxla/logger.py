@@ -149,6 +149,13 @@ def get_logger(name=None, formatter=MegEngineLogFormatter):
     if getattr(logger, "_megxla_init_done", False):
         return logger
     logger._megxla_init_done = True
+    if name is None:
+        # The root logger at INFO prints JAX's own INFO lines too, and JAX starts its backends at the first op, after
+        # a script's ``get_logger()``: "Unable to initialize backend 'tpu'" on every CPU or GPU machine, a line
+        # MegEngine's users never see. Its warnings still pass; a level set on that logger is kept.
+        bridge = logging.getLogger("jax._src.xla_bridge")
+        if bridge.level == logging.NOTSET:
+            bridge.setLevel(logging.WARNING)
     logger.propagate = False
     logger.setLevel(_default_level)
     handler = logging.StreamHandler(sys.stderr)

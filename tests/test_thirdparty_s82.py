@@ -65,3 +65,19 @@ def test_tqt_qint4_module_rounds_a_tie_as_megengine():
     q.scale[...] = mge.tensor(_SCALES[2][0])
     x = mge.tensor(np.array([2.5, -2.5, 1.5, 7.5, 0.5], dtype="float32") * t)
     assert (q(x).numpy() / t).tolist() == [3.0, -3.0, 2.0, 7.0, 1.0]
+
+
+def test_a_scripts_root_logger_prints_no_jax_backend_lines(tmp_path):
+    # MegEngine's int4 example sets ``logger = mge.get_logger()`` (the root logger at INFO) before its first op; JAX
+    # starts its backends at that op and logs "Unable to initialize backend 'tpu'" at INFO, which MegEngine's users
+    # never see (MegEngine 1.13 printed only the script's own line)
+    import subprocess
+    import sys
+    script = tmp_path / "log_first.py"
+    script.write_text("import megengine as mge\nlogger = mge.get_logger()\nlogger.info('hello')\n"
+                      "print(float((mge.tensor([1.0, 2.0]) * 2).sum()))\n")
+    out = subprocess.run([sys.executable, "-m", "megxla.run", str(script)], capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "6.0"
+    assert "hello" in out.stderr and "backend" not in out.stderr, out.stderr
