@@ -385,3 +385,37 @@ def test_batchnorm_buffers_stay_whole():
     assert not np.array_equal(bn.running_mean.numpy().reshape(-1), ref["1.running_mean"])  # updated in place
     assert sorted(net.state_dict()) == sorted(ref) and net.state_dict()["1.weight"].shape == (4,)
 
+
+
+# ---- ZeRO's collectives in buckets ------------------------------------------------------------------------------
+def _worker_zero_buckets():
+    from megxla.distributed import zero
+    out = {}
+    for bucket_bytes in (zero.BUCKET_BYTES, 64):  # one bucket for the whole model, then one per parameter or two
+        saved, zero.BUCKET_BYTES = zero.BUCKET_BYTES, bucket_bytes
+        try:
+            for compiled in (False, True):
+                losses, state, hlo, _ = _train("zero", compiled)
+                out[(bucket_bytes, compiled)] = (losses, state if dist.get_rank() == 0 else None,
+                                                 {op: hlo.count(f" {op}(") + hlo.count(f" {op}-start(")
+                                                  for op in ("all-gather", "reduce-scatter")} if compiled else None)
+        finally:
+            zero.BUCKET_BYTES = saved
+    return out
+
+
+def test_zero_reduces_and_gathers_in_buckets(reference):
+    """shard_optimizer's step packs its gradients' reduce-scatters and its parameters' all-gathers (52 parameters
+    of this Transformer, 26 KB: one of each), and trains as the single process does, whatever the bucket size."""
+    ref_losses, ref_state, _, _ = reference
+    res = dist.launcher(_worker_zero_buckets, n_gpus=2, device_type="cpu")()[0]
+    from megxla.distributed import zero
+    for (bucket_bytes, compiled), (losses, state, colls) in res.items():
+        what = f"zero, {bucket_bytes}-byte buckets, {'xla_trace' if compiled else 'eager'}"
+        _close(losses, ref_losses, what + " losses")
+        for k in ref_state:
+            _close(state[k], ref_state[k], f"{what} {k}")
+        if compiled and bucket_bytes == zero.BUCKET_BYTES:
+            assert colls == {"all-gather": 1, "reduce-scatter": 1}, (what, colls)
+        elif compiled:  # (a bucket holds parameters up to 64 bytes of blocks: more collectives, fewer than 2 x 52)
+            assert 1 < colls["all-gather"] < 52 and 1 < colls["reduce-scatter"] < 52, (what, colls)
