@@ -419,3 +419,45 @@ def test_zero_reduces_and_gathers_in_buckets(reference):
             assert colls == {"all-gather": 1, "reduce-scatter": 1}, (what, colls)
         elif compiled:  # (a bucket holds parameters up to 64 bytes of blocks: more collectives, fewer than 2 x 52)
             assert 1 < colls["all-gather"] < 52 and 1 < colls["reduce-scatter"] < 52, (what, colls)
+
+
+# ---- auto-jit: a unit's parameter gather does not cut the cluster -----------------------------------------------
+def _worker_auto_jit():
+    from megxla.jit import auto_jit_stats, reset_auto_jit_stats
+    out = {}
+    for mode in ("fsdp", "zero"):
+        for auto in (False, True):
+            mge.config.auto_jit = auto
+            reset_auto_jit_stats()
+            try:
+                losses, state, _, _ = _train(mode, False)
+            finally:
+                mge.config.auto_jit = False
+            gathers = sum(1 for m in _setup(mode)[0].modules() for s in _sharding_splits(m).values()
+                          if s[-1].kind == "fsdp")
+            out[(mode, auto)] = (losses, state if dist.get_rank() == 0 else None,
+                                 auto_jit_stats()["clusters"] / STEPS, gathers)
+    return out
+
+
+def _sharding_splits(module):
+    from megxla.distributed._sharding import splits_of
+    return splits_of(module)
+
+
+def test_auto_jit_runs_the_gathers_of_concrete_blocks_inside_the_step(reference):
+    """Under auto-jit a cross-process collective runs eagerly between clusters, but one on concrete values (a fully
+    sharded unit's gather of its blocks) no longer cuts the pending cluster: the forward is one cluster, not one per
+    unit (105 clusters a step before, for this model's 64 gathers), and training gives eager's numbers."""
+    ref_losses, ref_state, _, _ = reference
+    res = dist.launcher(_worker_auto_jit, n_gpus=2, device_type="cpu")()[0]
+    for mode in ("fsdp", "zero"):
+        for auto in (False, True):
+            losses, state, clusters, gathers = res[(mode, auto)]
+            what = f"{mode} {'auto-jit' if auto else 'eager'}"
+            _close(losses, ref_losses, what + " losses")
+            for k in ref_state:
+                _close(state[k], ref_state[k], f"{what} {k}")
+    clusters, gathers = res[("fsdp", True)][2:]
+    assert gathers == 64 and clusters < gathers, (clusters, gathers)
+    assert res[("zero", True)][2] <= 6, res[("zero", True)][2]  # (bucketed: one reduce-scatter, one all-gather)

@@ -315,6 +315,13 @@ _SHAPES: dict = {}  # (op, input avals) -> output avals, or None: the op is not 
 # for again comes back (_infer), so a working set smaller than the table is never inferred twice.
 SHAPES_KEPT = 16384
 _RETIRED_SHAPES: dict = {}
+# Ops found to be cross-process collectives (their shape inference needs an SPMD program): one whose inputs are all
+# concrete -- a fully sharded unit's parameter gather, its block read from the module -- runs eagerly where it is
+# issued *without* cutting the pending cluster, which reads its result as an input. It depends on no pending value,
+# so running it before them changes no value, and every rank still issues its collectives in program order (the
+# reason collectives stay out of clusters: docs/design.md). A fully sharded Transformer's forward was cut at every
+# gather: 69 clusters a step, most too small to compile, slower than eager.
+_CROSS_PROCESS: dict = {}
 
 
 def _forward_known(key):
@@ -367,6 +374,10 @@ def _infer(op, key, inputs):
             out = None  # its output shape depends on values: run it eagerly
         except MeshRequired:
             out, mesh = None, True  # a cross-process collective: run it eagerly
+            if not op.transient:
+                if len(_CROSS_PROCESS) >= 1024:
+                    _CROSS_PROCESS.clear()
+                _CROSS_PROCESS[op] = True
         except RecursionError as exc:
             if not _interrupt.unstick(exc):
                 raise
@@ -2394,6 +2405,9 @@ def _collect(op, inputs):
                     g = cl.guesses.get(sig)
                     if g is not None and g.executable is not None and g.early():
                         cl.guess = g
+            if op in _CROSS_PROCESS and cl.ops and not any(type(t._data) is Lazy for t in inputs):
+                _stats.eager_ops += 1  # (a collective on concrete values: run now, the cluster going on around it)
+                return [t._data for t in inputs]
             avals = cl.avals
             vmap = cl.vmap
             ids = []
