@@ -70,6 +70,10 @@ died in the three ``LSTM`` programs (3, 7, 15: its LSTM backward corrupts the he
 the bad call -- docs/differences.md), so those keep only megxla's own checks. Session 82: seeds 15, 16 and 17, 30
 programs each: no findings (the notes are LSTM programs after MegEngine's heap corruption, and ``Adam(eps=-1)``); a
 generator slip fixed: ``F.one_hot(y, C - 1)`` drew labels all below ``C - 1`` (both accept), now ``y + C``.
+Session 83: seeds 19-22, 30 programs each: no findings. Notes: LSTM programs after MegEngine's heap corruption
+(crashes, and "accepts" of calls it rejects alone), the documented ``Adam(eps=-1)`` / negative index / ``F.where``
+rows, and ``BatchNorm2d(2)`` given 3 channels inside ``with gm:`` (seed 20 program 10: MegEngine 1.13 accepts it
+there, reading past its statistics; alone it raises an AsyncError).
 """
 from __future__ import annotations
 

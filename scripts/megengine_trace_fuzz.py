@@ -670,6 +670,13 @@ _KNOWN = [
     ("MegEngine's capture_as_const trace compares the tensors exclude_from_trace made", lambda code, meta, kind, text:
      meta["opts"].get("capture_as_const") and kind == "STATUS" and "exclude_from_trace" in code
      and "'TraceError', 'trace error because tensors not equals'" in text.split(" | ")[0] and " | ok: " in text),
+    # (session 83, seed 10 case 8: ``log.append(float(a.mean()))`` in the block, capture_as_const, new inputs --
+    # MegEngine raises "tensors not equals" at the second call and leaves its trace installed: the child's next
+    # eager ``mge.tensor`` raises "too many instructions" outside any ``try`` and the process dies)
+    ("MegEngine's capture_as_const trace of an exclude_from_trace read: its trace stays installed, the child dies",
+     lambda code, meta, kind, text: meta["opts"].get("capture_as_const") and kind == "STATUS"
+     and "exclude_from_trace" in code and "('crash', 'the process died')" in text.split(" | ")[0]
+     and " | ok: " in text),
     # (seed 1 case 58: ``v1 = F.broadcast_to(a, (2, 2, 3)); F.maximum(v1, v1)`` -- eagerly too: MegEngine's kernel
     # takes the second copy against 0, 0.0 for its negative values; minimum for its positive ones)
     ("MegEngine's maximum / minimum of a broadcast_to view with itself", lambda code, meta, kind, text:
