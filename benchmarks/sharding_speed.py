@@ -6,7 +6,8 @@ then the collectives in the optimized HLO of the fully sharded step.
     .venv/bin/python benchmarks/sharding_speed.py --ranks 2 --runs eager,auto_jit,xla_trace   # the step as eager code
 
 Modes: ``dp`` (whole model per rank, gradient all-reduce callbacks), ``zero`` (``shard_optimizer``), ``fsdp``
-(``fully_shard``), ``tp`` (``parallelize``: the MLPs split, every rank on the same batch).
+(``fully_shard``; ``fsdp_kept``: ``reshard_after_forward=False``), ``tp`` (``parallelize``: the MLPs split, every
+rank on the same batch).
 On a CPU machine the processes share its cores: the times measure the collectives' overhead plus contention,
 not a speed-up. Prints some collective instructions of the fsdp step's optimized HLO (``--hlo``: all of them).
 ``--runs`` also times the same step written eagerly (``eager``) and under auto-jit (``auto_jit``), where each
@@ -39,8 +40,8 @@ PLAN = {"blocks.*.fc1": dist.ColwiseParallel(), "blocks.*.fc2": dist.RowwisePara
 def bench(mode, dim, blocks, steps, batch=8, seq=16, run="xla_trace"):
     mge.random.seed(0)
     model = Transformer(dim, blocks)
-    if mode == "fsdp":
-        dist.fully_shard(model)
+    if mode in ("fsdp", "fsdp_kept"):
+        dist.fully_shard(model, reshard_after_forward=mode == "fsdp")
     if mode == "tp":
         dist.parallelize(model, PLAN)
     opt = optim.Adam(model.parameters(), lr=1e-3)
@@ -102,7 +103,7 @@ def main():
     ap.add_argument("--hlo", action="store_true")
     ap.add_argument("--runs", default="xla_trace", help="comma-separated: eager, auto_jit, xla_trace")
     args = ap.parse_args()
-    modes = ("dp", "zero", "fsdp", "tp")
+    modes = ("dp", "zero", "fsdp", "fsdp_kept", "tp")
     runs = tuple(args.runs.split(","))
     print(f"Transformer d={args.dim}, {args.blocks} blocks, batch 8 x seq 16 per rank, Adam, {', '.join(runs)}; ms "
           f"per step of rank 0 over {args.steps} steps")

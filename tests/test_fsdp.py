@@ -461,3 +461,48 @@ def test_auto_jit_runs_the_gathers_of_concrete_blocks_inside_the_step(reference)
     clusters, gathers = res[("fsdp", True)][2:]
     assert gathers == 64 and clusters < gathers, (clusters, gathers)
     assert res[("zero", True)][2] <= 6, res[("zero", True)][2]  # (bucketed: one reduce-scatter, one all-gather)
+
+
+# ---- reshard_after_forward=False: the gathered parameters kept for the backward pass -----------------------------
+def _worker_kept():
+    import jax as _jax
+    out = {}
+    r = dist.get_rank()
+    for keep in (False, True):
+        mge.random.seed(7)
+        model = dist.fully_shard(Transformer(), reshard_after_forward=not keep)
+        opt = optim.Adam(model.parameters(), lr=0.01)
+        gm = GradManager().attach(model.parameters())
+        losses, tape = [], None
+        for x, y in _data():
+            with gm:
+                loss = F.nn.cross_entropy(model(mge.Tensor(x[r * 4:(r + 1) * 4])).reshape(-1, CLASSES + 2),
+                                          mge.Tensor(y[r * 4:(r + 1) * 4]).reshape(-1))
+                if tape is None:
+                    held = [tuple(d.shape) for _, ins, _ in gm._tape for d, _ in ins if isinstance(d, _jax.Array)]
+                    tape = {"full_head_held": (CLASSES + 2, D) in held, "regathered": len(gm._remat)}
+                gm.backward(loss)
+            opt.step().clear_grad()
+            losses.append(float(F.distributed.all_reduce_sum(loss) / 2))
+        out[keep] = (losses, {k: np.asarray(v) for k, v in model.state_dict().items()}, tape)
+    try:
+        dist.fully_shard(Transformer(), reshard_after_forward=1)
+    except TypeError as exc:
+        out["error"] = str(exc)
+    return out
+
+
+def test_reshard_after_forward_false_keeps_the_gathered_parameters(reference):
+    """FSDP2's ``reshard_after_forward=False``: the tape holds each unit's gathered parameters (no gather again in
+    the backward pass), and training gives the same numbers as the default and as one process."""
+    ref_losses, ref_state, _, _ = reference
+    res = dist.launcher(_worker_kept, n_gpus=2, device_type="cpu")()[0]
+    assert res[False][2] == {"full_head_held": False, "regathered": res[False][2]["regathered"]}
+    assert res[False][2]["regathered"] > 0
+    assert res[True][2] == {"full_head_held": True, "regathered": 0}
+    for keep in (False, True):
+        losses, state, _ = res[keep]
+        _close(losses, ref_losses, f"kept={keep} losses")
+        for k in ref_state:
+            _close(state[k], ref_state[k], f"kept={keep} {k}")
+    assert "reshard_after_forward must be True or False" in res["error"]

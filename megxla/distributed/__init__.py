@@ -34,11 +34,13 @@ Known limitations (XLA:CPU with gloo, jax 0.10.2; found by tests/test_distribute
       ``clip_grad_norm``, no skew) and their updates rounded differently: the replicas drifted 3e-8 apart within
       10 steps. A step eager would run faster (a detector's, whose clusters keep changing) runs slower in a group.
     * Sharded training (``fully_shard``, ``shard_optimizer``, ``parallelize``): the backward pass gathers a
-      unit's parameters again (eagerly one unit's full parameters are alive at a time), but inside a compiled
+      unit's parameters again (eagerly one unit's full parameters are alive at a time; not with
+      ``reshard_after_forward=False``), but inside a compiled
       step XLA may merge that gather with the forward one (XLA:CPU does), keeping the full parameters from the
       forward to the backward pass. The model is built whole on every rank before it is sharded
       (no meta-device construction). ``shard_optimizer`` reduce-scatters the gradients in ``step()`` (the
-      local gradients are whole until then) and keeps its blocks as a second copy of 1/N of the parameters.
+      local gradients are whole until then; ~10 MB of them a collective) and keeps its blocks as a second copy of
+      1/N of the parameters. ``fully_shard`` gathers each parameter by itself (no per-unit packing).
       A parameter shared by two modules, or held in a list or dict of its module, cannot be sharded. A
       ``DeviceMesh`` group's collectives are programs over the WHOLE mesh: every rank of the mesh must issue
       them, in the same order. The full optimizer state is not gathered (``opt.state_dict()`` holds this rank's

@@ -131,7 +131,8 @@ def _body(mode, x, n, axis, split_axis, concat_axis, names=AXIS):
     raise ValueError(f"unknown collective mode {mode!r}")
 
 
-def _impl(x, *, mode, ranks, platform, axis=0, split_axis=0, concat_axis=0, mesh=None, axes=None, length=None):
+def _impl(x, *, mode, ranks, platform, axis=0, split_axis=0, concat_axis=0, mesh=None, axes=None, length=None,
+          kept=False):
     if mode == "copy_to":  # no communication forward (its gradient is the collective)
         return x
     ax = _enter(f"collective {mode}", ranks, platform, mesh, axes)
@@ -188,8 +189,10 @@ def _grad(params, primals, ct):
 
 
 # FSDP's gathered parameters are gathered again in the backward pass rather than kept from the forward one
-# (ZeRO-3: only one unit's full parameters are alive at a time, forward or backward)
-collective = Primitive("dist_collective", _impl, grad=_grad, remat=lambda params: params["mode"] == "shard_gather")
+# (ZeRO-3: only one unit's full parameters are alive at a time, forward or backward) -- unless ``kept``
+# (``fully_shard(..., reshard_after_forward=False)``: the tape holds them, no second gather)
+collective = Primitive("dist_collective", _impl, grad=_grad,
+                       remat=lambda params: params["mode"] == "shard_gather" and not params.get("kept"))
 
 
 def _link_grad(params, primals, ct):

@@ -64,13 +64,15 @@ def _coll(mode, x, group, **kw):
     return coll(mode, x, group, **kw)
 
 
-def shard_gather(x: Tensor, group: Group, length: int = None, axis: int = 0) -> Tensor:
+def shard_gather(x: Tensor, group: Group, length: int = None, axis: int = 0, kept: bool = False) -> Tensor:
     """``all_gather`` of the ranks' blocks, cut to ``length`` along ``axis`` (the last block's padding dropped),
     whose gradient is the MEAN reduce-scatter over the group (the average of data-parallel training): the
     parameter gather of sharded data parallel. A GradManager does not keep its result for the backward pass,
-    which gathers again (``Primitive.remat``)."""
+    which gathers again (``Primitive.remat``) -- unless ``kept``: then it holds it, as any op's input."""
     if _trivial(group):
         return x if length is None or length == x.shape[axis] else x[(slice(None),) * axis + (slice(0, length),)]
+    if kept:
+        return _coll("shard_gather", x, group, axis=axis, length=length, kept=True)
     return _coll("shard_gather", x, group, axis=axis, length=length)
 
 

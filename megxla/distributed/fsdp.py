@@ -12,12 +12,14 @@ SPMD executable; under ``xla_trace`` they are collectives of the one compiled st
 Memory per rank: parameters, gradients and optimizer slots are 1/N of the model's. The gather is a
 rematerialized op (``Primitive.remat``): a GradManager's tape does not keep the full tensors, its backward
 pass gathers a unit's parameters again where it needs them, so eagerly only one unit's full parameters are
-alive at a time. In a compiled step both gathers are in the program and XLA decides: XLA:CPU merges the second
+alive at a time (``reshard_after_forward=False``, as PyTorch FSDP2's: the tape keeps them instead, and the backward
+pass gathers nothing). In a compiled step both gathers are in the program and XLA decides: XLA:CPU merges the second
 gather into the first (keeping the full parameters from forward to backward: less communication, more memory).
 """
 from __future__ import annotations
 
 import numbers
+import weakref
 from typing import Iterable, Union
 
 from ..core._tensor import Tensor
@@ -37,21 +39,26 @@ class FSDPModule:
     def __call__(self, *inputs, **kwargs):
         d = self.__dict__
         held = {name: d[name] for name, splits in splits_of(self).items() if splits[-1].kind == "fsdp"}
+        kept = self in _KEPT
         try:
             for name, block in held.items():
-                d[name] = _gathered(block, splits_of(self)[name][-1])
+                d[name] = _gathered(block, splits_of(self)[name][-1], kept)
             return super().__call__(*inputs, **kwargs)
         finally:
             # the blocks are the module's parameters again (the full tensors stay only where autodiff needs them)
             d.update(held)
 
 
-def _gathered(block, split):
-    x = shard_gather(block, split.group, split.full)
+def _gathered(block, split, kept=False):
+    x = shard_gather(block, split.group, split.full, kept=kept)
     return x.reshape(()) if split.scalar else x
 
 
-def fully_shard(module: Module, group: Group = None) -> Module:
+# units of ``fully_shard(..., reshard_after_forward=False)``: their gathered parameters are kept for the backward
+_KEPT = weakref.WeakSet()
+
+
+def fully_shard(module: Module, group: Group = None, reshard_after_forward: bool = True) -> Module:
     r"""Shard every parameter of ``module`` (ZeRO-3 / FSDP) along its first axis over the ranks of ``group``.
 
     Each sub-module holding parameters becomes a unit whose call gathers its parameters (``all_gather``) just
@@ -72,6 +79,11 @@ def fully_shard(module: Module, group: Group = None) -> Module:
         module: the model (modified in place).
         group: the ranks sharing the parameters, ``WORLD`` by default (a :class:`Group` or a ``DeviceMesh``
             axis group).
+        reshard_after_forward: as PyTorch FSDP2's: True (default) lets a unit's gathered parameters go after
+            its forward, and the backward pass gathers them again (one unit's full parameters alive at a time);
+            False keeps them from the forward to the backward pass (no second all-gather: a third fewer
+            collectives a step eagerly and under auto-jit, for the memory of the full parameters). A compiled
+            step (``xla_trace``) computes the same either way: XLA decides there.
 
     Returns:
         ``module`` itself, now sharded.
@@ -87,6 +99,8 @@ def fully_shard(module: Module, group: Group = None) -> Module:
     """
     if not isinstance(module, Module):
         raise TypeError(f"fully_shard: expected a Module, got {type(module).__name__}")
+    if not isinstance(reshard_after_forward, bool):  # (FSDP2's int -- resharding to a smaller group -- is not offered)
+        raise TypeError(f"fully_shard: reshard_after_forward must be True or False, got {reshard_after_forward!r}")
     group = _sharding._group(group, "fully_shard")
     units = []
     for _, m in module.named_modules():
@@ -103,6 +117,8 @@ def fully_shard(module: Module, group: Group = None) -> Module:
             full = 1 if scalar else p.shape[0]
             _sharding.split_parameter(m, name, Split("fsdp", group, 0, full, scalar))
         _sharding.swap_class(m, FSDPModule)
+        if not reshard_after_forward:
+            _KEPT.add(m)
     _sharding.swap_class(module, ShardedModule)
     return module
 
