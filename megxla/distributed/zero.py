@@ -89,7 +89,7 @@ def _blocks_of_mean(grads, splits):
     if n == 1:
         return padded
     # rank-major: row k of (n, total) holds every gradient's block k, so rank k receives exactly its blocks
-    rows = [g.reshape(n, -1) for g in padded]
+    rows = [g.reshape(n, int(np.prod(g.shape)) // n) for g in padded]  # (explicit: an empty one has no -1)
     packed = rows[0] if len(rows) == 1 else F.concat(rows, axis=1)
     mine = reduce_scatter_sum(packed.reshape(-1), splits[0].group) / n
     out, at = [], 0
@@ -108,7 +108,7 @@ def _gathered(blocks, splits):
         return [_sharding.shard_gather(b, group, sp.full) for b, sp in zip(blocks, splits)]
     flat = [b.reshape(-1) for b in blocks]
     packed = flat[0] if len(flat) == 1 else F.concat(flat, axis=0)
-    every = _sharding.shard_gather(packed, group).reshape(n, -1)  # row k: rank k's blocks
+    every = _sharding.shard_gather(packed, group).reshape(n, packed.shape[0])  # row k: rank k's blocks
     out, at = [], 0
     for b, sp in zip(blocks, splits):
         size = int(np.prod(b.shape))
