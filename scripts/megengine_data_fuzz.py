@@ -66,7 +66,9 @@ Session 81: seeds 23 and 24, 300 cases each: one, seed 24 case 297 -- PIL's ``ro
 2x7 image, up to 8 levels apart between Pillow 13.0 and 12.3 (PIL alone shows it); now told apart, with 171's. Both
 seeds with ``--megxla-python``: nothing, no OpenCV / Pillow filter used. Session 82: seeds 25-28, 300 cases each
 (25 and 26 with ``--megxla-python`` too): nothing unexplained; the exception-type differences are all megxla's
-subclasses of MegEngine's (``MissingApplyError``, ``TransformArgumentError``).
+subclasses of MegEngine's (``MissingApplyError``, ``TransformArgumentError``). Session 83: seeds 32-35, 300 cases
+each and 600 more each (``--first 300``, ``--first 500``): one, seed 33 case 355 -- MegEngine's ``Pad`` refuses a
+7-channel image (documented) after megxla's ``ColorJitter`` drew: only the draw after the case differs.
 """
 from __future__ import annotations
 

@@ -64,6 +64,7 @@ Seed 9, 300 cases: nothing unexplained. Session 77: seeds 16, 17 and 19, 300 cas
 kh, kw), so MegEngine's checkpoints did not load; and ``DeformablePSROIPooling(no_trans=True)`` gave ``trans`` a zero
 gradient where MegEngine leaves ``trans.grad`` None. Seed 20, 150 cases of ``special_conv``: nothing unexplained.
 Session 81: seeds 26, 27 and 29, 200 cases each, and seed 28, 100 cases: nothing unexplained.
+Session 83: seeds 36-39, 200 cases each, and seed 40, 100 cases: nothing unexplained.
 """
 from __future__ import annotations
 

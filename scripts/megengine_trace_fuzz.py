@@ -57,6 +57,9 @@ and the 120 s watchdog. Session 81: seed 6, 60 cases: no disagreement left after
 cases 0-119 each, seed 9, cases 0-59: no megxla fault; seed 7 case 101 (a tensor made in ``exclude_from_trace``
 and used, ``without_host`` and ``capture_as_const``: megxla bakes the recording call's value in, as documented)
 now told apart; seed 9 case 59, MegEngine's child died in the batch (alone: its documented TraceError).
+Session 83: seeds 10-12, cases 0-199 each: no megxla fault; seed 10 case 8 (a ``capture_as_const`` trace whose
+``exclude_from_trace`` block reads a value on the host: MegEngine's trace raises at the second call and stays
+installed, and its child died at the next eager op) now told apart.
 """
 from __future__ import annotations
 
