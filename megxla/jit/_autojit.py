@@ -2405,7 +2405,7 @@ def _collect(op, inputs):
                     g = cl.guesses.get(sig)
                     if g is not None and g.executable is not None and g.early():
                         cl.guess = g
-            if op in _CROSS_PROCESS and cl.ops and not any(type(t._data) is Lazy for t in inputs):
+            if _CROSS_PROCESS and op in _CROSS_PROCESS and cl.ops and not any(type(t._data) is Lazy for t in inputs):
                 _stats.eager_ops += 1  # (a collective on concrete values: run now, the cluster going on around it)
                 return [t._data for t in inputs]
             avals = cl.avals
