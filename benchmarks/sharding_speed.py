@@ -4,6 +4,7 @@ then the collectives in the optimized HLO of the fully sharded step.
 
     .venv/bin/python benchmarks/sharding_speed.py [--ranks 2,4] [--dim 128] [--blocks 4] [--steps 20] [--hlo]
     .venv/bin/python benchmarks/sharding_speed.py --ranks 2 --runs eager,auto_jit,xla_trace   # the step as eager code
+    .venv/bin/python benchmarks/sharding_speed.py --ranks 2 --modes fsdp,fsdp_kept --runs eager   # some of it
 
 Modes: ``dp`` (whole model per rank, gradient all-reduce callbacks), ``zero`` (``shard_optimizer``), ``fsdp``
 (``fully_shard``; ``fsdp_kept``: ``reshard_after_forward=False``), ``tp`` (``parallelize``: the MLPs split, every
@@ -102,8 +103,9 @@ def main():
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--hlo", action="store_true")
     ap.add_argument("--runs", default="xla_trace", help="comma-separated: eager, auto_jit, xla_trace")
+    ap.add_argument("--modes", default="dp,zero,fsdp,fsdp_kept,tp", help="comma-separated, of the default")
     args = ap.parse_args()
-    modes = ("dp", "zero", "fsdp", "fsdp_kept", "tp")
+    modes = tuple(args.modes.split(","))
     runs = tuple(args.runs.split(","))
     print(f"Transformer d={args.dim}, {args.blocks} blocks, batch 8 x seq 16 per rank, Adam, {', '.join(runs)}; ms "
           f"per step of rank 0 over {args.steps} steps")

@@ -506,3 +506,96 @@ def test_reshard_after_forward_false_keeps_the_gathered_parameters(reference):
         for k in ref_state:
             _close(state[k], ref_state[k], f"kept={keep} {k}")
     assert "reshard_after_forward must be True or False" in res["error"]
+
+
+# ---- one collective each way per unit --------------------------------------------------------------------------
+def _worker_packed():
+    from megxla.core import _dispatch
+    from megxla.core._op import VJP
+    counts = {}
+    kernel = _dispatch.run_kernel
+
+    def counting(op, inputs, arrays=None):
+        inner = dict(op.params)["op"] if op.prim is VJP else op
+        if inner.prim.name.startswith("dist_"):
+            what = ("gradient of " if op.prim is VJP else "") + inner.prim.name
+            counts[what] = counts.get(what, 0) + 1
+        return kernel(op, inputs, arrays)
+
+    out = {}
+    for keep in (False, True):
+        mge.random.seed(7)
+        model = dist.fully_shard(Transformer(), reshard_after_forward=not keep)
+        units = sum(1 for m in model.modules() if any(s[-1].kind == "fsdp" for s in _sharding_splits(m).values()))
+        gm = GradManager().attach(model.parameters())
+        x, y = _data()[0]
+        r = dist.get_rank()
+        counts.clear()
+        _dispatch.run_kernel = counting
+        try:
+            with gm:
+                gm.backward(F.nn.cross_entropy(model(mge.Tensor(x[r * 4:(r + 1) * 4])).reshape(-1, CLASSES + 2),
+                                               mge.Tensor(y[r * 4:(r + 1) * 4]).reshape(-1)))
+        finally:
+            _dispatch.run_kernel = kernel
+        out[keep] = (units, dict(counts), {n: np.asarray(p.grad) for n, p in model.named_parameters()})
+    out["odd"] = _odd_unit(dist.get_rank(), sharded=True)
+    return out
+
+
+class _Odd(M.Module):
+    """A unit with a 0-d, an empty, a padded (3 rows over 2 ranks) and a float16 parameter."""
+
+    def __init__(self):
+        super().__init__()
+        self.s = mge.Parameter(np.float32(1.5))
+        self.e = mge.Parameter(np.zeros((0, 3), "float32"))
+        self.v = mge.Parameter(np.arange(3, dtype="float32") - 1)
+        self.w = mge.Parameter(np.arange(12, dtype="float32").reshape(4, 3) / 10)
+        self.h = mge.Parameter(np.ones(3, "float16"))
+
+    def forward(self, x):
+        y = F.matmul(x, self.w.T) * self.s + F.sum(self.e) + (self.h.astype("float32") * self.v * x).sum()
+        return (y ** 2).mean()
+
+
+def _odd_unit(r, sharded):
+    """Loss and gradients of one step of _Odd on half ``r`` of a batch; ``sharded``: fully sharded over 2 ranks,
+    its gradients (the mean over the ranks) gathered into full tensors."""
+    net = _Odd()
+    shapes = {name: p.shape for name, p in net.named_parameters()}
+    if sharded:
+        dist.fully_shard(net)
+    gm = GradManager().attach(net.parameters())
+    x = np.linspace(-1, 1, 8 * 3, dtype="float32").reshape(8, 3)
+    with gm:
+        loss = net(mge.Tensor(x[r * 4:(r + 1) * 4]))
+        gm.backward(loss)
+    grads = {}
+    for name, p in net.named_parameters():
+        g = p.grad
+        if sharded:  # the blocks gathered, the padding dropped
+            g = F.distributed.all_gather(g)[:max(shapes[name][:1] or (1,))].reshape(shapes[name])
+        grads[name] = np.asarray(g)
+    return float(loss), grads
+
+
+def test_a_unit_gathers_and_reduce_scatters_its_parameters_in_one_collective():
+    """A fully sharded unit (a Linear: weight and bias) gathers its blocks in one all-gather, and its gradients are
+    reduce-scattered in one collective: 3 collectives per unit and step eagerly (2 kept), not 3 per parameter."""
+    res = dist.launcher(_worker_packed, n_gpus=2, device_type="cpu")()[0]
+    units, counts, grads = res[False]
+    assert units == 4 * 8 + 2, units  # each block: 6 Linears and 2 LayerNorms; the final LayerNorm and the head
+    assert counts == {"dist_shard_gather_packed": 2 * units, "gradient of dist_shard_gather_packed": units}, counts
+    units, counts, kept_grads = res[True]
+    assert counts == {"dist_shard_gather_packed": units, "gradient of dist_shard_gather_packed": units}, counts
+    for k in grads:
+        np.testing.assert_allclose(kept_grads[k], grads[k], rtol=1e-6, atol=1e-7, err_msg=k)
+    # 0-d, empty, padded and float16 parameters in one unit: the mean of the two half batches' gradients
+    _, got = res["odd"]
+    halves = [_odd_unit(r, sharded=False)[1] for r in (0, 1)]
+    for k, g in got.items():
+        want = (halves[0][k].astype("float32") + halves[1][k].astype("float32")) / 2
+        assert g.shape == want.shape and g.dtype == halves[0][k].dtype, (k, g.shape, g.dtype)
+        np.testing.assert_allclose(g.astype("float32"), want, rtol=1e-3 if g.dtype == np.float16 else 1e-6,
+                                   atol=1e-6, err_msg=k)

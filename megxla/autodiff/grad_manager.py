@@ -357,11 +357,16 @@ class GradManager:
         ins = [(t._data, t._vid) for t in inputs] if not remat else \
             [(remat.get(t._vid) or t._data, t._vid) for t in inputs]
         self._tape.append((op, ins, [t._vid for t in outputs]))
-        if op.prim.remat is not None and not op.multiple_results and op.prim.remat(dict(op.params)):
+        if op.prim.remat is not None and op.prim.remat(dict(op.params)):
             # NOTE: records that read this result hold a _Remat instead of its value (e.g. the full parameters
             # gathered by fully_shard: the backward gathers them again instead of keeping them all alive)
-            out = outputs[0]
-            remat[out._vid] = _Remat(op, ins, out.dtype)
+            if op.multiple_results:  # (one computation again gives them all: a fully sharded unit's parameters)
+                vids = tuple([t._vid for t in outputs])
+                for i, out in enumerate(outputs):
+                    remat[out._vid] = _Remat(op, ins, out.dtype, i, vids)
+            else:
+                out = outputs[0]
+                remat[out._vid] = _Remat(op, ins, out.dtype)
         if self._guess is not None and not op.multiple_results:
             self._guess_gradient(op, inputs, outputs[0], tracked)
         cut = _NONDIFF_OUT.get(op.name, ())
@@ -768,7 +773,14 @@ class GradManager:
                 return _value(data, vid)
             t = again.get(vid)
             if t is None:
-                t = again[vid] = apply(data.op, *[value(d, v) for d, v in data.ins])  # (one result)
+                res = apply(data.op, *[value(d, v) for d, v in data.ins])
+                if data.index is None:
+                    t = again[vid] = res
+                else:  # every result records still read is kept, so that the op runs once again, not per result
+                    for v, r in zip(data.vids, res):
+                        if uses.get(v):
+                            again[v] = r
+                    t = res[data.index]
             uses[vid] -= 1
             if not uses[vid]:
                 del again[vid]
@@ -1034,11 +1046,12 @@ class _Walk:
 
 
 class _Remat:
-    """Stands in a tape record for a value computed again in the backward pass: ``op`` of the recorded ``ins``."""
-    __slots__ = ("op", "ins", "dtype")
+    """Stands in a tape record for a value computed again in the backward pass: ``op`` of the recorded ``ins``
+    (its result ``index`` of those with value ids ``vids`` where the op has several)."""
+    __slots__ = ("op", "ins", "dtype", "index", "vids")
 
-    def __init__(self, op, ins, dtype):
-        self.op, self.ins, self.dtype = op, ins, dtype
+    def __init__(self, op, ins, dtype, index=None, vids=None):
+        self.op, self.ins, self.dtype, self.index, self.vids = op, ins, dtype, index, vids
 
 
 def _value(data, vid):

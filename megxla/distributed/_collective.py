@@ -26,7 +26,8 @@ from ..core._op import Primitive
 from ..core._spmd import AXIS, DeviceGrid, MeshRequired, current_devices, grid_layout, issued, ordered
 from . import _runtime
 
-__all__ = ["collective", "p2p", "root_link", "MODES", "out_shape", "reset_counters", "next_meta"]
+__all__ = ["collective", "shard_gather_packed", "p2p", "root_link", "MODES", "out_shape", "reset_counters",
+           "next_meta"]
 
 MODES = ("all_reduce_sum", "all_reduce_max", "all_reduce_min", "all_reduce_prod", "all_gather", "broadcast",
          "reduce_sum", "gather", "scatter", "reduce_scatter_sum", "all_to_all",
@@ -193,6 +194,52 @@ def _grad(params, primals, ct):
 # (``fully_shard(..., reshard_after_forward=False)``: the tape holds them, no second gather)
 collective = Primitive("dist_collective", _impl, grad=_grad,
                        remat=lambda params: params["mode"] == "shard_gather" and not params.get("kept"))
+
+
+# ---- a fully sharded unit's parameters: one all-gather of all of its blocks, one reduce-scatter of their gradients -----
+def _packed(blocks):
+    """The blocks flattened into one vector: one collective for all of them."""
+    return jnp.concatenate([b.reshape(-1) for b in blocks]) if len(blocks) > 1 else blocks[0].reshape(-1)
+
+
+def _packed_gather_impl(*blocks, ranks, platform, lengths, mesh=None, axes=None, kept=False):
+    ax = _enter("collective shard_gather_packed", ranks, platform, mesh, axes)
+    n = _size(ranks, mesh, axes)
+    rows = issued(lax.all_gather(ordered(_packed(blocks)), ax, axis=0, tiled=False))  # (n, the blocks' sizes)
+    outs, at = [], 0
+    for b, length in zip(blocks, lengths):
+        full = rows[:, at:at + b.size].reshape((n * b.shape[0],) + b.shape[1:])  # rank-major: rank i's block i-th
+        at += b.size
+        outs.append(full if length == full.shape[0] else full[:length])  # (the last block's padding dropped)
+    return outs
+
+
+def _packed_gather_grad(params, primals, cts):
+    """The mean over the ranks of each gathered tensor's gradient, reduce-scattered in one collective."""
+    p = dict(params)
+    names = _enter("gradient of collective shard_gather_packed", p["ranks"], p["platform"], p.get("mesh"),
+                   p.get("axes"))
+    n = _size(p["ranks"], p.get("mesh"), p.get("axes"))
+    parts = []
+    for x, ct in zip(primals, cts):
+        ct = ct.astype(x.dtype)
+        pad = x.shape[0] * n - ct.shape[0]
+        if pad:
+            ct = lax.pad(ct, jnp.zeros((), ct.dtype), [(0, pad if i == 0 else 0, 0) for i in range(ct.ndim)])
+        parts.append(ct.reshape(n, -1))  # row i: what rank i's block receives
+    rows = jnp.concatenate(parts, axis=1) if len(parts) > 1 else parts[0]
+    mine = issued(lax.psum_scatter(ordered(rows), names, scatter_dimension=0, tiled=True)).reshape(-1) / n
+    grads, at = [], 0
+    for x in primals:
+        grads.append(mine[at:at + x.size].reshape(x.shape).astype(x.dtype))
+        at += x.size
+    return tuple(grads)
+
+
+# ``fully_shard``'s gather of a unit's blocks (of one dtype), rematerialized as ``shard_gather``: its results are not
+# kept by a GradManager's tape, the backward pass gathers the unit again -- unless ``kept``
+shard_gather_packed = Primitive("dist_shard_gather_packed", _packed_gather_impl, multiple_results=True,
+                                grad=_packed_gather_grad, remat=lambda params: not params.get("kept"))
 
 
 def _link_grad(params, primals, ct):

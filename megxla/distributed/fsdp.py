@@ -3,9 +3,10 @@
 Every module that holds parameters is a unit. Each of its parameters is replaced by this rank's block of its
 first axis (padded with zeros up to a multiple of the group size): ``model.parameters()``, the GradManager, the
 optimizer and its slots then see blocks only. Calling a unit gathers its blocks into full tensors (one
-``all_gather`` each, an XLA collective), runs the unit, and puts the blocks back; the gather's gradient is the
-MEAN ``reduce_scatter`` over the group, so after ``gm.backward`` each rank's ``param.grad`` is its block of the
-data-parallel averaged gradient and the optimizer steps on blocks. Eagerly each gather / scatter is a small
+``all_gather`` for all of them, an XLA collective: a Linear's weight and bias travel together), runs the unit, and
+puts the blocks back; the gather's gradient is one MEAN ``reduce_scatter`` over the group, so after
+``gm.backward`` each rank's ``param.grad`` is its block of the data-parallel averaged gradient and the optimizer
+steps on blocks. Eagerly each gather / scatter is a small
 SPMD executable; under ``xla_trace`` they are collectives of the one compiled step (``all-gather`` and
 ``reduce-scatter`` in its HLO), which XLA schedules with the compute.
 
@@ -25,7 +26,7 @@ from typing import Iterable, Union
 from ..core._tensor import Tensor
 from ..module.module import Module
 from . import _sharding
-from ._sharding import ShardedModule, Split, shard_gather, splits_of
+from ._sharding import ShardedModule, Split, shard_gather_many, splits_of
 from .group import Group
 
 __all__ = ["fully_shard", "FSDPModule", "clip_grad_norm"]
@@ -38,20 +39,30 @@ class FSDPModule:
 
     def __call__(self, *inputs, **kwargs):
         d = self.__dict__
-        held = {name: d[name] for name, splits in splits_of(self).items() if splits[-1].kind == "fsdp"}
+        splits = {name: s[-1] for name, s in splits_of(self).items() if s[-1].kind == "fsdp"}
+        held = {name: d[name] for name in splits}
         kept = self in _KEPT
         try:
-            for name, block in held.items():
-                d[name] = _gathered(block, splits_of(self)[name][-1], kept)
+            d.update(_gathered_unit(held, splits, kept))
             return super().__call__(*inputs, **kwargs)
         finally:
             # the blocks are the module's parameters again (the full tensors stay only where autodiff needs them)
             d.update(held)
 
 
-def _gathered(block, split, kept=False):
-    x = shard_gather(block, split.group, split.full, kept=kept)
-    return x.reshape(()) if split.scalar else x
+def _gathered_unit(held, splits, kept):
+    """The unit's full parameters ``{name: tensor}`` from its blocks ``held``: one gather for the blocks of each
+    dtype and group (a Linear's weight and bias in one collective each way, not two)."""
+    packs = {}
+    for name, block in held.items():
+        packs.setdefault((block.dtype, id(splits[name].group)), []).append(name)
+    full = {}
+    for names in packs.values():
+        group = splits[names[0]].group
+        gathered = shard_gather_many([held[k] for k in names], group, [splits[k].full for k in names], kept=kept)
+        for k, x in zip(names, gathered):
+            full[k] = x.reshape(()) if splits[k].scalar else x
+    return full
 
 
 # units of ``fully_shard(..., reshard_after_forward=False)``: their gathered parameters are kept for the backward
