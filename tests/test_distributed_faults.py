@@ -171,3 +171,77 @@ def test_a_rank_failing_before_its_first_collective_is_named_at_once(kind, tmp_p
         assert "rank one gives up at once" in error[1]
     assert waited < 10, waited
     assert intact
+
+
+def _worker_fsdp_peer_fails(kind, auto, out_dir):
+    """Fully sharded training, eager or under auto-jit: rank 1 fails in the middle of a step, after its forward's
+    gathers, so that the survivor's backward pass (which gathers each unit again, then reduce-scatters) is left
+    waiting for it."""
+    r = dist.get_rank()
+    mge.random.seed(0)
+    model = dist.fully_shard(M.Sequential(M.Linear(4, 8), M.ReLU(), M.Linear(8, 2)))
+    opt = optim.Adam(model.parameters(), lr=0.01)
+    gm = GradManager().attach(model.parameters())
+    x = mge.Tensor(np.full((3, 4), r + 1.0, "float32"))
+
+    def step(fail=False):
+        with gm:
+            loss = model(x).sum()
+            if fail:
+                if kind == "raise":
+                    raise ValueError("rank one gives up mid-step")
+                os.kill(os.getpid(), 9)
+            gm.backward(loss)
+        opt.step().clear_grad()
+
+    def flat():
+        state = {k: np.array(v, copy=True) for k, v in model.sharded_state_dict().items() if k != "__sharding__"}
+        state.update({f"{i}.{k}": np.array(v, copy=True) for i, s in opt.state_dict()["state"].items()
+                      for k, v in s.items()})
+        return state
+
+    mge.config.auto_jit = auto
+    try:
+        for _ in range(4):  # (auto-jit: the step's clusters compiled)
+            step()
+        if r == 1:
+            step(fail=True)
+        last = flat()
+        t0 = time.monotonic()
+        try:
+            for _ in range(1000):
+                step()
+                last = flat()
+            error = None
+        except RuntimeError as exc:
+            error = (type(exc).__name__, str(exc))
+        waited = time.monotonic() - t0
+    finally:
+        mge.config.auto_jit = False
+    now = flat()
+    intact = now.keys() == last.keys() and all(np.array_equal(now[k], last[k]) for k in now)
+    no_grads = all(p.grad is None for p in model.parameters())
+    path = os.path.join(out_dir, "ckpt.mge")
+    mge.save({"model": model.sharded_state_dict(), "opt": opt.state_dict()}, path)
+    saved = all(np.array_equal(mge.load(path)["model"][k], v) for k, v in model.sharded_state_dict().items()
+                if k != "__sharding__")
+    with open(os.path.join(out_dir, "survivor.pkl"), "wb") as f:
+        pickle.dump((error, waited, intact, no_grads, saved), f)
+
+
+@pytest.mark.parametrize("kind,auto", [("raise", False), ("kill", True)])
+def test_a_rank_failing_mid_step_of_fully_sharded_training_leaves_its_peer_intact(kind, auto, tmp_path, monkeypatch):
+    """The survivor of a fully sharded pair whose peer failed between its forward and backward passes: its
+    backward's gather raises PeerFailure naming the rank, and its blocks, optimizer slots and ``.grad`` are as
+    before the step (no unit's gradient delivered), its blocks saved."""
+    monkeypatch.setenv("MEGXLA_DIST_HEARTBEAT", str(HEARTBEAT))
+    with pytest.raises(RuntimeError, match="rank 1"):
+        with _deadline(90):
+            dist.launcher(_worker_fsdp_peer_fails, n_gpus=2, device_type="cpu")(kind, auto, str(tmp_path))
+    error, waited, intact, no_grads, saved = pickle.loads((tmp_path / "survivor.pkl").read_bytes())
+    assert error is not None and error[0] == "PeerFailure", error
+    assert {"raise": "rank 1 failed", "kill": "rank 1 died"}[kind] in error[1], error[1]
+    if kind == "raise":
+        assert "rank one gives up mid-step" in error[1]
+    assert waited < 10, waited
+    assert intact and no_grads and saved
