@@ -122,3 +122,23 @@ def test_the_switch_to_the_optimized_tier_waits_for_it_in_a_run_of_several_proce
     exe = _tiers.tiered(optimize, lambda x: ("quick", x), 1000)
     got = [exe(k)[0] for k in range(_tiers.SWITCH_RUN + 1)]
     assert got == ["quick"] * (_tiers.SWITCH_RUN - 1) + ["optimized"] * 2
+
+
+def test_kernels_compiled_ahead_leave_cross_process_programs_to_their_op(monkeypatch):
+    """A worker compiling kernels ahead (a GradManager's predicted gradient ops, an op-by-op cluster's) compiles no
+    cross-process program: every rank numbers its compiles of one to check that the ranks agree, so a worker that
+    got to a collective's gradient after its op had run compiled it a second time on that rank only, and the ranks
+    waited for each other's programs (a fully sharded step with reshard_after_forward=False, 2 runs in 3)."""
+    import jax
+    from megxla.core import _spmd
+    from megxla.core._op import PRIMITIVES, Primitive
+    from megxla.jit import _kernels_ahead
+    agreed = []
+    monkeypatch.setattr(_spmd, "agree_hook", [lambda ranks, key, digest: agreed.append(key)])
+    prim = PRIMITIVES.get("test_spmd_ahead") or Primitive("test_spmd_ahead", lambda x: x * 2)
+    op = prim.bind()
+    op._kernel = _spmd.SpmdFunction(op.fn, [jax.devices()[0]], name=op.name)  # (as run_kernel installs one)
+    _kernels_ahead._compile(op, [((3,), np.dtype("float32"), False)])
+    assert agreed == []
+    np.testing.assert_array_equal(np.asarray(op._kernel(np.ones(3, "float32"))), [2, 2, 2])  # (compiled at its run)
+    assert len(agreed) == 1

@@ -21,6 +21,7 @@ import time
 import jax
 
 from ..core import _registry
+from ..core._spmd import SpmdFunction
 from . import _tiers
 
 __all__ = ["compile_ahead", "compile_kernels", "wait", "cancel", "THREADS"]
@@ -46,7 +47,15 @@ os.register_at_fork(after_in_child=lambda: (_pool.__setitem__(0, None), _spare_p
 def _compile(op, types):
     """(a worker) ``op``'s eager kernel for inputs of ``types``, compiled into JAX's jit cache."""
     try:
-        op.kernel.lower(*[jax.ShapeDtypeStruct(s, d, weak_type=w) for s, d, w in types]).compile()
+        kernel = op.kernel
+        if type(kernel) is SpmdFunction:
+            # NOTE: a cross-process program (a collective, or its gradient, once run) is compiled where its op runs:
+            # every rank numbers its compiles of a program to check that the ranks agree (``same_program``), so one
+            # compiled here too, when a worker got to it after its op had run, was numbered on this rank only --
+            # the ranks then waited for each other's programs (a fully sharded step, reshard_after_forward=False:
+            # 2 runs in 3 stopped after 600 s)
+            return
+        kernel.lower(*[jax.ShapeDtypeStruct(s, d, weak_type=w) for s, d, w in types]).compile()
     except Exception:  # (the op's own run raises, at its turn, as eagerly)
         pass
 
