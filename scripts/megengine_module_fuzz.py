@@ -65,6 +65,7 @@ kh, kw), so MegEngine's checkpoints did not load; and ``DeformablePSROIPooling(n
 gradient where MegEngine leaves ``trans.grad`` None. Seed 20, 150 cases of ``special_conv``: nothing unexplained.
 Session 81: seeds 26, 27 and 29, 200 cases each, and seed 28, 100 cases: nothing unexplained.
 Session 83: seeds 36-39, 200 cases each, and seed 40, 100 cases: nothing unexplained.
+Session 84: seeds 41-43, 200 cases each: nothing unexplained.
 """
 from __future__ import annotations
 
