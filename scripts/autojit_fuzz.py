@@ -54,6 +54,7 @@ computes with garbage, a loss of -1.1e14 in the same program).
 
 Session 74: seeds 400-439 (192 s, a quiet machine): 0 disagree, 18 bit-equal, 913 host reads and 80 caught errors
 compared. Session 83: seeds 1445-1524 (1,443 s, 2 busy cores): 0 disagree, 43 bit-equal, 1,841 host reads and 194
+caught errors compared. Session 84: seeds 1525-1584 (473 s): 0 disagree, 31 bit-equal, 1,293 host reads and 152
 caught errors compared.
 
 Session 73 (the features above since "Since session 73"; 2 shared cores under a load of 7-9, 10-25 s a program):

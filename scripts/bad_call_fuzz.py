@@ -74,6 +74,10 @@ Session 83: seeds 19-22, 30 programs each: no findings. Notes: LSTM programs aft
 (crashes, and "accepts" of calls it rejects alone), the documented ``Adam(eps=-1)`` / negative index / ``F.where``
 rows, and ``BatchNorm2d(2)`` given 3 channels inside ``with gm:`` (seed 20 program 10: MegEngine 1.13 accepts it
 there, reading past its statistics; alone it raises an AsyncError).
+Session 84: seeds 23-25, 30 programs each (280 s, 206 s, 227 s): no findings. Notes: LSTM programs after MegEngine's
+heap corruption, ``Adam(eps=-1)``, ``F.where`` and ``relu("abc")`` (py_apply TypeError), ``BatchNorm2d`` given
+other channels (seed 24 programs 7, 20) and ``F.softmax`` of an axis out of range (seed 24 program 10: MegEngine
+raises an AsyncError or segfaults).
 """
 from __future__ import annotations
 

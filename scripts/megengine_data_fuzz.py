@@ -69,6 +69,9 @@ seeds with ``--megxla-python``: nothing, no OpenCV / Pillow filter used. Session
 subclasses of MegEngine's (``MissingApplyError``, ``TransformArgumentError``). Session 83: seeds 32-35, 300 cases
 each and 600 more each (``--first 300``, ``--first 500``): one, seed 33 case 355 -- MegEngine's ``Pad`` refuses a
 7-channel image (documented) after megxla's ``ColorJitter`` drew: only the draw after the case differs.
+Session 84: seeds 36-38, 300 cases each (~4 s a seed), and again with ``--megxla-python``: nothing
+unexplained; the OpenCV filter was needed only without ``--megxla-python``, the exception types differ
+only by megxla's subclasses (``MissingApplyError``, ``TransformArgumentError``).
 """
 from __future__ import annotations
 

@@ -60,6 +60,11 @@ now told apart; seed 9 case 59, MegEngine's child died in the batch (alone: its 
 Session 83: seeds 10-12, cases 0-199 each: no megxla fault; seed 10 case 8 (a ``capture_as_const`` trace whose
 ``exclude_from_trace`` block reads a value on the host: MegEngine's trace raises at the second call and stays
 installed, and its child died at the next eager op) now told apart.
+Session 84: seeds 13 and 14, cases 0-199 each (500 s, 236 s): no megxla fault. Seed 13 case 40, a diverging SGD
+step (losses 72 to 1.3e5): rounding grown to 5e-5 of the arrays' scale, as far as a 1-ulp nudge of an input moves
+either side; MegEngine against megxla now allows 2e-4 of the array's largest magnitude. Seed 13 case 184, seed 14
+cases 91 and 182: MegEngine's ``without_host`` + ``capture_as_const`` trace with an ``exclude_from_trace`` block
+returns the recording call's results at every call; now told apart by a rule.
 """
 from __future__ import annotations
 
@@ -591,9 +596,10 @@ def _child(framework, cases_path, out_path, start):
 
 
 # ---- comparing ----------------------------------------------------------------------------------------------------
-def compare(a, b, what, loose=False, log=True):
+def compare(a, b, what, loose=False, log=True, scale=0.0):
     """Disagreements of two runs' result dicts (``a`` the reference); ``loose``: state after training steps to rtol
-    1e-4 atol 1e-5; ``log``: whether the values exclude_from_trace logged are compared."""
+    1e-4 atol 1e-5 plus ``scale`` of the array's largest magnitude; ``log``: whether the values exclude_from_trace
+    logged are compared."""
     lines = []
     errs = [[k for k, r in sorted(d.items()) if r[0] == "error"] for d in (a, b)]
     stopped = errs[0] != errs[1]
@@ -611,7 +617,8 @@ def compare(a, b, what, loose=False, log=True):
             continue
         x, y = a[key], b[key]
         if loose and x[0] == y[0] == "tensor" and x[1].shape == y[1].shape and x[1].dtype == y[1].dtype \
-                and x[1].dtype.kind == "f" and np.allclose(x[1], y[1], rtol=1e-4, atol=1e-5, equal_nan=True):
+                and x[1].dtype.kind == "f" and np.allclose(x[1], y[1], rtol=1e-4, atol=1e-5 + scale * np.nan_to_num(
+                    np.abs(x[1]).max(initial=0), posinf=0), equal_nan=True):
             continue
         if loose and x[0] == y[0] == "tensor" and x[1].dtype.kind == y[1].dtype.kind == "f" \
                 and not np.isfinite(x[1]).all() and not np.isfinite(y[1]).all():
@@ -699,6 +706,12 @@ _KNOWN = [
     ("MegEngine's trace(without_host=True) of an optimizer step", lambda code, meta, kind, text:
      meta["kind"] == "train" and meta["opts"].get("without_host") and kind == "STATUS"
      and re.search(r"\('(AssertionError|RuntimeError|TraceError)'", text.split(" | ")[0]) is not None),
+    # (session 84, seed 13 case 184, seed 14 cases 91 and 182: the block only logs ``float(a.mean())`` or makes an
+    # unused tensor -- MegEngine's compiled calls still return the recording call's results whatever the inputs;
+    # megxla's trace gives the eager values, as MegEngine's without capture_as_const or without the block does)
+    ("MegEngine's trace(without_host, capture_as_const) with an exclude_from_trace block returns the recorded results",
+     lambda code, meta, kind, text: meta["opts"].get("without_host") and meta["opts"].get("capture_as_const")
+     and "exclude_from_trace" in code and kind == "VALUE" and re.match(r"mge\|mxl call\d+\.out", text) is not None),
 ]
 
 
@@ -742,7 +755,11 @@ def main():
             for k, (i, code, inputs, meta) in enumerate(drawn):
                 loose = meta["kind"] != "fn"
                 r0, r1 = mge[k], mxl[k]
-                lines = compare(r0["traced"], r1["traced"], "mge|mxl", loose)
+                # (MegEngine against megxla: a training step that diverges -- seed 13 case 40, SGD lr 0.1, losses 72
+                # to 1.3e5 in 5 steps -- grows float32 rounding: a 1-ulp nudge of one input moves either framework's
+                # own state 6e-5 of the array's scale by then, as far as the two frameworks are apart, so the
+                # small entries pass rtol 1e-4 no longer; megxla's trace and auto-jit against its eager stay tight)
+                lines = compare(r0["traced"], r1["traced"], "mge|mxl", loose, scale=2e-4)
                 lines += [(kd + "(eager)", t) for kd, t in compare(r1["eager"], r1["traced"], "eager|trace", loose,
                                                                          not meta["opts"].get("without_host"))]
                 lines += [(kd + "(jit)", t) for kd, t in compare(r1["eager"], r1["jit"], "eager|jit", loose)]
