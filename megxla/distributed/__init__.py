@@ -40,7 +40,9 @@ Known limitations (XLA:CPU with gloo, jax 0.10.2; found by tests/test_distribute
       forward to the backward pass. The model is built whole on every rank before it is sharded
       (no meta-device construction). ``shard_optimizer`` reduce-scatters the gradients in ``step()`` (the
       local gradients are whole until then; ~10 MB of them a collective) and keeps its blocks as a second copy of
-      1/N of the parameters. ``fully_shard`` gathers each parameter by itself (no per-unit packing).
+      1/N of the parameters. ``fully_shard``'s units are the modules holding parameters (a Linear's weight and
+      bias are gathered by one collective): no coarser units, as FSDP2's nested ``fully_shard`` calls make (a
+      second call on a sharded module raises).
       A parameter shared by two modules, or held in a list or dict of its module, cannot be sharded. A
       ``DeviceMesh`` group's collectives are programs over the WHOLE mesh: every rank of the mesh must issue
       them, in the same order. The full optimizer state is not gathered (``opt.state_dict()`` holds this rank's
