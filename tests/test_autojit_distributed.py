@@ -142,3 +142,31 @@ def test_kernels_compiled_ahead_leave_cross_process_programs_to_their_op(monkeyp
     assert agreed == []
     np.testing.assert_array_equal(np.asarray(op._kernel(np.ones(3, "float32"))), [2, 2, 2])  # (compiled at its run)
     assert len(agreed) == 1
+
+
+def test_a_collective_compiles_its_cross_process_program_once_whatever_its_plain_kernel(monkeypatch):
+    """A kernel worker may make an op's plain kernel while the op's first run installs its cross-process one, and put
+    the plain one back: the op's next run then made a second SpmdFunction, compiling its program again on this rank
+    only (numbered, so the ranks waited for each other). The op keeps its SpmdFunction."""
+    import jax
+    import megxla as mge
+    from megxla.core import _spmd
+    from megxla.core._dispatch import apply
+    from megxla.core._op import PRIMITIVES, Primitive
+    agreed = []
+    monkeypatch.setattr(_spmd, "agree_hook", [lambda ranks, key, digest: agreed.append(key)])
+    devices = [jax.devices()[0]]
+
+    def impl(x):  # (a collective's front: outside a program over its devices, ask for one)
+        if _spmd.current_devices() is None:
+            raise _spmd.MeshRequired(devices, "test collective")
+        return x * 3
+
+    prim = PRIMITIVES.get("test_spmd_once") or Primitive("test_spmd_once", impl)
+    op = prim.bind()
+    x = mge.Tensor(np.ones(2, "float32"))
+    np.testing.assert_array_equal(apply(op, x).numpy(), [3, 3])
+    assert len(agreed) == 1
+    op._kernel = None  # (as a worker's plain kernel replacing it: made again at the next run)
+    np.testing.assert_array_equal(apply(op, x).numpy(), [3, 3])
+    assert len(agreed) == 1, agreed

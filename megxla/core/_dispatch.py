@@ -24,7 +24,7 @@ import numpy as np
 
 from . import _tensor as _tensor_module
 from ._tensor import Tensor
-from ._spmd import MeshRequired, SpmdFunction, raise_peer_failure as _raise_peer_failure
+from ._spmd import DeviceGrid, MeshRequired, SpmdFunction, raise_peer_failure as _raise_peer_failure
 from .dtypes import LOGICAL as _LOGICAL, logical_node as _logical_node
 from ._lazy import COLLECT as _COLLECT, FLUSH as _FLUSH
 from ._registry import GRAPH_BUILDER as _GRAPH
@@ -179,8 +179,14 @@ def run_kernel(op, inputs, arrays=None):
     except (TypeError, ValueError, IndexError) as exc:
         raise op_error(op, inputs, exc) from None
     except MeshRequired as exc:  # a cross-process collective (or its gradient): compile the SPMD form once
-        op._kernel = SpmdFunction(op.fn, exc.devices, name=op.name)
-        out = op._kernel(*([t._data for t in inputs] if arrays is None else arrays))
+        # (kept on the op too: a kernel worker that made the op's plain kernel meanwhile may have put it back, and a
+        # second SpmdFunction would compile its program again on this rank only -- each compile of a cross-process
+        # program is numbered, and the ranks then wait for each other's programs, see jit/_kernels_ahead.py)
+        spmd = op._spmd
+        if spmd is None or not _same_devices(spmd.devices, exc.devices):
+            spmd = op._spmd = SpmdFunction(op.fn, exc.devices, name=op.name)
+        op._kernel = spmd
+        out = spmd(*([t._data for t in inputs] if arrays is None else arrays))
     except RuntimeError as exc:  # XLA's allocator: an output that passed the size check but not the free memory
         if "RESOURCE_EXHAUSTED" not in str(exc):
             _raise_peer_failure(exc)  # (or an input a failed collective computed: name the rank that failed)
@@ -198,6 +204,13 @@ def run_kernel(op, inputs, arrays=None):
 
 
 _interrupt.KERNEL_CALLERS.add(run_kernel.__code__)
+
+
+def _same_devices(have, devices):
+    """Whether an SpmdFunction's ``have`` are ``devices`` (a list, a tuple or a DeviceGrid: the same grid too)."""
+    if isinstance(devices, DeviceGrid) or isinstance(have, DeviceGrid):
+        return type(have) is type(devices) and have == devices
+    return have == tuple(devices)
 
 
 def _outside_foreign_trace(op, inputs, arrays, out):

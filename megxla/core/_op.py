@@ -243,7 +243,7 @@ class Op:
     """A primitive bound to static parameters: hashable, compared by identity (ops are interned)."""
 
     __slots__ = ("prim", "params", "name", "multiple_results", "transient", "_kernel", "_fn", "_derived",
-                 "_options", "_nested", "_used", "__weakref__")
+                 "_options", "_nested", "_used", "_spmd", "__weakref__")
 
     def __init__(self, prim, params):
         self.prim = prim
@@ -257,6 +257,7 @@ class Op:
         self._options = _UNKNOWN  # the eager kernel's compiler options (see kernel_options)
         self._nested = None  # the kernel without them, where it has some (see nested_kernel)
         self._used = False  # its kernel was asked for since the last sweep of the kept kernels (_sweep_kernels)
+        self._spmd = None  # its cross-process kernel, once made (core._dispatch.run_kernel)
 
     @property
     def fn(self):
