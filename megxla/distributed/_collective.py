@@ -132,8 +132,7 @@ def _body(mode, x, n, axis, split_axis, concat_axis, names=AXIS):
     raise ValueError(f"unknown collective mode {mode!r}")
 
 
-def _impl(x, *, mode, ranks, platform, axis=0, split_axis=0, concat_axis=0, mesh=None, axes=None, length=None,
-          kept=False):
+def _impl(x, *, mode, ranks, platform, axis=0, split_axis=0, concat_axis=0, mesh=None, axes=None, length=None):
     if mode == "copy_to":  # no communication forward (its gradient is the collective)
         return x
     ax = _enter(f"collective {mode}", ranks, platform, mesh, axes)
@@ -189,11 +188,9 @@ def _grad(params, primals, ct):
     return (issued(g.astype(x.dtype)),)
 
 
-# FSDP's gathered parameters are gathered again in the backward pass rather than kept from the forward one
-# (ZeRO-3: only one unit's full parameters are alive at a time, forward or backward) -- unless ``kept``
-# (``fully_shard(..., reshard_after_forward=False)``: the tape holds them, no second gather)
-collective = Primitive("dist_collective", _impl, grad=_grad,
-                       remat=lambda params: params["mode"] == "shard_gather" and not params.get("kept"))
+# A sharded parameter's gather is gathered again in the backward pass rather than kept from the forward one (ZeRO-3:
+# only one unit's full parameters are alive at a time, forward or backward; fully_shard's units: shard_gather_packed)
+collective = Primitive("dist_collective", _impl, grad=_grad, remat=lambda params: params["mode"] == "shard_gather")
 
 
 # ---- a fully sharded unit's parameters: one all-gather of all of its blocks, one reduce-scatter of their gradients -----

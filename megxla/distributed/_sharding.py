@@ -65,24 +65,23 @@ def _coll(mode, x, group, **kw):
     return coll(mode, x, group, **kw)
 
 
-def shard_gather(x: Tensor, group: Group, length: int = None, axis: int = 0, kept: bool = False) -> Tensor:
+def shard_gather(x: Tensor, group: Group, length: int = None, axis: int = 0) -> Tensor:
     """``all_gather`` of the ranks' blocks, cut to ``length`` along ``axis`` (the last block's padding dropped),
-    whose gradient is the MEAN reduce-scatter over the group (the average of data-parallel training): the
-    parameter gather of sharded data parallel. A GradManager does not keep its result for the backward pass,
-    which gathers again (``Primitive.remat``) -- unless ``kept``: then it holds it, as any op's input."""
+    whose gradient is the MEAN reduce-scatter over the group (the average of data-parallel training). A GradManager
+    does not keep its result for the backward pass, which gathers again (``Primitive.remat``). (A fully sharded
+    unit's parameters: :func:`shard_gather_many`.)"""
     if _trivial(group):
         return x if length is None or length == x.shape[axis] else x[(slice(None),) * axis + (slice(0, length),)]
-    if kept:
-        return _coll("shard_gather", x, group, axis=axis, length=length, kept=True)
     return _coll("shard_gather", x, group, axis=axis, length=length)
 
 
 def shard_gather_many(blocks, group: Group, lengths, kept: bool = False) -> list:
     """:func:`shard_gather` of several blocks (of one dtype) along their first axis, each cut to its length in
     ``lengths``, as one ``all_gather`` whose gradient is one MEAN reduce-scatter: a fully sharded unit's parameters
-    (a Linear's weight and bias: one collective each way instead of two)."""
+    (a Linear's weight and bias: one collective each way instead of two). Rematerialized as :func:`shard_gather`,
+    unless ``kept``: then a GradManager's tape holds the results, as any op's."""
     if _trivial(group):
-        return [shard_gather(b, group, length, kept=kept) for b, length in zip(blocks, lengths)]
+        return [shard_gather(b, group, length) for b, length in zip(blocks, lengths)]
     from ..core._dispatch import apply
     from . import _collective
     from .group import _require
