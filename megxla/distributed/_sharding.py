@@ -83,10 +83,9 @@ def shard_gather_many(blocks, group: Group, lengths, kept: bool = False) -> list
     if _trivial(group):
         return [shard_gather(b, group, length) for b, length in zip(blocks, lengths)]
     from ..core._dispatch import apply
+    from ..functional.distributed import _where
     from . import _collective
-    from .group import _require
-    where = group._op_params() if hasattr(group, "_op_params") else {"ranks": tuple(group.proc_ranks)}
-    params = dict(platform=_require().platform, lengths=tuple(lengths), **where)
+    params = dict(lengths=tuple(lengths), **_where(group))
     if kept:
         params["kept"] = True
     return list(apply(_collective.shard_gather_packed.bind(**params), *blocks))

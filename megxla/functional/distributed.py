@@ -86,11 +86,15 @@ def _divisible(op, shape, axis, size, name="axis"):
                       f"group size {size}")
 
 
-def _coll(mode, inp, group, **kw):
-    # an axis of a DeviceMesh names the whole mesh and its axes (the same op on every rank of the mesh)
+def _where(group):
+    """The parameters naming ``group`` in a collective op: its ranks and platform (an axis of a DeviceMesh names the
+    whole mesh and its axes: the same op on every rank of the mesh)."""
     where = group._op_params() if hasattr(group, "_op_params") else {"ranks": tuple(group.proc_ranks)}
-    op = _collective.collective.bind(mode=mode, platform=_require().platform, **where, **kw)
-    return _apply(op, inp)
+    return dict(platform=_require().platform, **where)
+
+
+def _coll(mode, inp, group, **kw):
+    return _apply(_collective.collective.bind(mode=mode, **_where(group), **kw), inp)
 
 
 def _not_compiled(op, instead):
